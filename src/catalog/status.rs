@@ -1,0 +1,90 @@
+//! Per-object outcomes of loading resources, served at `/api/v1/resources` in
+//! standalone mode (the Kubernetes source writes the same facts into CR status).
+
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+
+use super::ObjectKey;
+use crate::resources::common::Condition;
+
+/// Which version of an object is in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InForce {
+    /// The version on disk.
+    Current,
+    /// An earlier good version; the one on disk is invalid.
+    Previous,
+    /// None: the object has never been valid.
+    None,
+}
+
+/// The outcome for one object.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceReport {
+    /// Identity.
+    #[serde(flatten)]
+    pub key: ObjectKey,
+    /// Where the newest version was read (`file:doc-index`).
+    pub source: String,
+    /// Which version is in force.
+    pub in_force: InForce,
+    /// `Ready` condition (and friends).
+    pub conditions: Vec<Condition>,
+    /// Every problem of the newest version.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// A problem that cannot be attributed to a named object (unreadable file,
+/// document without kind or name).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    /// `file` or `file:doc-index`.
+    pub location: String,
+    /// What could be read of the identity (`kind/name`), if anything.
+    pub object: Option<String>,
+    /// The problem.
+    pub error: String,
+}
+
+/// Everything the last load reported.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoardSnapshot {
+    /// Catalog version after the load.
+    pub catalog_version: u64,
+    /// RFC 3339 time of the load.
+    pub loaded_at: String,
+    /// One report per object.
+    pub resources: Vec<ResourceReport>,
+    /// Problems not tied to an object.
+    pub problems: Vec<Problem>,
+}
+
+/// Shared, replaceable view of the latest load outcome.
+#[derive(Clone, Default)]
+pub struct StatusBoard {
+    inner: Arc<RwLock<Arc<BoardSnapshot>>>,
+}
+
+impl StatusBoard {
+    /// Replaces the snapshot.
+    pub fn set(&self, snapshot: BoardSnapshot) {
+        let mut guard = match self.inner.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *guard = Arc::new(snapshot);
+    }
+
+    /// The latest snapshot.
+    pub fn get(&self) -> Arc<BoardSnapshot> {
+        match self.inner.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The `akritas` command line: parse, dispatch, print.
+
+pub mod crds;
+pub mod serve;
+pub mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::ServeFlags;
+
+/// Akritas: a self-hosted, Kubernetes-native operations assistant.
+#[derive(Parser, Debug)]
+#[command(name = "akritas", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the host: HTTP API, resource watch and (later) alerts, bots and runs.
+    Serve(Box<ServeFlags>),
+    /// Check resource manifests the way `serve` and the API server would; exit 1 on any problem.
+    Validate(ValidateArgs),
+    /// Print the CustomResourceDefinitions, write them to a directory, or check one.
+    Crds(CrdsArgs),
+    /// Import runbooks into a corpus (not available yet).
+    Corpus(Unavailable),
+    /// Build and query the runbook search index (not available yet).
+    Index(Unavailable),
+    /// Bundled MCP servers.
+    Mcp(McpArgs),
+    /// Prepare and apply workspace changes (not available yet).
+    Change(Unavailable),
+}
+
+/// `validate` arguments.
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Directories of manifests (YAML or JSON, searched recursively).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+}
+
+/// `crds` arguments.
+#[derive(Args, Debug)]
+pub struct CrdsArgs {
+    /// Write one file per CRD into this directory instead of printing.
+    #[arg(long, value_name = "DIR", conflicts_with = "check")]
+    pub output_dir: Option<PathBuf>,
+    /// Compare this directory with the generated CRDs; exit 1 when they differ.
+    #[arg(long, value_name = "DIR")]
+    pub check: Option<PathBuf>,
+}
+
+/// `mcp` arguments.
+#[derive(Args, Debug)]
+pub struct McpArgs {
+    /// Which server.
+    #[command(subcommand)]
+    pub server: McpServer,
+}
+
+/// Bundled MCP servers.
+#[derive(Subcommand, Debug)]
+pub enum McpServer {
+    /// Read-only VictoriaMetrics tools over stdio (not available yet).
+    Victoriametrics(Unavailable),
+}
+
+/// A command whose implementation has not landed yet; it fails clearly.
+#[derive(Args, Debug)]
+pub struct Unavailable {
+    /// Ignored.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<String>,
+}
+
+/// Parses the process arguments and runs the command.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(flags) => serve::run(&flags),
+        Command::Validate(args) => validate::run(&args.dirs),
+        Command::Crds(args) => run_crds(&args),
+        Command::Corpus(_) => unavailable("corpus"),
+        Command::Index(_) => unavailable("index"),
+        Command::Mcp(McpArgs { server: McpServer::Victoriametrics(_) }) => unavailable("mcp victoriametrics"),
+        Command::Change(_) => unavailable("change"),
+    }
+}
+
+fn unavailable(command: &str) -> ExitCode {
+    eprintln!("akritas {command}: not available in this version of Akritas");
+    ExitCode::from(2)
+}
+
+fn run_crds(args: &CrdsArgs) -> ExitCode {
+    let result = if let Some(dir) = &args.check {
+        crds::check_dir(dir).map(|problems| {
+            for problem in &problems {
+                eprintln!("{problem}");
+            }
+            problems.is_empty()
+        })
+    } else if let Some(dir) = &args.output_dir {
+        crds::write_dir(dir).map(|()| true)
+    } else {
+        crds::all_yaml().map(|yaml| {
+            print!("{yaml}");
+            true
+        })
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("akritas crds: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! Service configuration for `akritas serve`.
+//!
+//! One typed [`Settings`] value is resolved from four layers, highest first:
+//! command-line flags ([`ServeFlags`]) > `AKRITAS_*` environment variables >
+//! a strict, versioned JSON file (`--config` / `AKRITAS_CONFIG`) > built-in
+//! defaults. Each setting `some_key` has the flag `--some-key`, the
+//! environment variable `AKRITAS_SOME_KEY` and the file key `some_key`
+//! (exception: the repeatable `--api-key NAME=ENV_VAR` flag for `api_keys`).
+//!
+//! Secrets are never values here, only the NAMES of the environment
+//! variables that hold them. Relative paths (from any layer, including the
+//! config file) are relative to the process working directory, not to the
+//! config file.
+//!
+//! Text values (flags, environment): integers, floats, booleans
+//! (`true`/`false`/`1`/`0`), durations (`30s`, `10m`), and lists, which are a
+//! JSON string array when the value starts with `[`, otherwise
+//! comma-separated (items trimmed, empty items rejected, empty value = empty
+//! list). A repeated list flag replaces the lower layers' list entirely.
+
+mod file;
+mod value;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use value::SettingValue;
+
+pub use file::{FILE_VERSION, MAX_FILE_BYTES};
+
+/// Environment variable naming the config file when `--config` is absent.
+pub const CONFIG_ENV: &str = "AKRITAS_CONFIG";
+
+/// Prefix of all setting environment variables.
+pub const ENV_PREFIX: &str = "AKRITAS_";
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Built-in default.
+    Default,
+    /// Config file path and JSON path of the value (e.g. `$.max_tokens`).
+    File(PathBuf, String),
+    /// Environment variable name.
+    Env(String),
+    /// Flag name including dashes (e.g. `--max-tokens`).
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p, ptr) => write!(f, "config file {} ({ptr})", p.display()),
+            Source::Env(v) => write!(f, "environment variable {v}"),
+            Source::Flag(n) => write!(f, "flag {n}"),
+        }
+    }
+}
+
+/// A configuration error; every message names where the bad value came from
+/// and what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag value is invalid.
+    #[error("invalid value {value:?} for flag {flag}: {problem}")]
+    InvalidFlag {
+        /// Flag name, e.g. `--max-tokens`.
+        flag: String,
+        /// Offending text.
+        value: String,
+        /// What is wrong and what is expected.
+        problem: String,
+    },
+    /// An environment variable value is invalid.
+    #[error("invalid value {value:?} for environment variable {var}: {problem}")]
+    InvalidEnv {
+        /// Variable name, e.g. `AKRITAS_MAX_TOKENS`.
+        var: String,
+        /// Offending text.
+        value: String,
+        /// What is wrong and what is expected.
+        problem: String,
+    },
+    /// A value inside the config file is invalid.
+    #[error("config file {}: {pointer}: {problem}", path.display())]
+    InvalidFile {
+        /// Config file path.
+        path: PathBuf,
+        /// JSON path, e.g. `$.max_tokens` or `$.api_keys[1].name`.
+        pointer: String,
+        /// What is wrong and what is expected.
+        problem: String,
+    },
+    /// The config file as a whole cannot be used (missing, too large, not
+    /// JSON, ...).
+    #[error("config file {}: {problem}", path.display())]
+    File {
+        /// Config file path.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// Individually valid settings contradict each other; names each source.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// A named API key whose secret lives in environment variable `env`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRef {
+    /// Key name (`^[a-z0-9][a-z0-9._-]{0,63}$`), unique.
+    pub name: String,
+    /// Name of the environment variable holding the secret.
+    pub env: String,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (`text`).
+    #[default]
+    Text,
+    /// One JSON object per line (`json`).
+    Json,
+}
+
+impl LogFormat {
+    /// The config spelling: `text` or `json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Flag shapes in [`ServeFlags`]: how a flag field yields a value.
+trait FlagField {
+    /// `None` when the flag was not given; else the parsed value or
+    /// `(offending text, problem)`.
+    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>>;
+    /// The given text, for error messages.
+    fn shown(&self) -> String;
+}
+
+impl FlagField for Option<String> {
+    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
+        self.as_deref()
+            .map(|s| T::from_text(s, expect).map_err(|p| (s.to_string(), p)))
+    }
+    fn shown(&self) -> String {
+        self.clone().unwrap_or_default()
+    }
+}
+
+impl FlagField for bool {
+    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
+        self.then(|| T::from_text("true", expect).map_err(|p| ("true".to_string(), p)))
+    }
+    fn shown(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl FlagField for Vec<String> {
+    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
+        (!self.is_empty()).then(|| T::from_items(self, expect))
+    }
+    fn shown(&self) -> String {
+        self.join(", ")
+    }
+}
+
+/// The environment variable for setting `key`: `AKRITAS_` + upper snake case.
+pub fn env_var_name(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
+}
+
+macro_rules! settings_table {
+    ($(
+        $(#[doc = $doc:literal])*
+        $key:ident : $ty:ty = $default:expr ;
+            flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? ;
+            expect $expect:literal ;
+            check $check:expr ;
+    )*) => {
+        /// Resolved service settings. Use [`Settings::origin`] to learn where
+        /// each value came from.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Settings {
+            $( $(#[doc = $doc])* pub $key: $ty, )*
+            /// The config file that was read, if any (as given).
+            pub config_file: Option<PathBuf>,
+            /// Source of every non-default setting, by key.
+            pub origins: BTreeMap<&'static str, Source>,
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Settings {
+                    $( $key: $default, )*
+                    config_file: None,
+                    origins: BTreeMap::new(),
+                }
+            }
+        }
+
+        /// All setting keys (snake case, as in the config file).
+        pub const KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// The command-line flag for setting `key` (e.g. `--max-tokens`).
+        pub fn flag_name(key: &str) -> Option<&'static str> {
+            match key {
+                $( stringify!($key) => Some(concat!("--", $flag)), )*
+                _ => None,
+            }
+        }
+
+        /// `akritas serve` flags. Each flag overrides its `AKRITAS_*`
+        /// environment variable, the config file and the default; an absent
+        /// flag leaves the lower layers in effect.
+        #[derive(clap::Args, Debug, Default, Clone)]
+        pub struct ServeFlags {
+            /// Strict JSON config file (also AKRITAS_CONFIG) [default: none]
+            #[arg(long, value_name = "PATH")]
+            pub config: Option<PathBuf>,
+            $(
+                $(#[doc = $doc])*
+                #[arg(long = $flag $(, value_name = $vn)?)]
+                pub $key: $($fty)*,
+            )*
+        }
+
+        fn apply_file(
+            s: &mut Settings,
+            path: &Path,
+            entries: &[(String, serde_json::Value)],
+        ) -> Result<(), ConfigError> {
+            for (k, raw) in entries {
+                match k.as_str() {
+                    $( stringify!($key) => {
+                        let ptr = concat!("$.", stringify!($key));
+                        let v = <$ty as SettingValue>::from_json(raw, $expect)
+                            .and_then(|v| ($check)(v, $expect).map_err(|p| {
+                                value::JsonErr::new(format!("{p}, got {}", value::show(raw)))
+                            }))
+                            .map_err(|e| ConfigError::InvalidFile {
+                                path: path.to_path_buf(),
+                                pointer: format!("{ptr}{}", e.suffix),
+                                problem: e.problem,
+                            })?;
+                        s.$key = v;
+                        s.origins.insert(
+                            stringify!($key),
+                            Source::File(path.to_path_buf(), ptr.to_string()),
+                        );
+                    } )*
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+
+        fn apply_env(
+            s: &mut Settings,
+            env: &dyn Fn(&str) -> Option<String>,
+        ) -> Result<(), ConfigError> {
+            $(
+                let var = env_var_name(stringify!($key));
+                if let Some(text) = env(&var) {
+                    let v = <$ty as SettingValue>::from_text(&text, $expect)
+                        .and_then(|v| ($check)(v, $expect))
+                        .map_err(|problem| ConfigError::InvalidEnv {
+                            var: var.clone(),
+                            value: text.clone(),
+                            problem,
+                        })?;
+                    s.$key = v;
+                    s.origins.insert(stringify!($key), Source::Env(var));
+                }
+            )*
+            Ok(())
+        }
+
+        fn apply_flags(s: &mut Settings, flags: &ServeFlags) -> Result<(), ConfigError> {
+            $(
+                let flag = concat!("--", $flag);
+                if let Some(parsed) = flags.$key.parse::<$ty>($expect) {
+                    let v = parsed
+                        .and_then(|v| ($check)(v, $expect).map_err(|p| (flags.$key.shown(), p)))
+                        .map_err(|(value, problem)| ConfigError::InvalidFlag {
+                            flag: flag.to_string(),
+                            value,
+                            problem,
+                        })?;
+                    s.$key = v;
+                    s.origins.insert(stringify!($key), Source::Flag(flag.to_string()));
+                }
+            )*
+            Ok(())
+        }
+    };
+}
+
+settings_table! {
+    /// Address to listen on [default: 127.0.0.1:8090]
+    address: SocketAddr = SocketAddr::from((Ipv4Addr::LOCALHOST, 8090));
+        flag "address" [Option<String>] value_name "ADDR";
+        expect "a socket address such as 127.0.0.1:8090";
+        check value::ok;
+    /// Externally visible base URL of this service, absolute http(s), no query or fragment [default: none]
+    public_url: Option<String> = None;
+        flag "public-url" [Option<String>] value_name "URL";
+        expect "an absolute http(s) URL such as https://akritas.example.com";
+        check value::check_public_url;
+    /// Upstream OpenAI-compatible API base URL, ending in /v1 [default: http://127.0.0.1:8080/v1]
+    base_url: String = "http://127.0.0.1:8080/v1".to_string();
+        flag "base-url" [Option<String>] value_name "URL";
+        expect "an absolute http(s) URL ending in /v1 such as http://127.0.0.1:8080/v1";
+        check value::check_base_url;
+    /// Model name sent upstream; empty = the requested model [default: none]
+    upstream_model: Option<String> = None;
+        flag "upstream-model" [Option<String>] value_name "NAME";
+        expect "a model name of at most 256 characters without control characters";
+        check value::check_upstream_model;
+    /// Model name this service exposes [default: akritas]
+    model: String = "akritas".to_string();
+        flag "model" [Option<String>] value_name "NAME";
+        expect "1-128 characters matching ^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
+        check value::check_model;
+    /// Name of the environment variable holding the upstream API key [default: OPENAI_API_KEY]
+    upstream_api_key_env: String = "OPENAI_API_KEY".to_string();
+        flag "upstream-api-key-env" [Option<String>] value_name "ENV_VAR";
+        expect "an environment variable name such as OPENAI_API_KEY";
+        check value::check_env_name;
+    /// Client API keys as NAME=ENV_VAR (repeatable; secret read from ENV_VAR) [default: default=AKRITAS_API_KEY]
+    api_keys: Vec<ApiKeyRef> = vec![ApiKeyRef {
+        name: "default".to_string(),
+        env: "AKRITAS_API_KEY".to_string(),
+    }];
+        flag "api-key" [Vec<String>] value_name "NAME=ENV_VAR";
+        expect "at most 32 NAME=ENV_VAR entries with unique names";
+        check value::check_api_keys;
+    /// Serve without client authentication [default: false]
+    allow_unauthenticated: bool = false;
+        flag "allow-unauthenticated" [bool];
+        expect "true or false (or 1 or 0)";
+        check value::ok;
+    /// System instructions file [default: instructions/SYSTEM.md]
+    system_instructions: PathBuf = PathBuf::from("instructions/SYSTEM.md");
+        flag "system-instructions" [Option<String>] value_name "PATH";
+        expect "a non-empty path";
+        check value::non_empty_path;
+    /// Response language as a BCP 47 tag [default: en]
+    response_language: String = "en".to_string();
+        flag "response-language" [Option<String>] value_name "TAG";
+        expect "a BCP 47 language tag such as en, en-US or zh-Hant-TW";
+        check value::check_language;
+    /// Directory of resource manifests, standalone mode (repeatable) [default: none]
+    resources: Vec<PathBuf> = Vec::new();
+        flag "resources" [Vec<String>] value_name "DIR";
+        expect "at most 64 non-empty directory paths";
+        check value::check_resources;
+    /// Operator mode: read resources from the Kubernetes API [default: false]
+    kubernetes: bool = false;
+        flag "kubernetes" [bool];
+        expect "true or false (or 1 or 0)";
+        check value::ok;
+    /// Data directory [default: data]
+    data_dir: PathBuf = PathBuf::from("data");
+        flag "data-dir" [Option<String>] value_name "DIR";
+        expect "a non-empty path";
+        check value::non_empty_path;
+    /// Number of search results to retrieve, 1-50 [default: 5]
+    search_top_k: u32 = 5;
+        flag "search-top-k" [Option<String>] value_name "N";
+        expect "an integer from 1 to 50";
+        check value::u32_in::<1, 50>;
+    /// Characters kept per search result, 1-100000 [default: 800]
+    result_runes: u32 = 800;
+        flag "result-runes" [Option<String>] value_name "N";
+        expect "an integer from 1 to 100000";
+        check value::u32_in::<1, 100_000>;
+    /// Default completion token budget [default: 1024]
+    max_tokens: u32 = 1024;
+        flag "max-tokens" [Option<String>] value_name "N";
+        expect "a positive integer";
+        check value::u32_in::<1, { u32::MAX }>;
+    /// Largest completion token budget a request may ask for, >= max-tokens [default: 4096]
+    max_tokens_limit: u32 = 4096;
+        flag "max-tokens-limit" [Option<String>] value_name "N";
+        expect "a positive integer";
+        check value::u32_in::<1, { u32::MAX }>;
+    /// Tool calls per run, 0-1000 [default: 8]
+    max_tool_calls: u32 = 8;
+        flag "max-tool-calls" [Option<String>] value_name "N";
+        expect "an integer from 0 to 1000";
+        check value::u32_in::<0, 1000>;
+    /// Model iterations per run, 1-1000 [default: 12]
+    max_iterations: u32 = 12;
+        flag "max-iterations" [Option<String>] value_name "N";
+        expect "an integer from 1 to 1000";
+        check value::u32_in::<1, 1000>;
+    /// Largest tool result in bytes [default: 2097152]
+    max_tool_result_bytes: u64 = 2_097_152;
+        flag "max-tool-result-bytes" [Option<String>] value_name "BYTES";
+        expect "a positive integer (bytes)";
+        check value::u64_in::<1, { u64::MAX }>;
+    /// Retrieved context per request in bytes, <= max-tool-result-bytes [default: 131072]
+    max_retrieved_context_bytes: u64 = 131_072;
+        flag "max-retrieved-context-bytes" [Option<String>] value_name "BYTES";
+        expect "a positive integer (bytes)";
+        check value::u64_in::<1, { u64::MAX }>;
+    /// Context tokens per request [default: 40000]
+    max_context_tokens: u64 = 40_000;
+        flag "max-context-tokens" [Option<String>] value_name "N";
+        expect "a positive integer";
+        check value::u64_in::<1, { u64::MAX }>;
+    /// Context window of the upstream model in tokens [default: 16384]
+    max_model_tokens: u64 = 16_384;
+        flag "max-model-tokens" [Option<String>] value_name "N";
+        expect "a positive integer";
+        check value::u64_in::<1, { u64::MAX }>;
+    /// Sampling temperature, 0.0-2.0 [default: 0.2]
+    temperature: f64 = 0.2;
+        flag "temperature" [Option<String>] value_name "T";
+        expect "a number from 0.0 to 2.0";
+        check value::check_temperature;
+    /// Timeout of one request, > 0 and <= 24h [default: 10m]
+    request_timeout: Duration = Duration::from_secs(600);
+        flag "request-timeout" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 24h, such as 10m";
+        check value::duration_upto::<86_400, false>;
+    /// Concurrent runs, 1-256 [default: 4]
+    max_concurrent_runs: u32 = 4;
+        flag "max-concurrent-runs" [Option<String>] value_name "N";
+        expect "an integer from 1 to 256";
+        check value::u32_in::<1, 256>;
+    /// Wait for a free run slot, <= 10m; 0s fails at once when saturated [default: 30s]
+    run_queue_timeout: Duration = Duration::from_secs(30);
+        flag "run-queue-timeout" [Option<String>] value_name "DURATION";
+        expect "a duration from 0s to 10m, such as 30s";
+        check value::duration_upto::<600, true>;
+    /// Largest request body in bytes, 1024-67108864 [default: 1048576]
+    max_body_bytes: u64 = 1_048_576;
+        flag "max-body-bytes" [Option<String>] value_name "BYTES";
+        expect "an integer from 1024 to 67108864 (bytes)";
+        check value::u64_in::<1024, 67_108_864>;
+    /// Grace period for shutdown, > 0 and <= 10m [default: 30s]
+    shutdown_timeout: Duration = Duration::from_secs(30);
+        flag "shutdown-timeout" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 10m, such as 30s";
+        check value::duration_upto::<600, false>;
+    /// Log format: text or json [default: text]
+    log_format: LogFormat = LogFormat::Text;
+        flag "log-format" [Option<String>] value_name "FORMAT";
+        expect "text or json";
+        check value::ok;
+}
+
+impl Settings {
+    /// Where the value of `key` came from ([`Source::Default`] when not
+    /// overridden or unknown).
+    pub fn origin(&self, key: &str) -> Source {
+        self.origins.get(key).cloned().unwrap_or(Source::Default)
+    }
+
+    /// `key (value, from source)` for conflict messages.
+    fn cite(&self, key: &str, value: impl fmt::Display) -> String {
+        format!("{key} ({value}, from {})", self.origin(key))
+    }
+
+    /// Checks rules that span several settings.
+    fn check_consistency(&self) -> Result<(), ConfigError> {
+        if self.max_tokens_limit < self.max_tokens {
+            return Err(ConfigError::Conflict(format!(
+                "{} must be >= {}; raise max_tokens_limit or lower max_tokens",
+                self.cite("max_tokens_limit", self.max_tokens_limit),
+                self.cite("max_tokens", self.max_tokens),
+            )));
+        }
+        if self.max_retrieved_context_bytes > self.max_tool_result_bytes {
+            return Err(ConfigError::Conflict(format!(
+                "{} must be <= {}; lower max_retrieved_context_bytes or raise max_tool_result_bytes",
+                self.cite(
+                    "max_retrieved_context_bytes",
+                    self.max_retrieved_context_bytes
+                ),
+                self.cite("max_tool_result_bytes", self.max_tool_result_bytes),
+            )));
+        }
+        if self.kubernetes && !self.resources.is_empty() {
+            let dirs: Vec<String> = self
+                .resources
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            return Err(ConfigError::Conflict(format!(
+                "{} cannot be combined with {}; operator mode reads resources from the cluster, \
+                 so unset one of them",
+                self.cite("kubernetes", true),
+                self.cite("resources", dirs.join(", ")),
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Resolves [`Settings`] from `flags`, the environment (`env`, e.g.
+/// `|k| std::env::var(k).ok()`), the config file named by `flags.config` or
+/// `AKRITAS_CONFIG`, and the defaults.
+pub fn load(
+    flags: &ServeFlags,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Settings, ConfigError> {
+    let mut s = Settings::default();
+    let config = match (&flags.config, env(CONFIG_ENV)) {
+        (Some(p), _) if p.as_os_str().is_empty() => {
+            return Err(ConfigError::InvalidFlag {
+                flag: "--config".to_string(),
+                value: String::new(),
+                problem: "expected a path to a JSON config file".to_string(),
+            });
+        }
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(v)) if v.is_empty() => {
+            return Err(ConfigError::InvalidEnv {
+                var: CONFIG_ENV.to_string(),
+                value: v,
+                problem: "expected a path to a JSON config file; unset it to use none".to_string(),
+            });
+        }
+        (None, Some(v)) => Some(PathBuf::from(v)),
+        (None, None) => None,
+    };
+    if let Some(path) = &config {
+        let entries = file::read(path, KEYS)?;
+        apply_file(&mut s, path, &entries)?;
+    }
+    s.config_file = config;
+    apply_env(&mut s, env)?;
+    apply_flags(&mut s, flags)?;
+    s.check_consistency()?;
+    Ok(s)
+}

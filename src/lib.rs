@@ -1,0 +1,14 @@
+//! Akritas: a self-hosted, Kubernetes-native operations assistant.
+
+pub mod catalog;
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod resources;
+pub mod web;
+
+/// Installs the one rustls crypto provider of the whole tree (ring). Call before
+/// building any HTTP or Kubernetes client; calling it again is harmless.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,99 @@
+//! `AlertSource`: a provider webhook (Alertmanager, Grafana, …) and how its callers authenticate.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{Condition, HEADER_NAME_PATTERN, SecretRef};
+
+/// An alert provider that may post to `/api/v1/alerts/{namespace}/{name}/webhook`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "akritas.io",
+    version = "v1alpha1",
+    kind = "AlertSource",
+    namespaced,
+    status = "AlertSourceStatus",
+    shortname = "akas",
+    category = "akritas",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider"),
+    printcolumn(name = "Accepted", type_ = "integer", json_path = ".status.accepted"),
+    printcolumn(name = "Rejected", type_ = "integer", json_path = ".status.rejected"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AlertSourceSpec {
+    /// Payload format.
+    pub provider: AlertProvider,
+    /// How callers prove who they are. All configured mechanisms must pass.
+    pub auth: AlertAuth,
+}
+
+/// Supported payload formats.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlertProvider {
+    /// Prometheus Alertmanager webhook (version 4).
+    Alertmanager,
+    /// Akritas' own generic JSON event.
+    Generic,
+    /// Grafana unified alerting webhook.
+    Grafana,
+    /// Uptime Kuma webhook.
+    UptimeKuma,
+    /// Pingdom webhook.
+    Pingdom,
+}
+
+/// Authentication of a webhook. At least one mechanism, or an explicit opt-out.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new(
+    "(has(self.bearerToken) || has(self.hmacSecret) || has(self.secretHeader)) != (has(self.allowUnauthenticated) && self.allowUnauthenticated)"
+).message("configure at least one of bearerToken, hmacSecret or secretHeader, or set allowUnauthenticated: true, but not both"))]
+pub struct AlertAuth {
+    /// `Authorization: Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token: Option<SecretRef>,
+    /// `X-Akritas-Signature: sha256=<hex HMAC of the body>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hmac_secret: Option<SecretRef>,
+    /// A shared secret in a named header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_header: Option<SecretHeader>,
+    /// Accept unauthenticated posts (only for a trusted network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_unauthenticated: Option<bool>,
+}
+
+/// A header that must carry a secret value.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretHeader {
+    /// Header name, for example `X-Akritas-Source-Token`.
+    #[schemars(length(min = 1, max = 128), regex(pattern = HEADER_NAME_PATTERN))]
+    pub name: String,
+    /// Expected value.
+    pub value: SecretRef,
+}
+
+/// Observed state of an AlertSource.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertSourceStatus {
+    /// `Ready` and friends.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Path the provider posts to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_path: Option<String>,
+    /// Deliveries accepted.
+    #[serde(default)]
+    pub accepted: u64,
+    /// Deliveries recognised as duplicates.
+    #[serde(default)]
+    pub duplicate: u64,
+    /// Deliveries rejected (authentication or payload).
+    #[serde(default)]
+    pub rejected: u64,
+}

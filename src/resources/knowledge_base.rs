@@ -1,0 +1,140 @@
+//! `KnowledgeBase`: runbooks indexed for BM25 search.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::common::{Condition, DATA_KEY_PATTERN, OBJECT_NAME_PATTERN};
+use super::workspace::RESOURCE_NAME_PATTERN;
+
+/// Runbook sources and how they are chunked for retrieval. Runbook text guides the
+/// model; it never authorizes anything.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "akritas.io",
+    version = "v1alpha1",
+    kind = "KnowledgeBase",
+    namespaced,
+    status = "KnowledgeBaseStatus",
+    shortname = "akkb",
+    category = "akritas",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Documents", type_ = "integer", json_path = ".status.documents"),
+    printcolumn(name = "Chunks", type_ = "integer", json_path = ".status.chunks"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KnowledgeBaseSpec {
+    /// Where the runbooks come from.
+    #[schemars(length(min = 1, max = 32))]
+    pub sources: Vec<KnowledgeSource>,
+    /// Chunking of documents for retrieval.
+    #[serde(default)]
+    pub chunking: Chunking,
+}
+
+/// Exactly one kind of source.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("(has(self.configMap) ? 1 : 0) + (has(self.directory) ? 1 : 0) + (has(self.git) ? 1 : 0) == 1").message("set exactly one of configMap, directory or git"))]
+pub struct KnowledgeSource {
+    /// Every key (or the listed keys) of a ConfigMap is one document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapSource>,
+    /// Text files under a directory on the host's volume. Relative paths resolve
+    /// against the manifest's directory in standalone mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<DirectorySource>,
+    /// A path inside a Workspace's git tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitPathSource>,
+}
+
+/// ConfigMap source.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigMapSource {
+    /// ConfigMap name.
+    #[schemars(length(min = 1, max = 253), regex(pattern = OBJECT_NAME_PATTERN))]
+    pub name: String,
+    /// Keys to use; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 253), regex(pattern = DATA_KEY_PATTERN)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub keys: Vec<String>,
+}
+
+/// Directory source.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DirectorySource {
+    /// Directory path.
+    #[schemars(length(min = 1, max = 4096))]
+    pub path: String,
+    /// File extensions indexed (without the dot); default `md`, `txt`.
+    #[serde(default = "default_extensions")]
+    #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 16), regex(pattern = "^[A-Za-z0-9]+$")))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub extensions: Vec<String>,
+}
+
+fn default_extensions() -> Vec<String> {
+    vec!["md".to_string(), "txt".to_string()]
+}
+
+/// A path inside a Workspace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitPathSource {
+    /// Workspace name in the same namespace.
+    #[schemars(length(min = 1, max = 63), regex(pattern = RESOURCE_NAME_PATTERN))]
+    pub workspace: String,
+    /// Directory inside the tree.
+    #[schemars(length(min = 1, max = 4096))]
+    pub path: String,
+}
+
+/// Chunking parameters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("self.overlapRunes < self.chunkRunes").message("overlapRunes must be smaller than chunkRunes"))]
+pub struct Chunking {
+    /// Characters per chunk.
+    #[serde(default = "default_chunk")]
+    #[schemars(range(min = 200, max = 20000))]
+    pub chunk_runes: u32,
+    /// Characters shared by neighbouring chunks.
+    #[serde(default = "default_overlap")]
+    #[schemars(range(min = 0, max = 5000))]
+    pub overlap_runes: u32,
+}
+
+fn default_chunk() -> u32 {
+    1200
+}
+fn default_overlap() -> u32 {
+    150
+}
+
+impl Default for Chunking {
+    fn default() -> Self {
+        Self { chunk_runes: default_chunk(), overlap_runes: default_overlap() }
+    }
+}
+
+/// Observed state of a KnowledgeBase.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KnowledgeBaseStatus {
+    /// `Ready` and friends.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Documents indexed.
+    #[serde(default)]
+    pub documents: u64,
+    /// Chunks indexed.
+    #[serde(default)]
+    pub chunks: u64,
+    /// SHA-256 of the index content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_sha256: Option<String>,
+}

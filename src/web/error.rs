@@ -1,0 +1,54 @@
+//! The JSON error envelope every route uses:
+//! `{"error": {"message": "...", "type": "...", "code": "..."}}` (OpenAI-compatible).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error answered to an HTTP client. The message says what to fix and never
+/// contains a secret.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A new error.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    /// 404 for an unknown route or object.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 401 for a missing or wrong API key.
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "invalid API key: send `Authorization: Bearer <key>`")
+    }
+}
+
+fn error_type(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::FORBIDDEN => "permission_error",
+        StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "server_busy_error",
+        s if s.is_server_error() => "server_error",
+        _ => "invalid_request_error",
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"message": self.message, "type": error_type(self.status), "code": self.code}});
+        (self.status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,153 @@
+//! The HTTP surface (axum): health, the resource view and, behind API-key auth,
+//! everything under `/api` and `/v1`.
+
+pub mod auth;
+pub mod error;
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use self::auth::ApiKeys;
+use self::error::ApiError;
+use crate::catalog::CatalogStore;
+use crate::catalog::status::StatusBoard;
+
+/// Everything the handlers read.
+#[derive(Clone)]
+pub struct AppState {
+    /// The published Catalog.
+    pub catalog: CatalogStore,
+    /// Per-object load outcomes.
+    pub board: StatusBoard,
+    /// Configured API keys.
+    pub keys: Arc<ApiKeys>,
+    /// Facts shown by `/health`.
+    pub info: Arc<HostInfo>,
+}
+
+/// Static facts about the running host.
+#[derive(Clone, Debug)]
+pub struct HostInfo {
+    /// `standalone` or `kubernetes`.
+    pub mode: &'static str,
+    /// Model id Akritas exposes.
+    pub model: String,
+    /// Default response language.
+    pub response_language: String,
+    /// SHA-256 of the loaded SYSTEM.md.
+    pub instructions_sha256: String,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+}
+
+/// Builds the router.
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/api/v1/resources", get(resources))
+        .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
+    Router::new()
+        .route("/health", get(health))
+        .merge(protected)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.info.max_body_bytes, limit_body))
+        .layer(DefaultBodyLimit::max(state.info.max_body_bytes))
+        .layer(middleware::from_fn(trace_requests))
+        .with_state(state)
+}
+
+async fn health(State(state): State<AppState>) -> Json<Value> {
+    let catalog = state.catalog.current();
+    let board = state.board.get();
+    let invalid = board.resources.iter().filter(|r| !crate::resources::common::is_ready(&r.conditions)).count();
+    Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": state.info.mode,
+        "model": state.info.model,
+        "response_language": state.info.response_language,
+        "authentication": if state.keys.enabled() { "api-key" } else { "disabled" },
+        "system_instructions_sha256": state.info.instructions_sha256,
+        "catalog": {
+            "version": catalog.version,
+            "hash": catalog.hash,
+            "counts": catalog.counts(),
+            "invalid_resources": invalid,
+            "problems": board.problems.len(),
+        },
+    }))
+}
+
+async fn resources(State(state): State<AppState>) -> Json<Value> {
+    let catalog = state.catalog.current();
+    let board = state.board.get();
+    Json(json!({
+        "catalog_version": catalog.version,
+        "catalog_hash": catalog.hash,
+        "loaded_at": board.loaded_at,
+        "resources": board.resources,
+        "problems": board.problems,
+    }))
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!("no route for {} {}", request.method(), request.uri().path()))
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{} is not allowed on {}", request.method(), request.uri().path()))
+}
+
+/// Rejects bodies whose declared length exceeds the limit before reading them;
+/// streamed bodies are cut by `DefaultBodyLimit` in the extractors.
+async fn limit_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body is larger than {limit} bytes")).into_response();
+    }
+    next.run(request).await
+}
+
+/// One log line per request (never bodies or headers); warnings for errors.
+async fn trace_requests(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let mut response = next.run(request).await;
+    let status = response.status().as_u16();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    if status >= 500 {
+        tracing::error!(%method, %path, status, duration_ms, "request failed");
+    } else if status >= 400 {
+        tracing::warn!(%method, %path, status, duration_ms, "request rejected");
+    } else {
+        tracing::debug!(%method, %path, status, duration_ms, "request");
+    }
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Serves until `cancel` fires, then drains open requests for at most `grace`.
+pub async fn serve(listener: TcpListener, app: Router, cancel: CancellationToken, grace: Duration) -> std::io::Result<()> {
+    let shutdown = cancel.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
+    let mut server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        result = &mut server => result,
+        _ = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_seconds = grace.as_secs(), "open requests did not finish in time; closing them");
+            Ok(())
+        }
+    }
+}
