@@ -68,6 +68,8 @@ fn check_object(schema: &Map<String, Value>, value: &Value, path: &str, out: &mu
             (Some(child_schema), _) => check(child_schema, child, &child_path, out),
             (None, Some(extra)) => check(extra, child, &child_path, out),
             (None, None) if preserve || properties.is_none() => {}
+            // The API server handles the object envelope itself; CRD root schemas omit it.
+            (None, None) if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") => {}
             (None, None) => {
                 let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
                 out.push(FieldError::new(&child_path, format!("unknown field; known fields here: {}", known.join(", "))));
