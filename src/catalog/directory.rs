@@ -286,22 +286,22 @@ impl DirectorySource {
             if !seen.insert(object.key.clone()) {
                 // A duplicate definition: reported, never replaces the first one.
                 if let Err(errors) = &object.result {
-                    reports.push(report(&object.key, location, InForce::None, errors));
+                    reports.push(report(&object.key, location, None, errors));
                 }
                 continue;
             }
             match object.result {
                 Ok(resource) => {
                     let entry = Entry { resource: Arc::new(resource), source: location.clone(), base_dir: object.file.parent().map(Path::to_path_buf) };
-                    reports.push(report(&object.key, location, InForce::Current, &[]));
+                    reports.push(report(&object.key, location, Some(&entry), &[]));
                     next.insert(object.key, (entry, object.file, object.index));
                 }
                 Err(errors) => match self.last_good.remove(&object.key) {
                     Some(previous) => {
-                        reports.push(report(&object.key, location, InForce::Previous, &errors));
+                        reports.push(report(&object.key, location, Some(&previous.0), &errors));
                         next.insert(object.key, previous);
                     }
-                    None => reports.push(report(&object.key, location, InForce::None, &errors)),
+                    None => reports.push(report(&object.key, location, None, &errors)),
                 },
             }
         }
@@ -310,7 +310,7 @@ impl DirectorySource {
             let unreadable = scan.unreadable.contains(&(file.clone(), None)) || scan.unreadable.contains(&(file.clone(), Some(index)));
             if unreadable && !next.contains_key(&key) {
                 let error = FieldError::new("", format!("{} could not be parsed (see problems)", file.display()));
-                reports.push(report(&key, format!("{}:{index}", file.display()), InForce::Previous, &[error]));
+                reports.push(report(&key, format!("{}:{index}", file.display()), Some(&entry), &[error]));
                 next.insert(key, (entry, file, index));
             }
         }
@@ -325,13 +325,21 @@ impl DirectorySource {
     }
 }
 
-fn report(key: &ObjectKey, source: String, in_force: InForce, errors: &[FieldError]) -> ResourceReport {
+/// The report of one object: `in_force` is the entry that stays in force, if any;
+/// `errors` are the problems of the newest version.
+fn report(key: &ObjectKey, source: String, in_force: Option<&Entry>, errors: &[FieldError]) -> ResourceReport {
+    let spec = in_force.and_then(|entry| entry.resource.to_value().get("spec").cloned());
+    let in_force = match (in_force, errors.is_empty()) {
+        (Some(_), true) => InForce::Current,
+        (Some(_), false) => InForce::Previous,
+        (None, _) => InForce::None,
+    };
     let condition = match in_force {
         InForce::Current => Condition::ready(true, "Loaded", format!("loaded from {source}"), None),
         InForce::Previous => Condition::ready(false, "Invalid", format!("{}; the previous valid version stays in force", join(errors)), None),
         InForce::None => Condition::ready(false, "Invalid", join(errors), None),
     };
-    ResourceReport { key: key.clone(), source, in_force, conditions: vec![condition], errors: errors.iter().map(ToString::to_string).collect() }
+    ResourceReport { key: key.clone(), source, in_force, conditions: vec![condition], spec, errors: errors.iter().map(ToString::to_string).collect() }
 }
 
 fn join(errors: &[FieldError]) -> String {

@@ -33,6 +33,9 @@ pub struct ResourceReport {
     pub in_force: InForce,
     /// `Ready` condition (and friends).
     pub conditions: Vec<Condition>,
+    /// Spec of the version in force (secrets appear only as references).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
     /// Every problem of the newest version.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,

@@ -1,0 +1,223 @@
+//! `akritas serve` as a user runs it: the real binary over HTTP.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Server, copy_samples, poll, run_to_end, serve_command};
+
+const KEY: &str = "ops-key-0123456789abcdef";
+const CI_KEY: &str = "ci-key-0123456789abcdef";
+
+async fn get_json(client: &reqwest::Client, url: &str, key: Option<&str>) -> (u16, Value) {
+    let mut request = client.get(url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn find<'a>(resources: &'a Value, kind: &str, name: &str) -> Option<&'a Value> {
+    resources["resources"].as_array()?.iter().find(|r| r["kind"] == kind && r["name"] == name)
+}
+
+#[tokio::test]
+async fn health_shows_the_sample_catalog() {
+    let samples = copy_samples();
+    let server = Server::start({
+        let mut c = serve_command();
+        c.arg("--resources").arg(samples.path());
+        c
+    });
+    let client = reqwest::Client::new();
+    let (status, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["mode"], "standalone");
+    assert_eq!(health["authentication"], "disabled");
+    assert_eq!(health["catalog"]["version"], 1);
+    let counts = &health["catalog"]["counts"];
+    assert_eq!(counts["Skill"], 2);
+    assert_eq!(counts["McpAdapter"], 1);
+    assert_eq!(counts["Workspace"], 1);
+    assert_eq!(counts["ValidatorProfile"], 1);
+    assert_eq!(counts["NotificationReceiver"], 1);
+    assert_eq!(counts["AlertSource"], 1);
+    assert_eq!(counts["KnowledgeBase"], 1);
+    assert_eq!(health["catalog"]["invalid_resources"], 0);
+
+    let (status, resources) = get_json(&client, &format!("{}/api/v1/resources", server.url), None).await;
+    assert_eq!(status, 200);
+    let skill = find(&resources, "Skill", "postgresql").expect("postgresql skill listed");
+    assert_eq!(skill["namespace"], "akritas");
+    assert_eq!(skill["inForce"], "current");
+    assert_eq!(skill["conditions"][0]["type"], "Ready");
+    assert_eq!(skill["conditions"][0]["status"], "True");
+    assert!(skill["source"].as_str().unwrap().ends_with("skills.yaml:0"));
+}
+
+#[tokio::test]
+async fn api_requires_one_of_the_named_keys() {
+    let server = Server::start({
+        let mut c = serve_command();
+        c.args(["--api-key", "ops=TEST_OPS_KEY", "--api-key", "ci=TEST_CI_KEY"]).env("TEST_OPS_KEY", KEY).env("TEST_CI_KEY", CI_KEY);
+        c
+    });
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/resources", server.url);
+    let (status, body) = get_json(&client, &url, None).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+    assert_eq!(body["error"]["type"], "authentication_error");
+    assert_eq!(get_json(&client, &url, Some("ops-key-0123456789abcdeX")).await.0, 401);
+    assert_eq!(get_json(&client, &url, Some(KEY)).await.0, 200);
+    assert_eq!(get_json(&client, &url, Some(CI_KEY)).await.0, 200);
+    let (status, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(health["authentication"], "api-key");
+    assert!(!server.log_text().contains(KEY), "a key leaked into the log");
+}
+
+#[tokio::test]
+async fn errors_use_the_json_envelope_and_bodies_are_bounded() {
+    let server = Server::start({
+        let mut c = serve_command();
+        c.args(["--max-body-bytes", "2048"]);
+        c
+    });
+    let client = reqwest::Client::new();
+    let (status, body) = get_json(&client, &format!("{}/nope", server.url), None).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["message"], "no route for GET /nope");
+    let response = client.delete(format!("{}/health", server.url)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    let response = client.post(format!("{}/api/v1/resources", server.url)).body(vec![b'x'; 4096]).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "body_too_large");
+}
+
+#[tokio::test]
+async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
+    let samples = copy_samples();
+    let server = Server::start({
+        let mut c = serve_command();
+        c.arg("--resources").arg(samples.path());
+        c
+    });
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/resources", server.url);
+    let file = samples.path().join("alert-source.yaml");
+    let original = std::fs::read_to_string(&file).unwrap();
+
+    // A valid edit: visible within 2 s.
+    std::fs::write(&file, original.replace("AKRITAS_ALERTMANAGER_TOKEN", "AKRITAS_AM_TOKEN_V2")).unwrap();
+    let (version, took) = poll(Duration::from_secs(5), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        let source = find(&body, "AlertSource", "alertmanager-main")?;
+        (source["spec"]["auth"]["bearerToken"]["env"] == "AKRITAS_AM_TOKEN_V2").then(|| body["catalog_version"].as_u64().unwrap())
+    })
+    .await
+    .expect("valid edit never appeared");
+    eprintln!("valid edit visible after {took:?}");
+    assert!(took < Duration::from_secs(2), "edit took {took:?}");
+    assert_eq!(version, 2);
+
+    // A broken edit: reported, the previous good version stays in force.
+    std::fs::write(&file, original.replace("provider: alertmanager", "provider: alertmanager\n  retries: 3")).unwrap();
+    let (source, took) = poll(Duration::from_secs(5), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        let source = find(&body, "AlertSource", "alertmanager-main")?.clone();
+        (source["inForce"] == "previous").then_some((source, body["catalog_version"].clone()))
+    })
+    .await
+    .expect("broken edit never reported");
+    eprintln!("broken edit reported after {took:?}");
+    let (source, catalog_version) = source;
+    assert_eq!(catalog_version, 2, "a broken edit must not publish a new Catalog");
+    assert_eq!(source["conditions"][0]["status"], "False");
+    assert_eq!(source["conditions"][0]["reason"], "Invalid");
+    assert_eq!(source["errors"][0], "spec.retries: unknown field; known fields here: auth, provider");
+    assert_eq!(source["spec"]["auth"]["bearerToken"]["env"], "AKRITAS_AM_TOKEN_V2", "previous spec stays in force");
+    let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+    assert_eq!(health["catalog"]["invalid_resources"], 1);
+    assert_eq!(health["catalog"]["counts"]["AlertSource"], 1);
+
+    // Unparsable YAML: the objects of that file stay too.
+    std::fs::write(&file, "apiVersion: [unclosed\n").unwrap();
+    let (body, _) = poll(Duration::from_secs(5), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        (!body["problems"].as_array()?.is_empty()).then_some(body)
+    })
+    .await
+    .expect("parse error never reported");
+    assert_eq!(find(&body, "AlertSource", "alertmanager-main").unwrap()["inForce"], "previous");
+    assert_eq!(body["catalog_version"], 2);
+
+    // Removing the file removes the object; a new file adds one.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(
+        samples.path().join("extra.yaml"),
+        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: grafana, namespace: akritas}\nspec: {provider: grafana, auth: {allowUnauthenticated: true}}\n",
+    )
+    .unwrap();
+    poll(Duration::from_secs(5), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        (find(&body, "AlertSource", "alertmanager-main").is_none() && find(&body, "AlertSource", "grafana").is_some()).then_some(())
+    })
+    .await
+    .expect("removal and addition never appeared");
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_gracefully() {
+    let server = Server::start(serve_command());
+    let client = reqwest::Client::new();
+    assert_eq!(get_json(&client, &format!("{}/health", server.url), None).await.0, 200);
+    let log = server.log.clone();
+    assert_eq!(server.terminate(), Some(0));
+    let log = log.lock().unwrap().join("\n");
+    assert!(log.contains("SIGTERM received"), "{log}");
+    assert!(log.contains("Akritas stopped"), "{log}");
+}
+
+#[test]
+fn startup_problems_name_their_source_and_fix() {
+    let mut bad_env = serve_command();
+    bad_env.env("AKRITAS_MAX_TOKENS", "lots");
+    let (code, stderr) = run_to_end(bad_env);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("AKRITAS_MAX_TOKENS"), "{stderr}");
+
+    let mut bad_flag = serve_command();
+    bad_flag.args(["--request-timeout", "soon"]);
+    let (code, stderr) = run_to_end(bad_flag);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--request-timeout"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("server.json");
+    std::fs::write(&config, r#"{"version": 1, "max_iterations": 0}"#).unwrap();
+    let mut bad_file = serve_command();
+    bad_file.arg("--config").arg(&config);
+    let (code, stderr) = run_to_end(bad_file);
+    assert_eq!(code, 2);
+    assert!(stderr.contains(&format!("config file {}: $.max_iterations", config.display())), "{stderr}");
+
+    let empty = dir.path().join("SYSTEM.md");
+    std::fs::write(&empty, "\n").unwrap();
+    let mut bad_instructions = serve_command();
+    bad_instructions.arg("--system-instructions").arg(&empty);
+    let (code, stderr) = run_to_end(bad_instructions);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("the file is empty"), "{stderr}");
+
+    let mut exposed = serve_command();
+    exposed.args(["--address", "0.0.0.0:0"]);
+    let (code, stderr) = run_to_end(exposed);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
+}

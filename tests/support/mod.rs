@@ -1,0 +1,142 @@
+//! Test support: runs the real `akritas` binary and talks to it over HTTP.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Copies `config/samples` into a fresh temporary directory.
+pub fn copy_samples() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&root().join("config/samples"), dir.path());
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A running `akritas serve`. Killed on drop.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Every stderr line so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Base command: loopback on a free port, JSON logs, the repo's SYSTEM.md.
+pub fn serve_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("serve")
+        // Through the environment, so a test can still override them with flags.
+        .env("AKRITAS_ADDRESS", "127.0.0.1:0")
+        .env("AKRITAS_LOG_FORMAT", "json")
+        .env("AKRITAS_SYSTEM_INSTRUCTIONS", root().join("instructions/SYSTEM.md"))
+        .env_remove("AKRITAS_API_KEY")
+        .env_remove("AKRITAS_CONFIG")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+impl Server {
+    /// Starts the command and waits for the "listening" log line.
+    pub fn start(mut command: Command) -> Server {
+        akritas::install_crypto_provider();
+        let mut child = command.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
+                    && value.pointer("/fields/message").and_then(|m| m.as_str()) == Some("Akritas listening")
+                    && let Some(address) = value.pointer("/fields/address").and_then(|a| a.as_str())
+                {
+                    let _ = tx.send(address.to_string());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let address = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(address) => address,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start; log:\n{}", log.lock().unwrap().join("\n"));
+            }
+        };
+        Server { child, url: format!("http://{address}"), log }
+    }
+
+    /// Sends SIGTERM and waits for the exit status code.
+    pub fn terminate(mut self) -> Option<i32> {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// The collected log.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a command to completion and returns (exit code, stderr).
+pub fn run_to_end(mut command: Command) -> (i32, String) {
+    let output = command.output().unwrap();
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, for at most `limit`;
+/// returns the value and the time it took.
+pub async fn poll<T, F, Fut>(limit: Duration, mut check: F) -> Option<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Some(value) = check().await {
+            return Some((value, started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
