@@ -50,10 +50,15 @@ fn every_crd_parses_back_and_is_structural() {
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
         assert!(version.served && version.storage);
-        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{}: no status subresource", kind.as_str());
+        assert!(
+            version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            "{}: no status subresource",
+            kind.as_str()
+        );
         let columns = version.additional_printer_columns.as_deref().unwrap_or_default();
         assert!(columns.iter().any(|c| c.name == "Age"), "{}: no Age column", kind.as_str());
-        let schema = serde_json::to_value(version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap();
+        let schema =
+            serde_json::to_value(version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap();
         let mut problems = Vec::new();
         check_structural(&schema, kind.as_str(), true, &mut problems);
         assert!(problems.is_empty(), "{} is not structural:\n{}", kind.as_str(), problems.join("\n"));
@@ -70,11 +75,38 @@ fn check_structural(schema: &Value, path: &str, root: bool, problems: &mut Vec<S
         return;
     };
     const ALLOWED: &[&str] = &[
-        "type", "format", "title", "description", "default", "nullable", "enum", "maximum", "minimum", "exclusiveMaximum",
-        "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "multipleOf",
-        "maxProperties", "minProperties", "required", "items", "properties", "additionalProperties", "example",
-        "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string", "x-kubernetes-list-type",
-        "x-kubernetes-list-map-keys", "x-kubernetes-map-type", "x-kubernetes-validations", "x-kubernetes-embedded-resource",
+        "type",
+        "format",
+        "title",
+        "description",
+        "default",
+        "nullable",
+        "enum",
+        "maximum",
+        "minimum",
+        "exclusiveMaximum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "multipleOf",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "items",
+        "properties",
+        "additionalProperties",
+        "example",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-int-or-string",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-map-type",
+        "x-kubernetes-validations",
+        "x-kubernetes-embedded-resource",
     ];
     for key in node.keys() {
         if !ALLOWED.contains(&key.as_str()) {
@@ -97,7 +129,20 @@ fn check_structural(schema: &Value, path: &str, root: bool, problems: &mut Vec<S
         problems.push(format!("{path}: additionalProperties: false is not allowed"));
     }
     if let Some(format) = node.get("format").and_then(Value::as_str) {
-        const FORMATS: &[&str] = &["int32", "int64", "float", "double", "byte", "date", "date-time", "password", "uint32", "uint64", "uint8", "uint16"];
+        const FORMATS: &[&str] = &[
+            "int32",
+            "int64",
+            "float",
+            "double",
+            "byte",
+            "date",
+            "date-time",
+            "password",
+            "uint32",
+            "uint64",
+            "uint8",
+            "uint16",
+        ];
         if !FORMATS.contains(&format) {
             problems.push(format!("{path}: unknown format {format:?}"));
         }
@@ -157,4 +202,11 @@ fn visit_rules(node: &Value, f: &mut dyn FnMut(&Value, &str)) {
             visit_rules(child, f);
         }
     }
+}
+
+#[test]
+fn chart_crds_match_the_rust_types() {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/akritas/crds"));
+    let problems = akritas::cli::crds::check_dir(dir).unwrap();
+    assert!(problems.is_empty(), "charts/akritas/crds drifted:\n{}", problems.join("\n"));
 }

@@ -42,16 +42,27 @@ fn secret_references_need_exactly_one_source() {
         auth(json!({"env": "T", "secretKeyRef": {"name": "am", "key": "token"}})),
         "spec.auth.bearerToken: set exactly one of env or secretKeyRef",
     );
-    assert_rejected("AlertSource", auth(env("1BAD")), "spec.auth.bearerToken.env: \"1BAD\" does not match the pattern ^[A-Za-z_][A-Za-z0-9_]*$");
+    assert_rejected(
+        "AlertSource",
+        auth(env("1BAD")),
+        "spec.auth.bearerToken.env: \"1BAD\" does not match the pattern ^[A-Za-z_][A-Za-z0-9_]*$",
+    );
 }
 
 #[test]
 fn alert_sources_need_auth_or_an_explicit_opt_out() {
     let rule = "spec.auth: configure at least one of bearerToken, hmacSecret or secretHeader, or set allowUnauthenticated: true, but not both";
     assert_rejected("AlertSource", json!({"provider": "generic", "auth": {}}), rule);
-    assert_rejected("AlertSource", json!({"provider": "generic", "auth": {"allowUnauthenticated": true, "hmacSecret": env("H")}}), rule);
+    assert_rejected(
+        "AlertSource",
+        json!({"provider": "generic", "auth": {"allowUnauthenticated": true, "hmacSecret": env("H")}}),
+        rule,
+    );
     assert_accepted("AlertSource", json!({"provider": "grafana", "auth": {"allowUnauthenticated": true}}));
-    assert_accepted("AlertSource", json!({"provider": "uptime-kuma", "auth": {"secretHeader": {"name": "X-Akritas-Source-Token", "value": env("T")}}}));
+    assert_accepted(
+        "AlertSource",
+        json!({"provider": "uptime-kuma", "auth": {"secretHeader": {"name": "X-Akritas-Source-Token", "value": env("T")}}}),
+    );
     assert_rejected(
         "AlertSource",
         json!({"provider": "nagios", "auth": {"allowUnauthenticated": true}}),
@@ -68,10 +79,26 @@ fn mcp_adapters_need_one_transport_and_valid_names() {
         json!({"transport": {"stdio": {"command": "s"}, "http": {"url": "http://mcp:8000/mcp"}}, "allow": ["read"]}),
         "spec.transport: set exactly one of stdio or http",
     );
-    assert_rejected("McpAdapter", json!({"transport": {}, "allow": ["read"]}), "spec.transport: set exactly one of stdio or http");
-    assert_rejected("McpAdapter", json!({"transport": stdio, "allow": []}), "spec.allow: must have at least 1 items, got 0");
-    assert_rejected("McpAdapter", json!({"transport": stdio, "allow": ["read", "read"]}), "spec.allow[1]: duplicate value \"read\"");
-    assert_rejected("McpAdapter", json!({"transport": stdio, "allow": ["admin"]}), "spec.allow[0]: unsupported value \"admin\"; expected one of: read, write, dangerous");
+    assert_rejected(
+        "McpAdapter",
+        json!({"transport": {}, "allow": ["read"]}),
+        "spec.transport: set exactly one of stdio or http",
+    );
+    assert_rejected(
+        "McpAdapter",
+        json!({"transport": stdio, "allow": []}),
+        "spec.allow: must have at least 1 items, got 0",
+    );
+    assert_rejected(
+        "McpAdapter",
+        json!({"transport": stdio, "allow": ["read", "read"]}),
+        "spec.allow[1]: duplicate value \"read\"",
+    );
+    assert_rejected(
+        "McpAdapter",
+        json!({"transport": stdio, "allow": ["admin"]}),
+        "spec.allow[0]: unsupported value \"admin\"; expected one of: read, write, dangerous",
+    );
     assert_rejected(
         "McpAdapter",
         json!({"transport": {"stdio": {"command": "s", "env": [{"name": "A", "value": "1", "valueFrom": env("B")}]}}, "allow": ["read"]}),
@@ -92,7 +119,11 @@ fn mcp_adapters_need_one_transport_and_valid_names() {
         json!({"transport": {"http": {"url": "ftp://mcp/"}}, "allow": ["read"]}),
         "spec.transport.http.url: must use http or https, not \"ftp\"",
     );
-    assert_rejected("McpAdapter", json!({"transport": stdio, "allow": ["read"], "callTimeoutSeconds": 0}), "spec.callTimeoutSeconds: must be at least 1, got 0");
+    assert_rejected(
+        "McpAdapter",
+        json!({"transport": stdio, "allow": ["read"], "callTimeoutSeconds": 0}),
+        "spec.callTimeoutSeconds: must be at least 1, got 0",
+    );
 }
 
 #[test]
@@ -102,7 +133,10 @@ fn notification_receivers_match_their_type() {
     let mixed = "spec: set exactly the settings block named by type (webhook, telegram or mattermost)";
     assert_rejected("NotificationReceiver", json!({"type": "telegram", "webhook": {"url": "https://h/"}}), mixed);
     let telegram = json!({"botToken": env("TG"), "chatId": "-100123"});
-    assert_accepted("NotificationReceiver", json!({"type": "telegram", "telegram": telegram, "inbound": {"mode": "polling", "allowedConversationIds": ["-100123"]}}));
+    assert_accepted(
+        "NotificationReceiver",
+        json!({"type": "telegram", "telegram": telegram, "inbound": {"mode": "polling", "allowedConversationIds": ["-100123"]}}),
+    );
     assert_rejected(
         "NotificationReceiver",
         json!({"type": "telegram", "telegram": telegram, "inbound": {"mode": "polling", "secret": env("S"), "allowedUserIds": ["1"]}}),
@@ -129,21 +163,41 @@ fn notification_receivers_match_their_type() {
         json!({"type": "telegram", "telegram": {"botToken": env("TG"), "chatId": "1", "baseUrl": "https://api.telegram.org?x=1"}}),
         "spec.telegram.baseUrl: must not contain a query (?...)",
     );
-    assert_rejected("NotificationReceiver", json!({"type": "webhook", "webhook": {"url": "javascript:alert(1)"}}), "spec.webhook.url: must use http or https, not \"javascript\"");
+    assert_rejected(
+        "NotificationReceiver",
+        json!({"type": "webhook", "webhook": {"url": "javascript:alert(1)"}}),
+        "spec.webhook.url: must use http or https, not \"javascript\"",
+    );
 }
 
 #[test]
 fn skills_workspaces_profiles_and_knowledge_bases() {
     assert_rejected("Skill", json!({}), "spec: set exactly one of content or contentFrom");
-    assert_rejected("Skill", json!({"content": "x", "match": ["Postgres"]}), "spec.match[0]: \"Postgres\" does not match the pattern ^[a-z0-9][a-z0-9._-]{0,63}$");
+    assert_rejected(
+        "Skill",
+        json!({"content": "x", "match": ["Postgres"]}),
+        "spec.match[0]: \"Postgres\" does not match the pattern ^[a-z0-9][a-z0-9._-]{0,63}$",
+    );
     assert_rejected("Skill", json!({"content": ""}), "spec.content: must not be empty");
     assert_rejected("Workspace", json!({"source": {}}), "spec.source: set exactly one of path or git");
     assert_accepted("Workspace", json!({"source": {"git": {"url": "/srv/git/infra.git"}}, "validatorMode": "replace"}));
-    assert_rejected("Workspace", json!({"source": {"path": "/w"}, "validatorMode": "merge"}), "spec.validatorMode: unsupported value \"merge\"; expected one of: append, replace");
+    assert_rejected(
+        "Workspace",
+        json!({"source": {"path": "/w"}, "validatorMode": "merge"}),
+        "spec.validatorMode: unsupported value \"merge\"; expected one of: append, replace",
+    );
     assert_rejected("ValidatorProfile", json!({"argv": [""]}), "spec.argv: argv[0] (the program) must not be empty");
     assert_rejected("ValidatorProfile", json!({"argv": []}), "spec.argv: must have at least 1 items, got 0");
-    assert_rejected("ValidatorProfile", json!({"argv": ["x"], "files": ["src/[a"]}), "spec.files[0]: invalid glob \"src/[a\": unclosed character class; missing ']'");
-    assert_rejected("ValidatorProfile", json!({"argv": ["x"], "timeoutSeconds": 7200}), "spec.timeoutSeconds: must be at most 3600, got 7200");
+    assert_rejected(
+        "ValidatorProfile",
+        json!({"argv": ["x"], "files": ["src/[a"]}),
+        "spec.files[0]: invalid glob \"src/[a\": unclosed character class; missing ']'",
+    );
+    assert_rejected(
+        "ValidatorProfile",
+        json!({"argv": ["x"], "timeoutSeconds": 7200}),
+        "spec.timeoutSeconds: must be at most 3600, got 7200",
+    );
     assert_rejected("KnowledgeBase", json!({"sources": []}), "spec.sources: must have at least 1 items, got 0");
     assert_rejected(
         "KnowledgeBase",
@@ -155,7 +209,11 @@ fn skills_workspaces_profiles_and_knowledge_bases() {
         json!({"sources": [{"directory": {"path": "a"}}], "chunking": {"chunkRunes": 300, "overlapRunes": 300}}),
         "spec.chunking: overlapRunes must be smaller than chunkRunes",
     );
-    assert_rejected("KnowledgeBase", json!({"sources": [{"git": {"workspace": "w", "path": "../etc"}}]}), "spec.sources[0].git.path: must be a relative path inside the workspace without '..'");
+    assert_rejected(
+        "KnowledgeBase",
+        json!({"sources": [{"git": {"workspace": "w", "path": "../etc"}}]}),
+        "spec.sources[0].git.path: must be a relative path inside the workspace without '..'",
+    );
 }
 
 #[test]

@@ -63,7 +63,9 @@ async fn health_shows_the_sample_catalog() {
 async fn api_requires_one_of_the_named_keys() {
     let server = Server::start({
         let mut c = serve_command();
-        c.args(["--api-key", "ops=TEST_OPS_KEY", "--api-key", "ci=TEST_CI_KEY"]).env("TEST_OPS_KEY", KEY).env("TEST_CI_KEY", CI_KEY);
+        c.args(["--api-key", "ops=TEST_OPS_KEY", "--api-key", "ci=TEST_CI_KEY"])
+            .env("TEST_OPS_KEY", KEY)
+            .env("TEST_CI_KEY", CI_KEY);
         c
     });
     let client = reqwest::Client::new();
@@ -118,7 +120,8 @@ async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     let (version, took) = poll(Duration::from_secs(5), || async {
         let (_, body) = get_json(&client, &url, None).await;
         let source = find(&body, "AlertSource", "alertmanager-main")?;
-        (source["spec"]["auth"]["bearerToken"]["env"] == "AKRITAS_AM_TOKEN_V2").then(|| body["catalog_version"].as_u64().unwrap())
+        (source["spec"]["auth"]["bearerToken"]["env"] == "AKRITAS_AM_TOKEN_V2")
+            .then(|| body["catalog_version"].as_u64().unwrap())
     })
     .await
     .expect("valid edit never appeared");
@@ -166,7 +169,8 @@ async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     .unwrap();
     poll(Duration::from_secs(5), || async {
         let (_, body) = get_json(&client, &url, None).await;
-        (find(&body, "AlertSource", "alertmanager-main").is_none() && find(&body, "AlertSource", "grafana").is_some()).then_some(())
+        (find(&body, "AlertSource", "alertmanager-main").is_none() && find(&body, "AlertSource", "grafana").is_some())
+            .then_some(())
     })
     .await
     .expect("removal and addition never appeared");

@@ -5,7 +5,11 @@ use std::process::Command;
 
 fn validate(dir: &Path) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_akritas")).arg("validate").arg(dir).output().unwrap();
-    (output.status.code().unwrap_or(-1), String::from_utf8(output.stdout).unwrap(), String::from_utf8(output.stderr).unwrap())
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
 }
 
 fn root() -> &'static Path {
@@ -27,10 +31,16 @@ fn broken_manifests_yield_one_precise_line_each() {
     assert_eq!(code, 1);
     let d = dir.display();
     let expected = [
-        format!("{d}/bad-name.yaml:0 Skill/Bad_Name: metadata.name: \"Bad_Name\" is not a valid name: use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"),
-        format!("{d}/both-literal-and-secret.yaml:0 NotificationReceiver/hooks: spec.webhook: set exactly one of url or urlFrom"),
+        format!(
+            "{d}/bad-name.yaml:0 Skill/Bad_Name: metadata.name: \"Bad_Name\" is not a valid name: use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+        ),
+        format!(
+            "{d}/both-literal-and-secret.yaml:0 NotificationReceiver/hooks: spec.webhook: set exactly one of url or urlFrom"
+        ),
         format!("{d}/missing-required.yaml:0 McpAdapter/prometheus: spec.allow: required field is missing"),
-        format!("{d}/unknown-field.yaml:0 AlertSource/am: spec.retries: unknown field; known fields here: auth, provider"),
+        format!(
+            "{d}/unknown-field.yaml:0 AlertSource/am: spec.retries: unknown field; known fields here: auth, provider"
+        ),
     ];
     assert_eq!(stdout.lines().collect::<Vec<_>>(), expected);
 }

@@ -101,7 +101,8 @@ fn scan_file(file: ManifestFile, out: &mut Scan) {
             read_config_map(&value, &location, out);
             continue;
         }
-        let ours = api_version.is_empty() || api_version.split('/').next() == Some(GROUP) || Kind::parse(&kind).is_some();
+        let ours =
+            api_version.is_empty() || api_version.split('/').next() == Some(GROUP) || Kind::parse(&kind).is_some();
         if !ours {
             tracing::debug!(%location, %api_version, %kind, "skipping a manifest that is not an Akritas resource");
             continue;
@@ -111,14 +112,22 @@ fn scan_file(file: ManifestFile, out: &mut Scan) {
         let result = parse_manifest(value);
         match (known_kind, identity.name.clone()) {
             (Some(kind), Some(name)) => out.objects.push(Scanned {
-                key: ObjectKey { kind, namespace: identity.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()), name },
+                key: ObjectKey {
+                    kind,
+                    namespace: identity.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+                    name,
+                },
                 file: file.path.clone(),
                 index: document.index,
                 result,
             }),
             _ => {
                 for error in result.err().unwrap_or_default() {
-                    out.problems.push(Problem { location: location.clone(), object: Some(identity.to_string()), error: error.to_string() });
+                    out.problems.push(Problem {
+                        location: location.clone(),
+                        object: Some(identity.to_string()),
+                        error: error.to_string(),
+                    });
                 }
             }
         }
@@ -128,7 +137,11 @@ fn scan_file(file: ManifestFile, out: &mut Scan) {
 fn read_config_map(value: &Value, location: &str, out: &mut Scan) {
     let identity = Identity::of(value);
     let Some(name) = identity.name.clone() else {
-        out.problems.push(Problem { location: location.to_string(), object: Some(identity.to_string()), error: "metadata.name: required field is missing".into() });
+        out.problems.push(Problem {
+            location: location.to_string(),
+            object: Some(identity.to_string()),
+            error: "metadata.name: required field is missing".into(),
+        });
         return;
     };
     let namespace = identity.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
@@ -148,7 +161,11 @@ fn read_config_map(value: &Value, location: &str, out: &mut Scan) {
         }
     }
     if out.config_maps.insert((namespace, name.clone()), data).is_some() {
-        out.problems.push(Problem { location: location.to_string(), object: Some(format!("ConfigMap/{name}")), error: "duplicate ConfigMap".into() });
+        out.problems.push(Problem {
+            location: location.to_string(),
+            object: Some(format!("ConfigMap/{name}")),
+            error: "duplicate ConfigMap".into(),
+        });
     }
 }
 
@@ -159,16 +176,21 @@ fn cross_check(scan: &mut Scan) {
     for object in &mut scan.objects {
         let location = object.location();
         if let Some(first) = first_seen.get(&object.key) {
-            let error = FieldError::new("metadata.name", format!("duplicate: {} is already defined at {first}", object.key));
+            let error =
+                FieldError::new("metadata.name", format!("duplicate: {} is already defined at {first}", object.key));
             push_error(&mut object.result, error);
             continue;
         }
         first_seen.insert(object.key.clone(), location);
         let Ok(resource) = &object.result else { continue };
         let namespace = object.key.namespace.clone();
-        let exists = |kind: Kind, name: &str| valid.contains(&ObjectKey { kind, namespace: namespace.clone(), name: name.to_string() });
+        let exists = |kind: Kind, name: &str| {
+            valid.contains(&ObjectKey { kind, namespace: namespace.clone(), name: name.to_string() })
+        };
         let has_config_map = |name: &str, key: Option<&str>| {
-            scan.config_maps.get(&(namespace.clone(), name.to_string())).is_some_and(|data| key.is_none_or(|k| data.contains_key(k)))
+            scan.config_maps
+                .get(&(namespace.clone(), name.to_string()))
+                .is_some_and(|data| key.is_none_or(|k| data.contains_key(k)))
         };
         let mut errors = Vec::new();
         match resource {
@@ -182,7 +204,10 @@ fn cross_check(scan: &mut Scan) {
                     if !has_config_map(&selector.name, Some(&selector.key)) {
                         errors.push(FieldError::new(
                             "spec.contentFrom.configMapKeyRef",
-                            format!("ConfigMap {}/{} with key {:?} is not among the manifests", namespace, selector.name, selector.key),
+                            format!(
+                                "ConfigMap {}/{} with key {:?} is not among the manifests",
+                                namespace, selector.name, selector.key
+                            ),
                         ));
                     }
                 }
@@ -190,7 +215,10 @@ fn cross_check(scan: &mut Scan) {
             Resource::Workspace(workspace) => {
                 for (i, profile) in workspace.spec.validator_profiles.iter().enumerate() {
                     if !exists(Kind::ValidatorProfile, profile) {
-                        errors.push(FieldError::new(&format!("spec.validatorProfiles[{i}]"), format!("ValidatorProfile {namespace}/{profile} does not exist or is invalid")));
+                        errors.push(FieldError::new(
+                            &format!("spec.validatorProfiles[{i}]"),
+                            format!("ValidatorProfile {namespace}/{profile} does not exist or is invalid"),
+                        ));
                     }
                 }
             }
@@ -199,12 +227,18 @@ fn cross_check(scan: &mut Scan) {
                     if let Some(git) = &source.git
                         && !exists(Kind::Workspace, &git.workspace)
                     {
-                        errors.push(FieldError::new(&format!("spec.sources[{i}].git.workspace"), format!("Workspace {namespace}/{} does not exist or is invalid", git.workspace)));
+                        errors.push(FieldError::new(
+                            &format!("spec.sources[{i}].git.workspace"),
+                            format!("Workspace {namespace}/{} does not exist or is invalid", git.workspace),
+                        ));
                     }
                     if let Some(cm) = &source.config_map
                         && !has_config_map(&cm.name, None)
                     {
-                        errors.push(FieldError::new(&format!("spec.sources[{i}].configMap.name"), format!("ConfigMap {namespace}/{} is not among the manifests", cm.name)));
+                        errors.push(FieldError::new(
+                            &format!("spec.sources[{i}].configMap.name"),
+                            format!("ConfigMap {namespace}/{} is not among the manifests", cm.name),
+                        ));
                     }
                 }
             }
@@ -292,7 +326,11 @@ impl DirectorySource {
             }
             match object.result {
                 Ok(resource) => {
-                    let entry = Entry { resource: Arc::new(resource), source: location.clone(), base_dir: object.file.parent().map(Path::to_path_buf) };
+                    let entry = Entry {
+                        resource: Arc::new(resource),
+                        source: location.clone(),
+                        base_dir: object.file.parent().map(Path::to_path_buf),
+                    };
                     reports.push(report(&object.key, location, Some(&entry), &[]));
                     next.insert(object.key, (entry, object.file, object.index));
                 }
@@ -307,7 +345,8 @@ impl DirectorySource {
         }
         // Objects whose file (or document) could not be parsed stay as they were.
         for (key, (entry, file, index)) in std::mem::take(&mut self.last_good) {
-            let unreadable = scan.unreadable.contains(&(file.clone(), None)) || scan.unreadable.contains(&(file.clone(), Some(index)));
+            let unreadable = scan.unreadable.contains(&(file.clone(), None))
+                || scan.unreadable.contains(&(file.clone(), Some(index)));
             if unreadable && !next.contains_key(&key) {
                 let error = FieldError::new("", format!("{} could not be parsed (see problems)", file.display()));
                 reports.push(report(&key, format!("{}:{index}", file.display()), Some(&entry), &[error]));
@@ -336,10 +375,22 @@ fn report(key: &ObjectKey, source: String, in_force: Option<&Entry>, errors: &[F
     };
     let condition = match in_force {
         InForce::Current => Condition::ready(true, "Loaded", format!("loaded from {source}"), None),
-        InForce::Previous => Condition::ready(false, "Invalid", format!("{}; the previous valid version stays in force", join(errors)), None),
+        InForce::Previous => Condition::ready(
+            false,
+            "Invalid",
+            format!("{}; the previous valid version stays in force", join(errors)),
+            None,
+        ),
         InForce::None => Condition::ready(false, "Invalid", join(errors), None),
     };
-    ResourceReport { key: key.clone(), source, in_force, conditions: vec![condition], spec, errors: errors.iter().map(ToString::to_string).collect() }
+    ResourceReport {
+        key: key.clone(),
+        source,
+        in_force,
+        conditions: vec![condition],
+        spec,
+        errors: errors.iter().map(ToString::to_string).collect(),
+    }
 }
 
 fn join(errors: &[FieldError]) -> String {
@@ -357,9 +408,18 @@ pub fn apply(reload: Reload, store: &CatalogStore, board: &StatusBoard) -> u64 {
         tracing::warn!(location = %problem.location, error = %problem.error, "unreadable manifest");
     }
     if version != before {
-        tracing::info!(catalog_version = version, resources = reload.reports.iter().filter(|r| r.in_force != InForce::None).count(), "catalog published");
+        tracing::info!(
+            catalog_version = version,
+            resources = reload.reports.iter().filter(|r| r.in_force != InForce::None).count(),
+            "catalog published"
+        );
     }
-    board.set(BoardSnapshot { catalog_version: version, loaded_at: now_rfc3339(), resources: reload.reports, problems: reload.problems });
+    board.set(BoardSnapshot {
+        catalog_version: version,
+        loaded_at: now_rfc3339(),
+        resources: reload.reports,
+        problems: reload.problems,
+    });
     version
 }
 

@@ -40,7 +40,8 @@ pub fn is_manifest(path: &Path) -> bool {
 pub fn list_files(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     for dir in dirs {
-        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: cannot read resource directory: {e}", dir.display()))?;
+        let meta =
+            std::fs::metadata(dir).map_err(|e| format!("{}: cannot read resource directory: {e}", dir.display()))?;
         if !meta.is_dir() {
             return Err(format!("{}: is not a directory", dir.display()));
         }
@@ -67,7 +68,9 @@ fn walk(dir: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), String
             walk(&path, depth + 1, files)?;
         } else if meta.is_file() && is_manifest(&path) {
             if files.len() >= MAX_FILES {
-                return Err(format!("more than {MAX_FILES} manifest files; split the resources or point at a narrower directory"));
+                return Err(format!(
+                    "more than {MAX_FILES} manifest files; split the resources or point at a narrower directory"
+                ));
             }
             files.push(path);
         }
@@ -94,14 +97,19 @@ fn read_bytes(path: &Path) -> Result<String, String> {
 pub fn parse_documents(path: &Path, text: &str) -> Result<Vec<Document>, String> {
     if path.extension().and_then(|e| e.to_str()) == Some("json") {
         let value: Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
-        return Ok(flatten(value).into_iter().enumerate().map(|(index, value)| Document { index, value: Ok(value) }).collect());
+        return Ok(flatten(value)
+            .into_iter()
+            .enumerate()
+            .map(|(index, value)| Document { index, value: Ok(value) })
+            .collect());
     }
     let mut documents = Vec::new();
     for (index, chunk) in split_yaml(text).into_iter().enumerate() {
         if chunk.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
             continue;
         }
-        let value = serde_saphyr::from_str::<Value>(&chunk).map_err(|e| format!("invalid YAML: {}", first_line(&e.to_string())));
+        let value = serde_saphyr::from_str::<Value>(&chunk)
+            .map_err(|e| format!("invalid YAML: {}", first_line(&e.to_string())));
         match value {
             Ok(Value::Null) => {}
             Ok(value) => documents.extend(flatten(value).into_iter().map(|value| Document { index, value: Ok(value) })),

@@ -75,7 +75,8 @@ impl Catalog {
 
     /// Number of resources per kind name (every kind present, zero included).
     pub fn counts(&self) -> BTreeMap<&'static str, usize> {
-        let mut counts: BTreeMap<&'static str, usize> = Kind::ALL.iter().filter(|k| k.is_declared()).map(|k| (k.as_str(), 0)).collect();
+        let mut counts: BTreeMap<&'static str, usize> =
+            Kind::ALL.iter().filter(|k| k.is_declared()).map(|k| (k.as_str(), 0)).collect();
         for key in self.entries.keys() {
             *counts.entry(key.kind.as_str()).or_default() += 1;
         }
@@ -89,7 +90,10 @@ impl Catalog {
             (Some(content), _) => Some(content),
             (None, Some(from)) => {
                 let selector = &from.config_map_key_ref;
-                self.config_maps.get(&(key.namespace.clone(), selector.name.clone()))?.get(&selector.key).map(String::as_str)
+                self.config_maps
+                    .get(&(key.namespace.clone(), selector.name.clone()))?
+                    .get(&selector.key)
+                    .map(String::as_str)
             }
             (None, None) => None,
         }
@@ -97,7 +101,10 @@ impl Catalog {
 }
 
 /// Content hash of a set of entries and ConfigMaps (independent of where they came from).
-pub fn content_hash(entries: &BTreeMap<ObjectKey, Entry>, config_maps: &BTreeMap<(String, String), ConfigMapData>) -> String {
+pub fn content_hash(
+    entries: &BTreeMap<ObjectKey, Entry>,
+    config_maps: &BTreeMap<(String, String), ConfigMapData>,
+) -> String {
     let mut hasher = Sha256::new();
     for (key, entry) in entries {
         hasher.update(key.to_string().as_bytes());
@@ -148,7 +155,11 @@ impl CatalogStore {
 
     /// Publishes the given content as a new version unless it equals the current
     /// content. Returns the version in force afterwards.
-    pub fn publish(&self, entries: BTreeMap<ObjectKey, Entry>, config_maps: BTreeMap<(String, String), ConfigMapData>) -> u64 {
+    pub fn publish(
+        &self,
+        entries: BTreeMap<ObjectKey, Entry>,
+        config_maps: BTreeMap<(String, String), ConfigMapData>,
+    ) -> u64 {
         let hash = content_hash(&entries, &config_maps);
         let mut version = 0;
         self.tx.send_if_modified(|current| {

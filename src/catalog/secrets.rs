@@ -101,7 +101,9 @@ impl<F: Fn(&str) -> Option<String> + Send + Sync> SecretResolver for EnvSecrets<
                 }
                 Ok(SecretValue(value))
             }
-            (None, Some(selector)) => Err(SecretError::NeedsKubernetes { name: selector.name.clone(), key: selector.key.clone() }),
+            (None, Some(selector)) => {
+                Err(SecretError::NeedsKubernetes { name: selector.name.clone(), key: selector.key.clone() })
+            }
             _ => Err(SecretError::Invalid),
         }
     }
@@ -115,17 +117,20 @@ mod tests {
     #[test]
     fn env_secrets_resolve_trimmed_values_and_never_print_them() {
         let resolver = EnvSecrets::with_lookup(|name: &str| (name == "TOKEN").then(|| " s3cr3t \n".to_string()));
-        let value = resolver.resolve("default", &SecretRef { env: Some("TOKEN".into()), secret_key_ref: None }).unwrap();
+        let value =
+            resolver.resolve("default", &SecretRef { env: Some("TOKEN".into()), secret_key_ref: None }).unwrap();
         assert_eq!(value.expose(), "s3cr3t");
         assert!(!format!("{value:?}").contains("s3cr3t"));
-        let missing = resolver.resolve("default", &SecretRef { env: Some("OTHER".into()), secret_key_ref: None }).unwrap_err();
+        let missing =
+            resolver.resolve("default", &SecretRef { env: Some("OTHER".into()), secret_key_ref: None }).unwrap_err();
         assert_eq!(missing, SecretError::EnvUnset("OTHER".into()));
     }
 
     #[test]
     fn secret_key_refs_need_operator_mode() {
         let resolver = EnvSecrets::process();
-        let reference = SecretRef { env: None, secret_key_ref: Some(KeySelector { name: "hooks".into(), key: "token".into() }) };
+        let reference =
+            SecretRef { env: None, secret_key_ref: Some(KeySelector { name: "hooks".into(), key: "token".into() }) };
         let error = resolver.resolve("default", &reference).unwrap_err();
         assert!(error.to_string().contains("serve --kubernetes"), "{error}");
     }

@@ -42,47 +42,25 @@ impl<'de> Deserialize<'de> for Entries {
 }
 
 fn file_err(path: &Path, problem: impl Into<String>) -> ConfigError {
-    ConfigError::File {
-        path: path.to_path_buf(),
-        problem: problem.into(),
-    }
+    ConfigError::File { path: path.to_path_buf(), problem: problem.into() }
 }
 
 fn at(path: &Path, pointer: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError::InvalidFile {
-        path: path.to_path_buf(),
-        pointer: pointer.into(),
-        problem: problem.into(),
-    }
+    ConfigError::InvalidFile { path: path.to_path_buf(), pointer: pointer.into(), problem: problem.into() }
 }
 
 /// Reads and checks the file at `path`; returns the setting entries (without
 /// `version`) in file order. `known` lists the accepted setting keys.
 pub(crate) fn read(path: &Path, known: &[&str]) -> Result<Vec<(String, Value)>, ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|e| {
-        file_err(
-            path,
-            format!("cannot read it ({e}); fix the path or create the file"),
-        )
-    })?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| file_err(path, format!("cannot read it ({e}); fix the path or create the file")))?;
     if meta.is_dir() {
-        return Err(file_err(
-            path,
-            "is a directory; point to a JSON file instead",
-        ));
+        return Err(file_err(path, "is a directory; point to a JSON file instead"));
     }
     if !meta.is_file() {
-        return Err(file_err(
-            path,
-            "is not a regular file; point to a JSON file instead",
-        ));
+        return Err(file_err(path, "is not a regular file; point to a JSON file instead"));
     }
-    let too_large = || {
-        file_err(
-            path,
-            format!("is larger than the limit of {MAX_FILE_BYTES} bytes (1 MiB); shrink it"),
-        )
-    };
+    let too_large = || file_err(path, format!("is larger than the limit of {MAX_FILE_BYTES} bytes (1 MiB); shrink it"));
     if meta.len() > MAX_FILE_BYTES {
         return Err(too_large());
     }
@@ -94,54 +72,34 @@ pub(crate) fn read(path: &Path, known: &[&str]) -> Result<Vec<(String, Value)>, 
         return Err(too_large());
     }
     if bytes.is_empty() {
-        return Err(file_err(
-            path,
-            "is empty; it must hold a JSON object such as {\"version\": 1}",
-        ));
+        return Err(file_err(path, "is empty; it must hold a JSON object such as {\"version\": 1}"));
     }
     let text = String::from_utf8(bytes).map_err(|e| {
         file_err(
             path,
-            format!(
-                "is not valid UTF-8 (bad byte at offset {}); save it as UTF-8",
-                e.utf8_error().valid_up_to()
-            ),
+            format!("is not valid UTF-8 (bad byte at offset {}); save it as UTF-8", e.utf8_error().valid_up_to()),
         )
     })?;
     let Entries(mut entries) = serde_json::from_str::<Entries>(&text).map_err(|e| {
-        file_err(
-            path,
-            format!("is not a single JSON object ({e}); it must hold exactly one JSON object"),
-        )
+        file_err(path, format!("is not a single JSON object ({e}); it must hold exactly one JSON object"))
     })?;
 
     let Some(i) = entries.iter().position(|(k, _)| k == "version") else {
-        return Err(at(
-            path,
-            "$.version",
-            format!("required field is missing; add \"version\": {FILE_VERSION}"),
-        ));
+        return Err(at(path, "$.version", format!("required field is missing; add \"version\": {FILE_VERSION}")));
     };
     let (_, version) = entries.remove(i);
     if version.as_u64() != Some(FILE_VERSION) {
         return Err(at(
             path,
             "$.version",
-            format!(
-                "must be {FILE_VERSION} (the only supported version), got {}",
-                super::value::show(&version)
-            ),
+            format!("must be {FILE_VERSION} (the only supported version), got {}", super::value::show(&version)),
         ));
     }
     if let Some((k, _)) = entries.iter().find(|(k, _)| !known.contains(&k.as_str())) {
         let mut names: Vec<&str> = known.to_vec();
         names.push("version");
         names.sort_unstable();
-        return Err(at(
-            path,
-            format!("$.{k}"),
-            format!("unknown field; known fields are: {}", names.join(", ")),
-        ));
+        return Err(at(path, format!("$.{k}"), format!("unknown field; known fields are: {}", names.join(", "))));
     }
     Ok(entries)
 }

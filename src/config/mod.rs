@@ -158,8 +158,7 @@ trait FlagField {
 
 impl FlagField for Option<String> {
     fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
-        self.as_deref()
-            .map(|s| T::from_text(s, expect).map_err(|p| (s.to_string(), p)))
+        self.as_deref().map(|s| T::from_text(s, expect).map_err(|p| (s.to_string(), p)))
     }
     fn shown(&self) -> String {
         self.clone().unwrap_or_default()
@@ -495,19 +494,12 @@ impl Settings {
         if self.max_retrieved_context_bytes > self.max_tool_result_bytes {
             return Err(ConfigError::Conflict(format!(
                 "{} must be <= {}; lower max_retrieved_context_bytes or raise max_tool_result_bytes",
-                self.cite(
-                    "max_retrieved_context_bytes",
-                    self.max_retrieved_context_bytes
-                ),
+                self.cite("max_retrieved_context_bytes", self.max_retrieved_context_bytes),
                 self.cite("max_tool_result_bytes", self.max_tool_result_bytes),
             )));
         }
         if self.kubernetes && !self.resources.is_empty() {
-            let dirs: Vec<String> = self
-                .resources
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect();
+            let dirs: Vec<String> = self.resources.iter().map(|p| p.display().to_string()).collect();
             return Err(ConfigError::Conflict(format!(
                 "{} cannot be combined with {}; operator mode reads resources from the cluster, \
                  so unset one of them",
@@ -522,10 +514,7 @@ impl Settings {
 /// Resolves [`Settings`] from `flags`, the environment (`env`, e.g.
 /// `|k| std::env::var(k).ok()`), the config file named by `flags.config` or
 /// `AKRITAS_CONFIG`, and the defaults.
-pub fn load(
-    flags: &ServeFlags,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Settings, ConfigError> {
+pub fn load(flags: &ServeFlags, env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
     let mut s = Settings::default();
     let config = match (&flags.config, env(CONFIG_ENV)) {
         (Some(p), _) if p.as_os_str().is_empty() => {

@@ -22,10 +22,7 @@ fn flags(args: &[&str]) -> ServeFlags {
 }
 
 fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     move |k: &str| map.get(k).cloned()
 }
 
@@ -70,10 +67,7 @@ fn file_err(body: &str) -> (String, PathBuf) {
 }
 
 fn key(name: &str, env: &str) -> ApiKeyRef {
-    ApiKeyRef {
-        name: name.to_string(),
-        env: env.to_string(),
-    }
+    ApiKeyRef { name: name.to_string(), env: env.to_string() }
 }
 
 #[test]
@@ -84,10 +78,7 @@ fn clap_definition_is_valid_and_help_states_defaults() {
     assert!(help.contains("--max-tokens <N>"), "{help}");
     assert!(help.contains("[default: 1024]"), "{help}");
     assert!(help.contains("--api-key <NAME=ENV_VAR>"), "{help}");
-    assert!(
-        !help.contains("[env:"),
-        "clap env attribute must not be used: {help}"
-    );
+    assert!(!help.contains("[env:"), "clap env attribute must not be used: {help}");
 }
 
 #[test]
@@ -108,10 +99,7 @@ fn defaults_only() {
     assert_eq!(s.base_url, "http://127.0.0.1:8080/v1");
     assert_eq!(s.model, "akritas");
     assert_eq!(s.api_keys, vec![key("default", "AKRITAS_API_KEY")]);
-    assert_eq!(
-        s.system_instructions,
-        PathBuf::from("instructions/SYSTEM.md")
-    );
+    assert_eq!(s.system_instructions, PathBuf::from("instructions/SYSTEM.md"));
     assert_eq!(s.max_tokens, 1024);
     assert_eq!(s.max_tokens_limit, 4096);
     assert_eq!(s.max_tool_result_bytes, 2_097_152);
@@ -173,14 +161,8 @@ fn file_overrides_default() {
     assert!(s.allow_unauthenticated);
     assert_eq!(s.resources, vec![PathBuf::from("file-a")]);
     assert_eq!(s.api_keys, vec![key("file", "FILE_KEY")]);
-    assert_eq!(
-        s.origin("max_tokens"),
-        Source::File(p.clone(), "$.max_tokens".to_string())
-    );
-    assert_eq!(
-        s.origin("max_tokens").to_string(),
-        format!("config file {} ($.max_tokens)", p.display())
-    );
+    assert_eq!(s.origin("max_tokens"), Source::File(p.clone(), "$.max_tokens".to_string()));
+    assert_eq!(s.origin("max_tokens").to_string(), format!("config file {} ($.max_tokens)", p.display()));
     // Untouched settings keep their defaults.
     assert_eq!(s.search_top_k, 5);
     assert_eq!(s.origin("search_top_k"), Source::Default);
@@ -199,19 +181,10 @@ fn env_overrides_file_and_file_found_via_env() {
     assert_eq!(s.model, "env-model");
     assert_eq!(s.request_timeout, Duration::from_secs(120));
     assert!(!s.allow_unauthenticated);
-    assert_eq!(
-        s.resources,
-        vec![PathBuf::from("env-a"), PathBuf::from("env-b")]
-    );
+    assert_eq!(s.resources, vec![PathBuf::from("env-a"), PathBuf::from("env-b")]);
     assert_eq!(s.api_keys, vec![key("envkey", "ENV_KEY")]);
-    assert_eq!(
-        s.origin("max_tokens"),
-        Source::Env("AKRITAS_MAX_TOKENS".into())
-    );
-    assert_eq!(
-        s.origin("api_keys").to_string(),
-        "environment variable AKRITAS_API_KEYS"
-    );
+    assert_eq!(s.origin("max_tokens"), Source::Env("AKRITAS_MAX_TOKENS".into()));
+    assert_eq!(s.origin("api_keys").to_string(), "environment variable AKRITAS_API_KEYS");
 }
 
 #[test]
@@ -225,25 +198,16 @@ fn flag_overrides_env() {
     assert_eq!(s.model, "flag-model");
     assert_eq!(s.request_timeout, Duration::from_secs(90));
     assert!(s.allow_unauthenticated);
-    assert_eq!(
-        s.resources,
-        vec![PathBuf::from("flag-a"), PathBuf::from("flag-b")]
-    );
+    assert_eq!(s.resources, vec![PathBuf::from("flag-a"), PathBuf::from("flag-b")]);
     assert_eq!(s.api_keys, vec![key("ops", "OPS_KEY"), key("ci", "CI_KEY")]);
     assert_eq!(s.origin("max_tokens"), Source::Flag("--max-tokens".into()));
     assert_eq!(s.origin("api_keys").to_string(), "flag --api-key");
-    assert_eq!(
-        s.origin("allow_unauthenticated").to_string(),
-        "flag --allow-unauthenticated"
-    );
+    assert_eq!(s.origin("allow_unauthenticated").to_string(), "flag --allow-unauthenticated");
 }
 
 #[test]
 fn absent_switch_does_not_override() {
-    let s = load_ok(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_ALLOW_UNAUTHENTICATED", "1")]),
-    );
+    let s = load_ok(&ServeFlags::default(), &env_of(&[("AKRITAS_ALLOW_UNAUTHENTICATED", "1")]));
     assert!(s.allow_unauthenticated);
 }
 
@@ -265,51 +229,27 @@ fn bad_values_name_their_layer() {
         r#"invalid value "abc" for flag --max-tokens: expected a positive integer"#
     );
     assert_eq!(
-        load_err(
-            &ServeFlags::default(),
-            &env_of(&[("AKRITAS_MAX_TOKENS", "abc")])
-        ),
+        load_err(&ServeFlags::default(), &env_of(&[("AKRITAS_MAX_TOKENS", "abc")])),
         r#"invalid value "abc" for environment variable AKRITAS_MAX_TOKENS: expected a positive integer"#
     );
     let (e, p) = file_err(r#"{"version": 1, "max_tokens": "abc"}"#);
-    assert_eq!(
-        e,
-        format!(
-            r#"config file {}: $.max_tokens: expected a positive integer, got "abc""#,
-            p.display()
-        )
-    );
+    assert_eq!(e, format!(r#"config file {}: $.max_tokens: expected a positive integer, got "abc""#, p.display()));
     // Range violations too.
     let e = load_err(&flags(&["--search-top-k", "51"]), &no_env);
-    assert!(
-        e.contains("flag --search-top-k") && e.contains("from 1 to 50"),
-        "{e}"
-    );
+    assert!(e.contains("flag --search-top-k") && e.contains("from 1 to 50"), "{e}");
     let e = load_err(&flags(&["--max-tokens", "0"]), &no_env);
     assert!(e.contains("flag --max-tokens"), "{e}");
     let (e, _) = file_err(r#"{"version": 1, "temperature": 3.5}"#);
-    assert!(
-        e.contains("$.temperature: expected a number from 0.0 to 2.0, got 3.5"),
-        "{e}"
-    );
+    assert!(e.contains("$.temperature: expected a number from 0.0 to 2.0, got 3.5"), "{e}");
 }
 
 #[test]
 fn bad_values_for_other_kinds_name_their_layer() {
     // Duration.
     let e = load_err(&flags(&["--request-timeout", "soon"]), &no_env);
-    assert!(
-        e.starts_with(r#"invalid value "soon" for flag --request-timeout"#),
-        "{e}"
-    );
-    let e = load_err(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_SHUTDOWN_TIMEOUT", "0s")]),
-    );
-    assert!(
-        e.contains("environment variable AKRITAS_SHUTDOWN_TIMEOUT"),
-        "{e}"
-    );
+    assert!(e.starts_with(r#"invalid value "soon" for flag --request-timeout"#), "{e}");
+    let e = load_err(&ServeFlags::default(), &env_of(&[("AKRITAS_SHUTDOWN_TIMEOUT", "0s")]));
+    assert!(e.contains("environment variable AKRITAS_SHUTDOWN_TIMEOUT"), "{e}");
     let e = load_err(&flags(&["--request-timeout", "25h"]), &no_env);
     assert!(e.contains("at most 24h"), "{e}");
     let (e, _) = file_err(r#"{"version": 1, "request_timeout": 30}"#);
@@ -318,35 +258,22 @@ fn bad_values_for_other_kinds_name_their_layer() {
     let s = load_ok(&flags(&["--run-queue-timeout", "0s"]), &no_env);
     assert_eq!(s.run_queue_timeout, Duration::ZERO);
     // Bool.
-    let e = load_err(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_KUBERNETES", "yes")]),
-    );
+    let e = load_err(&ServeFlags::default(), &env_of(&[("AKRITAS_KUBERNETES", "yes")]));
     assert!(e.contains("environment variable AKRITAS_KUBERNETES"), "{e}");
     let (e, _) = file_err(r#"{"version": 1, "kubernetes": "true"}"#);
     assert!(e.contains("$.kubernetes: expected true or false"), "{e}");
     // Lists / api keys.
     let e = load_err(&flags(&["--api-key", "ops"]), &no_env);
-    assert!(
-        e.starts_with(r#"invalid value "ops" for flag --api-key"#),
-        "{e}"
-    );
+    assert!(e.starts_with(r#"invalid value "ops" for flag --api-key"#), "{e}");
     let e = load_err(&flags(&["--api-key", "Bad Name=X"]), &no_env);
     assert!(e.contains("api key name \"Bad Name\" is invalid"), "{e}");
-    let e = load_err(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_API_KEYS", "ops=1BAD")]),
-    );
+    let e = load_err(&ServeFlags::default(), &env_of(&[("AKRITAS_API_KEYS", "ops=1BAD")]));
     assert!(e.contains("environment variable AKRITAS_API_KEYS"), "{e}");
-    let (e, _) = file_err(
-        r#"{"version": 1, "api_keys": [{"name": "ok", "env": "A"}, {"name": "x", "env": "A", "extra": 1}]}"#,
-    );
+    let (e, _) =
+        file_err(r#"{"version": 1, "api_keys": [{"name": "ok", "env": "A"}, {"name": "x", "env": "A", "extra": 1}]}"#);
     assert!(e.contains("$.api_keys[1].extra: unknown field"), "{e}");
     let (e, _) = file_err(r#"{"version": 1, "api_keys": [{"name": "ok"}]}"#);
-    assert!(
-        e.contains("$.api_keys[0].env: required field is missing"),
-        "{e}"
-    );
+    assert!(e.contains("$.api_keys[0].env: required field is missing"), "{e}");
     let (e, _) = file_err(r#"{"version": 1, "resources": "dir"}"#);
     assert!(e.contains("$.resources: expected a JSON array"), "{e}");
     let e = load_err(&flags(&["--resources", " "]), &no_env);
@@ -355,10 +282,7 @@ fn bad_values_for_other_kinds_name_their_layer() {
     let e = load_err(&flags(&["--model=-bad"]), &no_env);
     assert!(e.contains("flag --model"), "{e}");
     let e = load_err(&flags(&["--address", "localhost"]), &no_env);
-    assert!(
-        e.contains("flag --address: expected a socket address"),
-        "{e}"
-    );
+    assert!(e.contains("flag --address: expected a socket address"), "{e}");
     let e = load_err(&flags(&["--log-format", "xml"]), &no_env);
     assert!(e.contains("expected text or json"), "{e}");
     let e = load_err(&flags(&["--upstream-api-key-env", "OPENAI-KEY"]), &no_env);
@@ -368,13 +292,7 @@ fn bad_values_for_other_kinds_name_their_layer() {
 #[test]
 fn file_requires_version() {
     let (e, p) = file_err(r#"{"max_tokens": 5}"#);
-    assert_eq!(
-        e,
-        format!(
-            r#"config file {}: $.version: required field is missing; add "version": 1"#,
-            p.display()
-        )
-    );
+    assert_eq!(e, format!(r#"config file {}: $.version: required field is missing; add "version": 1"#, p.display()));
 }
 
 #[test]
@@ -409,10 +327,7 @@ fn file_rejects_trailing_data_and_non_objects() {
 #[test]
 fn file_rejects_int_given_as_string_or_float() {
     let (e, _) = file_err(r#"{"version": 1, "search_top_k": "5"}"#);
-    assert!(
-        e.contains(r#"$.search_top_k: expected an integer from 1 to 50, got "5""#),
-        "{e}"
-    );
+    assert!(e.contains(r#"$.search_top_k: expected an integer from 1 to 50, got "5""#), "{e}");
     let (e, _) = file_err(r#"{"version": 1, "search_top_k": 5.0}"#);
     assert!(e.contains("$.search_top_k"), "{e}");
 }
@@ -441,18 +356,8 @@ fn file_must_be_a_readable_regular_utf8_file() {
     assert!(e.contains("is a directory"), "{e}");
     let missing = dir.path().join("missing.json");
     let e = load_err(&flags(&["--config", missing.to_str().unwrap()]), &no_env);
-    assert!(
-        e.starts_with(&format!(
-            "config file {}: cannot read it",
-            missing.display()
-        )),
-        "{e}"
-    );
-    let p = write_file(
-        &dir,
-        "latin1.json",
-        b"{\"version\": 1, \"model\": \"caf\xe9\"}",
-    );
+    assert!(e.starts_with(&format!("config file {}: cannot read it", missing.display())), "{e}");
+    let p = write_file(&dir, "latin1.json", b"{\"version\": 1, \"model\": \"caf\xe9\"}");
     let e = load_err(&flags(&["--config", p.to_str().unwrap()]), &no_env);
     assert!(e.contains("not valid UTF-8 (bad byte at offset 28)"), "{e}");
 }
@@ -472,10 +377,7 @@ fn file_symlink_to_regular_file_is_ok() {
 fn empty_config_path_is_an_error() {
     let e = load_err(&ServeFlags::default(), &env_of(&[(CONFIG_ENV, "")]));
     assert!(e.contains("environment variable AKRITAS_CONFIG"), "{e}");
-    let f = ServeFlags {
-        config: Some(PathBuf::new()),
-        ..ServeFlags::default()
-    };
+    let f = ServeFlags { config: Some(PathBuf::new()), ..ServeFlags::default() };
     let e = load_err(&f, &no_env);
     assert!(e.contains("flag --config"), "{e}");
 }
@@ -485,21 +387,9 @@ fn env_list_parsing() {
     assert_eq!(split_list(r#"["a", " b "]"#).unwrap(), vec!["a", "b"]);
     assert_eq!(split_list(" a , b,c ").unwrap(), vec!["a", "b", "c"]);
     assert_eq!(split_list("").unwrap(), Vec::<String>::new());
-    assert!(
-        split_list("a,,b")
-            .unwrap_err()
-            .contains("list item 2 is empty")
-    );
-    assert!(
-        split_list(r#"["a", ""]"#)
-            .unwrap_err()
-            .contains("list item 2 is empty")
-    );
-    assert!(
-        split_list(r#"["a"] x"#)
-            .unwrap_err()
-            .contains("trailing characters")
-    );
+    assert!(split_list("a,,b").unwrap_err().contains("list item 2 is empty"));
+    assert!(split_list(r#"["a", ""]"#).unwrap_err().contains("list item 2 is empty"));
+    assert!(split_list(r#"["a"] x"#).unwrap_err().contains("trailing characters"));
     assert!(split_list(r#"["a", 1]"#).is_err());
 
     let env = |v: &str| env_of(&[("AKRITAS_RESOURCES", v)]);
@@ -508,15 +398,9 @@ fn env_list_parsing() {
     let s = load_ok(&ServeFlags::default(), &env("x,y"));
     assert_eq!(s.resources, vec![PathBuf::from("x"), PathBuf::from("y")]);
     let e = load_err(&ServeFlags::default(), &env("x,,y"));
-    assert!(
-        e.contains("environment variable AKRITAS_RESOURCES: list item 2 is empty"),
-        "{e}"
-    );
+    assert!(e.contains("environment variable AKRITAS_RESOURCES: list item 2 is empty"), "{e}");
     let e = load_err(&ServeFlags::default(), &env(r#"["x"]]"#));
-    assert!(
-        e.contains("AKRITAS_RESOURCES: expected a JSON array of strings"),
-        "{e}"
-    );
+    assert!(e.contains("AKRITAS_RESOURCES: expected a JSON array of strings"), "{e}");
     // An empty value gives an empty list and overrides the file.
     let api = env_of(&[("AKRITAS_API_KEYS", "")]);
     let s = load_ok(&ServeFlags::default(), &api);
@@ -534,10 +418,7 @@ fn cross_field_max_tokens_limit() {
         "max_tokens_limit (4096, from default) must be >= max_tokens (5000, from flag --max-tokens); \
          raise max_tokens_limit or lower max_tokens"
     );
-    let s = load_ok(
-        &flags(&["--max-tokens", "5000"]),
-        &env_of(&[("AKRITAS_MAX_TOKENS_LIMIT", "5000")]),
-    );
+    let s = load_ok(&flags(&["--max-tokens", "5000"]), &env_of(&[("AKRITAS_MAX_TOKENS_LIMIT", "5000")]));
     assert_eq!((s.max_tokens, s.max_tokens_limit), (5000, 5000));
 }
 
@@ -578,43 +459,20 @@ fn cross_field_kubernetes_and_resources() {
 
 #[test]
 fn duplicate_api_key_names() {
-    let e = load_err(
-        &flags(&["--api-key", "ops=A", "--api-key", "ops=B"]),
-        &no_env,
-    );
-    assert!(
-        e.contains("flag --api-key") && e.contains("duplicate api key name \"ops\""),
-        "{e}"
-    );
-    let (e, _) = file_err(
-        r#"{"version": 1, "api_keys": [{"name": "a", "env": "A"}, {"name": "a", "env": "B"}]}"#,
-    );
-    assert!(
-        e.contains("$.api_keys: duplicate api key name \"a\""),
-        "{e}"
-    );
+    let e = load_err(&flags(&["--api-key", "ops=A", "--api-key", "ops=B"]), &no_env);
+    assert!(e.contains("flag --api-key") && e.contains("duplicate api key name \"ops\""), "{e}");
+    let (e, _) = file_err(r#"{"version": 1, "api_keys": [{"name": "a", "env": "A"}, {"name": "a", "env": "B"}]}"#);
+    assert!(e.contains("$.api_keys: duplicate api key name \"a\""), "{e}");
     let many: Vec<String> = (0..33).map(|i| format!("k{i}=K{i}")).collect();
-    let e = load_err(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_API_KEYS", &many.join(","))]),
-    );
+    let e = load_err(&ServeFlags::default(), &env_of(&[("AKRITAS_API_KEYS", &many.join(","))]));
     assert!(e.contains("33 api keys given"), "{e}");
 }
 
 #[test]
 fn public_url_normalisation() {
-    let s = load_ok(
-        &flags(&["--public-url", "  HTTPS://Akritas.Example.com/ops/  "]),
-        &no_env,
-    );
-    assert_eq!(
-        s.public_url.as_deref(),
-        Some("https://akritas.example.com/ops")
-    );
-    assert_eq!(
-        normalize_http_url("http://[::1]:8090/").unwrap(),
-        "http://[::1]:8090"
-    );
+    let s = load_ok(&flags(&["--public-url", "  HTTPS://Akritas.Example.com/ops/  "]), &no_env);
+    assert_eq!(s.public_url.as_deref(), Some("https://akritas.example.com/ops"));
+    assert_eq!(normalize_http_url("http://[::1]:8090/").unwrap(), "http://[::1]:8090");
     for bad in [
         "javascript:alert(1)",
         "javascript://alert(1)",
@@ -630,30 +488,18 @@ fn public_url_normalisation() {
         assert!(normalize_http_url(bad).is_err(), "{bad} should be rejected");
     }
     let e = load_err(&flags(&["--public-url", "javascript:alert(1)"]), &no_env);
-    assert!(
-        e.starts_with(r#"invalid value "javascript:alert(1)" for flag --public-url"#),
-        "{e}"
-    );
+    assert!(e.starts_with(r#"invalid value "javascript:alert(1)" for flag --public-url"#), "{e}");
     // Empty means unset.
-    let s = load_ok(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_PUBLIC_URL", "")]),
-    );
+    let s = load_ok(&ServeFlags::default(), &env_of(&[("AKRITAS_PUBLIC_URL", "")]));
     assert_eq!(s.public_url, None);
 }
 
 #[test]
 fn base_url_must_end_with_v1() {
-    let s = load_ok(
-        &flags(&["--base-url", "https://llm.example/openai/v1/"]),
-        &no_env,
-    );
+    let s = load_ok(&flags(&["--base-url", "https://llm.example/openai/v1/"]), &no_env);
     assert_eq!(s.base_url, "https://llm.example/openai/v1");
     let e = load_err(&flags(&["--base-url", "https://llm.example/v2"]), &no_env);
-    assert!(
-        e.contains("flag --base-url: URL path does not end in /v1"),
-        "{e}"
-    );
+    assert!(e.contains("flag --base-url: URL path does not end in /v1"), "{e}");
     let e = load_err(&flags(&["--base-url", "https://llm.example"]), &no_env);
     assert!(e.contains("does not end in /v1"), "{e}");
 }
@@ -662,37 +508,16 @@ fn base_url_must_end_with_v1() {
 fn language_tags() {
     assert_eq!(normalize_language("en").as_deref(), Some("en"));
     assert_eq!(normalize_language("EN-us").as_deref(), Some("en-US"));
-    assert_eq!(
-        normalize_language("zh-hant-tw").as_deref(),
-        Some("zh-Hant-TW")
-    );
+    assert_eq!(normalize_language("zh-hant-tw").as_deref(), Some("zh-Hant-TW"));
     assert_eq!(normalize_language("es-419").as_deref(), Some("es-419"));
-    assert_eq!(
-        normalize_language("de-CH-x-PHONEBK").as_deref(),
-        Some("de-CH-x-phonebk")
-    );
-    for bad in [
-        "en_US",
-        "123",
-        "",
-        "e",
-        "engl",
-        "en--us",
-        "en-toolongsubtag",
-        "en-US-",
-    ] {
+    assert_eq!(normalize_language("de-CH-x-PHONEBK").as_deref(), Some("de-CH-x-phonebk"));
+    for bad in ["en_US", "123", "", "e", "engl", "en--us", "en-toolongsubtag", "en-US-"] {
         assert_eq!(normalize_language(bad), None, "{bad}");
     }
     let s = load_ok(&flags(&["--response-language", "zh-hant-tw"]), &no_env);
     assert_eq!(s.response_language, "zh-Hant-TW");
-    let e = load_err(
-        &ServeFlags::default(),
-        &env_of(&[("AKRITAS_RESPONSE_LANGUAGE", "en_US")]),
-    );
-    assert!(
-        e.contains("AKRITAS_RESPONSE_LANGUAGE") && e.contains("not a valid language tag"),
-        "{e}"
-    );
+    let e = load_err(&ServeFlags::default(), &env_of(&[("AKRITAS_RESPONSE_LANGUAGE", "en_US")]));
+    assert!(e.contains("AKRITAS_RESPONSE_LANGUAGE") && e.contains("not a valid language tag"), "{e}");
 }
 
 #[test]
@@ -702,14 +527,8 @@ fn source_display() {
         Source::File(Path::new("/p.json").into(), "$.max_tokens".into()).to_string(),
         "config file /p.json ($.max_tokens)"
     );
-    assert_eq!(
-        Source::Env("AKRITAS_MAX_TOKENS".into()).to_string(),
-        "environment variable AKRITAS_MAX_TOKENS"
-    );
-    assert_eq!(
-        Source::Flag("--max-tokens".into()).to_string(),
-        "flag --max-tokens"
-    );
+    assert_eq!(Source::Env("AKRITAS_MAX_TOKENS".into()).to_string(), "environment variable AKRITAS_MAX_TOKENS");
+    assert_eq!(Source::Flag("--max-tokens".into()).to_string(), "flag --max-tokens");
 }
 
 #[test]

@@ -21,10 +21,7 @@ pub(crate) struct JsonErr {
 
 impl JsonErr {
     pub fn new(problem: String) -> Self {
-        Self {
-            suffix: String::new(),
-            problem,
-        }
+        Self { suffix: String::new(), problem }
     }
 
     fn got(expect: &str, v: &Value) -> Self {
@@ -53,8 +50,7 @@ pub(crate) trait SettingValue: Sized {
     /// like text.
     fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
         match v.as_str() {
-            Some(s) => Self::from_text(s, expect)
-                .map_err(|p| JsonErr::new(format!("{p}, got {}", show(v)))),
+            Some(s) => Self::from_text(s, expect).map_err(|p| JsonErr::new(format!("{p}, got {}", show(v)))),
             None => Err(JsonErr::got(expect, v)),
         }
     }
@@ -63,10 +59,7 @@ pub(crate) trait SettingValue: Sized {
     /// the error carries the offending text.
     fn from_items(items: &[String], expect: &str) -> Result<Self, (String, String)> {
         let joined = items.join(",");
-        Err((
-            joined,
-            format!("expected {expect}; this flag takes a single value"),
-        ))
+        Err((joined, format!("expected {expect}; this flag takes a single value")))
     }
 }
 
@@ -184,24 +177,16 @@ impl ListItem for PathBuf {
 impl ListItem for ApiKeyRef {
     fn parse_item(s: &str) -> Result<Self, String> {
         let Some((name, env)) = s.split_once('=') else {
-            return Err(format!(
-                "{s:?} is not NAME=ENV_VAR (e.g. ops=AKRITAS_OPS_KEY)"
-            ));
+            return Err(format!("{s:?} is not NAME=ENV_VAR (e.g. ops=AKRITAS_OPS_KEY)"));
         };
-        let key = ApiKeyRef {
-            name: name.trim().to_string(),
-            env: env.trim().to_string(),
-        };
+        let key = ApiKeyRef { name: name.trim().to_string(), env: env.trim().to_string() };
         check_api_key_ref(&key)?;
         Ok(key)
     }
 
     fn from_json_item(v: &Value) -> Result<Self, JsonErr> {
         let Some(obj) = v.as_object() else {
-            return Err(JsonErr::got(
-                "an object like {\"name\": \"ops\", \"env\": \"AKRITAS_OPS_KEY\"}",
-                v,
-            ));
+            return Err(JsonErr::got("an object like {\"name\": \"ops\", \"env\": \"AKRITAS_OPS_KEY\"}", v));
         };
         if let Some(k) = obj.keys().find(|k| *k != "name" && *k != "env") {
             return Err(JsonErr {
@@ -212,20 +197,13 @@ impl ListItem for ApiKeyRef {
         let field = |k: &str| -> Result<String, JsonErr> {
             match obj.get(k) {
                 Some(Value::String(s)) => Ok(s.clone()),
-                Some(other) => Err(JsonErr {
-                    suffix: format!(".{k}"),
-                    problem: format!("expected a string, got {}", show(other)),
-                }),
-                None => Err(JsonErr {
-                    suffix: format!(".{k}"),
-                    problem: "required field is missing".to_string(),
-                }),
+                Some(other) => {
+                    Err(JsonErr { suffix: format!(".{k}"), problem: format!("expected a string, got {}", show(other)) })
+                }
+                None => Err(JsonErr { suffix: format!(".{k}"), problem: "required field is missing".to_string() }),
             }
         };
-        let key = ApiKeyRef {
-            name: field("name")?,
-            env: field("env")?,
-        };
+        let key = ApiKeyRef { name: field("name")?, env: field("env")? };
         check_api_key_ref(&key).map_err(|p| JsonErr::new(format!("{p}, got {}", show(v))))?;
         Ok(key)
     }
@@ -240,8 +218,7 @@ pub(crate) fn split_list(s: &str) -> Result<Vec<String>, String> {
         return Ok(Vec::new());
     }
     let raw: Vec<String> = if t.starts_with('[') {
-        serde_json::from_str::<Vec<String>>(t)
-            .map_err(|e| format!("expected a JSON array of strings: {e}"))?
+        serde_json::from_str::<Vec<String>>(t).map_err(|e| format!("expected a JSON array of strings: {e}"))?
     } else {
         t.split(',').map(str::to_string).collect()
     };
@@ -250,10 +227,7 @@ pub(crate) fn split_list(s: &str) -> Result<Vec<String>, String> {
         .map(|(i, item)| {
             let item = item.trim();
             if item.is_empty() {
-                Err(format!(
-                    "list item {} is empty; remove the extra comma or empty string",
-                    i + 1
-                ))
+                Err(format!("list item {} is empty; remove the extra comma or empty string", i + 1))
             } else {
                 Ok(item.to_string())
             }
@@ -278,10 +252,8 @@ impl<T: ListItem> SettingValue for Vec<T> {
             .iter()
             .enumerate()
             .map(|(i, item)| {
-                T::from_json_item(item).map_err(|e| JsonErr {
-                    suffix: format!("[{i}]{}", e.suffix),
-                    problem: e.problem,
-                })
+                T::from_json_item(item)
+                    .map_err(|e| JsonErr { suffix: format!("[{i}]{}", e.suffix), problem: e.problem })
             })
             .collect()
     }
@@ -310,20 +282,12 @@ pub(crate) fn ok<T>(v: T, _expect: &str) -> Result<T, String> {
 
 /// Integer range check.
 pub(crate) fn u32_in<const LO: u32, const HI: u32>(v: u32, expect: &str) -> Result<u32, String> {
-    if (LO..=HI).contains(&v) {
-        Ok(v)
-    } else {
-        Err(expected(expect))
-    }
+    if (LO..=HI).contains(&v) { Ok(v) } else { Err(expected(expect)) }
 }
 
 /// Integer range check.
 pub(crate) fn u64_in<const LO: u64, const HI: u64>(v: u64, expect: &str) -> Result<u64, String> {
-    if (LO..=HI).contains(&v) {
-        Ok(v)
-    } else {
-        Err(expected(expect))
-    }
+    if (LO..=HI).contains(&v) { Ok(v) } else { Err(expected(expect)) }
 }
 
 /// Duration of at most `MAX_SECS`; zero only when `ZERO_OK`.
@@ -332,10 +296,7 @@ pub(crate) fn duration_upto<const MAX_SECS: u64, const ZERO_OK: bool>(
     expect: &str,
 ) -> Result<Duration, String> {
     if (v.is_zero() && !ZERO_OK) || v > Duration::from_secs(MAX_SECS) {
-        Err(format!(
-            "{} is out of range; expected {expect}",
-            humantime::format_duration(v)
-        ))
+        Err(format!("{} is out of range; expected {expect}", humantime::format_duration(v)))
     } else {
         Ok(v)
     }
@@ -343,20 +304,12 @@ pub(crate) fn duration_upto<const MAX_SECS: u64, const ZERO_OK: bool>(
 
 /// Finite temperature in 0.0..=2.0.
 pub(crate) fn check_temperature(v: f64, expect: &str) -> Result<f64, String> {
-    if v.is_finite() && (0.0..=2.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(expected(expect))
-    }
+    if v.is_finite() && (0.0..=2.0).contains(&v) { Ok(v) } else { Err(expected(expect)) }
 }
 
 /// Non-empty path.
 pub(crate) fn non_empty_path(v: PathBuf, expect: &str) -> Result<PathBuf, String> {
-    if v.as_os_str().is_empty() {
-        Err(format!("path is empty; expected {expect}"))
-    } else {
-        Ok(v)
-    }
+    if v.as_os_str().is_empty() { Err(format!("path is empty; expected {expect}")) } else { Ok(v) }
 }
 
 static ENV_NAME: LazyLock<Regex> =
@@ -376,26 +329,17 @@ pub(crate) fn check_env_name(v: String, expect: &str) -> Result<String, String> 
     if is_env_name(&v) {
         Ok(v)
     } else {
-        Err(format!(
-            "{v:?} is not a valid environment variable name; expected {expect}"
-        ))
+        Err(format!("{v:?} is not a valid environment variable name; expected {expect}"))
     }
 }
 
 /// Served model name.
 pub(crate) fn check_model(v: String, expect: &str) -> Result<String, String> {
-    if v.len() <= 128 && MODEL_NAME.is_match(&v) {
-        Ok(v)
-    } else {
-        Err(expected(expect))
-    }
+    if v.len() <= 128 && MODEL_NAME.is_match(&v) { Ok(v) } else { Err(expected(expect)) }
 }
 
 /// Upstream model: trimmed, empty = none, no control characters.
-pub(crate) fn check_upstream_model(
-    v: Option<String>,
-    expect: &str,
-) -> Result<Option<String>, String> {
+pub(crate) fn check_upstream_model(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
     match v.as_deref().map(str::trim) {
         None | Some("") => Ok(None),
         Some(s) if s.len() > 256 || s.chars().any(char::is_control) => Err(expected(expect)),
@@ -426,10 +370,7 @@ pub(crate) fn check_api_keys(v: Vec<ApiKeyRef>, expect: &str) -> Result<Vec<ApiK
     }
     for (i, k) in v.iter().enumerate() {
         if v[..i].iter().any(|o| o.name == k.name) {
-            return Err(format!(
-                "duplicate api key name {:?}; give each key a unique name",
-                k.name
-            ));
+            return Err(format!("duplicate api key name {:?}; give each key a unique name", k.name));
         }
     }
     Ok(v)
@@ -471,19 +412,13 @@ pub(crate) fn normalize_http_url(raw: &str) -> Result<String, String> {
     }
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     if authority.contains('@') {
-        return Err(
-            "URL contains user credentials ('user@'); keep secrets in environment variables"
-                .to_string(),
-        );
+        return Err("URL contains user credentials ('user@'); keep secrets in environment variables".to_string());
     }
     let (host, port) = if let Some(after) = authority.strip_prefix('[') {
         let Some((inside, tail)) = after.split_once(']') else {
             return Err("URL has an unterminated IPv6 host ('[')".to_string());
         };
-        let ok = !inside.is_empty()
-            && inside
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+        let ok = !inside.is_empty() && inside.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
         if !ok {
             return Err("URL has an invalid IPv6 host".to_string());
         }
@@ -503,11 +438,7 @@ pub(crate) fn normalize_http_url(raw: &str) -> Result<String, String> {
     if host.is_empty() {
         return Err("URL has no host".to_string());
     }
-    if !host.starts_with('[')
-        && !host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
-    {
+    if !host.starts_with('[') && !host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_') {
         return Err(format!("URL host {host:?} is invalid"));
     }
     if let Some(p) = port
@@ -515,19 +446,14 @@ pub(crate) fn normalize_http_url(raw: &str) -> Result<String, String> {
     {
         return Err(format!("URL port {p:?} is invalid"));
     }
-    Ok(format!(
-        "{scheme}://{}{path}",
-        authority.to_ascii_lowercase()
-    ))
+    Ok(format!("{scheme}://{}{path}", authority.to_ascii_lowercase()))
 }
 
 /// Public URL of this service (see [`normalize_http_url`]); empty = none.
 pub(crate) fn check_public_url(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
     match v.as_deref().map(str::trim) {
         None | Some("") => Ok(None),
-        Some(s) => normalize_http_url(s)
-            .map(Some)
-            .map_err(|p| format!("{p}; expected {expect}")),
+        Some(s) => normalize_http_url(s).map(Some).map_err(|p| format!("{p}; expected {expect}")),
     }
 }
 
@@ -550,9 +476,7 @@ pub(crate) fn normalize_language(s: &str) -> Option<String> {
     let mut parts = s.split('-');
     let primary = parts.next()?;
     let plen = primary.len();
-    if !primary.bytes().all(|b| b.is_ascii_alphabetic())
-        || !((2..=3).contains(&plen) || (5..=8).contains(&plen))
-    {
+    if !primary.bytes().all(|b| b.is_ascii_alphabetic()) || !((2..=3).contains(&plen) || (5..=8).contains(&plen)) {
         return None;
     }
     let mut out = primary.to_ascii_lowercase();
@@ -581,6 +505,5 @@ pub(crate) fn normalize_language(s: &str) -> Option<String> {
 
 /// Response language as a normalised BCP 47 tag.
 pub(crate) fn check_language(v: String, expect: &str) -> Result<String, String> {
-    normalize_language(v.trim())
-        .ok_or_else(|| format!("{v:?} is not a valid language tag; expected {expect}"))
+    normalize_language(v.trim()).ok_or_else(|| format!("{v:?} is not a valid language tag; expected {expect}"))
 }

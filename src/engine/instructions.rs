@@ -49,7 +49,8 @@ pub struct SystemInstructions {
 impl SystemInstructions {
     /// Loads and checks the file.
     pub fn load(path: &Path) -> Result<Self, InstructionsError> {
-        let read_error = |e: std::io::Error| InstructionsError::Read { path: path.to_path_buf(), reason: e.to_string() };
+        let read_error =
+            |e: std::io::Error| InstructionsError::Read { path: path.to_path_buf(), reason: e.to_string() };
         let meta = std::fs::metadata(path).map_err(read_error)?;
         if !meta.is_file() {
             return Err(InstructionsError::NotRegular(path.to_path_buf()));
@@ -60,8 +61,10 @@ impl SystemInstructions {
         if bytes.len() as u64 > MAX_BYTES {
             return Err(InstructionsError::TooLarge(path.to_path_buf()));
         }
-        let text = String::from_utf8(bytes)
-            .map_err(|e| InstructionsError::NotUtf8 { path: path.to_path_buf(), offset: e.utf8_error().valid_up_to() })?;
+        let text = String::from_utf8(bytes).map_err(|e| InstructionsError::NotUtf8 {
+            path: path.to_path_buf(),
+            offset: e.utf8_error().valid_up_to(),
+        })?;
         let trimmed = text.trim();
         if trimmed.is_empty() {
             return Err(InstructionsError::Empty(path.to_path_buf()));

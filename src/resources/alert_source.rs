@@ -12,6 +12,7 @@ use super::common::{Condition, HEADER_NAME_PATTERN, SecretRef};
     version = "v1alpha1",
     kind = "AlertSource",
     namespaced,
+    doc = "An alert provider webhook (Alertmanager, Grafana, ...) and how its callers authenticate.",
     status = "AlertSourceStatus",
     shortname = "akas",
     category = "akritas",

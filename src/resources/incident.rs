@@ -12,6 +12,7 @@ use super::common::Condition;
     version = "v1alpha1",
     kind = "Incident",
     namespaced,
+    doc = "Correlated alerts about one entity and the outcome of their investigation.",
     status = "IncidentStatus",
     shortname = "akinc",
     category = "akritas",

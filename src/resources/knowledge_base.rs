@@ -14,6 +14,7 @@ use super::workspace::RESOURCE_NAME_PATTERN;
     version = "v1alpha1",
     kind = "KnowledgeBase",
     namespaced,
+    doc = "Runbooks indexed for BM25 search; guidance, never authority.",
     status = "KnowledgeBaseStatus",
     shortname = "akkb",
     category = "akritas",

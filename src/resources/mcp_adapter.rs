@@ -16,6 +16,7 @@ pub const TOOL_NAME_PATTERN: &str = "^[a-zA-Z0-9][a-zA-Z0-9._-]{0,127}$";
     version = "v1alpha1",
     kind = "McpAdapter",
     namespaced,
+    doc = "An MCP server whose authorized read-only tools Akritas may offer to the model.",
     status = "McpAdapterStatus",
     shortname = "akmcp",
     category = "akritas",

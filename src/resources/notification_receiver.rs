@@ -14,6 +14,7 @@ use super::common::{Condition, MAX_VALUE_BYTES, SecretRef};
     version = "v1alpha1",
     kind = "NotificationReceiver",
     namespaced,
+    doc = "A webhook, Telegram or Mattermost target for investigations, and bot access rules.",
     status = "NotificationReceiverStatus",
     shortname = "aknr",
     category = "akritas",

@@ -15,6 +15,7 @@ use super::common::Condition;
     version = "v1alpha1",
     kind = "Run",
     namespaced,
+    doc = "One investigation: its phase, budget use, tools, skills and result (projection of the audit journal).",
     status = "RunStatus",
     shortname = "akrun",
     category = "akritas",

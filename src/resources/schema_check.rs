@@ -32,18 +32,20 @@ pub fn check(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError
         Some("string") => check_string(schema, value, path, out),
         Some("integer") => check_number(schema, value, path, true, out),
         Some("number") => check_number(schema, value, path, false, out),
-        Some("boolean") => {
-            if !value.is_boolean() {
-                out.push(FieldError::new(path, format!("must be a boolean (true or false), got {}", describe(value))));
-            }
+        Some("boolean") if !value.is_boolean() => {
+            out.push(FieldError::new(path, format!("must be a boolean (true or false), got {}", describe(value))));
         }
         _ => {}
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !allowed.contains(value)
     {
-        let names: Vec<String> = allowed.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
-        out.push(FieldError::new(path, format!("unsupported value {}; expected one of: {}", describe(value), names.join(", "))));
+        let names: Vec<String> =
+            allowed.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+        out.push(FieldError::new(
+            path,
+            format!("unsupported value {}; expected one of: {}", describe(value), names.join(", ")),
+        ));
     }
 }
 
@@ -72,7 +74,10 @@ fn check_object(schema: &Map<String, Value>, value: &Value, path: &str, out: &mu
             (None, None) if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") => {}
             (None, None) => {
                 let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
-                out.push(FieldError::new(&child_path, format!("unknown field; known fields here: {}", known.join(", "))));
+                out.push(FieldError::new(
+                    &child_path,
+                    format!("unknown field; known fields here: {}", known.join(", ")),
+                ));
             }
         }
     }
@@ -109,7 +114,10 @@ fn check_string(schema: &Map<String, Value>, value: &Value, path: &str, out: &mu
     if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
         && (chars as u64) < min
     {
-        out.push(FieldError::new(path, if min == 1 { "must not be empty".to_string() } else { format!("must be at least {min} characters long") }));
+        out.push(FieldError::new(
+            path,
+            if min == 1 { "must not be empty".to_string() } else { format!("must be at least {min} characters long") },
+        ));
     }
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
         && chars as u64 > max
@@ -145,7 +153,15 @@ fn check_number(schema: &Map<String, Value>, value: &Value, path: &str, integer:
     }
 }
 
-fn bound(schema: &Map<String, Value>, min_key: &str, max_key: &str, len: usize, unit: &str, path: &str, out: &mut Vec<FieldError>) {
+fn bound(
+    schema: &Map<String, Value>,
+    min_key: &str,
+    max_key: &str,
+    len: usize,
+    unit: &str,
+    path: &str,
+    out: &mut Vec<FieldError>,
+) {
     if let Some(min) = schema.get(min_key).and_then(Value::as_u64)
         && (len as u64) < min
     {
@@ -224,7 +240,10 @@ mod tests {
     #[test]
     fn checks_string_bounds_and_patterns() {
         let schema = json!({"type": "string", "minLength": 1, "maxLength": 3, "pattern": "^[a-z]+$"});
-        assert_eq!(errors(schema.clone(), json!("")), vec!["spec: must not be empty", "spec: \"\" does not match the pattern ^[a-z]+$"]);
+        assert_eq!(
+            errors(schema.clone(), json!("")),
+            vec!["spec: must not be empty", "spec: \"\" does not match the pattern ^[a-z]+$"]
+        );
         assert_eq!(errors(schema.clone(), json!("abcd")), vec!["spec: must be at most 3 characters long, got 4"]);
         assert_eq!(errors(schema, json!(3)), vec!["spec: must be a string, got 3"]);
     }

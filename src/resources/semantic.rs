@@ -13,11 +13,25 @@ pub fn check(resource: &Resource, errors: &mut Vec<FieldError>) {
         Resource::McpAdapter(adapter) => {
             let transport = &adapter.spec.transport;
             if let Some(stdio) = &transport.stdio {
-                check_named_values(&stdio.env, "spec.transport.stdio.env", is_env_name, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", false, errors);
+                check_named_values(
+                    &stdio.env,
+                    "spec.transport.stdio.env",
+                    is_env_name,
+                    "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                    false,
+                    errors,
+                );
             }
             if let Some(http) = &transport.http {
                 check_http_url(&http.url, "spec.transport.http.url", true, errors);
-                check_named_values(&http.headers, "spec.transport.http.headers", is_header_name, "an HTTP header name (letters, digits and '-')", true, errors);
+                check_named_values(
+                    &http.headers,
+                    "spec.transport.http.headers",
+                    is_header_name,
+                    "an HTTP header name (letters, digits and '-')",
+                    true,
+                    errors,
+                );
             }
         }
         Resource::NotificationReceiver(receiver) => {
@@ -35,24 +49,30 @@ pub fn check(resource: &Resource, errors: &mut Vec<FieldError>) {
         Resource::ValidatorProfile(profile) => {
             for (i, pattern) in profile.spec.files.iter().enumerate() {
                 if let Err(error) = globset::Glob::new(pattern) {
-                    errors.push(FieldError::new(&format!("spec.files[{i}]"), format!("invalid glob {pattern:?}: {}", error.kind())));
+                    errors.push(FieldError::new(
+                        &format!("spec.files[{i}]"),
+                        format!("invalid glob {pattern:?}: {}", error.kind()),
+                    ));
                 }
             }
         }
         Resource::Workspace(workspace) => {
             if let Some(path) = &workspace.spec.source.path {
-                check_relative_free(path, "spec.source.path", errors);
+                check_path(path, "spec.source.path", errors);
             }
         }
         Resource::KnowledgeBase(base) => {
             for (i, source) in base.spec.sources.iter().enumerate() {
                 if let Some(dir) = &source.directory {
-                    check_relative_free(&dir.path, &format!("spec.sources[{i}].directory.path"), errors);
+                    check_path(&dir.path, &format!("spec.sources[{i}].directory.path"), errors);
                 }
-                if let Some(git) = &source.git {
-                    if git.path.starts_with('/') || git.path.split('/').any(|part| part == "..") {
-                        errors.push(FieldError::new(&format!("spec.sources[{i}].git.path"), "must be a relative path inside the workspace without '..'"));
-                    }
+                if let Some(git) = &source.git
+                    && (git.path.starts_with('/') || git.path.split('/').any(|part| part == ".."))
+                {
+                    errors.push(FieldError::new(
+                        &format!("spec.sources[{i}].git.path"),
+                        "must be a relative path inside the workspace without '..'",
+                    ));
                 }
             }
         }
@@ -83,7 +103,8 @@ fn check_named_values(
 
 fn is_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_') && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 fn is_header_name(name: &str) -> bool {
@@ -94,7 +115,9 @@ fn is_header_name(name: &str) -> bool {
 pub fn check_http_url(value: &str, field: &str, query_allowed: bool, errors: &mut Vec<FieldError>) {
     let reason = match url::Url::parse(value) {
         Err(error) => Some(format!("is not a valid URL: {error}")),
-        Ok(url) if url.scheme() != "http" && url.scheme() != "https" => Some(format!("must use http or https, not {:?}", url.scheme())),
+        Ok(url) if url.scheme() != "http" && url.scheme() != "https" => {
+            Some(format!("must use http or https, not {:?}", url.scheme()))
+        }
         Ok(url) if url.host_str().is_none_or(str::is_empty) => Some("must name a host".to_string()),
         Ok(url) if !url.username().is_empty() || url.password().is_some() => {
             Some("must not contain credentials; use a secret reference for them".to_string())
@@ -108,7 +131,7 @@ pub fn check_http_url(value: &str, field: &str, query_allowed: bool, errors: &mu
     }
 }
 
-fn check_relative_free(path: &str, field: &str, errors: &mut Vec<FieldError>) {
+fn check_path(path: &str, field: &str, errors: &mut Vec<FieldError>) {
     if path.contains('\0') {
         errors.push(FieldError::new(field, "must not contain NUL bytes"));
     }

@@ -17,6 +17,7 @@ pub const MAX_CONTENT_BYTES: u32 = 65536;
     version = "v1alpha1",
     kind = "Skill",
     namespaced,
+    doc = "Operator-approved guidance (SKILL.md) selected for a Run by exact facts.",
     status = "SkillStatus",
     shortname = "aksk",
     category = "akritas",

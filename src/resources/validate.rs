@@ -84,7 +84,9 @@ pub fn parse_manifest(value: Value) -> Result<Resource, Vec<FieldError>> {
     };
     match object.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
-        Some(other) => errors.push(FieldError::new("apiVersion", format!("{other:?} is not supported; use {API_VERSION}"))),
+        Some(other) => {
+            errors.push(FieldError::new("apiVersion", format!("{other:?} is not supported; use {API_VERSION}")))
+        }
         None => errors.push(FieldError::new("apiVersion", format!("required field is missing; use {API_VERSION}"))),
     }
     let kind = match object.get("kind").and_then(Value::as_str) {
@@ -92,7 +94,10 @@ pub fn parse_manifest(value: Value) -> Result<Resource, Vec<FieldError>> {
             Some(kind) => Some(kind),
             None => {
                 let names: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
-                errors.push(FieldError::new("kind", format!("unknown kind {kind:?}; expected one of: {}", names.join(", "))));
+                errors.push(FieldError::new(
+                    "kind",
+                    format!("unknown kind {kind:?}; expected one of: {}", names.join(", ")),
+                ));
                 None
             }
         },
@@ -155,7 +160,9 @@ fn check_metadata(metadata: Option<&Value>, errors: &mut Vec<FieldError>) {
     if let Some(namespace) = metadata.get("namespace") {
         match namespace.as_str() {
             Some(ns) if is_dns_label(ns) => {}
-            _ => errors.push(FieldError::new("metadata.namespace", format!("{namespace} is not a valid namespace name"))),
+            _ => {
+                errors.push(FieldError::new("metadata.namespace", format!("{namespace} is not a valid namespace name")))
+            }
         }
     }
     if metadata.contains_key("generateName") {

@@ -12,6 +12,7 @@ use super::common::{Condition, ENV_NAME_PATTERN};
     version = "v1alpha1",
     kind = "ValidatorProfile",
     namespaced,
+    doc = "A program (argv, never a shell) that checks prepared changes on a temporary copy.",
     status = "ValidatorProfileStatus",
     shortname = "akvp",
     category = "akritas",

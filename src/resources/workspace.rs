@@ -15,6 +15,7 @@ pub const RESOURCE_NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     version = "v1alpha1",
     kind = "Workspace",
     namespaced,
+    doc = "A git working tree where Akritas prepares changes that only a human can approve.",
     status = "WorkspaceStatus",
     shortname = "akws",
     category = "akritas",

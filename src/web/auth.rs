@@ -31,7 +31,9 @@ pub struct ApiKeys {
 #[derive(Debug, thiserror::Error)]
 pub enum ApiKeyError {
     /// A key is too short to be safe.
-    #[error("API key {name:?} from environment variable {env} is shorter than {MIN_KEY_LEN} characters; use a longer random value")]
+    #[error(
+        "API key {name:?} from environment variable {env} is shorter than {MIN_KEY_LEN} characters; use a longer random value"
+    )]
     TooShort {
         /// Key name.
         name: String,

@@ -106,15 +106,25 @@ async fn not_found(request: Request) -> ApiError {
 }
 
 async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{} is not allowed on {}", request.method(), request.uri().path()))
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", request.method(), request.uri().path()),
+    )
 }
 
 /// Rejects bodies whose declared length exceeds the limit before reading them;
 /// streamed bodies are cut by `DefaultBodyLimit` in the extractors.
 async fn limit_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body is larger than {limit} bytes")).into_response();
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+        .into_response();
     }
     next.run(request).await
 }
@@ -139,7 +149,12 @@ async fn trace_requests(request: Request, next: Next) -> Response {
 }
 
 /// Serves until `cancel` fires, then drains open requests for at most `grace`.
-pub async fn serve(listener: TcpListener, app: Router, cancel: CancellationToken, grace: Duration) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    cancel: CancellationToken,
+    grace: Duration,
+) -> std::io::Result<()> {
     let shutdown = cancel.clone();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
     let mut server = std::pin::pin!(server.into_future());
