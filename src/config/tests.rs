@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 
-use super::value::{normalize_http_url, normalize_language, split_list};
+use super::value::{normalize_http_url, split_list};
+use crate::engine::language::normalize_language;
 use super::*;
 
 #[derive(Parser, Debug)]

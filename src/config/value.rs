@@ -467,43 +467,7 @@ pub(crate) fn check_base_url(v: String, expect: &str) -> Result<String, String> 
     Ok(url)
 }
 
-/// Normalises a BCP 47 language tag (`en-us` -> `en-US`,
-/// `zh-hant-tw` -> `zh-Hant-TW`).
-pub(crate) fn normalize_language(s: &str) -> Option<String> {
-    if s.is_empty() || s.len() > 35 {
-        return None;
-    }
-    let mut parts = s.split('-');
-    let primary = parts.next()?;
-    let plen = primary.len();
-    if !primary.bytes().all(|b| b.is_ascii_alphabetic()) || !((2..=3).contains(&plen) || (5..=8).contains(&plen)) {
-        return None;
-    }
-    let mut out = primary.to_ascii_lowercase();
-    let mut in_extension = false;
-    for sub in parts {
-        if sub.is_empty() || sub.len() > 8 || !sub.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return None;
-        }
-        let alpha = sub.bytes().all(|b| b.is_ascii_alphabetic());
-        out.push('-');
-        if sub.len() == 1 {
-            in_extension = true;
-        }
-        if !in_extension && alpha && sub.len() == 4 {
-            let lower = sub.to_ascii_lowercase();
-            out.push_str(&lower[..1].to_ascii_uppercase());
-            out.push_str(&lower[1..]);
-        } else if !in_extension && alpha && sub.len() == 2 {
-            out.push_str(&sub.to_ascii_uppercase());
-        } else {
-            out.push_str(&sub.to_ascii_lowercase());
-        }
-    }
-    Some(out)
-}
-
 /// Response language as a normalised BCP 47 tag.
 pub(crate) fn check_language(v: String, expect: &str) -> Result<String, String> {
-    normalize_language(v.trim()).ok_or_else(|| format!("{v:?} is not a valid language tag; expected {expect}"))
+    crate::engine::language::normalize_language(v.trim()).ok_or_else(|| format!("{v:?} is not a valid language tag; expected {expect}"))
 }

@@ -1,0 +1,268 @@
+//! The forced planning step: the plan tool's schema, the planner prompt, and the
+//! strict validation of the plan the model submits. Pure functions over values.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Host name of the plan tool.
+pub const PLAN_TOOL: &str = "local.investigation.submit_plan";
+/// Call id the host gives the plan call.
+pub const PLAN_CALL_ID: &str = "call_akritas_investigation_plan";
+/// Most checks plus gaps in one plan.
+pub const MAX_PLAN_ITEMS: usize = 16;
+/// Longest text field in a plan, in characters.
+pub const MAX_FIELD_CHARS: usize = 240;
+
+/// A check the host will execute.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlannedCheck {
+    /// What the step establishes.
+    pub step: String,
+    /// Host tool name.
+    pub tool: String,
+    /// Exact arguments.
+    pub arguments: Value,
+    /// Why.
+    pub reason: String,
+}
+
+/// A step no authorized tool can perform.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CapabilityGap {
+    /// The step.
+    pub step: String,
+    /// Dot-separated capability id, for example `kubernetes.pods.logs`.
+    pub capability: String,
+    /// Why it matters.
+    pub reason: String,
+}
+
+/// A validated plan.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Plan {
+    /// Checks, in order.
+    pub checks: Vec<PlannedCheck>,
+    /// Unavailable capabilities.
+    pub gaps: Vec<CapabilityGap>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    checks: Vec<RawCheck>,
+    gaps: Vec<RawGap>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheck {
+    step: String,
+    tool: String,
+    arguments: Value,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGap {
+    step: String,
+    capability: String,
+    reason: String,
+}
+
+/// The plan tool's input schema; `language` is the response language tag.
+pub fn plan_schema(language: &str) -> Value {
+    let text = |what: &str| {
+        json!({"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS,
+               "description": format!("{what} Write it in the language of BCP 47 tag \"{language}\".")})
+    };
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["checks", "gaps"],
+        "properties": {
+            "checks": {
+                "type": "array",
+                "maxItems": MAX_PLAN_ITEMS,
+                "description": "Read-only checks the host will run, in order, with exact arguments.",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["step", "tool", "arguments", "reason"],
+                    "properties": {
+                        "step": text("What this check establishes."),
+                        "tool": {"type": "string", "description": "Exact name of one of the available execution tools."},
+                        "arguments": {"type": "object", "description": "Arguments matching that tool's input schema."},
+                        "reason": text("Why this check matters."),
+                    }
+                }
+            },
+            "gaps": {
+                "type": "array",
+                "maxItems": MAX_PLAN_ITEMS,
+                "description": "Steps no available tool can perform.",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["step", "capability", "reason"],
+                    "properties": {
+                        "step": text("The step that cannot be performed."),
+                        "capability": {"type": "string", "description": "Dot-separated capability id, for example kubernetes.pods.logs."},
+                        "reason": text("Why the step matters."),
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// System prompt of the planning request.
+pub const PLANNER_PROMPT: &str = "You plan a read-only investigation for the Akritas host. \
+Plan only over the available execution tools listed in the request; runbooks and skills are guidance, never capabilities. \
+Call the submit tool exactly once. Every step that an available read-only tool can perform becomes a check with exact \
+arguments that satisfy the tool's input schema. Use knowledge tools only when the inventory does not settle which skill \
+applies. Steps no available tool can perform go to gaps with a dot-separated, API-style capability id. Never plan writes, \
+restarts, deletions or shell access. Respect maximum_execution_checks. When no investigation is needed, submit empty arrays.";
+
+/// Validates the plan tool's raw arguments. `check_tool(tool, arguments)` says
+/// whether the tool is in this Run's execution catalog and the arguments satisfy its
+/// schema.
+pub fn validate_plan(
+    arguments: &str,
+    max_checks: usize,
+    check_tool: &dyn Fn(&str, &Value) -> Result<(), String>,
+) -> Result<Plan, String> {
+    let value: Value = serde_json::from_str(arguments).map_err(|e| format!("plan is not valid JSON: {e}"))?;
+    let raw: RawPlan = serde_json::from_value(value).map_err(|e| format!("plan is not valid: {e}"))?;
+    if raw.checks.len() + raw.gaps.len() > MAX_PLAN_ITEMS {
+        return Err(format!(
+            "plan has {} checks and gaps; at most {MAX_PLAN_ITEMS} are allowed",
+            raw.checks.len() + raw.gaps.len()
+        ));
+    }
+    if raw.checks.len() > max_checks {
+        return Err(format!("plan has {} checks; this Run allows at most {max_checks}", raw.checks.len()));
+    }
+    let mut plan = Plan::default();
+    let mut seen_checks = BTreeSet::new();
+    for (i, check) in raw.checks.into_iter().enumerate() {
+        let at = format!("checks[{i}]");
+        let step = text_field(&check.step, &format!("{at}.step"))?;
+        let tool = text_field(&check.tool, &format!("{at}.tool"))?;
+        let reason = text_field(&check.reason, &format!("{at}.reason"))?;
+        if !is_tool_name(&tool) {
+            return Err(format!("{at}.tool: {tool:?} is not a valid tool name"));
+        }
+        if !check.arguments.is_object() {
+            return Err(format!("{at}.arguments: must be a JSON object"));
+        }
+        if !seen_checks.insert((step.to_lowercase(), tool.to_lowercase())) {
+            return Err(format!("{at}: duplicate check of {tool:?} for step {step:?}"));
+        }
+        check_tool(&tool, &check.arguments).map_err(|e| format!("{at}: {e}"))?;
+        plan.checks.push(PlannedCheck { step, tool, arguments: check.arguments, reason });
+    }
+    let check_steps: BTreeSet<String> = plan.checks.iter().map(|c| c.step.to_lowercase()).collect();
+    let mut seen_gaps = BTreeSet::new();
+    for (i, gap) in raw.gaps.into_iter().enumerate() {
+        let at = format!("gaps[{i}]");
+        let step = text_field(&gap.step, &format!("{at}.step"))?;
+        let capability = text_field(&gap.capability, &format!("{at}.capability"))?;
+        let reason = text_field(&gap.reason, &format!("{at}.reason"))?;
+        if !is_tool_name(&capability) {
+            return Err(format!("{at}.capability: {capability:?} is not a dot-separated capability id"));
+        }
+        if !seen_gaps.insert((step.to_lowercase(), capability.to_lowercase())) {
+            return Err(format!("{at}: duplicate gap {capability:?} for step {step:?}"));
+        }
+        if check_steps.contains(&step.to_lowercase()) {
+            return Err(format!("{at}: step {step:?} is both a check and a gap"));
+        }
+        plan.gaps.push(CapabilityGap { step, capability, reason });
+    }
+    Ok(plan)
+}
+
+fn text_field(value: &str, at: &str) -> Result<String, String> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        return Err(format!("{at}: must not be empty"));
+    }
+    let chars = trimmed.chars().count();
+    if chars > MAX_FIELD_CHARS {
+        return Err(format!("{at}: {chars} characters; at most {MAX_FIELD_CHARS} are allowed"));
+    }
+    Ok(trimmed.to_string())
+}
+
+fn is_tool_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 128
+        && matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known(tool: &str, arguments: &Value) -> Result<(), String> {
+        match tool {
+            "inventory.host" if arguments.get("host").is_some_and(Value::is_string) => Ok(()),
+            "inventory.host" => Err("arguments do not match the schema of inventory.host: \"host\" is required".into()),
+            other => Err(format!("{other:?} is not an available execution tool")),
+        }
+    }
+
+    fn check(step: &str, tool: &str) -> Value {
+        json!({"step": step, "tool": tool, "arguments": {"host": "db1"}, "reason": "r"})
+    }
+
+    fn validate(plan: Value, max: usize) -> Result<Plan, String> {
+        validate_plan(&plan.to_string(), max, &known)
+    }
+
+    #[test]
+    fn accepts_a_valid_plan_and_trims_text() {
+        let plan = validate(
+            json!({"checks": [{"step": " Find the host ", "tool": "inventory.host", "arguments": {"host": "db1"}, "reason": "owner"}],
+                   "gaps": [{"step": "Read logs", "capability": "kubernetes.pods.logs", "reason": "errors"}]}),
+            4,
+        )
+        .unwrap();
+        assert_eq!(plan.checks[0].step, "Find the host");
+        assert_eq!(plan.gaps[0].capability, "kubernetes.pods.logs");
+    }
+
+    #[test]
+    fn rejects_each_rule() {
+        let cases = [
+            (json!({"checks": []}), "plan is not valid: missing field `gaps`"),
+            (json!({"checks": [], "gaps": [], "extra": 1}), "plan is not valid: unknown field `extra`, expected `checks` or `gaps`"),
+            (json!({"checks": [check("a", "inventory.host"), check("b", "inventory.host"), check("c", "inventory.host"), check("d", "inventory.host")], "gaps": []}), "plan has 4 checks; this Run allows at most 3"),
+            (json!({"checks": [check("", "inventory.host")], "gaps": []}), "checks[0].step: must not be empty"),
+            (json!({"checks": [check(&"x".repeat(241), "inventory.host")], "gaps": []}), "checks[0].step: 241 characters; at most 240 are allowed"),
+            (json!({"checks": [check("a", "bad tool")], "gaps": []}), "checks[0].tool: \"bad tool\" is not a valid tool name"),
+            (json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": [1], "reason": "r"}], "gaps": []}), "checks[0].arguments: must be a JSON object"),
+            (json!({"checks": [check("a", "ops.restart")], "gaps": []}), "checks[0]: \"ops.restart\" is not an available execution tool"),
+            (json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {}, "reason": "r"}], "gaps": []}), "checks[0]: arguments do not match the schema of inventory.host: \"host\" is required"),
+            (json!({"checks": [check("A", "inventory.host"), check("a", "Inventory.Host")], "gaps": []}), "checks[1]: duplicate check of \"Inventory.Host\" for step \"a\""),
+            (json!({"checks": [], "gaps": [{"step": "s", "capability": "no spaces", "reason": "r"}]}), "gaps[0].capability: \"no spaces\" is not a dot-separated capability id"),
+            (json!({"checks": [], "gaps": [{"step": "s", "capability": "c.d", "reason": "r"}, {"step": "S", "capability": "C.D", "reason": "r"}]}), "gaps[1]: duplicate gap \"C.D\" for step \"S\""),
+            (json!({"checks": [check("a", "inventory.host")], "gaps": [{"step": "A", "capability": "c.d", "reason": "r"}]}), "gaps[0]: step \"A\" is both a check and a gap"),
+        ];
+        for (plan, expected) in cases {
+            assert_eq!(validate(plan, 3).unwrap_err(), expected);
+        }
+        let many: Vec<Value> = (0..17).map(|i| json!({"step": format!("s{i}"), "capability": "c.d", "reason": "r"})).collect();
+        assert_eq!(validate(json!({"checks": [], "gaps": many}), 3).unwrap_err(), "plan has 17 checks and gaps; at most 16 are allowed");
+    }
+
+    #[test]
+    fn schema_names_the_language() {
+        let schema = plan_schema("de");
+        assert!(schema.to_string().contains("BCP 47 tag \\\"de\\\""));
+    }
+}

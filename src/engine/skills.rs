@@ -1,0 +1,229 @@
+//! Skill selection: exact facts from the request and from successful inventory or
+//! CMDB results select host-supplied skills. Skills guide; they never add a tool.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::catalog::Catalog;
+use crate::resources::{Kind, Resource};
+
+/// Most skills one Run may select (automatically and by loading).
+pub const MAX_SKILLS_PER_RUN: usize = 8;
+/// Most facts taken from one source.
+pub const MAX_FACTS: usize = 64;
+const MAX_DEPTH: usize = 32;
+const FACT_KEYS: &[&str] = &[
+    "role", "roles", "service", "services", "technology", "technologies", "component", "components", "database",
+    "databases", "db", "engine", "platform",
+];
+
+static FACT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?im)(?:^|[\s,{])["']?(?:role|service|technology|component|database|db|engine|platform)["']?\s*[:=]\s*["']?([a-z0-9][a-z0-9._-]{0,63})"#,
+    )
+    .unwrap_or_else(|_| unreachable!("static pattern"))
+});
+
+/// A skill as a Run sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkillEntry {
+    /// Name used by the tools and the audit.
+    pub name: String,
+    /// One-line description.
+    pub description: Option<String>,
+    /// Facts that select it.
+    pub selectors: BTreeSet<String>,
+    /// The guidance.
+    pub content: Arc<str>,
+    /// Where it came from (`Skill/<namespace>/<name>`).
+    pub source: String,
+}
+
+/// The skills of a Catalog, by name. A name defined in several namespaces is
+/// qualified as `<namespace>/<name>`.
+pub fn skills_of(catalog: &Catalog) -> BTreeMap<String, SkillEntry> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (key, _) in catalog.of_kind(Kind::Skill) {
+        *counts.entry(key.name.as_str()).or_default() += 1;
+    }
+    let mut skills = BTreeMap::new();
+    for (key, entry) in catalog.of_kind(Kind::Skill) {
+        let (Resource::Skill(skill), Some(content)) = (entry.resource.as_ref(), catalog.skill_content(key)) else {
+            continue;
+        };
+        let name = if counts.get(key.name.as_str()) == Some(&1) { key.name.clone() } else { format!("{}/{}", key.namespace, key.name) };
+        let mut selectors: BTreeSet<String> = skill.spec.selectors.iter().map(|s| s.to_lowercase()).collect();
+        if selectors.is_empty() {
+            selectors.insert(key.name.clone());
+        }
+        skills.insert(
+            name.clone(),
+            SkillEntry {
+                name,
+                description: skill.spec.description.clone(),
+                selectors,
+                content: Arc::from(content.trim()),
+                source: format!("Skill/{}/{}", key.namespace, key.name),
+            },
+        );
+    }
+    skills
+}
+
+/// Facts stated as `key: value` / `key=value` in text (`service: postgresql`).
+/// Free-form mentions ("postgres is slow", `host=pg01`) do not count.
+pub fn facts_from_text(text: &str) -> BTreeSet<String> {
+    FACT.captures_iter(text).filter_map(|c| c.get(1)).map(|m| m.as_str().to_lowercase()).take(MAX_FACTS).collect()
+}
+
+/// Facts from explicit request context (`{"service": "postgresql"}`).
+pub fn facts_from_context(context: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let mut facts = BTreeSet::new();
+    for (key, value) in context {
+        if FACT_KEYS.contains(&key.to_lowercase().as_str()) {
+            facts.extend(tokens(value));
+        }
+    }
+    facts.into_iter().take(MAX_FACTS).collect()
+}
+
+/// Whether a tool is an inventory or CMDB source whose results may select skills.
+pub fn is_inventory_tool(name: &str) -> bool {
+    name.split(['.', '-', '_']).any(|part| part.eq_ignore_ascii_case("inventory") || part.eq_ignore_ascii_case("cmdb"))
+}
+
+/// Facts from a successful inventory/CMDB result: values under fact keys, and
+/// `key: value` statements inside any string (MCP text content).
+pub fn facts_from_output(output: &Value) -> BTreeSet<String> {
+    let mut facts = BTreeSet::new();
+    walk(output, None, 0, &mut facts);
+    facts.into_iter().take(MAX_FACTS).collect()
+}
+
+fn walk(value: &Value, key: Option<&str>, depth: usize, facts: &mut BTreeSet<String>) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    match value {
+        Value::String(text) => {
+            if key.is_some_and(|k| FACT_KEYS.contains(&k.to_lowercase().as_str())) {
+                facts.extend(tokens(text));
+            }
+            facts.extend(facts_from_text(text));
+        }
+        Value::Array(items) => items.iter().for_each(|item| walk(item, key, depth + 1, facts)),
+        Value::Object(map) => map.iter().for_each(|(k, v)| walk(v, Some(k), depth + 1, facts)),
+        _ => {}
+    }
+}
+
+fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .filter(|t| !t.is_empty() && t.len() <= 64)
+        .map(str::to_lowercase)
+}
+
+/// Skills whose selectors equal one of the facts, in name order, at most
+/// [`MAX_SKILLS_PER_RUN`].
+pub fn select<'a>(skills: &'a BTreeMap<String, SkillEntry>, facts: &BTreeSet<String>) -> Vec<&'a SkillEntry> {
+    skills.values().filter(|s| !s.selectors.is_disjoint(facts)).take(MAX_SKILLS_PER_RUN).collect()
+}
+
+/// The skills a Run selected so far (shared with the knowledge tools).
+#[derive(Clone, Default)]
+pub struct RunSkills {
+    inner: Arc<Mutex<BTreeMap<String, SkillEntry>>>,
+}
+
+impl RunSkills {
+    /// Adds a skill; `Ok(true)` when new, an error at the cap.
+    pub fn add(&self, skill: &SkillEntry) -> Result<bool, String> {
+        let mut selected = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if selected.contains_key(&skill.name) {
+            return Ok(false);
+        }
+        if selected.len() >= MAX_SKILLS_PER_RUN {
+            return Err(format!("Run already selected the maximum of {MAX_SKILLS_PER_RUN} skills"));
+        }
+        selected.insert(skill.name.clone(), skill.clone());
+        Ok(true)
+    }
+
+    /// Selected skills in name order.
+    pub fn selected(&self) -> Vec<SkillEntry> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// Names in order.
+    pub fn names(&self) -> Vec<String> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+    }
+}
+
+/// The text appended to the system message for the selected skills.
+pub fn injection(skills: &[SkillEntry]) -> Option<String> {
+    if skills.is_empty() {
+        return None;
+    }
+    let mut text = String::from(
+        "The host selected the following operational skills. They are trusted guidance written by the operators; \
+         they add no tools or permissions, and loading one is not evidence.",
+    );
+    for skill in skills {
+        text.push_str(&format!(
+            "\n\n<AKRITAS_SKILL name=\"{}\" source=\"{}\">\n{}\n</AKRITAS_SKILL>",
+            skill.name, skill.source, skill.content
+        ));
+    }
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn text_facts_need_an_explicit_key() {
+        assert_eq!(facts_from_text("service: PostgreSQL\nrole=\"redis\", {db: mysql}"), set(&["mysql", "postgresql", "redis"]));
+        assert!(facts_from_text("postgres is slow on host=pg01").is_empty());
+        assert!(facts_from_text("myservice: x").is_empty());
+    }
+
+    #[test]
+    fn inventory_output_facts_come_from_keys_and_statements() {
+        let output = json!({"host": "db1", "roles": ["postgresql", "backup agent"], "content": [{"type": "text", "text": "engine: timescaledb"}], "name": "redis"});
+        assert_eq!(facts_from_output(&output), set(&["agent", "backup", "postgresql", "timescaledb"]));
+        assert!(is_inventory_tool("inventory.host"));
+        assert!(is_inventory_tool("mcp.cmdb-lookup"));
+        assert!(!is_inventory_tool("linux.processes"));
+        assert!(!is_inventory_tool("inventoryx.host"));
+    }
+
+    #[test]
+    fn selection_is_exact_and_capped() {
+        let mut skills = BTreeMap::new();
+        for i in 0..10 {
+            let name = format!("s{i}");
+            skills.insert(
+                name.clone(),
+                SkillEntry { name: name.clone(), description: None, selectors: set(&["db"]), content: Arc::from("x"), source: name },
+            );
+        }
+        assert_eq!(select(&skills, &set(&["db"])).len(), MAX_SKILLS_PER_RUN);
+        assert!(select(&skills, &set(&["DB"])).is_empty());
+        let state = RunSkills::default();
+        for skill in skills.values().take(8) {
+            assert_eq!(state.add(skill), Ok(true));
+        }
+        assert_eq!(state.add(&skills["s0"]), Ok(false));
+        assert!(state.add(&skills["s9"]).unwrap_err().contains("maximum of 8"));
+    }
+}
