@@ -1,10 +1,14 @@
 //! Akritas: a self-hosted, Kubernetes-native operations assistant.
 
+pub mod audit;
 pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod journal;
+pub mod llm;
 pub mod resources;
+pub mod tools;
 pub mod web;
 
 /// Installs the one rustls crypto provider of the whole tree (ring). Call before

@@ -5,8 +5,8 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser};
 
 use super::value::{normalize_http_url, split_list};
-use crate::engine::language::normalize_language;
 use super::*;
+use crate::engine::language::normalize_language;
 
 #[derive(Parser, Debug)]
 struct Cli {

@@ -158,7 +158,11 @@ impl Budget {
     pub fn check_time(&self, now: Instant) -> Result<(), Exhausted> {
         let elapsed = self.elapsed_ms(now);
         if elapsed >= self.limits.max_duration_ms {
-            return Err(Exhausted { dimension: Dimension::WallTime, needed: elapsed, limit: self.limits.max_duration_ms });
+            return Err(Exhausted {
+                dimension: Dimension::WallTime,
+                needed: elapsed,
+                limit: self.limits.max_duration_ms,
+            });
         }
         Ok(())
     }
@@ -170,7 +174,12 @@ impl Budget {
 
     /// Charges a model request before it is sent. Returns the output-token allowance
     /// to send (the requested amount, reduced to what is left).
-    pub fn begin_model_call(&mut self, request_bytes: usize, requested_output: u32, now: Instant) -> Result<u32, Exhausted> {
+    pub fn begin_model_call(
+        &mut self,
+        request_bytes: usize,
+        requested_output: u32,
+        now: Instant,
+    ) -> Result<u32, Exhausted> {
         self.check_time(now)?;
         if self.usage.model_calls >= self.limits.max_model_calls {
             return Err(self.exhausted(Dimension::ModelCalls, u64::from(self.usage.model_calls) + 1));
@@ -285,7 +294,8 @@ mod tests {
         let now = Instant::now();
         let mut budget = Budget::new(limits(), now);
         budget.begin_model_call(10, 2, now).unwrap();
-        let error = budget.finish_model_call(Some(ReportedUsage { prompt_tokens: 1, completion_tokens: 3 })).unwrap_err();
+        let error =
+            budget.finish_model_call(Some(ReportedUsage { prompt_tokens: 1, completion_tokens: 3 })).unwrap_err();
         assert_eq!(error.dimension, Dimension::OutputTokens);
     }
 

@@ -59,9 +59,11 @@ pub fn validate(turns: &[Turn]) -> Result<(), String> {
     for (i, turn) in body.iter().enumerate() {
         let expected = if i % 2 == 0 { Speaker::User } else { Speaker::Assistant };
         if turn.role != expected {
-            let role = serde_json::to_value(turn.role).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let role =
+                serde_json::to_value(turn.role).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
             let want = if expected == Speaker::User { "user" } else { "assistant" };
-            let detail = if turn.role == Speaker::System { "; only the first message may be a system message" } else { "" };
+            let detail =
+                if turn.role == Speaker::System { "; only the first message may be a system message" } else { "" };
             return Err(format!(
                 "messages[{}].role is {role:?} but {want:?} was expected: turns alternate user/assistant starting with user{detail}",
                 i + offset
@@ -84,8 +86,12 @@ mod tests {
 
     #[test]
     fn accepts_system_then_alternation() {
-        let turns =
-            [turn(Speaker::System, "ctx"), turn(Speaker::User, "a"), turn(Speaker::Assistant, "b"), turn(Speaker::User, "c")];
+        let turns = [
+            turn(Speaker::System, "ctx"),
+            turn(Speaker::User, "a"),
+            turn(Speaker::Assistant, "b"),
+            turn(Speaker::User, "c"),
+        ];
         assert_eq!(validate(&turns), Ok(()));
     }
 
@@ -97,11 +103,23 @@ mod tests {
             validate(&[turn(Speaker::User, "a"), turn(Speaker::User, "b")]).unwrap_err(),
             "messages[1].role is \"user\" but \"assistant\" was expected: turns alternate user/assistant starting with user"
         );
-        assert!(validate(&[turn(Speaker::User, "a"), turn(Speaker::System, "b")]).unwrap_err().contains("only the first message"));
-        assert_eq!(validate(&[turn(Speaker::User, "a"), turn(Speaker::Assistant, "b")]).unwrap_err(), "the last message must be from the user");
+        assert!(
+            validate(&[turn(Speaker::User, "a"), turn(Speaker::System, "b")])
+                .unwrap_err()
+                .contains("only the first message")
+        );
+        assert_eq!(
+            validate(&[turn(Speaker::User, "a"), turn(Speaker::Assistant, "b")]).unwrap_err(),
+            "the last message must be from the user"
+        );
         assert_eq!(validate(&[turn(Speaker::User, " ")]).unwrap_err(), "messages[0].content must not be blank");
-        let many: Vec<Turn> = (0..65).map(|i| turn(if i % 2 == 0 { Speaker::User } else { Speaker::Assistant }, "x")).collect();
+        let many: Vec<Turn> =
+            (0..65).map(|i| turn(if i % 2 == 0 { Speaker::User } else { Speaker::Assistant }, "x")).collect();
         assert!(validate(&many).unwrap_err().contains("at most 64"));
-        assert!(validate(&[turn(Speaker::User, &"x".repeat(MAX_CONTENT_BYTES + 1))]).unwrap_err().contains("bytes of content"));
+        assert!(
+            validate(&[turn(Speaker::User, &"x".repeat(MAX_CONTENT_BYTES + 1))])
+                .unwrap_err()
+                .contains("bytes of content")
+        );
     }
 }

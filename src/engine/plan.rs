@@ -240,24 +240,61 @@ mod tests {
     fn rejects_each_rule() {
         let cases = [
             (json!({"checks": []}), "plan is not valid: missing field `gaps`"),
-            (json!({"checks": [], "gaps": [], "extra": 1}), "plan is not valid: unknown field `extra`, expected `checks` or `gaps`"),
-            (json!({"checks": [check("a", "inventory.host"), check("b", "inventory.host"), check("c", "inventory.host"), check("d", "inventory.host")], "gaps": []}), "plan has 4 checks; this Run allows at most 3"),
+            (
+                json!({"checks": [], "gaps": [], "extra": 1}),
+                "plan is not valid: unknown field `extra`, expected `checks` or `gaps`",
+            ),
+            (
+                json!({"checks": [check("a", "inventory.host"), check("b", "inventory.host"), check("c", "inventory.host"), check("d", "inventory.host")], "gaps": []}),
+                "plan has 4 checks; this Run allows at most 3",
+            ),
             (json!({"checks": [check("", "inventory.host")], "gaps": []}), "checks[0].step: must not be empty"),
-            (json!({"checks": [check(&"x".repeat(241), "inventory.host")], "gaps": []}), "checks[0].step: 241 characters; at most 240 are allowed"),
-            (json!({"checks": [check("a", "bad tool")], "gaps": []}), "checks[0].tool: \"bad tool\" is not a valid tool name"),
-            (json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": [1], "reason": "r"}], "gaps": []}), "checks[0].arguments: must be a JSON object"),
-            (json!({"checks": [check("a", "ops.restart")], "gaps": []}), "checks[0]: \"ops.restart\" is not an available execution tool"),
-            (json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {}, "reason": "r"}], "gaps": []}), "checks[0]: arguments do not match the schema of inventory.host: \"host\" is required"),
-            (json!({"checks": [check("A", "inventory.host"), check("a", "Inventory.Host")], "gaps": []}), "checks[1]: duplicate check of \"Inventory.Host\" for step \"a\""),
-            (json!({"checks": [], "gaps": [{"step": "s", "capability": "no spaces", "reason": "r"}]}), "gaps[0].capability: \"no spaces\" is not a dot-separated capability id"),
-            (json!({"checks": [], "gaps": [{"step": "s", "capability": "c.d", "reason": "r"}, {"step": "S", "capability": "C.D", "reason": "r"}]}), "gaps[1]: duplicate gap \"C.D\" for step \"S\""),
-            (json!({"checks": [check("a", "inventory.host")], "gaps": [{"step": "A", "capability": "c.d", "reason": "r"}]}), "gaps[0]: step \"A\" is both a check and a gap"),
+            (
+                json!({"checks": [check(&"x".repeat(241), "inventory.host")], "gaps": []}),
+                "checks[0].step: 241 characters; at most 240 are allowed",
+            ),
+            (
+                json!({"checks": [check("a", "bad tool")], "gaps": []}),
+                "checks[0].tool: \"bad tool\" is not a valid tool name",
+            ),
+            (
+                json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": [1], "reason": "r"}], "gaps": []}),
+                "checks[0].arguments: must be a JSON object",
+            ),
+            (
+                json!({"checks": [check("a", "ops.restart")], "gaps": []}),
+                "checks[0]: \"ops.restart\" is not an available execution tool",
+            ),
+            (
+                json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {}, "reason": "r"}], "gaps": []}),
+                "checks[0]: arguments do not match the schema of inventory.host: \"host\" is required",
+            ),
+            (
+                json!({"checks": [check("A", "inventory.host"), check("a", "Inventory.Host")], "gaps": []}),
+                "checks[1]: duplicate check of \"Inventory.Host\" for step \"a\"",
+            ),
+            (
+                json!({"checks": [], "gaps": [{"step": "s", "capability": "no spaces", "reason": "r"}]}),
+                "gaps[0].capability: \"no spaces\" is not a dot-separated capability id",
+            ),
+            (
+                json!({"checks": [], "gaps": [{"step": "s", "capability": "c.d", "reason": "r"}, {"step": "S", "capability": "C.D", "reason": "r"}]}),
+                "gaps[1]: duplicate gap \"C.D\" for step \"S\"",
+            ),
+            (
+                json!({"checks": [check("a", "inventory.host")], "gaps": [{"step": "A", "capability": "c.d", "reason": "r"}]}),
+                "gaps[0]: step \"A\" is both a check and a gap",
+            ),
         ];
         for (plan, expected) in cases {
             assert_eq!(validate(plan, 3).unwrap_err(), expected);
         }
-        let many: Vec<Value> = (0..17).map(|i| json!({"step": format!("s{i}"), "capability": "c.d", "reason": "r"})).collect();
-        assert_eq!(validate(json!({"checks": [], "gaps": many}), 3).unwrap_err(), "plan has 17 checks and gaps; at most 16 are allowed");
+        let many: Vec<Value> =
+            (0..17).map(|i| json!({"step": format!("s{i}"), "capability": "c.d", "reason": "r"})).collect();
+        assert_eq!(
+            validate(json!({"checks": [], "gaps": many}), 3).unwrap_err(),
+            "plan has 17 checks and gaps; at most 16 are allowed"
+        );
     }
 
     #[test]

@@ -16,8 +16,19 @@ pub const MAX_SKILLS_PER_RUN: usize = 8;
 pub const MAX_FACTS: usize = 64;
 const MAX_DEPTH: usize = 32;
 const FACT_KEYS: &[&str] = &[
-    "role", "roles", "service", "services", "technology", "technologies", "component", "components", "database",
-    "databases", "db", "engine", "platform",
+    "role",
+    "roles",
+    "service",
+    "services",
+    "technology",
+    "technologies",
+    "component",
+    "components",
+    "database",
+    "databases",
+    "db",
+    "engine",
+    "platform",
 ];
 
 static FACT: LazyLock<Regex> = LazyLock::new(|| {
@@ -54,7 +65,11 @@ pub fn skills_of(catalog: &Catalog) -> BTreeMap<String, SkillEntry> {
         let (Resource::Skill(skill), Some(content)) = (entry.resource.as_ref(), catalog.skill_content(key)) else {
             continue;
         };
-        let name = if counts.get(key.name.as_str()) == Some(&1) { key.name.clone() } else { format!("{}/{}", key.namespace, key.name) };
+        let name = if counts.get(key.name.as_str()) == Some(&1) {
+            key.name.clone()
+        } else {
+            format!("{}/{}", key.namespace, key.name)
+        };
         let mut selectors: BTreeSet<String> = skill.spec.selectors.iter().map(|s| s.to_lowercase()).collect();
         if selectors.is_empty() {
             selectors.insert(key.name.clone());
@@ -192,7 +207,10 @@ mod tests {
 
     #[test]
     fn text_facts_need_an_explicit_key() {
-        assert_eq!(facts_from_text("service: PostgreSQL\nrole=\"redis\", {db: mysql}"), set(&["mysql", "postgresql", "redis"]));
+        assert_eq!(
+            facts_from_text("service: PostgreSQL\nrole=\"redis\", {db: mysql}"),
+            set(&["mysql", "postgresql", "redis"])
+        );
         assert!(facts_from_text("postgres is slow on host=pg01").is_empty());
         assert!(facts_from_text("myservice: x").is_empty());
     }
@@ -214,7 +232,13 @@ mod tests {
             let name = format!("s{i}");
             skills.insert(
                 name.clone(),
-                SkillEntry { name: name.clone(), description: None, selectors: set(&["db"]), content: Arc::from("x"), source: name },
+                SkillEntry {
+                    name: name.clone(),
+                    description: None,
+                    selectors: set(&["db"]),
+                    content: Arc::from("x"),
+                    source: name,
+                },
             );
         }
         assert_eq!(select(&skills, &set(&["db"])).len(), MAX_SKILLS_PER_RUN);

@@ -1,0 +1,445 @@
+//! The audit log: Runs and their events on top of the journal. It stores what the
+//! host did (tool calls with host-recorded arguments and raw results, skills,
+//! retrieved context, usage) and never prompts, model output, credentials or
+//! approval capabilities.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::sync::RwLock;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::journal::{Journal, JournalError, JournalOptions, Record};
+
+/// Longest string kept in Run fields and metadata values.
+pub const MAX_TEXT_CHARS: usize = 512;
+/// Most metadata entries kept per Run or event.
+pub const MAX_METADATA: usize = 32;
+/// Largest `limit` of a Run listing.
+pub const MAX_LIST: usize = 1000;
+
+/// A Run id: `run_` and 32 lower-case hex digits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunId(String);
+
+impl RunId {
+    /// A new random id.
+    pub fn generate() -> Self {
+        Self(format!("run_{:032x}", rand::random::<u128>()))
+    }
+
+    /// Parses an id.
+    pub fn parse(text: &str) -> Option<Self> {
+        let hex = text.strip_prefix("run_")?;
+        (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+            .then(|| Self(text.to_string()))
+    }
+
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for RunId {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        RunId::parse(&value).ok_or_else(|| format!("{value:?} is not a Run id"))
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> String {
+        id.0
+    }
+}
+
+/// Lifecycle of a Run in the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Still executing.
+    Running,
+    /// Finished with an answer.
+    Succeeded,
+    /// Finished without one.
+    Failed,
+}
+
+/// One thing that happened in a Run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    /// 1-based position within the Run.
+    pub sequence: u32,
+    /// RFC 3339 time.
+    pub time: String,
+    /// `tool_call`, `skill_selected`, `context_retrieved`, `follow_up`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `succeeded`, `failed`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Small facts (redacted, bounded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, Value>,
+    /// Host-recorded tool arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// Raw tool result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
+
+/// A Run as the journal knows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Id.
+    pub id: RunId,
+    /// What started it (`chat`, `cli`, `alert:<provider>`, …).
+    pub source: String,
+    /// Who (API key name, `anonymous`, bot user).
+    pub actor: String,
+    /// Upstream model id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Catalog version the Run pinned.
+    pub catalog_version: u64,
+    /// Status.
+    pub status: RunStatus,
+    /// RFC 3339 start.
+    pub started_at: String,
+    /// RFC 3339 end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Stable failure code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// Usage and facts (redacted, bounded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, Value>,
+    /// Events in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<AuditEvent>,
+}
+
+impl RunRecord {
+    /// The Run without raw tool arguments and results (for listings).
+    pub fn summary(&self) -> RunRecord {
+        let mut run = self.clone();
+        for event in &mut run.events {
+            event.arguments = None;
+            event.result = None;
+        }
+        run
+    }
+}
+
+/// What opens a Run.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    /// Source.
+    pub source: String,
+    /// Actor.
+    pub actor: String,
+    /// Model id.
+    pub model: Option<String>,
+    /// Catalog version.
+    pub catalog_version: u64,
+}
+
+/// An event to append.
+#[derive(Clone, Debug, Default)]
+pub struct NewEvent {
+    /// Event type.
+    pub kind: String,
+    /// Status.
+    pub status: Option<String>,
+    /// Metadata.
+    pub metadata: BTreeMap<String, Value>,
+    /// Tool arguments.
+    pub arguments: Option<Value>,
+    /// Tool result.
+    pub result: Option<Value>,
+}
+
+/// How a Run ended.
+#[derive(Clone, Debug)]
+pub struct Finish {
+    /// Succeeded or failed.
+    pub status: RunStatus,
+    /// Error text.
+    pub error: Option<String>,
+    /// Error code.
+    pub error_code: Option<String>,
+    /// Usage and facts.
+    pub metadata: BTreeMap<String, Value>,
+}
+
+/// Audit failures.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The journal failed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The journal holds a record the audit cannot apply.
+    #[error(
+        "audit journal {path}: record {seq} is inconsistent: {reason}; run `akritas audit verify {path}` and restore from backup"
+    )]
+    Inconsistent {
+        /// Path.
+        path: String,
+        /// Record sequence number.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
+    /// No such Run.
+    #[error("run not found: {0}")]
+    UnknownRun(RunId),
+    /// The Run is not running.
+    #[error("run {0} already finished")]
+    AlreadyFinished(RunId),
+}
+
+struct State {
+    runs: HashMap<RunId, RunRecord>,
+    order: Vec<RunId>,
+}
+
+/// The audit log.
+pub struct AuditLog {
+    journal: Journal,
+    state: RwLock<State>,
+}
+
+impl AuditLog {
+    /// Opens (or creates) the log and replays it strictly.
+    pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
+        let (journal, replay) = Journal::open(path, JournalOptions::default())?;
+        for record in &replay.recovered {
+            tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered after a crash");
+        }
+        let mut state = State { runs: HashMap::new(), order: Vec::new() };
+        for record in &replay.records {
+            apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
+                path: path.display().to_string(),
+                seq: record.seq,
+                reason,
+            })?;
+        }
+        Ok(AuditLog { journal, state: RwLock::new(state) })
+    }
+
+    /// The journal path.
+    pub fn path(&self) -> &Path {
+        self.journal.path()
+    }
+
+    /// Opens a Run.
+    pub async fn start(&self, new: NewRun) -> Result<RunId, AuditError> {
+        let id = RunId::generate();
+        let run = RunRecord {
+            id: id.clone(),
+            source: bound(&new.source),
+            actor: bound(&new.actor),
+            model: new.model.as_deref().map(bound),
+            catalog_version: new.catalog_version,
+            status: RunStatus::Running,
+            started_at: String::new(),
+            completed_at: None,
+            error: None,
+            error_code: None,
+            metadata: BTreeMap::new(),
+            events: Vec::new(),
+        };
+        let record = self.journal.append("run_started", &json!({ "run": run })).await?;
+        self.apply_record(&record)?;
+        Ok(id)
+    }
+
+    /// Appends an event (also to finished Runs: follow-ups).
+    pub async fn event(&self, run_id: &RunId, event: NewEvent) -> Result<u32, AuditError> {
+        let sequence = {
+            let state = self.read();
+            let run = state.runs.get(run_id).ok_or_else(|| AuditError::UnknownRun(run_id.clone()))?;
+            u32::try_from(run.events.len() + 1).unwrap_or(u32::MAX)
+        };
+        let data = json!({
+            "run_id": run_id,
+            "event": {
+                "sequence": sequence,
+                "type": bound(&event.kind),
+                "status": event.status.as_deref().map(bound),
+                "metadata": redact(event.metadata),
+                "arguments": event.arguments,
+                "result": event.result,
+            }
+        });
+        let record = self.journal.append("run_event", &data).await?;
+        self.apply_record(&record)?;
+        Ok(sequence)
+    }
+
+    /// Closes a Run.
+    pub async fn finish(&self, run_id: &RunId, finish: Finish) -> Result<(), AuditError> {
+        {
+            let state = self.read();
+            let run = state.runs.get(run_id).ok_or_else(|| AuditError::UnknownRun(run_id.clone()))?;
+            if run.status != RunStatus::Running {
+                return Err(AuditError::AlreadyFinished(run_id.clone()));
+            }
+        }
+        let data = json!({
+            "run_id": run_id,
+            "status": finish.status,
+            "error": finish.error.as_deref().map(bound),
+            "error_code": finish.error_code.as_deref().map(bound),
+            "metadata": redact(finish.metadata),
+        });
+        let record = self.journal.append("run_finished", &data).await?;
+        self.apply_record(&record)
+    }
+
+    /// Runs, newest first, without raw tool payloads.
+    pub fn list(&self, limit: usize) -> Vec<RunRecord> {
+        let state = self.read();
+        state
+            .order
+            .iter()
+            .rev()
+            .take(limit.min(MAX_LIST))
+            .filter_map(|id| state.runs.get(id))
+            .map(RunRecord::summary)
+            .collect()
+    }
+
+    /// One Run with its raw tool payloads.
+    pub fn get(&self, id: &RunId) -> Option<RunRecord> {
+        self.read().runs.get(id).cloned()
+    }
+
+    /// Number of Runs.
+    pub fn len(&self) -> usize {
+        self.read().order.len()
+    }
+
+    /// Whether there are no Runs.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn apply_record(&self, record: &Record) -> Result<(), AuditError> {
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
+            path: self.journal.path().display().to_string(),
+            seq: record.seq,
+            reason,
+        })
+    }
+}
+
+/// Applies one journal record to the in-memory state; the same code runs at
+/// replay and after each append, so both always agree.
+fn apply(state: &mut State, record: &Record) -> Result<(), String> {
+    let run_id = |data: &Value| -> Result<RunId, String> {
+        serde_json::from_value(data.get("run_id").cloned().unwrap_or(Value::Null)).map_err(|e| format!("run_id: {e}"))
+    };
+    match record.kind.as_str() {
+        "run_started" => {
+            let mut run: RunRecord = serde_json::from_value(record.data.get("run").cloned().unwrap_or(Value::Null))
+                .map_err(|e| format!("run: {e}"))?;
+            if run.status != RunStatus::Running || !run.events.is_empty() {
+                return Err("a started Run must be running and have no events".into());
+            }
+            if state.runs.contains_key(&run.id) {
+                return Err(format!("Run {} started twice", run.id));
+            }
+            run.started_at = record.time.clone();
+            state.order.push(run.id.clone());
+            state.runs.insert(run.id.clone(), run);
+        }
+        "run_event" => {
+            let id = run_id(&record.data)?;
+            let mut event: AuditEvent =
+                serde_json::from_value(record.data.get("event").cloned().unwrap_or(Value::Null))
+                    .map_err(|e| format!("event: {e}"))?;
+            let run = state.runs.get_mut(&id).ok_or_else(|| format!("event for unknown Run {id}"))?;
+            if event.sequence as usize != run.events.len() + 1 {
+                return Err(format!(
+                    "event sequence {} of Run {id} does not follow {}",
+                    event.sequence,
+                    run.events.len()
+                ));
+            }
+            event.time = record.time.clone();
+            run.events.push(event);
+        }
+        "run_finished" => {
+            let id = run_id(&record.data)?;
+            let run = state.runs.get_mut(&id).ok_or_else(|| format!("finish of unknown Run {id}"))?;
+            if run.status != RunStatus::Running {
+                return Err(format!("Run {id} finished twice"));
+            }
+            let status: RunStatus = serde_json::from_value(record.data.get("status").cloned().unwrap_or(Value::Null))
+                .map_err(|e| format!("status: {e}"))?;
+            if status == RunStatus::Running {
+                return Err("a finish must be succeeded or failed".into());
+            }
+            let text = |key: &str| record.data.get(key).and_then(Value::as_str).map(str::to_string);
+            run.status = status;
+            run.completed_at = Some(record.time.clone());
+            run.error = text("error");
+            run.error_code = text("error_code");
+            if let Some(metadata) = record.data.get("metadata").and_then(Value::as_object) {
+                run.metadata.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        other => return Err(format!("unknown record kind {other:?}")),
+    }
+    Ok(())
+}
+
+fn bound(text: &str) -> String {
+    if text.chars().count() <= MAX_TEXT_CHARS { text.to_string() } else { text.chars().take(MAX_TEXT_CHARS).collect() }
+}
+
+/// Whether a metadata key may hold a credential. Counters such as `output_tokens`
+/// are kept; `token`, `bearer_token`, `api_key`, `password`, `secret` are dropped.
+pub fn is_sensitive_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["authorization", "api_key", "apikey", "password", "passwd", "secret", "credential", "cookie"]
+        .iter()
+        .any(|word| key.contains(word))
+        || key == "token"
+        || key.ends_with("_token")
+        || key.ends_with("-token")
+}
+
+fn redact(metadata: BTreeMap<String, Value>) -> BTreeMap<String, Value> {
+    metadata
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .filter(|(k, _)| !is_sensitive_key(k))
+        .take(MAX_METADATA)
+        .map(|(k, v)| match v {
+            Value::String(s) => (k, Value::String(bound(&s))),
+            other => (k, other),
+        })
+        .collect()
+}

@@ -1,0 +1,143 @@
+//! On-disk line format: kind rules, hashing, encoding and decoding of one record line.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+
+use super::JournalError;
+
+/// `prev` of the first record: 64 zeros.
+pub(crate) const GENESIS_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// Prefix reserved for records the journal writes itself.
+pub(crate) const INTERNAL_PREFIX: &str = "journal.";
+/// Kind of the record written after a torn final line was truncated.
+pub(crate) const TORN_TAIL_KIND: &str = "journal.torn_tail_truncated";
+
+/// Whether `kind` matches `^[a-z][a-z0-9_.]{0,63}$`.
+pub(crate) fn is_valid_kind(kind: &str) -> bool {
+    match kind.as_bytes().split_first() {
+        Some((first, rest)) => {
+            rest.len() <= 63
+                && first.is_ascii_lowercase()
+                && rest.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'.')
+        }
+        None => false,
+    }
+}
+
+/// Validates a kind supplied by an application (not an internal `journal.*` kind).
+pub(crate) fn check_app_kind(kind: &str) -> Result<(), JournalError> {
+    if is_valid_kind(kind) && !kind.starts_with(INTERNAL_PREFIX) {
+        Ok(())
+    } else {
+        Err(JournalError::InvalidKind(kind.to_owned()))
+    }
+}
+
+/// `sha256(prev + "\n" + seq + "\n" + time + "\n" + kind + "\n" + data_json)` as lowercase hex.
+pub(crate) fn record_hash(prev: &str, seq: u64, time: &str, kind: &str, data_json: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(prev.as_bytes());
+    h.update(b"\n");
+    h.update(seq.to_string().as_bytes());
+    h.update(b"\n");
+    h.update(time.as_bytes());
+    h.update(b"\n");
+    h.update(kind.as_bytes());
+    h.update(b"\n");
+    h.update(data_json.as_bytes());
+    hex::encode(h.finalize())
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+const KEY_SEQ: &str = "{\"seq\":";
+const KEY_TIME: &str = ",\"time\":";
+const KEY_KIND: &str = ",\"kind\":";
+const KEY_PREV: &str = ",\"prev\":\"";
+const KEY_DATA: &str = "\",\"data\":";
+const KEY_HASH: &str = ",\"hash\":\"";
+const TAIL: &str = "\"}\n";
+const HEX_LEN: usize = 64;
+const FIXED_LEN: usize = KEY_SEQ.len()
+    + KEY_TIME.len()
+    + KEY_KIND.len()
+    + KEY_PREV.len()
+    + HEX_LEN
+    + KEY_DATA.len()
+    + KEY_HASH.len()
+    + HEX_LEN
+    + TAIL.len();
+
+/// A lower bound on the encoded line length (including `\n`) for `kind` and `data_json`,
+/// usable before seq and time are known.
+pub(crate) fn min_line_len(kind: &str, data_json: &str) -> usize {
+    // Shortest seq is one digit; shortest time is `""`; kinds never need escaping.
+    FIXED_LEN + 1 + 2 + kind.len() + 2 + data_json.len()
+}
+
+/// One encoded line (with trailing `\n`) and its hash.
+pub(crate) struct Encoded {
+    pub(crate) line: Vec<u8>,
+    pub(crate) hash: String,
+}
+
+/// Encodes one record line with fields in the order `seq, time, kind, prev, data, hash`.
+pub(crate) fn encode(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str) -> Encoded {
+    let hash = record_hash(prev, seq, time, kind, data_json);
+    let seq_s = seq.to_string();
+    let time_j = json_string(time);
+    let kind_j = json_string(kind);
+    let mut line = String::with_capacity(FIXED_LEN + seq_s.len() + time_j.len() + kind_j.len() + data_json.len());
+    line.push_str(KEY_SEQ);
+    line.push_str(&seq_s);
+    line.push_str(KEY_TIME);
+    line.push_str(&time_j);
+    line.push_str(KEY_KIND);
+    line.push_str(&kind_j);
+    line.push_str(KEY_PREV);
+    line.push_str(prev);
+    line.push_str(KEY_DATA);
+    line.push_str(data_json);
+    line.push_str(KEY_HASH);
+    line.push_str(&hash);
+    line.push_str(TAIL);
+    Encoded { line: line.into_bytes(), hash }
+}
+
+/// A record line as read back; `data` keeps the exact bytes that were written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ParsedLine {
+    pub(crate) seq: u64,
+    pub(crate) time: String,
+    pub(crate) kind: String,
+    pub(crate) prev: String,
+    pub(crate) data: Box<RawValue>,
+    pub(crate) hash: String,
+}
+
+/// Parses and checks one complete line (without its `\n`) against the expected seq and prev hash.
+/// The error is a human-readable reason.
+pub(crate) fn check_line(line: &[u8], expected_seq: u64, expected_prev: &str) -> Result<ParsedLine, String> {
+    let parsed: ParsedLine = serde_json::from_slice(line).map_err(|e| format!("not a valid journal record ({e})"))?;
+    if !is_valid_kind(&parsed.kind) {
+        return Err(format!("invalid record kind {:?}", parsed.kind));
+    }
+    if parsed.seq != expected_seq {
+        return Err(format!("sequence break: expected seq {expected_seq}, found seq {}", parsed.seq));
+    }
+    if parsed.prev != expected_prev {
+        return Err(format!(
+            "chain break at seq {}: prev is {:?} but the previous record's hash is {expected_prev}",
+            parsed.seq, parsed.prev
+        ));
+    }
+    let computed = record_hash(&parsed.prev, parsed.seq, &parsed.time, &parsed.kind, parsed.data.get());
+    if parsed.hash != computed {
+        return Err(format!("hash mismatch at seq {}: recorded {:?}, computed {computed}", parsed.seq, parsed.hash));
+    }
+    Ok(parsed)
+}

@@ -1,0 +1,23 @@
+//! Client of OpenAI-compatible chat completion servers (`/v1`: llama-server, vLLM, OpenRouter,
+//! OpenAI).
+//!
+//! - [`LlmClient::chat`]: one completion, with tools; [`LlmClient::chat_stream`]: the same as SSE
+//!   events ([`ChatStream`], a `futures_util::Stream`), assembled by [`collect`] if wanted.
+//! - The model is configured or discovered (first id of `GET /models`, cached).
+//! - The completion budget is sent as `max_tokens`; a server rejecting it gets one retry with
+//!   `max_completion_tokens` (and vice versa), remembered for the client's later requests.
+//! - Every failure is an [`LlmError`]; none carries the API key, and nothing logs prompts, outputs,
+//!   tool arguments or the key (`tracing::debug!` per request: endpoint, status, duration, model).
+
+mod client;
+mod error;
+mod stream;
+mod wire;
+
+pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConfig};
+pub use error::{EXCERPT_MAX_CHARS, LlmError};
+pub use stream::{ChatStream, SseParser, StreamAccumulator, StreamEvent, collect};
+pub use wire::{
+    ChatRequest, ChatResponse, FunctionCall, FunctionDefinition, Message, Role, ToolCall, ToolChoice, ToolDefinition,
+    Usage,
+};

@@ -1,0 +1,310 @@
+//! A scripted OpenAI-compatible server for tests and benches.
+//!
+//! `POST /v1/chat/completions` answers from a script (or a responder closure), as JSON or, when the
+//! request has `"stream": true`, as SSE chunks ending in `data: [DONE]`. `GET /v1/models` lists
+//! `scripted-model` (configurable). Runs on its own tokio task on 127.0.0.1:0; stops when dropped.
+//!
+//! Uses only axum, tokio and serde_json, so it can be included by integration tests
+//! (`mod support;`) and by bench binaries (`#[path = "../tests/support/scripted_llm.rs"]`).
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+/// What the server answers to one chat request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Assistant text, finish_reason "stop".
+    Content(String),
+    /// `(id, function name, arguments)`, finish_reason "tool_calls".
+    ToolCalls(Vec<(String, String, Value)>),
+    /// A JSON error body with this status (e.g. a 400 `unsupported_parameter` envelope).
+    Error { status: u16, body: Value },
+    /// Anything: invalid JSON, a huge body, ... (`application/json` if it parses, else `text/plain`).
+    Raw { status: u16, body: String },
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub reply: Reply,
+    /// `(prompt_tokens, completion_tokens)`; `None` omits `usage`.
+    pub usage: Option<(u64, u64)>,
+    /// Wait this long before answering.
+    pub delay: Option<Duration>,
+}
+
+impl From<Reply> for Step {
+    fn from(reply: Reply) -> Self {
+        Step { reply, usage: Some((10, 5)), delay: None }
+    }
+}
+
+impl Step {
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    pub fn with_usage(mut self, usage: Option<(u64, u64)>) -> Self {
+        self.usage = usage;
+        self
+    }
+}
+
+type Responder = dyn Fn(usize, &Value) -> Step + Send + Sync;
+
+struct Shared {
+    responder: Box<Responder>,
+    /// Every chat request: (body, Authorization header).
+    chats: Mutex<Vec<(Value, Option<String>)>>,
+    chat_count: AtomicUsize,
+    recording: AtomicBool,
+    models: Mutex<Vec<String>>,
+    model_requests: AtomicUsize,
+}
+
+/// A running scripted server; `url` is `http://127.0.0.1:PORT/v1`.
+pub struct ScriptedLlm {
+    pub url: String,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ScriptedLlm {
+    /// Answers chat requests with `steps` in order; once exhausted, HTTP 500
+    /// `{"error":{"message":"script exhausted after N requests"}}`.
+    pub async fn start(steps: Vec<Step>) -> ScriptedLlm {
+        let total = steps.len();
+        let steps = Mutex::new(VecDeque::from(steps));
+        Self::start_with(move |_, _| {
+            lock(&steps).pop_front().unwrap_or_else(|| Step {
+                reply: Reply::Error {
+                    status: 500,
+                    body: json!({"error": {"message": format!("script exhausted after {total} requests")}}),
+                },
+                usage: None,
+                delay: None,
+            })
+        })
+        .await
+    }
+
+    /// Answers every chat request with `responder(request index, request body)` (unbounded; for
+    /// benches, see also [`ScriptedLlm::set_recording`]).
+    pub async fn start_with(responder: impl Fn(usize, &Value) -> Step + Send + Sync + 'static) -> ScriptedLlm {
+        let shared = Arc::new(Shared {
+            responder: Box::new(responder),
+            chats: Mutex::new(Vec::new()),
+            chat_count: AtomicUsize::new(0),
+            recording: AtomicBool::new(true),
+            models: Mutex::new(vec!["scripted-model".to_owned()]),
+            model_requests: AtomicUsize::new(0),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .with_state(Arc::clone(&shared));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let address = listener.local_addr().expect("local address");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ScriptedLlm { url: format!("http://{address}/v1"), shared, task }
+    }
+
+    /// Replaces the ids listed by `GET /v1/models` (default `["scripted-model"]`; empty is allowed).
+    pub fn set_models(&self, ids: Vec<String>) {
+        *lock(&self.shared.models) = ids;
+    }
+
+    /// How many `GET /v1/models` requests were received.
+    pub fn model_requests(&self) -> usize {
+        self.shared.model_requests.load(Ordering::SeqCst)
+    }
+
+    /// How many chat requests were received (counted even when recording is off).
+    pub fn chat_requests(&self) -> usize {
+        self.shared.chat_count.load(Ordering::SeqCst)
+    }
+
+    /// Stop (or resume) keeping request bodies and headers, so long benches don't grow memory.
+    pub fn set_recording(&self, on: bool) {
+        self.shared.recording.store(on, Ordering::SeqCst);
+    }
+
+    /// Every chat request body received, in order (`null` for a body that is not JSON).
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.chats).iter().map(|(body, _)| body.clone()).collect()
+    }
+
+    /// The `Authorization` header of each chat request, in order.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        lock(&self.shared.chats).iter().map(|(_, authorization)| authorization.clone()).collect()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    shared.model_requests.fetch_add(1, Ordering::SeqCst);
+    let data: Vec<Value> = lock(&shared.models).iter().map(|id| json!({"id": id, "object": "model"})).collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok()).map(str::to_owned);
+    let index = {
+        let mut chats = lock(&shared.chats);
+        let index = shared.chat_count.fetch_add(1, Ordering::SeqCst);
+        if shared.recording.load(Ordering::SeqCst) {
+            chats.push((request.clone(), authorization));
+        }
+        index
+    };
+    let step = (shared.responder)(index, &request);
+    if let Some(delay) = step.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let model = request["model"].as_str().unwrap_or("scripted-model").to_owned();
+    let id = format!("chatcmpl-scripted-{index}");
+    if request["stream"] == Value::Bool(true) {
+        let include_usage = request["stream_options"]["include_usage"] == Value::Bool(true);
+        stream_reply(step, &id, &model, include_usage)
+    } else {
+        json_reply(step, &id, &model)
+    }
+}
+
+fn status(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+fn usage_json(usage: Option<(u64, u64)>) -> Option<Value> {
+    usage.map(|(prompt, completion)| {
+        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+    })
+}
+
+/// Non-terminal replies (errors, raw bodies) are the same streamed or not.
+fn error_reply(reply: Reply) -> Result<Response, Reply> {
+    match reply {
+        Reply::Error { status: code, body } => Ok((status(code), axum::Json(body)).into_response()),
+        Reply::Raw { status: code, body } => {
+            let content_type =
+                if serde_json::from_str::<Value>(&body).is_ok() { "application/json" } else { "text/plain" };
+            Ok((status(code), [(header::CONTENT_TYPE, content_type)], body).into_response())
+        }
+        other => Err(other),
+    }
+}
+
+fn json_reply(step: Step, id: &str, model: &str) -> Response {
+    let reply = match error_reply(step.reply) {
+        Ok(response) => return response,
+        Err(reply) => reply,
+    };
+    let (message, finish_reason) = match reply {
+        Reply::Content(text) => (json!({"role": "assistant", "content": text}), "stop"),
+        Reply::ToolCalls(calls) => {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|(call_id, name, arguments)| {
+                    json!({"id": call_id, "type": "function",
+                           "function": {"name": name, "arguments": arguments.to_string()}})
+                })
+                .collect();
+            (json!({"role": "assistant", "content": null, "tool_calls": calls}), "tool_calls")
+        }
+        Reply::Error { .. } | Reply::Raw { .. } => unreachable!("handled by error_reply"),
+    };
+    let mut body = json!({
+        "id": id, "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    });
+    if let Some(usage) = usage_json(step.usage) {
+        body["usage"] = usage;
+    }
+    axum::Json(body).into_response()
+}
+
+/// Splits `text` into at most `parts` non-empty pieces on char boundaries.
+fn split_chars(text: &str, parts: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(parts.max(1));
+    chars.chunks(size).map(|chunk| chunk.iter().collect()).collect()
+}
+
+fn stream_reply(step: Step, id: &str, model: &str, include_usage: bool) -> Response {
+    let reply = match error_reply(step.reply) {
+        Ok(response) => return response,
+        Err(reply) => reply,
+    };
+    let chunk = |delta: Value, finish_reason: Option<&str>| {
+        json!({
+            "id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        })
+    };
+    let mut chunks = vec![chunk(json!({"role": "assistant"}), None)];
+    let finish_reason = match reply {
+        Reply::Content(text) => {
+            chunks.extend(split_chars(&text, 3).into_iter().map(|piece| chunk(json!({"content": piece}), None)));
+            "stop"
+        }
+        Reply::ToolCalls(calls) => {
+            for (index, (call_id, name, arguments)) in calls.iter().enumerate() {
+                let arguments = arguments.to_string();
+                let mut halves = split_chars(&arguments, 2).into_iter();
+                let first = halves.next().unwrap_or_default();
+                let second = halves.collect::<String>();
+                chunks.push(chunk(
+                    json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                           "function": {"name": name, "arguments": first}}]}),
+                    None,
+                ));
+                chunks.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": second}}]}), None));
+            }
+            "tool_calls"
+        }
+        Reply::Error { .. } | Reply::Raw { .. } => unreachable!("handled by error_reply"),
+    };
+    chunks.push(chunk(json!({}), Some(finish_reason)));
+    if include_usage && let Some(usage) = usage_json(step.usage) {
+        chunks.push(json!({
+            "id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [], "usage": usage,
+        }));
+    }
+    let mut body = String::new();
+    for chunk in chunks {
+        body.push_str("data: ");
+        body.push_str(&chunk.to_string());
+        body.push_str("\n\n");
+    }
+    body.push_str("data: [DONE]\n\n");
+    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+}
