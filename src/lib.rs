@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod journal;
 pub mod llm;
+pub mod outbound;
 pub mod resources;
 pub mod tools;
 pub mod web;

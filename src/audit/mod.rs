@@ -80,7 +80,8 @@ pub enum RunStatus {
 pub struct AuditEvent {
     /// 1-based position within the Run.
     pub sequence: u32,
-    /// RFC 3339 time.
+    /// RFC 3339 time (the journal record's time).
+    #[serde(default)]
     pub time: String,
     /// `tool_call`, `skill_selected`, `context_retrieved`, `follow_up`, …
     #[serde(rename = "type")]
@@ -115,7 +116,8 @@ pub struct RunRecord {
     pub catalog_version: u64,
     /// Status.
     pub status: RunStatus,
-    /// RFC 3339 start.
+    /// RFC 3339 start (the journal record's time).
+    #[serde(default)]
     pub started_at: String,
     /// RFC 3339 end.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,5 +1,7 @@
 //! The `akritas` command line: parse, dispatch, print.
 
+pub mod ask;
+pub mod assemble;
 pub mod crds;
 pub mod serve;
 pub mod validate;
@@ -25,6 +27,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the host: HTTP API, resource watch and (later) alerts, bots and runs.
     Serve(Box<ServeFlags>),
+    /// Ask one question: a single Run in-process, printed with its tools and budget.
+    Ask(AskArgs),
+    /// Inspect the audit journal.
+    Audit(AuditArgs),
     /// Check resource manifests the way `serve` and the API server would; exit 1 on any problem.
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinitions, write them to a directory, or check one.
@@ -37,6 +43,39 @@ pub enum Command {
     Mcp(McpArgs),
     /// Prepare and apply workspace changes (not available yet).
     Change(Unavailable),
+}
+
+/// `ask` arguments.
+#[derive(Args, Debug)]
+pub struct AskArgs {
+    /// The question.
+    #[arg(value_name = "QUESTION")]
+    pub question: String,
+    /// Print the full result as JSON (tool arguments and results included).
+    #[arg(long)]
+    pub json: bool,
+    /// Settings, as for `serve`.
+    #[command(flatten)]
+    pub flags: Box<ServeFlags>,
+}
+
+/// `audit` arguments.
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AuditCommand,
+}
+
+/// Audit subcommands.
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Verify the hash chain of a journal file without changing it; exit 1 when it was altered.
+    Verify {
+        /// Journal file.
+        #[arg(value_name = "PATH", default_value = "data/audit/akritas.jsonl")]
+        path: PathBuf,
+    },
 }
 
 /// `validate` arguments.
@@ -86,6 +125,8 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
+        Command::Ask(args) => ask::run(&args.question, &args.flags, args.json),
+        Command::Audit(AuditArgs { command: AuditCommand::Verify { path } }) => verify_journal(&path),
         Command::Validate(args) => validate::run(&args.dirs),
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(_) => unavailable("corpus"),
@@ -98,6 +139,33 @@ pub fn run() -> ExitCode {
 fn unavailable(command: &str) -> ExitCode {
     eprintln!("akritas {command}: not available in this version of Akritas");
     ExitCode::from(2)
+}
+
+fn verify_journal(path: &std::path::Path) -> ExitCode {
+    match crate::journal::verify(path) {
+        Ok(report) => {
+            println!(
+                "{}: {} records verified, last seq {}, last hash {}",
+                path.display(),
+                report.records,
+                report.last_seq,
+                report.last_hash
+            );
+            if let Some(torn) = report.torn_tail {
+                println!(
+                    "{}: torn final record ({} bytes at offset {}); it is truncated and recorded at the next start",
+                    path.display(),
+                    torn.bytes,
+                    torn.offset
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("akritas audit verify: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run_crds(args: &CrdsArgs) -> ExitCode {

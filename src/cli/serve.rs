@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
+use super::assemble;
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{self, DirectorySource};
 use crate::catalog::status::StatusBoard;
@@ -96,7 +97,15 @@ async fn serve(settings: Settings) -> Result<()> {
         instructions_sha256: instructions.sha256(),
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
     };
-    let state = AppState { catalog: store.clone(), board, keys: Arc::new(keys), info: Arc::new(info) };
+    let llm = assemble::llm_client(&settings, &instructions)?;
+    let audit = {
+        let settings = settings.clone();
+        tokio::task::spawn_blocking(move || assemble::open_audit(&settings))
+            .await
+            .context("opening the audit journal")??
+    };
+    let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone()));
+    let state = AppState { catalog: store.clone(), board, keys: Arc::new(keys), engine, info: Arc::new(info) };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await
         .with_context(|| format!("cannot listen on {} (set --address to a free address)", settings.address))?;

@@ -16,12 +16,20 @@ pub struct ApiError {
     pub code: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// Extra fields merged into the error object (for example `run_id`).
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ApiError {
     /// A new error.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self { status, code, message: message.into(), details: serde_json::Map::new() }
+    }
+
+    /// Adds a field to the error object.
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.details.insert(key.to_string(), value.into());
+        self
     }
 
     /// 404 for an unknown route or object.
@@ -48,7 +56,11 @@ fn error_type(status: StatusCode) -> &'static str {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"message": self.message, "type": error_type(self.status), "code": self.code}});
+        let mut error = self.details;
+        error.insert("message".into(), json!(self.message));
+        error.insert("type".into(), json!(error_type(self.status)));
+        error.insert("code".into(), json!(self.code));
+        let body = json!({ "error": error });
         (self.status, Json(body)).into_response()
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod runs;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -22,6 +23,7 @@ use self::auth::ApiKeys;
 use self::error::ApiError;
 use crate::catalog::CatalogStore;
 use crate::catalog::status::StatusBoard;
+use crate::engine::run::Engine;
 
 /// Everything the handlers read.
 #[derive(Clone)]
@@ -32,6 +34,8 @@ pub struct AppState {
     pub board: StatusBoard,
     /// Configured API keys.
     pub keys: Arc<ApiKeys>,
+    /// The run engine.
+    pub engine: Arc<Engine>,
     /// Facts shown by `/health`.
     pub info: Arc<HostInfo>,
 }
@@ -55,6 +59,11 @@ pub struct HostInfo {
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/api/v1/resources", get(resources))
+        .route("/api/v1/chat", post(runs::chat))
+        .route("/api/v1/runs", get(runs::list))
+        .route("/api/v1/runs/{id}", get(runs::get))
+        .route("/api/v1/runs/{id}/chat", post(runs::follow_up))
+        .route("/api/v1/tools", get(runs::tools))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))

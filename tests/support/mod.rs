@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod host;
 pub mod scripted_llm;
 
 use std::io::{BufRead, BufReader};

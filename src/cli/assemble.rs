@@ -1,0 +1,49 @@
+//! Assembly of the run engine from settings, shared by `serve` and `ask`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::audit::AuditLog;
+use crate::catalog::CatalogStore;
+use crate::config::Settings;
+use crate::engine::instructions::SystemInstructions;
+use crate::engine::run::{Engine, EngineSettings};
+use crate::llm::{LlmClient, LlmConfig};
+use crate::tools::{RegistryBuilder, ToolLimits};
+
+/// Where the audit journal lives under the data directory.
+pub fn audit_path(settings: &Settings) -> PathBuf {
+    settings.data_dir.join("audit").join("akritas.jsonl")
+}
+
+/// The model client: base URL, key from the named environment variable, timeout,
+/// SYSTEM.md prepended to every request.
+pub fn llm_client(settings: &Settings, instructions: &SystemInstructions) -> Result<LlmClient> {
+    let http = crate::outbound::client(settings.request_timeout).context("building the HTTP client")?;
+    let api_key =
+        std::env::var(&settings.upstream_api_key_env).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    let config = LlmConfig {
+        base_url: settings.base_url.clone(),
+        api_key,
+        model: settings.upstream_model.clone(),
+        timeout: settings.request_timeout,
+        max_response_bytes: crate::llm::DEFAULT_MAX_RESPONSE_BYTES,
+        system_instructions: Some(Arc::from(instructions.text())),
+    };
+    LlmClient::new(config, http).context("configuring the model client (base_url, upstream_api_key_env)")
+}
+
+/// Opens the audit journal (blocking: replays the whole file).
+pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
+    let path = audit_path(settings);
+    let audit = AuditLog::open(&path).with_context(|| format!("opening the audit journal {}", path.display()))?;
+    Ok(Arc::new(audit))
+}
+
+/// The engine with the authorized tools of this build.
+pub fn engine(settings: &Settings, llm: LlmClient, audit: Arc<AuditLog>, catalog: CatalogStore) -> Engine {
+    let tools = RegistryBuilder::new(ToolLimits::default()).build();
+    Engine::new(EngineSettings::from_settings(settings), llm, tools, Some(audit), catalog, None)
+}

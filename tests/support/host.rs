@@ -1,0 +1,166 @@
+//! An in-process Akritas host (the real router and engine) wired to a scripted model,
+//! with test tools registered the way MCP tools will be.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use akritas::audit::AuditLog;
+use akritas::catalog::CatalogStore;
+use akritas::catalog::directory::{self, DirectorySource};
+use akritas::catalog::status::StatusBoard;
+use akritas::engine::budget::BudgetLimits;
+use akritas::engine::run::{Engine, EngineSettings, Retriever};
+use akritas::llm::{LlmClient, LlmConfig};
+use akritas::tools::{Permission, Registry, RegistryBuilder, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec};
+use akritas::web::auth::ApiKeys;
+use akritas::web::{self, AppState, HostInfo};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::scripted_llm::ScriptedLlm;
+
+/// Text of the repository's SYSTEM.md, as the host loads it.
+pub fn system_instructions() -> String {
+    std::fs::read_to_string(super::root().join("instructions/SYSTEM.md")).unwrap().trim().to_string()
+}
+
+/// Engine settings with generous limits; tests narrow what they exercise.
+pub fn settings() -> EngineSettings {
+    EngineSettings {
+        limits: BudgetLimits {
+            max_duration_ms: 30_000,
+            max_model_calls: 12,
+            max_tool_calls: 8,
+            max_tool_result_bytes: 2 * 1024 * 1024,
+            max_retrieved_context_bytes: 128 * 1024,
+            max_context_tokens: 40_000,
+            max_output_tokens: 16_384,
+        },
+        default_max_tokens: 1024,
+        max_tokens_limit: 4096,
+        temperature: 0.2,
+        response_language: "en".into(),
+        max_concurrent_runs: 4,
+        queue_timeout: Duration::from_secs(5),
+        search_top_k: 5,
+    }
+}
+
+/// A tool answering a fixed JSON output and counting its calls.
+pub fn fixed_tool(
+    builder: &mut RegistryBuilder,
+    name: &str,
+    permission: Permission,
+    output: Value,
+    calls: Arc<AtomicUsize>,
+) {
+    let schema = json!({"type": "object", "properties": {"host": {"type": "string"}}, "additionalProperties": false});
+    let spec = ToolSpec::new(ToolName::try_from(name).unwrap(), format!("Test tool {name}."), permission, schema);
+    let text = output.to_string();
+    let handler: Arc<dyn ToolHandler> = Arc::new(move |_arguments: Value| -> ToolFuture {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let text = text.clone();
+        Box::pin(async move { Ok(text) })
+    });
+    builder.register(spec, handler).unwrap();
+}
+
+/// Call counters of the standard test tools.
+#[derive(Default, Clone)]
+pub struct Counters {
+    pub inventory: Arc<AtomicUsize>,
+    pub processes: Arc<AtomicUsize>,
+    pub postgres: Arc<AtomicUsize>,
+    pub restart: Arc<AtomicUsize>,
+}
+
+/// `inventory.host`, `linux.processes`, `postgres.activity` (read) and `ops.restart` (write).
+pub fn standard_tools() -> (Registry, Counters) {
+    let counters = Counters::default();
+    let mut builder = RegistryBuilder::new(ToolLimits::default());
+    fixed_tool(
+        &mut builder,
+        "inventory.host",
+        Permission::Read,
+        json!({"host": "db-7", "roles": ["postgresql"], "owner": "data-platform"}),
+        counters.inventory.clone(),
+    );
+    fixed_tool(
+        &mut builder,
+        "linux.processes",
+        Permission::Read,
+        json!({"top": [{"pid": 4242, "command": "postgres: autovacuum worker", "cpu": 97.5}]}),
+        counters.processes.clone(),
+    );
+    fixed_tool(
+        &mut builder,
+        "postgres.activity",
+        Permission::Read,
+        json!({"active": 3, "longest_query_seconds": 1820, "waiting": 0}),
+        counters.postgres.clone(),
+    );
+    fixed_tool(&mut builder, "ops.restart", Permission::Write, json!({"restarted": true}), counters.restart.clone());
+    (builder.build(), counters)
+}
+
+/// Loads a Catalog from a directory once.
+pub fn catalog_from(dir: &Path) -> CatalogStore {
+    let store = CatalogStore::new();
+    directory::apply(DirectorySource::new(vec![dir.to_path_buf()]).reload(), &store, &StatusBoard::default());
+    store
+}
+
+/// An engine on a scripted model.
+pub fn engine(
+    llm: &ScriptedLlm,
+    settings: EngineSettings,
+    tools: Registry,
+    catalog: CatalogStore,
+    audit: Option<Arc<AuditLog>>,
+    retriever: Option<Arc<dyn Retriever>>,
+) -> Engine {
+    akritas::install_crypto_provider();
+    let config =
+        LlmConfig { system_instructions: Some(Arc::from(system_instructions())), ..LlmConfig::new(llm.url.clone()) };
+    let client = LlmClient::new(config, reqwest::Client::new()).unwrap();
+    Engine::new(settings, client, tools, audit, catalog, retriever)
+}
+
+/// A served router: `url` is `http://127.0.0.1:PORT`.
+pub struct Host {
+    pub url: String,
+    pub engine: Arc<Engine>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Serves the real router for an engine.
+pub async fn serve(engine: Engine, catalog: CatalogStore, keys: ApiKeys) -> Host {
+    let engine = Arc::new(engine);
+    let info = HostInfo {
+        mode: "standalone",
+        model: "akritas".into(),
+        response_language: "en".into(),
+        instructions_sha256: String::new(),
+        max_body_bytes: 1024 * 1024,
+    };
+    let state = AppState {
+        catalog,
+        board: StatusBoard::default(),
+        keys: Arc::new(keys),
+        engine: engine.clone(),
+        info: Arc::new(info),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let cancel = CancellationToken::new();
+    tokio::spawn(web::serve(listener, web::router(state), cancel.clone(), Duration::from_secs(1)));
+    Host { url, engine, cancel }
+}
