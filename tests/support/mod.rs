@@ -55,6 +55,8 @@ pub fn serve_command() -> Command {
         .env("AKRITAS_ADDRESS", "127.0.0.1:0")
         .env("AKRITAS_LOG_FORMAT", "json")
         .env("AKRITAS_SYSTEM_INSTRUCTIONS", root().join("instructions/SYSTEM.md"))
+        // Each server gets its own journals (the journal file is locked by its owner).
+        .env("AKRITAS_DATA_DIR", tempfile::tempdir().unwrap().keep())
         .env_remove("AKRITAS_API_KEY")
         .env_remove("AKRITAS_CONFIG")
         .env("RUST_LOG", "info")

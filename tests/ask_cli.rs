@@ -1,0 +1,81 @@
+//! `akritas ask` from a terminal: one Run in-process against a model server.
+
+mod support;
+
+use std::process::Command;
+
+use akritas::tools::{ToolName, openai_alias};
+use serde_json::{Value, json};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
+
+fn ask(llm: &ScriptedLlm, data: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .arg("ask")
+        .arg("service: postgresql is slow on db-7, why?")
+        .args(["--base-url", &llm.url])
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--resources")
+        .arg(support::root().join("config/samples"))
+        .arg("--system-instructions")
+        .arg(support::root().join("instructions/SYSTEM.md"))
+        .args(extra)
+        .env_remove("AKRITAS_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn plan_step() -> Step {
+    let alias = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    Step::from(Reply::ToolCalls(vec![(
+        "p".into(),
+        alias,
+        json!({"checks": [], "gaps": [{"step": "Read pg_stat_activity", "capability": "postgres.activity", "reason": "find long queries"}]}),
+    )]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_prints_answer_tools_and_budget() {
+    let llm =
+        ScriptedLlm::start(vec![plan_step(), Step::from(Reply::Content("Long-running queries hold locks.".into()))])
+            .await;
+    let data = tempfile::tempdir().unwrap();
+    let output = ask(&llm, data.path(), &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.starts_with("Long-running queries hold locks.\n"), "{stdout}");
+    assert!(stdout.contains("local.investigation.submit_plan · ok"), "{stdout}");
+    assert!(stdout.contains("Unavailable check: Read pg_stat_activity (postgres.activity)"), "{stdout}");
+    assert!(stdout.contains("Skills: postgresql"), "explicit service fact selects the skill:\n{stdout}");
+    assert!(stdout.contains("Budget: model calls 2/12, tool calls 1/8"), "{stdout}");
+    assert!(stdout.contains("Run: run_"), "{stdout}");
+    // The Run is in the same audit journal the server uses.
+    let journal = std::fs::read_to_string(data.path().join("audit/akritas.jsonl")).unwrap();
+    assert!(journal.contains("\"source\":\"cli\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_json_is_machine_readable() {
+    let llm = ScriptedLlm::start(vec![plan_step(), Step::from(Reply::Content("Answer.".into()))]).await;
+    let data = tempfile::tempdir().unwrap();
+    let output = ask(&llm, data.path(), &["--json"]);
+    assert!(output.status.success());
+    let body: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(body["answer"], "Answer.");
+    assert_eq!(body["budget"]["usage"]["model_calls"], 2);
+    assert_eq!(body["activity"][0]["result"]["output"]["gaps"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_fails_clearly_when_the_model_fails() {
+    let llm = ScriptedLlm::start(vec![Step::from(Reply::Error {
+        status: 401,
+        body: json!({"error": {"message": "bad key"}}),
+    })])
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let output = ask(&llm, data.path(), &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("model server error") && stderr.contains("HTTP 401"), "{stderr}");
+}

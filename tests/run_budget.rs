@@ -1,0 +1,157 @@
+//! Every budget dimension ends a Run with a clear, recorded reason.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use akritas::audit::{AuditLog, RunStatus};
+use akritas::catalog::CatalogStore;
+use akritas::engine::budget::Dimension;
+use akritas::engine::conversation::{Speaker, Turn};
+use akritas::engine::run::{Engine, EngineSettings, Retrieved, Retriever, RunError, RunRequest};
+use akritas::tools::{ToolName, openai_alias};
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use support::host;
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
+
+fn alias(name: &str) -> String {
+    openai_alias(&ToolName::try_from(name).unwrap())
+}
+
+fn request() -> RunRequest {
+    RunRequest {
+        source: "chat".into(),
+        actor: "test".into(),
+        turns: vec![Turn { role: Speaker::User, content: "Why is db-7 slow?".into() }],
+        ..Default::default()
+    }
+}
+
+fn empty_plan() -> Step {
+    Step::from(Reply::ToolCalls(vec![(
+        "p".into(),
+        alias("local.investigation.submit_plan"),
+        json!({"checks": [], "gaps": []}),
+    )]))
+}
+
+fn inventory_call(id: &str) -> Step {
+    Step::from(Reply::ToolCalls(vec![(id.into(), alias("inventory.host"), json!({"host": "db-7"}))]))
+}
+
+struct Setup {
+    engine: Engine,
+    audit: Arc<AuditLog>,
+    _llm: ScriptedLlm,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(steps: Vec<Step>, settings: EngineSettings, retriever: Option<Arc<dyn Retriever>>) -> Setup {
+    let llm = ScriptedLlm::start(steps).await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());
+    let (tools, _) = host::standard_tools();
+    let engine = host::engine(&llm, settings, tools, CatalogStore::new(), Some(audit.clone()), retriever);
+    Setup { engine, audit, _llm: llm, _dir: dir }
+}
+
+/// Runs and checks that the Run failed on `dimension`, recorded with its reason.
+async fn assert_exhausted(setup: Setup, dimension: Dimension) {
+    let error = setup.engine.run(request()).await.unwrap_err();
+    let RunError::Budget { run_id, exhausted, .. } = &error else { panic!("expected budget exhaustion, got {error}") };
+    assert_eq!(exhausted.dimension, dimension, "{error}");
+    assert!(error.to_string().starts_with(&format!("run budget exhausted: {}", dimension.as_str())), "{error}");
+    let run = setup.audit.get(run_id.as_ref().unwrap()).unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error_code.as_deref(), Some("budget_exhausted"));
+    assert_eq!(run.metadata["budget_dimension"], json!(dimension.as_str()));
+    assert_eq!(run.error.as_deref(), Some(error.to_string().as_str()));
+}
+
+#[tokio::test]
+async fn tool_calls_exhaust() {
+    let mut settings = host::settings();
+    settings.limits.max_tool_calls = 2;
+    let steps = vec![empty_plan(), inventory_call("c1"), inventory_call("c2")];
+    assert_exhausted(setup(steps, settings, None).await, Dimension::ToolCalls).await;
+}
+
+#[tokio::test]
+async fn model_calls_exhaust() {
+    let mut settings = host::settings();
+    settings.limits.max_model_calls = 2;
+    let steps = vec![empty_plan(), inventory_call("c1"), inventory_call("c2")];
+    assert_exhausted(setup(steps, settings, None).await, Dimension::ModelCalls).await;
+}
+
+#[tokio::test]
+async fn output_tokens_exhaust() {
+    let mut settings = host::settings();
+    settings.limits.max_output_tokens = 100;
+    let steps = vec![
+        empty_plan().with_usage(Some((10, 60))),
+        inventory_call("c1").with_usage(Some((10, 40))),
+        inventory_call("c2"),
+    ];
+    assert_exhausted(setup(steps, settings, None).await, Dimension::OutputTokens).await;
+}
+
+#[tokio::test]
+async fn context_tokens_exhaust_per_request() {
+    let mut settings = host::settings();
+    // SYSTEM.md alone is about 2.5 KB, so 200 tokens (~800 bytes) cannot fit one request.
+    settings.limits.max_context_tokens = 200;
+    assert_exhausted(setup(vec![empty_plan()], settings, None).await, Dimension::ContextTokens).await;
+}
+
+#[tokio::test]
+async fn tool_result_bytes_exhaust() {
+    let mut settings = host::settings();
+    settings.limits.max_tool_result_bytes = 150;
+    let steps = vec![empty_plan(), inventory_call("c1"), inventory_call("c2")];
+    assert_exhausted(setup(steps, settings, None).await, Dimension::ToolResultBytes).await;
+}
+
+#[tokio::test]
+async fn wall_time_exhausts() {
+    let mut settings = host::settings();
+    settings.limits.max_duration_ms = 300;
+    let steps = vec![empty_plan().with_delay(Duration::from_secs(2))];
+    assert_exhausted(setup(steps, settings, None).await, Dimension::WallTime).await;
+}
+
+struct BigRetriever;
+
+impl Retriever for BigRetriever {
+    fn search(&self, _query: &str, _top_k: usize) -> BoxFuture<'static, Result<Retrieved, String>> {
+        Box::pin(async {
+            Ok(Retrieved {
+                output: json!({"results": [{"document": "runbook.md", "text": "x".repeat(4096)}]}),
+                documents: vec![("runbook.md".into(), "Runbook".into())],
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn retrieved_context_bytes_exhaust() {
+    let mut settings = host::settings();
+    settings.limits.max_retrieved_context_bytes = 1024;
+    assert_exhausted(setup(vec![], settings, Some(Arc::new(BigRetriever))).await, Dimension::RetrievedContextBytes)
+        .await;
+}
+
+#[tokio::test]
+async fn retrieval_is_recorded_and_given_to_the_model() {
+    let steps = vec![empty_plan(), Step::from(Reply::Content("Answer.".into()))];
+    let setup = setup(steps, host::settings(), Some(Arc::new(BigRetriever))).await;
+    let outcome = setup.engine.run(request()).await.unwrap();
+    assert_eq!(outcome.activity[0].id, "call_akritas_rag_prefetch");
+    assert!(outcome.usage.retrieved_context_bytes > 4096);
+    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    let retrieved: Vec<_> = run.events.iter().filter(|e| e.kind == "context_retrieved").collect();
+    assert_eq!(retrieved.len(), 1);
+    assert_eq!(retrieved[0].metadata["document_id"], json!("runbook.md"));
+}
