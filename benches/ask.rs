@@ -33,6 +33,8 @@ fn main() {
     let mut rss_kib = Vec::new();
     for i in 0..RUNS + 3 {
         let started = Instant::now();
+        // Reaped by wait4 below, which also reports the peak RSS.
+        #[allow(clippy::zombie_processes)]
         let child = Command::new(env!("CARGO_BIN_EXE_akritas"))
             .args(["ask", "Why is db-7 slow?", "--base-url", &llm.url])
             .arg("--data-dir")
