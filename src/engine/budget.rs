@@ -167,6 +167,11 @@ impl Budget {
         Ok(())
     }
 
+    /// The exhaustion to report when an operation outlived the wall-time limit.
+    pub fn wall_time_exhausted(&self) -> Exhausted {
+        self.exhausted(Dimension::WallTime, self.limits.max_duration_ms)
+    }
+
     /// Estimated tokens of a request of `bytes` serialized bytes.
     pub fn estimate_tokens(bytes: usize) -> u64 {
         (bytes as u64).div_ceil(BYTES_PER_TOKEN)

@@ -1,5 +1,5 @@
-//! The run engine. This foundation holds the global model instructions; the run
-//! loop builds on it.
+//! The run engine: the run loop and the pure pieces it is made of (budget,
+//! planning, skills, conversation checks, language, global instructions).
 
 pub mod budget;
 pub mod conversation;

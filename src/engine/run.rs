@@ -726,16 +726,9 @@ impl Engine {
     async fn execute_tool(&self, ctx: &mut Ctx, registry: &Registry, call: &ToolCall) -> Result<ToolResult, Stop> {
         ctx.budget.begin_tool_call(Instant::now())?;
         let time_left = ctx.budget.time_left(Instant::now());
-        let result = match tokio::time::timeout(time_left, registry.execute(call, &ReadOnlyPolicy)).await {
-            Ok(result) => result,
-            Err(_) => {
-                return Err(Stop::Budget(ctx.budget.check_time(Instant::now()).err().unwrap_or(Exhausted {
-                    dimension: super::budget::Dimension::WallTime,
-                    needed: ctx.budget.limits().max_duration_ms,
-                    limit: ctx.budget.limits().max_duration_ms,
-                })));
-            }
-        };
+        let result = tokio::time::timeout(time_left, registry.execute(call, &ReadOnlyPolicy))
+            .await
+            .map_err(|_| Stop::Budget(ctx.budget.wall_time_exhausted()))?;
         let text = result.to_json_string();
         let arguments = serde_json::from_str::<Value>(&call.arguments).unwrap_or(Value::String(call.arguments.clone()));
         ctx.history.push(Message::tool(call.id.clone(), text.clone()));
@@ -867,12 +860,7 @@ impl Engine {
             }
             Err(_) => {
                 let _ = ctx.budget.finish_model_call(None);
-                let limit = ctx.budget.limits().max_duration_ms;
-                return Err(Stop::Budget(Exhausted {
-                    dimension: super::budget::Dimension::WallTime,
-                    needed: limit,
-                    limit,
-                }));
+                return Err(Stop::Budget(ctx.budget.wall_time_exhausted()));
             }
         };
         let reported = response
