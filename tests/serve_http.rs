@@ -225,3 +225,60 @@ fn startup_problems_name_their_source_and_fix() {
     assert_ne!(code, 0);
     assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
 }
+
+#[tokio::test]
+async fn directory_skills_load_yield_to_resources_and_reload() {
+    let samples = copy_samples();
+    let skills = tempfile::tempdir().unwrap();
+    for name in ["postgresql", "node-disk-pressure"] {
+        std::fs::create_dir_all(skills.path().join(name)).unwrap();
+        std::fs::copy(
+            support::root().join("skills").join(name).join("SKILL.md"),
+            skills.path().join(name).join("SKILL.md"),
+        )
+        .unwrap();
+    }
+    let server = Server::start({
+        let mut c = serve_command();
+        c.arg("--resources").arg(samples.path()).arg("--skills-dir").arg(skills.path());
+        c
+    });
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/resources", server.url);
+    let (_, body) = get_json(&client, &url, None).await;
+    let disk = find(&body, "Skill", "node-disk-pressure").expect("directory skill loaded");
+    assert_eq!(disk["namespace"], "default");
+    assert_eq!(disk["spec"]["match"], serde_json::json!(["disk", "diskpressure", "filesystem", "node"]));
+    let postgres: Vec<&Value> = body["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "Skill" && r["name"] == "postgresql")
+        .collect();
+    assert_eq!(postgres.len(), 1, "the Skill resource shadows the directory skill of the same name");
+    assert_eq!(postgres[0]["namespace"], "akritas");
+
+    let file = skills.path().join("node-disk-pressure/SKILL.md");
+    let original = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, original.replace("description: Filesystems filling up", "description: Disks filling up"))
+        .unwrap();
+    let (_, took) = poll(Duration::from_secs(5), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        let skill = find(&body, "Skill", "node-disk-pressure")?;
+        skill["spec"]["description"].as_str()?.starts_with("Disks filling up").then_some(())
+    })
+    .await
+    .expect("skill edit never appeared");
+    assert!(took < Duration::from_secs(2), "skill reload took {took:?}");
+
+    std::fs::write(&file, original.replace("name: node-disk-pressure", "name: other")).unwrap();
+    let (skill, _) = poll(Duration::from_secs(5), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        let skill = find(&body, "Skill", "node-disk-pressure")?.clone();
+        (skill["inForce"] == "previous").then_some(skill)
+    })
+    .await
+    .expect("broken skill never reported");
+    assert_eq!(skill["errors"][0], "front matter name \"other\" must equal the directory name \"node-disk-pressure\"");
+    assert!(skill["spec"]["description"].as_str().unwrap().starts_with("Disks filling up"));
+}

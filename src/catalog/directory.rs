@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::manifest::{self, ManifestFile};
+use super::skills_dir;
 use super::status::{BoardSnapshot, InForce, Problem, ResourceReport, StatusBoard};
 use super::{CatalogStore, ConfigMapData, Entry, ObjectKey};
 use crate::resources::common::{Condition, now_rfc3339};
@@ -32,6 +33,8 @@ pub struct Scanned {
     pub index: usize,
     /// The resource, or every problem it has.
     pub result: Result<Resource, Vec<FieldError>>,
+    /// Read from the skills directory (a `Skill` resource of the same name wins).
+    pub from_skills_dir: bool,
 }
 
 impl Scanned {
@@ -54,22 +57,50 @@ pub struct Scan {
     pub unreadable: BTreeSet<(PathBuf, Option<usize>)>,
 }
 
-/// Reads and validates every manifest under the directories, then runs the
-/// cross-object checks (duplicates, references).
-pub fn scan(dirs: &[PathBuf]) -> Scan {
+/// Reads and validates every manifest under the directories (and the skills
+/// directory, if any), then runs the cross-object checks (duplicates, references).
+pub fn scan(dirs: &[PathBuf], skills_dir: Option<&Path>) -> Scan {
     let mut result = Scan::default();
-    let files = match manifest::list_files(dirs) {
-        Ok(files) => files,
-        Err(error) => {
-            result.problems.push(Problem { location: dirs_label(dirs), object: None, error });
-            return result;
+    match manifest::list_files(dirs) {
+        Ok(files) => {
+            for path in files {
+                scan_file(manifest::read_file(&path), &mut result);
+            }
         }
-    };
-    for path in files {
-        scan_file(manifest::read_file(&path), &mut result);
+        Err(error) => result.problems.push(Problem { location: dirs_label(dirs), object: None, error }),
+    }
+    if let Some(dir) = skills_dir {
+        scan_skills_dir(dir, &mut result);
     }
     cross_check(&mut result);
     result
+}
+
+fn scan_skills_dir(dir: &Path, out: &mut Scan) {
+    let files = match skills_dir::read(dir) {
+        Ok(files) => files,
+        Err(error) => {
+            out.problems.push(Problem { location: dir.display().to_string(), object: None, error });
+            return;
+        }
+    };
+    // Skills defined as resources win over directory skills of the same name.
+    let declared: BTreeSet<String> =
+        out.objects.iter().filter(|o| o.key.kind == Kind::Skill).map(|o| o.key.name.clone()).collect();
+    for file in files {
+        if declared.contains(&file.name) {
+            tracing::info!(skill = %file.name, path = %file.path.display(), "directory skill shadowed by a Skill resource");
+            continue;
+        }
+        let result = file.manifest.map_err(|error| vec![FieldError::new("", error)]).and_then(parse_manifest);
+        out.objects.push(Scanned {
+            key: ObjectKey { kind: Kind::Skill, namespace: skills_dir::NAMESPACE.to_string(), name: file.name },
+            file: file.path,
+            index: 0,
+            result,
+            from_skills_dir: true,
+        });
+    }
 }
 
 fn dirs_label(dirs: &[PathBuf]) -> String {
@@ -120,6 +151,7 @@ fn scan_file(file: ManifestFile, out: &mut Scan) {
                 file: file.path.clone(),
                 index: document.index,
                 result,
+                from_skills_dir: false,
             }),
             _ => {
                 for error in result.err().unwrap_or_default() {
@@ -279,6 +311,7 @@ pub fn problem_lines(scan: &Scan) -> Vec<String> {
 /// The directory source: remembers the last good version of every object.
 pub struct DirectorySource {
     dirs: Vec<PathBuf>,
+    skills_dir: Option<PathBuf>,
     last_good: BTreeMap<ObjectKey, (Entry, PathBuf, usize)>,
 }
 
@@ -295,19 +328,20 @@ pub struct Reload {
 }
 
 impl DirectorySource {
-    /// A source over the directories (nothing loaded yet).
-    pub fn new(dirs: Vec<PathBuf>) -> Self {
-        Self { dirs, last_good: BTreeMap::new() }
+    /// A source over the manifest directories and an optional skills directory
+    /// (nothing loaded yet).
+    pub fn new(dirs: Vec<PathBuf>, skills_dir: Option<PathBuf>) -> Self {
+        Self { dirs, skills_dir, last_good: BTreeMap::new() }
     }
 
     /// The directories watched.
-    pub fn dirs(&self) -> &[PathBuf] {
-        &self.dirs
+    pub fn watched(&self) -> Vec<PathBuf> {
+        self.dirs.iter().chain(self.skills_dir.iter()).cloned().collect()
     }
 
     /// Reads everything again and merges with the last good versions.
     pub fn reload(&mut self) -> Reload {
-        let scan = scan(&self.dirs);
+        let scan = scan(&self.dirs, self.skills_dir.as_deref());
         self.merge(scan)
     }
 
@@ -439,8 +473,8 @@ pub async fn watch(mut source: DirectorySource, store: CatalogStore, board: Stat
     });
     let _watcher = match watcher {
         Ok(mut watcher) => {
-            for dir in source.dirs() {
-                if let Err(error) = watcher.watch(dir, RecursiveMode::Recursive) {
+            for dir in source.watched() {
+                if let Err(error) = watcher.watch(&dir, RecursiveMode::Recursive) {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch resource directory; relying on periodic rescans");
                 }
             }

@@ -5,6 +5,7 @@
 pub mod directory;
 pub mod manifest;
 pub mod secrets;
+pub mod skills_dir;
 pub mod status;
 
 use std::collections::BTreeMap;

@@ -53,8 +53,9 @@ pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
 async fn ask(question: &str, settings: config::Settings) -> Result<RunOutcome> {
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
     let store = CatalogStore::new();
-    if !settings.resources.is_empty() {
-        let reload = DirectorySource::new(settings.resources.clone()).reload();
+    let skills_dir = assemble::skills_dir(&settings)?;
+    if !settings.resources.is_empty() || skills_dir.is_some() {
+        let reload = DirectorySource::new(settings.resources.clone(), skills_dir).reload();
         directory::apply(reload, &store, &StatusBoard::default());
     }
     let llm = assemble::llm_client(&settings, &instructions)?;

@@ -13,6 +13,25 @@ use crate::engine::run::{Engine, EngineSettings};
 use crate::llm::{LlmClient, LlmConfig};
 use crate::tools::{RegistryBuilder, ToolLimits};
 
+/// The skills directory in force: an explicitly configured directory must exist;
+/// the default (`skills`) is skipped with a warning when absent.
+pub fn skills_dir(settings: &Settings) -> Result<Option<PathBuf>> {
+    let Some(dir) = settings.skills_dir.as_deref().map(PathBuf::from) else { return Ok(None) };
+    if dir.is_dir() {
+        return Ok(Some(dir));
+    }
+    match settings.origin("skills_dir") {
+        crate::config::Source::Default => {
+            tracing::warn!(dir = %dir.display(), "default skills directory not found; no directory skills loaded");
+            Ok(None)
+        }
+        source => anyhow::bail!(
+            "skills_dir {} (from {source}) is not a directory; fix the path or set it empty to disable",
+            dir.display()
+        ),
+    }
+}
+
 /// Where the audit journal lives under the data directory.
 pub fn audit_path(settings: &Settings) -> PathBuf {
     settings.data_dir.join("audit").join("akritas.jsonl")

@@ -76,10 +76,11 @@ async fn serve(settings: Settings) -> Result<()> {
     let store = CatalogStore::new();
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
-    if settings.resources.is_empty() {
+    let skills_dir = assemble::skills_dir(&settings)?;
+    if settings.resources.is_empty() && skills_dir.is_none() {
         tracing::warn!("no resource directories given (--resources DIR); the Catalog is empty");
     } else {
-        let mut source = DirectorySource::new(settings.resources.clone());
+        let mut source = DirectorySource::new(settings.resources.clone(), skills_dir);
         let (source, reload) = tokio::task::spawn_blocking(move || {
             let reload = source.reload();
             (source, reload)

@@ -7,7 +7,7 @@ use crate::catalog::directory::{problem_lines, scan};
 
 /// Prints every problem to stdout and a summary to stderr; exit 1 on any problem.
 pub fn run(dirs: &[PathBuf]) -> ExitCode {
-    let result = scan(dirs);
+    let result = scan(dirs, None);
     let lines = problem_lines(&result);
     for line in &lines {
         println!("{line}");

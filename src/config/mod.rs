@@ -378,6 +378,11 @@ settings_table! {
         flag "kubernetes" [bool];
         expect "true or false (or 1 or 0)";
         check value::ok;
+    /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables [default: skills]
+    skills_dir: Option<String> = Some("skills".to_string());
+        flag "skills-dir" [Option<String>] value_name "DIR";
+        expect "a directory path, or empty to disable";
+        check value::ok;
     /// Data directory [default: data]
     data_dir: PathBuf = PathBuf::from("data");
         flag "data-dir" [Option<String>] value_name "DIR";

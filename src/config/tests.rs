@@ -84,7 +84,7 @@ fn clap_definition_is_valid_and_help_states_defaults() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 30);
+    assert_eq!(KEYS.len(), 31);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -549,6 +549,7 @@ fn file_with_every_setting() {
         "response_language": "fr-ca",
         "resources": [],
         "kubernetes": true,
+        "skills_dir": "",
         "data_dir": "/var/lib/akritas",
         "search_top_k": 50,
         "result_runes": 100000,
@@ -573,6 +574,7 @@ fn file_with_every_setting() {
     assert_eq!(s.origins.len(), KEYS.len());
     assert_eq!(s.public_url.as_deref(), Some("https://ops.example.com"));
     assert_eq!(s.upstream_model, None);
+    assert_eq!(s.skills_dir, None);
     assert_eq!(s.response_language, "fr-CA");
     assert_eq!(s.temperature, 0.0);
     assert_eq!(s.log_format, LogFormat::Json);

@@ -811,6 +811,7 @@ impl Engine {
             let metadata = BTreeMap::from([
                 ("skill".to_string(), json!(skill.name)),
                 ("source".to_string(), json!(skill.source)),
+                ("content_sha256".to_string(), json!(skill.sha256)),
                 ("selected_by".to_string(), json!(how)),
             ]);
             self.event(ctx, NewEvent { kind: "skill_selected".into(), metadata, ..Default::default() }).await?;

@@ -6,6 +6,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use regex::Regex;
 use serde_json::Value;
+use sha2::Digest;
 
 use crate::catalog::Catalog;
 use crate::resources::{Kind, Resource};
@@ -51,6 +52,8 @@ pub struct SkillEntry {
     pub content: Arc<str>,
     /// Where it came from (`Skill/<namespace>/<name>`).
     pub source: String,
+    /// SHA-256 of the content, recorded with every selection.
+    pub sha256: String,
 }
 
 /// The skills of a Catalog, by name. A name defined in several namespaces is
@@ -74,14 +77,16 @@ pub fn skills_of(catalog: &Catalog) -> BTreeMap<String, SkillEntry> {
         if selectors.is_empty() {
             selectors.insert(key.name.clone());
         }
+        let content = content.trim();
         skills.insert(
             name.clone(),
             SkillEntry {
                 name,
                 description: skill.spec.description.clone(),
                 selectors,
-                content: Arc::from(content.trim()),
+                content: Arc::from(content),
                 source: format!("Skill/{}/{}", key.namespace, key.name),
+                sha256: hex::encode(sha2::Sha256::digest(content.as_bytes())),
             },
         );
     }
@@ -216,6 +221,16 @@ mod tests {
     }
 
     #[test]
+    fn context_facts_come_only_from_fact_keys() {
+        let context = BTreeMap::from([
+            ("Service".to_string(), "PostgreSQL".to_string()),
+            ("host".to_string(), "redis-1".to_string()),
+            ("db".to_string(), "mysql, sqlite".to_string()),
+        ]);
+        assert_eq!(facts_from_context(&context), set(&["mysql", "postgresql", "sqlite"]));
+    }
+
+    #[test]
     fn inventory_output_facts_come_from_keys_and_statements() {
         let output = json!({"host": "db1", "roles": ["postgresql", "backup agent"], "content": [{"type": "text", "text": "engine: timescaledb"}], "name": "redis"});
         assert_eq!(facts_from_output(&output), set(&["agent", "backup", "postgresql", "timescaledb"]));
@@ -238,6 +253,7 @@ mod tests {
                     selectors: set(&["db"]),
                     content: Arc::from("x"),
                     source: name,
+                    sha256: String::new(),
                 },
             );
         }

@@ -108,7 +108,7 @@ pub fn standard_tools() -> (Registry, Counters) {
 /// Loads a Catalog from a directory once.
 pub fn catalog_from(dir: &Path) -> CatalogStore {
     let store = CatalogStore::new();
-    directory::apply(DirectorySource::new(vec![dir.to_path_buf()]).reload(), &store, &StatusBoard::default());
+    directory::apply(DirectorySource::new(vec![dir.to_path_buf()], None).reload(), &store, &StatusBoard::default());
     store
 }
 

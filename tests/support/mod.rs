@@ -57,6 +57,7 @@ pub fn serve_command() -> Command {
         .env("AKRITAS_SYSTEM_INSTRUCTIONS", root().join("instructions/SYSTEM.md"))
         // Each server gets its own journals (the journal file is locked by its owner).
         .env("AKRITAS_DATA_DIR", tempfile::tempdir().unwrap().keep())
+        .env("AKRITAS_SKILLS_DIR", "")
         .env_remove("AKRITAS_API_KEY")
         .env_remove("AKRITAS_CONFIG")
         .env("RUST_LOG", "info")
