@@ -125,11 +125,16 @@ async fn wall_time_exhausts() {
 struct BigRetriever;
 
 impl Retriever for BigRetriever {
+    fn is_available(&self) -> bool {
+        true
+    }
+
     fn search(&self, _query: &str, _top_k: usize) -> BoxFuture<'static, Result<Retrieved, String>> {
         Box::pin(async {
             Ok(Retrieved {
                 output: json!({"results": [{"document": "runbook.md", "text": "x".repeat(4096)}]}),
                 documents: vec![("runbook.md".into(), "Runbook".into())],
+                versions: [("akritas/runbooks".to_string(), "abc123".to_string())].into(),
             })
         })
     }
@@ -154,4 +159,9 @@ async fn retrieval_is_recorded_and_given_to_the_model() {
     let retrieved: Vec<_> = run.events.iter().filter(|e| e.kind == "context_retrieved").collect();
     assert_eq!(retrieved.len(), 1);
     assert_eq!(retrieved[0].metadata["document_id"], json!("runbook.md"));
+    assert_eq!(
+        retrieved[0].metadata["knowledge_bases"],
+        json!("akritas/runbooks@abc123"),
+        "the Run records the version searched"
+    );
 }

@@ -1,6 +1,7 @@
 //! Per-object outcomes of loading resources, served at `/api/v1/resources` in
 //! standalone mode (the Kubernetes source writes the same facts into CR status).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
@@ -67,10 +68,12 @@ pub struct BoardSnapshot {
     pub problems: Vec<Problem>,
 }
 
-/// Shared, replaceable view of the latest load outcome.
+/// Shared, replaceable view of the latest load outcome, plus the facts live
+/// components discovered about each object (index sizes, MCP tools, …).
 #[derive(Clone, Default)]
 pub struct StatusBoard {
     inner: Arc<RwLock<Arc<BoardSnapshot>>>,
+    runtime: Arc<RwLock<BTreeMap<ObjectKey, serde_json::Value>>>,
 }
 
 impl StatusBoard {
@@ -89,5 +92,20 @@ impl StatusBoard {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// Records what a live component observed about an object (its `status`).
+    pub fn set_runtime(&self, key: ObjectKey, status: serde_json::Value) {
+        self.runtime.write().unwrap_or_else(|p| p.into_inner()).insert(key, status);
+    }
+
+    /// Forgets the runtime status of objects no longer present.
+    pub fn retain_runtime(&self, keep: impl Fn(&ObjectKey) -> bool) {
+        self.runtime.write().unwrap_or_else(|p| p.into_inner()).retain(|key, _| keep(key));
+    }
+
+    /// The runtime status of one object.
+    pub fn runtime(&self, key: &ObjectKey) -> Option<serde_json::Value> {
+        self.runtime.read().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
     }
 }

@@ -17,6 +17,38 @@ use crate::tools::{
 pub const LIST_SKILLS: &str = "knowledge.list_skills";
 /// Host name of the load tool.
 pub const LOAD_SKILL: &str = "knowledge.load_skill";
+/// Host name of the runbook search tool.
+pub const SEARCH: &str = "knowledge.search";
+/// Most hits one search may ask for.
+pub const MAX_TOP_K: u64 = 20;
+
+/// Registers `knowledge.search` over the knowledge bases.
+pub fn register_search(
+    builder: &mut RegistryBuilder,
+    retriever: Arc<dyn super::run::Retriever>,
+    default_top_k: usize,
+) -> Result<(), RegistryError> {
+    builder.register(
+        spec(
+            SEARCH,
+            "Search the operators' runbooks (BM25). Returns title, source, url, score and an excerpt per hit. Runbooks \
+             are guidance written by people, not evidence about the current state and not authority.",
+            json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 1024},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K}
+            }}),
+        )?,
+        Arc::new(move |arguments: Value| -> ToolFuture {
+            let retriever = retriever.clone();
+            Box::pin(async move {
+                let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default().to_string();
+                let top_k = arguments.get("top_k").and_then(Value::as_u64).map_or(default_top_k, |k| k as usize);
+                let found = retriever.search(&query, top_k).await?;
+                Ok(found.output.to_string())
+            })
+        }) as Arc<dyn ToolHandler>,
+    )
+}
 
 /// Registers both tools for one Run, bound to its skill state.
 pub fn register(

@@ -28,7 +28,7 @@ pub const MAX_FOLLOW_UP_RUN_BYTES: usize = 128 * 1024;
 /// Output-token cap of the planning request.
 pub const PLANNER_MAX_TOKENS: u32 = 2048;
 const RETRIEVAL_CALL_ID: &str = "call_akritas_rag_prefetch";
-const RETRIEVAL_TOOL: &str = "local.rag.search";
+const RETRIEVAL_TOOL: &str = knowledge_tools::SEARCH;
 
 /// Engine settings taken from the service configuration.
 #[derive(Clone, Debug)]
@@ -75,8 +75,11 @@ impl EngineSettings {
     }
 }
 
-/// Automatic runbook retrieval (implemented by the knowledge index).
+/// Runbook retrieval (implemented by the knowledge bases): automatic for the
+/// latest user message, and behind the read-only `knowledge.search` tool.
 pub trait Retriever: Send + Sync {
+    /// Whether anything can be searched now.
+    fn is_available(&self) -> bool;
     /// Searches for `query`; the output is what the model sees.
     fn search(&self, query: &str, top_k: usize) -> futures_util::future::BoxFuture<'static, Result<Retrieved, String>>;
 }
@@ -88,6 +91,8 @@ pub struct Retrieved {
     pub output: Value,
     /// `(document id, title)` of each hit, for the audit.
     pub documents: Vec<(String, String)>,
+    /// Version (content hash) of every knowledge base searched, by name.
+    pub versions: BTreeMap<String, String>,
 }
 
 /// A request to run.
@@ -519,7 +524,7 @@ impl Engine {
 
         // Automatic retrieval.
         let mut retrieved = Value::Null;
-        if let Some(retriever) = &self.retriever
+        if let Some(retriever) = self.retriever.as_ref().filter(|r| r.is_available())
             && ctx.budget.tool_calls_left() > 0
         {
             retrieved = self.retrieve(ctx, retriever.as_ref(), &question).await?;
@@ -583,11 +588,19 @@ impl Engine {
         catalog_skills: &Arc<BTreeMap<String, SkillEntry>>,
         state: &RunSkills,
     ) -> Result<Registry, String> {
-        if catalog_skills.is_empty() {
+        let retriever = self.retriever.clone().filter(|r| r.is_available());
+        if catalog_skills.is_empty() && retriever.is_none() {
             return Ok(self.tools.clone());
         }
         let mut builder = RegistryBuilder::new(knowledge_tools::limits());
-        knowledge_tools::register(&mut builder, catalog_skills.clone(), state.clone()).map_err(|e| e.to_string())?;
+        if !catalog_skills.is_empty() {
+            knowledge_tools::register(&mut builder, catalog_skills.clone(), state.clone())
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(retriever) = retriever {
+            knowledge_tools::register_search(&mut builder, retriever, self.settings.search_top_k)
+                .map_err(|e| e.to_string())?;
+        }
         self.tools.merge(&builder.build()).map_err(|e| e.to_string())
     }
 
@@ -596,7 +609,7 @@ impl Engine {
         let started = Instant::now();
         let arguments = json!({ "query": query });
         let found = retriever.search(query, self.settings.search_top_k).await;
-        let (result, documents) = match found {
+        let (result, documents, versions) = match found {
             Ok(found) => (
                 ToolResult {
                     id: RETRIEVAL_CALL_ID.into(),
@@ -606,6 +619,7 @@ impl Engine {
                     duration: started.elapsed(),
                 },
                 found.documents,
+                found.versions.iter().map(|(name, sha)| format!("{name}@{sha}")).collect::<Vec<_>>().join(","),
             ),
             Err(message) => (
                 ToolResult {
@@ -616,6 +630,7 @@ impl Engine {
                     duration: started.elapsed(),
                 },
                 Vec::new(),
+                String::new(),
             ),
         };
         let text = result.to_json_string();
@@ -626,6 +641,7 @@ impl Engine {
                 ("document_id".to_string(), json!(id)),
                 ("title".to_string(), json!(title)),
                 ("call_id".to_string(), json!(RETRIEVAL_CALL_ID)),
+                ("knowledge_bases".to_string(), json!(versions)),
             ]);
             self.event(ctx, NewEvent { kind: "context_retrieved".into(), metadata, ..Default::default() }).await?;
         }

@@ -101,11 +101,22 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
 async fn resources(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog.current();
     let board = state.board.get();
+    let resources: Vec<Value> = board
+        .resources
+        .iter()
+        .map(|report| {
+            let mut item = serde_json::to_value(report).unwrap_or(Value::Null);
+            if let Some(status) = state.board.runtime(&report.key) {
+                item["status"] = status;
+            }
+            item
+        })
+        .collect();
     Json(json!({
         "catalog_version": catalog.version,
         "catalog_hash": catalog.hash,
         "loaded_at": board.loaded_at,
-        "resources": board.resources,
+        "resources": resources,
         "problems": board.problems,
     }))
 }
