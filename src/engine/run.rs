@@ -551,8 +551,10 @@ impl Engine {
         loop {
             let tools = if ctx.budget.tool_calls_left() > 0 { definitions(&execution) } else { Vec::new() };
             let choice = (!tools.is_empty()).then_some(ToolChoice::Auto);
-            let history = ctx.history.clone();
-            let response = self.call_model(ctx, history, tools, choice, ctx.max_tokens, ctx.temperature).await?;
+            let history = std::mem::take(&mut ctx.history);
+            let (max_tokens, temperature) = (ctx.max_tokens, ctx.temperature);
+            let (response, history) = self.call_model(ctx, history, tools, choice, max_tokens, temperature).await?;
+            ctx.history = history;
             let calls = response.message.tool_calls.clone();
             if calls.is_empty() {
                 let answer = response.message.content.unwrap_or_default();
@@ -682,7 +684,7 @@ impl Engine {
             Message::user(planner_input.to_string()),
         ];
         let max_tokens = ctx.max_tokens.min(PLANNER_MAX_TOKENS);
-        let response = self
+        let (response, _) = self
             .call_model(ctx, messages, definitions(&plan_registry), Some(ToolChoice::Required), max_tokens, 0.0)
             .await?;
         let calls: Vec<_> = response.message.tool_calls.iter().filter(|c| c.function.name == alias).collect();
@@ -847,6 +849,7 @@ impl Engine {
         Ok(())
     }
 
+    /// Sends one budgeted model request; gives the messages back for reuse.
     async fn call_model(
         &self,
         ctx: &mut Ctx,
@@ -855,7 +858,7 @@ impl Engine {
         tool_choice: Option<ToolChoice>,
         max_tokens: u32,
         temperature: f64,
-    ) -> Result<ChatResponse, Stop> {
+    ) -> Result<(ChatResponse, Vec<Message>), Stop> {
         let parallel = (!tools.is_empty()).then_some(false);
         let mut request = ChatRequest {
             messages,
@@ -865,8 +868,7 @@ impl Engine {
             max_tokens,
             temperature: Some(temperature),
         };
-        let size = serde_json::to_vec(&(&request.messages, &request.tools)).map(|v| v.len()).unwrap_or(0)
-            + self.llm.system_instructions_len();
+        let size = serialized_len(&(&request.messages, &request.tools)) + self.llm.system_instructions_len();
         request.max_tokens = ctx.budget.begin_model_call(size, max_tokens, Instant::now())?;
         let time_left = ctx.budget.time_left(Instant::now());
         let response = match tokio::time::timeout(time_left, self.llm.chat(&request)).await {
@@ -884,7 +886,7 @@ impl Engine {
             .usage
             .map(|u| ReportedUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
         ctx.budget.finish_model_call(reported)?;
-        Ok(response)
+        Ok((response, request.messages))
     }
 
     async fn event(&self, ctx: &Ctx, mut event: NewEvent) -> Result<(), Stop> {
@@ -917,6 +919,23 @@ fn plan_tool_registry(language: &str) -> Result<Registry, String> {
 
 fn definitions(registry: &Registry) -> Vec<ToolDefinition> {
     registry.openai_definitions().into_iter().filter_map(|d| serde_json::from_value(d).ok()).collect()
+}
+
+/// Length of a value's JSON serialization, without building it.
+fn serialized_len<T: Serialize>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
 fn is_call_id(id: &str) -> bool {
