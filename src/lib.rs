@@ -7,9 +7,11 @@ pub mod config;
 pub mod engine;
 pub mod journal;
 pub mod llm;
+pub mod mcp;
 pub mod outbound;
 pub mod resources;
 pub mod tools;
+pub mod victoriametrics;
 pub mod web;
 
 /// Installs the one rustls crypto provider of the whole tree (ring). Call before

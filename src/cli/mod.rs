@@ -108,8 +108,8 @@ pub struct McpArgs {
 /// Bundled MCP servers.
 #[derive(Subcommand, Debug)]
 pub enum McpServer {
-    /// Read-only VictoriaMetrics tools over stdio (not available yet).
-    Victoriametrics(Unavailable),
+    /// Read-only VictoriaMetrics tools over stdio (or streamable HTTP with --listen).
+    Victoriametrics(crate::victoriametrics::VictoriaMetricsArgs),
 }
 
 /// A command whose implementation has not landed yet; it fails clearly.
@@ -131,8 +131,25 @@ pub fn run() -> ExitCode {
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(_) => unavailable("corpus"),
         Command::Index(_) => unavailable("index"),
-        Command::Mcp(McpArgs { server: McpServer::Victoriametrics(_) }) => unavailable("mcp victoriametrics"),
+        Command::Mcp(McpArgs { server: McpServer::Victoriametrics(args) }) => run_victoriametrics(args),
         Command::Change(_) => unavailable("change"),
+    }
+}
+
+fn run_victoriametrics(args: crate::victoriametrics::VictoriaMetricsArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("akritas mcp victoriametrics: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::victoriametrics::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

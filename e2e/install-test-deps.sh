@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the real third-party programs the test suite drives. Idempotent; run from
+# anywhere. Debian packages need root (CI and our machines run as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+
+everything=target/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+if [ ! -f "$everything" ]; then
+  mkdir -p target/npm
+  npm install --silent --no-audit --no-fund --prefix target/npm @modelcontextprotocol/server-everything@2026.8.31
+fi

@@ -1,0 +1,378 @@
+//! One adapter's configuration, how to connect to it, and how its remote tools become host tools.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{CallToolResult, Tool};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::environment::{check_env_name, check_env_value, child_env, pump_stderr};
+use super::host::{DiscoveredTool, HostOptions};
+use super::permission::{authorize, permission_from_annotations};
+use crate::tools::{MAX_DESCRIPTION_CHARS, Permission, ToolSpec};
+
+/// Most remote tools one adapter may announce; the rest are ignored.
+pub const MAX_TOOLS_PER_ADAPTER: usize = 1024;
+/// Added to an adapter's call timeout for the registry's own timeout, so that the adapter's
+/// timeout fires first and becomes a clean `tool_error`.
+const REGISTRY_TIMEOUT_SLACK: Duration = Duration::from_secs(1);
+
+/// How to reach an MCP server.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process executed directly (never through a shell), speaking MCP over stdio.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Resolved values; may be secrets. Never logged.
+        env: Vec<(String, String)>,
+        working_dir: Option<PathBuf>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        url: String,
+        /// Resolved values; may be secrets. Never logged.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stdio { command, args, env, working_dir } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+                .field("working_dir", working_dir)
+                .finish(),
+            Self::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// Everything the host needs to run one adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterConfig {
+    /// Unique key, e.g. `McpAdapter/akritas/victoriametrics`.
+    pub key: String,
+    /// Host tool names are `<namespace>.<remote tool name>`.
+    pub namespace: String,
+    pub transport: Transport,
+    /// Permissions a tool may have to be authorized.
+    pub allow: BTreeSet<Permission>,
+    /// Optional explicit allowlist of remote tool names.
+    pub tools: Option<BTreeSet<String>>,
+    pub call_timeout: Duration,
+    /// Changes whenever the configuration (including resolved secrets) changes.
+    pub fingerprint: String,
+}
+
+impl AdapterConfig {
+    /// Per-call timeout actually applied (never zero).
+    pub(crate) fn effective_call_timeout(&self) -> Duration {
+        self.call_timeout.max(Duration::from_millis(1))
+    }
+}
+
+/// Our MCP client: declares no capabilities and wakes the supervisor when the tool list changes.
+pub(crate) struct HostClient {
+    pub tools_changed: Arc<Notify>,
+}
+
+impl ClientHandler for HostClient {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
+}
+
+/// A live connection: the MCP session and, for stdio, the child process.
+pub(crate) struct Connected {
+    pub service: RunningService<RoleClient, HostClient>,
+    pub child: Option<tokio::process::Child>,
+    pub pid: Option<u32>,
+    pub tools_changed: Arc<Notify>,
+    /// Cancels the session (closing the transport).
+    pub ct: CancellationToken,
+}
+
+/// Connects and initializes an MCP session. Errors never contain env or header values.
+pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Result<Connected, String> {
+    let tools_changed = Arc::new(Notify::new());
+    let client = HostClient { tools_changed: Arc::clone(&tools_changed) };
+    let ct = CancellationToken::new();
+    match &config.transport {
+        Transport::Stdio { command, args, env, working_dir } => {
+            for (name, value) in env {
+                check_env_name(name)?;
+                check_env_value(name, value)?;
+            }
+            if command.is_empty() {
+                return Err("stdio command is empty".to_owned());
+            }
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args)
+                .env_clear()
+                .envs(child_env(&options.base_env, env, |name| std::env::var_os(name)))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            if let Some(dir) = working_dir {
+                cmd.current_dir(dir);
+            }
+            let mut child = cmd.spawn().map_err(|e| format!("cannot start {command:?}: {e}"))?;
+            let pid = child.id();
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                let _ = child.kill().await;
+                return Err("child stdio pipes are missing".to_owned());
+            };
+            if let Some(stderr) = child.stderr.take() {
+                tokio::spawn(pump_stderr(config.key.clone(), stderr));
+            }
+            match client.serve_with_ct((stdout, stdin), ct.clone()).await {
+                Ok(service) => Ok(Connected { service, child: Some(child), pid, tools_changed, ct }),
+                Err(e) => {
+                    let _ = child.kill().await;
+                    Err(format!("MCP initialization failed: {e}"))
+                }
+            }
+        }
+        Transport::Http { url, headers } => {
+            let mut map = HashMap::with_capacity(headers.len());
+            for (name, value) in headers {
+                let header = HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("header name {name:?} is not valid"))?;
+                let mut value =
+                    HeaderValue::from_str(value).map_err(|_| format!("header {name} has a value that is not valid"))?;
+                value.set_sensitive(true);
+                map.insert(header, value);
+            }
+            crate::install_crypto_provider();
+            let http = reqwest::Client::builder()
+                .connect_timeout(options.connect_timeout)
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+            let transport = StreamableHttpClientTransport::with_client(http, transport_config);
+            let service = client
+                .serve_with_ct(transport, ct.clone())
+                .await
+                .map_err(|e| format!("MCP initialization failed: {e}"))?;
+            Ok(Connected { service, child: None, pid: None, tools_changed, ct })
+        }
+    }
+}
+
+/// A remote tool as the host judged it, before registry registration.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub tool: DiscoveredTool,
+    /// Set iff the tool passed the permission checks.
+    pub spec: Option<ToolSpec>,
+}
+
+/// Judges every listed remote tool (sorted by remote name, first of duplicate names wins).
+pub(crate) fn candidates(config: &AdapterConfig, mut tools: Vec<Tool>) -> Vec<Candidate> {
+    if tools.len() > MAX_TOOLS_PER_ADAPTER {
+        tracing::warn!(
+            adapter = config.key.as_str(),
+            listed = tools.len(),
+            kept = MAX_TOOLS_PER_ADAPTER,
+            "MCP adapter announced too many tools; ignoring the rest"
+        );
+        tools.truncate(MAX_TOOLS_PER_ADAPTER);
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let remote = tool.name.to_string();
+        let permission = permission_from_annotations(tool.annotations.as_ref());
+        let host_name = bounded(&format!("{}.{remote}", config.namespace), 256);
+        let mut discovered = DiscoveredTool {
+            name: host_name,
+            remote_name: bounded(&remote, 256),
+            permission,
+            authorized: false,
+            reason: None,
+        };
+        if !seen.insert(remote.clone()) {
+            discovered.reason = Some("duplicate remote tool name".to_owned());
+            out.push(Candidate { tool: discovered, spec: None });
+            continue;
+        }
+        match authorize(&config.namespace, &remote, permission, &config.allow, config.tools.as_ref()) {
+            Err(reason) => {
+                discovered.reason = Some(reason);
+                out.push(Candidate { tool: discovered, spec: None });
+            }
+            Ok(name) => {
+                discovered.authorized = true;
+                let description = tool
+                    .description
+                    .as_deref()
+                    .filter(|d| !d.trim().is_empty())
+                    .or(tool.title.as_deref().filter(|t| !t.trim().is_empty()))
+                    .map_or_else(|| format!("MCP tool {remote}"), str::to_owned);
+                let description: String = description.chars().take(MAX_DESCRIPTION_CHARS).collect();
+                let schema = Value::Object((*tool.input_schema).clone());
+                let spec = ToolSpec::new(name, description, permission, schema)
+                    .with_timeout(config.effective_call_timeout() + REGISTRY_TIMEOUT_SLACK);
+                out.push(Candidate { tool: discovered, spec: Some(spec) });
+            }
+        }
+    }
+    out
+}
+
+/// `{"isError":bool,"content":[...],"structuredContent":...}` as JSON text of at most `max` bytes.
+///
+/// A result that would be larger keeps `isError`, drops `structuredContent`, and carries a cut
+/// text rendering of the content with `"truncated": true`.
+pub(crate) fn render_result(result: &CallToolResult, max: usize) -> String {
+    let is_error = result.is_error.unwrap_or(false);
+    let content = serde_json::to_value(&result.content).unwrap_or_else(|_| Value::Array(Vec::new()));
+    let full = serde_json::json!({
+        "isError": is_error,
+        "content": content,
+        "structuredContent": result.structured_content.clone().unwrap_or(Value::Null),
+    })
+    .to_string();
+    if full.len() <= max {
+        return full;
+    }
+    let text = content.to_string();
+    let mut budget = max.saturating_sub(128);
+    loop {
+        let cut = serde_json::json!({
+            "isError": is_error,
+            "truncated": true,
+            "content": [{ "type": "text", "text": bounded(&text, budget) }],
+            "structuredContent": Value::Null,
+        })
+        .to_string();
+        if cut.len() <= max || budget == 0 {
+            return cut;
+        }
+        budget = budget.saturating_mul(3) / 4;
+    }
+}
+
+/// `s` cut to at most `max` bytes on a char boundary, `...` marking a cut.
+pub(crate) fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max.saturating_sub(3);
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{ContentBlock, ToolAnnotations};
+
+    use super::*;
+
+    fn config(allow: &[Permission], tools: Option<&[&str]>) -> AdapterConfig {
+        AdapterConfig {
+            key: "McpAdapter/ns/x".into(),
+            namespace: "mcp.x".into(),
+            transport: Transport::Http {
+                url: "http://127.0.0.1:1/mcp".into(),
+                headers: vec![("Authorization".into(), "Bearer s3cr3t".into())],
+            },
+            allow: allow.iter().copied().collect(),
+            tools: tools.map(|t| t.iter().map(|s| (*s).to_owned()).collect()),
+            call_timeout: Duration::from_secs(3),
+            fingerprint: "f".into(),
+        }
+    }
+
+    fn tool(name: &str, read_only: Option<bool>, schema: Value) -> Tool {
+        let Value::Object(schema) = schema else { panic!("schema must be an object") };
+        let mut t = Tool::new(name.to_owned(), format!("{name} tool"), Arc::new(schema));
+        if let Some(ro) = read_only {
+            let mut a = ToolAnnotations::default();
+            a.read_only_hint = Some(ro);
+            t.annotations = Some(a);
+        }
+        t
+    }
+
+    #[test]
+    fn debug_never_shows_secret_values() {
+        let c = config(&[Permission::Read], None);
+        let text = format!("{c:?}");
+        assert!(text.contains("Authorization") && !text.contains("s3cr3t"), "{text}");
+        let stdio = Transport::Stdio {
+            command: "x".into(),
+            args: vec![],
+            env: vec![("TOKEN".into(), "hunter2".into())],
+            working_dir: None,
+        };
+        let text = format!("{stdio:?}");
+        assert!(text.contains("TOKEN") && !text.contains("hunter2"), "{text}");
+    }
+
+    #[test]
+    fn candidates_judge_each_tool() {
+        let obj = serde_json::json!({"type": "object"});
+        let c = config(&[Permission::Read], Some(&["a", "b", "bad name"]));
+        let list = vec![
+            tool("b", None, obj.clone()),
+            tool("a", Some(true), obj.clone()),
+            tool("c", Some(true), obj.clone()),
+            tool("bad name", Some(true), obj.clone()),
+            tool("a", Some(true), obj),
+        ];
+        let out = candidates(&c, list);
+        let summary: Vec<(&str, bool)> = out.iter().map(|c| (c.tool.name.as_str(), c.tool.authorized)).collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("mcp.x.a", true),
+                ("mcp.x.a", false),
+                ("mcp.x.b", false),
+                ("mcp.x.bad name", false),
+                ("mcp.x.c", false)
+            ]
+        );
+        assert!(out[0].spec.is_some() && out[1].spec.is_none());
+        assert_eq!(out[0].spec.as_ref().map(|s| s.timeout), Some(Duration::from_secs(4)));
+        assert!(out[2].tool.reason.as_deref().unwrap_or_default().contains("dangerous"));
+        assert!(out[4].tool.reason.as_deref().unwrap_or_default().contains("allowlist"));
+    }
+
+    #[test]
+    fn results_are_rendered_and_bounded() {
+        let r = CallToolResult::error(vec![ContentBlock::text("boom")]);
+        let v: Value = serde_json::from_str(&render_result(&r, 1024)).unwrap();
+        assert_eq!(v["isError"], true);
+        assert_eq!(v["content"][0]["text"], "boom");
+        let big = CallToolResult::success(vec![ContentBlock::text("\"é\n".repeat(10_000))]);
+        let text = render_result(&big, 2048);
+        assert!(text.len() <= 2048, "{}", text.len());
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["truncated"], true);
+        assert_eq!(v["isError"], false);
+    }
+}

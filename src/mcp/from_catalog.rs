@@ -1,0 +1,92 @@
+//! McpAdapter resources → adapter configurations, with secrets resolved through the
+//! one secret resolver. An adapter whose secrets cannot be resolved is not started;
+//! the reason is reported on the resource.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::{AdapterConfig, Transport};
+use crate::catalog::secrets::SecretResolver;
+use crate::catalog::{Catalog, ObjectKey};
+use crate::resources::common::NamedValue;
+use crate::resources::{Kind, Resource};
+
+/// The command name that means "this Akritas binary" (for the bundled MCP servers).
+pub const SELF_COMMAND: &str = "akritas";
+
+/// Adapter configurations for every McpAdapter of the Catalog, and the keys whose
+/// configuration could not be built (with why).
+pub fn adapters(catalog: &Catalog, secrets: &dyn SecretResolver) -> (Vec<AdapterConfig>, BTreeMap<ObjectKey, String>) {
+    let mut configs = Vec::new();
+    let mut failures = BTreeMap::new();
+    for (key, entry) in catalog.of_kind(Kind::McpAdapter) {
+        let Resource::McpAdapter(adapter) = entry.resource.as_ref() else { continue };
+        match config(key, adapter, entry.base_dir.as_ref(), secrets) {
+            Ok(config) => configs.push(config),
+            Err(error) => {
+                failures.insert(key.clone(), error);
+            }
+        }
+    }
+    (configs, failures)
+}
+
+fn config(
+    key: &ObjectKey,
+    adapter: &crate::resources::McpAdapter,
+    base_dir: Option<&PathBuf>,
+    secrets: &dyn SecretResolver,
+) -> Result<AdapterConfig, String> {
+    let spec = &adapter.spec;
+    let mut fingerprint = Sha256::new();
+    fingerprint.update(serde_json::to_vec(spec).unwrap_or_default());
+    let mut resolve = |values: &[NamedValue], what: &str| -> Result<Vec<(String, String)>, String> {
+        values
+            .iter()
+            .map(|item| {
+                let value = match (&item.value, &item.value_from) {
+                    (Some(value), _) => value.clone(),
+                    (None, Some(reference)) => secrets
+                        .resolve(&key.namespace, reference)
+                        .map_err(|e| format!("{what} {}: {e}", item.name))?
+                        .expose()
+                        .to_string(),
+                    (None, None) => return Err(format!("{what} {}: no value", item.name)),
+                };
+                fingerprint.update(item.name.as_bytes());
+                fingerprint.update(Sha256::digest(value.as_bytes()));
+                Ok((item.name.clone(), value))
+            })
+            .collect()
+    };
+    let transport = match (&spec.transport.stdio, &spec.transport.http) {
+        (Some(stdio), _) => {
+            let command = if stdio.command == SELF_COMMAND {
+                std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .map_err(|e| format!("cannot locate the akritas binary: {e}"))?
+            } else {
+                stdio.command.clone()
+            };
+            let working_dir = stdio.working_dir.as_ref().map(|dir| match base_dir {
+                Some(base) if !PathBuf::from(dir).is_absolute() => base.join(dir),
+                _ => PathBuf::from(dir),
+            });
+            Transport::Stdio { command, args: stdio.args.clone(), env: resolve(&stdio.env, "env")?, working_dir }
+        }
+        (None, Some(http)) => Transport::Http { url: http.url.clone(), headers: resolve(&http.headers, "header")? },
+        (None, None) => return Err("no transport".into()),
+    };
+    Ok(AdapterConfig {
+        key: key.to_string(),
+        namespace: spec.namespace.clone().unwrap_or_else(|| format!("mcp.{}", key.name)),
+        transport,
+        allow: spec.allow.iter().copied().collect(),
+        tools: spec.tools.as_ref().map(|tools| tools.iter().cloned().collect::<BTreeSet<_>>()),
+        call_timeout: Duration::from_secs(u64::from(spec.call_timeout_seconds)),
+        fingerprint: hex::encode(fingerprint.finalize()),
+    })
+}

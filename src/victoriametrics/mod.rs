@@ -1,0 +1,13 @@
+//! Read-only MCP server for VictoriaMetrics (`akritas mcp victoriametrics`).
+//!
+//! * [`client`]: bounded read-only HTTP client for the Prometheus-compatible query API.
+//! * [`server`]: the rmcp server with the tools `query`, `query_range`, `series`, `labels`, `label_values`.
+//! * [`args`]: CLI flags ([`VictoriaMetricsArgs`]) and [`run`].
+
+pub mod args;
+pub mod client;
+pub mod server;
+
+pub use args::{VictoriaMetricsArgs, run};
+pub use client::{Auth, Endpoint, VmClient, VmClientConfig, VmError};
+pub use server::VictoriaMetricsServer;
