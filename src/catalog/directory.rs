@@ -89,7 +89,7 @@ fn scan_skills_dir(dir: &Path, out: &mut Scan) {
         out.objects.iter().filter(|o| o.key.kind == Kind::Skill).map(|o| o.key.name.clone()).collect();
     for file in files {
         if declared.contains(&file.name) {
-            tracing::info!(skill = %file.name, path = %file.path.display(), "directory skill shadowed by a Skill resource");
+            tracing::debug!(skill = %file.name, path = %file.path.display(), "directory skill shadowed by a Skill resource");
             continue;
         }
         let result = file.manifest.map_err(|error| vec![FieldError::new("", error)]).and_then(parse_manifest);

@@ -3,6 +3,7 @@
 pub mod ask;
 pub mod assemble;
 pub mod crds;
+pub mod live;
 pub mod serve;
 pub mod validate;
 

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
-use super::assemble;
+use super::{assemble, live};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{self, DirectorySource};
+use crate::catalog::secrets::EnvSecrets;
 use crate::catalog::status::StatusBoard;
 use crate::config::{self, LogFormat, ServeFlags, Settings};
 use crate::engine::instructions::SystemInstructions;
+use crate::mcp::{HostOptions, McpHost};
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState, HostInfo};
 
@@ -106,6 +108,15 @@ async fn serve(settings: Settings) -> Result<()> {
             .context("opening the audit journal")??
     };
     let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone()));
+    let mcp = McpHost::new(HostOptions::default());
+    tasks.spawn(live::mcp_adapters(
+        mcp,
+        store.clone(),
+        board.clone(),
+        engine.clone(),
+        Arc::new(EnvSecrets::process()),
+        cancel.clone(),
+    ));
     let state = AppState { catalog: store.clone(), board, keys: Arc::new(keys), engine, info: Arc::new(info) };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

@@ -233,7 +233,7 @@ impl RunError {
 pub struct Engine {
     settings: EngineSettings,
     llm: LlmClient,
-    tools: Registry,
+    tools: std::sync::RwLock<Registry>,
     audit: Option<Arc<AuditLog>>,
     catalog: CatalogStore,
     retriever: Option<Arc<dyn Retriever>>,
@@ -289,12 +289,26 @@ impl Engine {
         retriever: Option<Arc<dyn Retriever>>,
     ) -> Self {
         let slots = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
-        Self { tools: tools.filter(&ReadOnlyPolicy), settings, llm, audit, catalog, retriever, slots }
+        Self {
+            tools: std::sync::RwLock::new(tools.filter(&ReadOnlyPolicy)),
+            settings,
+            llm,
+            audit,
+            catalog,
+            retriever,
+            slots,
+        }
     }
 
-    /// The authorized read-only tools.
-    pub fn tools(&self) -> &Registry {
-        &self.tools
+    /// The authorized read-only tools now (a Run keeps the set it started with).
+    pub fn tools(&self) -> Registry {
+        self.tools.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the tools (for example when MCP adapters change); only `read`
+    /// tools are kept.
+    pub fn set_tools(&self, tools: &Registry) {
+        *self.tools.write().unwrap_or_else(|p| p.into_inner()) = tools.filter(&ReadOnlyPolicy);
     }
 
     /// The audit log, when enabled.
@@ -591,8 +605,9 @@ impl Engine {
         state: &RunSkills,
     ) -> Result<Registry, String> {
         let retriever = self.retriever.clone().filter(|r| r.is_available());
+        let tools = self.tools();
         if catalog_skills.is_empty() && retriever.is_none() {
-            return Ok(self.tools.clone());
+            return Ok(tools);
         }
         let mut builder = RegistryBuilder::new(knowledge_tools::limits());
         if !catalog_skills.is_empty() {
@@ -603,7 +618,7 @@ impl Engine {
             knowledge_tools::register_search(&mut builder, retriever, self.settings.search_top_k)
                 .map_err(|e| e.to_string())?;
         }
-        self.tools.merge(&builder.build()).map_err(|e| e.to_string())
+        tools.merge(&builder.build()).map_err(|e| e.to_string())
     }
 
     async fn retrieve(&self, ctx: &mut Ctx, retriever: &dyn Retriever, query: &str) -> Result<Value, Stop> {

@@ -1,0 +1,83 @@
+//! Live components derived from the Catalog, reconciled whenever it changes:
+//! MCP adapters (connections and their authorized tools).
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::secrets::SecretResolver;
+use crate::catalog::status::StatusBoard;
+use crate::catalog::{CatalogStore, ObjectKey};
+use crate::engine::run::Engine;
+use crate::mcp::McpHost;
+use crate::mcp::from_catalog;
+use crate::resources::Kind;
+
+/// Keeps the MCP host in line with the Catalog and the engine's tools in line with
+/// the host, until cancelled; then stops every adapter.
+pub async fn mcp_adapters(
+    host: McpHost,
+    store: CatalogStore,
+    board: StatusBoard,
+    engine: Arc<Engine>,
+    secrets: Arc<dyn SecretResolver>,
+    cancel: CancellationToken,
+) {
+    let mut catalog_changes = store.subscribe();
+    let mut host_changes = host.subscribe();
+    let mut failures = reconcile(&host, &store, secrets.as_ref()).await;
+    publish(&host, &store, &board, &engine, &failures);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            changed = catalog_changes.changed() => {
+                if changed.is_err() { break; }
+                failures = reconcile(&host, &store, secrets.as_ref()).await;
+            }
+            changed = host_changes.changed() => {
+                if changed.is_err() { break; }
+            }
+        }
+        publish(&host, &store, &board, &engine, &failures);
+    }
+    host.shutdown().await;
+}
+
+async fn reconcile(host: &McpHost, store: &CatalogStore, secrets: &dyn SecretResolver) -> Vec<(ObjectKey, String)> {
+    let catalog = store.current();
+    let (configs, failures) = from_catalog::adapters(&catalog, secrets);
+    for (key, error) in &failures {
+        tracing::warn!(adapter = %key, %error, "MCP adapter not started");
+    }
+    host.reconcile(configs).await;
+    failures.into_iter().collect()
+}
+
+fn publish(
+    host: &McpHost,
+    store: &CatalogStore,
+    board: &StatusBoard,
+    engine: &Engine,
+    failures: &[(ObjectKey, String)],
+) {
+    engine.set_tools(&host.registry());
+    let catalog = store.current();
+    let statuses = host.status();
+    for (key, _) in catalog.of_kind(Kind::McpAdapter) {
+        let name = key.to_string();
+        let status = match (statuses.iter().find(|s| s.key == name), failures.iter().find(|(k, _)| k == key)) {
+            (_, Some((_, error))) => json!({"connected": false, "lastError": error, "tools": [], "authorizedTools": 0}),
+            (Some(status), None) => json!({
+                "connected": status.connected,
+                "phase": status.phase,
+                "lastError": status.last_error,
+                "tools": status.tools,
+                "authorizedTools": status.tools.iter().filter(|t| t.authorized).count(),
+            }),
+            (None, None) => json!({"connected": false, "phase": "Connecting"}),
+        };
+        board.set_runtime(key.clone(), status);
+    }
+    board.retain_runtime(|key| key.kind != Kind::McpAdapter || catalog.entries.contains_key(key));
+}
