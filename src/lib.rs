@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod journal;
+pub mod knowledge;
 pub mod llm;
 pub mod mcp;
 pub mod outbound;

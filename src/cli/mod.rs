@@ -3,6 +3,7 @@
 pub mod ask;
 pub mod assemble;
 pub mod crds;
+pub mod knowledge;
 pub mod live;
 pub mod serve;
 pub mod validate;
@@ -36,10 +37,10 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinitions, write them to a directory, or check one.
     Crds(CrdsArgs),
-    /// Import runbooks into a corpus (not available yet).
-    Corpus(Unavailable),
-    /// Build and query the runbook search index (not available yet).
-    Index(Unavailable),
+    /// Import local documents (runbooks) into a corpus, with a quality report.
+    Corpus(knowledge::CorpusArgs),
+    /// Build, search and inspect a runbook search index (BM25).
+    Index(knowledge::IndexArgs),
     /// Bundled MCP servers.
     Mcp(McpArgs),
     /// Prepare and apply workspace changes (not available yet).
@@ -130,8 +131,8 @@ pub fn run() -> ExitCode {
         Command::Audit(AuditArgs { command: AuditCommand::Verify { path } }) => verify_journal(&path),
         Command::Validate(args) => validate::run(&args.dirs),
         Command::Crds(args) => run_crds(&args),
-        Command::Corpus(_) => unavailable("corpus"),
-        Command::Index(_) => unavailable("index"),
+        Command::Corpus(args) => knowledge::run_corpus(args),
+        Command::Index(args) => knowledge::run_index(args),
         Command::Mcp(McpArgs { server: McpServer::Victoriametrics(args) }) => run_victoriametrics(args),
         Command::Change(_) => unavailable("change"),
     }
