@@ -44,10 +44,11 @@ async fn ask_prints_answer_tools_and_budget() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.starts_with("Long-running queries hold locks.\n"), "{stdout}");
+    assert!(stdout.contains("knowledge.search · ok"), "{stdout}");
     assert!(stdout.contains("local.investigation.submit_plan · ok"), "{stdout}");
     assert!(stdout.contains("Unavailable check: Read pg_stat_activity (postgres.activity)"), "{stdout}");
     assert!(stdout.contains("Skills: postgresql"), "explicit service fact selects the skill:\n{stdout}");
-    assert!(stdout.contains("Budget: model calls 2/12, tool calls 1/8"), "{stdout}");
+    assert!(stdout.contains("Budget: model calls 2/12, tool calls 2/8"), "{stdout}");
     assert!(stdout.contains("Run: run_"), "{stdout}");
     // The Run is in the same audit journal the server uses.
     let journal = std::fs::read_to_string(data.path().join("audit/akritas.jsonl")).unwrap();
@@ -63,7 +64,17 @@ async fn ask_json_is_machine_readable() {
     let body: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(body["answer"], "Answer.");
     assert_eq!(body["budget"]["usage"]["model_calls"], 2);
-    assert_eq!(body["activity"][0]["result"]["output"]["gaps"], 1);
+    assert_eq!(body["activity"][0]["id"], "call_akritas_rag_prefetch");
+    let hits = body["activity"][0]["result"]["output"]["results"].as_array().unwrap();
+    assert_eq!(hits[0]["document"], "postgres-connections.md", "the sample runbook is retrieved first");
+    assert_eq!(hits[0]["knowledge_base"], "akritas/runbooks");
+    assert!(hits[0]["score"].as_f64().unwrap() > 0.0 && hits[0]["excerpt"].as_str().unwrap().contains("PostgreSQL"));
+    assert_eq!(body["activity"][1]["result"]["output"]["gaps"], 1);
+    // The bundled VictoriaMetrics MCP adapter of the samples was started and offered to the planner.
+    let planner: Value = serde_json::from_str(llm.requests()[0]["messages"][1]["content"].as_str().unwrap()).unwrap();
+    let tools: Vec<&str> =
+        planner["available_execution_tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(tools.contains(&"mcp.victoriametrics.query") && tools.contains(&"knowledge.search"), "{tools:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

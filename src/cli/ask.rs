@@ -9,11 +9,13 @@ use anyhow::{Context, Result};
 use super::assemble;
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{self, DirectorySource};
+use crate::catalog::secrets::EnvSecrets;
 use crate::catalog::status::StatusBoard;
 use crate::config::{self, ServeFlags};
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::instructions::SystemInstructions;
 use crate::engine::run::{RunOutcome, RunRequest};
+use crate::mcp::{AdapterPhase, HostOptions, McpHost, from_catalog};
 
 /// Runs the question; exit 0 with an answer, 1 on any failure (message on stderr).
 pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
@@ -60,14 +62,57 @@ async fn ask(question: &str, settings: config::Settings) -> Result<RunOutcome> {
     }
     let llm = assemble::llm_client(&settings, &instructions)?;
     let audit = assemble::open_audit(&settings)?;
-    let engine = assemble::engine(&settings, llm, audit, store);
+    let knowledge = assemble::knowledge_bases(&settings);
+    let catalog = store.current();
+    let worker = knowledge.clone();
+    tokio::task::spawn_blocking(move || worker.refresh(&catalog)).await.context("indexing knowledge bases")?;
+    let engine = assemble::engine(&settings, llm, audit, store.clone(), &knowledge);
+    let mcp = connect_adapters(&store, &engine).await;
     let request = RunRequest {
         source: "cli".into(),
         actor: "cli".into(),
         turns: vec![Turn { role: Speaker::User, content: question.to_string() }],
         ..RunRequest::default()
     };
-    engine.run(request).await.context("the Run failed")
+    let outcome = engine.run(request).await.context("the Run failed");
+    mcp.shutdown().await;
+    outcome
+}
+
+/// Longest wait for the Catalog's MCP adapters to connect before the Run starts.
+const MCP_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Starts the Catalog's MCP adapters and waits (bounded) until each has connected
+/// or failed, so the Run sees their tools.
+async fn connect_adapters(store: &CatalogStore, engine: &crate::engine::run::Engine) -> McpHost {
+    let host = McpHost::new(HostOptions::default());
+    let (configs, failures) = from_catalog::adapters(&store.current(), &EnvSecrets::process());
+    for (key, error) in failures {
+        eprintln!("akritas ask: MCP adapter {key} not started: {error}");
+    }
+    if configs.is_empty() {
+        return host;
+    }
+    let mut changes = host.subscribe();
+    host.reconcile(configs).await;
+    let settled = |host: &McpHost| host.status().iter().all(|s| !matches!(s.phase, AdapterPhase::Connecting));
+    let _ = tokio::time::timeout(MCP_CONNECT_WAIT, async {
+        while !settled(&host) {
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    for status in host.status().iter().filter(|s| !s.connected) {
+        eprintln!(
+            "akritas ask: MCP adapter {} not connected: {}",
+            status.key,
+            status.last_error.as_deref().unwrap_or("still connecting")
+        );
+    }
+    engine.set_tools(&host.registry());
+    host
 }
 
 fn print_text(outcome: &RunOutcome) -> std::io::Result<()> {

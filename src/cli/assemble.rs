@@ -9,7 +9,8 @@ use crate::audit::AuditLog;
 use crate::catalog::CatalogStore;
 use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
-use crate::engine::run::{Engine, EngineSettings};
+use crate::engine::run::{Engine, EngineSettings, Retriever};
+use crate::knowledge::bases::KnowledgeBases;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::tools::{RegistryBuilder, ToolLimits};
 
@@ -61,8 +62,20 @@ pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
     Ok(Arc::new(audit))
 }
 
-/// The engine with the authorized tools of this build.
-pub fn engine(settings: &Settings, llm: LlmClient, audit: Arc<AuditLog>, catalog: CatalogStore) -> Engine {
+/// The engine; tools arrive later from the MCP adapters, runbooks from `knowledge`.
+pub fn engine(
+    settings: &Settings,
+    llm: LlmClient,
+    audit: Arc<AuditLog>,
+    catalog: CatalogStore,
+    knowledge: &KnowledgeBases,
+) -> Engine {
     let tools = RegistryBuilder::new(ToolLimits::default()).build();
-    Engine::new(EngineSettings::from_settings(settings), llm, tools, Some(audit), catalog, None)
+    let retriever: Arc<dyn Retriever> = Arc::new(knowledge.clone());
+    Engine::new(EngineSettings::from_settings(settings), llm, tools, Some(audit), catalog, Some(retriever))
+}
+
+/// The knowledge bases with the configured excerpt size.
+pub fn knowledge_bases(settings: &Settings) -> KnowledgeBases {
+    KnowledgeBases::new(settings.result_runes as usize)
 }

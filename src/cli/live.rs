@@ -1,5 +1,5 @@
 //! Live components derived from the Catalog, reconciled whenever it changes:
-//! MCP adapters (connections and their authorized tools).
+//! MCP adapters (connections and their authorized tools) and knowledge-base indexes.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ObjectKey};
 use crate::engine::run::Engine;
+use crate::knowledge::bases::KnowledgeBases;
 use crate::mcp::McpHost;
 use crate::mcp::from_catalog;
 use crate::resources::Kind;
@@ -80,4 +81,51 @@ fn publish(
         board.set_runtime(key.clone(), status);
     }
     board.retain_runtime(|key| key.kind != Kind::McpAdapter || catalog.entries.contains_key(key));
+}
+
+/// How often knowledge-base sources are re-read for changed files.
+pub const KNOWLEDGE_RESCAN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Keeps the knowledge-base indexes in line with the Catalog and their files.
+pub async fn knowledge_bases(
+    bases: KnowledgeBases,
+    store: CatalogStore,
+    board: StatusBoard,
+    cancel: CancellationToken,
+) {
+    let mut catalog_changes = store.subscribe();
+    let mut rescan = tokio::time::interval(KNOWLEDGE_RESCAN);
+    loop {
+        let catalog = store.current();
+        let worker = bases.clone();
+        let refreshed = match tokio::task::spawn_blocking(move || worker.refresh(&catalog)).await {
+            Ok(refreshed) => refreshed,
+            Err(error) => {
+                tracing::error!(%error, "knowledge-base refresh failed");
+                Vec::new()
+            }
+        };
+        for item in refreshed {
+            let status = match &item.outcome {
+                Ok(stats) => json!({
+                    "documents": stats.documents,
+                    "chunks": stats.chunks,
+                    "indexSha256": stats.content_sha256,
+                    "skipped": item.skipped,
+                }),
+                Err(error) => json!({"lastError": error, "skipped": item.skipped}),
+            };
+            if let Err(error) = &item.outcome {
+                tracing::warn!(knowledge_base = %item.key, %error, "knowledge base not indexed");
+            }
+            board.set_runtime(item.key, status);
+        }
+        let catalog = store.current();
+        board.retain_runtime(|key| key.kind != Kind::KnowledgeBase || catalog.entries.contains_key(key));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = catalog_changes.changed() => if changed.is_err() { return; },
+            _ = rescan.tick() => {}
+        }
+    }
 }

@@ -107,7 +107,9 @@ async fn serve(settings: Settings) -> Result<()> {
             .await
             .context("opening the audit journal")??
     };
-    let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone()));
+    let knowledge = assemble::knowledge_bases(&settings);
+    let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
+    tasks.spawn(live::knowledge_bases(knowledge, store.clone(), board.clone(), cancel.clone()));
     let mcp = McpHost::new(HostOptions::default());
     tasks.spawn(live::mcp_adapters(
         mcp,

@@ -652,6 +652,7 @@ impl Engine {
         };
         let text = result.to_json_string();
         ctx.budget.record_retrieved(text.len())?;
+        ctx.budget.record_tool_result(text.len())?;
         self.record_call(ctx, RETRIEVAL_TOOL, &arguments, result.clone(), true).await?;
         for (id, title) in documents {
             let metadata = BTreeMap::from([

@@ -1,5 +1,6 @@
 //! Local knowledge: importing runbooks and docs into a corpus, chunking, and BM25 search.
 
+pub mod bases;
 pub mod chunk;
 pub mod corpus;
 pub mod index;

@@ -1,0 +1,231 @@
+//! KnowledgeBase resources → in-memory indexes, rebuilt in the background when
+//! their content changes and swapped atomically; the run engine searches them
+//! (automatic retrieval and `knowledge.search`). Runbooks guide; they never
+//! authorize anything.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use super::corpus::{self, Document, ImportOptions};
+use super::index::{ChunkingParams, IndexStats, KnowledgeIndex, content_sha256};
+use crate::catalog::{Catalog, ObjectKey};
+use crate::engine::run::{Retrieved, Retriever};
+use crate::resources::knowledge_base::KnowledgeBaseSpec;
+use crate::resources::{Kind, Resource};
+
+/// Most hits a single search returns.
+pub const MAX_HITS: usize = 20;
+
+struct Loaded {
+    name: String,
+    index: KnowledgeIndex,
+    sha: String,
+}
+
+/// The loaded knowledge bases. Cheap to clone.
+#[derive(Clone)]
+pub struct KnowledgeBases {
+    loaded: Arc<RwLock<BTreeMap<ObjectKey, Arc<Loaded>>>>,
+    excerpt_chars: usize,
+}
+
+/// What a refresh did for one knowledge base.
+#[derive(Debug)]
+pub struct Refreshed {
+    /// The resource.
+    pub key: ObjectKey,
+    /// Stats of the index in force, or why it could not be built.
+    pub outcome: Result<IndexStats, String>,
+    /// Files skipped by the import, with reasons.
+    pub skipped: Vec<String>,
+    /// Whether a new index was built.
+    pub rebuilt: bool,
+}
+
+impl KnowledgeBases {
+    /// No knowledge base yet; excerpts of at most `excerpt_chars` characters.
+    pub fn new(excerpt_chars: usize) -> Self {
+        Self { loaded: Arc::default(), excerpt_chars }
+    }
+
+    /// Reads every KnowledgeBase's sources and rebuilds the indexes whose content
+    /// changed; drops removed ones. Blocking (file IO, indexing).
+    pub fn refresh(&self, catalog: &Catalog) -> Vec<Refreshed> {
+        let mut results = Vec::new();
+        let mut next = BTreeMap::new();
+        let current = self.loaded.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for (key, entry) in catalog.of_kind(Kind::KnowledgeBase) {
+            let Resource::KnowledgeBase(base) = entry.resource.as_ref() else { continue };
+            let name = format!("{}/{}", key.namespace, key.name);
+            let params = ChunkingParams {
+                chunk_chars: base.spec.chunking.chunk_runes as usize,
+                overlap_chars: base.spec.chunking.overlap_runes as usize,
+            };
+            let (documents, skipped) = match documents(catalog, key, &base.spec, entry.base_dir.as_deref(), &name) {
+                Ok(found) => found,
+                Err(error) => {
+                    keep_previous(&current, key, &mut next);
+                    results.push(Refreshed {
+                        key: key.clone(),
+                        outcome: Err(error),
+                        skipped: Vec::new(),
+                        rebuilt: false,
+                    });
+                    continue;
+                }
+            };
+            let sha = content_sha256(&documents, params);
+            if let Some(previous) = current.get(key).filter(|loaded| loaded.sha == sha) {
+                next.insert(key.clone(), previous.clone());
+                results.push(Refreshed {
+                    key: key.clone(),
+                    outcome: Ok(previous.index.stats()),
+                    skipped,
+                    rebuilt: false,
+                });
+                continue;
+            }
+            match KnowledgeIndex::build_in_ram(&documents, params) {
+                Ok(index) => {
+                    let stats = index.stats();
+                    tracing::info!(knowledge_base = %name, documents = stats.documents, chunks = stats.chunks, "knowledge base indexed");
+                    next.insert(key.clone(), Arc::new(Loaded { name, index, sha }));
+                    results.push(Refreshed { key: key.clone(), outcome: Ok(stats), skipped, rebuilt: true });
+                }
+                Err(error) => {
+                    keep_previous(&current, key, &mut next);
+                    results.push(Refreshed {
+                        key: key.clone(),
+                        outcome: Err(error.to_string()),
+                        skipped,
+                        rebuilt: false,
+                    });
+                }
+            }
+        }
+        *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = next;
+        results
+    }
+
+    /// Searches every knowledge base and merges the hits by score.
+    pub fn search_all(&self, query: &str, top_k: usize) -> Result<Retrieved, String> {
+        let loaded: Vec<Arc<Loaded>> =
+            self.loaded.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let top_k = top_k.clamp(1, MAX_HITS);
+        let mut hits = Vec::new();
+        let mut versions = BTreeMap::new();
+        for base in &loaded {
+            let found = base.index.search_with_excerpt(query, top_k, self.excerpt_chars).map_err(|e| e.to_string())?;
+            versions.insert(base.name.clone(), base.sha.chars().take(16).collect());
+            hits.extend(found.into_iter().map(|hit| (base.name.clone(), hit)));
+        }
+        hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+        hits.truncate(top_k);
+        let documents = hits.iter().map(|(_, hit)| (hit.document_id.clone(), hit.title.clone())).collect();
+        let results: Vec<Value> = hits
+            .iter()
+            .map(|(base, hit)| {
+                json!({
+                    "knowledge_base": base,
+                    "document": hit.document_id,
+                    "title": hit.title,
+                    "source": hit.source,
+                    "url": hit.url,
+                    "score": hit.score,
+                    "chunk": hit.chunk,
+                    "excerpt": hit.excerpt,
+                })
+            })
+            .collect();
+        Ok(Retrieved { output: json!({ "results": results }), documents, versions })
+    }
+}
+
+fn keep_previous(
+    current: &BTreeMap<ObjectKey, Arc<Loaded>>,
+    key: &ObjectKey,
+    next: &mut BTreeMap<ObjectKey, Arc<Loaded>>,
+) {
+    if let Some(previous) = current.get(key) {
+        next.insert(key.clone(), previous.clone());
+    }
+}
+
+impl Retriever for KnowledgeBases {
+    fn is_available(&self) -> bool {
+        !self.loaded.read().unwrap_or_else(|p| p.into_inner()).is_empty()
+    }
+
+    fn search(&self, query: &str, top_k: usize) -> BoxFuture<'static, Result<Retrieved, String>> {
+        // BM25 over in-memory indexes takes well under a millisecond: no need to leave the task.
+        let result = self.search_all(query, top_k);
+        Box::pin(async move { result })
+    }
+}
+
+/// The documents of one knowledge base and the files its import skipped.
+fn documents(
+    catalog: &Catalog,
+    key: &ObjectKey,
+    spec: &KnowledgeBaseSpec,
+    base_dir: Option<&Path>,
+    name: &str,
+) -> Result<(Vec<Document>, Vec<String>), String> {
+    let mut documents = Vec::new();
+    let mut skipped = Vec::new();
+    for (i, source) in spec.sources.iter().enumerate() {
+        if let Some(directory) = &source.directory {
+            let root = resolve(base_dir, &directory.path);
+            let options = ImportOptions {
+                source: name.to_string(),
+                extensions: directory.extensions.clone(),
+                ..ImportOptions::default()
+            };
+            let report = corpus::import(&root, &options).map_err(|e| format!("sources[{i}]: {e}"))?;
+            skipped.extend(report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)));
+            documents.extend(report.documents);
+        } else if let Some(config_map) = &source.config_map {
+            let data = catalog
+                .config_maps
+                .get(&(key.namespace.clone(), config_map.name.clone()))
+                .ok_or_else(|| format!("sources[{i}]: ConfigMap {}/{} not found", key.namespace, config_map.name))?;
+            for (data_key, text) in data {
+                if config_map.keys.is_empty() || config_map.keys.contains(data_key) {
+                    let id = format!("configmap/{}/{data_key}", config_map.name);
+                    documents.push(Document::from_text(id, name.to_string(), None, text, data_key));
+                }
+            }
+        } else if let Some(git) = &source.git {
+            let workspace =
+                ObjectKey { kind: Kind::Workspace, namespace: key.namespace.clone(), name: git.workspace.clone() };
+            let entry = catalog
+                .entries
+                .get(&workspace)
+                .ok_or_else(|| format!("sources[{i}]: Workspace {workspace} not found"))?;
+            let Resource::Workspace(ws) = entry.resource.as_ref() else { continue };
+            let path = ws.spec.source.path.as_ref().ok_or_else(|| {
+                format!("sources[{i}]: Workspace {} is a git remote; index a path workspace instead", git.workspace)
+            })?;
+            let root = resolve(entry.base_dir.as_deref(), path).join(&git.path);
+            let options = ImportOptions { source: name.to_string(), ..ImportOptions::default() };
+            let report = corpus::import(&root, &options).map_err(|e| format!("sources[{i}]: {e}"))?;
+            skipped.extend(report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)));
+            documents.extend(report.documents);
+        }
+    }
+    // Ids must be unique across sources of one base.
+    let mut seen = std::collections::BTreeSet::new();
+    documents.retain(|d| seen.insert(d.id.clone()));
+    Ok((documents, skipped))
+}
+
+fn resolve(base_dir: Option<&Path>, path: &str) -> PathBuf {
+    match base_dir {
+        Some(base) if !Path::new(path).is_absolute() => base.join(path),
+        _ => PathBuf::from(path),
+    }
+}
