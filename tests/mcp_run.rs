@@ -1,0 +1,97 @@
+//! End to end through the host: the scripted model plans `mcp.victoriametrics.query`,
+//! the host executes it through the McpAdapter (the bundled server as a child
+//! process) against a real VictoriaMetrics, and the Run's audit record holds the
+//! real result.
+
+mod support;
+#[path = "support/vm.rs"]
+mod vm;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use akritas::audit::AuditLog;
+use akritas::catalog::secrets::EnvSecrets;
+use akritas::engine::conversation::{Speaker, Turn};
+use akritas::engine::run::RunRequest;
+use akritas::mcp::{HostOptions, McpHost, from_catalog};
+use akritas::tools::{ToolName, openai_alias};
+use serde_json::json;
+use support::host;
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_audited() {
+    let vm = vm::VictoriaMetrics::start().await;
+    let ts = vm::now_ms() - 60_000;
+    vm.import_prometheus(&format!("node_load1{{instance=\"db-7:9100\",job=\"node\"}} 7.25 {ts}\n")).await;
+    vm.wait_for_series("node_load1", 1).await;
+
+    let manifests = tempfile::tempdir().unwrap();
+    std::fs::write(
+        manifests.path().join("adapter.yaml"),
+        format!(
+            "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: victoriametrics, namespace: ops}}\nspec:\n  \
+             transport:\n    stdio:\n      command: {}\n      args: [mcp, victoriametrics, --base-url, \"{}\"]\n  \
+             namespace: mcp.victoriametrics\n  allow: [read]\n  callTimeoutSeconds: 20\n",
+            env!("CARGO_BIN_EXE_akritas"),
+            vm.url()
+        ),
+    )
+    .unwrap();
+    let catalog = host::catalog_from(manifests.path());
+    let (configs, failures) = from_catalog::adapters(&catalog.current(), &EnvSecrets::process());
+    assert!(failures.is_empty(), "{failures:?}");
+    let mcp = McpHost::new(HostOptions::default());
+    let mut changes = mcp.subscribe();
+    mcp.reconcile(configs).await;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !mcp.status().iter().all(|s| s.connected) {
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("adapter connected");
+
+    let query = openai_alias(&ToolName::try_from("mcp.victoriametrics.query").unwrap());
+    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    let llm = ScriptedLlm::start(vec![
+        Step::from(Reply::ToolCalls(vec![(
+            "p".into(),
+            plan,
+            json!({"checks": [{"step": "Read the load of db-7", "tool": "mcp.victoriametrics.query",
+                               "arguments": {"query": "node_load1{instance=\"db-7:9100\"}"}, "reason": "confirm the alert"}],
+                   "gaps": []}),
+        )])),
+        Step::from(Reply::ToolCalls(vec![("c1".into(), query, json!({"query": "up{job=\"absent\"}"}))])),
+        Step::from(Reply::Content("db-7 has a load of 7.25.".into())),
+    ])
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let audit = Arc::new(AuditLog::open(&data.path().join("audit.jsonl")).unwrap());
+    let engine = host::engine(&llm, host::settings(), mcp.registry(), catalog, Some(audit.clone()), None);
+    let outcome = engine
+        .run(RunRequest {
+            source: "chat".into(),
+            actor: "test".into(),
+            turns: vec![Turn { role: Speaker::User, content: "Why is db-7 loaded?".into() }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let statuses: Vec<(&str, &str)> = outcome.activity.iter().map(|a| (a.name.as_str(), a.status.as_str())).collect();
+    assert_eq!(
+        statuses,
+        [("local.investigation.submit_plan", "ok"), ("mcp.victoriametrics.query", "ok"), ("mcp.victoriametrics.query", "ok")]
+    );
+
+    let run = audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    let planned = run.events.iter().find(|e| e.metadata.get("call_id") == Some(&json!("call_akritas_planned_1"))).unwrap();
+    assert_eq!(planned.arguments, Some(json!({"query": "node_load1{instance=\"db-7:9100\"}"})));
+    let output = &planned.result.as_ref().unwrap()["output"];
+    assert_eq!(output["isError"], false);
+    let series = &output["structuredContent"]["data"]["result"][0];
+    assert_eq!(series["metric"]["instance"], "db-7:9100");
+    assert_eq!(series["value"][1], "7.25", "the real VictoriaMetrics value is in the audit record");
+    mcp.shutdown().await;
+}
