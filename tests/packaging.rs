@@ -51,8 +51,9 @@ fn readme_documents_every_setting() {
         assert!(readme.contains(&format!("| `{key}` |")), "README configuration table misses {key}");
     }
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let command = "e2e/install-test-deps.sh && cargo test --locked";
     assert!(
-        readme.contains("cargo test --locked") && ci.contains("\ncargo test --locked\n"),
+        readme.contains(command) && ci.contains(&format!("\n{command}\n")),
         "README and .ci/run disagree"
     );
 }
