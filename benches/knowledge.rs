@@ -226,6 +226,7 @@ fn main() {
                 let status = Command::new(&exe).env(PHASE_ENV, phase).env(DIR_ENV, &dir).status().expect("run phase");
                 assert!(status.success(), "{phase} phase failed");
             }
+            serve_phase(tmp.path());
         }
     }
 }
@@ -283,4 +284,78 @@ fn search_phase(dir: &Path) {
         us(latencies[latencies.len() - 1])
     );
     println!("search process peak RSS (open + search): {:.1} MiB", peak_rss_kib() as f64 / 1024.0);
+}
+
+/// Writes the corpus as runbook files with a KnowledgeBase manifest, starts
+/// `akritas serve` on them, waits until the knowledge base is indexed and prints the
+/// server's indexing time and resident memory.
+fn serve_phase(tmp: &Path) {
+    let mut rng = Rng(0x00C0_FFEE);
+    let vocab = random_vocabulary(&mut rng);
+    let docs = corpus(&mut rng, &vocab);
+    let runbooks = tmp.join("runbooks");
+    let resources = tmp.join("resources");
+    std::fs::create_dir_all(runbooks.join("synthetic")).expect("runbooks dir");
+    std::fs::create_dir_all(&resources).expect("resources dir");
+    for doc in &docs {
+        std::fs::write(runbooks.join(&doc.id), format!("# {}\n\n{}", doc.title, doc.text)).expect("write runbook");
+    }
+    std::fs::write(
+        resources.join("kb.yaml"),
+        format!(
+            "apiVersion: akritas.io/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: synthetic, namespace: bench}}\nspec:\n  sources:\n    - directory: {{path: \"{}\"}}\n",
+            runbooks.display()
+        ),
+    )
+    .expect("write manifest");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .args(["serve", "--address", &format!("127.0.0.1:{port}"), "--skills-dir", ""])
+        .arg("--resources")
+        .arg(&resources)
+        .arg("--data-dir")
+        .arg(tmp.join("data"))
+        .arg("--system-instructions")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("instructions/SYSTEM.md"))
+        .env_remove("AKRITAS_CONFIG")
+        .env_remove("AKRITAS_API_KEY")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start serve");
+    let deadline = Instant::now() + std::time::Duration::from_secs(300);
+    let indexed = loop {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("serve did not index the knowledge base in time");
+        }
+        if http_get(port, "/api/v1/resources").is_some_and(|body| body.contains(&format!("\"documents\":{DOCUMENTS}")))
+        {
+            break started.elapsed();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+    let field = |name: &str| {
+        status.lines().find(|l| l.starts_with(name)).map(|l| l[name.len()..].trim().to_string()).unwrap_or_default()
+    };
+    println!(
+        "serve with the {DOCUMENTS}-document knowledge base: indexed {:.1}s after start, RSS {}, peak RSS {}",
+        indexed.as_secs_f64(),
+        field("VmRSS:"),
+        field("VmHWM:")
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A minimal HTTP/1.0 GET on loopback; the body, or None on any failure.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
 }

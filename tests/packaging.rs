@@ -52,8 +52,5 @@ fn readme_documents_every_setting() {
     }
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     let command = "e2e/install-test-deps.sh && cargo test --locked";
-    assert!(
-        readme.contains(command) && ci.contains(&format!("\n{command}\n")),
-        "README and .ci/run disagree"
-    );
+    assert!(readme.contains(command) && ci.contains(&format!("\n{command}\n")), "README and .ci/run disagree");
 }

@@ -202,7 +202,7 @@ fn skills_workspaces_profiles_and_knowledge_bases() {
     assert_rejected(
         "KnowledgeBase",
         json!({"sources": [{"directory": {"path": "a"}, "configMap": {"name": "b"}}]}),
-        "spec.sources[0]: set exactly one of configMap, directory or git",
+        "spec.sources[0]: set exactly one of configMap, directory, git or inline",
     );
     assert_rejected(
         "KnowledgeBase",

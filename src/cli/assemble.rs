@@ -77,5 +77,5 @@ pub fn engine(
 
 /// The knowledge bases with the configured excerpt size.
 pub fn knowledge_bases(settings: &Settings) -> KnowledgeBases {
-    KnowledgeBases::new(settings.result_runes as usize)
+    KnowledgeBases::new(settings.result_runes as usize, Some(settings.data_dir.join("knowledge")))
 }

@@ -31,6 +31,7 @@ struct Loaded {
 pub struct KnowledgeBases {
     loaded: Arc<RwLock<BTreeMap<ObjectKey, Arc<Loaded>>>>,
     excerpt_chars: usize,
+    storage: Option<PathBuf>,
 }
 
 /// What a refresh did for one knowledge base.
@@ -48,8 +49,40 @@ pub struct Refreshed {
 
 impl KnowledgeBases {
     /// No knowledge base yet; excerpts of at most `excerpt_chars` characters.
-    pub fn new(excerpt_chars: usize) -> Self {
-        Self { loaded: Arc::default(), excerpt_chars }
+    /// With `storage`, indexes live on disk there (memory-mapped, reused across
+    /// restarts when the content is unchanged); without, in memory.
+    pub fn new(excerpt_chars: usize, storage: Option<PathBuf>) -> Self {
+        Self { loaded: Arc::default(), excerpt_chars, storage }
+    }
+
+    /// Opens the stored index of this content, or builds it.
+    fn index_for(
+        &self,
+        key: &ObjectKey,
+        documents: &[Document],
+        params: ChunkingParams,
+        sha: &str,
+    ) -> Result<(KnowledgeIndex, bool), String> {
+        let Some(storage) = &self.storage else {
+            return KnowledgeIndex::build_in_ram(documents, params).map(|i| (i, true)).map_err(|e| e.to_string());
+        };
+        let base = storage.join(format!("{}.{}", key.namespace, key.name));
+        let dir = base.join(&sha[..16.min(sha.len())]);
+        if let Ok(index) = KnowledgeIndex::open(&dir)
+            && index.stats().content_sha256 == sha
+        {
+            return Ok((index, false));
+        }
+        // A partial build (no metadata) or another content: start over.
+        let _ = std::fs::remove_dir_all(&dir);
+        let index = KnowledgeIndex::build_on_disk(&dir, documents, params, None).map_err(|e| e.to_string())?;
+        // Older versions of this base are no longer needed (open mappings stay valid).
+        if let Ok(entries) = std::fs::read_dir(&base) {
+            for entry in entries.filter_map(Result::ok).filter(|e| e.path() != dir) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        Ok((index, true))
     }
 
     /// Reads every KnowledgeBase's sources and rebuilds the indexes whose content
@@ -89,21 +122,27 @@ impl KnowledgeBases {
                 });
                 continue;
             }
-            match KnowledgeIndex::build_in_ram(&documents, params) {
-                Ok(index) => {
+            match self.index_for(key, &documents, params, &sha) {
+                Ok((index, rebuilt)) => {
                     let stats = index.stats();
-                    tracing::info!(knowledge_base = %name, documents = stats.documents, chunks = stats.chunks, "knowledge base indexed");
+                    tracing::info!(knowledge_base = %name, documents = stats.documents, chunks = stats.chunks, rebuilt, "knowledge base loaded");
                     next.insert(key.clone(), Arc::new(Loaded { name, index, sha }));
-                    results.push(Refreshed { key: key.clone(), outcome: Ok(stats), skipped, rebuilt: true });
+                    results.push(Refreshed { key: key.clone(), outcome: Ok(stats), skipped, rebuilt });
                 }
                 Err(error) => {
                     keep_previous(&current, key, &mut next);
-                    results.push(Refreshed {
-                        key: key.clone(),
-                        outcome: Err(error.to_string()),
-                        skipped,
-                        rebuilt: false,
-                    });
+                    results.push(Refreshed { key: key.clone(), outcome: Err(error), skipped, rebuilt: false });
+                }
+            }
+        }
+        if let Some(storage) = &self.storage
+            && let Ok(entries) = std::fs::read_dir(storage)
+        {
+            // Removed knowledge bases leave no index behind.
+            let kept: Vec<String> = next.keys().map(|k| format!("{}.{}", k.namespace, k.name)).collect();
+            for entry in entries.filter_map(Result::ok) {
+                if !kept.contains(&entry.file_name().to_string_lossy().into_owned()) {
+                    let _ = std::fs::remove_dir_all(entry.path());
                 }
             }
         }
@@ -126,6 +165,7 @@ impl KnowledgeBases {
         hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
         hits.truncate(top_k);
         let documents = hits.iter().map(|(_, hit)| (hit.document_id.clone(), hit.title.clone())).collect();
+        let searched: BTreeMap<&String, &String> = versions.iter().collect();
         let results: Vec<Value> = hits
             .iter()
             .map(|(base, hit)| {
@@ -141,7 +181,8 @@ impl KnowledgeBases {
                 })
             })
             .collect();
-        Ok(Retrieved { output: json!({ "results": results }), documents, versions })
+        let output = json!({ "results": results, "knowledge_bases": searched });
+        Ok(Retrieved { output, documents, versions })
     }
 }
 
@@ -199,6 +240,18 @@ fn documents(
                     documents.push(Document::from_text(id, name.to_string(), None, text, data_key));
                 }
             }
+        } else if let Some(inline) = &source.inline {
+            let mut document = Document::from_text(
+                inline.name.clone(),
+                name.to_string(),
+                inline.url.clone(),
+                &inline.content,
+                &inline.name,
+            );
+            if let Some(title) = &inline.title {
+                document.title = title.clone();
+            }
+            documents.push(document);
         } else if let Some(git) = &source.git {
             let workspace =
                 ObjectKey { kind: Kind::Workspace, namespace: key.namespace.clone(), name: git.workspace.clone() };

@@ -36,7 +36,7 @@ pub struct KnowledgeBaseSpec {
 /// Exactly one kind of source.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("(has(self.configMap) ? 1 : 0) + (has(self.directory) ? 1 : 0) + (has(self.git) ? 1 : 0) == 1").message("set exactly one of configMap, directory or git"))]
+#[x_kube(validation = Rule::new("(has(self.configMap) ? 1 : 0) + (has(self.directory) ? 1 : 0) + (has(self.git) ? 1 : 0) + (has(self.inline) ? 1 : 0) == 1").message("set exactly one of configMap, directory, git or inline"))]
 pub struct KnowledgeSource {
     /// Every key (or the listed keys) of a ConfigMap is one document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,6 +48,29 @@ pub struct KnowledgeSource {
     /// A path inside a Workspace's git tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitPathSource>,
+    /// A document written in the resource itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<InlineDocument>,
+}
+
+/// A document given inline.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InlineDocument {
+    /// Document id, unique within the knowledge base.
+    #[schemars(length(min = 1, max = 253), regex(pattern = DATA_KEY_PATTERN))]
+    pub name: String,
+    /// Title; default the first Markdown heading, else the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub title: Option<String>,
+    /// Link to the original.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: Option<String>,
+    /// The text (Markdown or plain).
+    #[schemars(length(min = 1, max = 262144))]
+    pub content: String,
 }
 
 /// ConfigMap source.
