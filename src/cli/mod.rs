@@ -5,6 +5,7 @@ pub mod assemble;
 pub mod crds;
 pub mod knowledge;
 pub mod live;
+pub mod mcp_probe;
 pub mod serve;
 pub mod validate;
 
@@ -112,6 +113,8 @@ pub struct McpArgs {
 pub enum McpServer {
     /// Read-only VictoriaMetrics tools over stdio (or streamable HTTP with --listen).
     Victoriametrics(crate::victoriametrics::VictoriaMetricsArgs),
+    /// Connect Akritas' MCP client to a streamable HTTP server, list its tools, optionally call one.
+    Probe(mcp_probe::McpProbeArgs),
 }
 
 /// A command whose implementation has not landed yet; it fails clearly.
@@ -134,6 +137,7 @@ pub fn run() -> ExitCode {
         Command::Corpus(args) => knowledge::run_corpus(args),
         Command::Index(args) => knowledge::run_index(args),
         Command::Mcp(McpArgs { server: McpServer::Victoriametrics(args) }) => run_victoriametrics(args),
+        Command::Mcp(McpArgs { server: McpServer::Probe(args) }) => mcp_probe::run(args),
         Command::Change(_) => unavailable("change"),
     }
 }
