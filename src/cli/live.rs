@@ -98,7 +98,13 @@ pub async fn knowledge_bases(
     loop {
         let catalog = store.current();
         let worker = bases.clone();
-        let refreshed = match tokio::task::spawn_blocking(move || worker.refresh(&catalog)).await {
+        let refreshed = match tokio::task::spawn_blocking(move || {
+            let refreshed = worker.refresh(&catalog);
+            release_freed_memory();
+            refreshed
+        })
+        .await
+        {
             Ok(refreshed) => refreshed,
             Err(error) => {
                 tracing::error!(%error, "knowledge-base refresh failed");
@@ -127,5 +133,15 @@ pub async fn knowledge_bases(
             changed = catalog_changes.changed() => if changed.is_err() { return; },
             _ = rescan.tick() => {}
         }
+    }
+}
+
+/// Gives memory freed after an indexing pass (document texts, writer buffers) back to
+/// the operating system; glibc keeps it in the process otherwise.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases unused heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
