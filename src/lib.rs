@@ -1,5 +1,6 @@
 //! Akritas: a self-hosted, Kubernetes-native operations assistant.
 
+pub mod alerts;
 pub mod audit;
 pub mod catalog;
 pub mod cli;
@@ -9,6 +10,7 @@ pub mod journal;
 pub mod knowledge;
 pub mod llm;
 pub mod mcp;
+pub mod notify;
 pub mod outbound;
 pub mod resources;
 pub mod tools;

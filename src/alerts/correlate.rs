@@ -1,0 +1,448 @@
+//! Pure deduplication and correlation decisions (upstream §6.4). No I/O and no id generation: the store
+//! looks up its indexes, calls [`decide`], persists, then applies the result with [`IncidentState::open`] /
+//! [`IncidentState::record`]. [`Correlator`] is an in-memory reference implementation of that loop (useful
+//! as the store's working copy for one delivery, and in tests).
+//!
+//! Rules:
+//! - dedup index key = `source name \0 deduplication_key`; a hit is a duplicate of the first event (no job);
+//! - correlation index key = `source name \0 correlation_key`, looked up over *open* incidents only;
+//! - firing, no open incident → new incident that gets an investigation job;
+//! - firing, open incident → joins it (no job);
+//! - resolved, open incident → recorded on it; the incident closes once none of its alerts is still firing
+//!   (an incident tracks its firing alerts by [`member_key`]; with per-alert correlation keys — Alertmanager
+//!   fingerprint, Uptime Kuma monitor, Pingdom check — this equals upstream's "a resolved event closes it");
+//! - resolved, no open incident → new incident that is already resolved (no job);
+//! - firing after close → the closed incident is not reopened; a new incident + job is created.
+//!
+//! Keys never include model text: they are hashes of provider fields only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::event::{Entity, Event, EventState, Severity, hash_parts};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IncidentStatus {
+    Firing,
+    Resolved,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncidentState {
+    pub id: String,
+    pub correlation_key: String,
+    /// Source name.
+    pub source: String,
+    pub state: IncidentStatus,
+    pub name: String,
+    pub severity: Severity,
+    pub entity: Entity,
+    pub opened_at: Timestamp,
+    pub updated_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    pub event_ids: Vec<String>,
+    /// [`member_key`]s of alerts currently firing in this incident.
+    #[serde(default)]
+    pub firing_members: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_job: Option<String>,
+}
+
+/// The first delivery of a deduplication key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstSeen {
+    pub event_id: String,
+    pub incident_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Already ingested: reference the first event and its incident; no new event, no job.
+    Duplicate { event_id: String, incident_id: String },
+    /// No open incident for the correlation key: open a new one. `investigate` (create a job) is true
+    /// exactly for firing events; a resolved event yields an already-resolved incident.
+    NewIncident { state: IncidentStatus, investigate: bool },
+    /// Firing event for an already open incident: update it, no job.
+    JoinIncident { incident_id: String },
+    /// Resolved event for an open incident; `closes_incident` when no alert of it remains firing.
+    ResolveEvent { incident_id: String, closes_incident: bool },
+}
+
+impl Decision {
+    pub fn investigate(&self) -> bool {
+        matches!(self, Decision::NewIncident { investigate: true, .. })
+    }
+}
+
+pub fn dedup_index_key(source_name: &str, deduplication_key: &str) -> String {
+    format!("{source_name}\0{deduplication_key}")
+}
+
+pub fn correlation_index_key(source_name: &str, correlation_key: &str) -> String {
+    format!("{source_name}\0{correlation_key}")
+}
+
+/// State-independent identity of one alert inside an incident, so that its resolved event can be matched
+/// with its firing event: hash of source type/name and provider_event_id, or name + entity.
+pub fn member_key(event: &Event) -> String {
+    let src = &event.source;
+    match src.provider_event_id.as_deref().filter(|id| !id.is_empty()) {
+        Some(id) => hash_parts(&["member", &src.kind, &src.name, "id", id]),
+        None => {
+            hash_parts(&["member", &src.kind, &src.name, "entity", &event.name, &event.entity.kind, &event.entity.id])
+        }
+    }
+}
+
+/// Decide what one (normalised) event does. `seen` takes a [`dedup_index_key`]; `open_incident_for` takes a
+/// [`correlation_index_key`] and must only return incidents that are currently open (firing).
+pub fn decide(
+    event: &Event,
+    seen: impl Fn(&str) -> Option<FirstSeen>,
+    open_incident_for: impl Fn(&str) -> Option<IncidentState>,
+) -> Decision {
+    if let Some(first) = seen(&dedup_index_key(&event.source.name, &event.deduplication_key)) {
+        return Decision::Duplicate { event_id: first.event_id, incident_id: first.incident_id };
+    }
+    let open = open_incident_for(&correlation_index_key(&event.source.name, &event.correlation_key))
+        .filter(|i| i.state == IncidentStatus::Firing);
+    match (event.state, open) {
+        (EventState::Firing, None) => Decision::NewIncident { state: IncidentStatus::Firing, investigate: true },
+        (EventState::Resolved, None) => Decision::NewIncident { state: IncidentStatus::Resolved, investigate: false },
+        (EventState::Firing, Some(incident)) => Decision::JoinIncident { incident_id: incident.id },
+        (EventState::Resolved, Some(incident)) => {
+            let member = member_key(event);
+            let closes_incident = incident.firing_members.iter().all(|m| *m == member);
+            Decision::ResolveEvent { incident_id: incident.id, closes_incident }
+        }
+    }
+}
+
+impl IncidentState {
+    /// A new incident for `event` (opened_at = updated_at = observed_at).
+    pub fn open(id: &str, event: &Event, event_id: &str) -> IncidentState {
+        let mut incident = IncidentState {
+            id: id.to_owned(),
+            correlation_key: event.correlation_key.clone(),
+            source: event.source.name.clone(),
+            state: IncidentStatus::Firing,
+            name: event.name.clone(),
+            severity: event.severity,
+            entity: event.entity.clone(),
+            opened_at: event.observed_at,
+            updated_at: event.observed_at,
+            resolved_at: None,
+            event_ids: Vec::new(),
+            firing_members: BTreeSet::new(),
+            last_job: None,
+        };
+        incident.record(event, event_id);
+        incident
+    }
+
+    /// Update from a non-duplicate event belonging to this incident.
+    pub fn record(&mut self, event: &Event, event_id: &str) {
+        self.name = event.name.clone();
+        self.severity = event.severity;
+        self.entity = event.entity.clone();
+        self.updated_at = event.observed_at;
+        self.event_ids.push(event_id.to_owned());
+        match event.state {
+            EventState::Firing => {
+                self.firing_members.insert(member_key(event));
+                self.state = IncidentStatus::Firing;
+                self.resolved_at = None;
+            }
+            EventState::Resolved => {
+                self.firing_members.remove(&member_key(event));
+                if self.firing_members.is_empty() {
+                    self.state = IncidentStatus::Resolved;
+                    self.resolved_at = Some(event.observed_at);
+                }
+            }
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state == IncidentStatus::Firing
+    }
+}
+
+/// Result of [`Correlator::ingest`] for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub decision: Decision,
+    /// New event id, or the first event's id for a duplicate.
+    pub event_id: String,
+    pub incident_id: String,
+    /// Investigation job created for this event (only for a newly opened firing incident).
+    pub job_id: Option<String>,
+}
+
+/// What an id is requested for; the caller generates `evt_`/`inc_`/`job_` ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Event,
+    Incident,
+    Job,
+}
+
+/// In-memory dedup + open-incident indexes (pure: ids come from the caller).
+#[derive(Debug, Clone, Default)]
+pub struct Correlator {
+    seen: BTreeMap<String, FirstSeen>,
+    open: BTreeMap<String, String>,
+    incidents: BTreeMap<String, IncidentState>,
+}
+
+impl Correlator {
+    pub fn new() -> Correlator {
+        Correlator::default()
+    }
+
+    pub fn incident(&self, id: &str) -> Option<&IncidentState> {
+        self.incidents.get(id)
+    }
+
+    pub fn incidents(&self) -> impl Iterator<Item = &IncidentState> {
+        self.incidents.values()
+    }
+
+    /// Rebuild from persisted state (journal replay): the dedup index from stored events and the
+    /// open-incident index from incidents in state firing.
+    pub fn restore(
+        events: impl IntoIterator<Item = (String, String, FirstSeen)>,
+        incidents: impl IntoIterator<Item = IncidentState>,
+    ) -> Correlator {
+        let mut c = Correlator::new();
+        for (source_name, dedup_key, first) in events {
+            c.seen.entry(dedup_index_key(&source_name, &dedup_key)).or_insert(first);
+        }
+        for incident in incidents {
+            if incident.is_open() {
+                c.open.insert(correlation_index_key(&incident.source, &incident.correlation_key), incident.id.clone());
+            }
+            c.incidents.insert(incident.id.clone(), incident);
+        }
+        c
+    }
+
+    pub fn ingest(&mut self, event: &Event, mut new_id: impl FnMut(IdKind) -> String) -> Outcome {
+        let decision = decide(
+            event,
+            |k| self.seen.get(k).cloned(),
+            |k| self.open.get(k).and_then(|id| self.incidents.get(id)).cloned(),
+        );
+        let corr = correlation_index_key(&event.source.name, &event.correlation_key);
+        let (event_id, incident_id, job_id) = match &decision {
+            Decision::Duplicate { event_id, incident_id } => (event_id.clone(), incident_id.clone(), None),
+            Decision::NewIncident { investigate, .. } => {
+                let event_id = new_id(IdKind::Event);
+                let incident_id = new_id(IdKind::Incident);
+                let mut incident = IncidentState::open(&incident_id, event, &event_id);
+                let job_id = investigate.then(|| new_id(IdKind::Job));
+                incident.last_job.clone_from(&job_id);
+                if incident.is_open() {
+                    self.open.insert(corr, incident_id.clone());
+                }
+                self.incidents.insert(incident_id.clone(), incident);
+                (event_id, incident_id, job_id)
+            }
+            Decision::JoinIncident { incident_id } | Decision::ResolveEvent { incident_id, .. } => {
+                let event_id = new_id(IdKind::Event);
+                if let Some(incident) = self.incidents.get_mut(incident_id) {
+                    incident.record(event, &event_id);
+                    if !incident.is_open() {
+                        self.open.remove(&corr);
+                    }
+                }
+                (event_id, incident_id.clone(), None)
+            }
+        };
+        if !matches!(decision, Decision::Duplicate { .. }) {
+            self.seen.insert(
+                dedup_index_key(&event.source.name, &event.deduplication_key),
+                FirstSeen { event_id: event_id.clone(), incident_id: incident_id.clone() },
+            );
+        }
+        Outcome { decision, event_id, incident_id, job_id }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alerts::adapters::{DecodeContext, adapter};
+
+    const AM_FIRING: &str = include_str!("../../tests/fixtures/alertmanager/alertmanager-webhook.json");
+    const AM_RESOLVED: &str = include_str!("../../tests/fixtures/alertmanager/alertmanager-webhook-resolved.json");
+
+    fn am(body: &str, observed: &str) -> Vec<Event> {
+        let ctx = DecodeContext {
+            source_type: "alertmanager",
+            source_name: "alertmanager",
+            observed_at: observed.parse().unwrap(),
+        };
+        adapter("alertmanager").unwrap().decode(body.as_bytes(), &ctx).unwrap()
+    }
+
+    fn ids() -> impl FnMut(IdKind) -> String {
+        let mut n = 0;
+        move |kind| {
+            n += 1;
+            let prefix = match kind {
+                IdKind::Event => "evt",
+                IdKind::Incident => "inc",
+                IdKind::Job => "job",
+            };
+            format!("{prefix}_{n}")
+        }
+    }
+
+    fn generic(entity: &str, name: &str, state: EventState, observed: &str, corr: &str) -> Event {
+        let mut e = Event::new(
+            "generic",
+            "ops",
+            state,
+            name,
+            Entity { kind: "host".into(), id: entity.into(), display_name: None },
+            observed.parse().unwrap(),
+        );
+        e.summary = format!("{name} on {entity}");
+        e.correlation_key = corr.into();
+        e.normalize().unwrap()
+    }
+
+    #[test]
+    fn same_firing_delivery_twice_is_a_duplicate_of_the_first_event() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let first = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], &mut ids);
+        assert_eq!(first.decision, Decision::NewIncident { state: IncidentStatus::Firing, investigate: true });
+        assert!(first.job_id.is_some());
+        let again = c.ingest(&am(AM_FIRING, "2026-11-29T22:50:00Z")[0], &mut ids);
+        assert_eq!(
+            again.decision,
+            Decision::Duplicate { event_id: first.event_id.clone(), incident_id: first.incident_id.clone() }
+        );
+        assert_eq!(again.event_id, first.event_id);
+        assert_eq!(again.job_id, None);
+        assert_eq!(c.incident(&first.incident_id).unwrap().event_ids.len(), 1);
+    }
+
+    #[test]
+    fn intra_batch_duplicates_use_the_working_copy() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let event = &am(AM_FIRING, "2026-11-29T22:45:00Z")[0];
+        let outcomes: Vec<_> = [event, event].into_iter().map(|e| c.ingest(e, &mut ids)).collect();
+        assert!(matches!(outcomes[1].decision, Decision::Duplicate { .. }));
+    }
+
+    #[test]
+    fn alerts_with_the_same_correlation_key_share_one_incident_and_one_job() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let a = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), &mut ids);
+        let b = c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), &mut ids);
+        let other = c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), &mut ids);
+        assert!(a.decision.investigate());
+        assert_eq!(b.decision, Decision::JoinIncident { incident_id: a.incident_id.clone() });
+        assert_eq!(b.job_id, None);
+        assert_ne!(other.incident_id, a.incident_id);
+        let inc = c.incident(&a.incident_id).unwrap();
+        assert_eq!(inc.event_ids, [a.event_id, b.event_id]);
+        assert_eq!(inc.firing_members.len(), 2);
+        assert_eq!(inc.name, "HighLoad");
+    }
+
+    #[test]
+    fn incident_closes_when_all_firing_alerts_resolved() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let a = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), &mut ids);
+        c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), &mut ids);
+        let r1 = c.ingest(&generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"), &mut ids);
+        assert_eq!(r1.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: false });
+        assert!(c.incident(&a.incident_id).unwrap().is_open());
+        let r2 = c.ingest(&generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"), &mut ids);
+        assert_eq!(r2.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: true });
+        let inc = c.incident(&a.incident_id).unwrap();
+        assert_eq!(inc.state, IncidentStatus::Resolved);
+        assert_eq!(inc.resolved_at.map(|t| t.to_string()).as_deref(), Some("2026-11-29T22:12:00Z"));
+        assert_eq!(inc.last_job, a.job_id, "resolution keeps the investigation link");
+    }
+
+    #[test]
+    fn alertmanager_resolve_closes_and_later_firing_opens_new_investigated_incident() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], &mut ids);
+        let resolve = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], &mut ids);
+        assert_eq!(
+            resolve.decision,
+            Decision::ResolveEvent { incident_id: fire.incident_id.clone(), closes_incident: true }
+        );
+        assert_eq!(resolve.job_id, None, "resolved events never trigger investigations");
+
+        // Same alert fires again later (new startsAt → new dedup key).
+        let body = AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T23:30:00Z");
+        let refire = c.ingest(&am(&body, "2026-11-29T23:31:00Z")[0], &mut ids);
+        assert_eq!(refire.decision, Decision::NewIncident { state: IncidentStatus::Firing, investigate: true });
+        assert_ne!(refire.incident_id, fire.incident_id);
+        assert!(refire.job_id.is_some());
+        assert_eq!(c.incident(&fire.incident_id).unwrap().state, IncidentStatus::Resolved);
+    }
+
+    #[test]
+    fn resolved_without_open_incident_creates_resolved_incident_without_job() {
+        let mut c = Correlator::new();
+        let out = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], ids());
+        assert_eq!(out.decision, Decision::NewIncident { state: IncidentStatus::Resolved, investigate: false });
+        assert_eq!(out.job_id, None);
+        let inc = c.incident(&out.incident_id).unwrap();
+        assert!(!inc.is_open());
+        assert!(inc.resolved_at.is_some());
+    }
+
+    #[test]
+    fn decide_is_scoped_by_source_name_and_ignores_closed_incidents() {
+        let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
+        let mut closed = IncidentState::open("inc_x", &e, "evt_x");
+        let seen_key = dedup_index_key("ops", &e.deduplication_key);
+        let d = decide(
+            &e,
+            |k| (k == seen_key).then(|| FirstSeen { event_id: "evt_x".into(), incident_id: "inc_x".into() }),
+            |_| None,
+        );
+        assert_eq!(d, Decision::Duplicate { event_id: "evt_x".into(), incident_id: "inc_x".into() });
+        closed.state = IncidentStatus::Resolved;
+        let d = decide(&e, |_| None, |_| Some(closed.clone()));
+        assert!(d.investigate());
+        assert_eq!(correlation_index_key("ops", "db-1"), "ops\0db-1");
+    }
+
+    #[test]
+    fn restore_rebuilds_indexes() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
+        let first = c.ingest(&e, &mut ids);
+        let events = vec![(
+            "ops".to_owned(),
+            e.deduplication_key.clone(),
+            FirstSeen { event_id: first.event_id.clone(), incident_id: first.incident_id.clone() },
+        )];
+        let mut restored = Correlator::restore(events, c.incidents().cloned().collect::<Vec<_>>());
+        assert!(matches!(restored.ingest(&e, &mut ids).decision, Decision::Duplicate { .. }));
+        let join = generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:05:00Z", "db-1");
+        assert_eq!(
+            restored.ingest(&join, &mut ids).decision,
+            Decision::JoinIncident { incident_id: first.incident_id }
+        );
+    }
+}

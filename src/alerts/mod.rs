@@ -1,0 +1,10 @@
+//! Alert pipeline, pure part: canonical event model (upstream §6.1), provider adapters (§6.2) and
+//! deduplication/correlation decisions (§6.4). No I/O happens in this module.
+
+pub mod adapters;
+pub mod correlate;
+pub mod event;
+
+pub use adapters::{Adapter, AdapterError, adapter};
+pub use correlate::{Decision, IncidentState, IncidentStatus, decide};
+pub use event::{Entity, Event, EventState, Link, Severity, Source};

@@ -1,0 +1,460 @@
+//! HTTP delivery of notifications to webhook / Telegram / Mattermost receivers.
+//!
+//! Errors are reported only as fixed error codes (see [`DeliveryError`]), so an
+//! outcome can never leak a token or a URL containing one (Telegram puts the
+//! bot token in the URL path). Response bodies are read up to 64 KiB and
+//! discarded (never logged).
+
+use super::message::{
+    Notification, WEBHOOK_EVENT, WEBHOOK_MAX_BODY_BYTES, mattermost_text, telegram_text, webhook_body,
+};
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use hmac::{Hmac, Mac};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
+use sha2::Sha256;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Default Telegram Bot API base URL.
+pub const TELEGRAM_DEFAULT_BASE_URL: &str = "https://api.telegram.org";
+/// Maximum response body bytes read (and discarded) per attempt.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// A configured receiver. `Debug` redacts every secret (tokens, HMAC secret,
+/// webhook URL path/query).
+#[derive(Clone)]
+pub enum Target {
+    Webhook { url: String, bearer_token: Option<String>, hmac_secret: Option<String> },
+    Telegram { base_url: String, bot_token: String, chat_id: String, message_thread_id: Option<i64> },
+    Mattermost { base_url: String, bot_token: String, channel_id: String },
+}
+
+const REDACTED: &str = "<redacted>";
+
+fn redacted_opt(v: &Option<String>) -> Option<&'static str> {
+    v.as_ref().map(|_| REDACTED)
+}
+
+/// `scheme://host[:port]` only; the path and query of a webhook URL may be secret.
+fn origin_only(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => u.origin().ascii_serialization(),
+        Err(_) => REDACTED.to_string(),
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Webhook { url, bearer_token, hmac_secret } => f
+                .debug_struct("Webhook")
+                .field("url", &origin_only(url))
+                .field("bearer_token", &redacted_opt(bearer_token))
+                .field("hmac_secret", &redacted_opt(hmac_secret))
+                .finish(),
+            Target::Telegram { base_url, chat_id, message_thread_id, .. } => f
+                .debug_struct("Telegram")
+                .field("base_url", base_url)
+                .field("bot_token", &REDACTED)
+                .field("chat_id", chat_id)
+                .field("message_thread_id", message_thread_id)
+                .finish(),
+            Target::Mattermost { base_url, channel_id, .. } => f
+                .debug_struct("Mattermost")
+                .field("base_url", base_url)
+                .field("bot_token", &REDACTED)
+                .field("channel_id", channel_id)
+                .finish(),
+        }
+    }
+}
+
+impl Target {
+    /// `webhook` | `telegram` | `mattermost`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Webhook { .. } => "webhook",
+            Target::Telegram { .. } => "telegram",
+            Target::Mattermost { .. } => "mattermost",
+        }
+    }
+
+    /// Telegram target with the default `https://api.telegram.org` base URL.
+    pub fn telegram(bot_token: impl Into<String>, chat_id: impl Into<String>, message_thread_id: Option<i64>) -> Self {
+        Target::Telegram {
+            base_url: TELEGRAM_DEFAULT_BASE_URL.to_string(),
+            bot_token: bot_token.into(),
+            chat_id: chat_id.into(),
+            message_thread_id,
+        }
+    }
+}
+
+/// Retry policy: up to `attempts` tries (min 1), exponential backoff starting at
+/// `base_delay`, each attempt bounded by `timeout` (request + response body).
+/// Only connect errors, timeouts, 429 and 5xx are retried.
+/// `attempts: 1` reproduces upstream (no retries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    pub base_delay: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { attempts: 3, base_delay: Duration::from_millis(200), timeout: Duration::from_secs(10) }
+    }
+}
+
+/// Sanitised delivery failure classes (upstream error codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("encode_payload")]
+    EncodePayload,
+    #[error("create_request")]
+    CreateRequest,
+    #[error("timeout")]
+    Timeout,
+    #[error("request_failed")]
+    RequestFailed,
+    #[error("http_status")]
+    HttpStatus,
+    #[error("read_response")]
+    ReadResponse,
+    #[error("response_too_large")]
+    ResponseTooLarge,
+    #[error("remote_rejected")]
+    RemoteRejected,
+}
+
+impl DeliveryError {
+    /// Stable error code (same text as `Display`).
+    pub fn code(self) -> &'static str {
+        match self {
+            DeliveryError::EncodePayload => "encode_payload",
+            DeliveryError::CreateRequest => "create_request",
+            DeliveryError::Timeout => "timeout",
+            DeliveryError::RequestFailed => "request_failed",
+            DeliveryError::HttpStatus => "http_status",
+            DeliveryError::ReadResponse => "read_response",
+            DeliveryError::ResponseTooLarge => "response_too_large",
+            DeliveryError::RemoteRejected => "remote_rejected",
+        }
+    }
+}
+
+/// Result of delivering one notification to one receiver.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeliveryOutcome {
+    pub receiver: String,
+    /// `webhook` | `telegram` | `mattermost`.
+    pub kind: String,
+    pub delivery_id: String,
+    pub delivered: bool,
+    /// Status of the last HTTP response received, if any.
+    pub http_status: Option<u16>,
+    /// Sanitised error code of the last attempt (never a token or URL).
+    pub error: Option<String>,
+    pub attempts: u32,
+    pub duration_ms: u64,
+}
+
+/// Random-looking 16-byte hex delivery id (32 hex chars). Unique per process
+/// call; not a secret, so std's randomly keyed hasher is sufficient.
+pub fn new_delivery_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut parts = [0u64; 2];
+    for (i, part) in parts.iter_mut().enumerate() {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u64(count);
+        h.write_usize(i);
+        *part = h.finish();
+    }
+    format!("{:016x}{:016x}", parts[0], parts[1])
+}
+
+/// `sha256=<hex>` HMAC-SHA256 of `body` (value of `X-Akritas-Signature`).
+pub fn signature_header(secret: &str, body: &[u8]) -> String {
+    // HMAC accepts keys of any length, so this cannot fail.
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => return String::new(),
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+struct PreparedRequest {
+    url: String,
+    body: Vec<u8>,
+    headers: Vec<(&'static str, String)>,
+    user_agent: &'static str,
+    bearer: Option<String>,
+    telegram: bool,
+}
+
+fn prepare(target: &Target, n: &Notification, delivery_id: &str) -> Result<PreparedRequest, DeliveryError> {
+    match target {
+        Target::Webhook { url, bearer_token, hmac_secret } => {
+            let body = serde_json::to_vec(&webhook_body(n, delivery_id)).map_err(|_| DeliveryError::EncodePayload)?;
+            if body.len() > WEBHOOK_MAX_BODY_BYTES {
+                return Err(DeliveryError::EncodePayload);
+            }
+            let mut headers = vec![("x-akritas-event", WEBHOOK_EVENT.to_string())];
+            headers.push(("x-akritas-delivery", delivery_id.to_string()));
+            if let Some(run_id) = n.run_id.as_deref().filter(|r| !r.is_empty()) {
+                headers.push(("x-akritas-run-id", run_id.to_string()));
+            }
+            if let Some(secret) = hmac_secret.as_deref() {
+                headers.push(("x-akritas-signature", signature_header(secret, &body)));
+            }
+            Ok(PreparedRequest {
+                url: url.clone(),
+                body,
+                headers,
+                user_agent: "Akritas/incident-webhook",
+                bearer: bearer_token.clone(),
+                telegram: false,
+            })
+        }
+        Target::Telegram { base_url, bot_token, chat_id, message_thread_id } => {
+            let mut payload = serde_json::json!({ "chat_id": chat_id, "text": telegram_text(n) });
+            if let Some(id) = message_thread_id {
+                payload["message_thread_id"] = serde_json::json!(id);
+            }
+            let body = serde_json::to_vec(&payload).map_err(|_| DeliveryError::EncodePayload)?;
+            Ok(PreparedRequest {
+                url: format!("{}/bot{}/sendMessage", base_url.trim_end_matches('/'), bot_token),
+                body,
+                headers: Vec::new(),
+                user_agent: "Akritas/telegram",
+                bearer: None,
+                telegram: true,
+            })
+        }
+        Target::Mattermost { base_url, bot_token, channel_id } => {
+            let payload = serde_json::json!({ "channel_id": channel_id, "message": mattermost_text(n) });
+            let body = serde_json::to_vec(&payload).map_err(|_| DeliveryError::EncodePayload)?;
+            Ok(PreparedRequest {
+                url: format!("{}/api/v4/posts", base_url.trim_end_matches('/')),
+                body,
+                headers: Vec::new(),
+                user_agent: "Akritas/mattermost",
+                bearer: Some(bot_token.clone()),
+                telegram: false,
+            })
+        }
+    }
+}
+
+fn build_request(client: &reqwest::Client, req: &PreparedRequest) -> Result<reqwest::Request, DeliveryError> {
+    let mut builder = client
+        .post(&req.url)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(USER_AGENT, HeaderValue::from_static(req.user_agent))
+        .body(req.body.clone());
+    for (name, value) in &req.headers {
+        let value = HeaderValue::from_str(value).map_err(|_| DeliveryError::CreateRequest)?;
+        builder = builder.header(*name, value);
+    }
+    if let Some(token) = &req.bearer {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| DeliveryError::CreateRequest)?;
+        value.set_sensitive(true);
+        builder = builder.header(AUTHORIZATION, value);
+    }
+    // The built error would embed the URL (and thus a Telegram token): drop it.
+    builder.build().map_err(|_| DeliveryError::CreateRequest)
+}
+
+/// Whether a failed attempt may be retried.
+enum AttemptError {
+    Retryable(DeliveryError, Option<u16>),
+    Final(DeliveryError, Option<u16>),
+}
+
+async fn read_capped(resp: reqwest::Response) -> Result<Vec<u8>, DeliveryError> {
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| DeliveryError::ReadResponse)?;
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(DeliveryError::ResponseTooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn telegram_ok(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("ok").and_then(serde_json::Value::as_bool))
+        .unwrap_or(false)
+}
+
+async fn attempt(client: &reqwest::Client, req: &PreparedRequest) -> Result<u16, AttemptError> {
+    let request = build_request(client, req).map_err(|e| AttemptError::Final(e, None))?;
+    let resp = client.execute(request).await.map_err(|e| {
+        if e.is_timeout() {
+            AttemptError::Retryable(DeliveryError::Timeout, None)
+        } else if e.is_connect() {
+            AttemptError::Retryable(DeliveryError::RequestFailed, None)
+        } else {
+            AttemptError::Final(DeliveryError::RequestFailed, None)
+        }
+    })?;
+    let status = resp.status();
+    let code = status.as_u16();
+    let body = read_capped(resp).await;
+    if !status.is_success() {
+        let err = DeliveryError::HttpStatus;
+        return if code == 429 || status.is_server_error() {
+            Err(AttemptError::Retryable(err, Some(code)))
+        } else {
+            Err(AttemptError::Final(err, Some(code)))
+        };
+    }
+    let body = body.map_err(|e| AttemptError::Final(e, Some(code)))?;
+    if req.telegram && !telegram_ok(&body) {
+        return Err(AttemptError::Final(DeliveryError::RemoteRejected, Some(code)));
+    }
+    Ok(code)
+}
+
+/// Delivers `n` to one receiver, retrying per `policy`. Never panics and never
+/// returns secrets in the outcome.
+pub async fn deliver(
+    client: &reqwest::Client,
+    receiver: &str,
+    target: &Target,
+    n: &Notification,
+    delivery_id: &str,
+    policy: RetryPolicy,
+) -> DeliveryOutcome {
+    let started = Instant::now();
+    let mut outcome = DeliveryOutcome {
+        receiver: receiver.to_string(),
+        kind: target.kind().to_string(),
+        delivery_id: delivery_id.to_string(),
+        delivered: false,
+        http_status: None,
+        error: None,
+        attempts: 0,
+        duration_ms: 0,
+    };
+    match prepare(target, n, delivery_id) {
+        Err(e) => outcome.error = Some(e.code().to_string()),
+        Ok(req) => {
+            let max_attempts = policy.attempts.max(1);
+            loop {
+                outcome.attempts += 1;
+                let result = match tokio::time::timeout(policy.timeout, attempt(client, &req)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(AttemptError::Retryable(DeliveryError::Timeout, None)),
+                };
+                match result {
+                    Ok(code) => {
+                        outcome.delivered = true;
+                        outcome.http_status = Some(code);
+                        outcome.error = None;
+                        break;
+                    }
+                    Err(AttemptError::Final(e, code)) => {
+                        outcome.http_status = code;
+                        outcome.error = Some(e.code().to_string());
+                        break;
+                    }
+                    Err(AttemptError::Retryable(e, code)) => {
+                        outcome.http_status = code;
+                        outcome.error = Some(e.code().to_string());
+                        if outcome.attempts >= max_attempts {
+                            break;
+                        }
+                        let shift = (outcome.attempts - 1).min(16);
+                        tokio::time::sleep(policy.base_delay.saturating_mul(1u32 << shift)).await;
+                    }
+                }
+            }
+        }
+    }
+    outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if !outcome.delivered {
+        tracing::warn!(
+            component = "akritas_notification",
+            receiver = %outcome.receiver,
+            r#type = %outcome.kind,
+            delivery_id = %outcome.delivery_id,
+            status_code = outcome.http_status.unwrap_or(0),
+            error_code = outcome.error.as_deref().unwrap_or(""),
+            attempts = outcome.attempts,
+            "notification delivery failed"
+        );
+    }
+    outcome
+}
+
+/// Delivers to every receiver concurrently, each with its own fresh delivery
+/// id; a failing receiver does not affect the others. Outcomes are returned in
+/// receiver order.
+pub async fn deliver_all(
+    client: &reqwest::Client,
+    targets: &[(String, Target)],
+    n: &Notification,
+    policy: RetryPolicy,
+) -> Vec<DeliveryOutcome> {
+    join_all(targets.iter().map(|(name, target)| {
+        let id = new_delivery_id();
+        async move { deliver(client, name, target, n, &id, policy).await }
+    }))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_secrets() {
+        let targets = [
+            Target::Webhook {
+                url: "https://hooks.example/secret-path?token=SECRET1".into(),
+                bearer_token: Some("SECRET2".into()),
+                hmac_secret: Some("SECRET3".into()),
+            },
+            Target::telegram("123:SECRET4", "-100", Some(7)),
+            Target::Mattermost { base_url: "https://mm".into(), bot_token: "SECRET5".into(), channel_id: "c".into() },
+        ];
+        for t in &targets {
+            let d = format!("{t:?}");
+            assert!(!d.contains("SECRET"), "{d}");
+            assert!(!d.contains("secret-path"), "{d}");
+        }
+        assert!(format!("{:?}", targets[0]).contains("https://hooks.example"));
+    }
+
+    #[test]
+    fn delivery_ids_are_unique_hex() {
+        let a = new_delivery_id();
+        let b = new_delivery_id();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn signature_known_vector() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            signature_header("Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+}

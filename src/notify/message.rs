@@ -1,0 +1,303 @@
+//! Pure formatting of outbound incident notifications (upstream §9.1).
+//!
+//! Chat texts never contain the raw model answer or tool payloads: only the
+//! structured fields of [`Notification`]. Every inserted value has its
+//! whitespace collapsed and `@` replaced by a full-width `＠` so that
+//! `@channel`/`@here`/`@all`/`@user` mentions can never fire.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Telegram `sendMessage` text limit used by upstream (runes).
+pub const TELEGRAM_MAX_RUNES: usize = 4000;
+/// Mattermost post limit used by upstream (runes).
+pub const MATTERMOST_MAX_RUNES: usize = 16000;
+/// Suffix appended to truncated texts; the total length stays exactly at the limit.
+pub const TRUNCATION_SUFFIX: &str = "\n… truncated by Akritas";
+/// Webhook envelope `event`.
+pub const WEBHOOK_EVENT: &str = "incident.investigated";
+/// Maximum serialized webhook envelope size (upstream: 512 KiB).
+pub const WEBHOOK_MAX_BODY_BYTES: usize = 512 * 1024;
+
+/// Alert state of the incident the notification is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertStatus {
+    Firing,
+    Resolved,
+}
+
+impl AlertStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertStatus::Firing => "firing",
+            AlertStatus::Resolved => "resolved",
+        }
+    }
+}
+
+/// Structured, already-sanitised result of an alert investigation.
+/// Never carries raw tool data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notification {
+    pub incident_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_url: Option<String>,
+    pub source: String,
+    pub title: String,
+    pub severity: String,
+    pub status: AlertStatus,
+    pub entity: String,
+    pub finding: String,
+    pub confidence: String,
+    pub actionability: String,
+    pub summary: String,
+    pub recommended_actions: Vec<String>,
+    pub evidence_count: u32,
+}
+
+/// `<public_url>/runs/<run_id>` (trailing slashes of the public URL ignored);
+/// `None` when no public URL is configured or it is blank.
+pub fn run_url(public_url: Option<&str>, run_id: &str) -> Option<String> {
+    let base = public_url?.trim().trim_end_matches('/');
+    if base.is_empty() || run_id.is_empty() {
+        return None;
+    }
+    Some(format!("{base}/runs/{run_id}"))
+}
+
+/// Collapses every whitespace run to one space, trims, and neutralises `@`.
+pub fn sanitize_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out.replace('@', "＠")
+}
+
+/// Backslash-escapes Mattermost Markdown control characters.
+pub fn escape_mattermost(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if matches!(c, '\\' | '`' | '*' | '_' | '~' | '[' | ']' | '<' | '>' | '#') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Truncates `s` to at most `max_runes` chars; if truncation happens the result
+/// ends with [`TRUNCATION_SUFFIX`] and is exactly `max_runes` chars long.
+pub fn truncate_runes(s: &str, max_runes: usize) -> String {
+    if s.chars().count() <= max_runes {
+        return s.to_string();
+    }
+    let suffix_len = TRUNCATION_SUFFIX.chars().count();
+    if max_runes <= suffix_len {
+        return TRUNCATION_SUFFIX.chars().take(max_runes).collect();
+    }
+    let mut out: String = s.chars().take(max_runes - suffix_len).collect();
+    out.push_str(TRUNCATION_SUFFIX);
+    out
+}
+
+fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
+    let mut lines: Vec<String> = vec![
+        "Akritas incident investigation".to_string(),
+        format!("Alert status: {}", n.status.as_str()),
+        format!("Finding: {}", value(&n.finding)),
+        format!("Actionability: {}", value(&n.actionability)),
+        format!("Confidence: {}", value(&n.confidence)),
+    ];
+    let mut optional = |label: &str, v: Option<&str>| {
+        if let Some(v) = v.map(&value).filter(|v| !v.is_empty()) {
+            lines.push(format!("{label}: {v}"));
+        }
+    };
+    optional("Run ID", n.run_id.as_deref());
+    optional("Alert", Some(&n.title));
+    optional("Severity", Some(&n.severity));
+    optional("Source", Some(&n.source));
+    optional("Entity", Some(&n.entity));
+    optional("Run", n.run_url.as_deref());
+    optional("Group", Some(&n.incident_id));
+    lines.push(String::new());
+    lines.push("Summary".to_string());
+    lines.push(value(&n.summary));
+    let actions: Vec<String> = n.recommended_actions.iter().map(|a| value(a)).filter(|a| !a.is_empty()).collect();
+    if !actions.is_empty() {
+        lines.push(String::new());
+        lines.push("Recommended actions".to_string());
+        lines.extend(actions.into_iter().map(|a| format!("- {a}")));
+    }
+    lines.push(String::new());
+    lines.push(format!("Evidence items: {}", n.evidence_count));
+    lines.join("\n")
+}
+
+/// Plain-text Telegram message (sent without `parse_mode`, so no Markdown
+/// escaping is needed), truncated to [`TELEGRAM_MAX_RUNES`].
+pub fn telegram_text(n: &Notification) -> String {
+    truncate_runes(&render(n, sanitize_value), TELEGRAM_MAX_RUNES)
+}
+
+/// Mattermost message: values sanitised and Markdown-escaped, truncated to
+/// [`MATTERMOST_MAX_RUNES`].
+pub fn mattermost_text(n: &Notification) -> String {
+    truncate_runes(&render(n, |v| escape_mattermost(&sanitize_value(v))), MATTERMOST_MAX_RUNES)
+}
+
+/// Webhook envelope `{"version":1,"event","delivery_id","created_at","incident"}`.
+pub fn webhook_body(n: &Notification, delivery_id: &str) -> Value {
+    webhook_body_at(n, delivery_id, SystemTime::now())
+}
+
+/// [`webhook_body`] with an explicit creation time (deterministic tests).
+pub fn webhook_body_at(n: &Notification, delivery_id: &str, created_at: SystemTime) -> Value {
+    json!({
+        "version": 1,
+        "event": WEBHOOK_EVENT,
+        "delivery_id": delivery_id,
+        "created_at": rfc3339_nano_utc(created_at),
+        "incident": n,
+    })
+}
+
+/// RFC 3339 UTC timestamp with nanoseconds, trailing zeros trimmed like Go's
+/// `time.RFC3339Nano` (e.g. `2026-11-30T06:36:31.5Z`).
+pub fn rfc3339_nano_utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, day) = civil_from_days(days);
+    let mut s = format!("{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}", rem / 3600, (rem % 3600) / 60, rem % 60);
+    let nanos = d.subsec_nanos();
+    if nanos != 0 {
+        let frac = format!("{nanos:09}");
+        s.push('.');
+        s.push_str(frac.trim_end_matches('0'));
+    }
+    s.push('Z');
+    s
+}
+
+// Howard Hinnant's days-from-civil inverse.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    pub(crate) fn sample() -> Notification {
+        Notification {
+            incident_id: "inc-1".into(),
+            run_id: Some("run-1".into()),
+            run_url: run_url(Some("https://akritas.test/"), "run-1"),
+            source: "alertmanager:prod".into(),
+            title: "HighCPU".into(),
+            severity: "critical".into(),
+            status: AlertStatus::Firing,
+            entity: "deployment:shop/api".into(),
+            finding: "suspected".into(),
+            confidence: "medium".into(),
+            actionability: "actionable".into(),
+            summary: "CPU   is\n\thigh".into(),
+            recommended_actions: vec!["scale up".into(), "  ".into()],
+            evidence_count: 3,
+        }
+    }
+
+    #[test]
+    fn run_url_from_public_url() {
+        assert_eq!(run_url(Some("https://akritas.test/"), "abc").as_deref(), Some("https://akritas.test/runs/abc"));
+        assert_eq!(run_url(None, "abc"), None);
+        assert_eq!(run_url(Some("  "), "abc"), None);
+    }
+
+    #[test]
+    fn telegram_layout_and_collapse() {
+        let t = telegram_text(&sample());
+        assert!(t.starts_with("Akritas incident investigation\nAlert status: firing\nFinding: suspected\n"));
+        assert!(t.contains("Run: https://akritas.test/runs/run-1\n"));
+        assert!(t.contains("\n\nSummary\nCPU is high\n"));
+        assert!(t.contains("\n\nRecommended actions\n- scale up\n\nEvidence items: 3"));
+        assert!(!t.contains("- \n"));
+    }
+
+    #[test]
+    fn mentions_neutralised_everywhere() {
+        let mut n = sample();
+        n.summary = "ping @channel and @here and @all".into();
+        n.recommended_actions = vec!["tell @alice".into()];
+        for t in [telegram_text(&n), mattermost_text(&n)] {
+            assert!(!t.contains('@'), "{t}");
+            assert!(t.contains("＠channel and ＠here and ＠all"));
+            assert!(t.contains("tell ＠alice"));
+        }
+    }
+
+    #[test]
+    fn mattermost_escapes_markdown() {
+        let mut n = sample();
+        n.summary = "*CPU* _x_ `y` ~z~ [l](u) <b> #h \\".into();
+        let t = mattermost_text(&n);
+        assert!(t.contains("\\*CPU\\* \\_x\\_ \\`y\\` \\~z\\~ \\[l\\](u) \\<b\\> \\#h \\\\"), "{t}");
+        // Telegram is plain text: no escaping.
+        assert!(telegram_text(&n).contains("*CPU* _x_"));
+    }
+
+    #[test]
+    fn truncation_exact_lengths() {
+        let mut n = sample();
+        n.summary = "é".repeat(50_000);
+        let t = telegram_text(&n);
+        assert_eq!(t.chars().count(), TELEGRAM_MAX_RUNES);
+        assert!(t.ends_with(TRUNCATION_SUFFIX));
+        let m = mattermost_text(&n);
+        assert_eq!(m.chars().count(), MATTERMOST_MAX_RUNES);
+        assert!(m.ends_with(TRUNCATION_SUFFIX));
+        assert_eq!(truncate_runes("abc", 3), "abc");
+        assert_eq!(truncate_runes("abc", 2).chars().count(), 2);
+        let short = telegram_text(&sample());
+        assert!(!short.ends_with(TRUNCATION_SUFFIX));
+    }
+
+    #[test]
+    fn webhook_envelope_fields() {
+        let t = UNIX_EPOCH + Duration::new(1_780_000_000, 500_000_000);
+        let v = webhook_body_at(&sample(), "d1", t);
+        assert_eq!(v["version"], 1);
+        assert_eq!(v["event"], "incident.investigated");
+        assert_eq!(v["delivery_id"], "d1");
+        assert_eq!(v["created_at"], "2026-05-28T20:26:40.5Z");
+        assert_eq!(v["incident"]["status"], "firing");
+        assert_eq!(v["incident"]["run_url"], "https://akritas.test/runs/run-1");
+        assert_eq!(v["incident"]["evidence_count"], 3);
+    }
+
+    #[test]
+    fn rfc3339_known_dates() {
+        assert_eq!(rfc3339_nano_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_nano_utc(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,11 @@
+//! Outbound incident notifications (upstream §9.1): pure formatting in
+//! [`message`], HTTP delivery with retries in [`deliver`].
+
+pub mod deliver;
+pub mod message;
+
+pub use deliver::{
+    DeliveryError, DeliveryOutcome, RetryPolicy, TELEGRAM_DEFAULT_BASE_URL, Target, deliver, deliver_all,
+    new_delivery_id, signature_header,
+};
+pub use message::{AlertStatus, Notification, mattermost_text, run_url, telegram_text, webhook_body};
