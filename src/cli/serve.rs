@@ -119,7 +119,23 @@ async fn serve(settings: Settings) -> Result<()> {
         Arc::new(EnvSecrets::process()),
         cancel.clone(),
     ));
-    let state = AppState { catalog: store.clone(), board, keys: Arc::new(keys), engine, info: Arc::new(info) };
+    let alerts = {
+        let path = settings.data_dir.join("alerts").join("alerts.jsonl");
+        let store = tokio::task::spawn_blocking(move || crate::alerts::store::AlertStore::open(&path))
+            .await
+            .context("opening the alert journal")?
+            .context("opening the alert journal")?;
+        Arc::new(store)
+    };
+    let state = AppState {
+        catalog: store.clone(),
+        board,
+        keys: Arc::new(keys),
+        engine,
+        alerts: Some(alerts),
+        secrets: Arc::new(EnvSecrets::process()),
+        info: Arc::new(info),
+    };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await
         .with_context(|| format!("cannot listen on {} (set --address to a free address)", settings.address))?;

@@ -239,7 +239,7 @@ impl Journal {
         Ok(rx)
     }
 
-    fn finish(kind: &str, data: &serde_json::Value, c: Committed) -> Record {
+    pub(crate) fn finish(kind: &str, data: &serde_json::Value, c: Committed) -> Record {
         Record { seq: c.seq, time: c.time, kind: kind.to_owned(), data: data.clone(), hash: c.hash }
     }
 
@@ -251,6 +251,14 @@ impl Journal {
         let rx = self.submit(kind, data)?;
         let committed = rx.await.map_err(|_| JournalError::Closed)??;
         Ok(Self::finish(kind, data, committed))
+    }
+
+    /// Queues an append now (its place in the journal is fixed by this call) and
+    /// returns a handle that resolves once the record is fsynced. Lets a caller
+    /// keep its own state in journal order while many commits share one fsync.
+    pub fn enqueue(&self, kind: &str, data: &serde_json::Value) -> Result<PendingAppend, JournalError> {
+        let rx = self.submit(kind, data)?;
+        Ok(PendingAppend { rx, kind: kind.to_owned(), data: data.clone() })
     }
 
     /// Same as [`Journal::append`] for non-async callers.
@@ -270,5 +278,20 @@ impl Journal {
         let tx = self.inner.tx.as_ref().ok_or(JournalError::Closed)?;
         tx.send(Command::Close(reply)).map_err(|_| JournalError::Closed)?;
         rx.await.map_err(|_| JournalError::Closed)?
+    }
+}
+
+/// An append queued by [`Journal::enqueue`].
+pub struct PendingAppend {
+    rx: oneshot::Receiver<Result<Committed, JournalError>>,
+    kind: String,
+    data: serde_json::Value,
+}
+
+impl PendingAppend {
+    /// Waits until the record is written and fsynced.
+    pub async fn committed(self) -> Result<Record, JournalError> {
+        let committed = self.rx.await.map_err(|_| JournalError::Closed)??;
+        Ok(Journal::finish(&self.kind, &self.data, committed))
     }
 }

@@ -1,6 +1,7 @@
 //! The HTTP surface (axum): health, the resource view and, behind API-key auth,
 //! everything under `/api` and `/v1`.
 
+pub mod alerts;
 pub mod auth;
 pub mod error;
 pub mod runs;
@@ -36,6 +37,10 @@ pub struct AppState {
     pub keys: Arc<ApiKeys>,
     /// The run engine.
     pub engine: Arc<Engine>,
+    /// The alert store (absent when alert ingestion is disabled).
+    pub alerts: Option<Arc<crate::alerts::store::AlertStore>>,
+    /// Secret resolution for alert-source authentication.
+    pub secrets: Arc<dyn crate::catalog::secrets::SecretResolver>,
     /// Facts shown by `/health`.
     pub info: Arc<HostInfo>,
 }
@@ -64,9 +69,16 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/runs/{id}", get(runs::get))
         .route("/api/v1/runs/{id}/chat", post(runs::follow_up))
         .route("/api/v1/tools", get(runs::tools))
+        .route("/api/v1/alertmanager/webhook", post(alerts::alertmanager_alias))
+        .route("/api/v1/incidents", get(alerts::incidents))
+        .route("/api/v1/incidents/{id}", get(alerts::incident))
+        .route("/api/v1/alert-events/{id}", get(alerts::event))
+        .route("/api/v1/investigation-jobs/{id}", get(alerts::job))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))
+        // Each AlertSource authenticates its own callers (no API key).
+        .route("/api/v1/alerts/{source}/webhook", post(alerts::webhook))
         .merge(protected)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

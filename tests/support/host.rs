@@ -143,6 +143,17 @@ impl Drop for Host {
 
 /// Serves the real router for an engine.
 pub async fn serve(engine: Engine, catalog: CatalogStore, keys: ApiKeys) -> Host {
+    serve_with(engine, catalog, keys, None, Arc::new(akritas::catalog::secrets::EnvSecrets::process())).await
+}
+
+/// Serves the real router for an engine and an alert store.
+pub async fn serve_with(
+    engine: Engine,
+    catalog: CatalogStore,
+    keys: ApiKeys,
+    alerts: Option<Arc<akritas::alerts::store::AlertStore>>,
+    secrets: Arc<dyn akritas::catalog::secrets::SecretResolver>,
+) -> Host {
     let engine = Arc::new(engine);
     let info = HostInfo {
         mode: "standalone",
@@ -156,6 +167,8 @@ pub async fn serve(engine: Engine, catalog: CatalogStore, keys: ApiKeys) -> Host
         board: StatusBoard::default(),
         keys: Arc::new(keys),
         engine: engine.clone(),
+        alerts,
+        secrets,
         info: Arc::new(info),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,0 +1,348 @@
+//! The alert journal: one atomic, fsynced record per delivery (its events, their
+//! dedup/correlation outcome and any investigation job), replayed strictly at start
+//! by re-running the same correlation with the recorded ids.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::correlate::{Correlator, Decision, IdKind, IncidentState};
+use super::event::Event;
+use crate::journal::{Journal, JournalError, JournalOptions, Record};
+
+/// Journal kind of a delivery.
+const DELIVERY: &str = "alerts.delivery";
+/// Journal kind of a job state change.
+const JOB: &str = "alerts.job";
+
+/// An event as stored, with the ids the host gave it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StoredEvent {
+    /// `evt_…`.
+    pub id: String,
+    /// `inc_…`.
+    pub incident_id: String,
+    /// `dlv_…` of the delivery that carried it.
+    pub delivery_id: String,
+    /// The canonical event.
+    pub event: Event,
+}
+
+/// Lifecycle of an investigation job.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    /// Waiting for a worker.
+    Pending,
+    /// A worker runs it.
+    Running,
+    /// Finished with a validated result.
+    Succeeded,
+    /// Gave up; `error` says why.
+    Failed,
+}
+
+/// An investigation job.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Job {
+    /// `job_…`.
+    pub id: String,
+    /// Incident it investigates.
+    pub incident_id: String,
+    /// Event that opened the incident.
+    pub event_id: String,
+    /// Status.
+    pub status: JobStatus,
+    /// Attempts started.
+    pub attempts: u32,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+    /// RFC 3339 time of the last change.
+    pub updated_at: String,
+    /// Run of the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Why the last attempt failed (secrets redacted by the caller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What happened to one event of a delivery.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ItemOutcome {
+    /// `accepted` or `duplicate`.
+    pub status: String,
+    /// The event id (the first one's for a duplicate).
+    pub event_id: String,
+    /// Incident.
+    pub incident_id: String,
+    /// Investigation job created by this event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+/// The outcome of a delivery.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Accepted {
+    /// `dlv_…`.
+    pub delivery_id: String,
+    /// One per event, in order.
+    pub events: Vec<ItemOutcome>,
+}
+
+/// Alert store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum AlertStoreError {
+    /// The journal failed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// A record cannot be applied.
+    #[error(
+        "alert journal {path}: record {seq} is inconsistent: {reason}; run `akritas audit verify {path}` and restore from backup"
+    )]
+    Inconsistent {
+        /// Path.
+        path: String,
+        /// Record sequence number.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
+    /// An earlier write failed; the store refuses new work until restarted.
+    #[error("the alert journal failed earlier and refuses new deliveries until Akritas restarts")]
+    Poisoned,
+}
+
+#[derive(Default)]
+struct State {
+    correlator: Correlator,
+    events: BTreeMap<String, StoredEvent>,
+    jobs: BTreeMap<String, Job>,
+    incident_events: BTreeMap<String, Vec<String>>,
+    incident_jobs: BTreeMap<String, Vec<String>>,
+}
+
+/// The durable alert store.
+pub struct AlertStore {
+    journal: Journal,
+    state: Mutex<State>,
+    poisoned: AtomicBool,
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{:032x}", rand::random::<u128>())
+}
+
+#[derive(Serialize, Deserialize)]
+struct DeliveryRecord {
+    delivery_id: String,
+    source: String,
+    items: Vec<DeliveryItem>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DeliveryItem {
+    outcome: ItemOutcome,
+    event: Event,
+}
+
+impl AlertStore {
+    /// Opens (or creates) the journal and replays it strictly. Jobs that were
+    /// running when the process stopped return to pending.
+    pub fn open(path: &Path) -> Result<AlertStore, AlertStoreError> {
+        let (journal, replay) = Journal::open(path, JournalOptions::default())?;
+        let mut state = State::default();
+        for record in &replay.records {
+            apply(&mut state, record).map_err(|reason| AlertStoreError::Inconsistent {
+                path: path.display().to_string(),
+                seq: record.seq,
+                reason,
+            })?;
+        }
+        let store = AlertStore { journal, state: Mutex::new(state), poisoned: AtomicBool::new(false) };
+        Ok(store)
+    }
+
+    /// Jobs that a worker should (re)start: pending, or running when the process stopped.
+    pub fn unfinished_jobs(&self) -> Vec<Job> {
+        let state = self.lock();
+        state.jobs.values().filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running)).cloned().collect()
+    }
+
+    /// Deduplicates and correlates a delivery's events, records them in one fsynced
+    /// journal record and returns the per-event outcome.
+    pub async fn ingest(&self, source: &str, events: Vec<Event>) -> Result<Accepted, AlertStoreError> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(AlertStoreError::Poisoned);
+        }
+        let delivery_id = new_id("dlv");
+        let pending = {
+            let mut state = self.lock();
+            let mut working = state.correlator.clone();
+            let mut items = Vec::with_capacity(events.len());
+            for event in events {
+                let outcome = working.ingest(&event, |kind| {
+                    new_id(match kind {
+                        IdKind::Event => "evt",
+                        IdKind::Incident => "inc",
+                        IdKind::Job => "job",
+                    })
+                });
+                let status =
+                    if matches!(outcome.decision, Decision::Duplicate { .. }) { "duplicate" } else { "accepted" };
+                let item = ItemOutcome {
+                    status: status.into(),
+                    event_id: outcome.event_id,
+                    incident_id: outcome.incident_id,
+                    job_id: outcome.job_id,
+                };
+                items.push(DeliveryItem { outcome: item, event });
+            }
+            let record = DeliveryRecord { delivery_id: delivery_id.clone(), source: source.to_string(), items };
+            let data = serde_json::to_value(&record).unwrap_or_default();
+            // Queued under the lock, so the journal order is the order of decisions.
+            let pending = self.journal.enqueue(DELIVERY, &data)?;
+            state.correlator = working;
+            let now = crate::resources::common::now_rfc3339();
+            apply_delivery(&mut state, &record, &now);
+            (pending, record.items.into_iter().map(|i| i.outcome).collect::<Vec<_>>())
+        };
+        let (pending, events) = pending;
+        if let Err(error) = pending.committed().await {
+            self.poisoned.store(true, Ordering::SeqCst);
+            return Err(error.into());
+        }
+        Ok(Accepted { delivery_id, events })
+    }
+
+    /// Records a job state change.
+    pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
+        let data = serde_json::to_value(job).unwrap_or_default();
+        let pending = {
+            let mut state = self.lock();
+            let pending = self.journal.enqueue(JOB, &data)?;
+            state.jobs.insert(job.id.clone(), job.clone());
+            pending
+        };
+        pending.committed().await.map(|_| ()).map_err(|error| {
+            self.poisoned.store(true, Ordering::SeqCst);
+            error.into()
+        })
+    }
+
+    /// Incidents, newest update first.
+    pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
+        let state = self.lock();
+        let mut incidents: Vec<IncidentState> = state.correlator.incidents().cloned().collect();
+        incidents.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+        incidents.truncate(limit);
+        incidents
+    }
+
+    /// One incident with its events and jobs.
+    pub fn incident(&self, id: &str) -> Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)> {
+        let state = self.lock();
+        let incident = state.correlator.incident(id)?.clone();
+        let events =
+            state.incident_events.get(id).into_iter().flatten().filter_map(|e| state.events.get(e)).cloned().collect();
+        let jobs =
+            state.incident_jobs.get(id).into_iter().flatten().filter_map(|j| state.jobs.get(j)).cloned().collect();
+        Some((incident, events, jobs))
+    }
+
+    /// One stored event.
+    pub fn event(&self, id: &str) -> Option<StoredEvent> {
+        self.lock().events.get(id).cloned()
+    }
+
+    /// One job.
+    pub fn job(&self, id: &str) -> Option<Job> {
+        self.lock().jobs.get(id).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn apply_delivery(state: &mut State, record: &DeliveryRecord, now: &str) {
+    for item in &record.items {
+        let outcome = &item.outcome;
+        if outcome.status == "duplicate" {
+            continue;
+        }
+        state.events.insert(
+            outcome.event_id.clone(),
+            StoredEvent {
+                id: outcome.event_id.clone(),
+                incident_id: outcome.incident_id.clone(),
+                delivery_id: record.delivery_id.clone(),
+                event: item.event.clone(),
+            },
+        );
+        state.incident_events.entry(outcome.incident_id.clone()).or_default().push(outcome.event_id.clone());
+        if let Some(job_id) = &outcome.job_id {
+            state.jobs.insert(
+                job_id.clone(),
+                Job {
+                    id: job_id.clone(),
+                    incident_id: outcome.incident_id.clone(),
+                    event_id: outcome.event_id.clone(),
+                    status: JobStatus::Pending,
+                    attempts: 0,
+                    created_at: now.to_string(),
+                    updated_at: now.to_string(),
+                    run_id: None,
+                    error: None,
+                },
+            );
+            state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
+        }
+    }
+}
+
+/// Replays one record: the correlation runs again with the recorded ids and must
+/// reach the recorded outcome.
+fn apply(state: &mut State, record: &Record) -> Result<(), String> {
+    match record.kind.as_str() {
+        DELIVERY => {
+            let delivery: DeliveryRecord = serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
+            for item in &delivery.items {
+                let recorded = &item.outcome;
+                let outcome = state.correlator.ingest(&item.event, |kind| match kind {
+                    IdKind::Event => recorded.event_id.clone(),
+                    IdKind::Incident => recorded.incident_id.clone(),
+                    IdKind::Job => recorded.job_id.clone().unwrap_or_default(),
+                });
+                let duplicate = matches!(outcome.decision, Decision::Duplicate { .. });
+                if outcome.event_id != recorded.event_id
+                    || outcome.incident_id != recorded.incident_id
+                    || outcome.job_id != recorded.job_id
+                    || duplicate != (recorded.status == "duplicate")
+                {
+                    return Err(format!("event {} does not correlate as recorded", recorded.event_id));
+                }
+            }
+            apply_delivery(state, &delivery, &record.time);
+        }
+        JOB => {
+            let mut job: Job = serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
+            if !state.jobs.contains_key(&job.id) {
+                return Err(format!("update of unknown job {}", job.id));
+            }
+            job.updated_at = record.time.clone();
+            state.jobs.insert(job.id.clone(), job);
+        }
+        other => return Err(format!("unknown record kind {other:?}")),
+    }
+    Ok(())
+}
+
+/// The JSON view of an incident with its events and jobs (API).
+pub fn incident_json(incident: &IncidentState, events: &[StoredEvent], jobs: &[Job]) -> serde_json::Value {
+    json!({"incident": incident, "events": events, "jobs": jobs})
+}

@@ -1,0 +1,253 @@
+//! Alert ingress (`POST /api/v1/alerts/{source}/webhook`, the Alertmanager alias)
+//! and the incident API. Each AlertSource authenticates its own callers; nothing
+//! from a payload ever chooses a notification target or a tool.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::alerts::adapters::{DecodeContext, adapter};
+use crate::alerts::store::{AlertStoreError, incident_json};
+use crate::catalog::ObjectKey;
+use crate::catalog::secrets::SecretResolver;
+use crate::resources::alert_source::{AlertAuth, AlertProvider};
+use crate::resources::{Kind, Resource};
+
+/// Why a caller was not let in.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Credentials missing or wrong (401).
+    Unauthorized(&'static str),
+    /// The source's own secret cannot be resolved (503); names the reference only.
+    Misconfigured(String),
+}
+
+/// Checks every configured mechanism (all must pass), in constant time.
+pub fn authenticate(
+    auth: &AlertAuth,
+    namespace: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &dyn SecretResolver,
+) -> Result<(), AuthFailure> {
+    let resolve =
+        |reference| secrets.resolve(namespace, reference).map_err(|e| AuthFailure::Misconfigured(e.to_string()));
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let mut checked = false;
+    if let Some(reference) = &auth.bearer_token {
+        let expected = resolve(reference)?;
+        let presented = header("authorization");
+        let token = presented.strip_prefix("Bearer ").unwrap_or_default();
+        if !equal(token.as_bytes(), expected.expose().as_bytes()) {
+            return Err(AuthFailure::Unauthorized("missing or wrong Bearer token"));
+        }
+        checked = true;
+    }
+    if let Some(secret_header) = &auth.secret_header {
+        let expected = resolve(&secret_header.value)?;
+        if !equal(header(&secret_header.name).as_bytes(), expected.expose().as_bytes()) {
+            return Err(AuthFailure::Unauthorized("missing or wrong secret header"));
+        }
+        checked = true;
+    }
+    if let Some(reference) = &auth.hmac_secret {
+        let secret = resolve(reference)?;
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
+            .map_err(|_| AuthFailure::Misconfigured("HMAC secret unusable".into()))?;
+        mac.update(body);
+        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        if !equal(header("x-akritas-signature").as_bytes(), expected.as_bytes()) {
+            return Err(AuthFailure::Unauthorized("missing or wrong X-Akritas-Signature"));
+        }
+        checked = true;
+    }
+    if checked || auth.allow_unauthenticated == Some(true) {
+        Ok(())
+    } else {
+        Err(AuthFailure::Unauthorized("no authentication configured"))
+    }
+}
+
+fn equal(a: &[u8], b: &[u8]) -> bool {
+    // Digests first, so the comparison does not leak the length.
+    bool::from(Sha256::digest(a).ct_eq(&Sha256::digest(b)))
+}
+
+fn provider_name(provider: AlertProvider) -> &'static str {
+    match provider {
+        AlertProvider::Alertmanager => "alertmanager",
+        AlertProvider::Generic => "generic",
+        AlertProvider::Grafana => "grafana",
+        AlertProvider::UptimeKuma => "uptime-kuma",
+        AlertProvider::Pingdom => "pingdom",
+    }
+}
+
+/// `POST /api/v1/alerts/{source}/webhook`: `source` is the AlertSource name, or
+/// `namespace.name` when the name exists in several namespaces.
+pub async fn webhook(
+    State(state): State<AppState>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let catalog = state.catalog.current();
+    let candidates: Vec<&ObjectKey> = catalog
+        .of_kind(Kind::AlertSource)
+        .map(|(key, _)| key)
+        .filter(|key| key.name == source || format!("{}.{}", key.namespace, key.name) == source)
+        .collect();
+    let key = match candidates.as_slice() {
+        [key] => (*key).clone(),
+        [] => return ApiError::not_found(format!("no alert source {source:?}")).into_response(),
+        _ => {
+            return ApiError::new(StatusCode::NOT_FOUND, "ambiguous_source", format!("alert source {source:?} exists in several namespaces; post to /api/v1/alerts/<namespace>.{source}/webhook"))
+                .into_response();
+        }
+    };
+    ingest(&state, &key, &headers, &body).await
+}
+
+/// `POST /api/v1/alertmanager/webhook` (API key): the one Alertmanager AlertSource.
+pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let catalog = state.catalog.current();
+    let sources: Vec<ObjectKey> = catalog
+        .of_kind(Kind::AlertSource)
+        .filter(|(_, e)| matches!(e.resource.as_ref(), Resource::AlertSource(s) if s.spec.provider == AlertProvider::Alertmanager))
+        .map(|(k, _)| k.clone())
+        .collect();
+    match sources.as_slice() {
+        [key] => ingest(&state, key, &headers, &body).await,
+        [] => ApiError::not_found("no AlertSource with provider alertmanager is configured").into_response(),
+        _ => ApiError::new(
+            StatusCode::CONFLICT,
+            "ambiguous_source",
+            "several Alertmanager sources exist; post to /api/v1/alerts/{source}/webhook",
+        )
+        .into_response(),
+    }
+}
+
+async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[u8]) -> Response {
+    let Some(store) = &state.alerts else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "alerts_disabled",
+            "alert ingestion is disabled on this host",
+        )
+        .into_response();
+    };
+    let catalog = state.catalog.current();
+    let Some(Resource::AlertSource(source)) = catalog.entries.get(key).map(|e| e.resource.as_ref()) else {
+        return ApiError::not_found(format!("no alert source {key}")).into_response();
+    };
+    match authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref()) {
+        Ok(()) => {}
+        Err(AuthFailure::Unauthorized(why)) => {
+            tracing::warn!(source = %key, why, "alert delivery rejected");
+            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response();
+        }
+        Err(AuthFailure::Misconfigured(why)) => {
+            tracing::error!(source = %key, %why, "alert source cannot authenticate callers");
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "source_misconfigured",
+                "the alert source's credentials are not available on this host",
+            )
+            .into_response();
+        }
+    }
+    let provider = provider_name(source.spec.provider);
+    let Some(decoder) = adapter(provider) else {
+        return ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "unsupported_provider",
+            format!("provider {provider} has no adapter"),
+        )
+        .into_response();
+    };
+    let context = DecodeContext { source_type: provider, source_name: &key.name, observed_at: jiff::Timestamp::now() };
+    let events = match decoder.decode(body, &context) {
+        Ok(events) => events,
+        Err(error) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", error.to_string()).into_response();
+        }
+    };
+    match store.ingest(&key.name, events).await {
+        Ok(accepted) => {
+            let status = if accepted.events.iter().any(|e| e.status == "accepted") {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(accepted)).into_response()
+        }
+        Err(
+            error @ (AlertStoreError::Poisoned | AlertStoreError::Journal(_) | AlertStoreError::Inconsistent { .. }),
+        ) => {
+            tracing::error!(source = %key, %error, "alert delivery not stored");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the alert journal cannot record deliveries; retry later",
+            )
+            .into_response()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    limit: Option<String>,
+}
+
+fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::AlertStore>, ApiError> {
+    state.alerts.as_ref().ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "alerts_disabled", "alert ingestion is disabled on this host")
+    })
+}
+
+/// `GET /api/v1/incidents?limit=`.
+pub async fn incidents(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Result<Response, ApiError> {
+    let store = store(&state)?;
+    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
+        None => 100,
+        Some(Ok(n)) if (1..=1000).contains(&n) => n,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "limit must be an integer from 1 to 1000",
+            ));
+        }
+    };
+    Ok(Json(json!({"incidents": store.incidents(limit)})).into_response())
+}
+
+/// `GET /api/v1/incidents/{id}`.
+pub async fn incident(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let (incident, events, jobs) =
+        store(&state)?.incident(&id).ok_or_else(|| ApiError::not_found("incident not found"))?;
+    Ok(Json(incident_json(&incident, &events, &jobs)).into_response())
+}
+
+/// `GET /api/v1/alert-events/{id}`.
+pub async fn event(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let event = store(&state)?.event(&id).ok_or_else(|| ApiError::not_found("alert event not found"))?;
+    Ok(Json(event).into_response())
+}
+
+/// `GET /api/v1/investigation-jobs/{id}`.
+pub async fn job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let job = store(&state)?.job(&id).ok_or_else(|| ApiError::not_found("investigation job not found"))?;
+    Ok(Json(job).into_response())
+}
