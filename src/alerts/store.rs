@@ -238,7 +238,7 @@ impl AlertStore {
     pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
         let state = self.lock();
         let mut incidents: Vec<IncidentState> = state.correlator.incidents().cloned().collect();
-        incidents.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+        incidents.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
         incidents.truncate(limit);
         incidents
     }
