@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{Condition, HEADER_NAME_PATTERN, SecretRef};
 
-/// An alert provider that may post to `/api/v1/alerts/{namespace}/{name}/webhook`.
+/// An alert provider that may post to `/api/v1/alerts/{name}/webhook` (or `{namespace}.{name}`).
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "akritas.io",

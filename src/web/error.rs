@@ -48,7 +48,8 @@ fn error_type(status: StatusCode) -> &'static str {
         StatusCode::UNAUTHORIZED => "authentication_error",
         StatusCode::FORBIDDEN => "permission_error",
         StatusCode::NOT_FOUND => "not_found_error",
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "server_busy_error",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        StatusCode::SERVICE_UNAVAILABLE => "service_unavailable_error",
         s if s.is_server_error() => "server_error",
         _ => "invalid_request_error",
     }
