@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod correlate;
 pub mod event;
+pub mod investigation;
 pub mod store;
 
 pub use adapters::{Adapter, AdapterError, adapter};

@@ -1,0 +1,232 @@
+//! `InvestigationResult`: the strict, structured outcome of an alert investigation.
+//! The host accepts it only when every evidence reference names a tool call this
+//! Run really made and nothing claims a production write; confidence is
+//! descriptive and never affects validity.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Host name of the structuring tool.
+pub const RESULT_TOOL: &str = "local.investigation.submit_result";
+/// Longest summary, hypothesis or impact, in characters.
+pub const MAX_TEXT_CHARS: usize = 4096;
+/// Most items in each list.
+pub const MAX_ITEMS: usize = 64;
+/// Longest list item, in characters.
+pub const MAX_ITEM_CHARS: usize = 1024;
+
+/// Whether the finding is established.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingStatus {
+    /// The evidence establishes the cause.
+    Confirmed,
+    /// The evidence points at a cause without establishing it.
+    Suspected,
+    /// The evidence does not settle it.
+    Inconclusive,
+}
+
+/// What a human can do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Actionability {
+    /// A change could be prepared.
+    ProposalPossible,
+    /// A person must decide or act.
+    RequiresHuman,
+    /// Nothing to do.
+    NoAction,
+}
+
+/// Descriptive confidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// High.
+    High,
+    /// Medium.
+    Medium,
+    /// Low.
+    Low,
+}
+
+/// The structured result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvestigationResult {
+    /// Finding status.
+    pub finding_status: FindingStatus,
+    /// Actionability.
+    pub actionability: Actionability,
+    /// Confidence (descriptive only).
+    pub confidence: Confidence,
+    /// Summary.
+    pub summary: String,
+    /// Leading hypothesis.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hypothesis: String,
+    /// Impact.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub impact: String,
+    /// Evidence references (`tool-call:<call id>`).
+    #[serde(default)]
+    pub evidence: Vec<String>,
+    /// Hypotheses ruled out.
+    #[serde(default)]
+    pub ruled_out: Vec<String>,
+    /// Affected components.
+    #[serde(default)]
+    pub affected_components: Vec<String>,
+    /// Recommended actions for a human.
+    #[serde(default)]
+    pub recommended_actions: Vec<String>,
+    /// Production writes performed: always 0.
+    pub production_writes: u64,
+}
+
+/// The schema given to the model for the structuring call.
+pub fn result_schema() -> Value {
+    let list = || json!({"type": "array", "maxItems": MAX_ITEMS, "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}});
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["finding_status", "actionability", "confidence", "summary", "impact", "evidence", "ruled_out",
+                     "affected_components", "recommended_actions", "production_writes"],
+        "properties": {
+            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"]},
+            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action"]},
+            "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
+            "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
+            "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
+            "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
+            "evidence": list(),
+            "ruled_out": list(),
+            "affected_components": list(),
+            "recommended_actions": list(),
+            "production_writes": {"type": "integer", "const": 0}
+        }
+    })
+}
+
+/// Decodes, normalises (trims, sorts lists) and validates a result against the
+/// tool calls this Run made (`call_ids`). Every rejection says why.
+pub fn validate(arguments: &str, call_ids: &BTreeSet<String>) -> Result<InvestigationResult, String> {
+    let value: Value = serde_json::from_str(arguments).map_err(|e| format!("result is not valid JSON: {e}"))?;
+    let mut result: InvestigationResult =
+        serde_json::from_value(value).map_err(|e| format!("result does not match the schema: {e}"))?;
+    if result.production_writes != 0 {
+        return Err(format!(
+            "result claims {} production writes; investigations are read-only",
+            result.production_writes
+        ));
+    }
+    result.summary = bounded_text(&result.summary, "summary")?;
+    if result.summary.is_empty() {
+        return Err("summary must not be empty".into());
+    }
+    result.hypothesis = bounded_text(&result.hypothesis, "hypothesis")?;
+    result.impact = bounded_text(&result.impact, "impact")?;
+    for (name, list) in [
+        ("evidence", &mut result.evidence),
+        ("ruled_out", &mut result.ruled_out),
+        ("affected_components", &mut result.affected_components),
+        ("recommended_actions", &mut result.recommended_actions),
+    ] {
+        normalise_list(list, name)?;
+    }
+    for reference in &result.evidence {
+        let id = reference.strip_prefix("tool-call:").ok_or_else(|| {
+            format!("evidence {reference:?} is not a reference this host recorded; use tool-call:<call id>")
+        })?;
+        if !call_ids.contains(id) {
+            return Err(format!("evidence {reference:?} names a tool call this Run did not make"));
+        }
+    }
+    Ok(result)
+}
+
+fn bounded_text(text: &str, field: &str) -> Result<String, String> {
+    let trimmed = text.trim();
+    let chars = trimmed.chars().count();
+    if chars > MAX_TEXT_CHARS {
+        return Err(format!("{field} has {chars} characters; at most {MAX_TEXT_CHARS} are allowed"));
+    }
+    Ok(trimmed.to_string())
+}
+
+fn normalise_list(list: &mut Vec<String>, field: &str) -> Result<(), String> {
+    if list.len() > MAX_ITEMS {
+        return Err(format!("{field} has {} items; at most {MAX_ITEMS} are allowed", list.len()));
+    }
+    let mut seen = BTreeSet::new();
+    for item in list.iter_mut() {
+        *item = item.trim().to_string();
+        if item.is_empty() {
+            return Err(format!("{field} has an empty item"));
+        }
+        if item.chars().count() > MAX_ITEM_CHARS {
+            return Err(format!("{field} has an item over {MAX_ITEM_CHARS} characters"));
+        }
+        if !seen.insert(item.clone()) {
+            return Err(format!("{field} lists {item:?} twice"));
+        }
+    }
+    list.sort();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls() -> BTreeSet<String> {
+        ["call_akritas_planned_1", "call_pg"].iter().map(|s| s.to_string()).collect()
+    }
+
+    fn result(evidence: Value, writes: u64) -> String {
+        json!({
+            "finding_status": "suspected", "actionability": "requires_human", "confidence": "low",
+            "summary": "  autovacuum saturates db-7  ", "impact": "", "evidence": evidence, "ruled_out": ["disk"],
+            "affected_components": ["db-7"], "recommended_actions": ["tune autovacuum", "check locks"],
+            "production_writes": writes
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn accepts_real_references_and_normalises() {
+        let accepted =
+            validate(&result(json!(["tool-call:call_pg", "tool-call:call_akritas_planned_1"]), 0), &calls()).unwrap();
+        assert_eq!(accepted.summary, "autovacuum saturates db-7");
+        assert_eq!(accepted.evidence, ["tool-call:call_akritas_planned_1", "tool-call:call_pg"]);
+        assert_eq!(accepted.recommended_actions, ["check locks", "tune autovacuum"]);
+        assert_eq!(accepted.confidence, Confidence::Low, "confidence is descriptive and does not affect validity");
+    }
+
+    #[test]
+    fn rejects_invented_evidence_and_production_writes() {
+        assert_eq!(
+            validate(&result(json!(["tool-call:call_invented"]), 0), &calls()).unwrap_err(),
+            "evidence \"tool-call:call_invented\" names a tool call this Run did not make"
+        );
+        assert!(
+            validate(&result(json!(["artifact:x"]), 0), &calls())
+                .unwrap_err()
+                .contains("not a reference this host recorded")
+        );
+        assert_eq!(
+            validate(&result(json!([]), 2), &calls()).unwrap_err(),
+            "result claims 2 production writes; investigations are read-only"
+        );
+        assert!(
+            validate(&result(json!(["tool-call:call_pg", "tool-call:call_pg"]), 0), &calls())
+                .unwrap_err()
+                .contains("twice")
+        );
+        let extra = result(json!([]), 0).replace("\"impact\"", "\"secret_field\": 1, \"impact\"");
+        assert!(validate(&extra, &calls()).unwrap_err().contains("unknown field"));
+    }
+}
