@@ -157,7 +157,7 @@ fn bounded_text(text: &str, field: &str) -> Result<String, String> {
     Ok(trimmed.to_string())
 }
 
-fn normalise_list(list: &mut Vec<String>, field: &str) -> Result<(), String> {
+fn normalise_list(list: &mut [String], field: &str) -> Result<(), String> {
     if list.len() > MAX_ITEMS {
         return Err(format!("{field} has {} items; at most {MAX_ITEMS} are allowed", list.len()));
     }
