@@ -58,6 +58,10 @@ async fn post(url: &str, body: &str, headers: &[(&str, String)]) -> (u16, Value)
     (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
+async fn get(url: &str) -> Value {
+    reqwest::Client::new().get(url).send().await.unwrap().json().await.unwrap()
+}
+
 fn bearer() -> Vec<(&'static str, String)> {
     vec![("authorization", format!("Bearer {TOKEN}"))]
 }
@@ -90,15 +94,8 @@ async fn alertmanager_deliveries_are_authenticated_deduplicated_correlated_and_d
     assert_eq!(again["events"][0]["status"], "duplicate");
     assert_eq!(again["events"][0]["event_id"], item["event_id"]);
 
-    let client = reqwest::Client::new();
-    let detail: Value = client
-        .get(format!("{}/api/v1/incidents/{incident_id}", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let incident_url = format!("{}/api/v1/incidents/{incident_id}", server.url);
+    let detail = get(&incident_url).await;
     assert_eq!(detail["incident"]["state"], "firing");
     assert_eq!(detail["jobs"][0]["id"], job_id.as_str());
     assert_eq!(detail["jobs"][0]["status"], "pending");
@@ -106,14 +103,7 @@ async fn alertmanager_deliveries_are_authenticated_deduplicated_correlated_and_d
     let (status, resolved) = post(&url, RESOLVED, &bearer()).await;
     assert_eq!(status, 202, "{resolved}");
     assert_eq!(resolved["events"][0]["incident_id"], incident_id.as_str());
-    let detail: Value = client
-        .get(format!("{}/api/v1/incidents/{incident_id}", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let detail = get(&incident_url).await;
     assert_eq!(detail["incident"]["state"], "resolved");
     assert_eq!(llm.chat_requests(), 0, "ingestion never calls the model");
 
