@@ -185,8 +185,13 @@ fn notification() -> Notification {
         confidence: "high".into(),
         actionability: "actionable".into(),
         summary: "*CPU* saturated, ping @channel".into(),
+        impact: "checkout errors for 3% of users".into(),
+        evidence: vec!["tool-call:call_akritas_planned_1".into()],
+        ruled_out: vec!["disk pressure".into()],
+        affected_components: vec!["shop/api".into()],
         recommended_actions: vec!["Scale `api` to 4 replicas".into()],
         evidence_count: 5,
+        production_writes: 0,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod correlate;
 pub mod event;
 pub mod investigation;
 pub mod store;
+pub mod worker;
 
 pub use adapters::{Adapter, AdapterError, adapter};
 pub use correlate::{Decision, IncidentState, IncidentStatus, decide};

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::correlate::{Correlator, Decision, IdKind, IncidentState};
 use super::event::Event;
+use super::investigation::InvestigationResult;
 use crate::journal::{Journal, JournalError, JournalOptions, Record};
 
 /// Journal kind of a delivery.
@@ -69,6 +70,63 @@ pub struct Job {
     /// Why the last attempt failed (secrets redacted by the caller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Stable code of the last failure (`upstream_error`, `structure_failed`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// RFC 3339 time before which a pending retry does not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// Runs of every attempt, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<String>,
+    /// The validated result of the successful attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<InvestigationResult>,
+    /// Notification deliveries of the result, one per receiver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<Delivery>,
+}
+
+impl Job {
+    /// Whether a delivery still waits to be attempted.
+    pub fn has_pending_deliveries(&self) -> bool {
+        self.deliveries.iter().any(|d| d.status == DeliveryStatus::Pending)
+    }
+}
+
+/// State of one notification delivery.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Not attempted yet (or interrupted).
+    Pending,
+    /// The receiver accepted it.
+    Delivered,
+    /// Every attempt failed.
+    Failed,
+}
+
+/// One notification of a job's result to one NotificationReceiver.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Delivery {
+    /// `namespace/name` of the NotificationReceiver.
+    pub receiver: String,
+    /// `webhook`, `telegram` or `mattermost`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// 32 hex characters, sent to webhooks as `X-Akritas-Delivery`.
+    pub delivery_id: String,
+    /// Status.
+    pub status: DeliveryStatus,
+    /// HTTP attempts made.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Last HTTP status received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// Stable error code of the last attempt (never a URL or token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What happened to one event of a delivery.
@@ -124,6 +182,19 @@ struct State {
     jobs: BTreeMap<String, Job>,
     incident_events: BTreeMap<String, Vec<String>>,
     incident_jobs: BTreeMap<String, Vec<String>>,
+    /// Per source name: events accepted, duplicates, deliveries rejected (this process).
+    counters: BTreeMap<String, SourceCounters>,
+}
+
+/// Delivery counters of one alert source.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SourceCounters {
+    /// Events accepted (journaled).
+    pub accepted: u64,
+    /// Events recognised as duplicates (journaled).
+    pub duplicate: u64,
+    /// Deliveries rejected since this process started (authentication or payload).
+    pub rejected: u64,
 }
 
 /// The durable alert store.
@@ -131,6 +202,7 @@ pub struct AlertStore {
     journal: Journal,
     state: Mutex<State>,
     poisoned: AtomicBool,
+    work: tokio::sync::Notify,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -163,14 +235,36 @@ impl AlertStore {
                 reason,
             })?;
         }
-        let store = AlertStore { journal, state: Mutex::new(state), poisoned: AtomicBool::new(false) };
+        let store = AlertStore {
+            journal,
+            state: Mutex::new(state),
+            poisoned: AtomicBool::new(false),
+            work: tokio::sync::Notify::new(),
+        };
         Ok(store)
     }
 
-    /// Jobs that a worker should (re)start: pending, or running when the process stopped.
+    /// Jobs that a worker should (re)start: pending, or running when the process
+    /// stopped, or succeeded with notifications not yet attempted.
     pub fn unfinished_jobs(&self) -> Vec<Job> {
         let state = self.lock();
-        state.jobs.values().filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running)).cloned().collect()
+        state
+            .jobs
+            .values()
+            .filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running) || j.has_pending_deliveries())
+            .cloned()
+            .collect()
+    }
+
+    /// Resolves when new work may exist (a job was created); a wake-up that comes
+    /// while nobody waits is kept for the next waiter.
+    pub async fn work_available(&self) {
+        self.work.notified().await;
+    }
+
+    /// Wakes the worker.
+    pub fn wake(&self) {
+        self.work.notify_one();
     }
 
     /// Deduplicates and correlates a delivery's events, records them in one fsynced
@@ -216,11 +310,20 @@ impl AlertStore {
             self.poisoned.store(true, Ordering::SeqCst);
             return Err(error.into());
         }
+        if events.iter().any(|e| e.job_id.is_some()) {
+            self.wake();
+        }
         Ok(Accepted { delivery_id, events })
     }
 
     /// Records a job state change.
     pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(AlertStoreError::Poisoned);
+        }
+        let mut job = job.clone();
+        job.updated_at = crate::resources::common::now_rfc3339();
+        let job = &job;
         let data = serde_json::to_value(job).unwrap_or_default();
         let pending = {
             let mut state = self.lock();
@@ -254,6 +357,16 @@ impl AlertStore {
         Some((incident, events, jobs))
     }
 
+    /// Counts a rejected delivery of a source.
+    pub fn record_rejected(&self, source: &str) {
+        self.lock().counters.entry(source.to_string()).or_default().rejected += 1;
+    }
+
+    /// Delivery counters of a source.
+    pub fn counters(&self, source: &str) -> SourceCounters {
+        self.lock().counters.get(source).copied().unwrap_or_default()
+    }
+
     /// One stored event.
     pub fn event(&self, id: &str) -> Option<StoredEvent> {
         self.lock().events.get(id).cloned()
@@ -272,9 +385,12 @@ impl AlertStore {
 fn apply_delivery(state: &mut State, record: &DeliveryRecord, now: &str) {
     for item in &record.items {
         let outcome = &item.outcome;
+        let counters = state.counters.entry(record.source.clone()).or_default();
         if outcome.status == "duplicate" {
+            counters.duplicate += 1;
             continue;
         }
+        counters.accepted += 1;
         state.events.insert(
             outcome.event_id.clone(),
             StoredEvent {
@@ -298,6 +414,11 @@ fn apply_delivery(state: &mut State, record: &DeliveryRecord, now: &str) {
                     updated_at: now.to_string(),
                     run_id: None,
                     error: None,
+                    error_code: None,
+                    not_before: None,
+                    runs: Vec::new(),
+                    result: None,
+                    deliveries: Vec::new(),
                 },
             );
             state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
@@ -342,7 +463,13 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
     Ok(())
 }
 
-/// The JSON view of an incident with its events and jobs (API).
+/// The JSON view of an incident with its events, jobs, their Runs and their
+/// notification deliveries (API).
 pub fn incident_json(incident: &IncidentState, events: &[StoredEvent], jobs: &[Job]) -> serde_json::Value {
-    json!({"incident": incident, "events": events, "jobs": jobs})
+    let runs: Vec<&String> = jobs.iter().flat_map(|j| &j.runs).collect();
+    let deliveries: Vec<serde_json::Value> = jobs
+        .iter()
+        .flat_map(|j| j.deliveries.iter().map(move |d| json!({"job_id": j.id, "delivery": d})))
+        .collect();
+    json!({"incident": incident, "events": events, "jobs": jobs, "runs": runs, "deliveries": deliveries})
 }

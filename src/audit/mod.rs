@@ -1,9 +1,11 @@
 //! The audit log: Runs and their events on top of the journal. It stores what the
 //! host did (tool calls with host-recorded arguments and raw results, skills,
-//! retrieved context, usage) and never prompts, model output, credentials or
-//! approval capabilities.
+//! retrieved context, usage) and never prompts, free-form model output,
+//! credentials or approval capabilities. The one piece of model output it keeps is
+//! an alert investigation's structured result, validated against the Run's own
+//! tool calls when written and again at every replay.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::RwLock;
@@ -11,8 +13,11 @@ use std::sync::RwLock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::alerts::investigation::{self, InvestigationResult};
 use crate::journal::{Journal, JournalError, JournalOptions, Record};
 
+/// Journal kind of a structured investigation result.
+const INVESTIGATION_RESULT: &str = "investigation_result";
 /// Longest string kept in Run fields and metadata values.
 pub const MAX_TEXT_CHARS: usize = 512;
 /// Most metadata entries kept per Run or event.
@@ -134,6 +139,9 @@ pub struct RunRecord {
     /// Events in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<AuditEvent>,
+    /// The validated structured result of an alert investigation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub investigation: Option<InvestigationResult>,
 }
 
 impl RunRecord {
@@ -159,6 +167,8 @@ pub struct NewRun {
     pub model: Option<String>,
     /// Catalog version.
     pub catalog_version: u64,
+    /// Facts known at the start (redacted, bounded).
+    pub metadata: BTreeMap<String, Value>,
 }
 
 /// An event to append.
@@ -263,8 +273,9 @@ impl AuditLog {
             completed_at: None,
             error: None,
             error_code: None,
-            metadata: BTreeMap::new(),
+            metadata: redact(new.metadata),
             events: Vec::new(),
+            investigation: None,
         };
         let record = self.journal.append("run_started", &json!({ "run": run })).await?;
         self.apply_record(&record)?;
@@ -312,6 +323,43 @@ impl AuditLog {
         });
         let record = self.journal.append("run_finished", &data).await?;
         self.apply_record(&record)
+    }
+
+    /// Records the structured result of a running Run as its own record. The same
+    /// validation runs here and at every replay: each evidence reference must name a
+    /// tool call recorded on this Run before the result.
+    pub async fn record_investigation(&self, run_id: &RunId, result: &InvestigationResult) -> Result<(), AuditError> {
+        {
+            let state = self.read();
+            let run = state.runs.get(run_id).ok_or_else(|| AuditError::UnknownRun(run_id.clone()))?;
+            if run.status != RunStatus::Running {
+                return Err(AuditError::AlreadyFinished(run_id.clone()));
+            }
+        }
+        let record = self.journal.append(INVESTIGATION_RESULT, &json!({"run_id": run_id, "result": result})).await?;
+        self.apply_record(&record)
+    }
+
+    /// Closes every Run still marked running as failed (`interrupted`): called at
+    /// start, when no Run of this process exists yet, so each of them belonged to a
+    /// process that stopped. Returns the closed Runs.
+    pub async fn close_interrupted(&self) -> Result<Vec<RunRecord>, AuditError> {
+        let running: Vec<RunId> = {
+            let state = self.read();
+            state.order.iter().filter(|id| state.runs.get(*id).is_some_and(|r| r.status == RunStatus::Running)).cloned().collect()
+        };
+        let mut closed = Vec::with_capacity(running.len());
+        for id in running {
+            let finish = Finish {
+                status: RunStatus::Failed,
+                error: Some("Akritas stopped while this Run was executing".into()),
+                error_code: Some("interrupted".into()),
+                metadata: BTreeMap::new(),
+            };
+            self.finish(&id, finish).await?;
+            closed.extend(self.get(&id));
+        }
+        Ok(closed)
     }
 
     /// Runs, newest first, without raw tool payloads.
@@ -411,6 +459,22 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
             if let Some(metadata) = record.data.get("metadata").and_then(Value::as_object) {
                 run.metadata.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
+        }
+        INVESTIGATION_RESULT => {
+            let id = run_id(&record.data)?;
+            let run = state.runs.get_mut(&id).ok_or_else(|| format!("result of unknown Run {id}"))?;
+            if run.status != RunStatus::Running || run.investigation.is_some() {
+                return Err(format!("Run {id} has a result already or is not running"));
+            }
+            let text = record.data.get("result").map(Value::to_string).unwrap_or_default();
+            let calls: BTreeSet<String> = run
+                .events
+                .iter()
+                .filter(|e| e.kind == "tool_call")
+                .filter_map(|e| e.metadata.get("call_id").and_then(Value::as_str).map(str::to_string))
+                .collect();
+            let result = investigation::validate(&text, &calls).map_err(|e| format!("result of Run {id}: {e}"))?;
+            run.investigation = Some(result);
         }
         other => return Err(format!("unknown record kind {other:?}")),
     }

@@ -145,3 +145,25 @@ fn release_freed_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Publishes every AlertSource's webhook path and counters whenever the Catalog
+/// changes (deliveries refresh them as they happen).
+pub async fn alert_sources(
+    alerts: Arc<crate::alerts::store::AlertStore>,
+    store: CatalogStore,
+    board: StatusBoard,
+    cancel: CancellationToken,
+) {
+    let mut catalog_changes = store.subscribe();
+    loop {
+        let catalog = store.current();
+        for (key, _) in catalog.of_kind(Kind::AlertSource) {
+            board.set_runtime(key.clone(), crate::web::alerts::source_status(&alerts, key));
+        }
+        board.retain_runtime(|key| key.kind != Kind::AlertSource || catalog.entries.contains_key(key));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = catalog_changes.changed() => if changed.is_err() { return; },
+        }
+    }
+}

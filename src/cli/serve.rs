@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::{assemble, live};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{self, DirectorySource};
-use crate::catalog::secrets::EnvSecrets;
+use crate::alerts::worker::{Worker, WorkerSettings};
+use crate::catalog::secrets::{EnvSecrets, SecretResolver};
 use crate::catalog::status::StatusBoard;
 use crate::config::{self, LogFormat, ServeFlags, Settings};
 use crate::engine::instructions::SystemInstructions;
@@ -127,13 +128,26 @@ async fn serve(settings: Settings) -> Result<()> {
             .context("opening the alert journal")?;
         Arc::new(store)
     };
+    let secrets: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::process());
+    let worker = Worker::new(
+        alerts.clone(),
+        engine.clone(),
+        store.clone(),
+        secrets.clone(),
+        board.clone(),
+        WorkerSettings::from_settings(&settings),
+    )
+    .context("building the alert worker")?;
+    worker.recover().await.context("recovering interrupted alert jobs")?;
+    tasks.spawn(Arc::new(worker).run(cancel.clone()));
+    tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     let state = AppState {
         catalog: store.clone(),
         board,
         keys: Arc::new(keys),
         engine,
         alerts: Some(alerts),
-        secrets: Arc::new(EnvSecrets::process()),
+        secrets,
         info: Arc::new(info),
     };
     let listener = tokio::net::TcpListener::bind(settings.address)

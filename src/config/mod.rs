@@ -468,6 +468,31 @@ settings_table! {
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
         check value::duration_upto::<600, false>;
+    /// Alert investigations running at once, 1-64 [default: 2]
+    alert_workers: u32 = 2;
+        flag "alert-workers" [Option<String>] value_name "N";
+        expect "an integer from 1 to 64";
+        check value::u32_in::<1, 64>;
+    /// Attempts per alert investigation before the job fails, 1-20 [default: 3]
+    alert_job_attempts: u32 = 3;
+        flag "alert-job-attempts" [Option<String>] value_name "N";
+        expect "an integer from 1 to 20";
+        check value::u32_in::<1, 20>;
+    /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x, > 0 and <= 1h [default: 30s]
+    alert_job_backoff: Duration = Duration::from_secs(30);
+        flag "alert-job-backoff" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 1h, such as 30s";
+        check value::duration_upto::<3600, false>;
+    /// Timeout of one notification attempt, > 0 and <= 1m [default: 10s]
+    notification_timeout: Duration = Duration::from_secs(10);
+        flag "notification-timeout" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 1m, such as 10s";
+        check value::duration_upto::<60, false>;
+    /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried), 1-10 [default: 3]
+    notification_attempts: u32 = 3;
+        flag "notification-attempts" [Option<String>] value_name "N";
+        expect "an integer from 1 to 10";
+        check value::u32_in::<1, 10>;
     /// Log format: text or json [default: text]
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";

@@ -55,8 +55,16 @@ pub struct Notification {
     pub confidence: String,
     pub actionability: String,
     pub summary: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub impact: String,
+    /// Validated evidence references (`tool-call:<id>`).
+    pub evidence: Vec<String>,
+    pub ruled_out: Vec<String>,
+    pub affected_components: Vec<String>,
     pub recommended_actions: Vec<String>,
     pub evidence_count: u32,
+    /// Always 0 for a validated investigation.
+    pub production_writes: u64,
 }
 
 /// `<public_url>/runs/<run_id>` (trailing slashes of the public URL ignored);
@@ -131,14 +139,26 @@ fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     lines.push(String::new());
     lines.push("Summary".to_string());
     lines.push(value(&n.summary));
-    let actions: Vec<String> = n.recommended_actions.iter().map(|a| value(a)).filter(|a| !a.is_empty()).collect();
-    if !actions.is_empty() {
-        lines.push(String::new());
-        lines.push("Recommended actions".to_string());
-        lines.extend(actions.into_iter().map(|a| format!("- {a}")));
+    let impact = value(&n.impact);
+    if !impact.is_empty() {
+        lines.extend([String::new(), "Impact".to_string(), impact]);
+    }
+    for (title, items) in [
+        ("Evidence", &n.evidence),
+        ("Ruled out", &n.ruled_out),
+        ("Affected components", &n.affected_components),
+        ("Recommended actions", &n.recommended_actions),
+    ] {
+        let items: Vec<String> = items.iter().map(|a| value(a)).filter(|a| !a.is_empty()).collect();
+        if !items.is_empty() {
+            lines.push(String::new());
+            lines.push(title.to_string());
+            lines.extend(items.into_iter().map(|a| format!("- {a}")));
+        }
     }
     lines.push(String::new());
     lines.push(format!("Evidence items: {}", n.evidence_count));
+    lines.push(format!("Production writes: {}", n.production_writes));
     lines.join("\n")
 }
 
@@ -222,8 +242,13 @@ mod tests {
             confidence: "medium".into(),
             actionability: "actionable".into(),
             summary: "CPU   is\n\thigh".into(),
+            impact: String::new(),
+            evidence: vec!["tool-call:call_1".into()],
+            ruled_out: Vec::new(),
+            affected_components: vec!["api".into()],
             recommended_actions: vec!["scale up".into(), "  ".into()],
             evidence_count: 3,
+            production_writes: 0,
         }
     }
 
@@ -240,7 +265,9 @@ mod tests {
         assert!(t.starts_with("Akritas incident investigation\nAlert status: firing\nFinding: suspected\n"));
         assert!(t.contains("Run: https://akritas.test/runs/run-1\n"));
         assert!(t.contains("\n\nSummary\nCPU is high\n"));
-        assert!(t.contains("\n\nRecommended actions\n- scale up\n\nEvidence items: 3"));
+        assert!(t.contains("\n\nEvidence\n- tool-call:call_1\n\nAffected components\n- api\n"));
+        assert!(t.contains("\n\nRecommended actions\n- scale up\n\nEvidence items: 3\nProduction writes: 0"));
+        assert!(!t.contains("Impact") && !t.contains("Ruled out"), "empty sections are left out");
         assert!(!t.contains("- \n"));
     }
 

@@ -153,6 +153,8 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
     match authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref()) {
         Ok(()) => {}
         Err(AuthFailure::Unauthorized(why)) => {
+            store.record_rejected(&key.name);
+            publish_status(state, key);
             tracing::warn!(source = %key, why, "alert delivery rejected");
             return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response();
         }
@@ -179,11 +181,14 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
     let events = match decoder.decode(body, &context) {
         Ok(events) => events,
         Err(error) => {
+            store.record_rejected(&key.name);
+            publish_status(state, key);
             return ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", error.to_string()).into_response();
         }
     };
     match store.ingest(&key.name, events).await {
         Ok(accepted) => {
+            publish_status(state, key);
             let status = if accepted.events.iter().any(|e| e.status == "accepted") {
                 StatusCode::ACCEPTED
             } else {
@@ -203,6 +208,28 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             .into_response()
         }
     }
+}
+
+/// The path a provider posts to for this source.
+pub fn webhook_path(key: &ObjectKey) -> String {
+    format!("/api/v1/alerts/{}.{}/webhook", key.namespace, key.name)
+}
+
+/// Publishes an AlertSource's runtime status (webhook path and counters).
+pub fn publish_status(state: &AppState, key: &ObjectKey) {
+    let Some(store) = &state.alerts else { return };
+    state.board.set_runtime(key.clone(), source_status(store, key));
+}
+
+/// The runtime status of an AlertSource.
+pub fn source_status(store: &crate::alerts::store::AlertStore, key: &ObjectKey) -> serde_json::Value {
+    let counters = store.counters(&key.name);
+    json!({
+        "webhookPath": webhook_path(key),
+        "accepted": counters.accepted,
+        "duplicate": counters.duplicate,
+        "rejected": counters.rejected,
+    })
 }
 
 #[derive(Deserialize)]

@@ -97,6 +97,7 @@ pub async fn chat(State(state): State<AppState>, Extension(caller): Extension<Ca
         temperature: body.temperature,
         response_language: body.response_language,
         context: body.context,
+        ..RunRequest::default()
     };
     respond(state.engine.run(request).await, body.debug)
 }
@@ -179,7 +180,7 @@ pub fn run_error(error: RunError) -> ApiError {
         RunError::Invalid(_) => StatusCode::BAD_REQUEST,
         RunError::Busy { .. } | RunError::Audit(_) => StatusCode::SERVICE_UNAVAILABLE,
         RunError::Budget { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-        RunError::Upstream { .. } | RunError::Model { .. } => StatusCode::BAD_GATEWAY,
+        RunError::Upstream { .. } | RunError::Model { .. } | RunError::Structure { .. } => StatusCode::BAD_GATEWAY,
         RunError::UnknownRun => StatusCode::NOT_FOUND,
     };
     let mut api = ApiError::new(status, error.code(), error.to_string());
