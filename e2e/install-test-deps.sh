@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

@@ -213,6 +213,9 @@ fn new_id(prefix: &str) -> String {
 struct DeliveryRecord {
     delivery_id: String,
     source: String,
+    /// RFC 3339 time the host received it.
+    #[serde(default)]
+    received_at: String,
     items: Vec<DeliveryItem>,
 }
 
@@ -296,13 +299,17 @@ impl AlertStore {
                 };
                 items.push(DeliveryItem { outcome: item, event });
             }
-            let record = DeliveryRecord { delivery_id: delivery_id.clone(), source: source.to_string(), items };
+            let record = DeliveryRecord {
+                delivery_id: delivery_id.clone(),
+                source: source.to_string(),
+                received_at: jiff::Timestamp::now().to_string(),
+                items,
+            };
             let data = serde_json::to_value(&record).unwrap_or_default();
             // Queued under the lock, so the journal order is the order of decisions.
             let pending = self.journal.enqueue(DELIVERY, &data)?;
             state.correlator = working;
-            let now = crate::resources::common::now_rfc3339();
-            apply_delivery(&mut state, &record, &now);
+            apply_delivery(&mut state, &record);
             (pending, record.items.into_iter().map(|i| i.outcome).collect::<Vec<_>>())
         };
         let (pending, events) = pending;
@@ -322,7 +329,7 @@ impl AlertStore {
             return Err(AlertStoreError::Poisoned);
         }
         let mut job = job.clone();
-        job.updated_at = crate::resources::common::now_rfc3339();
+        job.updated_at = jiff::Timestamp::now().to_string();
         let job = &job;
         let data = serde_json::to_value(job).unwrap_or_default();
         let pending = {
@@ -382,7 +389,8 @@ impl AlertStore {
     }
 }
 
-fn apply_delivery(state: &mut State, record: &DeliveryRecord, now: &str) {
+fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
+    let now = record.received_at.as_str();
     for item in &record.items {
         let outcome = &item.outcome;
         let counters = state.counters.entry(record.source.clone()).or_default();
@@ -431,7 +439,8 @@ fn apply_delivery(state: &mut State, record: &DeliveryRecord, now: &str) {
 fn apply(state: &mut State, record: &Record) -> Result<(), String> {
     match record.kind.as_str() {
         DELIVERY => {
-            let delivery: DeliveryRecord = serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
+            let mut delivery: DeliveryRecord =
+                serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
             for item in &delivery.items {
                 let recorded = &item.outcome;
                 let outcome = state.correlator.ingest(&item.event, |kind| match kind {
@@ -448,14 +457,16 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
                     return Err(format!("event {} does not correlate as recorded", recorded.event_id));
                 }
             }
-            apply_delivery(state, &delivery, &record.time);
+            if delivery.received_at.is_empty() {
+                delivery.received_at = record.time.clone();
+            }
+            apply_delivery(state, &delivery);
         }
         JOB => {
-            let mut job: Job = serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
+            let job: Job = serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
             if !state.jobs.contains_key(&job.id) {
                 return Err(format!("update of unknown job {}", job.id));
             }
-            job.updated_at = record.time.clone();
             state.jobs.insert(job.id.clone(), job);
         }
         other => return Err(format!("unknown record kind {other:?}")),
@@ -467,9 +478,7 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
 /// notification deliveries (API).
 pub fn incident_json(incident: &IncidentState, events: &[StoredEvent], jobs: &[Job]) -> serde_json::Value {
     let runs: Vec<&String> = jobs.iter().flat_map(|j| &j.runs).collect();
-    let deliveries: Vec<serde_json::Value> = jobs
-        .iter()
-        .flat_map(|j| j.deliveries.iter().map(move |d| json!({"job_id": j.id, "delivery": d})))
-        .collect();
+    let deliveries: Vec<serde_json::Value> =
+        jobs.iter().flat_map(|j| j.deliveries.iter().map(move |d| json!({"job_id": j.id, "delivery": d}))).collect();
     json!({"incident": incident, "events": events, "jobs": jobs, "runs": runs, "deliveries": deliveries})
 }

@@ -100,16 +100,7 @@ impl Worker {
         settings: WorkerSettings,
     ) -> anyhow::Result<Self> {
         let client = crate::outbound::client(settings.delivery.timeout)?;
-        Ok(Worker {
-            store,
-            engine,
-            catalog,
-            secrets,
-            board,
-            client,
-            settings,
-            active: Mutex::new(BTreeSet::new()),
-        })
+        Ok(Worker { store, engine, catalog, secrets, board, client, settings, active: Mutex::new(BTreeSet::new()) })
     }
 
     /// Claims and runs jobs until `cancel`; jobs in flight at shutdown are resumed
@@ -183,7 +174,12 @@ impl Worker {
             recovered += 1;
         }
         if recovered > 0 {
-            tracing::info!(component = "akritas_alert_worker", event = "jobs_recovered", jobs = recovered, "interrupted alert jobs returned to pending");
+            tracing::info!(
+                component = "akritas_alert_worker",
+                event = "jobs_recovered",
+                jobs = recovered,
+                "interrupted alert jobs returned to pending"
+            );
         }
         Ok(())
     }
@@ -219,7 +215,8 @@ impl Worker {
                         job.status = JobStatus::Succeeded;
                         job.error = None;
                         job.error_code = None;
-                        job.deliveries = self.receivers().into_iter().map(|(key, kind)| pending_delivery(&key, kind)).collect();
+                        job.deliveries =
+                            self.receivers().into_iter().map(|(key, kind)| pending_delivery(&key, kind)).collect();
                         Attempt::Succeeded
                     }
                     None => {
@@ -274,7 +271,9 @@ impl Worker {
                 continue;
             }
             let spec = catalog.entries.iter().find_map(|(key, entry)| match entry.resource.as_ref() {
-                Resource::NotificationReceiver(r) if key.kind == Kind::NotificationReceiver && key_text(key) == delivery.receiver => {
+                Resource::NotificationReceiver(r)
+                    if key.kind == Kind::NotificationReceiver && key_text(key) == delivery.receiver =>
+                {
                     Some((key.namespace.clone(), r.spec.clone()))
                 }
                 _ => None,
@@ -362,7 +361,11 @@ impl Worker {
                 }
                 Resource::AlertSource(s) => {
                     let auth = &s.spec.auth;
-                    auth.bearer_token.iter().chain(&auth.hmac_secret).chain(auth.secret_header.iter().map(|h| &h.value)).collect()
+                    auth.bearer_token
+                        .iter()
+                        .chain(&auth.hmac_secret)
+                        .chain(auth.secret_header.iter().map(|h| &h.value))
+                        .collect()
                 }
                 _ => Vec::new(),
             };
@@ -428,7 +431,7 @@ pub fn backoff(base: Duration, attempt: u32) -> Duration {
 pub fn sanitize_error(text: &str, secrets: &[String]) -> String {
     static PATTERNS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
-            r"(?i)(bearer\s+|basic\s+|(?:api[_-]?key|token|password|passwd|secret|authorization)\s*[=:]\s*)[^\s,;&]+",
+            r#"(?i)((?:authorization\s*[=:]\s*)?(?:bearer|basic)\s+|(?:api[_-]?key|token|password|passwd|secret|authorization)\s*[=:]\s*)[^\s,;&"']+"#,
         )
         .unwrap_or_else(|_| regex::Regex::new("$^").unwrap_or_else(|_| unreachable!()))
     });

@@ -346,7 +346,12 @@ impl AuditLog {
     pub async fn close_interrupted(&self) -> Result<Vec<RunRecord>, AuditError> {
         let running: Vec<RunId> = {
             let state = self.read();
-            state.order.iter().filter(|id| state.runs.get(*id).is_some_and(|r| r.status == RunStatus::Running)).cloned().collect()
+            state
+                .order
+                .iter()
+                .filter(|id| state.runs.get(*id).is_some_and(|r| r.status == RunStatus::Running))
+                .cloned()
+                .collect()
         };
         let mut closed = Vec::with_capacity(running.len());
         for id in running {

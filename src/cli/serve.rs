@@ -8,9 +8,9 @@ use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
 use super::{assemble, live};
+use crate::alerts::worker::{Worker, WorkerSettings};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{self, DirectorySource};
-use crate::alerts::worker::{Worker, WorkerSettings};
 use crate::catalog::secrets::{EnvSecrets, SecretResolver};
 use crate::catalog::status::StatusBoard;
 use crate::config::{self, LogFormat, ServeFlags, Settings};

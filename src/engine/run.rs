@@ -652,9 +652,8 @@ impl Engine {
             Message::user(json!({"answer": answer, "host_owned_evidence": evidence}).to_string()),
         ];
         let max_tokens = ctx.max_tokens;
-        let (response, _) = self
-            .call_model(ctx, messages, definitions(&registry), Some(ToolChoice::Required), max_tokens, 0.0)
-            .await?;
+        let (response, _) =
+            self.call_model(ctx, messages, definitions(&registry), Some(ToolChoice::Required), max_tokens, 0.0).await?;
         let calls = &response.message.tool_calls;
         let submitted: Vec<_> = calls.iter().filter(|c| c.function.name == alias).collect();
         if calls.len() != 1 || submitted.len() != 1 {

@@ -1,0 +1,343 @@
+//! The investigation worker in process: a job is investigated once with the forced
+//! structuring call, the result is accepted only with evidence the Run really
+//! produced, stored in the audit journal (re-validated at replay), and delivered to
+//! the operator's receivers; failures retry with backoff and end with a sanitised
+//! reason; failed notifications are retried without a second investigation.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use akritas::alerts::adapters::{DecodeContext, adapter};
+use akritas::alerts::store::{AlertStore, DeliveryStatus, Job, JobStatus};
+use akritas::alerts::worker::{Worker, WorkerSettings};
+use akritas::audit::{AuditLog, RunId, RunStatus};
+use akritas::catalog::secrets::EnvSecrets;
+use akritas::catalog::status::StatusBoard;
+use akritas::notify::RetryPolicy;
+use akritas::tools::{ToolName, openai_alias};
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+use support::host;
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
+use tokio_util::sync::CancellationToken;
+
+const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
+const HMAC_SECRET: &str = "receiver-hmac-secret-0123";
+
+fn alias(name: &str) -> String {
+    openai_alias(&ToolName::try_from(name).unwrap())
+}
+
+/// A model that plans one `postgres.activity` check, answers, then submits `result`.
+fn investigator(result: Value) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let plan = alias("local.investigation.submit_plan");
+    let submit = alias("local.investigation.submit_result");
+    move |_, request| {
+        let offers = |name: &str| {
+            request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(name))
+        };
+        if offers(&plan) {
+            Step::from(Reply::ToolCalls(vec![(
+                "p".into(),
+                plan.clone(),
+                json!({"checks": [{"step": "Read database activity", "tool": "postgres.activity",
+                                   "arguments": {"host": "db-7"}, "reason": "the alert names db-7"}], "gaps": []}),
+            )]))
+        } else if offers(&submit) {
+            Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result.clone())]))
+        } else {
+            Step::from(Reply::Content("A 30-minute query holds db-7; autovacuum competes for CPU.".into()))
+        }
+    }
+}
+
+fn result(evidence: Value, writes: u64) -> Value {
+    json!({
+        "finding_status": "suspected", "actionability": "requires_human", "confidence": "medium",
+        "summary": "A long-running query on db-7 saturates CPU", "impact": "checkout latency",
+        "evidence": evidence, "ruled_out": ["disk pressure"], "affected_components": ["db-7"],
+        "recommended_actions": ["cancel query 4242 after review"], "production_writes": writes
+    })
+}
+
+/// A webhook stand-in answering the statuses in `script` in order, then 200.
+#[derive(Clone, Default)]
+struct Hook {
+    received: Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>>,
+    script: Arc<Mutex<Vec<u16>>>,
+}
+
+impl Hook {
+    async fn start(script: Vec<u16>) -> (Hook, String) {
+        let hook = Hook { received: Arc::default(), script: Arc::new(Mutex::new(script)) };
+        let state = hook.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let state = state.clone();
+                async move {
+                    state.received.lock().unwrap().push((headers, body.to_vec()));
+                    let mut script = state.script.lock().unwrap();
+                    let status = if script.is_empty() { 200 } else { script.remove(0) };
+                    axum::http::StatusCode::from_u16(status).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (hook, url)
+    }
+
+    fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+}
+
+struct Rig {
+    store: Arc<AlertStore>,
+    audit: Arc<AuditLog>,
+    worker_cancel: CancellationToken,
+    postgres_calls: Arc<AtomicUsize>,
+    _manifests: tempfile::TempDir,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.worker_cancel.cancel();
+    }
+}
+
+fn worker_settings(attempts: u32, backoff: Duration) -> WorkerSettings {
+    WorkerSettings {
+        concurrency: 2,
+        max_attempts: attempts,
+        backoff,
+        public_url: Some("https://akritas.example".into()),
+        delivery: RetryPolicy { attempts: 3, base_delay: Duration::from_millis(20), timeout: Duration::from_secs(5) },
+    }
+}
+
+async fn start_rig(data: &std::path::Path, llm: &ScriptedLlm, hook_url: &str, settings: WorkerSettings) -> Rig {
+    let manifests = tempfile::tempdir().unwrap();
+    std::fs::write(
+        manifests.path().join("receivers.yaml"),
+        format!(
+            "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: incident-hook, namespace: ops}}\n\
+             spec: {{type: webhook, webhook: {{url: \"{hook_url}\", hmacSecret: {{env: HOOK_HMAC}}}}}}\n"
+        ),
+    )
+    .unwrap();
+    let catalog = host::catalog_from(manifests.path());
+    let (tools, counters) = host::standard_tools();
+    let audit = Arc::new(AuditLog::open(&data.join("audit.jsonl")).unwrap());
+    let engine = Arc::new(host::engine(llm, host::settings(), tools, catalog.clone(), Some(audit.clone()), None));
+    let store = Arc::new(AlertStore::open(&data.join("alerts.jsonl")).unwrap());
+    let secrets = Arc::new(EnvSecrets::with_lookup(|name: &str| (name == "HOOK_HMAC").then(|| HMAC_SECRET.into())));
+    let worker = Worker::new(store.clone(), engine, catalog, secrets, StatusBoard::default(), settings).unwrap();
+    worker.recover().await.unwrap();
+    let cancel = CancellationToken::new();
+    tokio::spawn(Arc::new(worker).run(cancel.clone()));
+    Rig { store, audit, worker_cancel: cancel, postgres_calls: counters.postgres, _manifests: manifests }
+}
+
+async fn ingest(store: &AlertStore) -> String {
+    let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
+    let events = adapter("alertmanager").unwrap().decode(FIRING.as_bytes(), &context).unwrap();
+    let accepted = store.ingest("am", events).await.unwrap();
+    accepted.events[0].job_id.clone().expect("the first firing event opens a job")
+}
+
+async fn wait_job(store: &AlertStore, id: &str, done: impl Fn(&Job) -> bool) -> Job {
+    support::poll(Duration::from_secs(20), || async { store.job(id).filter(|j| done(j)) })
+        .await
+        .map(|(job, _)| job)
+        .unwrap_or_else(|| panic!("job {id} did not settle: {:?}", store.job(id)))
+}
+
+fn finished(job: &Job) -> bool {
+    matches!(job.status, JobStatus::Succeeded | JobStatus::Failed) && !job.has_pending_deliveries()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_is_investigated_once_validated_audited_and_notified() {
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call_akritas_planned_1"]), 0))).await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(50))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    assert_eq!((job.attempts, job.runs.len()), (1, 1));
+    let result = job.result.as_ref().unwrap();
+    assert_eq!(result.evidence, ["tool-call:call_akritas_planned_1"]);
+    assert_eq!(rig.postgres_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(llm.chat_requests(), 3, "plan, answer, structuring");
+
+    // The structuring request: forced, deterministic, with every host-owned reference.
+    let structuring = llm.requests().into_iter().last().unwrap();
+    assert_eq!(structuring["tool_choice"], "required");
+    assert_eq!(structuring["temperature"], 0.0);
+    let input: Value = serde_json::from_str(structuring["messages"][1]["content"].as_str().unwrap()).unwrap();
+    let references: Vec<&str> =
+        input["host_owned_evidence"].as_array().unwrap().iter().map(|e| e["reference"].as_str().unwrap()).collect();
+    assert_eq!(references, ["tool-call:call_akritas_investigation_plan", "tool-call:call_akritas_planned_1"]);
+
+    // The Run: alert source and ids, succeeded, the result as its own record.
+    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    assert_eq!(
+        (run.source.as_str(), run.actor.as_str(), run.status),
+        ("alert:alertmanager", "alert-source:am", RunStatus::Succeeded)
+    );
+    assert_eq!(run.metadata["job_id"], json!(job_id));
+    assert_eq!(run.investigation.as_ref(), Some(result));
+
+    // One signed webhook delivery with the structured result.
+    assert_eq!(hook.count(), 1);
+    let (headers, body) = hook.received.lock().unwrap()[0].clone();
+    assert_eq!(headers["x-akritas-signature"], akritas::notify::deliver::signature_header(HMAC_SECRET, &body));
+    let envelope: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(envelope["event"], "incident.investigated");
+    assert_eq!(envelope["incident"]["finding"], "suspected");
+    assert_eq!(envelope["incident"]["evidence"], json!(["tool-call:call_akritas_planned_1"]));
+    assert_eq!(envelope["incident"]["run_url"], json!(format!("https://akritas.example/runs/{}", run.id)));
+    assert_eq!(job.deliveries.len(), 1);
+    assert_eq!((job.deliveries[0].status, job.deliveries[0].attempts), (DeliveryStatus::Delivered, 1));
+    assert_eq!(envelope["delivery_id"], json!(job.deliveries[0].delivery_id));
+
+    // Restart: the job stays done, the result is re-validated from the journal, nothing runs again.
+    drop(rig);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(50))).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rig.store.job(&job_id).unwrap(), job);
+    assert_eq!(rig.audit.get(&run.id).unwrap().investigation.as_ref(), Some(result));
+    assert_eq!((llm.chat_requests(), hook.count()), (3, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invented_evidence_or_claimed_writes_fail_the_job_with_the_reason() {
+    for (bad, reason) in [
+        (result(json!(["tool-call:call_made_up"]), 0), "names a tool call this Run did not make"),
+        (result(json!(["tool-call:call_akritas_planned_1"]), 3), "claims 3 production writes"),
+    ] {
+        let llm = ScriptedLlm::start_with(investigator(bad)).await;
+        let (hook, url) = Hook::start(vec![]).await;
+        let data = tempfile::tempdir().unwrap();
+        let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+        let job_id = ingest(&rig.store).await;
+        let job = wait_job(&rig.store, &job_id, finished).await;
+        assert_eq!(job.status, JobStatus::Failed);
+        assert_eq!(job.attempts, 1, "a rejected result is not retried");
+        assert_eq!(job.error_code.as_deref(), Some("structure_failed"));
+        assert!(job.error.as_deref().unwrap().contains(reason), "{job:?}");
+        assert!(job.result.is_none() && job.deliveries.is_empty());
+        let run = rig.audit.get(&RunId::parse(&job.runs[0]).unwrap()).unwrap();
+        assert_eq!((run.status, run.error_code.as_deref()), (RunStatus::Failed, Some("structure_failed")));
+        assert!(run.investigation.is_none());
+        assert_eq!(hook.count(), 0, "nothing is notified");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_retry_with_backoff_then_fail_with_a_sanitised_error() {
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let seen = times.clone();
+    let llm = ScriptedLlm::start_with(move |_, _| {
+        seen.lock().unwrap().push(Instant::now());
+        Step::from(Reply::Error {
+            status: 500,
+            body: json!({"error": {"message": format!("overloaded; debug: Authorization: Bearer tok-991 hmac {HMAC_SECRET}")}}),
+        })
+    })
+    .await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let backoff = Duration::from_millis(300);
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, backoff)).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!((job.attempts, job.runs.len()), (3, 3), "bounded: three attempts, three Runs");
+    assert_eq!(job.error_code.as_deref(), Some("upstream_error"));
+    let error = job.error.as_deref().unwrap();
+    assert!(error.contains("HTTP 500") && error.contains("[redacted]"), "{error}");
+    assert!(!error.contains(HMAC_SECRET) && !error.contains("tok-991"), "secrets leaked into {error}");
+    let times = times.lock().unwrap().clone();
+    assert_eq!(times.len(), 3);
+    assert!(times[1] - times[0] >= backoff, "first retry after the base backoff");
+    assert!(times[2] - times[1] >= backoff * 2, "second retry after twice the backoff");
+    assert_eq!(hook.count(), 0);
+    let stored = std::fs::read_to_string(data.path().join("alerts.jsonl")).unwrap();
+    assert!(!stored.contains(HMAC_SECRET) && !stored.contains("tok-991"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_notifications_are_retried_without_a_second_investigation() {
+    let llm = ScriptedLlm::start_with(investigator(result(json!([]), 0))).await;
+    let (hook, url) = Hook::start(vec![503, 502]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    let delivery = &job.deliveries[0];
+    assert_eq!((delivery.status, delivery.attempts, delivery.http_status), (DeliveryStatus::Delivered, 3, Some(200)));
+    assert_eq!(hook.count(), 3);
+    let ids: Vec<String> = hook
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(h, _)| h["x-akritas-delivery"].to_str().unwrap().to_string())
+        .collect();
+    assert!(ids.iter().all(|id| id == &delivery.delivery_id), "retries keep the delivery id");
+    assert_eq!(llm.chat_requests(), 3, "one investigation");
+
+    // A receiver that keeps failing: the delivery fails after its attempts; the job stays succeeded.
+    let (hook, url) = Hook::start(vec![500, 500, 500, 500]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    let delivery = &job.deliveries[0];
+    assert_eq!((delivery.status, delivery.attempts), (DeliveryStatus::Failed, 3));
+    assert_eq!((delivery.http_status, delivery.error.as_deref()), (Some(500), Some("http_status")));
+    assert_eq!(hook.count(), 3);
+    drop(rig);
+}
+
+#[tokio::test]
+async fn a_tampered_result_is_refused_at_replay() {
+    let data = tempfile::tempdir().unwrap();
+    let path = data.path().join("audit.jsonl");
+    {
+        let (journal, _) = akritas::journal::Journal::open(&path, Default::default()).unwrap();
+        let id = "run_0123456789abcdef0123456789abcdef";
+        journal
+            .append(
+                "run_started",
+                &json!({"run": {"id": id, "source": "alert:alertmanager", "actor": "alert-source:am",
+                                                    "catalog_version": 1, "status": "running"}}),
+            )
+            .await
+            .unwrap();
+        journal
+            .append("run_event", &json!({"run_id": id, "event": {"sequence": 1, "type": "tool_call", "status": "succeeded",
+                                                                 "metadata": {"call_id": "call_real", "tool": "postgres.activity"}}}))
+            .await
+            .unwrap();
+        let forged = result(json!(["tool-call:call_forged"]), 0);
+        journal.append("investigation_result", &json!({"run_id": id, "result": forged})).await.unwrap();
+    }
+    let error = AuditLog::open(&path).err().expect("the forged result is refused").to_string();
+    assert!(error.contains("record 3 is inconsistent") && error.contains("did not make"), "{error}");
+}
