@@ -15,7 +15,7 @@ use crate::config::{self, ServeFlags};
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::instructions::SystemInstructions;
 use crate::engine::run::{RunOutcome, RunRequest};
-use crate::mcp::{AdapterPhase, HostOptions, McpHost, from_catalog};
+use crate::mcp::{HostOptions, McpHost, from_catalog};
 
 /// Runs the question; exit 0 with an answer, 1 on any failure (message on stderr).
 pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
@@ -79,9 +79,6 @@ async fn ask(question: &str, settings: config::Settings) -> Result<RunOutcome> {
     outcome
 }
 
-/// Longest wait for the Catalog's MCP adapters to connect before the Run starts.
-const MCP_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
-
 /// Starts the Catalog's MCP adapters and waits (bounded) until each has connected
 /// or failed, so the Run sees their tools.
 async fn connect_adapters(store: &CatalogStore, engine: &crate::engine::run::Engine) -> McpHost {
@@ -93,17 +90,9 @@ async fn connect_adapters(store: &CatalogStore, engine: &crate::engine::run::Eng
     if configs.is_empty() {
         return host;
     }
-    let mut changes = host.subscribe();
+    let expected = configs.len();
     host.reconcile(configs).await;
-    let settled = |host: &McpHost| host.status().iter().all(|s| !matches!(s.phase, AdapterPhase::Connecting));
-    let _ = tokio::time::timeout(MCP_CONNECT_WAIT, async {
-        while !settled(&host) {
-            if changes.changed().await.is_err() {
-                break;
-            }
-        }
-    })
-    .await;
+    super::live::adapters_settled(&host, expected, super::live::MCP_CONNECT_WAIT).await;
     for status in host.status().iter().filter(|s| !s.connected) {
         eprintln!(
             "akritas ask: MCP adapter {} not connected: {}",

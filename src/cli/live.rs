@@ -167,3 +167,25 @@ pub async fn alert_sources(
         }
     }
 }
+
+/// Longest wait for the Catalog's MCP adapters to connect before Runs that need
+/// their tools start (`ask`, alert investigations after a start).
+pub const MCP_CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Waits, at most `limit`, until `expected` adapters have a status and none of
+/// them is still connecting.
+pub async fn adapters_settled(host: &McpHost, expected: usize, limit: std::time::Duration) {
+    let mut changes = host.subscribe();
+    let settled = |host: &McpHost| {
+        let status = host.status();
+        status.len() >= expected && status.iter().all(|s| !matches!(s.phase, crate::mcp::AdapterPhase::Connecting))
+    };
+    let _ = tokio::time::timeout(limit, async {
+        while !settled(host) {
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+}

@@ -15,7 +15,7 @@ use crate::catalog::secrets::{EnvSecrets, SecretResolver};
 use crate::catalog::status::StatusBoard;
 use crate::config::{self, LogFormat, ServeFlags, Settings};
 use crate::engine::instructions::SystemInstructions;
-use crate::mcp::{HostOptions, McpHost};
+use crate::mcp::{HostOptions, McpHost, from_catalog};
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState, HostInfo};
 
@@ -113,7 +113,7 @@ async fn serve(settings: Settings) -> Result<()> {
     tasks.spawn(live::knowledge_bases(knowledge, store.clone(), board.clone(), cancel.clone()));
     let mcp = McpHost::new(HostOptions::default());
     tasks.spawn(live::mcp_adapters(
-        mcp,
+        mcp.clone(),
         store.clone(),
         board.clone(),
         engine.clone(),
@@ -139,7 +139,17 @@ async fn serve(settings: Settings) -> Result<()> {
     )
     .context("building the alert worker")?;
     worker.recover().await.context("recovering interrupted alert jobs")?;
-    tasks.spawn(Arc::new(worker).run(cancel.clone()));
+    {
+        // Investigations wait (bounded) for the adapters configured at start, so a
+        // resumed job does not run without the tools it was meant to have.
+        let (engine, expected, cancel) =
+            (engine.clone(), from_catalog::adapters(&store.current(), secrets.as_ref()).0.len(), cancel.clone());
+        tasks.spawn(async move {
+            live::adapters_settled(&mcp, expected, live::MCP_CONNECT_WAIT).await;
+            engine.set_tools(&mcp.registry());
+            Arc::new(worker).run(cancel).await;
+        });
+    }
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     let state = AppState {
         catalog: store.clone(),
