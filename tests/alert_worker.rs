@@ -63,10 +63,13 @@ fn result(evidence: Value, writes: u64) -> Value {
     })
 }
 
+/// Headers and body of each request a stand-in received.
+type Requests = Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>>;
+
 /// A webhook stand-in answering the statuses in `script` in order, then 200.
 #[derive(Clone, Default)]
 struct Hook {
-    received: Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>>,
+    received: Requests,
     script: Arc<Mutex<Vec<u16>>>,
 }
 

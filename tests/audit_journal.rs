@@ -20,6 +20,11 @@ async fn write_runs(path: &Path) -> AuditLog {
                 actor: format!("user-{n}"),
                 model: Some("m".into()),
                 catalog_version: 7,
+                metadata: [
+                    ("api_key".to_string(), serde_json::json!("k-1")),
+                    ("job_id".to_string(), serde_json::json!("job_1")),
+                ]
+                .into(),
             })
             .await
             .unwrap();
@@ -65,6 +70,8 @@ async fn restart_replays_identical_state_and_keeps_usage_but_not_credentials() {
     assert_eq!(runs_after.len(), 3);
     let run = &runs_after[0];
     assert_eq!(run.metadata["output_tokens"], json!(15), "usage counters are not redacted");
+    assert_eq!(run.metadata["job_id"], json!("job_1"), "start metadata is kept");
+    assert!(!run.metadata.contains_key("api_key"), "start metadata is redacted like the rest");
     assert_eq!(run.events[0].metadata.keys().collect::<Vec<_>>(), ["tool"]);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(!text.contains("s3cr3t"), "credentials reached the journal");
