@@ -308,7 +308,7 @@ fn file_rejects_version_2() {
 fn file_rejects_unknown_field() {
     let (e, _) = file_err(r#"{"version": 1, "foo": 1}"#);
     assert!(
-        e.contains("$.foo: unknown field; known fields are: address, allow_unauthenticated, api_keys, base_url"),
+        e.contains("$.foo: unknown field; known fields are: address, alert_job_attempts, alert_job_backoff"),
         "{e}"
     );
 }
@@ -567,6 +567,11 @@ fn file_with_every_setting() {
         "run_queue_timeout": "10m",
         "max_body_bytes": 1024,
         "shutdown_timeout": "1s",
+        "alert_workers": 64,
+        "alert_job_attempts": 20,
+        "alert_job_backoff": "1h",
+        "notification_timeout": "1m",
+        "notification_attempts": 10,
         "log_format": "json"
     }"#,
     );
@@ -578,5 +583,7 @@ fn file_with_every_setting() {
     assert_eq!(s.response_language, "fr-CA");
     assert_eq!(s.temperature, 0.0);
     assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!((s.alert_workers, s.alert_job_attempts, s.notification_attempts), (64, 20, 10));
+    assert_eq!((s.alert_job_backoff, s.notification_timeout), (Duration::from_secs(3600), Duration::from_secs(60)));
     assert_eq!(s.request_timeout, Duration::from_secs(86_400));
 }
