@@ -11,6 +11,7 @@ pub mod knowledge;
 pub mod llm;
 pub mod mcp;
 pub mod notify;
+pub mod operator;
 pub mod outbound;
 pub mod resources;
 pub mod tools;

@@ -126,41 +126,47 @@ fn scan_file(file: ManifestFile, out: &mut Scan) {
                 continue;
             }
         };
-        let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
-        let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
-        if api_version == "v1" && kind == "ConfigMap" {
-            read_config_map(&value, &location, out);
-            continue;
-        }
-        let ours =
-            api_version.is_empty() || api_version.split('/').next() == Some(GROUP) || Kind::parse(&kind).is_some();
-        if !ours {
-            tracing::debug!(%location, %api_version, %kind, "skipping a manifest that is not an Akritas resource");
-            continue;
-        }
-        let identity = Identity::of(&value);
-        let known_kind = identity.kind.as_deref().and_then(Kind::parse);
-        let result = parse_manifest(value);
-        match (known_kind, identity.name.clone()) {
-            (Some(kind), Some(name)) => out.objects.push(Scanned {
-                key: ObjectKey {
-                    kind,
-                    namespace: identity.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
-                    name,
-                },
-                file: file.path.clone(),
-                index: document.index,
-                result,
-                from_skills_dir: false,
-            }),
-            _ => {
-                for error in result.err().unwrap_or_default() {
-                    out.problems.push(Problem {
-                        location: location.clone(),
-                        object: Some(identity.to_string()),
-                        error: error.to_string(),
-                    });
-                }
+        scan_value(value, &file.path, document.index, out);
+    }
+}
+
+/// Classifies and validates one parsed object (an Akritas resource or a
+/// ConfigMap; anything else is skipped). `file` and `index` say where it came from.
+pub fn scan_value(value: Value, file: &Path, index: usize, out: &mut Scan) {
+    let location = format!("{}:{index}", file.display());
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    if api_version == "v1" && kind == "ConfigMap" {
+        read_config_map(&value, &location, out);
+        return;
+    }
+    let ours = api_version.is_empty() || api_version.split('/').next() == Some(GROUP) || Kind::parse(&kind).is_some();
+    if !ours {
+        tracing::debug!(%location, %api_version, %kind, "skipping a manifest that is not an Akritas resource");
+        return;
+    }
+    let identity = Identity::of(&value);
+    let known_kind = identity.kind.as_deref().and_then(Kind::parse);
+    let result = parse_manifest(value);
+    match (known_kind, identity.name.clone()) {
+        (Some(kind), Some(name)) => out.objects.push(Scanned {
+            key: ObjectKey {
+                kind,
+                namespace: identity.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.to_string()),
+                name,
+            },
+            file: file.to_path_buf(),
+            index,
+            result,
+            from_skills_dir: false,
+        }),
+        _ => {
+            for error in result.err().unwrap_or_default() {
+                out.problems.push(Problem {
+                    location: location.clone(),
+                    object: Some(identity.to_string()),
+                    error: error.to_string(),
+                });
             }
         }
     }
@@ -202,7 +208,7 @@ fn read_config_map(value: &Value, location: &str, out: &mut Scan) {
 }
 
 /// Duplicates and references between objects; failures become errors of the object.
-fn cross_check(scan: &mut Scan) {
+pub fn cross_check(scan: &mut Scan) {
     let mut first_seen: BTreeMap<ObjectKey, String> = BTreeMap::new();
     let valid: BTreeSet<ObjectKey> = scan.objects.iter().filter(|o| o.result.is_ok()).map(|o| o.key.clone()).collect();
     for object in &mut scan.objects {
@@ -345,7 +351,9 @@ impl DirectorySource {
         self.merge(scan)
     }
 
-    fn merge(&mut self, scan: Scan) -> Reload {
+    /// Merges a finished scan with the last good versions (used directly by other
+    /// sources that build their own scan).
+    pub fn merge(&mut self, scan: Scan) -> Reload {
         let mut next: BTreeMap<ObjectKey, (Entry, PathBuf, usize)> = BTreeMap::new();
         let mut reports = Vec::new();
         let mut seen = BTreeSet::new();

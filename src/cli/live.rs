@@ -23,10 +23,12 @@ pub async fn mcp_adapters(
     board: StatusBoard,
     engine: Arc<Engine>,
     secrets: Arc<dyn SecretResolver>,
+    mut secrets_changed: tokio::sync::watch::Receiver<u64>,
     cancel: CancellationToken,
 ) {
     let mut catalog_changes = store.subscribe();
     let mut host_changes = host.subscribe();
+    let mut secrets_open = true;
     let mut failures = reconcile(&host, &store, secrets.as_ref()).await;
     publish(&host, &store, &board, &engine, &failures);
     loop {
@@ -38,6 +40,13 @@ pub async fn mcp_adapters(
             }
             changed = host_changes.changed() => {
                 if changed.is_err() { break; }
+            }
+            // A rotated Secret: adapters whose resolved configuration changed restart.
+            changed = secrets_changed.changed(), if secrets_open => {
+                match changed {
+                    Ok(()) => failures = reconcile(&host, &store, secrets.as_ref()).await,
+                    Err(_) => secrets_open = false,
+                }
             }
         }
         publish(&host, &store, &board, &engine, &failures);

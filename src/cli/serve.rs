@@ -16,6 +16,7 @@ use crate::catalog::status::StatusBoard;
 use crate::config::{self, LogFormat, ServeFlags, Settings};
 use crate::engine::instructions::SystemInstructions;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
+use crate::operator;
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState, HostInfo};
 
@@ -71,31 +72,20 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         tracing::warn!(address = %settings.address, "authentication disabled: no API key configured");
     }
-    if settings.kubernetes {
-        bail!("operator mode (--kubernetes) is not available in this version; run standalone with --resources DIR");
-    }
-
     let cancel = CancellationToken::new();
     let store = CatalogStore::new();
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let skills_dir = assemble::skills_dir(&settings)?;
-    if settings.resources.is_empty() && skills_dir.is_none() {
-        tracing::warn!("no resource directories given (--resources DIR); the Catalog is empty");
+    let (secrets, secrets_changed): (Arc<dyn SecretResolver>, _) = if settings.kubernetes {
+        operator_source(&settings, &store, &board, &mut tasks, &cancel).await?
     } else {
-        let mut source = DirectorySource::new(settings.resources.clone(), skills_dir);
-        let (source, reload) = tokio::task::spawn_blocking(move || {
-            let reload = source.reload();
-            (source, reload)
-        })
-        .await
-        .context("loading resources")?;
-        directory::apply(reload, &store, &board);
-        tasks.spawn(directory::watch(source, store.clone(), board.clone(), cancel.clone()));
-    }
+        standalone_source(&settings, &store, &board, &mut tasks, &cancel).await?;
+        (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
+    };
+    let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
     let info = HostInfo {
-        mode: "standalone",
+        mode,
         model: settings.model.clone(),
         response_language: settings.response_language.clone(),
         instructions_sha256: instructions.sha256(),
@@ -117,7 +107,8 @@ async fn serve(settings: Settings) -> Result<()> {
         store.clone(),
         board.clone(),
         engine.clone(),
-        Arc::new(EnvSecrets::process()),
+        secrets.clone(),
+        secrets_changed,
         cancel.clone(),
     ));
     let alerts = {
@@ -128,7 +119,6 @@ async fn serve(settings: Settings) -> Result<()> {
             .context("opening the alert journal")?;
         Arc::new(store)
     };
-    let secrets: Arc<dyn SecretResolver> = Arc::new(EnvSecrets::process());
     let worker = Worker::new(
         alerts.clone(),
         engine.clone(),
@@ -167,7 +157,7 @@ async fn serve(settings: Settings) -> Result<()> {
     tracing::info!(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         version = env!("CARGO_PKG_VERSION"),
-        mode = "standalone",
+        mode,
         catalog_version = catalog.version,
         resources = catalog.entries.len(),
         api_keys = %state.keys.names().join(","),
@@ -184,6 +174,84 @@ async fn serve(settings: Settings) -> Result<()> {
     }
     tracing::info!("Akritas stopped");
     Ok(())
+}
+
+/// Standalone: manifest directories (and the skills directory), watched.
+async fn standalone_source(
+    settings: &Settings,
+    store: &CatalogStore,
+    board: &StatusBoard,
+    tasks: &mut tokio::task::JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Result<()> {
+    let skills_dir = assemble::skills_dir(settings)?;
+    if settings.resources.is_empty() && skills_dir.is_none() {
+        tracing::warn!("no resource directories given (--resources DIR); the Catalog is empty");
+        return Ok(());
+    }
+    let mut source = DirectorySource::new(settings.resources.clone(), skills_dir);
+    let (source, reload) = tokio::task::spawn_blocking(move || {
+        let reload = source.reload();
+        (source, reload)
+    })
+    .await
+    .context("loading resources")?;
+    directory::apply(reload, store, board);
+    tasks.spawn(directory::watch(source, store.clone(), board.clone(), cancel.clone()));
+    Ok(())
+}
+
+/// Longest wait for the first Catalog from the API server before serving.
+const FIRST_CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Operator mode: reflectors over the Akritas resources, ConfigMaps and Secrets;
+/// status written back. Returns the secret resolver and a counter that moves when
+/// a Secret changes (so live components resolve again).
+async fn operator_source(
+    settings: &Settings,
+    store: &CatalogStore,
+    board: &StatusBoard,
+    tasks: &mut tokio::task::JoinSet<()>,
+    cancel: &CancellationToken,
+) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>)> {
+    use futures_util::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")?;
+    let namespace = settings.namespace.as_deref();
+    let secrets_api: kube::Api<k8s_openapi::api::core::v1::Secret> = match namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    };
+    let (secret_store, writer) = reflector::store();
+    let (changed_tx, changed_rx) = tokio::sync::watch::channel(0u64);
+    let secret_events = reflector::reflector(writer, watcher(secrets_api, watcher::Config::default())).default_backoff();
+    let stop = cancel.clone();
+    tasks.spawn(async move {
+        tokio::pin!(secret_events);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                event = secret_events.next() => match event {
+                    None => return,
+                    Some(Ok(_)) => { changed_tx.send_modify(|n| *n += 1); }
+                    Some(Err(error)) => tracing::warn!(%error, "watch of Secrets failed; retrying"),
+                },
+            }
+        }
+    });
+    let (stores, changes) = operator::source::reflect(&client, namespace);
+    let (generations_tx, generations_rx) = tokio::sync::watch::channel(Default::default());
+    let mut first = store.subscribe();
+    tasks.spawn(operator::source::run(stores, changes, store.clone(), board.clone(), generations_tx, cancel.clone()));
+    tasks.spawn(operator::status::run(client, board.clone(), generations_rx, cancel.clone()));
+    if tokio::time::timeout(FIRST_CATALOG_WAIT, first.changed()).await.is_err() {
+        tracing::warn!("no Akritas resources read from the API server yet; serving with an empty Catalog");
+    }
+    let _ = tokio::time::timeout(FIRST_CATALOG_WAIT, secret_store.wait_until_ready()).await;
+    Ok((Arc::new(operator::secrets::KubeSecrets::new(secret_store)), changed_rx))
 }
 
 async fn shutdown_on_signal(cancel: CancellationToken) {

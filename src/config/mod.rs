@@ -378,6 +378,11 @@ settings_table! {
         flag "kubernetes" [bool];
         expect "true or false (or 1 or 0)";
         check value::ok;
+    /// Namespace watched in operator mode; empty = every namespace Akritas may read [default: none]
+    namespace: Option<String> = None;
+        flag "namespace" [Option<String>] value_name "NAME";
+        expect "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)";
+        check value::check_namespace;
     /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables [default: skills]
     skills_dir: Option<String> = Some("skills".to_string());
         flag "skills-dir" [Option<String>] value_name "DIR";

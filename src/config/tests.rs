@@ -84,7 +84,7 @@ fn clap_definition_is_valid_and_help_states_defaults() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 36);
+    assert_eq!(KEYS.len(), 37);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -549,6 +549,7 @@ fn file_with_every_setting() {
         "response_language": "fr-ca",
         "resources": [],
         "kubernetes": true,
+        "namespace": "akritas-system",
         "skills_dir": "",
         "data_dir": "/var/lib/akritas",
         "search_top_k": 50,

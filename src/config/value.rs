@@ -338,6 +338,22 @@ pub(crate) fn check_model(v: String, expect: &str) -> Result<String, String> {
     if v.len() <= 128 && MODEL_NAME.is_match(&v) { Ok(v) } else { Err(expected(expect)) }
 }
 
+/// A namespace (DNS label); empty = none.
+pub(crate) fn check_namespace(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s)
+            if s.len() <= 63
+                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !s.starts_with('-')
+                && !s.ends_with('-') =>
+        {
+            Ok(Some(s.to_string()))
+        }
+        Some(_) => Err(expected(expect)),
+    }
+}
+
 /// Upstream model: trimmed, empty = none, no control characters.
 pub(crate) fn check_upstream_model(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
     match v.as_deref().map(str::trim) {

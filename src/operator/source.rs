@@ -1,0 +1,164 @@
+//! The Kubernetes resource source: reflectors over every declared Akritas kind and
+//! the ConfigMaps they reference, rebuilt into the Catalog with the same validation
+//! and last-good semantics as the directory source; every object's status is then
+//! written back (see [`super::status`]).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::directory::{self, DirectorySource, Reload, Scan};
+use crate::catalog::status::StatusBoard;
+use crate::catalog::{CatalogStore, ConfigMapData, ObjectKey};
+use crate::resources::{API_VERSION, GROUP, Kind, VERSION};
+
+/// Quiet time after a change before the Catalog is rebuilt (a burst of events
+/// becomes one rebuild).
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The API resource of an Akritas kind.
+pub fn api_resource(kind: Kind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind.as_str()), &kind.plural())
+}
+
+/// An `Api` for a kind in one namespace, or across all.
+pub fn dynamic_api(client: &Client, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+    let resource = api_resource(kind);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// Reflector stores of everything the Catalog is built from.
+#[derive(Clone)]
+pub struct Stores {
+    kinds: Vec<(Kind, Store<DynamicObject>)>,
+    config_maps: Store<ConfigMap>,
+}
+
+/// Starts the reflectors; the returned stream yields once per change.
+pub fn reflect(client: &Client, namespace: Option<&str>) -> (Stores, BoxStream<'static, ()>) {
+    let config = watcher::Config::default();
+    let mut streams: Vec<BoxStream<'static, ()>> = Vec::new();
+    let mut kinds = Vec::new();
+    for kind in Kind::ALL.iter().copied().filter(|k| k.is_declared()) {
+        let writer = reflector::store::Writer::new(api_resource(kind));
+        kinds.push((kind, writer.as_reader()));
+        let stream = reflector::reflector(writer, watcher(dynamic_api(client, kind, namespace), config.clone()))
+            .default_backoff()
+            .map(move |event| {
+                if let Err(error) = event {
+                    tracing::warn!(kind = kind.as_str(), %error, "watch of Akritas resources failed; retrying");
+                }
+            });
+        streams.push(stream.boxed());
+    }
+    let api: Api<ConfigMap> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (config_maps, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff().map(|event| {
+        if let Err(error) = event {
+            tracing::warn!(%error, "watch of ConfigMaps failed; retrying");
+        }
+    });
+    streams.push(stream.boxed());
+    (Stores { kinds, config_maps }, futures_util::stream::select_all(streams).boxed())
+}
+
+/// Generations of the objects a scan saw (for `observedGeneration`).
+pub type Generations = BTreeMap<ObjectKey, i64>;
+
+impl Stores {
+    /// Whether every reflector has completed its initial list.
+    pub async fn ready(&self) {
+        for (_, store) in &self.kinds {
+            let _ = store.wait_until_ready().await;
+        }
+        let _ = self.config_maps.wait_until_ready().await;
+    }
+
+    /// Validates every object the reflectors hold, as one scan.
+    pub fn scan(&self) -> (Scan, Generations) {
+        let mut scan = Scan::default();
+        let mut generations = Generations::new();
+        for map in self.config_maps.state() {
+            let (Some(namespace), Some(name)) = (map.metadata.namespace.clone(), map.metadata.name.clone()) else {
+                continue;
+            };
+            let data: ConfigMapData = map.data.clone().unwrap_or_default().into_iter().collect();
+            scan.config_maps.insert((namespace, name), data);
+        }
+        for (kind, store) in &self.kinds {
+            for object in store.state() {
+                let (Some(namespace), Some(name)) = (object.metadata.namespace.clone(), object.metadata.name.clone())
+                else {
+                    continue;
+                };
+                let mut value = serde_json::to_value(&*object).unwrap_or(Value::Null);
+                let Some(map) = value.as_object_mut() else { continue };
+                map.insert("apiVersion".into(), Value::String(API_VERSION.into()));
+                map.insert("kind".into(), Value::String(kind.as_str().into()));
+                // Status is ours and metadata is the API server's: only the spec is validated.
+                map.remove("status");
+                if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "labels" | "annotations"));
+                }
+                let key = ObjectKey { kind: *kind, namespace: namespace.clone(), name: name.clone() };
+                if let Some(generation) = object.metadata.generation {
+                    generations.insert(key, generation);
+                }
+                let origin = PathBuf::from(format!("kubernetes:{namespace}/{name}"));
+                directory::scan_value(value, &origin, 0, &mut scan);
+            }
+        }
+        directory::cross_check(&mut scan);
+        (scan, generations)
+    }
+}
+
+/// Keeps the Catalog in line with the API server until cancelled: every change is
+/// validated, merged with the last good versions and published; `on_reload`
+/// receives each reload's generations (status writing).
+pub async fn run(
+    stores: Stores,
+    mut changes: BoxStream<'static, ()>,
+    store: CatalogStore,
+    board: StatusBoard,
+    on_reload: tokio::sync::watch::Sender<Generations>,
+    cancel: CancellationToken,
+) {
+    let mut last_good = DirectorySource::new(Vec::new(), None);
+    loop {
+        let (scan, generations) = stores.scan();
+        let reload: Reload = last_good.merge(scan);
+        directory::apply(reload, &store, &board);
+        on_reload.send_replace(generations);
+        // Wait for a change, then let a burst settle.
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            next = changes.next() => if next.is_none() { return; },
+        }
+        let settle = tokio::time::sleep(DEBOUNCE);
+        tokio::pin!(settle);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = &mut settle => break,
+                next = changes.next() => if next.is_none() { return; },
+            }
+        }
+    }
+}

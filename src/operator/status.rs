@@ -1,0 +1,128 @@
+//! Status writing: every declared object gets its `Ready` condition (reason,
+//! message, observedGeneration) and the facts the host discovered about it, with
+//! server-side apply on the status subresource. Only changes are written; the
+//! transition time moves only when the condition's status changes. A transition
+//! is also published as a Kubernetes Event.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::source::{Generations, dynamic_api};
+use crate::catalog::ObjectKey;
+use crate::catalog::status::StatusBoard;
+use crate::resources::API_VERSION;
+
+/// Field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "akritas";
+/// Status facts are re-checked at least this often (runtime facts change without a reload).
+pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// Writes statuses until cancelled.
+pub async fn run(
+    client: Client,
+    board: StatusBoard,
+    mut generations: tokio::sync::watch::Receiver<Generations>,
+    cancel: CancellationToken,
+) {
+    let reporter = Reporter { controller: "akritas".into(), instance: std::env::var("HOSTNAME").ok() };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let mut written: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(REFRESH);
+    loop {
+        let current = generations.borrow_and_update().clone();
+        write_all(&client, &recorder, &board, &current, &mut written).await;
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = generations.changed() => if changed.is_err() { return; },
+            _ = ticker.tick() => {}
+        }
+    }
+}
+
+async fn write_all(
+    client: &Client,
+    recorder: &Recorder,
+    board: &StatusBoard,
+    generations: &Generations,
+    written: &mut BTreeMap<ObjectKey, Value>,
+) {
+    let snapshot = board.get();
+    written.retain(|key, _| generations.contains_key(key));
+    for report in &snapshot.resources {
+        let Some(generation) = generations.get(&report.key).copied() else { continue };
+        let previous = written.get(&report.key);
+        let mut conditions = serde_json::to_value(&report.conditions).unwrap_or(json!([]));
+        for condition in conditions.as_array_mut().into_iter().flatten() {
+            condition["observedGeneration"] = json!(generation);
+            // Keep the transition time while the condition's status stays the same.
+            if let Some(before) = previous.and_then(|p| same_condition(p, condition))
+                && before["status"] == condition["status"]
+            {
+                condition["lastTransitionTime"] = before["lastTransitionTime"].clone();
+            }
+        }
+        let mut status = board.runtime(&report.key).filter(Value::is_object).unwrap_or_else(|| json!({}));
+        status["conditions"] = conditions;
+        if previous == Some(&status) {
+            continue;
+        }
+        let transition = ready_of(previous) != ready_of(Some(&status));
+        let api = dynamic_api(client, report.key.kind, Some(&report.key.namespace));
+        let patch = json!({"apiVersion": API_VERSION, "kind": report.key.kind.as_str(), "status": status});
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch_status(&report.key.name, &params, &Patch::Apply(&patch)).await {
+            Ok(_) => {
+                if transition {
+                    publish_event(recorder, &report.key, &status).await;
+                }
+                written.insert(report.key.clone(), status);
+            }
+            Err(kube::Error::Api(response)) if response.code == 404 => {
+                tracing::debug!(object = %report.key, "object deleted before its status was written");
+            }
+            Err(error) => {
+                tracing::warn!(object = %report.key, %error, "status not written; retrying");
+            }
+        }
+    }
+}
+
+fn same_condition<'a>(status: &'a Value, condition: &Value) -> Option<&'a Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == condition["type"])
+}
+
+fn ready_of(status: Option<&Value>) -> Option<(String, String)> {
+    let ready = status?["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
+    Some((ready["status"].as_str()?.to_string(), ready["reason"].as_str()?.to_string()))
+}
+
+async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &Value) {
+    let Some(ready) = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")) else {
+        return;
+    };
+    let ok = ready["status"] == "True";
+    let reference = ObjectReference {
+        api_version: Some(API_VERSION.into()),
+        kind: Some(key.kind.as_str().into()),
+        name: Some(key.name.clone()),
+        namespace: Some(key.namespace.clone()),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: if ok { EventType::Normal } else { EventType::Warning },
+        reason: ready["reason"].as_str().unwrap_or("Reconciled").to_string(),
+        note: ready["message"].as_str().map(|m| m.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &reference).await {
+        tracing::debug!(object = %key, %error, "event not published");
+    }
+}
