@@ -17,6 +17,7 @@ use crate::config::{self, LogFormat, ServeFlags, Settings};
 use crate::engine::instructions::SystemInstructions;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 use crate::operator;
+use crate::operator::projection::{self, ProjectionSettings};
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState, HostInfo};
 
@@ -76,11 +77,12 @@ async fn serve(settings: Settings) -> Result<()> {
     let store = CatalogStore::new();
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let (secrets, secrets_changed): (Arc<dyn SecretResolver>, _) = if settings.kubernetes {
-        operator_source(&settings, &store, &board, &mut tasks, &cancel).await?
+    let (secrets, secrets_changed, client): (Arc<dyn SecretResolver>, _, _) = if settings.kubernetes {
+        let (secrets, changed, client) = operator_source(&settings, &store, &board, &mut tasks, &cancel).await?;
+        (secrets, changed, Some(client))
     } else {
         standalone_source(&settings, &store, &board, &mut tasks, &cancel).await?;
-        (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
+        (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1, None)
     };
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
@@ -141,6 +143,16 @@ async fn serve(settings: Settings) -> Result<()> {
         });
     }
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
+    if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
+        let namespace = settings
+            .namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|ns| !ns.is_empty()))
+            .unwrap_or_else(|| "default".into());
+        let projection = ProjectionSettings { namespace, retention: settings.record_retention };
+        tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), projection, cancel.clone()));
+        tasks.spawn(projection::serve_requests(client, settings.namespace.clone(), engine.clone(), cancel.clone()));
+    }
     let state = AppState {
         catalog: store.clone(),
         board,
@@ -213,7 +225,7 @@ async fn operator_source(
     board: &StatusBoard,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &CancellationToken,
-) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>)> {
+) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>, kube::Client)> {
     use futures_util::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
@@ -227,7 +239,8 @@ async fn operator_source(
     };
     let (secret_store, writer) = reflector::store();
     let (changed_tx, changed_rx) = tokio::sync::watch::channel(0u64);
-    let secret_events = reflector::reflector(writer, watcher(secrets_api, watcher::Config::default())).default_backoff();
+    let secret_events =
+        reflector::reflector(writer, watcher(secrets_api, watcher::Config::default())).default_backoff();
     let stop = cancel.clone();
     tasks.spawn(async move {
         tokio::pin!(secret_events);
@@ -246,12 +259,12 @@ async fn operator_source(
     let (generations_tx, generations_rx) = tokio::sync::watch::channel(Default::default());
     let mut first = store.subscribe();
     tasks.spawn(operator::source::run(stores, changes, store.clone(), board.clone(), generations_tx, cancel.clone()));
-    tasks.spawn(operator::status::run(client, board.clone(), generations_rx, cancel.clone()));
+    tasks.spawn(operator::status::run(client.clone(), board.clone(), generations_rx, cancel.clone()));
     if tokio::time::timeout(FIRST_CATALOG_WAIT, first.changed()).await.is_err() {
         tracing::warn!("no Akritas resources read from the API server yet; serving with an empty Catalog");
     }
     let _ = tokio::time::timeout(FIRST_CATALOG_WAIT, secret_store.wait_until_ready()).await;
-    Ok((Arc::new(operator::secrets::KubeSecrets::new(secret_store)), changed_rx))
+    Ok((Arc::new(operator::secrets::KubeSecrets::new(secret_store)), changed_rx, client))
 }
 
 async fn shutdown_on_signal(cancel: CancellationToken) {

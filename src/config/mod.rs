@@ -498,6 +498,11 @@ settings_table! {
         flag "notification-attempts" [Option<String>] value_name "N";
         expect "an integer from 1 to 10";
         check value::u32_in::<1, 10>;
+    /// Operator mode: finished Run and resolved Incident objects are deleted after this, > 0 and <= 365d [default: 7d]
+    record_retention: Duration = Duration::from_secs(7 * 86_400);
+        flag "record-retention" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 365d, such as 7d";
+        check value::duration_upto::<31_536_000, false>;
     /// Log format: text or json [default: text]
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";

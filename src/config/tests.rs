@@ -84,7 +84,7 @@ fn clap_definition_is_valid_and_help_states_defaults() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 37);
+    assert_eq!(KEYS.len(), 38);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -573,6 +573,7 @@ fn file_with_every_setting() {
         "alert_job_backoff": "1h",
         "notification_timeout": "1m",
         "notification_attempts": 10,
+        "record_retention": "30d",
         "log_format": "json"
     }"#,
     );

@@ -1,0 +1,403 @@
+//! Runs and Incidents as custom resources: a bounded projection of the audit and
+//! alert journals (which stay the source of truth), written with server-side apply
+//! into the records namespace; old ones are garbage-collected after the retention.
+//! A `Run` created by a user (without the managed-by label) is a request: the host
+//! runs a read-only investigation for its prompt and writes the result to its status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::source::dynamic_api;
+use super::status::FIELD_MANAGER;
+use crate::alerts::store::{AlertStore, DeliveryStatus, Job};
+use crate::audit::{AuditLog, RunRecord, RunStatus};
+use crate::engine::conversation::{Speaker, Turn};
+use crate::engine::run::{Engine, RunRequest};
+use crate::resources::{API_VERSION, Kind};
+
+/// Label on every object the host writes.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const MANAGER: &str = "akritas";
+/// Metadata key linking an audit Run to the user's `Run` object that requested it.
+const REQUESTED_BY: &str = "run_resource";
+/// How often the journals are projected.
+pub const SYNC_INTERVAL: Duration = Duration::from_secs(2);
+/// Longest text kept in a status field.
+const MAX_STATUS_TEXT: usize = 1024;
+/// Newest deliveries kept on an Incident.
+const MAX_DELIVERIES: usize = 16;
+/// Most Runs and Incidents projected per pass.
+const MAX_PROJECTED: usize = 1000;
+
+/// Projection settings.
+#[derive(Clone, Debug)]
+pub struct ProjectionSettings {
+    /// Namespace the host writes Runs and Incidents into.
+    pub namespace: String,
+    /// Finished Runs and resolved Incidents older than this are deleted.
+    pub retention: Duration,
+}
+
+/// Writes the projection until cancelled.
+pub async fn run(
+    client: Client,
+    audit: Arc<AuditLog>,
+    alerts: Arc<AlertStore>,
+    settings: ProjectionSettings,
+    cancel: CancellationToken,
+) {
+    let mut written: BTreeMap<(Kind, String), Value> = BTreeMap::new();
+    loop {
+        let cutoff = cutoff(settings.retention);
+        sync_runs(&client, &audit, &settings, &cutoff, &mut written).await;
+        sync_incidents(&client, &alerts, &settings, &cutoff, &mut written).await;
+        collect_garbage(&client, &settings, &mut written).await;
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(SYNC_INTERVAL) => {}
+        }
+    }
+}
+
+/// The oldest end time still kept.
+fn cutoff(retention: Duration) -> String {
+    let retention = jiff::SignedDuration::try_from(retention).unwrap_or(jiff::SignedDuration::MAX);
+    jiff::Timestamp::now().checked_sub(retention).unwrap_or(jiff::Timestamp::MIN).to_string()
+}
+
+/// Whether an RFC 3339 end time is before the cutoff.
+fn expired(ended: Option<&str>, cutoff: &str) -> bool {
+    match (ended.and_then(|t| t.parse::<jiff::Timestamp>().ok()), cutoff.parse::<jiff::Timestamp>()) {
+        (Some(ended), Ok(cutoff)) => ended < cutoff,
+        _ => false,
+    }
+}
+
+/// `run_<hex>` → `run-<hex>` (object names are DNS subdomains).
+pub fn object_name(id: &str) -> String {
+    id.replace('_', "-")
+}
+
+fn bounded(text: &str) -> String {
+    text.chars().take(MAX_STATUS_TEXT).collect()
+}
+
+async fn apply(
+    client: &Client,
+    namespace: &str,
+    kind: Kind,
+    name: &str,
+    spec: &Value,
+    status: &Value,
+) -> kube::Result<()> {
+    let api = dynamic_api(client, kind, Some(namespace));
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let object = json!({
+        "apiVersion": API_VERSION, "kind": kind.as_str(),
+        "metadata": {"name": name, "labels": {MANAGED_BY: MANAGER}},
+        "spec": spec,
+    });
+    api.patch(name, &params, &Patch::Apply(&object)).await?;
+    let status = json!({"apiVersion": API_VERSION, "kind": kind.as_str(), "status": status});
+    api.patch_status(name, &params, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+async fn write_if_changed(
+    client: &Client,
+    settings: &ProjectionSettings,
+    written: &mut BTreeMap<(Kind, String), Value>,
+    kind: Kind,
+    name: String,
+    spec: Value,
+    status: Value,
+) {
+    let desired = json!({"spec": spec, "status": status});
+    let key = (kind, name);
+    if written.get(&key) == Some(&desired) {
+        return;
+    }
+    match apply(client, &settings.namespace, kind, &key.1, &spec, &status).await {
+        Ok(()) => {
+            written.insert(key, desired);
+        }
+        Err(error) => tracing::warn!(kind = kind.as_str(), name = %key.1, %error, "projection not written; retrying"),
+    }
+}
+
+/// The status of a Run CR from its audit record.
+pub fn run_status(run: &RunRecord) -> Value {
+    let calls: Vec<&crate::audit::AuditEvent> = run.events.iter().filter(|e| e.kind == "tool_call").collect();
+    let tools: BTreeSet<&str> = calls.iter().filter_map(|e| e.metadata.get("tool").and_then(Value::as_str)).collect();
+    let skills: Vec<&str> = run
+        .metadata
+        .get("skills")
+        .and_then(Value::as_str)
+        .map(|s| s.split(',').filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let budget: BTreeMap<&str, u64> = run
+        .metadata
+        .iter()
+        .filter(|(k, _)| {
+            k.ends_with("_calls") || k.ends_with("_bytes") || k.ends_with("_tokens") || *k == "duration_ms"
+        })
+        .filter_map(|(k, v)| v.as_u64().map(|v| (k.as_str(), v)))
+        .collect();
+    let phase = match run.status {
+        RunStatus::Running => "Running",
+        RunStatus::Succeeded => "Succeeded",
+        RunStatus::Failed => "Failed",
+    };
+    let mut status = json!({
+        "runId": run.id.as_str(),
+        "phase": phase,
+        "source": bounded(&run.source),
+        "actor": bounded(&run.actor),
+        "catalogVersion": run.catalog_version,
+        "startedAt": run.started_at,
+        "toolCalls": calls.len(),
+        "toolsUsed": tools,
+        "skills": skills,
+        "budget": budget,
+        "evidenceCount": run.investigation.as_ref().map(|i| i.evidence.len()).unwrap_or(0),
+        "conditions": [],
+    });
+    if let Some(finished) = &run.completed_at {
+        status["finishedAt"] = json!(finished);
+    }
+    if let Some(result) = &run.investigation {
+        status["summary"] = json!(bounded(&result.summary));
+    }
+    if let Some(error) = &run.error {
+        status["error"] = json!(bounded(error));
+    }
+    status
+}
+
+fn run_prompt(run: &RunRecord) -> String {
+    match (run.metadata.get("alert").and_then(Value::as_str), run.metadata.get("incident_id").and_then(Value::as_str)) {
+        (Some(alert), Some(incident)) => format!("Investigate alert {alert} (incident {incident})"),
+        _ => format!("{} request by {} (the prompt is not recorded)", run.source, run.actor),
+    }
+}
+
+async fn sync_runs(
+    client: &Client,
+    audit: &AuditLog,
+    settings: &ProjectionSettings,
+    cutoff: &str,
+    written: &mut BTreeMap<(Kind, String), Value>,
+) {
+    for summary in audit.list(MAX_PROJECTED) {
+        if summary.metadata.contains_key(REQUESTED_BY) || expired(summary.completed_at.as_deref(), cutoff) {
+            continue;
+        }
+        let spec = json!({"prompt": run_prompt(&summary)});
+        let status = run_status(&summary);
+        write_if_changed(client, settings, written, Kind::Run, object_name(summary.id.as_str()), spec, status).await;
+    }
+}
+
+fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) -> Value {
+    let state = match incident.state {
+        crate::alerts::IncidentStatus::Firing => "firing",
+        crate::alerts::IncidentStatus::Resolved => "resolved",
+    };
+    let mut status = json!({
+        "state": state,
+        "severity": incident.severity.as_str(),
+        "eventCount": incident.event_ids.len(),
+        "openedAt": incident.opened_at.to_string(),
+        "updatedAt": incident.updated_at.to_string(),
+        "conditions": [],
+    });
+    if let Some(resolved) = incident.resolved_at {
+        status["resolvedAt"] = json!(resolved.to_string());
+    }
+    if let Some(job) = jobs.last() {
+        if let Some(run) = &job.run_id {
+            status["lastRun"] = json!(run);
+        }
+        if let Some(result) = &job.result {
+            let value = serde_json::to_value(result).unwrap_or(Value::Null);
+            status["investigation"] = json!({
+                "finding": value["finding_status"], "confidence": value["confidence"],
+                "actionability": value["actionability"], "summary": bounded(&result.summary),
+            });
+        }
+        let deliveries: Vec<Value> = job
+            .deliveries
+            .iter()
+            .filter(|d| d.status != DeliveryStatus::Pending)
+            .map(|d| {
+                let outcome = if d.status == DeliveryStatus::Delivered { "delivered" } else { "failed" };
+                json!({"receiver": d.receiver, "outcome": outcome, "at": job.updated_at})
+            })
+            .collect();
+        let skip = deliveries.len().saturating_sub(MAX_DELIVERIES);
+        status["deliveries"] = json!(deliveries[skip..]);
+    }
+    status
+}
+
+async fn sync_incidents(
+    client: &Client,
+    alerts: &AlertStore,
+    settings: &ProjectionSettings,
+    cutoff: &str,
+    written: &mut BTreeMap<(Kind, String), Value>,
+) {
+    for incident in alerts.incidents(MAX_PROJECTED) {
+        if expired(incident.resolved_at.map(|t| t.to_string()).as_deref(), cutoff) {
+            continue;
+        }
+        let jobs = alerts.incident(&incident.id).map(|(_, _, jobs)| jobs).unwrap_or_default();
+        let spec = json!({
+            "source": incident.source,
+            "correlationKey": bounded(&incident.correlation_key),
+            "entity": bounded(&format!("{}:{}", incident.entity.kind, incident.entity.id)),
+        });
+        let status = incident_status(&incident, &jobs);
+        write_if_changed(client, settings, written, Kind::Incident, object_name(&incident.id), spec, status).await;
+    }
+}
+
+/// Deletes host-written Runs that finished, and Incidents that resolved, longer
+/// ago than the retention.
+async fn collect_garbage(
+    client: &Client,
+    settings: &ProjectionSettings,
+    written: &mut BTreeMap<(Kind, String), Value>,
+) {
+    let cutoff = cutoff(settings.retention);
+    for (kind, field) in [(Kind::Run, "finishedAt"), (Kind::Incident, "resolvedAt")] {
+        let api = dynamic_api(client, kind, Some(&settings.namespace));
+        let list = match api.list(&ListParams::default().labels(&format!("{MANAGED_BY}={MANAGER}"))).await {
+            Ok(list) => list,
+            Err(error) => {
+                tracing::debug!(kind = kind.as_str(), %error, "cannot list for garbage collection");
+                continue;
+            }
+        };
+        for object in list.items {
+            let Some(name) = object.metadata.name.clone() else { continue };
+            if !expired(object.data["status"][field].as_str(), &cutoff) {
+                continue;
+            }
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    tracing::info!(kind = kind.as_str(), %name, "expired record deleted");
+                    written.remove(&(kind, name));
+                }
+                Err(error) => tracing::debug!(kind = kind.as_str(), %name, %error, "expired record not deleted"),
+            }
+        }
+    }
+}
+
+/// Serves Runs created by users: each new one (no managed-by label, no phase) gets
+/// a read-only investigation of its prompt and the outcome in its status.
+pub async fn serve_requests(client: Client, namespace: Option<String>, engine: Arc<Engine>, cancel: CancellationToken) {
+    let api = dynamic_api(&client, Kind::Run, namespace.as_deref());
+    let config = watcher::Config::default().labels(&format!("!{MANAGED_BY}"));
+    let events = watcher(api, config).default_backoff().applied_objects();
+    tokio::pin!(events);
+    let mut started: BTreeSet<(String, String)> = BTreeSet::new();
+    loop {
+        let object = tokio::select! {
+            _ = cancel.cancelled() => return,
+            next = events.next() => match next {
+                None => return,
+                Some(Err(error)) => { tracing::warn!(%error, "watch of Run requests failed; retrying"); continue; }
+                Some(Ok(object)) => object,
+            },
+        };
+        let (Some(ns), Some(name)) = (object.metadata.namespace.clone(), object.metadata.name.clone()) else {
+            continue;
+        };
+        let phase = object.data["status"]["phase"].as_str().map(str::to_string);
+        if !started.insert((ns.clone(), name.clone())) {
+            continue;
+        }
+        let api: Api<kube::api::DynamicObject> = dynamic_api(&client, Kind::Run, Some(&ns));
+        let spec = object.data["spec"].clone();
+        let engine = engine.clone();
+        match phase.as_deref() {
+            None => {
+                tokio::spawn(async move { execute_request(&api, &name, &ns, &spec, &engine).await });
+            }
+            Some("Running") | Some("Pending") => {
+                // Claimed by a process that stopped: it will not finish.
+                let status = json!({"phase": "Failed", "error": "Akritas stopped while this Run was executing; create a new Run"});
+                let _ = write_request_status(&api, &name, &status).await;
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+async fn write_request_status(api: &Api<kube::api::DynamicObject>, name: &str, status: &Value) -> kube::Result<()> {
+    let patch = json!({"apiVersion": API_VERSION, "kind": "Run", "status": status});
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await.map(|_| ())
+}
+
+async fn execute_request(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+    namespace: &str,
+    spec: &Value,
+    engine: &Engine,
+) {
+    let prompt = spec["prompt"].as_str().unwrap_or_default().to_string();
+    let context: BTreeMap<String, String> = spec["context"]
+        .as_object()
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
+        .unwrap_or_default();
+    let started = jiff::Timestamp::now().to_string();
+    if let Err(error) = write_request_status(api, name, &json!({"phase": "Running", "startedAt": started})).await {
+        tracing::warn!(run = %name, %error, "cannot claim the Run request");
+        return;
+    }
+    let request = RunRequest {
+        source: "kubernetes".into(),
+        actor: format!("run:{namespace}/{name}"),
+        turns: vec![Turn { role: Speaker::User, content: prompt }],
+        context,
+        response_language: spec["responseLanguage"].as_str().map(str::to_string),
+        metadata: BTreeMap::from([(REQUESTED_BY.to_string(), json!(format!("{namespace}/{name}")))]),
+        ..RunRequest::default()
+    };
+    let outcome = engine.run(request).await;
+    let mut status = match (&outcome, engine.audit()) {
+        (Ok(outcome), Some(audit)) => {
+            outcome.run_id.as_ref().and_then(|id| audit.get(id)).map(|r| run_status(&r)).unwrap_or_else(|| json!({}))
+        }
+        (Err(error), Some(audit)) => {
+            error.run_id().and_then(|id| audit.get(id)).map(|r| run_status(&r)).unwrap_or_else(|| json!({}))
+        }
+        _ => json!({}),
+    };
+    status["startedAt"] = json!(started);
+    match outcome {
+        Ok(outcome) => {
+            status["phase"] = json!("Succeeded");
+            status["summary"] = json!(bounded(&outcome.answer));
+        }
+        Err(error) => {
+            status["phase"] = json!("Failed");
+            status["error"] = json!(bounded(&error.to_string()));
+        }
+    }
+    if let Err(error) = write_request_status(api, name, &status).await {
+        tracing::warn!(run = %name, %error, "Run request result not written");
+    }
+}
