@@ -17,6 +17,8 @@ use crate::journal::{Journal, JournalError, JournalOptions, Record};
 
 /// Journal kind of a delivery.
 const DELIVERY: &str = "alerts.delivery";
+/// Upper bound of the ids and outcome a delivery record adds per event.
+const RECORD_OVERHEAD_PER_EVENT: usize = 384;
 /// Journal kind of a job state change.
 const JOB: &str = "alerts.job";
 
@@ -170,6 +172,14 @@ pub enum AlertStoreError {
         /// Why.
         reason: String,
     },
+    /// The delivery would not fit in one journal record.
+    #[error("the delivery's events take about {size} bytes; one delivery may take at most {limit}; send fewer events per request")]
+    TooLarge {
+        /// Estimated record size.
+        size: usize,
+        /// Limit.
+        limit: usize,
+    },
     /// An earlier write failed; the store refuses new work until restarted.
     #[error("the alert journal failed earlier and refuses new deliveries until Akritas restarts")]
     Poisoned,
@@ -276,13 +286,21 @@ impl AlertStore {
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(AlertStoreError::Poisoned);
         }
+        // Checked before any decision, so an oversized delivery changes nothing.
+        let size = serde_json::to_string(&events).map(|t| t.len()).unwrap_or(usize::MAX);
+        let size = size.saturating_add(events.len().saturating_mul(RECORD_OVERHEAD_PER_EVENT)).saturating_add(1024);
+        if size > crate::journal::DEFAULT_MAX_RECORD_BYTES {
+            return Err(AlertStoreError::TooLarge { size, limit: crate::journal::DEFAULT_MAX_RECORD_BYTES });
+        }
         let delivery_id = new_id("dlv");
         let pending = {
             let mut state = self.lock();
-            let mut working = state.correlator.clone();
+            // Decided on the live correlator (a copy per delivery would cost O(incidents));
+            // if the record cannot be queued the store is poisoned and rebuilt from the
+            // journal at the next start, so an unrecorded decision never persists.
             let mut items = Vec::with_capacity(events.len());
             for event in events {
-                let outcome = working.ingest(&event, |kind| {
+                let outcome = state.correlator.ingest(&event, |kind| {
                     new_id(match kind {
                         IdKind::Event => "evt",
                         IdKind::Incident => "inc",
@@ -307,8 +325,13 @@ impl AlertStore {
             };
             let data = serde_json::to_value(&record).unwrap_or_default();
             // Queued under the lock, so the journal order is the order of decisions.
-            let pending = self.journal.enqueue(DELIVERY, &data)?;
-            state.correlator = working;
+            let pending = match self.journal.enqueue(DELIVERY, &data) {
+                Ok(pending) => pending,
+                Err(error) => {
+                    self.poisoned.store(true, Ordering::SeqCst);
+                    return Err(error.into());
+                }
+            };
             apply_delivery(&mut state, &record);
             (pending, record.items.into_iter().map(|i| i.outcome).collect::<Vec<_>>())
         };

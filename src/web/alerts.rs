@@ -196,6 +196,10 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             };
             (status, Json(accepted)).into_response()
         }
+        Err(error @ AlertStoreError::TooLarge { .. }) => {
+            store.record_rejected(&key.name);
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", error.to_string()).into_response()
+        }
         Err(
             error @ (AlertStoreError::Poisoned | AlertStoreError::Journal(_) | AlertStoreError::Inconsistent { .. }),
         ) => {
