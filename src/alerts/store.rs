@@ -173,7 +173,9 @@ pub enum AlertStoreError {
         reason: String,
     },
     /// The delivery would not fit in one journal record.
-    #[error("the delivery's events take about {size} bytes; one delivery may take at most {limit}; send fewer events per request")]
+    #[error(
+        "the delivery's events take about {size} bytes; one delivery may take at most {limit}; send fewer events per request"
+    )]
     TooLarge {
         /// Estimated record size.
         size: usize,

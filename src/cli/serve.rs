@@ -257,7 +257,7 @@ async fn operator_source(
     });
     let (stores, changes) = operator::source::reflect(&client, namespace);
     let (generations_tx, generations_rx) = tokio::sync::watch::channel(Default::default());
-    let mut first = store.subscribe();
+    let mut first = generations_rx.clone();
     tasks.spawn(operator::source::run(stores, changes, store.clone(), board.clone(), generations_tx, cancel.clone()));
     tasks.spawn(operator::status::run(client.clone(), board.clone(), generations_rx, cancel.clone()));
     if tokio::time::timeout(FIRST_CATALOG_WAIT, first.changed()).await.is_err() {

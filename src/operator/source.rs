@@ -141,6 +141,18 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut last_good = DirectorySource::new(Vec::new(), None);
+    // The first Catalog waits for every initial list, so it is complete.
+    {
+        let ready = stores.ready();
+        tokio::pin!(ready);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = &mut ready => break,
+                next = changes.next() => if next.is_none() { return; },
+            }
+        }
+    }
     loop {
         let (scan, generations) = stores.scan();
         let reload: Reload = last_good.merge(scan);

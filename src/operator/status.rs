@@ -68,7 +68,18 @@ async fn write_all(
                 condition["lastTransitionTime"] = before["lastTransitionTime"].clone();
             }
         }
-        let mut status = board.runtime(&report.key).filter(Value::is_object).unwrap_or_else(|| json!({}));
+        let runtime = board.runtime(&report.key).filter(Value::is_object).unwrap_or_else(|| json!({}));
+        if let Some(extra) = runtime_condition(report.key.kind, &runtime, generation) {
+            let mut extra = extra;
+            if let Some(before) = previous.and_then(|p| same_condition(p, &extra))
+                && before["status"] == extra["status"]
+            {
+                extra["lastTransitionTime"] = before["lastTransitionTime"].clone();
+            }
+            conditions.as_array_mut().into_iter().for_each(|c| c.push(extra.clone()));
+        }
+        let schema = &report.key.kind.schema()["properties"]["status"];
+        let mut status = prune(&runtime, schema);
         status["conditions"] = conditions;
         if previous == Some(&status) {
             continue;
@@ -92,6 +103,62 @@ async fn write_all(
             }
         }
     }
+}
+
+/// Keeps only what the status schema declares (server-side apply refuses
+/// undeclared fields), recursively through objects and arrays.
+pub fn prune(value: &Value, schema: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let properties = schema["properties"].as_object();
+            let kept = map
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .filter_map(|(k, v)| properties.and_then(|p| p.get(k)).map(|s| (k.clone(), prune(v, s))))
+                .collect();
+            Value::Object(kept)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|i| prune(i, &schema["items"])).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The state of a live component as a second condition: `Connected` for an MCP
+/// adapter, `Indexed` for a knowledge base.
+fn runtime_condition(kind: crate::resources::Kind, runtime: &Value, generation: i64) -> Option<Value> {
+    use crate::resources::Kind;
+    let error = runtime["lastError"].as_str().filter(|e| !e.is_empty());
+    let (kind_name, ok, reason, message) = match kind {
+        Kind::McpAdapter => {
+            let connected = runtime["connected"].as_bool()?;
+            let phase = runtime["phase"].as_str().unwrap_or(if connected { "Connected" } else { "Disconnected" });
+            (
+                "Connected",
+                connected,
+                phase.to_string(),
+                error.map(str::to_string).unwrap_or_else(|| format!("adapter is {}", phase.to_lowercase())),
+            )
+        }
+        Kind::KnowledgeBase => match error {
+            Some(error) => ("Indexed", false, "IndexFailed".to_string(), error.to_string()),
+            None if runtime.get("documents").is_some() => (
+                "Indexed",
+                true,
+                "Indexed".to_string(),
+                format!("{} documents, {} chunks", runtime["documents"], runtime["chunks"]),
+            ),
+            None => return None,
+        },
+        _ => return None,
+    };
+    Some(json!({
+        "type": kind_name,
+        "status": if ok { "True" } else { "False" },
+        "reason": reason,
+        "message": message.chars().take(1024).collect::<String>(),
+        "lastTransitionTime": crate::resources::common::now_rfc3339(),
+        "observedGeneration": generation,
+    }))
 }
 
 fn same_condition<'a>(status: &'a Value, condition: &Value) -> Option<&'a Value> {
@@ -123,6 +190,6 @@ async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &Value) {
         secondary: None,
     };
     if let Err(error) = recorder.publish(&event, &reference).await {
-        tracing::debug!(object = %key, %error, "event not published");
+        tracing::warn!(object = %key, %error, "event not published");
     }
 }

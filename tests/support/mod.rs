@@ -112,6 +112,11 @@ impl Server {
         None
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The collected log.
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")

@@ -1,0 +1,316 @@
+//! Operator mode against a real API server (etcd + kube-apiserver built from their
+//! Go modules, RBAC on): the operator runs as its service account, bound only by
+//! the RBAC the chart renders. Sample resources reach `Ready=True`; invalid objects
+//! are refused by the API server or marked `Ready=False`; edits, deletions and Secret
+//! rotation take effect; an Alertmanager delivery yields an `Incident` and a `Run`
+//! object with the investigation; a user-created `Run` is answered in its status.
+
+#[path = "support/kube.rs"]
+mod kube_api;
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use akritas::tools::{ToolName, openai_alias};
+use kube_api::{KubeApi, OPERATOR_NAMESPACE};
+use serde_json::{Value, json};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
+use support::{Server, serve_command};
+
+const AM_TOKEN_1: &str = "am-token-first-0123456789";
+const AM_TOKEN_2: &str = "am-token-second-0123456789";
+
+/// Plans nothing, answers, and submits a result without evidence.
+fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
+    move |_, request| {
+        let offers = |name: &str| {
+            request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(name))
+        };
+        if offers(&plan) {
+            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
+        } else if offers(&submit) {
+            Step::from(Reply::ToolCalls(vec![(
+                "r".into(),
+                submit.clone(),
+                json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
+                       "summary": "No tool could confirm the cause", "impact": "", "evidence": [], "ruled_out": [],
+                       "affected_components": ["db-7"], "recommended_actions": ["check db-7"], "production_writes": 0}),
+            )]))
+        } else {
+            Step::from(Reply::Content("Nothing conclusive without tools.".into()))
+        }
+    }
+}
+
+/// The chart's RBAC for the operator, rendered by helm.
+fn chart_rbac() -> String {
+    let output = Command::new(kube_api::e2e_binary("helm"))
+        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
+        .args(["--show-only", "templates/rbac.yaml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn get_json(api: &KubeApi, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&api.kubectl_ok(&all)).unwrap()
+}
+
+fn ready(object: &Value) -> Option<(String, String, i64)> {
+    let condition = object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
+    Some((
+        condition["status"].as_str()?.to_string(),
+        condition["message"].as_str().unwrap_or_default().to_string(),
+        condition["observedGeneration"].as_i64()?,
+    ))
+}
+
+async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> (T, Duration) {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return (value, started.elapsed());
+        }
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn operator(api: &KubeApi, llm: &ScriptedLlm) -> Server {
+    let mut command = serve_command();
+    command
+        .arg("--kubernetes")
+        .env("KUBECONFIG", api.operator_kubeconfig())
+        .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+        .env("AKRITAS_BASE_URL", &llm.url)
+        .env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789")
+        .env("RUST_LOG", "info,kube=warn");
+    Server::start(command)
+}
+
+fn child_commands(pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let parent = status.lines().find_map(|l| l.strip_prefix("PPid:")).map(str::trim).unwrap_or_default();
+        if parent == pid.to_string() {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    found
+}
+
+async fn post_alert(url: &str, token: &str) -> u16 {
+    let body = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
+    reqwest::Client::new()
+        .post(format!("{url}/api/v1/alerts/ops.am/webhook"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_chart_rbac() {
+    let api = KubeApi::start().await;
+    eprintln!("API server ready in {:?}", api.startup);
+    api.install_crds(&support::root().join("crds"));
+    api.create_operator_namespace();
+    for namespace in ["akritas", "ops"] {
+        api.create_namespace(namespace);
+    }
+    api.apply(&chart_rbac());
+    let (code, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &["auth", "can-i", "get", "secrets", "-A"], None);
+    assert_eq!((code, out.trim()), (1, "no"), "the chart grants list/watch on Secrets, not get");
+
+    // Samples and the objects of this test, before the operator starts.
+    api.kubectl_ok(&["apply", "-f", &support::root().join("config/samples").display().to_string()]);
+    api.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
+         spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
+    ));
+    let llm = ScriptedLlm::start_with(model()).await;
+    let started = Instant::now();
+    let server = operator(&api, &llm);
+
+    // Every sample resource becomes Ready=True for its current generation.
+    let samples = [
+        "skills",
+        "mcpadapters",
+        "workspaces",
+        "validatorprofiles",
+        "notificationreceivers",
+        "alertsources",
+        "knowledgebases",
+    ];
+    let all_ready = || {
+        samples.iter().all(|kind| {
+            get_json(&api, &["get", kind, "-A"])["items"].as_array().is_some_and(|items| {
+                !items.is_empty()
+                    && items.iter().all(|item| {
+                        ready(item).is_some_and(|(status, _, generation)| {
+                            status == "True" && Some(generation) == item["metadata"]["generation"].as_i64()
+                        })
+                    })
+            })
+        })
+    };
+    let waiting = Instant::now();
+    while !all_ready() {
+        if waiting.elapsed() > Duration::from_secs(30) {
+            let statuses: Vec<String> = samples
+                .iter()
+                .flat_map(|kind| {
+                    get_json(&api, &["get", kind, "-A"])["items"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(move |i| format!("{kind}/{}: {:?} {}", i["metadata"]["name"], ready(&i), i["status"]))
+                })
+                .collect();
+            panic!("samples not Ready:\n{}\n--- operator log ---\n{}", statuses.join("\n"), server.log_text());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = waiting.elapsed();
+    eprintln!("samples Ready {took:?} after the operator started ({:?} in all)", started.elapsed());
+
+    // Invalid objects: refused by the API server (CEL) or reported on the object.
+    let (code, _, err) = api.kubectl_as(
+        &api.admin_kubeconfig,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {name: both, namespace: ops}\n\
+             spec: {type: webhook, webhook: {url: \"https://x.example\", urlFrom: {env: HOOK_URL}}}\n",
+        ),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("set exactly one of url or urlFrom"), "{err}");
+    api.apply(
+        "apiVersion: akritas.io/v1alpha1\nkind: Skill\nmetadata: {name: dangling, namespace: ops}\n\
+         spec: {description: Dangling, contentFrom: {configMapKeyRef: {name: missing, key: SKILL.md}}}\n",
+    );
+    let (message, _) = eventually(Duration::from_secs(10), "Ready=False on the dangling skill", || {
+        ready(&get_json(&api, &["get", "skill", "dangling", "-n", "ops"])).filter(|(s, _, _)| s == "False").map(|r| r.1)
+    })
+    .await;
+    assert!(message.contains("ConfigMap ops/missing"), "{message}");
+
+    // Editing a Skill changes what the host serves within 2 s.
+    api.kubectl_ok(&[
+        "patch",
+        "skill",
+        "postgresql",
+        "-n",
+        "akritas",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"description":"Edited PostgreSQL guidance"}}"#,
+    ]);
+    let edited = Instant::now();
+    let resources_url = format!("{}/api/v1/resources", server.url);
+    let mut served = Duration::MAX;
+    while edited.elapsed() < Duration::from_secs(5) {
+        let body: Value = reqwest::get(&resources_url).await.unwrap().json().await.unwrap();
+        let skill = body["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == "Skill" && r["name"] == "postgresql")
+            .cloned();
+        if skill.is_some_and(|s| s["spec"]["description"] == "Edited PostgreSQL guidance") {
+            served = edited.elapsed();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("a Skill edit was served after {served:?}");
+    assert!(served < Duration::from_secs(2), "edit served after {served:?}");
+    let (_, _) = eventually(Duration::from_secs(10), "observedGeneration 2 on the edited skill", || {
+        ready(&get_json(&api, &["get", "skill", "postgresql", "-n", "akritas"])).filter(|r| r.2 == 2).map(|_| ())
+    })
+    .await;
+
+    // Deleting the McpAdapter stops its child process.
+    let pid = server.pid();
+    let (_, _) = eventually(Duration::from_secs(20), "the MCP child process", || {
+        child_commands(pid).iter().any(|c| c.contains("mcp victoriametrics")).then_some(())
+    })
+    .await;
+    api.kubectl_ok(&["delete", "mcpadapter", "victoriametrics", "-n", "akritas"]);
+    let (_, stopped) = eventually(Duration::from_secs(20), "the MCP child process to stop", || {
+        (!child_commands(pid).iter().any(|c| c.contains("mcp victoriametrics"))).then_some(())
+    })
+    .await;
+    eprintln!("MCP child stopped {stopped:?} after the delete");
+
+    // The AlertSource authenticates with the Secret; rotating it takes effect.
+    assert_eq!(post_alert(&server.url, AM_TOKEN_1).await, 202);
+    api.apply(&format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_2}}}\n"));
+    let mut rotated = false;
+    for _ in 0..100 {
+        if post_alert(&server.url, AM_TOKEN_1).await == 401 {
+            rotated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(rotated, "the old token stopped working");
+    assert_eq!(post_alert(&server.url, AM_TOKEN_2).await, 200, "the new token works (a duplicate delivery)");
+
+    // The delivery became an Incident object and its investigation a Run object.
+    let (incident, _) = eventually(Duration::from_secs(30), "an investigated Incident", || {
+        get_json(&api, &["get", "incidents", "-n", OPERATOR_NAMESPACE])["items"]
+            .as_array()?
+            .iter()
+            .find(|i| i["status"]["investigation"]["finding"] == "inconclusive")
+            .cloned()
+    })
+    .await;
+    assert_eq!(incident["spec"]["source"], "am");
+    assert_eq!(incident["status"]["state"], "firing");
+    let run_name = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
+    let (run, _) = eventually(Duration::from_secs(20), "the investigation Run object", || {
+        let run = get_json(&api, &["get", "run", &run_name, "-n", OPERATOR_NAMESPACE]);
+        (run["status"]["phase"] == "Succeeded").then_some(run)
+    })
+    .await;
+    assert_eq!(run["status"]["source"], "alert:alertmanager");
+    assert_eq!(run["status"]["summary"], "No tool could confirm the cause");
+    assert_eq!(run["metadata"]["labels"]["app.kubernetes.io/managed-by"], "akritas");
+
+    // A Run created by a user is answered in its status.
+    api.apply("apiVersion: akritas.io/v1alpha1\nkind: Run\nmetadata: {name: ask-db, namespace: ops}\nspec: {prompt: \"Is db-7 healthy?\"}\n");
+    let (asked, _) = eventually(Duration::from_secs(30), "the user Run to finish", || {
+        let run = get_json(&api, &["get", "run", "ask-db", "-n", "ops"]);
+        (run["status"]["phase"] == "Succeeded").then_some(run)
+    })
+    .await;
+    assert_eq!(asked["status"]["summary"], "Nothing conclusive without tools.");
+    assert!(asked["status"]["runId"].as_str().unwrap().starts_with("run_"));
+
+    // Columns people read.
+    let table = api.kubectl_ok(&["get", "skills,mcpadapters,incidents,runs", "-A"]);
+    for column in ["READY", "STATE", "SEVERITY", "PHASE", "SOURCE"] {
+        assert!(table.contains(column), "{column} missing in:\n{table}");
+    }
+
+    // The operator never needed a permission the chart does not grant.
+    let log = server.log_text();
+    assert!(!log.to_lowercase().contains("forbidden"), "a call was forbidden:\n{log}");
+    assert!(!log.contains(AM_TOKEN_1) && !log.contains(AM_TOKEN_2), "a secret reached the log");
+}
