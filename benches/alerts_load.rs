@@ -2,7 +2,9 @@
 //! delivery before answering.
 //!
 //! The server runs on a fresh data directory with the sample Alertmanager AlertSource
-//! (`config/samples/alert-source.yaml`, Bearer token from the environment) and no model. Then:
+//! (`config/samples/alert-source.yaml`, Bearer token from the environment). Its model server accepts
+//! connections and never answers, so the investigation worker holds its slots the way slow real
+//! investigations do (rather than failing every job at once and retrying). Then:
 //! - throughput: N Alertmanager v4 webhooks, each with one new firing alert, over C connections;
 //! - fixed rate: an open-loop timetable of R deliveries/s for D seconds, latency measured from the
 //!   scheduled send time, so a slow server cannot lower the offered rate;
@@ -359,7 +361,15 @@ async fn run() -> ExitCode {
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/alert-source.yaml");
     std::fs::copy(&sample, resources.join("alert-source.yaml")).expect("copy the sample AlertSource");
     let journal = data.join("alerts").join("alerts.jsonl");
-    let llm_port = free_port();
+    // A model server that accepts and never answers: investigations stay in flight.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the silent model server");
+    let llm_port = silent.local_addr().expect("silent model address").port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
 
     let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().expect("HTTP client");
     let mut server = Server::start(&client, &data, &resources, llm_port).await;
@@ -447,7 +457,7 @@ async fn run() -> ExitCode {
 
     let lost = missing + accepted_again;
     println!("alerts_load: lost: {lost}");
-    let incomplete = unchecked > 0 || chain.is_err() || incidents.len() != stored.len() || deliveries != lines;
+    let incomplete = unchecked > 0 || chain.is_err() || incidents.len() != stored.len() || deliveries != stored.len();
     if lost > 0 || incomplete {
         println!("alerts_load: keeping {} for inspection", scratch.keep().display());
         return ExitCode::FAILURE;

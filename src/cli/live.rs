@@ -145,9 +145,10 @@ pub async fn knowledge_bases(
     }
 }
 
-/// Gives memory freed after an indexing pass (document texts, writer buffers) back to
-/// the operating system; glibc keeps it in the process otherwise.
-fn release_freed_memory() {
+/// Gives memory freed after an indexing pass or a journal replay (document texts,
+/// writer buffers, replayed records) back to the operating system; glibc keeps it in
+/// the process otherwise.
+pub fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases unused heap pages; it has no preconditions.
     unsafe {

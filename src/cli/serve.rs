@@ -119,6 +119,8 @@ async fn serve(settings: Settings) -> Result<()> {
             .await
             .context("opening the alert journal")?
             .context("opening the alert journal")?;
+        // The replayed records are gone; their memory goes back to the system.
+        live::release_freed_memory();
         Arc::new(store)
     };
     let worker = Worker::new(
