@@ -337,9 +337,6 @@ fn resend_sample(phases: &[&[Reply]]) -> Vec<usize> {
     sample.into_iter().collect()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(9)
-}
 
 fn main() -> ExitCode {
     akritas::install_crypto_provider();
