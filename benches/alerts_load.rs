@@ -337,7 +337,6 @@ fn resend_sample(phases: &[&[Reply]]) -> Vec<usize> {
     sample.into_iter().collect()
 }
 
-
 fn main() -> ExitCode {
     akritas::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");

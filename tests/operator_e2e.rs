@@ -314,3 +314,73 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     assert!(!log.to_lowercase().contains("forbidden"), "a call was forbidden:\n{log}");
     assert!(!log.contains(AM_TOKEN_1) && !log.contains(AM_TOKEN_2), "a secret reached the log");
 }
+
+/// An operator replica on a shared data directory with a short Lease.
+fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str) -> support::Starting {
+    let mut command = serve_command();
+    command
+        .arg("--kubernetes")
+        .env("KUBECONFIG", api.operator_kubeconfig())
+        .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+        .env("POD_NAME", name)
+        .env("AKRITAS_DATA_DIR", data)
+        .env("AKRITAS_LEASE_DURATION", "3s")
+        .env("AKRITAS_BASE_URL", &llm.url)
+        .env("RUST_LOG", "info,kube=warn");
+    Server::spawn(command)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
+    let api = KubeApi::start().await;
+    api.install_crds(&support::root().join("crds"));
+    api.create_operator_namespace();
+    api.create_namespace("ops");
+    api.apply(&chart_rbac());
+    api.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
+         spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
+    ));
+    let llm = ScriptedLlm::start_with(model()).await;
+    let data = tempfile::tempdir().unwrap();
+
+    let leader = replica(&api, &llm, data.path(), "akritas-a").listening(Duration::from_secs(30));
+    let standby = replica(&api, &llm, data.path(), "akritas-b");
+    let lease = || get_json(&api, &["get", "lease", "akritas-leader", "-n", OPERATOR_NAMESPACE]);
+    assert!(lease()["spec"]["holderIdentity"].as_str().unwrap().starts_with("akritas-a-"));
+    // The standby neither serves nor writes while the leader renews.
+    let standby = match standby.try_listening(Duration::from_secs(5)) {
+        Ok(_) => panic!("the standby started serving while the leader held the Lease"),
+        Err(standby) => standby,
+    };
+    assert!(standby.log_text().contains("standby: another replica leads"), "{}", standby.log_text());
+
+    // The leader accepts a delivery and investigates it.
+    assert_eq!(post_alert(&leader.url, AM_TOKEN_1).await, 202);
+    let incidents_url = format!("{}/api/v1/incidents", leader.url);
+    let incident: Value = reqwest::get(&incidents_url).await.unwrap().json().await.unwrap();
+    let incident_id = incident["incidents"][0]["id"].as_str().unwrap().to_string();
+
+    // SIGKILL the leader: the standby takes the Lease within its duration and has everything.
+    drop(leader);
+    let killed = Instant::now();
+    let new_leader = standby.listening(Duration::from_secs(20));
+    let handover = killed.elapsed();
+    eprintln!("the standby took over {handover:?} after the leader was killed");
+    assert!(handover < Duration::from_secs(3) + Duration::from_secs(5), "handover took {handover:?}");
+    assert!(lease()["spec"]["holderIdentity"].as_str().unwrap().starts_with("akritas-b-"));
+    assert_eq!(lease()["spec"]["leaseTransitions"], 1);
+    let detail: Value =
+        reqwest::get(format!("{}/api/v1/incidents/{incident_id}", new_leader.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(detail["incident"]["id"], json!(incident_id), "the new leader has the delivery the old one accepted");
+    assert_eq!(post_alert(&new_leader.url, AM_TOKEN_1).await, 200, "the same alert is a duplicate");
+    let (_, _) = eventually(Duration::from_secs(30), "the Incident object with its investigation", || {
+        get_json(&api, &["get", "incident", &incident_id.replace('_', "-"), "-n", OPERATOR_NAMESPACE])["status"]
+            ["investigation"]["finding"]
+            .as_str()
+            .map(|_| ())
+    })
+    .await;
+    assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
+}

@@ -74,15 +74,17 @@ async fn serve(settings: Settings) -> Result<()> {
         tracing::warn!(address = %settings.address, "authentication disabled: no API key configured");
     }
     let cancel = CancellationToken::new();
+    let leadership_lost = CancellationToken::new();
+    let client = if settings.kubernetes { Some(lead(&settings, &leadership_lost).await?) } else { None };
     let store = CatalogStore::new();
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let (secrets, secrets_changed, client): (Arc<dyn SecretResolver>, _, _) = if settings.kubernetes {
-        let (secrets, changed, client) = operator_source(&settings, &store, &board, &mut tasks, &cancel).await?;
-        (secrets, changed, Some(client))
-    } else {
-        standalone_source(&settings, &store, &board, &mut tasks, &cancel).await?;
-        (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1, None)
+    let (secrets, secrets_changed): (Arc<dyn SecretResolver>, _) = match &client {
+        Some(client) => operator_source(client.clone(), &settings, &store, &board, &mut tasks, &cancel).await?,
+        None => {
+            standalone_source(&settings, &store, &board, &mut tasks, &cancel).await?;
+            (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
+        }
     };
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
@@ -146,11 +148,7 @@ async fn serve(settings: Settings) -> Result<()> {
     }
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
-        let namespace = settings
-            .namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|ns| !ns.is_empty()))
-            .unwrap_or_else(|| "default".into());
+        let namespace = settings.namespace.clone().unwrap_or_else(|| pod_namespace(&settings));
         let projection = ProjectionSettings { namespace, retention: settings.record_retention };
         tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), projection, cancel.clone()));
         tasks.spawn(projection::serve_requests(client, settings.namespace.clone(), engine.clone(), cancel.clone()));
@@ -180,14 +178,62 @@ async fn serve(settings: Settings) -> Result<()> {
     );
 
     tasks.spawn(shutdown_on_signal(cancel.clone()));
+    {
+        let (lost, cancel) = (leadership_lost.clone(), cancel.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = lost.cancelled() => cancel.cancel(),
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
     web::serve(listener, web::router(state), cancel.clone(), settings.shutdown_timeout).await.context("HTTP server")?;
     cancel.cancel();
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(settings.shutdown_timeout, drain).await.is_err() {
         tracing::warn!("background tasks did not stop in time");
     }
+    if leadership_lost.is_cancelled() {
+        bail!("the leader Lease was lost; stopping so that a new leader can take over");
+    }
     tracing::info!("Akritas stopped");
     Ok(())
+}
+
+/// The namespace of this pod (the Lease and, by default, Runs and Incidents live there).
+fn pod_namespace(settings: &Settings) -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .or_else(|| settings.namespace.clone())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Operator mode: connects to the API server and waits until this replica leads;
+/// `lost` is cancelled if the Lease cannot be kept.
+async fn lead(settings: &Settings, lost: &CancellationToken) -> Result<kube::Client> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")?;
+    let identity = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("akritas-{:016x}", rand::random::<u64>()));
+    let lease = operator::leader::LeaseSettings {
+        name: "akritas-leader".into(),
+        namespace: pod_namespace(settings),
+        identity: format!("{identity}-{}", std::process::id()),
+        duration: settings.lease_duration,
+    };
+    tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for the leader Lease");
+    operator::leader::acquire(&client, &lease).await;
+    let (keeper, lost) = (client.clone(), lost.clone());
+    tokio::spawn(async move {
+        operator::leader::keep(keeper, lease).await;
+        lost.cancel();
+    });
+    Ok(client)
 }
 
 /// Standalone: manifest directories (and the skills directory), watched.
@@ -222,18 +268,16 @@ const FIRST_CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(3
 /// status written back. Returns the secret resolver and a counter that moves when
 /// a Secret changes (so live components resolve again).
 async fn operator_source(
+    client: kube::Client,
     settings: &Settings,
     store: &CatalogStore,
     board: &StatusBoard,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &CancellationToken,
-) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>, kube::Client)> {
+) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>)> {
     use futures_util::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")?;
     let namespace = settings.namespace.as_deref();
     let secrets_api: kube::Api<k8s_openapi::api::core::v1::Secret> = match namespace {
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
@@ -266,7 +310,7 @@ async fn operator_source(
         tracing::warn!("no Akritas resources read from the API server yet; serving with an empty Catalog");
     }
     let _ = tokio::time::timeout(FIRST_CATALOG_WAIT, secret_store.wait_until_ready()).await;
-    Ok((Arc::new(operator::secrets::KubeSecrets::new(secret_store)), changed_rx, client))
+    Ok((Arc::new(operator::secrets::KubeSecrets::new(secret_store)), changed_rx))
 }
 
 async fn shutdown_on_signal(cancel: CancellationToken) {

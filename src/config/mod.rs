@@ -503,6 +503,11 @@ settings_table! {
         flag "record-retention" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 365d, such as 7d";
         check value::duration_upto::<31_536_000, false>;
+    /// Operator mode: a leader that has not renewed its Lease for this long is replaced, > 0 and <= 5m [default: 15s]
+    lease_duration: Duration = Duration::from_secs(15);
+        flag "lease-duration" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 5m, such as 15s";
+        check value::duration_upto::<300, false>;
     /// Log format: text or json [default: text]
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";

@@ -84,7 +84,7 @@ fn clap_definition_is_valid_and_help_states_defaults() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 38);
+    assert_eq!(KEYS.len(), 39);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -574,6 +574,7 @@ fn file_with_every_setting() {
         "notification_timeout": "1m",
         "notification_attempts": 10,
         "record_retention": "30d",
+        "lease_duration": "5m",
         "log_format": "json"
     }"#,
     );

@@ -2,6 +2,7 @@
 //! resources (validated exactly as in standalone mode), secrets from Kubernetes
 //! Secrets, and every object's status is written back.
 
+pub mod leader;
 pub mod projection;
 pub mod secrets;
 pub mod source;

@@ -69,7 +69,12 @@ pub fn serve_command() -> Command {
 
 impl Server {
     /// Starts the command and waits for the "listening" log line.
-    pub fn start(mut command: Command) -> Server {
+    pub fn start(command: Command) -> Server {
+        Server::spawn(command).listening(Duration::from_secs(20))
+    }
+
+    /// Starts the command without waiting (a standby replica, for example).
+    pub fn spawn(mut command: Command) -> Starting {
         akritas::install_crypto_provider();
         let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
@@ -87,14 +92,7 @@ impl Server {
                 sink.lock().unwrap().push(line);
             }
         });
-        let address = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(address) => address,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("server did not start; log:\n{}", log.lock().unwrap().join("\n"));
-            }
-        };
-        Server { child, url: format!("http://{address}"), log }
+        Starting { child: Some(child), log, rx }
     }
 
     /// Sends SIGTERM and waits for the exit status code.
@@ -127,6 +125,57 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A server process that has not (yet) logged that it listens.
+pub struct Starting {
+    child: Option<Child>,
+    /// Every stderr line so far.
+    pub log: Arc<Mutex<Vec<String>>>,
+    rx: mpsc::Receiver<String>,
+}
+
+impl Starting {
+    /// Waits for the "listening" line; panics with the log after `limit`.
+    pub fn listening(mut self, limit: Duration) -> Server {
+        match self.rx.recv_timeout(limit) {
+            Ok(address) => Server { child: self.take_child(), url: format!("http://{address}"), log: self.log.clone() },
+            Err(_) => {
+                drop(self.take_child().kill());
+                panic!("server did not start; log:\n{}", self.log.lock().unwrap().join("\n"));
+            }
+        }
+    }
+
+    /// Whether the "listening" line came within `limit` (without consuming it on success).
+    pub fn try_listening(self, limit: Duration) -> Result<Server, Starting> {
+        match self.rx.recv_timeout(limit) {
+            Ok(address) => {
+                let log = self.log.clone();
+                let mut this = self;
+                Ok(Server { child: this.take_child(), url: format!("http://{address}"), log })
+            }
+            Err(_) => Err(self),
+        }
+    }
+
+    /// The collected log.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    fn take_child(&mut self) -> Child {
+        self.child.take().expect("the process is still owned")
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
