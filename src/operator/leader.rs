@@ -131,3 +131,82 @@ pub async fn keep(client: Client, settings: LeaseSettings) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::mock::{Expect, client, status};
+    use serde_json::json;
+
+    const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/akritas-system/leases";
+
+    fn settings() -> LeaseSettings {
+        LeaseSettings {
+            name: "akritas-leader".into(),
+            namespace: "akritas-system".into(),
+            identity: "pod-a".into(),
+            duration: Duration::from_secs(15),
+        }
+    }
+
+    fn lease(holder: &str, renewed: jiff::Timestamp, transitions: i32) -> serde_json::Value {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "akritas-leader", "namespace": "akritas-system", "resourceVersion": "7"},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": renewed.to_string(),
+                        "acquireTime": renewed.to_string(), "leaseTransitions": transitions}})
+    }
+
+    fn expect(method: &'static str, code: u16, body: serde_json::Value) -> Expect {
+        Expect { method, path: PATH.into(), status: code, body }
+    }
+
+    fn api(client: kube::Client) -> Api<Lease> {
+        Api::namespaced(client, "akritas-system")
+    }
+
+    #[tokio::test]
+    async fn a_missing_lease_is_created() {
+        let now = jiff::Timestamp::now();
+        let (client, server) =
+            client(vec![expect("GET", 404, status(404, "NotFound")), expect("POST", 201, lease("pod-a", now, 0))]);
+        assert_eq!(try_acquire(&api(client), &settings()).await.unwrap(), Outcome::Leading);
+        let bodies = server.await.unwrap();
+        assert_eq!(bodies[1]["spec"]["holderIdentity"], "pod-a");
+    }
+
+    #[tokio::test]
+    async fn a_valid_lease_of_another_replica_is_left_alone() {
+        let (client, server) = client(vec![expect("GET", 200, lease("pod-b", jiff::Timestamp::now(), 3))]);
+        assert_eq!(try_acquire(&api(client), &settings()).await.unwrap(), Outcome::Following("pod-b".into()));
+        assert_eq!(server.await.unwrap().len(), 1, "no write");
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_is_taken_over_with_its_resource_version() {
+        let stale = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+        let (client, server) = client(vec![
+            expect("GET", 200, lease("pod-b", stale, 3)),
+            expect("PUT", 200, lease("pod-a", jiff::Timestamp::now(), 4)),
+        ]);
+        assert_eq!(try_acquire(&api(client), &settings()).await.unwrap(), Outcome::Leading);
+        let put = &server.await.unwrap()[1];
+        assert_eq!(put["metadata"]["resourceVersion"], "7", "optimistic concurrency on the read version");
+        assert_eq!(
+            (put["spec"]["holderIdentity"].as_str(), put["spec"]["leaseTransitions"].as_i64()),
+            (Some("pod-a"), Some(4))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_takeover_follows_and_api_errors_are_returned() {
+        let stale = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+        let (client, _server) = client(vec![
+            expect("GET", 200, lease("pod-b", stale, 3)),
+            expect("PUT", 409, status(409, "Conflict")),
+            expect("GET", 500, status(500, "InternalError")),
+        ]);
+        let api = api(client);
+        assert_eq!(try_acquire(&api, &settings()).await.unwrap(), Outcome::Following("pod-b".into()));
+        assert!(try_acquire(&api, &settings()).await.is_err(), "a server error is not leadership");
+    }
+}

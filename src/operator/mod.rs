@@ -7,3 +7,57 @@ pub mod projection;
 pub mod secrets;
 pub mod source;
 pub mod status;
+
+#[cfg(test)]
+pub(crate) mod mock {
+    //! A mocked API server for reconciler error paths (kube's `tower_test` pattern):
+    //! each expected request is checked and answered in order.
+
+    use axum::http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::Value;
+
+    /// One expected call: method, path prefix, answer status and body.
+    pub struct Expect {
+        pub method: &'static str,
+        pub path: String,
+        pub status: u16,
+        pub body: Value,
+    }
+
+    /// A client whose requests are answered by `script`; the returned task fails if a
+    /// request differs from the script, and yields the request bodies.
+    pub fn client(script: Vec<Expect>) -> (kube::Client, tokio::task::JoinHandle<Vec<Value>>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let task = tokio::spawn(async move {
+            let mut bodies = Vec::new();
+            for expect in script {
+                let (request, respond) = handle.next_request().await.expect("a request");
+                assert_eq!(request.method().as_str(), expect.method, "{}", request.uri());
+                assert!(
+                    request.uri().path().starts_with(&expect.path),
+                    "expected {} {}, got {}",
+                    expect.method,
+                    expect.path,
+                    request.uri()
+                );
+                let bytes = request.into_body().collect_bytes().await.expect("request body");
+                bodies.push(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+                let response = Response::builder()
+                    .status(StatusCode::from_u16(expect.status).expect("status"))
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&expect.body).expect("json")))
+                    .expect("response");
+                respond.send_response(response);
+            }
+            bodies
+        });
+        (kube::Client::new(service, "default"), task)
+    }
+
+    /// A Kubernetes `Status` failure body.
+    pub fn status(code: u16, reason: &str) -> Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason,
+                           "reason": reason, "code": code})
+    }
+}

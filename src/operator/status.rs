@@ -193,3 +193,93 @@ async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &Value) {
         tracing::warn!(object = %key, %error, "event not published");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::status::{BoardSnapshot, InForce, ResourceReport};
+    use crate::operator::mock::{Expect, client, status};
+    use crate::resources::Kind;
+    use crate::resources::common::Condition;
+
+    const PATH: &str = "/apis/akritas.io/v1alpha1/namespaces/ops/skills/pg/status";
+
+    fn board() -> (StatusBoard, Generations) {
+        let key = ObjectKey { kind: Kind::Skill, namespace: "ops".into(), name: "pg".into() };
+        let board = StatusBoard::default();
+        board.set(BoardSnapshot {
+            catalog_version: 1,
+            loaded_at: String::new(),
+            resources: vec![ResourceReport {
+                key: key.clone(),
+                source: "kubernetes:ops/pg:0".into(),
+                in_force: InForce::Current,
+                conditions: vec![Condition::ready(true, "Loaded", "loaded", None)],
+                spec: None,
+                errors: Vec::new(),
+            }],
+            problems: Vec::new(),
+        });
+        (board, Generations::from([(key, 3)]))
+    }
+
+    fn patch(code: u16, body: Value) -> Expect {
+        Expect { method: "PATCH", path: PATH.into(), status: code, body }
+    }
+
+    fn skill() -> Value {
+        json!({"apiVersion": "akritas.io/v1alpha1", "kind": "Skill", "metadata": {"name": "pg", "namespace": "ops"},
+               "spec": {"description": "d", "content": "c"}})
+    }
+
+    #[tokio::test]
+    async fn conflicts_and_server_errors_are_retried_and_success_is_written_once() {
+        let (board, generations) = board();
+        let event = Expect {
+            method: "POST",
+            path: "/apis/events.k8s.io/v1/namespaces/ops/events".into(),
+            status: 201,
+            body: json!({}),
+        };
+        let (client, server) = client(vec![
+            patch(409, status(409, "Conflict")),
+            patch(500, status(500, "InternalError")),
+            patch(200, skill()),
+            event,
+        ]);
+        let recorder = Recorder::new(client.clone(), Reporter { controller: "akritas".into(), instance: None });
+        let mut written = BTreeMap::new();
+        for _ in 0..4 {
+            write_all(&client, &recorder, &board, &generations, &mut written).await;
+        }
+        let bodies = server.await.unwrap();
+        assert_eq!(bodies.len(), 4, "two failures retried, one success, one Event, then nothing");
+        let condition = &bodies[2]["status"]["conditions"][0];
+        assert_eq!((condition["type"].as_str(), condition["observedGeneration"].as_i64()), (Some("Ready"), Some(3)));
+        assert_eq!(written.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_deleted_object_is_skipped() {
+        let (board, generations) = board();
+        let (client, server) = client(vec![patch(404, status(404, "NotFound"))]);
+        let recorder = Recorder::new(client.clone(), Reporter { controller: "akritas".into(), instance: None });
+        let mut written = BTreeMap::new();
+        write_all(&client, &recorder, &board, &generations, &mut written).await;
+        assert!(written.is_empty());
+        assert_eq!(server.await.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn runtime_facts_keep_to_the_status_schema() {
+        let runtime = json!({"connected": true, "phase": "Connected", "lastError": null, "authorizedTools": 1,
+                             "tools": [{"name": "mcp.vm.query", "remoteName": "query", "permission": "read", "authorized": true}]});
+        let pruned = prune(&runtime, &Kind::McpAdapter.schema()["properties"]["status"]);
+        assert_eq!(
+            pruned,
+            json!({"authorizedTools": 1, "tools": [{"name": "mcp.vm.query", "permission": "read", "authorized": true}]})
+        );
+        let condition = runtime_condition(Kind::McpAdapter, &runtime, 2).unwrap();
+        assert_eq!((condition["type"].as_str(), condition["status"].as_str()), (Some("Connected"), Some("True")));
+    }
+}
