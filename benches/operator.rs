@@ -33,7 +33,7 @@ fn skill(name: &str) -> DynamicObject {
         "apiVersion": "akritas.io/v1alpha1", "kind": "Skill",
         "metadata": {"name": name, "namespace": "bench"},
         "spec": {"description": format!("Bench skill {name}"), "content": format!("Guidance for {name}."),
-                 "match": {"service": [name]}}
+                 "match": [name]}
     }))
     .expect("skill object")
 }

@@ -189,6 +189,23 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     let took = waiting.elapsed();
     eprintln!("samples Ready {took:?} after the operator started ({:?} in all)", started.elapsed());
 
+    // What the host discovered is in the status: skill content hash, MCP tools and connection.
+    let (_, _) = eventually(Duration::from_secs(15), "discovered facts in status", || {
+        let skill = get_json(&api, &["get", "skill", "postgresql", "-n", "akritas"]);
+        let adapter = get_json(&api, &["get", "mcpadapter", "victoriametrics", "-n", "akritas"]);
+        let connected = adapter["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Connected" && c["status"] == "True");
+        let tools = adapter["status"]["tools"].as_array().map_or(0, Vec::len);
+        (skill["status"]["contentSha256"].as_str()?.len() == 64
+            && connected
+            && tools == 5
+            && adapter["status"]["authorizedTools"] == 5)
+            .then_some(())
+    })
+    .await;
+
     // Invalid objects: refused by the API server (CEL) or reported on the object.
     let (code, _, err) = api.kubectl_as(
         &api.admin_kubeconfig,

@@ -199,3 +199,73 @@ pub async fn adapters_settled(host: &McpHost, expected: usize, limit: std::time:
     })
     .await;
 }
+
+/// Longest wait for a validator's `--version`.
+const PREFLIGHT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Publishes facts discovered about Skills (content hash), Workspaces (head commit)
+/// and ValidatorProfiles (preflight: the program found on PATH and its version)
+/// whenever the Catalog changes.
+pub async fn discovered_facts(store: CatalogStore, board: StatusBoard, cancel: CancellationToken) {
+    use sha2::{Digest, Sha256};
+    let mut catalog_changes = store.subscribe();
+    loop {
+        let catalog = store.current();
+        for (key, entry) in &catalog.entries {
+            let status = match entry.resource.as_ref() {
+                crate::resources::Resource::Skill(_) => catalog
+                    .skill_content(key)
+                    .map(|content| json!({"contentSha256": hex::encode(Sha256::digest(content.as_bytes()))})),
+                crate::resources::Resource::Workspace(workspace) => workspace.spec.source.path.as_ref().map(|path| {
+                    let dir = entry.base_dir.as_deref().map(|base| base.join(path)).unwrap_or_else(|| path.into());
+                    match git2::Repository::open(&dir).and_then(|repo| repo.head()?.peel_to_commit().map(|c| c.id())) {
+                        Ok(commit) => json!({"headCommit": commit.to_string()}),
+                        Err(error) => json!({"lastError": format!("{}: {}", dir.display(), error.message())}),
+                    }
+                }),
+                crate::resources::Resource::ValidatorProfile(profile) => {
+                    Some(preflight(profile.spec.argv.first().map(String::as_str).unwrap_or_default()).await)
+                }
+                _ => None,
+            };
+            if let Some(status) = status {
+                board.set_runtime(key.clone(), status);
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = catalog_changes.changed() => if changed.is_err() { return; },
+        }
+    }
+}
+
+/// Resolves a validator program on PATH (never through a shell) and reads the first
+/// line of its `--version`, bounded in time and size.
+async fn preflight(program: &str) -> serde_json::Value {
+    let resolved = if program.contains('/') {
+        Some(std::path::PathBuf::from(program)).filter(|p| p.is_file())
+    } else {
+        std::env::var_os("PATH")
+            .map(|path| std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()))
+            .unwrap_or_default()
+    };
+    let Some(resolved) = resolved else {
+        return json!({"lastError": format!("{program} was not found on PATH")});
+    };
+    let run = tokio::process::Command::new(&resolved)
+        .arg("--version")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let version = match tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await {
+        Ok(Ok(output)) => String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&output.stderr).lines())
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|l| l.chars().take(256).collect::<String>()),
+        _ => None,
+    };
+    json!({"resolvedProgram": resolved.display().to_string(), "version": version})
+}

@@ -146,6 +146,7 @@ async fn serve(settings: Settings) -> Result<()> {
             Arc::new(worker).run(cancel).await;
         });
     }
+    tasks.spawn(live::discovered_facts(store.clone(), board.clone(), cancel.clone()));
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
         let namespace = settings.namespace.clone().unwrap_or_else(|| pod_namespace(&settings));

@@ -139,6 +139,26 @@ fn runtime_condition(kind: crate::resources::Kind, runtime: &Value, generation: 
                 error.map(str::to_string).unwrap_or_else(|| format!("adapter is {}", phase.to_lowercase())),
             )
         }
+        Kind::ValidatorProfile => match error {
+            Some(error) => ("ProgramFound", false, "NotFound".to_string(), error.to_string()),
+            None if runtime.get("resolvedProgram").is_some() => (
+                "ProgramFound",
+                true,
+                "Found".to_string(),
+                runtime["resolvedProgram"].as_str().unwrap_or_default().to_string(),
+            ),
+            None => return None,
+        },
+        Kind::Workspace => match error {
+            Some(error) => ("Checked", false, "NotARepository".to_string(), error.to_string()),
+            None if runtime.get("headCommit").is_some() => (
+                "Checked",
+                true,
+                "HeadFound".to_string(),
+                format!("HEAD at {}", runtime["headCommit"].as_str().unwrap_or_default()),
+            ),
+            None => return None,
+        },
         Kind::KnowledgeBase => match error {
             Some(error) => ("Indexed", false, "IndexFailed".to_string(), error.to_string()),
             None if runtime.get("documents").is_some() => (
