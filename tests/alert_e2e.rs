@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use akritas::tools::{ToolName, openai_alias};
 use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{Value, json};
-use support::scripted_llm::{Reply, ScriptedLlm, Step};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 use support::{Server, serve_command};
 
 const AM_TOKEN: &str = "am-e2e-token-0123456789";
@@ -40,10 +40,7 @@ fn model(requests: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + 
     let submit = alias("local.investigation.submit_result");
     move |_, request| {
         let n = requests.fetch_add(1, Ordering::SeqCst);
-        let offers = |name: &str| {
-            request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(name))
-        };
-        let step = if offers(&plan) {
+        let step = if offers(request, &plan) {
             Step::from(Reply::ToolCalls(vec![(
                 "p".into(),
                 plan.clone(),
@@ -51,7 +48,7 @@ fn model(requests: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + 
                                    "arguments": {"query": "node_load1{instance=\"db-7:9100\"}"},
                                    "reason": "confirm what the alert reports"}], "gaps": []}),
             )]))
-        } else if offers(&submit) {
+        } else if offers(request, &submit) {
             Step::from(Reply::ToolCalls(vec![(
                 "r".into(),
                 submit.clone(),

@@ -21,7 +21,7 @@ use akritas::tools::{ToolName, openai_alias};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use support::host;
-use support::scripted_llm::{Reply, ScriptedLlm, Step};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 use tokio_util::sync::CancellationToken;
 
 const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
@@ -36,17 +36,14 @@ fn investigator(result: Value) -> impl Fn(usize, &Value) -> Step + Send + Sync +
     let plan = alias("local.investigation.submit_plan");
     let submit = alias("local.investigation.submit_result");
     move |_, request| {
-        let offers = |name: &str| {
-            request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(name))
-        };
-        if offers(&plan) {
+        if offers(request, &plan) {
             Step::from(Reply::ToolCalls(vec![(
                 "p".into(),
                 plan.clone(),
                 json!({"checks": [{"step": "Read database activity", "tool": "postgres.activity",
                                    "arguments": {"host": "db-7"}, "reason": "the alert names db-7"}], "gaps": []}),
             )]))
-        } else if offers(&submit) {
+        } else if offers(request, &submit) {
             Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result.clone())]))
         } else {
             Step::from(Reply::Content("A 30-minute query holds db-7; autovacuum competes for CPU.".into()))
@@ -282,15 +279,21 @@ async fn upstream_failures_retry_with_backoff_then_fail_with_a_sanitised_error()
     assert!(!stored.contains(HMAC_SECRET) && !stored.contains("tok-991"));
 }
 
+/// One investigation notified through a webhook answering `script`; the job once settled.
+async fn notified(llm: &ScriptedLlm, script: Vec<u16>) -> (Hook, Job) {
+    let (hook, url) = Hook::start(script).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "a notification never fails the investigation");
+    (hook, job)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_notifications_are_retried_without_a_second_investigation() {
     let llm = ScriptedLlm::start_with(investigator(result(json!([]), 0))).await;
-    let (hook, url) = Hook::start(vec![503, 502]).await;
-    let data = tempfile::tempdir().unwrap();
-    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
-    let job_id = ingest(&rig.store).await;
-    let job = wait_job(&rig.store, &job_id, finished).await;
-    assert_eq!(job.status, JobStatus::Succeeded);
+    let (hook, job) = notified(&llm, vec![503, 502]).await;
     let delivery = &job.deliveries[0];
     assert_eq!((delivery.status, delivery.attempts, delivery.http_status), (DeliveryStatus::Delivered, 3, Some(200)));
     assert_eq!(hook.count(), 3);
@@ -304,18 +307,12 @@ async fn failed_notifications_are_retried_without_a_second_investigation() {
     assert!(ids.iter().all(|id| id == &delivery.delivery_id), "retries keep the delivery id");
     assert_eq!(llm.chat_requests(), 3, "one investigation");
 
-    // A receiver that keeps failing: the delivery fails after its attempts; the job stays succeeded.
-    let (hook, url) = Hook::start(vec![500, 500, 500, 500]).await;
-    let data = tempfile::tempdir().unwrap();
-    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
-    let job_id = ingest(&rig.store).await;
-    let job = wait_job(&rig.store, &job_id, finished).await;
-    assert_eq!(job.status, JobStatus::Succeeded);
+    // A receiver that keeps failing: the delivery fails after its attempts.
+    let (hook, job) = notified(&llm, vec![500, 500, 500, 500]).await;
     let delivery = &job.deliveries[0];
     assert_eq!((delivery.status, delivery.attempts), (DeliveryStatus::Failed, 3));
     assert_eq!((delivery.http_status, delivery.error.as_deref()), (Some(500), Some("http_status")));
     assert_eq!(hook.count(), 3);
-    drop(rig);
 }
 
 #[tokio::test]

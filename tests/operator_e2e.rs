@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use akritas::tools::{ToolName, openai_alias};
 use kube_api::{KubeApi, OPERATOR_NAMESPACE};
 use serde_json::{Value, json};
-use support::scripted_llm::{Reply, ScriptedLlm, Step};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 use support::{Server, serve_command};
 
 const AM_TOKEN_1: &str = "am-token-first-0123456789";
@@ -26,12 +26,9 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
     let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
     move |_, request| {
-        let offers = |name: &str| {
-            request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(name))
-        };
-        if offers(&plan) {
+        if offers(request, &plan) {
             Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
-        } else if offers(&submit) {
+        } else if offers(request, &submit) {
             Step::from(Reply::ToolCalls(vec![(
                 "r".into(),
                 submit.clone(),

@@ -65,6 +65,11 @@ impl Step {
 
 type Responder = dyn Fn(usize, &Value) -> Step + Send + Sync;
 
+/// Whether a chat request offers the tool with this OpenAI alias.
+pub fn offers(request: &Value, alias: &str) -> bool {
+    request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(alias))
+}
+
 struct Shared {
     responder: Box<Responder>,
     /// Every chat request: (body, Authorization header).
