@@ -106,6 +106,17 @@ async fn alertmanager_deliveries_are_authenticated_deduplicated_correlated_and_d
     let detail = get(&incident_url).await;
     assert_eq!(detail["incident"]["state"], "resolved");
     assert_eq!(llm.chat_requests(), 0, "ingestion never calls the model");
+    let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
+    for line in [
+        "akritas_alert_events_total{source=\"am\",outcome=\"accepted\"} 2",
+        "akritas_alert_events_total{source=\"am\",outcome=\"duplicate\"} 1",
+        "akritas_alert_events_total{source=\"am\",outcome=\"rejected\"} 3",
+        "akritas_investigation_jobs{status=\"pending\"} 1",
+        "akritas_incidents{state=\"resolved\"} 1",
+        "akritas_catalog_resources{kind=\"AlertSource\"} 3",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in\n{metrics}");
+    }
 
     // Restart: the journal replays to the same state.
     drop(server);

@@ -71,6 +71,9 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert!(!scoped.contains("kind: ClusterRole"), "one namespace needs no cluster-wide role");
     assert!(scoped.contains("kind: NetworkPolicy") && scoped.contains("value: \"ops\""));
 
+    let monitored = helm(&["template", "akritas", "charts/akritas", "--set", "serviceMonitor.enabled=true"]);
+    assert!(monitored.contains("kind: ServiceMonitor") && monitored.contains("path: /metrics"));
+
     let standalone = helm(&[
         "template",
         "akritas",

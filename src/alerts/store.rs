@@ -399,6 +399,35 @@ impl AlertStore {
         self.lock().counters.get(source).copied().unwrap_or_default()
     }
 
+    /// Delivery counters of every source.
+    pub fn all_counters(&self) -> BTreeMap<String, SourceCounters> {
+        self.lock().counters.clone()
+    }
+
+    /// Jobs by status, and incidents by state (`firing`, `resolved`).
+    pub fn tallies(&self) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>) {
+        let state = self.lock();
+        let mut jobs = BTreeMap::from([("pending", 0), ("running", 0), ("succeeded", 0), ("failed", 0)]);
+        for job in state.jobs.values() {
+            let name = match job.status {
+                JobStatus::Pending => "pending",
+                JobStatus::Running => "running",
+                JobStatus::Succeeded => "succeeded",
+                JobStatus::Failed => "failed",
+            };
+            *jobs.entry(name).or_default() += 1;
+        }
+        let mut incidents = BTreeMap::from([("firing", 0), ("resolved", 0)]);
+        for incident in state.correlator.incidents() {
+            let name = match incident.state {
+                super::correlate::IncidentStatus::Firing => "firing",
+                super::correlate::IncidentStatus::Resolved => "resolved",
+            };
+            *incidents.entry(name).or_default() += 1;
+        }
+        (jobs, incidents)
+    }
+
     /// One stored event.
     pub fn event(&self, id: &str) -> Option<StoredEvent> {
         self.lock().events.get(id).cloned()

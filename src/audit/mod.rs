@@ -385,6 +385,21 @@ impl AuditLog {
         self.read().runs.get(id).cloned()
     }
 
+    /// Runs by status (`running`, `succeeded`, `failed`).
+    pub fn status_counts(&self) -> BTreeMap<&'static str, u64> {
+        let state = self.read();
+        let mut counts = BTreeMap::from([("running", 0), ("succeeded", 0), ("failed", 0)]);
+        for run in state.runs.values() {
+            let name = match run.status {
+                RunStatus::Running => "running",
+                RunStatus::Succeeded => "succeeded",
+                RunStatus::Failed => "failed",
+            };
+            *counts.entry(name).or_default() += 1;
+        }
+        counts
+    }
+
     /// Number of Runs.
     pub fn len(&self) -> usize {
         self.read().order.len()

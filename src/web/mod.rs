@@ -4,6 +4,7 @@
 pub mod alerts;
 pub mod auth;
 pub mod error;
+pub mod metrics;
 pub mod runs;
 
 use std::future::IntoFuture;
@@ -74,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/incidents/{id}", get(alerts::incident))
         .route("/api/v1/alert-events/{id}", get(alerts::event))
         .route("/api/v1/investigation-jobs/{id}", get(alerts::job))
+        .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))
