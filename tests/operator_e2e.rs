@@ -369,6 +369,28 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
         Err(standby) => standby,
     };
     assert!(standby.log_text().contains("standby: another replica leads"), "{}", standby.log_text());
+    // It serves reads from its own watches and sends everything else to the leader.
+    let standby_url = standby
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["fields"]["message"].as_str().is_some_and(|m| m.starts_with("Akritas standby listening")))
+        .map(|line| format!("http://{}", line["fields"]["address"].as_str().unwrap()))
+        .expect("the standby listens");
+    let health: Value = reqwest::get(format!("{standby_url}/health")).await.unwrap().json().await.unwrap();
+    assert_eq!(health["mode"], "operator-standby");
+    let waiting = Instant::now();
+    loop {
+        let body: Value = reqwest::get(format!("{standby_url}/api/v1/resources")).await.unwrap().json().await.unwrap();
+        if body["resources"].as_array().unwrap().iter().any(|r| r["kind"] == "AlertSource" && r["name"] == "am") {
+            break;
+        }
+        assert!(waiting.elapsed() < Duration::from_secs(10), "the standby does not serve its Catalog: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(post_alert(&standby_url, AM_TOKEN_1).await, 503, "deliveries go to the leader");
 
     // The leader accepts a delivery and investigates it.
     assert_eq!(post_alert(&leader.url, AM_TOKEN_1).await, 202);

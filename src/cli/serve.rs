@@ -75,12 +75,20 @@ async fn serve(settings: Settings) -> Result<()> {
     }
     let cancel = CancellationToken::new();
     let leadership_lost = CancellationToken::new();
-    let client = if settings.kubernetes { Some(lead(&settings, &leadership_lost).await?) } else { None };
+    let client = if settings.kubernetes {
+        match lead(&settings, &instructions, &keys, &leadership_lost).await? {
+            Some(client) => Some(client),
+            // Stopped by a signal while standing by.
+            None => return Ok(()),
+        }
+    } else {
+        None
+    };
     let store = CatalogStore::new();
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
     let (secrets, secrets_changed): (Arc<dyn SecretResolver>, _) = match &client {
-        Some(client) => operator_source(client.clone(), &settings, &store, &board, &mut tasks, &cancel).await?,
+        Some(client) => operator_source(client.clone(), &settings, &store, &board, &mut tasks, &cancel, true).await?,
         None => {
             standalone_source(&settings, &store, &board, &mut tasks, &cancel).await?;
             (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
@@ -88,13 +96,7 @@ async fn serve(settings: Settings) -> Result<()> {
     };
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
-    let info = HostInfo {
-        mode,
-        model: settings.model.clone(),
-        response_language: settings.response_language.clone(),
-        instructions_sha256: instructions.sha256(),
-        max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
-    };
+    let info = host_info(&settings, &instructions, mode);
     let llm = assemble::llm_client(&settings, &instructions)?;
     let audit = {
         let settings = settings.clone();
@@ -210,9 +212,25 @@ fn pod_namespace(settings: &Settings) -> String {
         .unwrap_or_else(|| "default".into())
 }
 
-/// Operator mode: connects to the API server and waits until this replica leads;
-/// `lost` is cancelled if the Lease cannot be kept.
-async fn lead(settings: &Settings, lost: &CancellationToken) -> Result<kube::Client> {
+fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &'static str) -> HostInfo {
+    HostInfo {
+        mode,
+        model: settings.model.clone(),
+        response_language: settings.response_language.clone(),
+        instructions_sha256: instructions.sha256(),
+        max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
+    }
+}
+
+/// Operator mode: connects to the API server and returns once this replica leads
+/// (standing by until then); `lost` is cancelled if the Lease cannot be kept.
+/// `None`: stopped by a signal while standing by.
+async fn lead(
+    settings: &Settings,
+    instructions: &SystemInstructions,
+    keys: &ApiKeys,
+    lost: &CancellationToken,
+) -> Result<Option<kube::Client>> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")?;
@@ -228,13 +246,75 @@ async fn lead(settings: &Settings, lost: &CancellationToken) -> Result<kube::Cli
         duration: settings.lease_duration,
     };
     tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for the leader Lease");
-    operator::leader::acquire(&client, &lease).await;
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &lease.namespace);
+    let leading = matches!(operator::leader::try_acquire(&api, &lease).await, Ok(operator::leader::Outcome::Leading));
+    if !leading && !stand_by(&client, settings, instructions, keys, &lease).await? {
+        return Ok(None);
+    }
     let (keeper, lost) = (client.clone(), lost.clone());
     tokio::spawn(async move {
         operator::leader::keep(keeper, lease).await;
         lost.cancel();
     });
-    Ok(client)
+    Ok(Some(client))
+}
+
+/// A standby replica serves reads (health, resources, tools, metrics) from its own
+/// watches, writes nothing, and answers everything else 503 until it acquires the
+/// Lease (`true`) or a signal stops it (`false`).
+async fn stand_by(
+    client: &kube::Client,
+    settings: &Settings,
+    instructions: &SystemInstructions,
+    keys: &ApiKeys,
+    lease: &operator::leader::LeaseSettings,
+) -> Result<bool> {
+    let cancel = CancellationToken::new();
+    let stop = CancellationToken::new();
+    let store = CatalogStore::new();
+    let board = StatusBoard::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(shutdown_on_signal(stop.clone()));
+    let (secrets, _) = operator_source(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
+    let llm = assemble::llm_client(settings, instructions)?;
+    let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
+    let engine = crate::engine::run::Engine::new(
+        crate::engine::run::EngineSettings::from_settings(settings),
+        llm,
+        tools,
+        None,
+        store.clone(),
+        None,
+    );
+    let state = AppState {
+        catalog: store,
+        board,
+        keys: Arc::new(keys.clone()),
+        engine: Arc::new(engine),
+        alerts: None,
+        secrets,
+        info: Arc::new(host_info(settings, instructions, "operator-standby")),
+    };
+    let listener = tokio::net::TcpListener::bind(settings.address)
+        .await
+        .with_context(|| format!("cannot listen on {} (set --address to a free address)", settings.address))?;
+    tracing::info!(
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "Akritas standby listening (reads only until this replica leads)"
+    );
+    let server =
+        tokio::spawn(web::serve(listener, web::standby_router(state), cancel.clone(), settings.shutdown_timeout));
+    let promoted = tokio::select! {
+        _ = operator::leader::acquire(client, lease) => true,
+        _ = stop.cancelled() => false,
+    };
+    cancel.cancel();
+    stop.cancel();
+    let _ = server.await;
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(settings.shutdown_timeout, drain).await;
+    Ok(promoted)
 }
 
 /// Standalone: manifest directories (and the skills directory), watched.
@@ -275,6 +355,7 @@ async fn operator_source(
     board: &StatusBoard,
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &CancellationToken,
+    write_status: bool,
 ) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>)> {
     use futures_util::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -306,7 +387,9 @@ async fn operator_source(
     let (generations_tx, generations_rx) = tokio::sync::watch::channel(Default::default());
     let mut first = generations_rx.clone();
     tasks.spawn(operator::source::run(stores, changes, store.clone(), board.clone(), generations_tx, cancel.clone()));
-    tasks.spawn(operator::status::run(client.clone(), board.clone(), generations_rx, cancel.clone()));
+    if write_status {
+        tasks.spawn(operator::status::run(client.clone(), board.clone(), generations_rx, cancel.clone()));
+    }
     if tokio::time::timeout(FIRST_CATALOG_WAIT, first.changed()).await.is_err() {
         tracing::warn!("no Akritas resources read from the API server yet; serving with an empty Catalog");
     }

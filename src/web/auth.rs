@@ -22,7 +22,7 @@ pub const MIN_KEY_LEN: usize = 16;
 pub struct Caller(pub String);
 
 /// The configured keys (only their digests are kept).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct ApiKeys {
     keys: Vec<(String, [u8; 32])>,
 }

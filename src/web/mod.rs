@@ -90,6 +90,38 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The router of a standby replica (operator mode, another replica leads): health,
+/// resources, tools and metrics are served; everything that needs the journals or
+/// starts work answers 503 so that clients and senders retry against the leader.
+pub fn standby_router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/api/v1/resources", get(resources))
+        .route("/api/v1/tools", get(runs::tools))
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
+    Router::new()
+        .route("/health", get(health))
+        .merge(protected)
+        .fallback(standby)
+        .layer(middleware::from_fn(trace_requests))
+        .with_state(state)
+}
+
+async fn standby(request: Request) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "standby",
+        format!(
+            "this replica is a standby; {} {} is served by the leader, retry",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+    .into_response();
+    response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("2"));
+    response
+}
+
 async fn health(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog.current();
     let board = state.board.get();
