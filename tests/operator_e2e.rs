@@ -286,6 +286,24 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     assert!(rotated, "the old token stopped working");
     assert_eq!(post_alert(&server.url, AM_TOKEN_2).await, 200, "the new token works (a duplicate delivery)");
 
+    // A reference to a Secret that does not exist is reported, and clears once it exists.
+    api.apply(
+        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: later, namespace: ops}\n\
+         spec: {provider: generic, auth: {bearerToken: {secretKeyRef: {name: later-token, key: token}}}}\n",
+    );
+    let secrets_resolved = |status: &str| {
+        let source = get_json(&api, &["get", "alertsource", "later", "-n", "ops"]);
+        source["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "SecretsResolved" && c["status"] == status)
+            .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+    };
+    let (message, _) = eventually(Duration::from_secs(10), "SecretsResolved=False", || secrets_resolved("False")).await;
+    assert!(message.contains("later-token") && message.contains("does not exist"), "{message}");
+    api.apply("apiVersion: v1\nkind: Secret\nmetadata: {name: later-token, namespace: ops}\nstringData: {token: created-later-0123456789}\n");
+    eventually(Duration::from_secs(10), "SecretsResolved=True", || secrets_resolved("True")).await;
+
     // The delivery became an Incident object and its investigation a Run object.
     let (incident, _) = eventually(Duration::from_secs(30), "an investigated Incident", || {
         get_json(&api, &["get", "incidents", "-n", OPERATOR_NAMESPACE])["items"]

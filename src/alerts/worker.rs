@@ -318,13 +318,12 @@ impl Worker {
             DeliveryStatus::Failed => "failed",
             DeliveryStatus::Pending => return,
         };
-        let mut status = self.board.runtime(&key).unwrap_or_else(|| json!({}));
-        status["lastDelivery"] = json!({
+        let last = json!({
             "time": crate::resources::common::now_rfc3339(),
             "outcome": outcome,
             "message": delivery.error.clone().unwrap_or_else(|| format!("delivery {}", delivery.delivery_id)),
         });
-        self.board.set_runtime(key, status);
+        self.board.merge_runtime(key, json!({"lastDelivery": last}));
     }
 
     /// Receivers in the Catalog now, as (`namespace/name`, type).

@@ -99,6 +99,18 @@ impl StatusBoard {
         self.runtime.write().unwrap_or_else(|p| p.into_inner()).insert(key, status);
     }
 
+    /// Merges top-level fields into an object's runtime status (several components
+    /// report facts about the same object).
+    pub fn merge_runtime(&self, key: ObjectKey, fields: serde_json::Value) {
+        let mut runtime = self.runtime.write().unwrap_or_else(|p| p.into_inner());
+        let entry = runtime.entry(key).or_insert_with(|| serde_json::json!({}));
+        if let (Some(target), Some(fields)) = (entry.as_object_mut(), fields.as_object()) {
+            for (name, value) in fields {
+                target.insert(name.clone(), value.clone());
+            }
+        }
+    }
+
     /// Forgets the runtime status of objects no longer present.
     pub fn retain_runtime(&self, keep: impl Fn(&ObjectKey) -> bool) {
         self.runtime.write().unwrap_or_else(|p| p.into_inner()).retain(|key, _| keep(key));

@@ -168,7 +168,7 @@ pub async fn alert_sources(
     loop {
         let catalog = store.current();
         for (key, _) in catalog.of_kind(Kind::AlertSource) {
-            board.set_runtime(key.clone(), crate::web::alerts::source_status(&alerts, key));
+            board.merge_runtime(key.clone(), crate::web::alerts::source_status(&alerts, key));
         }
         board.retain_runtime(|key| key.kind != Kind::AlertSource || catalog.entries.contains_key(key));
         tokio::select! {
@@ -206,12 +206,28 @@ const PREFLIGHT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5)
 /// Publishes facts discovered about Skills (content hash), Workspaces (head commit)
 /// and ValidatorProfiles (preflight: the program found on PATH and its version)
 /// whenever the Catalog changes.
-pub async fn discovered_facts(store: CatalogStore, board: StatusBoard, cancel: CancellationToken) {
+pub async fn discovered_facts(
+    store: CatalogStore,
+    board: StatusBoard,
+    secrets: Arc<dyn SecretResolver>,
+    mut secrets_changed: tokio::sync::watch::Receiver<u64>,
+    cancel: CancellationToken,
+) {
     use sha2::{Digest, Sha256};
     let mut catalog_changes = store.subscribe();
+    let mut secrets_open = true;
     loop {
         let catalog = store.current();
         for (key, entry) in &catalog.entries {
+            // Every secret reference must resolve (a rotated or deleted Secret shows here).
+            let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
+            let references = crate::resources::common::secret_refs(&spec);
+            if !references.is_empty() {
+                let problem = references.iter().find_map(|(path, reference)| {
+                    secrets.resolve(&key.namespace, reference).err().map(|error| format!("{path}: {error}"))
+                });
+                board.merge_runtime(key.clone(), json!({"secretsError": problem.unwrap_or_default()}));
+            }
             let status = match entry.resource.as_ref() {
                 crate::resources::Resource::Skill(_) => catalog
                     .skill_content(key)
@@ -229,12 +245,13 @@ pub async fn discovered_facts(store: CatalogStore, board: StatusBoard, cancel: C
                 _ => None,
             };
             if let Some(status) = status {
-                board.set_runtime(key.clone(), status);
+                board.merge_runtime(key.clone(), status);
             }
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = catalog_changes.changed() => if changed.is_err() { return; },
+            changed = secrets_changed.changed(), if secrets_open => if changed.is_err() { secrets_open = false; },
         }
     }
 }

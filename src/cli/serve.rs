@@ -114,7 +114,7 @@ async fn serve(settings: Settings) -> Result<()> {
         board.clone(),
         engine.clone(),
         secrets.clone(),
-        secrets_changed,
+        secrets_changed.clone(),
         cancel.clone(),
     ));
     let alerts = {
@@ -148,7 +148,13 @@ async fn serve(settings: Settings) -> Result<()> {
             Arc::new(worker).run(cancel).await;
         });
     }
-    tasks.spawn(live::discovered_facts(store.clone(), board.clone(), cancel.clone()));
+    tasks.spawn(live::discovered_facts(
+        store.clone(),
+        board.clone(),
+        secrets.clone(),
+        secrets_changed.clone(),
+        cancel.clone(),
+    ));
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
         let namespace = settings.namespace.clone().unwrap_or_else(|| pod_namespace(&settings));

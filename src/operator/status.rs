@@ -69,8 +69,10 @@ async fn write_all(
             }
         }
         let runtime = board.runtime(&report.key).filter(Value::is_object).unwrap_or_else(|| json!({}));
-        if let Some(extra) = runtime_condition(report.key.kind, &runtime, generation) {
-            let mut extra = extra;
+        let extras = runtime_condition(report.key.kind, &runtime, generation)
+            .into_iter()
+            .chain(secrets_condition(&runtime, generation));
+        for mut extra in extras {
             if let Some(before) = previous.and_then(|p| same_condition(p, &extra))
                 && before["status"] == extra["status"]
             {
@@ -176,6 +178,19 @@ fn runtime_condition(kind: crate::resources::Kind, runtime: &Value, generation: 
         "status": if ok { "True" } else { "False" },
         "reason": reason,
         "message": message.chars().take(1024).collect::<String>(),
+        "lastTransitionTime": crate::resources::common::now_rfc3339(),
+        "observedGeneration": generation,
+    }))
+}
+
+/// `SecretsResolved`: whether every secret reference of the object resolves now.
+fn secrets_condition(runtime: &Value, generation: i64) -> Option<Value> {
+    let error = runtime.get("secretsError")?.as_str()?;
+    Some(json!({
+        "type": "SecretsResolved",
+        "status": if error.is_empty() { "True" } else { "False" },
+        "reason": if error.is_empty() { "Resolved" } else { "Unresolved" },
+        "message": if error.is_empty() { "every secret reference resolves" } else { error },
         "lastTransitionTime": crate::resources::common::now_rfc3339(),
         "observedGeneration": generation,
     }))

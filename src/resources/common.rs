@@ -131,6 +131,34 @@ pub fn is_ready(conditions: &[Condition]) -> bool {
     find_condition(conditions, READY).is_some_and(|c| c.status == ConditionStatus::True)
 }
 
+/// Every secret reference in a resource's spec, with its JSON path. A reference is
+/// an object whose only keys are `env` and/or `secretKeyRef`.
+pub fn secret_refs(spec: &serde_json::Value) -> Vec<(String, SecretRef)> {
+    fn walk(value: &serde_json::Value, path: String, out: &mut Vec<(String, SecretRef)>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                let is_ref = !map.is_empty() && map.keys().all(|k| k == "env" || k == "secretKeyRef");
+                if is_ref && let Ok(reference) = serde_json::from_value::<SecretRef>(value.clone()) {
+                    out.push((path, reference));
+                    return;
+                }
+                for (key, item) in map {
+                    walk(item, format!("{path}.{key}"), out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(spec, "spec".into(), &mut out);
+    out
+}
+
 /// Current time as RFC 3339 with second precision.
 pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().round(jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()

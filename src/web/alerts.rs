@@ -222,7 +222,7 @@ pub fn webhook_path(key: &ObjectKey) -> String {
 /// Publishes an AlertSource's runtime status (webhook path and counters).
 pub fn publish_status(state: &AppState, key: &ObjectKey) {
     let Some(store) = &state.alerts else { return };
-    state.board.set_runtime(key.clone(), source_status(store, key));
+    state.board.merge_runtime(key.clone(), source_status(store, key));
 }
 
 /// The runtime status of an AlertSource.
