@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 if [ ${#need_apt[@]} -gt 0 ]; then

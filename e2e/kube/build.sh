@@ -62,3 +62,7 @@ k8s_minor="$(echo "$client_go" | cut -d. -f2)"
 build helm "$here/../helm" "-s -w -X $hv/internal/version.version=$helm_version -X $hv/internal/version.gitTreeState=clean \
   -X $hv/pkg/lint/rules.k8sVersionMajor=1 -X $hv/pkg/lint/rules.k8sVersionMinor=$k8s_minor \
   -X $hv/pkg/chartutil.k8sVersionMajor=1 -X $hv/pkg/chartutil.k8sVersionMinor=$k8s_minor" "$hv/cmd/helm"
+
+# kubectl from the same Kubernetes release (the tests use it when $KUBECTL is unset).
+build kubectl "$here" "-s -w -X $cv.gitVersion=$kube_version -X $cv.gitMajor=1 -X $cv.gitMinor=$kube_minor \
+  -X $cv.gitTreeState=clean -X $cv.buildDate=1970-01-01T00:00:00Z" k8s.io/kubernetes/cmd/kubectl

@@ -3,7 +3,8 @@
 //!
 //! The binaries are looked up in `$AKRITAS_E2E_BIN/<key>` (default `target/e2e-bin/<key>`, the
 //! key is `e2e/kube/VERSION`). A missing binary FAILS the test (nothing is skipped): run
-//! `e2e/kube/build.sh`. `kubectl` comes from `$KUBECTL` or `PATH`; `openssl` generates the keys.
+//! `e2e/kube/build.sh`. `kubectl` is `$KUBECTL` or the one build.sh makes from the same release;
+//! `openssl` makes the keys.
 //!
 //! Identities (static token file; the API server adds `system:authenticated` to each):
 //! - `admin`: user `admin`, group `system:masters`;
@@ -84,9 +85,9 @@ pub fn e2e_binary(name: &str) -> PathBuf {
     path
 }
 
-/// The `kubectl` to run: `$KUBECTL` or `kubectl` from `PATH`.
+/// The `kubectl` to run: `$KUBECTL`, or the one `e2e/kube/build.sh` built from the same release.
 pub fn kubectl_binary() -> PathBuf {
-    std::env::var_os("KUBECTL").map_or_else(|| PathBuf::from("kubectl"), PathBuf::from)
+    std::env::var_os("KUBECTL").map_or_else(|| e2e_binary("kubectl"), PathBuf::from)
 }
 
 fn random_token() -> String {
