@@ -261,7 +261,12 @@ impl Worker {
     /// and records each outcome. The investigation itself never runs again.
     async fn notify(&self, mut job: Job) -> anyhow::Result<()> {
         let (Some(result), Some(event)) = (job.result.clone(), self.store.event(&job.event_id)) else {
-            return Ok(());
+            // Cannot happen with a consistent journal; never leave deliveries pending forever.
+            for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
+                delivery.status = DeliveryStatus::Failed;
+                delivery.error = Some("alert_context_missing".into());
+            }
+            return Ok(self.store.update_job(&job).await?);
         };
         let notification = notification(&job, &result, &event, self.settings.public_url.as_deref());
         let catalog = self.catalog.current();
