@@ -55,17 +55,28 @@ pub async fn run(
     settings: ProjectionSettings,
     cancel: CancellationToken,
 ) {
-    let mut written: BTreeMap<(Kind, String), Value> = BTreeMap::new();
+    let mut written = Written::default();
     loop {
+        written.pass += 1;
         let cutoff = cutoff(settings.retention);
         sync_runs(&client, &audit, &settings, &cutoff, &mut written).await;
         sync_incidents(&client, &alerts, &settings, &cutoff, &mut written).await;
+        // Forget objects this pass no longer projects (bounded memory over a long uptime).
+        let pass = written.pass;
+        written.objects.retain(|_, (_, seen)| *seen == pass);
         collect_garbage(&client, &settings, &mut written).await;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(SYNC_INTERVAL) => {}
         }
     }
+}
+
+/// What was last written per object, and the pass that last projected it.
+#[derive(Default)]
+struct Written {
+    pass: u64,
+    objects: BTreeMap<(Kind, String), (Value, u64)>,
 }
 
 /// The oldest end time still kept.
@@ -115,7 +126,7 @@ async fn apply(
 async fn write_if_changed(
     client: &Client,
     settings: &ProjectionSettings,
-    written: &mut BTreeMap<(Kind, String), Value>,
+    written: &mut Written,
     kind: Kind,
     name: String,
     spec: Value,
@@ -123,12 +134,16 @@ async fn write_if_changed(
 ) {
     let desired = json!({"spec": spec, "status": status});
     let key = (kind, name);
-    if written.get(&key) == Some(&desired) {
+    let pass = written.pass;
+    if let Some((last, seen)) = written.objects.get_mut(&key)
+        && *last == desired
+    {
+        *seen = pass;
         return;
     }
     match apply(client, &settings.namespace, kind, &key.1, &spec, &status).await {
         Ok(()) => {
-            written.insert(key, desired);
+            written.objects.insert(key, (desired, pass));
         }
         Err(error) => tracing::warn!(kind = kind.as_str(), name = %key.1, %error, "projection not written; retrying"),
     }
@@ -195,7 +210,7 @@ async fn sync_runs(
     audit: &AuditLog,
     settings: &ProjectionSettings,
     cutoff: &str,
-    written: &mut BTreeMap<(Kind, String), Value>,
+    written: &mut Written,
 ) {
     for summary in audit.list(MAX_PROJECTED) {
         if summary.metadata.contains_key(REQUESTED_BY) || expired(summary.completed_at.as_deref(), cutoff) {
@@ -254,7 +269,7 @@ async fn sync_incidents(
     alerts: &AlertStore,
     settings: &ProjectionSettings,
     cutoff: &str,
-    written: &mut BTreeMap<(Kind, String), Value>,
+    written: &mut Written,
 ) {
     for incident in alerts.incidents(MAX_PROJECTED) {
         if expired(incident.resolved_at.map(|t| t.to_string()).as_deref(), cutoff) {
@@ -273,11 +288,7 @@ async fn sync_incidents(
 
 /// Deletes host-written Runs that finished, and Incidents that resolved, longer
 /// ago than the retention.
-async fn collect_garbage(
-    client: &Client,
-    settings: &ProjectionSettings,
-    written: &mut BTreeMap<(Kind, String), Value>,
-) {
+async fn collect_garbage(client: &Client, settings: &ProjectionSettings, written: &mut Written) {
     let cutoff = cutoff(settings.retention);
     for (kind, field) in [(Kind::Run, "finishedAt"), (Kind::Incident, "resolvedAt")] {
         let api = dynamic_api(client, kind, Some(&settings.namespace));
@@ -296,7 +307,7 @@ async fn collect_garbage(
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
                     tracing::info!(kind = kind.as_str(), %name, "expired record deleted");
-                    written.remove(&(kind, name));
+                    written.objects.remove(&(kind, name));
                 }
                 Err(error) => tracing::debug!(kind = kind.as_str(), %name, %error, "expired record not deleted"),
             }
