@@ -347,6 +347,10 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     assert!(!log.contains(AM_TOKEN_1) && !log.contains(AM_TOKEN_2), "a secret reached the log");
 }
 
+fn exists_incident(api: &KubeApi, id: &str) -> bool {
+    api.kubectl(&["get", "incident", &id.replace('_', "-"), "-n", OPERATOR_NAMESPACE]).0 == 0
+}
+
 /// An operator replica on a shared data directory with a short Lease.
 fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str) -> support::Starting {
     let mut command = serve_command();
@@ -357,6 +361,7 @@ fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str)
         .env("POD_NAME", name)
         .env("AKRITAS_DATA_DIR", data)
         .env("AKRITAS_LEASE_DURATION", "3s")
+        .env("AKRITAS_RECORD_RETENTION", "5s")
         .env("AKRITAS_BASE_URL", &llm.url)
         .env("RUST_LOG", "info,kube=warn");
     Server::spawn(command)
@@ -429,12 +434,20 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
         reqwest::get(format!("{}/api/v1/incidents/{incident_id}", new_leader.url)).await.unwrap().json().await.unwrap();
     assert_eq!(detail["incident"]["id"], json!(incident_id), "the new leader has the delivery the old one accepted");
     assert_eq!(post_alert(&new_leader.url, AM_TOKEN_1).await, 200, "the same alert is a duplicate");
-    let (_, _) = eventually(Duration::from_secs(30), "the Incident object with its investigation", || {
-        get_json(&api, &["get", "incident", &incident_id.replace('_', "-"), "-n", OPERATOR_NAMESPACE])["status"]
-            ["investigation"]["finding"]
-            .as_str()
-            .map(|_| ())
+    let (incident, _) = eventually(Duration::from_secs(30), "the Incident object with its investigation", || {
+        let incident = get_json(&api, &["get", "incident", &incident_id.replace('_', "-"), "-n", OPERATOR_NAMESPACE]);
+        incident["status"]["investigation"]["finding"].as_str().map(|_| incident.clone())
     })
     .await;
+
+    // Retention (5 s here): the finished Run object is deleted and not written again.
+    let run = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
+    let exists = || api.kubectl(&["get", "run", &run, "-n", OPERATOR_NAMESPACE]).0 == 0;
+    let (_, gone) =
+        eventually(Duration::from_secs(20), "the expired Run object to be deleted", || (!exists()).then_some(())).await;
+    eprintln!("the finished Run object was deleted {gone:?} after the check started");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!exists(), "an expired Run is not projected again");
+    assert!(exists_incident(&api, &incident_id), "a firing Incident is kept");
     assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
 }
