@@ -6,7 +6,7 @@ use clap::{CommandFactory, Parser};
 
 use super::value::{normalize_http_url, split_list};
 use super::*;
-use crate::engine::language::normalize_language;
+use crate::language::normalize_language;
 
 #[derive(Parser, Debug)]
 struct Cli {

@@ -485,6 +485,6 @@ pub(crate) fn check_base_url(v: String, expect: &str) -> Result<String, String> 
 
 /// Response language as a normalised BCP 47 tag.
 pub(crate) fn check_language(v: String, expect: &str) -> Result<String, String> {
-    crate::engine::language::normalize_language(v.trim())
+    crate::language::normalize_language(v.trim())
         .ok_or_else(|| format!("{v:?} is not a valid language tag; expected {expect}"))
 }

@@ -5,7 +5,6 @@ pub mod budget;
 pub mod conversation;
 pub mod instructions;
 pub mod knowledge_tools;
-pub mod language;
 pub mod plan;
 pub mod run;
 pub mod skills;

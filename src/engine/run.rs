@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
 use super::conversation::{self, Speaker, Turn};
 use super::knowledge_tools;
-use super::language::{language_instruction, normalize_language};
+use crate::language::{language_instruction, normalize_language};
 use super::plan::{self, CapabilityGap, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT};
 use super::skills::{self, RunSkills, SkillEntry};
 use crate::alerts::investigation::{self, InvestigationResult, RESULT_TOOL};
