@@ -1,6 +1,7 @@
 //! Akritas: a self-hosted, Kubernetes-native operations assistant.
 
 pub mod alerts;
+pub mod app;
 pub mod audit;
 pub mod catalog;
 pub mod cli;

@@ -1,10 +1,8 @@
 //! The `akritas` command line: parse, dispatch, print.
 
 pub mod ask;
-pub mod assemble;
 pub mod crds;
 pub mod knowledge;
-pub mod live;
 pub mod mcp_probe;
 pub mod serve;
 pub mod validate;

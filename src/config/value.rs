@@ -31,13 +31,7 @@ impl JsonErr {
 
 /// Compact JSON rendering of a value for error messages, truncated.
 pub(crate) fn show(v: &Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() > 80 {
-        let head: String = s.chars().take(77).collect();
-        format!("{head}...")
-    } else {
-        s
-    }
+    crate::text::truncate_chars(&v.to_string(), 80, crate::text::ELLIPSIS)
 }
 
 /// A type a setting can have.

@@ -45,13 +45,7 @@ impl LlmError {
 /// Body text for error messages: lossy UTF-8, key redacted, whitespace collapsed, ≤ 512 chars.
 pub(crate) fn excerpt(body: &[u8], api_key: Option<&str>) -> String {
     let text = redact(&String::from_utf8_lossy(body), api_key);
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() <= EXCERPT_MAX_CHARS {
-        return collapsed;
-    }
-    let mut cut: String = collapsed.chars().take(EXCERPT_MAX_CHARS - 1).collect();
-    cut.push('…');
-    cut
+    crate::text::truncate_chars(&crate::text::one_line(&text), EXCERPT_MAX_CHARS, "…")
 }
 
 /// Replaces every occurrence of the API key by `[redacted]`.

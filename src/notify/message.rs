@@ -9,6 +9,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::text::truncate_chars;
+
 /// Telegram `sendMessage` text limit used by upstream (runes).
 pub const TELEGRAM_MAX_RUNES: usize = 4000;
 /// Mattermost post limit used by upstream (runes).
@@ -101,21 +103,6 @@ pub fn escape_mattermost(s: &str) -> String {
     out
 }
 
-/// Truncates `s` to at most `max_runes` chars; if truncation happens the result
-/// ends with [`TRUNCATION_SUFFIX`] and is exactly `max_runes` chars long.
-pub fn truncate_runes(s: &str, max_runes: usize) -> String {
-    if s.chars().count() <= max_runes {
-        return s.to_string();
-    }
-    let suffix_len = TRUNCATION_SUFFIX.chars().count();
-    if max_runes <= suffix_len {
-        return TRUNCATION_SUFFIX.chars().take(max_runes).collect();
-    }
-    let mut out: String = s.chars().take(max_runes - suffix_len).collect();
-    out.push_str(TRUNCATION_SUFFIX);
-    out
-}
-
 fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     let mut lines: Vec<String> = vec![
         "Akritas incident investigation".to_string(),
@@ -165,13 +152,13 @@ fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
 /// Plain-text Telegram message (sent without `parse_mode`, so no Markdown
 /// escaping is needed), truncated to [`TELEGRAM_MAX_RUNES`].
 pub fn telegram_text(n: &Notification) -> String {
-    truncate_runes(&render(n, sanitize_value), TELEGRAM_MAX_RUNES)
+    truncate_chars(&render(n, sanitize_value), TELEGRAM_MAX_RUNES, TRUNCATION_SUFFIX)
 }
 
 /// Mattermost message: values sanitised and Markdown-escaped, truncated to
 /// [`MATTERMOST_MAX_RUNES`].
 pub fn mattermost_text(n: &Notification) -> String {
-    truncate_runes(&render(n, |v| escape_mattermost(&sanitize_value(v))), MATTERMOST_MAX_RUNES)
+    truncate_chars(&render(n, |v| escape_mattermost(&sanitize_value(v))), MATTERMOST_MAX_RUNES, TRUNCATION_SUFFIX)
 }
 
 /// Webhook envelope `{"version":1,"event","delivery_id","created_at","incident"}`.
@@ -303,8 +290,8 @@ mod tests {
         let m = mattermost_text(&n);
         assert_eq!(m.chars().count(), MATTERMOST_MAX_RUNES);
         assert!(m.ends_with(TRUNCATION_SUFFIX));
-        assert_eq!(truncate_runes("abc", 3), "abc");
-        assert_eq!(truncate_runes("abc", 2).chars().count(), 2);
+        assert_eq!(truncate_chars("abc", 3, TRUNCATION_SUFFIX), "abc");
+        assert_eq!(truncate_chars("abc", 2, TRUNCATION_SUFFIX).chars().count(), 2);
         let short = telegram_text(&sample());
         assert!(!short.ends_with(TRUNCATION_SUFFIX));
     }

@@ -6,6 +6,7 @@
 
 pub mod alert_source;
 pub mod common;
+pub mod field_error;
 pub mod incident;
 pub mod knowledge_base;
 pub mod mcp_adapter;

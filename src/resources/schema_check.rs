@@ -8,7 +8,7 @@ use std::sync::{Mutex, OnceLock};
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use super::validate::FieldError;
+use super::field_error::FieldError;
 
 /// Appends one error per violation found under `path`.
 pub fn check(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
@@ -189,7 +189,7 @@ fn describe(value: &Value) -> String {
         Value::Array(_) => return "a list".to_string(),
         other => other.to_string(),
     };
-    if text.chars().count() > 80 { format!("{}…", text.chars().take(80).collect::<String>()) } else { text }
+    crate::text::truncate_chars(&text, 81, "…")
 }
 
 fn matches_pattern(pattern: &str, text: &str) -> bool {

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::Resource;
 use super::common::NamedValue;
-use super::validate::FieldError;
+use super::field_error::FieldError;
 
 /// Appends the semantic problems of a resource.
 pub fn check(resource: &Resource, errors: &mut Vec<FieldError>) {

@@ -7,33 +7,12 @@ use std::fmt;
 use kube::core::cel::Validator;
 use serde_json::Value;
 
+pub use super::field_error::FieldError;
 use super::{API_VERSION, Kind, Resource, schema_check, semantic};
 
 /// Longest Akritas resource name (a DNS-1123 label: names become tool namespaces,
 /// skill names and URL path segments).
 pub const MAX_NAME_LEN: usize = 63;
-
-/// One problem with one field.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct FieldError {
-    /// Dotted path, for example `spec.transport.stdio.command`.
-    pub field: String,
-    /// What is wrong and, where it is not obvious, what to do.
-    pub reason: String,
-}
-
-impl FieldError {
-    /// A new error.
-    pub fn new(field: &str, reason: impl Into<String>) -> Self {
-        Self { field: field.to_string(), reason: reason.into() }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() { write!(f, "{}", self.reason) } else { write!(f, "{}: {}", self.field, self.reason) }
-    }
-}
 
 /// What could be read of an object's identity, even when it is invalid.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

@@ -90,5 +90,5 @@ impl fmt::Display for ToolName {
 
 /// A bounded copy of a rejected name for error messages.
 fn preview(s: &str) -> String {
-    super::result::truncate_utf8(s, 160)
+    crate::text::truncate_bytes(s, 160, crate::text::ELLIPSIS)
 }

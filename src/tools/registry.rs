@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::result::truncate_utf8;
 use super::{ErrorCode, Permission, ToolCall, ToolName, ToolPolicy, ToolResult, openai_alias};
+use crate::text::{ELLIPSIS, truncate_bytes};
 
 /// Timeout of a [`ToolSpec`] built with [`ToolSpec::new`].
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -166,7 +166,7 @@ fn compile(spec: ToolSpec, handler: Arc<dyn ToolHandler>) -> Result<Entry, Regis
     }
     // Offline: `$ref`s to anything outside the schema (network or file) fail here instead of being fetched.
     let validator = jsonschema::options().offline().build(&spec.input_schema).map_err(|e| {
-        RegistryError::InvalidSchema { name: name.clone(), reason: truncate_utf8(&e.to_string(), 1024) }
+        RegistryError::InvalidSchema { name: name.clone(), reason: truncate_bytes(&e.to_string(), 1024, ELLIPSIS) }
     })?;
     let alias = openai_alias(name);
     Ok(Entry { spec, alias, validator, handler })
@@ -288,9 +288,10 @@ impl Registry {
     /// Check and run one call. Never panics or fails: every problem becomes a [`ToolResult`] error.
     pub async fn execute(&self, call: &ToolCall, policy: &dyn ToolPolicy) -> ToolResult {
         let started = Instant::now();
-        let call_id = truncate_utf8(&call.id, MAX_ECHO_BYTES);
+        let call_id = truncate_bytes(&call.id, MAX_ECHO_BYTES, ELLIPSIS);
         let entry = self.resolve(&call.name);
-        let tool = entry.map_or_else(|| truncate_utf8(&call.name, MAX_ECHO_BYTES), |e| e.spec.name.to_string());
+        let tool =
+            entry.map_or_else(|| truncate_bytes(&call.name, MAX_ECHO_BYTES, ELLIPSIS), |e| e.spec.name.to_string());
         tracing::info!(tool = tool.as_str(), call_id = call_id.as_str(), "tool call started");
 
         let mut result = match self.run(call, entry, policy).await {
@@ -321,7 +322,7 @@ impl Registry {
         let Some(entry) = entry else {
             return Err((
                 ErrorCode::UnknownTool,
-                format!("unknown tool {:?}", truncate_utf8(&call.name, MAX_ECHO_BYTES)),
+                format!("unknown tool {:?}", truncate_bytes(&call.name, MAX_ECHO_BYTES, ELLIPSIS)),
             ));
         };
         let spec = &entry.spec;
@@ -344,7 +345,9 @@ impl Registry {
                 let what = if join.is_panic() { "panicked" } else { "was cancelled" };
                 return Err((ErrorCode::ToolError, format!("tool {} {what}", spec.name)));
             }
-            Ok(Ok(Err(message))) => return Err((ErrorCode::ToolError, truncate_utf8(&message, MAX_TOOL_ERROR_BYTES))),
+            Ok(Ok(Err(message))) => {
+                return Err((ErrorCode::ToolError, truncate_bytes(&message, MAX_TOOL_ERROR_BYTES, ELLIPSIS)));
+            }
             Ok(Ok(Ok(text))) => text,
         };
         // 6. Result.
@@ -405,9 +408,9 @@ fn validate(validator: &jsonschema::Validator, arguments: &Value) -> Result<(), 
         }
         let path = error.instance_path().as_str();
         let path = if path.is_empty() { "/" } else { path };
-        message.push_str(&format!("at {path}: {}", truncate_utf8(&error.to_string(), 300)));
+        message.push_str(&format!("at {path}: {}", truncate_bytes(&error.to_string(), 300, ELLIPSIS)));
     }
-    Err(truncate_utf8(&message, MAX_VALIDATION_MESSAGE_BYTES))
+    Err(truncate_bytes(&message, MAX_VALIDATION_MESSAGE_BYTES, ELLIPSIS))
 }
 
 /// Rejects `alias` if it is another tool's alias or host name, or if `name` is another tool's alias.

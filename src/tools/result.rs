@@ -118,19 +118,3 @@ impl ToolResult {
         })
     }
 }
-
-/// `s` cut to at most `max` bytes on a char boundary, with `...` marking a cut.
-pub(crate) fn truncate_utf8(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    const MARK: &str = "...";
-    let mut end = max.saturating_sub(MARK.len());
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out = String::with_capacity(end + MARK.len());
-    out.push_str(&s[..end]);
-    out.push_str(MARK);
-    out
-}

@@ -14,6 +14,8 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, 
 use serde_json::Value;
 use url::Url;
 
+use crate::text;
+
 /// User-Agent sent with every request.
 pub const USER_AGENT_VALUE: &str = concat!("Akritas-VictoriaMetrics-MCP/", env!("CARGO_PKG_VERSION"));
 /// Upper bound of the connect timeout.
@@ -126,7 +128,7 @@ impl Endpoint {
         } else {
             Err(VmError::InvalidArgument(format!(
                 "label must match ^[a-zA-Z_][a-zA-Z0-9_]*$ (e.g. `job` or `__name__`), got {:?}",
-                truncate_chars(label, 80)
+                text::truncate_chars(label, 80, text::ELLIPSIS)
             )))
         }
     }
@@ -302,7 +304,7 @@ impl VmClient {
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(|v| truncate_chars(v, 256))
+            .map(|v| text::truncate_chars(v, 256, text::ELLIPSIS))
             .unwrap_or_default();
         let failure = |reason: &'static str, body: &[u8]| Failure {
             status: status.as_u16(),
@@ -455,25 +457,15 @@ fn body_preview(body: &[u8]) -> String {
     let mut preview: String =
         String::from_utf8_lossy(&body[..end]).chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     if body.len() > MAX_DEBUG_BODY_PREVIEW_BYTES {
-        preview.push_str("...");
+        preview.push_str(text::ELLIPSIS);
     }
     preview
 }
 
-/// Replaces control characters and truncates to `max` characters (appending `...`).
+/// Replaces control characters and truncates to `max` characters (`...` included).
 fn sanitize_chars(s: &str, max: usize) -> String {
     let cleaned: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    truncate_chars(&cleaned, max)
-}
-
-fn truncate_chars(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_owned()
-    } else {
-        let mut out: String = s.chars().take(max).collect();
-        out.push_str("...");
-        out
-    }
+    text::truncate_chars(&cleaned, max, text::ELLIPSIS)
 }
 
 /// Error message with its sources, e.g. `error sending request: client error (Connect): tcp connect

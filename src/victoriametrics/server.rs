@@ -168,7 +168,7 @@ pub fn parse_args<T: DeserializeOwned + schemars::JsonSchema + 'static>(args: Js
                 let allowed: Vec<String> = props.keys().map(|k| format!("`{k}`")).collect();
                 return Err(invalid(format!(
                     "unknown argument `{}`; allowed arguments: {}",
-                    truncate(key, 64),
+                    crate::text::truncate_chars(key, 64, crate::text::ELLIPSIS),
                     allowed.join(", ")
                 )));
             };
@@ -203,10 +203,6 @@ pub fn parse_args<T: DeserializeOwned + schemars::JsonSchema + 'static>(args: Js
         }
     }
     serde_json::from_value(Value::Object(args)).map_err(|e| invalid(format!("invalid arguments: {e}")))
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max { s.to_owned() } else { format!("{}...", s.chars().take(max).collect::<String>()) }
 }
 
 fn invalid(msg: String) -> VmError {

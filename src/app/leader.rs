@@ -1,0 +1,112 @@
+//! Operator mode with several replicas: the leader (holder of the Lease) runs
+//! everything; a standby serves reads from its own watches until it leads.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio_util::sync::CancellationToken;
+
+use super::process::{host_info, pod_namespace, shutdown_on_signal};
+use super::{assemble, sources};
+use crate::catalog::CatalogStore;
+use crate::catalog::status::StatusBoard;
+use crate::config::Settings;
+use crate::engine::instructions::SystemInstructions;
+use crate::operator;
+use crate::web::auth::ApiKeys;
+use crate::web::{self, AppState};
+
+/// Operator mode: connects to the API server and returns once this replica leads
+/// (standing by until then); `lost` is cancelled if the Lease cannot be kept.
+/// `None`: stopped by a signal while standing by.
+pub async fn lead(
+    settings: &Settings,
+    instructions: &SystemInstructions,
+    keys: &ApiKeys,
+    lost: &CancellationToken,
+) -> Result<Option<kube::Client>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")?;
+    let identity = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("akritas-{:016x}", rand::random::<u64>()));
+    let lease = operator::leader::LeaseSettings {
+        name: "akritas-leader".into(),
+        namespace: pod_namespace(settings),
+        identity: format!("{identity}-{}", std::process::id()),
+        duration: settings.lease_duration,
+    };
+    tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for the leader Lease");
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &lease.namespace);
+    let leading = matches!(operator::leader::try_acquire(&api, &lease).await, Ok(operator::leader::Outcome::Leading));
+    if !leading && !stand_by(&client, settings, instructions, keys, &lease).await? {
+        return Ok(None);
+    }
+    let (keeper, lost) = (client.clone(), lost.clone());
+    tokio::spawn(async move {
+        operator::leader::keep(keeper, lease).await;
+        lost.cancel();
+    });
+    Ok(Some(client))
+}
+
+/// A standby replica serves reads (health, resources, tools, metrics) from its own
+/// watches, writes nothing, and answers everything else 503 until it acquires the
+/// Lease (`true`) or a signal stops it (`false`).
+async fn stand_by(
+    client: &kube::Client,
+    settings: &Settings,
+    instructions: &SystemInstructions,
+    keys: &ApiKeys,
+    lease: &operator::leader::LeaseSettings,
+) -> Result<bool> {
+    let cancel = CancellationToken::new();
+    let stop = CancellationToken::new();
+    let store = CatalogStore::new();
+    let board = StatusBoard::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(shutdown_on_signal(stop.clone()));
+    let (secrets, _) = sources::operator(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
+    let llm = assemble::llm_client(settings, instructions)?;
+    let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
+    let engine = crate::engine::run::Engine::new(
+        crate::engine::run::EngineSettings::from_settings(settings),
+        llm,
+        tools,
+        None,
+        store.clone(),
+        None,
+    );
+    let state = AppState {
+        catalog: store,
+        board,
+        keys: Arc::new(keys.clone()),
+        engine: Arc::new(engine),
+        alerts: None,
+        secrets,
+        info: Arc::new(host_info(settings, instructions, "operator-standby")),
+    };
+    let listener = tokio::net::TcpListener::bind(settings.address)
+        .await
+        .with_context(|| format!("cannot listen on {} (set --address to a free address)", settings.address))?;
+    tracing::info!(
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "Akritas standby listening (reads only until this replica leads)"
+    );
+    let server =
+        tokio::spawn(web::serve(listener, web::standby_router(state), cancel.clone(), settings.shutdown_timeout));
+    let promoted = tokio::select! {
+        _ = operator::leader::acquire(client, lease) => true,
+        _ = stop.cancelled() => false,
+    };
+    cancel.cancel();
+    stop.cancel();
+    let _ = server.await;
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(settings.shutdown_timeout, drain).await;
+    Ok(promoted)
+}

@@ -1,0 +1,11 @@
+//! The composition root: what `serve` and `ask` start, and how live components
+//! (MCP adapters, knowledge-base indexes, discovered facts) are kept in step with
+//! the Catalog. Domain modules never import this layer; `cli` calls it.
+
+pub mod ask;
+pub mod assemble;
+pub mod leader;
+pub mod live;
+pub mod process;
+pub mod serve;
+pub mod sources;

@@ -1,0 +1,48 @@
+//! Facts about this process and its signals: the pod's namespace, what `/health`
+//! reports about the host, and shutdown on SIGTERM/SIGINT.
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::engine::instructions::SystemInstructions;
+use crate::web::HostInfo;
+
+/// The namespace of this pod (the Lease and, by default, Runs and Incidents live there).
+pub fn pod_namespace(settings: &Settings) -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .or_else(|| settings.namespace.clone())
+        .unwrap_or_else(|| "default".into())
+}
+
+pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &'static str) -> HostInfo {
+    HostInfo {
+        mode,
+        model: settings.model.clone(),
+        response_language: settings.response_language.clone(),
+        instructions_sha256: instructions.sha256(),
+        max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
+    }
+}
+
+/// Cancels `cancel` on SIGTERM or SIGINT.
+pub async fn shutdown_on_signal(cancel: CancellationToken) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+        _ = terminate => tracing::info!("SIGTERM received; shutting down"),
+    }
+    cancel.cancel();
+}

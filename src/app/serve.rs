@@ -1,0 +1,173 @@
+//! What `serve` starts: resources (directory or Kubernetes), the engine, live
+//! components kept in step with the Catalog, the alert worker, the Run/Incident
+//! projection and the HTTP server; everything stops on one cancellation token.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use tokio_util::sync::CancellationToken;
+
+use super::process::{host_info, pod_namespace, shutdown_on_signal};
+use super::{assemble, leader, live, sources};
+use crate::alerts::worker::{Worker, WorkerSettings};
+use crate::catalog::CatalogStore;
+use crate::catalog::secrets::{EnvSecrets, SecretResolver};
+use crate::catalog::status::StatusBoard;
+use crate::config::Settings;
+use crate::engine::instructions::SystemInstructions;
+use crate::mcp::{HostOptions, McpHost, from_catalog};
+use crate::operator::projection::{self, ProjectionSettings};
+use crate::web::auth::ApiKeys;
+use crate::web::{self, AppState};
+
+/// Serves until a signal (or, in operator mode, until the leader Lease is lost:
+/// then an error so that the process exits and a new leader takes over).
+pub async fn serve(settings: Settings) -> Result<()> {
+    let instructions = SystemInstructions::load(&settings.system_instructions)?;
+    let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?;
+    if !keys.enabled() {
+        if !settings.address.ip().is_loopback() && !settings.allow_unauthenticated {
+            bail!(
+                "no API key is configured but the address {} is reachable from other hosts; set {} (or configure api_keys), \
+                 or pass --allow-unauthenticated to accept anonymous callers",
+                settings.address,
+                settings.api_keys.first().map(|k| k.env.as_str()).unwrap_or("AKRITAS_API_KEY"),
+            );
+        }
+        tracing::warn!(address = %settings.address, "authentication disabled: no API key configured");
+    }
+    let cancel = CancellationToken::new();
+    let leadership_lost = CancellationToken::new();
+    let client = if settings.kubernetes {
+        match leader::lead(&settings, &instructions, &keys, &leadership_lost).await? {
+            Some(client) => Some(client),
+            // Stopped by a signal while standing by.
+            None => return Ok(()),
+        }
+    } else {
+        None
+    };
+    let store = CatalogStore::new();
+    let board = StatusBoard::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    let (secrets, secrets_changed): (Arc<dyn SecretResolver>, _) = match &client {
+        Some(client) => sources::operator(client.clone(), &settings, &store, &board, &mut tasks, &cancel, true).await?,
+        None => {
+            sources::standalone(&settings, &store, &board, &mut tasks, &cancel).await?;
+            (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
+        }
+    };
+    let mode = if settings.kubernetes { "operator" } else { "standalone" };
+
+    let info = host_info(&settings, &instructions, mode);
+    let llm = assemble::llm_client(&settings, &instructions)?;
+    let audit = {
+        let settings = settings.clone();
+        tokio::task::spawn_blocking(move || assemble::open_audit(&settings))
+            .await
+            .context("opening the audit journal")??
+    };
+    let knowledge = assemble::knowledge_bases(&settings);
+    let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
+    tasks.spawn(live::knowledge_bases(knowledge, store.clone(), board.clone(), cancel.clone()));
+    let mcp = McpHost::new(HostOptions::default());
+    tasks.spawn(live::mcp_adapters(
+        mcp.clone(),
+        store.clone(),
+        board.clone(),
+        engine.clone(),
+        secrets.clone(),
+        secrets_changed.clone(),
+        cancel.clone(),
+    ));
+    let alerts = {
+        let path = settings.data_dir.join("alerts").join("alerts.jsonl");
+        let store = tokio::task::spawn_blocking(move || crate::alerts::store::AlertStore::open(&path))
+            .await
+            .context("opening the alert journal")?
+            .context("opening the alert journal")?;
+        // The replayed records are gone; their memory goes back to the system.
+        live::release_freed_memory();
+        Arc::new(store)
+    };
+    let worker = Worker::new(
+        alerts.clone(),
+        engine.clone(),
+        store.clone(),
+        secrets.clone(),
+        board.clone(),
+        WorkerSettings::from_settings(&settings),
+    )
+    .context("building the alert worker")?;
+    worker.recover().await.context("recovering interrupted alert jobs")?;
+    {
+        // Investigations wait (bounded) for the adapters configured at start, so a
+        // resumed job does not run without the tools it was meant to have.
+        let (engine, expected, cancel) =
+            (engine.clone(), from_catalog::adapters(&store.current(), secrets.as_ref()).0.len(), cancel.clone());
+        tasks.spawn(async move {
+            live::adapters_settled(&mcp, expected, live::MCP_CONNECT_WAIT).await;
+            engine.set_tools(&mcp.registry());
+            Arc::new(worker).run(cancel).await;
+        });
+    }
+    tasks.spawn(live::discovered_facts(
+        store.clone(),
+        board.clone(),
+        secrets.clone(),
+        secrets_changed.clone(),
+        cancel.clone(),
+    ));
+    tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
+    if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
+        let namespace = settings.namespace.clone().unwrap_or_else(|| pod_namespace(&settings));
+        let projection = ProjectionSettings { namespace, retention: settings.record_retention };
+        tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), projection, cancel.clone()));
+        tasks.spawn(projection::serve_requests(client, settings.namespace.clone(), engine.clone(), cancel.clone()));
+    }
+    let state = AppState {
+        catalog: store.clone(),
+        board,
+        keys: Arc::new(keys),
+        engine,
+        alerts: Some(alerts),
+        secrets,
+        info: Arc::new(info),
+    };
+    let listener = tokio::net::TcpListener::bind(settings.address)
+        .await
+        .with_context(|| format!("cannot listen on {} (set --address to a free address)", settings.address))?;
+    let catalog = store.current();
+    tracing::info!(
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        version = env!("CARGO_PKG_VERSION"),
+        mode,
+        catalog_version = catalog.version,
+        resources = catalog.entries.len(),
+        api_keys = %state.keys.names().join(","),
+        system_instructions = %instructions.path().display(),
+        "Akritas listening"
+    );
+
+    tasks.spawn(shutdown_on_signal(cancel.clone()));
+    {
+        let (lost, cancel) = (leadership_lost.clone(), cancel.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = lost.cancelled() => cancel.cancel(),
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
+    web::serve(listener, web::router(state), cancel.clone(), settings.shutdown_timeout).await.context("HTTP server")?;
+    cancel.cancel();
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(settings.shutdown_timeout, drain).await.is_err() {
+        tracing::warn!("background tasks did not stop in time");
+    }
+    if leadership_lost.is_cancelled() {
+        bail!("the leader Lease was lost; stopping so that a new leader can take over");
+    }
+    tracing::info!("Akritas stopped");
+    Ok(())
+}
