@@ -119,25 +119,44 @@ pub(crate) struct ParsedLine {
     pub(crate) hash: String,
 }
 
+/// What is wrong with one complete line.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LineProblem {
+    /// Not a record at all.
+    #[error("not a valid journal record ({0})")]
+    NotARecord(serde_json::Error),
+    /// A record kind outside the allowed alphabet.
+    #[error("invalid record kind {0:?}")]
+    InvalidKind(String),
+    /// A missing or repeated record.
+    #[error("sequence break: expected seq {expected}, found seq {found}")]
+    SequenceBreak { expected: u64, found: u64 },
+    /// `prev` does not name the previous record's hash.
+    #[error("chain break at seq {seq}: prev is {prev:?} but the previous record's hash is {expected}")]
+    ChainBreak { seq: u64, prev: String, expected: String },
+    /// The record was altered.
+    #[error("hash mismatch at seq {seq}: recorded {recorded:?}, computed {computed}")]
+    HashMismatch { seq: u64, recorded: String, computed: String },
+    /// The record's data is not JSON the reader can hold.
+    #[error("unreadable data ({0})")]
+    UnreadableData(serde_json::Error),
+}
+
 /// Parses and checks one complete line (without its `\n`) against the expected seq and prev hash.
-/// The error is a human-readable reason.
-pub(crate) fn check_line(line: &[u8], expected_seq: u64, expected_prev: &str) -> Result<ParsedLine, String> {
-    let parsed: ParsedLine = serde_json::from_slice(line).map_err(|e| format!("not a valid journal record ({e})"))?;
+pub(crate) fn check_line(line: &[u8], expected_seq: u64, expected_prev: &str) -> Result<ParsedLine, LineProblem> {
+    let parsed: ParsedLine = serde_json::from_slice(line).map_err(LineProblem::NotARecord)?;
     if !is_valid_kind(&parsed.kind) {
-        return Err(format!("invalid record kind {:?}", parsed.kind));
+        return Err(LineProblem::InvalidKind(parsed.kind));
     }
     if parsed.seq != expected_seq {
-        return Err(format!("sequence break: expected seq {expected_seq}, found seq {}", parsed.seq));
+        return Err(LineProblem::SequenceBreak { expected: expected_seq, found: parsed.seq });
     }
     if parsed.prev != expected_prev {
-        return Err(format!(
-            "chain break at seq {}: prev is {:?} but the previous record's hash is {expected_prev}",
-            parsed.seq, parsed.prev
-        ));
+        return Err(LineProblem::ChainBreak { seq: parsed.seq, prev: parsed.prev, expected: expected_prev.to_owned() });
     }
     let computed = record_hash(&parsed.prev, parsed.seq, &parsed.time, &parsed.kind, parsed.data.get());
     if parsed.hash != computed {
-        return Err(format!("hash mismatch at seq {}: recorded {:?}, computed {computed}", parsed.seq, parsed.hash));
+        return Err(LineProblem::HashMismatch { seq: parsed.seq, recorded: parsed.hash, computed });
     }
     Ok(parsed)
 }

@@ -116,8 +116,8 @@ impl fmt::Debug for Journal {
     }
 }
 
-fn record_from_line(line: format::ParsedLine) -> Result<Record, String> {
-    let data = serde_json::from_str(line.data.get()).map_err(|e| format!("unreadable data ({e})"))?;
+fn record_from_line(line: format::ParsedLine) -> Result<Record, format::LineProblem> {
+    let data = serde_json::from_str(line.data.get()).map_err(format::LineProblem::UnreadableData)?;
     Ok(Record { seq: line.seq, time: line.time, kind: line.kind, data, hash: line.hash })
 }
 

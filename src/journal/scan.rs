@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use super::JournalError;
-use super::format::{GENESIS_PREV, ParsedLine, check_line};
+use super::format::{GENESIS_PREV, LineProblem, ParsedLine, check_line};
 
 /// A partial final line (no trailing newline), typically left by a crash during a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub(crate) struct ScanOutcome {
 pub(crate) fn scan(
     path: &Path,
     reader: impl Read,
-    mut visit: impl FnMut(ParsedLine) -> Result<(), String>,
+    mut visit: impl FnMut(ParsedLine) -> Result<(), LineProblem>,
 ) -> Result<ScanOutcome, JournalError> {
     let mut reader = BufReader::with_capacity(1 << 16, reader);
     let mut buf = Vec::new();
@@ -63,7 +63,12 @@ pub(crate) fn scan(
             return Ok(ScanOutcome { report, valid_len: offset });
         };
         line_no += 1;
-        let corrupt = |reason: String| JournalError::Corrupt { path: path.to_owned(), line: line_no, offset, reason };
+        let corrupt = |problem: LineProblem| JournalError::Corrupt {
+            path: path.to_owned(),
+            line: line_no,
+            offset,
+            reason: problem.to_string(),
+        };
         let parsed = check_line(line, last_seq + 1, &last_hash).map_err(corrupt)?;
         last_seq = parsed.seq;
         last_hash.clone_from(&parsed.hash);

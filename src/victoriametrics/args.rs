@@ -2,7 +2,6 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use anyhow::Context as _;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
     ServiceExt as _,
@@ -12,7 +11,7 @@ use rmcp::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Auth, VmClient, VmClientConfig, parse_base_url};
+use super::client::{Auth, VmClient, VmClientConfig, VmError, parse_base_url};
 use super::server::VictoriaMetricsServer;
 
 /// Default `--max-response-bytes` (4 MiB).
@@ -24,6 +23,54 @@ pub const MIN_MAX_RESPONSE_BYTES: usize = 1024;
 pub const MAX_MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 /// Largest accepted `--timeout`.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A flag of `akritas mcp victoriametrics` that cannot be used, or a server that
+/// could not start; each message names the flag or step to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A flag names no environment variable.
+    #[error("{flag} needs the name of an environment variable")]
+    EnvNameMissing { flag: String },
+    /// A flag's environment variable is unusable.
+    #[error("{flag}: environment variable {name} is {problem}")]
+    Env { flag: String, name: String, problem: &'static str },
+    /// Bearer and Basic auth together.
+    #[error("--bearer-token-env and --basic-auth-*-env are mutually exclusive")]
+    AuthConflict,
+    /// Only half of Basic auth.
+    #[error("Basic auth needs both --basic-auth-user-env and --basic-auth-password-env")]
+    BasicIncomplete,
+    /// A Basic user name with a colon.
+    #[error("--basic-auth-user-env: the user name must not contain ':'")]
+    UserWithColon,
+    /// `--header` without `=`.
+    #[error("--header {0:?}: expected NAME=ENV_VAR")]
+    HeaderSpec(String),
+    /// `--header` with an invalid name.
+    #[error("--header {0:?}: invalid header name")]
+    HeaderName(String),
+    /// `--header` naming a header the client sets itself.
+    #[error("--header: the {0} header cannot be set this way")]
+    HeaderReserved(String),
+    /// `--header` whose value is not a valid header value.
+    #[error("--header {name}: the value of {env} contains invalid characters (CR/LF?)")]
+    HeaderValue { name: String, env: String },
+    /// `--max-response-bytes` out of range.
+    #[error("--max-response-bytes must be between {MIN_MAX_RESPONSE_BYTES} and {MAX_MAX_RESPONSE_BYTES}, got {0}")]
+    MaxResponseBytes(usize),
+    /// `--timeout` out of range.
+    #[error("--timeout must be greater than 0 and at most {}s", MAX_TIMEOUT.as_secs())]
+    Timeout,
+    /// The client configuration (base URL, TLS).
+    #[error(transparent)]
+    Client(#[from] VmError),
+    /// The MCP session over stdio.
+    #[error("MCP over stdio failed: {0}")]
+    Stdio(String),
+    /// The HTTP listener.
+    #[error("cannot serve MCP over HTTP at {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
 
 /// `akritas mcp victoriametrics`: a read-only MCP server for VictoriaMetrics.
 #[derive(Debug, Clone, clap::Args)]
@@ -95,26 +142,27 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn read_env(flag: &str, name: &str) -> anyhow::Result<String> {
+fn read_env(flag: &str, name: &str) -> Result<String, ServeError> {
     if name.trim().is_empty() {
-        anyhow::bail!("{flag} needs the name of an environment variable");
+        return Err(ServeError::EnvNameMissing { flag: flag.to_owned() });
     }
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Ok(v),
-        Ok(_) => anyhow::bail!("{flag}: environment variable {name} is empty"),
-        Err(std::env::VarError::NotPresent) => anyhow::bail!("{flag}: environment variable {name} is not set"),
-        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("{flag}: environment variable {name} is not UTF-8"),
-    }
+    let problem = match std::env::var(name) {
+        Ok(v) if !v.is_empty() => return Ok(v),
+        Ok(_) => "empty",
+        Err(std::env::VarError::NotPresent) => "not set",
+        Err(std::env::VarError::NotUnicode(_)) => "not UTF-8",
+    };
+    Err(ServeError::Env { flag: flag.to_owned(), name: name.to_owned(), problem })
 }
 
 impl VictoriaMetricsArgs {
     /// Validates the flags, reads credentials/header values from the environment and builds the
     /// client configuration.
-    pub fn client_config(&self) -> anyhow::Result<VmClientConfig> {
+    pub fn client_config(&self) -> Result<VmClientConfig, ServeError> {
         let base_url = parse_base_url(&self.base_url)?;
         let auth = match (&self.bearer_token_env, &self.basic_auth_user_env, &self.basic_auth_password_env) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
-                anyhow::bail!("--bearer-token-env and --basic-auth-*-env are mutually exclusive")
+                return Err(ServeError::AuthConflict);
             }
             (Some(env), None, None) => Auth::Bearer(read_env("--bearer-token-env", env)?),
             (None, Some(user), Some(pass)) => Auth::Basic {
@@ -122,44 +170,40 @@ impl VictoriaMetricsArgs {
                 password: read_env("--basic-auth-password-env", pass)?,
             },
             (None, Some(_), None) | (None, None, Some(_)) => {
-                anyhow::bail!("Basic auth needs both --basic-auth-user-env and --basic-auth-password-env")
+                return Err(ServeError::BasicIncomplete);
             }
             (None, None, None) => Auth::None,
         };
         if let Auth::Basic { username, .. } = &auth
             && username.contains(':')
         {
-            anyhow::bail!("--basic-auth-user-env: the user name must not contain ':'");
+            return Err(ServeError::UserWithColon);
         }
 
         let mut headers = Vec::new();
         for spec in &self.headers {
             let Some((name, env)) = spec.split_once('=') else {
-                anyhow::bail!("--header {spec:?}: expected NAME=ENV_VAR");
+                return Err(ServeError::HeaderSpec(spec.clone()));
             };
-            let name = HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| anyhow::anyhow!("--header {spec:?}: invalid header name"))?;
+            let name =
+                HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| ServeError::HeaderName(spec.clone()))?;
             if matches!(
                 name.as_str(),
                 "authorization" | "host" | "content-length" | "content-type" | "transfer-encoding"
             ) {
-                anyhow::bail!("--header: the {name} header cannot be set this way");
+                return Err(ServeError::HeaderReserved(name.to_string()));
             }
             let value = read_env(&format!("--header {name}"), env.trim())?;
-            let value = HeaderValue::from_str(&value).map_err(|_| {
-                anyhow::anyhow!("--header {name}: the value of {} contains invalid characters (CR/LF?)", env.trim())
-            })?;
+            let value = HeaderValue::from_str(&value)
+                .map_err(|_| ServeError::HeaderValue { name: name.to_string(), env: env.trim().to_owned() })?;
             headers.push((name, value));
         }
 
         if !(MIN_MAX_RESPONSE_BYTES..=MAX_MAX_RESPONSE_BYTES).contains(&self.max_response_bytes) {
-            anyhow::bail!(
-                "--max-response-bytes must be between {MIN_MAX_RESPONSE_BYTES} and {MAX_MAX_RESPONSE_BYTES}, got {}",
-                self.max_response_bytes
-            );
+            return Err(ServeError::MaxResponseBytes(self.max_response_bytes));
         }
         if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            anyhow::bail!("--timeout must be greater than 0 and at most {}s", MAX_TIMEOUT.as_secs());
+            return Err(ServeError::Timeout);
         }
 
         Ok(VmClientConfig {
@@ -185,7 +229,7 @@ fn init_logging(debug: bool) {
 }
 
 /// Runs the server until stdin closes (stdio) or Ctrl-C/SIGTERM (HTTP).
-pub async fn run(args: VictoriaMetricsArgs) -> anyhow::Result<()> {
+pub async fn run(args: VictoriaMetricsArgs) -> Result<(), ServeError> {
     init_logging(args.debug);
     crate::install_crypto_provider();
     let config = args.client_config()?;
@@ -197,15 +241,15 @@ pub async fn run(args: VictoriaMetricsArgs) -> anyhow::Result<()> {
             let service = VictoriaMetricsServer::new(client)
                 .serve(rmcp::transport::stdio())
                 .await
-                .context("MCP initialization over stdio failed")?;
-            service.waiting().await.context("MCP stdio service failed")?;
+                .map_err(|e| ServeError::Stdio(format!("initialization: {e}")))?;
+            service.waiting().await.map_err(|e| ServeError::Stdio(e.to_string()))?;
             Ok(())
         }
         Some(addr) => serve_http(addr, &args.allowed_hosts, client).await,
     }
 }
 
-async fn serve_http(addr: SocketAddr, extra_hosts: &[String], client: Arc<VmClient>) -> anyhow::Result<()> {
+async fn serve_http(addr: SocketAddr, extra_hosts: &[String], client: Arc<VmClient>) -> Result<(), ServeError> {
     let ct = CancellationToken::new();
     let mut allowed: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     allowed.extend(extra_hosts.iter().cloned());
@@ -214,8 +258,9 @@ async fn serve_http(addr: SocketAddr, extra_hosts: &[String], client: Arc<VmClie
     let service: StreamableHttpService<VictoriaMetricsServer, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(VictoriaMetricsServer::new(client.clone())), Default::default(), config);
     let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener.local_addr()?;
+    let listen_error = |source| ServeError::Listen { addr, source };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen_error)?;
+    let local = listener.local_addr().map_err(listen_error)?;
     tracing::info!(target: "akritas::victoriametrics", "serving MCP over streamable HTTP at http://{local}/mcp");
     eprintln!("listening on http://{local}/mcp");
     axum::serve(listener, router)
@@ -224,8 +269,7 @@ async fn serve_http(addr: SocketAddr, extra_hosts: &[String], client: Arc<VmClie
             ct.cancel();
         })
         .await
-        .context("HTTP server failed")?;
-    Ok(())
+        .map_err(listen_error)
 }
 
 async fn shutdown_signal() {
