@@ -4,7 +4,6 @@
 pub mod adapters;
 pub mod correlate;
 pub mod event;
-pub mod investigation;
 pub mod store;
 pub mod worker;
 

@@ -14,7 +14,7 @@ use crate::catalog::status::StatusBoard;
 use crate::config::{self, ServeFlags};
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::instructions::SystemInstructions;
-use crate::engine::run::{RunOutcome, RunRequest};
+use crate::engine::request::{RunOutcome, RunRequest};
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 
 /// Runs the question; exit 0 with an answer, 1 on any failure (message on stderr).
