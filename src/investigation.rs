@@ -116,10 +116,10 @@ pub fn result_schema() -> Value {
 pub enum InvestigationError {
     /// The arguments are not JSON.
     #[error("result is not valid JSON: {0}")]
-    Json(#[source] serde_json::Error),
+    Json(serde_json::Error),
     /// The JSON does not have the result's shape.
     #[error("result does not match the schema: {0}")]
-    Schema(#[source] serde_json::Error),
+    Schema(serde_json::Error),
     /// The result claims writes an investigation cannot make.
     #[error("result claims {0} production writes; investigations are read-only")]
     ProductionWrites(u64),

@@ -236,10 +236,10 @@ pub enum AuditError {
 pub enum RecordError {
     /// The record does not name a valid Run id.
     #[error("run_id: {0}")]
-    RunId(#[source] serde_json::Error),
+    RunId(serde_json::Error),
     /// A start record does not hold a Run.
     #[error("run: {0}")]
-    Run(#[source] serde_json::Error),
+    Run(serde_json::Error),
     /// A start record holds a Run that already ran.
     #[error("a started Run must be running and have no events")]
     NotFresh,
@@ -248,7 +248,7 @@ pub enum RecordError {
     StartedTwice(RunId),
     /// An event record does not hold an event.
     #[error("event: {0}")]
-    Event(#[source] serde_json::Error),
+    Event(serde_json::Error),
     /// An event of a Run the journal never started.
     #[error("event for unknown Run {0}")]
     EventOfUnknownRun(RunId),
@@ -270,7 +270,7 @@ pub enum RecordError {
     FinishedTwice(RunId),
     /// A finish record without a valid status.
     #[error("status: {0}")]
-    Status(#[source] serde_json::Error),
+    Status(serde_json::Error),
     /// A finish record that leaves the Run running.
     #[error("a finish must be succeeded or failed")]
     FinishStillRunning,
@@ -286,7 +286,6 @@ pub enum RecordError {
         /// Run.
         run: RunId,
         /// Why.
-        #[source]
         error: InvestigationError,
     },
     /// A record kind this version does not know.

@@ -146,10 +146,10 @@ impl std::fmt::Display for At {
 pub enum PlanError {
     /// The arguments are not JSON.
     #[error("plan is not valid JSON: {0}")]
-    Json(#[source] serde_json::Error),
+    Json(serde_json::Error),
     /// The JSON does not have the plan's shape.
     #[error("plan is not valid: {0}")]
-    Shape(#[source] serde_json::Error),
+    Shape(serde_json::Error),
     /// Over [`MAX_PLAN_ITEMS`] checks and gaps.
     #[error("plan has {0} checks and gaps; at most {MAX_PLAN_ITEMS} are allowed")]
     TooManyItems(usize),
