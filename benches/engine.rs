@@ -13,7 +13,8 @@ use akritas::audit::AuditLog;
 use akritas::catalog::CatalogStore;
 use akritas::engine::budget::BudgetLimits;
 use akritas::engine::conversation::{Speaker, Turn};
-use akritas::engine::run::{Engine, EngineSettings, RunRequest};
+use akritas::engine::request::{EngineSettings, RunRequest};
+use akritas::engine::run::Engine;
 use akritas::llm::{LlmClient, LlmConfig};
 use akritas::tools::{
     Permission, RegistryBuilder, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec, openai_alias,

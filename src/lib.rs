@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod investigation;
 pub mod journal;
 pub mod knowledge;
 pub mod language;

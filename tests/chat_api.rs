@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use akritas::audit::AuditLog;
 use akritas::catalog::CatalogStore;
-use akritas::engine::run::EngineSettings;
+use akritas::engine::request::EngineSettings;
 use akritas::tools::{ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
 use serde_json::{Value, json};

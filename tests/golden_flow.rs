@@ -193,7 +193,7 @@ async fn a_run_cannot_call_a_tool_outside_its_read_only_catalog() {
     .await;
     let (tools, counters) = host::standard_tools();
     let engine = host::engine(&llm, host::settings(), tools, akritas::catalog::CatalogStore::new(), None, None);
-    let request = akritas::engine::run::RunRequest {
+    let request = akritas::engine::request::RunRequest {
         source: "chat".into(),
         actor: "test".into(),
         turns: vec![akritas::engine::conversation::Turn {

@@ -7,7 +7,7 @@ mod support;
 
 use akritas::catalog::status::StatusBoard;
 use akritas::catalog::{CatalogStore, directory};
-use akritas::engine::run::Retriever;
+use akritas::engine::retrieval::Retriever;
 use akritas::knowledge::bases::KnowledgeBases;
 use support::host;
 

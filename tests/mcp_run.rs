@@ -13,7 +13,7 @@ use std::time::Duration;
 use akritas::audit::AuditLog;
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::engine::conversation::{Speaker, Turn};
-use akritas::engine::run::RunRequest;
+use akritas::engine::request::RunRequest;
 use akritas::mcp::{HostOptions, McpHost, from_catalog};
 use akritas::tools::{ToolName, openai_alias};
 use serde_json::json;

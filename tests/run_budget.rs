@@ -9,7 +9,9 @@ use akritas::audit::{AuditLog, RunStatus};
 use akritas::catalog::CatalogStore;
 use akritas::engine::budget::Dimension;
 use akritas::engine::conversation::{Speaker, Turn};
-use akritas::engine::run::{Engine, EngineSettings, Retrieved, Retriever, RunError, RunRequest};
+use akritas::engine::request::{EngineSettings, RunError, RunRequest};
+use akritas::engine::retrieval::{RetrievalError, Retrieved, Retriever};
+use akritas::engine::run::Engine;
 use akritas::tools::{ToolName, openai_alias};
 use futures_util::future::BoxFuture;
 use serde_json::json;
@@ -129,7 +131,7 @@ impl Retriever for BigRetriever {
         true
     }
 
-    fn search(&self, _query: &str, _top_k: usize) -> BoxFuture<'static, Result<Retrieved, String>> {
+    fn search(&self, _query: &str, _top_k: usize) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
         Box::pin(async {
             Ok(Retrieved {
                 output: json!({"results": [{"document": "runbook.md", "text": "x".repeat(4096)}]}),

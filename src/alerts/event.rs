@@ -320,11 +320,7 @@ pub fn rfc3339_nano(ts: Timestamp) -> String {
 
 /// Trim, then keep at most `max` Unicode scalar values.
 pub fn bound(raw: &str, max: usize) -> String {
-    let trimmed = raw.trim();
-    match trimmed.char_indices().nth(max) {
-        Some((cut, _)) => trimmed[..cut].trim_end().to_owned(),
-        None => trimmed.to_owned(),
-    }
+    crate::text::prefix_chars(raw.trim(), max).trim_end().to_owned()
 }
 
 fn bound_opt(raw: Option<String>, max: usize) -> Option<String> {

@@ -1,10 +1,11 @@
-//! Alert pipeline, pure part: canonical event model (upstream §6.1), provider adapters (§6.2) and
-//! deduplication/correlation decisions (§6.4). No I/O happens in this module.
+//! Alert pipeline: canonical event model (upstream §6.1), provider adapters (§6.2),
+//! deduplication/correlation decisions (§6.4) — all pure — then the durable store,
+//! the investigation worker and what it delivers.
 
 pub mod adapters;
 pub mod correlate;
+pub mod delivery;
 pub mod event;
-pub mod investigation;
 pub mod store;
 pub mod worker;
 

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::correlate::{Correlator, Decision, IdKind, IncidentState};
 use super::event::Event;
-use super::investigation::InvestigationResult;
+use crate::investigation::InvestigationResult;
 use crate::journal::{Journal, JournalError, JournalOptions, Record};
 
 /// Journal kind of a delivery.
@@ -170,7 +170,7 @@ pub enum AlertStoreError {
         /// Record sequence number.
         seq: u64,
         /// Why.
-        reason: String,
+        reason: RecordError,
     },
     /// The delivery would not fit in one journal record.
     #[error(
@@ -185,6 +185,23 @@ pub enum AlertStoreError {
     /// An earlier write failed; the store refuses new work until restarted.
     #[error("the alert journal failed earlier and refuses new deliveries until Akritas restarts")]
     Poisoned,
+}
+
+/// Why a journal record cannot be applied to the state it follows.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The record's data does not have its kind's shape.
+    #[error(transparent)]
+    Decode(#[from] serde_json::Error),
+    /// Correlating the event again does not reach the recorded outcome.
+    #[error("event {0} does not correlate as recorded")]
+    NotAsRecorded(String),
+    /// An update of a job the journal never created.
+    #[error("update of unknown job {0}")]
+    UnknownJob(String),
+    /// A record kind this version does not know.
+    #[error("unknown record kind {0:?}")]
+    UnknownKind(String),
 }
 
 #[derive(Default)]
@@ -490,11 +507,10 @@ fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
 
 /// Replays one record: the correlation runs again with the recorded ids and must
 /// reach the recorded outcome.
-fn apply(state: &mut State, record: &Record) -> Result<(), String> {
+fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
     match record.kind.as_str() {
         DELIVERY => {
-            let mut delivery: DeliveryRecord =
-                serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
+            let mut delivery: DeliveryRecord = serde_json::from_value(record.data.clone())?;
             for item in &delivery.items {
                 let recorded = &item.outcome;
                 let outcome = state.correlator.ingest(&item.event, |kind| match kind {
@@ -508,7 +524,7 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
                     || outcome.job_id != recorded.job_id
                     || duplicate != (recorded.status == "duplicate")
                 {
-                    return Err(format!("event {} does not correlate as recorded", recorded.event_id));
+                    return Err(RecordError::NotAsRecorded(recorded.event_id.clone()));
                 }
             }
             if delivery.received_at.is_empty() {
@@ -517,13 +533,13 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
             apply_delivery(state, &delivery);
         }
         JOB => {
-            let job: Job = serde_json::from_value(record.data.clone()).map_err(|e| e.to_string())?;
+            let job: Job = serde_json::from_value(record.data.clone())?;
             if !state.jobs.contains_key(&job.id) {
-                return Err(format!("update of unknown job {}", job.id));
+                return Err(RecordError::UnknownJob(job.id));
             }
             state.jobs.insert(job.id.clone(), job);
         }
-        other => return Err(format!("unknown record kind {other:?}")),
+        other => return Err(RecordError::UnknownKind(other.to_string())),
     }
     Ok(())
 }

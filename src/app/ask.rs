@@ -11,7 +11,8 @@ use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::instructions::SystemInstructions;
-use crate::engine::run::{Engine, RunOutcome, RunRequest};
+use crate::engine::request::{RunOutcome, RunRequest};
+use crate::engine::run::Engine;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 
 /// Answers one question as a Run from the command line.

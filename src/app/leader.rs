@@ -74,7 +74,7 @@ async fn stand_by(
     let llm = assemble::llm_client(settings, instructions)?;
     let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
     let engine = crate::engine::run::Engine::new(
-        crate::engine::run::EngineSettings::from_settings(settings),
+        crate::engine::request::EngineSettings::from_settings(settings),
         llm,
         tools,
         None,

@@ -13,8 +13,9 @@ use std::sync::RwLock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::alerts::investigation::{self, InvestigationResult};
+use crate::investigation::{self, InvestigationError, InvestigationResult};
 use crate::journal::{Journal, JournalError, JournalOptions, Record};
+use crate::text;
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";
@@ -55,10 +56,15 @@ impl fmt::Display for RunId {
     }
 }
 
+/// Text that is not a Run id.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a Run id")]
+pub struct InvalidRunId(String);
+
 impl TryFrom<String> for RunId {
-    type Error = String;
+    type Error = InvalidRunId;
     fn try_from(value: String) -> Result<Self, Self::Error> {
-        RunId::parse(&value).ok_or_else(|| format!("{value:?} is not a Run id"))
+        RunId::parse(&value).ok_or(InvalidRunId(value))
     }
 }
 
@@ -215,7 +221,7 @@ pub enum AuditError {
         /// Record sequence number.
         seq: u64,
         /// Why.
-        reason: String,
+        reason: RecordError,
     },
     /// No such Run.
     #[error("run not found: {0}")]
@@ -223,6 +229,68 @@ pub enum AuditError {
     /// The Run is not running.
     #[error("run {0} already finished")]
     AlreadyFinished(RunId),
+}
+
+/// Why a journal record cannot be applied to the Runs it follows.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The record does not name a valid Run id.
+    #[error("run_id: {0}")]
+    RunId(serde_json::Error),
+    /// A start record does not hold a Run.
+    #[error("run: {0}")]
+    Run(serde_json::Error),
+    /// A start record holds a Run that already ran.
+    #[error("a started Run must be running and have no events")]
+    NotFresh,
+    /// A second start of the same Run.
+    #[error("Run {0} started twice")]
+    StartedTwice(RunId),
+    /// An event record does not hold an event.
+    #[error("event: {0}")]
+    Event(serde_json::Error),
+    /// An event of a Run the journal never started.
+    #[error("event for unknown Run {0}")]
+    EventOfUnknownRun(RunId),
+    /// An event out of order.
+    #[error("event sequence {sequence} of Run {run} does not follow {last}")]
+    OutOfSequence {
+        /// Run.
+        run: RunId,
+        /// Sequence number of the event.
+        sequence: u32,
+        /// Events the Run had.
+        last: usize,
+    },
+    /// A finish of a Run the journal never started.
+    #[error("finish of unknown Run {0}")]
+    FinishOfUnknownRun(RunId),
+    /// A second finish of the same Run.
+    #[error("Run {0} finished twice")]
+    FinishedTwice(RunId),
+    /// A finish record without a valid status.
+    #[error("status: {0}")]
+    Status(serde_json::Error),
+    /// A finish record that leaves the Run running.
+    #[error("a finish must be succeeded or failed")]
+    FinishStillRunning,
+    /// A result of a Run the journal never started.
+    #[error("result of unknown Run {0}")]
+    ResultOfUnknownRun(RunId),
+    /// A second result, or a result after the finish.
+    #[error("Run {0} has a result already or is not running")]
+    ResultNotAllowed(RunId),
+    /// A result the validation rejects.
+    #[error("result of Run {run}: {error}")]
+    Result {
+        /// Run.
+        run: RunId,
+        /// Why.
+        error: InvestigationError,
+    },
+    /// A record kind this version does not know.
+    #[error("unknown record kind {0:?}")]
+    UnknownKind(String),
 }
 
 struct State {
@@ -426,19 +494,19 @@ impl AuditLog {
 
 /// Applies one journal record to the in-memory state; the same code runs at
 /// replay and after each append, so both always agree.
-fn apply(state: &mut State, record: &Record) -> Result<(), String> {
-    let run_id = |data: &Value| -> Result<RunId, String> {
-        serde_json::from_value(data.get("run_id").cloned().unwrap_or(Value::Null)).map_err(|e| format!("run_id: {e}"))
+fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
+    let run_id = |data: &Value| -> Result<RunId, RecordError> {
+        serde_json::from_value(data.get("run_id").cloned().unwrap_or(Value::Null)).map_err(RecordError::RunId)
     };
     match record.kind.as_str() {
         "run_started" => {
             let mut run: RunRecord = serde_json::from_value(record.data.get("run").cloned().unwrap_or(Value::Null))
-                .map_err(|e| format!("run: {e}"))?;
+                .map_err(RecordError::Run)?;
             if run.status != RunStatus::Running || !run.events.is_empty() {
-                return Err("a started Run must be running and have no events".into());
+                return Err(RecordError::NotFresh);
             }
             if state.runs.contains_key(&run.id) {
-                return Err(format!("Run {} started twice", run.id));
+                return Err(RecordError::StartedTwice(run.id));
             }
             run.started_at = record.time.clone();
             state.order.push(run.id.clone());
@@ -448,28 +516,24 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
             let id = run_id(&record.data)?;
             let mut event: AuditEvent =
                 serde_json::from_value(record.data.get("event").cloned().unwrap_or(Value::Null))
-                    .map_err(|e| format!("event: {e}"))?;
-            let run = state.runs.get_mut(&id).ok_or_else(|| format!("event for unknown Run {id}"))?;
+                    .map_err(RecordError::Event)?;
+            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::EventOfUnknownRun(id)) };
             if event.sequence as usize != run.events.len() + 1 {
-                return Err(format!(
-                    "event sequence {} of Run {id} does not follow {}",
-                    event.sequence,
-                    run.events.len()
-                ));
+                return Err(RecordError::OutOfSequence { run: id, sequence: event.sequence, last: run.events.len() });
             }
             event.time = record.time.clone();
             run.events.push(event);
         }
         "run_finished" => {
             let id = run_id(&record.data)?;
-            let run = state.runs.get_mut(&id).ok_or_else(|| format!("finish of unknown Run {id}"))?;
+            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::FinishOfUnknownRun(id)) };
             if run.status != RunStatus::Running {
-                return Err(format!("Run {id} finished twice"));
+                return Err(RecordError::FinishedTwice(id));
             }
             let status: RunStatus = serde_json::from_value(record.data.get("status").cloned().unwrap_or(Value::Null))
-                .map_err(|e| format!("status: {e}"))?;
+                .map_err(RecordError::Status)?;
             if status == RunStatus::Running {
-                return Err("a finish must be succeeded or failed".into());
+                return Err(RecordError::FinishStillRunning);
             }
             let text = |key: &str| record.data.get(key).and_then(Value::as_str).map(str::to_string);
             run.status = status;
@@ -482,9 +546,9 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
         }
         INVESTIGATION_RESULT => {
             let id = run_id(&record.data)?;
-            let run = state.runs.get_mut(&id).ok_or_else(|| format!("result of unknown Run {id}"))?;
+            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::ResultOfUnknownRun(id)) };
             if run.status != RunStatus::Running || run.investigation.is_some() {
-                return Err(format!("Run {id} has a result already or is not running"));
+                return Err(RecordError::ResultNotAllowed(id));
             }
             let text = record.data.get("result").map(Value::to_string).unwrap_or_default();
             let calls: BTreeSet<String> = run
@@ -493,16 +557,17 @@ fn apply(state: &mut State, record: &Record) -> Result<(), String> {
                 .filter(|e| e.kind == "tool_call")
                 .filter_map(|e| e.metadata.get("call_id").and_then(Value::as_str).map(str::to_string))
                 .collect();
-            let result = investigation::validate(&text, &calls).map_err(|e| format!("result of Run {id}: {e}"))?;
+            let result =
+                investigation::validate(&text, &calls).map_err(|error| RecordError::Result { run: id, error })?;
             run.investigation = Some(result);
         }
-        other => return Err(format!("unknown record kind {other:?}")),
+        other => return Err(RecordError::UnknownKind(other.to_string())),
     }
     Ok(())
 }
 
-fn bound(text: &str) -> String {
-    if text.chars().count() <= MAX_TEXT_CHARS { text.to_string() } else { text.chars().take(MAX_TEXT_CHARS).collect() }
+fn bound(value: &str) -> String {
+    text::prefix_chars(value, MAX_TEXT_CHARS).to_string()
 }
 
 /// Whether a metadata key may hold a credential. Counters such as `output_tokens`

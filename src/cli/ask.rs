@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::app;
 use crate::config::{self, ServeFlags};
-use crate::engine::run::RunOutcome;
+use crate::engine::request::RunOutcome;
 
 /// Runs the question; exit 0 with an answer, 1 on any failure (message on stderr).
 pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {

@@ -30,48 +30,87 @@ pub struct Turn {
     pub content: String,
 }
 
+impl Speaker {
+    /// The role as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Speaker::System => "system",
+            Speaker::User => "user",
+            Speaker::Assistant => "assistant",
+        }
+    }
+}
+
+/// What is wrong with a conversation; each message names the rule and the index.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConversationError {
+    /// No messages at all.
+    #[error("messages must contain at least one user message")]
+    Empty,
+    /// Over [`MAX_MESSAGES`].
+    #[error("messages has {0} entries; at most {MAX_MESSAGES} are allowed")]
+    TooMany(usize),
+    /// Over [`MAX_CONTENT_BYTES`].
+    #[error("messages hold {0} bytes of content; at most {MAX_CONTENT_BYTES} are allowed")]
+    TooLarge(usize),
+    /// Only a system message.
+    #[error("messages must contain at least one user message after the system message")]
+    OnlySystem,
+    /// A message with blank content.
+    #[error("messages[{0}].content must not be blank")]
+    Blank(usize),
+    /// A message out of the user/assistant alternation.
+    #[error(
+        "messages[{index}].role is {:?} but {:?} was expected: turns alternate user/assistant starting with user{}",
+        .role.as_str(),
+        .expected.as_str(),
+        if *.role == Speaker::System { "; only the first message may be a system message" } else { "" }
+    )]
+    OutOfTurn {
+        /// Index of the message.
+        index: usize,
+        /// Its role.
+        role: Speaker,
+        /// The role the alternation expects there.
+        expected: Speaker,
+    },
+    /// The conversation ends with an assistant message.
+    #[error("the last message must be from the user")]
+    LastNotUser,
+}
+
 /// Checks the shape: an optional leading system message, then turns alternating
 /// from `user`, ending with `user`; none blank; bounded.
-pub fn validate(turns: &[Turn]) -> Result<(), String> {
+pub fn validate(turns: &[Turn]) -> Result<(), ConversationError> {
     if turns.is_empty() {
-        return Err("messages must contain at least one user message".into());
+        return Err(ConversationError::Empty);
     }
     if turns.len() > MAX_MESSAGES {
-        return Err(format!("messages has {} entries; at most {MAX_MESSAGES} are allowed", turns.len()));
+        return Err(ConversationError::TooMany(turns.len()));
     }
     let total: usize = turns.iter().map(|t| t.content.len()).sum();
     if total > MAX_CONTENT_BYTES {
-        return Err(format!("messages hold {total} bytes of content; at most {MAX_CONTENT_BYTES} are allowed"));
+        return Err(ConversationError::TooLarge(total));
     }
     let body = match turns.first().map(|t| t.role) {
         Some(Speaker::System) => &turns[1..],
         _ => turns,
     };
     if body.is_empty() {
-        return Err("messages must contain at least one user message after the system message".into());
+        return Err(ConversationError::OnlySystem);
     }
-    for (i, turn) in turns.iter().enumerate() {
-        if turn.content.trim().is_empty() {
-            return Err(format!("messages[{i}].content must not be blank"));
-        }
+    if let Some(index) = turns.iter().position(|turn| turn.content.trim().is_empty()) {
+        return Err(ConversationError::Blank(index));
     }
     let offset = turns.len() - body.len();
     for (i, turn) in body.iter().enumerate() {
         let expected = if i % 2 == 0 { Speaker::User } else { Speaker::Assistant };
         if turn.role != expected {
-            let role =
-                serde_json::to_value(turn.role).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            let want = if expected == Speaker::User { "user" } else { "assistant" };
-            let detail =
-                if turn.role == Speaker::System { "; only the first message may be a system message" } else { "" };
-            return Err(format!(
-                "messages[{}].role is {role:?} but {want:?} was expected: turns alternate user/assistant starting with user{detail}",
-                i + offset
-            ));
+            return Err(ConversationError::OutOfTurn { index: i + offset, role: turn.role, expected });
         }
     }
     if body.last().map(|t| t.role) != Some(Speaker::User) {
-        return Err("the last message must be from the user".into());
+        return Err(ConversationError::LastNotUser);
     }
     Ok(())
 }
@@ -95,31 +134,27 @@ mod tests {
         assert_eq!(validate(&turns), Ok(()));
     }
 
+    fn rejection(turns: &[Turn]) -> String {
+        validate(turns).unwrap_err().to_string()
+    }
+
     #[test]
     fn rejects_bad_shapes_with_the_index() {
-        assert_eq!(validate(&[]).unwrap_err(), "messages must contain at least one user message");
-        assert!(validate(&[turn(Speaker::System, "x")]).unwrap_err().contains("after the system message"));
+        assert_eq!(rejection(&[]), "messages must contain at least one user message");
+        assert!(rejection(&[turn(Speaker::System, "x")]).contains("after the system message"));
         assert_eq!(
-            validate(&[turn(Speaker::User, "a"), turn(Speaker::User, "b")]).unwrap_err(),
+            rejection(&[turn(Speaker::User, "a"), turn(Speaker::User, "b")]),
             "messages[1].role is \"user\" but \"assistant\" was expected: turns alternate user/assistant starting with user"
         );
-        assert!(
-            validate(&[turn(Speaker::User, "a"), turn(Speaker::System, "b")])
-                .unwrap_err()
-                .contains("only the first message")
-        );
+        assert!(rejection(&[turn(Speaker::User, "a"), turn(Speaker::System, "b")]).contains("only the first message"));
         assert_eq!(
-            validate(&[turn(Speaker::User, "a"), turn(Speaker::Assistant, "b")]).unwrap_err(),
+            rejection(&[turn(Speaker::User, "a"), turn(Speaker::Assistant, "b")]),
             "the last message must be from the user"
         );
-        assert_eq!(validate(&[turn(Speaker::User, " ")]).unwrap_err(), "messages[0].content must not be blank");
+        assert_eq!(rejection(&[turn(Speaker::User, " ")]), "messages[0].content must not be blank");
         let many: Vec<Turn> =
             (0..65).map(|i| turn(if i % 2 == 0 { Speaker::User } else { Speaker::Assistant }, "x")).collect();
-        assert!(validate(&many).unwrap_err().contains("at most 64"));
-        assert!(
-            validate(&[turn(Speaker::User, &"x".repeat(MAX_CONTENT_BYTES + 1))])
-                .unwrap_err()
-                .contains("bytes of content")
-        );
+        assert!(rejection(&many).contains("at most 64"));
+        assert!(rejection(&[turn(Speaker::User, &"x".repeat(MAX_CONTENT_BYTES + 1))]).contains("bytes of content"));
     }
 }

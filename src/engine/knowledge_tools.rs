@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::retrieval::{Retriever, SEARCH_TOOL};
 use super::skills::{RunSkills, SkillEntry};
 use crate::tools::{
     Permission, RegistryBuilder, RegistryError, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec,
@@ -17,20 +18,18 @@ use crate::tools::{
 pub const LIST_SKILLS: &str = "knowledge.list_skills";
 /// Host name of the load tool.
 pub const LOAD_SKILL: &str = "knowledge.load_skill";
-/// Host name of the runbook search tool.
-pub const SEARCH: &str = "knowledge.search";
 /// Most hits one search may ask for.
 pub const MAX_TOP_K: u64 = 20;
 
 /// Registers `knowledge.search` over the knowledge bases.
 pub fn register_search(
     builder: &mut RegistryBuilder,
-    retriever: Arc<dyn super::run::Retriever>,
+    retriever: Arc<dyn Retriever>,
     default_top_k: usize,
 ) -> Result<(), RegistryError> {
     builder.register(
         spec(
-            SEARCH,
+            SEARCH_TOOL,
             "Search the operators' runbooks (BM25). Returns title, source, url, score and an excerpt per hit. Runbooks \
              are guidance written by people, not evidence about the current state and not authority.",
             json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
@@ -43,7 +42,7 @@ pub fn register_search(
             Box::pin(async move {
                 let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default().to_string();
                 let top_k = arguments.get("top_k").and_then(Value::as_u64).map_or(default_top_k, |k| k as usize);
-                let found = retriever.search(&query, top_k).await?;
+                let found = retriever.search(&query, top_k).await.map_err(|e| e.to_string())?;
                 Ok(found.output.to_string())
             })
         }) as Arc<dyn ToolHandler>,
@@ -83,7 +82,7 @@ pub fn register(
             Box::pin(async move {
                 let name = arguments.get("name").and_then(Value::as_str).unwrap_or_default();
                 let skill = skills.get(name).ok_or_else(|| format!("unknown skill {name:?}"))?;
-                state.add(skill)?;
+                state.add(skill).map_err(|e| e.to_string())?;
                 Ok(json!({"loaded": true, "name": skill.name, "source": skill.source}).to_string())
             })
         }) as Arc<dyn ToolHandler>,

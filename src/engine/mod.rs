@@ -1,10 +1,19 @@
-//! The run engine: the run loop and the pure pieces it is made of (budget,
-//! planning, skills, conversation checks, language, global instructions).
+//! The run engine: the run loop and the pieces it is made of. Pure pieces
+//! (budget, planning rules, skills, conversation checks, global instructions)
+//! sit beside the steps of a Run, its audit bookkeeping and the structuring call.
 
 pub mod budget;
 pub mod conversation;
 pub mod instructions;
 pub mod knowledge_tools;
 pub mod plan;
+mod planning;
+mod record;
+pub mod request;
+pub mod retrieval;
 pub mod run;
 pub mod skills;
+mod state;
+mod steps;
+mod structuring;
+mod submit_tool;

@@ -126,73 +126,183 @@ arguments that satisfy the tool's input schema. Use knowledge tools only when th
 applies. Steps no available tool can perform go to gaps with a dot-separated, API-style capability id. Never plan writes, \
 restarts, deletions or shell access. Respect maximum_execution_checks. When no investigation is needed, submit empty arrays.";
 
+/// Where in a plan a rule was broken: `checks[2]`, `gaps[0]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    /// `checks` or `gaps`.
+    pub list: &'static str,
+    /// Index in that list.
+    pub index: usize,
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.list, self.index)
+    }
+}
+
+/// Why a submitted plan was rejected; each message names the item and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The arguments are not JSON.
+    #[error("plan is not valid JSON: {0}")]
+    Json(serde_json::Error),
+    /// The JSON does not have the plan's shape.
+    #[error("plan is not valid: {0}")]
+    Shape(serde_json::Error),
+    /// Over [`MAX_PLAN_ITEMS`] checks and gaps.
+    #[error("plan has {0} checks and gaps; at most {MAX_PLAN_ITEMS} are allowed")]
+    TooManyItems(usize),
+    /// More checks than the Run's budget leaves.
+    #[error("plan has {checks} checks; this Run allows at most {max}")]
+    TooManyChecks {
+        /// Checks planned.
+        checks: usize,
+        /// Checks allowed.
+        max: usize,
+    },
+    /// A blank text field.
+    #[error("{at}.{field}: must not be empty")]
+    EmptyField {
+        /// Item.
+        at: At,
+        /// Field.
+        field: &'static str,
+    },
+    /// A text field over [`MAX_FIELD_CHARS`].
+    #[error("{at}.{field}: {chars} characters; at most {MAX_FIELD_CHARS} are allowed")]
+    FieldTooLong {
+        /// Item.
+        at: At,
+        /// Field.
+        field: &'static str,
+        /// Characters it has.
+        chars: usize,
+    },
+    /// A check's tool is not a tool name at all.
+    #[error("{at}.tool: {tool:?} is not a valid tool name")]
+    InvalidToolName {
+        /// Item.
+        at: At,
+        /// The name.
+        tool: String,
+    },
+    /// A check's arguments are not an object.
+    #[error("{at}.arguments: must be a JSON object")]
+    ArgumentsNotObject {
+        /// Item.
+        at: At,
+    },
+    /// The same check twice.
+    #[error("{at}: duplicate check of {tool:?} for step {step:?}")]
+    DuplicateCheck {
+        /// Item.
+        at: At,
+        /// Tool.
+        tool: String,
+        /// Step.
+        step: String,
+    },
+    /// The tool is not in this Run's catalog, or the arguments do not fit its schema.
+    #[error("{at}: {reason}")]
+    Unavailable {
+        /// Item.
+        at: At,
+        /// What the tool catalog said.
+        reason: String,
+    },
+    /// A gap's capability is not a dot-separated id.
+    #[error("{at}.capability: {capability:?} is not a dot-separated capability id")]
+    InvalidCapability {
+        /// Item.
+        at: At,
+        /// The capability.
+        capability: String,
+    },
+    /// The same gap twice.
+    #[error("{at}: duplicate gap {capability:?} for step {step:?}")]
+    DuplicateGap {
+        /// Item.
+        at: At,
+        /// Capability.
+        capability: String,
+        /// Step.
+        step: String,
+    },
+    /// A step planned as a check and reported as a gap.
+    #[error("{at}: step {step:?} is both a check and a gap")]
+    CheckAndGap {
+        /// Item.
+        at: At,
+        /// Step.
+        step: String,
+    },
+}
+
 /// Validates the plan tool's raw arguments. `check_tool(tool, arguments)` says
 /// whether the tool is in this Run's execution catalog and the arguments satisfy its
 /// schema.
-pub fn validate_plan(
+pub fn validate_plan<E: std::fmt::Display>(
     arguments: &str,
     max_checks: usize,
-    check_tool: &dyn Fn(&str, &Value) -> Result<(), String>,
-) -> Result<Plan, String> {
-    let value: Value = serde_json::from_str(arguments).map_err(|e| format!("plan is not valid JSON: {e}"))?;
-    let raw: RawPlan = serde_json::from_value(value).map_err(|e| format!("plan is not valid: {e}"))?;
+    check_tool: &dyn Fn(&str, &Value) -> Result<(), E>,
+) -> Result<Plan, PlanError> {
+    let value: Value = serde_json::from_str(arguments).map_err(PlanError::Json)?;
+    let raw: RawPlan = serde_json::from_value(value).map_err(PlanError::Shape)?;
     if raw.checks.len() + raw.gaps.len() > MAX_PLAN_ITEMS {
-        return Err(format!(
-            "plan has {} checks and gaps; at most {MAX_PLAN_ITEMS} are allowed",
-            raw.checks.len() + raw.gaps.len()
-        ));
+        return Err(PlanError::TooManyItems(raw.checks.len() + raw.gaps.len()));
     }
     if raw.checks.len() > max_checks {
-        return Err(format!("plan has {} checks; this Run allows at most {max_checks}", raw.checks.len()));
+        return Err(PlanError::TooManyChecks { checks: raw.checks.len(), max: max_checks });
     }
     let mut plan = Plan::default();
     let mut seen_checks = BTreeSet::new();
-    for (i, check) in raw.checks.into_iter().enumerate() {
-        let at = format!("checks[{i}]");
-        let step = text_field(&check.step, &format!("{at}.step"))?;
-        let tool = text_field(&check.tool, &format!("{at}.tool"))?;
-        let reason = text_field(&check.reason, &format!("{at}.reason"))?;
+    for (index, check) in raw.checks.into_iter().enumerate() {
+        let at = At { list: "checks", index };
+        let step = text_field(&check.step, at, "step")?;
+        let tool = text_field(&check.tool, at, "tool")?;
+        let reason = text_field(&check.reason, at, "reason")?;
         if !is_tool_name(&tool) {
-            return Err(format!("{at}.tool: {tool:?} is not a valid tool name"));
+            return Err(PlanError::InvalidToolName { at, tool });
         }
         if !check.arguments.is_object() {
-            return Err(format!("{at}.arguments: must be a JSON object"));
+            return Err(PlanError::ArgumentsNotObject { at });
         }
         if !seen_checks.insert((step.to_lowercase(), tool.to_lowercase())) {
-            return Err(format!("{at}: duplicate check of {tool:?} for step {step:?}"));
+            return Err(PlanError::DuplicateCheck { at, tool, step });
         }
-        check_tool(&tool, &check.arguments).map_err(|e| format!("{at}: {e}"))?;
+        check_tool(&tool, &check.arguments).map_err(|e| PlanError::Unavailable { at, reason: e.to_string() })?;
         plan.checks.push(PlannedCheck { step, tool, arguments: check.arguments, reason });
     }
     let check_steps: BTreeSet<String> = plan.checks.iter().map(|c| c.step.to_lowercase()).collect();
     let mut seen_gaps = BTreeSet::new();
-    for (i, gap) in raw.gaps.into_iter().enumerate() {
-        let at = format!("gaps[{i}]");
-        let step = text_field(&gap.step, &format!("{at}.step"))?;
-        let capability = text_field(&gap.capability, &format!("{at}.capability"))?;
-        let reason = text_field(&gap.reason, &format!("{at}.reason"))?;
+    for (index, gap) in raw.gaps.into_iter().enumerate() {
+        let at = At { list: "gaps", index };
+        let step = text_field(&gap.step, at, "step")?;
+        let capability = text_field(&gap.capability, at, "capability")?;
+        let reason = text_field(&gap.reason, at, "reason")?;
         if !is_tool_name(&capability) {
-            return Err(format!("{at}.capability: {capability:?} is not a dot-separated capability id"));
+            return Err(PlanError::InvalidCapability { at, capability });
         }
         if !seen_gaps.insert((step.to_lowercase(), capability.to_lowercase())) {
-            return Err(format!("{at}: duplicate gap {capability:?} for step {step:?}"));
+            return Err(PlanError::DuplicateGap { at, capability, step });
         }
         if check_steps.contains(&step.to_lowercase()) {
-            return Err(format!("{at}: step {step:?} is both a check and a gap"));
+            return Err(PlanError::CheckAndGap { at, step });
         }
         plan.gaps.push(CapabilityGap { step, capability, reason });
     }
     Ok(plan)
 }
 
-fn text_field(value: &str, at: &str) -> Result<String, String> {
+fn text_field(value: &str, at: At, field: &'static str) -> Result<String, PlanError> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(format!("{at}: must not be empty"));
+        return Err(PlanError::EmptyField { at, field });
     }
     let chars = trimmed.chars().count();
     if chars > MAX_FIELD_CHARS {
-        return Err(format!("{at}: {chars} characters; at most {MAX_FIELD_CHARS} are allowed"));
+        return Err(PlanError::FieldTooLong { at, field, chars });
     }
     Ok(trimmed.to_string())
 }
@@ -221,7 +331,7 @@ mod tests {
     }
 
     fn validate(plan: Value, max: usize) -> Result<Plan, String> {
-        validate_plan(&plan.to_string(), max, &known)
+        validate_plan(&plan.to_string(), max, &known).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -152,6 +152,11 @@ pub fn select<'a>(skills: &'a BTreeMap<String, SkillEntry>, facts: &BTreeSet<Str
     skills.values().filter(|s| !s.selectors.is_disjoint(facts)).take(MAX_SKILLS_PER_RUN).collect()
 }
 
+/// A Run selected as many skills as it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Run already selected the maximum of {MAX_SKILLS_PER_RUN} skills")]
+pub struct SkillCapReached;
+
 /// The skills a Run selected so far (shared with the knowledge tools).
 #[derive(Clone, Default)]
 pub struct RunSkills {
@@ -160,13 +165,13 @@ pub struct RunSkills {
 
 impl RunSkills {
     /// Adds a skill; `Ok(true)` when new, an error at the cap.
-    pub fn add(&self, skill: &SkillEntry) -> Result<bool, String> {
+    pub fn add(&self, skill: &SkillEntry) -> Result<bool, SkillCapReached> {
         let mut selected = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if selected.contains_key(&skill.name) {
             return Ok(false);
         }
         if selected.len() >= MAX_SKILLS_PER_RUN {
-            return Err(format!("Run already selected the maximum of {MAX_SKILLS_PER_RUN} skills"));
+            return Err(SkillCapReached);
         }
         selected.insert(skill.name.clone(), skill.clone());
         Ok(true)
@@ -264,6 +269,6 @@ mod tests {
             assert_eq!(state.add(skill), Ok(true));
         }
         assert_eq!(state.add(&skills["s0"]), Ok(false));
-        assert!(state.add(&skills["s9"]).unwrap_err().contains("maximum of 8"));
+        assert!(state.add(&skills["s9"]).unwrap_err().to_string().contains("maximum of 8"));
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::corpus::{self, Document, ImportOptions};
 use super::index::{ChunkingParams, IndexStats, KnowledgeIndex, content_sha256};
 use crate::catalog::{Catalog, ObjectKey};
-use crate::engine::run::{Retrieved, Retriever};
+use crate::engine::retrieval::{RetrievalError, Retrieved, Retriever};
 use crate::resources::knowledge_base::KnowledgeBaseSpec;
 use crate::resources::{Kind, Resource};
 
@@ -201,9 +201,9 @@ impl Retriever for KnowledgeBases {
         !self.loaded.read().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
 
-    fn search(&self, query: &str, top_k: usize) -> BoxFuture<'static, Result<Retrieved, String>> {
+    fn search(&self, query: &str, top_k: usize) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
         // BM25 over in-memory indexes takes well under a millisecond: no need to leave the task.
-        let result = self.search_all(query, top_k);
+        let result = self.search_all(query, top_k).map_err(RetrievalError::new);
         Box::pin(async move { result })
     }
 }

@@ -20,7 +20,8 @@ use super::status::FIELD_MANAGER;
 use crate::alerts::store::{AlertStore, DeliveryStatus, Job};
 use crate::audit::{AuditLog, RunRecord, RunStatus};
 use crate::engine::conversation::{Speaker, Turn};
-use crate::engine::run::{Engine, RunRequest};
+use crate::engine::request::RunRequest;
+use crate::engine::run::Engine;
 use crate::resources::{API_VERSION, Kind};
 
 /// Label on every object the host writes.

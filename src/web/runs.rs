@@ -17,7 +17,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use crate::audit::{MAX_LIST, RunId};
 use crate::engine::conversation::Turn;
-use crate::engine::run::{RunError, RunOutcome, RunRequest};
+use crate::engine::request::{RunError, RunOutcome, RunRequest};
 
 /// Body of `POST /api/v1/chat`.
 #[derive(Deserialize)]

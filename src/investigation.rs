@@ -111,21 +111,70 @@ pub fn result_schema() -> Value {
     })
 }
 
+/// Why a structured result was rejected; each message names the field and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum InvestigationError {
+    /// The arguments are not JSON.
+    #[error("result is not valid JSON: {0}")]
+    Json(serde_json::Error),
+    /// The JSON does not have the result's shape.
+    #[error("result does not match the schema: {0}")]
+    Schema(serde_json::Error),
+    /// The result claims writes an investigation cannot make.
+    #[error("result claims {0} production writes; investigations are read-only")]
+    ProductionWrites(u64),
+    /// The summary is blank.
+    #[error("summary must not be empty")]
+    EmptySummary,
+    /// A text field is over [`MAX_TEXT_CHARS`].
+    #[error("{field} has {chars} characters; at most {MAX_TEXT_CHARS} are allowed")]
+    TextTooLong {
+        /// Field name.
+        field: &'static str,
+        /// Characters it has.
+        chars: usize,
+    },
+    /// A list is over [`MAX_ITEMS`].
+    #[error("{field} has {items} items; at most {MAX_ITEMS} are allowed")]
+    TooManyItems {
+        /// Field name.
+        field: &'static str,
+        /// Items it has.
+        items: usize,
+    },
+    /// A list item is blank.
+    #[error("{0} has an empty item")]
+    EmptyItem(&'static str),
+    /// A list item is over [`MAX_ITEM_CHARS`].
+    #[error("{0} has an item over {MAX_ITEM_CHARS} characters")]
+    ItemTooLong(&'static str),
+    /// A list names the same item twice.
+    #[error("{field} lists {item:?} twice")]
+    Duplicate {
+        /// Field name.
+        field: &'static str,
+        /// The repeated item.
+        item: String,
+    },
+    /// An evidence reference is not of the form the host records.
+    #[error("evidence {0:?} is not a reference this host recorded; use tool-call:<call id>")]
+    ForeignReference(String),
+    /// An evidence reference names a call this Run did not make.
+    #[error("evidence {0:?} names a tool call this Run did not make")]
+    UnknownCall(String),
+}
+
 /// Decodes, normalises (trims, sorts lists) and validates a result against the
 /// tool calls this Run made (`call_ids`). Every rejection says why.
-pub fn validate(arguments: &str, call_ids: &BTreeSet<String>) -> Result<InvestigationResult, String> {
-    let value: Value = serde_json::from_str(arguments).map_err(|e| format!("result is not valid JSON: {e}"))?;
-    let mut result: InvestigationResult =
-        serde_json::from_value(value).map_err(|e| format!("result does not match the schema: {e}"))?;
+pub fn validate(arguments: &str, call_ids: &BTreeSet<String>) -> Result<InvestigationResult, InvestigationError> {
+    let value: Value = serde_json::from_str(arguments).map_err(InvestigationError::Json)?;
+    let mut result: InvestigationResult = serde_json::from_value(value).map_err(InvestigationError::Schema)?;
     if result.production_writes != 0 {
-        return Err(format!(
-            "result claims {} production writes; investigations are read-only",
-            result.production_writes
-        ));
+        return Err(InvestigationError::ProductionWrites(result.production_writes));
     }
     result.summary = bounded_text(&result.summary, "summary")?;
     if result.summary.is_empty() {
-        return Err("summary must not be empty".into());
+        return Err(InvestigationError::EmptySummary);
     }
     result.hypothesis = bounded_text(&result.hypothesis, "hypothesis")?;
     result.impact = bounded_text(&result.impact, "impact")?;
@@ -138,40 +187,40 @@ pub fn validate(arguments: &str, call_ids: &BTreeSet<String>) -> Result<Investig
         normalise_list(list, name)?;
     }
     for reference in &result.evidence {
-        let id = reference.strip_prefix("tool-call:").ok_or_else(|| {
-            format!("evidence {reference:?} is not a reference this host recorded; use tool-call:<call id>")
-        })?;
+        let id = reference
+            .strip_prefix("tool-call:")
+            .ok_or_else(|| InvestigationError::ForeignReference(reference.clone()))?;
         if !call_ids.contains(id) {
-            return Err(format!("evidence {reference:?} names a tool call this Run did not make"));
+            return Err(InvestigationError::UnknownCall(reference.clone()));
         }
     }
     Ok(result)
 }
 
-fn bounded_text(text: &str, field: &str) -> Result<String, String> {
+fn bounded_text(text: &str, field: &'static str) -> Result<String, InvestigationError> {
     let trimmed = text.trim();
     let chars = trimmed.chars().count();
     if chars > MAX_TEXT_CHARS {
-        return Err(format!("{field} has {chars} characters; at most {MAX_TEXT_CHARS} are allowed"));
+        return Err(InvestigationError::TextTooLong { field, chars });
     }
     Ok(trimmed.to_string())
 }
 
-fn normalise_list(list: &mut [String], field: &str) -> Result<(), String> {
+fn normalise_list(list: &mut [String], field: &'static str) -> Result<(), InvestigationError> {
     if list.len() > MAX_ITEMS {
-        return Err(format!("{field} has {} items; at most {MAX_ITEMS} are allowed", list.len()));
+        return Err(InvestigationError::TooManyItems { field, items: list.len() });
     }
     let mut seen = BTreeSet::new();
     for item in list.iter_mut() {
         *item = item.trim().to_string();
         if item.is_empty() {
-            return Err(format!("{field} has an empty item"));
+            return Err(InvestigationError::EmptyItem(field));
         }
         if item.chars().count() > MAX_ITEM_CHARS {
-            return Err(format!("{field} has an item over {MAX_ITEM_CHARS} characters"));
+            return Err(InvestigationError::ItemTooLong(field));
         }
         if !seen.insert(item.clone()) {
-            return Err(format!("{field} lists {item:?} twice"));
+            return Err(InvestigationError::Duplicate { field, item: item.clone() });
         }
     }
     list.sort();
@@ -206,27 +255,46 @@ mod tests {
         assert_eq!(accepted.confidence, Confidence::Low, "confidence is descriptive and does not affect validity");
     }
 
+    fn rejection(arguments: &str) -> String {
+        validate(arguments, &calls()).unwrap_err().to_string()
+    }
+
     #[test]
     fn rejects_invented_evidence_and_production_writes() {
         assert_eq!(
-            validate(&result(json!(["tool-call:call_invented"]), 0), &calls()).unwrap_err(),
+            rejection(&result(json!(["tool-call:call_invented"]), 0)),
             "evidence \"tool-call:call_invented\" names a tool call this Run did not make"
         );
-        assert!(
-            validate(&result(json!(["artifact:x"]), 0), &calls())
-                .unwrap_err()
-                .contains("not a reference this host recorded")
-        );
-        assert_eq!(
-            validate(&result(json!([]), 2), &calls()).unwrap_err(),
-            "result claims 2 production writes; investigations are read-only"
-        );
-        assert!(
-            validate(&result(json!(["tool-call:call_pg", "tool-call:call_pg"]), 0), &calls())
-                .unwrap_err()
-                .contains("twice")
-        );
+        assert!(rejection(&result(json!(["artifact:x"]), 0)).contains("not a reference this host recorded"));
+        assert_eq!(rejection(&result(json!([]), 2)), "result claims 2 production writes; investigations are read-only");
+        assert!(rejection(&result(json!(["tool-call:call_pg", "tool-call:call_pg"]), 0)).contains("twice"));
         let extra = result(json!([]), 0).replace("\"impact\"", "\"secret_field\": 1, \"impact\"");
-        assert!(validate(&extra, &calls()).unwrap_err().contains("unknown field"));
+        assert!(rejection(&extra).contains("unknown field"));
+    }
+
+    #[test]
+    fn rejects_oversized_blank_and_malformed_fields() {
+        let with = |field: &str, value: Value| {
+            let mut v: Value = serde_json::from_str(&result(json!([]), 0)).unwrap();
+            v[field] = value;
+            rejection(&v.to_string())
+        };
+        assert_eq!(
+            with("summary", json!("x".repeat(MAX_TEXT_CHARS + 1))),
+            format!("summary has {} characters; at most {MAX_TEXT_CHARS} are allowed", MAX_TEXT_CHARS + 1)
+        );
+        assert_eq!(with("summary", json!("  ")), "summary must not be empty");
+        assert_eq!(with("ruled_out", json!(["disk", " "])), "ruled_out has an empty item");
+        assert_eq!(
+            with("affected_components", json!(["y".repeat(MAX_ITEM_CHARS + 1)])),
+            format!("affected_components has an item over {MAX_ITEM_CHARS} characters")
+        );
+        let many: Vec<String> = (0..=MAX_ITEMS).map(|i| format!("step {i}")).collect();
+        assert_eq!(
+            with("recommended_actions", json!(many)),
+            format!("recommended_actions has {} items; at most {MAX_ITEMS} are allowed", MAX_ITEMS + 1)
+        );
+        assert!(rejection("{").starts_with("result is not valid JSON: "));
+        assert!(with("confidence", json!("certain")).starts_with("result does not match the schema: "));
     }
 }

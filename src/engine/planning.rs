@@ -1,0 +1,174 @@
+//! The planning step (ARCHITECTURE.md §4, step 4): one forced request in which the
+//! model may call only the plan tool, given the authorized read-only tools and
+//! their schemas. The host validates the plan strictly and keeps its checks; a
+//! missing or rejected plan is recorded on the Run, not fatal.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlannedCheck};
+use super::record;
+use super::skills::SkillEntry;
+use super::state::{RunState, Stop, definitions};
+use super::submit_tool;
+use crate::language::language_instruction;
+use crate::llm::{Message, ToolChoice};
+use crate::tools::{ErrorCode, Registry, ToolError, ToolResult};
+
+/// Output-token cap of the planning request.
+pub const PLANNER_MAX_TOKENS: u32 = 2048;
+
+/// Asks for the plan and returns the checks to execute (none when the plan was
+/// missing or rejected; `state.plan_error` then says why).
+pub async fn plan(
+    state: &mut RunState<'_>,
+    execution: &Registry,
+    question: &str,
+    retrieved: &Value,
+) -> Result<Vec<PlannedCheck>, Stop> {
+    let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
+    let language = state.params.language.clone();
+    let plan_registry = submit_tool::registry(
+        PLAN_TOOL,
+        "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
+        plan::plan_schema(&language),
+    )?;
+    let alias = plan_registry.alias_of(PLAN_TOOL).unwrap_or_default();
+    let input = planner_input(question, retrieved, &state.skills.selected(), execution, max_checks, &language);
+    let messages = vec![
+        Message::system(format!("{PLANNER_PROMPT}\n\n{}", language_instruction(&language))),
+        Message::user(input.to_string()),
+    ];
+    let max_tokens = state.params.max_tokens.min(PLANNER_MAX_TOKENS);
+    let (response, _) =
+        state.call_model(messages, definitions(&plan_registry), Some(ToolChoice::Required), max_tokens, 0.0).await?;
+    let calls = &response.message.tool_calls;
+    let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {
+        state.plan_error =
+            Some(format!("the model did not submit exactly one plan (it made {} tool calls)", calls.len()));
+        return Ok(Vec::new());
+    };
+    let raw_arguments = &submitted.function.arguments;
+    state.budget.begin_tool_call(Instant::now())?;
+    let started = Instant::now();
+    let validated =
+        plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| execution.check_arguments(tool, arguments));
+    let result = plan_call_result(&validated, started.elapsed());
+    let checks = match validated {
+        Ok(plan) => {
+            state.gaps = plan.gaps;
+            plan.checks
+        }
+        Err(error) => {
+            state.plan_error = Some(error.to_string());
+            Vec::new()
+        }
+    };
+    let arguments = record::arguments_value(raw_arguments);
+    let text = result.to_json_string();
+    state.budget.record_tool_result(text.len())?;
+    let mut call = submitted.clone();
+    call.id = PLAN_CALL_ID.into();
+    state.history.push(Message::assistant_tool_calls(vec![call]));
+    state.history.push(Message::tool(PLAN_CALL_ID.to_string(), text));
+    state.record_call(PLAN_TOOL, &arguments, result).await?;
+    Ok(checks)
+}
+
+/// What the planner is given: the request, the retrieved runbooks, the selected
+/// skills, the execution tools with their schemas, and the bounds.
+fn planner_input(
+    question: &str,
+    retrieved: &Value,
+    selected: &[SkillEntry],
+    execution: &Registry,
+    max_checks: usize,
+    language: &str,
+) -> Value {
+    let tools: Vec<Value> = execution
+        .definitions()
+        .iter()
+        .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "input_schema": spec.input_schema}))
+        .collect();
+    let skills: Vec<Value> = selected
+        .iter()
+        .map(|s| json!({"name": s.name, "source": s.source, "instructions": s.content.as_ref()}))
+        .collect();
+    json!({
+        "request": question,
+        "knowledge_search_result": retrieved,
+        "selected_operational_skills": skills,
+        "available_execution_tools": tools,
+        "maximum_execution_checks": max_checks,
+        "response_language": language,
+    })
+}
+
+/// The plan call as the Run records it: its size when accepted, the reason when
+/// rejected (invalid arguments).
+fn plan_call_result(validated: &Result<Plan, PlanError>, duration: Duration) -> ToolResult {
+    let (output, error) = match validated {
+        Ok(plan) => (Some(json!({"checks": plan.checks.len(), "gaps": plan.gaps.len()})), None),
+        Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: error.to_string() })),
+    };
+    ToolResult { id: PLAN_CALL_ID.into(), name: PLAN_TOOL.into(), output, error, duration }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::plan::CapabilityGap;
+
+    #[test]
+    fn the_planner_sees_tools_with_schemas_skills_and_bounds() {
+        let schema = json!({"type": "object", "properties": {"host": {"type": "string"}}});
+        let tools = submit_tool::registry("inventory.host", "Find a host.", schema.clone()).unwrap();
+        let skill = SkillEntry {
+            name: "postgres".into(),
+            description: None,
+            selectors: Default::default(),
+            content: Arc::from("check autovacuum"),
+            source: "Skill/ops/postgres".into(),
+            sha256: "abc".into(),
+        };
+        let retrieved = json!({"output": {"results": []}});
+        let input = planner_input("why is db-7 slow?", &retrieved, &[skill], &tools, 3, "de");
+        assert_eq!(input["request"], "why is db-7 slow?");
+        assert_eq!(input["knowledge_search_result"], retrieved);
+        assert_eq!(
+            input["available_execution_tools"],
+            json!([{"name": "inventory.host", "description": "Find a host.", "input_schema": schema}])
+        );
+        assert_eq!(
+            input["selected_operational_skills"],
+            json!([{"name": "postgres", "source": "Skill/ops/postgres", "instructions": "check autovacuum"}])
+        );
+        assert_eq!(input["maximum_execution_checks"], 3);
+        assert_eq!(input["response_language"], "de");
+    }
+
+    #[test]
+    fn an_accepted_plan_is_recorded_by_its_size() {
+        let gap = CapabilityGap { step: "logs".into(), capability: "kubernetes.pods.logs".into(), reason: "r".into() };
+        let plan = Plan { checks: Vec::new(), gaps: vec![gap] };
+        let result = plan_call_result(&Ok(plan), Duration::from_millis(1));
+        assert_eq!((result.id.as_str(), result.name.as_str()), (PLAN_CALL_ID, PLAN_TOOL));
+        assert_eq!(result.output, Some(json!({"checks": 0, "gaps": 1})));
+        assert!(result.error.is_none());
+    }
+
+    #[test]
+    fn a_rejected_plan_is_a_failed_call_with_the_reason() {
+        let rejected = plan::validate_plan("[]", 3, &|_: &str, _: &Value| Ok::<(), String>(()));
+        let reason = rejected.as_ref().unwrap_err().to_string();
+        let result = plan_call_result(&rejected, Duration::ZERO);
+        let error = result.error.expect("an error");
+        assert_eq!(error.code, ErrorCode::InvalidArguments);
+        assert_eq!(error.message, reason);
+        assert!(reason.starts_with("plan is not valid: "), "{reason}");
+        assert_eq!(result.output, None);
+    }
+}

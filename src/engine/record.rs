@@ -1,0 +1,282 @@
+//! Audit bookkeeping of a Run: opening it (or a follow-up on a finished one), the
+//! events its steps record, and closing it with usage and the outcome. The event
+//! contents are built by pure functions; [`Recorder`] only writes them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::budget::BudgetUsage;
+use super::request::{RunError, RunRequest};
+use super::skills::SkillEntry;
+use crate::audit::{AuditError, AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus};
+use crate::investigation::InvestigationResult;
+use crate::tools::ToolResult;
+
+/// Event type of a follow-up's start and end.
+const FOLLOW_UP: &str = "follow_up";
+
+/// Where one Run's records go. Without an audit log nothing is written.
+pub struct Recorder {
+    audit: Option<Arc<AuditLog>>,
+    run_id: Option<RunId>,
+    follow_up: bool,
+}
+
+impl Recorder {
+    /// Opens a new Run, or, for a follow-up, records its start on the existing Run.
+    pub async fn open(
+        audit: Option<Arc<AuditLog>>,
+        follow_up: Option<RunId>,
+        request: &RunRequest,
+        model: &str,
+        catalog_version: u64,
+    ) -> Result<Self, AuditError> {
+        let is_follow_up = follow_up.is_some();
+        let run_id = match (&audit, follow_up) {
+            (Some(audit), Some(id)) => {
+                let metadata = BTreeMap::from([("catalog_version".to_string(), json!(catalog_version))]);
+                let event =
+                    NewEvent { kind: FOLLOW_UP.into(), status: Some("started".into()), metadata, ..Default::default() };
+                audit.event(&id, event).await?;
+                Some(id)
+            }
+            (Some(audit), None) => Some(
+                audit
+                    .start(NewRun {
+                        source: request.source.clone(),
+                        actor: request.actor.clone(),
+                        model: Some(model.to_string()),
+                        catalog_version,
+                        metadata: request.metadata.clone(),
+                    })
+                    .await?,
+            ),
+            (None, _) => None,
+        };
+        Ok(Recorder { audit, run_id, follow_up: is_follow_up })
+    }
+
+    /// The Run id, when the audit is enabled.
+    pub fn run_id(&self) -> Option<&RunId> {
+        self.run_id.as_ref()
+    }
+
+    /// Appends an event; a follow-up's events say so in their `scope`.
+    pub async fn event(&self, mut event: NewEvent) -> Result<(), AuditError> {
+        if let (Some(audit), Some(id)) = (&self.audit, &self.run_id) {
+            if self.follow_up {
+                event.metadata.entry("scope".into()).or_insert(json!(FOLLOW_UP));
+            }
+            audit.event(id, event).await?;
+        }
+        Ok(())
+    }
+
+    /// Records the validated structured result.
+    pub async fn investigation(&self, result: &InvestigationResult) -> Result<(), AuditError> {
+        if let (Some(audit), Some(id)) = (&self.audit, &self.run_id) {
+            audit.record_investigation(id, result).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes the Run; a follow-up instead records its end on the existing Run.
+    pub async fn close(&self, finish: Finish) -> Result<(), AuditError> {
+        let (Some(audit), Some(id)) = (&self.audit, &self.run_id) else { return Ok(()) };
+        if self.follow_up {
+            audit.event(id, follow_up_end(finish)).await.map(|_| ())
+        } else {
+            audit.finish(id, finish).await
+        }
+    }
+}
+
+/// The record of one executed tool call.
+pub fn tool_call_event(tool: &str, arguments: &Value, result: &ToolResult) -> NewEvent {
+    let mut metadata = BTreeMap::from([
+        ("tool".to_string(), json!(tool)),
+        ("call_id".to_string(), json!(result.id)),
+        ("duration_ms".to_string(), json!(duration_ms(result.duration))),
+    ]);
+    if let Some(error) = &result.error {
+        metadata.insert("error_code".into(), json!(error.code.as_str()));
+    }
+    NewEvent {
+        kind: "tool_call".into(),
+        status: Some(if result.is_ok() { "succeeded" } else { "failed" }.into()),
+        metadata,
+        arguments: Some(arguments.clone()),
+        result: serde_json::to_value(result).ok(),
+    }
+}
+
+/// The record of a skill joining the Run, and what selected it (`request`,
+/// `inventory`, `loaded`).
+pub fn skill_selected_event(skill: &SkillEntry, selected_by: &str) -> NewEvent {
+    let metadata = BTreeMap::from([
+        ("skill".to_string(), json!(skill.name)),
+        ("source".to_string(), json!(skill.source)),
+        ("content_sha256".to_string(), json!(skill.sha256)),
+        ("selected_by".to_string(), json!(selected_by)),
+    ]);
+    NewEvent { kind: "skill_selected".into(), metadata, ..Default::default() }
+}
+
+/// The record of one runbook document the automatic retrieval put into the Run.
+pub fn context_retrieved_event(document_id: &str, title: &str, call_id: &str, knowledge_bases: &str) -> NewEvent {
+    let metadata = BTreeMap::from([
+        ("document_id".to_string(), json!(document_id)),
+        ("title".to_string(), json!(title)),
+        ("call_id".to_string(), json!(call_id)),
+        ("knowledge_bases".to_string(), json!(knowledge_bases)),
+    ]);
+    NewEvent { kind: "context_retrieved".into(), metadata, ..Default::default() }
+}
+
+/// How the Run ends: usage, skills and the Catalog version, and the error (with
+/// the exhausted budget dimension) when it failed.
+pub fn finish(usage: &BudgetUsage, skills: &[String], catalog_version: u64, error: Option<&RunError>) -> Finish {
+    let mut metadata = match serde_json::to_value(usage) {
+        Ok(Value::Object(map)) => map.into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    metadata.insert("skills".into(), json!(skills.join(",")));
+    metadata.insert("catalog_version".into(), json!(catalog_version));
+    let Some(error) = error else {
+        return Finish { status: RunStatus::Succeeded, error: None, error_code: None, metadata };
+    };
+    if let RunError::Budget { exhausted, .. } = error {
+        metadata.insert("budget_dimension".into(), json!(exhausted.dimension.as_str()));
+    }
+    Finish {
+        status: RunStatus::Failed,
+        error: Some(error.to_string()),
+        error_code: Some(error.code().to_string()),
+        metadata,
+    }
+}
+
+/// The end of a follow-up, recorded as an event of the Run it continued.
+fn follow_up_end(finish: Finish) -> NewEvent {
+    let status = if finish.status == RunStatus::Succeeded { "succeeded" } else { "failed" };
+    let mut metadata = finish.metadata;
+    if let Some(code) = finish.error_code {
+        metadata.insert("error_code".into(), json!(code));
+    }
+    NewEvent { kind: FOLLOW_UP.into(), status: Some(status.into()), metadata, ..Default::default() }
+}
+
+/// Tool arguments as the host records them: the JSON the model sent, or the raw
+/// text when it is not JSON.
+pub fn arguments_value(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// Milliseconds, saturating.
+pub fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::budget::{Dimension, Exhausted};
+    use crate::tools::{ErrorCode, ToolError};
+
+    fn result(error: Option<ToolError>) -> ToolResult {
+        ToolResult {
+            id: "call_1".into(),
+            name: "inventory.host".into(),
+            output: error.is_none().then(|| json!({"host": "db1"})),
+            error,
+            duration: Duration::from_millis(42),
+        }
+    }
+
+    #[test]
+    fn a_tool_call_records_host_arguments_raw_result_and_timing() {
+        let arguments = json!({"host": "db1"});
+        let event = tool_call_event("inventory.host", &arguments, &result(None));
+        assert_eq!(event.kind, "tool_call");
+        assert_eq!(event.status.as_deref(), Some("succeeded"));
+        assert_eq!(event.metadata["tool"], "inventory.host");
+        assert_eq!(event.metadata["call_id"], "call_1");
+        assert_eq!(event.metadata["duration_ms"], 42);
+        assert!(!event.metadata.contains_key("error_code"));
+        assert_eq!(event.arguments, Some(arguments));
+        assert_eq!(event.result.unwrap()["output"], json!({"host": "db1"}));
+    }
+
+    #[test]
+    fn arguments_that_are_not_json_are_recorded_as_text() {
+        assert_eq!(arguments_value(r#"{"host": "db1"}"#), json!({"host": "db1"}));
+        assert_eq!(arguments_value("{host: db1"), json!("{host: db1"));
+    }
+
+    #[test]
+    fn a_failed_tool_call_records_its_error_code() {
+        let error = ToolError { code: ErrorCode::PermissionDenied, message: "no".into() };
+        let event = tool_call_event("ops.restart", &json!({}), &result(Some(error)));
+        assert_eq!(event.status.as_deref(), Some("failed"));
+        assert_eq!(event.metadata["error_code"], ErrorCode::PermissionDenied.as_str());
+    }
+
+    #[test]
+    fn a_failed_run_records_the_error_its_code_and_the_budget_dimension() {
+        let usage = BudgetUsage { model_calls: 3, ..BudgetUsage::default() };
+        let error = RunError::Budget {
+            run_id: None,
+            exhausted: Exhausted { dimension: Dimension::ToolCalls, needed: 5, limit: 4 },
+            usage: usage.clone(),
+        };
+        let failed = finish(&usage, &["postgres".into(), "redis".into()], 7, Some(&error));
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.error_code.as_deref(), Some("budget_exhausted"));
+        assert_eq!(failed.error, Some(error.to_string()));
+        assert_eq!(failed.metadata["budget_dimension"], Dimension::ToolCalls.as_str());
+        assert_eq!(failed.metadata["model_calls"], 3);
+        assert_eq!(failed.metadata["skills"], "postgres,redis");
+        assert_eq!(failed.metadata["catalog_version"], 7);
+
+        let succeeded = finish(&usage, &[], 7, None);
+        assert_eq!(succeeded.status, RunStatus::Succeeded);
+        assert_eq!((succeeded.error, succeeded.error_code), (None, None));
+        assert!(!succeeded.metadata.contains_key("budget_dimension"));
+        assert_eq!(succeeded.metadata["skills"], "");
+    }
+
+    #[test]
+    fn a_follow_up_ends_with_an_event_carrying_status_and_error_code() {
+        let error = RunError::UnknownRun;
+        let event = follow_up_end(finish(&BudgetUsage::default(), &[], 1, Some(&error)));
+        assert_eq!(event.kind, "follow_up");
+        assert_eq!(event.status.as_deref(), Some("failed"));
+        assert_eq!(event.metadata["error_code"], "run_not_found");
+        let event = follow_up_end(finish(&BudgetUsage::default(), &[], 1, None));
+        assert_eq!(event.status.as_deref(), Some("succeeded"));
+        assert!(!event.metadata.contains_key("error_code"));
+    }
+
+    #[test]
+    fn skill_and_retrieval_events_name_their_source() {
+        let skill = SkillEntry {
+            name: "postgres".into(),
+            description: None,
+            selectors: Default::default(),
+            content: Arc::from("guidance"),
+            source: "Skill/ops/postgres".into(),
+            sha256: "abc".into(),
+        };
+        let event = skill_selected_event(&skill, "inventory");
+        assert_eq!(event.kind, "skill_selected");
+        assert_eq!(event.metadata["selected_by"], "inventory");
+        assert_eq!(event.metadata["content_sha256"], "abc");
+        let event = context_retrieved_event("pg.md", "PostgreSQL", "call_x", "ops/runbooks@123");
+        assert_eq!(event.kind, "context_retrieved");
+        assert_eq!(event.metadata["knowledge_bases"], "ops/runbooks@123");
+        assert_eq!(event.metadata["call_id"], "call_x");
+    }
+}

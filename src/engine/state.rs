@@ -1,0 +1,316 @@
+//! One executing Run: its state and the budgeted operations every step performs
+//! on it — a model request, a tool call, skills joining the Run.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
+use super::plan::CapabilityGap;
+use super::record::{self, Recorder};
+use super::request::{Activity, ModelError, Parameters, RunError, StructureError};
+use super::skills::{self, RunSkills, SkillEntry};
+use crate::audit::{AuditError, RunId};
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, Message, ToolChoice, ToolDefinition};
+use crate::tools::{ReadOnlyPolicy, Registry, RegistryError, ToolCall, ToolResult};
+
+/// Why a Run stopped early, before it is mapped to a [`RunError`].
+#[derive(Debug)]
+pub enum Stop {
+    /// A budget dimension ran out.
+    Budget(Exhausted),
+    /// The model server failed.
+    Upstream(LlmError),
+    /// The model broke the protocol.
+    Model(ModelError),
+    /// The structured result was missing or rejected.
+    Structure(StructureError),
+    /// The audit journal failed.
+    Audit(AuditError),
+}
+
+impl From<Exhausted> for Stop {
+    fn from(e: Exhausted) -> Self {
+        Stop::Budget(e)
+    }
+}
+
+impl From<AuditError> for Stop {
+    fn from(e: AuditError) -> Self {
+        Stop::Audit(e)
+    }
+}
+
+impl From<ModelError> for Stop {
+    fn from(e: ModelError) -> Self {
+        Stop::Model(e)
+    }
+}
+
+impl From<RegistryError> for Stop {
+    fn from(e: RegistryError) -> Self {
+        Stop::Model(e.into())
+    }
+}
+
+impl From<StructureError> for Stop {
+    fn from(e: StructureError) -> Self {
+        Stop::Structure(e)
+    }
+}
+
+impl Stop {
+    /// The error the caller sees, with the Run id and the usage at the end.
+    pub fn into_run_error(self, run_id: Option<RunId>, usage: BudgetUsage) -> RunError {
+        match self {
+            Stop::Budget(exhausted) => RunError::Budget { run_id, exhausted, usage },
+            Stop::Upstream(error) => RunError::Upstream { run_id, error },
+            Stop::Model(error) => RunError::Model { run_id, error },
+            Stop::Structure(error) => RunError::Structure { run_id, error },
+            Stop::Audit(error) => RunError::Audit(error),
+        }
+    }
+}
+
+/// The state of one executing Run.
+pub struct RunState<'a> {
+    /// The model.
+    pub llm: &'a LlmClient,
+    /// Where the Run's records go.
+    pub record: Recorder,
+    /// The Run's budget.
+    pub budget: Budget,
+    /// The conversation sent to the model.
+    pub history: Vec<Message>,
+    /// The system message before any skill was injected.
+    pub base_system: String,
+    /// Skills selected so far (shared with the knowledge tools).
+    pub skills: RunSkills,
+    /// Skills already injected into the system message, in order.
+    pub injected: Vec<String>,
+    /// Every executed call, in order.
+    pub activity: Vec<Activity>,
+    /// Steps no tool could perform.
+    pub gaps: Vec<CapabilityGap>,
+    /// Why the plan was not used, if it was not.
+    pub plan_error: Option<String>,
+    /// Sampling parameters.
+    pub params: Parameters,
+}
+
+impl<'a> RunState<'a> {
+    /// A Run starting now.
+    pub fn new(llm: &'a LlmClient, record: Recorder, limits: BudgetLimits, params: Parameters) -> Self {
+        RunState {
+            llm,
+            record,
+            budget: Budget::new(limits, Instant::now()),
+            history: Vec::new(),
+            base_system: String::new(),
+            skills: RunSkills::default(),
+            injected: Vec::new(),
+            activity: Vec::new(),
+            gaps: Vec::new(),
+            plan_error: None,
+            params,
+        }
+    }
+
+    /// Sends one budgeted model request; gives the messages back for reuse.
+    pub async fn call_model(
+        &mut self,
+        messages: Vec<Message>,
+        tools: Vec<ToolDefinition>,
+        tool_choice: Option<ToolChoice>,
+        max_tokens: u32,
+        temperature: f64,
+    ) -> Result<(ChatResponse, Vec<Message>), Stop> {
+        let parallel = (!tools.is_empty()).then_some(false);
+        let mut request = ChatRequest {
+            messages,
+            tools,
+            tool_choice,
+            parallel_tool_calls: parallel,
+            max_tokens,
+            temperature: Some(temperature),
+        };
+        let size = serialized_len(&(&request.messages, &request.tools)) + self.llm.system_instructions_len();
+        request.max_tokens = self.budget.begin_model_call(size, max_tokens, Instant::now())?;
+        let time_left = self.budget.time_left(Instant::now());
+        let response = match tokio::time::timeout(time_left, self.llm.chat(&request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(error)) => {
+                let _ = self.budget.finish_model_call(None);
+                return Err(Stop::Upstream(error));
+            }
+            Err(_) => {
+                let _ = self.budget.finish_model_call(None);
+                return Err(Stop::Budget(self.budget.wall_time_exhausted()));
+            }
+        };
+        let reported = response
+            .usage
+            .map(|u| ReportedUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+        self.budget.finish_model_call(reported)?;
+        Ok((response, request.messages))
+    }
+
+    /// Executes one call within the budget and records it; a failed call is a
+    /// result too.
+    pub async fn execute_tool(&mut self, registry: &Registry, call: &ToolCall) -> Result<ToolResult, Stop> {
+        self.budget.begin_tool_call(Instant::now())?;
+        let time_left = self.budget.time_left(Instant::now());
+        let result = tokio::time::timeout(time_left, registry.execute(call, &ReadOnlyPolicy))
+            .await
+            .map_err(|_| Stop::Budget(self.budget.wall_time_exhausted()))?;
+        let text = result.to_json_string();
+        let arguments = record::arguments_value(&call.arguments);
+        self.history.push(Message::tool(call.id.clone(), text.clone()));
+        let name = result.name.clone();
+        self.record_call(&name, &arguments, result.clone()).await?;
+        self.budget.record_tool_result(text.len())?;
+        Ok(result)
+    }
+
+    /// Records a call in the audit and in the Run's activity.
+    pub async fn record_call(&mut self, tool: &str, arguments: &Value, result: ToolResult) -> Result<(), Stop> {
+        self.record.event(record::tool_call_event(tool, arguments, &result)).await?;
+        self.activity.push(Activity {
+            name: tool.to_string(),
+            id: result.id.clone(),
+            status: result.status().to_string(),
+            duration_ms: record::duration_ms(result.duration),
+            arguments: arguments.clone(),
+            result,
+        });
+        Ok(())
+    }
+
+    /// Skills selected from a successful inventory or CMDB result.
+    pub async fn select_from_inventory(
+        &mut self,
+        catalog_skills: &BTreeMap<String, SkillEntry>,
+        result: &ToolResult,
+    ) -> Result<(), Stop> {
+        let (true, Some(output)) = (result.is_ok() && skills::is_inventory_tool(&result.name), &result.output) else {
+            return Ok(());
+        };
+        let facts = skills::facts_from_output(output);
+        let chosen: Vec<SkillEntry> = skills::select(catalog_skills, &facts).into_iter().cloned().collect();
+        self.add_skills(&chosen, "inventory").await
+    }
+
+    /// Adds skills to the Run (within the cap), records each, and injects the new
+    /// ones into the system message.
+    pub async fn add_skills(&mut self, chosen: &[SkillEntry], how: &str) -> Result<(), Stop> {
+        let mut changed = false;
+        for skill in chosen {
+            if self.injected.contains(&skill.name) {
+                continue;
+            }
+            // At the cap, further skills are ignored (the knowledge tool reports the cap itself).
+            if self.skills.add(skill).is_err() && !self.skills.names().contains(&skill.name) {
+                continue;
+            }
+            self.injected.push(skill.name.clone());
+            changed = true;
+            self.record.event(record::skill_selected_event(skill, how)).await?;
+        }
+        if changed {
+            let injected: Vec<SkillEntry> =
+                self.skills.selected().into_iter().filter(|s| self.injected.contains(&s.name)).collect();
+            if let Some(first) = self.history.first_mut() {
+                *first = Message::system(system_with_skills(&self.base_system, &injected));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The system message with the guidance of `injected` skills appended.
+fn system_with_skills(base: &str, injected: &[SkillEntry]) -> String {
+    let mut system = base.to_string();
+    if let Some(text) = skills::injection(injected) {
+        system.push_str("\n\n");
+        system.push_str(&text);
+    }
+    system
+}
+
+/// The OpenAI tool definitions of a registry.
+pub fn definitions(registry: &Registry) -> Vec<ToolDefinition> {
+    registry.openai_definitions().into_iter().filter_map(|d| serde_json::from_value(d).ok()).collect()
+}
+
+/// Length of a value's JSON serialization, without building it.
+fn serialized_len<T: Serialize>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::budget::Dimension;
+
+    #[test]
+    fn serialized_len_counts_the_json_bytes() {
+        let value = (vec![Message::user("héllo")], json!({"a": [1, 2]}));
+        assert_eq!(serialized_len(&value), serde_json::to_string(&value).unwrap().len());
+    }
+
+    #[test]
+    fn skills_are_appended_to_the_base_system_message() {
+        assert_eq!(system_with_skills("base", &[]), "base");
+        let skill = SkillEntry {
+            name: "postgres".into(),
+            description: None,
+            selectors: Default::default(),
+            content: Arc::from("check autovacuum"),
+            source: "Skill/ops/postgres".into(),
+            sha256: "abc".into(),
+        };
+        let system = system_with_skills("base", std::slice::from_ref(&skill));
+        let injection = skills::injection(&[skill]).unwrap();
+        assert_eq!(system, format!("base\n\n{injection}"));
+        assert!(system.contains("check autovacuum"));
+    }
+
+    #[test]
+    fn stops_map_to_run_errors_with_the_run_id() {
+        let id = RunId::generate();
+        let exhausted = Exhausted { dimension: Dimension::ModelCalls, needed: 2, limit: 1 };
+        let usage = BudgetUsage { model_calls: 1, ..BudgetUsage::default() };
+        let error = Stop::Budget(exhausted.clone()).into_run_error(Some(id.clone()), usage.clone());
+        assert!(matches!(&error, RunError::Budget { exhausted: e, usage: u, .. } if *e == exhausted && *u == usage));
+        assert_eq!(error.run_id(), Some(&id));
+        let error = Stop::Model(ModelError::NoAnswer).into_run_error(Some(id.clone()), BudgetUsage::default());
+        assert_eq!((error.code(), error.run_id()), ("model_error", Some(&id)));
+        assert_eq!(error.to_string(), "model error: the model returned neither an answer nor tool calls");
+        let structure = StructureError::NotOneSubmission { calls: 2, submitted: 1 };
+        let error = Stop::Structure(structure).into_run_error(None, BudgetUsage::default());
+        assert_eq!(error.code(), "structure_failed");
+        assert_eq!(
+            error.to_string(),
+            "investigation result rejected: the model did not submit exactly one result (it made 2 tool calls, 1 of \
+             them the result tool)"
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! The steps of a Run up to its answer (ARCHITECTURE.md §4, steps 2–7): the
+//! messages, skills named in the request, automatic retrieval, the forced plan and
+//! its checks, then the adaptive tool loop over the same read-only catalog.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::conversation::{Speaker, Turn};
+use super::knowledge_tools;
+use super::planning;
+use super::record;
+use super::request::{ModelError, RunRequest};
+use super::retrieval::{PREFETCH_CALL_ID, Prefetch, Retriever, SEARCH_TOOL};
+use super::skills::{self, RunSkills, SkillEntry};
+use super::state::{RunState, Stop, definitions};
+use crate::language::language_instruction;
+use crate::llm::{self, Message, ToolChoice};
+use crate::tools::{Registry, RegistryBuilder, RegistryError, ToolCall};
+
+/// What the steps use from the engine, fixed when the Run starts.
+pub struct Inputs<'a> {
+    /// The authorized read-only tools.
+    pub tools: Registry,
+    /// Runbook retrieval, when configured.
+    pub retriever: Option<&'a Arc<dyn Retriever>>,
+    /// Top-k of the automatic retrieval.
+    pub search_top_k: usize,
+    /// Skills of the pinned Catalog, by name.
+    pub catalog_skills: Arc<BTreeMap<String, SkillEntry>>,
+}
+
+/// Runs the steps and returns the model's final answer.
+pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &RunRequest) -> Result<String, Stop> {
+    // System message: client context, language; skills are appended as they are selected.
+    let (system, turns) = opening(&request.turns, &state.params.language);
+    state.base_system = system;
+    state.history.push(Message::system(state.base_system.clone()));
+    state.history.extend(turns.iter().map(|turn| match turn.role {
+        Speaker::Assistant => Message::assistant(turn.content.clone()),
+        _ => Message::user(turn.content.clone()),
+    }));
+    let question = turns.last().map(|t| t.content.trim().to_string()).unwrap_or_default();
+
+    // Skills named explicitly in the request.
+    let mut facts = skills::facts_from_text(&question);
+    facts.extend(skills::facts_from_context(&request.context));
+    let chosen: Vec<SkillEntry> = skills::select(&inputs.catalog_skills, &facts).into_iter().cloned().collect();
+    state.add_skills(&chosen, "request").await?;
+
+    // Automatic retrieval.
+    let mut retrieved = Value::Null;
+    if let Some(retriever) = inputs.retriever.filter(|r| r.is_available())
+        && state.budget.tool_calls_left() > 0
+    {
+        retrieved = retrieve(state, retriever.as_ref(), &question, inputs.search_top_k).await?;
+    }
+
+    // The execution catalog: authorized read-only tools plus this Run's knowledge tools.
+    let execution = execution_registry(inputs, &state.skills)?;
+
+    // Forced planning, then every planned check.
+    if state.budget.tool_calls_left() > 0 {
+        let checks = planning::plan(state, &execution, &question, &retrieved).await?;
+        for (i, check) in checks.into_iter().enumerate() {
+            let call = ToolCall {
+                id: format!("call_akritas_planned_{}", i + 1),
+                name: check.tool.clone(),
+                arguments: check.arguments.to_string(),
+            };
+            let result = state.execute_tool(&execution, &call).await?;
+            state.select_from_inventory(&inputs.catalog_skills, &result).await?;
+        }
+    }
+
+    // Adaptive loop.
+    loop {
+        let tools = if state.budget.tool_calls_left() > 0 { definitions(&execution) } else { Vec::new() };
+        let choice = (!tools.is_empty()).then_some(ToolChoice::Auto);
+        let history = std::mem::take(&mut state.history);
+        let (max_tokens, temperature) = (state.params.max_tokens, state.params.temperature);
+        let (response, history) = state.call_model(history, tools, choice, max_tokens, temperature).await?;
+        state.history = history;
+        let calls = response.message.tool_calls;
+        if calls.is_empty() {
+            let answer = response.message.content.unwrap_or_default();
+            if answer.trim().is_empty() {
+                return Err(ModelError::NoAnswer.into());
+            }
+            return Ok(answer.trim().to_string());
+        }
+        let (assistant, prepared) = prepare_calls(calls, state.activity.len());
+        state.history.push(assistant);
+        for call in prepared {
+            let result = state.execute_tool(&execution, &call).await?;
+            state.select_from_inventory(&inputs.catalog_skills, &result).await?;
+        }
+        // Skills loaded through knowledge.load_skill.
+        let loaded: Vec<SkillEntry> =
+            state.skills.selected().into_iter().filter(|s| !state.injected.contains(&s.name)).collect();
+        state.add_skills(&loaded, "loaded").await?;
+    }
+}
+
+/// The base system message (client context first, then the language
+/// instruction) and the turns after the client's system message.
+fn opening<'t>(turns: &'t [Turn], language: &str) -> (String, &'t [Turn]) {
+    let mut system = String::new();
+    let mut rest = turns;
+    if let Some(first) = turns.first().filter(|t| t.role == Speaker::System) {
+        system.push_str("Additional client context:\n");
+        system.push_str(first.content.trim());
+        system.push_str("\n\n");
+        rest = &turns[1..];
+    }
+    system.push_str(&language_instruction(language));
+    (system, rest)
+}
+
+/// The automatic retrieval for the latest user message, recorded as a
+/// `knowledge.search` call with the documents it put into the Run.
+async fn retrieve(
+    state: &mut RunState<'_>,
+    retriever: &dyn Retriever,
+    query: &str,
+    top_k: usize,
+) -> Result<Value, Stop> {
+    state.budget.begin_tool_call(Instant::now())?;
+    let started = Instant::now();
+    let arguments = Prefetch::arguments(query);
+    let found = retriever.search(query, top_k).await;
+    let prefetch = Prefetch::new(found, started.elapsed());
+    let text = prefetch.result.to_json_string();
+    state.budget.record_retrieved(text.len())?;
+    state.budget.record_tool_result(text.len())?;
+    state.history.extend(prefetch.messages(&arguments));
+    state.record_call(SEARCH_TOOL, &arguments, prefetch.result.clone()).await?;
+    for (id, title) in &prefetch.documents {
+        let event = record::context_retrieved_event(id, title, PREFETCH_CALL_ID, &prefetch.versions);
+        state.record.event(event).await?;
+    }
+    Ok(serde_json::to_value(&prefetch.result).unwrap_or(Value::Null))
+}
+
+/// The authorized read-only tools plus this Run's knowledge tools (skills, search).
+fn execution_registry(inputs: &Inputs<'_>, state: &RunSkills) -> Result<Registry, RegistryError> {
+    let retriever = inputs.retriever.filter(|r| r.is_available());
+    if inputs.catalog_skills.is_empty() && retriever.is_none() {
+        return Ok(inputs.tools.clone());
+    }
+    let mut builder = RegistryBuilder::new(knowledge_tools::limits());
+    if !inputs.catalog_skills.is_empty() {
+        knowledge_tools::register(&mut builder, inputs.catalog_skills.clone(), state.clone())?;
+    }
+    if let Some(retriever) = retriever {
+        knowledge_tools::register_search(&mut builder, retriever.clone(), inputs.search_top_k)?;
+    }
+    inputs.tools.merge(&builder.build())
+}
+
+/// The model's calls as the host runs them: ids that are not safe call ids are
+/// replaced (`call_<n>`, numbered after the `done` calls of the Run); the assistant
+/// message repeats the calls with the ids the host used.
+fn prepare_calls(calls: Vec<llm::ToolCall>, done: usize) -> (Message, Vec<ToolCall>) {
+    let mut assistant = Message::assistant_tool_calls(Vec::new());
+    let mut prepared = Vec::with_capacity(calls.len());
+    for (n, call) in calls.into_iter().enumerate() {
+        let id = if is_call_id(&call.id) { call.id.clone() } else { format!("call_{}", done + n + 1) };
+        let mut sent = call.clone();
+        sent.id = id.clone();
+        assistant.tool_calls.push(sent);
+        prepared.push(ToolCall { id, name: call.function.name, arguments: call.function.arguments });
+    }
+    (assistant, prepared)
+}
+
+fn is_call_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(role: Speaker, content: &str) -> Turn {
+        Turn { role, content: content.to_string() }
+    }
+
+    #[test]
+    fn client_context_leads_the_system_message_and_leaves_the_turns() {
+        let turns = [turn(Speaker::System, "  cluster: prod-eu  "), turn(Speaker::User, "why?")];
+        let (system, rest) = opening(&turns, "de");
+        assert_eq!(system, format!("Additional client context:\ncluster: prod-eu\n\n{}", language_instruction("de")));
+        assert_eq!(rest, &turns[1..]);
+
+        let turns = [turn(Speaker::User, "why?")];
+        let (system, rest) = opening(&turns, "en");
+        assert_eq!(system, language_instruction("en"));
+        assert_eq!(rest, &turns[..]);
+    }
+
+    #[test]
+    fn unsafe_call_ids_are_replaced_and_numbered_after_earlier_calls() {
+        let calls = vec![
+            llm::ToolCall::function("call_ok-1.a", "inventory_host", r#"{"host":"db1"}"#),
+            llm::ToolCall::function("", "inventory_host", "{}"),
+            llm::ToolCall::function("bad id/with spaces", "metrics_query", "{}"),
+            llm::ToolCall::function("x".repeat(129), "metrics_query", "{}"),
+        ];
+        let (assistant, prepared) = prepare_calls(calls, 5);
+        let ids: Vec<&str> = prepared.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_ok-1.a", "call_7", "call_8", "call_9"]);
+        let sent: Vec<&str> = assistant.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(sent, ids, "the conversation repeats the ids the host used");
+        assert_eq!(prepared[0].name, "inventory_host");
+        assert_eq!(prepared[0].arguments, r#"{"host":"db1"}"#);
+    }
+}
