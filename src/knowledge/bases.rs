@@ -336,3 +336,86 @@ fn resolve(base_dir: Option<&Path>, path: &str) -> PathBuf {
         _ => PathBuf::from(path),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ObjectKey {
+        ObjectKey { kind: Kind::KnowledgeBase, namespace: "ops".into(), name: "kb".into() }
+    }
+
+    fn spec(sources: Value) -> KnowledgeBaseSpec {
+        serde_json::from_value(json!({ "sources": sources })).unwrap()
+    }
+
+    fn documents_of(sources: Value) -> Result<(Vec<Document>, Vec<String>), BaseError> {
+        documents(&Catalog::default(), &key(), &spec(sources), None, "ops/kb")
+    }
+
+    #[test]
+    fn inline_documents_keep_their_title_and_ids_stay_unique() {
+        let (docs, skipped) = documents_of(json!([
+            {"inline": {"name": "tls.md", "title": "Certificates", "url": "https://wiki/tls", "content": "# Other\nrenew"}},
+            {"inline": {"name": "tls.md", "content": "a second document with the same id"}},
+            {"inline": {"name": "dns.md", "content": "# CoreDNS\nndots"}},
+        ]))
+        .unwrap();
+        let summary: Vec<(&str, &str, &str)> =
+            docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source.as_str())).collect();
+        assert_eq!(summary, [("tls.md", "Certificates", "ops/kb"), ("dns.md", "CoreDNS", "ops/kb")]);
+        assert_eq!(docs[0].url.as_deref(), Some("https://wiki/tls"));
+        assert!(skipped.is_empty());
+    }
+
+    #[test]
+    fn missing_sources_are_reported_by_position() {
+        let inline = json!({"inline": {"name": "a.md", "content": "a"}});
+        let err = documents_of(json!([inline, {"configMap": {"name": "extra"}}])).unwrap_err();
+        assert_eq!(err.to_string(), "sources[1]: ConfigMap ops/extra not found");
+        let err = documents_of(json!([{"git": {"workspace": "repo", "path": "docs"}}])).unwrap_err();
+        assert!(
+            matches!(&err, BaseError::WorkspaceNotFound { index: 0, workspace } if workspace.name == "repo"),
+            "{err}"
+        );
+        let err = documents_of(json!([inline, inline, {"directory": {"path": "/nonexistent/runbooks"}}])).unwrap_err();
+        assert!(err.to_string().starts_with("sources[2]: /nonexistent/runbooks: "), "{err}");
+    }
+
+    #[test]
+    fn a_base_error_serialises_as_its_message() {
+        let err = BaseError::RemoteWorkspace { index: 3, name: "repo".into() };
+        assert_eq!(
+            serde_json::to_value(&err).unwrap(),
+            json!("sources[3]: Workspace repo is a git remote; index a path workspace instead")
+        );
+        let err = BaseError::from(IndexError::Empty);
+        assert_eq!(serde_json::to_value(&err).unwrap(), json!("no indexable text in the documents"));
+    }
+
+    #[test]
+    fn search_merges_bases_by_score_and_names_their_versions() {
+        let bases = KnowledgeBases::new(200, None);
+        let docs = documents_of(json!([
+            {"inline": {"name": "disk.md", "content": "# Disk full\ndisk usage grows, disk disk"}},
+            {"inline": {"name": "cpu.md", "content": "# High CPU\ncpu steal"}},
+        ]))
+        .unwrap()
+        .0;
+        let params = ChunkingParams::default();
+        let sha = content_sha256(&docs, params);
+        let (index, rebuilt) = bases.index_for(&key(), &docs, params, &sha).unwrap();
+        assert!(rebuilt);
+        bases
+            .loaded
+            .write()
+            .unwrap()
+            .insert(key(), Arc::new(Loaded { name: "ops/kb".into(), index, sha: sha.clone() }));
+        let found = bases.search_all("disk", 0).unwrap();
+        assert_eq!(found.output["results"].as_array().map(Vec::len), Some(1), "top_k is at least 1");
+        assert_eq!(found.output["results"][0]["document"], "disk.md");
+        assert_eq!(found.versions["ops/kb"], sha[..VERSION_CHARS]);
+        assert_eq!(found.documents, [("disk.md".to_owned(), "Disk full".to_owned())]);
+        assert!(matches!(bases.search_all("!!!", 5), Err(IndexError::EmptyQuery)));
+    }
+}

@@ -351,6 +351,49 @@ mod tests {
     }
 
     #[test]
+    fn names_and_descriptions_are_bounded() {
+        let obj = serde_json::json!({"type": "object"});
+        let long = tool(&"é".repeat(300), Some(true), obj.clone());
+        let mut blank = tool("blank", Some(true), obj.clone());
+        blank.description = Some("  ".into());
+        let mut wordy = tool("wordy", Some(true), obj);
+        wordy.description = Some("ü".repeat(MAX_DESCRIPTION_CHARS + 10).into());
+        // Sorted by remote name: blank, wordy, then the long non-ASCII name.
+        let out = candidates(&config(&[Permission::Read], None), vec![long, blank, wordy]);
+        let long = &out[2].tool;
+        assert!(!long.authorized, "a 600-byte name is not a valid tool name");
+        // Cut on a character boundary, marker included.
+        assert_eq!(long.remote_name, format!("{}...", "é".repeat(126)));
+        assert!(long.name.len() <= 256 && long.name.starts_with("mcp.x.é"));
+        let description = |i: usize| out[i].spec.as_ref().map(|s| s.description.clone()).unwrap_or_default();
+        assert_eq!(description(0), "MCP tool blank", "blank descriptions fall back to the name");
+        assert_eq!(description(1).chars().count(), MAX_DESCRIPTION_CHARS);
+    }
+
+    #[test]
+    fn connection_errors_name_entries_not_values() {
+        let mut c = config(&[Permission::Read], None);
+        c.transport = Transport::Stdio {
+            command: "true".into(),
+            args: vec![],
+            env: vec![("TOKEN".into(), "sec\0ret".into())],
+            working_dir: None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let err = runtime.block_on(connect(&c, &HostOptions::default())).err().unwrap();
+        assert_eq!(err.to_string(), "environment variable TOKEN has a value with a NUL byte");
+        c.transport = Transport::Http {
+            url: "http://127.0.0.1:1/mcp".into(),
+            headers: vec![("X-Key".into(), "bad\nvalue".into())],
+        };
+        let err = runtime.block_on(connect(&c, &HostOptions::default())).err().unwrap();
+        assert_eq!(err.to_string(), "header X-Key has a value that is not valid");
+        c.transport = Transport::Stdio { command: String::new(), args: vec![], env: vec![], working_dir: None };
+        let err = runtime.block_on(connect(&c, &HostOptions::default())).err().unwrap();
+        assert!(matches!(err, McpError::EmptyCommand));
+    }
+
+    #[test]
     fn results_are_rendered_and_bounded() {
         let r = CallToolResult::error(vec![ContentBlock::text("boom")]);
         let v: Value = serde_json::from_str(&render_result(&r, 1024)).unwrap();

@@ -89,3 +89,68 @@ fn config(
         fingerprint: hex::encode(fingerprint.finalize()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::catalog::secrets::EnvSecrets;
+    use crate::resources::McpAdapter;
+
+    fn key() -> ObjectKey {
+        ObjectKey { kind: Kind::McpAdapter, namespace: "ops".into(), name: "vm".into() }
+    }
+
+    fn adapter(spec: Value) -> McpAdapter {
+        McpAdapter::new("vm", serde_json::from_value(spec).unwrap())
+    }
+
+    fn token(value: &'static str) -> EnvSecrets<impl Fn(&str) -> Option<String> + Send + Sync> {
+        EnvSecrets::with_lookup(move |name| (name == "VM_TOKEN").then(|| value.to_owned()))
+    }
+
+    #[test]
+    fn stdio_adapters_resolve_secrets_and_relative_directories() {
+        let spec = json!({
+            "transport": {"stdio": {
+                "command": "mcp-vm",
+                "args": ["--read-only"],
+                "env": [{"name": "TOKEN", "valueFrom": {"env": "VM_TOKEN"}}, {"name": "MODE", "value": "ro"}],
+                "workingDir": "servers",
+            }},
+            "allow": ["read"],
+        });
+        let base = PathBuf::from("/etc/akritas");
+        let built = config(&key(), &adapter(spec.clone()), Some(&base), &token("s3cr3t")).unwrap();
+        assert_eq!(built.namespace, "mcp.vm");
+        assert_eq!(built.call_timeout, Duration::from_secs(10));
+        let Transport::Stdio { command, args, env, working_dir } = &built.transport else { panic!("stdio") };
+        assert_eq!((command.as_str(), args.as_slice()), ("mcp-vm", ["--read-only".to_owned()].as_slice()));
+        assert_eq!(env, &[("TOKEN".to_owned(), "s3cr3t".to_owned()), ("MODE".to_owned(), "ro".to_owned())]);
+        assert_eq!(working_dir.as_deref(), Some(Path::new("/etc/akritas/servers")));
+        // The fingerprint follows resolved secrets, so a rotated token restarts the adapter.
+        let again = config(&key(), &adapter(spec.clone()), Some(&base), &token("s3cr3t")).unwrap();
+        let rotated = config(&key(), &adapter(spec), Some(&base), &token("n3w")).unwrap();
+        assert_eq!(built.fingerprint, again.fingerprint);
+        assert_ne!(built.fingerprint, rotated.fingerprint);
+    }
+
+    #[test]
+    fn unresolvable_entries_are_named_without_values() {
+        let spec = json!({
+            "transport": {"http": {"url": "http://vm/mcp", "headers": [{"name": "Authorization", "valueFrom": {"env": "OTHER"}}]}},
+            "allow": ["read"],
+        });
+        let err = config(&key(), &adapter(spec), None, &token("s3cr3t")).unwrap_err();
+        assert!(err.to_string().starts_with("header Authorization: environment variable OTHER is not set"), "{err}");
+        let spec = json!({
+            "transport": {"http": {"url": "http://vm/mcp", "headers": [{"name": "X-Empty"}]}},
+            "allow": ["read"],
+        });
+        let err = config(&key(), &adapter(spec), None, &token("s3cr3t")).unwrap_err();
+        assert_eq!(err.to_string(), "header X-Empty: no value");
+    }
+}

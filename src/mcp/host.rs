@@ -362,8 +362,7 @@ mod tests {
     use rmcp::model::{Tool, ToolAnnotations};
 
     use super::*;
-    use crate::mcp::Transport;
-    use crate::mcp::adapter::candidates;
+    use crate::mcp::adapter::{Transport, candidates};
     use crate::tools::{AllowAll, ErrorCode, Permission, ToolCall};
 
     const KEY: &str = "McpAdapter/ns/x";

@@ -235,7 +235,7 @@ fn terminate(pid: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::Transport;
+    use crate::mcp::adapter::Transport;
     use crate::mcp::types::Backoff;
 
     /// Records events as text; stops being current after `limit` events.
