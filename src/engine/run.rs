@@ -13,12 +13,12 @@ use tokio::sync::Semaphore;
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
 use super::conversation::{self, Speaker, Turn};
 use super::knowledge_tools;
+use crate::language::{language_instruction, normalize_language};
 use super::plan::{self, CapabilityGap, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT};
 use super::skills::{self, RunSkills, SkillEntry};
 use crate::alerts::investigation::{self, InvestigationResult, RESULT_TOOL};
 use crate::audit::{AuditError, AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus};
 use crate::catalog::CatalogStore;
-use crate::language::{language_instruction, normalize_language};
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, Message, ToolChoice, ToolDefinition};
 use crate::tools::{ReadOnlyPolicy, Registry, RegistryBuilder, ToolCall, ToolResult};
 
