@@ -17,7 +17,7 @@ use crate::catalog::{Catalog, ObjectKey};
 use crate::engine::run::{Retrieved, Retriever};
 use crate::resources::knowledge_base::KnowledgeBaseSpec;
 use crate::resources::{Kind, Resource};
-use crate::text::{prefix_bytes, prefix_chars};
+use crate::text::prefix_chars;
 
 /// Most hits a single search returns.
 pub const MAX_HITS: usize = 20;
@@ -120,7 +120,7 @@ impl KnowledgeBases {
             return KnowledgeIndex::build_in_ram(documents, params).map(|i| (i, true));
         };
         let base = storage.join(format!("{}.{}", key.namespace, key.name));
-        let dir = base.join(prefix_bytes(sha, VERSION_CHARS));
+        let dir = base.join(prefix_chars(sha, VERSION_CHARS));
         if let Ok(index) = KnowledgeIndex::open(&dir)
             && index.stats().content_sha256 == sha
         {
