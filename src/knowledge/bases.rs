@@ -8,17 +8,70 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use futures_util::future::BoxFuture;
+use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
 
-use super::corpus::{self, Document, ImportOptions};
-use super::index::{ChunkingParams, IndexStats, KnowledgeIndex, content_sha256};
+use super::corpus::{self, CorpusError, Document, ImportOptions};
+use super::index::{ChunkingParams, IndexError, IndexStats, KnowledgeIndex, content_sha256};
 use crate::catalog::{Catalog, ObjectKey};
 use crate::engine::retrieval::{RetrievalError, Retrieved, Retriever};
 use crate::resources::knowledge_base::KnowledgeBaseSpec;
 use crate::resources::{Kind, Resource};
+use crate::text::prefix_chars;
 
 /// Most hits a single search returns.
 pub const MAX_HITS: usize = 20;
+/// Characters of the content hash that name an index version (directory and `versions`).
+const VERSION_CHARS: usize = 16;
+
+/// Why a knowledge base has no (new) index.
+#[derive(Debug, thiserror::Error)]
+pub enum BaseError {
+    /// A directory or git source could not be imported.
+    #[error("sources[{index}]: {source}")]
+    Import {
+        /// Position of the source in `spec.sources`.
+        index: usize,
+        /// Why.
+        source: CorpusError,
+    },
+    /// A ConfigMap source names a ConfigMap the Catalog does not hold.
+    #[error("sources[{index}]: ConfigMap {namespace}/{name} not found")]
+    ConfigMapNotFound {
+        /// Position of the source in `spec.sources`.
+        index: usize,
+        /// The ConfigMap's namespace.
+        namespace: String,
+        /// The ConfigMap's name.
+        name: String,
+    },
+    /// A git source names a Workspace the Catalog does not hold.
+    #[error("sources[{index}]: Workspace {workspace} not found")]
+    WorkspaceNotFound {
+        /// Position of the source in `spec.sources`.
+        index: usize,
+        /// The Workspace.
+        workspace: ObjectKey,
+    },
+    /// A git source names a Workspace that is a remote, not a local path.
+    #[error("sources[{index}]: Workspace {name} is a git remote; index a path workspace instead")]
+    RemoteWorkspace {
+        /// Position of the source in `spec.sources`.
+        index: usize,
+        /// The Workspace's name.
+        name: String,
+    },
+    /// Indexing failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Status carries the message.
+impl Serialize for BaseError {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
 
 struct Loaded {
     name: String,
@@ -40,7 +93,7 @@ pub struct Refreshed {
     /// The resource.
     pub key: ObjectKey,
     /// Stats of the index in force, or why it could not be built.
-    pub outcome: Result<IndexStats, String>,
+    pub outcome: Result<IndexStats, BaseError>,
     /// Files skipped by the import, with reasons.
     pub skipped: Vec<String>,
     /// Whether a new index was built.
@@ -62,12 +115,12 @@ impl KnowledgeBases {
         documents: &[Document],
         params: ChunkingParams,
         sha: &str,
-    ) -> Result<(KnowledgeIndex, bool), String> {
+    ) -> Result<(KnowledgeIndex, bool), IndexError> {
         let Some(storage) = &self.storage else {
-            return KnowledgeIndex::build_in_ram(documents, params).map(|i| (i, true)).map_err(|e| e.to_string());
+            return KnowledgeIndex::build_in_ram(documents, params).map(|i| (i, true));
         };
         let base = storage.join(format!("{}.{}", key.namespace, key.name));
-        let dir = base.join(&sha[..16.min(sha.len())]);
+        let dir = base.join(prefix_chars(sha, VERSION_CHARS));
         if let Ok(index) = KnowledgeIndex::open(&dir)
             && index.stats().content_sha256 == sha
         {
@@ -75,7 +128,7 @@ impl KnowledgeBases {
         }
         // A partial build (no metadata) or another content: start over.
         let _ = std::fs::remove_dir_all(&dir);
-        let index = KnowledgeIndex::build_on_disk(&dir, documents, params, None).map_err(|e| e.to_string())?;
+        let index = KnowledgeIndex::build_on_disk(&dir, documents, params, None)?;
         // Older versions of this base are no longer needed (open mappings stay valid).
         if let Ok(entries) = std::fs::read_dir(&base) {
             for entry in entries.filter_map(Result::ok).filter(|e| e.path() != dir) {
@@ -131,7 +184,7 @@ impl KnowledgeBases {
                 }
                 Err(error) => {
                     keep_previous(&current, key, &mut next);
-                    results.push(Refreshed { key: key.clone(), outcome: Err(error), skipped, rebuilt: false });
+                    results.push(Refreshed { key: key.clone(), outcome: Err(error.into()), skipped, rebuilt: false });
                 }
             }
         }
@@ -151,15 +204,15 @@ impl KnowledgeBases {
     }
 
     /// Searches every knowledge base and merges the hits by score.
-    pub fn search_all(&self, query: &str, top_k: usize) -> Result<Retrieved, String> {
+    pub fn search_all(&self, query: &str, top_k: usize) -> Result<Retrieved, IndexError> {
         let loaded: Vec<Arc<Loaded>> =
             self.loaded.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let top_k = top_k.clamp(1, MAX_HITS);
         let mut hits = Vec::new();
         let mut versions = BTreeMap::new();
         for base in &loaded {
-            let found = base.index.search_with_excerpt(query, top_k, self.excerpt_chars).map_err(|e| e.to_string())?;
-            versions.insert(base.name.clone(), base.sha.chars().take(16).collect());
+            let found = base.index.search_with_excerpt(query, top_k, self.excerpt_chars)?;
+            versions.insert(base.name.clone(), prefix_chars(&base.sha, VERSION_CHARS).to_owned());
             hits.extend(found.into_iter().map(|hit| (base.name.clone(), hit)));
         }
         hits.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
@@ -215,10 +268,10 @@ fn documents(
     spec: &KnowledgeBaseSpec,
     base_dir: Option<&Path>,
     name: &str,
-) -> Result<(Vec<Document>, Vec<String>), String> {
+) -> Result<(Vec<Document>, Vec<String>), BaseError> {
     let mut documents = Vec::new();
     let mut skipped = Vec::new();
-    for (i, source) in spec.sources.iter().enumerate() {
+    for (index, source) in spec.sources.iter().enumerate() {
         if let Some(directory) = &source.directory {
             let root = resolve(base_dir, &directory.path);
             let options = ImportOptions {
@@ -226,14 +279,13 @@ fn documents(
                 extensions: directory.extensions.clone(),
                 ..ImportOptions::default()
             };
-            let report = corpus::import(&root, &options).map_err(|e| format!("sources[{i}]: {e}"))?;
+            let report = corpus::import(&root, &options).map_err(|source| BaseError::Import { index, source })?;
             skipped.extend(report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)));
             documents.extend(report.documents);
         } else if let Some(config_map) = &source.config_map {
-            let data = catalog
-                .config_maps
-                .get(&(key.namespace.clone(), config_map.name.clone()))
-                .ok_or_else(|| format!("sources[{i}]: ConfigMap {}/{} not found", key.namespace, config_map.name))?;
+            let data = catalog.config_maps.get(&(key.namespace.clone(), config_map.name.clone())).ok_or_else(|| {
+                BaseError::ConfigMapNotFound { index, namespace: key.namespace.clone(), name: config_map.name.clone() }
+            })?;
             for (data_key, text) in data {
                 if config_map.keys.is_empty() || config_map.keys.contains(data_key) {
                     let id = format!("configmap/{}/{data_key}", config_map.name);
@@ -255,17 +307,19 @@ fn documents(
         } else if let Some(git) = &source.git {
             let workspace =
                 ObjectKey { kind: Kind::Workspace, namespace: key.namespace.clone(), name: git.workspace.clone() };
-            let entry = catalog
-                .entries
-                .get(&workspace)
-                .ok_or_else(|| format!("sources[{i}]: Workspace {workspace} not found"))?;
+            let Some(entry) = catalog.entries.get(&workspace) else {
+                return Err(BaseError::WorkspaceNotFound { index, workspace });
+            };
             let Resource::Workspace(ws) = entry.resource.as_ref() else { continue };
-            let path = ws.spec.source.path.as_ref().ok_or_else(|| {
-                format!("sources[{i}]: Workspace {} is a git remote; index a path workspace instead", git.workspace)
-            })?;
+            let path = ws
+                .spec
+                .source
+                .path
+                .as_ref()
+                .ok_or_else(|| BaseError::RemoteWorkspace { index, name: git.workspace.clone() })?;
             let root = resolve(entry.base_dir.as_deref(), path).join(&git.path);
             let options = ImportOptions { source: name.to_string(), ..ImportOptions::default() };
-            let report = corpus::import(&root, &options).map_err(|e| format!("sources[{i}]: {e}"))?;
+            let report = corpus::import(&root, &options).map_err(|source| BaseError::Import { index, source })?;
             skipped.extend(report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)));
             documents.extend(report.documents);
         }
@@ -280,5 +334,88 @@ fn resolve(base_dir: Option<&Path>, path: &str) -> PathBuf {
     match base_dir {
         Some(base) if !Path::new(path).is_absolute() => base.join(path),
         _ => PathBuf::from(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ObjectKey {
+        ObjectKey { kind: Kind::KnowledgeBase, namespace: "ops".into(), name: "kb".into() }
+    }
+
+    fn spec(sources: Value) -> KnowledgeBaseSpec {
+        serde_json::from_value(json!({ "sources": sources })).unwrap()
+    }
+
+    fn documents_of(sources: Value) -> Result<(Vec<Document>, Vec<String>), BaseError> {
+        documents(&Catalog::default(), &key(), &spec(sources), None, "ops/kb")
+    }
+
+    #[test]
+    fn inline_documents_keep_their_title_and_ids_stay_unique() {
+        let (docs, skipped) = documents_of(json!([
+            {"inline": {"name": "tls.md", "title": "Certificates", "url": "https://wiki/tls", "content": "# Other\nrenew"}},
+            {"inline": {"name": "tls.md", "content": "a second document with the same id"}},
+            {"inline": {"name": "dns.md", "content": "# CoreDNS\nndots"}},
+        ]))
+        .unwrap();
+        let summary: Vec<(&str, &str, &str)> =
+            docs.iter().map(|d| (d.id.as_str(), d.title.as_str(), d.source.as_str())).collect();
+        assert_eq!(summary, [("tls.md", "Certificates", "ops/kb"), ("dns.md", "CoreDNS", "ops/kb")]);
+        assert_eq!(docs[0].url.as_deref(), Some("https://wiki/tls"));
+        assert!(skipped.is_empty());
+    }
+
+    #[test]
+    fn missing_sources_are_reported_by_position() {
+        let inline = json!({"inline": {"name": "a.md", "content": "a"}});
+        let err = documents_of(json!([inline, {"configMap": {"name": "extra"}}])).unwrap_err();
+        assert_eq!(err.to_string(), "sources[1]: ConfigMap ops/extra not found");
+        let err = documents_of(json!([{"git": {"workspace": "repo", "path": "docs"}}])).unwrap_err();
+        assert!(
+            matches!(&err, BaseError::WorkspaceNotFound { index: 0, workspace } if workspace.name == "repo"),
+            "{err}"
+        );
+        let err = documents_of(json!([inline, inline, {"directory": {"path": "/nonexistent/runbooks"}}])).unwrap_err();
+        assert!(err.to_string().starts_with("sources[2]: /nonexistent/runbooks: "), "{err}");
+    }
+
+    #[test]
+    fn a_base_error_serialises_as_its_message() {
+        let err = BaseError::RemoteWorkspace { index: 3, name: "repo".into() };
+        assert_eq!(
+            serde_json::to_value(&err).unwrap(),
+            json!("sources[3]: Workspace repo is a git remote; index a path workspace instead")
+        );
+        let err = BaseError::from(IndexError::Empty);
+        assert_eq!(serde_json::to_value(&err).unwrap(), json!("no indexable text in the documents"));
+    }
+
+    #[test]
+    fn search_merges_bases_by_score_and_names_their_versions() {
+        let bases = KnowledgeBases::new(200, None);
+        let docs = documents_of(json!([
+            {"inline": {"name": "disk.md", "content": "# Disk full\ndisk usage grows, disk disk"}},
+            {"inline": {"name": "cpu.md", "content": "# High CPU\ncpu steal"}},
+        ]))
+        .unwrap()
+        .0;
+        let params = ChunkingParams::default();
+        let sha = content_sha256(&docs, params);
+        let (index, rebuilt) = bases.index_for(&key(), &docs, params, &sha).unwrap();
+        assert!(rebuilt);
+        bases
+            .loaded
+            .write()
+            .unwrap()
+            .insert(key(), Arc::new(Loaded { name: "ops/kb".into(), index, sha: sha.clone() }));
+        let found = bases.search_all("disk", 0).unwrap();
+        assert_eq!(found.output["results"].as_array().map(Vec::len), Some(1), "top_k is at least 1");
+        assert_eq!(found.output["results"][0]["document"], "disk.md");
+        assert_eq!(found.versions["ops/kb"], sha[..VERSION_CHARS]);
+        assert_eq!(found.documents, [("disk.md".to_owned(), "Disk full".to_owned())]);
+        assert!(matches!(bases.search_all("!!!", 5), Err(IndexError::EmptyQuery)));
     }
 }

@@ -18,12 +18,16 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::environment::{check_env_name, check_env_value, child_env, pump_stderr};
-use super::host::{DiscoveredTool, HostOptions};
+use super::error::McpError;
 use super::permission::{authorize, permission_from_annotations};
+use super::types::{DiscoveredTool, HostOptions};
+use crate::text::{ELLIPSIS, prefix_chars, truncate_bytes};
 use crate::tools::{MAX_DESCRIPTION_CHARS, Permission, ToolSpec};
 
 /// Most remote tools one adapter may announce; the rest are ignored.
 pub const MAX_TOOLS_PER_ADAPTER: usize = 1024;
+/// Bound on a host or remote tool name kept in status, in bytes.
+const MAX_NAME_BYTES: usize = 256;
 /// Added to an adapter's call timeout for the registry's own timeout, so that the adapter's
 /// timeout fires first and becomes a clean `tool_error`.
 const REGISTRY_TIMEOUT_SLACK: Duration = Duration::from_secs(1);
@@ -112,7 +116,7 @@ pub(crate) struct Connected {
 }
 
 /// Connects and initializes an MCP session. Errors never contain env or header values.
-pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Result<Connected, String> {
+pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Result<Connected, McpError> {
     let tools_changed = Arc::new(Notify::new());
     let client = HostClient { tools_changed: Arc::clone(&tools_changed) };
     let ct = CancellationToken::new();
@@ -123,7 +127,7 @@ pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Re
                 check_env_value(name, value)?;
             }
             if command.is_empty() {
-                return Err("stdio command is empty".to_owned());
+                return Err(McpError::EmptyCommand);
             }
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(args)
@@ -136,11 +140,11 @@ pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Re
             if let Some(dir) = working_dir {
                 cmd.current_dir(dir);
             }
-            let mut child = cmd.spawn().map_err(|e| format!("cannot start {command:?}: {e}"))?;
+            let mut child = cmd.spawn().map_err(|source| McpError::Spawn { command: command.clone(), source })?;
             let pid = child.id();
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
                 let _ = child.kill().await;
-                return Err("child stdio pipes are missing".to_owned());
+                return Err(McpError::MissingPipes);
             };
             if let Some(stderr) = child.stderr.take() {
                 tokio::spawn(pump_stderr(config.key.clone(), stderr));
@@ -149,17 +153,15 @@ pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Re
                 Ok(service) => Ok(Connected { service, child: Some(child), pid, tools_changed, ct }),
                 Err(e) => {
                     let _ = child.kill().await;
-                    Err(format!("MCP initialization failed: {e}"))
+                    Err(McpError::Initialize(Box::new(e)))
                 }
             }
         }
         Transport::Http { url, headers } => {
             let mut map = HashMap::with_capacity(headers.len());
             for (name, value) in headers {
-                let header = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("header name {name:?} is not valid"))?;
-                let mut value =
-                    HeaderValue::from_str(value).map_err(|_| format!("header {name} has a value that is not valid"))?;
+                let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| McpError::HeaderName(name.clone()))?;
+                let mut value = HeaderValue::from_str(value).map_err(|_| McpError::HeaderValue(name.clone()))?;
                 value.set_sensitive(true);
                 map.insert(header, value);
             }
@@ -167,13 +169,11 @@ pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Re
             let http = reqwest::Client::builder()
                 .connect_timeout(options.connect_timeout)
                 .build()
-                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+                .map_err(McpError::HttpClient)?;
             let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
             let transport = StreamableHttpClientTransport::with_client(http, transport_config);
-            let service = client
-                .serve_with_ct(transport, ct.clone())
-                .await
-                .map_err(|e| format!("MCP initialization failed: {e}"))?;
+            let service =
+                client.serve_with_ct(transport, ct.clone()).await.map_err(|e| McpError::Initialize(Box::new(e)))?;
             Ok(Connected { service, child: None, pid: None, tools_changed, ct })
         }
     }
@@ -204,22 +204,22 @@ pub(crate) fn candidates(config: &AdapterConfig, mut tools: Vec<Tool>) -> Vec<Ca
     for tool in tools {
         let remote = tool.name.to_string();
         let permission = permission_from_annotations(tool.annotations.as_ref());
-        let host_name = bounded(&format!("{}.{remote}", config.namespace), 256);
+        let host_name = truncate_bytes(&format!("{}.{remote}", config.namespace), MAX_NAME_BYTES, ELLIPSIS);
         let mut discovered = DiscoveredTool {
             name: host_name,
-            remote_name: bounded(&remote, 256),
+            remote_name: truncate_bytes(&remote, MAX_NAME_BYTES, ELLIPSIS),
             permission,
             authorized: false,
             reason: None,
         };
         if !seen.insert(remote.clone()) {
-            discovered.reason = Some("duplicate remote tool name".to_owned());
+            discovered.reason = Some(McpError::DuplicateTool.to_string());
             out.push(Candidate { tool: discovered, spec: None });
             continue;
         }
         match authorize(&config.namespace, &remote, permission, &config.allow, config.tools.as_ref()) {
             Err(reason) => {
-                discovered.reason = Some(reason);
+                discovered.reason = Some(reason.to_string());
                 out.push(Candidate { tool: discovered, spec: None });
             }
             Ok(name) => {
@@ -230,7 +230,7 @@ pub(crate) fn candidates(config: &AdapterConfig, mut tools: Vec<Tool>) -> Vec<Ca
                     .filter(|d| !d.trim().is_empty())
                     .or(tool.title.as_deref().filter(|t| !t.trim().is_empty()))
                     .map_or_else(|| format!("MCP tool {remote}"), str::to_owned);
-                let description: String = description.chars().take(MAX_DESCRIPTION_CHARS).collect();
+                let description = prefix_chars(&description, MAX_DESCRIPTION_CHARS).to_owned();
                 let schema = Value::Object((*tool.input_schema).clone());
                 let spec = ToolSpec::new(name, description, permission, schema)
                     .with_timeout(config.effective_call_timeout() + REGISTRY_TIMEOUT_SLACK);
@@ -263,7 +263,7 @@ pub(crate) fn render_result(result: &CallToolResult, max: usize) -> String {
         let cut = serde_json::json!({
             "isError": is_error,
             "truncated": true,
-            "content": [{ "type": "text", "text": bounded(&text, budget) }],
+            "content": [{ "type": "text", "text": truncate_bytes(&text, budget, ELLIPSIS) }],
             "structuredContent": Value::Null,
         })
         .to_string();
@@ -272,18 +272,6 @@ pub(crate) fn render_result(result: &CallToolResult, max: usize) -> String {
         }
         budget = budget.saturating_mul(3) / 4;
     }
-}
-
-/// `s` cut to at most `max` bytes on a char boundary, `...` marking a cut.
-pub(crate) fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max.saturating_sub(3);
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 #[cfg(test)]
@@ -360,6 +348,49 @@ mod tests {
         assert_eq!(out[0].spec.as_ref().map(|s| s.timeout), Some(Duration::from_secs(4)));
         assert!(out[2].tool.reason.as_deref().unwrap_or_default().contains("dangerous"));
         assert!(out[4].tool.reason.as_deref().unwrap_or_default().contains("allowlist"));
+    }
+
+    #[test]
+    fn names_and_descriptions_are_bounded() {
+        let obj = serde_json::json!({"type": "object"});
+        let long = tool(&"é".repeat(300), Some(true), obj.clone());
+        let mut blank = tool("blank", Some(true), obj.clone());
+        blank.description = Some("  ".into());
+        let mut wordy = tool("wordy", Some(true), obj);
+        wordy.description = Some("ü".repeat(MAX_DESCRIPTION_CHARS + 10).into());
+        // Sorted by remote name: blank, wordy, then the long non-ASCII name.
+        let out = candidates(&config(&[Permission::Read], None), vec![long, blank, wordy]);
+        let long = &out[2].tool;
+        assert!(!long.authorized, "a 600-byte name is not a valid tool name");
+        // Cut on a character boundary, marker included.
+        assert_eq!(long.remote_name, format!("{}...", "é".repeat(126)));
+        assert!(long.name.len() <= 256 && long.name.starts_with("mcp.x.é"));
+        let description = |i: usize| out[i].spec.as_ref().map(|s| s.description.clone()).unwrap_or_default();
+        assert_eq!(description(0), "MCP tool blank", "blank descriptions fall back to the name");
+        assert_eq!(description(1).chars().count(), MAX_DESCRIPTION_CHARS);
+    }
+
+    #[test]
+    fn connection_errors_name_entries_not_values() {
+        let mut c = config(&[Permission::Read], None);
+        c.transport = Transport::Stdio {
+            command: "true".into(),
+            args: vec![],
+            env: vec![("TOKEN".into(), "sec\0ret".into())],
+            working_dir: None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let err = runtime.block_on(connect(&c, &HostOptions::default())).err().unwrap();
+        assert_eq!(err.to_string(), "environment variable TOKEN has a value with a NUL byte");
+        c.transport = Transport::Http {
+            url: "http://127.0.0.1:1/mcp".into(),
+            headers: vec![("X-Key".into(), "bad\nvalue".into())],
+        };
+        let err = runtime.block_on(connect(&c, &HostOptions::default())).err().unwrap();
+        assert_eq!(err.to_string(), "header X-Key has a value that is not valid");
+        c.transport = Transport::Stdio { command: String::new(), args: vec![], env: vec![], working_dir: None };
+        let err = runtime.block_on(connect(&c, &HostOptions::default())).err().unwrap();
+        assert!(matches!(err, McpError::EmptyCommand));
     }
 
     #[test]

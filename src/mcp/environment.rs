@@ -5,6 +5,8 @@ use std::ffi::OsString;
 
 use tokio::io::AsyncReadExt;
 
+use super::error::McpError;
+
 /// Maximum bytes of one logged stderr line; the rest of the line is dropped.
 const MAX_STDERR_LINE: usize = 1024;
 /// Maximum stderr lines logged per child; later output is drained but not logged.
@@ -34,17 +36,17 @@ pub fn child_env(
 }
 
 /// Checks an environment variable name; the error names the variable, never a value.
-pub fn check_env_name(name: &str) -> Result<(), String> {
+pub fn check_env_name(name: &str) -> Result<(), McpError> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(format!("environment variable name {name:?} is not valid"));
+        return Err(McpError::EnvName(name.to_owned()));
     }
     Ok(())
 }
 
 /// Checks an environment value without revealing it.
-pub fn check_env_value(name: &str, value: &str) -> Result<(), String> {
+pub fn check_env_value(name: &str, value: &str) -> Result<(), McpError> {
     if value.contains('\0') {
-        return Err(format!("environment variable {name} has a value with a NUL byte"));
+        return Err(McpError::EnvValue(name.to_owned()));
     }
     Ok(())
 }
@@ -116,7 +118,7 @@ mod tests {
         assert!(check_env_name("A_B").is_ok());
         assert!(check_env_name("").is_err());
         assert!(check_env_name("A=B").is_err());
-        let err = check_env_value("TOKEN", "sec\0ret").unwrap_err();
+        let err = check_env_value("TOKEN", "sec\0ret").unwrap_err().to_string();
         assert!(err.contains("TOKEN") && !err.contains("sec"), "{err}");
     }
 }

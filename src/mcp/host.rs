@@ -6,95 +6,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use rmcp::ServiceError;
 use rmcp::model::CallToolRequestParams;
-use rmcp::{Peer, RoleClient, ServiceError};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::adapter::{AdapterConfig, Candidate, Connected, bounded, candidates, connect, render_result};
-use crate::tools::{Permission, Registry, RegistryBuilder, ToolFuture, ToolHandler, ToolLimits};
-
-/// Bound on an error message kept in status.
-const MAX_ERROR_BYTES: usize = 1024;
-
-/// Exponential reconnect backoff bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    pub min: Duration,
-    pub max: Duration,
-}
-
-/// Host-wide settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostOptions {
-    /// Names of host environment variables a stdio child may inherit; nothing else is inherited.
-    pub base_env: Vec<String>,
-    /// Bound on one rendered tool result in bytes.
-    pub max_result_bytes: usize,
-    /// Time a stopping child gets after SIGTERM before it is killed.
-    pub stop_grace: Duration,
-    pub reconnect_backoff: Backoff,
-    /// Bound on starting a session (spawn/connect + initialize) and on listing tools.
-    pub connect_timeout: Duration,
-}
-
-impl Default for HostOptions {
-    fn default() -> Self {
-        Self {
-            base_env: ["PATH", "HOME", "LANG", "TZ", "TMPDIR"].into_iter().map(str::to_owned).collect(),
-            max_result_bytes: 256 * 1024,
-            stop_grace: Duration::from_secs(5),
-            reconnect_backoff: Backoff { min: Duration::from_millis(500), max: Duration::from_secs(30) },
-            connect_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// One remote tool as the host sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DiscoveredTool {
-    /// Host tool name `<namespace>.<remote name>` (bounded; may be invalid when not authorized).
-    pub name: String,
-    pub remote_name: String,
-    pub permission: Permission,
-    pub authorized: bool,
-    /// Why the tool is not authorized.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// Where an adapter's supervisor is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AdapterPhase {
-    /// Starting a session (first attempt or after a backoff).
-    Connecting,
-    /// Session up and tools listed.
-    Connected,
-    /// The last attempt or session failed (`last_error`); waiting to retry.
-    Retrying,
-}
-
-/// Observed state of one adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdapterStatus {
-    pub key: String,
-    pub connected: bool,
-    pub phase: AdapterPhase,
-    /// Most recent connection, listing or session failure; cleared by a successful listing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// Process id of the live stdio child.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// Tools of the last successful listing (kept while reconnecting).
-    pub tools: Vec<DiscoveredTool>,
-}
+use super::adapter::{AdapterConfig, Candidate, render_result};
+use super::error::McpError;
+use super::supervise::{Event, Live, Reporter, supervise};
+use super::types::{AdapterPhase, AdapterStatus, DiscoveredTool, HostOptions, MAX_ERROR_BYTES};
+use crate::text::{ELLIPSIS, truncate_bytes};
+use crate::tools::{Registry, RegistryBuilder, ToolFuture, ToolHandler, ToolLimits};
 
 /// Runs MCP adapters and exposes their authorized tools. Cheap to clone.
 #[derive(Clone)]
@@ -134,36 +58,6 @@ struct Slot {
     candidates: Vec<Candidate>,
     /// Final verdicts after registration (a registration error revokes authorization).
     tools: Vec<DiscoveredTool>,
-}
-
-/// What a tool handler needs from a live session.
-#[derive(Clone)]
-struct Live {
-    peer: Peer<RoleClient>,
-    failure: Arc<Failure>,
-}
-
-/// A handler's report that the session's transport failed.
-#[derive(Default)]
-struct Failure {
-    message: Mutex<Option<String>>,
-    notify: Notify,
-}
-
-impl Failure {
-    fn report(&self, message: String) {
-        let mut slot = self.message.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(message);
-        }
-        drop(slot);
-        self.notify.notify_one();
-    }
-
-    async fn wait(&self) -> String {
-        self.notify.notified().await;
-        self.message.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| "session failed".to_owned())
-    }
 }
 
 impl Inner {
@@ -244,9 +138,9 @@ impl McpHost {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let config = Arc::new(config);
         let cancel = CancellationToken::new();
+        let reporter = SlotReporter { inner: Arc::downgrade(&self.inner), key: config.key.clone(), id };
         let task = tokio::spawn(supervise(
-            Arc::downgrade(&self.inner),
-            id,
+            reporter,
             Arc::clone(&config),
             self.inner.options.clone(),
             cancel.clone(),
@@ -341,7 +235,7 @@ fn rebuild(inner: &Arc<Inner>, state: &mut State) {
                 );
                 if let Err(e) = builder.register(spec.clone(), handler) {
                     tool.authorized = false;
-                    tool.reason = Some(bounded(&e.to_string(), MAX_ERROR_BYTES));
+                    tool.reason = Some(truncate_bytes(&e.to_string(), MAX_ERROR_BYTES, ELLIPSIS));
                 }
             }
             tools.push(tool);
@@ -364,17 +258,22 @@ fn handler(
         let live = current_session(&inner, &key, &host_name);
         let params = match arguments {
             Value::Object(map) => Ok(CallToolRequestParams::new(remote.clone()).with_arguments(map)),
-            _ => Err("arguments must be a JSON object".to_owned()),
+            _ => Err(McpError::ArgumentsNotObject),
         };
         let key = key.clone();
         Box::pin(async move {
-            let live = live?;
-            let params = params?;
+            let live = live.map_err(|e| e.to_string())?;
+            let params = params.map_err(|e| e.to_string())?;
             match tokio::time::timeout(call_timeout, live.peer.call_tool(params)).await {
-                Err(_) => Err(format!("MCP adapter {key} did not answer within {call_timeout:?}")),
-                Ok(Err(e)) => {
-                    let message = bounded(&format!("MCP adapter {key}: {e}"), MAX_ERROR_BYTES);
-                    if matches!(e, ServiceError::TransportSend(_) | ServiceError::TransportClosed) {
+                Err(_) => Err(McpError::CallTimeout { key, timeout: call_timeout }.to_string()),
+                Ok(Err(source)) => {
+                    let broken = matches!(source, ServiceError::TransportSend(_) | ServiceError::TransportClosed);
+                    let message = truncate_bytes(
+                        &McpError::Call { key, source: Box::new(source) }.to_string(),
+                        MAX_ERROR_BYTES,
+                        ELLIPSIS,
+                    );
+                    if broken {
                         live.failure.report(message.clone());
                     }
                     Err(message)
@@ -385,222 +284,76 @@ fn handler(
     })
 }
 
-fn current_session(inner: &Weak<Inner>, key: &str, host_name: &str) -> Result<Live, String> {
-    let inner = inner.upgrade().ok_or_else(|| "the MCP host has stopped".to_owned())?;
+fn current_session(inner: &Weak<Inner>, key: &str, host_name: &str) -> Result<Live, McpError> {
+    let inner = inner.upgrade().ok_or(McpError::HostStopped)?;
     let state = inner.lock();
-    let slot = state.slots.get(key).ok_or_else(|| format!("MCP adapter {key} is not configured"))?;
+    let slot = state.slots.get(key).ok_or_else(|| McpError::NotConfigured(key.to_owned()))?;
     if !slot.tools.iter().any(|t| t.authorized && t.name == host_name) {
-        return Err(format!("tool {host_name} is no longer authorized by MCP adapter {key}"));
+        return Err(McpError::Revoked { tool: host_name.to_owned(), key: key.to_owned() });
     }
-    slot.live.clone().ok_or_else(|| match &slot.last_error {
-        Some(e) => format!("MCP adapter {key} is not connected (last error: {e})"),
-        None => format!("MCP adapter {key} is not connected"),
-    })
+    slot.live.clone().ok_or_else(|| McpError::NotConnected { key: key.to_owned(), last_error: slot.last_error.clone() })
 }
 
-/// Applies `f` to this supervisor's slot (if it is still current), optionally rebuilding the
-/// registry, and bumps the version. False when the slot or the host is gone.
-fn update(inner: &Weak<Inner>, key: &str, id: u64, rebuild_registry: bool, f: impl FnOnce(&mut Slot)) -> bool {
-    let Some(inner) = inner.upgrade() else { return false };
-    {
-        let mut state = inner.lock();
-        match state.slots.get_mut(key) {
-            Some(slot) if slot.id == id => f(slot),
-            _ => return false,
-        }
-        if rebuild_registry {
-            rebuild(&inner, &mut state);
-        }
-    }
-    inner.bump();
-    true
-}
-
-/// How a session ended.
-enum End {
-    Cancelled,
-    Failed(String),
-}
-
-async fn supervise(
+/// A supervisor's handle on its slot: events apply only while the slot is still this one.
+struct SlotReporter {
     inner: Weak<Inner>,
+    key: String,
+    /// The slot's id at start; a restarted adapter has a new one.
     id: u64,
-    config: Arc<AdapterConfig>,
-    options: HostOptions,
-    cancel: CancellationToken,
-    previous: Option<JoinHandle<()>>,
-) {
-    let key = config.key.as_str();
-    // A restarted adapter's old session (and child) goes first.
-    if let Some(previous) = previous {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = previous => {}
-        }
-    }
-    let mut backoff = options.reconnect_backoff.min;
-    let mut first = true;
-    loop {
-        if !first && !update(&inner, key, id, false, |slot| slot.phase = AdapterPhase::Connecting) {
-            return;
-        }
-        first = false;
-        let attempt = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = tokio::time::timeout(options.connect_timeout, connect(&config, &options)) => match r {
-                Ok(r) => r,
-                Err(_) => Err(format!("connecting did not finish within {:?}", options.connect_timeout)),
-            },
-        };
-        let error = match attempt {
-            Err(e) => e,
-            Ok(session) => match run_session(&inner, id, &config, &options, &cancel, session, &mut backoff).await {
-                End::Cancelled => return,
-                End::Failed(e) => e,
-            },
-        };
-        let error = bounded(&error, MAX_ERROR_BYTES);
-        tracing::warn!(adapter = key, error = error.as_str(), retry_in = ?backoff, "MCP adapter disconnected");
-        let current = update(&inner, key, id, false, |slot| {
-            slot.connected = false;
-            slot.phase = AdapterPhase::Retrying;
-            slot.live = None;
-            slot.pid = None;
-            slot.last_error = Some(error);
-        });
-        if !current {
-            return;
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(options.reconnect_backoff.max).max(options.reconnect_backoff.min);
-    }
 }
 
-async fn run_session(
-    inner: &Weak<Inner>,
-    id: u64,
-    config: &AdapterConfig,
-    options: &HostOptions,
-    cancel: &CancellationToken,
-    session: Connected,
-    backoff: &mut Duration,
-) -> End {
-    let key = config.key.as_str();
-    let Connected { service, mut child, pid, tools_changed, ct } = session;
-    let peer = service.peer().clone();
-    let failure = Arc::new(Failure::default());
-    let mut service_task = tokio::spawn(service.waiting());
-    let mut service_done = false;
-    let mut listed_once = false;
-
-    let end = loop {
-        // List (first time, or after a list_changed notification).
-        let listing = tokio::select! {
-            _ = cancel.cancelled() => break End::Cancelled,
-            r = tokio::time::timeout(options.connect_timeout, peer.list_all_tools()) => r,
-        };
-        let tools = match listing {
-            Ok(Ok(tools)) => tools,
-            Ok(Err(e)) => break End::Failed(format!("listing tools failed: {e}")),
-            Err(_) => break End::Failed(format!("listing tools did not finish within {:?}", options.connect_timeout)),
-        };
-        let judged = candidates(config, tools);
-        let live = Live { peer: peer.clone(), failure: Arc::clone(&failure) };
-        let current = update(inner, key, id, true, |slot| {
-            slot.connected = true;
-            slot.phase = AdapterPhase::Connected;
-            slot.last_error = None;
-            slot.pid = pid;
-            slot.live = Some(live);
-            slot.candidates = judged;
-        });
-        if !current {
-            break End::Cancelled;
-        }
-        if !listed_once {
-            listed_once = true;
-            *backoff = options.reconnect_backoff.min;
-            tracing::info!(adapter = key, pid = ?pid, "MCP adapter connected");
-        }
-        // Watch the session until it ends or the tool list changes.
-        let relist = tokio::select! {
-            _ = cancel.cancelled() => Err(End::Cancelled),
-            status = wait_child(&mut child) => Err(End::Failed(format!("child process exited ({status})"))),
-            r = &mut service_task, if !service_done => {
-                service_done = true;
-                let why = match r {
-                    Ok(Ok(reason)) => format!("{reason:?}"),
-                    Ok(Err(e)) | Err(e) => e.to_string(),
-                };
-                Err(End::Failed(format!("MCP session ended ({why})")))
+impl Reporter for SlotReporter {
+    fn report(&self, event: Event) -> bool {
+        let Some(inner) = self.inner.upgrade() else { return false };
+        {
+            let mut state = inner.lock();
+            let rebuild_registry = match state.slots.get_mut(&self.key) {
+                Some(slot) if slot.id == self.id => slot.apply(event),
+                _ => return false,
+            };
+            if rebuild_registry {
+                rebuild(&inner, &mut state);
             }
-            message = failure.wait() => Err(End::Failed(message)),
-            _ = tools_changed.notified() => Ok(()),
-        };
-        if let Err(end) = relist {
-            break end;
         }
-        tracing::debug!(adapter = key, "MCP tool list changed; listing again");
-    };
-
-    if let End::Failed(error) = &end {
-        // Callers see the failure at once, not after the stop below.
-        let error = bounded(error, MAX_ERROR_BYTES);
-        update(inner, key, id, false, |slot| {
-            slot.connected = false;
-            slot.phase = AdapterPhase::Retrying;
-            slot.live = None;
-            slot.last_error = Some(error);
-        });
-    }
-    stop(key, ct, service_task, service_done, child, options.stop_grace).await;
-    end
-}
-
-async fn wait_child(child: &mut Option<tokio::process::Child>) -> String {
-    match child {
-        Some(c) => match c.wait().await {
-            Ok(status) => status.to_string(),
-            Err(e) => e.to_string(),
-        },
-        None => std::future::pending().await,
+        inner.bump();
+        true
     }
 }
 
-/// Closes the session (stdin EOF for a child), sends SIGTERM, and kills the child if it has
-/// not exited after `grace`.
-async fn stop(
-    key: &str,
-    ct: CancellationToken,
-    service_task: JoinHandle<Result<rmcp::service::QuitReason, tokio::task::JoinError>>,
-    service_done: bool,
-    child: Option<tokio::process::Child>,
-    grace: Duration,
-) {
-    ct.cancel();
-    if let Some(mut child) = child
-        && let (Ok(None), Some(pid)) = (child.try_wait(), child.id())
-    {
-        terminate(pid);
-        if tokio::time::timeout(grace, child.wait()).await.is_err() {
-            tracing::warn!(adapter = key, pid, "MCP child did not exit after SIGTERM; killing it");
-            let _ = child.kill().await;
+impl Slot {
+    /// Applies a supervisor's event; true when the registry must be rebuilt.
+    fn apply(&mut self, event: Event) -> bool {
+        match event {
+            Event::Connecting => {
+                self.phase = AdapterPhase::Connecting;
+                false
+            }
+            Event::Listed { pid, live, candidates } => {
+                self.connected = true;
+                self.phase = AdapterPhase::Connected;
+                self.last_error = None;
+                self.pid = pid;
+                self.live = Some(live);
+                self.candidates = candidates;
+                true
+            }
+            Event::SessionLost { error } => {
+                self.disconnect(error);
+                false
+            }
+            Event::Retrying { error } => {
+                self.disconnect(error);
+                self.pid = None;
+                false
+            }
         }
     }
-    if !service_done {
-        let _ = tokio::time::timeout(grace, service_task).await;
-    }
-}
 
-/// SIGTERM to a child we have not reaped yet (so the pid cannot have been reused).
-fn terminate(pid: u32) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid belongs to our un-reaped child.
-    unsafe {
-        libc::kill(pid, libc::SIGTERM);
+    fn disconnect(&mut self, error: String) {
+        self.connected = false;
+        self.phase = AdapterPhase::Retrying;
+        self.live = None;
+        self.last_error = Some(error);
     }
 }
 
@@ -609,8 +362,10 @@ mod tests {
     use rmcp::model::{Tool, ToolAnnotations};
 
     use super::*;
-    use crate::mcp::Transport;
-    use crate::tools::{AllowAll, ErrorCode, ToolCall};
+    use crate::mcp::adapter::{Transport, candidates};
+    use crate::tools::{AllowAll, ErrorCode, Permission, ToolCall};
+
+    const KEY: &str = "McpAdapter/ns/x";
 
     fn tool(name: &str, schema: Value) -> Tool {
         let Value::Object(schema) = schema else { panic!("schema must be an object") };
@@ -621,18 +376,39 @@ mod tests {
         t
     }
 
-    #[tokio::test]
-    async fn registration_errors_revoke_authorization() {
-        let host = McpHost::new(HostOptions::default());
-        let config = AdapterConfig {
-            key: "McpAdapter/ns/x".into(),
+    fn config() -> AdapterConfig {
+        AdapterConfig {
+            key: KEY.into(),
             namespace: "x".into(),
             transport: Transport::Http { url: "http://127.0.0.1:1/mcp".into(), headers: vec![] },
             allow: [Permission::Read].into(),
             tools: None,
             call_timeout: Duration::from_secs(1),
             fingerprint: "f".into(),
-        };
+        }
+    }
+
+    /// A slot without a supervisor, as after a failed connection.
+    fn slot(id: u64, listed: Vec<Tool>) -> Slot {
+        let config = config();
+        Slot {
+            id,
+            candidates: candidates(&config, listed),
+            config: Arc::new(config),
+            cancel: CancellationToken::new(),
+            task: None,
+            connected: false,
+            phase: AdapterPhase::Retrying,
+            last_error: Some("connection refused".into()),
+            pid: None,
+            live: None,
+            tools: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn registration_errors_revoke_authorization() {
+        let host = McpHost::new(HostOptions::default());
         let listed = vec![
             tool("good", serde_json::json!({"type": "object"})),
             tool("bad", serde_json::json!({"type": "object", "properties": {"n": {"type": "nope"}}})),
@@ -640,20 +416,7 @@ mod tests {
         ];
         {
             let mut state = host.inner.lock();
-            let slot = Slot {
-                id: 0,
-                candidates: candidates(&config, listed),
-                config: Arc::new(config),
-                cancel: CancellationToken::new(),
-                task: None,
-                connected: false,
-                phase: AdapterPhase::Retrying,
-                last_error: Some("connection refused".into()),
-                pid: None,
-                live: None,
-                tools: Vec::new(),
-            };
-            state.slots.insert("McpAdapter/ns/x".into(), slot);
+            state.slots.insert(KEY.into(), slot(0, listed));
             rebuild(&host.inner, &mut state);
         }
         let status = host.status().remove(0);
@@ -671,6 +434,41 @@ mod tests {
         let result = registry.execute(&call, &AllowAll).await;
         let error = result.error.unwrap();
         assert_eq!(error.code, ErrorCode::ToolError);
-        assert!(error.message.contains("not connected") && error.message.contains("connection refused"));
+        assert_eq!(error.message, "MCP adapter McpAdapter/ns/x is not connected (last error: connection refused)");
+    }
+
+    #[test]
+    fn supervisor_events_move_the_slot_between_phases() {
+        let mut slot = slot(0, Vec::new());
+        slot.pid = Some(42);
+        assert!(!slot.apply(Event::Connecting));
+        assert_eq!((slot.phase, slot.last_error.as_deref()), (AdapterPhase::Connecting, Some("connection refused")));
+        // A lost session keeps the pid while its child is being stopped.
+        slot.connected = true;
+        assert!(!slot.apply(Event::SessionLost { error: "child process exited".into() }));
+        assert_eq!((slot.connected, slot.phase, slot.pid), (false, AdapterPhase::Retrying, Some(42)));
+        assert_eq!(slot.last_error.as_deref(), Some("child process exited"));
+        assert!(!slot.apply(Event::Retrying { error: "cannot start".into() }));
+        assert_eq!(
+            (slot.phase, slot.pid, slot.last_error.as_deref()),
+            (AdapterPhase::Retrying, None, Some("cannot start"))
+        );
+    }
+
+    #[test]
+    fn events_of_a_replaced_or_orphaned_supervisor_are_refused() {
+        let host = McpHost::new(HostOptions::default());
+        host.inner.lock().slots.insert(KEY.into(), slot(7, Vec::new()));
+        let versions = host.subscribe();
+        let reporter = |id| SlotReporter { inner: Arc::downgrade(&host.inner), key: KEY.into(), id };
+        assert!(!reporter(6).report(Event::Connecting), "an earlier slot's supervisor");
+        assert_eq!(host.status()[0].phase, AdapterPhase::Retrying);
+        assert!(!versions.has_changed().unwrap());
+        assert!(reporter(7).report(Event::Connecting));
+        assert_eq!(host.status()[0].phase, AdapterPhase::Connecting);
+        assert!(versions.has_changed().unwrap());
+        let orphan = reporter(7);
+        drop(host);
+        assert!(!orphan.report(Event::Connecting), "the host is gone");
     }
 }

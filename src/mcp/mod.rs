@@ -5,11 +5,16 @@
 
 mod adapter;
 mod environment;
+mod error;
 pub mod from_catalog;
 mod host;
 mod permission;
+mod supervise;
+mod types;
 
 pub use adapter::{AdapterConfig, MAX_TOOLS_PER_ADAPTER, Transport};
 pub use environment::child_env;
-pub use host::{AdapterPhase, AdapterStatus, Backoff, DiscoveredTool, HostOptions, McpHost};
+pub use error::McpError;
+pub use host::McpHost;
 pub use permission::{authorize, permission_from_annotations, permission_name};
+pub use types::{AdapterPhase, AdapterStatus, Backoff, DiscoveredTool, HostOptions};

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use rmcp::model::ToolAnnotations;
 
+use super::error::McpError;
 use crate::tools::{Permission, ToolName};
 
 /// `readOnlyHint == true` → read; else `destructiveHint == false` (explicit) → write; else dangerous
@@ -39,21 +40,17 @@ pub fn authorize(
     permission: Permission,
     allow: &BTreeSet<Permission>,
     allowlist: Option<&BTreeSet<String>>,
-) -> Result<ToolName, String> {
+) -> Result<ToolName, McpError> {
     let host = format!("{namespace}.{remote}");
-    let name: ToolName = host.parse().map_err(|e| format!("host tool name is not valid: {e}"))?;
+    let name: ToolName = host.parse().map_err(McpError::ToolName)?;
     if !allow.contains(&permission) {
         let allowed: Vec<&str> = allow.iter().map(|p| permission_name(*p)).collect();
-        return Err(format!(
-            "permission {} is not allowed by the adapter (allow: [{}])",
-            permission_name(permission),
-            allowed.join(", ")
-        ));
+        return Err(McpError::NotAllowed { permission: permission_name(permission), allowed: allowed.join(", ") });
     }
     if let Some(list) = allowlist
         && !list.contains(remote)
     {
-        return Err("not in the adapter's tools allowlist".to_owned());
+        return Err(McpError::NotInAllowlist);
     }
     Ok(name)
 }
@@ -86,12 +83,13 @@ mod tests {
         let read: BTreeSet<Permission> = [Permission::Read].into();
         assert_eq!(authorize("mcp.vm", "query", Permission::Read, &read, None).unwrap().as_str(), "mcp.vm.query");
         let err = authorize("mcp.vm", "drop", Permission::Dangerous, &read, None).unwrap_err();
-        assert!(err.contains("dangerous"), "{err}");
+        assert_eq!(err.to_string(), "permission dangerous is not allowed by the adapter (allow: [read])");
         let list: BTreeSet<String> = ["series".to_owned()].into();
-        assert!(authorize("mcp.vm", "query", Permission::Read, &read, Some(&list)).unwrap_err().contains("allowlist"));
+        let err = authorize("mcp.vm", "query", Permission::Read, &read, Some(&list)).unwrap_err();
+        assert!(matches!(err, McpError::NotInAllowlist), "{err}");
         assert!(authorize("mcp.vm", "series", Permission::Read, &read, Some(&list)).is_ok());
         let err = authorize("mcp.vm", "bad name", Permission::Read, &read, None).unwrap_err();
-        assert!(err.contains("not valid"), "{err}");
+        assert!(err.to_string().starts_with("host tool name is not valid: "), "{err}");
         let long = "x".repeat(130);
         assert!(authorize("mcp", &long, Permission::Read, &read, None).is_err());
     }

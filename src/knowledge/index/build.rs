@@ -1,0 +1,181 @@
+//! Building an index: chunking documents into tantivy, the metadata to keep, and the content
+//! hash that says whether two builds hold the same thing.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use tantivy::indexer::NoMergePolicy;
+use tantivy::{Index, IndexWriter, TantivyDocument};
+
+use super::schema::{Fields, INDEX_VERSION, IndexMeta};
+use super::types::{ChunkingParams, DocumentInfo, IndexError, io_err};
+use crate::knowledge::chunk::chunks;
+use crate::knowledge::corpus::{Document, sha256_hex};
+
+/// Memory budget of the (single-threaded) index writer.
+const WRITER_MEMORY: usize = 50_000_000;
+
+/// Deterministic hash of an index's content: sorted ids, SHA-256 of each text, and the chunking.
+pub fn content_sha256(docs: &[Document], params: ChunkingParams) -> String {
+    let mut entries: Vec<(&str, String)> =
+        docs.iter().map(|d| (d.id.as_str(), sha256_hex(d.text.as_bytes()))).collect();
+    entries.sort();
+    let mut hasher = Sha256::new();
+    hasher.update(b"akritas-index-v1\n");
+    for (id, text_sha) in entries {
+        hasher.update(id.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(text_sha.as_bytes());
+        hasher.update(b"\n");
+    }
+    hasher.update(format!("chunk_chars={} overlap_chars={}\n", params.chunk_chars, params.overlap_chars));
+    hex::encode(hasher.finalize())
+}
+
+/// Makes `dir` an empty directory: creates it when missing, refuses it when not empty.
+pub(super) fn prepare_dir(dir: &Path) -> Result<(), IndexError> {
+    match fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(IndexError::OutputNotEmpty(dir.to_owned()));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir).map_err(io_err(dir)),
+        Err(e) => Err(IndexError::Io { path: dir.to_owned(), source: e }),
+    }
+}
+
+/// Chunks and indexes `docs`, returning the metadata to keep.
+pub(super) fn fill(
+    index: &Index,
+    fields: Fields,
+    docs: &[Document],
+    params: ChunkingParams,
+    manifest_sha256: Option<String>,
+) -> Result<IndexMeta, IndexError> {
+    let mut sorted: Vec<&Document> = docs.iter().collect();
+    sorted.sort_by(|a, b| a.id.cmp(&b.id));
+    if let Some(pair) = sorted.windows(2).find(|w| w[0].id == w[1].id) {
+        return Err(IndexError::DuplicateDocument(pair[0].id.clone()));
+    }
+    let mut writer: IndexWriter<TantivyDocument> = index.writer_with_num_threads(1, WRITER_MEMORY)?;
+    writer.set_merge_policy(Box::new(NoMergePolicy));
+    let mut infos = Vec::with_capacity(sorted.len());
+    let mut total = 0usize;
+    for (ord, doc) in sorted.iter().enumerate() {
+        let mut indexed = 0u32;
+        for chunk in chunks(&doc.text, params.chunk_chars, params.overlap_chars) {
+            if !chunk.text.chars().any(char::is_alphanumeric) {
+                continue;
+            }
+            let mut td = TantivyDocument::default();
+            td.add_text(fields.title, &doc.title);
+            td.add_text(fields.body, &chunk.text);
+            td.add_text(fields.document_id, &doc.id);
+            td.add_u64(fields.doc_ord, ord as u64);
+            td.add_u64(fields.chunk, u64::from(chunk.index));
+            writer.add_document(td)?;
+            indexed += 1;
+        }
+        total += indexed as usize;
+        infos.push(DocumentInfo {
+            id: doc.id.clone(),
+            title: doc.title.clone(),
+            source: doc.source.clone(),
+            url: doc.url.clone(),
+            chunks: indexed,
+            chars: doc.text.chars().count(),
+        });
+    }
+    if total == 0 {
+        return Err(IndexError::Empty);
+    }
+    writer.commit()?;
+    let segments = index.searchable_segment_ids()?;
+    if segments.len() > 1 {
+        writer.merge(&segments).wait()?;
+    }
+    writer.wait_merging_threads()?;
+    Ok(IndexMeta {
+        version: INDEX_VERSION,
+        chunk_chars: params.chunk_chars,
+        overlap_chars: params.overlap_chars,
+        content_sha256: content_sha256(docs, params),
+        manifest_sha256,
+        documents: infos,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::knowledge::index::schema::schema;
+
+    fn doc(id: &str, text: &str) -> Document {
+        Document::from_text(id.into(), "test".into(), None, text, id)
+    }
+
+    fn build(docs: &[Document], params: ChunkingParams) -> Result<(Index, IndexMeta), IndexError> {
+        let (schema, fields) = schema();
+        let index = Index::create_in_ram(schema);
+        let meta = fill(&index, fields, docs, params, Some("m".into()))?;
+        Ok((index, meta))
+    }
+
+    #[test]
+    fn content_sha_is_deterministic_and_sensitive() {
+        let a = vec![doc("a.md", "alpha text"), doc("b.md", "beta text")];
+        let mut b = a.clone();
+        b.reverse();
+        let p = ChunkingParams::default();
+        assert_eq!(content_sha256(&a, p), content_sha256(&b, p), "order does not matter");
+        assert_eq!(content_sha256(&a, p).len(), 64);
+        assert_ne!(content_sha256(&a, ChunkingParams { chunk_chars: 1000, overlap_chars: 150 }), content_sha256(&a, p));
+        let mut c = a.clone();
+        c[0].text = "alpha text changed\n".into();
+        assert_ne!(content_sha256(&c, p), content_sha256(&a, p));
+        let mut d = a.clone();
+        d[0].title = "Other title".into();
+        assert_eq!(content_sha256(&d, p), content_sha256(&a, p), "titles are not content");
+    }
+
+    #[test]
+    fn documents_are_sorted_and_blank_chunks_are_not_indexed() {
+        // 20-character chunks: "alpha beta\n\n" + 8 dashes, then 20 dashes (skipped), then the rest.
+        let text = format!("alpha beta\n\n{}\n\ngamma", "-".repeat(40));
+        let docs = vec![doc("z.md", &text), doc("a.md", "gamma")];
+        let params = ChunkingParams { chunk_chars: 20, overlap_chars: 0 };
+        let (index, meta) = build(&docs, params).unwrap();
+        let summary: Vec<(&str, u32, usize)> =
+            meta.documents.iter().map(|d| (d.id.as_str(), d.chunks, d.chars)).collect();
+        assert_eq!(summary, [("a.md", 1, 6), ("z.md", 2, 60)]);
+        assert_eq!(index.reader().unwrap().searcher().num_docs(), 3);
+        assert_eq!(index.searchable_segment_ids().unwrap().len(), 1, "merged into one segment");
+        assert_eq!((meta.version, meta.manifest_sha256.as_deref()), (INDEX_VERSION, Some("m")));
+        assert_eq!(meta.content_sha256, content_sha256(&docs, params));
+    }
+
+    #[test]
+    fn duplicate_ids_and_empty_input_are_errors() {
+        let dup = vec![doc("a.md", "alpha"), doc("a.md", "beta")];
+        assert!(
+            matches!(build(&dup, ChunkingParams::default()), Err(IndexError::DuplicateDocument(id)) if id == "a.md")
+        );
+        assert!(matches!(build(&[doc("a.md", "--- ... ---")], ChunkingParams::default()), Err(IndexError::Empty)));
+        assert!(matches!(build(&[], ChunkingParams::default()), Err(IndexError::Empty)));
+    }
+
+    #[test]
+    fn output_directory_must_be_missing_or_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("a/b");
+        prepare_dir(&fresh).unwrap();
+        assert!(fresh.is_dir());
+        prepare_dir(&fresh).unwrap();
+        fs::write(fresh.join("x"), b"x").unwrap();
+        assert!(matches!(prepare_dir(&fresh), Err(IndexError::OutputNotEmpty(_))));
+    }
+}
