@@ -16,9 +16,8 @@ use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::request::{EngineSettings, RunRequest};
 use akritas::engine::run::Engine;
 use akritas::llm::{LlmClient, LlmConfig};
-use akritas::tools::{
-    Permission, RegistryBuilder, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec, openai_alias,
-};
+use akritas::resources::mcp_adapter::Permission;
+use akritas::tools::{RegistryBuilder, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec, openai_alias};
 use scripted_llm::{Reply, ScriptedLlm, Step};
 use serde_json::{Value, json};
 

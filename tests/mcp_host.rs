@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use akritas::mcp::{AdapterConfig, AdapterPhase, AdapterStatus, Backoff, HostOptions, McpHost, Transport};
-use akritas::tools::{AllowAll, ErrorCode, Permission, ReadOnlyPolicy, ToolCall, ToolResult};
+use akritas::resources::mcp_adapter::Permission;
+use akritas::tools::{AllowAll, ErrorCode, ReadOnlyPolicy, ToolCall, ToolResult};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);

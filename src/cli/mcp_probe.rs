@@ -12,7 +12,8 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use crate::mcp::{AdapterConfig, AdapterPhase, AdapterStatus, HostOptions, McpHost, Transport};
-use crate::tools::{AllowAll, Permission, ToolCall};
+use crate::resources::mcp_adapter::Permission;
+use crate::tools::{AllowAll, ToolCall};
 
 /// Adapter key and namespace of the probed server (host tool names are `probe.<remote name>`).
 const KEY: &str = "McpAdapter/probe/probe";

@@ -10,9 +10,8 @@ use serde_json::{Value, json};
 
 use super::retrieval::{Retriever, SEARCH_TOOL};
 use super::skills::{RunSkills, SkillEntry};
-use crate::tools::{
-    Permission, RegistryBuilder, RegistryError, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec,
-};
+use crate::resources::mcp_adapter::Permission;
+use crate::tools::{RegistryBuilder, RegistryError, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec};
 
 /// Host name of the list tool.
 pub const LIST_SKILLS: &str = "knowledge.list_skills";

@@ -8,9 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::llm::ToolCall;
-use crate::tools::{
-    Permission, Registry, RegistryBuilder, RegistryError, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec,
-};
+use crate::resources::mcp_adapter::Permission;
+use crate::tools::{Registry, RegistryBuilder, RegistryError, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec};
 
 /// A registry holding only the submit tool `name` with its input `schema`.
 pub fn registry(name: &str, description: &str, schema: Value) -> Result<Registry, RegistryError> {

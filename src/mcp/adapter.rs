@@ -21,8 +21,9 @@ use super::environment::{check_env_name, check_env_value, child_env, pump_stderr
 use super::error::McpError;
 use super::permission::{authorize, permission_from_annotations};
 use super::types::{DiscoveredTool, HostOptions};
+use crate::resources::mcp_adapter::Permission;
 use crate::text::{ELLIPSIS, prefix_chars, truncate_bytes};
-use crate::tools::{MAX_DESCRIPTION_CHARS, Permission, ToolSpec};
+use crate::tools::{MAX_DESCRIPTION_CHARS, ToolSpec};
 
 /// Most remote tools one adapter may announce; the rest are ignored.
 pub const MAX_TOOLS_PER_ADAPTER: usize = 1024;

@@ -363,7 +363,8 @@ mod tests {
 
     use super::*;
     use crate::mcp::adapter::{Transport, candidates};
-    use crate::tools::{AllowAll, ErrorCode, Permission, ToolCall};
+    use crate::resources::mcp_adapter::Permission;
+    use crate::tools::{AllowAll, ErrorCode, ToolCall};
 
     const KEY: &str = "McpAdapter/ns/x";
 

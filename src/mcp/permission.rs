@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use rmcp::model::ToolAnnotations;
 
 use super::error::McpError;
-use crate::tools::{Permission, ToolName};
+use crate::resources::mcp_adapter::Permission;
+use crate::tools::ToolName;
 
 /// `readOnlyHint == true` → read; else `destructiveHint == false` (explicit) → write; else dangerous
 /// (the MCP default for a tool that says nothing is destructive).

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::tools::Permission;
+use crate::resources::mcp_adapter::Permission;
 
 /// Bound on an error message kept in status ([`AdapterStatus::last_error`], tool reasons).
 pub(crate) const MAX_ERROR_BYTES: usize = 1024;

@@ -5,14 +5,12 @@
 
 mod alias;
 mod name;
-mod permission;
 mod policy;
 mod registry;
 mod result;
 
 pub use alias::openai_alias;
 pub use name::ToolName;
-pub use permission::Permission;
 pub use policy::{AllowAll, DenyAll, NamedPolicy, PermissionPolicy, ReadOnlyPolicy, ToolPolicy};
 pub use registry::{
     DEFAULT_TOOL_TIMEOUT, MAX_DESCRIPTION_CHARS, Registry, RegistryBuilder, RegistryError, ToolFuture, ToolHandler,

@@ -1,6 +1,7 @@
 use std::collections::BTreeSet;
 
-use super::{Permission, ToolName, ToolSpec};
+use super::{ToolName, ToolSpec};
+use crate::resources::mcp_adapter::Permission;
 
 /// Decides whether a tool may be offered to, and run for, the current Run.
 pub trait ToolPolicy: Send + Sync {

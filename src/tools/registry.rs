@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{ErrorCode, Permission, ToolCall, ToolName, ToolPolicy, ToolResult, openai_alias};
+use super::{ErrorCode, ToolCall, ToolName, ToolPolicy, ToolResult, openai_alias};
+use crate::resources::mcp_adapter::Permission;
 use crate::text::{ELLIPSIS, truncate_bytes};
 
 /// Timeout of a [`ToolSpec`] built with [`ToolSpec::new`].

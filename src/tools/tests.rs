@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::resources::mcp_adapter::Permission;
 
 fn name(s: &str) -> ToolName {
     s.parse().unwrap()
