@@ -164,9 +164,9 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
         };
         let name: String = item.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
         let body = item[name.len()..].trim_start();
-        if body.starts_with(';') {
+        if let Some(after) = body.strip_prefix(';') {
             test_files.push(name);
-            rest = &body[1..];
+            rest = after;
             continue;
         }
         // Skip the balanced braces of the inline module.
