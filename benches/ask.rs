@@ -1,15 +1,12 @@
 //! Wall time and peak RSS of `akritas ask` against a zero-latency scripted model
 //! (planning call + answer). Prints numbers; asserts nothing.
 
-#[path = "../tests/support/scripted_llm.rs"]
-mod scripted_llm;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use akritas::tools::{ToolName, openai_alias};
-use scripted_llm::{Reply, ScriptedLlm, Step};
+use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
 use serde_json::json;
 
 const RUNS: usize = 30;

@@ -3,9 +3,6 @@
 //! request building, HTTP on loopback, tool execution, budget) and with it (each
 //! tool call is an fsynced journal record). Prints numbers; asserts nothing.
 
-#[path = "../tests/support/scripted_llm.rs"]
-mod scripted_llm;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +15,7 @@ use akritas::engine::run::Engine;
 use akritas::llm::{LlmClient, LlmConfig};
 use akritas::resources::mcp_adapter::Permission;
 use akritas::tools::{RegistryBuilder, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec, openai_alias};
-use scripted_llm::{Reply, ScriptedLlm, Step};
+use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
 use serde_json::{Value, json};
 
 const ITERATIONS: usize = 20;

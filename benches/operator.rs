@@ -7,13 +7,11 @@
 //! `OPERATOR_BENCH_READY` (100 objects timed), `OPERATOR_BENCH_LOADED` (1000 objects).
 //! Prints numbers; asserts nothing about time.
 
-#[path = "../tests/support/kube.rs"]
-mod kube_api;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use akritas_testkit::kube_api;
 use futures_util::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};

@@ -20,7 +20,7 @@ if [ ! -f "$everything" ]; then
   npm install --silent --no-audit --no-fund --prefix target/npm @modelcontextprotocol/server-everything@2026.8.31
 fi
 
-# etcd, kube-apiserver and helm built from their Go modules (tests/support/kube.rs). Cached in
+# etcd, kube-apiserver and helm built from their Go modules (testkit/src/kube_api.rs). Cached in
 # target/e2e-bin/<version>/ (or $AKRITAS_E2E_BIN); the first build takes about 12 minutes on two
 # cores, later ones only link from Go's build cache (about 15 s) or are skipped.
 e2e/kube/build.sh >/dev/null

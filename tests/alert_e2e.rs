@@ -7,11 +7,9 @@
 //! killed with SIGKILL while the job runs; after the restart the job resumes and
 //! completes once. Then the rule stops firing and the Incident closes.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-#[path = "support/vm.rs"]
-mod vm;
+use akritas_testkit as support;
+use akritas_testkit::prom;
+use akritas_testkit::vm;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -144,7 +142,7 @@ spec: {{type: mattermost, mattermost: {{baseUrl: "{stand_in}", botToken: {{env: 
 }
 
 fn akritas(port: u16, data: &std::path::Path, resources: &std::path::Path, llm: &str) -> Server {
-    let mut command = serve_command();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .env("AKRITAS_ADDRESS", format!("127.0.0.1:{port}"))
         .env("AKRITAS_DATA_DIR", data)
@@ -201,7 +199,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     let (data, manifests) = (dir.path().join("data"), dir.path().join("resources"));
     std::fs::create_dir_all(&manifests).unwrap();
     resources(&manifests, &vm.url(), &stand_in);
-    let port = prom::free_port();
+    let port = akritas_testkit::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let server = akritas(port, &data, &manifests, &llm.url);
 

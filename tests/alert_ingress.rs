@@ -2,7 +2,7 @@
 //! the real Alertmanager payloads, dedup and correlation into Incidents with an
 //! investigation job, one durable journal record per delivery, and restart.
 
-mod support;
+use akritas_testkit as support;
 
 use std::sync::Arc;
 

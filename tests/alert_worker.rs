@@ -4,7 +4,7 @@
 //! the operator's receivers; failures retry with backoff and end with a sanitised
 //! reason; failed notifications are retried without a second investigation.
 
-mod support;
+use akritas_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! `akritas ask` from a terminal: one Run in-process against a model server.
 
-mod support;
+use akritas_testkit as support;
 
 use std::process::Command;
 

@@ -2,7 +2,7 @@
 //! `akritas audit verify` and at start, a torn tail is truncated and recorded,
 //! and credentials never reach the file.
 
-mod support;
+use akritas_testkit as support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -110,7 +110,7 @@ async fn a_flipped_byte_is_detected_by_verify_and_at_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("line 2"), "{stderr}");
 
-    let mut serve = support::serve_command();
+    let mut serve = support::serve_command(env!("CARGO_BIN_EXE_akritas"));
     serve.arg("--data-dir").arg(&data);
     let (code, stderr) = support::run_to_end(serve);
     assert_ne!(code, 0);

@@ -2,8 +2,7 @@
 //! Go module, and every rendered object accepted by a real API server
 //! (`kubectl apply --dry-run=server`).
 
-#[path = "support/kube.rs"]
-mod kube_api;
+use akritas_testkit::kube_api;
 
 use std::process::Command;
 

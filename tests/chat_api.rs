@@ -2,7 +2,7 @@
 //! upstream failures 502, budget exhaustion 422, saturation 503; follow-ups append
 //! to the same Run; plans are validated strictly.
 
-mod support;
+use akritas_testkit as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! selection from inventory, one adaptive call, the answer — with the exact model
 //! calls and tool-call ids recorded in the Run, and exactly what the model was sent.
 
-mod support;
+use akritas_testkit as support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -3,7 +3,7 @@
 //! resource; directory, ConfigMap and inline sources; the search output names the
 //! version of every base it searched.
 
-mod support;
+use akritas_testkit as support;
 
 use akritas::catalog::status::StatusBoard;
 use akritas::catalog::{CatalogStore, directory};

@@ -2,8 +2,7 @@
 //! a sample Skill round-trips, RBAC is enforced for the operator identity, and service-account
 //! tokens issued by the server authenticate.
 
-#[path = "support/kube.rs"]
-mod kube_api;
+use akritas_testkit::kube_api;
 
 use std::time::Instant;
 

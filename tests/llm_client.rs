@@ -1,6 +1,6 @@
 //! LlmClient against the scripted OpenAI-compatible server.
 
-mod support;
+use akritas_testkit as support;
 
 use std::time::Duration;
 

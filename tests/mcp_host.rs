@@ -1,7 +1,6 @@
 //! McpHost against the real `@modelcontextprotocol/server-everything` over stdio and streamable HTTP.
 
-#[path = "support/everything.rs"]
-mod everything;
+use akritas_testkit::everything;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -285,7 +284,7 @@ async fn reconcile_keeps_restarts_and_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamable_http_transport() {
     akritas::install_crypto_provider();
-    let port = everything::free_port();
+    let port = akritas_testkit::free_port();
     let server = everything::HttpServer::start(port).await;
     let host = McpHost::new(options());
     let key = "McpAdapter/t/http";

@@ -3,9 +3,8 @@
 //! process) against a real VictoriaMetrics, and the Run's audit record holds the
 //! real result.
 
-mod support;
-#[path = "support/vm.rs"]
-mod vm;
+use akritas_testkit as support;
+use akritas_testkit::vm;
 
 use std::sync::Arc;
 use std::time::Duration;

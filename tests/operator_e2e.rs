@@ -5,9 +5,8 @@
 //! rotation take effect; an Alertmanager delivery yields an `Incident` and a `Run`
 //! object with the investigation; a user-created `Run` is answered in its status.
 
-#[path = "support/kube.rs"]
-mod kube_api;
-mod support;
+use akritas_testkit as support;
+use akritas_testkit::kube_api;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -81,7 +80,7 @@ async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> O
 }
 
 fn operator(api: &KubeApi, llm: &ScriptedLlm) -> Server {
-    let mut command = serve_command();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .arg("--kubernetes")
         .env("KUBECONFIG", api.operator_kubeconfig())
@@ -353,7 +352,7 @@ fn exists_incident(api: &KubeApi, id: &str) -> bool {
 
 /// An operator replica on a shared data directory with a short Lease.
 fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str) -> support::Starting {
-    let mut command = serve_command();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .arg("--kubernetes")
         .env("KUBECONFIG", api.operator_kubeconfig())

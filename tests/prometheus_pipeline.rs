@@ -2,8 +2,7 @@
 //! on a scraped gauge → Alertmanager 0.25 → a Bearer-authenticated webhook, checked at a local recording
 //! receiver, firing and then resolved.
 
-#[path = "support/prom.rs"]
-mod prom;
+use akritas_testkit::prom;
 
 use std::{
     sync::{Arc, Mutex},

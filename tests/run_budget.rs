@@ -1,6 +1,6 @@
 //! Every budget dimension ends a Run with a clear, recorded reason.
 
-mod support;
+use akritas_testkit as support;
 
 use std::sync::Arc;
 use std::time::Duration;

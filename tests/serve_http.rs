@@ -1,6 +1,6 @@
 //! `akritas serve` as a user runs it: the real binary over HTTP.
 
-mod support;
+use akritas_testkit as support;
 
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ fn find<'a>(resources: &'a Value, kind: &str, name: &str) -> Option<&'a Value> {
 async fn health_shows_the_sample_catalog() {
     let samples = copy_samples();
     let server = Server::start({
-        let mut c = serve_command();
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.arg("--resources").arg(samples.path());
         c
     });
@@ -62,7 +62,7 @@ async fn health_shows_the_sample_catalog() {
 #[tokio::test]
 async fn api_requires_one_of_the_named_keys() {
     let server = Server::start({
-        let mut c = serve_command();
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.args(["--api-key", "ops=TEST_OPS_KEY", "--api-key", "ci=TEST_CI_KEY"])
             .env("TEST_OPS_KEY", KEY)
             .env("TEST_CI_KEY", CI_KEY);
@@ -86,7 +86,7 @@ async fn api_requires_one_of_the_named_keys() {
 #[tokio::test]
 async fn errors_use_the_json_envelope_and_bodies_are_bounded() {
     let server = Server::start({
-        let mut c = serve_command();
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.args(["--max-body-bytes", "2048"]);
         c
     });
@@ -106,7 +106,7 @@ async fn errors_use_the_json_envelope_and_bodies_are_bounded() {
 async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     let samples = copy_samples();
     let server = Server::start({
-        let mut c = serve_command();
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.arg("--resources").arg(samples.path());
         c
     });
@@ -178,7 +178,7 @@ async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
 
 #[tokio::test]
 async fn sigterm_shuts_down_gracefully() {
-    let server = Server::start(serve_command());
+    let server = Server::start(serve_command(env!("CARGO_BIN_EXE_akritas")));
     let client = reqwest::Client::new();
     assert_eq!(get_json(&client, &format!("{}/health", server.url), None).await.0, 200);
     let log = server.log.clone();
@@ -190,13 +190,13 @@ async fn sigterm_shuts_down_gracefully() {
 
 #[test]
 fn startup_problems_name_their_source_and_fix() {
-    let mut bad_env = serve_command();
+    let mut bad_env = serve_command(env!("CARGO_BIN_EXE_akritas"));
     bad_env.env("AKRITAS_MAX_TOKENS", "lots");
     let (code, stderr) = run_to_end(bad_env);
     assert_eq!(code, 2);
     assert!(stderr.contains("AKRITAS_MAX_TOKENS"), "{stderr}");
 
-    let mut bad_flag = serve_command();
+    let mut bad_flag = serve_command(env!("CARGO_BIN_EXE_akritas"));
     bad_flag.args(["--request-timeout", "soon"]);
     let (code, stderr) = run_to_end(bad_flag);
     assert_eq!(code, 2);
@@ -205,7 +205,7 @@ fn startup_problems_name_their_source_and_fix() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("server.json");
     std::fs::write(&config, r#"{"version": 1, "max_iterations": 0}"#).unwrap();
-    let mut bad_file = serve_command();
+    let mut bad_file = serve_command(env!("CARGO_BIN_EXE_akritas"));
     bad_file.arg("--config").arg(&config);
     let (code, stderr) = run_to_end(bad_file);
     assert_eq!(code, 2);
@@ -213,13 +213,13 @@ fn startup_problems_name_their_source_and_fix() {
 
     let empty = dir.path().join("SYSTEM.md");
     std::fs::write(&empty, "\n").unwrap();
-    let mut bad_instructions = serve_command();
+    let mut bad_instructions = serve_command(env!("CARGO_BIN_EXE_akritas"));
     bad_instructions.arg("--system-instructions").arg(&empty);
     let (code, stderr) = run_to_end(bad_instructions);
     assert_ne!(code, 0);
     assert!(stderr.contains("the file is empty"), "{stderr}");
 
-    let mut exposed = serve_command();
+    let mut exposed = serve_command(env!("CARGO_BIN_EXE_akritas"));
     exposed.args(["--address", "0.0.0.0:0"]);
     let (code, stderr) = run_to_end(exposed);
     assert_ne!(code, 0);
@@ -239,7 +239,7 @@ async fn directory_skills_load_yield_to_resources_and_reload() {
         .unwrap();
     }
     let server = Server::start({
-        let mut c = serve_command();
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.arg("--resources").arg(samples.path()).arg("--skills-dir").arg(skills.path());
         c
     });

@@ -2,8 +2,7 @@
 //! stdio and streamable HTTP), against a real VictoriaMetrics (Debian package `victoria-metrics`) and,
 //! for failure modes a real server cannot produce on demand, a small recording axum stub.
 
-#[path = "support/vm.rs"]
-mod vm;
+use akritas_testkit::vm;
 
 use std::{
     process::Stdio,
@@ -301,7 +300,7 @@ async fn streamable_http_server_against_real_victoriametrics() {
 
 #[tokio::test]
 async fn unreachable_victoriametrics_is_a_fast_clear_tool_error() {
-    let port = vm::free_port(); // nothing listens here
+    let port = akritas_testkit::free_port(); // nothing listens here
     let client = spawn_stdio(&["--base-url", &format!("http://127.0.0.1:{port}"), "--timeout", "20s"], &[]).await;
     let started = Instant::now();
     let e = call_err(&client, "query", json!({"query": "up"})).await;

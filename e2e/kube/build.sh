@@ -3,7 +3,7 @@
 # e2e/kube/go.mod and e2e/helm/go.mod, cache key in e2e/kube/VERSION) into
 #   ${AKRITAS_E2E_BIN:-<repo>/target/e2e-bin}/<VERSION>/
 # Idempotent: a binary that is already there is not rebuilt. Prints the three paths.
-# tests/support/kube.rs looks for the binaries in the same place.
+# testkit/src/kube_api.rs looks for the binaries in the same place.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"

@@ -22,11 +22,11 @@ use akritas::web::{self, AppState, HostInfo};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::scripted_llm::ScriptedLlm;
+use crate::scripted_llm::ScriptedLlm;
 
 /// Text of the repository's SYSTEM.md, as the host loads it.
 pub fn system_instructions() -> String {
-    std::fs::read_to_string(super::root().join("instructions/SYSTEM.md")).unwrap().trim().to_string()
+    std::fs::read_to_string(crate::root().join("instructions/SYSTEM.md")).unwrap().trim().to_string()
 }
 
 /// Engine settings with generous limits; tests narrow what they exercise.
@@ -158,25 +158,37 @@ pub async fn serve_with(
     secrets: Arc<dyn akritas::catalog::secrets::SecretResolver>,
 ) -> Host {
     let engine = Arc::new(engine);
-    let info = HostInfo {
-        mode: "standalone",
-        model: "akritas".into(),
-        response_language: "en".into(),
-        instructions_sha256: String::new(),
-        max_body_bytes: 1024 * 1024,
-    };
-    let state = AppState {
-        catalog,
-        board: StatusBoard::default(),
-        keys: Arc::new(keys),
-        engine: engine.clone(),
-        alerts,
-        secrets,
-        info: Arc::new(info),
-    };
+    let state = app_state(engine.clone(), catalog, keys, alerts, secrets, 1024 * 1024);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let cancel = CancellationToken::new();
     tokio::spawn(web::serve(listener, web::router(state), cancel.clone(), Duration::from_secs(1)));
     Host { url, engine, cancel }
+}
+
+/// The state the router serves (standalone mode, bodies up to `max_body_bytes`).
+pub fn app_state(
+    engine: Arc<Engine>,
+    catalog: CatalogStore,
+    keys: ApiKeys,
+    alerts: Option<Arc<akritas::alerts::store::AlertStore>>,
+    secrets: Arc<dyn akritas::catalog::secrets::SecretResolver>,
+    max_body_bytes: usize,
+) -> AppState {
+    let info = HostInfo {
+        mode: "standalone",
+        model: "akritas".into(),
+        response_language: "en".into(),
+        instructions_sha256: String::new(),
+        max_body_bytes,
+    };
+    AppState {
+        catalog,
+        board: StatusBoard::default(),
+        keys: Arc::new(keys),
+        engine,
+        alerts,
+        secrets,
+        info: Arc::new(info),
+    }
 }

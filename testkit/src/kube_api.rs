@@ -12,8 +12,6 @@
 //! - `other`: `system:serviceaccount:default:other`, a bystander for "forbidden" checks.
 //!
 //! Real service-account tokens work too ([`KubeApi::service_account_token`]).
-#![allow(dead_code)]
-
 use std::{
     io::Write,
     net::TcpListener,
@@ -61,14 +59,10 @@ fn free_ports<const N: usize>() -> [u16; N] {
     std::array::from_fn(|i| listeners[i].local_addr().expect("local addr").port())
 }
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The directory `e2e/kube/build.sh` puts the binaries in.
 pub fn bin_dir() -> PathBuf {
-    let key = std::fs::read_to_string(repo_root().join("e2e/kube/VERSION")).expect("read e2e/kube/VERSION");
-    let base = std::env::var_os("AKRITAS_E2E_BIN").map_or_else(|| repo_root().join("target/e2e-bin"), PathBuf::from);
+    let key = std::fs::read_to_string(crate::root().join("e2e/kube/VERSION")).expect("read e2e/kube/VERSION");
+    let base = std::env::var_os("AKRITAS_E2E_BIN").map_or_else(|| crate::root().join("target/e2e-bin"), PathBuf::from);
     base.join(key.trim())
 }
 

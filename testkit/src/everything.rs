@@ -1,6 +1,6 @@
 //! Locating and running the real `@modelcontextprotocol/server-everything` MCP server (npm).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Version the suite is written against.
@@ -14,8 +14,7 @@ pub fn entry() -> PathBuf {
         assert!(path.is_file(), "AKRITAS_TEST_EVERYTHING={} is not a file", path.display());
         return path;
     }
-    let fallback = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let fallback = crate::root().join("target/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         fallback.is_file(),
         "the MCP test server is not installed: run `npm install --prefix target/npm \
@@ -32,12 +31,6 @@ pub fn node() -> PathBuf {
         .map(|dir| dir.join("node"))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("`node` (Node.js >= 20) is not on PATH; the MCP tests need it"))
-}
-
-/// A free loopback TCP port.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 /// server-everything in streamable HTTP mode on `port`; killed on drop.

@@ -1,9 +1,26 @@
-//! Test support: runs the real `akritas` binary and talks to it over HTTP.
+//! Harnesses shared by Akritas's integration tests (`tests/*.rs`) and benches.
+//!
+//! One library crate instead of files each test binary includes with `#[path]`: every test
+//! and bench links the same module tree, a harness lives in one place, and its public items
+//! are API, so no test binary needs a blanket `dead_code` allowance for the helpers it does
+//! not call. It is a workspace member outside `default-members` and a `[dev-dependencies]`
+//! path dependency of `akritas`, so a plain `cargo build` never compiles it.
+//!
+//! - [`Server`], [`serve_command`], [`run_to_end`]: the real `akritas` binary as a process.
+//! - [`host`]: the real router and engine in-process, on a scripted model.
+//! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
+//! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
+//!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
+//!
+//! Paths are resolved from the repository root ([`root`]), so the harnesses find
+//! `instructions/`, `config/samples`, `e2e/` and `target/` wherever a test runs.
 
-#![allow(dead_code)]
-
+pub mod everything;
 pub mod host;
+pub mod kube_api;
+pub mod prom;
 pub mod scripted_llm;
+pub mod vm;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,9 +29,15 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The repository root.
+/// The repository root (the `akritas` package; this crate lives in `testkit/`).
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testkit/ has a parent").to_path_buf()
+}
+
+/// Returns a currently free loopback port.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
 }
 
 /// Copies `config/samples` into a fresh temporary directory.
@@ -46,9 +69,10 @@ pub struct Server {
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
-/// Base command: loopback on a free port, JSON logs, the repo's SYSTEM.md.
-pub fn serve_command() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_akritas"));
+/// Base command for the `akritas` executable at `bin` (a test passes
+/// `env!("CARGO_BIN_EXE_akritas")`): loopback on a free port, JSON logs, the repo's SYSTEM.md.
+pub fn serve_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(bin);
     command
         .arg("serve")
         // Through the environment, so a test can still override them with flags.

@@ -22,10 +22,7 @@
 //!   sent meanwhile is dropped and only re-sent after the resend delay. Hence no reload helper.
 //! - Without `--rules.alert.resend-delay=2s` (default 1m) a rule that fires before the Alertmanager is
 //!   discovered (e.g. `expr: vector(1)`) is dropped and only re-sent a minute later.
-#![allow(dead_code)]
-
 use std::{
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -34,12 +31,6 @@ use std::{
     },
     time::{Duration, Instant},
 };
-
-/// Returns a currently free loopback port.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
-}
 
 fn find_binary(env: &str, name: &str, package: &str) -> PathBuf {
     if let Some(bin) = std::env::var_os(env) {
@@ -59,7 +50,7 @@ fn find_binary(env: &str, name: &str, package: &str) -> PathBuf {
 }
 
 fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    akritas::install_crypto_provider();
     reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("reqwest client")
 }
 
@@ -141,7 +132,7 @@ impl Alertmanager {
             let dir = tempfile::tempdir().expect("tempdir");
             let config_path = dir.path().join("alertmanager.yml");
             std::fs::write(&config_path, &config).expect("write alertmanager.yml");
-            let port = free_port();
+            let port = crate::free_port();
             let args = [
                 format!("--config.file={}", config_path.display()),
                 format!("--storage.path={}", dir.path().join("data").display()),
@@ -239,7 +230,7 @@ impl Prometheus {
             );
             let config_path = dir.path().join("prometheus.yml");
             std::fs::write(&config_path, &config).expect("write prometheus.yml");
-            let port = free_port();
+            let port = crate::free_port();
             let args = [
                 format!("--config.file={}", config_path.display()),
                 format!("--storage.tsdb.path={}", dir.path().join("data").display()),

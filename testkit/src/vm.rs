@@ -2,10 +2,7 @@
 //!
 //! The binary is looked up in `$VICTORIA_METRICS_BIN`, then `PATH`, then `/usr/bin`. A missing
 //! binary FAILS the test (nothing is skipped).
-#![allow(dead_code)]
-
 use std::{
-    net::TcpListener,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -17,12 +14,6 @@ pub struct VictoriaMetrics {
     pub port: u16,
     _data: tempfile::TempDir,
     http: reqwest::Client,
-}
-
-/// Returns a currently free loopback port.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").port()
 }
 
 /// Current Unix time in milliseconds.
@@ -50,13 +41,13 @@ fn find_binary() -> PathBuf {
 impl VictoriaMetrics {
     /// Starts VictoriaMetrics on a free loopback port and waits for `/health`.
     pub async fn start() -> Self {
-        crate_install_crypto_provider();
+        akritas::install_crypto_provider();
         let bin = find_binary();
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("reqwest client");
         let mut last_error = String::new();
         for _attempt in 0..3 {
             let data = tempfile::tempdir().expect("tempdir");
-            let port = free_port();
+            let port = crate::free_port();
             let child = Command::new(&bin)
                 .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
                 .arg(format!("-storageDataPath={}", data.path().display()))
@@ -160,8 +151,4 @@ impl Drop for VictoriaMetrics {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn crate_install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }

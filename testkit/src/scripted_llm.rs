@@ -3,11 +3,6 @@
 //! `POST /v1/chat/completions` answers from a script (or a responder closure), as JSON or, when the
 //! request has `"stream": true`, as SSE chunks ending in `data: [DONE]`. `GET /v1/models` lists
 //! `scripted-model` (configurable). Runs on its own tokio task on 127.0.0.1:0; stops when dropped.
-//!
-//! Uses only axum, tokio and serde_json, so it can be included by integration tests
-//! (`mod support;`) and by bench binaries (`#[path = "../tests/support/scripted_llm.rs"]`).
-
-#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
