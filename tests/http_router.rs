@@ -472,7 +472,6 @@ async fn errors_use_one_json_envelope() {
 /// a streamed body over the limit (`Bytes`) and a query string that does not deserialize
 /// (`Query`) are answered in plain text. Run with `--ignored` once `src/web` maps them.
 #[tokio::test]
-#[ignore = "src/web answers axum's extractor rejections (streamed 413, bad query) in plain text"]
 async fn extractor_rejections_use_the_envelope() {
     let fixture = Fixture::new(true).await;
     let router = fixture.router();

@@ -2,9 +2,14 @@
 //! `{"error": {"message": "...", "type": "...", "code": "..."}}` (OpenAI-compatible).
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+
+/// Longest rejection text carried into an envelope.
+const MAX_REJECTION_BYTES: usize = 1024;
 
 /// An error answered to an HTTP client. The message says what to fix and never
 /// contains a secret.
@@ -64,4 +69,41 @@ impl IntoResponse for ApiError {
         let body = json!({ "error": error });
         (self.status, Json(body)).into_response()
     }
+}
+
+/// Turns the plain-text answers of axum's extractors (a bad query string, a body
+/// that passes the limit while streaming, a wrong content type) into the JSON
+/// envelope every other error uses, keeping their status and text.
+pub async fn envelope_rejections(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = match axum::body::to_bytes(body, MAX_REJECTION_BYTES * 4).await {
+        Ok(bytes) => crate::text::one_line(&String::from_utf8_lossy(&bytes)),
+        Err(_) => String::new(),
+    };
+    let text = crate::text::truncate_bytes(&text, MAX_REJECTION_BYTES, crate::text::ELLIPSIS);
+    let message =
+        if text.is_empty() { status.canonical_reason().unwrap_or("request failed").to_string() } else { text };
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal_error",
+        _ => "invalid_request",
+    };
+    let mut enveloped = ApiError::new(status, code, message).into_response();
+    for (name, value) in
+        parts.headers.iter().filter(|(name, _)| *name != header::CONTENT_TYPE && *name != header::CONTENT_LENGTH)
+    {
+        enveloped.headers_mut().insert(name.clone(), value.clone());
+    }
+    enveloped
 }

@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .merge(protected)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(error::envelope_rejections))
         .layer(middleware::from_fn_with_state(state.info.max_body_bytes, limit_body))
         .layer(DefaultBodyLimit::max(state.info.max_body_bytes))
         .layer(middleware::from_fn(trace_requests))
@@ -184,15 +185,20 @@ async fn method_not_allowed(request: Request) -> ApiError {
 async fn limit_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
     let declared =
         request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return ApiError::new(
+    let too_large = || {
+        ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("request body is larger than {limit} bytes"),
         )
-        .into_response();
+        .into_response()
+    };
+    if declared.is_some_and(|len| len > limit as u64) {
+        return too_large();
     }
-    next.run(request).await
+    // A body without Content-Length is cut off by the extractor while streaming.
+    let response = next.run(request).await;
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE { too_large() } else { response }
 }
 
 /// One log line per request (never bodies or headers); warnings for errors.
