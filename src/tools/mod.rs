@@ -13,8 +13,8 @@ pub use alias::openai_alias;
 pub use name::ToolName;
 pub use policy::{AllowAll, DenyAll, NamedPolicy, PermissionPolicy, ReadOnlyPolicy, ToolPolicy};
 pub use registry::{
-    DEFAULT_TOOL_TIMEOUT, MAX_DESCRIPTION_CHARS, Registry, RegistryBuilder, RegistryError, ToolFuture, ToolHandler,
-    ToolLimits, ToolSpec,
+    ArgumentsError, CallError, DEFAULT_TOOL_TIMEOUT, MAX_DESCRIPTION_CHARS, Registry, RegistryBuilder, RegistryError,
+    ToolFuture, ToolHandler, ToolLimits, ToolSpec,
 };
 pub use result::{ErrorCode, ToolCall, ToolError, ToolResult};
 

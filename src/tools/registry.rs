@@ -255,8 +255,8 @@ impl Registry {
 
     /// Whether `name` is a registered tool (by host name) and `arguments` satisfy its
     /// input schema; used to validate a plan before any check runs.
-    pub fn check_arguments(&self, name: &str, arguments: &Value) -> Result<(), String> {
-        let entry = self.entries.get(name).ok_or_else(|| format!("{name:?} is not an available execution tool"))?;
+    pub fn check_arguments(&self, name: &str, arguments: &Value) -> Result<(), ArgumentsError> {
+        let entry = self.entries.get(name).ok_or_else(|| ArgumentsError::UnknownTool(name.to_owned()))?;
         validate(&entry.validator, arguments)
     }
 
@@ -318,7 +318,7 @@ impl Registry {
         policy: &dyn ToolPolicy,
     ) -> Result<Value, (ErrorCode, String)> {
         // 1. Call shape.
-        let arguments = self.parse_call(call).map_err(|m| (ErrorCode::InvalidCall, m))?;
+        let arguments = self.parse_call(call).map_err(|e| (ErrorCode::InvalidCall, e.to_string()))?;
         // 2. Resolution.
         let Some(entry) = entry else {
             return Err((
@@ -332,7 +332,7 @@ impl Registry {
             return Err((ErrorCode::PermissionDenied, format!("tool {} is not authorized for this Run", spec.name)));
         }
         // 4. Schema.
-        validate(&entry.validator, &arguments).map_err(|m| (ErrorCode::InvalidArguments, m))?;
+        validate(&entry.validator, &arguments).map_err(|e| (ErrorCode::InvalidArguments, e.to_string()))?;
         // 5. Handler, on its own task so a panic or a timeout cannot take the caller down.
         let task = AbortOnDrop(tokio::spawn(entry.handler.call(arguments)));
         let text = match tokio::time::timeout(spec.timeout, task).await {
@@ -364,36 +364,64 @@ impl Registry {
         serde_json::from_str(&text).map_err(|e| (ErrorCode::InvalidResult, format!("tool returned invalid JSON: {e}")))
     }
 
-    fn parse_call(&self, call: &ToolCall) -> Result<Value, String> {
+    fn parse_call(&self, call: &ToolCall) -> Result<Value, CallError> {
         let id_ok = !call.id.is_empty()
             && call.id.len() <= MAX_CALL_ID_LEN
             && call.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
         if !id_ok {
-            return Err(format!("call id must be 1-{MAX_CALL_ID_LEN} characters of [A-Za-z0-9_.-]"));
+            return Err(CallError::BadId);
         }
         if call.name.is_empty() {
-            return Err("tool name must not be empty".to_owned());
+            return Err(CallError::EmptyName);
         }
         if call.arguments.len() > self.limits.max_argument_bytes {
-            return Err(format!(
-                "arguments are {} bytes, the limit is {}",
-                call.arguments.len(),
-                self.limits.max_argument_bytes
-            ));
+            return Err(CallError::TooLarge { bytes: call.arguments.len(), limit: self.limits.max_argument_bytes });
         }
         if call.arguments.trim().is_empty() {
             return Ok(Value::Object(serde_json::Map::new()));
         }
         match serde_json::from_str::<Value>(&call.arguments) {
             Ok(v @ Value::Object(_)) => Ok(v),
-            Ok(_) => Err("arguments must be a JSON object".to_owned()),
-            Err(e) => Err(format!("arguments are not valid JSON: {e}")),
+            Ok(_) => Err(CallError::NotAnObject),
+            Err(e) => Err(CallError::InvalidJson(e)),
         }
     }
 }
 
+/// Why a tool call cannot be executed as sent (answered to the model as `invalid_call`).
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The call id is empty, too long or has other characters.
+    #[error("call id must be 1-{MAX_CALL_ID_LEN} characters of [A-Za-z0-9_.-]")]
+    BadId,
+    /// No tool name.
+    #[error("tool name must not be empty")]
+    EmptyName,
+    /// Arguments over the byte limit.
+    #[error("arguments are {bytes} bytes, the limit is {limit}")]
+    TooLarge { bytes: usize, limit: usize },
+    /// Arguments that are JSON but not an object.
+    #[error("arguments must be a JSON object")]
+    NotAnObject,
+    /// Arguments that are not JSON.
+    #[error("arguments are not valid JSON: {0}")]
+    InvalidJson(serde_json::Error),
+}
+
+/// Why arguments cannot go to a tool.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgumentsError {
+    /// No registered tool has this name.
+    #[error("{0:?} is not an available execution tool")]
+    UnknownTool(String),
+    /// The arguments break the tool's input schema: the first few violations with
+    /// their instance paths, bounded in size.
+    #[error("{0}")]
+    Schema(String),
+}
+
 /// First few schema violations with their instance paths, bounded in size.
-fn validate(validator: &jsonschema::Validator, arguments: &Value) -> Result<(), String> {
+fn validate(validator: &jsonschema::Validator, arguments: &Value) -> Result<(), ArgumentsError> {
     let mut errors = validator.iter_errors(arguments).peekable();
     if errors.peek().is_none() {
         return Ok(());
@@ -411,7 +439,7 @@ fn validate(validator: &jsonschema::Validator, arguments: &Value) -> Result<(), 
         let path = if path.is_empty() { "/" } else { path };
         message.push_str(&format!("at {path}: {}", truncate_bytes(&error.to_string(), 300, ELLIPSIS)));
     }
-    Err(truncate_bytes(&message, MAX_VALIDATION_MESSAGE_BYTES, ELLIPSIS))
+    Err(ArgumentsError::Schema(truncate_bytes(&message, MAX_VALIDATION_MESSAGE_BYTES, ELLIPSIS)))
 }
 
 /// Rejects `alias` if it is another tool's alias or host name, or if `name` is another tool's alias.
