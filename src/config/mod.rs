@@ -13,10 +13,11 @@
 //! config file.
 //!
 //! Text values (flags, environment): integers, floats, booleans
-//! (`true`/`false`/`1`/`0`), durations (`30s`, `10m`), and lists, which are a
-//! JSON string array when the value starts with `[`, otherwise
-//! comma-separated (items trimmed, empty items rejected, empty value = empty
-//! list). A repeated list flag replaces the lower layers' list entirely.
+//! (`true`/`false`/`1`/`0`), durations (`30s`, `10m`), and lists. A list in
+//! an environment variable is a JSON string array when the value starts with
+//! `[`, otherwise comma-separated (items trimmed, empty items rejected, empty
+//! value = empty list); a list flag is comma-separated, repeatable, and
+//! replaces the lower layers' list entirely.
 
 mod file;
 mod value;
