@@ -1,18 +1,28 @@
-# Build: release binary with the locked dependency tree.
+# syntax=docker/dockerfile:1
+# Build: release binary with the locked dependency tree. The build context is
+# the repository filtered by .dockerignore, so every path the manifest names
+# (benches, workspace members, path dependencies) is present.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-RUN cargo build --release --locked --bin akritas
+COPY . .
+# The registry and target directories are cache mounts: rebuilds reuse compiled
+# dependencies. A cache mount is not part of the image, so the binary is copied
+# out of it.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git/db \
+    --mount=type=cache,target=/src/target,sharing=locked \
+    cargo build --release --locked --bin akritas \
+    && install -D -m 0755 target/release/akritas /out/akritas
 
-# Run: small Debian base (git for workspaces, CA roots for outbound TLS), non-root.
+# Run: small Debian base (CA roots for outbound TLS), non-root. Workspaces use
+# libgit2 (linked in), so no git CLI is installed.
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates git \
+    && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 10001 --user-group --home-dir /var/lib/akritas --create-home --shell /usr/sbin/nologin akritas \
     && mkdir -p /etc/akritas/resources
-COPY --from=build /src/target/release/akritas /usr/local/bin/akritas
+COPY --from=build /out/akritas /usr/local/bin/akritas
 COPY instructions /usr/share/akritas/instructions
 COPY skills /usr/share/akritas/skills
 COPY config/examples/server.container.json /etc/akritas/server.json

@@ -1,14 +1,21 @@
-//! The Helm chart: `helm lint`, `helm template` in both modes with helm built from its
-//! Go module, and every rendered object accepted by a real API server
-//! (`kubectl apply --dry-run=server`).
+//! The Helm chart: `helm lint`, `helm template` in both modes and with the common
+//! chart values overridden, with helm built from its Go module; the values schema
+//! rejects unknown keys; every rendered object is accepted by a real API server
+//! (`kubectl apply --dry-run=server`), and `helm install --dry-run=server` prints
+//! the notes.
 
 use akritas_testkit::kube_api;
 
-use std::process::Command;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+fn run_helm(args: &[&str]) -> Output {
+    Command::new(kube_api::e2e_binary("helm")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap()
+}
 
 fn helm(args: &[&str]) -> String {
-    let output =
-        Command::new(kube_api::e2e_binary("helm")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    let output = run_helm(args);
     assert!(
         output.status.success(),
         "helm {args:?}:\n{}{}",
@@ -20,6 +27,26 @@ fn helm(args: &[&str]) -> String {
 
 fn kinds(rendered: &str) -> Vec<String> {
     rendered.lines().filter_map(|l| l.strip_prefix("kind: ")).map(str::to_string).collect()
+}
+
+/// The rendered objects.
+fn objects(rendered: &str) -> Vec<Value> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(rendered).unwrap_or_else(|e| panic!("{e}:\n{rendered}"));
+    documents.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// The rendered object of `kind` named `name`.
+fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} among {objects:#?}"))
+}
+
+/// The value of environment variable `name` of the pod's container.
+fn container_env<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().expect("container env");
+    &env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name} in {env:#?}"))["value"]
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -55,6 +82,24 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
         assert!(operator.contains(needle), "{needle} missing in the operator rendering");
     }
     assert!(!operator.contains("\"get\", \"list\", \"watch\"") && !operator.contains("\"*\""), "no broad verbs");
+    let rendered = objects(&operator);
+    for object in &rendered {
+        let labels = &object["metadata"]["labels"];
+        for (label, value) in [
+            ("helm.sh/chart", "akritas-0.1.0"),
+            ("app.kubernetes.io/name", "akritas"),
+            ("app.kubernetes.io/instance", "akritas"),
+            ("app.kubernetes.io/version", "0.1.0"),
+            ("app.kubernetes.io/managed-by", "Helm"),
+        ] {
+            assert_eq!(labels[label], value, "{label} on {} {}", object["kind"], object["metadata"]["name"]);
+        }
+    }
+    let deployment = object(&rendered, "Deployment", "akritas");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "akritas");
+    assert_eq!(pod["containers"][0]["resources"]["requests"], json!({"cpu": "50m", "memory": "64Mi"}));
+    assert_eq!(container_env(deployment, "RUST_LOG"), "info");
 
     let scoped = helm(&[
         "template",
@@ -80,18 +125,150 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
         "--set",
         "mode=standalone",
         "--set-string",
-        "resources.skills\\.yaml=kind: Skill",
+        "manifests.skills\\.yaml=kind: Skill",
     ]);
     assert!(!standalone.contains("Role"), "standalone mode needs no RBAC");
     assert!(standalone.contains("automountServiceAccountToken: false"));
     assert!(standalone.contains("\"--resources\", \"/etc/akritas/resources\""));
+    let manifests = object(&objects(&standalone), "ConfigMap", "akritas-manifests").clone();
+    assert_eq!(manifests["data"]["skills.yaml"], "kind: Skill\n");
+
+    let existing = helm(&[
+        "template",
+        "akritas",
+        "charts/akritas",
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "serviceAccount.name=existing",
+    ]);
+    assert!(!kinds(&existing).contains(&"ServiceAccount".to_string()), "serviceAccount.create=false creates none");
+    let existing = objects(&existing);
+    assert_eq!(
+        object(&existing, "Deployment", "akritas")["spec"]["template"]["spec"]["serviceAccountName"],
+        "existing"
+    );
+    assert_eq!(object(&existing, "ClusterRoleBinding", "akritas")["subjects"][0]["name"], "existing");
+
+    let values = tempfile::tempdir().unwrap();
+    let customized_values = values.path().join("values.yaml");
+    std::fs::write(&customized_values, CUSTOMIZED).unwrap();
+    let customized_values = customized_values.to_str().unwrap();
+    let customized =
+        helm(&["template", "ops", "charts/akritas", "--namespace", "akritas-system", "--values", customized_values]);
+    check_customized(&objects(&customized));
 
     let api = kube_api::KubeApi::start().await;
     api.create_operator_namespace();
     api.create_namespace("ops");
-    for rendered in [&operator, &scoped] {
+    for rendered in [&operator, &scoped, &customized] {
         let (code, out, err) =
             api.kubectl_as(&api.admin_kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(rendered));
         assert_eq!(code, 0, "the API server refused the rendered chart:\n{out}{err}");
+    }
+    let kubeconfig = api.admin_kubeconfig.to_str().unwrap();
+    let flags = ["--namespace", "akritas-system", "--dry-run=server", "--kubeconfig", kubeconfig];
+    check_notes(&helm(&[&["install", "ops", "charts/akritas"][..], &flags].concat()));
+}
+
+/// Every common chart value set.
+const CUSTOMIZED: &str = r#"nameOverride: assistant
+fullnameOverride: ops-assistant
+imagePullSecrets:
+  - name: registry-credentials
+serviceAccount:
+  create: true
+  name: ops-bot
+  annotations:
+    example.com/role: akritas-reader
+podAnnotations:
+  example.com/scrape: "false"
+podLabels:
+  team: platform
+nodeSelector:
+  kubernetes.io/os: linux
+tolerations:
+  - key: dedicated
+    operator: Equal
+    value: akritas
+    effect: NoSchedule
+affinity:
+  nodeAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 1
+        preference:
+          matchExpressions:
+            - key: kubernetes.io/arch
+              operator: In
+              values: ["amd64", "arm64"]
+logLevel: info,akritas=debug
+resources:
+  requests:
+    cpu: 100m
+  limits:
+    memory: 512Mi
+"#;
+
+/// Checks the rendering of [`CUSTOMIZED`].
+fn check_customized(rendered: &[Value]) {
+    for object in rendered {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        if object["kind"] != "ServiceAccount" {
+            assert!(name.starts_with("ops-assistant"), "fullnameOverride not applied to {} {name}", object["kind"]);
+        }
+        assert_eq!(object["metadata"]["labels"]["app.kubernetes.io/name"], "assistant", "nameOverride on {name}");
+    }
+    let account = object(rendered, "ServiceAccount", "ops-bot");
+    assert_eq!(account["metadata"]["annotations"]["example.com/role"], "akritas-reader");
+    let binding = object(rendered, "ClusterRoleBinding", "ops-assistant");
+    assert_eq!(binding["subjects"][0]["name"], "ops-bot");
+    let deployment = object(rendered, "Deployment", "ops-assistant");
+    let template = &deployment["spec"]["template"];
+    assert_eq!(template["metadata"]["labels"]["team"], "platform");
+    assert_eq!(template["metadata"]["labels"]["app.kubernetes.io/name"], "assistant");
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "assistant");
+    assert_eq!(template["metadata"]["annotations"]["example.com/scrape"], "false");
+    assert!(template["metadata"]["annotations"]["checksum/config"].is_string());
+    let pod = &template["spec"];
+    assert_eq!(pod["serviceAccountName"], "ops-bot");
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "registry-credentials"}]));
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert!(pod["affinity"]["nodeAffinity"].is_object());
+    // Helm merges maps: the default memory request stays.
+    let resources = json!({"limits": {"memory": "512Mi"}, "requests": {"cpu": "100m", "memory": "64Mi"}});
+    assert_eq!(pod["containers"][0]["resources"], resources);
+    assert_eq!(container_env(deployment, "RUST_LOG"), "info,akritas=debug");
+}
+
+#[test]
+fn the_values_schema_rejects_unknown_keys() {
+    for (set, key) in [
+        ("podResources.limits.memory=1Gi", "podResources"),
+        ("loglevel=debug", "loglevel"),
+        ("image.tagg=1.0", "tagg"),
+        ("serviceAccount.annotation.a=b", "annotation"),
+    ] {
+        let output = run_helm(&["template", "akritas", "charts/akritas", "--set", set]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "helm accepted --set {set}");
+        assert!(stderr.contains("values don't meet the specifications of the schema"), "{stderr}");
+        assert!(stderr.contains(key), "the error does not name {key}: {stderr}");
+    }
+    let output = run_helm(&["template", "akritas", "charts/akritas", "--set", "mode=standlone"]);
+    assert!(!output.status.success(), "helm accepted a misspelt mode");
+}
+
+/// The install notes: how to reach the API, the API key, the alert webhook paths.
+fn check_notes(install: &str) {
+    let notes = &install[install.find("NOTES:").expect("helm prints the notes")..];
+    for needle in [
+        "http://ops-akritas.akritas-system.svc:8090",
+        "kubectl --namespace akritas-system port-forward service/ops-akritas 8090:8090",
+        "Secret akritas-api-key (key api-key)",
+        "POST /api/v1/alerts/<source>/webhook",
+        "POST /api/v1/alertmanager/webhook",
+    ] {
+        assert!(notes.contains(needle), "{needle} missing in the notes:\n{notes}");
     }
 }

@@ -13,10 +13,11 @@
 //! config file.
 //!
 //! Text values (flags, environment): integers, floats, booleans
-//! (`true`/`false`/`1`/`0`), durations (`30s`, `10m`), and lists, which are a
-//! JSON string array when the value starts with `[`, otherwise
-//! comma-separated (items trimmed, empty items rejected, empty value = empty
-//! list). A repeated list flag replaces the lower layers' list entirely.
+//! (`true`/`false`/`1`/`0`), durations (`30s`, `10m`), and lists. A list in
+//! an environment variable is a JSON string array when the value starts with
+//! `[`, otherwise comma-separated (items trimmed, empty items rejected, empty
+//! value = empty list); a list flag is comma-separated, repeatable, and
+//! replaces the lower layers' list entirely.
 
 mod file;
 mod value;
@@ -188,11 +189,16 @@ pub fn env_var_name(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
 }
 
+/// Help line of a flag: its description, environment variable and default.
+fn flag_help(description: &str, env: &str, default: &str) -> String {
+    format!("{} [env: {env}] [default: {default}]", description.trim())
+}
+
 macro_rules! settings_table {
     ($(
         $(#[doc = $doc:literal])*
         $key:ident : $ty:ty = $default:expr ;
-            flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? ;
+            flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? $(delimiter $delim:literal)? ;
             expect $expect:literal ;
             check $check:expr ;
     )*) => {
@@ -230,15 +236,26 @@ macro_rules! settings_table {
 
         /// `akritas serve` flags. Each flag overrides its `AKRITAS_*`
         /// environment variable, the config file and the default; an absent
-        /// flag leaves the lower layers in effect.
+        /// flag leaves the lower layers in effect. The help of each names its
+        /// variable and shows the built-in default (clap's own `env` and
+        /// `default_value` would hide which layer a value came from).
         #[derive(clap::Args, Debug, Default, Clone)]
         pub struct ServeFlags {
-            /// Strict JSON config file (also AKRITAS_CONFIG) [default: none]
-            #[arg(long, value_name = "PATH")]
+            /// Strict JSON config file
+            #[arg(long, value_name = "PATH", help = flag_help("Strict JSON config file", CONFIG_ENV, "none"))]
             pub config: Option<PathBuf>,
             $(
                 $(#[doc = $doc])*
-                #[arg(long = $flag $(, value_name = $vn)?)]
+                #[arg(
+                    long = $flag
+                    $(, value_name = $vn)?
+                    $(, value_delimiter = $delim)?,
+                    help = flag_help(
+                        concat!($($doc),*),
+                        &env_var_name(stringify!($key)),
+                        &SettingValue::to_text(&Settings::default().$key),
+                    )
+                )]
                 pub $key: $($fty)*,
             )*
         }
@@ -315,200 +332,200 @@ macro_rules! settings_table {
 }
 
 settings_table! {
-    /// Address to listen on [default: 127.0.0.1:8090]
+    /// Address to listen on
     address: SocketAddr = SocketAddr::from((Ipv4Addr::LOCALHOST, 8090));
         flag "address" [Option<String>] value_name "ADDR";
         expect "a socket address such as 127.0.0.1:8090";
         check value::ok;
-    /// Externally visible base URL of this service, absolute http(s), no query or fragment [default: none]
+    /// Externally visible base URL of this service, absolute http(s), no query or fragment
     public_url: Option<String> = None;
         flag "public-url" [Option<String>] value_name "URL";
         expect "an absolute http(s) URL such as https://akritas.example.com";
         check value::check_public_url;
-    /// Upstream OpenAI-compatible API base URL, ending in /v1 [default: http://127.0.0.1:8080/v1]
+    /// Upstream OpenAI-compatible API base URL, ending in /v1
     base_url: String = "http://127.0.0.1:8080/v1".to_string();
         flag "base-url" [Option<String>] value_name "URL";
         expect "an absolute http(s) URL ending in /v1 such as http://127.0.0.1:8080/v1";
         check value::check_base_url;
-    /// Model name sent upstream; empty = the requested model [default: none]
+    /// Model name sent upstream; empty = the requested model
     upstream_model: Option<String> = None;
         flag "upstream-model" [Option<String>] value_name "NAME";
         expect "a model name of at most 256 characters without control characters";
         check value::check_upstream_model;
-    /// Model name this service exposes [default: akritas]
+    /// Model name this service exposes
     model: String = "akritas".to_string();
         flag "model" [Option<String>] value_name "NAME";
         expect "1-128 characters matching ^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
         check value::check_model;
-    /// Name of the environment variable holding the upstream API key [default: OPENAI_API_KEY]
+    /// Name of the environment variable holding the upstream API key
     upstream_api_key_env: String = "OPENAI_API_KEY".to_string();
         flag "upstream-api-key-env" [Option<String>] value_name "ENV_VAR";
         expect "an environment variable name such as OPENAI_API_KEY";
         check value::check_env_name;
-    /// Client API keys as NAME=ENV_VAR (repeatable; secret read from ENV_VAR) [default: default=AKRITAS_API_KEY]
+    /// Client API keys as NAME=ENV_VAR (repeatable or comma-separated; secret read from ENV_VAR)
     api_keys: Vec<ApiKeyRef> = vec![ApiKeyRef {
         name: "default".to_string(),
         env: "AKRITAS_API_KEY".to_string(),
     }];
-        flag "api-key" [Vec<String>] value_name "NAME=ENV_VAR";
+        flag "api-key" [Vec<String>] value_name "NAME=ENV_VAR" delimiter ',';
         expect "at most 32 NAME=ENV_VAR entries with unique names";
         check value::check_api_keys;
-    /// Serve without client authentication [default: false]
+    /// Serve without client authentication
     allow_unauthenticated: bool = false;
         flag "allow-unauthenticated" [bool];
         expect "true or false (or 1 or 0)";
         check value::ok;
-    /// System instructions file [default: instructions/SYSTEM.md]
+    /// System instructions file
     system_instructions: PathBuf = PathBuf::from("instructions/SYSTEM.md");
         flag "system-instructions" [Option<String>] value_name "PATH";
         expect "a non-empty path";
         check value::non_empty_path;
-    /// Response language as a BCP 47 tag [default: en]
+    /// Response language as a BCP 47 tag
     response_language: String = "en".to_string();
         flag "response-language" [Option<String>] value_name "TAG";
         expect "a BCP 47 language tag such as en, en-US or zh-Hant-TW";
         check value::check_language;
-    /// Directory of resource manifests, standalone mode (repeatable) [default: none]
+    /// Directory of resource manifests, standalone mode (repeatable or comma-separated)
     resources: Vec<PathBuf> = Vec::new();
-        flag "resources" [Vec<String>] value_name "DIR";
+        flag "resources" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 non-empty directory paths";
         check value::check_resources;
-    /// Operator mode: read resources from the Kubernetes API [default: false]
+    /// Operator mode: read resources from the Kubernetes API
     kubernetes: bool = false;
         flag "kubernetes" [bool];
         expect "true or false (or 1 or 0)";
         check value::ok;
-    /// Namespace watched in operator mode; empty = every namespace Akritas may read [default: none]
+    /// Namespace watched in operator mode; empty = every namespace Akritas may read
     namespace: Option<String> = None;
         flag "namespace" [Option<String>] value_name "NAME";
         expect "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)";
         check value::check_namespace;
-    /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables [default: skills]
+    /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables
     skills_dir: Option<String> = Some("skills".to_string());
         flag "skills-dir" [Option<String>] value_name "DIR";
         expect "a directory path, or empty to disable";
         check value::ok;
-    /// Data directory [default: data]
+    /// Data directory
     data_dir: PathBuf = PathBuf::from("data");
         flag "data-dir" [Option<String>] value_name "DIR";
         expect "a non-empty path";
         check value::non_empty_path;
-    /// Number of search results to retrieve, 1-50 [default: 5]
+    /// Number of search results to retrieve, 1-50
     search_top_k: u32 = 5;
         flag "search-top-k" [Option<String>] value_name "N";
         expect "an integer from 1 to 50";
         check value::u32_in::<1, 50>;
-    /// Characters kept per search result, 1-100000 [default: 800]
+    /// Characters kept per search result, 1-100000
     result_runes: u32 = 800;
         flag "result-runes" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>;
-    /// Default completion token budget [default: 1024]
+    /// Default completion token budget
     max_tokens: u32 = 1024;
         flag "max-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
         check value::u32_in::<1, { u32::MAX }>;
-    /// Largest completion token budget a request may ask for, >= max-tokens [default: 4096]
+    /// Largest completion token budget a request may ask for, >= max-tokens
     max_tokens_limit: u32 = 4096;
         flag "max-tokens-limit" [Option<String>] value_name "N";
         expect "a positive integer";
         check value::u32_in::<1, { u32::MAX }>;
-    /// Tool calls per run, 0-1000 [default: 8]
+    /// Tool calls per run, 0-1000
     max_tool_calls: u32 = 8;
         flag "max-tool-calls" [Option<String>] value_name "N";
         expect "an integer from 0 to 1000";
         check value::u32_in::<0, 1000>;
-    /// Model iterations per run, 1-1000 [default: 12]
+    /// Model iterations per run, 1-1000
     max_iterations: u32 = 12;
         flag "max-iterations" [Option<String>] value_name "N";
         expect "an integer from 1 to 1000";
         check value::u32_in::<1, 1000>;
-    /// Largest tool result in bytes [default: 2097152]
+    /// Largest tool result in bytes
     max_tool_result_bytes: u64 = 2_097_152;
         flag "max-tool-result-bytes" [Option<String>] value_name "BYTES";
         expect "a positive integer (bytes)";
         check value::u64_in::<1, { u64::MAX }>;
-    /// Retrieved context per request in bytes, <= max-tool-result-bytes [default: 131072]
+    /// Retrieved context per request in bytes, <= max-tool-result-bytes
     max_retrieved_context_bytes: u64 = 131_072;
         flag "max-retrieved-context-bytes" [Option<String>] value_name "BYTES";
         expect "a positive integer (bytes)";
         check value::u64_in::<1, { u64::MAX }>;
-    /// Context tokens per request [default: 40000]
+    /// Context tokens per request
     max_context_tokens: u64 = 40_000;
         flag "max-context-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
         check value::u64_in::<1, { u64::MAX }>;
-    /// Context window of the upstream model in tokens [default: 16384]
+    /// Context window of the upstream model in tokens
     max_model_tokens: u64 = 16_384;
         flag "max-model-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
         check value::u64_in::<1, { u64::MAX }>;
-    /// Sampling temperature, 0.0-2.0 [default: 0.2]
+    /// Sampling temperature, 0.0-2.0
     temperature: f64 = 0.2;
         flag "temperature" [Option<String>] value_name "T";
         expect "a number from 0.0 to 2.0";
         check value::check_temperature;
-    /// Timeout of one request, > 0 and <= 24h [default: 10m]
+    /// Timeout of one request, > 0 and <= 24h
     request_timeout: Duration = Duration::from_secs(600);
         flag "request-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 10m";
         check value::duration_upto::<86_400, false>;
-    /// Concurrent runs, 1-256 [default: 4]
+    /// Concurrent runs, 1-256
     max_concurrent_runs: u32 = 4;
         flag "max-concurrent-runs" [Option<String>] value_name "N";
         expect "an integer from 1 to 256";
         check value::u32_in::<1, 256>;
-    /// Wait for a free run slot, <= 10m; 0s fails at once when saturated [default: 30s]
+    /// Wait for a free run slot, <= 10m; 0s fails at once when saturated
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";
         expect "a duration from 0s to 10m, such as 30s";
         check value::duration_upto::<600, true>;
-    /// Largest request body in bytes, 1024-67108864 [default: 1048576]
+    /// Largest request body in bytes, 1024-67108864
     max_body_bytes: u64 = 1_048_576;
         flag "max-body-bytes" [Option<String>] value_name "BYTES";
         expect "an integer from 1024 to 67108864 (bytes)";
         check value::u64_in::<1024, 67_108_864>;
-    /// Grace period for shutdown, > 0 and <= 10m [default: 30s]
+    /// Grace period for shutdown, > 0 and <= 10m
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
         check value::duration_upto::<600, false>;
-    /// Alert investigations running at once, 1-64 [default: 2]
+    /// Alert investigations running at once, 1-64
     alert_workers: u32 = 2;
         flag "alert-workers" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
         check value::u32_in::<1, 64>;
-    /// Attempts per alert investigation before the job fails, 1-20 [default: 3]
+    /// Attempts per alert investigation before the job fails, 1-20
     alert_job_attempts: u32 = 3;
         flag "alert-job-attempts" [Option<String>] value_name "N";
         expect "an integer from 1 to 20";
         check value::u32_in::<1, 20>;
-    /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x, > 0 and <= 1h [default: 30s]
+    /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x, > 0 and <= 1h
     alert_job_backoff: Duration = Duration::from_secs(30);
         flag "alert-job-backoff" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1h, such as 30s";
         check value::duration_upto::<3600, false>;
-    /// Timeout of one notification attempt, > 0 and <= 1m [default: 10s]
+    /// Timeout of one notification attempt, > 0 and <= 1m
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1m, such as 10s";
         check value::duration_upto::<60, false>;
-    /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried), 1-10 [default: 3]
+    /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried), 1-10
     notification_attempts: u32 = 3;
         flag "notification-attempts" [Option<String>] value_name "N";
         expect "an integer from 1 to 10";
         check value::u32_in::<1, 10>;
-    /// Operator mode: finished Run and resolved Incident objects are deleted after this, > 0 and <= 365d [default: 7d]
+    /// Operator mode: finished Run and resolved Incident objects are deleted after this, > 0 and <= 365d
     record_retention: Duration = Duration::from_secs(7 * 86_400);
         flag "record-retention" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 365d, such as 7d";
         check value::duration_upto::<31_536_000, false>;
-    /// Operator mode: a leader that has not renewed its Lease for this long is replaced, > 0 and <= 5m [default: 15s]
+    /// Operator mode: a leader that has not renewed its Lease for this long is replaced, > 0 and <= 5m
     lease_duration: Duration = Duration::from_secs(15);
         flag "lease-duration" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 5m, such as 15s";
         check value::duration_upto::<300, false>;
-    /// Log format: text or json [default: text]
+    /// Log format: text or json
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";
         expect "text or json";

@@ -79,7 +79,24 @@ fn clap_definition_is_valid_and_help_states_defaults() {
     assert!(help.contains("--max-tokens <N>"), "{help}");
     assert!(help.contains("[default: 1024]"), "{help}");
     assert!(help.contains("--api-key <NAME=ENV_VAR>"), "{help}");
-    assert!(!help.contains("[env:"), "clap env attribute must not be used: {help}");
+    assert!(help.contains("[env: AKRITAS_MAX_TOKENS] [default: 1024]"), "{help}");
+    assert!(help.contains("[env: AKRITAS_REQUEST_TIMEOUT] [default: 10m]"), "{help}");
+    assert!(help.contains("[env: AKRITAS_API_KEYS] [default: default=AKRITAS_API_KEY]"), "{help}");
+    assert!(help.contains("[env: AKRITAS_CONFIG] [default: none]"), "{help}");
+    // The environment is read by `load` (which records it as the origin), never by clap.
+    let command = Cli::command();
+    let clap_env: Vec<_> = command.get_arguments().filter(|a| a.get_env().is_some()).map(|a| a.get_id()).collect();
+    assert!(clap_env.is_empty(), "clap env attribute must not be used: {clap_env:?}");
+}
+
+#[test]
+fn list_flags_take_comma_separated_values() {
+    let s = load_ok(&flags(&["--resources", "a,b", "--resources", "c", "--api-key", "ops=OPS_KEY,ci=CI_KEY"]), &no_env);
+    assert_eq!(s.resources, vec![PathBuf::from("a"), PathBuf::from("b"), PathBuf::from("c")]);
+    assert_eq!(s.api_keys, vec![key("ops", "OPS_KEY"), key("ci", "CI_KEY")]);
+    assert_eq!(s.origin("resources"), Source::Flag("--resources".into()));
+    let e = load_err(&flags(&["--resources", "a,,b"]), &no_env);
+    assert!(e.contains("flag --resources"), "{e}");
 }
 
 #[test]

@@ -40,6 +40,9 @@ pub(crate) trait SettingValue: Sized {
     /// accepted values for error messages ("a positive integer").
     fn from_text(s: &str, expect: &str) -> Result<Self, String>;
 
+    /// The value as text for help output; `none` when unset or empty.
+    fn to_text(&self) -> String;
+
     /// Parses a value from the config file. By default a JSON string parsed
     /// like text.
     fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
@@ -67,6 +70,9 @@ macro_rules! int_value {
             fn from_text(s: &str, expect: &str) -> Result<Self, String> {
                 s.parse::<$t>().map_err(|_| expected(expect))
             }
+            fn to_text(&self) -> String {
+                self.to_string()
+            }
             fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
                 v.as_u64()
                     .and_then(|n| <$t>::try_from(n).ok())
@@ -81,6 +87,9 @@ impl SettingValue for f64 {
     fn from_text(s: &str, expect: &str) -> Result<Self, String> {
         s.parse::<f64>().map_err(|_| expected(expect))
     }
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
     fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
         v.as_f64().ok_or_else(|| JsonErr::got(expect, v))
     }
@@ -94,6 +103,9 @@ impl SettingValue for bool {
             _ => Err(expected(expect)),
         }
     }
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
     fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
         v.as_bool().ok_or_else(|| JsonErr::got(expect, v))
     }
@@ -103,6 +115,9 @@ impl SettingValue for String {
     fn from_text(s: &str, _expect: &str) -> Result<Self, String> {
         Ok(s.to_string())
     }
+    fn to_text(&self) -> String {
+        self.clone()
+    }
 }
 
 impl SettingValue for Option<String> {
@@ -110,6 +125,9 @@ impl SettingValue for Option<String> {
     fn from_text(s: &str, _expect: &str) -> Result<Self, String> {
         let t = s.trim();
         Ok((!t.is_empty()).then(|| t.to_string()))
+    }
+    fn to_text(&self) -> String {
+        self.clone().unwrap_or_else(|| "none".to_string())
     }
     fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
         match v {
@@ -124,17 +142,26 @@ impl SettingValue for PathBuf {
     fn from_text(s: &str, _expect: &str) -> Result<Self, String> {
         Ok(PathBuf::from(s))
     }
+    fn to_text(&self) -> String {
+        self.display().to_string()
+    }
 }
 
 impl SettingValue for SocketAddr {
     fn from_text(s: &str, expect: &str) -> Result<Self, String> {
         s.parse().map_err(|_| expected(expect))
     }
+    fn to_text(&self) -> String {
+        self.to_string()
+    }
 }
 
 impl SettingValue for Duration {
     fn from_text(s: &str, expect: &str) -> Result<Self, String> {
         humantime::parse_duration(s.trim()).map_err(|_| expected(expect))
+    }
+    fn to_text(&self) -> String {
+        humantime::format_duration(*self).to_string()
     }
 }
 
@@ -146,6 +173,9 @@ impl SettingValue for LogFormat {
             _ => Err(expected(expect)),
         }
     }
+    fn to_text(&self) -> String {
+        self.as_str().to_string()
+    }
 }
 
 /// An element of a list setting.
@@ -154,11 +184,16 @@ pub(crate) trait ListItem: Sized {
     fn parse_item(s: &str) -> Result<Self, String>;
     /// Parses one element of a JSON array.
     fn from_json_item(v: &Value) -> Result<Self, JsonErr>;
+    /// The item as text, as [`ListItem::parse_item`] reads it.
+    fn to_item_text(&self) -> String;
 }
 
 impl ListItem for PathBuf {
     fn parse_item(s: &str) -> Result<Self, String> {
         Ok(PathBuf::from(s))
+    }
+    fn to_item_text(&self) -> String {
+        self.display().to_string()
     }
     fn from_json_item(v: &Value) -> Result<Self, JsonErr> {
         match v.as_str() {
@@ -176,6 +211,10 @@ impl ListItem for ApiKeyRef {
         let key = ApiKeyRef { name: name.trim().to_string(), env: env.trim().to_string() };
         check_api_key_ref(&key)?;
         Ok(key)
+    }
+
+    fn to_item_text(&self) -> String {
+        format!("{}={}", self.name, self.env)
     }
 
     fn from_json_item(v: &Value) -> Result<Self, JsonErr> {
@@ -236,6 +275,13 @@ impl<T: ListItem> SettingValue for Vec<T> {
             .enumerate()
             .map(|(i, item)| T::parse_item(item).map_err(|p| format!("list item {}: {p}", i + 1)))
             .collect()
+    }
+
+    fn to_text(&self) -> String {
+        if self.is_empty() {
+            return "none".to_string();
+        }
+        self.iter().map(ListItem::to_item_text).collect::<Vec<_>>().join(",")
     }
 
     fn from_json(v: &Value, expect: &str) -> Result<Self, JsonErr> {
