@@ -1,44 +1,31 @@
 //! The Kubernetes resource source: reflectors over every declared Akritas kind and
 //! the ConfigMaps they reference, rebuilt into the Catalog with the same validation
-//! and last-good semantics as the directory source; every object's status is then
-//! written back (see [`super::status`]).
+//! and last-good merge as the directory source. Each rebuild also publishes the
+//! generations it saw, for the status writer's `observedGeneration`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::directory::{self, DirectorySource, Reload, Scan};
+use super::api::{Generations, api_resource, dynamic_api};
+use crate::catalog::merge::{self, LastGood};
+use crate::catalog::scan::{Scan, cross_check, scan_value};
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ConfigMapData, ObjectKey};
-use crate::resources::{API_VERSION, GROUP, Kind, VERSION};
+use crate::resources::{API_VERSION, Kind};
 
 /// Quiet time after a change before the Catalog is rebuilt (a burst of events
 /// becomes one rebuild).
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// The API resource of an Akritas kind.
-pub fn api_resource(kind: Kind) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind.as_str()), &kind.plural())
-}
-
-/// An `Api` for a kind in one namespace, or across all.
-pub fn dynamic_api(client: &Client, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
-    let resource = api_resource(kind);
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
-}
 
 /// Reflector stores of everything the Catalog is built from.
 #[derive(Clone)]
@@ -77,9 +64,6 @@ pub fn reflect(client: &Client, namespace: Option<&str>) -> (Stores, BoxStream<'
     streams.push(stream.boxed());
     (Stores { kinds, config_maps }, futures_util::stream::select_all(streams).boxed())
 }
-
-/// Generations of the objects a scan saw (for `observedGeneration`).
-pub type Generations = BTreeMap<ObjectKey, i64>;
 
 impl Stores {
     /// Whether every reflector has completed its initial list.
@@ -121,10 +105,10 @@ impl Stores {
                     generations.insert(key, generation);
                 }
                 let origin = PathBuf::from(format!("kubernetes:{namespace}/{name}"));
-                directory::scan_value(value, &origin, 0, &mut scan);
+                scan_value(value, &origin, 0, &mut scan);
             }
         }
-        directory::cross_check(&mut scan);
+        cross_check(&mut scan);
         (scan, generations)
     }
 }
@@ -140,7 +124,7 @@ pub async fn run(
     on_reload: tokio::sync::watch::Sender<Generations>,
     cancel: CancellationToken,
 ) {
-    let mut last_good = DirectorySource::new(Vec::new(), None);
+    let mut last_good = LastGood::default();
     // The first Catalog waits for every initial list, so it is complete.
     {
         let ready = stores.ready();
@@ -155,8 +139,7 @@ pub async fn run(
     }
     loop {
         let (scan, generations) = stores.scan();
-        let reload: Reload = last_good.merge(scan);
-        directory::apply(reload, &store, &board);
+        merge::apply(last_good.merge(scan), &store, &board);
         on_reload.send_replace(generations);
         // Wait for a change, then let a burst settle.
         tokio::select! {
