@@ -134,3 +134,63 @@ pub fn apply(reload: Reload, store: &CatalogStore, board: &StatusBoard) -> u64 {
     });
     version
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::catalog::scan::{cross_check, scan_value};
+    use crate::resources::Kind;
+
+    fn skill(name: &str, description: Value) -> Value {
+        json!({"apiVersion": "akritas.io/v1alpha1", "kind": "Skill", "metadata": {"name": name, "namespace": "ops"},
+               "spec": {"description": description, "content": "c"}})
+    }
+
+    fn scan(documents: Vec<(&str, Value)>, unreadable: &[&str]) -> Scan {
+        let mut scan = Scan::default();
+        for (index, (file, value)) in documents.into_iter().enumerate() {
+            scan_value(value, Path::new(file), index, &mut scan);
+        }
+        scan.unreadable.extend(unreadable.iter().map(|f| (PathBuf::from(f), None)));
+        cross_check(&mut scan);
+        scan
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey { kind: Kind::Skill, namespace: "ops".into(), name: name.into() }
+    }
+
+    fn in_force(reload: &Reload, name: &str) -> Vec<InForce> {
+        reload.reports.iter().filter(|r| r.key == key(name)).map(|r| r.in_force).collect()
+    }
+
+    #[test]
+    fn an_invalid_new_version_keeps_the_last_good_one_in_force() {
+        let mut last_good = LastGood::default();
+        let first = last_good.merge(scan(vec![("a.yaml", skill("pg", json!("First")))], &[]));
+        assert_eq!(in_force(&first, "pg"), [InForce::Current]);
+        let second = last_good.merge(scan(vec![("a.yaml", skill("pg", json!(42)))], &[]));
+        assert_eq!(in_force(&second, "pg"), [InForce::Previous]);
+        assert_eq!(second.entries[&key("pg")].source, "a.yaml:0", "the first version stays");
+        assert!(!second.reports[0].errors.is_empty());
+        let never = last_good.merge(scan(vec![("b.yaml", skill("new", json!(42)))], &[]));
+        assert_eq!(in_force(&never, "new"), [InForce::None]);
+        assert!(never.entries.is_empty(), "a removed object goes, an invalid new one never enters");
+    }
+
+    #[test]
+    fn objects_of_an_unreadable_file_stay_and_duplicates_never_replace_the_first() {
+        let mut last_good = LastGood::default();
+        last_good.merge(scan(vec![("a.yaml", skill("pg", json!("First")))], &[]));
+        let reload = last_good.merge(scan(vec![], &["a.yaml"]));
+        assert_eq!(in_force(&reload, "pg"), [InForce::Previous]);
+        assert!(reload.entries.contains_key(&key("pg")));
+
+        let reload = last_good
+            .merge(scan(vec![("a.yaml", skill("pg", json!("First"))), ("b.yaml", skill("pg", json!("Second")))], &[]));
+        assert_eq!(in_force(&reload, "pg"), [InForce::Current, InForce::None]);
+        assert_eq!(reload.entries[&key("pg")].source, "a.yaml:0");
+    }
+}

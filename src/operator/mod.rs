@@ -67,6 +67,32 @@ pub(crate) mod mock {
         (kube::Client::new(service, "default"), task)
     }
 
+    /// A client served by `answer`, called with each request's method and URI (path
+    /// and query): `Some((status, body))` answers, `None` keeps the request open (a
+    /// watch that sees no change). The task ends when the client is dropped.
+    pub fn api_server(
+        answer: impl Fn(&str, &str) -> Option<(u16, Value)> + Send + 'static,
+    ) -> (kube::Client, tokio::task::JoinHandle<()>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let task = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Some((request, respond)) = handle.next_request().await {
+                let uri = request.uri().to_string();
+                match answer(request.method().as_str(), &uri) {
+                    Some((code, body)) => respond.send_response(
+                        Response::builder()
+                            .status(StatusCode::from_u16(code).expect("status"))
+                            .header("content-type", "application/json")
+                            .body(Body::from(serde_json::to_vec(&body).expect("json")))
+                            .expect("response"),
+                    ),
+                    None => open.push(respond),
+                }
+            }
+        });
+        (kube::Client::new(service, "default"), task)
+    }
+
     /// A Kubernetes `Status` failure body.
     pub fn status(code: u16, reason: &str) -> Value {
         serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason,

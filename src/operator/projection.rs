@@ -440,3 +440,134 @@ async fn execute_request(
         tracing::warn!(run = %name, %error, "Run request result not written");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::operator::mock::{Expect, client, status};
+
+    const RUNS: &str = "/apis/akritas.io/v1alpha1/namespaces/akritas-system/runs";
+    const INCIDENTS: &str = "/apis/akritas.io/v1alpha1/namespaces/akritas-system/incidents";
+
+    fn settings() -> ProjectionSettings {
+        ProjectionSettings { namespace: "akritas-system".into(), retention: Duration::from_secs(3600) }
+    }
+
+    fn expect(method: &'static str, path: &str, code: u16, body: Value) -> Expect {
+        Expect { method, path: path.into(), status: code, body }
+    }
+
+    fn run_object(name: &str, finished: Option<&str>) -> Value {
+        let mut object = json!({"apiVersion": API_VERSION, "kind": "Run",
+                                "metadata": {"name": name, "namespace": "akritas-system", "labels": {MANAGED_BY: MANAGER}},
+                                "spec": {"prompt": "p"}, "status": {"phase": "Succeeded"}});
+        if let Some(finished) = finished {
+            object["status"]["finishedAt"] = json!(finished);
+        }
+        object
+    }
+
+    fn list(kind: &str, items: Vec<Value>) -> Value {
+        json!({"apiVersion": API_VERSION, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn a_run_is_applied_server_side_then_its_status_and_only_once() {
+        let name = "run-0123";
+        let object = format!("{RUNS}/{name}");
+        let (client, server) = client(vec![
+            expect("PATCH", &object, 200, run_object(name, None)),
+            expect("PATCH", &format!("{object}/status"), 200, run_object(name, None)),
+        ]);
+        let (settings, board) = (settings(), StatusBoard::default());
+        let writer = Writer { client: &client, settings: &settings, board: &board, now: Instant::now() };
+        let mut written = Written::default();
+        for _ in 0..2 {
+            written.start_pass();
+            let (spec, status) = (json!({"prompt": "p"}), json!({"runId": "run_0123", "phase": "Running"}));
+            write_if_changed(&writer, &mut written, Kind::Run, name.into(), spec, status).await;
+            written.end_pass();
+        }
+        let seen = server.await.unwrap();
+        assert_eq!(seen.len(), 2, "the unchanged second pass writes nothing");
+        for request in &seen {
+            assert!(
+                request.uri.contains("fieldManager=akritas") && request.uri.contains("force=true"),
+                "{}",
+                request.uri
+            );
+        }
+        assert!(seen[0].uri.starts_with(&format!("{object}?")), "{}", seen[0].uri);
+        assert_eq!(seen[0].body["metadata"], json!({"name": name, "labels": {MANAGED_BY: MANAGER}}));
+        assert_eq!(seen[0].body["spec"], json!({"prompt": "p"}));
+        assert!(seen[0].body.get("status").is_none(), "the status goes to its subresource");
+        assert!(seen[1].uri.starts_with(&format!("{object}/status?")), "{}", seen[1].uri);
+        assert_eq!(
+            (seen[1].body["kind"].as_str(), seen[1].body["status"]["phase"].as_str()),
+            (Some("Run"), Some("Running"))
+        );
+    }
+
+    #[tokio::test]
+    async fn conflicts_and_server_errors_back_off_and_are_counted() {
+        let object = format!("{RUNS}/run-1");
+        let (client, server) = client(vec![
+            expect("PATCH", &object, 409, status(409, "Conflict")),
+            expect("PATCH", &object, 500, status(500, "InternalError")),
+            expect("PATCH", &object, 200, run_object("run-1", None)),
+            expect("PATCH", &format!("{object}/status"), 200, run_object("run-1", None)),
+        ]);
+        let (settings, board) = (settings(), StatusBoard::default());
+        let start = Instant::now();
+        let mut written = Written::default();
+        // t=0 fails (wait 1 s), t=0.5 waits, t=1 fails (wait 2 s), t=2 waits, t=3 succeeds.
+        for millis in [0, 500, 1000, 2000, 3000] {
+            let writer = Writer {
+                client: &client,
+                settings: &settings,
+                board: &board,
+                now: start + Duration::from_millis(millis),
+            };
+            written.start_pass();
+            write_if_changed(&writer, &mut written, Kind::Run, "run-1".into(), json!({}), json!({"phase": "Running"}))
+                .await;
+            written.end_pass();
+        }
+        assert_eq!(server.await.unwrap().len(), 4);
+        assert!(board.write_failures().contains(&(Kind::Run, 2)));
+        assert!(written.objects.contains_key(&(Kind::Run, "run-1".to_string())));
+        assert!(written.backoff.due(&(Kind::Run, "run-1".to_string()), start), "a success forgets the backoff");
+    }
+
+    #[tokio::test]
+    async fn finished_records_older_than_the_retention_are_deleted() {
+        let old = "2020-01-01T00:00:00Z";
+        let recent = jiff::Timestamp::now().to_string();
+        let (client, server) = client(vec![
+            expect(
+                "GET",
+                RUNS,
+                200,
+                list(
+                    "Run",
+                    vec![
+                        run_object("run-old", Some(old)),
+                        run_object("run-new", Some(&recent)),
+                        run_object("run-open", None),
+                    ],
+                ),
+            ),
+            expect("DELETE", &format!("{RUNS}/run-old"), 200, run_object("run-old", Some(old))),
+            expect("GET", INCIDENTS, 200, list("Incident", Vec::new())),
+        ]);
+        let mut written = Written::default();
+        written.objects.insert((Kind::Run, "run-old".into()), (json!({}), 0));
+        collect_garbage(&client, &settings(), &mut written).await;
+        let seen = server.await.unwrap();
+        assert!(seen[0].uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dakritas"), "{}", seen[0].uri);
+        assert_eq!(seen.len(), 3, "only the expired Run is deleted");
+        assert!(written.objects.is_empty());
+    }
+}
