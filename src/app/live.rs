@@ -238,11 +238,14 @@ pub async fn discovered_facts(
             // Every secret reference must resolve (a rotated or deleted Secret shows here).
             let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
             let references = crate::resources::common::secret_refs(&spec);
-            let outcome = (!references.is_empty()).then(|| {
-                references.iter().try_for_each(|(path, reference)| {
-                    secrets.resolve(&key.namespace, reference).map(drop).map_err(|error| format!("{path}: {error}"))
+            let unresolved: Vec<String> = references
+                .iter()
+                .filter_map(|(path, reference)| {
+                    secrets.resolve(&key.namespace, reference).err().map(|error| format!("{path}: {error}"))
                 })
-            });
+                .collect();
+            let outcome = (!references.is_empty())
+                .then(|| if unresolved.is_empty() { Ok(()) } else { Err(unresolved.join("; ")) });
             board.set_secrets(key, outcome);
             let (facts, check) = match entry.resource.as_ref() {
                 crate::resources::Resource::Skill(_) => (
