@@ -119,9 +119,12 @@ impl StatusBoard {
     /// transition time.
     pub fn set(&self, mut snapshot: BoardSnapshot) {
         let mut board = self.write();
+        let mut previous: BTreeMap<&ObjectKey, &Vec<Condition>> = BTreeMap::new();
+        for report in &board.snapshot.resources {
+            previous.entry(&report.key).or_insert(&report.conditions);
+        }
         for report in &mut snapshot.resources {
-            let previous = board.snapshot.resources.iter().find(|r| r.key == report.key);
-            report.conditions = previous.map(|r| r.conditions.clone()).unwrap_or_default();
+            report.conditions = previous.get(&report.key).map(|c| (*c).clone()).unwrap_or_default();
             refresh(report, board.observed.get(&report.key));
         }
         board.snapshot = Arc::new(snapshot);
