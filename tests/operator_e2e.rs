@@ -155,13 +155,17 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     let (code, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &["auth", "can-i", "get", "secrets", "-A"], None);
     assert_eq!((code, out.trim()), (1, "no"), "the chart grants list/watch on Secrets, not get");
 
-    // Samples and the objects of this test, before the operator starts. The sample
-    // Workspace points at a git working tree this host has; its ValidatorProfile needs
-    // yamllint on PATH (e2e/install-test-deps.sh).
-    api.kubectl_ok(&["apply", "-f", &support::root().join("config/samples").display().to_string()]);
+    // Samples and the objects of this test, before the operator starts. Paths are the
+    // operator's own: the Workspace points at a git working tree and the KnowledgeBase
+    // at the sample runbooks on this host; the ValidatorProfile needs yamllint on PATH
+    // (e2e/install-test-deps.sh).
+    let samples = support::root().join("config/samples");
+    api.kubectl_ok(&["apply", "-f", &samples.display().to_string()]);
     let tree = git_tree();
-    let workspace = std::fs::read_to_string(support::root().join("config/samples/workspace.yaml")).unwrap();
+    let workspace = std::fs::read_to_string(samples.join("workspace.yaml")).unwrap();
     api.apply(&workspace.replace("/var/lib/akritas/workspaces/infra-config", tree.path().to_str().unwrap()));
+    let knowledge = std::fs::read_to_string(samples.join("knowledge-base.yaml")).unwrap();
+    api.apply(&knowledge.replace("path: runbooks", &format!("path: {}", samples.join("runbooks").display())));
     api.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
