@@ -80,7 +80,7 @@ async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
     std::fs::write(&workspace, manifest.replace("/var/lib/akritas/workspaces/infra-config", missing.to_str().unwrap()))
         .unwrap();
     let server = Server::start({
-        let mut c = serve_command();
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.arg("--resources").arg(samples.path());
         c.env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789");
         for unset in

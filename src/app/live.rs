@@ -145,7 +145,7 @@ pub async fn knowledge_bases(
                 ),
                 Err(error) => {
                     tracing::warn!(knowledge_base = %item.key, %error, "knowledge base not indexed");
-                    (json!({"skipped": item.skipped}), Check::failed(reasons::INDEX_FAILED, error.clone()))
+                    (json!({"skipped": item.skipped}), Check::failed(reasons::INDEX_FAILED, error.to_string()))
                 }
             };
             board.set_runtime(item.key.clone(), facts);
