@@ -9,6 +9,8 @@ command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+# The sample ValidatorProfile's program (its preflight decides the profile's readiness).
+command -v yamllint >/dev/null 2>&1 || need_apt+=(yamllint)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

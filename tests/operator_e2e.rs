@@ -79,7 +79,9 @@ async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> O
     }
 }
 
-fn operator(api: &KubeApi, llm: &ScriptedLlm) -> Server {
+/// The operator with what the samples need to work: the environment variables
+/// their secret references name (the webhook points at `webhook_url`).
+fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str) -> Server {
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .arg("--kubernetes")
@@ -87,8 +89,30 @@ fn operator(api: &KubeApi, llm: &ScriptedLlm) -> Server {
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
         .env("AKRITAS_BASE_URL", &llm.url)
         .env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789")
+        .env("AKRITAS_INCIDENT_WEBHOOK_URL", webhook_url)
+        .env("AKRITAS_INCIDENT_WEBHOOK_TOKEN", "sample-webhook-token-0123456789")
+        .env("AKRITAS_INCIDENT_WEBHOOK_HMAC_SECRET", "sample-webhook-hmac-0123456789")
         .env("RUST_LOG", "info,kube=warn");
     Server::start(command)
+}
+
+/// A webhook receiver that accepts every delivery.
+async fn webhook_receiver() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A git working tree with one commit (what the sample Workspace points at).
+fn git_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init(dir.path()).unwrap();
+    let signature = git2::Signature::now("e2e", "e2e@example.invalid").unwrap();
+    let tree = repo.find_tree(repo.index().unwrap().write_tree().unwrap()).unwrap();
+    repo.commit(Some("HEAD"), &signature, &signature, "initial", &tree, &[]).unwrap();
+    dir
 }
 
 fn child_commands(pid: u32) -> Vec<String> {
@@ -131,8 +155,17 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     let (code, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &["auth", "can-i", "get", "secrets", "-A"], None);
     assert_eq!((code, out.trim()), (1, "no"), "the chart grants list/watch on Secrets, not get");
 
-    // Samples and the objects of this test, before the operator starts.
-    api.kubectl_ok(&["apply", "-f", &support::root().join("config/samples").display().to_string()]);
+    // Samples and the objects of this test, before the operator starts. Paths are the
+    // operator's own: the Workspace points at a git working tree and the KnowledgeBase
+    // at the sample runbooks on this host; the ValidatorProfile needs yamllint on PATH
+    // (e2e/install-test-deps.sh).
+    let samples = support::root().join("config/samples");
+    api.kubectl_ok(&["apply", "-f", &samples.display().to_string()]);
+    let tree = git_tree();
+    let workspace = std::fs::read_to_string(samples.join("workspace.yaml")).unwrap();
+    api.apply(&workspace.replace("/var/lib/akritas/workspaces/infra-config", tree.path().to_str().unwrap()));
+    let knowledge = std::fs::read_to_string(samples.join("knowledge-base.yaml")).unwrap();
+    api.apply(&knowledge.replace("path: runbooks", &format!("path: {}", samples.join("runbooks").display())));
     api.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
@@ -140,7 +173,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     ));
     let llm = ScriptedLlm::start_with(model()).await;
     let started = Instant::now();
-    let server = operator(&api, &llm);
+    let server = operator(&api, &llm, &webhook_receiver().await);
 
     // Every sample resource becomes Ready=True for its current generation.
     let samples = [
@@ -184,6 +217,19 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     }
     let took = waiting.elapsed();
     eprintln!("samples Ready {took:?} after the operator started ({:?} in all)", started.elapsed());
+    // Ready stands on the conditions it is derived from, in the same vocabulary as standalone mode.
+    let condition = |kind: &str, name: &str, type_: &str| {
+        get_json(&api, &["get", kind, name, "-n", "akritas"])["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+            .unwrap_or_else(|| panic!("no {type_} condition on {kind}/{name}"))
+    };
+    assert_eq!(condition("workspace", "infra-config", "Checked")["reason"], "HeadFound");
+    assert_eq!(condition("validatorprofile", "yamllint", "ProgramFound")["status"], "True");
+    assert_eq!(condition("notificationreceiver", "incident-automation", "SecretsResolved")["status"], "True");
+    assert_eq!(condition("skill", "postgresql", "Ready")["reason"], "Ready");
+    let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("akritas_status_write_failures_total{kind=\"Skill\"}"), "{metrics}");
 
     // What the host discovered is in the status: skill content hash, MCP tools and connection.
     let (_, _) = eventually(Duration::from_secs(15), "discovered facts in status", || {

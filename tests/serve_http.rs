@@ -56,7 +56,94 @@ async fn health_shows_the_sample_catalog() {
     assert_eq!(skill["inForce"], "current");
     assert_eq!(skill["conditions"][0]["type"], "Ready");
     assert_eq!(skill["conditions"][0]["status"], "True");
+    assert_eq!(skill["conditions"][0]["reason"], "Ready");
     assert!(skill["source"].as_str().unwrap().ends_with("skills.yaml:0"));
+}
+
+fn condition<'a>(resource: &'a Value, type_: &str) -> Option<&'a Value> {
+    resource["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// `(status, reason, message)` of a condition.
+fn state(resource: &Value, type_: &str) -> (String, String, String) {
+    let c = condition(resource, type_).unwrap_or_else(|| panic!("no {type_} condition in {resource:#}"));
+    let text = |field: &str| c[field].as_str().unwrap_or_default().to_string();
+    (text("status"), text("reason"), text("message"))
+}
+
+#[tokio::test]
+async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
+    let samples = copy_samples();
+    let missing = samples.path().join("no-such-tree");
+    let workspace = samples.path().join("workspace.yaml");
+    let manifest = std::fs::read_to_string(&workspace).unwrap();
+    std::fs::write(&workspace, manifest.replace("/var/lib/akritas/workspaces/infra-config", missing.to_str().unwrap()))
+        .unwrap();
+    let server = Server::start({
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        c.arg("--resources").arg(samples.path());
+        c.env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789");
+        for unset in
+            ["AKRITAS_INCIDENT_WEBHOOK_URL", "AKRITAS_INCIDENT_WEBHOOK_TOKEN", "AKRITAS_INCIDENT_WEBHOOK_HMAC_SECRET"]
+        {
+            c.env_remove(unset);
+        }
+        c
+    });
+    let client = reqwest::Client::new();
+    let url = format!("{}/api/v1/resources", server.url);
+    // Live checks (the adapter connecting, the index building) settle shortly after the load.
+    let (body, took) = poll(Duration::from_secs(20), || async {
+        let (_, body) = get_json(&client, &url, None).await;
+        let settled = body["resources"]
+            .as_array()?
+            .iter()
+            .all(|r| r["conditions"].as_array().is_some_and(|c| c.iter().all(|c| c["status"] != "Unknown")));
+        settled.then_some(body)
+    })
+    .await
+    .expect("the live checks never settled");
+    eprintln!("live checks settled after {took:?}");
+    let adapter = find(&body, "McpAdapter", "victoriametrics").unwrap();
+    assert_eq!(state(adapter, "Ready").0, "True");
+    assert_eq!(state(adapter, "Connected").1, "Connected");
+    assert_eq!(adapter["status"]["authorizedTools"], 5);
+    assert!(adapter["status"].get("lastError").is_none() && adapter["status"].get("connected").is_none());
+
+    // Secrets set: resolved and Ready; unset: Ready=False with the variable to set.
+    let source = find(&body, "AlertSource", "alertmanager-main").unwrap();
+    assert_eq!(state(source, "SecretsResolved").0, "True");
+    assert_eq!(state(source, "Ready").1, "Ready");
+    let receiver = find(&body, "NotificationReceiver", "incident-automation").unwrap();
+    let (status, reason, message) = state(receiver, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "SecretsUnresolved"));
+    assert!(message.contains("AKRITAS_INCIDENT_WEBHOOK_URL"), "{message}");
+    assert_eq!(state(receiver, "SecretsResolved").1, "SecretsUnresolved");
+    assert!(receiver.get("status").is_none_or(|s| s.get("secretsError").is_none()), "{receiver:#}");
+
+    // A workspace path that does not exist.
+    let workspace = find(&body, "Workspace", "infra-config").unwrap();
+    let (status, reason, message) = state(workspace, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "PathNotFound"));
+    assert!(message.contains("no-such-tree"), "{message}");
+    assert_eq!(state(workspace, "Checked").0, "False");
+
+    // Kinds without secrets or a live check are Ready once valid; the index is built.
+    let skill = find(&body, "Skill", "postgresql").unwrap();
+    assert_eq!(skill["conditions"].as_array().unwrap().len(), 1);
+    assert_eq!(state(skill, "Ready").1, "Ready");
+    let base = find(&body, "KnowledgeBase", "runbooks").unwrap();
+    assert_eq!(state(base, "Indexed").0, "True");
+    assert!(condition(find(&body, "ValidatorProfile", "yamllint").unwrap(), "ProgramFound").is_some());
+
+    // Health counts invalid manifests; metrics count what does not work.
+    let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+    assert_eq!(health["catalog"]["invalid_resources"], 0);
+    let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
+    let not_ready = body["resources"].as_array().unwrap().iter().filter(|r| state(r, "Ready").0 != "True").count();
+    assert!(not_ready >= 2);
+    assert!(metrics.contains(&format!("akritas_resources_not_ready {not_ready}\n")), "{metrics}");
+    assert!(metrics.contains("akritas_status_write_failures_total{kind=\"Skill\"} 0"), "{metrics}");
 }
 
 #[tokio::test]

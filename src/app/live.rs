@@ -6,13 +6,14 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::readiness::{Check, reasons};
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ObjectKey};
 use crate::engine::run::Engine;
 use crate::knowledge::bases::KnowledgeBases;
-use crate::mcp::McpHost;
 use crate::mcp::from_catalog;
+use crate::mcp::{AdapterPhase, McpHost};
 use crate::resources::Kind;
 
 /// Keeps the MCP host in line with the Catalog and the engine's tools in line with
@@ -76,18 +77,29 @@ fn publish(
     let statuses = host.status();
     for (key, _) in catalog.of_kind(Kind::McpAdapter) {
         let name = key.to_string();
-        let status = match (statuses.iter().find(|s| s.key == name), failures.iter().find(|(k, _)| k == key)) {
-            (_, Some((_, error))) => json!({"connected": false, "lastError": error, "tools": [], "authorizedTools": 0}),
-            (Some(status), None) => json!({
-                "connected": status.connected,
-                "phase": status.phase,
-                "lastError": status.last_error,
-                "tools": status.tools,
-                "authorizedTools": status.tools.iter().filter(|t| t.authorized).count(),
-            }),
-            (None, None) => json!({"connected": false, "phase": "Connecting"}),
+        let (facts, check) = match (statuses.iter().find(|s| s.key == name), failures.iter().find(|(k, _)| k == key)) {
+            (_, Some((_, error))) => {
+                (json!({"tools": [], "authorizedTools": 0}), Check::failed(reasons::NOT_CONNECTED, error.clone()))
+            }
+            (Some(status), None) => {
+                let authorized = status.tools.iter().filter(|t| t.authorized).count();
+                let check = match status.phase {
+                    AdapterPhase::Connected => Check::passed(
+                        reasons::CONNECTED,
+                        format!("{} tools listed, {authorized} authorized", status.tools.len()),
+                    ),
+                    AdapterPhase::Connecting => Check::pending(reasons::CONNECTING, "starting the session"),
+                    AdapterPhase::Retrying => Check::failed(
+                        reasons::NOT_CONNECTED,
+                        format!("{}; retrying", status.last_error.as_deref().unwrap_or("the session ended")),
+                    ),
+                };
+                (json!({"tools": status.tools, "authorizedTools": authorized}), check)
+            }
+            (None, None) => (json!({}), Check::pending(reasons::CONNECTING, "starting the session")),
         };
-        board.set_runtime(key.clone(), status);
+        board.set_runtime(key.clone(), facts);
+        board.set_check(key, check);
     }
     board.retain_runtime(|key| key.kind != Kind::McpAdapter || catalog.entries.contains_key(key));
 }
@@ -121,19 +133,23 @@ pub async fn knowledge_bases(
             }
         };
         for item in refreshed {
-            let status = match &item.outcome {
-                Ok(stats) => json!({
-                    "documents": stats.documents,
-                    "chunks": stats.chunks,
-                    "indexSha256": stats.content_sha256,
-                    "skipped": item.skipped,
-                }),
-                Err(error) => json!({"lastError": error, "skipped": item.skipped}),
+            let (facts, check) = match &item.outcome {
+                Ok(stats) => (
+                    json!({
+                        "documents": stats.documents,
+                        "chunks": stats.chunks,
+                        "indexSha256": stats.content_sha256,
+                        "skipped": item.skipped,
+                    }),
+                    Check::passed(reasons::INDEXED, format!("{} documents, {} chunks", stats.documents, stats.chunks)),
+                ),
+                Err(error) => {
+                    tracing::warn!(knowledge_base = %item.key, %error, "knowledge base not indexed");
+                    (json!({"skipped": item.skipped}), Check::failed(reasons::INDEX_FAILED, error.to_string()))
+                }
             };
-            if let Err(error) = &item.outcome {
-                tracing::warn!(knowledge_base = %item.key, %error, "knowledge base not indexed");
-            }
-            board.set_runtime(item.key, status);
+            board.set_runtime(item.key.clone(), facts);
+            board.set_check(&item.key, check);
         }
         let catalog = store.current();
         board.retain_runtime(|key| key.kind != Kind::KnowledgeBase || catalog.entries.contains_key(key));
@@ -222,30 +238,53 @@ pub async fn discovered_facts(
             // Every secret reference must resolve (a rotated or deleted Secret shows here).
             let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
             let references = crate::resources::common::secret_refs(&spec);
-            if !references.is_empty() {
-                let problem = references.iter().find_map(|(path, reference)| {
+            let unresolved: Vec<String> = references
+                .iter()
+                .filter_map(|(path, reference)| {
                     secrets.resolve(&key.namespace, reference).err().map(|error| format!("{path}: {error}"))
-                });
-                board.merge_runtime(key.clone(), json!({"secretsError": problem.unwrap_or_default()}));
-            }
-            let status = match entry.resource.as_ref() {
-                crate::resources::Resource::Skill(_) => catalog
-                    .skill_content(key)
-                    .map(|content| json!({"contentSha256": hex::encode(Sha256::digest(content.as_bytes()))})),
-                crate::resources::Resource::Workspace(workspace) => workspace.spec.source.path.as_ref().map(|path| {
-                    let dir = entry.base_dir.as_deref().map(|base| base.join(path)).unwrap_or_else(|| path.into());
-                    match git2::Repository::open(&dir).and_then(|repo| repo.head()?.peel_to_commit().map(|c| c.id())) {
-                        Ok(commit) => json!({"headCommit": commit.to_string()}),
-                        Err(error) => json!({"lastError": format!("{}: {}", dir.display(), error.message())}),
+                })
+                .collect();
+            let outcome = (!references.is_empty())
+                .then(|| if unresolved.is_empty() { Ok(()) } else { Err(unresolved.join("; ")) });
+            board.set_secrets(key, outcome);
+            let (facts, check) = match entry.resource.as_ref() {
+                crate::resources::Resource::Skill(_) => (
+                    catalog
+                        .skill_content(key)
+                        .map(|content| json!({"contentSha256": hex::encode(Sha256::digest(content.as_bytes()))})),
+                    None,
+                ),
+                crate::resources::Resource::Workspace(workspace) => match workspace.spec.source.path.as_ref() {
+                    Some(path) => {
+                        let dir = entry.base_dir.as_deref().map(|base| base.join(path)).unwrap_or_else(|| path.into());
+                        match git2::Repository::open(&dir)
+                            .and_then(|repo| repo.head()?.peel_to_commit().map(|c| c.id()))
+                        {
+                            Ok(commit) => (
+                                Some(json!({"headCommit": commit.to_string()})),
+                                Some(Check::passed(reasons::HEAD_FOUND, format!("HEAD at {commit}"))),
+                            ),
+                            Err(error) => {
+                                let reason =
+                                    if dir.exists() { reasons::NOT_A_REPOSITORY } else { reasons::PATH_NOT_FOUND };
+                                (None, Some(Check::failed(reason, format!("{}: {}", dir.display(), error.message()))))
+                            }
+                        }
                     }
-                }),
+                    None => (None, None),
+                },
                 crate::resources::Resource::ValidatorProfile(profile) => {
-                    Some(preflight(profile.spec.argv.first().map(String::as_str).unwrap_or_default()).await)
+                    let (facts, check) =
+                        preflight(profile.spec.argv.first().map(String::as_str).unwrap_or_default()).await;
+                    (facts, Some(check))
                 }
-                _ => None,
+                _ => (None, None),
             };
-            if let Some(status) = status {
-                board.merge_runtime(key.clone(), status);
+            if let Some(facts) = facts {
+                board.merge_runtime(key.clone(), facts);
+            }
+            if let Some(check) = check {
+                board.set_check(key, check);
             }
         }
         tokio::select! {
@@ -258,7 +297,7 @@ pub async fn discovered_facts(
 
 /// Resolves a validator program on PATH (never through a shell) and reads the first
 /// line of its `--version`, bounded in time and size.
-async fn preflight(program: &str) -> serde_json::Value {
+async fn preflight(program: &str) -> (Option<serde_json::Value>, Check) {
     let resolved = if program.contains('/') {
         Some(std::path::PathBuf::from(program)).filter(|p| p.is_file())
     } else {
@@ -267,7 +306,7 @@ async fn preflight(program: &str) -> serde_json::Value {
             .unwrap_or_default()
     };
     let Some(resolved) = resolved else {
-        return json!({"lastError": format!("{program} was not found on PATH")});
+        return (None, Check::failed(reasons::PROGRAM_NOT_FOUND, format!("{program} was not found on PATH")));
     };
     let run = tokio::process::Command::new(&resolved)
         .arg("--version")
@@ -281,8 +320,9 @@ async fn preflight(program: &str) -> serde_json::Value {
             .chain(String::from_utf8_lossy(&output.stderr).lines())
             .map(str::trim)
             .find(|l| !l.is_empty())
-            .map(|l| l.chars().take(256).collect::<String>()),
+            .map(|l| crate::text::prefix_chars(l, 256).to_string()),
         _ => None,
     };
-    json!({"resolvedProgram": resolved.display().to_string(), "version": version})
+    let check = Check::passed(reasons::PROGRAM_FOUND, format!("{program} is {}", resolved.display()));
+    (Some(json!({"resolvedProgram": resolved.display().to_string(), "version": version})), check)
 }

@@ -122,7 +122,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
         let namespace = settings.namespace.clone().unwrap_or_else(|| pod_namespace(&settings));
         let projection = ProjectionSettings { namespace, retention: settings.record_retention };
-        tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), projection, cancel.clone()));
+        tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), board.clone(), projection, cancel.clone()));
         tasks.spawn(projection::serve_requests(client, settings.namespace.clone(), engine.clone(), cancel.clone()));
     }
     let state = AppState {

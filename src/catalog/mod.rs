@@ -4,6 +4,9 @@
 
 pub mod directory;
 pub mod manifest;
+pub mod merge;
+pub mod readiness;
+pub mod scan;
 pub mod secrets;
 pub mod skills_dir;
 pub mod status;

@@ -1,13 +1,22 @@
-//! Per-object outcomes of loading resources, served at `/api/v1/resources` in
-//! standalone mode (the Kubernetes source writes the same facts into CR status).
+//! Per-object outcomes of loading resources, what live components observed about
+//! each object, and the conditions derived from both. The board is the one place
+//! conditions are derived: standalone mode serves them at `/api/v1/resources`, the
+//! operator writes the same ones into each object's status.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::ObjectKey;
-use crate::resources::common::Condition;
+use super::readiness::{Check, CheckState, Needs, conditions, reasons};
+use crate::resources::Kind;
+use crate::resources::common::{Condition, ConditionStatus, now_rfc3339, set_condition};
+use crate::text::{ELLIPSIS, truncate_chars};
+
+/// Longest condition message (the full list of problems is in the report's errors).
+pub const MAX_MESSAGE_CHARS: usize = 1024;
 
 /// Which version of an object is in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -32,14 +41,18 @@ pub struct ResourceReport {
     pub source: String,
     /// Which version is in force.
     pub in_force: InForce,
-    /// `Ready` condition (and friends).
+    /// `Ready` and the conditions it is derived from, kept up to date by the
+    /// [`StatusBoard`] (empty until the report is on a board).
     pub conditions: Vec<Condition>,
     /// Spec of the version in force (secrets appear only as references).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub spec: Option<serde_json::Value>,
+    pub spec: Option<Value>,
     /// Every problem of the newest version.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// What must be observed about the version in force before it is `Ready`.
+    #[serde(skip)]
+    pub needs: Needs,
 }
 
 /// A problem that cannot be attributed to a named object (unreadable file,
@@ -68,56 +81,339 @@ pub struct BoardSnapshot {
     pub problems: Vec<Problem>,
 }
 
-/// Shared, replaceable view of the latest load outcome, plus the facts live
-/// components discovered about each object (index sizes, MCP tools, …).
+/// What live components observed about one object.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Observed {
+    /// Facts shown in its status (tools, content hash, head commit, index size, …).
+    facts: Map<String, Value>,
+    /// Whether its secret references resolve (`None`: not resolved yet).
+    secrets: Option<Result<(), String>>,
+    /// The outcome of its live check (`None`: none reported yet).
+    check: Option<Check>,
+}
+
+#[derive(Default)]
+struct Board {
+    snapshot: Arc<BoardSnapshot>,
+    observed: BTreeMap<ObjectKey, Observed>,
+}
+
+/// Shared, replaceable view of the latest load outcome and of what live components
+/// observed about each object; every report's conditions are derived from both.
 #[derive(Clone, Default)]
 pub struct StatusBoard {
-    inner: Arc<RwLock<Arc<BoardSnapshot>>>,
-    runtime: Arc<RwLock<BTreeMap<ObjectKey, serde_json::Value>>>,
+    inner: Arc<RwLock<Board>>,
+    write_failures: Arc<Mutex<BTreeMap<Kind, u64>>>,
 }
 
 impl StatusBoard {
-    /// Replaces the snapshot.
-    pub fn set(&self, snapshot: BoardSnapshot) {
-        let mut guard = match self.inner.write() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        *guard = Arc::new(snapshot);
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Board> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Board> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the snapshot; conditions whose status did not change keep their
+    /// transition time.
+    pub fn set(&self, mut snapshot: BoardSnapshot) {
+        let mut board = self.write();
+        let mut previous: BTreeMap<&ObjectKey, &Vec<Condition>> = BTreeMap::new();
+        for report in &board.snapshot.resources {
+            previous.entry(&report.key).or_insert(&report.conditions);
+        }
+        for report in &mut snapshot.resources {
+            report.conditions = previous.get(&report.key).map(|c| (*c).clone()).unwrap_or_default();
+            refresh(report, board.observed.get(&report.key));
+        }
+        board.snapshot = Arc::new(snapshot);
     }
 
     /// The latest snapshot.
     pub fn get(&self) -> Arc<BoardSnapshot> {
-        match self.inner.read() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+        self.read().snapshot.clone()
+    }
+
+    /// Changes what is observed about an object and derives its conditions again.
+    fn observe(&self, key: &ObjectKey, change: impl FnOnce(&mut Observed)) {
+        let mut board = self.write();
+        let Board { snapshot, observed } = &mut *board;
+        let entry = observed.entry(key.clone()).or_default();
+        let before = (entry.secrets.clone(), entry.check.clone());
+        change(entry);
+        if before == (entry.secrets.clone(), entry.check.clone()) {
+            return;
+        }
+        let entry = observed.get(key);
+        for report in Arc::make_mut(snapshot).resources.iter_mut().filter(|r| &r.key == key) {
+            refresh(report, entry);
         }
     }
 
-    /// Records what a live component observed about an object (its `status`).
-    pub fn set_runtime(&self, key: ObjectKey, status: serde_json::Value) {
-        self.runtime.write().unwrap_or_else(|p| p.into_inner()).insert(key, status);
+    /// Replaces the facts a live component observed about an object (its `status`
+    /// fields: tools, index size, …).
+    pub fn set_runtime(&self, key: ObjectKey, status: Value) {
+        self.observe(&key, |observed| observed.facts = into_map(status));
     }
 
-    /// Merges top-level fields into an object's runtime status (several components
-    /// report facts about the same object).
-    pub fn merge_runtime(&self, key: ObjectKey, fields: serde_json::Value) {
-        let mut runtime = self.runtime.write().unwrap_or_else(|p| p.into_inner());
-        let entry = runtime.entry(key).or_insert_with(|| serde_json::json!({}));
-        if let (Some(target), Some(fields)) = (entry.as_object_mut(), fields.as_object()) {
-            for (name, value) in fields {
-                target.insert(name.clone(), value.clone());
-            }
-        }
+    /// Merges top-level fields into an object's facts (several components report
+    /// facts about the same object).
+    pub fn merge_runtime(&self, key: ObjectKey, fields: Value) {
+        self.observe(&key, |observed| observed.facts.extend(into_map(fields)));
     }
 
-    /// Forgets the runtime status of objects no longer present.
+    /// Records whether the object's secret references resolve (`None`: it has none).
+    pub fn set_secrets(&self, key: &ObjectKey, outcome: Option<Result<(), String>>) {
+        self.observe(key, |observed| observed.secrets = outcome);
+    }
+
+    /// Records the outcome of the object's live check.
+    pub fn set_check(&self, key: &ObjectKey, check: Check) {
+        self.observe(key, |observed| observed.check = Some(check));
+    }
+
+    /// Forgets what was observed about objects no longer present.
     pub fn retain_runtime(&self, keep: impl Fn(&ObjectKey) -> bool) {
-        self.runtime.write().unwrap_or_else(|p| p.into_inner()).retain(|key, _| keep(key));
+        self.write().observed.retain(|key, _| keep(key));
     }
 
-    /// The runtime status of one object.
-    pub fn runtime(&self, key: &ObjectKey) -> Option<serde_json::Value> {
-        self.runtime.read().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    /// The facts observed about one object.
+    pub fn runtime(&self, key: &ObjectKey) -> Option<Value> {
+        self.read().observed.get(key).map(|o| Value::Object(o.facts.clone()))
+    }
+
+    /// Counts a status write that failed (operator mode), by kind.
+    pub fn count_write_failure(&self, kind: Kind) {
+        *self.write_failures.lock().unwrap_or_else(|p| p.into_inner()).entry(kind).or_default() += 1;
+    }
+
+    /// Failed status writes since start, for every kind (zero included).
+    pub fn write_failures(&self) -> Vec<(Kind, u64)> {
+        let counts = self.write_failures.lock().unwrap_or_else(|p| p.into_inner());
+        Kind::ALL.iter().map(|kind| (*kind, counts.get(kind).copied().unwrap_or(0))).collect()
+    }
+}
+
+fn into_map(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// Derives a report's conditions again, keeping the transition time of those whose
+/// status did not change.
+fn refresh(report: &mut ResourceReport, observed: Option<&Observed>) {
+    let derived = derive(report, observed);
+    report.conditions.retain(|old| derived.iter().any(|new| new.type_ == old.type_));
+    for mut condition in derived {
+        condition.message = truncate_chars(&condition.message, MAX_MESSAGE_CHARS, ELLIPSIS);
+        set_condition(&mut report.conditions, condition);
+    }
+}
+
+/// `Ready` first, then the conditions it depends on: `SecretsResolved` when the
+/// object has secret references, and its kind's live check.
+fn derive(report: &ResourceReport, observed: Option<&Observed>) -> Vec<Condition> {
+    let mut parts = Vec::new();
+    if report.needs.secrets {
+        parts.push(match observed.and_then(|o| o.secrets.as_ref()) {
+            Some(Ok(())) => condition(
+                conditions::SECRETS_RESOLVED,
+                ConditionStatus::True,
+                reasons::SECRETS_RESOLVED,
+                "every secret reference resolves",
+            ),
+            Some(Err(error)) => {
+                condition(conditions::SECRETS_RESOLVED, ConditionStatus::False, reasons::SECRETS_UNRESOLVED, error)
+            }
+            None => condition(
+                conditions::SECRETS_RESOLVED,
+                ConditionStatus::Unknown,
+                reasons::RESOLVING,
+                "the secret references have not been resolved yet",
+            ),
+        });
+    }
+    if let Some(live) = report.needs.check {
+        parts.push(match observed.and_then(|o| o.check.as_ref()) {
+            Some(check) => {
+                let status = match check.state {
+                    CheckState::Passed => ConditionStatus::True,
+                    CheckState::Failed => ConditionStatus::False,
+                    CheckState::Pending => ConditionStatus::Unknown,
+                };
+                condition(live.condition, status, check.reason, &check.message)
+            }
+            None => condition(live.condition, ConditionStatus::Unknown, live.pending, "not checked yet"),
+        });
+    }
+    let errors = report.errors.join("; ");
+    let ready = match report.in_force {
+        InForce::None => Condition::ready(false, reasons::INVALID, errors, None),
+        InForce::Previous => Condition::ready(
+            false,
+            reasons::INVALID,
+            format!("{errors}; the previous valid version stays in force"),
+            None,
+        ),
+        InForce::Current => match parts.iter().find(|c| c.status != ConditionStatus::True) {
+            Some(blocking) => Condition::ready(false, &blocking.reason, blocking.message.clone(), None),
+            None => Condition::ready(true, reasons::READY, format!("loaded from {}", report.source), None),
+        },
+    };
+    std::iter::once(ready).chain(parts).collect()
+}
+
+fn condition(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: now_rfc3339(),
+        observed_generation: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::readiness::live_check;
+    use crate::resources::common::{find_condition, is_ready};
+
+    fn key(kind: Kind) -> ObjectKey {
+        ObjectKey { kind, namespace: "ops".into(), name: "x".into() }
+    }
+
+    fn board_with(kind: Kind, needs: Needs) -> StatusBoard {
+        let board = StatusBoard::default();
+        board.set(BoardSnapshot {
+            resources: vec![ResourceReport {
+                key: key(kind),
+                source: "x.yaml:0".into(),
+                in_force: InForce::Current,
+                conditions: Vec::new(),
+                spec: None,
+                errors: Vec::new(),
+                needs,
+            }],
+            ..BoardSnapshot::default()
+        });
+        board
+    }
+
+    fn ready(board: &StatusBoard) -> (ConditionStatus, String, String) {
+        let snapshot = board.get();
+        let ready = find_condition(&snapshot.resources[0].conditions, conditions::READY).unwrap();
+        (ready.status, ready.reason.clone(), ready.message.clone())
+    }
+
+    #[test]
+    fn an_object_without_needs_is_ready_once_valid() {
+        let board = board_with(Kind::Skill, Needs::default());
+        assert_eq!(ready(&board), (ConditionStatus::True, "Ready".into(), "loaded from x.yaml:0".into()));
+        assert_eq!(board.get().resources[0].conditions.len(), 1);
+    }
+
+    #[test]
+    fn unresolved_secrets_make_it_not_ready_until_they_resolve() {
+        let board = board_with(Kind::AlertSource, Needs { secrets: true, check: None });
+        assert_eq!(ready(&board).1, reasons::RESOLVING);
+        let key = key(Kind::AlertSource);
+        board.set_secrets(&key, Some(Err("spec.auth.bearerToken: environment variable AKRITAS_X is not set".into())));
+        let (status, reason, message) = ready(&board);
+        assert_eq!((status, reason.as_str()), (ConditionStatus::False, reasons::SECRETS_UNRESOLVED));
+        assert!(message.contains("AKRITAS_X"), "{message}");
+        let snapshot = board.get();
+        let secrets = find_condition(&snapshot.resources[0].conditions, conditions::SECRETS_RESOLVED).unwrap();
+        assert_eq!(secrets.status, ConditionStatus::False);
+        board.set_secrets(&key, Some(Ok(())));
+        assert!(is_ready(&board.get().resources[0].conditions));
+    }
+
+    #[test]
+    fn a_live_check_decides_readiness_from_pending_to_passed_or_failed() {
+        let board = board_with(Kind::McpAdapter, Needs { secrets: false, check: live_check(Kind::McpAdapter) });
+        assert_eq!(ready(&board).1, reasons::CONNECTING, "no outcome yet");
+        let key = key(Kind::McpAdapter);
+        board.set_check(&key, Check::pending(reasons::CONNECTING, "starting the session"));
+        assert_eq!(ready(&board).0, ConditionStatus::False);
+        board.set_check(&key, Check::passed(reasons::CONNECTED, "5 tools, 5 authorized"));
+        assert_eq!(ready(&board).0, ConditionStatus::True);
+        let snapshot = board.get();
+        let connected = find_condition(&snapshot.resources[0].conditions, conditions::CONNECTED).unwrap();
+        assert_eq!((connected.status, connected.reason.as_str()), (ConditionStatus::True, reasons::CONNECTED));
+        board.set_check(&key, Check::failed(reasons::NOT_CONNECTED, "connection refused"));
+        assert_eq!(ready(&board), (ConditionStatus::False, reasons::NOT_CONNECTED.into(), "connection refused".into()));
+    }
+
+    #[test]
+    fn a_missing_workspace_path_is_not_ready() {
+        let board = board_with(Kind::Workspace, Needs { secrets: false, check: live_check(Kind::Workspace) });
+        board.set_check(&key(Kind::Workspace), Check::failed(reasons::PATH_NOT_FOUND, "/srv/w does not exist"));
+        assert_eq!(
+            ready(&board),
+            (ConditionStatus::False, reasons::PATH_NOT_FOUND.into(), "/srv/w does not exist".into())
+        );
+    }
+
+    #[test]
+    fn an_invalid_version_is_not_ready_whatever_was_observed() {
+        let board = StatusBoard::default();
+        board.set(BoardSnapshot {
+            resources: vec![ResourceReport {
+                key: key(Kind::Skill),
+                source: "x.yaml:0".into(),
+                in_force: InForce::Previous,
+                conditions: Vec::new(),
+                spec: None,
+                errors: vec!["spec.description: required".into()],
+                needs: Needs::default(),
+            }],
+            ..BoardSnapshot::default()
+        });
+        let (status, reason, message) = ready(&board);
+        assert_eq!((status, reason.as_str()), (ConditionStatus::False, reasons::INVALID));
+        assert!(message.ends_with("the previous valid version stays in force"), "{message}");
+    }
+
+    #[test]
+    fn transition_times_move_only_when_a_status_changes() {
+        let board = board_with(Kind::McpAdapter, Needs { secrets: false, check: live_check(Kind::McpAdapter) });
+        let mut report = board.get().resources[0].clone();
+        for condition in &mut report.conditions {
+            condition.last_transition_time = "2026-01-01T00:00:00Z".into();
+        }
+        let mut observed =
+            Observed { check: Some(Check::pending(reasons::CONNECTING, "starting")), ..Observed::default() };
+        refresh(&mut report, Some(&observed));
+        assert!(report.conditions.iter().all(|c| c.last_transition_time == "2026-01-01T00:00:00Z"));
+        observed.check = Some(Check::passed(reasons::CONNECTED, "up"));
+        refresh(&mut report, Some(&observed));
+        assert!(report.conditions.iter().all(|c| c.last_transition_time != "2026-01-01T00:00:00Z"));
+
+        // A reload keeps the conditions of the same object.
+        let before = board.get().resources[0].conditions.clone();
+        board.set(BoardSnapshot {
+            resources: vec![ResourceReport { conditions: Vec::new(), ..board.get().resources[0].clone() }],
+            ..BoardSnapshot::default()
+        });
+        assert_eq!(board.get().resources[0].conditions, before);
+    }
+
+    #[test]
+    fn facts_are_kept_apart_from_conditions() {
+        let board = board_with(Kind::AlertSource, Needs::default());
+        let key = key(Kind::AlertSource);
+        board.merge_runtime(key.clone(), serde_json::json!({"accepted": 1}));
+        board.merge_runtime(key.clone(), serde_json::json!({"rejected": 2}));
+        assert_eq!(board.runtime(&key), Some(serde_json::json!({"accepted": 1, "rejected": 2})));
+        board.retain_runtime(|_| false);
+        assert_eq!(board.runtime(&key), None);
+        board.count_write_failure(Kind::Run);
+        assert!(board.write_failures().contains(&(Kind::Run, 1)));
+        assert!(board.write_failures().contains(&(Kind::Skill, 0)));
     }
 }

@@ -170,8 +170,8 @@ mod tests {
         let (client, server) =
             client(vec![expect("GET", 404, status(404, "NotFound")), expect("POST", 201, lease("pod-a", now, 0))]);
         assert_eq!(try_acquire(&api(client), &settings()).await.unwrap(), Outcome::Leading);
-        let bodies = server.await.unwrap();
-        assert_eq!(bodies[1]["spec"]["holderIdentity"], "pod-a");
+        let seen = server.await.unwrap();
+        assert_eq!(seen[1].body["spec"]["holderIdentity"], "pod-a");
     }
 
     #[tokio::test]
@@ -189,7 +189,7 @@ mod tests {
             expect("PUT", 200, lease("pod-a", jiff::Timestamp::now(), 4)),
         ]);
         assert_eq!(try_acquire(&api(client), &settings()).await.unwrap(), Outcome::Leading);
-        let put = &server.await.unwrap()[1];
+        let put = &server.await.unwrap()[1].body;
         assert_eq!(put["metadata"]["resourceVersion"], "7", "optimistic concurrency on the read version");
         assert_eq!(
             (put["spec"]["holderIdentity"].as_str(), put["spec"]["leaseTransitions"].as_i64()),

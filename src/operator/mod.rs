@@ -2,6 +2,8 @@
 //! resources (validated exactly as in standalone mode), secrets from Kubernetes
 //! Secrets, and every object's status is written back.
 
+pub mod api;
+pub mod backoff;
 pub mod leader;
 pub mod projection;
 pub mod secrets;
@@ -25,12 +27,21 @@ pub(crate) mod mock {
         pub body: Value,
     }
 
+    /// A request the mocked server received.
+    #[derive(Debug)]
+    pub struct Seen {
+        /// Path and query.
+        pub uri: String,
+        /// The JSON body (`Null` when there is none).
+        pub body: Value,
+    }
+
     /// A client whose requests are answered by `script`; the returned task fails if a
-    /// request differs from the script, and yields the request bodies.
-    pub fn client(script: Vec<Expect>) -> (kube::Client, tokio::task::JoinHandle<Vec<Value>>) {
+    /// request differs from the script, and yields the requests in order.
+    pub fn client(script: Vec<Expect>) -> (kube::Client, tokio::task::JoinHandle<Vec<Seen>>) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let task = tokio::spawn(async move {
-            let mut bodies = Vec::new();
+            let mut seen = Vec::new();
             for expect in script {
                 let (request, respond) = handle.next_request().await.expect("a request");
                 assert_eq!(request.method().as_str(), expect.method, "{}", request.uri());
@@ -41,8 +52,9 @@ pub(crate) mod mock {
                     expect.path,
                     request.uri()
                 );
+                let uri = request.uri().to_string();
                 let bytes = request.into_body().collect_bytes().await.expect("request body");
-                bodies.push(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+                seen.push(Seen { uri, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) });
                 let response = Response::builder()
                     .status(StatusCode::from_u16(expect.status).expect("status"))
                     .header("content-type", "application/json")
@@ -50,7 +62,33 @@ pub(crate) mod mock {
                     .expect("response");
                 respond.send_response(response);
             }
-            bodies
+            seen
+        });
+        (kube::Client::new(service, "default"), task)
+    }
+
+    /// A client served by `answer`, called with each request's method and URI (path
+    /// and query): `Some((status, body))` answers, `None` keeps the request open (a
+    /// watch that sees no change). The task ends when the client is dropped.
+    pub fn api_server(
+        answer: impl Fn(&str, &str) -> Option<(u16, Value)> + Send + 'static,
+    ) -> (kube::Client, tokio::task::JoinHandle<()>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let task = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Some((request, respond)) = handle.next_request().await {
+                let uri = request.uri().to_string();
+                match answer(request.method().as_str(), &uri) {
+                    Some((code, body)) => respond.send_response(
+                        Response::builder()
+                            .status(StatusCode::from_u16(code).expect("status"))
+                            .header("content-type", "application/json")
+                            .body(Body::from(serde_json::to_vec(&body).expect("json")))
+                            .expect("response"),
+                    ),
+                    None => open.push(respond),
+                }
+            }
         });
         (kube::Client::new(service, "default"), task)
     }

@@ -13,12 +13,14 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::source::dynamic_api;
-use super::status::FIELD_MANAGER;
+use super::api::{FIELD_MANAGER, dynamic_api};
+use super::backoff::Backoff;
 use crate::alerts::store::{AlertStore, DeliveryStatus, Job};
 use crate::audit::{AuditLog, RunRecord, RunStatus};
+use crate::catalog::status::StatusBoard;
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::request::RunRequest;
 use crate::engine::run::Engine;
@@ -48,23 +50,23 @@ pub struct ProjectionSettings {
     pub retention: Duration,
 }
 
-/// Writes the projection until cancelled.
+/// Writes the projection until cancelled; failed writes are counted on `board`.
 pub async fn run(
     client: Client,
     audit: Arc<AuditLog>,
     alerts: Arc<AlertStore>,
+    board: StatusBoard,
     settings: ProjectionSettings,
     cancel: CancellationToken,
 ) {
     let mut written = Written::default();
     loop {
-        written.pass += 1;
+        written.start_pass();
         let cutoff = cutoff(settings.retention);
-        sync_runs(&client, &audit, &settings, &cutoff, &mut written).await;
-        sync_incidents(&client, &alerts, &settings, &cutoff, &mut written).await;
-        // Forget objects this pass no longer projects (bounded memory over a long uptime).
-        let pass = written.pass;
-        written.objects.retain(|_, (_, seen)| *seen == pass);
+        let writer = Writer { client: &client, settings: &settings, board: &board, now: Instant::now() };
+        sync_runs(&writer, &audit, &cutoff, &mut written).await;
+        sync_incidents(&writer, &alerts, &cutoff, &mut written).await;
+        written.end_pass();
         collect_garbage(&client, &settings, &mut written).await;
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -73,11 +75,40 @@ pub async fn run(
     }
 }
 
-/// What was last written per object, and the pass that last projected it.
+/// An object the projection writes.
+type Key = (Kind, String);
+
+/// What was last written per object and the pass that last projected it; which
+/// objects are backing off after a failed write.
 #[derive(Default)]
 struct Written {
     pass: u64,
-    objects: BTreeMap<(Kind, String), (Value, u64)>,
+    objects: BTreeMap<Key, (Value, u64)>,
+    projected: BTreeSet<Key>,
+    backoff: Backoff<Key>,
+}
+
+impl Written {
+    fn start_pass(&mut self) {
+        self.pass += 1;
+        self.projected.clear();
+    }
+
+    /// Forgets objects this pass no longer projects (bounded memory over a long uptime).
+    fn end_pass(&mut self) {
+        let pass = self.pass;
+        self.objects.retain(|_, (_, seen)| *seen == pass);
+        let projected = &self.projected;
+        self.backoff.retain(|key| projected.contains(key));
+    }
+}
+
+/// One pass: where the projection writes, where failures are counted, and when.
+struct Writer<'a> {
+    client: &'a Client,
+    settings: &'a ProjectionSettings,
+    board: &'a StatusBoard,
+    now: Instant,
 }
 
 /// The oldest end time still kept.
@@ -100,7 +131,7 @@ pub fn object_name(id: &str) -> String {
 }
 
 fn bounded(text: &str) -> String {
-    text.chars().take(MAX_STATUS_TEXT).collect()
+    crate::text::prefix_chars(text, MAX_STATUS_TEXT).to_string()
 }
 
 async fn apply(
@@ -125,8 +156,7 @@ async fn apply(
 }
 
 async fn write_if_changed(
-    client: &Client,
-    settings: &ProjectionSettings,
+    writer: &Writer<'_>,
     written: &mut Written,
     kind: Kind,
     name: String,
@@ -136,17 +166,26 @@ async fn write_if_changed(
     let desired = json!({"spec": spec, "status": status});
     let key = (kind, name);
     let pass = written.pass;
+    written.projected.insert(key.clone());
     if let Some((last, seen)) = written.objects.get_mut(&key)
         && *last == desired
     {
         *seen = pass;
         return;
     }
-    match apply(client, &settings.namespace, kind, &key.1, &spec, &status).await {
+    if !written.backoff.due(&key, writer.now) {
+        return;
+    }
+    match apply(writer.client, &writer.settings.namespace, kind, &key.1, &spec, &status).await {
         Ok(()) => {
+            written.backoff.succeeded(&key);
             written.objects.insert(key, (desired, pass));
         }
-        Err(error) => tracing::warn!(kind = kind.as_str(), name = %key.1, %error, "projection not written; retrying"),
+        Err(error) => {
+            writer.board.count_write_failure(kind);
+            let wait = written.backoff.failed(key.clone(), writer.now);
+            tracing::warn!(kind = kind.as_str(), name = %key.1, %error, retry_in_s = wait.as_secs(), "projection not written; retrying later");
+        }
     }
 }
 
@@ -206,20 +245,14 @@ fn run_prompt(run: &RunRecord) -> String {
     }
 }
 
-async fn sync_runs(
-    client: &Client,
-    audit: &AuditLog,
-    settings: &ProjectionSettings,
-    cutoff: &str,
-    written: &mut Written,
-) {
+async fn sync_runs(writer: &Writer<'_>, audit: &AuditLog, cutoff: &str, written: &mut Written) {
     for summary in audit.list(MAX_PROJECTED) {
         if summary.metadata.contains_key(REQUESTED_BY) || expired(summary.completed_at.as_deref(), cutoff) {
             continue;
         }
         let spec = json!({"prompt": run_prompt(&summary)});
         let status = run_status(&summary);
-        write_if_changed(client, settings, written, Kind::Run, object_name(summary.id.as_str()), spec, status).await;
+        write_if_changed(writer, written, Kind::Run, object_name(summary.id.as_str()), spec, status).await;
     }
 }
 
@@ -265,13 +298,7 @@ fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) -> Val
     status
 }
 
-async fn sync_incidents(
-    client: &Client,
-    alerts: &AlertStore,
-    settings: &ProjectionSettings,
-    cutoff: &str,
-    written: &mut Written,
-) {
+async fn sync_incidents(writer: &Writer<'_>, alerts: &AlertStore, cutoff: &str, written: &mut Written) {
     for incident in alerts.incidents(MAX_PROJECTED) {
         if expired(incident.resolved_at.map(|t| t.to_string()).as_deref(), cutoff) {
             continue;
@@ -283,7 +310,7 @@ async fn sync_incidents(
             "entity": bounded(&format!("{}:{}", incident.entity.kind, incident.entity.id)),
         });
         let status = incident_status(&incident, &jobs);
-        write_if_changed(client, settings, written, Kind::Incident, object_name(&incident.id), spec, status).await;
+        write_if_changed(writer, written, Kind::Incident, object_name(&incident.id), spec, status).await;
     }
 }
 
@@ -411,5 +438,136 @@ async fn execute_request(
     }
     if let Err(error) = write_request_status(api, name, &status).await {
         tracing::warn!(run = %name, %error, "Run request result not written");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::operator::mock::{Expect, client, status};
+
+    const RUNS: &str = "/apis/akritas.io/v1alpha1/namespaces/akritas-system/runs";
+    const INCIDENTS: &str = "/apis/akritas.io/v1alpha1/namespaces/akritas-system/incidents";
+
+    fn settings() -> ProjectionSettings {
+        ProjectionSettings { namespace: "akritas-system".into(), retention: Duration::from_secs(3600) }
+    }
+
+    fn expect(method: &'static str, path: &str, code: u16, body: Value) -> Expect {
+        Expect { method, path: path.into(), status: code, body }
+    }
+
+    fn run_object(name: &str, finished: Option<&str>) -> Value {
+        let mut object = json!({"apiVersion": API_VERSION, "kind": "Run",
+                                "metadata": {"name": name, "namespace": "akritas-system", "labels": {MANAGED_BY: MANAGER}},
+                                "spec": {"prompt": "p"}, "status": {"phase": "Succeeded"}});
+        if let Some(finished) = finished {
+            object["status"]["finishedAt"] = json!(finished);
+        }
+        object
+    }
+
+    fn list(kind: &str, items: Vec<Value>) -> Value {
+        json!({"apiVersion": API_VERSION, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn a_run_is_applied_server_side_then_its_status_and_only_once() {
+        let name = "run-0123";
+        let object = format!("{RUNS}/{name}");
+        let (client, server) = client(vec![
+            expect("PATCH", &object, 200, run_object(name, None)),
+            expect("PATCH", &format!("{object}/status"), 200, run_object(name, None)),
+        ]);
+        let (settings, board) = (settings(), StatusBoard::default());
+        let writer = Writer { client: &client, settings: &settings, board: &board, now: Instant::now() };
+        let mut written = Written::default();
+        for _ in 0..2 {
+            written.start_pass();
+            let (spec, status) = (json!({"prompt": "p"}), json!({"runId": "run_0123", "phase": "Running"}));
+            write_if_changed(&writer, &mut written, Kind::Run, name.into(), spec, status).await;
+            written.end_pass();
+        }
+        let seen = server.await.unwrap();
+        assert_eq!(seen.len(), 2, "the unchanged second pass writes nothing");
+        for request in &seen {
+            assert!(
+                request.uri.contains("fieldManager=akritas") && request.uri.contains("force=true"),
+                "{}",
+                request.uri
+            );
+        }
+        assert!(seen[0].uri.starts_with(&format!("{object}?")), "{}", seen[0].uri);
+        assert_eq!(seen[0].body["metadata"], json!({"name": name, "labels": {MANAGED_BY: MANAGER}}));
+        assert_eq!(seen[0].body["spec"], json!({"prompt": "p"}));
+        assert!(seen[0].body.get("status").is_none(), "the status goes to its subresource");
+        assert!(seen[1].uri.starts_with(&format!("{object}/status?")), "{}", seen[1].uri);
+        assert_eq!(
+            (seen[1].body["kind"].as_str(), seen[1].body["status"]["phase"].as_str()),
+            (Some("Run"), Some("Running"))
+        );
+    }
+
+    #[tokio::test]
+    async fn conflicts_and_server_errors_back_off_and_are_counted() {
+        let object = format!("{RUNS}/run-1");
+        let (client, server) = client(vec![
+            expect("PATCH", &object, 409, status(409, "Conflict")),
+            expect("PATCH", &object, 500, status(500, "InternalError")),
+            expect("PATCH", &object, 200, run_object("run-1", None)),
+            expect("PATCH", &format!("{object}/status"), 200, run_object("run-1", None)),
+        ]);
+        let (settings, board) = (settings(), StatusBoard::default());
+        let start = Instant::now();
+        let mut written = Written::default();
+        // t=0 fails (wait 1 s), t=0.5 waits, t=1 fails (wait 2 s), t=2 waits, t=3 succeeds.
+        for millis in [0, 500, 1000, 2000, 3000] {
+            let writer = Writer {
+                client: &client,
+                settings: &settings,
+                board: &board,
+                now: start + Duration::from_millis(millis),
+            };
+            written.start_pass();
+            write_if_changed(&writer, &mut written, Kind::Run, "run-1".into(), json!({}), json!({"phase": "Running"}))
+                .await;
+            written.end_pass();
+        }
+        assert_eq!(server.await.unwrap().len(), 4);
+        assert!(board.write_failures().contains(&(Kind::Run, 2)));
+        assert!(written.objects.contains_key(&(Kind::Run, "run-1".to_string())));
+        assert!(written.backoff.due(&(Kind::Run, "run-1".to_string()), start), "a success forgets the backoff");
+    }
+
+    #[tokio::test]
+    async fn finished_records_older_than_the_retention_are_deleted() {
+        let old = "2020-01-01T00:00:00Z";
+        let recent = jiff::Timestamp::now().to_string();
+        let (client, server) = client(vec![
+            expect(
+                "GET",
+                RUNS,
+                200,
+                list(
+                    "Run",
+                    vec![
+                        run_object("run-old", Some(old)),
+                        run_object("run-new", Some(&recent)),
+                        run_object("run-open", None),
+                    ],
+                ),
+            ),
+            expect("DELETE", &format!("{RUNS}/run-old"), 200, run_object("run-old", Some(old))),
+            expect("GET", INCIDENTS, 200, list("Incident", Vec::new())),
+        ]);
+        let mut written = Written::default();
+        written.objects.insert((Kind::Run, "run-old".into()), (json!({}), 0));
+        collect_garbage(&client, &settings(), &mut written).await;
+        let seen = server.await.unwrap();
+        assert!(seen[0].uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dakritas"), "{}", seen[0].uri);
+        assert_eq!(seen.len(), 3, "only the expired Run is deleted");
+        assert!(written.objects.is_empty());
     }
 }

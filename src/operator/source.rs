@@ -1,44 +1,31 @@
 //! The Kubernetes resource source: reflectors over every declared Akritas kind and
 //! the ConfigMaps they reference, rebuilt into the Catalog with the same validation
-//! and last-good semantics as the directory source; every object's status is then
-//! written back (see [`super::status`]).
+//! and last-good merge as the directory source. Each rebuild also publishes the
+//! generations it saw, for the status writer's `observedGeneration`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::directory::{self, DirectorySource, Reload, Scan};
+use super::api::{Generations, api_resource, dynamic_api};
+use crate::catalog::merge::{self, LastGood};
+use crate::catalog::scan::{Scan, cross_check, scan_value};
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ConfigMapData, ObjectKey};
-use crate::resources::{API_VERSION, GROUP, Kind, VERSION};
+use crate::resources::{API_VERSION, Kind};
 
 /// Quiet time after a change before the Catalog is rebuilt (a burst of events
 /// becomes one rebuild).
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// The API resource of an Akritas kind.
-pub fn api_resource(kind: Kind) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind.as_str()), &kind.plural())
-}
-
-/// An `Api` for a kind in one namespace, or across all.
-pub fn dynamic_api(client: &Client, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
-    let resource = api_resource(kind);
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    }
-}
 
 /// Reflector stores of everything the Catalog is built from.
 #[derive(Clone)]
@@ -77,9 +64,6 @@ pub fn reflect(client: &Client, namespace: Option<&str>) -> (Stores, BoxStream<'
     streams.push(stream.boxed());
     (Stores { kinds, config_maps }, futures_util::stream::select_all(streams).boxed())
 }
-
-/// Generations of the objects a scan saw (for `observedGeneration`).
-pub type Generations = BTreeMap<ObjectKey, i64>;
 
 impl Stores {
     /// Whether every reflector has completed its initial list.
@@ -121,10 +105,10 @@ impl Stores {
                     generations.insert(key, generation);
                 }
                 let origin = PathBuf::from(format!("kubernetes:{namespace}/{name}"));
-                directory::scan_value(value, &origin, 0, &mut scan);
+                scan_value(value, &origin, 0, &mut scan);
             }
         }
-        directory::cross_check(&mut scan);
+        cross_check(&mut scan);
         (scan, generations)
     }
 }
@@ -140,7 +124,7 @@ pub async fn run(
     on_reload: tokio::sync::watch::Sender<Generations>,
     cancel: CancellationToken,
 ) {
-    let mut last_good = DirectorySource::new(Vec::new(), None);
+    let mut last_good = LastGood::default();
     // The first Catalog waits for every initial list, so it is complete.
     {
         let ready = stores.ready();
@@ -155,8 +139,7 @@ pub async fn run(
     }
     loop {
         let (scan, generations) = stores.scan();
-        let reload: Reload = last_good.merge(scan);
-        directory::apply(reload, &store, &board);
+        merge::apply(last_good.merge(scan), &store, &board);
         on_reload.send_replace(generations);
         // Wait for a change, then let a burst settle.
         tokio::select! {
@@ -172,5 +155,129 @@ pub async fn run(
                 next = changes.next() => if next.is_none() { return; },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    use super::*;
+    use crate::catalog::status::InForce;
+    use crate::operator::mock::api_server;
+    use crate::resources::common::is_ready;
+
+    fn skill(name: &str, generation: i64, spec: Value) -> Value {
+        json!({
+            "apiVersion": API_VERSION, "kind": "Skill",
+            "metadata": {"name": name, "namespace": "ops", "generation": generation, "uid": "u-1",
+                         "resourceVersion": "7", "managedFields": [{"manager": "kubectl"}]},
+            "spec": spec,
+            "status": {"conditions": [], "contentSha256": "stale"},
+        })
+    }
+
+    fn config_map() -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "guides", "namespace": "ops"},
+               "data": {"pg.md": "# PostgreSQL"}})
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey { kind: Kind::Skill, namespace: "ops".into(), name: name.into() }
+    }
+
+    /// Stores filled as the reflectors would after their initial list.
+    fn stores(objects: Vec<Value>) -> Stores {
+        let mut kinds = Vec::new();
+        for kind in Kind::ALL.iter().copied().filter(|k| k.is_declared()) {
+            let mut writer = reflector::store::Writer::new(api_resource(kind));
+            writer.apply_watcher_event(&Event::Init);
+            for object in objects.iter().filter(|o| o["kind"] == kind.as_str()) {
+                let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+                writer.apply_watcher_event(&Event::InitApply(object));
+            }
+            writer.apply_watcher_event(&Event::InitDone);
+            kinds.push((kind, writer.as_reader()));
+        }
+        let (config_maps, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(serde_json::from_value(config_map()).unwrap()));
+        writer.apply_watcher_event(&Event::InitDone);
+        Stores { kinds, config_maps }
+    }
+
+    #[test]
+    fn store_contents_become_a_validated_scan_with_generations() {
+        let stores = stores(vec![
+            skill(
+                "pg",
+                2,
+                json!({"description": "PostgreSQL", "contentFrom": {"configMapKeyRef": {"name": "guides", "key": "pg.md"}}}),
+            ),
+            skill(
+                "dangling",
+                5,
+                json!({"description": "D", "contentFrom": {"configMapKeyRef": {"name": "missing", "key": "x"}}}),
+            ),
+            skill("broken", 1, json!({"description": "B", "unknownField": true})),
+        ]);
+        let (scan, generations) = stores.scan();
+        assert_eq!(generations, Generations::from([(key("broken"), 1), (key("dangling"), 5), (key("pg"), 2)]));
+        assert_eq!(scan.config_maps[&("ops".to_string(), "guides".to_string())]["pg.md"], "# PostgreSQL");
+        let outcome = |name: &str| {
+            let object = scan.objects.iter().find(|o| o.key == key(name)).unwrap();
+            (
+                object.location(),
+                object.result.as_ref().err().map(|e| e.iter().map(ToString::to_string).collect::<Vec<_>>()),
+            )
+        };
+        // Server-owned metadata and the status are not part of what is validated.
+        assert_eq!(outcome("pg"), ("kubernetes:ops/pg:0".to_string(), None));
+        let dangling = outcome("dangling").1.unwrap();
+        assert!(dangling.iter().any(|e| e.contains("ConfigMap ops/missing")), "{dangling:?}");
+        let broken = outcome("broken").1.unwrap();
+        assert!(broken.iter().any(|e| e.contains("unknownField")), "{broken:?}");
+    }
+
+    #[tokio::test]
+    async fn listed_objects_are_published_with_their_generations() {
+        let pg = skill("pg", 4, json!({"description": "PostgreSQL", "content": "# Guide"}));
+        let (client, server) = api_server(move |method, uri| {
+            assert_eq!(method, "GET", "{uri}");
+            if uri.contains("watch=true") {
+                return None;
+            }
+            let (path, _) = uri.split_once('?').unwrap_or((uri, ""));
+            let items = match path {
+                "/apis/akritas.io/v1alpha1/namespaces/ops/skills" => vec![pg.clone()],
+                "/api/v1/namespaces/ops/configmaps" => vec![config_map()],
+                other => {
+                    assert!(other.starts_with("/apis/akritas.io/v1alpha1/namespaces/ops/"), "{uri}");
+                    Vec::new()
+                }
+            };
+            Some((
+                200,
+                json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"}, "items": items}),
+            ))
+        });
+        let (stores, changes) = reflect(&client, Some("ops"));
+        let (store, board, cancel) = (CatalogStore::new(), StatusBoard::default(), CancellationToken::new());
+        let (tx, mut generations) = tokio::sync::watch::channel(Generations::new());
+        let source = tokio::spawn(run(stores, changes, store.clone(), board.clone(), tx, cancel.clone()));
+        tokio::time::timeout(Duration::from_secs(10), generations.changed()).await.unwrap().unwrap();
+        assert_eq!(*generations.borrow(), Generations::from([(key("pg"), 4)]));
+        let catalog = store.current();
+        assert_eq!((catalog.version, catalog.skill_content(&key("pg"))), (1, Some("# Guide")));
+        assert_eq!(catalog.config_maps.len(), 1);
+        let snapshot = board.get();
+        assert_eq!(snapshot.resources.len(), 1);
+        assert_eq!(snapshot.resources[0].in_force, InForce::Current);
+        assert!(is_ready(&snapshot.resources[0].conditions));
+        cancel.cancel();
+        source.await.unwrap();
+        drop(client);
+        server.abort();
     }
 }

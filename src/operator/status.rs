@@ -1,8 +1,9 @@
-//! Status writing: every declared object gets its `Ready` condition (reason,
-//! message, observedGeneration) and the facts the host discovered about it, with
-//! server-side apply on the status subresource. Only changes are written; the
-//! transition time moves only when the condition's status changes. A transition
-//! is also published as a Kubernetes Event.
+//! Status writing: every declared object gets the conditions the status board
+//! derived for it (`Ready` and the conditions it depends on, each stamped with the
+//! generation the scan saw) and the facts the host discovered about it, with
+//! server-side apply on the status subresource. Only changes are written. A failed
+//! write is counted and the object backs off before its next attempt; a change of
+//! `Ready` is also published as a Kubernetes Event.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,18 +12,62 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::source::{Generations, dynamic_api};
+use super::api::{FIELD_MANAGER, Generations, dynamic_api};
+use super::backoff::Backoff;
 use crate::catalog::ObjectKey;
-use crate::catalog::status::StatusBoard;
+use crate::catalog::readiness::conditions;
+use crate::catalog::status::{ResourceReport, StatusBoard};
 use crate::resources::API_VERSION;
+use crate::resources::common::{Condition, ConditionStatus, find_condition};
 
-/// Field manager of everything the operator writes.
-pub const FIELD_MANAGER: &str = "akritas";
 /// Status facts are re-checked at least this often (runtime facts change without a reload).
 pub const REFRESH: Duration = Duration::from_secs(2);
+
+/// The status subresource of a declared object, as the operator writes it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ObjectStatus {
+    /// `Ready` and the conditions it is derived from.
+    pub conditions: Vec<Condition>,
+    /// Discovered facts, limited to what the kind's status schema declares.
+    #[serde(flatten)]
+    pub facts: Map<String, Value>,
+}
+
+impl ObjectStatus {
+    /// The status of a reported object with its discovered facts, for a generation.
+    pub fn new(report: &ResourceReport, facts: &Value, generation: i64) -> Self {
+        let schema = &report.key.kind.schema()["properties"]["status"];
+        let mut facts = match prune(facts, schema) {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        facts.remove("conditions");
+        let conditions = report
+            .conditions
+            .iter()
+            .map(|condition| Condition { observed_generation: Some(generation), ..condition.clone() })
+            .collect();
+        ObjectStatus { conditions, facts }
+    }
+
+    fn ready(&self) -> Option<&Condition> {
+        find_condition(&self.conditions, conditions::READY)
+    }
+}
+
+/// A server-side apply patch of the status subresource.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusPatch<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    status: &'a ObjectStatus,
+}
 
 /// Writes statuses until cancelled.
 pub async fn run(
@@ -33,11 +78,11 @@ pub async fn run(
 ) {
     let reporter = Reporter { controller: "akritas".into(), instance: std::env::var("HOSTNAME").ok() };
     let recorder = Recorder::new(client.clone(), reporter);
-    let mut written: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+    let mut writer = Writer::default();
     let mut ticker = tokio::time::interval(REFRESH);
     loop {
         let current = generations.borrow_and_update().clone();
-        write_all(&client, &recorder, &board, &current, &mut written).await;
+        writer.write_all(&client, &recorder, &board, &current, Instant::now()).await;
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = generations.changed() => if changed.is_err() { return; },
@@ -46,65 +91,65 @@ pub async fn run(
     }
 }
 
-async fn write_all(
-    client: &Client,
-    recorder: &Recorder,
-    board: &StatusBoard,
-    generations: &Generations,
-    written: &mut BTreeMap<ObjectKey, Value>,
-) {
-    let snapshot = board.get();
-    written.retain(|key, _| generations.contains_key(key));
-    for report in &snapshot.resources {
-        let Some(generation) = generations.get(&report.key).copied() else { continue };
-        let previous = written.get(&report.key);
-        let mut conditions = serde_json::to_value(&report.conditions).unwrap_or(json!([]));
-        for condition in conditions.as_array_mut().into_iter().flatten() {
-            condition["observedGeneration"] = json!(generation);
-            // Keep the transition time while the condition's status stays the same.
-            if let Some(before) = previous.and_then(|p| same_condition(p, condition))
-                && before["status"] == condition["status"]
-            {
-                condition["lastTransitionTime"] = before["lastTransitionTime"].clone();
+/// What was last written per object, and which objects are backing off.
+#[derive(Default)]
+struct Writer {
+    written: BTreeMap<ObjectKey, ObjectStatus>,
+    backoff: Backoff<ObjectKey>,
+}
+
+impl Writer {
+    /// One pass over the board: writes every changed status that is not backing off.
+    async fn write_all(
+        &mut self,
+        client: &Client,
+        recorder: &Recorder,
+        board: &StatusBoard,
+        generations: &Generations,
+        now: Instant,
+    ) {
+        let snapshot = board.get();
+        self.written.retain(|key, _| generations.contains_key(key));
+        self.backoff.retain(|key| generations.contains_key(key));
+        for report in &snapshot.resources {
+            let key = &report.key;
+            let Some(generation) = generations.get(key).copied() else { continue };
+            if !self.backoff.due(key, now) {
+                continue;
             }
-        }
-        let runtime = board.runtime(&report.key).filter(Value::is_object).unwrap_or_else(|| json!({}));
-        let extras = runtime_condition(report.key.kind, &runtime, generation)
-            .into_iter()
-            .chain(secrets_condition(&runtime, generation));
-        for mut extra in extras {
-            if let Some(before) = previous.and_then(|p| same_condition(p, &extra))
-                && before["status"] == extra["status"]
-            {
-                extra["lastTransitionTime"] = before["lastTransitionTime"].clone();
+            let status = ObjectStatus::new(report, &board.runtime(key).unwrap_or_default(), generation);
+            let previous = self.written.get(key);
+            if previous == Some(&status) {
+                continue;
             }
-            conditions.as_array_mut().into_iter().for_each(|c| c.push(extra.clone()));
-        }
-        let schema = &report.key.kind.schema()["properties"]["status"];
-        let mut status = prune(&runtime, schema);
-        status["conditions"] = conditions;
-        if previous == Some(&status) {
-            continue;
-        }
-        let transition = ready_of(previous) != ready_of(Some(&status));
-        let api = dynamic_api(client, report.key.kind, Some(&report.key.namespace));
-        let patch = json!({"apiVersion": API_VERSION, "kind": report.key.kind.as_str(), "status": status});
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        match api.patch_status(&report.key.name, &params, &Patch::Apply(&patch)).await {
-            Ok(_) => {
-                if transition {
-                    publish_event(recorder, &report.key, &status).await;
+            let ready = |status: &ObjectStatus| status.ready().map(|c| (c.status, c.reason.clone()));
+            let transition = previous.and_then(ready) != ready(&status);
+            match write(client, key, &status).await {
+                Ok(()) => {
+                    self.backoff.succeeded(key);
+                    if transition {
+                        publish_event(recorder, key, &status).await;
+                    }
+                    self.written.insert(key.clone(), status);
                 }
-                written.insert(report.key.clone(), status);
-            }
-            Err(kube::Error::Api(response)) if response.code == 404 => {
-                tracing::debug!(object = %report.key, "object deleted before its status was written");
-            }
-            Err(error) => {
-                tracing::warn!(object = %report.key, %error, "status not written; retrying");
+                Err(kube::Error::Api(response)) if response.code == 404 => {
+                    tracing::debug!(object = %key, "object deleted before its status was written");
+                }
+                Err(error) => {
+                    board.count_write_failure(key.kind);
+                    let wait = self.backoff.failed(key.clone(), now);
+                    tracing::warn!(object = %key, %error, retry_in_s = wait.as_secs(), "status not written; retrying later");
+                }
             }
         }
     }
+}
+
+async fn write(client: &Client, key: &ObjectKey, status: &ObjectStatus) -> kube::Result<()> {
+    let api = dynamic_api(client, key.kind, Some(&key.namespace));
+    let patch = StatusPatch { api_version: API_VERSION, kind: key.kind.as_str(), status };
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&key.name, &params, &Patch::Apply(&patch)).await.map(|_| ())
 }
 
 /// Keeps only what the status schema declares (server-side apply refuses
@@ -125,91 +170,8 @@ pub fn prune(value: &Value, schema: &Value) -> Value {
     }
 }
 
-/// The state of a live component as a second condition: `Connected` for an MCP
-/// adapter, `Indexed` for a knowledge base.
-fn runtime_condition(kind: crate::resources::Kind, runtime: &Value, generation: i64) -> Option<Value> {
-    use crate::resources::Kind;
-    let error = runtime["lastError"].as_str().filter(|e| !e.is_empty());
-    let (kind_name, ok, reason, message) = match kind {
-        Kind::McpAdapter => {
-            let connected = runtime["connected"].as_bool()?;
-            let phase = runtime["phase"].as_str().unwrap_or(if connected { "Connected" } else { "Disconnected" });
-            (
-                "Connected",
-                connected,
-                phase.to_string(),
-                error.map(str::to_string).unwrap_or_else(|| format!("adapter is {}", phase.to_lowercase())),
-            )
-        }
-        Kind::ValidatorProfile => match error {
-            Some(error) => ("ProgramFound", false, "NotFound".to_string(), error.to_string()),
-            None if runtime.get("resolvedProgram").is_some() => (
-                "ProgramFound",
-                true,
-                "Found".to_string(),
-                runtime["resolvedProgram"].as_str().unwrap_or_default().to_string(),
-            ),
-            None => return None,
-        },
-        Kind::Workspace => match error {
-            Some(error) => ("Checked", false, "NotARepository".to_string(), error.to_string()),
-            None if runtime.get("headCommit").is_some() => (
-                "Checked",
-                true,
-                "HeadFound".to_string(),
-                format!("HEAD at {}", runtime["headCommit"].as_str().unwrap_or_default()),
-            ),
-            None => return None,
-        },
-        Kind::KnowledgeBase => match error {
-            Some(error) => ("Indexed", false, "IndexFailed".to_string(), error.to_string()),
-            None if runtime.get("documents").is_some() => (
-                "Indexed",
-                true,
-                "Indexed".to_string(),
-                format!("{} documents, {} chunks", runtime["documents"], runtime["chunks"]),
-            ),
-            None => return None,
-        },
-        _ => return None,
-    };
-    Some(json!({
-        "type": kind_name,
-        "status": if ok { "True" } else { "False" },
-        "reason": reason,
-        "message": message.chars().take(1024).collect::<String>(),
-        "lastTransitionTime": crate::resources::common::now_rfc3339(),
-        "observedGeneration": generation,
-    }))
-}
-
-/// `SecretsResolved`: whether every secret reference of the object resolves now.
-fn secrets_condition(runtime: &Value, generation: i64) -> Option<Value> {
-    let error = runtime.get("secretsError")?.as_str()?;
-    Some(json!({
-        "type": "SecretsResolved",
-        "status": if error.is_empty() { "True" } else { "False" },
-        "reason": if error.is_empty() { "Resolved" } else { "Unresolved" },
-        "message": if error.is_empty() { "every secret reference resolves" } else { error },
-        "lastTransitionTime": crate::resources::common::now_rfc3339(),
-        "observedGeneration": generation,
-    }))
-}
-
-fn same_condition<'a>(status: &'a Value, condition: &Value) -> Option<&'a Value> {
-    status["conditions"].as_array()?.iter().find(|c| c["type"] == condition["type"])
-}
-
-fn ready_of(status: Option<&Value>) -> Option<(String, String)> {
-    let ready = status?["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
-    Some((ready["status"].as_str()?.to_string(), ready["reason"].as_str()?.to_string()))
-}
-
-async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &Value) {
-    let Some(ready) = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")) else {
-        return;
-    };
-    let ok = ready["status"] == "True";
+async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &ObjectStatus) {
+    let Some(ready) = status.ready() else { return };
     let reference = ObjectReference {
         api_version: Some(API_VERSION.into()),
         kind: Some(key.kind.as_str().into()),
@@ -218,9 +180,9 @@ async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &Value) {
         ..ObjectReference::default()
     };
     let event = Event {
-        type_: if ok { EventType::Normal } else { EventType::Warning },
-        reason: ready["reason"].as_str().unwrap_or("Reconciled").to_string(),
-        note: ready["message"].as_str().map(|m| m.chars().take(1024).collect()),
+        type_: if ready.status == ConditionStatus::True { EventType::Normal } else { EventType::Warning },
+        reason: ready.reason.clone(),
+        note: Some(ready.message.clone()),
         action: "Reconcile".into(),
         secondary: None,
     };
@@ -231,35 +193,46 @@ async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &Value) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
-    use crate::catalog::status::{BoardSnapshot, InForce, ResourceReport};
+    use crate::catalog::readiness::{Check, Needs, live_check, reasons};
+    use crate::catalog::status::{BoardSnapshot, InForce};
     use crate::operator::mock::{Expect, client, status};
     use crate::resources::Kind;
-    use crate::resources::common::Condition;
 
     const PATH: &str = "/apis/akritas.io/v1alpha1/namespaces/ops/skills/pg/status";
+    const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ops/events";
 
-    fn board() -> (StatusBoard, Generations) {
-        let key = ObjectKey { kind: Kind::Skill, namespace: "ops".into(), name: "pg".into() };
+    fn key(kind: Kind) -> ObjectKey {
+        ObjectKey { kind, namespace: "ops".into(), name: "pg".into() }
+    }
+
+    fn report(kind: Kind, needs: Needs) -> ResourceReport {
+        ResourceReport {
+            key: key(kind),
+            source: "kubernetes:ops/pg:0".into(),
+            in_force: InForce::Current,
+            conditions: Vec::new(),
+            spec: None,
+            errors: Vec::new(),
+            needs,
+        }
+    }
+
+    fn board(report: ResourceReport) -> (StatusBoard, Generations) {
         let board = StatusBoard::default();
-        board.set(BoardSnapshot {
-            catalog_version: 1,
-            loaded_at: String::new(),
-            resources: vec![ResourceReport {
-                key: key.clone(),
-                source: "kubernetes:ops/pg:0".into(),
-                in_force: InForce::Current,
-                conditions: vec![Condition::ready(true, "Loaded", "loaded", None)],
-                spec: None,
-                errors: Vec::new(),
-            }],
-            problems: Vec::new(),
-        });
-        (board, Generations::from([(key, 3)]))
+        let generations = Generations::from([(report.key.clone(), 3)]);
+        board.set(BoardSnapshot { catalog_version: 1, resources: vec![report], ..BoardSnapshot::default() });
+        (board, generations)
     }
 
     fn patch(code: u16, body: Value) -> Expect {
         Expect { method: "PATCH", path: PATH.into(), status: code, body }
+    }
+
+    fn event() -> Expect {
+        Expect { method: "POST", path: EVENTS.into(), status: 201, body: json!({}) }
     }
 
     fn skill() -> Value {
@@ -267,54 +240,90 @@ mod tests {
                "spec": {"description": "d", "content": "c"}})
     }
 
+    fn recorder(client: &Client) -> Recorder {
+        Recorder::new(client.clone(), Reporter { controller: "akritas".into(), instance: None })
+    }
+
     #[tokio::test]
-    async fn conflicts_and_server_errors_are_retried_and_success_is_written_once() {
-        let (board, generations) = board();
-        let event = Expect {
-            method: "POST",
-            path: "/apis/events.k8s.io/v1/namespaces/ops/events".into(),
-            status: 201,
-            body: json!({}),
-        };
+    async fn the_status_is_applied_as_the_field_manager_with_the_scanned_generation() {
+        let (board, generations) = board(report(Kind::Skill, Needs::default()));
+        board.merge_runtime(key(Kind::Skill), json!({"contentSha256": "ab", "secretsError": "", "other": 1}));
+        let (client, server) = client(vec![patch(200, skill()), event()]);
+        let mut writer = Writer::default();
+        writer.write_all(&client, &recorder(&client), &board, &generations, Instant::now()).await;
+        let seen = server.await.unwrap();
+        assert!(seen[0].uri.contains("fieldManager=akritas") && seen[0].uri.contains("force=true"), "{}", seen[0].uri);
+        let body = &seen[0].body;
+        assert_eq!((body["apiVersion"].as_str(), body["kind"].as_str()), (Some(API_VERSION), Some("Skill")));
+        assert_eq!(body["status"]["contentSha256"], "ab");
+        assert_eq!(body["status"].as_object().unwrap().len(), 2, "only declared facts: {body}");
+        let ready = &body["status"]["conditions"][0];
+        assert_eq!(
+            (ready["type"].as_str(), ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("Ready"), Some("True"), Some(reasons::READY))
+        );
+        assert_eq!(ready["observedGeneration"], 3);
+        assert_eq!(seen[1].body["reason"], reasons::READY, "the Ready transition is an Event");
+    }
+
+    #[tokio::test]
+    async fn failed_writes_back_off_per_object_are_counted_and_success_resets() {
+        let (board, generations) = board(report(Kind::Skill, Needs::default()));
         let (client, server) = client(vec![
             patch(409, status(409, "Conflict")),
             patch(500, status(500, "InternalError")),
             patch(200, skill()),
-            event,
+            event(),
         ]);
-        let recorder = Recorder::new(client.clone(), Reporter { controller: "akritas".into(), instance: None });
-        let mut written = BTreeMap::new();
-        for _ in 0..4 {
-            write_all(&client, &recorder, &board, &generations, &mut written).await;
+        let recorder = recorder(&client);
+        let mut writer = Writer::default();
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        // t=0 fails (wait 1 s); t=0.5 waits; t=1 fails (wait 2 s); t=2 waits; t=3 succeeds; t=4 has nothing new.
+        for now in [at(0), start + Duration::from_millis(500), at(1), at(2), at(3), at(4)] {
+            writer.write_all(&client, &recorder, &board, &generations, now).await;
         }
-        let bodies = server.await.unwrap();
-        assert_eq!(bodies.len(), 4, "two failures retried, one success, one Event, then nothing");
-        let condition = &bodies[2]["status"]["conditions"][0];
-        assert_eq!((condition["type"].as_str(), condition["observedGeneration"].as_i64()), (Some("Ready"), Some(3)));
-        assert_eq!(written.len(), 1);
+        let seen = server.await.unwrap();
+        assert_eq!(seen.len(), 4, "two failures, one success and its Event, nothing else");
+        assert!(board.write_failures().contains(&(Kind::Skill, 2)));
+        assert!(writer.backoff.due(&key(Kind::Skill), at(4)), "a success forgets the backoff");
+        assert_eq!(writer.written.len(), 1);
     }
 
     #[tokio::test]
-    async fn a_deleted_object_is_skipped() {
-        let (board, generations) = board();
+    async fn a_deleted_object_is_skipped_and_not_counted() {
+        let (board, generations) = board(report(Kind::Skill, Needs::default()));
         let (client, server) = client(vec![patch(404, status(404, "NotFound"))]);
-        let recorder = Recorder::new(client.clone(), Reporter { controller: "akritas".into(), instance: None });
-        let mut written = BTreeMap::new();
-        write_all(&client, &recorder, &board, &generations, &mut written).await;
-        assert!(written.is_empty());
+        let mut writer = Writer::default();
+        writer.write_all(&client, &recorder(&client), &board, &generations, Instant::now()).await;
+        assert!(writer.written.is_empty());
         assert_eq!(server.await.unwrap().len(), 1);
+        assert!(board.write_failures().contains(&(Kind::Skill, 0)));
     }
 
     #[test]
-    fn runtime_facts_keep_to_the_status_schema() {
-        let runtime = json!({"connected": true, "phase": "Connected", "lastError": null, "authorizedTools": 1,
-                             "tools": [{"name": "mcp.vm.query", "remoteName": "query", "permission": "read", "authorized": true}]});
-        let pruned = prune(&runtime, &Kind::McpAdapter.schema()["properties"]["status"]);
-        assert_eq!(
-            pruned,
-            json!({"authorizedTools": 1, "tools": [{"name": "mcp.vm.query", "permission": "read", "authorized": true}]})
+    fn an_adapter_status_carries_its_connection_and_keeps_to_the_schema() {
+        let (board, _) = board(report(Kind::McpAdapter, Needs { secrets: false, check: live_check(Kind::McpAdapter) }));
+        board.set_runtime(
+            key(Kind::McpAdapter),
+            json!({"authorizedTools": 1, "connected": true,
+                   "tools": [{"name": "mcp.vm.query", "remoteName": "query", "permission": "read", "authorized": true}]}),
         );
-        let condition = runtime_condition(Kind::McpAdapter, &runtime, 2).unwrap();
-        assert_eq!((condition["type"].as_str(), condition["status"].as_str()), (Some("Connected"), Some("True")));
+        board.set_check(&key(Kind::McpAdapter), Check::passed(reasons::CONNECTED, "1 tool, 1 authorized"));
+        let snapshot = board.get();
+        let facts = board.runtime(&key(Kind::McpAdapter)).unwrap();
+        let status = ObjectStatus::new(&snapshot.resources[0], &facts, 2);
+        let value = serde_json::to_value(&status).unwrap();
+        assert_eq!(value["authorizedTools"], 1);
+        assert_eq!(value["tools"], json!([{"name": "mcp.vm.query", "permission": "read", "authorized": true}]));
+        assert!(value.get("connected").is_none());
+        let types: Vec<(&str, &str)> = value["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(types, [("Ready", "True"), ("Connected", "True")]);
+        assert!(status.conditions.iter().all(|c| c.observed_generation == Some(2)));
     }
 }

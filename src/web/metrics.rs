@@ -1,5 +1,5 @@
 //! `GET /metrics`: Prometheus text exposition of the host's state — Catalog,
-//! resources not ready, alert deliveries per source, investigation jobs,
+//! resources not ready, failed status writes, alert deliveries per source, investigation jobs,
 //! incidents and Runs. Everything is read from the live stores at scrape time.
 
 use std::fmt::Write;
@@ -35,6 +35,15 @@ pub fn render(state: &AppState) -> String {
     let not_ready = board.resources.iter().filter(|r| !crate::resources::common::is_ready(&r.conditions)).count();
     family(&mut out, "akritas_resources_not_ready", "gauge", "Declared resources whose newest version is not Ready.");
     let _ = writeln!(out, "akritas_resources_not_ready {not_ready}");
+    family(
+        &mut out,
+        "akritas_status_write_failures_total",
+        "counter",
+        "Status writes to the Kubernetes API that failed (retried with a per-object backoff), by kind.",
+    );
+    for (kind, failures) in state.board.write_failures() {
+        let _ = writeln!(out, "akritas_status_write_failures_total{{kind=\"{}\"}} {failures}", kind.as_str());
+    }
     if let Some(alerts) = &state.alerts {
         family(
             &mut out,

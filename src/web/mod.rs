@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use self::auth::ApiKeys;
 use self::error::ApiError;
 use crate::catalog::CatalogStore;
-use crate::catalog::status::StatusBoard;
+use crate::catalog::status::{InForce, StatusBoard};
 use crate::engine::run::Engine;
 
 /// Everything the handlers read.
@@ -126,7 +126,7 @@ async fn standby(request: Request) -> Response {
 async fn health(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog.current();
     let board = state.board.get();
-    let invalid = board.resources.iter().filter(|r| !crate::resources::common::is_ready(&r.conditions)).count();
+    let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
     Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
@@ -153,7 +153,9 @@ async fn resources(State(state): State<AppState>) -> Json<Value> {
         .iter()
         .map(|report| {
             let mut item = serde_json::to_value(report).unwrap_or(Value::Null);
-            if let Some(status) = state.board.runtime(&report.key) {
+            if let Some(status) =
+                state.board.runtime(&report.key).filter(|s| s.as_object().is_some_and(|m| !m.is_empty()))
+            {
                 item["status"] = status;
             }
             item

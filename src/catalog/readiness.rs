@@ -1,0 +1,173 @@
+//! What makes a resource `Ready`, in both modes: the condition vocabulary, what
+//! each object needs observed before it works (its secrets resolved, the live check
+//! of its kind), and the outcome of such a check. The status board derives the
+//! conditions from these (see [`super::status::StatusBoard`]); the directory view
+//! and the operator's status writer show the same conditions.
+
+use crate::resources::common::secret_refs;
+use crate::resources::{Kind, Resource};
+
+/// Condition types.
+pub mod conditions {
+    /// Whether the object works: valid, its secrets resolve and its live check passed.
+    pub const READY: &str = crate::resources::common::READY;
+    /// Whether every secret reference of the object resolves now.
+    pub const SECRETS_RESOLVED: &str = "SecretsResolved";
+    /// McpAdapter: the session with the server is up.
+    pub const CONNECTED: &str = "Connected";
+    /// Workspace: the local path is a git working tree with a HEAD commit.
+    pub const CHECKED: &str = "Checked";
+    /// ValidatorProfile: the program was found.
+    pub const PROGRAM_FOUND: &str = "ProgramFound";
+    /// KnowledgeBase: the index is built.
+    pub const INDEXED: &str = "Indexed";
+}
+
+/// Condition reasons. `Ready` carries the reason of the first condition that is
+/// not good (validation first, then secrets, then the live check).
+pub mod reasons {
+    /// `Ready=True`: the object works.
+    pub const READY: &str = "Ready";
+    /// The newest version is invalid (the message lists every problem).
+    pub const INVALID: &str = "Invalid";
+    /// Every secret reference resolves.
+    pub const SECRETS_RESOLVED: &str = "SecretsResolved";
+    /// A secret reference does not resolve (unset variable, missing Secret or key).
+    pub const SECRETS_UNRESOLVED: &str = "SecretsUnresolved";
+    /// The secret references have not been resolved yet.
+    pub const RESOLVING: &str = "Resolving";
+    /// McpAdapter: the session is being started.
+    pub const CONNECTING: &str = "Connecting";
+    /// McpAdapter: the session is up and its tools are listed.
+    pub const CONNECTED: &str = "Connected";
+    /// McpAdapter: the server could not be started or reached (retried).
+    pub const NOT_CONNECTED: &str = "NotConnected";
+    /// Workspace or ValidatorProfile: the check has not run yet.
+    pub const CHECKING: &str = "Checking";
+    /// Workspace: HEAD resolves to a commit.
+    pub const HEAD_FOUND: &str = "HeadFound";
+    /// Workspace: the path does not exist.
+    pub const PATH_NOT_FOUND: &str = "PathNotFound";
+    /// Workspace: the path is not a git working tree with a commit.
+    pub const NOT_A_REPOSITORY: &str = "NotARepository";
+    /// ValidatorProfile: the program exists.
+    pub const PROGRAM_FOUND: &str = "ProgramFound";
+    /// ValidatorProfile: the program is not on PATH (or not a file).
+    pub const PROGRAM_NOT_FOUND: &str = "ProgramNotFound";
+    /// KnowledgeBase: the index is being built.
+    pub const INDEXING: &str = "Indexing";
+    /// KnowledgeBase: the index is built.
+    pub const INDEXED: &str = "Indexed";
+    /// KnowledgeBase: the sources could not be read or indexed.
+    pub const INDEX_FAILED: &str = "IndexFailed";
+}
+
+/// The live check a kind has: its condition type and the reason shown until the
+/// first outcome arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveCheck {
+    /// Condition type.
+    pub condition: &'static str,
+    /// Reason while no outcome has been reported.
+    pub pending: &'static str,
+}
+
+/// What must be observed about an object before it is `Ready`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// It has secret references, which must resolve.
+    pub secrets: bool,
+    /// The live check its kind has, if any.
+    pub check: Option<LiveCheck>,
+}
+
+impl Needs {
+    /// The needs of a valid resource.
+    pub fn of(resource: &Resource) -> Self {
+        let spec = resource.to_value().get("spec").cloned().unwrap_or_default();
+        let check = match resource {
+            Resource::Workspace(workspace) if workspace.spec.source.path.is_none() => None,
+            _ => live_check(resource.kind()),
+        };
+        Needs { secrets: !secret_refs(&spec).is_empty(), check }
+    }
+}
+
+/// The live check of a kind (a Workspace has one only when it names a local path).
+pub fn live_check(kind: Kind) -> Option<LiveCheck> {
+    let (condition, pending) = match kind {
+        Kind::McpAdapter => (conditions::CONNECTED, reasons::CONNECTING),
+        Kind::Workspace => (conditions::CHECKED, reasons::CHECKING),
+        Kind::ValidatorProfile => (conditions::PROGRAM_FOUND, reasons::CHECKING),
+        Kind::KnowledgeBase => (conditions::INDEXED, reasons::INDEXING),
+        _ => return None,
+    };
+    Some(LiveCheck { condition, pending })
+}
+
+/// Where a live check stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckState {
+    /// Under way (an adapter connecting).
+    Pending,
+    /// The object works.
+    Passed,
+    /// The object does not work; the message says why.
+    Failed,
+}
+
+/// The outcome of an object's live check, reported by the component that uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// Where it stands.
+    pub state: CheckState,
+    /// One of [`reasons`].
+    pub reason: &'static str,
+    /// What was found, or what to fix.
+    pub message: String,
+}
+
+impl Check {
+    /// Under way.
+    pub fn pending(reason: &'static str, message: impl Into<String>) -> Self {
+        Check { state: CheckState::Pending, reason, message: message.into() }
+    }
+
+    /// The object works.
+    pub fn passed(reason: &'static str, message: impl Into<String>) -> Self {
+        Check { state: CheckState::Passed, reason, message: message.into() }
+    }
+
+    /// The object does not work.
+    pub fn failed(reason: &'static str, message: impl Into<String>) -> Self {
+        Check { state: CheckState::Failed, reason, message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::validate::parse_manifest;
+
+    fn resource(yaml: &str) -> Resource {
+        parse_manifest(serde_saphyr::from_str(yaml).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn needs_follow_secret_references_and_the_kind() {
+        let receiver = resource(
+            "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {name: hook}\n\
+             spec: {type: webhook, webhook: {urlFrom: {env: HOOK_URL}}}\n",
+        );
+        assert_eq!(Needs::of(&receiver), Needs { secrets: true, check: None });
+        let remote = resource(
+            "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {name: w}\n\
+             spec: {source: {git: {url: \"https://git.example/infra.git\", ref: main}}}\n",
+        );
+        assert_eq!(Needs::of(&remote), Needs::default(), "a remote workspace has no local check");
+        let local = resource(
+            "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {name: w}\nspec: {source: {path: /srv/w}}\n",
+        );
+        assert_eq!(Needs::of(&local).check.map(|c| c.condition), Some(conditions::CHECKED));
+    }
+}
