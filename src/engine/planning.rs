@@ -126,14 +126,7 @@ mod tests {
     fn the_planner_sees_tools_with_schemas_skills_and_bounds() {
         let schema = json!({"type": "object", "properties": {"host": {"type": "string"}}});
         let tools = submit_tool::registry("inventory.host", "Find a host.", schema.clone()).unwrap();
-        let skill = SkillEntry {
-            name: "postgres".into(),
-            description: None,
-            selectors: Default::default(),
-            content: Arc::from("check autovacuum"),
-            source: "Skill/ops/postgres".into(),
-            sha256: "abc".into(),
-        };
+        let skill = SkillEntry::fixture("postgres", "check autovacuum");
         let retrieved = json!({"output": {"results": []}});
         let input = planner_input("why is db-7 slow?", &retrieved, &[skill], &tools, 3, "de");
         assert_eq!(input["request"], "why is db-7 slow?");

@@ -207,6 +207,21 @@ pub fn injection(skills: &[SkillEntry]) -> Option<String> {
 }
 
 #[cfg(test)]
+impl SkillEntry {
+    /// A resource skill as the engine's tests use it.
+    pub(crate) fn fixture(name: &str, content: &str) -> Self {
+        Self {
+            name: name.into(),
+            description: None,
+            selectors: Default::default(),
+            content: Arc::from(content),
+            source: format!("Skill/ops/{name}"),
+            sha256: "abc".into(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

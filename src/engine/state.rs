@@ -279,14 +279,7 @@ mod tests {
     #[test]
     fn skills_are_appended_to_the_base_system_message() {
         assert_eq!(system_with_skills("base", &[]), "base");
-        let skill = SkillEntry {
-            name: "postgres".into(),
-            description: None,
-            selectors: Default::default(),
-            content: Arc::from("check autovacuum"),
-            source: "Skill/ops/postgres".into(),
-            sha256: "abc".into(),
-        };
+        let skill = SkillEntry::fixture("postgres", "check autovacuum");
         let system = system_with_skills("base", std::slice::from_ref(&skill));
         let injection = skills::injection(&[skill]).unwrap();
         assert_eq!(system, format!("base\n\n{injection}"));

@@ -316,20 +316,7 @@ fn relative_id(root: &Path, path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn long(word: &str) -> String {
-        format!("{word} {}\n", "lorem ipsum dolor sit amet ".repeat(6))
-    }
-
-    fn write(root: &Path, rel: &str, bytes: &[u8]) {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, bytes).unwrap();
-    }
-
-    fn opts() -> ImportOptions {
-        ImportOptions { source: "test".into(), ..ImportOptions::default() }
-    }
+    use crate::knowledge::corpus::fixtures::{long, opts, write};
 
     fn reason_of(report: &ImportReport, path: &str) -> Option<SkipReason> {
         report.skipped.iter().find(|s| s.path == path).map(|s| s.reason.clone())

@@ -8,6 +8,9 @@ mod error;
 mod import;
 mod store;
 
+#[cfg(test)]
+mod fixtures;
+
 pub use document::{Document, normalise, sha256_hex, title_of};
 pub use error::CorpusError;
 pub use import::{

@@ -149,21 +149,8 @@ fn rfc3339_seconds(at: jiff::Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::knowledge::corpus::import::{ImportOptions, import};
-
-    fn long(word: &str) -> String {
-        format!("{word} {}\n", "lorem ipsum dolor sit amet ".repeat(6))
-    }
-
-    fn write(root: &Path, rel: &str, bytes: &[u8]) {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, bytes).unwrap();
-    }
-
-    fn opts() -> ImportOptions {
-        ImportOptions { source: "test".into(), ..ImportOptions::default() }
-    }
+    use crate::knowledge::corpus::fixtures::{long, opts, write};
+    use crate::knowledge::corpus::import::import;
 
     #[test]
     fn write_and_read_round_trip_and_detect_tampering() {
