@@ -117,7 +117,6 @@ fn plan_call_result(validated: &Result<Plan, PlanError>, duration: Duration) -> 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::engine::plan::CapabilityGap;

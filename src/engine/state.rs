@@ -263,7 +263,6 @@ fn serialized_len<T: Serialize>(value: &T) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use serde_json::json;
 
