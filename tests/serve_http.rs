@@ -134,7 +134,11 @@ async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
     assert_eq!(state(skill, "Ready").1, "Ready");
     let base = find(&body, "KnowledgeBase", "runbooks").unwrap();
     assert_eq!(state(base, "Indexed").0, "True");
-    assert!(condition(find(&body, "ValidatorProfile", "yamllint").unwrap(), "ProgramFound").is_some());
+    // Validators run only in the change pipeline, which this version does not have.
+    let validator = find(&body, "ValidatorProfile", "yamllint").unwrap();
+    assert!(condition(validator, "ProgramFound").is_some());
+    assert_eq!(state(validator, "Ready").0, "False");
+    assert!(["NotAvailable", "Checking", "ProgramNotFound"].contains(&state(validator, "Ready").1.as_str()));
 
     // Health counts invalid manifests; metrics count what does not work.
     let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;

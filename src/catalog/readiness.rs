@@ -60,6 +60,8 @@ pub mod reasons {
     pub const INDEXED: &str = "Indexed";
     /// KnowledgeBase: the sources could not be read or indexed.
     pub const INDEX_FAILED: &str = "IndexFailed";
+    /// The object declares something this version of Akritas does not do.
+    pub const NOT_AVAILABLE: &str = "NotAvailable";
 }
 
 /// The live check a kind has: its condition type and the reason shown until the
@@ -79,7 +81,20 @@ pub struct Needs {
     pub secrets: bool,
     /// The live check its kind has, if any.
     pub check: Option<LiveCheck>,
+    /// What the object declares that this version does not do: it is never
+    /// `Ready` while it declares it (the message says what is missing).
+    pub unavailable: Option<&'static str>,
 }
+
+/// A Workspace cloned from a git remote.
+pub const GIT_WORKSPACE_UNAVAILABLE: &str = "git remote workspaces are not available in this version of Akritas; \
+point spec.source.path at a local working tree";
+/// A receiver with inbound bot settings.
+pub const INBOUND_UNAVAILABLE: &str = "inbound bot messages are not available in this version of Akritas: \
+notifications are sent, messages to the bot are not answered; remove spec.inbound";
+/// A ValidatorProfile (validators run only in the change pipeline).
+pub const VALIDATORS_UNAVAILABLE: &str = "validators run in the change pipeline, which is not available in this \
+version of Akritas; the profile is checked but never run";
 
 impl Needs {
     /// The needs of a valid resource.
@@ -89,7 +104,13 @@ impl Needs {
             Resource::Workspace(workspace) if workspace.spec.source.path.is_none() => None,
             _ => live_check(resource.kind()),
         };
-        Needs { secrets: !secret_refs(&spec).is_empty(), check }
+        let unavailable = match resource {
+            Resource::Workspace(workspace) if workspace.spec.source.git.is_some() => Some(GIT_WORKSPACE_UNAVAILABLE),
+            Resource::NotificationReceiver(receiver) if receiver.spec.inbound.is_some() => Some(INBOUND_UNAVAILABLE),
+            Resource::ValidatorProfile(_) => Some(VALIDATORS_UNAVAILABLE),
+            _ => None,
+        };
+        Needs { secrets: !secret_refs(&spec).is_empty(), check, unavailable }
     }
 }
 
@@ -159,15 +180,30 @@ mod tests {
             "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {name: hook}\n\
              spec: {type: webhook, webhook: {urlFrom: {env: HOOK_URL}}}\n",
         );
-        assert_eq!(Needs::of(&receiver), Needs { secrets: true, check: None });
+        assert_eq!(Needs::of(&receiver), Needs { secrets: true, check: None, unavailable: None });
         let remote = resource(
             "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {name: w}\n\
              spec: {source: {git: {url: \"https://git.example/infra.git\", ref: main}}}\n",
         );
-        assert_eq!(Needs::of(&remote), Needs::default(), "a remote workspace has no local check");
+        assert_eq!(
+            Needs::of(&remote),
+            Needs { unavailable: Some(GIT_WORKSPACE_UNAVAILABLE), ..Needs::default() },
+            "a remote workspace has no local check and is not available"
+        );
         let local = resource(
             "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {name: w}\nspec: {source: {path: /srv/w}}\n",
         );
         assert_eq!(Needs::of(&local).check.map(|c| c.condition), Some(conditions::CHECKED));
+        assert_eq!(Needs::of(&local).unavailable, None);
+        let bot = resource(
+            "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {name: bot}\n\
+             spec: {type: telegram, telegram: {botToken: {env: T}, chatId: \"-100\"}, \
+             inbound: {mode: polling, allowedUserIds: [\"1\"]}}\n",
+        );
+        assert_eq!(Needs::of(&bot).unavailable, Some(INBOUND_UNAVAILABLE));
+        let validator = resource(
+            "apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata: {name: v}\nspec: {argv: [yamllint]}\n",
+        );
+        assert_eq!(Needs::of(&validator).unavailable, Some(VALIDATORS_UNAVAILABLE));
     }
 }

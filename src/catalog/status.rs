@@ -258,10 +258,13 @@ fn derive(report: &ResourceReport, observed: Option<&Observed>) -> Vec<Condition
             format!("{errors}; the previous valid version stays in force"),
             None,
         ),
-        InForce::Current => match parts.iter().find(|c| c.status != ConditionStatus::True) {
-            Some(blocking) => Condition::ready(false, &blocking.reason, blocking.message.clone(), None),
-            None => Condition::ready(true, reasons::READY, format!("loaded from {}", report.source), None),
-        },
+        InForce::Current => {
+            match (parts.iter().find(|c| c.status != ConditionStatus::True), report.needs.unavailable) {
+                (Some(blocking), _) => Condition::ready(false, &blocking.reason, blocking.message.clone(), None),
+                (None, Some(missing)) => Condition::ready(false, reasons::NOT_AVAILABLE, missing, None),
+                (None, None) => Condition::ready(true, reasons::READY, format!("loaded from {}", report.source), None),
+            }
+        }
     };
     std::iter::once(ready).chain(parts).collect()
 }
@@ -319,7 +322,7 @@ mod tests {
 
     #[test]
     fn unresolved_secrets_make_it_not_ready_until_they_resolve() {
-        let board = board_with(Kind::AlertSource, Needs { secrets: true, check: None });
+        let board = board_with(Kind::AlertSource, Needs { secrets: true, ..Needs::default() });
         assert_eq!(ready(&board).1, reasons::RESOLVING);
         let key = key(Kind::AlertSource);
         board.set_secrets(&key, Some(Err("spec.auth.bearerToken: environment variable AKRITAS_X is not set".into())));
@@ -334,8 +337,29 @@ mod tests {
     }
 
     #[test]
+    fn what_this_version_does_not_do_is_never_ready() {
+        use crate::catalog::readiness::VALIDATORS_UNAVAILABLE;
+        let needs = Needs {
+            check: live_check(Kind::ValidatorProfile),
+            unavailable: Some(VALIDATORS_UNAVAILABLE),
+            ..Needs::default()
+        };
+        let board = board_with(Kind::ValidatorProfile, needs);
+        assert_eq!(ready(&board).1, reasons::CHECKING, "a pending check comes first");
+        board.set_check(&key(Kind::ValidatorProfile), Check::passed(reasons::PROGRAM_FOUND, "yamllint 1.29"));
+        let (status, reason, message) = ready(&board);
+        assert_eq!(
+            (status, reason.as_str(), message.as_str()),
+            (ConditionStatus::False, reasons::NOT_AVAILABLE, VALIDATORS_UNAVAILABLE)
+        );
+        let snapshot = board.get();
+        let found = find_condition(&snapshot.resources[0].conditions, conditions::PROGRAM_FOUND).unwrap();
+        assert_eq!(found.status, ConditionStatus::True, "the check itself still says what it found");
+    }
+
+    #[test]
     fn a_live_check_decides_readiness_from_pending_to_passed_or_failed() {
-        let board = board_with(Kind::McpAdapter, Needs { secrets: false, check: live_check(Kind::McpAdapter) });
+        let board = board_with(Kind::McpAdapter, Needs { check: live_check(Kind::McpAdapter), ..Needs::default() });
         assert_eq!(ready(&board).1, reasons::CONNECTING, "no outcome yet");
         let key = key(Kind::McpAdapter);
         board.set_check(&key, Check::pending(reasons::CONNECTING, "starting the session"));
@@ -351,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_missing_workspace_path_is_not_ready() {
-        let board = board_with(Kind::Workspace, Needs { secrets: false, check: live_check(Kind::Workspace) });
+        let board = board_with(Kind::Workspace, Needs { check: live_check(Kind::Workspace), ..Needs::default() });
         board.set_check(&key(Kind::Workspace), Check::failed(reasons::PATH_NOT_FOUND, "/srv/w does not exist"));
         assert_eq!(
             ready(&board),
@@ -381,7 +405,7 @@ mod tests {
 
     #[test]
     fn transition_times_move_only_when_a_status_changes() {
-        let board = board_with(Kind::McpAdapter, Needs { secrets: false, check: live_check(Kind::McpAdapter) });
+        let board = board_with(Kind::McpAdapter, Needs { check: live_check(Kind::McpAdapter), ..Needs::default() });
         let mut report = board.get().resources[0].clone();
         for condition in &mut report.conditions {
             condition.last_transition_time = "2026-01-01T00:00:00Z".into();

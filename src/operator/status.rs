@@ -303,7 +303,8 @@ mod tests {
 
     #[test]
     fn an_adapter_status_carries_its_connection_and_keeps_to_the_schema() {
-        let (board, _) = board(report(Kind::McpAdapter, Needs { secrets: false, check: live_check(Kind::McpAdapter) }));
+        let (board, _) =
+            board(report(Kind::McpAdapter, Needs { check: live_check(Kind::McpAdapter), ..Needs::default() }));
         board.set_runtime(
             key(Kind::McpAdapter),
             json!({"authorizedTools": 1, "connected": true,
