@@ -486,13 +486,22 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
     .await;
 
     // Retention (5 s here): the finished Run object is deleted and not written again.
+    // The Run object may be written a pass after the Incident that names it: wait
+    // until it is there, then until it is gone. A failed `kubectl get` is neither.
     let run = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
-    let exists = || api.kubectl(&["get", "run", &run, "-n", OPERATOR_NAMESPACE]).0 == 0;
-    let (_, gone) =
-        eventually(Duration::from_secs(20), "the expired Run object to be deleted", || (!exists()).then_some(())).await;
+    let exists = || match api.kubectl(&["get", "run", &run, "-n", OPERATOR_NAMESPACE]) {
+        (0, _, _) => Some(true),
+        (_, _, err) if err.contains("NotFound") || err.contains("not found") => Some(false),
+        _ => None,
+    };
+    eventually(Duration::from_secs(20), "the finished Run object", || (exists() == Some(true)).then_some(())).await;
+    let (_, gone) = eventually(Duration::from_secs(20), "the expired Run object to be deleted", || {
+        (exists() == Some(false)).then_some(())
+    })
+    .await;
     eprintln!("the finished Run object was deleted {gone:?} after the check started");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(!exists(), "an expired Run is not projected again");
+    assert_eq!(exists(), Some(false), "an expired Run is not projected again");
     assert!(exists_incident(&api, &incident_id), "a firing Incident is kept");
     assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
 }
