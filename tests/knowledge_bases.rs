@@ -6,7 +6,7 @@
 use akritas_testkit as support;
 
 use akritas::catalog::status::StatusBoard;
-use akritas::catalog::{CatalogStore, directory};
+use akritas::catalog::{CatalogStore, directory, merge};
 use akritas::engine::retrieval::Retriever;
 use akritas::knowledge::bases::KnowledgeBases;
 use support::host;
@@ -29,7 +29,7 @@ fn manifests(dir: &std::path::Path, runbooks: &std::path::Path) {
 
 fn load(dir: &std::path::Path) -> CatalogStore {
     let store = CatalogStore::new();
-    directory::apply(
+    merge::apply(
         directory::DirectorySource::new(vec![dir.to_path_buf()], None).reload(),
         &store,
         &StatusBoard::default(),

@@ -5,7 +5,8 @@ use anyhow::{Context, Result};
 
 use super::{assemble, live};
 use crate::catalog::CatalogStore;
-use crate::catalog::directory::{self, DirectorySource};
+use crate::catalog::directory::DirectorySource;
+use crate::catalog::merge;
 use crate::catalog::secrets::EnvSecrets;
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
@@ -22,7 +23,7 @@ pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
     let skills_dir = assemble::skills_dir(&settings)?;
     if !settings.resources.is_empty() || skills_dir.is_some() {
         let reload = DirectorySource::new(settings.resources.clone(), skills_dir).reload();
-        directory::apply(reload, &store, &StatusBoard::default());
+        merge::apply(reload, &store, &StatusBoard::default());
     }
     let llm = assemble::llm_client(&settings, &instructions)?;
     let audit = assemble::open_audit(&settings)?;

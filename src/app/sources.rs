@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::assemble;
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{self, DirectorySource};
+use crate::catalog::merge;
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
@@ -34,7 +35,7 @@ pub async fn standalone(
     })
     .await
     .context("loading resources")?;
-    directory::apply(reload, store, board);
+    merge::apply(reload, store, board);
     tasks.spawn(directory::watch(source, store.clone(), board.clone(), cancel.clone()));
     Ok(())
 }

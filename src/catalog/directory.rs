@@ -18,8 +18,6 @@ use super::{CatalogStore, ObjectKey};
 use crate::resources::Kind;
 use crate::resources::validate::{FieldError, parse_manifest};
 
-pub use super::merge::apply;
-
 /// Reads and validates every manifest under the directories (and the skills
 /// directory, if any), then runs the cross-object checks (duplicates, references).
 pub fn scan(dirs: &[PathBuf], skills_dir: Option<&Path>) -> Scan {
@@ -186,7 +184,7 @@ pub async fn watch(mut source: DirectorySource, store: CatalogStore, board: Stat
         match result {
             Ok((returned, reload)) => {
                 source = returned;
-                apply(reload, &store, &board);
+                super::merge::apply(reload, &store, &board);
             }
             Err(error) => {
                 tracing::error!(%error, "resource reload task failed; stopping the directory watch");

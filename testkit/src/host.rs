@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use akritas::audit::AuditLog;
 use akritas::catalog::CatalogStore;
-use akritas::catalog::directory::{self, DirectorySource};
+use akritas::catalog::directory::DirectorySource;
+use akritas::catalog::merge;
 use akritas::catalog::status::StatusBoard;
 use akritas::engine::budget::BudgetLimits;
 use akritas::engine::request::EngineSettings;
@@ -111,7 +112,7 @@ pub fn standard_tools() -> (Registry, Counters) {
 /// Loads a Catalog from a directory once.
 pub fn catalog_from(dir: &Path) -> CatalogStore {
     let store = CatalogStore::new();
-    directory::apply(DirectorySource::new(vec![dir.to_path_buf()], None).reload(), &store, &StatusBoard::default());
+    merge::apply(DirectorySource::new(vec![dir.to_path_buf()], None).reload(), &store, &StatusBoard::default());
     store
 }
 
