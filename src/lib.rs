@@ -17,6 +17,7 @@ pub mod notify;
 pub mod operator;
 pub mod outbound;
 pub mod resources;
+pub mod tenancy;
 pub mod text;
 pub mod tools;
 pub mod victoriametrics;

@@ -140,7 +140,7 @@ impl Fixture {
             _ => None,
         });
         let keys = if keys {
-            let refs = [ApiKeyRef { name: "ops".into(), env: "OPS_KEY".into() }];
+            let refs = [ApiKeyRef::admin("ops", "OPS_KEY")];
             ApiKeys::from_env(&refs, &|name: &str| (name == "OPS_KEY").then(|| API_KEY.to_string())).unwrap()
         } else {
             ApiKeys::default()

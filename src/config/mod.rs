@@ -43,6 +43,40 @@ pub const CONFIG_ENV: &str = "AKRITAS_CONFIG";
 /// Prefix of all setting environment variables.
 pub const ENV_PREFIX: &str = "AKRITAS_";
 
+/// What an API key may do. `admin` includes every other scope and sees every
+/// namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// `GET /metrics`.
+    Metrics,
+    /// Read Runs, Incidents, alert events, jobs, tools and resources of the key's namespace.
+    Read,
+    /// Start Runs (chat, follow-ups) in the key's namespace; includes `read`.
+    Chat,
+    /// Everything, in every namespace.
+    Admin,
+}
+
+impl Scope {
+    /// Every scope, in order.
+    pub const ALL: [Scope; 4] = [Scope::Metrics, Scope::Read, Scope::Chat, Scope::Admin];
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Metrics => "metrics",
+            Scope::Read => "read",
+            Scope::Chat => "chat",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// Parses the config spelling.
+    pub fn parse(s: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == s)
+    }
+}
+
 /// A named API key whose secret lives in environment variable `env`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRef {
@@ -50,6 +84,26 @@ pub struct ApiKeyRef {
     pub name: String,
     /// Name of the environment variable holding the secret.
     pub env: String,
+    /// What the key may do; written `NAME=ENV_VAR:read+chat`. Absent = `admin`
+    /// (what every key could do before scopes existed).
+    pub scopes: std::collections::BTreeSet<Scope>,
+    /// The namespace its Runs run in and whose records it reads; written
+    /// `NAME=ENV_VAR@team-a`. Absent = the home namespace.
+    pub namespace: Option<String>,
+}
+
+impl ApiKeyRef {
+    /// A key with every scope in the home namespace.
+    pub fn admin(name: &str, env: &str) -> Self {
+        Self { name: name.to_string(), env: env.to_string(), scopes: [Scope::Admin].into(), namespace: None }
+    }
+
+    /// Whether the key grants `scope` (`admin` grants all; `chat` grants `read`).
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin)
+            || self.scopes.contains(&scope)
+            || (scope == Scope::Read && self.scopes.contains(&Scope::Chat))
+    }
 }
 
 /// Log output format.
@@ -292,13 +346,10 @@ settings_table! {
         flag "upstream-api-key-env" [Option<String>] value_name "ENV_VAR";
         expect "an environment variable name such as OPENAI_API_KEY";
         check value::check_env_name;
-    /// Client API keys as NAME=ENV_VAR (repeatable or comma-separated; secret read from ENV_VAR)
-    api_keys: Vec<ApiKeyRef> = vec![ApiKeyRef {
-        name: "default".to_string(),
-        env: "AKRITAS_API_KEY".to_string(),
-    }];
-        flag "api-key" [Vec<String>] value_name "NAME=ENV_VAR" delimiter ',';
-        expect "at most 32 NAME=ENV_VAR entries with unique names";
+    /// Client API keys as NAME=ENV_VAR[:SCOPE+SCOPE][@NAMESPACE] (repeatable or comma-separated; secret read from ENV_VAR; scopes metrics, read, chat, admin, default admin)
+    api_keys: Vec<ApiKeyRef> = vec![ApiKeyRef::admin("default", "AKRITAS_API_KEY")];
+        flag "api-key" [Vec<String>] value_name "NAME=ENV_VAR[:SCOPES][@NAMESPACE]" delimiter ',';
+        expect "at most 32 NAME=ENV_VAR[:SCOPE+SCOPE][@NAMESPACE] entries with unique names";
         check value::check_api_keys;
     /// Serve without client authentication
     allow_unauthenticated: bool = false;
@@ -330,6 +381,31 @@ settings_table! {
         flag "namespace" [Option<String>] value_name "NAME";
         expect "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)";
         check value::check_namespace;
+    /// Operator mode: namespaces watched (repeatable or comma-separated), with `namespace`; none = every namespace Akritas may read
+    namespaces: Vec<String> = Vec::new();
+        flag "namespaces" [Vec<String>] value_name "NAME" delimiter ',';
+        expect "at most 64 Kubernetes namespace names";
+        check value::check_namespaces;
+    /// Namespaces whose tools, skills, knowledge and receivers every namespace uses (repeatable or comma-separated)
+    shared_namespaces: Vec<String> = Vec::new();
+        flag "shared-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
+        expect "at most 64 Kubernetes namespace names";
+        check value::check_namespaces;
+    /// Commands an McpAdapter may start over stdio: absolute paths, or `akritas` for this binary (which may only run `akritas mcp ...`)
+    stdio_commands: Vec<String> = vec!["akritas".to_string()];
+        flag "stdio-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
+        expect "at most 64 entries, each `akritas` or an absolute path";
+        check value::check_stdio_commands;
+    /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; the service's own keys never match
+    resource_env: Vec<String> = vec!["AKRITAS_*".to_string()];
+        flag "resource-env" [Vec<String>] value_name "NAME" delimiter ',';
+        expect "at most 64 environment variable names, each optionally ending in `*`";
+        check value::check_env_patterns;
+    /// Directories a KnowledgeBase directory may be under (standalone mode also allows the resource directories)
+    knowledge_roots: Vec<PathBuf> = Vec::new();
+        flag "knowledge-roots" [Vec<String>] value_name "DIR" delimiter ',';
+        expect "at most 64 absolute directory paths";
+        check value::check_roots;
     /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables
     skills_dir: Option<String> = Some("skills".to_string());
         flag "skills-dir" [Option<String>] value_name "DIR";
@@ -435,6 +511,16 @@ settings_table! {
         flag "alert-job-backoff" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1h, such as 30s";
         check value::duration_upto::<3600, false>;
+    /// New alert investigations one AlertSource may start per minute, 1-100000
+    alert_source_rate: u32 = 60;
+        flag "alert-source-rate" [Option<String>] value_name "N";
+        expect "an integer from 1 to 100000";
+        check value::u32_in::<1, 100_000>;
+    /// Pending alert investigations kept at once (deliveries that would add more get 429), 1-100000
+    alert_pending_jobs: u32 = 1000;
+        flag "alert-pending-jobs" [Option<String>] value_name "N";
+        expect "an integer from 1 to 100000";
+        check value::u32_in::<1, 100_000>;
     /// Timeout of one notification attempt, > 0 and <= 1m
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";
@@ -463,6 +549,14 @@ settings_table! {
 }
 
 impl Settings {
+    /// Operator mode: the namespaces watched (`namespace` and `namespaces`
+    /// together); empty = every namespace.
+    pub fn watched_namespaces(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.namespace.iter().cloned().collect();
+        all.extend(self.namespaces.iter().filter(|ns| Some(*ns) != self.namespace.as_ref()).cloned());
+        all
+    }
+
     /// Where the value of `key` came from ([`Source::Default`] when not
     /// overridden or unknown).
     pub fn origin(&self, key: &str) -> Source {

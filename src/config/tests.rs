@@ -68,7 +68,7 @@ fn file_err(body: &str) -> (String, PathBuf) {
 }
 
 fn key(name: &str, env: &str) -> ApiKeyRef {
-    ApiKeyRef { name: name.to_string(), env: env.to_string() }
+    ApiKeyRef::admin(name, env)
 }
 
 #[test]

@@ -1,15 +1,16 @@
 //! Typed parsing of setting values from text (environment variables, flags)
 //! and from JSON (the config file), plus per-setting validators.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use regex::Regex;
 use serde_json::Value;
 
-use super::{ApiKeyRef, LogFormat};
+use super::{ApiKeyRef, LogFormat, Scope};
 
 /// A problem found in a JSON value; `suffix` extends the JSON path of the
 /// setting (e.g. `[1].name`) when the problem is inside it.
@@ -203,28 +204,68 @@ impl ListItem for PathBuf {
     }
 }
 
+impl ListItem for String {
+    fn parse_item(s: &str) -> Result<Self, String> {
+        Ok(s.to_string())
+    }
+    fn to_item_text(&self) -> String {
+        self.clone()
+    }
+    fn from_json_item(v: &Value) -> Result<Self, JsonErr> {
+        match v.as_str() {
+            Some(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+            _ => Err(JsonErr::got("a non-empty string", v)),
+        }
+    }
+}
+
+/// Scopes written `read+chat`.
+fn parse_scopes(text: &str) -> Result<BTreeSet<Scope>, String> {
+    text.split('+')
+        .map(|item| {
+            Scope::parse(item.trim()).ok_or_else(|| {
+                format!("unknown scope {:?}; expected metrics, read, chat or admin joined by '+'", item.trim())
+            })
+        })
+        .collect()
+}
+
 impl ListItem for ApiKeyRef {
     fn parse_item(s: &str) -> Result<Self, String> {
-        let Some((name, env)) = s.split_once('=') else {
-            return Err(format!("{s:?} is not NAME=ENV_VAR (e.g. ops=AKRITAS_OPS_KEY)"));
+        let Some((name, rest)) = s.split_once('=') else {
+            return Err(format!("{s:?} is not NAME=ENV_VAR[:SCOPES][@NAMESPACE] (e.g. ops=AKRITAS_OPS_KEY:read+chat)"));
         };
-        let key = ApiKeyRef { name: name.trim().to_string(), env: env.trim().to_string() };
+        let (rest, namespace) = match rest.split_once('@') {
+            Some((rest, namespace)) => (rest, Some(namespace.trim().to_string())),
+            None => (rest, None),
+        };
+        let (env, scopes) = match rest.split_once(':') {
+            Some((env, scopes)) => (env, parse_scopes(scopes)?),
+            None => (rest, [Scope::Admin].into()),
+        };
+        let key = ApiKeyRef { name: name.trim().to_string(), env: env.trim().to_string(), scopes, namespace };
         check_api_key_ref(&key)?;
         Ok(key)
     }
 
     fn to_item_text(&self) -> String {
-        format!("{}={}", self.name, self.env)
+        let scopes: Vec<&str> = self.scopes.iter().map(|s| s.as_str()).collect();
+        let mut text = format!("{}={}:{}", self.name, self.env, scopes.join("+"));
+        if let Some(namespace) = &self.namespace {
+            text.push('@');
+            text.push_str(namespace);
+        }
+        text
     }
 
     fn from_json_item(v: &Value) -> Result<Self, JsonErr> {
         let Some(obj) = v.as_object() else {
             return Err(JsonErr::got("an object like {\"name\": \"ops\", \"env\": \"AKRITAS_OPS_KEY\"}", v));
         };
-        if let Some(k) = obj.keys().find(|k| *k != "name" && *k != "env") {
+        if let Some(k) = obj.keys().find(|k| !["name", "env", "scopes", "namespace"].contains(&k.as_str())) {
             return Err(JsonErr {
                 suffix: format!(".{k}"),
-                problem: "unknown field; known fields are: name, env".to_string(),
+                problem: "unknown field; known fields are: name, env, scopes, namespace".to_string(),
             });
         }
         let field = |k: &str| -> Result<String, JsonErr> {
@@ -236,7 +277,34 @@ impl ListItem for ApiKeyRef {
                 None => Err(JsonErr { suffix: format!(".{k}"), problem: "required field is missing".to_string() }),
             }
         };
-        let key = ApiKeyRef { name: field("name")?, env: field("env")? };
+        let scopes = match obj.get("scopes") {
+            None => [Scope::Admin].into(),
+            Some(Value::Array(items)) if !items.is_empty() => items
+                .iter()
+                .map(|item| item.as_str().and_then(Scope::parse))
+                .collect::<Option<BTreeSet<Scope>>>()
+                .ok_or_else(|| JsonErr {
+                    suffix: ".scopes".to_string(),
+                    problem: format!("expected scopes from metrics, read, chat, admin, got {}", show(&obj["scopes"])),
+                })?,
+            Some(other) => {
+                return Err(JsonErr {
+                    suffix: ".scopes".to_string(),
+                    problem: format!("expected a non-empty array of scopes, got {}", show(other)),
+                });
+            }
+        };
+        let namespace = match obj.get("namespace") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                return Err(JsonErr {
+                    suffix: ".namespace".to_string(),
+                    problem: format!("expected a namespace name, got {}", show(other)),
+                });
+            }
+        };
+        let key = ApiKeyRef { name: field("name")?, env: field("env")?, scopes, namespace };
         check_api_key_ref(&key).map_err(|p| JsonErr::new(format!("{p}, got {}", show(v))))?;
         Ok(key)
     }
@@ -382,14 +450,7 @@ pub(crate) fn check_model(v: String, expect: &str) -> Result<String, String> {
 pub(crate) fn check_namespace(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
     match v.as_deref().map(str::trim) {
         None | Some("") => Ok(None),
-        Some(s)
-            if s.len() <= 63
-                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !s.starts_with('-')
-                && !s.ends_with('-') =>
-        {
-            Ok(Some(s.to_string()))
-        }
+        Some(s) if is_namespace(s) => Ok(Some(s.to_string())),
         Some(_) => Err(expected(expect)),
     }
 }
@@ -416,7 +477,79 @@ fn check_api_key_ref(k: &ApiKeyRef) -> Result<(), String> {
             k.env, k.name
         ));
     }
+    if k.scopes.is_empty() {
+        return Err(format!("api key {:?} has no scope; give at least one of metrics, read, chat, admin", k.name));
+    }
+    if let Some(namespace) = &k.namespace
+        && !is_namespace(namespace)
+    {
+        return Err(format!(
+            "namespace {namespace:?} of api key {:?} is not a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)",
+            k.name
+        ));
+    }
     Ok(())
+}
+
+/// A Kubernetes namespace name (RFC 1123 label).
+fn is_namespace(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// At most 64 namespace names, no duplicates.
+pub(crate) fn check_namespaces(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} namespaces given; expected {expect}", v.len()));
+    }
+    if let Some(bad) = v.iter().find(|ns| !is_namespace(ns)) {
+        return Err(format!("{bad:?} is not a namespace name; expected {expect}"));
+    }
+    Ok(dedup(v))
+}
+
+fn dedup(v: Vec<String>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    v.into_iter().filter(|item| seen.insert(item.clone())).collect()
+}
+
+/// `akritas` (this binary) or absolute paths.
+pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} commands given; expected {expect}", v.len()));
+    }
+    if let Some(bad) = v.iter().find(|c| c.as_str() != "akritas" && !Path::new(c.as_str()).is_absolute()) {
+        return Err(format!("{bad:?} is neither `akritas` nor an absolute path; expected {expect}"));
+    }
+    Ok(dedup(v))
+}
+
+/// Environment variable names, each optionally ending in `*`.
+pub(crate) fn check_env_patterns(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} names given; expected {expect}", v.len()));
+    }
+    for pattern in &v {
+        let stem = pattern.strip_suffix('*').unwrap_or(pattern);
+        if stem.contains('*') || (!stem.is_empty() && !is_env_name(stem)) || (stem.is_empty() && pattern.is_empty()) {
+            return Err(format!("{pattern:?} is not an environment variable name; expected {expect}"));
+        }
+    }
+    Ok(dedup(v))
+}
+
+/// Absolute directory paths.
+pub(crate) fn check_roots(v: Vec<PathBuf>, expect: &str) -> Result<Vec<PathBuf>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} directories given; expected {expect}", v.len()));
+    }
+    if let Some(bad) = v.iter().find(|p| !p.is_absolute()) {
+        return Err(format!("{} is not an absolute path; expected {expect}", bad.display()));
+    }
+    Ok(v)
 }
 
 /// At most 32 API keys with unique names.

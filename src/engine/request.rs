@@ -68,8 +68,11 @@ impl EngineSettings {
 }
 
 /// A request to run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RunRequest {
+    /// Namespace the Run belongs to: it uses only the tools, skills and knowledge
+    /// this namespace may see (`crate::tenancy`).
+    pub namespace: String,
     /// `chat`, `cli`, `alert:<provider>`, …
     pub source: String,
     /// API key name, bot user, `cli`.
@@ -99,6 +102,23 @@ pub struct Parameters {
     pub temperature: f64,
     /// Response language (normalised BCP 47).
     pub language: String,
+}
+
+impl Default for RunRequest {
+    fn default() -> Self {
+        Self {
+            namespace: crate::tenancy::DEFAULT_NAMESPACE.to_string(),
+            source: String::new(),
+            actor: String::new(),
+            turns: Vec::new(),
+            max_tokens: None,
+            temperature: None,
+            response_language: None,
+            context: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            investigate: false,
+        }
+    }
 }
 
 impl RunRequest {

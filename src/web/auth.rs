@@ -116,7 +116,7 @@ mod tests {
     use super::*;
 
     fn refs() -> Vec<ApiKeyRef> {
-        vec![ApiKeyRef { name: "ops".into(), env: "K1".into() }, ApiKeyRef { name: "ci".into(), env: "K2".into() }]
+        vec![ApiKeyRef::admin("ops", "K1"), ApiKeyRef::admin("ci", "K2")]
     }
 
     #[test]

@@ -1,0 +1,52 @@
+//! Tenancy (ARCHITECTURE.md §5): a resource is input from whoever may create it in
+//! its namespace, so it affects only Runs, Incidents, receivers, tools, skills and
+//! knowledge of its own namespace, unless the service configuration shares that
+//! namespace with every other. A Run carries the namespace of what caused it.
+
+use std::collections::BTreeSet;
+
+/// Namespace of a standalone manifest without one, and of a Run nobody placed.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Which namespaces' resources a Run of a given namespace may use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tenancy {
+    shared: BTreeSet<String>,
+}
+
+impl Tenancy {
+    /// Tenancy with these shared namespaces (from the `shared_namespaces` setting).
+    pub fn new(shared: impl IntoIterator<Item = String>) -> Self {
+        Self { shared: shared.into_iter().collect() }
+    }
+
+    /// Whether resources of `resource_namespace` are shared with every namespace.
+    pub fn is_shared(&self, resource_namespace: &str) -> bool {
+        self.shared.contains(resource_namespace)
+    }
+
+    /// Whether a Run of `run_namespace` may use a resource of `resource_namespace`.
+    pub fn sees(&self, run_namespace: &str, resource_namespace: &str) -> bool {
+        run_namespace == resource_namespace || self.is_shared(resource_namespace)
+    }
+
+    /// The shared namespaces.
+    pub fn shared(&self) -> impl Iterator<Item = &str> {
+        self.shared.iter().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_sees_itself_and_the_shared_ones_only() {
+        let tenancy = Tenancy::new(["platform".to_string()]);
+        assert!(tenancy.sees("team-a", "team-a"));
+        assert!(tenancy.sees("team-a", "platform"));
+        assert!(!tenancy.sees("team-a", "team-b"));
+        assert!(!tenancy.sees("platform", "team-a"));
+        assert!(!Tenancy::default().sees("team-a", "platform"));
+    }
+}
