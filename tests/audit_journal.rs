@@ -16,6 +16,7 @@ async fn write_runs(path: &Path) -> AuditLog {
     for n in 0..3 {
         let id = audit
             .start(NewRun {
+                namespace: "default".into(),
                 source: "chat".into(),
                 actor: format!("user-{n}"),
                 model: Some("m".into()),

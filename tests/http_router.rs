@@ -116,6 +116,7 @@ impl Fixture {
         let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());
         let run = audit
             .start(NewRun {
+                namespace: "default".into(),
                 source: "chat".into(),
                 actor: "ops".into(),
                 model: Some("scripted-model".into()),

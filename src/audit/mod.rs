@@ -116,6 +116,9 @@ pub struct AuditEvent {
 pub struct RunRecord {
     /// Id.
     pub id: RunId,
+    /// Namespace the Run belongs to (Runs journaled before tenancy: `default`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
     /// What started it (`chat`, `cli`, `alert:<provider>`, …).
     pub source: String,
     /// Who (API key name, `anonymous`, bot user).
@@ -165,6 +168,8 @@ impl RunRecord {
 /// What opens a Run.
 #[derive(Clone, Debug)]
 pub struct NewRun {
+    /// Namespace the Run belongs to.
+    pub namespace: String,
     /// Source.
     pub source: String,
     /// Actor.
@@ -175,6 +180,10 @@ pub struct NewRun {
     pub catalog_version: u64,
     /// Facts known at the start (redacted, bounded).
     pub metadata: BTreeMap<String, Value>,
+}
+
+fn default_namespace() -> String {
+    crate::tenancy::DEFAULT_NAMESPACE.to_string()
 }
 
 /// An event to append.
@@ -332,6 +341,7 @@ impl AuditLog {
         let id = RunId::generate();
         let run = RunRecord {
             id: id.clone(),
+            namespace: bound(&new.namespace),
             source: bound(&new.source),
             actor: bound(&new.actor),
             model: new.model.as_deref().map(bound),

@@ -46,6 +46,7 @@ impl Recorder {
             (Some(audit), None) => Some(
                 audit
                     .start(NewRun {
+                        namespace: request.namespace.clone(),
                         source: request.source.clone(),
                         actor: request.actor.clone(),
                         model: Some(model.to_string()),

@@ -454,6 +454,7 @@ mod tests {
 
     fn run(status: RunStatus, payload_bytes: usize, events: u32) -> RunRecord {
         RunRecord {
+            namespace: "default".into(),
             id: RunId::generate(),
             source: "chat".into(),
             actor: "cli".into(),
