@@ -30,9 +30,29 @@ impl Tenancy {
         run_namespace == resource_namespace || self.is_shared(resource_namespace)
     }
 
+    /// What a Run of `namespace` may use.
+    pub fn scope(&self, namespace: &str) -> Scope {
+        Scope { namespace: namespace.to_string(), tenancy: self.clone() }
+    }
+
     /// The shared namespaces.
     pub fn shared(&self) -> impl Iterator<Item = &str> {
         self.shared.iter().map(String::as_str)
+    }
+}
+
+/// The namespace of one Run and what it may see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// The Run's namespace.
+    pub namespace: String,
+    tenancy: Tenancy,
+}
+
+impl Scope {
+    /// Whether the Run may use a resource of `resource_namespace`.
+    pub fn sees(&self, resource_namespace: &str) -> bool {
+        self.tenancy.sees(&self.namespace, resource_namespace)
     }
 }
 

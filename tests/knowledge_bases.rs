@@ -27,6 +27,11 @@ fn manifests(dir: &std::path::Path, runbooks: &std::path::Path) {
     .unwrap();
 }
 
+/// What a Run of namespace `ops` (where the test's KnowledgeBase lives) sees.
+fn ops() -> akritas::tenancy::Scope {
+    akritas::tenancy::Tenancy::default().scope("ops")
+}
+
 fn load(dir: &std::path::Path) -> CatalogStore {
     let store = CatalogStore::new();
     merge::apply(
@@ -51,22 +56,29 @@ async fn knowledge_bases_build_reuse_rebuild_and_search() {
     let storage = work.path().join("knowledge");
 
     let bases = KnowledgeBases::new(400, Some(storage.clone()));
-    assert!(!bases.is_available());
+    assert!(!bases.is_available(&ops()));
     let refreshed = bases.refresh(&load(&resources).current());
     assert_eq!(refreshed.len(), 1);
     let stats = refreshed[0].outcome.as_ref().unwrap();
     assert_eq!(stats.documents, 5, "three files, one ConfigMap key, one inline document");
     assert!(refreshed[0].rebuilt);
-    assert!(bases.is_available());
+    assert!(bases.is_available(&ops()));
 
-    let found = bases.search("ACME challenge certificate", 3).await.unwrap();
+    let found = bases.search(&ops(), "ACME challenge certificate", 3).await.unwrap();
     let first = &found.output["results"][0];
     assert_eq!(first["title"], "Certificate renewals");
     assert_eq!(first["url"], "https://wiki.example.com/tls");
     assert!(first["score"].as_f64().unwrap() > 0.0);
     let version = found.versions["ops/runbooks"].clone();
     assert_eq!(found.output["knowledge_bases"]["ops/runbooks"], version.as_str());
-    let dns = bases.search("CoreDNS ndots", 1).await.unwrap();
+    let dns = bases.search(&ops(), "CoreDNS ndots", 1).await.unwrap();
+    // Another namespace does not see this knowledge base at all.
+    let other = akritas::tenancy::Tenancy::default().scope("team-b");
+    assert!(!bases.is_available(&other));
+    let nothing = bases.search(&other, "CoreDNS ndots", 1).await.unwrap();
+    assert_eq!(nothing.output["results"], serde_json::json!([]), "{}", nothing.output);
+    let shared = akritas::tenancy::Tenancy::new(["ops".to_string()]).scope("team-b");
+    assert!(bases.is_available(&shared), "a shared namespace's knowledge is searched by every namespace");
     assert_eq!(dns.output["results"][0]["document"], "configmap/extra/dns.md");
 
     // Unchanged content: nothing rebuilt, and a fresh process reopens the stored index.
@@ -80,7 +92,7 @@ async fn knowledge_bases_build_reuse_rebuild_and_search() {
     std::fs::write(&file, text.replace("Log rotation broken", "Log rotation broken by logrotate-zebra")).unwrap();
     let refreshed = restarted.refresh(&load(&resources).current());
     assert!(refreshed[0].rebuilt);
-    let hits = restarted.search("logrotate-zebra", 1).await.unwrap();
+    let hits = restarted.search(&ops(), "logrotate-zebra", 1).await.unwrap();
     assert_eq!(hits.output["results"][0]["document"], "disk-full.md");
     assert_ne!(hits.versions["ops/runbooks"], version);
     assert_eq!(std::fs::read_dir(storage.join("ops.runbooks")).unwrap().count(), 1, "old versions are deleted");
@@ -88,6 +100,6 @@ async fn knowledge_bases_build_reuse_rebuild_and_search() {
     // Removing the resource removes the index.
     std::fs::remove_file(resources.join("kb.yaml")).unwrap();
     assert!(restarted.refresh(&host::catalog_from(&resources).current()).is_empty());
-    assert!(!restarted.is_available());
+    assert!(!restarted.is_available(&ops()));
     assert!(!storage.join("ops.runbooks").exists());
 }

@@ -127,11 +127,16 @@ async fn wall_time_exhausts() {
 struct BigRetriever;
 
 impl Retriever for BigRetriever {
-    fn is_available(&self) -> bool {
+    fn is_available(&self, _scope: &akritas::tenancy::Scope) -> bool {
         true
     }
 
-    fn search(&self, _query: &str, _top_k: usize) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
+    fn search(
+        &self,
+        _scope: &akritas::tenancy::Scope,
+        _query: &str,
+        _top_k: usize,
+    ) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
         Box::pin(async {
             Ok(Retrieved {
                 output: json!({"results": [{"document": "runbook.md", "text": "x".repeat(4096)}]}),

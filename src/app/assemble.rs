@@ -14,6 +14,7 @@ use crate::engine::retrieval::Retriever;
 use crate::engine::run::Engine;
 use crate::knowledge::bases::KnowledgeBases;
 use crate::llm::{LlmClient, LlmConfig};
+use crate::tenancy::Tenancy;
 use crate::tools::{RegistryBuilder, ToolLimits};
 
 /// The skills directory in force: an explicitly configured directory must exist;
@@ -75,6 +76,17 @@ pub fn engine(
     let tools = RegistryBuilder::new(ToolLimits::default()).build();
     let retriever: Arc<dyn Retriever> = Arc::new(knowledge.clone());
     Engine::new(EngineSettings::from_settings(settings), llm, tools, Some(audit), catalog, Some(retriever))
+        .with_tenancy(Tenancy::new(settings.shared_namespaces.iter().cloned()))
+}
+
+/// The namespace API keys without one act in: the pod's namespace in operator
+/// mode, `default` standalone (where manifests without a namespace live).
+pub fn home_namespace(settings: &Settings) -> String {
+    if settings.kubernetes {
+        super::process::pod_namespace(settings)
+    } else {
+        crate::tenancy::DEFAULT_NAMESPACE.to_string()
+    }
 }
 
 /// The knowledge bases with the configured excerpt size.

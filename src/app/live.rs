@@ -72,7 +72,7 @@ fn publish(
     engine: &Engine,
     failures: &[(ObjectKey, String)],
 ) {
-    engine.set_tools(&host.registry());
+    engine.set_namespaced_tools(&host.registries());
     let catalog = store.current();
     let statuses = host.status();
     for (key, _) in catalog.of_kind(Kind::McpAdapter) {

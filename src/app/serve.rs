@@ -24,7 +24,8 @@ use crate::web::{self, AppState};
 /// then an error so that the process exits and a new leader takes over).
 pub async fn serve(settings: Settings) -> Result<()> {
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
-    let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?;
+    let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
+        .with_home_namespace(&super::assemble::home_namespace(&settings));
     if !keys.enabled() {
         if !settings.address.ip().is_loopback() && !settings.allow_unauthenticated {
             bail!(
@@ -107,7 +108,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             (engine.clone(), from_catalog::adapters(&store.current(), secrets.as_ref()).0.len(), cancel.clone());
         tasks.spawn(async move {
             live::adapters_settled(&mcp, expected, live::MCP_CONNECT_WAIT).await;
-            engine.set_tools(&mcp.registry());
+            engine.set_namespaced_tools(&mcp.registries());
             Arc::new(worker).run(cancel).await;
         });
     }

@@ -447,13 +447,19 @@ impl AuditLog {
 
     /// Runs, newest first, without raw tool payloads.
     pub fn list(&self, limit: usize) -> Vec<RunRecord> {
+        self.list_where(limit, |_| true)
+    }
+
+    /// The newest `limit` Runs (at most [`MAX_LIST`]) of the namespaces `visible` accepts.
+    pub fn list_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<RunRecord> {
         let state = self.read();
         state
             .order
             .iter()
             .rev()
-            .take(limit.min(MAX_LIST))
             .filter_map(|id| state.runs.get(id))
+            .filter(|run| visible(&run.namespace))
+            .take(limit.min(MAX_LIST))
             .map(RunRecord::summary)
             .collect()
     }

@@ -2,6 +2,7 @@
 //! inventory does not make the right skill obvious. Loading a skill injects its
 //! guidance into the system message; it never adds a tool and is not evidence.
 
+use crate::tenancy::Scope;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +21,11 @@ pub const LOAD_SKILL: &str = "knowledge.load_skill";
 /// Most hits one search may ask for.
 pub const MAX_TOP_K: u64 = 20;
 
-/// Registers `knowledge.search` over the knowledge bases.
+/// Registers `knowledge.search` over the knowledge bases the Run's scope sees.
 pub fn register_search(
     builder: &mut RegistryBuilder,
     retriever: Arc<dyn Retriever>,
+    scope: Scope,
     default_top_k: usize,
 ) -> Result<(), RegistryError> {
     builder.register(
@@ -38,10 +40,11 @@ pub fn register_search(
         )?,
         Arc::new(move |arguments: Value| -> ToolFuture {
             let retriever = retriever.clone();
+            let scope = scope.clone();
             Box::pin(async move {
                 let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default().to_string();
                 let top_k = arguments.get("top_k").and_then(Value::as_u64).map_or(default_top_k, |k| k as usize);
-                let found = retriever.search(&query, top_k).await.map_err(|e| e.to_string())?;
+                let found = retriever.search(&scope, &query, top_k).await.map_err(|e| e.to_string())?;
                 Ok(found.output.to_string())
             })
         }) as Arc<dyn ToolHandler>,

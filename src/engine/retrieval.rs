@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::llm::Message;
+use crate::tenancy::Scope;
 use crate::tools::{ErrorCode, ToolError, ToolResult};
 
 /// Host name of the runbook search tool.
@@ -18,11 +19,14 @@ pub const PREFETCH_CALL_ID: &str = "call_akritas_rag_prefetch";
 
 /// Runbook retrieval (implemented by the knowledge bases): automatic for the
 /// latest user message, and behind the read-only `knowledge.search` tool.
+/// A Run searches only the knowledge bases its scope sees.
 pub trait Retriever: Send + Sync {
-    /// Whether anything can be searched now.
-    fn is_available(&self) -> bool;
-    /// Searches for `query`; the output is what the model sees.
-    fn search(&self, query: &str, top_k: usize) -> BoxFuture<'static, Result<Retrieved, RetrievalError>>;
+    /// Whether anything can be searched now by a Run of `scope`.
+    fn is_available(&self, scope: &Scope) -> bool;
+    /// Searches the knowledge bases `scope` sees for `query`; the output is what
+    /// the model sees.
+    fn search(&self, scope: &Scope, query: &str, top_k: usize)
+    -> BoxFuture<'static, Result<Retrieved, RetrievalError>>;
 }
 
 /// What a retrieval found.

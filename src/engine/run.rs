@@ -4,6 +4,7 @@
 //! steps live in their own modules; this one admits a Run, opens and closes its
 //! record, and maps how it ended.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,13 +21,24 @@ use super::structuring;
 use crate::audit::{AuditLog, RunId};
 use crate::catalog::CatalogStore;
 use crate::llm::LlmClient;
+use crate::tenancy::Tenancy;
 use crate::tools::{ReadOnlyPolicy, Registry};
+
+/// The read-only tools the engine may hand out: some visible to every Run (built
+/// in, or given by a test), the rest owned by the namespace of the resource that
+/// declared them.
+#[derive(Clone)]
+struct Tools {
+    everywhere: Registry,
+    by_namespace: BTreeMap<String, Registry>,
+}
 
 /// The engine: shared by every entry point.
 pub struct Engine {
     settings: EngineSettings,
     llm: LlmClient,
-    tools: std::sync::RwLock<Registry>,
+    tools: std::sync::RwLock<Tools>,
+    tenancy: Tenancy,
     audit: Option<Arc<AuditLog>>,
     catalog: CatalogStore,
     retriever: Option<Arc<dyn Retriever>>,
@@ -45,8 +57,10 @@ impl Engine {
         retriever: Option<Arc<dyn Retriever>>,
     ) -> Self {
         let slots = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
+        let tools = Tools { everywhere: tools.filter(&ReadOnlyPolicy), by_namespace: BTreeMap::new() };
         Self {
-            tools: std::sync::RwLock::new(tools.filter(&ReadOnlyPolicy)),
+            tools: std::sync::RwLock::new(tools),
+            tenancy: Tenancy::default(),
             settings,
             llm,
             audit,
@@ -56,15 +70,51 @@ impl Engine {
         }
     }
 
-    /// The authorized read-only tools now (a Run keeps the set it started with).
-    pub fn tools(&self) -> Registry {
-        self.tools.read().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Which namespaces' resources a Run of each namespace may use.
+    pub fn with_tenancy(mut self, tenancy: Tenancy) -> Self {
+        self.tenancy = tenancy;
+        self
     }
 
-    /// Replaces the tools (for example when MCP adapters change); only `read`
-    /// tools are kept.
+    /// The tenancy in force.
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
+    }
+
+    /// The authorized read-only tools a Run of `namespace` gets now (a Run keeps
+    /// the set it started with): the tools visible everywhere, those of its own
+    /// namespace and those of the shared namespaces. A name already taken is not
+    /// shadowed: the earlier registry keeps it (adapters refuse such a namespace
+    /// before they start, so this is a last line of defence).
+    pub fn tools_for(&self, namespace: &str) -> Registry {
+        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let own = tools.by_namespace.get(namespace).into_iter();
+        let shared = tools
+            .by_namespace
+            .iter()
+            .filter(|(owner, _)| owner.as_str() != namespace && self.tenancy.is_shared(owner))
+            .map(|(_, registry)| registry);
+        let mut visible = tools.everywhere;
+        for registry in own.chain(shared) {
+            match visible.merge(registry) {
+                Ok(merged) => visible = merged,
+                Err(error) => tracing::warn!(%namespace, %error, "tools not offered: a name is already taken"),
+            }
+        }
+        visible
+    }
+
+    /// Replaces the tools every namespace sees (built-in or test tools); only
+    /// `read` tools are kept.
     pub fn set_tools(&self, tools: &Registry) {
-        *self.tools.write().unwrap_or_else(|p| p.into_inner()) = tools.filter(&ReadOnlyPolicy);
+        self.tools.write().unwrap_or_else(|p| p.into_inner()).everywhere = tools.filter(&ReadOnlyPolicy);
+    }
+
+    /// Replaces the tools owned by namespaces (MCP adapters, by the namespace of
+    /// their resource); only `read` tools are kept.
+    pub fn set_namespaced_tools(&self, tools: &BTreeMap<String, Registry>) {
+        let filtered = tools.iter().map(|(ns, registry)| (ns.clone(), registry.filter(&ReadOnlyPolicy))).collect();
+        self.tools.write().unwrap_or_else(|p| p.into_inner()).by_namespace = filtered;
     }
 
     /// The audit log, when enabled.
@@ -112,11 +162,13 @@ impl Engine {
         let run_id = recorder.run_id().cloned();
 
         let mut state = RunState::new(&self.llm, recorder, self.settings.limits.clone(), params);
+        let scope = self.tenancy.scope(&request.namespace);
         let inputs = Inputs {
-            tools: self.tools(),
+            tools: self.tools_for(&request.namespace),
             retriever: self.retriever.as_ref(),
+            scope: &scope,
             search_top_k: self.settings.search_top_k,
-            catalog_skills: Arc::new(skills::skills_of(&catalog)),
+            catalog_skills: Arc::new(skills::skills_of(&catalog, &scope)),
         };
         let result = match steps::answer(&mut state, &inputs, &request).await {
             Ok(answer) if request.investigate => {

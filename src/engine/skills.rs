@@ -10,6 +10,7 @@ use sha2::Digest;
 
 use crate::catalog::Catalog;
 use crate::resources::{Kind, Resource};
+use crate::tenancy::Scope;
 
 /// Most skills one Run may select (automatically and by loading).
 pub const MAX_SKILLS_PER_RUN: usize = 8;
@@ -56,15 +57,16 @@ pub struct SkillEntry {
     pub sha256: String,
 }
 
-/// The skills of a Catalog, by name. A name defined in several namespaces is
-/// qualified as `<namespace>/<name>`.
-pub fn skills_of(catalog: &Catalog) -> BTreeMap<String, SkillEntry> {
+/// The skills of a Catalog a Run of `scope` may use, by name. A name defined in
+/// several of those namespaces is qualified as `<namespace>/<name>`.
+pub fn skills_of(catalog: &Catalog, scope: &Scope) -> BTreeMap<String, SkillEntry> {
+    let visible = || catalog.of_kind(Kind::Skill).filter(|(key, _)| scope.sees(&key.namespace));
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for (key, _) in catalog.of_kind(Kind::Skill) {
+    for (key, _) in visible() {
         *counts.entry(key.name.as_str()).or_default() += 1;
     }
     let mut skills = BTreeMap::new();
-    for (key, entry) in catalog.of_kind(Kind::Skill) {
+    for (key, entry) in visible() {
         let (Resource::Skill(skill), Some(content)) = (entry.resource.as_ref(), catalog.skill_content(key)) else {
             continue;
         };

@@ -18,6 +18,7 @@ use super::skills::{self, RunSkills, SkillEntry};
 use super::state::{RunState, Stop, definitions};
 use crate::language::language_instruction;
 use crate::llm::{self, Message, ToolChoice};
+use crate::tenancy::Scope;
 use crate::tools::{Registry, RegistryBuilder, RegistryError, ToolCall};
 
 /// What the steps use from the engine, fixed when the Run starts.
@@ -26,6 +27,8 @@ pub struct Inputs<'a> {
     pub tools: Registry,
     /// Runbook retrieval, when configured.
     pub retriever: Option<&'a Arc<dyn Retriever>>,
+    /// The Run's namespace and what it may see (knowledge bases are searched within it).
+    pub scope: &'a Scope,
     /// Top-k of the automatic retrieval.
     pub search_top_k: usize,
     /// Skills of the pinned Catalog, by name.
@@ -52,10 +55,10 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
 
     // Automatic retrieval.
     let mut retrieved = Value::Null;
-    if let Some(retriever) = inputs.retriever.filter(|r| r.is_available())
+    if let Some(retriever) = inputs.retriever.filter(|r| r.is_available(inputs.scope))
         && state.budget.tool_calls_left() > 0
     {
-        retrieved = retrieve(state, retriever.as_ref(), &question, inputs.search_top_k).await?;
+        retrieved = retrieve(state, retriever.as_ref(), inputs.scope, &question, inputs.search_top_k).await?;
     }
 
     // The execution catalog: authorized read-only tools plus this Run's knowledge tools.
@@ -124,13 +127,14 @@ fn opening<'t>(turns: &'t [Turn], language: &str) -> (String, &'t [Turn]) {
 async fn retrieve(
     state: &mut RunState<'_>,
     retriever: &dyn Retriever,
+    scope: &Scope,
     query: &str,
     top_k: usize,
 ) -> Result<Value, Stop> {
     state.budget.begin_tool_call(Instant::now())?;
     let started = Instant::now();
     let arguments = Prefetch::arguments(query);
-    let found = retriever.search(query, top_k).await;
+    let found = retriever.search(scope, query, top_k).await;
     let prefetch = Prefetch::new(found, started.elapsed());
     let text = prefetch.result.to_json_string();
     state.budget.record_retrieved(text.len())?;
@@ -146,7 +150,7 @@ async fn retrieve(
 
 /// The authorized read-only tools plus this Run's knowledge tools (skills, search).
 fn execution_registry(inputs: &Inputs<'_>, state: &RunSkills) -> Result<Registry, RegistryError> {
-    let retriever = inputs.retriever.filter(|r| r.is_available());
+    let retriever = inputs.retriever.filter(|r| r.is_available(inputs.scope));
     if inputs.catalog_skills.is_empty() && retriever.is_none() {
         return Ok(inputs.tools.clone());
     }
@@ -155,7 +159,7 @@ fn execution_registry(inputs: &Inputs<'_>, state: &RunSkills) -> Result<Registry
         knowledge_tools::register(&mut builder, inputs.catalog_skills.clone(), state.clone())?;
     }
     if let Some(retriever) = retriever {
-        knowledge_tools::register_search(&mut builder, retriever.clone(), inputs.search_top_k)?;
+        knowledge_tools::register_search(&mut builder, retriever.clone(), inputs.scope.clone(), inputs.search_top_k)?;
     }
     inputs.tools.merge(&builder.build())
 }

@@ -17,6 +17,7 @@ use crate::catalog::{Catalog, ObjectKey};
 use crate::engine::retrieval::{RetrievalError, Retrieved, Retriever};
 use crate::resources::knowledge_base::KnowledgeBaseSpec;
 use crate::resources::{Kind, Resource};
+use crate::tenancy::Scope;
 use crate::text::prefix_chars;
 
 /// Most hits a single search returns.
@@ -205,8 +206,25 @@ impl KnowledgeBases {
 
     /// Searches every knowledge base and merges the hits by score.
     pub fn search_all(&self, query: &str, top_k: usize) -> Result<Retrieved, IndexError> {
-        let loaded: Vec<Arc<Loaded>> =
-            self.loaded.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        self.search_where(|_| true, query, top_k)
+    }
+
+    /// Searches the knowledge bases of the namespaces `visible` accepts and merges
+    /// the hits by score.
+    pub fn search_where(
+        &self,
+        visible: impl Fn(&str) -> bool,
+        query: &str,
+        top_k: usize,
+    ) -> Result<Retrieved, IndexError> {
+        let loaded: Vec<Arc<Loaded>> = self
+            .loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(key, _)| visible(&key.namespace))
+            .map(|(_, base)| base.clone())
+            .collect();
         let top_k = top_k.clamp(1, MAX_HITS);
         let mut hits = Vec::new();
         let mut versions = BTreeMap::new();
@@ -250,13 +268,18 @@ fn keep_previous(
 }
 
 impl Retriever for KnowledgeBases {
-    fn is_available(&self) -> bool {
-        !self.loaded.read().unwrap_or_else(|p| p.into_inner()).is_empty()
+    fn is_available(&self, scope: &Scope) -> bool {
+        self.loaded.read().unwrap_or_else(|p| p.into_inner()).keys().any(|key| scope.sees(&key.namespace))
     }
 
-    fn search(&self, query: &str, top_k: usize) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
+    fn search(
+        &self,
+        scope: &Scope,
+        query: &str,
+        top_k: usize,
+    ) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
         // BM25 over in-memory indexes takes well under a millisecond: no need to leave the task.
-        let result = self.search_all(query, top_k).map_err(RetrievalError::new);
+        let result = self.search_where(|namespace| scope.sees(namespace), query, top_k).map_err(RetrievalError::new);
         Box::pin(async move { result })
     }
 }

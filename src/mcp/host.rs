@@ -41,7 +41,9 @@ struct Inner {
 
 struct State {
     slots: BTreeMap<String, Slot>,
-    registry: Registry,
+    /// Authorized tools by the Kubernetes namespace of the McpAdapter that
+    /// declared them: a Run sees only its own and the shared namespaces' tools.
+    registries: BTreeMap<String, Registry>,
 }
 
 struct Slot {
@@ -83,9 +85,8 @@ impl Drop for Inner {
 impl McpHost {
     /// A host with no adapters.
     pub fn new(options: HostOptions) -> Self {
-        let limits = ToolLimits { max_result_bytes: options.max_result_bytes, ..ToolLimits::default() };
         let (version, _) = watch::channel(0);
-        let state = State { slots: BTreeMap::new(), registry: RegistryBuilder::new(limits).build() };
+        let state = State { slots: BTreeMap::new(), registries: BTreeMap::new() };
         Self { inner: Arc::new(Inner { options, state: Mutex::new(state), version, next_id: AtomicU64::new(1) }) }
     }
 
@@ -161,9 +162,20 @@ impl McpHost {
         }
     }
 
-    /// All authorized tools of all adapters that have listed tools.
+    /// The authorized tools of the adapters that have listed tools, by the
+    /// namespace of their McpAdapter.
+    pub fn registries(&self) -> BTreeMap<String, Registry> {
+        self.inner.lock().registries.clone()
+    }
+
+    /// Every authorized tool of every namespace in one registry (a name taken by
+    /// an earlier namespace is left out), for single-tenant callers and probes.
     pub fn registry(&self) -> Registry {
-        self.inner.lock().registry.clone()
+        let registries = self.registries();
+        let limits = ToolLimits { max_result_bytes: self.inner.options.max_result_bytes, ..ToolLimits::default() };
+        registries
+            .values()
+            .fold(RegistryBuilder::new(limits).build(), |all, registry| all.merge(registry).unwrap_or(all))
     }
 
     /// Status of every adapter, by key.
@@ -218,9 +230,11 @@ impl McpHost {
 /// Recomputes final tool verdicts and the registry from every slot's candidates.
 fn rebuild(inner: &Arc<Inner>, state: &mut State) {
     let limits = ToolLimits { max_result_bytes: inner.options.max_result_bytes, ..ToolLimits::default() };
-    let mut builder = RegistryBuilder::new(limits);
+    let mut builders: BTreeMap<String, RegistryBuilder> = BTreeMap::new();
     let weak = Arc::downgrade(inner);
     for slot in state.slots.values_mut() {
+        let builder =
+            builders.entry(owner(&slot.config.key).to_string()).or_insert_with(|| RegistryBuilder::new(limits));
         let mut tools = Vec::with_capacity(slot.candidates.len());
         for candidate in &slot.candidates {
             let mut tool = candidate.tool.clone();
@@ -242,7 +256,17 @@ fn rebuild(inner: &Arc<Inner>, state: &mut State) {
         }
         slot.tools = tools;
     }
-    state.registry = builder.build();
+    state.registries = builders.into_iter().map(|(namespace, builder)| (namespace, builder.build())).collect();
+}
+
+/// The Kubernetes namespace of an adapter from its key (`McpAdapter/<namespace>/<name>`);
+/// a key of another shape (a probe) belongs to the default namespace.
+fn owner(key: &str) -> &str {
+    let mut parts = key.split('/');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(namespace), Some(_), None) => namespace,
+        _ => crate::tenancy::DEFAULT_NAMESPACE,
+    }
 }
 
 /// A registry handler that calls the adapter's live session at call time.

@@ -1,9 +1,13 @@
-//! API-key authentication for `/api/*` and `/v1/*`. Several named keys, so audit
-//! can attribute the caller; compared in constant time.
+//! API-key authentication for `/api/*`, `/v1/*` and `/metrics`. Several named
+//! keys, so audit can attribute the caller; compared in constant time. Each key has
+//! scopes (`metrics`, `read`, `chat`, `admin`) and a namespace: its Runs run there
+//! and it reads only that namespace's records (`admin` reads every namespace).
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::http::StatusCode;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -11,20 +15,58 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::config::ApiKeyRef;
+use crate::config::{ApiKeyRef, Scope};
+use std::collections::BTreeSet;
 
 /// Shortest API key accepted.
 pub const MIN_KEY_LEN: usize = 16;
 
-/// Who made a request: the name of the API key used, or `anonymous` when
-/// authentication is disabled.
+/// Who made a request: the API key used (or `anonymous` with every scope when
+/// authentication is disabled), what it may do and the namespace it acts in.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Caller(pub String);
+pub struct Caller {
+    /// Key name, for the audit.
+    pub name: String,
+    /// Scopes of the key.
+    pub scopes: BTreeSet<Scope>,
+    /// Namespace its Runs run in and whose records it reads.
+    pub namespace: String,
+}
+
+impl Caller {
+    /// Whether the caller holds `scope` (`admin` holds all; `chat` includes `read`).
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin)
+            || self.scopes.contains(&scope)
+            || (scope == Scope::Read && self.scopes.contains(&Scope::Chat))
+    }
+
+    /// Whether the caller may read records of `namespace`.
+    pub fn sees(&self, namespace: &str) -> bool {
+        self.scopes.contains(&Scope::Admin) || self.namespace == namespace
+    }
+}
+
+/// One configured key: its digest, scopes and namespace.
+#[derive(Clone)]
+struct Key {
+    name: String,
+    digest: [u8; 32],
+    scopes: BTreeSet<Scope>,
+    namespace: Option<String>,
+}
 
 /// The configured keys (only their digests are kept).
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct ApiKeys {
-    keys: Vec<(String, [u8; 32])>,
+    keys: Vec<Key>,
+    home: String,
+}
+
+impl Default for ApiKeys {
+    fn default() -> Self {
+        Self { keys: Vec::new(), home: crate::tenancy::DEFAULT_NAMESPACE.to_string() }
+    }
 }
 
 /// Why the keys could not be loaded.
@@ -49,7 +91,7 @@ impl ApiKeys {
     /// Reads each named key from its environment variable; unset or blank
     /// variables configure no key.
     pub fn from_env(refs: &[ApiKeyRef], lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ApiKeyError> {
-        let mut keys: Vec<(String, [u8; 32])> = Vec::new();
+        let mut keys: Vec<Key> = Vec::new();
         for key in refs {
             let Some(value) = lookup(&key.env).map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) else {
                 tracing::info!(key = %key.name, env = %key.env, "API key not configured: environment variable unset");
@@ -59,12 +101,29 @@ impl ApiKeys {
                 return Err(ApiKeyError::TooShort { name: key.name.clone(), env: key.env.clone() });
             }
             let digest: [u8; 32] = Sha256::digest(value.as_bytes()).into();
-            if let Some((other, _)) = keys.iter().find(|(_, d)| *d == digest) {
-                return Err(ApiKeyError::Duplicate(other.clone(), key.name.clone()));
+            if let Some(other) = keys.iter().find(|k| k.digest == digest) {
+                return Err(ApiKeyError::Duplicate(other.name.clone(), key.name.clone()));
             }
-            keys.push((key.name.clone(), digest));
+            keys.push(Key {
+                name: key.name.clone(),
+                digest,
+                scopes: key.scopes.clone(),
+                namespace: key.namespace.clone(),
+            });
         }
-        Ok(Self { keys })
+        Ok(Self { keys, ..Self::default() })
+    }
+
+    /// Sets the namespace of keys that name none (the pod's namespace in operator
+    /// mode, `default` standalone), which is also where unauthenticated callers act.
+    pub fn with_home_namespace(mut self, home: &str) -> Self {
+        self.home = home.to_string();
+        self
+    }
+
+    /// The caller when authentication is disabled: every scope, home namespace.
+    pub fn anonymous(&self) -> Caller {
+        Caller { name: "anonymous".to_string(), scopes: [Scope::Admin].into(), namespace: self.home.clone() }
     }
 
     /// Whether any key is configured (otherwise authentication is disabled).
@@ -74,19 +133,35 @@ impl ApiKeys {
 
     /// Names of the configured keys.
     pub fn names(&self) -> Vec<&str> {
-        self.keys.iter().map(|(n, _)| n.as_str()).collect()
+        self.keys.iter().map(|k| k.name.as_str()).collect()
     }
 
-    /// The name of the key matching `presented`, checking every key in constant time.
-    pub fn identify(&self, presented: &str) -> Option<&str> {
+    /// The caller whose key matches `presented`, checking every key in constant time.
+    pub fn identify(&self, presented: &str) -> Option<Caller> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
-        for (name, expected) in &self.keys {
-            if bool::from(expected.ct_eq(&digest)) {
-                found = Some(name.as_str());
+        for key in &self.keys {
+            if bool::from(key.digest.ct_eq(&digest)) {
+                found = Some(key);
             }
         }
-        found
+        found.map(|key| Caller {
+            name: key.name.clone(),
+            scopes: key.scopes.clone(),
+            namespace: key.namespace.clone().unwrap_or_else(|| self.home.clone()),
+        })
+    }
+}
+
+/// The scope a request needs: `metrics` for `/metrics`, `read` for reads, `chat`
+/// for everything that starts work.
+pub fn required_scope(method: &Method, path: &str) -> Scope {
+    if path == "/metrics" {
+        Scope::Metrics
+    } else if method == Method::GET || method == Method::HEAD {
+        Scope::Read
+    } else {
+        Scope::Chat
     }
 }
 
@@ -101,12 +176,25 @@ pub async fn require_key(State(keys): State<Arc<ApiKeys>>, mut request: Request,
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         match presented.and_then(|p| keys.identify(p)) {
-            Some(name) => Caller(name.to_string()),
+            Some(caller) => caller,
             None => return ApiError::unauthorized().into_response(),
         }
     } else {
-        Caller("anonymous".to_string())
+        keys.anonymous()
     };
+    let needed = required_scope(request.method(), request.uri().path());
+    if !caller.allows(needed) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "insufficient_scope",
+            format!(
+                "API key {:?} lacks the {:?} scope this route needs; use a key with it (scopes are set in api_keys as NAME=ENV_VAR:SCOPE+SCOPE)",
+                caller.name,
+                needed.as_str()
+            ),
+        )
+        .into_response();
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
 }
@@ -127,8 +215,8 @@ mod tests {
             _ => None,
         };
         let keys = ApiKeys::from_env(&refs(), &lookup).unwrap();
-        assert_eq!(keys.identify("ops-key-0123456789"), Some("ops"));
-        assert_eq!(keys.identify("ci-key-0123456789ab"), Some("ci"));
+        assert_eq!(keys.identify("ops-key-0123456789").map(|c| c.name), Some("ops".into()));
+        assert_eq!(keys.identify("ci-key-0123456789ab").map(|c| c.name), Some("ci".into()));
         assert_eq!(keys.identify("ops-key-012345678"), None);
         assert_eq!(keys.identify(""), None);
     }

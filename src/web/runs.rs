@@ -90,8 +90,9 @@ pub async fn chat(State(state): State<AppState>, Extension(caller): Extension<Ca
         .into_response();
     }
     let request = RunRequest {
+        namespace: caller.namespace,
         source: "chat".into(),
-        actor: caller.0,
+        actor: caller.name,
         turns: body.messages,
         max_tokens: body.max_tokens,
         temperature: body.temperature,
@@ -113,13 +114,22 @@ pub async fn follow_up(
         return audit_disabled().into_response();
     }
     let Some(run_id) = RunId::parse(&id) else { return run_not_found().into_response() };
+    // A Run of a namespace the key does not read does not exist for it; the
+    // follow-up continues in the Run's own namespace.
+    let Some(namespace) = state.engine.audit().and_then(|audit| audit.get(&run_id)).map(|run| run.namespace) else {
+        return run_not_found().into_response();
+    };
+    if !caller.sees(&namespace) {
+        return run_not_found().into_response();
+    }
     let body: FollowUpBody = match decode(&body) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
     let request = RunRequest {
+        namespace,
         source: "follow_up".into(),
-        actor: caller.0,
+        actor: caller.name,
         max_tokens: body.max_tokens,
         temperature: body.temperature,
         response_language: body.response_language,
@@ -201,7 +211,11 @@ pub struct ListQuery {
 }
 
 /// `GET /api/v1/runs?limit=`.
-pub async fn list(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Response {
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<ListQuery>,
+) -> Response {
     let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
     let limit = match query.limit.as_deref().map(str::parse::<usize>) {
         None => 100,
@@ -215,23 +229,28 @@ pub async fn list(State(state): State<AppState>, Query(query): Query<ListQuery>)
             .into_response();
         }
     };
-    Json(json!({ "runs": audit.list(limit) })).into_response()
+    Json(json!({ "runs": audit.list_where(limit, |namespace| caller.sees(namespace)) })).into_response()
 }
 
 /// `GET /api/v1/runs/{id}`.
-pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
     let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
-    match RunId::parse(&id).and_then(|id| audit.get(&id)) {
+    match RunId::parse(&id).and_then(|id| audit.get(&id)).filter(|run| caller.sees(&run.namespace)) {
         Some(run) => Json(json!({ "run": run })).into_response(),
         None => run_not_found().into_response(),
     }
 }
 
-/// `GET /api/v1/tools`: the authorized read-only tools.
-pub async fn tools(State(state): State<AppState>) -> Json<Value> {
+/// `GET /api/v1/tools`: the authorized read-only tools a Run of the caller's
+/// namespace gets.
+pub async fn tools(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Value> {
     let tools: Vec<Value> = state
         .engine
-        .tools()
+        .tools_for(&caller.namespace)
         .definitions()
         .iter()
         .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "permission": spec.permission}))
