@@ -7,14 +7,19 @@ use akritas_testkit as support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
 use akritas::audit::AuditLog;
-use akritas::catalog::CatalogStore;
+use akritas::catalog::directory::DirectorySource;
+use akritas::catalog::secrets::EnvSecrets;
+use akritas::catalog::status::StatusBoard;
+use akritas::catalog::{CatalogStore, merge};
 use akritas::config::ApiKeyRef;
 use akritas::engine::run::Engine;
 use akritas::resources::mcp_adapter::Permission;
 use akritas::tenancy::Tenancy;
 use akritas::tools::{Registry, RegistryBuilder, ToolLimits, ToolName, openai_alias};
+use akritas::web;
 use akritas::web::auth::ApiKeys;
 use serde_json::{Value, json};
 use support::host;
@@ -39,8 +44,9 @@ fn namespaced_tools() -> BTreeMap<String, Registry> {
     ])
 }
 
-/// A Catalog with a Skill in each tenant namespace that matches `postgres`.
-fn catalog_with_skills() -> (CatalogStore, tempfile::TempDir) {
+/// A Catalog (and the board of its load) with a Skill in each tenant namespace
+/// that matches `postgres`.
+fn catalog_with_skills() -> (CatalogStore, StatusBoard, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let skill = |namespace: &str, marker: &str| {
         format!(
@@ -50,11 +56,14 @@ fn catalog_with_skills() -> (CatalogStore, tempfile::TempDir) {
     };
     std::fs::write(dir.path().join("a.yaml"), skill("team-a", "GUIDANCE-OF-TEAM-A")).unwrap();
     std::fs::write(dir.path().join("b.yaml"), skill("team-b", "GUIDANCE-OF-TEAM-B")).unwrap();
-    (host::catalog_from(dir.path()), dir)
+    let (store, board) = (CatalogStore::new(), StatusBoard::default());
+    merge::apply(DirectorySource::new(vec![dir.path().to_path_buf()], None).reload(), &store, &board);
+    (store, board, dir)
 }
 
 struct Tenants {
-    server: host::Host,
+    url: String,
+    _cancel: tokio_util::sync::DropGuard,
     llm: ScriptedLlm,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
@@ -88,7 +97,7 @@ async fn tenants() -> Tenants {
     .await;
     let audit_dir = tempfile::tempdir().unwrap();
     let audit = Arc::new(AuditLog::open(&audit_dir.path().join("audit.jsonl")).unwrap());
-    let (catalog, skills_dir) = catalog_with_skills();
+    let (catalog, board, skills_dir) = catalog_with_skills();
     let empty = RegistryBuilder::new(ToolLimits::default()).build();
     let engine: Engine = host::engine(&llm, host::settings(), empty, catalog.clone(), Some(audit), None)
         .with_tenancy(Tenancy::new(["platform".to_string()]));
@@ -103,8 +112,14 @@ async fn tenants() -> Tenants {
         .collect();
     let lookup = |env: &str| KEYS.iter().find(|(_, e, _)| *e == env).map(|(name, _, _)| secret(name));
     let keys = ApiKeys::from_env(&refs, &lookup).unwrap();
-    let server = host::serve(engine, catalog, keys).await;
-    Tenants { server, llm, _dirs: (audit_dir, skills_dir) }
+    let mut state =
+        host::app_state(Arc::new(engine), catalog, keys, None, Arc::new(EnvSecrets::process()), 1024 * 1024);
+    state.board = board;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(web::serve(listener, web::router(state), cancel.clone(), Duration::from_secs(1)));
+    Tenants { url, _cancel: cancel.drop_guard(), llm, _dirs: (audit_dir, skills_dir) }
 }
 
 /// Parses one `--api-key` entry through the real settings loader.
@@ -116,7 +131,7 @@ fn parse_key(text: &str) -> ApiKeyRef {
 impl Tenants {
     async fn call(&self, method: reqwest::Method, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
         let mut request =
-            reqwest::Client::new().request(method, format!("{}{path}", self.server.url)).bearer_auth(secret(key));
+            reqwest::Client::new().request(method, format!("{}{path}", self.url)).bearer_auth(secret(key));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -180,6 +195,15 @@ async fn keys_read_only_their_namespace_and_do_only_what_their_scopes_allow() {
     let (_, all) = t.call(reqwest::Method::GET, "/api/v1/runs", "admin", None).await;
     assert_eq!(all["runs"].as_array().unwrap().len(), 2, "admin reads every namespace");
 
+    // Resources: a tenant sees its own (and shared) resources, admin all.
+    let namespaces = |body: &Value| -> Vec<String> {
+        body["resources"].as_array().unwrap().iter().map(|r| r["namespace"].as_str().unwrap().to_string()).collect()
+    };
+    let (_, own) = t.call(reqwest::Method::GET, "/api/v1/resources", "a-chat", None).await;
+    assert_eq!(namespaces(&own), ["team-a"], "{own}");
+    let (_, every) = t.call(reqwest::Method::GET, "/api/v1/resources", "admin", None).await;
+    assert_eq!(namespaces(&every), ["team-a", "team-b"]);
+
     // Scopes: read cannot start work, metrics reads nothing else, chat cannot scrape.
     let (status, body) = t.chat("c-read", "hello").await;
     assert_eq!(status, 403, "{body}");
@@ -189,12 +213,8 @@ async fn keys_read_only_their_namespace_and_do_only_what_their_scopes_allow() {
     assert_eq!(status, 403);
     let (status, _) = t.chat("metrics", "hello").await;
     assert_eq!(status, 403);
-    let response = reqwest::Client::new()
-        .get(format!("{}/metrics", t.server.url))
-        .bearer_auth(secret("metrics"))
-        .send()
-        .await
-        .unwrap();
+    let response =
+        reqwest::Client::new().get(format!("{}/metrics", t.url)).bearer_auth(secret("metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let (status, _) = t.call(reqwest::Method::GET, "/metrics", "a-chat", None).await;
     assert_eq!(status, 403, "a chat key does not scrape metrics");

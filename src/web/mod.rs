@@ -11,7 +11,7 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -21,10 +21,11 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use self::auth::ApiKeys;
+use self::auth::{ApiKeys, Caller};
 use self::error::ApiError;
 use crate::catalog::CatalogStore;
 use crate::catalog::status::{InForce, StatusBoard};
+use crate::config::Scope;
 use crate::engine::run::Engine;
 
 /// Everything the handlers read.
@@ -145,12 +146,17 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
     }))
 }
 
-async fn resources(State(state): State<AppState>) -> Json<Value> {
+/// `GET /api/v1/resources`: the resources of the namespaces the caller reads and
+/// of the shared namespaces (its Runs use those); load problems of manifests that
+/// could not be attributed to an object are shown to `admin` keys only.
+async fn resources(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Value> {
     let catalog = state.catalog.current();
     let board = state.board.get();
+    let visible = |namespace: &str| caller.sees(namespace) || state.engine.tenancy().is_shared(namespace);
     let resources: Vec<Value> = board
         .resources
         .iter()
+        .filter(|report| visible(&report.key.namespace))
         .map(|report| {
             let mut item = serde_json::to_value(report).unwrap_or(Value::Null);
             if let Some(status) =
@@ -166,7 +172,7 @@ async fn resources(State(state): State<AppState>) -> Json<Value> {
         "catalog_hash": catalog.hash,
         "loaded_at": board.loaded_at,
         "resources": resources,
-        "problems": board.problems,
+        "problems": if caller.allows(Scope::Admin) { json!(board.problems) } else { json!([]) },
     }))
 }
 
