@@ -16,6 +16,7 @@ pub mod mcp;
 pub mod notify;
 pub mod operator;
 pub mod outbound;
+pub mod redact;
 pub mod resources;
 pub mod tenancy;
 pub mod text;

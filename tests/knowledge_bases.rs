@@ -5,6 +5,7 @@
 
 use akritas_testkit as support;
 
+use akritas::catalog::policy::ResourcePolicy;
 use akritas::catalog::status::StatusBoard;
 use akritas::catalog::{CatalogStore, directory, merge};
 use akritas::engine::retrieval::Retriever;
@@ -54,10 +55,12 @@ async fn knowledge_bases_build_reuse_rebuild_and_search() {
     std::fs::create_dir_all(&resources).unwrap();
     manifests(&resources, &runbooks);
     let storage = work.path().join("knowledge");
+    let policy =
+        ResourcePolicy { knowledge_roots: vec![runbooks.clone()], data_dir: storage.clone(), ..Default::default() };
 
     let bases = KnowledgeBases::new(400, Some(storage.clone()));
     assert!(!bases.is_available(&ops()));
-    let refreshed = bases.refresh(&load(&resources).current());
+    let refreshed = bases.refresh(&load(&resources).current(), &policy);
     assert_eq!(refreshed.len(), 1);
     let stats = refreshed[0].outcome.as_ref().unwrap();
     assert_eq!(stats.documents, 5, "three files, one ConfigMap key, one inline document");
@@ -82,15 +85,15 @@ async fn knowledge_bases_build_reuse_rebuild_and_search() {
     assert_eq!(dns.output["results"][0]["document"], "configmap/extra/dns.md");
 
     // Unchanged content: nothing rebuilt, and a fresh process reopens the stored index.
-    assert!(!bases.refresh(&load(&resources).current())[0].rebuilt);
+    assert!(!bases.refresh(&load(&resources).current(), &policy)[0].rebuilt);
     let restarted = KnowledgeBases::new(400, Some(storage.clone()));
-    assert!(!restarted.refresh(&load(&resources).current())[0].rebuilt, "the stored index is reused");
+    assert!(!restarted.refresh(&load(&resources).current(), &policy)[0].rebuilt, "the stored index is reused");
 
     // A changed runbook: rebuilt under a new version, the old one removed.
     let file = runbooks.join("disk-full.md");
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&file, text.replace("Log rotation broken", "Log rotation broken by logrotate-zebra")).unwrap();
-    let refreshed = restarted.refresh(&load(&resources).current());
+    let refreshed = restarted.refresh(&load(&resources).current(), &policy);
     assert!(refreshed[0].rebuilt);
     let hits = restarted.search(&ops(), "logrotate-zebra", 1).await.unwrap();
     assert_eq!(hits.output["results"][0]["document"], "disk-full.md");
@@ -99,7 +102,7 @@ async fn knowledge_bases_build_reuse_rebuild_and_search() {
 
     // Removing the resource removes the index.
     std::fs::remove_file(resources.join("kb.yaml")).unwrap();
-    assert!(restarted.refresh(&host::catalog_from(&resources).current()).is_empty());
+    assert!(restarted.refresh(&host::catalog_from(&resources).current(), &policy).is_empty());
     assert!(!restarted.is_available(&ops()));
     assert!(!storage.join("ops.runbooks").exists());
 }

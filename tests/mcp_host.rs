@@ -327,3 +327,56 @@ async fn streamable_http_transport() {
     host.shutdown().await;
     server.stop().await;
 }
+
+/// Serves `app` on a free loopback port; returns its base URL.
+async fn serve_app(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_redirects_are_not_followed_and_headers_never_reach_the_target() {
+    use axum::http::{HeaderMap, StatusCode, header::LOCATION};
+    use std::sync::{Arc, Mutex};
+
+    let reached: Arc<Mutex<Vec<String>>> = Arc::default();
+    let target = {
+        let reached = reached.clone();
+        serve_app(axum::Router::new().fallback(move |headers: HeaderMap| {
+            let reached = reached.clone();
+            async move {
+                reached.lock().unwrap().push(format!("{headers:?}"));
+                StatusCode::NOT_FOUND
+            }
+        }))
+        .await
+    };
+    let location = format!("{target}/mcp");
+    let redirecting = serve_app(axum::Router::new().fallback(move || {
+        let location = location.clone();
+        async move { (StatusCode::TEMPORARY_REDIRECT, [(LOCATION, location)]) }
+    }))
+    .await;
+    let key = "McpAdapter/t/redirect";
+    let config = AdapterConfig {
+        key: key.into(),
+        namespace: "redirect".into(),
+        transport: Transport::Http {
+            url: format!("{redirecting}/mcp"),
+            headers: vec![("X-Secret-Token".into(), "hdr-token-0123456789".into())],
+        },
+        allow: [Permission::Read].into(),
+        tools: None,
+        call_timeout: Duration::from_secs(5),
+        fingerprint: "1".into(),
+    };
+    let host = McpHost::new(options());
+    host.reconcile(vec![config]).await;
+    let status = wait_for(&host, key, "a failed connection", |s| s.phase == AdapterPhase::Retrying).await;
+    let error = status.last_error.unwrap_or_default();
+    assert!(error.contains("307") && error.contains("redirects are not followed"), "{error}");
+    assert!(reached.lock().unwrap().is_empty(), "the redirect was followed: {:?}", reached.lock().unwrap());
+    host.shutdown().await;
+}

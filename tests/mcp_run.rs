@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use akritas::audit::AuditLog;
+use akritas::catalog::policy::ResourcePolicy;
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::request::RunRequest;
@@ -39,7 +40,8 @@ async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_aud
     )
     .unwrap();
     let catalog = host::catalog_from(manifests.path());
-    let (configs, failures) = from_catalog::adapters(&catalog.current(), &EnvSecrets::process());
+    let policy = ResourcePolicy { stdio_commands: vec![env!("CARGO_BIN_EXE_akritas").into()], ..Default::default() };
+    let (configs, failures) = from_catalog::adapters(&catalog.current(), &EnvSecrets::process(), &policy);
     assert!(failures.is_empty(), "{failures:?}");
     let mcp = McpHost::new(HostOptions::default());
     let mut changes = mcp.subscribe();

@@ -88,6 +88,8 @@ fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str) -> Server {
         .env("KUBECONFIG", api.operator_kubeconfig())
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
         .env("AKRITAS_BASE_URL", &llm.url)
+        // The sample KnowledgeBase reads the sample runbooks on this host.
+        .env("AKRITAS_KNOWLEDGE_ROOTS", support::root().join("config/samples/runbooks"))
         .env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789")
         .env("AKRITAS_INCIDENT_WEBHOOK_URL", webhook_url)
         .env("AKRITAS_INCIDENT_WEBHOOK_TOKEN", "sample-webhook-token-0123456789")

@@ -423,18 +423,7 @@ pub fn backoff(base: Duration, attempt: u32) -> Duration {
 /// Error text safe to store: known secret values and credential-looking
 /// fragments replaced, whitespace collapsed, bounded.
 pub fn sanitize_error(raw: &str, secrets: &[String]) -> String {
-    static PATTERNS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(
-            r#"(?i)((?:authorization\s*[=:]\s*)?(?:bearer|basic)\s+|(?:api[_-]?key|token|password|passwd|secret|authorization)\s*[=:]\s*)[^\s,;&"']+"#,
-        )
-        .unwrap_or_else(|_| regex::Regex::new("$^").unwrap_or_else(|_| unreachable!()))
-    });
-    let mut cleaned = raw.to_string();
-    for secret in secrets.iter().filter(|s| s.len() >= 4) {
-        cleaned = cleaned.replace(secret.as_str(), "[redacted]");
-    }
-    let redacted = PATTERNS.replace_all(&cleaned, "${1}[redacted]");
-    text::truncate_chars(&text::one_line(&redacted), MAX_ERROR_CHARS, "…")
+    text::truncate_chars(&text::one_line(&crate::redact::redact_with(raw, secrets)), MAX_ERROR_CHARS, "…")
 }
 
 /// The Run request of an investigation: the alert prompt with the event and

@@ -3,10 +3,11 @@
 
 use anyhow::{Context, Result};
 
-use super::{assemble, live};
+use super::{assemble, live, policy};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::DirectorySource;
 use crate::catalog::merge;
+use crate::catalog::policy::ResourcePolicy;
 use crate::catalog::secrets::EnvSecrets;
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
@@ -19,6 +20,8 @@ use crate::mcp::{HostOptions, McpHost, from_catalog};
 /// Answers one question as a Run from the command line.
 pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
+    policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
+    let resource_policy = policy::resource_policy(&settings);
     let store = CatalogStore::new();
     let skills_dir = assemble::skills_dir(&settings)?;
     if !settings.resources.is_empty() || skills_dir.is_some() {
@@ -29,10 +32,12 @@ pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
     let audit = assemble::open_audit(&settings)?;
     let knowledge = assemble::knowledge_bases(&settings);
     let catalog = store.current();
-    let worker = knowledge.clone();
-    tokio::task::spawn_blocking(move || worker.refresh(&catalog)).await.context("indexing knowledge bases")?;
+    let (worker, knowledge_policy) = (knowledge.clone(), resource_policy.clone());
+    tokio::task::spawn_blocking(move || worker.refresh(&catalog, &knowledge_policy))
+        .await
+        .context("indexing knowledge bases")?;
     let engine = assemble::engine(&settings, llm, audit, store.clone(), &knowledge);
-    let mcp = connect_adapters(&store, &engine).await;
+    let mcp = connect_adapters(&store, &engine, &resource_policy).await;
     let request = RunRequest {
         source: "cli".into(),
         actor: "cli".into(),
@@ -46,11 +51,12 @@ pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
 
 /// Starts the Catalog's MCP adapters and waits (bounded) until each has connected
 /// or failed, so the Run sees their tools.
-async fn connect_adapters(store: &CatalogStore, engine: &Engine) -> McpHost {
+async fn connect_adapters(store: &CatalogStore, engine: &Engine, resource_policy: &ResourcePolicy) -> McpHost {
     let host = McpHost::new(HostOptions::default());
-    let (configs, failures) = from_catalog::adapters(&store.current(), &EnvSecrets::process());
-    for (key, error) in failures {
-        eprintln!("akritas ask: MCP adapter {key} not started: {error}");
+    let secrets = policy::guarded(std::sync::Arc::new(EnvSecrets::process()), resource_policy);
+    let (configs, failures) = from_catalog::adapters(&store.current(), secrets.as_ref(), resource_policy);
+    for (key, check) in failures {
+        eprintln!("akritas ask: MCP adapter {key} not started ({}): {}", check.reason, check.message);
     }
     if configs.is_empty() {
         return host;

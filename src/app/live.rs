@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::policy::ResourcePolicy;
 use crate::catalog::readiness::{Check, reasons};
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
@@ -16,28 +17,35 @@ use crate::mcp::from_catalog;
 use crate::mcp::{AdapterPhase, McpHost};
 use crate::resources::Kind;
 
+/// The MCP adapters' dependencies: where adapters come from and what they may start.
+pub struct McpSources {
+    pub store: CatalogStore,
+    pub secrets: Arc<dyn SecretResolver>,
+    pub secrets_changed: tokio::sync::watch::Receiver<u64>,
+    pub policy: Arc<ResourcePolicy>,
+}
+
 /// Keeps the MCP host in line with the Catalog and the engine's tools in line with
 /// the host, until cancelled; then stops every adapter.
 pub async fn mcp_adapters(
     host: McpHost,
-    store: CatalogStore,
+    sources: McpSources,
     board: StatusBoard,
     engine: Arc<Engine>,
-    secrets: Arc<dyn SecretResolver>,
-    mut secrets_changed: tokio::sync::watch::Receiver<u64>,
     cancel: CancellationToken,
 ) {
+    let McpSources { store, secrets, mut secrets_changed, policy } = sources;
     let mut catalog_changes = store.subscribe();
     let mut host_changes = host.subscribe();
     let mut secrets_open = true;
-    let mut failures = reconcile(&host, &store, secrets.as_ref()).await;
+    let mut failures = reconcile(&host, &store, secrets.as_ref(), &policy).await;
     publish(&host, &store, &board, &engine, &failures);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             changed = catalog_changes.changed() => {
                 if changed.is_err() { break; }
-                failures = reconcile(&host, &store, secrets.as_ref()).await;
+                failures = reconcile(&host, &store, secrets.as_ref(), &policy).await;
             }
             changed = host_changes.changed() => {
                 if changed.is_err() { break; }
@@ -45,7 +53,7 @@ pub async fn mcp_adapters(
             // A rotated Secret: adapters whose resolved configuration changed restart.
             changed = secrets_changed.changed(), if secrets_open => {
                 match changed {
-                    Ok(()) => failures = reconcile(&host, &store, secrets.as_ref()).await,
+                    Ok(()) => failures = reconcile(&host, &store, secrets.as_ref(), &policy).await,
                     Err(_) => secrets_open = false,
                 }
             }
@@ -55,11 +63,16 @@ pub async fn mcp_adapters(
     host.shutdown().await;
 }
 
-async fn reconcile(host: &McpHost, store: &CatalogStore, secrets: &dyn SecretResolver) -> Vec<(ObjectKey, String)> {
+async fn reconcile(
+    host: &McpHost,
+    store: &CatalogStore,
+    secrets: &dyn SecretResolver,
+    policy: &ResourcePolicy,
+) -> Vec<(ObjectKey, Check)> {
     let catalog = store.current();
-    let (configs, failures) = from_catalog::adapters(&catalog, secrets);
-    for (key, error) in &failures {
-        tracing::warn!(adapter = %key, %error, "MCP adapter not started");
+    let (configs, failures) = from_catalog::adapters(&catalog, secrets, policy);
+    for (key, check) in &failures {
+        tracing::warn!(adapter = %key, reason = check.reason, error = %check.message, "MCP adapter not started");
     }
     host.reconcile(configs).await;
     failures.into_iter().collect()
@@ -70,7 +83,7 @@ fn publish(
     store: &CatalogStore,
     board: &StatusBoard,
     engine: &Engine,
-    failures: &[(ObjectKey, String)],
+    failures: &[(ObjectKey, Check)],
 ) {
     engine.set_namespaced_tools(&host.registries());
     let catalog = store.current();
@@ -78,9 +91,7 @@ fn publish(
     for (key, _) in catalog.of_kind(Kind::McpAdapter) {
         let name = key.to_string();
         let (facts, check) = match (statuses.iter().find(|s| s.key == name), failures.iter().find(|(k, _)| k == key)) {
-            (_, Some((_, error))) => {
-                (json!({"tools": [], "authorizedTools": 0}), Check::failed(reasons::NOT_CONNECTED, error.clone()))
-            }
+            (_, Some((_, check))) => (json!({"tools": [], "authorizedTools": 0}), check.clone()),
             (Some(status), None) => {
                 let authorized = status.tools.iter().filter(|t| t.authorized).count();
                 let check = match status.phase {
@@ -112,15 +123,16 @@ pub async fn knowledge_bases(
     bases: KnowledgeBases,
     store: CatalogStore,
     board: StatusBoard,
+    policy: Arc<ResourcePolicy>,
     cancel: CancellationToken,
 ) {
     let mut catalog_changes = store.subscribe();
     let mut rescan = tokio::time::interval(KNOWLEDGE_RESCAN);
     loop {
         let catalog = store.current();
-        let worker = bases.clone();
+        let (worker, policy) = (bases.clone(), policy.clone());
         let refreshed = match tokio::task::spawn_blocking(move || {
-            let refreshed = worker.refresh(&catalog);
+            let refreshed = worker.refresh(&catalog, &policy);
             release_freed_memory();
             refreshed
         })
@@ -145,7 +157,7 @@ pub async fn knowledge_bases(
                 ),
                 Err(error) => {
                     tracing::warn!(knowledge_base = %item.key, %error, "knowledge base not indexed");
-                    (json!({"skipped": item.skipped}), Check::failed(reasons::INDEX_FAILED, error.to_string()))
+                    (json!({"skipped": item.skipped}), Check::failed(error.reason(), error.to_string()))
                 }
             };
             board.set_runtime(item.key.clone(), facts);
@@ -238,14 +250,22 @@ pub async fn discovered_facts(
             // Every secret reference must resolve (a rotated or deleted Secret shows here).
             let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
             let references = crate::resources::common::secret_refs(&spec);
-            let unresolved: Vec<String> = references
+            let unresolved: Vec<(&str, String)> = references
                 .iter()
                 .filter_map(|(path, reference)| {
-                    secrets.resolve(&key.namespace, reference).err().map(|error| format!("{path}: {error}"))
+                    let error = secrets.resolve(&key.namespace, reference).err()?;
+                    Some((error.reason(), format!("{path}: {error}")))
                 })
                 .collect();
-            let outcome = (!references.is_empty())
-                .then(|| if unresolved.is_empty() { Ok(()) } else { Err(unresolved.join("; ")) });
+            // A refused name is the reason to show: resolving it later will not help.
+            let reason = unresolved
+                .iter()
+                .map(|(reason, _)| *reason)
+                .find(|reason| *reason == reasons::ENV_NOT_ALLOWED)
+                .unwrap_or(reasons::SECRETS_UNRESOLVED);
+            let message = unresolved.iter().map(|(_, message)| message.as_str()).collect::<Vec<_>>().join("; ");
+            let outcome =
+                (!references.is_empty()).then_some(if unresolved.is_empty() { Ok(()) } else { Err((reason, message)) });
             board.set_secrets(key, outcome);
             let (facts, check) = match entry.resource.as_ref() {
                 crate::resources::Resource::Skill(_) => (

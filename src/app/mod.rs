@@ -6,6 +6,7 @@ pub mod ask;
 pub mod assemble;
 pub mod leader;
 pub mod live;
+pub mod policy;
 pub mod process;
 pub mod serve;
 pub mod sources;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
 use super::process::{host_info, pod_namespace, shutdown_on_signal};
-use super::{assemble, leader, live, sources};
+use super::{assemble, leader, live, policy, sources};
 use crate::alerts::worker::{Worker, WorkerSettings};
 use crate::catalog::CatalogStore;
 use crate::catalog::secrets::{EnvSecrets, SecretResolver};
@@ -26,6 +26,8 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
     let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
         .with_home_namespace(&super::assemble::home_namespace(&settings));
+    policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
+    let resource_policy = Arc::new(policy::resource_policy(&settings));
     if !keys.enabled() {
         if !settings.address.ip().is_loopback() && !settings.allow_unauthenticated {
             bail!(
@@ -58,6 +60,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
         }
     };
+    let secrets = policy::guarded(secrets, &resource_policy);
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
     let info = host_info(&settings, &instructions, mode);
@@ -70,17 +73,21 @@ pub async fn serve(settings: Settings) -> Result<()> {
     };
     let knowledge = assemble::knowledge_bases(&settings);
     let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
-    tasks.spawn(live::knowledge_bases(knowledge, store.clone(), board.clone(), cancel.clone()));
-    let mcp = McpHost::new(HostOptions::default());
-    tasks.spawn(live::mcp_adapters(
-        mcp.clone(),
+    tasks.spawn(live::knowledge_bases(
+        knowledge,
         store.clone(),
         board.clone(),
-        engine.clone(),
-        secrets.clone(),
-        secrets_changed.clone(),
+        resource_policy.clone(),
         cancel.clone(),
     ));
+    let mcp = McpHost::new(HostOptions::default());
+    let mcp_sources = live::McpSources {
+        store: store.clone(),
+        secrets: secrets.clone(),
+        secrets_changed: secrets_changed.clone(),
+        policy: resource_policy.clone(),
+    };
+    tasks.spawn(live::mcp_adapters(mcp.clone(), mcp_sources, board.clone(), engine.clone(), cancel.clone()));
     let alerts = {
         let path = settings.data_dir.join("alerts").join("alerts.jsonl");
         let store = tokio::task::spawn_blocking(move || crate::alerts::store::AlertStore::open(&path))
@@ -104,8 +111,11 @@ pub async fn serve(settings: Settings) -> Result<()> {
     {
         // Investigations wait (bounded) for the adapters configured at start, so a
         // resumed job does not run without the tools it was meant to have.
-        let (engine, expected, cancel) =
-            (engine.clone(), from_catalog::adapters(&store.current(), secrets.as_ref()).0.len(), cancel.clone());
+        let (engine, expected, cancel) = (
+            engine.clone(),
+            from_catalog::adapters(&store.current(), secrets.as_ref(), &resource_policy).0.len(),
+            cancel.clone(),
+        );
         tasks.spawn(async move {
             live::adapters_settled(&mcp, expected, live::MCP_CONNECT_WAIT).await;
             engine.set_namespaced_tools(&mcp.registries());

@@ -5,6 +5,7 @@
 pub mod directory;
 pub mod manifest;
 pub mod merge;
+pub mod policy;
 pub mod readiness;
 pub mod scan;
 pub mod secrets;

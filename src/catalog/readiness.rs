@@ -62,6 +62,17 @@ pub mod reasons {
     pub const INDEX_FAILED: &str = "IndexFailed";
     /// The object declares something this version of Akritas does not do.
     pub const NOT_AVAILABLE: &str = "NotAvailable";
+    /// McpAdapter: the stdio command (or its arguments) is not allowed by `stdio_commands`.
+    pub const COMMAND_NOT_ALLOWED: &str = "CommandNotAllowed";
+    /// McpAdapter: `workingDir` is outside what the service allows.
+    pub const WORKING_DIR_NOT_ALLOWED: &str = "WorkingDirNotAllowed";
+    /// McpAdapter: another adapter visible to the same Runs has this tool namespace.
+    pub const TOOL_NAMESPACE_TAKEN: &str = "ToolNamespaceTaken";
+    /// `{env: NAME}` names a variable resources may not read (`resource_env`, the
+    /// service's own credentials), or an McpAdapter sets a loader variable.
+    pub const ENV_NOT_ALLOWED: &str = "EnvNotAllowed";
+    /// KnowledgeBase: a directory is outside `knowledge_roots` or overlaps the data directory.
+    pub const PATH_NOT_ALLOWED: &str = "PathNotAllowed";
 }
 
 /// The live check a kind has: its condition type and the reason shown until the

@@ -1,9 +1,15 @@
 //! Secret resolution behind one trait: `{env: NAME}` reads the process environment
 //! (both modes); `{secretKeyRef}` reads a Kubernetes Secret (operator mode only).
 //! Resolved values never leave the component that uses them and never print.
+//! [`PolicySecrets`] applies the service's `{env:}` rule ([`EnvAccess`]) and registers
+//! every value it resolves for redaction ([`crate::redact`]).
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
+use super::readiness::reasons;
+use crate::config::CONFIG_ENV;
 use crate::resources::common::SecretRef;
 
 /// A resolved secret value. `Debug` and `Display` never show it.
@@ -60,6 +66,84 @@ pub enum SecretError {
     /// The reference sets neither or both of `env` and `secretKeyRef`.
     #[error("secret reference must set exactly one of env or secretKeyRef")]
     Invalid,
+    /// The service configuration does not let resources read this variable.
+    #[error(
+        "environment variable {0} is not readable by resources; add it (or a prefix such as AKRITAS_TEAM_*) \
+         to the resource_env setting, or use another variable"
+    )]
+    EnvNotAllowed(String),
+    /// The variable holds a credential of the service itself.
+    #[error(
+        "environment variable {0} holds a credential of the Akritas service (upstream_api_key_env, api_keys or \
+         AKRITAS_CONFIG) and is never readable by resources; put the value in another variable"
+    )]
+    ServiceCredential(String),
+}
+
+impl SecretError {
+    /// The condition reason of an object whose reference failed this way.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SecretError::EnvNotAllowed(_) | SecretError::ServiceCredential(_) => reasons::ENV_NOT_ALLOWED,
+            _ => reasons::SECRETS_UNRESOLVED,
+        }
+    }
+}
+
+/// Which environment variables resources may read with `{env: NAME}`: names matching
+/// a pattern (`NAME`, or `PREFIX*`), never the service's own credentials.
+#[derive(Clone, Debug, Default)]
+pub struct EnvAccess {
+    patterns: Vec<String>,
+    service: BTreeSet<String>,
+}
+
+impl EnvAccess {
+    /// Access for `patterns` (the `resource_env` setting) except `service_credentials`
+    /// (the upstream and client key variables) and `AKRITAS_CONFIG`, whatever the
+    /// patterns say.
+    pub fn new(patterns: Vec<String>, service_credentials: impl IntoIterator<Item = String>) -> Self {
+        let mut service: BTreeSet<String> = service_credentials.into_iter().collect();
+        service.insert(CONFIG_ENV.to_string());
+        Self { patterns, service }
+    }
+
+    /// Whether a resource may read `name`.
+    pub fn check(&self, name: &str) -> Result<(), SecretError> {
+        if self.service.contains(name) {
+            return Err(SecretError::ServiceCredential(name.to_string()));
+        }
+        let matches = |pattern: &String| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => pattern == name,
+        };
+        if self.patterns.iter().any(matches) { Ok(()) } else { Err(SecretError::EnvNotAllowed(name.to_string())) }
+    }
+}
+
+/// A resolver behind the service's `{env:}` rule: a refused name is never looked up;
+/// every resolved value is registered for redaction.
+pub struct PolicySecrets {
+    inner: Arc<dyn SecretResolver>,
+    access: EnvAccess,
+}
+
+impl PolicySecrets {
+    /// `inner` restricted by `access`.
+    pub fn new(inner: Arc<dyn SecretResolver>, access: EnvAccess) -> Self {
+        Self { inner, access }
+    }
+}
+
+impl SecretResolver for PolicySecrets {
+    fn resolve(&self, namespace: &str, reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        if let Some(name) = &reference.env {
+            self.access.check(name)?;
+        }
+        let value = self.inner.resolve(namespace, reference)?;
+        crate::redact::register(value.expose());
+        Ok(value)
+    }
 }
 
 /// Largest secret value accepted.
@@ -124,6 +208,36 @@ mod tests {
         let missing =
             resolver.resolve("default", &SecretRef { env: Some("OTHER".into()), secret_key_ref: None }).unwrap_err();
         assert_eq!(missing, SecretError::EnvUnset("OTHER".into()));
+    }
+
+    #[test]
+    fn env_access_follows_the_patterns_and_never_reaches_service_credentials() {
+        let access = EnvAccess::new(vec!["AKRITAS_*".into(), "VM_TOKEN".into()], ["AKRITAS_API_KEY".to_string()]);
+        assert_eq!(access.check("AKRITAS_TEAM_TOKEN"), Ok(()));
+        assert_eq!(access.check("VM_TOKEN"), Ok(()));
+        assert_eq!(access.check("VM_TOKEN_2"), Err(SecretError::EnvNotAllowed("VM_TOKEN_2".into())));
+        assert_eq!(access.check("AKRITAS_API_KEY"), Err(SecretError::ServiceCredential("AKRITAS_API_KEY".into())));
+        assert_eq!(access.check("AKRITAS_CONFIG"), Err(SecretError::ServiceCredential("AKRITAS_CONFIG".into())));
+        let everything = EnvAccess::new(vec!["*".into()], ["OPENAI_API_KEY".to_string()]);
+        assert!(everything.check("OPENAI_API_KEY").is_err(), "no pattern reaches a service credential");
+    }
+
+    #[test]
+    fn policy_secrets_never_look_up_a_refused_name_and_register_what_they_resolve() {
+        let looked_up = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = looked_up.clone();
+        let inner = EnvSecrets::with_lookup(move |name: &str| {
+            seen.lock().unwrap().push(name.to_string());
+            Some(format!("value-of-{name}-0123"))
+        });
+        let secrets = PolicySecrets::new(Arc::new(inner), EnvAccess::new(vec!["TEAM_*".into()], []));
+        let env = |name: &str| SecretRef { env: Some(name.into()), secret_key_ref: None };
+        let error = secrets.resolve("team", &env("OPENAI_API_KEY")).unwrap_err();
+        assert_eq!(error.reason(), reasons::ENV_NOT_ALLOWED);
+        assert!(error.to_string().contains("resource_env"), "{error}");
+        assert!(looked_up.lock().unwrap().is_empty(), "a refused name is never read");
+        assert_eq!(secrets.resolve("team", &env("TEAM_TOKEN")).unwrap().expose(), "value-of-TEAM_TOKEN-0123");
+        assert_eq!(crate::redact::redact("x value-of-TEAM_TOKEN-0123 y"), "x [redacted] y");
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub struct BoardSnapshot {
 struct Observed {
     /// Facts shown in its status (tools, content hash, head commit, index size, …).
     facts: Map<String, Value>,
-    /// Whether its secret references resolve (`None`: not resolved yet).
-    secrets: Option<Result<(), String>>,
+    /// Whether its secret references resolve (`None`: not resolved yet); why not.
+    secrets: Option<Result<(), (&'static str, String)>>,
     /// The outcome of its live check (`None`: none reported yet).
     check: Option<Check>,
 }
@@ -163,8 +163,9 @@ impl StatusBoard {
         self.observe(&key, |observed| observed.facts.extend(into_map(fields)));
     }
 
-    /// Records whether the object's secret references resolve (`None`: it has none).
-    pub fn set_secrets(&self, key: &ObjectKey, outcome: Option<Result<(), String>>) {
+    /// Records whether the object's secret references resolve (`None`: it has none);
+    /// a failure carries its reason (one of [`reasons`]) and message.
+    pub fn set_secrets(&self, key: &ObjectKey, outcome: Option<Result<(), (&'static str, String)>>) {
         self.observe(key, |observed| observed.secrets = outcome);
     }
 
@@ -225,8 +226,8 @@ fn derive(report: &ResourceReport, observed: Option<&Observed>) -> Vec<Condition
                 reasons::SECRETS_RESOLVED,
                 "every secret reference resolves",
             ),
-            Some(Err(error)) => {
-                condition(conditions::SECRETS_RESOLVED, ConditionStatus::False, reasons::SECRETS_UNRESOLVED, error)
+            Some(Err((reason, error))) => {
+                condition(conditions::SECRETS_RESOLVED, ConditionStatus::False, reason, error)
             }
             None => condition(
                 conditions::SECRETS_RESOLVED,
@@ -325,7 +326,13 @@ mod tests {
         let board = board_with(Kind::AlertSource, Needs { secrets: true, ..Needs::default() });
         assert_eq!(ready(&board).1, reasons::RESOLVING);
         let key = key(Kind::AlertSource);
-        board.set_secrets(&key, Some(Err("spec.auth.bearerToken: environment variable AKRITAS_X is not set".into())));
+        board.set_secrets(
+            &key,
+            Some(Err((
+                reasons::SECRETS_UNRESOLVED,
+                "spec.auth.bearerToken: environment variable AKRITAS_X is not set".into(),
+            ))),
+        );
         let (status, reason, message) = ready(&board);
         assert_eq!((status, reason.as_str()), (ConditionStatus::False, reasons::SECRETS_UNRESOLVED));
         assert!(message.contains("AKRITAS_X"), "{message}");

@@ -12,7 +12,7 @@ use crate::engine::request::RunOutcome;
 pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::redact::RedactedStderr).try_init();
     let settings = match config::load(flags, &|name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(error) => {

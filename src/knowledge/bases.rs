@@ -1,7 +1,8 @@
 //! KnowledgeBase resources → in-memory indexes, rebuilt in the background when
 //! their content changes and swapped atomically; the run engine searches them
 //! (automatic retrieval and `knowledge.search`). Runbooks guide; they never
-//! authorize anything.
+//! authorize anything. A directory is read only where the service's
+//! [`ResourcePolicy`] allows (under `knowledge_roots`, never the data directory).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use serde_json::{Value, json};
 
 use super::corpus::{self, CorpusError, Document, ImportOptions};
 use super::index::{ChunkingParams, IndexError, IndexStats, KnowledgeIndex, content_sha256};
+use crate::catalog::policy::{PathError, ResourcePolicy};
+use crate::catalog::readiness::reasons;
 use crate::catalog::{Catalog, ObjectKey};
 use crate::engine::retrieval::{RetrievalError, Retrieved, Retriever};
 use crate::resources::knowledge_base::KnowledgeBaseSpec;
@@ -62,9 +65,29 @@ pub enum BaseError {
         /// The Workspace's name.
         name: String,
     },
+    /// A directory the policy does not let resources read, or that cannot be resolved.
+    #[error("sources[{index}]: {source}")]
+    Path {
+        /// Position of the source in `spec.sources`.
+        index: usize,
+        /// Why.
+        source: PathError,
+    },
     /// Indexing failed.
     #[error(transparent)]
     Index(#[from] IndexError),
+}
+
+impl BaseError {
+    /// The condition reason of a knowledge base that failed this way.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BaseError::Path { source: PathError::DataDir { .. } | PathError::OutsideRoots { .. }, .. } => {
+                reasons::PATH_NOT_ALLOWED
+            }
+            _ => reasons::INDEX_FAILED,
+        }
+    }
 }
 
 /// Status carries the message.
@@ -139,9 +162,10 @@ impl KnowledgeBases {
         Ok((index, true))
     }
 
-    /// Reads every KnowledgeBase's sources and rebuilds the indexes whose content
-    /// changed; drops removed ones. Blocking (file IO, indexing).
-    pub fn refresh(&self, catalog: &Catalog) -> Vec<Refreshed> {
+    /// Reads every KnowledgeBase's sources (directories only where `policy` allows)
+    /// and rebuilds the indexes whose content changed; drops removed ones. Blocking
+    /// (file IO, indexing).
+    pub fn refresh(&self, catalog: &Catalog, policy: &ResourcePolicy) -> Vec<Refreshed> {
         let mut results = Vec::new();
         let mut next = BTreeMap::new();
         let current = self.loaded.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -152,7 +176,8 @@ impl KnowledgeBases {
                 chunk_chars: base.spec.chunking.chunk_runes as usize,
                 overlap_chars: base.spec.chunking.overlap_runes as usize,
             };
-            let (documents, skipped) = match documents(catalog, key, &base.spec, entry.base_dir.as_deref(), &name) {
+            let found = documents(catalog, key, &base.spec, entry.base_dir.as_deref(), &name, policy);
+            let (documents, skipped) = match found {
                 Ok(found) => found,
                 Err(error) => {
                     keep_previous(&current, key, &mut next);
@@ -291,12 +316,15 @@ fn documents(
     spec: &KnowledgeBaseSpec,
     base_dir: Option<&Path>,
     name: &str,
+    policy: &ResourcePolicy,
 ) -> Result<(Vec<Document>, Vec<String>), BaseError> {
     let mut documents = Vec::new();
     let mut skipped = Vec::new();
     for (index, source) in spec.sources.iter().enumerate() {
         if let Some(directory) = &source.directory {
-            let root = resolve(base_dir, &directory.path);
+            let root = policy
+                .readable_dir(&resolve(base_dir, &directory.path), base_dir.is_some())
+                .map_err(|source| BaseError::Path { index, source })?;
             let options = ImportOptions {
                 source: name.to_string(),
                 extensions: directory.extensions.clone(),
@@ -340,7 +368,9 @@ fn documents(
                 .path
                 .as_ref()
                 .ok_or_else(|| BaseError::RemoteWorkspace { index, name: git.workspace.clone() })?;
-            let root = resolve(entry.base_dir.as_deref(), path).join(&git.path);
+            let root = policy
+                .readable_dir(&resolve(entry.base_dir.as_deref(), path).join(&git.path), entry.base_dir.is_some())
+                .map_err(|source| BaseError::Path { index, source })?;
             let options = ImportOptions { source: name.to_string(), ..ImportOptions::default() };
             let report = corpus::import(&root, &options).map_err(|source| BaseError::Import { index, source })?;
             skipped.extend(report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)));
@@ -373,7 +403,7 @@ mod tests {
     }
 
     fn documents_of(sources: Value) -> Result<(Vec<Document>, Vec<String>), BaseError> {
-        documents(&Catalog::default(), &key(), &spec(sources), None, "ops/kb")
+        documents(&Catalog::default(), &key(), &spec(sources), None, "ops/kb", &ResourcePolicy::default())
     }
 
     #[test]
@@ -403,6 +433,33 @@ mod tests {
         );
         let err = documents_of(json!([inline, inline, {"directory": {"path": "/nonexistent/runbooks"}}])).unwrap_err();
         assert!(err.to_string().starts_with("sources[2]: /nonexistent/runbooks: "), "{err}");
+    }
+
+    #[test]
+    fn directories_are_read_only_where_the_policy_allows() {
+        let work = tempfile::tempdir().unwrap();
+        let (root, data, outside) = (work.path().join("root"), work.path().join("data"), work.path().join("outside"));
+        for dir in [&root, &data, &outside] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(
+                dir.join("doc.md"),
+                format!("# Disk full\n{}", "Free space and grow the volume. ".repeat(8)),
+            )
+            .unwrap();
+        }
+        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        let policy =
+            ResourcePolicy { knowledge_roots: vec![root.clone()], data_dir: data.clone(), ..Default::default() };
+        let read = |path: &Path| {
+            let sources = json!([{"directory": {"path": path.display().to_string()}}]);
+            documents(&Catalog::default(), &key(), &spec(sources), None, "ops/kb", &policy)
+        };
+        assert_eq!(read(&root).unwrap().0.len(), 1);
+        for refused in [root.join("escape"), data, outside] {
+            let error = read(&refused).unwrap_err();
+            assert_eq!(error.reason(), reasons::PATH_NOT_ALLOWED, "{error}");
+        }
+        assert_eq!(read(&root.join("missing")).unwrap_err().reason(), reasons::INDEX_FAILED);
     }
 
     #[test]

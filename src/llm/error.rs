@@ -48,12 +48,14 @@ pub(crate) fn excerpt(body: &[u8], api_key: Option<&str>) -> String {
     crate::text::truncate_chars(&crate::text::one_line(&text), EXCERPT_MAX_CHARS, "…")
 }
 
-/// Replaces every occurrence of the API key by `[redacted]`.
+/// Replaces the API key, every secret the host resolved and credential-looking
+/// fragments by `[redacted]` ([`crate::redact`]).
 pub(crate) fn redact(text: &str, api_key: Option<&str>) -> String {
-    match api_key {
+    let text = match api_key {
         Some(key) if !key.is_empty() => text.replace(key, "[redacted]"),
         _ => text.to_owned(),
-    }
+    };
+    crate::redact::redact(&text)
 }
 
 /// Maps a reqwest failure; the message includes the error's causes, API key redacted.
@@ -85,6 +87,13 @@ mod tests {
         assert!(text.starts_with("error: bad key [redacted] x x"));
         assert_eq!(text.chars().count(), EXCERPT_MAX_CHARS);
         assert!(!text.contains("sk-secret"));
+    }
+
+    #[test]
+    fn excerpts_redact_every_secret_the_host_resolved() {
+        crate::redact::register("client-key-llm-5b7c");
+        let text = excerpt(b"unknown key client-key-llm-5b7c in X-Api-Key", None);
+        assert_eq!(text, "unknown key [redacted] in X-Api-Key");
     }
 
     #[test]

@@ -166,11 +166,7 @@ pub(crate) async fn connect(config: &AdapterConfig, options: &HostOptions) -> Re
                 value.set_sensitive(true);
                 map.insert(header, value);
             }
-            crate::install_crypto_provider();
-            let http = reqwest::Client::builder()
-                .connect_timeout(options.connect_timeout)
-                .build()
-                .map_err(McpError::HttpClient)?;
+            let http = crate::outbound::streaming_client(options.connect_timeout).map_err(McpError::HttpClient)?;
             let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
             let transport = StreamableHttpClientTransport::with_client(http, transport_config);
             let service =

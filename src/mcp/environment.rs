@@ -1,5 +1,6 @@
 //! What a stdio child process gets: a cleared environment with only the allowed host variables
-//! and its own entries, and a bounded stderr that goes to our log at debug level.
+//! and its own entries, and a bounded stderr that goes to our log at debug level (redacted: a
+//! child may print the secrets it was given).
 
 use std::ffi::OsString;
 
@@ -59,7 +60,7 @@ pub async fn pump_stderr(key: String, mut stderr: tokio::process::ChildStderr) {
     let mut logged = 0usize;
     let emit = |line: &mut Vec<u8>, logged: &mut usize| {
         if *logged < MAX_STDERR_LINES {
-            let text = String::from_utf8_lossy(line);
+            let text = crate::redact::redact(&String::from_utf8_lossy(line));
             tracing::debug!(adapter = key.as_str(), line = text.trim_end(), "mcp child stderr");
             *logged += 1;
             if *logged == MAX_STDERR_LINES {

@@ -1,15 +1,45 @@
 //! What can go wrong in the MCP host: building an adapter's configuration, starting and keeping
 //! a session, judging its tools, and calling them. No message ever carries an environment or
-//! header value.
+//! header value: text that comes from a server or a transport is shown with its causes and
+//! through [`crate::redact`], which knows every resolved secret.
 
 use std::io;
 use std::time::Duration;
 
 use rmcp::ServiceError;
 use rmcp::service::ClientInitializeError;
+use rmcp::transport::streamable_http_client::StreamableHttpError;
 
+use crate::catalog::readiness::reasons;
 use crate::catalog::secrets::SecretError;
 use crate::tools::RegistryError;
+
+/// An error and its causes, redacted (a transport error's own text often omits the cause:
+/// a refused redirect, say).
+fn shown(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = cause(error);
+    while let Some(current) = source {
+        let current_text = current.to_string();
+        if !text.contains(&current_text) {
+            text.push_str(": ");
+            text.push_str(&current_text);
+        }
+        source = cause(current);
+    }
+    crate::redact::redact(&text)
+}
+
+/// The cause of an error, including those rmcp keeps out of `source()`.
+fn cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a (dyn std::error::Error + 'static)> {
+    if let Some(ClientInitializeError::TransportError { error, .. }) = error.downcast_ref::<ClientInitializeError>() {
+        return Some(error);
+    }
+    if let Some(StreamableHttpError::Client(inner)) = error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        return Some(inner);
+    }
+    error.source()
+}
 
 /// Errors of the MCP host.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +69,40 @@ pub enum McpError {
     /// The adapter sets neither stdio nor HTTP.
     #[error("no transport")]
     NoTransport,
+    /// The stdio command is not in `stdio_commands`.
+    #[error(
+        "command {command:?} is not allowed: the stdio_commands setting allows [{allowed}]; add its absolute path \
+         to stdio_commands, or run a bundled server as `akritas mcp victoriametrics ...`"
+    )]
+    CommandNotAllowed {
+        /// The command of the resource.
+        command: String,
+        /// The allowed commands, comma-separated.
+        allowed: String,
+    },
+    /// `akritas` with arguments that are not a bundled MCP server.
+    #[error(
+        "command akritas may only start a bundled MCP server (args [mcp, victoriametrics, ...] without --listen), \
+         not {0}; other programs need their absolute path in the stdio_commands setting"
+    )]
+    SelfArgsNotAllowed(String),
+    /// `workingDir` is not allowed here.
+    #[error("workingDir {0}")]
+    WorkingDirNotAllowed(String),
+    /// An env entry that changes what the child loads.
+    #[error("env entry {0} changes what the child process loads and is not allowed; remove it")]
+    LoaderEnv(String),
+    /// Another adapter the same Runs see has this tool namespace.
+    #[error(
+        "tool namespace {namespace} is taken by {other}, whose tools the same Runs see; set spec.namespace to \
+         another name"
+    )]
+    ToolNamespaceTaken {
+        /// The tool namespace.
+        namespace: String,
+        /// The adapter that keeps it.
+        other: String,
+    },
 
     // Starting a session.
     /// An environment variable name a child cannot have.
@@ -71,7 +135,7 @@ pub enum McpError {
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(#[source] reqwest::Error),
     /// The MCP handshake failed.
-    #[error("MCP initialization failed: {0}")]
+    #[error("MCP initialization failed: {}", shown(.0.as_ref()))]
     Initialize(#[source] Box<ClientInitializeError>),
     /// Spawning or connecting plus the handshake took too long.
     #[error("connecting did not finish within {0:?}")]
@@ -79,7 +143,7 @@ pub enum McpError {
 
     // Keeping a session.
     /// The server did not list its tools.
-    #[error("listing tools failed: {0}")]
+    #[error("listing tools failed: {}", shown(.0.as_ref()))]
     ListTools(#[source] Box<ServiceError>),
     /// Listing tools took too long.
     #[error("listing tools did not finish within {0:?}")]
@@ -88,10 +152,10 @@ pub enum McpError {
     #[error("child process exited ({0})")]
     ChildExited(String),
     /// The MCP session ended.
-    #[error("MCP session ended ({0})")]
+    #[error("MCP session ended ({})", crate::redact::redact(.0))]
     SessionEnded(String),
     /// A tool call found the transport broken (the call's own message).
-    #[error("{0}")]
+    #[error("{}", crate::redact::redact(.0))]
     Transport(String),
 
     // Judging tools.
@@ -132,7 +196,7 @@ pub enum McpError {
         key: String,
     },
     /// The adapter has no live session.
-    #[error("MCP adapter {key} is not connected{}", .last_error.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default())]
+    #[error("MCP adapter {key} is not connected{}", .last_error.as_ref().map(|e| format!(" (last error: {})", crate::redact::redact(e))).unwrap_or_default())]
     NotConnected {
         /// The adapter.
         key: String,
@@ -148,7 +212,7 @@ pub enum McpError {
         timeout: Duration,
     },
     /// The server or the transport failed the call.
-    #[error("MCP adapter {key}: {source}")]
+    #[error("MCP adapter {key}: {}", shown(.source.as_ref()))]
     Call {
         /// The adapter.
         key: String,
@@ -157,9 +221,39 @@ pub enum McpError {
     },
 }
 
+impl McpError {
+    /// The condition reason of an adapter that is not started or not connected for this.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            McpError::CommandNotAllowed { .. } | McpError::SelfArgsNotAllowed(_) => reasons::COMMAND_NOT_ALLOWED,
+            McpError::WorkingDirNotAllowed(_) => reasons::WORKING_DIR_NOT_ALLOWED,
+            McpError::LoaderEnv(_) => reasons::ENV_NOT_ALLOWED,
+            McpError::Secret { source, .. } => source.reason(),
+            McpError::ToolNamespaceTaken { .. } => reasons::TOOL_NAMESPACE_TAKEN,
+            _ => reasons::NOT_CONNECTED,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_text_in_errors_is_redacted() {
+        crate::redact::register("mcp-error-secret-77a1");
+        let call = McpError::Call {
+            key: "McpAdapter/ns/x".into(),
+            source: Box::new(ServiceError::McpError(rmcp::model::ErrorData::internal_error(
+                "bad token mcp-error-secret-77a1",
+                None,
+            ))),
+        };
+        let text = call.to_string();
+        assert!(text.contains("bad token [redacted]") && !text.contains("mcp-error-secret-77a1"), "{text}");
+        let ended = McpError::SessionEnded("closed: mcp-error-secret-77a1".into()).to_string();
+        assert_eq!(ended, "MCP session ended (closed: [redacted])");
+    }
 
     #[test]
     fn not_connected_names_the_last_error_when_known() {

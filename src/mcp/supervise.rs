@@ -108,7 +108,7 @@ pub(crate) async fn supervise(
                 End::Failed(e) => e,
             },
         };
-        let error = truncate_bytes(&error.to_string(), MAX_ERROR_BYTES, ELLIPSIS);
+        let error = shown(&error);
         tracing::warn!(adapter = key, error = error.as_str(), retry_in = ?backoff, "MCP adapter disconnected");
         if !reporter.report(Event::Retrying { error }) {
             return;
@@ -182,10 +182,16 @@ async fn run_session(
 
     if let End::Failed(error) = &end {
         // Callers see the failure at once, not after the stop below.
-        reporter.report(Event::SessionLost { error: truncate_bytes(&error.to_string(), MAX_ERROR_BYTES, ELLIPSIS) });
+        reporter.report(Event::SessionLost { error: shown(error) });
     }
     stop(key, ct, service_task, service_done, child, options.stop_grace).await;
     end
+}
+
+/// An error as status and logs show it: redacted (every resolved secret, credential-looking
+/// fragments), then bounded.
+fn shown(error: &McpError) -> String {
+    truncate_bytes(&crate::redact::redact(&error.to_string()), MAX_ERROR_BYTES, ELLIPSIS)
 }
 
 async fn wait_child(child: &mut Option<tokio::process::Child>) -> String {

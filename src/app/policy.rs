@@ -1,0 +1,46 @@
+//! The [`ResourcePolicy`] built from the settings, the secret resolver that applies
+//! it, and the registration of the service's own credentials for redaction.
+
+use std::sync::Arc;
+
+use crate::catalog::policy::ResourcePolicy;
+use crate::catalog::secrets::{EnvAccess, PolicySecrets, SecretResolver};
+use crate::config::Settings;
+use crate::tenancy::Tenancy;
+
+/// What resources may start and read, from `stdio_commands`, `resource_env`,
+/// `knowledge_roots`, `shared_namespaces`, `data_dir` and (standalone mode) the
+/// resource directories.
+pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
+    ResourcePolicy {
+        stdio_commands: settings.stdio_commands.clone(),
+        env: EnvAccess::new(settings.resource_env.clone(), service_credentials(settings)),
+        knowledge_roots: settings.knowledge_roots.clone(),
+        resource_dirs: if settings.kubernetes { Vec::new() } else { settings.resources.clone() },
+        data_dir: settings.data_dir.clone(),
+        tenancy: Tenancy::new(settings.shared_namespaces.clone()),
+    }
+}
+
+/// Names of the environment variables holding the service's own credentials: the
+/// upstream key and every client API key (`AKRITAS_CONFIG` is always added by
+/// [`EnvAccess`]).
+fn service_credentials(settings: &Settings) -> Vec<String> {
+    std::iter::once(settings.upstream_api_key_env.clone())
+        .chain(settings.api_keys.iter().map(|k| k.env.clone()))
+        .collect()
+}
+
+/// Registers the values of the service's own credentials for redaction.
+pub fn register_service_secrets(settings: &Settings, lookup: &dyn Fn(&str) -> Option<String>) {
+    for name in service_credentials(settings) {
+        if let Some(value) = lookup(&name) {
+            crate::redact::register(&value);
+        }
+    }
+}
+
+/// `inner` behind the policy's `{env:}` rule, registering every value it resolves.
+pub fn guarded(inner: Arc<dyn SecretResolver>, policy: &ResourcePolicy) -> Arc<dyn SecretResolver> {
+    Arc::new(PolicySecrets::new(inner, policy.env.clone()))
+}

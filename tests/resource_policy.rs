@@ -1,0 +1,282 @@
+//! What a resource may start or read is decided by the service configuration, never by
+//! the resource (ARCHITECTURE.md §5, Tenancy): driven through the real `akritas serve`
+//! in standalone mode, reading the conditions it derives at `/api/v1/resources`.
+
+use akritas_testkit as support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Server, poll, serve_command};
+
+const UPSTREAM_KEY: &str = "sk-upstream-7f3a9c1e5b";
+const CLIENT_KEY: &str = "client-key-4d8e2a6c0f";
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+async fn resources(server: &Server) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}/api/v1/resources", server.url))
+        .bearer_auth(CLIENT_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn find<'a>(all: &'a Value, kind: &str, namespace: &str, name: &str) -> &'a Value {
+    all["resources"]
+        .as_array()
+        .and_then(|list| list.iter().find(|r| r["kind"] == kind && r["namespace"] == namespace && r["name"] == name))
+        .unwrap_or_else(|| panic!("{kind}/{namespace}/{name} not listed: {all:#}"))
+}
+
+fn condition<'a>(resource: &'a Value, type_: &str) -> &'a Value {
+    resource["conditions"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition: {resource:#}"))
+}
+
+/// `(status, reason, message)` of the Ready condition.
+fn ready(resource: &Value) -> (String, String, String) {
+    let ready = condition(resource, "Ready");
+    let text = |field: &str| ready[field].as_str().unwrap_or_default().to_owned();
+    (text("status"), text("reason"), text("message"))
+}
+
+/// Polls until no object is still connecting, indexing or resolving.
+async fn settled(server: &Server) -> Value {
+    let pending = ["Connecting", "Indexing", "Resolving", "Checking"];
+    let found = poll(Duration::from_secs(40), || async {
+        let all = resources(server).await;
+        let busy = all["resources"].as_array()?.iter().any(|r| {
+            r["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| pending.contains(&c["reason"].as_str().unwrap_or_default())))
+        });
+        (!busy).then_some(all)
+    })
+    .await;
+    match found {
+        Some((all, _)) => all,
+        None => panic!("resources did not settle: {:#}\nlog:\n{}", resources(server).await, server.log_text()),
+    }
+}
+
+fn adapter(namespace: &str, name: &str, tool_namespace: &str, command: &str, args: &[&str]) -> String {
+    format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         spec:\n  transport:\n    stdio:\n      command: {command}\n      args: {args}\n  \
+         namespace: {tool_namespace}\n  allow: [read]\n---\n",
+        args = serde_json::to_string(args).unwrap(),
+    )
+}
+
+fn alert_source(namespace: &str, name: &str, env: &str) -> String {
+    format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         spec: {{provider: alertmanager, auth: {{bearerToken: {{env: {env}}}}}}}\n---\n"
+    )
+}
+
+fn knowledge_base(namespace: &str, name: &str, path: &Path) -> String {
+    format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: KnowledgeBase\nmetadata: {{name: {name}, namespace: {namespace}}}\n\
+         spec:\n  sources:\n    - directory: {{path: \"{}\", extensions: [md, jsonl]}}\n---\n",
+        path.display()
+    )
+}
+
+const RUNBOOK: &str = "# Disk full\nFree space on the node: remove old images, rotate logs, grow the volume. \
+                       Check which directory grows first, then the kubelet's image garbage collection.\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_starts_and_reads_only_what_the_service_configuration_allows() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("resources");
+    let data = work.path().join("data");
+    let outside = work.path().join("outside");
+    for d in [&dir, &data, &outside, &dir.join("runbooks")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    write(&dir.join("runbooks"), "disk.md", RUNBOOK);
+    write(&outside, "private.md", RUNBOOK);
+    // Something to index in the data directory, as the journals would be.
+    write(&data, "journal.md", RUNBOOK);
+    std::os::unix::fs::symlink(&outside, dir.join("linked")).unwrap();
+    let marker = work.path().join("started-by-a-resource");
+    let vm = ["mcp", "victoriametrics", "--base-url", "http://127.0.0.1:1"];
+
+    let mut manifests = String::new();
+    // A tenant tries to run a shell, and this binary with a command that is not an MCP server.
+    let touch = format!("touch {}", marker.display());
+    manifests += &adapter("team-b", "shell", "mcp.shell", "/bin/sh", &["-c", &touch]);
+    manifests += &adapter("team-b", "writer", "mcp.writer", "akritas", &["serve", "--address", "127.0.0.1:0"]);
+    manifests += &adapter("team-b", "prober", "mcp.prober", "akritas", &["mcp", "probe", "http://127.0.0.1:1/mcp"]);
+    // The platform's adapter (a shared namespace) wins its tool namespace everywhere; within
+    // one namespace the first in key order wins; two tenants may use the same namespace.
+    manifests += &adapter("platform", "vm", "mcp.vm", "akritas", &vm);
+    manifests += &adapter("team-b", "vm", "mcp.vm", "akritas", &vm);
+    manifests += &adapter("team-a", "metrics-1", "mcp.metrics", "akritas", &vm);
+    manifests += &adapter("team-a", "metrics-2", "mcp.metrics", "akritas", &vm);
+    manifests += &adapter("team-c", "metrics", "mcp.metrics", "akritas", &vm);
+    // Secrets: the service's own credentials are never readable, other names only when allowed.
+    manifests += &alert_source("team-b", "upstream", "OPENAI_API_KEY");
+    manifests += &alert_source("team-b", "client", "AKRITAS_API_KEY");
+    manifests += &alert_source("team-b", "config", "AKRITAS_CONFIG");
+    manifests += &alert_source("team-b", "home", "HOME");
+    manifests += &alert_source("team-b", "allowed", "AKRITAS_TEAM_B_TOKEN");
+    // Directories: inside the data directory, or out of the roots through a symlink.
+    manifests += &knowledge_base("team-b", "journals", &data);
+    manifests += &knowledge_base("team-b", "linked", Path::new("linked"));
+    manifests += &knowledge_base("team-b", "runbooks", Path::new("runbooks"));
+    write(&dir, "tenant.yaml", &manifests);
+
+    let config = work.path().join("config.json");
+    std::fs::write(&config, "{\"version\": 1}").unwrap();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--resources")
+        .arg(&dir)
+        .env("AKRITAS_DATA_DIR", &data)
+        .env("AKRITAS_SHARED_NAMESPACES", "platform")
+        .env("OPENAI_API_KEY", UPSTREAM_KEY)
+        .env("AKRITAS_API_KEY", CLIENT_KEY)
+        .env("AKRITAS_TEAM_B_TOKEN", "team-b-token-0123456789")
+        .env("AKRITAS_CONFIG", &config);
+    let server = Server::start(command);
+    let all = settled(&server).await;
+
+    // Commands.
+    for name in ["shell", "writer", "prober"] {
+        let (status, reason, message) = ready(find(&all, "McpAdapter", "team-b", name));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "CommandNotAllowed"), "{name}: {message}");
+        assert!(message.contains("stdio_commands"), "{name}: the message names the setting: {message}");
+    }
+    assert!(!marker.exists(), "a refused command was started");
+    let children =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", server.pid(), server.pid())).unwrap_or_default();
+    for pid in children.split_whitespace() {
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ");
+        assert!(cmdline.contains("mcp victoriametrics"), "only allowed commands run as children: {cmdline}");
+    }
+
+    // Tool namespaces.
+    for (namespace, name) in [("platform", "vm"), ("team-a", "metrics-1"), ("team-c", "metrics")] {
+        let (status, reason, message) = ready(find(&all, "McpAdapter", namespace, name));
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "Ready"), "{namespace}/{name}: {message}");
+    }
+    let (status, reason, message) = ready(find(&all, "McpAdapter", "team-b", "vm"));
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ToolNamespaceTaken"), "{message}");
+    assert!(message.contains("McpAdapter/platform/vm"), "{message}");
+    let (status, reason, message) = ready(find(&all, "McpAdapter", "team-a", "metrics-2"));
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ToolNamespaceTaken"), "{message}");
+    assert!(message.contains("McpAdapter/team-a/metrics-1"), "{message}");
+
+    // Environment variables.
+    for name in ["upstream", "client", "config", "home"] {
+        let resource = find(&all, "AlertSource", "team-b", name);
+        let (status, reason, message) = ready(resource);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "EnvNotAllowed"), "{name}: {message}");
+        assert_eq!(condition(resource, "SecretsResolved")["status"], "False");
+    }
+    let (_, _, message) = ready(find(&all, "AlertSource", "team-b", "upstream"));
+    assert!(message.contains("OPENAI_API_KEY") && message.contains("never"), "{message}");
+    let (_, _, message) = ready(find(&all, "AlertSource", "team-b", "home"));
+    assert!(message.contains("resource_env"), "{message}");
+    assert_eq!(ready(find(&all, "AlertSource", "team-b", "allowed")).0, "True");
+
+    // Directories.
+    for name in ["journals", "linked"] {
+        let resource = find(&all, "KnowledgeBase", "team-b", name);
+        let (status, reason, message) = ready(resource);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "PathNotAllowed"), "{name}: {message}");
+        assert!(message.contains("knowledge_roots"), "{name}: {message}");
+        assert!(resource["status"]["documents"].is_null(), "{name} was indexed: {resource:#}");
+    }
+    assert_eq!(ready(find(&all, "KnowledgeBase", "team-b", "runbooks")).0, "True");
+
+    let text = format!("{all}\n{}", server.log_text());
+    for secret in [UPSTREAM_KEY, CLIENT_KEY] {
+        assert!(!text.contains(secret), "a service credential leaked");
+    }
+}
+
+const HEADER_SECRET: &str = "hdr-secret-93b1c07d";
+const ENV_SECRET: &str = "env-secret-5e2f8a14";
+
+/// A stand-in MCP endpoint that refuses every request with a plain-text body echoing the
+/// request headers, as a misbehaving server might.
+async fn echoing_endpoint() -> String {
+    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
+        let echoed: Vec<String> =
+            headers.iter().map(|(name, value)| format!("{name}={}", value.to_str().unwrap_or_default())).collect();
+        (axum::http::StatusCode::BAD_REQUEST, format!("bad request headers: {}", echoed.join(" ")))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A stdio "server" that logs its token to stderr and answers `initialize` with a JSON-RPC
+/// error quoting it.
+const ECHO_SCRIPT: &str = r#"read -r line
+id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
+echo "token $TOKEN rejected" >&2
+printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":"token %s rejected"}}\n' "${id:-0}" "$TOKEN"
+sleep 5
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolved_secrets_never_appear_in_adapter_status_or_logs() {
+    let endpoint = echoing_endpoint().await;
+    let work = tempfile::tempdir().unwrap();
+    let manifests = format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: echo-http, namespace: ops}}\n\
+         spec:\n  transport:\n    http:\n      url: \"{endpoint}/mcp\"\n      headers:\n        \
+         - {{name: X-Api-Key, valueFrom: {{env: AKRITAS_HEADER_SECRET}}}}\n  allow: [read]\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: echo-stdio, namespace: ops}}\n\
+         spec:\n  transport:\n    stdio:\n      command: /bin/sh\n      args: {args}\n      env:\n        \
+         - {{name: TOKEN, valueFrom: {{env: AKRITAS_ENV_SECRET}}}}\n  allow: [read]\n",
+        args = serde_json::to_string(&["-c", ECHO_SCRIPT]).unwrap(),
+    );
+    write(work.path(), "echo.yaml", &manifests);
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--resources")
+        .arg(work.path())
+        .env("AKRITAS_STDIO_COMMANDS", "akritas,/bin/sh")
+        .env("AKRITAS_HEADER_SECRET", HEADER_SECRET)
+        .env("AKRITAS_ENV_SECRET", ENV_SECRET)
+        .env("AKRITAS_API_KEY", CLIENT_KEY)
+        .env("RUST_LOG", "debug,hyper=info,reqwest=info,h2=info,rustls=info");
+    let server = Server::start(command);
+    let echoed = poll(Duration::from_secs(40), || async {
+        let all = resources(&server).await;
+        let messages: Vec<String> =
+            ["echo-http", "echo-stdio"].iter().map(|name| ready(find(&all, "McpAdapter", "ops", name)).2).collect();
+        messages.iter().all(|m| m.contains("rejected") || m.contains("bad request")).then_some((all, messages))
+    })
+    .await;
+    let Some(((all, messages), _)) = echoed else {
+        panic!("the servers' errors did not arrive: {:#}\nlog:\n{}", resources(&server).await, server.log_text());
+    };
+    for message in &messages {
+        assert!(message.contains("[redacted]"), "the echoed value is shown redacted: {message}");
+    }
+    // The child's stderr went through the log at debug level.
+    poll(Duration::from_secs(10), || async { server.log_text().contains("mcp child stderr").then_some(()) })
+        .await
+        .expect("the child's stderr is logged");
+    let text = format!("{all}\n{}", server.log_text());
+    for secret in [HEADER_SECRET, ENV_SECRET, CLIENT_KEY] {
+        assert!(!text.contains(secret), "{secret} leaked into status or logs:\n{text}");
+    }
+}
