@@ -149,7 +149,14 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
     assert_eq!(
         args,
-        &json!(["serve", "--kubernetes", "--api-key", "default=AKRITAS_API_KEY", "--api-key", "metrics=AKRITAS_METRICS_KEY:metrics"])
+        &json!([
+            "serve",
+            "--kubernetes",
+            "--api-key",
+            "default=AKRITAS_API_KEY",
+            "--api-key",
+            "metrics=AKRITAS_METRICS_KEY:metrics"
+        ])
     );
     let metrics_key = container_env_opt(deployment, "AKRITAS_METRICS_KEY").expect("the metrics key in the pod");
     assert_eq!(metrics_key["valueFrom"]["secretKeyRef"]["name"], "akritas-metrics-key");
