@@ -643,7 +643,7 @@ impl Proxy {
                         }
                     }
                     let mut activity = seen_up.lock().unwrap();
-                    activity.open -= 1;
+                    activity.open = activity.open.saturating_sub(1);
                     activity.last_closed = Some(jiff::Timestamp::now());
                 });
                 let stop_down = stop.clone();
@@ -724,7 +724,7 @@ async fn a_leader_whose_renewal_hangs_stops_writing_before_the_standby_takes_ove
     .await;
     // The standby's first write is this takeover; it stamps acquireTime before sending it.
     let takeover: jiff::Timestamp = taken["spec"]["acquireTime"].as_str().unwrap().parse().unwrap();
-    let activity = proxy.activity.lock().unwrap();
+    let activity = std::mem::take(&mut *proxy.activity.lock().unwrap());
     let log = leader.log_text();
     eprintln!("paused at {paused}, standby took over at {takeover}, leader activity {activity:?}");
     assert!(leader.exited(), "the old leader still runs after the standby took over:\n{log}");
@@ -736,7 +736,6 @@ async fn a_leader_whose_renewal_hangs_stops_writing_before_the_standby_takes_ove
         "the old leader sent at {last_sent} / closed at {last_closed}, after the standby's first write at {takeover}:\n{log}"
     );
     assert!(log.contains("did not finish before its deadline"), "{log}");
-    drop(activity);
     // The new leader serves and writes.
     let new_leader = standby.listening(Duration::from_secs(20));
     assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
