@@ -49,6 +49,11 @@ fn container_env<'a>(deployment: &'a Value, name: &str) -> &'a Value {
     &env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name} in {env:#?}"))["value"]
 }
 
+/// The entry of environment variable `name` of the pod's container, if any.
+fn container_env_opt<'a>(deployment: &'a Value, name: &str) -> Option<&'a Value> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array()?.iter().find(|e| e["name"] == name)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     let lint = helm(&["lint", "charts/akritas", "--strict"]);
@@ -60,16 +65,17 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert_eq!(
         found,
         [
-            "ClusterRole",
-            "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
             "PersistentVolumeClaim",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "Service",
             "ServiceAccount"
-        ]
+        ],
+        "by default only the release namespace, and nothing cluster-wide"
     );
     for needle in [
         "args: [\"serve\", \"--kubernetes\"]",
@@ -100,6 +106,8 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert_eq!(pod["serviceAccountName"], "akritas");
     assert_eq!(pod["containers"][0]["resources"]["requests"], json!({"cpu": "50m", "memory": "64Mi"}));
     assert_eq!(container_env(deployment, "RUST_LOG"), "info");
+    assert_eq!(container_env(deployment, "AKRITAS_NAMESPACES"), "akritas-system");
+    check_least_privilege(&rendered, &["akritas-system"]);
 
     let scoped = helm(&[
         "template",
@@ -108,15 +116,50 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
         "--namespace",
         "akritas-system",
         "--set",
-        "watchNamespace=ops",
+        "watchNamespaces={team-a,team-b}",
         "--set",
         "networkPolicy.enabled=true",
     ]);
-    assert!(!scoped.contains("kind: ClusterRole"), "one namespace needs no cluster-wide role");
-    assert!(scoped.contains("kind: NetworkPolicy") && scoped.contains("value: \"ops\""));
+    assert!(!scoped.contains("kind: ClusterRole"), "listed namespaces need no cluster-wide role");
+    assert!(scoped.contains("kind: NetworkPolicy"));
+    let scoped_objects = objects(&scoped);
+    assert_eq!(container_env(object(&scoped_objects, "Deployment", "akritas"), "AKRITAS_NAMESPACES"), "team-a,team-b");
+    check_least_privilege(&scoped_objects, &["team-a", "team-b"]);
+
+    let everywhere = helm(&["template", "akritas", "charts/akritas", "--set", "watchAllNamespaces=true"]);
+    let everywhere = objects(&everywhere);
+    let cluster = object(&everywhere, "ClusterRole", "akritas");
+    let secrets = cluster["rules"].as_array().unwrap().iter().find(|r| r["resources"] == json!(["secrets"])).unwrap();
+    assert_eq!(secrets["verbs"], json!(["get"]), "every namespace still reads Secrets only by name");
+    assert!(
+        container_env_opt(object(&everywhere, "Deployment", "akritas"), "AKRITAS_NAMESPACES").is_none(),
+        "no namespaces configured = every namespace"
+    );
 
     let monitored = helm(&["template", "akritas", "charts/akritas", "--set", "serviceMonitor.enabled=true"]);
     assert!(monitored.contains("kind: ServiceMonitor") && monitored.contains("path: /metrics"));
+    let monitored = objects(&monitored);
+    let endpoint = &object(&monitored, "ServiceMonitor", "akritas")["spec"]["endpoints"][0];
+    assert_eq!(
+        endpoint["authorization"]["credentials"],
+        json!({"name": "akritas-metrics-key", "key": "api-key"}),
+        "the scraper has its own key"
+    );
+    let deployment = object(&monitored, "Deployment", "akritas");
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(
+        args,
+        &json!([
+            "serve",
+            "--kubernetes",
+            "--api-key",
+            "default=AKRITAS_API_KEY",
+            "--api-key",
+            "metrics=AKRITAS_METRICS_KEY:metrics"
+        ])
+    );
+    let metrics_key = container_env_opt(deployment, "AKRITAS_METRICS_KEY").expect("the metrics key in the pod");
+    assert_eq!(metrics_key["valueFrom"]["secretKeyRef"]["name"], "akritas-metrics-key");
 
     let standalone = helm(&[
         "template",
@@ -148,7 +191,7 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
         object(&existing, "Deployment", "akritas")["spec"]["template"]["spec"]["serviceAccountName"],
         "existing"
     );
-    assert_eq!(object(&existing, "ClusterRoleBinding", "akritas")["subjects"][0]["name"], "existing");
+    assert_eq!(object(&existing, "RoleBinding", "akritas")["subjects"][0]["name"], "existing");
 
     let values = tempfile::tempdir().unwrap();
     let customized_values = values.path().join("values.yaml");
@@ -161,6 +204,9 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     let api = kube_api::KubeApi::start().await;
     api.create_operator_namespace();
     api.create_namespace("ops");
+    for namespace in ["team-a", "team-b"] {
+        api.create_namespace(namespace);
+    }
     for rendered in [&operator, &scoped, &customized] {
         let (code, out, err) =
             api.kubectl_as(&api.admin_kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(rendered));
@@ -169,6 +215,34 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     let kubeconfig = api.admin_kubeconfig.to_str().unwrap();
     let flags = ["--namespace", "akritas-system", "--dry-run=server", "--kubeconfig", kubeconfig];
     check_notes(&helm(&[&["install", "ops", "charts/akritas"][..], &flags].concat()));
+}
+
+/// No rule anywhere lists or watches Secrets or grants wildcards; each watched
+/// namespace has a Role with `get` on Secrets; Incidents are written only in the
+/// release namespace; nothing is cluster-wide.
+fn check_least_privilege(rendered: &[Value], watched: &[&str]) {
+    let roles: Vec<&Value> = rendered.iter().filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole").collect();
+    assert!(roles.iter().all(|r| r["kind"] == "Role"), "nothing cluster-wide");
+    for role in &roles {
+        for rule in role["rules"].as_array().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let resources: Vec<&str> = rule["resources"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            assert!(!verbs.contains(&"*") && !resources.contains(&"*"), "wildcard in {role}");
+            if resources.contains(&"secrets") {
+                assert_eq!(verbs, ["get"], "Secrets are only read by name: {rule}");
+            }
+            if resources.contains(&"incidents") {
+                assert_eq!(role["metadata"]["namespace"], "akritas-system", "Incidents live in the release namespace");
+            }
+        }
+    }
+    for namespace in watched {
+        let role = roles
+            .iter()
+            .find(|r| r["metadata"]["namespace"] == *namespace && r["metadata"]["name"] == "akritas")
+            .unwrap_or_else(|| panic!("no Role in the watched namespace {namespace}"));
+        assert!(role["rules"].as_array().unwrap().iter().any(|r| r["resources"] == json!(["secrets"])));
+    }
 }
 
 /// Every common chart value set.
@@ -220,7 +294,7 @@ fn check_customized(rendered: &[Value]) {
     }
     let account = object(rendered, "ServiceAccount", "ops-bot");
     assert_eq!(account["metadata"]["annotations"]["example.com/role"], "akritas-reader");
-    let binding = object(rendered, "ClusterRoleBinding", "ops-assistant");
+    let binding = object(rendered, "RoleBinding", "ops-assistant");
     assert_eq!(binding["subjects"][0]["name"], "ops-bot");
     let deployment = object(rendered, "Deployment", "ops-assistant");
     let template = &deployment["spec"]["template"];
@@ -248,6 +322,7 @@ fn the_values_schema_rejects_unknown_keys() {
         ("loglevel=debug", "loglevel"),
         ("image.tagg=1.0", "tagg"),
         ("serviceAccount.annotation.a=b", "annotation"),
+        ("watchNamespace=ops", "watchNamespace"),
     ] {
         let output = run_helm(&["template", "akritas", "charts/akritas", "--set", set]);
         let stderr = String::from_utf8_lossy(&output.stderr);

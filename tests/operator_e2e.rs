@@ -3,7 +3,11 @@
 //! the RBAC the chart renders. Sample resources reach `Ready=True`; invalid objects
 //! are refused by the API server or marked `Ready=False`; edits, deletions and Secret
 //! rotation take effect; an Alertmanager delivery yields an `Incident` and a `Run`
-//! object with the investigation; a user-created `Run` is answered in its status.
+//! object with the investigation; a user-created `Run` is answered in its status, in
+//! its own namespace. Two tenant namespaces (`team-a`, `team-b`) are watched with the
+//! chart's Roles; the API server's audit log shows the operator read only the Secrets
+//! resources reference (by name, never listed or watched). A leader whose renewal
+//! hangs behind a paused TCP proxy stops writing before the standby takes over.
 
 use akritas_testkit as support;
 use akritas_testkit::kube_api;
@@ -41,10 +45,14 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     }
 }
 
-/// The chart's RBAC for the operator, rendered by helm.
-fn chart_rbac() -> String {
+/// Namespaces the main test watches: the samples', `ops` and two tenants.
+const WATCHED: [&str; 4] = ["akritas", "ops", "team-a", "team-b"];
+
+/// The chart's RBAC for the operator watching `namespaces`, rendered by helm.
+fn chart_rbac(namespaces: &[&str]) -> String {
     let output = Command::new(kube_api::e2e_binary("helm"))
         .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
+        .args(["--set", &format!("watchNamespaces={{{}}}", namespaces.join(","))])
         .args(["--show-only", "templates/rbac.yaml"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -87,6 +95,7 @@ fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str) -> Server {
         .arg("--kubernetes")
         .env("KUBECONFIG", api.operator_kubeconfig())
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+        .env("AKRITAS_NAMESPACES", WATCHED.join(","))
         .env("AKRITAS_BASE_URL", &llm.url)
         // The sample KnowledgeBase reads the sample runbooks on this host.
         .env("AKRITAS_KNOWLEDGE_ROOTS", support::root().join("config/samples/runbooks"))
@@ -150,12 +159,37 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     eprintln!("API server ready in {:?}", api.startup);
     api.install_crds(&support::root().join("crds"));
     api.create_operator_namespace();
-    for namespace in ["akritas", "ops"] {
+    for namespace in WATCHED {
         api.create_namespace(namespace);
     }
-    api.apply(&chart_rbac());
-    let (code, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &["auth", "can-i", "get", "secrets", "-A"], None);
-    assert_eq!((code, out.trim()), (1, "no"), "the chart grants list/watch on Secrets, not get");
+    api.create_namespace("elsewhere");
+    api.apply(&chart_rbac(&WATCHED));
+    let can = |args: &[&str]| {
+        let (_, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &[&["auth", "can-i"][..], args].concat(), None);
+        out.trim().to_string()
+    };
+    assert_eq!(can(&["get", "secrets", "-n", "team-a"]), "yes", "a referenced Secret is read by name");
+    for args in [
+        &["list", "secrets", "-n", "team-a"][..],
+        &["watch", "secrets", "-n", "ops"],
+        &["get", "secrets", "-A"],
+        &["get", "secrets", "-n", "elsewhere"],
+        &["list", "skills.akritas.io", "-n", "elsewhere"],
+        &["create", "incidents.akritas.io", "-n", "team-a"],
+    ] {
+        assert_eq!(can(args), "no", "the chart grants {args:?}");
+    }
+    // Secrets no resource references: the operator must never read them.
+    for namespace in WATCHED {
+        api.apply(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: unreferenced, namespace: {namespace}}}\nstringData: {{token: decoy-0123456789}}\n"
+        ));
+    }
+    // A tenant's adapter may not start a command the service does not allow.
+    api.apply(
+        "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {name: shell, namespace: team-b}\n\
+         spec: {transport: {stdio: {command: /bin/sh, args: [-c, 'sleep 600']}}, namespace: mcp.shell, allow: [read]}\n",
+    );
 
     // Samples and the objects of this test, before the operator starts. Paths are the
     // operator's own: the Workspace points at a git working tree and the KnowledgeBase
@@ -180,11 +214,12 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     // Every sample resource becomes Ready=True for its current generation (the
     // ValidatorProfile is checked below: validators are not available yet).
     let samples = ["skills", "mcpadapters", "workspaces", "notificationreceivers", "alertsources", "knowledgebases"];
+    let sample = |item: &Value| item["metadata"]["namespace"] != "team-b";
     let all_ready = || {
         samples.iter().all(|kind| {
             get_json(&api, &["get", kind, "-A"])["items"].as_array().is_some_and(|items| {
                 !items.is_empty()
-                    && items.iter().all(|item| {
+                    && items.iter().filter(|item| sample(item)).all(|item| {
                         ready(item).is_some_and(|(status, _, generation)| {
                             status == "True" && Some(generation) == item["metadata"]["generation"].as_i64()
                         })
@@ -382,6 +417,20 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     assert_eq!(asked["status"]["summary"], "Nothing conclusive without tools.");
     assert!(asked["status"]["runId"].as_str().unwrap().starts_with("run_"));
 
+    // A tenant's Run is answered in the tenant's namespace, and only there.
+    api.apply("apiVersion: akritas.io/v1alpha1\nkind: Run\nmetadata: {name: ask-b, namespace: team-b}\nspec: {prompt: \"Is db-7 healthy?\"}\n");
+    let (tenant, _) = eventually(Duration::from_secs(30), "the tenant's Run to finish", || {
+        let run = get_json(&api, &["get", "run", "ask-b", "-n", "team-b"]);
+        (run["status"]["phase"] == "Succeeded").then_some(run)
+    })
+    .await;
+    assert_eq!(tenant["status"]["actor"], "run:team-b/ask-b");
+    let tenant_run = tenant["status"]["runId"].as_str().unwrap().replace('_', "-");
+    for namespace in [OPERATOR_NAMESPACE, "team-a"] {
+        let (code, _, _) = api.kubectl(&["get", "run", &tenant_run, "-n", namespace]);
+        assert_ne!(code, 0, "the tenant's Run was projected into {namespace}");
+    }
+
     // Columns people read.
     let table = api.kubectl_ok(&["get", "skills,mcpadapters,incidents,runs", "-A"]);
     for column in ["READY", "STATE", "SEVERITY", "PHASE", "SOURCE"] {
@@ -392,6 +441,42 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     let log = server.log_text();
     assert!(!log.to_lowercase().contains("forbidden"), "a call was forbidden:\n{log}");
     assert!(!log.contains(AM_TOKEN_1) && !log.contains(AM_TOKEN_2), "a secret reached the log");
+
+    // The API server's audit log: the operator read Secrets only by name, only
+    // those referenced, and only in watched namespaces.
+    let secret_reads: Vec<(String, String, String)> = api
+        .audit_events()
+        .iter()
+        .filter(|e| e["user"]["username"] == kube_api::OPERATOR_USER && e["objectRef"]["resource"] == "secrets")
+        .map(|e| {
+            let field = |name: &str| e["objectRef"][name].as_str().unwrap_or_default().to_string();
+            (e["verb"].as_str().unwrap_or_default().to_string(), field("namespace"), field("name"))
+        })
+        .collect();
+    assert!(secret_reads.contains(&("get".into(), "ops".into(), "am-token".into())), "{secret_reads:?}");
+    for (verb, namespace, name) in &secret_reads {
+        assert_eq!(verb, "get", "the operator made a {verb} of Secrets in {namespace:?}: {secret_reads:?}");
+        assert!(
+            WATCHED.contains(&namespace.as_str()),
+            "a Secret read outside the watched namespaces: {secret_reads:?}"
+        );
+        assert_ne!(name, "unreferenced", "a Secret no resource references was read: {secret_reads:?}");
+    }
+
+    // The tenant's `/bin/sh` adapter is refused by the service's stdio allowlist
+    // (src/mcp/from_catalog.rs, policy helper): Ready=False with a reason, never started.
+    let (shell, _) = eventually(Duration::from_secs(20), "Ready=False on the /bin/sh adapter", || {
+        let adapter = get_json(&api, &["get", "mcpadapter", "shell", "-n", "team-b"]);
+        ready(&adapter).filter(|(status, _, _)| status == "False").map(|_| adapter)
+    })
+    .await;
+    let condition = shell["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+    assert!(condition["reason"].as_str().is_some_and(|r| !r.is_empty()), "{shell:#}");
+    assert!(
+        !child_commands(server.pid()).iter().any(|c| c.starts_with("/bin/sh") || c.starts_with("sleep 600")),
+        "the /bin/sh adapter was started: {:?}",
+        child_commands(server.pid())
+    );
 }
 
 fn exists_incident(api: &KubeApi, id: &str) -> bool {
@@ -406,6 +491,7 @@ fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str)
         .env("KUBECONFIG", api.operator_kubeconfig())
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
         .env("POD_NAME", name)
+        .env("AKRITAS_NAMESPACES", "ops")
         .env("AKRITAS_DATA_DIR", data)
         .env("AKRITAS_LEASE_DURATION", "3s")
         .env("AKRITAS_RECORD_RETENTION", "5s")
@@ -420,7 +506,7 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
     api.install_crds(&support::root().join("crds"));
     api.create_operator_namespace();
     api.create_namespace("ops");
-    api.apply(&chart_rbac());
+    api.apply(&chart_rbac(&["ops"]));
     api.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
@@ -505,5 +591,154 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(exists(), Some(false), "an expired Run is not projected again");
     assert!(exists_incident(&api, &incident_id), "a firing Incident is kept");
+    assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
+}
+
+/// What a replica sent through the [`Proxy`]: when it last sent a byte, when its
+/// last connection closed, and how many are open.
+#[derive(Debug, Default)]
+struct Activity {
+    last_sent: Option<jiff::Timestamp>,
+    last_closed: Option<jiff::Timestamp>,
+    open: usize,
+}
+
+/// A TCP proxy in front of the API server that can stop forwarding (both ways, for
+/// good): what the client sends afterwards is still read and time-stamped, never
+/// delivered. The TLS session is end to end (the proxy sees bytes only).
+struct Proxy {
+    url: String,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    activity: std::sync::Arc<std::sync::Mutex<Activity>>,
+}
+
+impl Proxy {
+    async fn start(upstream: &str) -> Proxy {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let upstream = upstream.trim_start_matches("https://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let activity = std::sync::Arc::new(std::sync::Mutex::new(Activity::default()));
+        let (stop, seen) = (paused.clone(), activity.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { continue };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                seen.lock().unwrap().open += 1;
+                let (stop_up, seen_up) = (stop.clone(), seen.clone());
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 16 * 1024];
+                    loop {
+                        match client_read.read(&mut buffer).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                seen_up.lock().unwrap().last_sent = Some(jiff::Timestamp::now());
+                                if !stop_up.load(Ordering::SeqCst)
+                                    && server_write.write_all(&buffer[..n]).await.is_err()
+                                {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let mut activity = seen_up.lock().unwrap();
+                    activity.open = activity.open.saturating_sub(1);
+                    activity.last_closed = Some(jiff::Timestamp::now());
+                });
+                let stop_down = stop.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 16 * 1024];
+                    while let Ok(n) = server_read.read(&mut buffer).await {
+                        if n == 0
+                            || (!stop_down.load(Ordering::SeqCst)
+                                && client_write.write_all(&buffer[..n]).await.is_err())
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { url, paused, activity }
+    }
+
+    fn pause(&self) {
+        self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_renewal_hangs_stops_writing_before_the_standby_takes_over() {
+    let api = KubeApi::start().await;
+    api.install_crds(&support::root().join("crds"));
+    api.create_operator_namespace();
+    api.create_namespace("ops");
+    api.apply(&chart_rbac(&["ops"]));
+    api.apply(
+        "apiVersion: akritas.io/v1alpha1\nkind: Skill\nmetadata: {name: pg, namespace: ops}\n\
+         spec: {description: PostgreSQL, content: \"# Guide\"}\n",
+    );
+    let llm = ScriptedLlm::start_with(model()).await;
+    let data = tempfile::tempdir().unwrap();
+
+    // The leader reaches the API server only through the proxy; the standby directly.
+    let proxy = Proxy::start(&api.url).await;
+    let through_proxy = api.dir.path().join("leader.kubeconfig");
+    std::fs::write(
+        &through_proxy,
+        kube_api::kubeconfig_yaml(&proxy.url, &api.ca_pem, "operator", &api.operator_token(), OPERATOR_NAMESPACE),
+    )
+    .unwrap();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--kubernetes")
+        .env("KUBECONFIG", &through_proxy)
+        .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+        .env("POD_NAME", "akritas-a")
+        .env("AKRITAS_NAMESPACES", "ops")
+        .env("AKRITAS_DATA_DIR", data.path())
+        .env("AKRITAS_LEASE_DURATION", "3s")
+        .env("AKRITAS_BASE_URL", &llm.url)
+        .env("RUST_LOG", "info,kube=warn");
+    let mut leader = Server::spawn(command).listening(Duration::from_secs(30));
+    let standby = replica(&api, &llm, data.path(), "akritas-b");
+    let lease = || get_json(&api, &["get", "lease", "akritas-leader", "-n", OPERATOR_NAMESPACE]);
+    assert!(lease()["spec"]["holderIdentity"].as_str().unwrap().starts_with("akritas-a-"));
+    eventually(Duration::from_secs(20), "the leader to write the Skill's status", || {
+        ready(&get_json(&api, &["get", "skill", "pg", "-n", "ops"])).map(|_| ())
+    })
+    .await;
+    eventually(Duration::from_secs(20), "the standby to follow", || {
+        standby.log_text().contains("standby: another replica leads").then_some(())
+    })
+    .await;
+
+    // Freeze the leader's connections: its next renewal hangs.
+    proxy.pause();
+    let paused = jiff::Timestamp::now();
+    let (taken, _) = eventually(Duration::from_secs(30), "the standby to take the Lease", || {
+        let lease = lease();
+        lease["spec"]["holderIdentity"].as_str()?.starts_with("akritas-b-").then_some(lease)
+    })
+    .await;
+    // The standby's first write is this takeover; it stamps acquireTime before sending it.
+    let takeover: jiff::Timestamp = taken["spec"]["acquireTime"].as_str().unwrap().parse().unwrap();
+    let activity = std::mem::take(&mut *proxy.activity.lock().unwrap());
+    let log = leader.log_text();
+    eprintln!("paused at {paused}, standby took over at {takeover}, leader activity {activity:?}");
+    assert!(leader.exited(), "the old leader still runs after the standby took over:\n{log}");
+    assert_eq!(activity.open, 0, "the old leader still holds connections to the API server:\n{log}");
+    let last_sent = activity.last_sent.unwrap();
+    let last_closed = activity.last_closed.unwrap();
+    assert!(
+        last_sent < takeover && last_closed < takeover,
+        "the old leader sent at {last_sent} / closed at {last_closed}, after the standby's first write at {takeover}:\n{log}"
+    );
+    assert!(log.contains("did not finish before its deadline"), "{log}");
+    // The new leader serves and writes.
+    let new_leader = standby.listening(Duration::from_secs(20));
     assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
 }

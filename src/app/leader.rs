@@ -42,13 +42,20 @@ pub async fn lead(
     tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for the leader Lease");
     let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(client.clone(), &lease.namespace);
-    let leading = matches!(operator::leader::try_acquire(&api, &lease).await, Ok(operator::leader::Outcome::Leading));
-    if !leading && !stand_by(&client, settings, instructions, keys, &lease).await? {
-        return Ok(None);
-    }
+    let start = tokio::time::Instant::now();
+    let mut observer = operator::leader::Observer::default();
+    let attempt = operator::leader::try_acquire(&api, &lease, &mut observer, start);
+    let acquired = match tokio::time::timeout(lease.duration, attempt).await {
+        Ok(Ok(operator::leader::Outcome::Leading)) => start,
+        _ => match stand_by(&client, settings, instructions, keys, &lease).await? {
+            Some(acquired) => acquired,
+            None => return Ok(None),
+        },
+    };
     let (keeper, lost) = (client.clone(), lost.clone());
     tokio::spawn(async move {
-        operator::leader::keep(keeper, lease).await;
+        let why = operator::leader::keep(keeper, lease, acquired).await;
+        tracing::error!(?why, "leadership lost: stopping every writer now");
         lost.cancel();
     });
     Ok(Some(client))
@@ -56,14 +63,14 @@ pub async fn lead(
 
 /// A standby replica serves reads (health, resources, tools, metrics) from its own
 /// watches, writes nothing, and answers everything else 503 until it acquires the
-/// Lease (`true`) or a signal stops it (`false`).
+/// Lease (the start of the acquiring attempt) or a signal stops it (`None`).
 async fn stand_by(
     client: &kube::Client,
     settings: &Settings,
     instructions: &SystemInstructions,
     keys: &ApiKeys,
     lease: &operator::leader::LeaseSettings,
-) -> Result<bool> {
+) -> Result<Option<tokio::time::Instant>> {
     let cancel = CancellationToken::new();
     let stop = CancellationToken::new();
     let store = CatalogStore::new();
@@ -100,8 +107,8 @@ async fn stand_by(
     let server =
         tokio::spawn(web::serve(listener, web::standby_router(state), cancel.clone(), settings.shutdown_timeout));
     let promoted = tokio::select! {
-        _ = operator::leader::acquire(client, lease) => true,
-        _ = stop.cancelled() => false,
+        acquired = operator::leader::acquire(client, lease) => Some(acquired),
+        _ = stop.cancelled() => None,
     };
     cancel.cancel();
     stop.cancel();

@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 use crate::operator::projection::{self, ProjectionSettings};
+use crate::operator::requests;
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState};
 
@@ -131,10 +132,13 @@ pub async fn serve(settings: Settings) -> Result<()> {
     ));
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
-        let namespace = settings.namespace.clone().unwrap_or_else(|| pod_namespace(&settings));
-        let projection = ProjectionSettings { namespace, retention: settings.record_retention };
+        let projection = ProjectionSettings {
+            namespace: pod_namespace(&settings),
+            watched: settings.watched_namespaces(),
+            retention: settings.record_retention,
+        };
         tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), board.clone(), projection, cancel.clone()));
-        tasks.spawn(projection::serve_requests(client, settings.namespace.clone(), engine.clone(), cancel.clone()));
+        tasks.spawn(requests::serve_requests(client, settings.watched_namespaces(), engine.clone(), cancel.clone()));
     }
     let state = AppState {
         catalog: store.clone(),
@@ -170,14 +174,22 @@ pub async fn serve(settings: Settings) -> Result<()> {
             }
         });
     }
-    web::serve(listener, web::router(state), cancel.clone(), settings.shutdown_timeout).await.context("HTTP server")?;
+    let server = web::serve(listener, web::router(state), cancel.clone(), settings.shutdown_timeout);
+    let served = tokio::select! {
+        served = server => Some(served),
+        // Fenced: the writers observe `cancel` (in-flight Kubernetes writes are
+        // dropped); nothing waits for a drain, the process exits before the Lease
+        // could expire.
+        _ = leadership_lost.cancelled() => None,
+    };
     cancel.cancel();
+    let Some(served) = served else {
+        bail!("the leader Lease was lost; stopping so that a new leader can take over");
+    };
+    served.context("HTTP server")?;
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(settings.shutdown_timeout, drain).await.is_err() {
         tracing::warn!("background tasks did not stop in time");
-    }
-    if leadership_lost.is_cancelled() {
-        bail!("the leader Lease was lost; stopping so that a new leader can take over");
     }
     tracing::info!("Akritas stopped");
     Ok(())

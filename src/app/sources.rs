@@ -43,9 +43,11 @@ pub async fn standalone(
 /// Longest wait for the first Catalog from the API server before serving.
 const FIRST_CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Operator mode: reflectors over the Akritas resources, ConfigMaps and Secrets;
-/// status written back. Returns the secret resolver and a counter that moves when
-/// a Secret changes (so live components resolve again).
+/// Operator mode: reflectors over the Akritas resources and ConfigMaps of every
+/// watched namespace (`watched_namespaces`; none = every namespace); Secrets read
+/// by name when a resource references one; status written back. Returns the
+/// secret resolver and a counter that moves when a Secret changes (so live
+/// components resolve again).
 pub async fn operator(
     client: kube::Client,
     settings: &Settings,
@@ -55,33 +57,16 @@ pub async fn operator(
     cancel: &CancellationToken,
     write_status: bool,
 ) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>)> {
-    use futures_util::StreamExt;
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
-
-    let namespace = settings.namespace.as_deref();
-    let secrets_api: kube::Api<k8s_openapi::api::core::v1::Secret> = match namespace {
-        Some(ns) => kube::Api::namespaced(client.clone(), ns),
-        None => kube::Api::all(client.clone()),
-    };
-    let (secret_store, writer) = reflector::store();
+    let namespaces = settings.watched_namespaces();
+    if namespaces.is_empty() {
+        tracing::info!("watching every namespace (no namespaces configured)");
+    } else {
+        tracing::info!(namespaces = %namespaces.join(","), "watching namespaces");
+    }
+    let secrets = Arc::new(operator::secrets::KubeSecrets::default());
     let (changed_tx, changed_rx) = tokio::sync::watch::channel(0u64);
-    let secret_events =
-        reflector::reflector(writer, watcher(secrets_api, watcher::Config::default())).default_backoff();
-    let stop = cancel.clone();
-    tasks.spawn(async move {
-        tokio::pin!(secret_events);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                event = secret_events.next() => match event {
-                    None => return,
-                    Some(Ok(_)) => { changed_tx.send_modify(|n| *n += 1); }
-                    Some(Err(error)) => tracing::warn!(%error, "watch of Secrets failed; retrying"),
-                },
-            }
-        }
-    });
-    let (stores, changes) = operator::source::reflect(&client, namespace);
+    tasks.spawn(secrets.clone().refresh(client.clone(), changed_tx, cancel.clone()));
+    let (stores, changes) = operator::source::reflect(&client, &namespaces);
     let (generations_tx, generations_rx) = tokio::sync::watch::channel(Default::default());
     let mut first = generations_rx.clone();
     tasks.spawn(operator::source::run(stores, changes, store.clone(), board.clone(), generations_tx, cancel.clone()));
@@ -91,6 +76,5 @@ pub async fn operator(
     if tokio::time::timeout(FIRST_CATALOG_WAIT, first.changed()).await.is_err() {
         tracing::warn!("no Akritas resources read from the API server yet; serving with an empty Catalog");
     }
-    let _ = tokio::time::timeout(FIRST_CATALOG_WAIT, secret_store.wait_until_ready()).await;
-    Ok((Arc::new(operator::secrets::KubeSecrets::new(secret_store)), changed_rx))
+    Ok((secrets, changed_rx))
 }

@@ -6,6 +6,7 @@ pub mod api;
 pub mod backoff;
 pub mod leader;
 pub mod projection;
+pub mod requests;
 pub mod secrets;
 pub mod source;
 pub mod status;

@@ -1,17 +1,17 @@
 //! Runs and Incidents as custom resources: a bounded projection of the audit and
-//! alert journals (which stay the source of truth), written with server-side apply
-//! into the records namespace; old ones are garbage-collected after the retention.
-//! A `Run` created by a user (without the managed-by label) is a request: the host
-//! runs a read-only investigation for its prompt and writes the result to its status.
+//! alert journals (which stay the source of truth), written with server-side apply;
+//! old ones are garbage-collected after the retention. A Run object is written in
+//! the namespace of the Run's record when that namespace is watched, otherwise in
+//! the host's own namespace ([`ProjectionSettings::run_namespace`]); an Incident in
+//! the namespace [`ProjectionSettings::incident_namespace`] chooses. User-created
+//! `Run` requests are served by [`super::requests`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use kube::Client;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,9 +21,6 @@ use super::backoff::Backoff;
 use crate::alerts::store::{AlertStore, DeliveryStatus, Job};
 use crate::audit::{AuditLog, RunRecord, RunStatus};
 use crate::catalog::status::StatusBoard;
-use crate::engine::conversation::{Speaker, Turn};
-use crate::engine::request::RunRequest;
-use crate::engine::run::Engine;
 use crate::resources::{API_VERSION, Kind};
 
 /// Label on every object the host writes.
@@ -31,7 +28,7 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Its value.
 pub const MANAGER: &str = "akritas";
 /// Metadata key linking an audit Run to the user's `Run` object that requested it.
-const REQUESTED_BY: &str = "run_resource";
+pub(super) const REQUESTED_BY: &str = "run_resource";
 /// How often the journals are projected.
 pub const SYNC_INTERVAL: Duration = Duration::from_secs(2);
 /// Longest text kept in a status field.
@@ -44,10 +41,43 @@ const MAX_PROJECTED: usize = 1000;
 /// Projection settings.
 #[derive(Clone, Debug)]
 pub struct ProjectionSettings {
-    /// Namespace the host writes Runs and Incidents into.
+    /// The host's own namespace: Runs of unwatched namespaces and Incidents go here.
     pub namespace: String,
+    /// The watched namespaces; empty = every namespace.
+    pub watched: Vec<String>,
     /// Finished Runs and resolved Incidents older than this are deleted.
     pub retention: Duration,
+}
+
+impl ProjectionSettings {
+    /// Where the Run object of a Run recorded in `namespace` is written: there if
+    /// it is watched (its tenants see their own Runs), else the host's namespace
+    /// (the operator has no rights elsewhere).
+    pub fn run_namespace<'a>(&'a self, namespace: &'a str) -> &'a str {
+        if self.watched.is_empty() || self.watched.iter().any(|ns| ns == namespace) {
+            namespace
+        } else {
+            &self.namespace
+        }
+    }
+
+    /// Where an Incident object is written. THE one place to wire the Incident's
+    /// own namespace once incidents carry one (same rule as [`Self::run_namespace`]);
+    /// until then, the host's namespace.
+    pub fn incident_namespace(&self, _incident: &crate::alerts::IncidentState) -> &str {
+        &self.namespace
+    }
+
+    /// Namespaces the projection may have written into (for garbage collection);
+    /// `None` = every namespace.
+    fn written_namespaces(&self) -> Option<Vec<String>> {
+        if self.watched.is_empty() {
+            return None;
+        }
+        let mut all: BTreeSet<String> = self.watched.iter().cloned().collect();
+        all.insert(self.namespace.clone());
+        Some(all.into_iter().collect())
+    }
 }
 
 /// Writes the projection until cancelled; failed writes are counted on `board`.
@@ -61,13 +91,19 @@ pub async fn run(
 ) {
     let mut written = Written::default();
     loop {
-        written.start_pass();
-        let cutoff = cutoff(settings.retention);
-        let writer = Writer { client: &client, settings: &settings, board: &board, now: Instant::now() };
-        sync_runs(&writer, &audit, &cutoff, &mut written).await;
-        sync_incidents(&writer, &alerts, &cutoff, &mut written).await;
-        written.end_pass();
-        collect_garbage(&client, &settings, &mut written).await;
+        let pass = async {
+            written.start_pass();
+            let cutoff = cutoff(settings.retention);
+            let writer = Writer { client: &client, settings: &settings, board: &board, now: Instant::now() };
+            sync_runs(&writer, &audit, &cutoff, &mut written).await;
+            sync_incidents(&writer, &alerts, &cutoff, &mut written).await;
+            written.end_pass();
+            collect_garbage(&client, &settings, &mut written).await;
+        };
+        // A lost Lease cancels: the write in flight is dropped with the pass.
+        if cancel.run_until_cancelled(pass).await.is_none() {
+            return;
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(SYNC_INTERVAL) => {}
@@ -75,8 +111,8 @@ pub async fn run(
     }
 }
 
-/// An object the projection writes.
-type Key = (Kind, String);
+/// An object the projection writes: kind, namespace, name.
+type Key = (Kind, String, String);
 
 /// What was last written per object and the pass that last projected it; which
 /// objects are backing off after a failed write.
@@ -130,7 +166,7 @@ pub fn object_name(id: &str) -> String {
     id.replace('_', "-")
 }
 
-fn bounded(text: &str) -> String {
+pub(super) fn bounded(text: &str) -> String {
     crate::text::prefix_chars(text, MAX_STATUS_TEXT).to_string()
 }
 
@@ -159,12 +195,12 @@ async fn write_if_changed(
     writer: &Writer<'_>,
     written: &mut Written,
     kind: Kind,
-    name: String,
+    (namespace, name): (&str, String),
     spec: Value,
     status: Value,
 ) {
     let desired = json!({"spec": spec, "status": status});
-    let key = (kind, name);
+    let key = (kind, namespace.to_string(), name);
     let pass = written.pass;
     written.projected.insert(key.clone());
     if let Some((last, seen)) = written.objects.get_mut(&key)
@@ -176,7 +212,7 @@ async fn write_if_changed(
     if !written.backoff.due(&key, writer.now) {
         return;
     }
-    match apply(writer.client, &writer.settings.namespace, kind, &key.1, &spec, &status).await {
+    match apply(writer.client, &key.1, kind, &key.2, &spec, &status).await {
         Ok(()) => {
             written.backoff.succeeded(&key);
             written.objects.insert(key, (desired, pass));
@@ -184,7 +220,7 @@ async fn write_if_changed(
         Err(error) => {
             writer.board.count_write_failure(kind);
             let wait = written.backoff.failed(key.clone(), writer.now);
-            tracing::warn!(kind = kind.as_str(), name = %key.1, %error, retry_in_s = wait.as_secs(), "projection not written; retrying later");
+            tracing::warn!(kind = kind.as_str(), namespace = %key.1, name = %key.2, %error, retry_in_s = wait.as_secs(), "projection not written; retrying later");
         }
     }
 }
@@ -252,7 +288,9 @@ async fn sync_runs(writer: &Writer<'_>, audit: &AuditLog, cutoff: &str, written:
         }
         let spec = json!({"prompt": run_prompt(&summary)});
         let status = run_status(&summary);
-        write_if_changed(writer, written, Kind::Run, object_name(summary.id.as_str()), spec, status).await;
+        let namespace = writer.settings.run_namespace(&summary.namespace);
+        let name = object_name(summary.id.as_str());
+        write_if_changed(writer, written, Kind::Run, (namespace, name), spec, status).await;
     }
 }
 
@@ -310,7 +348,8 @@ async fn sync_incidents(writer: &Writer<'_>, alerts: &AlertStore, cutoff: &str, 
             "entity": bounded(&format!("{}:{}", incident.entity.kind, incident.entity.id)),
         });
         let status = incident_status(&incident, &jobs);
-        write_if_changed(writer, written, Kind::Incident, object_name(&incident.id), spec, status).await;
+        let namespace = writer.settings.incident_namespace(&incident);
+        write_if_changed(writer, written, Kind::Incident, (namespace, object_name(&incident.id)), spec, status).await;
     }
 }
 
@@ -318,126 +357,38 @@ async fn sync_incidents(writer: &Writer<'_>, alerts: &AlertStore, cutoff: &str, 
 /// ago than the retention.
 async fn collect_garbage(client: &Client, settings: &ProjectionSettings, written: &mut Written) {
     let cutoff = cutoff(settings.retention);
+    let scopes: Vec<Option<String>> = match settings.written_namespaces() {
+        None => vec![None],
+        Some(namespaces) => namespaces.into_iter().map(Some).collect(),
+    };
     for (kind, field) in [(Kind::Run, "finishedAt"), (Kind::Incident, "resolvedAt")] {
-        let api = dynamic_api(client, kind, Some(&settings.namespace));
-        let list = match api.list(&ListParams::default().labels(&format!("{MANAGED_BY}={MANAGER}"))).await {
-            Ok(list) => list,
-            Err(error) => {
-                tracing::debug!(kind = kind.as_str(), %error, "cannot list for garbage collection");
-                continue;
-            }
-        };
-        for object in list.items {
-            let Some(name) = object.metadata.name.clone() else { continue };
-            if !expired(object.data["status"][field].as_str(), &cutoff) {
-                continue;
-            }
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    tracing::info!(kind = kind.as_str(), %name, "expired record deleted");
-                    written.objects.remove(&(kind, name));
+        for scope in &scopes {
+            let api = dynamic_api(client, kind, scope.as_deref());
+            let list = match api.list(&ListParams::default().labels(&format!("{MANAGED_BY}={MANAGER}"))).await {
+                Ok(list) => list,
+                Err(error) => {
+                    tracing::debug!(kind = kind.as_str(), %error, "cannot list for garbage collection");
+                    continue;
                 }
-                Err(error) => tracing::debug!(kind = kind.as_str(), %name, %error, "expired record not deleted"),
+            };
+            for object in list.items {
+                let (Some(namespace), Some(name)) = (object.metadata.namespace.clone(), object.metadata.name.clone())
+                else {
+                    continue;
+                };
+                if !expired(object.data["status"][field].as_str(), &cutoff) {
+                    continue;
+                }
+                let api = dynamic_api(client, kind, Some(&namespace));
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        tracing::info!(kind = kind.as_str(), %namespace, %name, "expired record deleted");
+                        written.objects.remove(&(kind, namespace, name));
+                    }
+                    Err(error) => tracing::debug!(kind = kind.as_str(), %name, %error, "expired record not deleted"),
+                }
             }
         }
-    }
-}
-
-/// Serves Runs created by users: each new one (no managed-by label, no phase) gets
-/// a read-only investigation of its prompt and the outcome in its status.
-pub async fn serve_requests(client: Client, namespace: Option<String>, engine: Arc<Engine>, cancel: CancellationToken) {
-    let api = dynamic_api(&client, Kind::Run, namespace.as_deref());
-    let config = watcher::Config::default().labels(&format!("!{MANAGED_BY}"));
-    let events = watcher(api, config).default_backoff().applied_objects();
-    tokio::pin!(events);
-    let mut started: BTreeSet<(String, String)> = BTreeSet::new();
-    loop {
-        let object = tokio::select! {
-            _ = cancel.cancelled() => return,
-            next = events.next() => match next {
-                None => return,
-                Some(Err(error)) => { tracing::warn!(%error, "watch of Run requests failed; retrying"); continue; }
-                Some(Ok(object)) => object,
-            },
-        };
-        let (Some(ns), Some(name)) = (object.metadata.namespace.clone(), object.metadata.name.clone()) else {
-            continue;
-        };
-        let phase = object.data["status"]["phase"].as_str().map(str::to_string);
-        if !started.insert((ns.clone(), name.clone())) {
-            continue;
-        }
-        let api: Api<kube::api::DynamicObject> = dynamic_api(&client, Kind::Run, Some(&ns));
-        let spec = object.data["spec"].clone();
-        let engine = engine.clone();
-        match phase.as_deref() {
-            None => {
-                tokio::spawn(async move { execute_request(&api, &name, &ns, &spec, &engine).await });
-            }
-            Some("Running") | Some("Pending") => {
-                // Claimed by a process that stopped: it will not finish.
-                let status = json!({"phase": "Failed", "error": "Akritas stopped while this Run was executing; create a new Run"});
-                let _ = write_request_status(&api, &name, &status).await;
-            }
-            Some(_) => {}
-        }
-    }
-}
-
-async fn write_request_status(api: &Api<kube::api::DynamicObject>, name: &str, status: &Value) -> kube::Result<()> {
-    let patch = json!({"apiVersion": API_VERSION, "kind": "Run", "status": status});
-    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await.map(|_| ())
-}
-
-async fn execute_request(
-    api: &Api<kube::api::DynamicObject>,
-    name: &str,
-    namespace: &str,
-    spec: &Value,
-    engine: &Engine,
-) {
-    let prompt = spec["prompt"].as_str().unwrap_or_default().to_string();
-    let context: BTreeMap<String, String> = spec["context"]
-        .as_object()
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
-        .unwrap_or_default();
-    let started = jiff::Timestamp::now().to_string();
-    if let Err(error) = write_request_status(api, name, &json!({"phase": "Running", "startedAt": started})).await {
-        tracing::warn!(run = %name, %error, "cannot claim the Run request");
-        return;
-    }
-    let request = RunRequest {
-        source: "kubernetes".into(),
-        actor: format!("run:{namespace}/{name}"),
-        turns: vec![Turn { role: Speaker::User, content: prompt }],
-        context,
-        response_language: spec["responseLanguage"].as_str().map(str::to_string),
-        metadata: BTreeMap::from([(REQUESTED_BY.to_string(), json!(format!("{namespace}/{name}")))]),
-        ..RunRequest::default()
-    };
-    let outcome = engine.run(request).await;
-    let mut status = match (&outcome, engine.audit()) {
-        (Ok(outcome), Some(audit)) => {
-            outcome.run_id.as_ref().and_then(|id| audit.get(id)).map(|r| run_status(&r)).unwrap_or_else(|| json!({}))
-        }
-        (Err(error), Some(audit)) => {
-            error.run_id().and_then(|id| audit.get(id)).map(|r| run_status(&r)).unwrap_or_else(|| json!({}))
-        }
-        _ => json!({}),
-    };
-    status["startedAt"] = json!(started);
-    match outcome {
-        Ok(outcome) => {
-            status["phase"] = json!("Succeeded");
-            status["summary"] = json!(bounded(&outcome.answer));
-        }
-        Err(error) => {
-            status["phase"] = json!("Failed");
-            status["error"] = json!(bounded(&error.to_string()));
-        }
-    }
-    if let Err(error) = write_request_status(api, name, &status).await {
-        tracing::warn!(run = %name, %error, "Run request result not written");
     }
 }
 
@@ -452,7 +403,11 @@ mod tests {
     const INCIDENTS: &str = "/apis/akritas.io/v1alpha1/namespaces/akritas-system/incidents";
 
     fn settings() -> ProjectionSettings {
-        ProjectionSettings { namespace: "akritas-system".into(), retention: Duration::from_secs(3600) }
+        ProjectionSettings {
+            namespace: "akritas-system".into(),
+            watched: vec!["akritas-system".into()],
+            retention: Duration::from_secs(3600),
+        }
     }
 
     fn expect(method: &'static str, path: &str, code: u16, body: Value) -> Expect {
@@ -487,7 +442,7 @@ mod tests {
         for _ in 0..2 {
             written.start_pass();
             let (spec, status) = (json!({"prompt": "p"}), json!({"runId": "run_0123", "phase": "Running"}));
-            write_if_changed(&writer, &mut written, Kind::Run, name.into(), spec, status).await;
+            write_if_changed(&writer, &mut written, Kind::Run, ("akritas-system", name.into()), spec, status).await;
             written.end_pass();
         }
         let seen = server.await.unwrap();
@@ -531,14 +486,24 @@ mod tests {
                 now: start + Duration::from_millis(millis),
             };
             written.start_pass();
-            write_if_changed(&writer, &mut written, Kind::Run, "run-1".into(), json!({}), json!({"phase": "Running"}))
-                .await;
+            write_if_changed(
+                &writer,
+                &mut written,
+                Kind::Run,
+                ("akritas-system", "run-1".into()),
+                json!({}),
+                json!({"phase": "Running"}),
+            )
+            .await;
             written.end_pass();
         }
         assert_eq!(server.await.unwrap().len(), 4);
         assert!(board.write_failures().contains(&(Kind::Run, 2)));
-        assert!(written.objects.contains_key(&(Kind::Run, "run-1".to_string())));
-        assert!(written.backoff.due(&(Kind::Run, "run-1".to_string()), start), "a success forgets the backoff");
+        assert!(written.objects.contains_key(&(Kind::Run, "akritas-system".to_string(), "run-1".to_string())));
+        assert!(
+            written.backoff.due(&(Kind::Run, "akritas-system".to_string(), "run-1".to_string()), start),
+            "a success forgets the backoff"
+        );
     }
 
     #[tokio::test]
@@ -563,11 +528,34 @@ mod tests {
             expect("GET", INCIDENTS, 200, list("Incident", Vec::new())),
         ]);
         let mut written = Written::default();
-        written.objects.insert((Kind::Run, "run-old".into()), (json!({}), 0));
+        written.objects.insert((Kind::Run, "akritas-system".into(), "run-old".into()), (json!({}), 0));
         collect_garbage(&client, &settings(), &mut written).await;
         let seen = server.await.unwrap();
         assert!(seen[0].uri.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dakritas"), "{}", seen[0].uri);
         assert_eq!(seen.len(), 3, "only the expired Run is deleted");
         assert!(written.objects.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+
+    fn settings(watched: &[&str]) -> ProjectionSettings {
+        ProjectionSettings {
+            namespace: "akritas-system".into(),
+            watched: watched.iter().map(|s| s.to_string()).collect(),
+            retention: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn a_run_object_is_written_in_its_runs_namespace_when_watched_else_the_hosts() {
+        let two = settings(&["team-a", "team-b"]);
+        assert_eq!(two.run_namespace("team-b"), "team-b");
+        assert_eq!(two.run_namespace("team-c"), "akritas-system", "never where the operator has no rights");
+        assert_eq!(settings(&[]).run_namespace("team-c"), "team-c", "every namespace is watched");
+        assert_eq!(two.written_namespaces(), Some(vec!["akritas-system".into(), "team-a".into(), "team-b".into()]));
+        assert_eq!(settings(&[]).written_namespaces(), None);
     }
 }

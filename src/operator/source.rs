@@ -1,5 +1,6 @@
 //! The Kubernetes resource source: reflectors over every declared Akritas kind and
-//! the ConfigMaps they reference, rebuilt into the Catalog with the same validation
+//! the ConfigMaps they reference, one per watched namespace (or one over every
+//! namespace when none is configured), rebuilt into the Catalog with the same validation
 //! and last-good merge as the directory source. Each rebuild also publishes the
 //! generations it saw, for the status writer's `observedGeneration`.
 
@@ -31,38 +32,44 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct Stores {
     kinds: Vec<(Kind, Store<DynamicObject>)>,
-    config_maps: Store<ConfigMap>,
+    config_maps: Vec<Store<ConfigMap>>,
 }
 
-/// Starts the reflectors; the returned stream yields once per change.
-pub fn reflect(client: &Client, namespace: Option<&str>) -> (Stores, BoxStream<'static, ()>) {
+/// Starts the reflectors over `namespaces` (empty: every namespace); the returned
+/// stream yields once per change.
+pub fn reflect(client: &Client, namespaces: &[String]) -> (Stores, BoxStream<'static, ()>) {
     let config = watcher::Config::default();
+    let scopes: Vec<Option<&str>> =
+        if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|ns| Some(ns.as_str())).collect() };
     let mut streams: Vec<BoxStream<'static, ()>> = Vec::new();
-    let mut kinds = Vec::new();
-    for kind in Kind::ALL.iter().copied().filter(|k| k.is_declared()) {
-        let writer = reflector::store::Writer::new(api_resource(kind));
-        kinds.push((kind, writer.as_reader()));
-        let stream = reflector::reflector(writer, watcher(dynamic_api(client, kind, namespace), config.clone()))
-            .default_backoff()
-            .map(move |event| {
-                if let Err(error) = event {
-                    tracing::warn!(kind = kind.as_str(), %error, "watch of Akritas resources failed; retrying");
-                }
-            });
+    let mut stores = Stores { kinds: Vec::new(), config_maps: Vec::new() };
+    for namespace in scopes {
+        for kind in Kind::ALL.iter().copied().filter(|k| k.is_declared()) {
+            let writer = reflector::store::Writer::new(api_resource(kind));
+            stores.kinds.push((kind, writer.as_reader()));
+            let stream = reflector::reflector(writer, watcher(dynamic_api(client, kind, namespace), config.clone()))
+                .default_backoff()
+                .map(move |event| {
+                    if let Err(error) = event {
+                        tracing::warn!(kind = kind.as_str(), %error, "watch of Akritas resources failed; retrying");
+                    }
+                });
+            streams.push(stream.boxed());
+        }
+        let api: Api<ConfigMap> = match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let (config_maps, writer) = reflector::store();
+        stores.config_maps.push(config_maps);
+        let stream = reflector::reflector(writer, watcher(api, config.clone())).default_backoff().map(|event| {
+            if let Err(error) = event {
+                tracing::warn!(%error, "watch of ConfigMaps failed; retrying");
+            }
+        });
         streams.push(stream.boxed());
     }
-    let api: Api<ConfigMap> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let (config_maps, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff().map(|event| {
-        if let Err(error) = event {
-            tracing::warn!(%error, "watch of ConfigMaps failed; retrying");
-        }
-    });
-    streams.push(stream.boxed());
-    (Stores { kinds, config_maps }, futures_util::stream::select_all(streams).boxed())
+    (stores, futures_util::stream::select_all(streams).boxed())
 }
 
 impl Stores {
@@ -71,14 +78,16 @@ impl Stores {
         for (_, store) in &self.kinds {
             let _ = store.wait_until_ready().await;
         }
-        let _ = self.config_maps.wait_until_ready().await;
+        for store in &self.config_maps {
+            let _ = store.wait_until_ready().await;
+        }
     }
 
     /// Validates every object the reflectors hold, as one scan.
     pub fn scan(&self) -> (Scan, Generations) {
         let mut scan = Scan::default();
         let mut generations = Generations::new();
-        for map in self.config_maps.state() {
+        for map in self.config_maps.iter().flat_map(Store::state) {
             let (Some(namespace), Some(name)) = (map.metadata.namespace.clone(), map.metadata.name.clone()) else {
                 continue;
             };
@@ -204,7 +213,7 @@ mod tests {
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitApply(serde_json::from_value(config_map()).unwrap()));
         writer.apply_watcher_event(&Event::InitDone);
-        Stores { kinds, config_maps }
+        Stores { kinds, config_maps: vec![config_maps] }
     }
 
     #[test]
@@ -262,7 +271,7 @@ mod tests {
                 json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"}, "items": items}),
             ))
         });
-        let (stores, changes) = reflect(&client, Some("ops"));
+        let (stores, changes) = reflect(&client, &["ops".to_string()]);
         let (store, board, cancel) = (CatalogStore::new(), StatusBoard::default(), CancellationToken::new());
         let (tx, mut generations) = tokio::sync::watch::channel(Generations::new());
         let source = tokio::spawn(run(stores, changes, store.clone(), board.clone(), tx, cancel.clone()));

@@ -82,7 +82,11 @@ pub async fn run(
     let mut ticker = tokio::time::interval(REFRESH);
     loop {
         let current = generations.borrow_and_update().clone();
-        writer.write_all(&client, &recorder, &board, &current, Instant::now()).await;
+        // A lost Lease cancels: the write in flight is dropped.
+        let pass = writer.write_all(&client, &recorder, &board, &current, Instant::now());
+        if cancel.run_until_cancelled(pass).await.is_none() {
+            return;
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = generations.changed() => if changed.is_err() { return; },

@@ -12,6 +12,9 @@
 //! - `other`: `system:serviceaccount:default:other`, a bystander for "forbidden" checks.
 //!
 //! Real service-account tokens work too ([`KubeApi::service_account_token`]).
+//!
+//! Every request is recorded in the API server's audit log (level `Metadata`: who,
+//! verb, resource, name, namespace; never bodies), read with [`KubeApi::audit_events`].
 use std::{
     io::Write,
     net::TcpListener,
@@ -282,6 +285,11 @@ impl KubeApi {
 
         let url = format!("https://127.0.0.1:{port}");
         let path = |name: &str| d.join(name).display().to_string();
+        std::fs::write(
+            d.join("audit-policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n",
+        )
+        .unwrap();
         let apiserver_log = std::fs::File::create(d.join("kube-apiserver.log")).unwrap();
         let started = Instant::now();
         let mut apiserver = Command::new(apiserver_bin)
@@ -305,6 +313,9 @@ impl KubeApi {
             // and the `kubernetes` Endpoints cannot point at a loopback address.
             .arg("--disable-admission-plugins=ServiceAccount")
             .arg("--endpoint-reconciler-type=none")
+            .arg(format!("--audit-policy-file={}", path("audit-policy.yaml")))
+            .arg(format!("--audit-log-path={}", path("audit.log")))
+            .arg("--audit-log-mode=blocking")
             .arg("--profiling=false")
             .arg("--v=0")
             .stdin(Stdio::null())
@@ -468,6 +479,13 @@ impl KubeApi {
             .await
             .expect("kube config");
         kube::Client::try_from(config).expect("kube client")
+    }
+
+    /// Every audit event so far (`audit.k8s.io/v1` Event objects, one per request
+    /// that completed or started a long-running watch).
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
     }
 
     /// The last `n` lines of kube-apiserver's log.

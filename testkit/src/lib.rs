@@ -134,6 +134,11 @@ impl Server {
         None
     }
 
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -41,3 +41,36 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The namespaces watched in operator mode, comma-separated (empty: every namespace). */}}
+{{- define "akritas.watchedNamespaces" -}}
+{{- if not .Values.watchAllNamespaces -}}
+{{- .Values.watchNamespaces | default (list .Release.Namespace) | uniq | join "," -}}
+{{- end -}}
+{{- end }}
+
+{{/* The operator's rules in a watched namespace (rbac.yaml says why each). */}}
+{{- define "akritas.watchRules" }}
+rules:
+  - apiGroups: ["akritas.io"]
+    resources: ["skills", "mcpadapters", "workspaces", "validatorprofiles", "notificationreceivers", "alertsources", "knowledgebases"]
+    verbs: ["list", "watch"]
+  - apiGroups: ["akritas.io"]
+    resources: ["skills/status", "mcpadapters/status", "workspaces/status", "validatorprofiles/status", "notificationreceivers/status", "alertsources/status", "knowledgebases/status"]
+    verbs: ["patch"]
+  - apiGroups: ["akritas.io"]
+    resources: ["runs"]
+    verbs: ["list", "watch", "create", "patch", "delete"]
+  - apiGroups: ["akritas.io"]
+    resources: ["runs/status"]
+    verbs: ["patch"]
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["list", "watch"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["get"]
+  - apiGroups: ["events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+{{- end }}
