@@ -67,10 +67,14 @@ rules:
   - apiGroups: [""]
     resources: ["configmaps"]
     verbs: ["list", "watch"]
-  - apiGroups: [""]
-    resources: ["secrets"]
-    verbs: ["get"]
   - apiGroups: ["events.k8s.io"]
     resources: ["events"]
     verbs: ["create", "patch"]
+{{- end }}
+
+{{- /* Secrets are only ever read by name, and only in namespaces a Role names. */}}
+{{- define "akritas.secretRule" }}
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["get"]
 {{- end }}
