@@ -87,7 +87,8 @@ async fn stand_by(
         None,
         store.clone(),
         None,
-    );
+    )
+    .with_tenancy(crate::tenancy::Tenancy::new(settings.shared_namespaces.iter().cloned()));
     let state = AppState {
         catalog: store,
         board,
