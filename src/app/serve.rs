@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 use crate::operator::projection::{self, ProjectionSettings};
+use crate::resources::Kind;
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState};
 
@@ -82,7 +83,20 @@ pub async fn serve(settings: Settings) -> Result<()> {
     ));
     let alerts = {
         let path = settings.data_dir.join("alerts").join("alerts.jsonl");
-        let store = tokio::task::spawn_blocking(move || crate::alerts::store::AlertStore::open(&path))
+        let limits = crate::alerts::admission::Limits::from_settings(&settings);
+        let catalog = store.current();
+        // Records written before namespaces name a source by name only: the namespace of
+        // the one AlertSource of that name now, else `default` (README, alert journal).
+        let legacy_namespace = move |name: &str| {
+            let mut namespaces = catalog.of_kind(Kind::AlertSource).filter(|(key, _)| key.name == name);
+            match (namespaces.next(), namespaces.next()) {
+                (Some((key, _)), None) => key.namespace.clone(),
+                _ => crate::tenancy::DEFAULT_NAMESPACE.to_string(),
+            }
+        };
+        let store = tokio::task::spawn_blocking(move || {
+            crate::alerts::store::AlertStore::open_with(&path, limits, &legacy_namespace)
+        })
             .await
             .context("opening the alert journal")?
             .context("opening the alert journal")?;
