@@ -50,8 +50,7 @@ async fn post(url: &str, body: &str) -> Answer {
         .await
         .unwrap();
     let status = response.status().as_u16();
-    let retry_after =
-        response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     Answer { status, retry_after, body: response.json().await.unwrap_or(Value::Null) }
 }
 
@@ -72,7 +71,8 @@ fn pending(store: &AlertStore) -> u64 {
 async fn ten_thousand_unique_keys_from_one_source_are_refused_once_the_pending_cap_is_reached() {
     let dir = tempfile::tempdir().unwrap();
     let limits = Limits { source_rate_per_minute: 100_000, max_pending_jobs: 1000 };
-    let store = Arc::new(AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "default".into()).unwrap());
+    let store =
+        Arc::new(AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "default".into()).unwrap());
     let (server, _llm) = serve(store.clone(), dir.path()).await;
     let url = format!("{}/api/v1/alerts/ops/gen/webhook", server.url);
     let (mut accepted, mut refused) = (0, 0);
@@ -168,7 +168,8 @@ async fn alerts_of_one_correlation_key_share_one_job_while_it_waits() {
     let first = store.ingest("ops", "am", am(FIRING)).await.unwrap();
     let job = first.events[0].job_id.clone().unwrap();
     store.ingest("ops", "am", am(RESOLVED)).await.unwrap();
-    let refired = store.ingest("ops", "am", am(&FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T23:30:00Z"))).await.unwrap();
+    let refired =
+        store.ingest("ops", "am", am(&FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T23:30:00Z"))).await.unwrap();
     let item = &refired.events[0];
     assert_eq!(item.status, "accepted");
     assert_ne!(item.incident_id, first.events[0].incident_id, "a new incident");

@@ -72,8 +72,9 @@ async fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
         tenancy: Default::default(),
     };
     let secrets = Arc::new(EnvSecrets::with_lookup(|_: &str| None));
-    let worker = Worker::new(store.clone(), engine.clone(), catalog.clone(), secrets.clone(), StatusBoard::default(), settings)
-        .unwrap();
+    let worker =
+        Worker::new(store.clone(), engine.clone(), catalog.clone(), secrets.clone(), StatusBoard::default(), settings)
+            .unwrap();
     let cancel = CancellationToken::new();
     let running = tokio::spawn(Arc::new(worker).run(cancel.clone()));
 
@@ -84,9 +85,14 @@ async fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
     println!("worker on a poisoned store: {cpu:?} CPU in {wall:?} ({:.2}% of one core)", share * 100.0);
     assert!(share < 0.05, "the worker used {:.1}% CPU on a poisoned store", share * 100.0);
 
-    let server =
-        host::serve_with(host::engine(&llm, host::settings(), host::standard_tools().0, catalog, None, None), host::catalog_from(data.path()), ApiKeys::default(), Some(store), secrets)
-            .await;
+    let server = host::serve_with(
+        host::engine(&llm, host::settings(), host::standard_tools().0, catalog, None, None),
+        host::catalog_from(data.path()),
+        ApiKeys::default(),
+        Some(store),
+        secrets,
+    )
+    .await;
     let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
     assert_eq!(health["status"], "degraded", "{health}");
     assert_eq!(health["degraded"][0]["component"], "alerts", "{health}");

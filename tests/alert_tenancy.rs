@@ -44,7 +44,8 @@ fn secrets() -> Arc<EnvSecrets<impl Fn(&str) -> Option<String> + Send + Sync>> {
 }
 
 async fn post(url: &str, body: &str, token: Option<&str>) -> (u16, Value) {
-    let mut request = reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_string());
+    let mut request =
+        reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_string());
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
@@ -52,7 +53,11 @@ async fn post(url: &str, body: &str, token: Option<&str>) -> (u16, Value) {
     (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
-async fn serve(manifests: &std::path::Path, data: &std::path::Path, keys: ApiKeys) -> (host::Host, Arc<AlertStore>, ScriptedLlm) {
+async fn serve(
+    manifests: &std::path::Path,
+    data: &std::path::Path,
+    keys: ApiKeys,
+) -> (host::Host, Arc<AlertStore>, ScriptedLlm) {
     let llm = ScriptedLlm::start(vec![]).await;
     let catalog = host::catalog_from(manifests);
     let engine = host::engine(&llm, host::settings(), host::standard_tools().0, catalog.clone(), None, None);
@@ -64,7 +69,8 @@ async fn serve(manifests: &std::path::Path, data: &std::path::Path, keys: ApiKey
 #[tokio::test]
 async fn identical_alerts_to_am_sources_in_two_namespaces_never_share_an_incident() {
     let dir = tempfile::tempdir().unwrap();
-    let sources = source("team-a", "am", "alertmanager", "TOKEN_A") + &source("team-b", "am", "alertmanager", "TOKEN_B");
+    let sources =
+        source("team-a", "am", "alertmanager", "TOKEN_A") + &source("team-b", "am", "alertmanager", "TOKEN_B");
     std::fs::write(dir.path().join("sources.yaml"), sources).unwrap();
     let (server, store, _llm) = serve(dir.path(), dir.path(), ApiKeys::default()).await;
     let url = |path: &str| format!("{}/api/v1/alerts/{path}/webhook", server.url);

@@ -477,9 +477,12 @@ mod tests {
     fn alerts_with_the_same_correlation_key_share_one_incident_and_one_job() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
-        let b = c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
-        let other = c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), false, &mut ids);
+        let a =
+            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
+        let b =
+            c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
+        let other =
+            c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), false, &mut ids);
         assert!(a.decision.investigate());
         assert_eq!(b.decision, Decision::JoinIncident { incident_id: a.incident_id.clone() });
         assert_eq!(b.job_id, None);
@@ -494,12 +497,21 @@ mod tests {
     fn incident_closes_when_all_firing_alerts_resolved() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
+        let a =
+            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
         c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
-        let r1 = c.ingest(&generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"), false, &mut ids);
+        let r1 = c.ingest(
+            &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"),
+            false,
+            &mut ids,
+        );
         assert_eq!(r1.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: false });
         assert!(c.incident(&a.incident_id).unwrap().is_open());
-        let r2 = c.ingest(&generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"), false, &mut ids);
+        let r2 = c.ingest(
+            &generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"),
+            false,
+            &mut ids,
+        );
         assert_eq!(r2.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: true });
         let inc = c.incident(&a.incident_id).unwrap();
         assert_eq!(inc.state, IncidentStatus::Resolved);
@@ -597,7 +609,7 @@ mod tests {
         let mut ids = ids();
         let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], true, &mut ids);
         c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], true, &mut ids);
-        let refire = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T23:30:00Z"), "2026-11-29T23:31:00Z");
+        let refire = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z"), "2026-11-29T23:31:00Z");
         assert_eq!(c.jobs_needed(&refire, true), 0);
         let shared = c.ingest(&refire[0], true, &mut ids);
         assert_eq!((shared.job_id.as_ref(), shared.shared_job.as_ref()), (None, fire.job_id.as_ref()));
@@ -605,8 +617,11 @@ mod tests {
 
         // Once that job started, the next flap gets its own.
         c.job_started(fire.job_id.as_deref().unwrap());
-        c.ingest(&am(AM_RESOLVED, "2026-11-29T23:32:00Z")[0], true, &mut ids);
-        let again = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-30T00:30:00Z"), "2026-11-30T00:31:00Z");
+        let resolved = AM_RESOLVED
+            .replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z")
+            .replace("2026-11-29T22:41:20Z", "2026-11-29T22:42:30Z");
+        c.ingest(&am(&resolved, "2026-11-29T23:32:00Z")[0], true, &mut ids);
+        let again = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:43:00Z"), "2026-11-30T00:31:00Z");
         assert_eq!(c.jobs_needed(&again, true), 1);
         assert!(c.ingest(&again[0], true, &mut ids).job_id.is_some());
     }

@@ -333,7 +333,8 @@ impl Worker {
                 continue;
             }
             // Deliveries recorded by an earlier version may name receivers of any namespace.
-            let visible = delivery.receiver.split_once('/').is_some_and(|(ns, _)| self.settings.tenancy.sees(namespace, ns));
+            let visible =
+                delivery.receiver.split_once('/').is_some_and(|(ns, _)| self.settings.tenancy.sees(namespace, ns));
             if !visible {
                 delivery.status = DeliveryStatus::Failed;
                 delivery.error = Some("receiver_not_visible".into());
@@ -554,7 +555,8 @@ mod tests {
 
     #[test]
     fn store_failures_pause_the_worker_exponentially_and_boundedly() {
-        let pauses: Vec<Option<u64>> = [0, 1, 2, 3, 6, 7, 40].into_iter().map(|n| store_pause(n).map(|d| d.as_secs())).collect();
+        let pauses: Vec<Option<u64>> =
+            [0, 1, 2, 3, 6, 7, 40].into_iter().map(|n| store_pause(n).map(|d| d.as_secs())).collect();
         assert_eq!(pauses, [None, Some(1), Some(2), Some(4), Some(32), Some(60), Some(60)]);
     }
 

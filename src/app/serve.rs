@@ -97,9 +97,9 @@ pub async fn serve(settings: Settings) -> Result<()> {
         let store = tokio::task::spawn_blocking(move || {
             crate::alerts::store::AlertStore::open_with(&path, limits, &legacy_namespace)
         })
-            .await
-            .context("opening the alert journal")?
-            .context("opening the alert journal")?;
+        .await
+        .context("opening the alert journal")?
+        .context("opening the alert journal")?;
         // The replayed records are gone; their memory goes back to the system.
         live::release_freed_memory();
         Arc::new(store)

@@ -217,7 +217,8 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             publish_status(state, key);
             tracing::warn!(source = %source_key, reason = refused.reason.as_str(), "alert delivery refused by admission control");
             let mut response =
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_investigations", refused.to_string()).into_response();
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_investigations", refused.to_string())
+                    .into_response();
             let seconds = refused.retry_after.as_secs().max(1).to_string();
             if let Ok(value) = axum::http::HeaderValue::from_str(&seconds) {
                 response.headers_mut().insert(axum::http::header::RETRY_AFTER, value);
