@@ -78,6 +78,9 @@ impl Server {
             .env("AKRITAS_SKILLS_DIR", "")
             .env("AKRITAS_BASE_URL", format!("http://127.0.0.1:{llm_port}/v1"))
             .env(TOKEN_ENV, TOKEN)
+            // Load, not admission control: every alert may start an investigation.
+            .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
+            .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
             .env_remove("AKRITAS_API_KEY")
             .env_remove("AKRITAS_CONFIG")
             .env("RUST_LOG", "info")

@@ -323,7 +323,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
         .find(|r| r["kind"] == "AlertSource")
         .expect("the AlertSource is listed")
         .clone();
-    assert_eq!(source["status"]["webhookPath"], "/api/v1/alerts/ops.am/webhook");
+    assert_eq!(source["status"]["webhookPath"], "/api/v1/alerts/ops/am/webhook");
     assert!(source["status"]["accepted"].as_u64().unwrap() >= 2, "{source:#}");
     assert_eq!(source["status"]["rejected"], 0);
     let log = server.log_text();

@@ -108,9 +108,9 @@ async fn alertmanager_deliveries_are_authenticated_deduplicated_correlated_and_d
     assert_eq!(llm.chat_requests(), 0, "ingestion never calls the model");
     let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
     for line in [
-        "akritas_alert_events_total{source=\"am\",outcome=\"accepted\"} 2",
-        "akritas_alert_events_total{source=\"am\",outcome=\"duplicate\"} 1",
-        "akritas_alert_events_total{source=\"am\",outcome=\"rejected\"} 3",
+        "akritas_alert_events_total{source=\"ops/am\",outcome=\"accepted\"} 2",
+        "akritas_alert_events_total{source=\"ops/am\",outcome=\"duplicate\"} 1",
+        "akritas_alert_events_total{source=\"ops/am\",outcome=\"rejected\"} 3",
         "akritas_investigation_jobs{status=\"pending\"} 1",
         "akritas_incidents{state=\"resolved\"} 1",
         "akritas_catalog_resources{kind=\"AlertSource\"} 3",

@@ -17,6 +17,7 @@ use akritas::audit::{AuditLog, RunId, RunStatus};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
 use akritas::notify::RetryPolicy;
+use akritas::tenancy::Tenancy;
 use akritas::tools::{ToolName, openai_alias};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
@@ -120,6 +121,7 @@ fn worker_settings(attempts: u32, backoff: Duration) -> WorkerSettings {
         backoff,
         public_url: Some("https://akritas.example".into()),
         delivery: RetryPolicy { attempts: 3, base_delay: Duration::from_millis(20), timeout: Duration::from_secs(5) },
+        tenancy: Tenancy::default(),
     }
 }
 
@@ -149,7 +151,7 @@ async fn start_rig(data: &std::path::Path, llm: &ScriptedLlm, hook_url: &str, se
 async fn ingest(store: &AlertStore) -> String {
     let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
     let events = adapter("alertmanager").unwrap().decode(FIRING.as_bytes(), &context).unwrap();
-    let accepted = store.ingest("am", events).await.unwrap();
+    let accepted = store.ingest("ops", "am", events).await.unwrap();
     accepted.events[0].job_id.clone().expect("the first firing event opens a job")
 }
 

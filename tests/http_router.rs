@@ -75,8 +75,9 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/runs/{id}", Auth::Key),
     route(Method::POST, "/api/v1/runs/{id}/chat", Auth::Key),
     route(Method::GET, "/api/v1/tools", Auth::Key),
+    route(Method::POST, "/api/v1/alerts/{namespace}/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alerts/{source}/webhook", Auth::Source),
-    route(Method::POST, "/api/v1/alertmanager/webhook", Auth::Key),
+    route(Method::POST, "/api/v1/alertmanager/webhook", Auth::Source),
     route(Method::GET, "/api/v1/incidents", Auth::Key),
     route(Method::GET, "/api/v1/incidents/{id}", Auth::Key),
     route(Method::GET, "/api/v1/alert-events/{id}", Auth::Key),
@@ -179,6 +180,7 @@ impl Fixture {
             "/api/v1/alert-events/{id}" => route.path.replace("{id}", event),
             "/api/v1/investigation-jobs/{id}" => route.path.replace("{id}", job),
             "/api/v1/alerts/{source}/webhook" => route.path.replace("{source}", "am"),
+            "/api/v1/alerts/{namespace}/{source}/webhook" => "/api/v1/alerts/ops/am/webhook".to_string(),
             path => path.to_string(),
         };
         assert!(!path.contains('{'), "no id for {}", route.path);
@@ -359,6 +361,9 @@ async fn alert_webhooks_authenticate_with_each_sources_own_credentials() {
     call(&router, post(&url("am"), FIRING, &[wrong])).await.source_unauthorized("am with a wrong header");
     call(&router, post(&url("am"), FIRING, &[bearer(API_KEY)])).await.source_unauthorized("am with an API key");
     assert_eq!(call(&router, post(&url("ops.am"), FIRING, &[am_token()])).await.status, StatusCode::OK);
+    assert_eq!(call(&router, post(&url("ops/am"), FIRING, &[am_token()])).await.status, StatusCode::OK);
+    let elsewhere = call(&router, post(&url("team/am"), FIRING, &[am_token()])).await;
+    elsewhere.error(StatusCode::NOT_FOUND, "not_found_error", "not_found", "am is not in namespace team");
 
     // Bearer token.
     call(&router, post(&url("bearer"), GENERIC, &[])).await.source_unauthorized("bearer without a token");
@@ -384,13 +389,13 @@ async fn alert_webhooks_authenticate_with_each_sources_own_credentials() {
 }
 
 #[tokio::test]
-async fn alertmanager_alias_needs_the_api_key_and_the_sources_credentials() {
+async fn alertmanager_alias_is_authenticated_by_the_source_alone() {
     let fixture = Fixture::new(true).await;
     let router = fixture.router();
     let path = "/api/v1/alertmanager/webhook";
-    call(&router, post(path, FIRING, &[am_token()])).await.unauthorized("alias without an API key");
-    call(&router, post(path, FIRING, &[bearer(API_KEY)])).await.source_unauthorized("alias without the source header");
-    let duplicate = call(&router, post(path, FIRING, &[bearer(API_KEY), am_token()])).await;
+    call(&router, post(path, FIRING, &[])).await.source_unauthorized("alias without the source header");
+    call(&router, post(path, FIRING, &[bearer(API_KEY)])).await.source_unauthorized("alias with an API key only");
+    let duplicate = call(&router, post(path, FIRING, &[am_token()])).await;
     assert_eq!(duplicate.status, StatusCode::OK, "{}", duplicate.text);
     assert_eq!(duplicate.json["events"][0]["status"], "duplicate");
 }

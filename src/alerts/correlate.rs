@@ -4,9 +4,13 @@
 //! as the store's working copy for one delivery, and in tests).
 //!
 //! Rules:
-//! - dedup index key = `source name \0 deduplication_key`; a hit is a duplicate of the first event (no job);
-//! - correlation index key = `source name \0 correlation_key`, looked up over *open* incidents only;
-//! - firing, no open incident → new incident that gets an investigation job;
+//! - the source of an event is `namespace/name` of its AlertSource ([`source_key`]): two sources of one name
+//!   in two namespaces never share a dedup entry, an incident or a job;
+//! - dedup index key = `namespace/name \0 deduplication_key`; a hit is a duplicate of the first event (no job);
+//! - correlation index key = `namespace/name \0 correlation_key`, looked up over *open* incidents only;
+//! - firing, no open incident → new incident that gets an investigation job, unless a job of the same
+//!   correlation key has not started yet: then the new incident shares that job (a flapping alert does not
+//!   queue one investigation per flap);
 //! - firing, open incident → joins it (no job);
 //! - resolved, open incident → recorded on it; the incident closes once none of its alerts is still firing
 //!   (an incident tracks its firing alerts by [`member_key`]; with per-alert correlation keys — Alertmanager
@@ -34,8 +38,11 @@ pub enum IncidentStatus {
 pub struct IncidentState {
     pub id: String,
     pub correlation_key: String,
-    /// Source name.
+    /// Name of the AlertSource.
     pub source: String,
+    /// Namespace of the AlertSource (journals written before namespaces: see the store's migration).
+    #[serde(default)]
+    pub namespace: String,
     pub state: IncidentStatus,
     pub name: String,
     pub severity: Severity,
@@ -78,12 +85,17 @@ impl Decision {
     }
 }
 
-pub fn dedup_index_key(source_name: &str, deduplication_key: &str) -> String {
-    format!("{source_name}\0{deduplication_key}")
+/// `namespace/name` of the AlertSource an event came from.
+pub fn source_key(event: &Event) -> String {
+    format!("{}/{}", event.source.namespace, event.source.name)
 }
 
-pub fn correlation_index_key(source_name: &str, correlation_key: &str) -> String {
-    format!("{source_name}\0{correlation_key}")
+pub fn dedup_index_key(source_key: &str, deduplication_key: &str) -> String {
+    format!("{source_key}\0{deduplication_key}")
+}
+
+pub fn correlation_index_key(source_key: &str, correlation_key: &str) -> String {
+    format!("{source_key}\0{correlation_key}")
 }
 
 /// State-independent identity of one alert inside an incident, so that its resolved event can be matched
@@ -105,10 +117,11 @@ pub fn decide(
     seen: impl Fn(&str) -> Option<FirstSeen>,
     open_incident_for: impl Fn(&str) -> Option<IncidentState>,
 ) -> Decision {
-    if let Some(first) = seen(&dedup_index_key(&event.source.name, &event.deduplication_key)) {
+    let source = source_key(event);
+    if let Some(first) = seen(&dedup_index_key(&source, &event.deduplication_key)) {
         return Decision::Duplicate { event_id: first.event_id, incident_id: first.incident_id };
     }
-    let open = open_incident_for(&correlation_index_key(&event.source.name, &event.correlation_key))
+    let open = open_incident_for(&correlation_index_key(&source, &event.correlation_key))
         .filter(|i| i.state == IncidentStatus::Firing);
     match (event.state, open) {
         (EventState::Firing, None) => Decision::NewIncident { state: IncidentStatus::Firing, investigate: true },
@@ -129,6 +142,7 @@ impl IncidentState {
             id: id.to_owned(),
             correlation_key: event.correlation_key.clone(),
             source: event.source.name.clone(),
+            namespace: event.source.namespace.clone(),
             state: IncidentStatus::Firing,
             name: event.name.clone(),
             severity: event.severity,
@@ -181,6 +195,8 @@ pub struct Outcome {
     pub incident_id: String,
     /// Investigation job created for this event (only for a newly opened firing incident).
     pub job_id: Option<String>,
+    /// A job of the same correlation key, not started yet, that the new incident shares instead.
+    pub shared_job: Option<String>,
 }
 
 /// What an id is requested for; the caller generates `evt_`/`inc_`/`job_` ids.
@@ -197,6 +213,128 @@ pub struct Correlator {
     seen: BTreeMap<String, FirstSeen>,
     open: BTreeMap<String, String>,
     incidents: BTreeMap<String, IncidentState>,
+    /// Jobs not started yet, by correlation index key, and the key of each.
+    unstarted: BTreeMap<String, String>,
+    unstarted_keys: BTreeMap<String, String>,
+}
+
+/// The indexes one correlation step reads and writes: the live [`Correlator`], or a
+/// [`Trial`] that keeps its changes apart.
+trait Indexes {
+    fn first_seen(&self, dedup: &str) -> Option<FirstSeen>;
+    fn incident(&self, id: &str) -> Option<IncidentState>;
+    fn open_incident(&self, correlation: &str) -> Option<IncidentState>;
+    fn unstarted_job(&self, correlation: &str) -> Option<String>;
+    fn mark_seen(&mut self, dedup: String, first: FirstSeen);
+    /// Stores the incident and keeps the open index of `correlation` in step with its state.
+    fn put_incident(&mut self, correlation: String, incident: IncidentState);
+    fn add_unstarted_job(&mut self, correlation: String, job: String);
+}
+
+/// One event through the rules of this module (both the live ingest and the trial).
+fn step(ix: &mut impl Indexes, event: &Event, coalesce: bool, mut new_id: impl FnMut(IdKind) -> String) -> Outcome {
+    let decision = decide(event, |k| ix.first_seen(k), |k| ix.open_incident(k));
+    let source = source_key(event);
+    let corr = correlation_index_key(&source, &event.correlation_key);
+    let (event_id, incident_id, job_id, shared_job) = match &decision {
+        Decision::Duplicate { event_id, incident_id } => (event_id.clone(), incident_id.clone(), None, None),
+        Decision::NewIncident { investigate, .. } => {
+            let event_id = new_id(IdKind::Event);
+            let incident_id = new_id(IdKind::Incident);
+            let mut incident = IncidentState::open(&incident_id, event, &event_id);
+            let shared_job = (*investigate && coalesce).then(|| ix.unstarted_job(&corr)).flatten();
+            let job_id = (*investigate && shared_job.is_none()).then(|| new_id(IdKind::Job));
+            incident.last_job = job_id.clone().or_else(|| shared_job.clone());
+            if let Some(job) = &job_id {
+                ix.add_unstarted_job(corr.clone(), job.clone());
+            }
+            ix.put_incident(corr, incident);
+            (event_id, incident_id, job_id, shared_job)
+        }
+        Decision::JoinIncident { incident_id } | Decision::ResolveEvent { incident_id, .. } => {
+            let event_id = new_id(IdKind::Event);
+            if let Some(mut incident) = ix.incident(incident_id) {
+                incident.record(event, &event_id);
+                ix.put_incident(corr, incident);
+            }
+            (event_id, incident_id.clone(), None, None)
+        }
+    };
+    if !matches!(decision, Decision::Duplicate { .. }) {
+        let first = FirstSeen { event_id: event_id.clone(), incident_id: incident_id.clone() };
+        ix.mark_seen(dedup_index_key(&source, &event.deduplication_key), first);
+    }
+    Outcome { decision, event_id, incident_id, job_id, shared_job }
+}
+
+impl Indexes for Correlator {
+    fn first_seen(&self, dedup: &str) -> Option<FirstSeen> {
+        self.seen.get(dedup).cloned()
+    }
+    fn incident(&self, id: &str) -> Option<IncidentState> {
+        self.incidents.get(id).cloned()
+    }
+    fn open_incident(&self, correlation: &str) -> Option<IncidentState> {
+        self.open.get(correlation).and_then(|id| self.incidents.get(id)).cloned()
+    }
+    fn unstarted_job(&self, correlation: &str) -> Option<String> {
+        self.unstarted.get(correlation).cloned()
+    }
+    fn mark_seen(&mut self, dedup: String, first: FirstSeen) {
+        self.seen.insert(dedup, first);
+    }
+    fn put_incident(&mut self, correlation: String, incident: IncidentState) {
+        if incident.is_open() {
+            self.open.insert(correlation, incident.id.clone());
+        } else if self.open.get(&correlation) == Some(&incident.id) {
+            self.open.remove(&correlation);
+        }
+        self.incidents.insert(incident.id.clone(), incident);
+    }
+    fn add_unstarted_job(&mut self, correlation: String, job: String) {
+        self.unstarted_keys.insert(job.clone(), correlation.clone());
+        self.unstarted.insert(correlation, job);
+    }
+}
+
+/// A dry run over a [`Correlator`]: reads fall through to it, writes stay here.
+struct Trial<'a> {
+    base: &'a Correlator,
+    seen: BTreeSet<String>,
+    incidents: BTreeMap<String, IncidentState>,
+    open: BTreeMap<String, Option<String>>,
+    unstarted: BTreeMap<String, String>,
+}
+
+impl Indexes for Trial<'_> {
+    fn first_seen(&self, dedup: &str) -> Option<FirstSeen> {
+        if self.seen.contains(dedup) {
+            return Some(FirstSeen { event_id: String::new(), incident_id: String::new() });
+        }
+        self.base.first_seen(dedup)
+    }
+    fn incident(&self, id: &str) -> Option<IncidentState> {
+        self.incidents.get(id).cloned().or_else(|| Indexes::incident(self.base, id))
+    }
+    fn open_incident(&self, correlation: &str) -> Option<IncidentState> {
+        match self.open.get(correlation) {
+            Some(id) => id.as_deref().and_then(|id| self.incident(id)),
+            None => self.base.open_incident(correlation),
+        }
+    }
+    fn unstarted_job(&self, correlation: &str) -> Option<String> {
+        self.unstarted.get(correlation).cloned().or_else(|| self.base.unstarted_job(correlation))
+    }
+    fn mark_seen(&mut self, dedup: String, _: FirstSeen) {
+        self.seen.insert(dedup);
+    }
+    fn put_incident(&mut self, correlation: String, incident: IncidentState) {
+        self.open.insert(correlation, incident.is_open().then(|| incident.id.clone()));
+        self.incidents.insert(incident.id.clone(), incident);
+    }
+    fn add_unstarted_job(&mut self, correlation: String, job: String) {
+        self.unstarted.insert(correlation, job);
+    }
 }
 
 impl Correlator {
@@ -212,64 +350,56 @@ impl Correlator {
         self.incidents.values()
     }
 
-    /// Rebuild from persisted state (journal replay): the dedup index from stored events and the
-    /// open-incident index from incidents in state firing.
+    /// Rebuild from persisted state (journal replay): the dedup index from stored events (keyed by
+    /// [`source_key`]) and the open-incident index from incidents in state firing.
     pub fn restore(
         events: impl IntoIterator<Item = (String, String, FirstSeen)>,
         incidents: impl IntoIterator<Item = IncidentState>,
     ) -> Correlator {
         let mut c = Correlator::new();
-        for (source_name, dedup_key, first) in events {
-            c.seen.entry(dedup_index_key(&source_name, &dedup_key)).or_insert(first);
+        for (source, dedup_key, first) in events {
+            c.seen.entry(dedup_index_key(&source, &dedup_key)).or_insert(first);
         }
         for incident in incidents {
             if incident.is_open() {
-                c.open.insert(correlation_index_key(&incident.source, &incident.correlation_key), incident.id.clone());
+                let source = format!("{}/{}", incident.namespace, incident.source);
+                c.open.insert(correlation_index_key(&source, &incident.correlation_key), incident.id.clone());
             }
             c.incidents.insert(incident.id.clone(), incident);
         }
         c
     }
 
-    pub fn ingest(&mut self, event: &Event, mut new_id: impl FnMut(IdKind) -> String) -> Outcome {
-        let decision = decide(
-            event,
-            |k| self.seen.get(k).cloned(),
-            |k| self.open.get(k).and_then(|id| self.incidents.get(id)).cloned(),
-        );
-        let corr = correlation_index_key(&event.source.name, &event.correlation_key);
-        let (event_id, incident_id, job_id) = match &decision {
-            Decision::Duplicate { event_id, incident_id } => (event_id.clone(), incident_id.clone(), None),
-            Decision::NewIncident { investigate, .. } => {
-                let event_id = new_id(IdKind::Event);
-                let incident_id = new_id(IdKind::Incident);
-                let mut incident = IncidentState::open(&incident_id, event, &event_id);
-                let job_id = investigate.then(|| new_id(IdKind::Job));
-                incident.last_job.clone_from(&job_id);
-                if incident.is_open() {
-                    self.open.insert(corr, incident_id.clone());
-                }
-                self.incidents.insert(incident_id.clone(), incident);
-                (event_id, incident_id, job_id)
-            }
-            Decision::JoinIncident { incident_id } | Decision::ResolveEvent { incident_id, .. } => {
-                let event_id = new_id(IdKind::Event);
-                if let Some(incident) = self.incidents.get_mut(incident_id) {
-                    incident.record(event, &event_id);
-                    if !incident.is_open() {
-                        self.open.remove(&corr);
-                    }
-                }
-                (event_id, incident_id.clone(), None)
-            }
+    /// Decides and applies one event; with `coalesce`, a new incident shares a job of its
+    /// correlation key that has not started yet instead of asking for a new one.
+    pub fn ingest(&mut self, event: &Event, coalesce: bool, new_id: impl FnMut(IdKind) -> String) -> Outcome {
+        step(self, event, coalesce, new_id)
+    }
+
+    /// How many jobs ingesting `events` in order would create, changing nothing.
+    pub fn jobs_needed(&self, events: &[Event], coalesce: bool) -> usize {
+        let mut trial = Trial {
+            base: self,
+            seen: BTreeSet::new(),
+            incidents: BTreeMap::new(),
+            open: BTreeMap::new(),
+            unstarted: BTreeMap::new(),
         };
-        if !matches!(decision, Decision::Duplicate { .. }) {
-            self.seen.insert(
-                dedup_index_key(&event.source.name, &event.deduplication_key),
-                FirstSeen { event_id: event_id.clone(), incident_id: incident_id.clone() },
-            );
+        let mut ids = 0usize;
+        let mut new_id = |_: IdKind| {
+            ids += 1;
+            format!("trial_{ids}")
+        };
+        events.iter().filter(|event| step(&mut trial, event, coalesce, &mut new_id).job_id.is_some()).count()
+    }
+
+    /// A job left the waiting state (claimed, or given up): later incidents get their own.
+    pub fn job_started(&mut self, job_id: &str) {
+        if let Some(correlation) = self.unstarted_keys.remove(job_id)
+            && self.unstarted.get(&correlation).is_some_and(|j| j == job_id)
+        {
+            self.unstarted.remove(&correlation);
         }
-        Outcome { decision, event_id, incident_id, job_id }
     }
 }
 
@@ -321,10 +451,10 @@ mod tests {
     fn same_firing_delivery_twice_is_a_duplicate_of_the_first_event() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let first = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], &mut ids);
+        let first = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], false, &mut ids);
         assert_eq!(first.decision, Decision::NewIncident { state: IncidentStatus::Firing, investigate: true });
         assert!(first.job_id.is_some());
-        let again = c.ingest(&am(AM_FIRING, "2026-11-29T22:50:00Z")[0], &mut ids);
+        let again = c.ingest(&am(AM_FIRING, "2026-11-29T22:50:00Z")[0], false, &mut ids);
         assert_eq!(
             again.decision,
             Decision::Duplicate { event_id: first.event_id.clone(), incident_id: first.incident_id.clone() }
@@ -339,7 +469,7 @@ mod tests {
         let mut c = Correlator::new();
         let mut ids = ids();
         let event = &am(AM_FIRING, "2026-11-29T22:45:00Z")[0];
-        let outcomes: Vec<_> = [event, event].into_iter().map(|e| c.ingest(e, &mut ids)).collect();
+        let outcomes: Vec<_> = [event, event].into_iter().map(|e| c.ingest(e, false, &mut ids)).collect();
         assert!(matches!(outcomes[1].decision, Decision::Duplicate { .. }));
     }
 
@@ -347,9 +477,12 @@ mod tests {
     fn alerts_with_the_same_correlation_key_share_one_incident_and_one_job() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), &mut ids);
-        let b = c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), &mut ids);
-        let other = c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), &mut ids);
+        let a =
+            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
+        let b =
+            c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
+        let other =
+            c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), false, &mut ids);
         assert!(a.decision.investigate());
         assert_eq!(b.decision, Decision::JoinIncident { incident_id: a.incident_id.clone() });
         assert_eq!(b.job_id, None);
@@ -364,12 +497,21 @@ mod tests {
     fn incident_closes_when_all_firing_alerts_resolved() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), &mut ids);
-        c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), &mut ids);
-        let r1 = c.ingest(&generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"), &mut ids);
+        let a =
+            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
+        c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
+        let r1 = c.ingest(
+            &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"),
+            false,
+            &mut ids,
+        );
         assert_eq!(r1.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: false });
         assert!(c.incident(&a.incident_id).unwrap().is_open());
-        let r2 = c.ingest(&generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"), &mut ids);
+        let r2 = c.ingest(
+            &generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"),
+            false,
+            &mut ids,
+        );
         assert_eq!(r2.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: true });
         let inc = c.incident(&a.incident_id).unwrap();
         assert_eq!(inc.state, IncidentStatus::Resolved);
@@ -381,8 +523,8 @@ mod tests {
     fn alertmanager_resolve_closes_and_later_firing_opens_new_investigated_incident() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], &mut ids);
-        let resolve = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], &mut ids);
+        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], false, &mut ids);
+        let resolve = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], false, &mut ids);
         assert_eq!(
             resolve.decision,
             Decision::ResolveEvent { incident_id: fire.incident_id.clone(), closes_incident: true }
@@ -391,7 +533,7 @@ mod tests {
 
         // Same alert fires again later (new startsAt → new dedup key).
         let body = AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T23:30:00Z");
-        let refire = c.ingest(&am(&body, "2026-11-29T23:31:00Z")[0], &mut ids);
+        let refire = c.ingest(&am(&body, "2026-11-29T23:31:00Z")[0], false, &mut ids);
         assert_eq!(refire.decision, Decision::NewIncident { state: IncidentStatus::Firing, investigate: true });
         assert_ne!(refire.incident_id, fire.incident_id);
         assert!(refire.job_id.is_some());
@@ -401,7 +543,7 @@ mod tests {
     #[test]
     fn resolved_without_open_incident_creates_resolved_incident_without_job() {
         let mut c = Correlator::new();
-        let out = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], ids());
+        let out = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], false, ids());
         assert_eq!(out.decision, Decision::NewIncident { state: IncidentStatus::Resolved, investigate: false });
         assert_eq!(out.job_id, None);
         let inc = c.incident(&out.incident_id).unwrap();
@@ -413,7 +555,7 @@ mod tests {
     fn decide_is_scoped_by_source_name_and_ignores_closed_incidents() {
         let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
         let mut closed = IncidentState::open("inc_x", &e, "evt_x");
-        let seen_key = dedup_index_key("ops", &e.deduplication_key);
+        let seen_key = dedup_index_key(&source_key(&e), &e.deduplication_key);
         let d = decide(
             &e,
             |k| (k == seen_key).then(|| FirstSeen { event_id: "evt_x".into(), incident_id: "inc_x".into() }),
@@ -431,18 +573,77 @@ mod tests {
         let mut c = Correlator::new();
         let mut ids = ids();
         let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
-        let first = c.ingest(&e, &mut ids);
+        let first = c.ingest(&e, false, &mut ids);
         let events = vec![(
-            "ops".to_owned(),
+            source_key(&e),
             e.deduplication_key.clone(),
             FirstSeen { event_id: first.event_id.clone(), incident_id: first.incident_id.clone() },
         )];
         let mut restored = Correlator::restore(events, c.incidents().cloned().collect::<Vec<_>>());
-        assert!(matches!(restored.ingest(&e, &mut ids).decision, Decision::Duplicate { .. }));
+        assert!(matches!(restored.ingest(&e, false, &mut ids).decision, Decision::Duplicate { .. }));
         let join = generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:05:00Z", "db-1");
         assert_eq!(
-            restored.ingest(&join, &mut ids).decision,
+            restored.ingest(&join, false, &mut ids).decision,
             Decision::JoinIncident { incident_id: first.incident_id }
         );
+    }
+
+    #[test]
+    fn sources_of_one_name_in_two_namespaces_never_share_an_incident() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let mut a = am(AM_FIRING, "2026-11-29T22:45:00Z").remove(0);
+        a.source.namespace = "team-a".into();
+        let mut b = a.clone();
+        b.source.namespace = "team-b".into();
+        let first = c.ingest(&a, true, &mut ids);
+        let second = c.ingest(&b, true, &mut ids);
+        assert!(second.job_id.is_some(), "{second:?}");
+        assert_ne!(first.incident_id, second.incident_id);
+        assert_eq!(c.incident(&second.incident_id).unwrap().namespace, "team-b");
+    }
+
+    #[test]
+    fn a_new_incident_shares_a_job_that_has_not_started() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], true, &mut ids);
+        c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], true, &mut ids);
+        let refire = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z"), "2026-11-29T23:31:00Z");
+        assert_eq!(c.jobs_needed(&refire, true), 0);
+        let shared = c.ingest(&refire[0], true, &mut ids);
+        assert_eq!((shared.job_id.as_ref(), shared.shared_job.as_ref()), (None, fire.job_id.as_ref()));
+        assert_eq!(c.incident(&shared.incident_id).unwrap().last_job, fire.job_id);
+
+        // Once that job started, the next flap gets its own.
+        c.job_started(fire.job_id.as_deref().unwrap());
+        let resolved = AM_RESOLVED
+            .replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z")
+            .replace("2026-11-29T22:41:20Z", "2026-11-29T22:42:30Z");
+        c.ingest(&am(&resolved, "2026-11-29T23:32:00Z")[0], true, &mut ids);
+        let again = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:43:00Z"), "2026-11-30T00:31:00Z");
+        assert_eq!(c.jobs_needed(&again, true), 1);
+        assert!(c.ingest(&again[0], true, &mut ids).job_id.is_some());
+    }
+
+    #[test]
+    fn the_trial_counts_the_jobs_ingest_creates_and_changes_nothing() {
+        let events = [
+            generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
+            generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"),
+            generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
+            generic("db-2", "HighCPU", EventState::Resolved, "2026-11-29T22:02:00Z", "db-2"),
+            generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:03:00Z", "db-2"),
+            generic("db-3", "HighCPU", EventState::Resolved, "2026-11-29T22:03:00Z", "db-3"),
+        ];
+        for coalesce in [false, true] {
+            let before = Correlator::new();
+            let needed = before.jobs_needed(&events, coalesce);
+            assert_eq!(before.incidents().count(), 0);
+            let mut live = before.clone();
+            let mut ids = ids();
+            let created = events.iter().filter(|e| live.ingest(e, coalesce, &mut ids).job_id.is_some()).count();
+            assert_eq!((needed, created), (if coalesce { 2 } else { 3 }, needed));
+        }
     }
 }

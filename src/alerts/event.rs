@@ -106,6 +106,10 @@ pub struct Source {
     #[serde(rename = "type")]
     pub kind: String,
     pub name: String,
+    /// Namespace of the AlertSource, set by the store from configuration (never the payload);
+    /// empty in events decoded but not stored yet and in journals older than namespaces.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_event_id: Option<String>,
 }
@@ -179,7 +183,12 @@ impl Event {
         Event {
             schema_version: SCHEMA_VERSION,
             event_id: String::new(),
-            source: Source { kind: source_type.to_owned(), name: source_name.to_owned(), provider_event_id: None },
+            source: Source {
+                kind: source_type.to_owned(),
+                name: source_name.to_owned(),
+                namespace: String::new(),
+                provider_event_id: None,
+            },
             state,
             name: name.to_owned(),
             severity: Severity::Unknown,

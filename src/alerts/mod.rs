@@ -3,9 +3,11 @@
 //! the investigation worker and what it delivers.
 
 pub mod adapters;
+pub mod admission;
 pub mod correlate;
 pub mod delivery;
 pub mod event;
+pub mod job;
 pub mod store;
 pub mod worker;
 

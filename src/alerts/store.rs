@@ -1,18 +1,29 @@
 //! The alert journal: one atomic, fsynced record per delivery (its events, their
 //! dedup/correlation outcome and any investigation job), replayed strictly at start
 //! by re-running the same correlation with the recorded ids.
+//!
+//! Everything is keyed by the AlertSource's `namespace/name`. Journals written before
+//! namespaces (delivery records without `namespace`) replay with the namespace the
+//! caller's `legacy_namespace` gives the source name: the namespace of the one
+//! AlertSource of that name in the Catalog now, else `default`. Records of that
+//! version also replay without job sharing, as they were decided.
+//!
+//! Admission control ([`super::admission`]) runs under the same lock as the decision,
+//! before anything is recorded: a refused delivery leaves no trace but its counter.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::admission::{Admission, Limits, Refusal, Throttled};
 use super::correlate::{Correlator, Decision, IdKind, IncidentState};
 use super::event::Event;
-use crate::investigation::InvestigationResult;
+pub use super::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
 use crate::journal::{Journal, JournalError, JournalOptions, Record};
 
 /// Journal kind of a delivery.
@@ -21,129 +32,8 @@ const DELIVERY: &str = "alerts.delivery";
 const RECORD_OVERHEAD_PER_EVENT: usize = 384;
 /// Journal kind of a job state change.
 const JOB: &str = "alerts.job";
-
-/// An event as stored, with the ids the host gave it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct StoredEvent {
-    /// `evt_…`.
-    pub id: String,
-    /// `inc_…`.
-    pub incident_id: String,
-    /// `dlv_…` of the delivery that carried it.
-    pub delivery_id: String,
-    /// The canonical event.
-    pub event: Event,
-}
-
-/// Lifecycle of an investigation job.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum JobStatus {
-    /// Waiting for a worker.
-    Pending,
-    /// A worker runs it.
-    Running,
-    /// Finished with a validated result.
-    Succeeded,
-    /// Gave up; `error` says why.
-    Failed,
-}
-
-/// An investigation job.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Job {
-    /// `job_…`.
-    pub id: String,
-    /// Incident it investigates.
-    pub incident_id: String,
-    /// Event that opened the incident.
-    pub event_id: String,
-    /// Status.
-    pub status: JobStatus,
-    /// Attempts started.
-    pub attempts: u32,
-    /// RFC 3339 creation time.
-    pub created_at: String,
-    /// RFC 3339 time of the last change.
-    pub updated_at: String,
-    /// Run of the last attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    /// Why the last attempt failed (secrets redacted by the caller).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Stable code of the last failure (`upstream_error`, `structure_failed`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<String>,
-    /// RFC 3339 time before which a pending retry does not start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_before: Option<String>,
-    /// Runs of every attempt, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub runs: Vec<String>,
-    /// The validated result of the successful attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<InvestigationResult>,
-    /// Notification deliveries of the result, one per receiver.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deliveries: Vec<Delivery>,
-}
-
-impl Job {
-    /// Whether a delivery still waits to be attempted.
-    pub fn has_pending_deliveries(&self) -> bool {
-        self.deliveries.iter().any(|d| d.status == DeliveryStatus::Pending)
-    }
-}
-
-/// State of one notification delivery.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryStatus {
-    /// Not attempted yet (or interrupted).
-    Pending,
-    /// The receiver accepted it.
-    Delivered,
-    /// Every attempt failed.
-    Failed,
-}
-
-/// One notification of a job's result to one NotificationReceiver.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Delivery {
-    /// `namespace/name` of the NotificationReceiver.
-    pub receiver: String,
-    /// `webhook`, `telegram` or `mattermost`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// 32 hex characters, sent to webhooks as `X-Akritas-Delivery`.
-    pub delivery_id: String,
-    /// Status.
-    pub status: DeliveryStatus,
-    /// HTTP attempts made.
-    #[serde(default)]
-    pub attempts: u32,
-    /// Last HTTP status received.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http_status: Option<u16>,
-    /// Stable error code of the last attempt (never a URL or token).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// What happened to one event of a delivery.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ItemOutcome {
-    /// `accepted` or `duplicate`.
-    pub status: String,
-    /// The event id (the first one's for a duplicate).
-    pub event_id: String,
-    /// Incident.
-    pub incident_id: String,
-    /// Investigation job created by this event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
-}
+/// Delivery record version: 2 adds the source namespace and job sharing.
+const RECORD_VERSION: u32 = 2;
 
 /// The outcome of a delivery.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -185,6 +75,9 @@ pub enum AlertStoreError {
     /// An earlier write failed; the store refuses new work until restarted.
     #[error("the alert journal failed earlier and refuses new deliveries until Akritas restarts")]
     Poisoned,
+    /// Admission control refused the delivery; nothing of it was stored.
+    #[error(transparent)]
+    Throttled(#[from] Throttled),
 }
 
 /// Why a journal record cannot be applied to the state it follows.
@@ -211,8 +104,14 @@ struct State {
     jobs: BTreeMap<String, Job>,
     incident_events: BTreeMap<String, Vec<String>>,
     incident_jobs: BTreeMap<String, Vec<String>>,
-    /// Per source name: events accepted, duplicates, deliveries rejected (this process).
+    /// Per source `namespace/name`: events accepted, duplicates, deliveries rejected (this process).
     counters: BTreeMap<String, SourceCounters>,
+    /// Jobs a worker may take (pending, or succeeded with notifications to send) by the time
+    /// they are due, so that claiming looks at the front only.
+    queue: BTreeSet<(Timestamp, String)>,
+    /// Jobs in status pending.
+    pending: usize,
+    admission: Admission,
 }
 
 /// Delivery counters of one alert source.
@@ -224,13 +123,20 @@ pub struct SourceCounters {
     pub duplicate: u64,
     /// Deliveries rejected since this process started (authentication or payload).
     pub rejected: u64,
+    /// Deliveries refused by the source's rate since this process started.
+    pub refused_rate: u64,
+    /// Deliveries refused by the pending-job cap since this process started.
+    pub refused_pending: u64,
 }
 
 /// The durable alert store.
 pub struct AlertStore {
     journal: Journal,
     state: Mutex<State>,
-    poisoned: AtomicBool,
+    /// Set when a journal write failed: why (the on-disk state is unknown until a restart).
+    poisoned: OnceLock<String>,
+    /// The worker's last failure to record a job's state, cleared by its next success.
+    worker_problem: Mutex<Option<String>>,
     work: tokio::sync::Notify,
 }
 
@@ -240,8 +146,15 @@ fn new_id(prefix: &str) -> String {
 
 #[derive(Serialize, Deserialize)]
 struct DeliveryRecord {
+    /// Absent (1) in journals written before namespaces.
+    #[serde(default = "first_version")]
+    version: u32,
     delivery_id: String,
+    /// Name of the AlertSource.
     source: String,
+    /// Its namespace (empty in version 1).
+    #[serde(default)]
+    namespace: String,
     /// RFC 3339 time the host received it.
     #[serde(default)]
     received_at: String,
@@ -254,14 +167,28 @@ struct DeliveryItem {
     event: Event,
 }
 
+fn first_version() -> u32 {
+    1
+}
+
 impl AlertStore {
-    /// Opens (or creates) the journal and replays it strictly. Jobs that were
-    /// running when the process stopped return to pending.
+    /// [`AlertStore::open_with`] with the default limits; sources of journals older than
+    /// namespaces are placed in `default`.
     pub fn open(path: &Path) -> Result<AlertStore, AlertStoreError> {
+        AlertStore::open_with(path, Limits::default(), &|_| crate::tenancy::DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// Opens (or creates) the journal and replays it strictly; `legacy_namespace` gives
+    /// the namespace of a source name in records written before namespaces.
+    pub fn open_with(
+        path: &Path,
+        limits: Limits,
+        legacy_namespace: &dyn Fn(&str) -> String,
+    ) -> Result<AlertStore, AlertStoreError> {
         let (journal, replay) = Journal::open(path, JournalOptions::default())?;
-        let mut state = State::default();
+        let mut state = State { admission: Admission::new(limits), ..State::default() };
         for record in &replay.records {
-            apply(&mut state, record).map_err(|reason| AlertStoreError::Inconsistent {
+            apply(&mut state, record, legacy_namespace).map_err(|reason| AlertStoreError::Inconsistent {
                 path: path.display().to_string(),
                 seq: record.seq,
                 reason,
@@ -270,10 +197,65 @@ impl AlertStore {
         let store = AlertStore {
             journal,
             state: Mutex::new(state),
-            poisoned: AtomicBool::new(false),
+            poisoned: OnceLock::new(),
+            worker_problem: Mutex::new(None),
             work: tokio::sync::Notify::new(),
         };
         Ok(store)
+    }
+
+    fn check_poisoned(&self) -> Result<(), AlertStoreError> {
+        if self.poisoned.get().is_some() { Err(AlertStoreError::Poisoned) } else { Ok(()) }
+    }
+
+    fn poison(&self, error: JournalError) -> AlertStoreError {
+        let _ = self.poisoned.set(error.to_string());
+        tracing::error!(component = "akritas_alerts", event = "journal_poisoned", %error, "the alert journal failed a write; deliveries and investigations stop until Akritas restarts");
+        error.into()
+    }
+
+    /// Why the alert pipeline does not work fully now, for `/health`: a failed journal
+    /// write, or the worker's last failure to record a job's state.
+    pub fn degraded(&self) -> Option<String> {
+        if let Some(error) = self.poisoned.get() {
+            return Some(format!(
+                "the alert journal failed a write ({error}); deliveries get 503 and investigations wait until Akritas \
+                 restarts"
+            ));
+        }
+        self.worker_problem.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The worker reports whether it could record its last job's state (`None`: it could).
+    pub fn report_worker_problem(&self, problem: Option<String>) {
+        *self.worker_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+
+    /// Jobs due at `now`, soonest due first, at most `max`, skipping `busy` ones (in flight
+    /// in this process); and when the next one not due yet will be. Looks at the front of
+    /// the queue only.
+    pub fn due_jobs(&self, now: Timestamp, busy: &BTreeSet<String>, max: usize) -> (Vec<Job>, Option<Timestamp>) {
+        let state = self.lock();
+        let mut jobs = Vec::new();
+        for (due, id) in &state.queue {
+            if *due > now {
+                return (jobs, Some(*due));
+            }
+            if jobs.len() >= max {
+                break;
+            }
+            if !busy.contains(id)
+                && let Some(job) = state.jobs.get(id)
+            {
+                jobs.push(job.clone());
+            }
+        }
+        (jobs, None)
+    }
+
+    /// Jobs waiting for a worker.
+    pub fn pending_jobs(&self) -> usize {
+        self.lock().pending
     }
 
     /// Jobs that a worker should (re)start: pending, or running when the process
@@ -299,12 +281,21 @@ impl AlertStore {
         self.work.notify_one();
     }
 
-    /// Deduplicates and correlates a delivery's events, records them in one fsynced
-    /// journal record and returns the per-event outcome.
-    pub async fn ingest(&self, source: &str, events: Vec<Event>) -> Result<Accepted, AlertStoreError> {
-        if self.poisoned.load(Ordering::SeqCst) {
-            return Err(AlertStoreError::Poisoned);
+    /// Deduplicates and correlates a delivery's events of the AlertSource
+    /// `namespace/source`, records them in one fsynced journal record and returns the
+    /// per-event outcome; or refuses the whole delivery ([`AlertStoreError::Throttled`])
+    /// when its new jobs would pass the source's rate or the pending-job cap.
+    pub async fn ingest(
+        &self,
+        namespace: &str,
+        source: &str,
+        mut events: Vec<Event>,
+    ) -> Result<Accepted, AlertStoreError> {
+        self.check_poisoned()?;
+        for event in &mut events {
+            event.source.namespace = namespace.to_string();
         }
+        let source_key = format!("{namespace}/{source}");
         // Checked before any decision, so an oversized delivery changes nothing.
         let size = serde_json::to_string(&events).map(|t| t.len()).unwrap_or(usize::MAX);
         let size = size.saturating_add(events.len().saturating_mul(RECORD_OVERHEAD_PER_EVENT)).saturating_add(1024);
@@ -314,12 +305,22 @@ impl AlertStore {
         let delivery_id = new_id("dlv");
         let pending = {
             let mut state = self.lock();
+            let needed = state.correlator.jobs_needed(&events, true);
+            let waiting = state.pending;
+            if let Err(refused) = state.admission.admit(&source_key, needed, waiting, Instant::now()) {
+                let counters = state.counters.entry(source_key).or_default();
+                match refused.reason {
+                    Refusal::Rate => counters.refused_rate += 1,
+                    Refusal::PendingJobs => counters.refused_pending += 1,
+                }
+                return Err(refused.into());
+            }
             // Decided on the live correlator (a copy per delivery would cost O(incidents));
             // if the record cannot be queued the store is poisoned and rebuilt from the
             // journal at the next start, so an unrecorded decision never persists.
             let mut items = Vec::with_capacity(events.len());
             for event in events {
-                let outcome = state.correlator.ingest(&event, |kind| {
+                let outcome = state.correlator.ingest(&event, true, |kind| {
                     new_id(match kind {
                         IdKind::Event => "evt",
                         IdKind::Incident => "inc",
@@ -333,12 +334,15 @@ impl AlertStore {
                     event_id: outcome.event_id,
                     incident_id: outcome.incident_id,
                     job_id: outcome.job_id,
+                    shared_job: outcome.shared_job,
                 };
                 items.push(DeliveryItem { outcome: item, event });
             }
             let record = DeliveryRecord {
+                version: RECORD_VERSION,
                 delivery_id: delivery_id.clone(),
                 source: source.to_string(),
+                namespace: namespace.to_string(),
                 received_at: jiff::Timestamp::now().to_string(),
                 items,
             };
@@ -346,18 +350,14 @@ impl AlertStore {
             // Queued under the lock, so the journal order is the order of decisions.
             let pending = match self.journal.enqueue(DELIVERY, &data) {
                 Ok(pending) => pending,
-                Err(error) => {
-                    self.poisoned.store(true, Ordering::SeqCst);
-                    return Err(error.into());
-                }
+                Err(error) => return Err(self.poison(error)),
             };
             apply_delivery(&mut state, &record);
             (pending, record.items.into_iter().map(|i| i.outcome).collect::<Vec<_>>())
         };
         let (pending, events) = pending;
         if let Err(error) = pending.committed().await {
-            self.poisoned.store(true, Ordering::SeqCst);
-            return Err(error.into());
+            return Err(self.poison(error));
         }
         if events.iter().any(|e| e.job_id.is_some()) {
             self.wake();
@@ -367,9 +367,7 @@ impl AlertStore {
 
     /// Records a job state change.
     pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
-        if self.poisoned.load(Ordering::SeqCst) {
-            return Err(AlertStoreError::Poisoned);
-        }
+        self.check_poisoned()?;
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
         let job = &job;
@@ -377,13 +375,10 @@ impl AlertStore {
         let pending = {
             let mut state = self.lock();
             let pending = self.journal.enqueue(JOB, &data)?;
-            state.jobs.insert(job.id.clone(), job.clone());
+            set_job(&mut state, job.clone());
             pending
         };
-        pending.committed().await.map(|_| ()).map_err(|error| {
-            self.poisoned.store(true, Ordering::SeqCst);
-            error.into()
-        })
+        pending.committed().await.map(|_| ()).map_err(|error| self.poison(error))
     }
 
     /// Incidents, newest update first.
@@ -406,12 +401,12 @@ impl AlertStore {
         Some((incident, events, jobs))
     }
 
-    /// Counts a rejected delivery of a source.
+    /// Counts a rejected delivery of a source (`namespace/name`).
     pub fn record_rejected(&self, source: &str) {
         self.lock().counters.entry(source.to_string()).or_default().rejected += 1;
     }
 
-    /// Delivery counters of a source.
+    /// Delivery counters of a source (`namespace/name`).
     pub fn counters(&self, source: &str) -> SourceCounters {
         self.lock().counters.get(source).copied().unwrap_or_default()
     }
@@ -462,9 +457,10 @@ impl AlertStore {
 
 fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
     let now = record.received_at.as_str();
+    let source = format!("{}/{}", record.namespace, record.source);
     for item in &record.items {
         let outcome = &item.outcome;
-        let counters = state.counters.entry(record.source.clone()).or_default();
+        let counters = state.counters.entry(source.clone()).or_default();
         if outcome.status == "duplicate" {
             counters.duplicate += 1;
             continue;
@@ -480,40 +476,81 @@ fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
             },
         );
         state.incident_events.entry(outcome.incident_id.clone()).or_default().push(outcome.event_id.clone());
+        if let Some(job_id) = &outcome.shared_job {
+            state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
+        }
         if let Some(job_id) = &outcome.job_id {
-            state.jobs.insert(
-                job_id.clone(),
-                Job {
-                    id: job_id.clone(),
-                    incident_id: outcome.incident_id.clone(),
-                    event_id: outcome.event_id.clone(),
-                    status: JobStatus::Pending,
-                    attempts: 0,
-                    created_at: now.to_string(),
-                    updated_at: now.to_string(),
-                    run_id: None,
-                    error: None,
-                    error_code: None,
-                    not_before: None,
-                    runs: Vec::new(),
-                    result: None,
-                    deliveries: Vec::new(),
-                },
-            );
+            let job = Job {
+                id: job_id.clone(),
+                incident_id: outcome.incident_id.clone(),
+                namespace: record.namespace.clone(),
+                event_id: outcome.event_id.clone(),
+                status: JobStatus::Pending,
+                attempts: 0,
+                created_at: now.to_string(),
+                updated_at: now.to_string(),
+                run_id: None,
+                error: None,
+                error_code: None,
+                not_before: None,
+                runs: Vec::new(),
+                result: None,
+                deliveries: Vec::new(),
+            };
+            set_job(state, job);
             state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
         }
     }
 }
 
+/// When a worker may take the job: pending ones at their retry time (else creation),
+/// succeeded ones with notifications to send at once; never for the rest.
+fn due_at(job: &Job) -> Option<Timestamp> {
+    let time = |text: &str| text.parse::<Timestamp>().unwrap_or(Timestamp::UNIX_EPOCH);
+    match job.status {
+        JobStatus::Pending => Some(time(job.not_before.as_deref().unwrap_or(&job.created_at))),
+        _ if job.has_pending_deliveries() => Some(time(&job.created_at)),
+        _ => None,
+    }
+}
+
+/// Stores a job's new state and keeps the queue, the pending count and the
+/// correlator's waiting jobs in step (live and at replay alike).
+fn set_job(state: &mut State, job: Job) {
+    if let Some(old) = state.jobs.get(&job.id) {
+        if let Some(due) = due_at(old) {
+            state.queue.remove(&(due, old.id.clone()));
+        }
+        if old.status == JobStatus::Pending {
+            state.pending = state.pending.saturating_sub(1);
+        }
+    }
+    if let Some(due) = due_at(&job) {
+        state.queue.insert((due, job.id.clone()));
+    }
+    if job.status == JobStatus::Pending {
+        state.pending += 1;
+    }
+    if job.status != JobStatus::Pending || job.attempts > 0 {
+        state.correlator.job_started(&job.id);
+    }
+    state.jobs.insert(job.id.clone(), job);
+}
+
 /// Replays one record: the correlation runs again with the recorded ids and must
 /// reach the recorded outcome.
-fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
+fn apply(state: &mut State, record: &Record, legacy_namespace: &dyn Fn(&str) -> String) -> Result<(), RecordError> {
     match record.kind.as_str() {
         DELIVERY => {
             let mut delivery: DeliveryRecord = serde_json::from_value(record.data.clone())?;
-            for item in &delivery.items {
+            if delivery.namespace.is_empty() {
+                delivery.namespace = legacy_namespace(&delivery.source);
+            }
+            let coalesce = delivery.version >= RECORD_VERSION;
+            for item in &mut delivery.items {
+                item.event.source.namespace.clone_from(&delivery.namespace);
                 let recorded = &item.outcome;
-                let outcome = state.correlator.ingest(&item.event, |kind| match kind {
+                let outcome = state.correlator.ingest(&item.event, coalesce, |kind| match kind {
                     IdKind::Event => recorded.event_id.clone(),
                     IdKind::Incident => recorded.incident_id.clone(),
                     IdKind::Job => recorded.job_id.clone().unwrap_or_default(),
@@ -522,6 +559,7 @@ fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
                 if outcome.event_id != recorded.event_id
                     || outcome.incident_id != recorded.incident_id
                     || outcome.job_id != recorded.job_id
+                    || outcome.shared_job != recorded.shared_job
                     || duplicate != (recorded.status == "duplicate")
                 {
                     return Err(RecordError::NotAsRecorded(recorded.event_id.clone()));
@@ -533,11 +571,14 @@ fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
             apply_delivery(state, &delivery);
         }
         JOB => {
-            let job: Job = serde_json::from_value(record.data.clone())?;
-            if !state.jobs.contains_key(&job.id) {
+            let mut job: Job = serde_json::from_value(record.data.clone())?;
+            let Some(known) = state.jobs.get(&job.id) else {
                 return Err(RecordError::UnknownJob(job.id));
+            };
+            if job.namespace.is_empty() {
+                job.namespace.clone_from(&known.namespace);
             }
-            state.jobs.insert(job.id.clone(), job);
+            set_job(state, job);
         }
         other => return Err(RecordError::UnknownKind(other.to_string())),
     }

@@ -5,9 +5,16 @@
 //! `failed` with a sanitised reason; a rejected result (invented evidence, claimed
 //! production writes) fails the job at once. Every state change is journaled before
 //! the next step, so a restart resumes interrupted jobs and unsent notifications
-//! without running an investigation twice after it succeeded.
+//! without running an investigation twice after it succeeded. When a state change
+//! cannot be recorded (a poisoned journal), the worker pauses with a bounded
+//! exponential backoff instead of retrying at once, and `/health` says why.
+//!
+//! Tenancy: the investigation Run carries the AlertSource's namespace, and the
+//! result goes only to NotificationReceivers that namespace sees (its own and the
+//! shared namespaces).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +35,7 @@ use crate::engine::request::{RunError, RunRequest};
 use crate::engine::run::Engine;
 use crate::notify::{self, RetryPolicy};
 use crate::resources::{Kind, Resource};
+use crate::tenancy::{DEFAULT_NAMESPACE, Tenancy};
 use crate::text;
 
 /// Longest stored error text, in characters.
@@ -38,6 +46,10 @@ const MAX_BACKOFF_FACTOR: u32 = 16;
 const MAX_FACT_LABELS: usize = 32;
 /// Wake-up interval when nothing is due.
 const IDLE_WAKE: Duration = Duration::from_secs(30);
+/// First pause after a job state could not be recorded; doubled per failure in a row.
+const STORE_RETRY_BASE: Duration = Duration::from_secs(1);
+/// Longest pause after failures to record a job state.
+const STORE_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Worker settings.
 #[derive(Clone, Debug)]
@@ -52,6 +64,8 @@ pub struct WorkerSettings {
     pub public_url: Option<String>,
     /// Notification attempts and timeout.
     pub delivery: RetryPolicy,
+    /// Which receivers' namespaces an incident's namespace sees.
+    pub tenancy: Tenancy,
 }
 
 impl WorkerSettings {
@@ -67,6 +81,7 @@ impl WorkerSettings {
                 base_delay: Duration::from_millis(500),
                 timeout: settings.notification_timeout,
             },
+            tenancy: Tenancy::new(settings.shared_namespaces.iter().cloned()),
         }
     }
 }
@@ -95,6 +110,8 @@ pub struct Worker {
     client: reqwest::Client,
     settings: WorkerSettings,
     active: Mutex<BTreeSet<String>>,
+    /// Jobs in a row whose state could not be recorded.
+    store_failures: AtomicU32,
 }
 
 /// What one attempt concluded.
@@ -115,7 +132,17 @@ impl Worker {
         settings: WorkerSettings,
     ) -> Result<Self, WorkerError> {
         let client = crate::outbound::client(settings.delivery.timeout)?;
-        Ok(Worker { store, engine, catalog, secrets, board, client, settings, active: Mutex::new(BTreeSet::new()) })
+        Ok(Worker {
+            store,
+            engine,
+            catalog,
+            secrets,
+            board,
+            client,
+            settings,
+            active: Mutex::new(BTreeSet::new()),
+            store_failures: AtomicU32::new(0),
+        })
     }
 
     /// Claims and runs jobs until `cancel`; jobs in flight at shutdown are resumed
@@ -124,21 +151,19 @@ impl Worker {
         let slots = Arc::new(Semaphore::new(self.settings.concurrency));
         let mut tasks = tokio::task::JoinSet::new();
         loop {
+            if let Some(pause) = store_pause(self.store_failures.load(Ordering::SeqCst)) {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
             let now = Timestamp::now();
-            let mut next_due = IDLE_WAKE;
-            let mut jobs = self.store.unfinished_jobs();
-            jobs.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+            let busy = self.active_jobs().clone();
+            let (jobs, next) = self.store.due_jobs(now, &busy, slots.available_permits());
+            let next_due = next
+                .and_then(|t| Duration::try_from(now.duration_until(t)).ok())
+                .map_or(IDLE_WAKE, |wait| wait.min(IDLE_WAKE));
             for job in jobs {
-                if self.active_jobs().contains(&job.id) {
-                    continue;
-                }
-                if let Some(wait) = job.not_before.as_deref().and_then(|t| t.parse::<Timestamp>().ok()).and_then(|t| {
-                    let wait = now.duration_until(t);
-                    (wait.is_positive()).then(|| Duration::try_from(wait).unwrap_or(IDLE_WAKE))
-                }) {
-                    next_due = next_due.min(wait);
-                    continue;
-                }
                 let Ok(permit) = slots.clone().try_acquire_owned() else { break };
                 self.active_jobs().insert(job.id.clone());
                 let worker = self.clone();
@@ -201,8 +226,21 @@ impl Worker {
 
     async fn process(&self, job: Job) {
         let result = if job.status == JobStatus::Succeeded { self.notify(job).await } else { self.attempt(job).await };
-        if let Err(error) = result {
-            tracing::error!(component = "akritas_alert_worker", event = "complete_failed", %error, "alert job state not recorded");
+        match result {
+            Ok(()) => {
+                if self.store_failures.swap(0, Ordering::SeqCst) > 0 {
+                    self.store.report_worker_problem(None);
+                }
+            }
+            Err(error) => {
+                let failures = self.store_failures.fetch_add(1, Ordering::SeqCst).saturating_add(1);
+                let pause = store_pause(failures).unwrap_or_default();
+                tracing::error!(component = "akritas_alert_worker", event = "complete_failed", %error, failures, pause = ?pause, "alert job state not recorded; the worker pauses");
+                self.store.report_worker_problem(Some(format!(
+                    "the investigation worker cannot record job states ({error}); it retries in {} s",
+                    pause.as_secs()
+                )));
+            }
         }
     }
 
@@ -230,8 +268,11 @@ impl Worker {
                         job.status = JobStatus::Succeeded;
                         job.error = None;
                         job.error_code = None;
-                        job.deliveries =
-                            self.receivers().into_iter().map(|(key, kind)| pending_delivery(&key, kind)).collect();
+                        job.deliveries = self
+                            .receivers(&namespace_of(&job, &incident))
+                            .into_iter()
+                            .map(|(key, kind)| pending_delivery(&key, kind))
+                            .collect();
                         Attempt::Succeeded
                     }
                     None => {
@@ -285,9 +326,18 @@ impl Worker {
         };
         let notification = notification(&job, &result, &event, self.settings.public_url.as_deref());
         let catalog = self.catalog.current();
+        let namespace = if job.namespace.is_empty() { DEFAULT_NAMESPACE } else { job.namespace.as_str() };
         let mut sends = Vec::new();
         for (index, delivery) in job.deliveries.iter_mut().enumerate() {
             if delivery.status != DeliveryStatus::Pending {
+                continue;
+            }
+            // Deliveries recorded by an earlier version may name receivers of any namespace.
+            let visible =
+                delivery.receiver.split_once('/').is_some_and(|(ns, _)| self.settings.tenancy.sees(namespace, ns));
+            if !visible {
+                delivery.status = DeliveryStatus::Failed;
+                delivery.error = Some("receiver_not_visible".into());
                 continue;
             }
             let spec = catalog.entries.iter().find_map(|(key, entry)| match entry.resource.as_ref() {
@@ -346,11 +396,12 @@ impl Worker {
         self.board.merge_runtime(key, json!({"lastDelivery": last}));
     }
 
-    /// Receivers in the Catalog now, as (`namespace/name`, type).
-    fn receivers(&self) -> Vec<(String, &'static str)> {
+    /// Receivers in the Catalog now that `namespace` sees, as (`namespace/name`, type).
+    fn receivers(&self, namespace: &str) -> Vec<(String, &'static str)> {
         let catalog = self.catalog.current();
         catalog
             .of_kind(Kind::NotificationReceiver)
+            .filter(|(key, _)| self.settings.tenancy.sees(namespace, &key.namespace))
             .filter_map(|(key, entry)| match entry.resource.as_ref() {
                 Resource::NotificationReceiver(r) => Some((key_text(key), receiver_kind(&r.spec))),
                 _ => None,
@@ -414,6 +465,23 @@ fn retryable(error: &RunError) -> bool {
     matches!(error, RunError::Upstream { .. } | RunError::Busy { .. } | RunError::Model { .. })
 }
 
+/// The pause after `failures` job states in a row could not be recorded:
+/// 1 s doubled per failure, at most 60 s; none without failures.
+fn store_pause(failures: u32) -> Option<Duration> {
+    let doubled = STORE_RETRY_BASE.saturating_mul(1u32 << failures.checked_sub(1)?.min(16));
+    Some(doubled.min(STORE_RETRY_MAX))
+}
+
+/// The namespace of a job's AlertSource (from the incident for jobs recorded before
+/// namespaces; `default` if neither knows).
+fn namespace_of(job: &Job, incident: &IncidentState) -> String {
+    [job.namespace.as_str(), incident.namespace.as_str()]
+        .into_iter()
+        .find(|ns| !ns.is_empty())
+        .unwrap_or(DEFAULT_NAMESPACE)
+        .to_string()
+}
+
 /// `base × 2^(attempt-1)`, at most 16 × base.
 pub fn backoff(base: Duration, attempt: u32) -> Duration {
     let factor = 1u32 << attempt.saturating_sub(1).min(4);
@@ -445,6 +513,7 @@ fn investigation_request(job: &Job, event: &StoredEvent, incident: &IncidentStat
     let context: BTreeMap<String, String> =
         e.labels.iter().take(MAX_FACT_LABELS).map(|(k, v)| (k.clone(), v.clone())).collect();
     RunRequest {
+        namespace: namespace_of(job, incident),
         source: format!("alert:{}", e.source.kind),
         actor: format!("alert-source:{}", e.source.name),
         turns: vec![Turn { role: Speaker::User, content: prompt }],
@@ -471,6 +540,13 @@ mod tests {
         let base = Duration::from_secs(2);
         let waits: Vec<u64> = (1..=7).map(|a| backoff(base, a).as_secs()).collect();
         assert_eq!(waits, [2, 4, 8, 16, 32, 32, 32]);
+    }
+
+    #[test]
+    fn store_failures_pause_the_worker_exponentially_and_boundedly() {
+        let pauses: Vec<Option<u64>> =
+            [0, 1, 2, 3, 6, 7, 40].into_iter().map(|n| store_pause(n).map(|d| d.as_secs())).collect();
+        assert_eq!(pauses, [None, Some(1), Some(2), Some(4), Some(32), Some(60), Some(60)]);
     }
 
     #[test]

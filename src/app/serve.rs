@@ -18,6 +18,7 @@ use crate::engine::instructions::SystemInstructions;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 use crate::operator::projection::{self, ProjectionSettings};
 use crate::operator::requests;
+use crate::resources::Kind;
 use crate::web::auth::ApiKeys;
 use crate::web::{self, AppState};
 
@@ -91,10 +92,23 @@ pub async fn serve(settings: Settings) -> Result<()> {
     tasks.spawn(live::mcp_adapters(mcp.clone(), mcp_sources, board.clone(), engine.clone(), cancel.clone()));
     let alerts = {
         let path = settings.data_dir.join("alerts").join("alerts.jsonl");
-        let store = tokio::task::spawn_blocking(move || crate::alerts::store::AlertStore::open(&path))
-            .await
-            .context("opening the alert journal")?
-            .context("opening the alert journal")?;
+        let limits = crate::alerts::admission::Limits::from_settings(&settings);
+        let catalog = store.current();
+        // Records written before namespaces name a source by name only: the namespace of
+        // the one AlertSource of that name now, else `default` (README, alert journal).
+        let legacy_namespace = move |name: &str| {
+            let mut namespaces = catalog.of_kind(Kind::AlertSource).filter(|(key, _)| key.name == name);
+            match (namespaces.next(), namespaces.next()) {
+                (Some((key, _)), None) => key.namespace.clone(),
+                _ => crate::tenancy::DEFAULT_NAMESPACE.to_string(),
+            }
+        };
+        let store = tokio::task::spawn_blocking(move || {
+            crate::alerts::store::AlertStore::open_with(&path, limits, &legacy_namespace)
+        })
+        .await
+        .context("opening the alert journal")?
+        .context("opening the alert journal")?;
         // The replayed records are gone; their memory goes back to the system.
         live::release_freed_memory();
         Arc::new(store)

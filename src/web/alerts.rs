@@ -1,6 +1,9 @@
-//! Alert ingress (`POST /api/v1/alerts/{source}/webhook`, the Alertmanager alias)
-//! and the incident API. Each AlertSource authenticates its own callers; nothing
-//! from a payload ever chooses a notification target or a tool.
+//! Alert ingress (`POST /api/v1/alerts/{namespace}/{source}/webhook`, the older
+//! `/api/v1/alerts/{source}/webhook` while the name is unambiguous, the Alertmanager
+//! alias) and the incident API. Each AlertSource authenticates its own callers, API
+//! keys play no part; nothing from a payload ever chooses a notification target or a
+//! tool. A delivery over the source's rate or the pending-job cap gets 429 with
+//! `Retry-After` and nothing of it is stored.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -92,8 +95,20 @@ fn provider_name(provider: AlertProvider) -> &'static str {
     }
 }
 
+/// `POST /api/v1/alerts/{namespace}/{source}/webhook`: the AlertSource `namespace/source`.
+pub async fn webhook_namespaced(
+    State(state): State<AppState>,
+    Path((namespace, source)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let key = ObjectKey { kind: Kind::AlertSource, namespace, name: source };
+    ingest(&state, &key, &headers, &body).await
+}
+
 /// `POST /api/v1/alerts/{source}/webhook`: `source` is the AlertSource name, or
-/// `namespace.name` when the name exists in several namespaces.
+/// `namespace.name`, and must name exactly one AlertSource in every namespace
+/// watched; otherwise 409 names the namespaced routes.
 pub async fn webhook(
     State(state): State<AppState>,
     Path(source): Path<String>,
@@ -109,31 +124,32 @@ pub async fn webhook(
     let key = match candidates.as_slice() {
         [key] => (*key).clone(),
         [] => return ApiError::not_found(format!("no alert source {source:?}")).into_response(),
-        _ => {
-            return ApiError::new(StatusCode::NOT_FOUND, "ambiguous_source", format!("alert source {source:?} exists in several namespaces; post to /api/v1/alerts/<namespace>.{source}/webhook"))
-                .into_response();
-        }
+        several => return ambiguous(&format!("alert source {source:?} exists in several namespaces"), several),
     };
     ingest(&state, &key, &headers, &body).await
 }
 
-/// `POST /api/v1/alertmanager/webhook` (API key): the one Alertmanager AlertSource.
+/// 409 naming the namespaced route of every candidate.
+fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Response {
+    let routes: Vec<String> = candidates.iter().map(|key| webhook_path(key)).collect();
+    ApiError::new(StatusCode::CONFLICT, "ambiguous_source", format!("{what}; post to one of {}", routes.join(", ")))
+        .into_response()
+}
+
+/// `POST /api/v1/alertmanager/webhook`: the one AlertSource with provider
+/// `alertmanager` in every namespace, authenticated by that source alone (Alertmanager
+/// sends one `Authorization` header: the source's token, not an API key).
 pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let catalog = state.catalog.current();
-    let sources: Vec<ObjectKey> = catalog
+    let sources: Vec<&ObjectKey> = catalog
         .of_kind(Kind::AlertSource)
         .filter(|(_, e)| matches!(e.resource.as_ref(), Resource::AlertSource(s) if s.spec.provider == AlertProvider::Alertmanager))
-        .map(|(k, _)| k.clone())
+        .map(|(k, _)| k)
         .collect();
     match sources.as_slice() {
         [key] => ingest(&state, key, &headers, &body).await,
         [] => ApiError::not_found("no AlertSource with provider alertmanager is configured").into_response(),
-        _ => ApiError::new(
-            StatusCode::CONFLICT,
-            "ambiguous_source",
-            "several Alertmanager sources exist; post to /api/v1/alerts/{source}/webhook",
-        )
-        .into_response(),
+        several => ambiguous("several Alertmanager sources exist", several),
     }
 }
 
@@ -148,12 +164,13 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
     };
     let catalog = state.catalog.current();
     let Some(Resource::AlertSource(source)) = catalog.entries.get(key).map(|e| e.resource.as_ref()) else {
-        return ApiError::not_found(format!("no alert source {key}")).into_response();
+        return ApiError::not_found(format!("no alert source {}/{}", key.namespace, key.name)).into_response();
     };
+    let source_key = format!("{}/{}", key.namespace, key.name);
     match authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref()) {
         Ok(()) => {}
         Err(AuthFailure::Unauthorized(why)) => {
-            store.record_rejected(&key.name);
+            store.record_rejected(&source_key);
             publish_status(state, key);
             tracing::warn!(source = %key, why, "alert delivery rejected");
             return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response();
@@ -181,12 +198,12 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
     let events = match decoder.decode(body, &context) {
         Ok(events) => events,
         Err(error) => {
-            store.record_rejected(&key.name);
+            store.record_rejected(&source_key);
             publish_status(state, key);
             return ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", error.to_string()).into_response();
         }
     };
-    match store.ingest(&key.name, events).await {
+    match store.ingest(&key.namespace, &key.name, events).await {
         Ok(accepted) => {
             publish_status(state, key);
             let status = if accepted.events.iter().any(|e| e.status == "accepted") {
@@ -196,8 +213,20 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             };
             (status, Json(accepted)).into_response()
         }
+        Err(AlertStoreError::Throttled(refused)) => {
+            publish_status(state, key);
+            tracing::warn!(source = %source_key, reason = refused.reason.as_str(), "alert delivery refused by admission control");
+            let mut response =
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_investigations", refused.to_string())
+                    .into_response();
+            let seconds = refused.retry_after.as_secs().max(1).to_string();
+            if let Ok(value) = axum::http::HeaderValue::from_str(&seconds) {
+                response.headers_mut().insert(axum::http::header::RETRY_AFTER, value);
+            }
+            response
+        }
         Err(error @ AlertStoreError::TooLarge { .. }) => {
-            store.record_rejected(&key.name);
+            store.record_rejected(&source_key);
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", error.to_string()).into_response()
         }
         Err(
@@ -216,7 +245,7 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
 
 /// The path a provider posts to for this source.
 pub fn webhook_path(key: &ObjectKey) -> String {
-    format!("/api/v1/alerts/{}.{}/webhook", key.namespace, key.name)
+    format!("/api/v1/alerts/{}/{}/webhook", key.namespace, key.name)
 }
 
 /// Publishes an AlertSource's runtime status (webhook path and counters).
@@ -227,7 +256,7 @@ pub fn publish_status(state: &AppState, key: &ObjectKey) {
 
 /// The runtime status of an AlertSource.
 pub fn source_status(store: &crate::alerts::store::AlertStore, key: &ObjectKey) -> serde_json::Value {
-    let counters = store.counters(&key.name);
+    let counters = store.counters(&format!("{}/{}", key.namespace, key.name));
     json!({
         "webhookPath": webhook_path(key),
         "accepted": counters.accepted,

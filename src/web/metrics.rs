@@ -60,6 +60,19 @@ pub fn render(state: &AppState) -> String {
                     writeln!(out, "akritas_alert_events_total{{source=\"{source}\",outcome=\"{outcome}\"}} {value}");
             }
         }
+        family(
+            &mut out,
+            "akritas_alert_rejections_total",
+            "counter",
+            "Alert deliveries refused with 429 since start, per source and limit (rate, pending_jobs).",
+        );
+        for (source, counters) in alerts.all_counters() {
+            let source = label(&source);
+            for (reason, value) in [("rate", counters.refused_rate), ("pending_jobs", counters.refused_pending)] {
+                let _ =
+                    writeln!(out, "akritas_alert_rejections_total{{source=\"{source}\",reason=\"{reason}\"}} {value}");
+            }
+        }
         let (jobs, incidents) = alerts.tallies();
         family(&mut out, "akritas_investigation_jobs", "gauge", "Investigation jobs by status.");
         for (status, count) in jobs {

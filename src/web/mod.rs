@@ -71,7 +71,6 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/runs/{id}", get(runs::get))
         .route("/api/v1/runs/{id}/chat", post(runs::follow_up))
         .route("/api/v1/tools", get(runs::tools))
-        .route("/api/v1/alertmanager/webhook", post(alerts::alertmanager_alias))
         .route("/api/v1/incidents", get(alerts::incidents))
         .route("/api/v1/incidents/{id}", get(alerts::incident))
         .route("/api/v1/alert-events/{id}", get(alerts::event))
@@ -82,6 +81,8 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         // Each AlertSource authenticates its own callers (no API key).
         .route("/api/v1/alerts/{source}/webhook", post(alerts::webhook))
+        .route("/api/v1/alerts/{namespace}/{source}/webhook", post(alerts::webhook_namespaced))
+        .route("/api/v1/alertmanager/webhook", post(alerts::alertmanager_alias))
         .merge(protected)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -128,8 +129,15 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog.current();
     let board = state.board.get();
     let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
+    let degraded: Vec<Value> = state
+        .alerts
+        .iter()
+        .filter_map(|alerts| alerts.degraded())
+        .map(|reason| json!({"component": "alerts", "reason": reason}))
+        .collect();
     Json(json!({
-        "status": "ok",
+        "status": if degraded.is_empty() { "ok" } else { "degraded" },
+        "degraded": degraded,
         "version": env!("CARGO_PKG_VERSION"),
         "mode": state.info.mode,
         "model": state.info.model,
