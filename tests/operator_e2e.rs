@@ -175,7 +175,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         &["get", "secrets", "-A"],
         &["get", "secrets", "-n", "elsewhere"],
         &["list", "skills.akritas.io", "-n", "elsewhere"],
-        &["create", "incidents.akritas.io", "-n", "team-a"],
+        &["create", "incidents.akritas.io", "-n", "elsewhere"],
     ] {
         assert_eq!(can(args), "no", "the chart grants {args:?}");
     }
@@ -386,9 +386,10 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     api.apply("apiVersion: v1\nkind: Secret\nmetadata: {name: later-token, namespace: ops}\nstringData: {token: created-later-0123456789}\n");
     eventually(Duration::from_secs(10), "SecretsResolved=True", || secrets_resolved("True")).await;
 
-    // The delivery became an Incident object and its investigation a Run object.
+    // The delivery became an Incident object and its investigation a Run object,
+    // both in the AlertSource's namespace.
     let (incident, _) = eventually(Duration::from_secs(30), "an investigated Incident", || {
-        get_json(&api, &["get", "incidents", "-n", OPERATOR_NAMESPACE])["items"]
+        get_json(&api, &["get", "incidents", "-n", "ops"])["items"]
             .as_array()?
             .iter()
             .find(|i| i["status"]["investigation"]["finding"] == "inconclusive")
@@ -399,7 +400,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     assert_eq!(incident["status"]["state"], "firing");
     let run_name = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
     let (run, _) = eventually(Duration::from_secs(20), "the investigation Run object", || {
-        let run = get_json(&api, &["get", "run", &run_name, "-n", OPERATOR_NAMESPACE]);
+        let run = get_json(&api, &["get", "run", &run_name, "-n", "ops"]);
         (run["status"]["phase"] == "Succeeded").then_some(run)
     })
     .await;
@@ -480,7 +481,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
 }
 
 fn exists_incident(api: &KubeApi, id: &str) -> bool {
-    api.kubectl(&["get", "incident", &id.replace('_', "-"), "-n", OPERATOR_NAMESPACE]).0 == 0
+    api.kubectl(&["get", "incident", &id.replace('_', "-"), "-n", "ops"]).0 == 0
 }
 
 /// An operator replica on a shared data directory with a short Lease.
@@ -568,7 +569,7 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
     assert_eq!(detail["incident"]["id"], json!(incident_id), "the new leader has the delivery the old one accepted");
     assert_eq!(post_alert(&new_leader.url, AM_TOKEN_1).await, 200, "the same alert is a duplicate");
     let (incident, _) = eventually(Duration::from_secs(30), "the Incident object with its investigation", || {
-        let incident = get_json(&api, &["get", "incident", &incident_id.replace('_', "-"), "-n", OPERATOR_NAMESPACE]);
+        let incident = get_json(&api, &["get", "incident", &incident_id.replace('_', "-"), "-n", "ops"]);
         incident["status"]["investigation"]["finding"].as_str().map(|_| incident.clone())
     })
     .await;
@@ -577,7 +578,7 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
     // The Run object may be written a pass after the Incident that names it: wait
     // until it is there, then until it is gone. A failed `kubectl get` is neither.
     let run = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
-    let exists = || match api.kubectl(&["get", "run", &run, "-n", OPERATOR_NAMESPACE]) {
+    let exists = || match api.kubectl(&["get", "run", &run, "-n", "ops"]) {
         (0, _, _) => Some(true),
         (_, _, err) if err.contains("NotFound") || err.contains("not found") => Some(false),
         _ => None,

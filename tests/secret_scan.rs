@@ -229,9 +229,8 @@ async fn planted_secrets_never_leave_the_process() {
     let started = Instant::now();
     loop {
         let (_, resources) = client.get("/api/v1/resources", admin).await;
-        let named = |name: &str| {
-            resources["resources"].as_array().into_iter().flatten().find(|r| r["name"] == name).cloned()
-        };
+        let named =
+            |name: &str| resources["resources"].as_array().into_iter().flatten().find(|r| r["name"] == name).cloned();
         let delivery_failed = named("hook").is_some_and(|r| r["status"]["lastDelivery"]["outcome"] == "failed");
         let adapter_failed = named("echo-http").is_some_and(|r| r.to_string().contains("500"));
         if delivery_failed && adapter_failed {

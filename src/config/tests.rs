@@ -78,10 +78,10 @@ fn clap_definition_is_valid_and_help_states_defaults() {
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(help.contains("--max-tokens <N>"), "{help}");
     assert!(help.contains("[default: 1024]"), "{help}");
-    assert!(help.contains("--api-key <NAME=ENV_VAR>"), "{help}");
+    assert!(help.contains("--api-key <NAME=ENV_VAR[:SCOPES][@NAMESPACE]>"), "{help}");
     assert!(help.contains("[env: AKRITAS_MAX_TOKENS] [default: 1024]"), "{help}");
     assert!(help.contains("[env: AKRITAS_REQUEST_TIMEOUT] [default: 10m]"), "{help}");
-    assert!(help.contains("[env: AKRITAS_API_KEYS] [default: default=AKRITAS_API_KEY]"), "{help}");
+    assert!(help.contains("[env: AKRITAS_API_KEYS] [default: default=AKRITAS_API_KEY:admin]"), "{help}");
     assert!(help.contains("[env: AKRITAS_CONFIG] [default: none]"), "{help}");
     // The environment is read by `load` (which records it as the origin), never by clap.
     let command = Cli::command();
@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 39);
+    assert_eq!(KEYS.len(), 46);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -567,6 +567,11 @@ fn file_with_every_setting() {
         "resources": [],
         "kubernetes": true,
         "namespace": "akritas-system",
+        "namespaces": ["team-a", "akritas-system"],
+        "shared_namespaces": ["platform"],
+        "stdio_commands": ["akritas", "/usr/local/bin/mcp-grafana"],
+        "resource_env": ["TEAM_*", "VM_TOKEN"],
+        "knowledge_roots": ["/srv/runbooks"],
         "skills_dir": "",
         "data_dir": "/var/lib/akritas",
         "search_top_k": 50,
@@ -588,6 +593,8 @@ fn file_with_every_setting() {
         "alert_workers": 64,
         "alert_job_attempts": 20,
         "alert_job_backoff": "1h",
+        "alert_source_rate": 100000,
+        "alert_pending_jobs": 1,
         "notification_timeout": "1m",
         "notification_attempts": 10,
         "record_retention": "30d",
@@ -606,4 +613,71 @@ fn file_with_every_setting() {
     assert_eq!((s.alert_workers, s.alert_job_attempts, s.notification_attempts), (64, 20, 10));
     assert_eq!((s.alert_job_backoff, s.notification_timeout), (Duration::from_secs(3600), Duration::from_secs(60)));
     assert_eq!(s.request_timeout, Duration::from_secs(86_400));
+    assert_eq!(s.watched_namespaces(), ["akritas-system", "team-a"], "namespace and namespaces, once each");
+    assert_eq!(s.shared_namespaces, ["platform"]);
+    assert_eq!(s.resource_env, ["TEAM_*", "VM_TOKEN"]);
+    assert_eq!((s.alert_source_rate, s.alert_pending_jobs), (100_000, 1));
+}
+
+#[test]
+fn api_keys_carry_scopes_and_a_namespace() {
+    let s = load_ok(
+        &flags(&[
+            "--api-key",
+            "prom=PROM_KEY:metrics",
+            "--api-key",
+            "team-a=A_KEY:read+chat@team-a",
+            "--api-key",
+            "ops=OPS_KEY",
+        ]),
+        &no_env,
+    );
+    assert_eq!(s.api_keys[0].scopes, [Scope::Metrics].into());
+    assert_eq!(s.api_keys[0].namespace, None);
+    assert_eq!(s.api_keys[1].scopes, [Scope::Read, Scope::Chat].into());
+    assert_eq!(s.api_keys[1].namespace.as_deref(), Some("team-a"));
+    assert_eq!(s.api_keys[2], key("ops", "OPS_KEY"), "no scopes = admin, as before scopes existed");
+    assert!(s.api_keys[1].allows(Scope::Read) && !s.api_keys[1].allows(Scope::Metrics));
+    assert!(!s.api_keys[0].allows(Scope::Read));
+
+    let file = |json: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        std::fs::write(&path, json).unwrap();
+        load(&ServeFlags { config: Some(path), ..Default::default() }, &no_env)
+    };
+    let s =
+        file(r#"{"version": 1, "api_keys": [{"name": "ci", "env": "CI_KEY", "scopes": ["read"], "namespace": "ci"}]}"#)
+            .unwrap();
+    assert_eq!(s.api_keys[0].scopes, [Scope::Read].into());
+    assert_eq!(s.api_keys[0].namespace.as_deref(), Some("ci"));
+
+    for (args, problem) in [
+        (["--api-key", "x=X_KEY:write"], "unknown scope \"write\""),
+        (["--api-key", "x=X_KEY@Team_A"], "is not a Kubernetes namespace name"),
+        (["--api-key", "x=X_KEY:"], "unknown scope \"\""),
+    ] {
+        let e = load_err(&flags(&args), &no_env);
+        assert!(e.contains("flag --api-key") && e.contains(problem), "{e}");
+    }
+    let e =
+        file(r#"{"version": 1, "api_keys": [{"name": "ci", "env": "CI_KEY", "scopes": []}]}"#).unwrap_err().to_string();
+    assert!(e.contains("$.api_keys[0].scopes") && e.contains("non-empty array"), "{e}");
+}
+
+#[test]
+fn what_resources_may_start_or_read_is_checked() {
+    for (args, problem) in [
+        (["--stdio-commands", "bash"], "neither `akritas` nor an absolute path"),
+        (["--resource-env", "A*B"], "is not an environment variable name"),
+        (["--knowledge-roots", "runbooks"], "is not an absolute path"),
+        (["--shared-namespaces", "Platform"], "is not a namespace name"),
+        (["--namespaces", "x_y"], "is not a namespace name"),
+    ] {
+        let e = load_err(&flags(&args), &no_env);
+        assert!(e.contains(problem), "{args:?}: {e}");
+    }
+    let s = load_ok(&flags(&["--stdio-commands", "akritas,/opt/mcp/bin/server", "--resource-env", "VM_*"]), &no_env);
+    assert_eq!(s.stdio_commands, ["akritas", "/opt/mcp/bin/server"]);
+    assert_eq!(s.resource_env, ["VM_*"]);
 }

@@ -2,8 +2,8 @@
 //! alert journals (which stay the source of truth), written with server-side apply;
 //! old ones are garbage-collected after the retention. A Run object is written in
 //! the namespace of the Run's record when that namespace is watched, otherwise in
-//! the host's own namespace ([`ProjectionSettings::run_namespace`]); an Incident in
-//! the namespace [`ProjectionSettings::incident_namespace`] chooses. User-created
+//! the host's own namespace ([`ProjectionSettings::run_namespace`]); an Incident
+//! likewise in its AlertSource's namespace ([`ProjectionSettings::incident_namespace`]). User-created
 //! `Run` requests are served by [`super::requests`].
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -61,11 +61,10 @@ impl ProjectionSettings {
         }
     }
 
-    /// Where an Incident object is written. THE one place to wire the Incident's
-    /// own namespace once incidents carry one (same rule as [`Self::run_namespace`]);
-    /// until then, the host's namespace.
-    pub fn incident_namespace(&self, _incident: &crate::alerts::IncidentState) -> &str {
-        &self.namespace
+    /// Where an Incident object is written: in its AlertSource's namespace when
+    /// that is watched, else the host's (same rule as [`Self::run_namespace`]).
+    pub fn incident_namespace<'a>(&'a self, incident: &'a crate::alerts::IncidentState) -> &'a str {
+        self.run_namespace(&incident.namespace)
     }
 
     /// Namespaces the projection may have written into (for garbage collection);
@@ -342,13 +341,19 @@ async fn sync_incidents(writer: &Writer<'_>, alerts: &AlertStore, cutoff: &str, 
             continue;
         }
         let jobs = alerts.incident(&incident.id).map(|(_, _, jobs)| jobs).unwrap_or_default();
+        let namespace = writer.settings.incident_namespace(&incident);
+        // The AlertSource by name in its own namespace, qualified anywhere else.
+        let source = if namespace == incident.namespace {
+            incident.source.clone()
+        } else {
+            format!("{}/{}", incident.namespace, incident.source)
+        };
         let spec = json!({
-            "source": incident.source,
+            "source": source,
             "correlationKey": bounded(&incident.correlation_key),
             "entity": bounded(&format!("{}:{}", incident.entity.kind, incident.entity.id)),
         });
         let status = incident_status(&incident, &jobs);
-        let namespace = writer.settings.incident_namespace(&incident);
         write_if_changed(writer, written, Kind::Incident, (namespace, object_name(&incident.id)), spec, status).await;
     }
 }
