@@ -239,6 +239,30 @@ pub enum PlanError {
     },
 }
 
+impl PlanError {
+    /// The rejection without any text the model wrote (tool names, steps, reasons,
+    /// capabilities, or a schema error quoting them): what the audit records.
+    pub fn audit_reason(&self) -> String {
+        match self {
+            PlanError::Json(_) => "plan is not valid JSON".into(),
+            PlanError::Shape(_) => "plan does not match the plan schema".into(),
+            PlanError::InvalidToolName { at, .. } => format!("{at}.tool: not a valid tool name"),
+            PlanError::DuplicateCheck { at, .. } => format!("{at}: duplicate check"),
+            PlanError::Unavailable { at, .. } => {
+                format!("{at}: the tool is not available to this Run or the arguments do not match its schema")
+            }
+            PlanError::InvalidCapability { at, .. } => format!("{at}.capability: not a dot-separated capability id"),
+            PlanError::DuplicateGap { at, .. } => format!("{at}: duplicate gap"),
+            PlanError::CheckAndGap { at, .. } => format!("{at}: a step is both a check and a gap"),
+            PlanError::TooManyItems(_)
+            | PlanError::TooManyChecks { .. }
+            | PlanError::EmptyField { .. }
+            | PlanError::FieldTooLong { .. }
+            | PlanError::ArgumentsNotObject { .. } => self.to_string(),
+        }
+    }
+}
+
 /// Validates the plan tool's raw arguments. `check_tool(tool, arguments)` says
 /// whether the tool is in this Run's execution catalog and the arguments satisfy its
 /// schema.

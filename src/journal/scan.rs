@@ -92,11 +92,7 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, max_line: usize) -> i
 /// line over
 /// `max_line` bytes (with its newline; the writer never writes one) is `Corrupt` without being read
 /// into memory; an unterminated last line of any length is the torn tail.
-pub(crate) fn scan(
-    path: &Path,
-    reader: impl Read,
-    max_line: usize,
-) -> Result<ScanOutcome, JournalError> {
+pub(crate) fn scan(path: &Path, reader: impl Read, max_line: usize) -> Result<ScanOutcome, JournalError> {
     let mut replay = Replay::default();
     let mut reader = BufReader::with_capacity(1 << 16, reader);
     let mut buf = Vec::new();
