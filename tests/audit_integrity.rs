@@ -373,3 +373,53 @@ async fn a_journaled_result_citing_a_failed_call_is_refused_at_replay() {
     let error = AuditLog::open(&path).err().expect("a result citing a failed call is refused").to_string();
     assert!(error.contains("record 3") && error.contains("tool-call:call-1"), "{error}");
 }
+
+#[tokio::test]
+async fn a_result_journaled_before_host_assigned_ids_still_replays() {
+    // Journals written before calls carried `call_kind` cited the host's old ids; they keep
+    // the rule they were accepted under, so an upgrade does not stop `serve` from starting.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("akritas.jsonl");
+    let run_id = "run_0123456789abcdef0123456789abcdef";
+    {
+        let (journal, _) = Journal::open(&path, JournalOptions::default()).unwrap();
+        let run = json!({"id": run_id, "source": "alert:generic", "actor": "a", "catalog_version": 1,
+                         "status": "running"});
+        journal.append("run_started", &json!({"run": run})).await.unwrap();
+        let event = json!({"sequence": 1, "type": "tool_call", "status": "succeeded",
+                           "metadata": {"tool": "postgres.activity", "call_id": "call_akritas_planned_1"}});
+        journal.append("run_event", &json!({"run_id": run_id, "event": event})).await.unwrap();
+        let result = result_citing(&["tool-call:call_akritas_planned_1".into()]);
+        journal.append("investigation_result", &json!({"run_id": run_id, "result": result})).await.unwrap();
+        journal.close().await.unwrap();
+    }
+    let audit = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let run = audit.get(&akritas::audit::RunId::parse(run_id).unwrap()).unwrap();
+    assert_eq!(run.investigation.unwrap().evidence, ["tool-call:call_akritas_planned_1"]);
+}
+
+#[tokio::test]
+async fn recording_a_result_the_run_does_not_support_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = AuditLog::open(&dir.path().join("akritas.jsonl")).unwrap();
+    let new = akritas::audit::NewRun {
+        namespace: "default".into(),
+        source: "alert:generic".into(),
+        actor: "a".into(),
+        model: None,
+        catalog_version: 1,
+        metadata: Default::default(),
+    };
+    let id = audit.start(new).await.unwrap();
+    let result = akritas::investigation::validate(
+        &result_citing(&["tool-call:call-1".into()]).to_string(),
+        &akritas::investigation::Evidence::from([("call-1".to_string(), json!({}))]),
+    )
+    .unwrap();
+    let before = std::fs::read(audit.path()).unwrap();
+    let error = audit.record_investigation(&id, &result).await.expect_err("the Run made no call-1");
+    assert!(error.to_string().contains("names no successful tool call"), "{error}");
+    assert_eq!(std::fs::read(audit.path()).unwrap(), before, "nothing reached the journal");
+    let (replayed, _) = replay_copy(audit.path());
+    assert!(replayed.is_ok());
+}

@@ -436,4 +436,27 @@ mod tests {
         let schema = plan_schema("de");
         assert!(schema.to_string().contains("BCP 47 tag \\\"de\\\""));
     }
+
+    #[test]
+    fn the_audit_reason_of_a_rejection_never_repeats_model_text() {
+        let m = "zqmarker";
+        let gap = |step: &str, capability: &str| json!({"step": step, "capability": capability, "reason": "r"});
+        let rejected = [
+            json!({"checks": [check("a", &format!("bad tool {m}"))], "gaps": []}),
+            json!({"checks": [check(m, "inventory.host"), check(m, "inventory.host")], "gaps": []}),
+            json!({"checks": [check("a", &format!("no.such.{m}"))], "gaps": []}),
+            json!({"checks": [], "gaps": [gap("a", &format!("not an id {m}"))]}),
+            json!({"checks": [], "gaps": [gap(m, "x.y"), gap(m, "x.y")]}),
+            json!({"checks": [check(m, "inventory.host")], "gaps": [gap(m, "x.y")]}),
+            json!({"checks": [], "gaps": [], m: 1}),
+            json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {"host": "db1"}, "reason": 7}], "gaps": [m]}),
+        ];
+        for plan in rejected {
+            let error = validate_plan(&plan.to_string(), 4, &known).expect_err("rejected");
+            let reason = error.audit_reason();
+            assert!(!reason.contains(m), "{reason:?} (from {error})");
+        }
+        let error = validate_plan(&format!("{{\"{m}"), 4, &known).expect_err("not JSON");
+        assert!(!error.audit_reason().contains(m));
+    }
 }

@@ -454,7 +454,7 @@ fn replay_refuses_a_complete_line_over_the_record_limit_naming_line_and_offset()
     let big_line = write_big_record(&path, 10_000);
     let first_line = lines(&path)[0].len() as u64 + 1;
     let options = JournalOptions { max_record_bytes: 4096, ..test_options() };
-    let err = Journal::open(&path, options).err().expect("an over-long line is refused");
+    let err = Journal::open(&path, options).expect_err("an over-long line is refused");
     let (offset, reason) = expect_corrupt(err, 2);
     assert_eq!(offset, first_line);
     assert!(reason.contains("longer than the limit of 4096 bytes"), "{reason}");
