@@ -1,9 +1,10 @@
 //! `InvestigationResult`: the strict, structured outcome of an alert investigation.
-//! The host accepts it only when every evidence reference names a tool call this
-//! Run really made and nothing claims a production write; confidence is
-//! descriptive and never affects validity.
+//! The host accepts it only when every evidence reference names a successful
+//! execution-tool call of this Run by the id the host assigned it (and a quoted
+//! value occurs in that call's stored output), and nothing claims a production
+//! write; confidence is descriptive and never affects validity.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -16,6 +17,12 @@ pub const MAX_TEXT_CHARS: usize = 4096;
 pub const MAX_ITEMS: usize = 64;
 /// Longest list item, in characters.
 pub const MAX_ITEM_CHARS: usize = 1024;
+/// Prefix of an evidence reference.
+pub const EVIDENCE_PREFIX: &str = "tool-call:";
+
+/// What a result may cite: the host-assigned id of each successful execution-tool
+/// call of the Run, with the output the host stored for it.
+pub type Evidence = BTreeMap<String, Value>;
 
 /// Whether the finding is established.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +78,8 @@ pub struct InvestigationResult {
     /// Impact.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub impact: String,
-    /// Evidence references (`tool-call:<call id>`).
+    /// Evidence references (`tool-call:<call id>`, optionally followed by a space and
+    /// a double-quoted value from that call's output).
     #[serde(default)]
     pub evidence: Vec<String>,
     /// Hypotheses ruled out.
@@ -102,7 +110,7 @@ pub fn result_schema() -> Value {
             "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
             "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
             "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-            "evidence": list(),
+            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": "tool-call:<id> references from host_owned_evidence, each optionally followed by a space and a double-quoted value copied exactly from that call's output, e.g. tool-call:call-2 \"1820\"", "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}},
             "ruled_out": list(),
             "affected_components": list(),
             "recommended_actions": list(),
@@ -157,16 +165,23 @@ pub enum InvestigationError {
         item: String,
     },
     /// An evidence reference is not of the form the host records.
-    #[error("evidence {0:?} is not a reference this host recorded; use tool-call:<call id>")]
+    #[error(
+        "evidence {0:?} is not a reference this host recorded; use tool-call:<call id>, optionally followed by a space and a \"quoted value\""
+    )]
     ForeignReference(String),
-    /// An evidence reference names a call this Run did not make.
-    #[error("evidence {0:?} names a tool call this Run did not make")]
+    /// An evidence reference names no successful execution-tool call of this Run.
+    #[error(
+        "evidence {0:?} names no successful tool call of this Run; cite only the host-assigned ids of successful execution calls"
+    )]
     UnknownCall(String),
+    /// A quoted value is not in the cited call's output.
+    #[error("evidence {0:?} quotes a value that does not occur in that call's output")]
+    QuoteNotInOutput(String),
 }
 
 /// Decodes, normalises (trims, sorts lists) and validates a result against the
-/// tool calls this Run made (`call_ids`). Every rejection says why.
-pub fn validate(arguments: &str, call_ids: &BTreeSet<String>) -> Result<InvestigationResult, InvestigationError> {
+/// calls it may cite (`evidence`). Every rejection says why.
+pub fn validate(arguments: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
     let value: Value = serde_json::from_str(arguments).map_err(InvestigationError::Json)?;
     let mut result: InvestigationResult = serde_json::from_value(value).map_err(InvestigationError::Schema)?;
     if result.production_writes != 0 {
@@ -187,14 +202,43 @@ pub fn validate(arguments: &str, call_ids: &BTreeSet<String>) -> Result<Investig
         normalise_list(list, name)?;
     }
     for reference in &result.evidence {
-        let id = reference
-            .strip_prefix("tool-call:")
-            .ok_or_else(|| InvestigationError::ForeignReference(reference.clone()))?;
-        if !call_ids.contains(id) {
-            return Err(InvestigationError::UnknownCall(reference.clone()));
-        }
+        check_reference(reference, evidence)?;
     }
     Ok(result)
+}
+
+/// `tool-call:<id>` or `tool-call:<id> "<value>"`: the id must be one of `evidence`
+/// and the value, when given, must occur in that call's output.
+fn check_reference(reference: &str, evidence: &Evidence) -> Result<(), InvestigationError> {
+    let foreign = || InvestigationError::ForeignReference(reference.to_string());
+    let rest = reference.strip_prefix(EVIDENCE_PREFIX).ok_or_else(foreign)?;
+    let (id, quote) = match rest.split_once(' ') {
+        None => (rest, None),
+        Some((id, quoted)) => {
+            let value = quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')).filter(|v| !v.is_empty());
+            (id, Some(value.ok_or_else(foreign)?))
+        }
+    };
+    let output = evidence.get(id).ok_or_else(|| InvestigationError::UnknownCall(reference.to_string()))?;
+    if let Some(value) = quote
+        && !occurs_in(value, output)
+    {
+        return Err(InvestigationError::QuoteNotInOutput(reference.to_string()));
+    }
+    Ok(())
+}
+
+/// Whether `value` occurs in a string of `output` or in its JSON text (numbers, keys).
+fn occurs_in(value: &str, output: &Value) -> bool {
+    fn in_strings(value: &str, output: &Value) -> bool {
+        match output {
+            Value::String(text) => text.contains(value),
+            Value::Array(items) => items.iter().any(|item| in_strings(value, item)),
+            Value::Object(map) => map.values().any(|item| in_strings(value, item)),
+            _ => false,
+        }
+    }
+    in_strings(value, output) || output.to_string().contains(value)
 }
 
 fn bounded_text(text: &str, field: &'static str) -> Result<String, InvestigationError> {
@@ -231,8 +275,11 @@ fn normalise_list(list: &mut [String], field: &'static str) -> Result<(), Invest
 mod tests {
     use super::*;
 
-    fn calls() -> BTreeSet<String> {
-        ["call_akritas_planned_1", "call_pg"].iter().map(|s| s.to_string()).collect()
+    fn calls() -> Evidence {
+        Evidence::from([
+            ("call-1".to_string(), json!({"host": "db-7", "roles": ["postgresql"]})),
+            ("call-2".to_string(), json!({"longest_query_seconds": 1820, "note": "autovacuum \"busy\""})),
+        ])
     }
 
     fn result(evidence: Value, writes: u64) -> String {
@@ -247,10 +294,9 @@ mod tests {
 
     #[test]
     fn accepts_real_references_and_normalises() {
-        let accepted =
-            validate(&result(json!(["tool-call:call_pg", "tool-call:call_akritas_planned_1"]), 0), &calls()).unwrap();
+        let accepted = validate(&result(json!(["tool-call:call-2", "tool-call:call-1"]), 0), &calls()).unwrap();
         assert_eq!(accepted.summary, "autovacuum saturates db-7");
-        assert_eq!(accepted.evidence, ["tool-call:call_akritas_planned_1", "tool-call:call_pg"]);
+        assert_eq!(accepted.evidence, ["tool-call:call-1", "tool-call:call-2"]);
         assert_eq!(accepted.recommended_actions, ["check locks", "tune autovacuum"]);
         assert_eq!(accepted.confidence, Confidence::Low, "confidence is descriptive and does not affect validity");
     }
@@ -261,13 +307,13 @@ mod tests {
 
     #[test]
     fn rejects_invented_evidence_and_production_writes() {
-        assert_eq!(
-            rejection(&result(json!(["tool-call:call_invented"]), 0)),
-            "evidence \"tool-call:call_invented\" names a tool call this Run did not make"
+        assert!(
+            rejection(&result(json!(["tool-call:call_invented"]), 0))
+                .starts_with("evidence \"tool-call:call_invented\" names no successful tool call of this Run")
         );
         assert!(rejection(&result(json!(["artifact:x"]), 0)).contains("not a reference this host recorded"));
         assert_eq!(rejection(&result(json!([]), 2)), "result claims 2 production writes; investigations are read-only");
-        assert!(rejection(&result(json!(["tool-call:call_pg", "tool-call:call_pg"]), 0)).contains("twice"));
+        assert!(rejection(&result(json!(["tool-call:call-2", "tool-call:call-2"]), 0)).contains("twice"));
         let extra = result(json!([]), 0).replace("\"impact\"", "\"secret_field\": 1, \"impact\"");
         assert!(rejection(&extra).contains("unknown field"));
     }
@@ -296,5 +342,24 @@ mod tests {
         );
         assert!(rejection("{").starts_with("result is not valid JSON: "));
         assert!(with("confidence", json!("certain")).starts_with("result does not match the schema: "));
+    }
+
+    #[test]
+    fn a_quoted_value_must_occur_in_the_cited_calls_output() {
+        for quoted in
+            ["tool-call:call-2 \"1820\"", "tool-call:call-1 \"postgresql\"", "tool-call:call-2 \"autovacuum \"busy\"\""]
+        {
+            assert!(validate(&result(json!([quoted]), 0), &calls()).is_ok(), "{quoted}");
+        }
+        assert!(
+            rejection(&result(json!(["tool-call:call-1 \"1820\""]), 0))
+                .contains("does not occur in that call's output")
+        );
+        for malformed in ["tool-call:call-1 1820", "tool-call:call-1 \"\"", "tool-call:call-1 \"open"] {
+            assert!(
+                rejection(&result(json!([malformed]), 0)).contains("not a reference this host recorded"),
+                "{malformed}"
+            );
+        }
     }
 }

@@ -52,7 +52,7 @@ fn model(requests: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + 
                 submit.clone(),
                 json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "high",
                        "summary": "db-7 runs at a load of 7.25 (_autovacuum_ backlog)", "impact": "slow checkout",
-                       "evidence": ["tool-call:call_akritas_planned_1"], "ruled_out": [],
+                       "evidence": ["tool-call:call-1"], "ruled_out": [],
                        "affected_components": ["db-7"], "recommended_actions": ["ask @dba to review autovacuum"],
                        "production_writes": 0}),
             )]))
@@ -253,12 +253,12 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     assert_eq!(run["status"], "succeeded");
     assert_eq!(run["source"], "alert:alertmanager");
     assert_eq!(run["metadata"]["job_id"], job["id"]);
-    assert_eq!(run["investigation"]["evidence"], json!(["tool-call:call_akritas_planned_1"]));
+    assert_eq!(run["investigation"]["evidence"], json!(["tool-call:call-1"]));
     let planned = run["events"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["metadata"]["call_id"] == "call_akritas_planned_1")
+        .find(|e| e["metadata"]["call_id"] == "call-1")
         .expect("the planned query is recorded");
     assert_eq!(planned["metadata"]["tool"], "mcp.victoriametrics.query");
     assert_eq!(planned["result"]["output"]["structuredContent"]["data"]["result"][0]["value"][1], "7.25");
@@ -284,7 +284,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
         "Alert: HighLoad",
         "Severity: critical",
         "Source: alertmanager:am",
-        "\nEvidence\n- tool-call:call_akritas_planned_1",
+        "\nEvidence\n- tool-call:call-1",
         "Production writes: 0",
     ] {
         assert!(text.contains(line), "{line:?} missing in {text}");
@@ -296,7 +296,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     let post: Value = serde_json::from_slice(&mattermost.body).unwrap();
     assert_eq!(post["channel_id"], "chan-ops");
     let message = post["message"].as_str().unwrap();
-    assert!(message.contains("tool-call:call\\_akritas\\_planned\\_1"), "Markdown escaped: {message}");
+    assert!(message.contains("tool-call:call-1"), "{message}");
     assert!(message.contains("(\\_autovacuum\\_ backlog)"), "{message}");
 
     let deliveries = detail["deliveries"].as_array().unwrap();

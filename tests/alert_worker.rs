@@ -168,7 +168,7 @@ fn finished(job: &Job) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_alert_is_investigated_once_validated_audited_and_notified() {
-    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call_akritas_planned_1"]), 0))).await;
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1"]), 0))).await;
     let (hook, url) = Hook::start(vec![]).await;
     let data = tempfile::tempdir().unwrap();
     let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(50))).await;
@@ -178,7 +178,7 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
     assert_eq!((job.attempts, job.runs.len()), (1, 1));
     let result = job.result.as_ref().unwrap();
-    assert_eq!(result.evidence, ["tool-call:call_akritas_planned_1"]);
+    assert_eq!(result.evidence, ["tool-call:call-1"]);
     assert_eq!(rig.postgres_calls.load(Ordering::SeqCst), 1);
     assert_eq!(llm.chat_requests(), 3, "plan, answer, structuring");
 
@@ -189,7 +189,7 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     let input: Value = serde_json::from_str(structuring["messages"][1]["content"].as_str().unwrap()).unwrap();
     let references: Vec<&str> =
         input["host_owned_evidence"].as_array().unwrap().iter().map(|e| e["reference"].as_str().unwrap()).collect();
-    assert_eq!(references, ["tool-call:call_akritas_investigation_plan", "tool-call:call_akritas_planned_1"]);
+    assert_eq!(references, ["tool-call:call-1"], "only successful execution calls are offered");
 
     // The Run: alert source and ids, succeeded, the result as its own record.
     let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
@@ -207,7 +207,7 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     let envelope: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(envelope["event"], "incident.investigated");
     assert_eq!(envelope["incident"]["finding"], "suspected");
-    assert_eq!(envelope["incident"]["evidence"], json!(["tool-call:call_akritas_planned_1"]));
+    assert_eq!(envelope["incident"]["evidence"], json!(["tool-call:call-1"]));
     assert_eq!(envelope["incident"]["run_url"], json!(format!("https://akritas.example/runs/{}", run.id)));
     assert_eq!(job.deliveries.len(), 1);
     assert_eq!((job.deliveries[0].status, job.deliveries[0].attempts), (DeliveryStatus::Delivered, 1));
@@ -226,8 +226,8 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invented_evidence_or_claimed_writes_fail_the_job_with_the_reason() {
     for (bad, reason) in [
-        (result(json!(["tool-call:call_made_up"]), 0), "names a tool call this Run did not make"),
-        (result(json!(["tool-call:call_akritas_planned_1"]), 3), "claims 3 production writes"),
+        (result(json!(["tool-call:call_made_up"]), 0), "names no successful tool call of this Run"),
+        (result(json!(["tool-call:call-1"]), 3), "claims 3 production writes"),
     ] {
         let llm = ScriptedLlm::start_with(investigator(bad)).await;
         let (hook, url) = Hook::start(vec![]).await;
@@ -341,5 +341,5 @@ async fn a_tampered_result_is_refused_at_replay() {
         journal.append("investigation_result", &json!({"run_id": id, "result": forged})).await.unwrap();
     }
     let error = AuditLog::open(&path).err().expect("the forged result is refused").to_string();
-    assert!(error.contains("record 3 is inconsistent") && error.contains("did not make"), "{error}");
+    assert!(error.contains("record 3 is inconsistent") && error.contains("names no successful tool call"), "{error}");
 }

@@ -91,8 +91,7 @@ async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_aud
     );
 
     let run = audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
-    let planned =
-        run.events.iter().find(|e| e.metadata.get("call_id") == Some(&json!("call_akritas_planned_1"))).unwrap();
+    let planned = run.events.iter().find(|e| e.metadata.get("call_id") == Some(&json!("call-1"))).unwrap();
     assert_eq!(planned.arguments, Some(json!({"query": "node_load1{instance=\"db-7:9100\"}"})));
     let output = &planned.result.as_ref().unwrap()["output"];
     assert_eq!(output["isError"], false);

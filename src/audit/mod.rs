@@ -5,74 +5,39 @@
 //! an alert investigation's structured result, validated against the Run's own
 //! tool calls when written and again at every replay.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod id;
+mod replay;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::investigation::{self, InvestigationError, InvestigationResult};
-use crate::journal::{Journal, JournalError, JournalOptions, Record};
+use crate::investigation::InvestigationResult;
+use crate::journal::{Journal, JournalError, JournalOptions, Record, VerifyReport};
 use crate::text;
+
+pub use id::{InvalidRunId, RunId};
+pub use replay::RecordError;
+use replay::State;
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";
+/// Event type of a tool call.
+pub const TOOL_CALL: &str = "tool_call";
+/// `call_kind` of a tool call through the Run's execution catalog (not the plan
+/// submission, the automatic retrieval or a knowledge tool): the only calls that
+/// count as evidence.
+pub const CALL_KIND_EXECUTION: &str = "execution";
 /// Longest string kept in Run fields and metadata values.
 pub const MAX_TEXT_CHARS: usize = 512;
 /// Most metadata entries kept per Run or event.
 pub const MAX_METADATA: usize = 32;
 /// Largest `limit` of a Run listing.
 pub const MAX_LIST: usize = 1000;
-
-/// A Run id: `run_` and 32 lower-case hex digits.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct RunId(String);
-
-impl RunId {
-    /// A new random id.
-    pub fn generate() -> Self {
-        Self(format!("run_{:032x}", rand::random::<u128>()))
-    }
-
-    /// Parses an id.
-    pub fn parse(text: &str) -> Option<Self> {
-        let hex = text.strip_prefix("run_")?;
-        (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-            .then(|| Self(text.to_string()))
-    }
-
-    /// The id text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Text that is not a Run id.
-#[derive(Debug, thiserror::Error)]
-#[error("{0:?} is not a Run id")]
-pub struct InvalidRunId(String);
-
-impl TryFrom<String> for RunId {
-    type Error = InvalidRunId;
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        RunId::parse(&value).ok_or(InvalidRunId(value))
-    }
-}
-
-impl From<RunId> for String {
-    fn from(id: RunId) -> String {
-        id.0
-    }
-}
 
 /// Lifecycle of a Run in the journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,7 +187,7 @@ pub enum AuditError {
     Journal(#[from] JournalError),
     /// The journal holds a record the audit cannot apply.
     #[error(
-        "audit journal {path}: record {seq} is inconsistent: {reason}; run `akritas audit verify {path}` and restore from backup"
+        "audit journal {path}: record {seq} is inconsistent: {reason}; restore the journal from backup (`akritas audit verify` checks a copy)"
     )]
     Inconsistent {
         /// Path.
@@ -238,79 +203,88 @@ pub enum AuditError {
     /// The Run is not running.
     #[error("run {0} already finished")]
     AlreadyFinished(RunId),
-}
-
-/// Why a journal record cannot be applied to the Runs it follows.
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    /// The record does not name a valid Run id.
-    #[error("run_id: {0}")]
-    RunId(serde_json::Error),
-    /// A start record does not hold a Run.
-    #[error("run: {0}")]
-    Run(serde_json::Error),
-    /// A start record holds a Run that already ran.
-    #[error("a started Run must be running and have no events")]
-    NotFresh,
-    /// A second start of the same Run.
-    #[error("Run {0} started twice")]
-    StartedTwice(RunId),
-    /// An event record does not hold an event.
-    #[error("event: {0}")]
-    Event(serde_json::Error),
-    /// An event of a Run the journal never started.
-    #[error("event for unknown Run {0}")]
-    EventOfUnknownRun(RunId),
-    /// An event out of order.
-    #[error("event sequence {sequence} of Run {run} does not follow {last}")]
-    OutOfSequence {
-        /// Run.
-        run: RunId,
-        /// Sequence number of the event.
-        sequence: u32,
-        /// Events the Run had.
-        last: usize,
-    },
-    /// A finish of a Run the journal never started.
-    #[error("finish of unknown Run {0}")]
-    FinishOfUnknownRun(RunId),
-    /// A second finish of the same Run.
-    #[error("Run {0} finished twice")]
-    FinishedTwice(RunId),
-    /// A finish record without a valid status.
-    #[error("status: {0}")]
-    Status(serde_json::Error),
-    /// A finish record that leaves the Run running.
-    #[error("a finish must be succeeded or failed")]
-    FinishStillRunning,
-    /// A result of a Run the journal never started.
-    #[error("result of unknown Run {0}")]
-    ResultOfUnknownRun(RunId),
-    /// A second result, or a result after the finish.
-    #[error("Run {0} has a result already or is not running")]
-    ResultNotAllowed(RunId),
-    /// A result the validation rejects.
-    #[error("result of Run {run}: {error}")]
-    Result {
+    /// A structured result the Run's own calls do not support; nothing was written.
+    #[error("result of Run {run} rejected: {error}")]
+    ResultRejected {
         /// Run.
         run: RunId,
         /// Why.
-        error: InvestigationError,
+        error: crate::investigation::InvestigationError,
     },
-    /// A record kind this version does not know.
-    #[error("unknown record kind {0:?}")]
-    UnknownKind(String),
+    /// Something in this process is already writing to the Run (the Run itself or a follow-up).
+    #[error("run {0} is busy: the Run or a follow-up on it is executing; retry when it has finished")]
+    RunActive(RunId),
+    /// The task writing the record stopped before it could say how the write went (the
+    /// runtime is shutting down); the next start replays whatever reached the journal.
+    #[error("the audit write was interrupted; the journal is replayed at the next start")]
+    Interrupted,
 }
 
-struct State {
-    runs: HashMap<RunId, RunRecord>,
-    order: Vec<RunId>,
-}
-
-/// The audit log.
+/// The audit log. Records of one Run are written one at a time, each under the
+/// Run's writer lock held from choosing its sequence to applying it after the
+/// fsync, and in a task of its own, so a caller that goes away mid-write cannot
+/// leave the journal and the state apart.
 pub struct AuditLog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     journal: Journal,
     state: RwLock<State>,
+    /// One writer lock per Run written by this process.
+    writers: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Runs something in this process is executing on (the Run itself or a follow-up).
+    active: Mutex<HashSet<RunId>>,
+}
+
+/// The right to execute on a Run: held by the Run while it executes and by a
+/// follow-up while it runs, so no two of them interleave their events. Released
+/// when dropped.
+pub struct ActiveRun {
+    shared: Arc<Shared>,
+    id: RunId,
+}
+
+impl ActiveRun {
+    /// The Run.
+    pub fn id(&self) -> &RunId {
+        &self.id
+    }
+}
+
+impl Drop for ActiveRun {
+    fn drop(&mut self) {
+        lock(&self.shared.active).remove(&self.id);
+    }
+}
+
+impl fmt::Debug for ActiveRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ActiveRun").field(&self.id).finish()
+    }
+}
+
+/// Replays `records` strictly into a fresh state.
+fn replay_records(path: &Path, records: &[Record]) -> Result<State, AuditError> {
+    let mut state = State::default();
+    for record in records {
+        replay::apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
+            path: path.display().to_string(),
+            seq: record.seq,
+            reason,
+        })?;
+    }
+    Ok(state)
+}
+
+/// Checks an audit journal without opening it for writing: the hash chain and line
+/// bounds (`journal::verify`) and then the same replay `serve` runs at start
+/// (event order, Run lifecycle, evidence of every structured result). Backs
+/// `akritas audit verify PATH`.
+pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
+    let (report, replay) = crate::journal::read(path)?;
+    replay_records(path, &replay.records)?;
+    Ok(report)
 }
 
 impl AuditLog {
@@ -320,27 +294,34 @@ impl AuditLog {
         for record in &replay.recovered {
             tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered after a crash");
         }
-        let mut state = State { runs: HashMap::new(), order: Vec::new() };
-        for record in &replay.records {
-            apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
-                path: path.display().to_string(),
-                seq: record.seq,
-                reason,
-            })?;
-        }
-        Ok(AuditLog { journal, state: RwLock::new(state) })
+        let state = replay_records(path, &replay.records)?;
+        let shared = Shared {
+            journal,
+            state: RwLock::new(state),
+            writers: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashSet::new()),
+        };
+        Ok(AuditLog { shared: Arc::new(shared) })
     }
 
     /// The journal path.
     pub fn path(&self) -> &Path {
-        self.journal.path()
+        self.shared.journal.path()
     }
 
     /// Opens a Run.
     pub async fn start(&self, new: NewRun) -> Result<RunId, AuditError> {
+        let active = self.start_active(new).await?;
+        Ok(active.id.clone())
+    }
+
+    /// Opens a Run and holds it active until the returned guard is dropped.
+    pub async fn start_active(&self, new: NewRun) -> Result<ActiveRun, AuditError> {
         let id = RunId::generate();
+        lock(&self.shared.active).insert(id.clone());
+        let active = ActiveRun { shared: self.shared.clone(), id: id.clone() };
         let run = RunRecord {
-            id: id.clone(),
+            id,
             namespace: bound(&new.namespace),
             source: bound(&new.source),
             actor: bound(&new.actor),
@@ -355,67 +336,113 @@ impl AuditLog {
             events: Vec::new(),
             investigation: None,
         };
-        let record = self.journal.append("run_started", &json!({ "run": run })).await?;
-        self.apply_record(&record)?;
-        Ok(id)
+        let data = json!({ "run": run });
+        // Nothing else knows the id yet, so no writer lock is needed; the task keeps
+        // the journal and the state together if the caller goes away.
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let record = shared.journal.append("run_started", &data).await?;
+            shared.apply_record(&record)
+        })
+        .await
+        .map_err(|_| AuditError::Interrupted)??;
+        Ok(active)
+    }
+
+    /// Holds the Run active for a follow-up; refused while the Run or another
+    /// follow-up on it is executing.
+    pub fn claim(&self, id: &RunId) -> Result<ActiveRun, AuditError> {
+        if !self.shared.read().runs.contains_key(id) {
+            return Err(AuditError::UnknownRun(id.clone()));
+        }
+        if !lock(&self.shared.active).insert(id.clone()) {
+            return Err(AuditError::RunActive(id.clone()));
+        }
+        Ok(ActiveRun { shared: self.shared.clone(), id: id.clone() })
     }
 
     /// Appends an event (also to finished Runs: follow-ups).
     pub async fn event(&self, run_id: &RunId, event: NewEvent) -> Result<u32, AuditError> {
-        let sequence = {
-            let state = self.read();
-            let run = state.runs.get(run_id).ok_or_else(|| AuditError::UnknownRun(run_id.clone()))?;
-            u32::try_from(run.events.len() + 1).unwrap_or(u32::MAX)
-        };
-        let data = json!({
-            "run_id": run_id,
-            "event": {
-                "sequence": sequence,
-                "type": bound(&event.kind),
-                "status": event.status.as_deref().map(bound),
-                "metadata": redact(event.metadata),
-                "arguments": event.arguments,
-                "result": event.result,
-            }
-        });
-        let record = self.journal.append("run_event", &data).await?;
-        self.apply_record(&record)?;
-        Ok(sequence)
+        let record = self
+            .write(run_id, move |run| {
+                let sequence = u32::try_from(run.events.len() + 1).unwrap_or(u32::MAX);
+                let data = json!({
+                    "run_id": run.id,
+                    "event": {
+                        "sequence": sequence,
+                        "type": bound(&event.kind),
+                        "status": event.status.as_deref().map(bound),
+                        "metadata": redact(event.metadata),
+                        "arguments": event.arguments,
+                        "result": event.result,
+                    }
+                });
+                Ok(("run_event", data))
+            })
+            .await?;
+        let sequence = record.data["event"]["sequence"].as_u64().unwrap_or_default();
+        Ok(u32::try_from(sequence).unwrap_or(u32::MAX))
     }
 
     /// Closes a Run.
     pub async fn finish(&self, run_id: &RunId, finish: Finish) -> Result<(), AuditError> {
-        {
-            let state = self.read();
-            let run = state.runs.get(run_id).ok_or_else(|| AuditError::UnknownRun(run_id.clone()))?;
+        self.write(run_id, move |run| {
             if run.status != RunStatus::Running {
-                return Err(AuditError::AlreadyFinished(run_id.clone()));
+                return Err(AuditError::AlreadyFinished(run.id.clone()));
             }
-        }
-        let data = json!({
-            "run_id": run_id,
-            "status": finish.status,
-            "error": finish.error.as_deref().map(bound),
-            "error_code": finish.error_code.as_deref().map(bound),
-            "metadata": redact(finish.metadata),
-        });
-        let record = self.journal.append("run_finished", &data).await?;
-        self.apply_record(&record)
+            let data = json!({
+                "run_id": run.id,
+                "status": finish.status,
+                "error": finish.error.as_deref().map(bound),
+                "error_code": finish.error_code.as_deref().map(bound),
+                "metadata": redact(finish.metadata),
+            });
+            Ok(("run_finished", data))
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Records the structured result of a running Run as its own record. The same
-    /// validation runs here and at every replay: each evidence reference must name a
-    /// tool call recorded on this Run before the result.
+    /// validation runs here, before the append, and at every replay: each evidence
+    /// reference must name a successful execution-tool call recorded on this Run.
     pub async fn record_investigation(&self, run_id: &RunId, result: &InvestigationResult) -> Result<(), AuditError> {
-        {
-            let state = self.read();
-            let run = state.runs.get(run_id).ok_or_else(|| AuditError::UnknownRun(run_id.clone()))?;
-            if run.status != RunStatus::Running {
-                return Err(AuditError::AlreadyFinished(run_id.clone()));
+        let result = serde_json::to_value(result).unwrap_or(Value::Null);
+        self.write(run_id, move |run| {
+            if run.status != RunStatus::Running || run.investigation.is_some() {
+                return Err(AuditError::AlreadyFinished(run.id.clone()));
             }
-        }
-        let record = self.journal.append(INVESTIGATION_RESULT, &json!({"run_id": run_id, "result": result})).await?;
-        self.apply_record(&record)
+            replay::check_result(run, &result.to_string())
+                .map_err(|error| AuditError::ResultRejected { run: run.id.clone(), error })?;
+            Ok((INVESTIGATION_RESULT, json!({"run_id": run.id, "result": result})))
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Writes one record of a Run: `build` sees the Run as it is under its writer
+    /// lock and returns the record (or why there is none).
+    async fn write(
+        &self,
+        run_id: &RunId,
+        build: impl FnOnce(&RunRecord) -> Result<(&'static str, Value), AuditError> + Send + 'static,
+    ) -> Result<Record, AuditError> {
+        let shared = self.shared.clone();
+        let id = run_id.clone();
+        tokio::spawn(async move {
+            let writer = lock(&shared.writers).entry(id.clone()).or_default().clone();
+            let _turn = writer.lock().await;
+            let (kind, data) = {
+                let state = shared.read();
+                let run = state.runs.get(&id).ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
+                build(run)?
+            };
+            let record = shared.journal.append(kind, &data).await?;
+            shared.apply_record(&record)?;
+            Ok(record)
+        })
+        .await
+        .map_err(|_| AuditError::Interrupted)?
     }
 
     /// Closes every Run still marked running as failed (`interrupted`): called at
@@ -423,7 +450,7 @@ impl AuditLog {
     /// process that stopped. Returns the closed Runs.
     pub async fn close_interrupted(&self) -> Result<Vec<RunRecord>, AuditError> {
         let running: Vec<RunId> = {
-            let state = self.read();
+            let state = self.shared.read();
             state
                 .order
                 .iter()
@@ -452,7 +479,7 @@ impl AuditLog {
 
     /// The newest `limit` Runs (at most [`MAX_LIST`]) of the namespaces `visible` accepts.
     pub fn list_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<RunRecord> {
-        let state = self.read();
+        let state = self.shared.read();
         state
             .order
             .iter()
@@ -466,12 +493,12 @@ impl AuditLog {
 
     /// One Run with its raw tool payloads.
     pub fn get(&self, id: &RunId) -> Option<RunRecord> {
-        self.read().runs.get(id).cloned()
+        self.shared.read().runs.get(id).cloned()
     }
 
     /// Runs by status (`running`, `succeeded`, `failed`).
     pub fn status_counts(&self) -> BTreeMap<&'static str, u64> {
-        let state = self.read();
+        let state = self.shared.read();
         let mut counts = BTreeMap::from([("running", 0), ("succeeded", 0), ("failed", 0)]);
         for run in state.runs.values() {
             let name = match run.status {
@@ -486,21 +513,23 @@ impl AuditLog {
 
     /// Number of Runs.
     pub fn len(&self) -> usize {
-        self.read().order.len()
+        self.shared.read().order.len()
     }
 
     /// Whether there are no Runs.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
 
+impl Shared {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
     fn apply_record(&self, record: &Record) -> Result<(), AuditError> {
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-        apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
+        replay::apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
             path: self.journal.path().display().to_string(),
             seq: record.seq,
             reason,
@@ -508,78 +537,8 @@ impl AuditLog {
     }
 }
 
-/// Applies one journal record to the in-memory state; the same code runs at
-/// replay and after each append, so both always agree.
-fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
-    let run_id = |data: &Value| -> Result<RunId, RecordError> {
-        serde_json::from_value(data.get("run_id").cloned().unwrap_or(Value::Null)).map_err(RecordError::RunId)
-    };
-    match record.kind.as_str() {
-        "run_started" => {
-            let mut run: RunRecord = serde_json::from_value(record.data.get("run").cloned().unwrap_or(Value::Null))
-                .map_err(RecordError::Run)?;
-            if run.status != RunStatus::Running || !run.events.is_empty() {
-                return Err(RecordError::NotFresh);
-            }
-            if state.runs.contains_key(&run.id) {
-                return Err(RecordError::StartedTwice(run.id));
-            }
-            run.started_at = record.time.clone();
-            state.order.push(run.id.clone());
-            state.runs.insert(run.id.clone(), run);
-        }
-        "run_event" => {
-            let id = run_id(&record.data)?;
-            let mut event: AuditEvent =
-                serde_json::from_value(record.data.get("event").cloned().unwrap_or(Value::Null))
-                    .map_err(RecordError::Event)?;
-            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::EventOfUnknownRun(id)) };
-            if event.sequence as usize != run.events.len() + 1 {
-                return Err(RecordError::OutOfSequence { run: id, sequence: event.sequence, last: run.events.len() });
-            }
-            event.time = record.time.clone();
-            run.events.push(event);
-        }
-        "run_finished" => {
-            let id = run_id(&record.data)?;
-            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::FinishOfUnknownRun(id)) };
-            if run.status != RunStatus::Running {
-                return Err(RecordError::FinishedTwice(id));
-            }
-            let status: RunStatus = serde_json::from_value(record.data.get("status").cloned().unwrap_or(Value::Null))
-                .map_err(RecordError::Status)?;
-            if status == RunStatus::Running {
-                return Err(RecordError::FinishStillRunning);
-            }
-            let text = |key: &str| record.data.get(key).and_then(Value::as_str).map(str::to_string);
-            run.status = status;
-            run.completed_at = Some(record.time.clone());
-            run.error = text("error");
-            run.error_code = text("error_code");
-            if let Some(metadata) = record.data.get("metadata").and_then(Value::as_object) {
-                run.metadata.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-        }
-        INVESTIGATION_RESULT => {
-            let id = run_id(&record.data)?;
-            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::ResultOfUnknownRun(id)) };
-            if run.status != RunStatus::Running || run.investigation.is_some() {
-                return Err(RecordError::ResultNotAllowed(id));
-            }
-            let text = record.data.get("result").map(Value::to_string).unwrap_or_default();
-            let calls: BTreeSet<String> = run
-                .events
-                .iter()
-                .filter(|e| e.kind == "tool_call")
-                .filter_map(|e| e.metadata.get("call_id").and_then(Value::as_str).map(str::to_string))
-                .collect();
-            let result =
-                investigation::validate(&text, &calls).map_err(|error| RecordError::Result { run: id, error })?;
-            run.investigation = Some(result);
-        }
-        other => return Err(RecordError::UnknownKind(other.to_string())),
-    }
-    Ok(())
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn bound(value: &str) -> String {

@@ -71,7 +71,8 @@ pub struct AuditArgs {
 /// Audit subcommands.
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
-    /// Verify the hash chain of a journal file without changing it; exit 1 when it was altered.
+    /// Verify an audit journal without changing it: the hash chain, then the same replay `serve` runs at
+    /// start (event order, Run lifecycle, evidence); exit 1 when either fails.
     Verify {
         /// Journal file.
         #[arg(value_name = "PATH", default_value = "data/audit/akritas.jsonl")]
@@ -163,10 +164,10 @@ fn unavailable(command: &str) -> ExitCode {
 }
 
 fn verify_journal(path: &std::path::Path) -> ExitCode {
-    match crate::journal::verify(path) {
+    match crate::audit::verify(path) {
         Ok(report) => {
             println!(
-                "{}: {} records verified, last seq {}, last hash {}",
+                "{}: {} records verified and replayed, last seq {}, last hash {}",
                 path.display(),
                 report.records,
                 report.last_seq,

@@ -21,6 +21,11 @@ pub const LOAD_SKILL: &str = "knowledge.load_skill";
 /// Most hits one search may ask for.
 pub const MAX_TOP_K: u64 = 20;
 
+/// Whether `name` is one of the host's knowledge tools: guidance, never evidence.
+pub fn is_knowledge_tool(name: &str) -> bool {
+    [SEARCH_TOOL, LIST_SKILLS, LOAD_SKILL].contains(&name)
+}
+
 /// Registers `knowledge.search` over the knowledge bases the Run's scope sees.
 pub fn register_search(
     builder: &mut RegistryBuilder,

@@ -239,6 +239,30 @@ pub enum PlanError {
     },
 }
 
+impl PlanError {
+    /// The rejection without any text the model wrote (tool names, steps, reasons,
+    /// capabilities, or a schema error quoting them): what the audit records.
+    pub fn audit_reason(&self) -> String {
+        match self {
+            PlanError::Json(_) => "plan is not valid JSON".into(),
+            PlanError::Shape(_) => "plan does not match the plan schema".into(),
+            PlanError::InvalidToolName { at, .. } => format!("{at}.tool: not a valid tool name"),
+            PlanError::DuplicateCheck { at, .. } => format!("{at}: duplicate check"),
+            PlanError::Unavailable { at, .. } => {
+                format!("{at}: the tool is not available to this Run or the arguments do not match its schema")
+            }
+            PlanError::InvalidCapability { at, .. } => format!("{at}.capability: not a dot-separated capability id"),
+            PlanError::DuplicateGap { at, .. } => format!("{at}: duplicate gap"),
+            PlanError::CheckAndGap { at, .. } => format!("{at}: a step is both a check and a gap"),
+            PlanError::TooManyItems(_)
+            | PlanError::TooManyChecks { .. }
+            | PlanError::EmptyField { .. }
+            | PlanError::FieldTooLong { .. }
+            | PlanError::ArgumentsNotObject { .. } => self.to_string(),
+        }
+    }
+}
+
 /// Validates the plan tool's raw arguments. `check_tool(tool, arguments)` says
 /// whether the tool is in this Run's execution catalog and the arguments satisfy its
 /// schema.
@@ -411,5 +435,28 @@ mod tests {
     fn schema_names_the_language() {
         let schema = plan_schema("de");
         assert!(schema.to_string().contains("BCP 47 tag \\\"de\\\""));
+    }
+
+    #[test]
+    fn the_audit_reason_of_a_rejection_never_repeats_model_text() {
+        let m = "zqmarker";
+        let gap = |step: &str, capability: &str| json!({"step": step, "capability": capability, "reason": "r"});
+        let rejected = [
+            json!({"checks": [check("a", &format!("bad tool {m}"))], "gaps": []}),
+            json!({"checks": [check(m, "inventory.host"), check(m, "inventory.host")], "gaps": []}),
+            json!({"checks": [check("a", &format!("no.such.{m}"))], "gaps": []}),
+            json!({"checks": [], "gaps": [gap("a", &format!("not an id {m}"))]}),
+            json!({"checks": [], "gaps": [gap(m, "x.y"), gap(m, "x.y")]}),
+            json!({"checks": [check(m, "inventory.host")], "gaps": [gap(m, "x.y")]}),
+            json!({"checks": [], "gaps": [], m: 1}),
+            json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {"host": "db1"}, "reason": 7}], "gaps": [m]}),
+        ];
+        for plan in rejected {
+            let error = validate_plan(&plan.to_string(), 4, &known).expect_err("rejected");
+            let reason = error.audit_reason();
+            assert!(!reason.contains(m), "{reason:?} (from {error})");
+        }
+        let error = validate_plan(&format!("{{\"{m}"), 4, &known).expect_err("not JSON");
+        assert!(!error.audit_reason().contains(m));
     }
 }

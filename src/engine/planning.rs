@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlannedCheck};
-use super::record;
+use super::record::CallKind;
 use super::skills::SkillEntry;
 use super::state::{RunState, Stop, definitions};
 use super::submit_tool;
@@ -54,7 +54,11 @@ pub async fn plan(
     let started = Instant::now();
     let validated =
         plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| execution.check_arguments(tool, arguments));
-    let result = plan_call_result(&validated, started.elapsed());
+    let duration = started.elapsed();
+    // The model reads the full rejection; the audit keeps what the host validated.
+    let text = plan_call_result(&validated, duration, PlanError::to_string).to_json_string();
+    let recorded = plan_call_result(&validated, duration, PlanError::audit_reason);
+    let arguments = validated.as_ref().map_or_else(|_| json!({}), recorded_plan);
     let checks = match validated {
         Ok(plan) => {
             state.gaps = plan.gaps;
@@ -65,15 +69,26 @@ pub async fn plan(
             Vec::new()
         }
     };
-    let arguments = record::arguments_value(raw_arguments);
-    let text = result.to_json_string();
     state.budget.record_tool_result(text.len())?;
     let mut call = submitted.clone();
     call.id = PLAN_CALL_ID.into();
     state.history.push(Message::assistant_tool_calls(vec![call]));
     state.history.push(Message::tool(PLAN_CALL_ID.to_string(), text));
-    state.record_call(PLAN_TOOL, &arguments, result).await?;
+    state.record_call(CallKind::Plan, Some(arguments), recorded).await?;
     Ok(checks)
+}
+
+/// The plan as the audit records it: the host-validated structure only (each
+/// check's number, tool and schema-checked arguments, and how many gaps), never
+/// the model's step, reason or gap text.
+fn recorded_plan(plan: &Plan) -> Value {
+    let checks: Vec<Value> = plan
+        .checks
+        .iter()
+        .enumerate()
+        .map(|(i, check)| json!({"check": i + 1, "tool": check.tool, "arguments": check.arguments}))
+        .collect();
+    json!({"checks": checks, "gaps": plan.gaps.len()})
 }
 
 /// What the planner is given: the request, the retrieved runbooks, the selected
@@ -105,12 +120,16 @@ fn planner_input(
     })
 }
 
-/// The plan call as the Run records it: its size when accepted, the reason when
-/// rejected (invalid arguments).
-fn plan_call_result(validated: &Result<Plan, PlanError>, duration: Duration) -> ToolResult {
+/// The plan call's result: its size when accepted, the reason (as `reason` words
+/// it) when rejected (invalid arguments).
+fn plan_call_result(
+    validated: &Result<Plan, PlanError>,
+    duration: Duration,
+    reason: fn(&PlanError) -> String,
+) -> ToolResult {
     let (output, error) = match validated {
         Ok(plan) => (Some(json!({"checks": plan.checks.len(), "gaps": plan.gaps.len()})), None),
-        Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: error.to_string() })),
+        Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: reason(error) })),
     };
     ToolResult { id: PLAN_CALL_ID.into(), name: PLAN_TOOL.into(), output, error, duration }
 }
@@ -146,7 +165,7 @@ mod tests {
     fn an_accepted_plan_is_recorded_by_its_size() {
         let gap = CapabilityGap { step: "logs".into(), capability: "kubernetes.pods.logs".into(), reason: "r".into() };
         let plan = Plan { checks: Vec::new(), gaps: vec![gap] };
-        let result = plan_call_result(&Ok(plan), Duration::from_millis(1));
+        let result = plan_call_result(&Ok(plan), Duration::from_millis(1), PlanError::to_string);
         assert_eq!((result.id.as_str(), result.name.as_str()), (PLAN_CALL_ID, PLAN_TOOL));
         assert_eq!(result.output, Some(json!({"checks": 0, "gaps": 1})));
         assert!(result.error.is_none());
@@ -156,11 +175,23 @@ mod tests {
     fn a_rejected_plan_is_a_failed_call_with_the_reason() {
         let rejected = plan::validate_plan("[]", 3, &|_: &str, _: &Value| Ok::<(), String>(()));
         let reason = rejected.as_ref().unwrap_err().to_string();
-        let result = plan_call_result(&rejected, Duration::ZERO);
+        let result = plan_call_result(&rejected, Duration::ZERO, PlanError::to_string);
         let error = result.error.expect("an error");
         assert_eq!(error.code, ErrorCode::InvalidArguments);
         assert_eq!(error.message, reason);
         assert!(reason.starts_with("plan is not valid: "), "{reason}");
         assert_eq!(result.output, None);
+    }
+
+    #[test]
+    fn the_recorded_plan_is_its_validated_structure_without_model_text() {
+        let arguments = json!({"checks": [{"step": "s-marker", "tool": "inventory.host", "arguments": {"host": "db-7"},
+                                          "reason": "r-marker"}],
+                               "gaps": [{"step": "g-marker", "capability": "logs.marker", "reason": "x-marker"}]});
+        let plan = plan::validate_plan(&arguments.to_string(), 3, &|_: &str, _: &Value| Ok::<(), String>(())).unwrap();
+        assert_eq!(
+            recorded_plan(&plan),
+            json!({"checks": [{"check": 1, "tool": "inventory.host", "arguments": {"host": "db-7"}}], "gaps": 1})
+        );
     }
 }

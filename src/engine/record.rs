@@ -11,41 +11,77 @@ use serde_json::{Value, json};
 use super::budget::BudgetUsage;
 use super::request::{RunError, RunRequest};
 use super::skills::SkillEntry;
-use crate::audit::{AuditError, AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus};
+use crate::audit::{ActiveRun, AuditError, AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus, TOOL_CALL};
 use crate::investigation::InvestigationResult;
 use crate::tools::ToolResult;
 
 /// Event type of a follow-up's start and end.
 const FOLLOW_UP: &str = "follow_up";
 
-/// Where one Run's records go. Without an audit log nothing is written.
+/// What a recorded tool call was, in its `call_kind`: only [`CallKind::Execution`]
+/// calls count as evidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    /// A call through the Run's execution catalog (not a knowledge tool).
+    Execution,
+    /// `knowledge.*`: guidance, not evidence.
+    Knowledge,
+    /// The plan submission.
+    Plan,
+    /// The automatic retrieval.
+    Retrieval,
+}
+
+impl CallKind {
+    /// The recorded name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Execution => crate::audit::CALL_KIND_EXECUTION,
+            CallKind::Knowledge => "knowledge",
+            CallKind::Plan => "plan",
+            CallKind::Retrieval => "retrieval",
+        }
+    }
+
+    /// Whether the host numbers the call (`call-<n>`): every call through the registry.
+    fn is_numbered(kind: &str) -> bool {
+        kind == CallKind::Execution.as_str() || kind == CallKind::Knowledge.as_str()
+    }
+}
+
+/// Where one Run's records go. Without an audit log nothing is written. Holds the
+/// Run active (no follow-up can interleave) until dropped.
 pub struct Recorder {
     audit: Option<Arc<AuditLog>>,
-    run_id: Option<RunId>,
+    active: Option<ActiveRun>,
     follow_up: bool,
+    calls_before: u32,
 }
 
 impl Recorder {
-    /// Opens a new Run, or, for a follow-up, records its start on the existing Run.
+    /// Opens a new Run, or, for a follow-up (already holding the Run active),
+    /// records its start on the existing Run.
     pub async fn open(
         audit: Option<Arc<AuditLog>>,
-        follow_up: Option<RunId>,
+        follow_up: Option<ActiveRun>,
         request: &RunRequest,
         model: &str,
         catalog_version: u64,
     ) -> Result<Self, AuditError> {
         let is_follow_up = follow_up.is_some();
-        let run_id = match (&audit, follow_up) {
-            (Some(audit), Some(id)) => {
+        let mut calls_before = 0;
+        let active = match (&audit, follow_up) {
+            (Some(audit), Some(active)) => {
+                calls_before = audit.get(active.id()).map_or(0, |run| numbered_calls(&run.events));
                 let metadata = BTreeMap::from([("catalog_version".to_string(), json!(catalog_version))]);
                 let event =
                     NewEvent { kind: FOLLOW_UP.into(), status: Some("started".into()), metadata, ..Default::default() };
-                audit.event(&id, event).await?;
-                Some(id)
+                audit.event(active.id(), event).await?;
+                Some(active)
             }
             (Some(audit), None) => Some(
                 audit
-                    .start(NewRun {
+                    .start_active(NewRun {
                         namespace: request.namespace.clone(),
                         source: request.source.clone(),
                         actor: request.actor.clone(),
@@ -57,17 +93,22 @@ impl Recorder {
             ),
             (None, _) => None,
         };
-        Ok(Recorder { audit, run_id, follow_up: is_follow_up })
+        Ok(Recorder { audit, active, follow_up: is_follow_up, calls_before })
     }
 
     /// The Run id, when the audit is enabled.
     pub fn run_id(&self) -> Option<&RunId> {
-        self.run_id.as_ref()
+        self.active.as_ref().map(ActiveRun::id)
+    }
+
+    /// Calls the host numbered on this Run before (a follow-up continues the numbering).
+    pub fn calls_before(&self) -> u32 {
+        self.calls_before
     }
 
     /// Appends an event; a follow-up's events say so in their `scope`.
     pub async fn event(&self, mut event: NewEvent) -> Result<(), AuditError> {
-        if let (Some(audit), Some(id)) = (&self.audit, &self.run_id) {
+        if let (Some(audit), Some(id)) = (&self.audit, self.run_id()) {
             if self.follow_up {
                 event.metadata.entry("scope".into()).or_insert(json!(FOLLOW_UP));
             }
@@ -78,7 +119,7 @@ impl Recorder {
 
     /// Records the validated structured result.
     pub async fn investigation(&self, result: &InvestigationResult) -> Result<(), AuditError> {
-        if let (Some(audit), Some(id)) = (&self.audit, &self.run_id) {
+        if let (Some(audit), Some(id)) = (&self.audit, self.run_id()) {
             audit.record_investigation(id, result).await?;
         }
         Ok(())
@@ -86,7 +127,7 @@ impl Recorder {
 
     /// Closes the Run; a follow-up instead records its end on the existing Run.
     pub async fn close(&self, finish: Finish) -> Result<(), AuditError> {
-        let (Some(audit), Some(id)) = (&self.audit, &self.run_id) else { return Ok(()) };
+        let (Some(audit), Some(id)) = (&self.audit, self.run_id()) else { return Ok(()) };
         if self.follow_up {
             audit.event(id, follow_up_end(finish)).await.map(|_| ())
         } else {
@@ -95,10 +136,22 @@ impl Recorder {
     }
 }
 
-/// The record of one executed tool call.
-pub fn tool_call_event(tool: &str, arguments: &Value, result: &ToolResult) -> NewEvent {
+/// Tool calls of `events` the host numbered.
+fn numbered_calls(events: &[crate::audit::AuditEvent]) -> u32 {
+    let numbered = events
+        .iter()
+        .filter(|e| e.kind == TOOL_CALL)
+        .filter(|e| e.metadata.get("call_kind").and_then(Value::as_str).is_some_and(CallKind::is_numbered))
+        .count();
+    u32::try_from(numbered).unwrap_or(u32::MAX)
+}
+
+/// The record of one executed tool call: host-recorded arguments, the raw result
+/// under the host-assigned id, and what kind of call it was.
+pub fn tool_call_event(kind: CallKind, arguments: Option<Value>, result: &ToolResult) -> NewEvent {
     let mut metadata = BTreeMap::from([
-        ("tool".to_string(), json!(tool)),
+        ("tool".to_string(), json!(result.name)),
+        ("call_kind".to_string(), json!(kind.as_str())),
         ("call_id".to_string(), json!(result.id)),
         ("duration_ms".to_string(), json!(duration_ms(result.duration))),
     ]);
@@ -106,10 +159,10 @@ pub fn tool_call_event(tool: &str, arguments: &Value, result: &ToolResult) -> Ne
         metadata.insert("error_code".into(), json!(error.code.as_str()));
     }
     NewEvent {
-        kind: "tool_call".into(),
+        kind: TOOL_CALL.into(),
         status: Some(if result.is_ok() { "succeeded" } else { "failed" }.into()),
         metadata,
-        arguments: Some(arguments.clone()),
+        arguments,
         result: serde_json::to_value(result).ok(),
     }
 }
@@ -200,8 +253,9 @@ mod tests {
     #[test]
     fn a_tool_call_records_host_arguments_raw_result_and_timing() {
         let arguments = json!({"host": "db1"});
-        let event = tool_call_event("inventory.host", &arguments, &result(None));
+        let event = tool_call_event(CallKind::Execution, Some(arguments.clone()), &result(None));
         assert_eq!(event.kind, "tool_call");
+        assert_eq!(event.metadata["call_kind"], "execution");
         assert_eq!(event.status.as_deref(), Some("succeeded"));
         assert_eq!(event.metadata["tool"], "inventory.host");
         assert_eq!(event.metadata["call_id"], "call_1");
@@ -220,9 +274,10 @@ mod tests {
     #[test]
     fn a_failed_tool_call_records_its_error_code() {
         let error = ToolError { code: ErrorCode::PermissionDenied, message: "no".into() };
-        let event = tool_call_event("ops.restart", &json!({}), &result(Some(error)));
+        let event = tool_call_event(CallKind::Execution, None, &result(Some(error)));
         assert_eq!(event.status.as_deref(), Some("failed"));
         assert_eq!(event.metadata["error_code"], ErrorCode::PermissionDenied.as_str());
+        assert_eq!(event.arguments, None, "a refused call keeps no arguments");
     }
 
     #[test]

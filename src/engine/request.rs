@@ -341,6 +341,9 @@ pub enum RunError {
     /// The follow-up target does not exist (HTTP 404).
     #[error("run not found")]
     UnknownRun,
+    /// The Run or another follow-up on it is executing (HTTP 409).
+    #[error("run {0} is busy: the Run or another follow-up on it is still executing; retry when it has finished")]
+    RunBusy(RunId),
 }
 
 impl RunError {
@@ -366,6 +369,7 @@ impl RunError {
             RunError::Structure { .. } => "structure_failed",
             RunError::Audit(_) => "audit_unavailable",
             RunError::UnknownRun => "run_not_found",
+            RunError::RunBusy(_) => "run_busy",
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::llm::Message;
 use crate::tenancy::Scope;
@@ -89,9 +90,16 @@ impl Prefetch {
         }
     }
 
-    /// The arguments the host records for a search of `query`.
+    /// The arguments of a search of `query`, as the conversation shows them.
     pub fn arguments(query: &str) -> Value {
         json!({ "query": query })
+    }
+
+    /// The arguments the audit records for a search of `query`: the query is the
+    /// user's message, so only its SHA-256 and its length in characters.
+    pub fn recorded_arguments(query: &str) -> Value {
+        let sha256 = hex::encode(Sha256::digest(query.as_bytes()));
+        json!({ "query_sha256": sha256, "query_chars": query.chars().count() })
     }
 
     /// The assistant call and the tool answer that put the retrieval into the
@@ -134,6 +142,16 @@ mod tests {
         assert!(prefetch.result.is_ok());
         assert_eq!(prefetch.documents, [("pg.md".to_string(), "PostgreSQL".to_string())]);
         assert_eq!(prefetch.versions, "a@111,b@222", "knowledge bases in name order");
+    }
+
+    #[test]
+    fn the_recorded_search_keeps_the_query_hash_and_length_only() {
+        let recorded = Prefetch::recorded_arguments("disk fülл");
+        assert_eq!(
+            recorded,
+            json!({"query_sha256": hex::encode(Sha256::digest("disk fülл".as_bytes())), "query_chars": 9})
+        );
+        assert!(!recorded.to_string().contains("disk"));
     }
 
     #[test]

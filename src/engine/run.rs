@@ -18,7 +18,7 @@ use super::skills;
 use super::state::RunState;
 use super::steps::{self, Inputs};
 use super::structuring;
-use crate::audit::{AuditLog, RunId};
+use crate::audit::{ActiveRun, AuditError, AuditLog, RunId};
 use crate::catalog::CatalogStore;
 use crate::llm::LlmClient;
 use crate::tenancy::Tenancy;
@@ -142,12 +142,18 @@ impl Engine {
     ) -> Result<RunOutcome, RunError> {
         let question = request::follow_up_question(question)?;
         let audit = self.audit.as_ref().ok_or(RunError::UnknownRun)?;
+        // Held until the follow-up ends: a second one on the same Run is refused.
+        let active = audit.claim(run_id).map_err(|error| match error {
+            AuditError::RunActive(id) => RunError::RunBusy(id),
+            AuditError::UnknownRun(_) => RunError::UnknownRun,
+            other => RunError::Audit(other),
+        })?;
         let run = audit.get(run_id).ok_or(RunError::UnknownRun)?;
         request.turns = request::follow_up_turns(&run, question)?;
-        self.execute(request, Some(run_id.clone())).await
+        self.execute(request, Some(active)).await
     }
 
-    async fn execute(&self, request: RunRequest, follow_up: Option<RunId>) -> Result<RunOutcome, RunError> {
+    async fn execute(&self, request: RunRequest, follow_up: Option<ActiveRun>) -> Result<RunOutcome, RunError> {
         let params = request.parameters(&self.settings)?;
         let _permit = tokio::time::timeout(self.settings.queue_timeout, self.slots.clone().acquire_owned())
             .await

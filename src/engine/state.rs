@@ -8,13 +8,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
+use super::knowledge_tools;
 use super::plan::CapabilityGap;
-use super::record::{self, Recorder};
+use super::record::{self, CallKind, Recorder};
 use super::request::{Activity, ModelError, Parameters, RunError, StructureError};
 use super::skills::{self, RunSkills, SkillEntry};
 use crate::audit::{AuditError, RunId};
+use crate::investigation::Evidence;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, Message, ToolChoice, ToolDefinition};
-use crate::tools::{ReadOnlyPolicy, Registry, RegistryError, ToolCall, ToolResult};
+use crate::tools::{ErrorCode, ReadOnlyPolicy, Registry, RegistryError, ToolCall, ToolResult};
 
 /// Why a Run stopped early, before it is mapped to a [`RunError`].
 #[derive(Debug)]
@@ -92,6 +94,11 @@ pub struct RunState<'a> {
     pub injected: Vec<String>,
     /// Every executed call, in order.
     pub activity: Vec<Activity>,
+    /// Successful execution-tool calls by host-assigned id, with their output:
+    /// all a structured result may cite.
+    pub evidence: Evidence,
+    /// Calls the host has numbered on this Run (`call-<n>`).
+    pub calls: u32,
     /// Steps no tool could perform.
     pub gaps: Vec<CapabilityGap>,
     /// Why the plan was not used, if it was not.
@@ -103,6 +110,7 @@ pub struct RunState<'a> {
 impl<'a> RunState<'a> {
     /// A Run starting now.
     pub fn new(llm: &'a LlmClient, record: Recorder, limits: BudgetLimits, params: Parameters) -> Self {
+        let calls = record.calls_before();
         RunState {
             llm,
             record,
@@ -112,6 +120,8 @@ impl<'a> RunState<'a> {
             skills: RunSkills::default(),
             injected: Vec::new(),
             activity: Vec::new(),
+            evidence: Evidence::new(),
+            calls,
             gaps: Vec::new(),
             plan_error: None,
             params,
@@ -157,32 +167,55 @@ impl<'a> RunState<'a> {
         Ok((response, request.messages))
     }
 
-    /// Executes one call within the budget and records it; a failed call is a
-    /// result too.
-    pub async fn execute_tool(&mut self, registry: &Registry, call: &ToolCall) -> Result<ToolResult, Stop> {
+    /// Executes one call of `name` within the budget under the next host-assigned
+    /// id (`call-<n>`, never the model's), and records it; a failed call is a
+    /// result too. The tool result the model reads carries the host id; it answers
+    /// `conversation_id` (the id of the model's call), or the host id for a call the
+    /// host planned. Only a successful call outside the knowledge tools is evidence.
+    pub async fn execute_tool(
+        &mut self,
+        registry: &Registry,
+        name: &str,
+        arguments: &str,
+        conversation_id: Option<&str>,
+    ) -> Result<ToolResult, Stop> {
         self.budget.begin_tool_call(Instant::now())?;
+        self.calls = self.calls.saturating_add(1);
+        let call =
+            ToolCall { id: format!("call-{}", self.calls), name: name.to_string(), arguments: arguments.to_string() };
         let time_left = self.budget.time_left(Instant::now());
-        let result = tokio::time::timeout(time_left, registry.execute(call, &ReadOnlyPolicy))
+        let result = tokio::time::timeout(time_left, registry.execute(&call, &ReadOnlyPolicy))
             .await
             .map_err(|_| Stop::Budget(self.budget.wall_time_exhausted()))?;
         let text = result.to_json_string();
-        let arguments = record::arguments_value(&call.arguments);
-        self.history.push(Message::tool(call.id.clone(), text.clone()));
-        let name = result.name.clone();
-        self.record_call(&name, &arguments, result.clone()).await?;
+        self.history.push(Message::tool(conversation_id.unwrap_or(&call.id).to_string(), text.clone()));
+        let kind =
+            if knowledge_tools::is_knowledge_tool(&result.name) { CallKind::Knowledge } else { CallKind::Execution };
+        if kind == CallKind::Execution && result.is_ok() {
+            self.evidence.insert(result.id.clone(), result.output.clone().unwrap_or(Value::Null));
+        }
+        // Arguments are recorded once the tool's schema accepted them; a call refused
+        // before that keeps only its result (what the model was told).
+        let arguments = reached_handler(&result).then(|| record::arguments_value(&call.arguments));
+        self.record_call(kind, arguments, result.clone()).await?;
         self.budget.record_tool_result(text.len())?;
         Ok(result)
     }
 
     /// Records a call in the audit and in the Run's activity.
-    pub async fn record_call(&mut self, tool: &str, arguments: &Value, result: ToolResult) -> Result<(), Stop> {
-        self.record.event(record::tool_call_event(tool, arguments, &result)).await?;
+    pub async fn record_call(
+        &mut self,
+        kind: CallKind,
+        arguments: Option<Value>,
+        result: ToolResult,
+    ) -> Result<(), Stop> {
+        self.record.event(record::tool_call_event(kind, arguments.clone(), &result)).await?;
         self.activity.push(Activity {
-            name: tool.to_string(),
+            name: result.name.clone(),
             id: result.id.clone(),
             status: result.status().to_string(),
             duration_ms: record::duration_ms(result.duration),
-            arguments: arguments.clone(),
+            arguments: arguments.unwrap_or(Value::Null),
             result,
         });
         Ok(())
@@ -237,6 +270,17 @@ fn system_with_skills(base: &str, injected: &[SkillEntry]) -> String {
         system.push_str(&text);
     }
     system
+}
+
+/// Whether the call got past the call shape, the tool lookup, the policy and the
+/// argument schema.
+fn reached_handler(result: &ToolResult) -> bool {
+    result.error.as_ref().is_none_or(|error| {
+        !matches!(
+            error.code,
+            ErrorCode::InvalidCall | ErrorCode::UnknownTool | ErrorCode::PermissionDenied | ErrorCode::InvalidArguments
+        )
+    })
 }
 
 /// The OpenAI tool definitions of a registry.

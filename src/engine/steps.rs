@@ -11,9 +11,9 @@ use serde_json::Value;
 use super::conversation::{Speaker, Turn};
 use super::knowledge_tools;
 use super::planning;
-use super::record;
+use super::record::{self, CallKind};
 use super::request::{ModelError, RunRequest};
-use super::retrieval::{PREFETCH_CALL_ID, Prefetch, Retriever, SEARCH_TOOL};
+use super::retrieval::{PREFETCH_CALL_ID, Prefetch, Retriever};
 use super::skills::{self, RunSkills, SkillEntry};
 use super::state::{RunState, Stop, definitions};
 use crate::language::language_instruction;
@@ -67,13 +67,8 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // Forced planning, then every planned check.
     if state.budget.tool_calls_left() > 0 {
         let checks = planning::plan(state, &execution, &question, &retrieved).await?;
-        for (i, check) in checks.into_iter().enumerate() {
-            let call = ToolCall {
-                id: format!("call_akritas_planned_{}", i + 1),
-                name: check.tool.clone(),
-                arguments: check.arguments.to_string(),
-            };
-            let result = state.execute_tool(&execution, &call).await?;
+        for check in checks {
+            let result = state.execute_tool(&execution, &check.tool, &check.arguments.to_string(), None).await?;
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
         }
     }
@@ -97,7 +92,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         let (assistant, prepared) = prepare_calls(calls, state.activity.len());
         state.history.push(assistant);
         for call in prepared {
-            let result = state.execute_tool(&execution, &call).await?;
+            let result = state.execute_tool(&execution, &call.name, &call.arguments, Some(&call.id)).await?;
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
         }
         // Skills loaded through knowledge.load_skill.
@@ -123,7 +118,8 @@ fn opening<'t>(turns: &'t [Turn], language: &str) -> (String, &'t [Turn]) {
 }
 
 /// The automatic retrieval for the latest user message, recorded as a
-/// `knowledge.search` call with the documents it put into the Run.
+/// `knowledge.search` call (the query by hash and length) with the documents it
+/// put into the Run.
 async fn retrieve(
     state: &mut RunState<'_>,
     retriever: &dyn Retriever,
@@ -133,14 +129,14 @@ async fn retrieve(
 ) -> Result<Value, Stop> {
     state.budget.begin_tool_call(Instant::now())?;
     let started = Instant::now();
-    let arguments = Prefetch::arguments(query);
     let found = retriever.search(scope, query, top_k).await;
     let prefetch = Prefetch::new(found, started.elapsed());
     let text = prefetch.result.to_json_string();
     state.budget.record_retrieved(text.len())?;
     state.budget.record_tool_result(text.len())?;
-    state.history.extend(prefetch.messages(&arguments));
-    state.record_call(SEARCH_TOOL, &arguments, prefetch.result.clone()).await?;
+    state.history.extend(prefetch.messages(&Prefetch::arguments(query)));
+    // The query is the user's message: the audit keeps its hash and length only.
+    state.record_call(CallKind::Retrieval, Some(Prefetch::recorded_arguments(query)), prefetch.result.clone()).await?;
     for (id, title) in &prefetch.documents {
         let event = record::context_retrieved_event(id, title, PREFETCH_CALL_ID, &prefetch.versions);
         state.record.event(event).await?;
@@ -164,9 +160,10 @@ fn execution_registry(inputs: &Inputs<'_>, state: &RunSkills) -> Result<Registry
     inputs.tools.merge(&builder.build())
 }
 
-/// The model's calls as the host runs them: ids that are not safe call ids are
-/// replaced (`call_<n>`, numbered after the `done` calls of the Run); the assistant
-/// message repeats the calls with the ids the host used.
+/// The model's calls as the conversation carries them: ids that are not safe call
+/// ids are replaced (`call_<n>`, numbered after the `done` calls of the Run); the
+/// assistant message repeats the calls with those ids. They only pair a call with
+/// its answer: the host executes and records each under its own id.
 fn prepare_calls(calls: Vec<llm::ToolCall>, done: usize) -> (Message, Vec<ToolCall>) {
     let mut assistant = Message::assistant_tool_calls(Vec::new());
     let mut prepared = Vec::with_capacity(calls.len());

@@ -137,6 +137,9 @@ pub(crate) enum LineProblem {
     /// The record was altered.
     #[error("hash mismatch at seq {seq}: recorded {recorded:?}, computed {computed}")]
     HashMismatch { seq: u64, recorded: String, computed: String },
+    /// The line is longer than any record the writer writes.
+    #[error("the line is {bytes} bytes, longer than the limit of {limit} bytes on one record")]
+    TooLong { bytes: u64, limit: usize },
     /// The record's data is not JSON the reader can hold.
     #[error("unreadable data ({0})")]
     UnreadableData(serde_json::Error),

@@ -7,7 +7,8 @@
 //!
 //! * [`Journal::append`] returns only after the record is written and `fsync`ed. A dedicated writer thread
 //!   group-commits every pending append with one fsync, and assigns seq and hash in commit order.
-//! * [`Journal::open`] verifies the whole file; any bad complete line is [`JournalError::Corrupt`]. A torn final
+//! * [`Journal::open`] verifies the whole file; any bad complete line is [`JournalError::Corrupt`], and so is a
+//!   line over `max_record_bytes` (the writer's own bound), found without holding it in memory. A torn final
 //!   line (no trailing newline, from a crash mid-write) is truncated and recorded as an internal
 //!   `journal.torn_tail_truncated` record.
 //! * [`verify`] checks a file without modifying it (`akritas audit verify PATH`).
@@ -30,9 +31,9 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
 pub use error::JournalError;
-pub use scan::{TornTail, VerifyReport, verify};
+pub use scan::{TornTail, VerifyReport, read, verify};
 
-use format::{INTERNAL_PREFIX, TORN_TAIL_KIND, check_app_kind, min_line_len};
+use format::{TORN_TAIL_KIND, check_app_kind, min_line_len};
 use writer::{Command, Committed, Entry, Writer};
 
 /// Default limit on one serialized record line: 4 MiB.
@@ -153,16 +154,8 @@ impl Journal {
             File::open(dir).and_then(|d| d.sync_all()).map_err(|e| JournalError::io(dir, e))?;
         }
 
-        let mut replay = Replay::default();
-        let outcome = scan::scan(path, &file, |line| {
-            let record = record_from_line(line)?;
-            if record.kind.starts_with(INTERNAL_PREFIX) {
-                replay.recovered.push(record);
-            } else {
-                replay.records.push(record);
-            }
-            Ok(())
-        })?;
+        let outcome = scan::scan(path, &file, options.max_record_bytes)?;
+        let mut replay = outcome.replay;
 
         let mut writer = Writer {
             file,

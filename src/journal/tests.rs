@@ -436,3 +436,45 @@ fn empty_and_missing_files() {
     let report = verify(&path).unwrap();
     assert_eq!(report, VerifyReport { records: 0, last_seq: 0, last_hash: GENESIS_PREV.to_owned(), torn_tail: None });
 }
+
+/// Writes one record whose line is about `bytes` long (with a generous limit), then two small ones.
+fn write_big_record(path: &Path, bytes: usize) -> usize {
+    let options = JournalOptions { max_record_bytes: bytes * 2, ..test_options() };
+    let (j, _) = Journal::open(path, options).unwrap();
+    j.append_blocking("audit.small", &json!({"n": 1})).unwrap();
+    j.append_blocking("audit.big", &json!({"blob": "x".repeat(bytes)})).unwrap();
+    j.append_blocking("audit.small", &json!({"n": 2})).unwrap();
+    lines(path)[1].len() + 1
+}
+
+#[test]
+fn replay_refuses_a_complete_line_over_the_record_limit_naming_line_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = journal_path(&dir);
+    let big_line = write_big_record(&path, 10_000);
+    let first_line = lines(&path)[0].len() as u64 + 1;
+    let options = JournalOptions { max_record_bytes: 4096, ..test_options() };
+    let err = Journal::open(&path, options).expect_err("an over-long line is refused");
+    let (offset, reason) = expect_corrupt(err, 2);
+    assert_eq!(offset, first_line);
+    assert!(reason.contains("longer than the limit of 4096 bytes"), "{reason}");
+    // The writer's own limit is the replay limit: what it wrote with a limit replays with it.
+    let options = JournalOptions { max_record_bytes: big_line, ..test_options() };
+    let (_j, replay) = Journal::open(&path, options).unwrap();
+    assert_eq!(replay.records.len(), 3);
+}
+
+#[test]
+fn an_over_long_unterminated_last_line_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = journal_path(&dir);
+    drop(write_records(&path, 2));
+    let valid = fs::metadata(&path).unwrap().len();
+    let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+    io::Write::write_all(&mut file, &vec![b'a'; 100_000]).unwrap();
+    drop(file);
+    let options = JournalOptions { max_record_bytes: 4096, ..test_options() };
+    let (_j, replay) = Journal::open(&path, options).unwrap();
+    assert_eq!(replay.records.len(), 2);
+    assert_eq!(replay.recovered[0].data, json!({"offset": valid, "bytes": 100_000}));
+}

@@ -192,6 +192,7 @@ pub fn run_error(error: RunError) -> ApiError {
         RunError::Budget { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         RunError::Upstream { .. } | RunError::Model { .. } | RunError::Structure { .. } => StatusCode::BAD_GATEWAY,
         RunError::UnknownRun => StatusCode::NOT_FOUND,
+        RunError::RunBusy(_) => StatusCode::CONFLICT,
     };
     let mut api = ApiError::new(status, error.code(), error.to_string());
     if let Some(id) = error.run_id() {
