@@ -21,6 +21,7 @@
 
 mod error;
 mod file;
+mod lists;
 mod types;
 mod value;
 
@@ -283,7 +284,7 @@ settings_table! {
     resources: Vec<PathBuf> = Vec::new();
         flag "resources" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 non-empty directory paths";
-        check value::check_resources;
+        check lists::check_resources;
     /// Operator mode: read resources from the Kubernetes API
     kubernetes: bool = false;
         flag "kubernetes" [bool];
@@ -293,32 +294,32 @@ settings_table! {
     namespace: Option<String> = None;
         flag "namespace" [Option<String>] value_name "NAME";
         expect "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)";
-        check value::check_namespace;
+        check lists::check_namespace;
     /// Operator mode: namespaces watched (repeatable or comma-separated), with `namespace`; none = every namespace Akritas may read
     namespaces: Vec<String> = Vec::new();
         flag "namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
-        check value::check_namespaces;
+        check lists::check_namespaces;
     /// Namespaces whose tools, skills, knowledge and receivers every namespace uses (repeatable or comma-separated)
     shared_namespaces: Vec<String> = Vec::new();
         flag "shared-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
-        check value::check_namespaces;
+        check lists::check_namespaces;
     /// Commands an McpAdapter may start over stdio: absolute paths, or `akritas` for this binary (which may only run `akritas mcp ...`)
     stdio_commands: Vec<String> = vec!["akritas".to_string()];
         flag "stdio-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
         expect "at most 64 entries, each `akritas` or an absolute path";
-        check value::check_stdio_commands;
+        check lists::check_stdio_commands;
     /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; the service's own keys never match
     resource_env: Vec<String> = vec!["AKRITAS_*".to_string()];
         flag "resource-env" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 environment variable names, each optionally ending in `*`";
-        check value::check_env_patterns;
+        check lists::check_env_patterns;
     /// Directories a KnowledgeBase directory may be under (standalone mode also allows the resource directories)
     knowledge_roots: Vec<PathBuf> = Vec::new();
         flag "knowledge-roots" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
-        check value::check_roots;
+        check lists::check_roots;
     /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables
     skills_dir: Option<String> = Some("skills".to_string());
         flag "skills-dir" [Option<String>] value_name "DIR";

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -61,7 +61,7 @@ pub(crate) trait SettingValue: Sized {
     }
 }
 
-fn expected(expect: &str) -> String {
+pub(crate) fn expected(expect: &str) -> String {
     format!("expected {expect}")
 }
 
@@ -446,15 +446,6 @@ pub(crate) fn check_model(v: String, expect: &str) -> Result<String, String> {
     if v.len() <= 128 && MODEL_NAME.is_match(&v) { Ok(v) } else { Err(expected(expect)) }
 }
 
-/// A namespace (DNS label); empty = none.
-pub(crate) fn check_namespace(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
-    match v.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(s) if is_namespace(s) => Ok(Some(s.to_string())),
-        Some(_) => Err(expected(expect)),
-    }
-}
-
 /// Upstream model: trimmed, empty = none, no control characters.
 pub(crate) fn check_upstream_model(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
     match v.as_deref().map(str::trim) {
@@ -492,64 +483,12 @@ fn check_api_key_ref(k: &ApiKeyRef) -> Result<(), String> {
 }
 
 /// A Kubernetes namespace name (RFC 1123 label).
-fn is_namespace(s: &str) -> bool {
+pub(crate) fn is_namespace(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
-}
-
-/// At most 64 namespace names, no duplicates.
-pub(crate) fn check_namespaces(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
-    if v.len() > 64 {
-        return Err(format!("{} namespaces given; expected {expect}", v.len()));
-    }
-    if let Some(bad) = v.iter().find(|ns| !is_namespace(ns)) {
-        return Err(format!("{bad:?} is not a namespace name; expected {expect}"));
-    }
-    Ok(dedup(v))
-}
-
-fn dedup(v: Vec<String>) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    v.into_iter().filter(|item| seen.insert(item.clone())).collect()
-}
-
-/// `akritas` (this binary) or absolute paths.
-pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
-    if v.len() > 64 {
-        return Err(format!("{} commands given; expected {expect}", v.len()));
-    }
-    if let Some(bad) = v.iter().find(|c| c.as_str() != "akritas" && !Path::new(c.as_str()).is_absolute()) {
-        return Err(format!("{bad:?} is neither `akritas` nor an absolute path; expected {expect}"));
-    }
-    Ok(dedup(v))
-}
-
-/// Environment variable names, each optionally ending in `*`.
-pub(crate) fn check_env_patterns(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
-    if v.len() > 64 {
-        return Err(format!("{} names given; expected {expect}", v.len()));
-    }
-    for pattern in &v {
-        let stem = pattern.strip_suffix('*').unwrap_or(pattern);
-        if stem.contains('*') || (!stem.is_empty() && !is_env_name(stem)) || (stem.is_empty() && pattern.is_empty()) {
-            return Err(format!("{pattern:?} is not an environment variable name; expected {expect}"));
-        }
-    }
-    Ok(dedup(v))
-}
-
-/// Absolute directory paths.
-pub(crate) fn check_roots(v: Vec<PathBuf>, expect: &str) -> Result<Vec<PathBuf>, String> {
-    if v.len() > 64 {
-        return Err(format!("{} directories given; expected {expect}", v.len()));
-    }
-    if let Some(bad) = v.iter().find(|p| !p.is_absolute()) {
-        return Err(format!("{} is not an absolute path; expected {expect}", bad.display()));
-    }
-    Ok(v)
 }
 
 /// At most 32 API keys with unique names.
@@ -561,17 +500,6 @@ pub(crate) fn check_api_keys(v: Vec<ApiKeyRef>, expect: &str) -> Result<Vec<ApiK
         if v[..i].iter().any(|o| o.name == k.name) {
             return Err(format!("duplicate api key name {:?}; give each key a unique name", k.name));
         }
-    }
-    Ok(v)
-}
-
-/// At most 64 resource directories, none empty.
-pub(crate) fn check_resources(v: Vec<PathBuf>, expect: &str) -> Result<Vec<PathBuf>, String> {
-    if v.len() > 64 {
-        return Err(format!("{} directories given; expected {expect}", v.len()));
-    }
-    if v.iter().any(|p| p.as_os_str().is_empty()) {
-        return Err(format!("a directory is empty; expected {expect}"));
     }
     Ok(v)
 }

@@ -1,0 +1,79 @@
+//! Checks of the list settings that say what resources may use: namespaces,
+//! stdio commands, environment variable patterns and directory roots.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::value::{expected, is_env_name, is_namespace};
+
+/// At most 64 namespace names, no duplicates.
+pub(crate) fn check_namespaces(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} namespaces given; expected {expect}", v.len()));
+    }
+    if let Some(bad) = v.iter().find(|ns| !is_namespace(ns)) {
+        return Err(format!("{bad:?} is not a namespace name; expected {expect}"));
+    }
+    Ok(dedup(v))
+}
+
+fn dedup(v: Vec<String>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    v.into_iter().filter(|item| seen.insert(item.clone())).collect()
+}
+
+/// `akritas` (this binary) or absolute paths.
+pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} commands given; expected {expect}", v.len()));
+    }
+    if let Some(bad) = v.iter().find(|c| c.as_str() != "akritas" && !Path::new(c.as_str()).is_absolute()) {
+        return Err(format!("{bad:?} is neither `akritas` nor an absolute path; expected {expect}"));
+    }
+    Ok(dedup(v))
+}
+
+/// Environment variable names, each optionally ending in `*`.
+pub(crate) fn check_env_patterns(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} names given; expected {expect}", v.len()));
+    }
+    for pattern in &v {
+        let stem = pattern.strip_suffix('*').unwrap_or(pattern);
+        if stem.contains('*') || (!stem.is_empty() && !is_env_name(stem)) || (stem.is_empty() && pattern.is_empty()) {
+            return Err(format!("{pattern:?} is not an environment variable name; expected {expect}"));
+        }
+    }
+    Ok(dedup(v))
+}
+
+/// Absolute directory paths.
+pub(crate) fn check_roots(v: Vec<PathBuf>, expect: &str) -> Result<Vec<PathBuf>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} directories given; expected {expect}", v.len()));
+    }
+    if let Some(bad) = v.iter().find(|p| !p.is_absolute()) {
+        return Err(format!("{} is not an absolute path; expected {expect}", bad.display()));
+    }
+    Ok(v)
+}
+
+/// At most 64 resource directories, none empty.
+pub(crate) fn check_resources(v: Vec<PathBuf>, expect: &str) -> Result<Vec<PathBuf>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} directories given; expected {expect}", v.len()));
+    }
+    if v.iter().any(|p| p.as_os_str().is_empty()) {
+        return Err(format!("a directory is empty; expected {expect}"));
+    }
+    Ok(v)
+}
+
+/// A namespace (DNS label); empty = none.
+pub(crate) fn check_namespace(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) if is_namespace(s) => Ok(Some(s.to_string())),
+        Some(_) => Err(expected(expect)),
+    }
+}
