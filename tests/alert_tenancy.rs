@@ -111,7 +111,7 @@ fn investigator() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let result = json!({
         "finding_status": "suspected", "actionability": "requires_human", "confidence": "medium",
         "summary": "A long-running query on db-7 saturates CPU", "impact": "checkout latency",
-        "evidence": ["tool-call:call_akritas_planned_1"], "ruled_out": [], "affected_components": ["db-7"],
+        "evidence": ["tool-call:call-1"], "ruled_out": [], "affected_components": ["db-7"],
         "recommended_actions": ["review query 4242"], "production_writes": 0
     });
     move |_, request| {

@@ -67,7 +67,7 @@ async fn ask_json_is_machine_readable() {
     assert_eq!(body["activity"][0]["id"], "call_akritas_rag_prefetch");
     let hits = body["activity"][0]["result"]["output"]["results"].as_array().unwrap();
     assert_eq!(hits[0]["document"], "postgres-connections.md", "the sample runbook is retrieved first");
-    assert_eq!(hits[0]["knowledge_base"], "akritas/runbooks");
+    assert_eq!(hits[0]["knowledge_base"], "default/runbooks");
     assert!(hits[0]["score"].as_f64().unwrap() > 0.0 && hits[0]["excerpt"].as_str().unwrap().contains("PostgreSQL"));
     assert_eq!(body["activity"][1]["result"]["output"]["gaps"], 1);
     // The bundled VictoriaMetrics MCP adapter of the samples was started and offered to the planner.

@@ -108,7 +108,7 @@ async fn alert_like_chat_plans_checks_selects_skill_and_answers() {
     assert_eq!(names.len(), 5);
     let system = adaptive["messages"][0]["content"].as_str().unwrap();
     assert!(
-        system.contains("<AKRITAS_SKILL name=\"postgresql\" source=\"Skill/akritas/postgresql\">"),
+        system.contains("<AKRITAS_SKILL name=\"postgresql\" source=\"Skill/default/postgresql\">"),
         "skill from inventory injected"
     );
     let tool_messages: Vec<&Value> =

@@ -33,7 +33,7 @@ async fn real_api_server_accepts_crds_and_enforces_rbac() {
 
     // A sample Skill (and its ConfigMap) as admin, read back.
     let started = Instant::now();
-    api.kubectl_ok(&["apply", "-f", &root().join("config/samples/skills.yaml").display().to_string()]);
+    api.kubectl_ok(&["apply", "-n", "akritas", "-f", &root().join("config/samples/skills.yaml").display().to_string()]);
     let skill: serde_json::Value =
         serde_json::from_str(&api.kubectl_ok(&["get", "skill", "postgresql", "-n", "akritas", "-o", "json"])).unwrap();
     assert_eq!(skill["spec"]["match"], serde_json::json!(["postgres", "postgresql"]), "{skill:#}");
@@ -43,7 +43,14 @@ async fn real_api_server_accepts_crds_and_enforces_rbac() {
     eprintln!("sample Skills applied and read back: {:?}", started.elapsed());
 
     // Every sample validates against the served schemas; a malformed Skill is rejected.
-    api.kubectl_ok(&["apply", "--dry-run=server", "-f", &root().join("config/samples").display().to_string()]);
+    api.kubectl_ok(&[
+        "apply",
+        "-n",
+        "akritas",
+        "--dry-run=server",
+        "-f",
+        &root().join("config/samples").display().to_string(),
+    ]);
     let (code, out, err) = api.kubectl_as(
         &api.admin_kubeconfig,
         &["apply", "--dry-run=server", "-f", "-"],

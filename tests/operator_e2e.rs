@@ -196,12 +196,17 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     // at the sample runbooks on this host; the ValidatorProfile needs yamllint on PATH
     // (e2e/install-test-deps.sh).
     let samples = support::root().join("config/samples");
-    api.kubectl_ok(&["apply", "-f", &samples.display().to_string()]);
+    api.kubectl_ok(&["apply", "-n", "akritas", "-f", &samples.display().to_string()]);
     let tree = git_tree();
     let workspace = std::fs::read_to_string(samples.join("workspace.yaml")).unwrap();
-    api.apply(&workspace.replace("/var/lib/akritas/workspaces/infra-config", tree.path().to_str().unwrap()));
+    let in_samples_namespace = |yaml: String| yaml.replace("\nmetadata:\n", "\nmetadata:\n  namespace: akritas\n");
+    api.apply(&in_samples_namespace(
+        workspace.replace("/var/lib/akritas/workspaces/infra-config", tree.path().to_str().unwrap()),
+    ));
     let knowledge = std::fs::read_to_string(samples.join("knowledge-base.yaml")).unwrap();
-    api.apply(&knowledge.replace("path: runbooks", &format!("path: {}", samples.join("runbooks").display())));
+    api.apply(&in_samples_namespace(
+        knowledge.replace("path: runbooks", &format!("path: {}", samples.join("runbooks").display())),
+    ));
     api.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
@@ -381,8 +386,12 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
             .find(|c| c["type"] == "SecretsResolved" && c["status"] == status)
             .map(|c| c["message"].as_str().unwrap_or_default().to_string())
     };
-    let (message, _) = eventually(Duration::from_secs(10), "SecretsResolved=False", || secrets_resolved("False")).await;
-    assert!(message.contains("later-token") && message.contains("does not exist"), "{message}");
+    // The first answer may be "being read" (the Secret is fetched by name); then "does not exist".
+    let (message, _) = eventually(Duration::from_secs(10), "SecretsResolved=False: does not exist", || {
+        secrets_resolved("False").filter(|m| m.contains("does not exist"))
+    })
+    .await;
+    assert!(message.contains("later-token"), "{message}");
     api.apply("apiVersion: v1\nkind: Secret\nmetadata: {name: later-token, namespace: ops}\nstringData: {token: created-later-0123456789}\n");
     eventually(Duration::from_secs(10), "SecretsResolved=True", || secrets_resolved("True")).await;
 
@@ -478,6 +487,34 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         "the /bin/sh adapter was started: {:?}",
         child_commands(server.pid())
     );
+
+    // Secret scan: no planted value (Secrets, the operator's environment) appears
+    // in any Akritas object's status, any Event, the host's API answers or its log.
+    let planted = [
+        AM_TOKEN_1,
+        AM_TOKEN_2,
+        "sample-token-0123456789",
+        "sample-webhook-token-0123456789",
+        "sample-webhook-hmac-0123456789",
+        "created-later-0123456789",
+        "decoy-0123456789",
+    ];
+    let kinds = "skills,mcpadapters,workspaces,validatorprofiles,notificationreceivers,alertsources,knowledgebases,runs,incidents";
+    let mut places = vec![
+        ("Akritas objects", api.kubectl_ok(&["get", kinds, "-A", "-o", "json"])),
+        ("Events", api.kubectl_ok(&["get", "events.events.k8s.io", "-A", "-o", "json"])),
+        ("log", server.log_text()),
+    ];
+    for path in ["/api/v1/resources", "/api/v1/runs", "/api/v1/incidents", "/api/v1/tools", "/metrics", "/health"] {
+        let body = reqwest::get(format!("{}{path}", server.url)).await.unwrap().text().await.unwrap();
+        places.push((path, body));
+    }
+    assert!(places[0].1.contains("SecretsResolved") && places[1].1.contains("\"items\""), "the scan reads real data");
+    for value in planted {
+        for (place, text) in &places {
+            assert!(!text.contains(value), "a planted secret ({value}) appears in {place}");
+        }
+    }
 }
 
 fn exists_incident(api: &KubeApi, id: &str) -> bool {

@@ -52,7 +52,7 @@ async fn health_shows_the_sample_catalog() {
     let (status, resources) = get_json(&client, &format!("{}/api/v1/resources", server.url), None).await;
     assert_eq!(status, 200);
     let skill = find(&resources, "Skill", "postgresql").expect("postgresql skill listed");
-    assert_eq!(skill["namespace"], "akritas");
+    assert_eq!(skill["namespace"], "default");
     assert_eq!(skill["inForce"], "current");
     assert_eq!(skill["conditions"][0]["type"], "Ready");
     assert_eq!(skill["conditions"][0]["status"], "True");
@@ -347,7 +347,7 @@ async fn directory_skills_load_yield_to_resources_and_reload() {
         .filter(|r| r["kind"] == "Skill" && r["name"] == "postgresql")
         .collect();
     assert_eq!(postgres.len(), 1, "the Skill resource shadows the directory skill of the same name");
-    assert_eq!(postgres[0]["namespace"], "akritas");
+    assert_eq!(postgres[0]["namespace"], "default");
 
     let file = skills.path().join("node-disk-pressure/SKILL.md");
     let original = std::fs::read_to_string(&file).unwrap();

@@ -138,6 +138,9 @@ impl Writer {
                     Some(reason) => Err(self.poison_error(reason)),
                     None => Ok(()),
                 };
+                // Release the file (and its lock) before saying it is closed, so the
+                // caller may open it again at once.
+                drop(self);
                 let _ = reply.send(result);
                 return;
             }
