@@ -473,6 +473,18 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         assert_ne!(name, "unreferenced", "a Secret no resource references was read: {secret_reads:?}");
     }
 
+    // ConfigMaps: only those labelled for Akritas are listed or watched.
+    let config_map_reads: Vec<String> = api
+        .audit_events()
+        .iter()
+        .filter(|e| e["user"]["username"] == kube_api::OPERATOR_USER && e["objectRef"]["resource"] == "configmaps")
+        .map(|e| format!("{} {}", e["verb"].as_str().unwrap_or_default(), e["requestURI"].as_str().unwrap_or_default()))
+        .collect();
+    assert!(!config_map_reads.is_empty(), "the sample Skill's ConfigMap is read");
+    for read in &config_map_reads {
+        assert!(read.contains("labelSelector=akritas.io%2Fcontent"), "an unlabelled ConfigMap read: {read}");
+    }
+
     // The tenant's `/bin/sh` adapter is refused by the service's stdio allowlist
     // (src/mcp/from_catalog.rs, policy helper): Ready=False with a reason, never started.
     let (shell, _) = eventually(Duration::from_secs(20), "Ready=False on the /bin/sh adapter", || {

@@ -12,6 +12,10 @@ use super::{ConfigMapData, ObjectKey};
 use crate::resources::validate::{FieldError, Identity, parse_manifest};
 use crate::resources::{GROUP, Kind, Resource};
 
+/// Where a referenced ConfigMap must be for a resource to use it.
+const CONFIG_MAP_HINT: &str = "is not available: put it among the manifests, or in a cluster label it \
+                               akritas.io/content (only labelled ConfigMaps are read)";
+
 /// Namespace of manifests that do not name one.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -162,7 +166,7 @@ pub fn cross_check(scan: &mut Scan) {
                         errors.push(FieldError::new(
                             "spec.contentFrom.configMapKeyRef",
                             format!(
-                                "ConfigMap {}/{} with key {:?} is not among the manifests",
+                                "ConfigMap {}/{} with key {:?} {CONFIG_MAP_HINT}",
                                 namespace, selector.name, selector.key
                             ),
                         ));
@@ -194,7 +198,7 @@ pub fn cross_check(scan: &mut Scan) {
                     {
                         errors.push(FieldError::new(
                             &format!("spec.sources[{i}].configMap.name"),
-                            format!("ConfigMap {namespace}/{} is not among the manifests", cm.name),
+                            format!("ConfigMap {namespace}/{} {CONFIG_MAP_HINT}", cm.name),
                         ));
                     }
                 }

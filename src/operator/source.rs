@@ -1,5 +1,6 @@
 //! The Kubernetes resource source: reflectors over every declared Akritas kind and
-//! the ConfigMaps they reference, one per watched namespace (or one over every
+//! the ConfigMaps labelled `akritas.io/content` (the ones resources may reference),
+//! one per watched namespace (or one over every
 //! namespace when none is configured), rebuilt into the Catalog with the same validation
 //! and last-good merge as the directory source. Each rebuild also publishes the
 //! generations it saw, for the status writer's `observedGeneration`.
@@ -10,6 +11,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use k8s_openapi::api::core::v1::ConfigMap;
+
+/// Label a ConfigMap must carry (any value) for resources to reference it in a
+/// cluster: the operator watches only those.
+pub const CONTENT_LABEL: &str = "akritas.io/content";
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -62,7 +67,9 @@ pub fn reflect(client: &Client, namespaces: &[String]) -> (Stores, BoxStream<'st
         };
         let (config_maps, writer) = reflector::store();
         stores.config_maps.push(config_maps);
-        let stream = reflector::reflector(writer, watcher(api, config.clone())).default_backoff().map(|event| {
+        // Only ConfigMaps meant for Akritas (labelled), never every ConfigMap of a namespace.
+        let labelled = watcher::Config::default().labels(CONTENT_LABEL);
+        let stream = reflector::reflector(writer, watcher(api, labelled)).default_backoff().map(|event| {
             if let Err(error) = event {
                 tracing::warn!(%error, "watch of ConfigMaps failed; retrying");
             }
