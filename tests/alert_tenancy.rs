@@ -16,11 +16,10 @@ use akritas::catalog::status::StatusBoard;
 use akritas::config::ApiKeyRef;
 use akritas::notify::RetryPolicy;
 use akritas::tenancy::Tenancy;
-use akritas::tools::{ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
 use serde_json::{Value, json};
 use support::host;
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::scripted_llm::{ScriptedLlm, Step};
 use tokio_util::sync::CancellationToken;
 
 const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
@@ -100,34 +99,15 @@ async fn identical_alerts_to_am_sources_in_two_namespaces_never_share_an_inciden
     }
 }
 
-fn alias(name: &str) -> String {
-    openai_alias(&ToolName::try_from(name).unwrap())
-}
-
 /// A model that plans one `postgres.activity` check, answers, then submits a valid result.
 fn investigator() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
-    let plan = alias("local.investigation.submit_plan");
-    let submit = alias("local.investigation.submit_result");
     let result = json!({
         "finding_status": "suspected", "actionability": "requires_human", "confidence": "medium",
         "summary": "A long-running query on db-7 saturates CPU", "impact": "checkout latency",
         "evidence": ["tool-call:call-1"], "ruled_out": [], "affected_components": ["db-7"],
         "recommended_actions": ["review query 4242"], "production_writes": 0
     });
-    move |_, request| {
-        if offers(request, &plan) {
-            Step::from(Reply::ToolCalls(vec![(
-                "p".into(),
-                plan.clone(),
-                json!({"checks": [{"step": "Read database activity", "tool": "postgres.activity",
-                                   "arguments": {"host": "db-7"}, "reason": "the alert names db-7"}], "gaps": []}),
-            )]))
-        } else if offers(request, &submit) {
-            Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result.clone())]))
-        } else {
-            Step::from(Reply::Content("A long query holds db-7.".into()))
-        }
-    }
+    support::scripted_llm::investigator(result, "A long query holds db-7.")
 }
 
 /// A webhook receiver counting what it gets.

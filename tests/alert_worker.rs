@@ -18,38 +18,18 @@ use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
 use akritas::notify::RetryPolicy;
 use akritas::tenancy::Tenancy;
-use akritas::tools::{ToolName, openai_alias};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use support::host;
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
 use tokio_util::sync::CancellationToken;
 
 const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
 const HMAC_SECRET: &str = "receiver-hmac-secret-0123";
 
-fn alias(name: &str) -> String {
-    openai_alias(&ToolName::try_from(name).unwrap())
-}
-
 /// A model that plans one `postgres.activity` check, answers, then submits `result`.
 fn investigator(result: Value) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
-    let plan = alias("local.investigation.submit_plan");
-    let submit = alias("local.investigation.submit_result");
-    move |_, request| {
-        if offers(request, &plan) {
-            Step::from(Reply::ToolCalls(vec![(
-                "p".into(),
-                plan.clone(),
-                json!({"checks": [{"step": "Read database activity", "tool": "postgres.activity",
-                                   "arguments": {"host": "db-7"}, "reason": "the alert names db-7"}], "gaps": []}),
-            )]))
-        } else if offers(request, &submit) {
-            Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result.clone())]))
-        } else {
-            Step::from(Reply::Content("A 30-minute query holds db-7; autovacuum competes for CPU.".into()))
-        }
-    }
+    support::scripted_llm::investigator(result, "A 30-minute query holds db-7; autovacuum competes for CPU.")
 }
 
 fn result(evidence: Value, writes: u64) -> Value {

@@ -13,11 +13,9 @@ use std::time::Duration;
 use akritas::audit::AuditLog;
 use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::request::{RunError, RunRequest};
-use akritas::engine::retrieval::{RetrievalError, Retrieved, Retriever};
 use akritas::journal::{Journal, JournalOptions};
 use akritas::tools::{ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
@@ -164,26 +162,11 @@ async fn a_duplicated_event_sequence_fails_audit_verify_like_the_start() {
 
 const MARKER: &str = "zqxmarker4711";
 
-struct EchoRetriever;
-
-impl Retriever for EchoRetriever {
-    fn is_available(&self, _scope: &akritas::tenancy::Scope) -> bool {
-        true
-    }
-
-    fn search(
-        &self,
-        _scope: &akritas::tenancy::Scope,
-        _query: &str,
-        _top_k: usize,
-    ) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
-        Box::pin(async {
-            Ok(Retrieved {
-                output: json!({"results": [{"document": "db.md", "text": "check the database"}]}),
-                documents: vec![("db.md".into(), "Database".into())],
-                versions: [("ops/runbooks".to_string(), "abc".to_string())].into(),
-            })
-        })
+fn echo_retriever() -> host::FixedRetriever {
+    host::FixedRetriever {
+        output: json!({"results": [{"document": "db.md", "text": "check the database"}]}),
+        documents: vec![("db.md".into(), "Database".into())],
+        versions: [("ops/runbooks".to_string(), "abc".to_string())].into(),
     }
 }
 
@@ -207,7 +190,7 @@ async fn run_with_plan(plan: Value) -> (String, Result<akritas::engine::request:
     let (tools, _) = host::standard_tools();
     let catalog = akritas::catalog::CatalogStore::new();
     let engine =
-        host::engine(&llm, host::settings(), tools, catalog, Some(audit.clone()), Some(Arc::new(EchoRetriever)));
+        host::engine(&llm, host::settings(), tools, catalog, Some(audit.clone()), Some(Arc::new(echo_retriever())));
     let outcome = engine.run(question()).await;
     (std::fs::read_to_string(audit.path()).unwrap(), outcome)
 }

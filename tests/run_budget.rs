@@ -10,10 +10,9 @@ use akritas::catalog::CatalogStore;
 use akritas::engine::budget::Dimension;
 use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::request::{EngineSettings, RunError, RunRequest};
-use akritas::engine::retrieval::{RetrievalError, Retrieved, Retriever};
+use akritas::engine::retrieval::Retriever;
 use akritas::engine::run::Engine;
 use akritas::tools::{ToolName, openai_alias};
-use futures_util::future::BoxFuture;
 use serde_json::json;
 use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step};
@@ -124,26 +123,11 @@ async fn wall_time_exhausts() {
     assert_exhausted(setup(steps, settings, None).await, Dimension::WallTime).await;
 }
 
-struct BigRetriever;
-
-impl Retriever for BigRetriever {
-    fn is_available(&self, _scope: &akritas::tenancy::Scope) -> bool {
-        true
-    }
-
-    fn search(
-        &self,
-        _scope: &akritas::tenancy::Scope,
-        _query: &str,
-        _top_k: usize,
-    ) -> BoxFuture<'static, Result<Retrieved, RetrievalError>> {
-        Box::pin(async {
-            Ok(Retrieved {
-                output: json!({"results": [{"document": "runbook.md", "text": "x".repeat(4096)}]}),
-                documents: vec![("runbook.md".into(), "Runbook".into())],
-                versions: [("akritas/runbooks".to_string(), "abc123".to_string())].into(),
-            })
-        })
+fn big_retriever() -> host::FixedRetriever {
+    host::FixedRetriever {
+        output: json!({"results": [{"document": "runbook.md", "text": "x".repeat(4096)}]}),
+        documents: vec![("runbook.md".into(), "Runbook".into())],
+        versions: [("akritas/runbooks".to_string(), "abc123".to_string())].into(),
     }
 }
 
@@ -151,14 +135,14 @@ impl Retriever for BigRetriever {
 async fn retrieved_context_bytes_exhaust() {
     let mut settings = host::settings();
     settings.limits.max_retrieved_context_bytes = 1024;
-    assert_exhausted(setup(vec![], settings, Some(Arc::new(BigRetriever))).await, Dimension::RetrievedContextBytes)
+    assert_exhausted(setup(vec![], settings, Some(Arc::new(big_retriever()))).await, Dimension::RetrievedContextBytes)
         .await;
 }
 
 #[tokio::test]
 async fn retrieval_is_recorded_and_given_to_the_model() {
     let steps = vec![empty_plan(), Step::from(Reply::Content("Answer.".into()))];
-    let setup = setup(steps, host::settings(), Some(Arc::new(BigRetriever))).await;
+    let setup = setup(steps, host::settings(), Some(Arc::new(big_retriever()))).await;
     let outcome = setup.engine.run(request()).await.unwrap();
     assert_eq!(outcome.activity[0].id, "call_akritas_rag_prefetch");
     assert!(outcome.usage.retrieved_context_bytes > 4096);

@@ -13,7 +13,7 @@ use akritas::catalog::merge;
 use akritas::catalog::status::StatusBoard;
 use akritas::engine::budget::BudgetLimits;
 use akritas::engine::request::EngineSettings;
-use akritas::engine::retrieval::Retriever;
+use akritas::engine::retrieval::{RetrievalError, Retrieved, Retriever};
 use akritas::engine::run::Engine;
 use akritas::llm::{LlmClient, LlmConfig};
 use akritas::resources::mcp_adapter::Permission;
@@ -107,6 +107,33 @@ pub fn standard_tools() -> (Registry, Counters) {
     );
     fixed_tool(&mut builder, "ops.restart", Permission::Write, json!({"restarted": true}), counters.restart.clone());
     (builder.build(), counters)
+}
+
+/// A retriever that finds the same output for every query, in every namespace.
+pub struct FixedRetriever {
+    pub output: Value,
+    pub documents: Vec<(String, String)>,
+    pub versions: std::collections::BTreeMap<String, String>,
+}
+
+impl Retriever for FixedRetriever {
+    fn is_available(&self, _scope: &akritas::tenancy::Scope) -> bool {
+        true
+    }
+
+    fn search(
+        &self,
+        _scope: &akritas::tenancy::Scope,
+        _query: &str,
+        _top_k: usize,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Retrieved, RetrievalError>> + Send>> {
+        let found = Retrieved {
+            output: self.output.clone(),
+            documents: self.documents.clone(),
+            versions: self.versions.clone(),
+        };
+        Box::pin(async move { Ok(found) })
+    }
 }
 
 /// Loads a Catalog from a directory once.

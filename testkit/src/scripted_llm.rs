@@ -65,6 +65,28 @@ pub fn offers(request: &Value, alias: &str) -> bool {
     request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(alias))
 }
 
+/// A model that plans one `postgres.activity` check of db-7, answers `answer`,
+/// then submits `result` when the structuring call asks for an InvestigationResult.
+pub fn investigator(result: Value, answer: &str) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let alias = |name: &str| akritas::tools::openai_alias(&akritas::tools::ToolName::try_from(name).unwrap());
+    let (plan, submit, answer) =
+        (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"), answer.to_string());
+    move |_, request| {
+        if offers(request, &plan) {
+            Step::from(Reply::ToolCalls(vec![(
+                "p".into(),
+                plan.clone(),
+                json!({"checks": [{"step": "Read database activity", "tool": "postgres.activity",
+                                   "arguments": {"host": "db-7"}, "reason": "the alert names db-7"}], "gaps": []}),
+            )]))
+        } else if offers(request, &submit) {
+            Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result.clone())]))
+        } else {
+            Step::from(Reply::Content(answer.clone()))
+        }
+    }
+}
+
 struct Shared {
     responder: Box<Responder>,
     /// Every chat request: (body, Authorization header).
