@@ -18,6 +18,7 @@ pub mod operator;
 pub mod outbound;
 pub mod redact;
 pub mod resources;
+pub mod telemetry;
 pub mod tenancy;
 pub mod text;
 pub mod tools;

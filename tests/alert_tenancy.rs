@@ -182,6 +182,12 @@ async fn a_result_reaches_only_receivers_of_its_namespace_and_shared_ones() {
     assert_eq!((*a.lock().unwrap(), *b.lock().unwrap(), *shared.lock().unwrap()), (1, 0, 1));
     let run = audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
     assert_eq!(run.namespace, "team-a", "the investigation runs in the AlertSource's namespace");
+    let mut metrics = String::new();
+    akritas::telemetry::render(&mut metrics);
+    assert!(
+        metrics.contains("akritas_notifications_total{receiver=") && metrics.contains("outcome=\"delivered\"}"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -221,3 +221,34 @@ async fn an_invalid_plan_runs_no_checks_and_the_run_continues() {
     assert_eq!(body["activity"].as_array().unwrap().len(), 1);
     assert_eq!(body["activity"][0]["status"], "invalid_arguments");
 }
+
+#[tokio::test]
+async fn metrics_report_model_tool_run_and_journal_activity() {
+    let api = api(
+        vec![
+            plan(json!({"checks": [{"step": "Find the host", "tool": "inventory.host", "arguments": {"host": "db-7"}, "reason": "owner"}], "gaps": []})),
+            Step::from(Reply::Content("db-7 belongs to data-platform.".into())),
+        ],
+        host::settings(),
+    )
+    .await;
+    let (status, body) = api.post("/api/v1/chat", user("Who owns db-7?")).await;
+    assert_eq!(status, 200, "{body}");
+    let metrics = reqwest::get(format!("{}/metrics", api.server.url)).await.unwrap().text().await.unwrap();
+    for line in [
+        "# TYPE akritas_model_calls_total counter",
+        "akritas_model_calls_total{outcome=\"ok\"}",
+        "akritas_model_call_seconds_bucket{outcome=\"ok\",le=\"+Inf\"}",
+        "akritas_model_tokens_total{kind=\"prompt\"}",
+        "akritas_tool_calls_total{tool=\"inventory.host\",outcome=\"ok\"}",
+        "akritas_tool_call_seconds_count{tool=\"inventory.host\"}",
+        "akritas_runs_total{source=\"chat\",outcome=\"ok\"}",
+        "# TYPE akritas_journal_fsync_seconds histogram",
+        "akritas_journal_fsync_seconds_count{journal=\"audit\"}",
+        "akritas_journal_replay_seconds{journal=\"audit\"}",
+        "akritas_journal_appended_bytes_total{journal=\"audit\"}",
+        "akritas_metric_series_dropped_total 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in:\n{metrics}");
+    }
+}

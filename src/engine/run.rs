@@ -201,6 +201,12 @@ impl Engine {
             }),
             Err(stop) => Err(stop.into_run_error(run_id.clone(), usage.clone())),
         };
+        crate::telemetry::count(
+            "akritas_runs_total",
+            "Runs that ended, by source and outcome (ok or the error code).",
+            &[("source", &request.source), ("outcome", outcome.as_ref().map_or_else(|e| e.code(), |_| "ok"))],
+            1.0,
+        );
         let finish = record::finish(&usage, &skills, catalog.version, outcome.as_ref().err());
         if let Err(error) = state.record.close(finish).await {
             if let Some(id) = &run_id {

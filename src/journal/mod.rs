@@ -154,7 +154,21 @@ impl Journal {
             File::open(dir).and_then(|d| d.sync_all()).map_err(|e| JournalError::io(dir, e))?;
         }
 
+        let replay_started = std::time::Instant::now();
         let outcome = scan::scan(path, &file, options.max_record_bytes)?;
+        let journal = writer::metric_name(path);
+        crate::telemetry::set(
+            "akritas_journal_replay_seconds",
+            "Time the last opening of the journal took to read and verify it.",
+            &[("journal", &journal)],
+            replay_started.elapsed().as_secs_f64(),
+        );
+        crate::telemetry::set(
+            "akritas_journal_bytes_at_open",
+            "Size of the journal when it was last opened.",
+            &[("journal", &journal)],
+            outcome.valid_len as f64,
+        );
         let mut replay = outcome.replay;
 
         let mut writer = Writer {

@@ -51,6 +51,37 @@ pub(crate) struct Writer {
     pub(crate) poisoned: Option<String>,
 }
 
+/// The journal's name in metrics: its file stem (`audit`, `alerts`).
+pub(crate) fn metric_name(path: &std::path::Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// One write + fsync of a batch, for `/metrics`.
+fn record_write(path: &std::path::Path, bytes: usize, took: std::time::Duration, ok: bool) {
+    let journal = metric_name(path);
+    crate::telemetry::observe(
+        "akritas_journal_fsync_seconds",
+        "Time of one journal batch write and fsync, by journal.",
+        &[("journal", &journal)],
+        took,
+    );
+    let outcome = if ok { "ok" } else { "failed" };
+    crate::telemetry::count(
+        "akritas_journal_writes_total",
+        "Journal batch writes by journal and outcome.",
+        &[("journal", &journal), ("outcome", outcome)],
+        1.0,
+    );
+    if ok {
+        crate::telemetry::count(
+            "akritas_journal_appended_bytes_total",
+            "Bytes appended to the journal since start.",
+            &[("journal", &journal)],
+            bytes as f64,
+        );
+    }
+}
+
 impl Writer {
     fn poison_error(&self, reason: &str) -> JournalError {
         JournalError::Poisoned { path: self.path.clone(), reason: reason.to_owned() }
@@ -81,7 +112,10 @@ impl Writer {
         if buf.is_empty() {
             return results;
         }
-        match self.file.write_all(&buf).and_then(|()| self.file.sync_data()) {
+        let started = std::time::Instant::now();
+        let written = self.file.write_all(&buf).and_then(|()| self.file.sync_data());
+        record_write(&self.path, buf.len(), started.elapsed(), written.is_ok());
+        match written {
             Ok(()) => {
                 self.next_seq = seq;
                 self.prev = prev;

@@ -182,6 +182,13 @@ impl LlmClient {
 
     /// One non-streamed completion (`"stream": false`).
     pub async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let started = Instant::now();
+        let result = self.chat_once(request).await;
+        record_call(&result, started.elapsed());
+        result
+    }
+
+    async fn chat_once(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let deadline = Instant::now() + self.inner.timeout;
         let model = self.model_until(deadline).await?;
         let mut response = self.post_chat(request, &model, false, deadline).await?;
@@ -485,6 +492,31 @@ fn envelope_fields(value: &Value) -> (Option<String>, Option<String>, Option<Str
     };
     let field = |key: &str| target.get(key).and_then(Value::as_str).map(str::to_owned);
     (field("message"), field("param"), field("code"))
+}
+
+/// One model call for `/metrics`: count and latency by outcome, tokens by kind.
+fn record_call(result: &Result<ChatResponse, LlmError>, took: std::time::Duration) {
+    let outcome = match result {
+        Ok(_) => "ok",
+        Err(error) => error.kind(),
+    };
+    crate::telemetry::count("akritas_model_calls_total", "Model calls by outcome.", &[("outcome", outcome)], 1.0);
+    crate::telemetry::observe(
+        "akritas_model_call_seconds",
+        "Latency of one model call, by outcome.",
+        &[("outcome", outcome)],
+        took,
+    );
+    if let Ok(ChatResponse { usage: Some(usage), .. }) = result {
+        for (kind, tokens) in [("prompt", usage.prompt_tokens), ("completion", usage.completion_tokens)] {
+            crate::telemetry::count(
+                "akritas_model_tokens_total",
+                "Tokens the model server reported, by kind.",
+                &[("kind", kind)],
+                tokens as f64,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

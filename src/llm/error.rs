@@ -31,6 +31,23 @@ pub enum LlmError {
     InvalidConfig(String),
 }
 
+impl LlmError {
+    /// A short, fixed name of what went wrong (metrics label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::Http { status, .. } if *status >= 500 => "http_5xx",
+            LlmError::Http { status: 429, .. } => "http_429",
+            LlmError::Http { .. } => "http_4xx",
+            LlmError::Timeout { .. } => "timeout",
+            LlmError::Transport(_) => "transport",
+            LlmError::ResponseTooLarge { .. } => "too_large",
+            LlmError::InvalidResponse(_) => "invalid_response",
+            LlmError::NoModels => "no_models",
+            LlmError::InvalidConfig(_) => "invalid_config",
+        }
+    }
+}
+
 /// Maximum length, in characters, of [`LlmError::Http::excerpt`].
 pub const EXCERPT_MAX_CHARS: usize = 512;
 

@@ -386,6 +386,19 @@ pub async fn deliver(
         }
     }
     outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let result = if outcome.delivered { "delivered" } else { outcome.error.as_deref().unwrap_or("failed") };
+    crate::telemetry::count(
+        "akritas_notifications_total",
+        "Notification deliveries (after retries) by receiver and outcome (delivered or the error code).",
+        &[("receiver", receiver), ("outcome", result)],
+        1.0,
+    );
+    crate::telemetry::observe(
+        "akritas_notification_seconds",
+        "Time of one notification delivery including retries, by receiver.",
+        &[("receiver", receiver)],
+        started.elapsed(),
+    );
     if !outcome.delivered {
         tracing::warn!(
             component = "akritas_notification",

@@ -300,6 +300,20 @@ impl Registry {
             Err((code, message)) => ToolResult::err(call_id.as_str(), tool.as_str(), code, message),
         };
         result.duration = started.elapsed();
+        // Metrics name only tools of the registry: a model-chosen unknown name is `unknown`.
+        let known = entry.map_or("unknown", |e| e.spec.name.as_str());
+        crate::telemetry::count(
+            "akritas_tool_calls_total",
+            "Tool calls by tool and outcome (ok or the error code).",
+            &[("tool", known), ("outcome", result.status())],
+            1.0,
+        );
+        crate::telemetry::observe(
+            "akritas_tool_call_seconds",
+            "Latency of one tool call, by tool.",
+            &[("tool", known)],
+            result.duration,
+        );
         let duration_ms = u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX);
         tracing::info!(
             tool = tool.as_str(),

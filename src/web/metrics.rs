@@ -1,6 +1,8 @@
 //! `GET /metrics`: Prometheus text exposition of the host's state — Catalog,
 //! resources not ready, failed status writes, alert deliveries per source, investigation jobs,
-//! incidents and Runs. Everything is read from the live stores at scrape time.
+//! incidents and Runs, read from the live stores at scrape time — and the activity the
+//! host recorded since start (`crate::telemetry`): model calls, tool calls, Runs,
+//! notifications, journal writes, fsync latency and replay time.
 
 use std::fmt::Write;
 
@@ -10,10 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 
-/// Escapes a label value (backslash, quote, newline).
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
+use crate::telemetry::label;
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -89,6 +88,8 @@ pub fn render(state: &AppState) -> String {
             let _ = writeln!(out, "akritas_runs{{status=\"{status}\"}} {count}");
         }
     }
+    // Model, tool, Run, notification and journal activity since start.
+    crate::telemetry::render(&mut out);
     out
 }
 
