@@ -12,6 +12,10 @@
 //! `Content-Length` that is not a number, headers over hyper's limits) are answered by hyper
 //! itself with a status line and no body: those cases expect [`Expect::Refused`]. A body cut
 //! short by a client that then half-closes still gets its envelope.
+//!
+//! `X-Akritas-Signature` signs the body only (no timestamp), so a replayed signature is
+//! refused with any other body or source, and an exact replay of an accepted delivery is a
+//! deduplicated 200 that opens nothing (checked after the corpus).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -1038,7 +1042,7 @@ fn follow_up_bodies(ids: &Ids) -> Cases {
         ("message null", br#"{"message": null}"#.to_vec()),
         ("message a number", br#"{"message": 7}"#.to_vec()),
         ("message a list", br#"{"message": ["and", "now"]}"#.to_vec()),
-        ("the chat shape", format!(r#"{{"messages": [{{"role": "user", "content": "x"}}]}}"#).into_bytes()),
+        ("the chat shape", br#"{"messages": [{"role": "user", "content": "x"}]}"#.to_vec()),
         ("context (chat only)", br#"{"message": "x", "context": {"a": "b"}}"#.to_vec()),
         ("max_tokens over u32", br#"{"message": "x", "max_tokens": 99999999999}"#.to_vec()),
         ("temperature 1e999", br#"{"message": "x", "temperature": 1e999}"#.to_vec()),
@@ -1067,6 +1071,9 @@ fn follow_up_bodies(ids: &Ids) -> Cases {
     cases
 }
 
+/// A provider's name, its source (`namespace/name`), webhook path and credentials.
+type SourceRoute = (&'static str, &'static str, &'static str, Vec<(&'static str, String)>);
+
 /// Authenticated deliveries whose payload the provider's adapter refuses: each is a 400
 /// `invalid_payload`, counted as rejected by its source, and stores nothing.
 fn alert_payloads() -> Cases {
@@ -1087,7 +1094,7 @@ fn alert_payloads() -> Cases {
         ("nested 10,000 deep", format!(r#"{{"alerts": {}}}"#, nested(10_000, "")).into_bytes()),
         ("form-encoded", b"alerts=1&status=firing".to_vec()),
     ];
-    let sources: [(&str, &'static str, &str, Vec<(&str, String)>); 5] = [
+    let sources: [SourceRoute; 5] = [
         ("am", "ops/am", "/api/v1/alerts/ops/am/webhook", vec![(AM_HEADER, AM_TOKEN.to_string())]),
         ("generic", "ops/open", "/api/v1/alerts/ops/open/webhook", vec![]),
         (
