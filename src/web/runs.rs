@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -73,8 +73,31 @@ pub fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// Refuses a body labelled as anything but JSON (`application/json` or `application/*+json`);
+/// a body without a label is read as JSON.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
+    let essence = value.to_str().ok().and_then(|v| v.split(';').next()).map(|v| v.trim().to_ascii_lowercase());
+    match essence.as_deref() {
+        Some(m) if m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")) => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the request body must be JSON: send it with `Content-Type: application/json`",
+        )),
+    }
+}
+
 /// `POST /api/v1/chat`.
-pub async fn chat(State(state): State<AppState>, Extension(caller): Extension<Caller>, body: Bytes) -> Response {
+pub async fn chat(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(error) = require_json(&headers) {
+        return error.into_response();
+    }
     let body: ChatBody = match decode(&body) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
@@ -108,6 +131,7 @@ pub async fn follow_up(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     if state.engine.audit().is_none() {
@@ -121,6 +145,9 @@ pub async fn follow_up(
     };
     if !caller.sees(&namespace) {
         return run_not_found().into_response();
+    }
+    if let Err(error) = require_json(&headers) {
+        return error.into_response();
     }
     let body: FollowUpBody = match decode(&body) {
         Ok(body) => body,

@@ -9,6 +9,7 @@
 //! - [`Server`], [`serve_command`], [`run_to_end`]: the real `akritas` binary as a process.
 //! - [`host`]: the real router and engine in-process, on a scripted model.
 //! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
+//! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
 //!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
 //!
@@ -19,6 +20,7 @@ pub mod everything;
 pub mod host;
 pub mod kube_api;
 pub mod prom;
+pub mod raw_http;
 pub mod scripted_llm;
 pub mod vm;
 
