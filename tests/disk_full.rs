@@ -260,9 +260,10 @@ async fn a_full_volume_refuses_with_507_degrades_health_and_recovers_without_res
     assert!(report.torn_tail.is_none());
     let write_failed = std::fs::read_to_string(&journal).unwrap().matches("\"kind\":\"journal.write_failed\"").count();
     assert!(write_failed >= 1, "the outage is recorded in the chain");
-    let audit = data.join("audit/akritas.jsonl");
-    let verified = Command::new(env!("CARGO_BIN_EXE_akritas")).args(["audit", "verify"]).arg(&audit).output().unwrap();
-    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
+    for path in [data.join("audit/akritas.jsonl"), journal.clone()] {
+        let verified = Command::new(env!("CARGO_BIN_EXE_akritas")).args(["audit", "verify"]).arg(&path).output().unwrap();
+        assert!(verified.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&verified.stderr));
+    }
     let incidents: Value =
         client.get(format!("{}/api/v1/incidents", server.url)).send().await.unwrap().json().await.unwrap();
     let id = incidents["incidents"][0]["id"].as_str().unwrap();

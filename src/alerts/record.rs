@@ -213,10 +213,15 @@ mod tests {
 
     #[test]
     fn past_the_per_delivery_bound_events_are_counted_not_refused() {
-        let mut many = events(MAX_DELIVERY_EVENTS + 5);
+        let mut many = vec![events(1).remove(0); MAX_DELIVERY_EVENTS + 5];
         assert_eq!(keep_storable(&mut many), 5);
         assert_eq!(many.len(), MAX_DELIVERY_EVENTS);
         let mut few = events(3);
         assert_eq!(keep_storable(&mut few), 0);
+        let mut event = events(1).remove(0);
+        event.description = Some("d".repeat(8192));
+        let mut big = vec![event; 5_000];
+        let dropped = keep_storable(&mut big);
+        assert!(dropped > 0 && big.len() as u64 + dropped == 5_000, "the byte bound applies too: {dropped}");
     }
 }
