@@ -76,18 +76,18 @@ async fn a_thousand_alert_group_is_accepted_whole_with_its_truncation_recorded()
     assert!(events.iter().all(|e| e["status"] == "accepted"));
     assert_eq!(accepted["truncated"], serde_json::json!({"by_provider": 37, "by_host": 0}));
 
-    let incidents: Value = client
-        .get(format!("{}/api/v1/incidents?limit=1000", server.url))
+    let incidents: Value =
+        client.get(format!("{}/api/v1/incidents?limit=1000", server.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(incidents["incidents"].as_array().unwrap().len(), 1_000, "one Incident per alert");
+    let event_id = events[999]["event_id"].as_str().unwrap();
+    let event: Value = client
+        .get(format!("{}/api/v1/alert-events/{event_id}", server.url))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    assert_eq!(incidents["incidents"].as_array().unwrap().len(), 1_000, "one Incident per alert");
-    let event_id = events[999]["event_id"].as_str().unwrap();
-    let event: Value =
-        client.get(format!("{}/api/v1/alert-events/{event_id}", server.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(event["event"]["labels"]["pod"], "cart-7d9f-00999");
 
     // The AlertSource status (`/api/v1/resources`) shows these counters.

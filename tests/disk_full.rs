@@ -100,14 +100,8 @@ struct Answer {
 }
 
 async fn post(client: &reqwest::Client, url: &str, body: String) -> Answer {
-    let response = client
-        .post(url)
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response =
+        client.post(url).bearer_auth(TOKEN).header("content-type", "application/json").body(body).send().await.unwrap();
     let status = response.status().as_u16();
     let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
     Answer { status, retry_after, body: response.json().await.unwrap_or(Value::Null) }
@@ -248,8 +242,7 @@ async fn a_full_volume_refuses_with_507_degrades_health_and_recovers_without_res
     assert!(healthy.is_some(), "health returns to ok: {}", health(&client, &server.url).await);
     let after_chat = chat(&client, &server.url).await;
     assert_ne!(after_chat.status, 507, "chat records Runs again: {}", after_chat.body);
-    let runs: Value =
-        client.get(format!("{}/api/v1/runs", server.url)).send().await.unwrap().json().await.unwrap();
+    let runs: Value = client.get(format!("{}/api/v1/runs", server.url)).send().await.unwrap().json().await.unwrap();
     assert!(runs["runs"].as_array().is_some_and(|r| !r.is_empty()), "the chat's Run is recorded: {runs}");
 
     println!(
@@ -271,7 +264,8 @@ async fn a_full_volume_refuses_with_507_degrades_health_and_recovers_without_res
     let write_failed = std::fs::read_to_string(&journal).unwrap().matches("\"kind\":\"journal.write_failed\"").count();
     assert!(write_failed >= 1, "the outage is recorded in the chain");
     for path in [data.join("audit/akritas.jsonl"), journal.clone()] {
-        let verified = Command::new(env!("CARGO_BIN_EXE_akritas")).args(["audit", "verify"]).arg(&path).output().unwrap();
+        let verified =
+            Command::new(env!("CARGO_BIN_EXE_akritas")).args(["audit", "verify"]).arg(&path).output().unwrap();
         assert!(verified.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&verified.stderr));
     }
     let incidents: Value =

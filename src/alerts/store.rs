@@ -77,7 +77,6 @@ pub enum AlertStoreError {
     Throttled(#[from] Throttled),
 }
 
-
 /// The durable alert store.
 pub struct AlertStore {
     journal: Journal,
@@ -116,9 +115,8 @@ impl AlertStore {
     ) -> Result<AlertStore, AlertStoreError> {
         let (journal, replay) = Journal::open(path, JournalOptions::default())?;
         let legacy = std::cell::RefCell::new(BTreeMap::new());
-        let resolve = |name: &str| {
-            legacy.borrow_mut().entry(name.to_string()).or_insert_with(|| legacy_namespace(name)).clone()
-        };
+        let resolve =
+            |name: &str| legacy.borrow_mut().entry(name.to_string()).or_insert_with(|| legacy_namespace(name)).clone();
         let state = State { admission: Admission::new(limits), ..State::default() };
         let state = replay_state(&replay.records, state, &resolve).map_err(|e| inconsistent(path, e))?;
         let store = AlertStore {
@@ -196,7 +194,12 @@ impl AlertStore {
         drop(state);
         // What the worker could not record is undone; it says so again if it still cannot.
         self.report_worker_problem(None);
-        tracing::info!(component = "akritas_alerts", event = "journal_recovered", records = replay.records.len(), "the alert journal writes again; state rebuilt from it");
+        tracing::info!(
+            component = "akritas_alerts",
+            event = "journal_recovered",
+            records = replay.records.len(),
+            "the alert journal writes again; state rebuilt from it"
+        );
         self.wake();
         Ok(())
     }
@@ -474,7 +477,6 @@ impl AlertStore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
-
 
 /// Checks an alert journal without opening it for writing: the hash chain and line
 /// bounds, then the same strict replay `serve` runs at start (sources of records older

@@ -234,6 +234,10 @@ mod tests {
 
         let mut v = json();
         v["alerts"] = serde_json::Value::Array(vec![v["alerts"][1].clone(); 1_000]);
-        assert_eq!(GenericAdapter.decode(v.to_string().as_bytes(), &ctx()).unwrap().len(), 1_000, "never refused for its size");
+        assert_eq!(
+            GenericAdapter.decode(v.to_string().as_bytes(), &ctx()).unwrap().len(),
+            1_000,
+            "never refused for its size"
+        );
     }
 }
