@@ -1,7 +1,8 @@
-//! A poisoned alert journal (a write failed, so the store refuses every change until
-//! a restart) must not spin the investigation worker: it backs off, and `/health`
-//! says the alert pipeline is degraded and why. The journal write is made to fail
-//! for real with `RLIMIT_FSIZE`, which is process-wide, so this file holds one test.
+//! An alert journal that cannot be written (a write failed and keeps failing, so the
+//! store refuses every change) must not spin the investigation worker: it backs off,
+//! and `/health` says the alert pipeline is degraded and why; once writes succeed
+//! again the store recovers without a restart. The journal write is made to fail for
+//! real with `RLIMIT_FSIZE`, which is process-wide, so this file holds one test.
 
 use akritas_testkit as support;
 
@@ -56,11 +57,10 @@ async fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
     let first = store.ingest("ops", "am", events("2026-11-29T22:41:16Z")).await.unwrap();
     assert!(first.events[0].job_id.is_some(), "a pending job exists");
 
-    // The next journal write fails (EFBIG instead of SIGXFSZ), which poisons the store.
+    // Every journal write fails from now on (EFBIG instead of SIGXFSZ), until the limit is lifted.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     limit_file_size(std::fs::metadata(&path).unwrap().len());
     let failed = store.ingest("ops", "am", events("2026-11-29T23:41:16Z")).await;
-    limit_file_size(libc::RLIM_INFINITY);
     assert!(failed.is_err(), "the write must fail: {failed:?}");
 
     let settings = WorkerSettings {
@@ -82,14 +82,14 @@ async fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     let (cpu, wall) = (cpu_time() - cpu, wall.elapsed());
     let share = cpu.as_secs_f64() / wall.as_secs_f64();
-    println!("worker on a poisoned store: {cpu:?} CPU in {wall:?} ({:.2}% of one core)", share * 100.0);
-    assert!(share < 0.05, "the worker used {:.1}% CPU on a poisoned store", share * 100.0);
+    println!("worker on an unwritable store: {cpu:?} CPU in {wall:?} ({:.2}% of one core)", share * 100.0);
+    assert!(share < 0.05, "the worker used {:.1}% CPU on an unwritable store", share * 100.0);
 
     let server = host::serve_with(
         host::engine(&llm, host::settings(), host::standard_tools().0, catalog, None, None),
         host::catalog_from(data.path()),
         ApiKeys::default(),
-        Some(store),
+        Some(store.clone()),
         secrets,
     )
     .await;
@@ -99,6 +99,17 @@ async fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
     let reason = health["degraded"][0]["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("alert journal"), "the reason says what failed: {health}");
     assert!(health["catalog"]["version"].is_number(), "the other fields stay: {health}");
+
+    // Writes succeed again: the store recovers by itself (here through /health).
+    limit_file_size(libc::RLIM_INFINITY);
+    let recovered = support::poll(Duration::from_secs(10), || async {
+        let health: Value = reqwest::get(format!("{}/health", server.url)).await.ok()?.json().await.ok()?;
+        (health["status"] == "ok").then_some(health)
+    })
+    .await;
+    assert!(recovered.is_some(), "health returns to ok once the journal can be written");
+    let again = store.ingest("ops", "am", events("2026-11-30T00:41:16Z")).await;
+    assert!(again.is_ok(), "deliveries are stored again without a restart: {again:?}");
     cancel.cancel();
     running.await.unwrap();
 }

@@ -8,6 +8,8 @@ pub mod correlate;
 pub mod delivery;
 pub mod event;
 pub mod job;
+pub mod record;
+mod state;
 pub mod store;
 pub mod worker;
 

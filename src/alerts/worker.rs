@@ -6,7 +6,7 @@
 //! production writes) fails the job at once. Every state change is journaled before
 //! the next step, so a restart resumes interrupted jobs and unsent notifications
 //! without running an investigation twice after it succeeded. When a state change
-//! cannot be recorded (a poisoned journal), the worker pauses with a bounded
+//! cannot be recorded (the alert journal cannot be written), the worker pauses with a bounded
 //! exponential backoff instead of retrying at once, and `/health` says why.
 //!
 //! Tenancy: the investigation Run carries the AlertSource's namespace, and the

@@ -292,7 +292,7 @@ impl AuditLog {
     pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
         let (journal, replay) = Journal::open(path, JournalOptions::default())?;
         for record in &replay.recovered {
-            tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered after a crash");
+            tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered (a torn tail after a crash, or writes resumed after a failed write)");
         }
         let state = replay_records(path, &replay.records)?;
         let shared = Shared {
@@ -307,6 +307,19 @@ impl AuditLog {
     /// The journal path.
     pub fn path(&self) -> &Path {
         self.shared.journal.path()
+    }
+
+    /// Why the audit journal refuses writes now (a write failed: disk full, read-only
+    /// volume), if it does.
+    pub fn write_failure(&self) -> Option<String> {
+        self.shared.journal.failure()
+    }
+
+    /// Gets the journal writing again after a failed write, if the storage allows. The
+    /// state needs no rebuild: a record is applied only after it was stored. Every write
+    /// tries this first while the journal refuses, so Runs recover without a restart.
+    pub async fn recover(&self) -> Result<(), AuditError> {
+        Ok(self.shared.journal.recover().await?)
     }
 
     /// Opens a Run.
@@ -341,7 +354,7 @@ impl AuditLog {
         // the journal and the state together if the caller goes away.
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            let record = shared.journal.append("run_started", &data).await?;
+            let record = shared.append("run_started", &data).await?;
             shared.apply_record(&record)
         })
         .await
@@ -437,7 +450,7 @@ impl AuditLog {
                 let run = state.runs.get(&id).ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
                 build(run)?
             };
-            let record = shared.journal.append(kind, &data).await?;
+            let record = shared.append(kind, &data).await?;
             shared.apply_record(&record)?;
             Ok(record)
         })
@@ -523,6 +536,14 @@ impl AuditLog {
 }
 
 impl Shared {
+    /// Appends one record, first getting the journal writing again if a write failed.
+    async fn append(&self, kind: &str, data: &Value) -> Result<Record, JournalError> {
+        if self.journal.failure().is_some() {
+            self.journal.recover().await?;
+        }
+        self.journal.append(kind, data).await
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -534,6 +555,14 @@ impl Shared {
             seq: record.seq,
             reason,
         })
+    }
+}
+
+impl AuditError {
+    /// Whether the journal could not be written (disk full, read-only volume): the
+    /// record was not stored and a later write may succeed.
+    pub fn is_unwritable(&self) -> bool {
+        matches!(self, AuditError::Journal(error) if error.is_unwritable())
     }
 }
 

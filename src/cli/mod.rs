@@ -71,8 +71,9 @@ pub struct AuditArgs {
 /// Audit subcommands.
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
-    /// Verify an audit journal without changing it: the hash chain, then the same replay `serve` runs at
-    /// start (event order, Run lifecycle, evidence); exit 1 when either fails.
+    /// Verify an audit journal (or an alert journal) without changing it: the hash chain, then the same
+    /// replay `serve` runs at start (event order, Run lifecycle, evidence; correlation for alerts); exit 1
+    /// when either fails.
     Verify {
         /// Journal file.
         #[arg(value_name = "PATH", default_value = "data/audit/akritas.jsonl")]
@@ -163,8 +164,14 @@ fn unavailable(command: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Verifies an audit journal, or an alert journal (recognised by its first record).
 fn verify_journal(path: &std::path::Path) -> ExitCode {
-    match crate::audit::verify(path) {
+    let verified = crate::audit::verify(path).map_err(|e| e.to_string()).or_else(|audit_error| {
+        let alerts = crate::journal::read(path)
+            .is_ok_and(|(_, replay)| replay.records.first().is_some_and(|r| r.kind.starts_with("alerts.")));
+        if alerts { crate::alerts::store::verify(path).map_err(|e| e.to_string()) } else { Err(audit_error) }
+    });
+    match verified {
         Ok(report) => {
             println!(
                 "{}: {} records verified and replayed, last seq {}, last hash {}",

@@ -335,7 +335,7 @@ pub enum RunError {
         /// Why.
         error: StructureError,
     },
-    /// The audit journal could not record the Run (HTTP 503).
+    /// The audit journal could not record the Run (HTTP 503; 507 when it cannot be written).
     #[error("audit journal unavailable: {0}")]
     Audit(#[from] AuditError),
     /// The follow-up target does not exist (HTTP 404).

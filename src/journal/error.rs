@@ -1,7 +1,7 @@
 //! The one error type of the journal.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while opening, appending to or verifying a journal.
 #[derive(Debug, thiserror::Error)]
@@ -45,17 +45,17 @@ pub enum JournalError {
     /// The journal was closed (or its writer stopped); no more appends are accepted.
     #[error("journal is closed")]
     Closed,
-    /// An earlier write or fsync failed, so the on-disk state is unknown and the journal refuses further appends.
-    #[error(
-        "journal {path} refuses appends: an earlier write failed ({reason}), so its on-disk state is unknown; \
-         reopen it to verify",
-        path = path.display()
-    )]
-    Poisoned {
+    /// A write or fsync failed (no space left, a read-only filesystem, an I/O error), now or earlier: the
+    /// record was not stored. The file was cut back to its last committed record; appends are refused until
+    /// a recovery writes again.
+    #[error("{}", unwritable_message(path, reason, *kind))]
+    Unwritable {
         /// The journal file.
         path: PathBuf,
-        /// The failure that poisoned it.
+        /// The failed operation's error.
         reason: String,
+        /// Its kind (`StorageFull`, `ReadOnlyFilesystem`, ...).
+        kind: io::ErrorKind,
     },
 }
 
@@ -63,4 +63,29 @@ impl JournalError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         Self::Io { path: path.into(), source }
     }
+
+    /// Whether this is a failure to write (disk full, read-only, I/O), which goes away once the storage
+    /// can be written again; not a bad record or a closed journal.
+    pub fn is_unwritable(&self) -> bool {
+        matches!(self, Self::Unwritable { .. })
+    }
+}
+
+/// What to do about a failed write, by its cause, naming the journal's directory.
+fn unwritable_message(path: &Path, reason: &str, kind: io::ErrorKind) -> String {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let fix = match kind {
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::FileTooLarge => {
+            format!("free space on the volume of {}", dir.display())
+        }
+        io::ErrorKind::ReadOnlyFilesystem | io::ErrorKind::PermissionDenied => {
+            format!("make {} writable again", dir.display())
+        }
+        _ => format!("check the volume of {}", dir.display()),
+    };
+    format!(
+        "journal {} cannot be written ({reason}); this record was not stored. {fix}: writes resume by themselves, \
+         without a restart, once the storage accepts them",
+        path.display()
+    )
 }

@@ -11,6 +11,10 @@
 //!   line over `max_record_bytes` (the writer's own bound), found without holding it in memory. A torn final
 //!   line (no trailing newline, from a crash mid-write) is truncated and recorded as an internal
 //!   `journal.torn_tail_truncated` record.
+//! * A failed write or fsync (disk full, read-only filesystem) fails its batch with
+//!   [`JournalError::Unwritable`], cuts the file back to the last committed record (the failed records are
+//!   never chained) and refuses appends until [`Journal::recover`] writes an internal `journal.write_failed`
+//!   record; no restart is needed.
 //! * [`verify`] checks a file without modifying it (`akritas audit verify PATH`).
 
 mod error;
@@ -25,7 +29,7 @@ use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
@@ -34,7 +38,7 @@ pub use error::JournalError;
 pub use scan::{TornTail, VerifyReport, read, verify};
 
 use format::{TORN_TAIL_KIND, check_app_kind, min_line_len};
-use writer::{Command, Committed, Entry, Writer};
+use writer::{Command, Committed, Entry, SharedFailure, Writer};
 
 /// Default limit on one serialized record line: 4 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 4 << 20;
@@ -97,6 +101,7 @@ pub struct Journal {
 struct Inner {
     path: PathBuf,
     max_record_bytes: usize,
+    failure: SharedFailure,
     tx: Option<mpsc::Sender<Command>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -171,6 +176,7 @@ impl Journal {
         );
         let mut replay = outcome.replay;
 
+        let failure: SharedFailure = Arc::new(Mutex::new(None));
         let mut writer = Writer {
             file,
             path: path.to_owned(),
@@ -178,7 +184,9 @@ impl Journal {
             prev: outcome.report.last_hash.clone(),
             clock: options.clock,
             max_record_bytes: options.max_record_bytes,
-            poisoned: None,
+            len: outcome.valid_len,
+            failed: None,
+            shared: failure.clone(),
         };
 
         if let Some(torn) = outcome.report.torn_tail {
@@ -216,6 +224,7 @@ impl Journal {
         let inner = Inner {
             path: path.to_owned(),
             max_record_bytes: options.max_record_bytes,
+            failure,
             tx: Some(tx),
             thread: Some(thread),
         };
@@ -278,8 +287,28 @@ impl Journal {
         Ok(Self::finish(kind, data, committed))
     }
 
+    /// Why appends are refused now (a write failed and no recovery has written since), if they are.
+    pub fn failure(&self) -> Option<String> {
+        let failure = self.inner.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.as_ref().map(|f| {
+            JournalError::Unwritable { path: self.inner.path.clone(), reason: f.reason.clone(), kind: f.kind }
+                .to_string()
+        })
+    }
+
+    /// After a failed write: cuts the file back to the last committed record, writes an internal
+    /// `journal.write_failed` record and, once that is fsynced, accepts appends again. Everything queued
+    /// before this call has its answer first. Does nothing (and writes nothing) when no write failed; fails
+    /// with [`JournalError::Unwritable`] while the storage still refuses.
+    pub async fn recover(&self) -> Result<(), JournalError> {
+        let (reply, rx) = oneshot::channel();
+        let tx = self.inner.tx.as_ref().ok_or(JournalError::Closed)?;
+        tx.send(Command::Recover(reply)).map_err(|_| JournalError::Closed)?;
+        rx.await.map_err(|_| JournalError::Closed)?
+    }
+
     /// Flushes all pending appends and stops the writer thread. Other clones then get [`JournalError::Closed`].
-    /// Fails with [`JournalError::Poisoned`] if an earlier write failed.
+    /// Fails with [`JournalError::Unwritable`] if a write failed and no recovery has written since.
     pub async fn close(self) -> Result<(), JournalError> {
         let (reply, rx) = oneshot::channel();
         let tx = self.inner.tx.as_ref().ok_or(JournalError::Closed)?;

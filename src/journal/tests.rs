@@ -1,4 +1,4 @@
-use std::fs;
+use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -372,31 +372,71 @@ fn invalid_kinds_are_rejected() {
     assert_eq!(fs::read_to_string(&path).unwrap().lines().count(), 5);
 }
 
-#[test]
-fn write_failure_poisons_the_writer() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ro.jsonl");
-    fs::write(&path, b"").unwrap();
-    let file = File::open(&path).unwrap(); // read-only: writes fail
-    let mut w = Writer {
+fn writer_over(file: File, path: &Path) -> Writer {
+    Writer {
         file,
-        path: path.clone(),
+        path: path.to_owned(),
         next_seq: 1,
         prev: GENESIS_PREV.to_owned(),
         clock: test_options().clock,
         max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
-        poisoned: None,
-    };
-    let entry = || Entry { kind: "audit.x".to_owned(), data_json: "{}".to_owned(), limited: true };
+        len: 0,
+        failed: None,
+        shared: Arc::new(Mutex::new(None)),
+    }
+}
+
+fn entry() -> Entry {
+    Entry { kind: "audit.x".to_owned(), data_json: "{}".to_owned(), limited: true }
+}
+
+#[test]
+fn a_failed_write_refuses_appends_until_a_recovery_writes_and_chains_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.jsonl");
+    fs::write(&path, b"").unwrap();
+    // Read-only handle: writes (and the truncation) fail as on a read-only filesystem.
+    let mut w = writer_over(File::open(&path).unwrap(), &path);
     let results = w.commit(vec![entry(), entry()]);
     assert_eq!(results.len(), 2);
-    assert!(results.iter().all(|r| matches!(r, Err(JournalError::Io { .. }))));
-    assert_eq!(w.next_seq, 1, "failed batch must not advance the chain");
-    let again = w.commit(vec![entry()]);
-    match &again[0] {
-        Err(e @ JournalError::Poisoned { .. }) => assert!(e.to_string().contains("on-disk state is unknown")),
-        other => panic!("expected Poisoned, got {:?}", other.as_ref().err()),
+    assert!(results.iter().all(|r| matches!(r, Err(JournalError::Unwritable { .. }))));
+    assert_eq!(w.next_seq, 1, "a failed batch must not advance the chain");
+    match &w.commit(vec![entry()])[0] {
+        Err(e @ JournalError::Unwritable { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("was not stored") && text.contains(&dir.path().display().to_string()), "{text}");
+        }
+        other => panic!("expected Unwritable, got {:?}", other.as_ref().err()),
     }
+    assert!(w.shared.lock().unwrap().is_some(), "the failure is visible outside the thread");
+    assert!(w.recover().is_err(), "recovery fails while the storage still refuses");
+    assert_eq!(w.failed.as_ref().map(|f| f.refused), Some(3), "every refused record is counted");
+
+    // The storage accepts writes again (and a failed write left partial bytes behind).
+    w.file = OpenOptions::new().read(true).append(true).open(&path).unwrap();
+    fs::write(&path, b"{\"seq\":1,\"ti").unwrap();
+    w.recover().unwrap();
+    assert!(w.shared.lock().unwrap().is_none());
+    w.commit(vec![entry()]).pop().unwrap().unwrap();
+    drop(w);
+    let (report, replay) = read(&path).unwrap();
+    assert_eq!(report.records, 2, "the partial bytes are gone, nothing failed was chained");
+    assert_eq!(replay.recovered[0].kind, "journal.write_failed");
+    assert_eq!(replay.recovered[0].data["offset"], 0);
+    assert_eq!(replay.recovered[0].data["refused"], 3);
+    assert_eq!((replay.records[0].seq, replay.records[0].kind.as_str()), (2, "audit.x"));
+}
+
+#[tokio::test]
+async fn recover_without_a_failure_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = journal_path(&dir);
+    let (j, _) = open(&path);
+    j.append("audit.a", &json!(1)).await.unwrap();
+    j.recover().await.unwrap();
+    assert!(j.failure().is_none());
+    j.close().await.unwrap();
+    assert_eq!(verify(&path).unwrap().records, 1);
 }
 
 #[tokio::test]

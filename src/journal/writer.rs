@@ -1,13 +1,21 @@
-//! The dedicated writer thread: group commit of pending appends with one fsync per batch.
+//! The dedicated writer thread: group commit of pending appends with one fsync per batch,
+//! and recovery from a failed write (disk full, read-only filesystem, I/O error).
+//!
+//! A failed write or fsync truncates the file back to the end of the last committed record,
+//! so it stays a valid journal, and the chain head stays where it was: no failed record is
+//! ever chained. From then on every append is refused, without touching the file, until the
+//! owner asks to [`Command::Recover`] (it may first have to put its own state back in step with
+//! the journal). Recovery truncates again and writes a `journal.write_failed` record; only once
+//! that write and its fsync succeed are appends accepted again.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::sync::oneshot;
 
-use super::format::encode;
+use super::format::{WRITE_FAILED_KIND, encode};
 use super::{Clock, JournalError};
 
 /// Most appends taken into one batch.
@@ -35,9 +43,24 @@ pub(crate) type AppendReply = oneshot::Sender<Result<Committed, JournalError>>;
 /// Messages to the writer thread.
 pub(crate) enum Command {
     Append(Entry, AppendReply),
+    /// Repair the file after a failed write and accept appends again (a no-op when nothing failed).
+    Recover(oneshot::Sender<Result<(), JournalError>>),
     /// Flush everything queued before it, answer, and stop.
     Close(oneshot::Sender<Result<(), JournalError>>),
 }
+
+/// Why the writer refuses appends.
+#[derive(Clone, Debug)]
+pub(crate) struct Failure {
+    /// The failed operation's error text (no path).
+    pub(crate) reason: String,
+    pub(crate) kind: io::ErrorKind,
+    /// Records refused since (including the failed batch).
+    pub(crate) refused: u64,
+}
+
+/// The writer's failure as others see it ([`super::Journal::failure`]).
+pub(crate) type SharedFailure = Arc<Mutex<Option<Failure>>>;
 
 /// Owns the file and the chain head; only ever used from one thread at a time.
 pub(crate) struct Writer {
@@ -47,8 +70,12 @@ pub(crate) struct Writer {
     pub(crate) prev: String,
     pub(crate) clock: Clock,
     pub(crate) max_record_bytes: usize,
-    /// Set after a failed write or fsync: the on-disk state is unknown.
-    pub(crate) poisoned: Option<String>,
+    /// Length of the file up to the end of the last committed record.
+    pub(crate) len: u64,
+    /// Set after a failed write or fsync, until a recovery writes again.
+    pub(crate) failed: Option<Failure>,
+    /// A copy of `failed` for readers outside the thread.
+    pub(crate) shared: SharedFailure,
 }
 
 /// The journal's name in metrics: its file stem (`audit`, `alerts`).
@@ -83,15 +110,30 @@ fn record_write(path: &std::path::Path, bytes: usize, took: std::time::Duration,
 }
 
 impl Writer {
-    fn poison_error(&self, reason: &str) -> JournalError {
-        JournalError::Poisoned { path: self.path.clone(), reason: reason.to_owned() }
+    fn unwritable(&self, failure: &Failure) -> JournalError {
+        JournalError::Unwritable { path: self.path.clone(), reason: failure.reason.clone(), kind: failure.kind }
+    }
+
+    fn set_failed(&mut self, failed: Option<Failure>) {
+        *self.shared.lock().unwrap_or_else(|p| p.into_inner()) = failed.clone();
+        self.failed = failed;
+    }
+
+    /// Cuts the file back to the end of the last committed record and makes that durable.
+    fn truncate(&mut self) -> io::Result<()> {
+        self.file.set_len(self.len)?;
+        self.file.sync_all()
     }
 
     /// Writes `entries` in order with a single fsync; returns one result per entry.
-    /// Entries over the size limit fail alone; a write/fsync failure fails the whole batch and poisons the writer.
+    /// Entries over the size limit fail alone; a write/fsync failure fails the whole batch, truncates the partial
+    /// bytes and refuses further appends until [`Writer::recover`].
     pub(crate) fn commit(&mut self, entries: Vec<Entry>) -> Vec<Result<Committed, JournalError>> {
-        if let Some(reason) = &self.poisoned {
-            return entries.iter().map(|_| Err(self.poison_error(reason))).collect();
+        if let Some(mut failure) = self.failed.take() {
+            failure.refused += entries.len() as u64;
+            let results = entries.iter().map(|_| Err(self.unwritable(&failure))).collect();
+            self.set_failed(Some(failure));
+            return results;
         }
         let mut buf = Vec::new();
         let mut results = Vec::with_capacity(entries.len());
@@ -119,19 +161,60 @@ impl Writer {
             Ok(()) => {
                 self.next_seq = seq;
                 self.prev = prev;
+                self.len += buf.len() as u64;
                 results
             }
             Err(e) => {
-                tracing::error!(path = %self.path.display(), error = %e, "journal write failed; refusing further appends");
-                self.poisoned = Some(e.to_string());
-                results
+                let written = results.iter().filter(|r| r.is_ok()).count() as u64;
+                let failure = Failure { reason: e.to_string(), kind: e.kind(), refused: written };
+                match self.truncate() {
+                    Ok(()) => tracing::error!(path = %self.path.display(), error = %e, records = written,
+                        "journal write failed; nothing of the batch is kept and appends are refused until a write succeeds again"),
+                    Err(cut) => tracing::error!(path = %self.path.display(), error = %e, truncate_error = %cut,
+                        "journal write failed and its partial bytes could not be cut off yet; recovery cuts them first"),
+                }
+                let results = results
                     .into_iter()
                     .map(|r| match r {
-                        Ok(_) => Err(JournalError::io(&self.path, io::Error::new(e.kind(), e.to_string()))),
+                        Ok(_) => Err(self.unwritable(&failure)),
                         Err(other) => Err(other),
                     })
-                    .collect()
+                    .collect();
+                self.set_failed(Some(failure));
+                results
             }
+        }
+    }
+
+    /// After a failed write: truncates to the last committed record and writes a `journal.write_failed`
+    /// record `{"offset":..,"error":..,"refused":..}`; appends are accepted again once that is fsynced.
+    /// Does nothing when no write failed.
+    pub(crate) fn recover(&mut self) -> Result<(), JournalError> {
+        let Some(mut failure) = self.failed.take() else { return Ok(()) };
+        if let Err(e) = self.truncate() {
+            failure.reason = e.to_string();
+            failure.kind = e.kind();
+            let error = self.unwritable(&failure);
+            self.set_failed(Some(failure));
+            return Err(error);
+        }
+        let data = serde_json::json!({ "offset": self.len, "error": failure.reason, "refused": failure.refused });
+        let entry = Entry { kind: WRITE_FAILED_KIND.to_owned(), data_json: data.to_string(), limited: false };
+        match self.commit(vec![entry]).pop() {
+            Some(Ok(_)) => {
+                tracing::info!(path = %self.path.display(), refused = failure.refused, "journal writes again after a failed write");
+                self.set_failed(None);
+                Ok(())
+            }
+            Some(Err(error)) => {
+                // `commit` recorded the new failure; keep the count of what was refused before.
+                if let Some(mut now) = self.failed.take() {
+                    now.refused += failure.refused;
+                    self.set_failed(Some(now));
+                }
+                Err(error)
+            }
+            None => Err(JournalError::Closed),
         }
     }
 
@@ -141,7 +224,7 @@ impl Writer {
         while let Ok(first) = rx.recv() {
             let mut entries = Vec::new();
             let mut replies = Vec::new();
-            let mut close = None;
+            let mut control = None;
             let mut bytes = 0usize;
             let mut next = Some(first);
             while let Some(cmd) = next.take() {
@@ -151,8 +234,8 @@ impl Writer {
                         entries.push(entry);
                         replies.push(reply);
                     }
-                    Command::Close(reply) => {
-                        close = Some(reply);
+                    other => {
+                        control = Some(other);
                         break;
                     }
                 }
@@ -167,16 +250,22 @@ impl Writer {
                     let _ = reply.send(result);
                 }
             }
-            if let Some(reply) = close {
-                let result = match &self.poisoned {
-                    Some(reason) => Err(self.poison_error(reason)),
-                    None => Ok(()),
-                };
-                // Release the file (and its lock) before saying it is closed, so the
-                // caller may open it again at once.
-                drop(self);
-                let _ = reply.send(result);
-                return;
+            match control {
+                Some(Command::Recover(reply)) => {
+                    let _ = reply.send(self.recover());
+                }
+                Some(Command::Close(reply)) => {
+                    let result = match &self.failed {
+                        Some(failure) => Err(self.unwritable(failure)),
+                        None => Ok(()),
+                    };
+                    // Release the file (and its lock) before saying it is closed, so the
+                    // caller may open it again at once.
+                    drop(self);
+                    let _ = reply.send(result);
+                    return;
+                }
+                Some(Command::Append(..)) | None => {}
             }
         }
     }

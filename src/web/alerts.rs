@@ -3,12 +3,16 @@
 //! alias) and the incident API. Each AlertSource authenticates its own callers, API
 //! keys play no part; nothing from a payload ever chooses a notification target or a
 //! tool. A delivery over the source's rate or the pending-job cap gets 429 with
-//! `Retry-After` and nothing of it is stored.
+//! `Retry-After` and nothing of it is stored. A delivery is never refused for being a
+//! big group. While the alert journal cannot be written (disk full, read-only volume) a
+//! delivery gets 507 Insufficient Storage with `Retry-After` and a message naming the
+//! journal's directory; nothing of it is stored, and the next delivery after space
+//! returns is stored without a restart.
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
@@ -195,15 +199,15 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
         .into_response();
     };
     let context = DecodeContext { source_type: provider, source_name: &key.name, observed_at: jiff::Timestamp::now() };
-    let events = match decoder.decode(body, &context) {
-        Ok(events) => events,
+    let decoded = match decoder.decode_delivery(body, &context) {
+        Ok(decoded) => decoded,
         Err(error) => {
             store.record_rejected(&source_key);
             publish_status(state, key);
             return ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", error.to_string()).into_response();
         }
     };
-    match store.ingest(&key.namespace, &key.name, events).await {
+    match store.ingest_delivery(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await {
         Ok(accepted) => {
             publish_status(state, key);
             let status = if accepted.events.iter().any(|e| e.status == "accepted") {
@@ -225,13 +229,9 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             }
             response
         }
-        Err(error @ AlertStoreError::TooLarge { .. }) => {
-            store.record_rejected(&source_key);
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", error.to_string()).into_response()
-        }
-        Err(
-            error @ (AlertStoreError::Poisoned | AlertStoreError::Journal(_) | AlertStoreError::Inconsistent { .. }),
-        ) => {
+        Err(AlertStoreError::Unavailable(reason)) => insufficient_storage(key, &reason),
+        Err(AlertStoreError::Journal(error)) if error.is_unwritable() => insufficient_storage(key, &error.to_string()),
+        Err(error @ (AlertStoreError::Journal(_) | AlertStoreError::Inconsistent { .. })) => {
             tracing::error!(source = %key, %error, "alert delivery not stored");
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -241,6 +241,22 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             .into_response()
         }
     }
+}
+
+/// Seconds a sender is asked to wait while the journal cannot be written.
+const STORAGE_RETRY_AFTER: &str = "10";
+
+/// 507 with `Retry-After`: the journal cannot be written; `reason` names its directory and what to do.
+fn insufficient_storage(key: &ObjectKey, reason: &str) -> Response {
+    tracing::error!(source = %key, %reason, "alert delivery not stored: the alert journal cannot be written");
+    let mut response = ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "insufficient_storage",
+        format!("nothing of this delivery was stored; retry later. {reason}"),
+    )
+    .into_response();
+    response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static(STORAGE_RETRY_AFTER));
+    response
 }
 
 /// The path a provider posts to for this source.
@@ -262,6 +278,8 @@ pub fn source_status(store: &crate::alerts::store::AlertStore, key: &ObjectKey) 
         "accepted": counters.accepted,
         "duplicate": counters.duplicate,
         "rejected": counters.rejected,
+        "truncatedAlerts": counters.truncated_by_provider,
+        "truncatedByHost": counters.truncated_by_host,
     })
 }
 

@@ -129,12 +129,25 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog.current();
     let board = state.board.get();
     let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
-    let degraded: Vec<Value> = state
-        .alerts
-        .iter()
-        .filter_map(|alerts| alerts.degraded())
-        .map(|reason| json!({"component": "alerts", "reason": reason}))
-        .collect();
+    let mut degraded = Vec::new();
+    if let Some(alerts) = &state.alerts
+        && let Some(reason) = alerts.degraded()
+    {
+        // A journal that failed a write is retried in the background (at most once a
+        // second), so the host recovers when space returns even with no traffic.
+        let alerts = alerts.clone();
+        tokio::spawn(async move { alerts.recover().await });
+        degraded.push(json!({"component": "alerts", "reason": reason}));
+    }
+    if let Some(audit) = state.engine.audit()
+        && let Some(reason) = audit.write_failure()
+    {
+        let audit = audit.clone();
+        tokio::spawn(async move { audit.recover().await });
+        degraded.push(json!({"component": "audit", "reason": format!(
+            "{reason}; chats and follow-ups get 507 and Runs cannot be recorded until a write succeeds again"
+        )}));
+    }
     Json(json!({
         "status": if degraded.is_empty() { "ok" } else { "degraded" },
         "degraded": degraded,

@@ -169,10 +169,14 @@ fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     match result {
         Ok(outcome) => Json(outcome_json(&outcome, debug)).into_response(),
         Err(error) => {
-            let busy = matches!(error, RunError::Busy { .. });
+            let retry_after = match &error {
+                RunError::Busy { .. } => Some("5"),
+                RunError::Audit(audit) if audit.is_unwritable() => Some("10"),
+                _ => None,
+            };
             let mut response = run_error(error).into_response();
-            if busy {
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            if let Some(seconds) = retry_after {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
             }
             response
         }
@@ -215,6 +219,8 @@ pub fn outcome_json(outcome: &RunOutcome, debug: bool) -> Value {
 pub fn run_error(error: RunError) -> ApiError {
     let status = match &error {
         RunError::Invalid(_) => StatusCode::BAD_REQUEST,
+        // The audit journal cannot be written (disk full, read-only volume): nothing was recorded.
+        RunError::Audit(audit) if audit.is_unwritable() => StatusCode::INSUFFICIENT_STORAGE,
         RunError::Busy { .. } | RunError::Audit(_) => StatusCode::SERVICE_UNAVAILABLE,
         RunError::Budget { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         RunError::Upstream { .. } | RunError::Model { .. } | RunError::Structure { .. } => StatusCode::BAD_GATEWAY,

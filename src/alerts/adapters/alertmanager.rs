@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::Deserialize;
 
-use super::{Adapter, AdapterError, DecodeContext, check_body, check_count, json_error, parse_rfc3339};
+use super::{Adapter, AdapterError, DecodeContext, Decoded, check_body, check_count, json_error, parse_rfc3339};
 use crate::alerts::event::{Entity, Event, EventState, Link, Severity};
 
 pub struct AlertmanagerAdapter;
@@ -164,6 +164,10 @@ impl Adapter for AlertmanagerAdapter {
     }
 
     fn decode(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Vec<Event>, AdapterError> {
+        self.decode_delivery(body, ctx).map(|decoded| decoded.events)
+    }
+
+    fn decode_delivery(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Decoded, AdapterError> {
         check_body(body)?;
         let hook: Webhook = serde_json::from_slice(body).map_err(json_error)?;
         if hook.version != "4" {
@@ -183,7 +187,8 @@ impl Adapter for AlertmanagerAdapter {
             common_annotations: &hook.common_annotations,
             external_url: &hook.external_url,
         };
-        hook.alerts
+        let events = hook
+            .alerts
             .iter()
             .enumerate()
             .map(|(i, a)| {
@@ -203,7 +208,8 @@ impl Adapter for AlertmanagerAdapter {
                 };
                 map_alert(i, &alert, &group, ctx)
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Decoded { events, truncated_by_provider: hook.truncated_alerts.unsigned_abs() })
     }
 }
 
@@ -348,13 +354,13 @@ mod tests {
     }
 
     #[test]
-    fn too_many_alerts_rejected_and_oversized_strings_truncated() {
+    fn big_groups_decode_whole_with_the_providers_truncation_and_oversized_strings_truncated() {
         let mut v = json(FIRING);
         let alert = v["alerts"][0].clone();
-        v["alerts"] = serde_json::Value::Array(vec![alert.clone(); 129]);
-        assert_eq!(decode(&v.to_string()), Err(AdapterError::TooManyEvents { count: 129, max: 128 }));
-        v["alerts"] = serde_json::Value::Array(vec![alert; 128]);
-        assert_eq!(decode(&v.to_string()).unwrap().len(), 128);
+        v["alerts"] = serde_json::Value::Array(vec![alert; 1_000]);
+        v["truncatedAlerts"] = 250.into();
+        let decoded = AlertmanagerAdapter.decode_delivery(v.to_string().as_bytes(), &ctx()).unwrap();
+        assert_eq!((decoded.events.len(), decoded.truncated_by_provider), (1_000, 250));
 
         let mut v = json(FIRING);
         v["alerts"][0]["annotations"]["summary"] = "s".repeat(10_000).into();

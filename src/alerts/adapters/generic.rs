@@ -233,10 +233,11 @@ mod tests {
         );
 
         let mut v = json();
-        v["alerts"] = serde_json::Value::Array(vec![v["alerts"][1].clone(); 129]);
+        v["alerts"] = serde_json::Value::Array(vec![v["alerts"][1].clone(); 1_000]);
         assert_eq!(
-            GenericAdapter.decode(v.to_string().as_bytes(), &ctx()),
-            Err(AdapterError::TooManyEvents { count: 129, max: 128 })
+            GenericAdapter.decode(v.to_string().as_bytes(), &ctx()).unwrap().len(),
+            1_000,
+            "never refused for its size"
         );
     }
 }

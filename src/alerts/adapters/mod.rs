@@ -1,7 +1,9 @@
 //! Provider adapters (upstream §6.2): one module per provider, registered in [`adapter`].
 //!
-//! Every adapter turns a raw webhook body into 1..=[`MAX_EVENTS`] normalised [`Event`]s. Source type is
-//! the adapter's provider name unless the caller overrides it; source name always comes from configuration.
+//! Every adapter turns a raw webhook body into one or more normalised [`Event`]s: as many as the body carries
+//! (the body limit bounds them; the store records what it cannot keep, never a 4xx for a big group). Source
+//! type is the adapter's provider name unless the caller overrides it; source name always comes from
+//! configuration.
 
 use jiff::Timestamp;
 use serde_json::Value;
@@ -14,8 +16,6 @@ pub mod grafana;
 pub mod pingdom;
 pub mod uptime_kuma;
 
-/// Events accepted per delivery.
-pub const MAX_EVENTS: usize = 128;
 /// Body limit enforced by ingress (upstream reads ≤ 1 MiB); adapters re-check it defensively.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
@@ -27,8 +27,6 @@ pub enum AdapterError {
     InvalidPayload { field: String, reason: String },
     #[error("payload contains no events")]
     NoEvents,
-    #[error("too many events: {count} (maximum {max})")]
-    TooManyEvents { count: usize, max: usize },
     #[error("unsupported payload version {0:?}")]
     UnsupportedVersion(String),
     #[error("body too large: {size} bytes (maximum {max})")]
@@ -55,12 +53,27 @@ pub struct DecodeContext<'a> {
     pub observed_at: Timestamp,
 }
 
+/// One decoded delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// The events, in payload order.
+    pub events: Vec<Event>,
+    /// Alerts the provider says it left out of this delivery (Alertmanager's `truncatedAlerts`, set by its
+    /// `max_alerts`); 0 for providers that do not say.
+    pub truncated_by_provider: u64,
+}
+
 pub trait Adapter: Send + Sync {
     /// Provider / source type name (`alertmanager`, `grafana`, `generic`, `uptime-kuma`, `pingdom`).
     fn provider(&self) -> &'static str;
 
     /// Decode and normalise one delivery body.
     fn decode(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Vec<Event>, AdapterError>;
+
+    /// [`Adapter::decode`] with what the provider says it left out.
+    fn decode_delivery(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Decoded, AdapterError> {
+        Ok(Decoded { events: self.decode(body, ctx)?, truncated_by_provider: 0 })
+    }
 }
 
 static ALERTMANAGER: alertmanager::AlertmanagerAdapter = alertmanager::AlertmanagerAdapter;
@@ -93,11 +106,7 @@ pub(crate) fn check_body(body: &[u8]) -> Result<(), AdapterError> {
 }
 
 pub(crate) fn check_count(count: usize) -> Result<(), AdapterError> {
-    match count {
-        0 => Err(AdapterError::NoEvents),
-        n if n > MAX_EVENTS => Err(AdapterError::TooManyEvents { count: n, max: MAX_EVENTS }),
-        _ => Ok(()),
-    }
+    if count == 0 { Err(AdapterError::NoEvents) } else { Ok(()) }
 }
 
 pub(crate) fn json_error(err: serde_json::Error) -> AdapterError {
@@ -164,7 +173,6 @@ mod tests {
         assert_eq!(check_body(b"  \n"), Err(AdapterError::payload("body", "empty")));
         assert!(matches!(check_body(&vec![b' '; MAX_BODY_BYTES + 1]), Err(AdapterError::BodyTooLarge { .. })));
         assert_eq!(check_count(0), Err(AdapterError::NoEvents));
-        assert_eq!(check_count(129), Err(AdapterError::TooManyEvents { count: 129, max: 128 }));
-        assert!(check_count(128).is_ok());
+        assert!(check_count(10_000).is_ok(), "a big group is never refused for its size");
     }
 }

@@ -1,0 +1,227 @@
+//! The journal record of a delivery, and how a big delivery is kept: whole, in as many
+//! records as its events need (each under the journal's line limit), up to a per-delivery
+//! bound on events and bytes past which the rest is counted as truncated, never refused.
+//! Pure: sizes are computed from the values.
+
+use serde::{Deserialize, Serialize};
+
+use super::event::Event;
+use super::job::ItemOutcome;
+
+/// Delivery record version: 2 adds the source namespace and job sharing.
+pub(crate) const RECORD_VERSION: u32 = 2;
+/// Upper bound of the ids and outcome a delivery record adds per event.
+const RECORD_OVERHEAD_PER_EVENT: usize = 384;
+/// Room left in each record for the journal envelope and the record's own fields.
+const RECORD_ENVELOPE: usize = 16 << 10;
+/// Most events one delivery stores; more are accepted and counted as truncated by the host.
+pub const MAX_DELIVERY_EVENTS: usize = 10_000;
+/// Most bytes (events with their outcome, as journaled) one delivery stores; the events past
+/// it are accepted and counted as truncated by the host.
+pub const MAX_DELIVERY_BYTES: usize = 32 << 20;
+
+/// One delivery, or one part of a delivery that needs several records.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DeliveryRecord {
+    /// Absent (1) in journals written before namespaces.
+    #[serde(default = "first_version")]
+    pub(crate) version: u32,
+    pub(crate) delivery_id: String,
+    /// Name of the AlertSource.
+    pub(crate) source: String,
+    /// Its namespace (empty in version 1).
+    #[serde(default)]
+    pub(crate) namespace: String,
+    /// RFC 3339 time the host received it.
+    #[serde(default)]
+    pub(crate) received_at: String,
+    /// Which part of the delivery this record is, when it needed several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) part: Option<Part>,
+    /// What the delivery did not carry or the host did not keep (first part only).
+    #[serde(default, skip_serializing_if = "Truncation::is_none")]
+    pub(crate) truncated: Truncation,
+    pub(crate) items: Vec<DeliveryItem>,
+}
+
+/// `index` (from 1) of `of` records of one delivery.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub(crate) index: u32,
+    pub(crate) of: u32,
+}
+
+/// Alerts of a delivery that are not stored, and why.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Truncation {
+    /// Alerts the provider left out of the payload (Alertmanager's `truncatedAlerts`).
+    #[serde(default)]
+    pub by_provider: u64,
+    /// Events this host accepted but did not store, over [`MAX_DELIVERY_EVENTS`] or [`MAX_DELIVERY_BYTES`].
+    #[serde(default)]
+    pub by_host: u64,
+}
+
+impl Truncation {
+    /// Whether nothing was left out.
+    pub fn is_none(&self) -> bool {
+        self.by_provider == 0 && self.by_host == 0
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DeliveryItem {
+    pub(crate) outcome: ItemOutcome,
+    pub(crate) event: Event,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+/// Keeps the longest prefix of `events` within [`MAX_DELIVERY_EVENTS`] and
+/// [`MAX_DELIVERY_BYTES`]; returns how many were dropped.
+pub(crate) fn keep_storable(events: &mut Vec<Event>) -> u64 {
+    let mut bytes = 0usize;
+    let mut keep = 0usize;
+    for event in events.iter().take(MAX_DELIVERY_EVENTS) {
+        bytes = bytes.saturating_add(event_size(event));
+        if bytes > MAX_DELIVERY_BYTES {
+            break;
+        }
+        keep += 1;
+    }
+    let dropped = events.len() - keep;
+    events.truncate(keep);
+    dropped as u64
+}
+
+/// Journaled size of one event with its outcome, at most.
+fn event_size(event: &Event) -> usize {
+    serde_json::to_string(event).map(|t| t.len()).unwrap_or(usize::MAX / 2).saturating_add(RECORD_OVERHEAD_PER_EVENT)
+}
+
+/// Splits `record` into parts whose data each fit a journal line of `max_record_bytes`,
+/// items in order; one record (without `part`) when it fits whole. One event always fits:
+/// its fields are bounded far below the line limit.
+pub(crate) fn split(mut record: DeliveryRecord, max_record_bytes: usize) -> Vec<DeliveryRecord> {
+    let budget = max_record_bytes.saturating_sub(RECORD_ENVELOPE);
+    let sizes: Vec<usize> =
+        record.items.iter().map(|i| serde_json::to_string(i).map(|t| t.len() + 1).unwrap_or(budget)).collect();
+    if sizes.iter().sum::<usize>() <= budget {
+        return vec![record];
+    }
+    let mut groups: Vec<Vec<DeliveryItem>> = vec![Vec::new()];
+    let mut used = 0usize;
+    for (item, size) in record.items.drain(..).zip(sizes) {
+        let current = groups.last_mut().filter(|g| g.is_empty() || used + size <= budget);
+        match current {
+            Some(group) => group.push(item),
+            None => {
+                used = 0;
+                groups.push(vec![item]);
+            }
+        }
+        used += size;
+    }
+    let of = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, items)| DeliveryRecord {
+            version: record.version,
+            delivery_id: record.delivery_id.clone(),
+            source: record.source.clone(),
+            namespace: record.namespace.clone(),
+            received_at: record.received_at.clone(),
+            part: Some(Part { index: u32::try_from(i + 1).unwrap_or(u32::MAX), of }),
+            truncated: if i == 0 { record.truncated } else { Truncation::default() },
+            items,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alerts::adapters::{DecodeContext, adapter};
+
+    const FIRING: &str = include_str!("../../tests/fixtures/alertmanager/alertmanager-webhook.json");
+
+    fn events(n: usize) -> Vec<Event> {
+        let mut body: serde_json::Value = serde_json::from_str(FIRING).unwrap();
+        let alert = body["alerts"][0].clone();
+        body["alerts"] = (0..n)
+            .map(|i| {
+                let mut a = alert.clone();
+                a["fingerprint"] = format!("{i:016x}").into();
+                a["labels"]["pod"] = format!("cart-{i}").into();
+                a
+            })
+            .collect();
+        let ctx = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
+        adapter("alertmanager").unwrap().decode(body.to_string().as_bytes(), &ctx).unwrap()
+    }
+
+    fn record(events: Vec<Event>) -> DeliveryRecord {
+        let items = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| DeliveryItem {
+                outcome: ItemOutcome {
+                    status: "accepted".into(),
+                    event_id: format!("evt_{i:032x}"),
+                    incident_id: format!("inc_{i:032x}"),
+                    job_id: Some(format!("job_{i:032x}")),
+                    shared_job: None,
+                },
+                event,
+            })
+            .collect();
+        DeliveryRecord {
+            version: RECORD_VERSION,
+            delivery_id: "dlv_1".into(),
+            source: "am".into(),
+            namespace: "ops".into(),
+            received_at: "2026-01-01T00:00:00Z".into(),
+            part: None,
+            truncated: Truncation { by_provider: 3, by_host: 0 },
+            items,
+        }
+    }
+
+    #[test]
+    fn a_delivery_that_fits_stays_one_record() {
+        let parts = split(record(events(10)), 4 << 20);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].part, None);
+    }
+
+    #[test]
+    fn a_big_delivery_splits_in_order_into_records_under_the_limit() {
+        let limit = 256 << 10;
+        let parts = split(record(events(1_000)), limit);
+        assert!(parts.len() > 1, "{} parts", parts.len());
+        let ids: Vec<String> = parts.iter().flat_map(|p| p.items.iter().map(|i| i.outcome.event_id.clone())).collect();
+        assert_eq!(ids, (0..1_000).map(|i| format!("evt_{i:032x}")).collect::<Vec<_>>(), "every event, in order");
+        for (i, part) in parts.iter().enumerate() {
+            assert_eq!(part.part, Some(Part { index: i as u32 + 1, of: parts.len() as u32 }));
+            assert!(serde_json::to_string(part).unwrap().len() <= limit - RECORD_ENVELOPE / 2);
+            assert_eq!(part.truncated.by_provider, if i == 0 { 3 } else { 0 }, "the truncation is told once");
+        }
+    }
+
+    #[test]
+    fn past_the_per_delivery_bound_events_are_counted_not_refused() {
+        let mut many = vec![events(1).remove(0); MAX_DELIVERY_EVENTS + 5];
+        assert_eq!(keep_storable(&mut many), 5);
+        assert_eq!(many.len(), MAX_DELIVERY_EVENTS);
+        let mut few = events(3);
+        assert_eq!(keep_storable(&mut few), 0);
+        let mut event = events(1).remove(0);
+        event.description = Some("d".repeat(8192));
+        let mut big = vec![event; 5_000];
+        let dropped = keep_storable(&mut big);
+        assert!(dropped > 0 && big.len() as u64 + dropped == 5_000, "the byte bound applies too: {dropped}");
+    }
+}
