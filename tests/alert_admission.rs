@@ -1,6 +1,6 @@
 //! Admission control of alert deliveries: a source may start at most
 //! `alert_source_rate` investigations per minute and the host keeps at most
-//! `alert_pending_jobs` waiting; a delivery over either is refused whole with 429 and
+//! `alert_pending_jobs` waiting; a delivery over either is refused whole with 503 and
 //! `Retry-After` before anything is stored, so its retry is decided afresh and then
 //! deduplicated like any delivery. Alerts of one correlation key share one job.
 
@@ -80,9 +80,9 @@ async fn ten_thousand_unique_keys_from_one_source_are_refused_once_the_pending_c
         let answer = post(&url, &unique_alerts(&format!("d{delivery}"), 100)).await;
         match answer.status {
             202 => accepted += 1,
-            429 => {
+            503 => {
                 refused += 1;
-                assert!(answer.retry_after.is_some_and(|s| s >= 1), "429 says when to retry");
+                assert!(answer.retry_after.is_some_and(|s| s >= 1), "503 says when to retry");
                 let message = answer.body["error"]["message"].as_str().unwrap_or_default().to_string();
                 assert!(message.contains("alert-pending-jobs"), "the message names the setting: {message}");
             }
@@ -100,7 +100,7 @@ async fn ten_thousand_unique_keys_from_one_source_are_refused_once_the_pending_c
 }
 
 #[tokio::test]
-async fn a_source_over_its_rate_gets_429_and_its_retry_is_then_accepted_once() {
+async fn a_source_over_its_rate_gets_503_and_its_retry_is_then_accepted_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap());
     let (server, _llm) = serve(store.clone(), dir.path()).await;
@@ -112,7 +112,7 @@ async fn a_source_over_its_rate_gets_429_and_its_retry_is_then_accepted_once() {
         let answer = post(&url, &body).await;
         match answer.status {
             202 => accepted += 1,
-            429 => {
+            503 => {
                 refused = Some((body, answer));
                 break;
             }
@@ -120,7 +120,7 @@ async fn a_source_over_its_rate_gets_429_and_its_retry_is_then_accepted_once() {
         }
     }
     let (body, answer) = refused.expect("the default rate of 60 new investigations per minute is enforced");
-    println!("accepted {accepted} deliveries before the first 429: {}", answer.body);
+    println!("accepted {accepted} deliveries before the first 503: {}", answer.body);
     assert!(accepted >= 60, "a full minute's worth is admitted at once");
     let message = answer.body["error"]["message"].as_str().unwrap();
     assert!(message.contains("ops/gen") && message.contains("alert-source-rate"), "{message}");

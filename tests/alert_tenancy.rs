@@ -231,3 +231,67 @@ async fn a_journal_written_before_namespaces_replays_into_the_sources_namespace(
     assert_eq!(other.events[0].status, "accepted");
     assert_ne!(other.events[0].incident_id, "inc_1");
 }
+
+#[tokio::test]
+async fn a_key_reads_only_its_namespaces_incidents_events_and_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources =
+        source("team-a", "am", "alertmanager", "TOKEN_A") + &source("team-b", "am", "alertmanager", "TOKEN_B");
+    std::fs::write(dir.path().join("sources.yaml"), sources).unwrap();
+    let refs = ["reader-a=READ_A_KEY:read@team-a".parse_key(), "admin=ADMIN_KEY".parse_key()];
+    let lookup = |name: &str| match name {
+        "READ_A_KEY" => Some("team-a-reader-key-0001".to_string()),
+        "ADMIN_KEY" => Some("cluster-admin-key-0002".to_string()),
+        _ => None,
+    };
+    let keys = ApiKeys::from_env(&refs, &lookup).unwrap();
+    let (server, _store, _llm) = serve(dir.path(), dir.path(), keys).await;
+    let url = |path: &str| format!("{}/api/v1/alerts/{path}/webhook", server.url);
+    let (status, a) = post(&url("team-a/am"), FIRING, Some(TOKEN_A)).await;
+    assert_eq!(status, 202, "{a}");
+    // The scheme of a Bearer credential is case-insensitive.
+    let request = reqwest::Client::new()
+        .post(url("team-b/am"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("bearer {TOKEN_B}"))
+        .body(FIRING);
+    let b: Value = request.send().await.unwrap().json().await.unwrap();
+    let get = |path: String, key: &'static str| {
+        let server = server.url.clone();
+        async move {
+            let response = reqwest::Client::new().get(format!("{server}{path}")).bearer_auth(key).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (reader, admin) = ("team-a-reader-key-0001", "cluster-admin-key-0002");
+    let (_, listed) = get("/api/v1/incidents".into(), reader).await;
+    let namespaces: Vec<&str> =
+        listed["incidents"].as_array().unwrap().iter().filter_map(|i| i["namespace"].as_str()).collect();
+    assert_eq!(namespaces, ["team-a"], "{listed}");
+    let (_, all) = get("/api/v1/incidents".into(), admin).await;
+    assert_eq!(all["incidents"].as_array().unwrap().len(), 2, "{all}");
+    let theirs = &b["events"][0];
+    for path in [
+        format!("/api/v1/incidents/{}", theirs["incident_id"].as_str().unwrap()),
+        format!("/api/v1/alert-events/{}", theirs["event_id"].as_str().unwrap()),
+        format!("/api/v1/investigation-jobs/{}", theirs["job_id"].as_str().unwrap()),
+    ] {
+        assert_eq!(get(path.clone(), reader).await.0, 404, "team-b's {path} is not team-a's to read");
+        assert_eq!(get(path.clone(), admin).await.0, 200, "{path}");
+    }
+    let ours = &a["events"][0];
+    let (status, _) = get(format!("/api/v1/incidents/{}", ours["incident_id"].as_str().unwrap()), reader).await;
+    assert_eq!(status, 200);
+}
+
+trait ParseKey {
+    fn parse_key(&self) -> akritas::config::ApiKeyRef;
+}
+
+impl ParseKey for str {
+    /// One `--api-key` entry through the real settings loader.
+    fn parse_key(&self) -> akritas::config::ApiKeyRef {
+        let flags = akritas::config::ServeFlags { api_keys: vec![self.to_string()], ..Default::default() };
+        akritas::config::load(&flags, &|_| None).unwrap().api_keys.remove(0)
+    }
+}

@@ -2,8 +2,8 @@
 //! a token bucket per AlertSource (`alert_source_rate` new investigations per minute)
 //! and a cap on waiting jobs (`alert_pending_jobs`). Only deliveries that would create
 //! jobs are measured; duplicates, joins and resolutions always pass. A refused delivery
-//! is refused whole, before anything is stored: its retry (Alertmanager retries 429 by
-//! itself) is decided afresh and deduplicated like any other delivery. Pure: the caller
+//! is refused whole, before anything is stored, with 503 and `Retry-After`: its retry
+//! (Alertmanager retries 5xx answers by itself, never 429) is decided afresh and deduplicated like any other delivery. Pure: the caller
 //! passes the clock.
 
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ impl Refusal {
     }
 }
 
-/// A delivery refused by admission control (HTTP 429).
+/// A delivery refused by admission control (HTTP 503 with `Retry-After`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Throttled {

@@ -406,8 +406,14 @@ impl AlertStore {
 
     /// Incidents, newest update first.
     pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
+        self.incidents_where(limit, |_| true)
+    }
+
+    /// The most recently updated incidents of the namespaces `visible` accepts.
+    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<IncidentState> {
         let state = self.lock();
-        let mut incidents: Vec<IncidentState> = state.correlator.incidents().cloned().collect();
+        let mut incidents: Vec<IncidentState> =
+            state.correlator.incidents().filter(|i| visible(&i.namespace)).cloned().collect();
         incidents.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
         incidents.truncate(limit);
         incidents

@@ -430,7 +430,7 @@ settings_table! {
         flag "alert-source-rate" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>;
-    /// Pending alert investigations kept at once (deliveries that would add more get 429), 1-100000
+    /// Pending alert investigations kept at once (deliveries that would add more get 503), 1-100000
     alert_pending_jobs: u32 = 1000;
         flag "alert-pending-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";

@@ -2,8 +2,9 @@
 //! `/api/v1/alerts/{source}/webhook` while the name is unambiguous, the Alertmanager
 //! alias) and the incident API. Each AlertSource authenticates its own callers, API
 //! keys play no part; nothing from a payload ever chooses a notification target or a
-//! tool. A delivery over the source's rate or the pending-job cap gets 429 with
-//! `Retry-After` and nothing of it is stored. A delivery is never refused for being a
+//! tool. A delivery over the source's rate or the pending-job cap gets 503 with
+//! `Retry-After` and nothing of it is stored (503, not 429: Alertmanager's webhook
+//! retries only 5xx answers and drops a delivery answered 429). A delivery is never refused for being a
 //! big group. While the alert journal cannot be written (disk full, read-only volume) a
 //! delivery gets 507 Insufficient Storage with `Retry-After` and a message naming the
 //! journal's directory; nothing of it is stored, and the next delivery after space
@@ -11,7 +12,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
@@ -21,9 +22,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::ApiError;
 use crate::alerts::adapters::{DecodeContext, adapter};
-use crate::alerts::store::{AlertStoreError, incident_json};
+use crate::alerts::store::{AlertStore, AlertStoreError, incident_json};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::SecretResolver;
 use crate::resources::alert_source::{AlertAuth, AlertProvider};
@@ -53,7 +55,7 @@ pub fn authenticate(
     if let Some(reference) = &auth.bearer_token {
         let expected = resolve(reference)?;
         let presented = header("authorization");
-        let token = presented.strip_prefix("Bearer ").unwrap_or_default();
+        let token = super::auth::bearer_token(&presented).unwrap_or_default();
         if !equal(token.as_bytes(), expected.expose().as_bytes()) {
             return Err(AuthFailure::Unauthorized("missing or wrong Bearer token"));
         }
@@ -221,7 +223,7 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             publish_status(state, key);
             tracing::warn!(source = %source_key, reason = refused.reason.as_str(), "alert delivery refused by admission control");
             let mut response =
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_investigations", refused.to_string())
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_investigations", refused.to_string())
                     .into_response();
             let seconds = refused.retry_after.as_secs().max(1).to_string();
             if let Ok(value) = axum::http::HeaderValue::from_str(&seconds) {
@@ -295,7 +297,11 @@ fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::Alert
 }
 
 /// `GET /api/v1/incidents?limit=`.
-pub async fn incidents(State(state): State<AppState>, Query(query): Query<ListQuery>) -> Result<Response, ApiError> {
+pub async fn incidents(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
     let store = store(&state)?;
     let limit = match query.limit.as_deref().map(str::parse::<usize>) {
         None => 100,
@@ -308,24 +314,50 @@ pub async fn incidents(State(state): State<AppState>, Query(query): Query<ListQu
             ));
         }
     };
-    Ok(Json(json!({"incidents": store.incidents(limit)})).into_response())
+    Ok(Json(json!({"incidents": store.incidents_where(limit, |namespace| caller.sees(namespace))})).into_response())
 }
 
-/// `GET /api/v1/incidents/{id}`.
-pub async fn incident(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let (incident, events, jobs) =
-        store(&state)?.incident(&id).ok_or_else(|| ApiError::not_found("incident not found"))?;
+/// `GET /api/v1/incidents/{id}` (another namespace's incident does not exist for the key).
+pub async fn incident(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (incident, events, jobs) = store(&state)?
+        .incident(&id)
+        .filter(|(incident, _, _)| caller.sees(&incident.namespace))
+        .ok_or_else(|| ApiError::not_found("incident not found"))?;
     Ok(Json(incident_json(&incident, &events, &jobs)).into_response())
 }
 
+/// Whether the caller reads the namespace of incident `id`.
+fn sees_incident(store: &AlertStore, caller: &Caller, id: &str) -> bool {
+    store.incident(id).is_some_and(|(incident, _, _)| caller.sees(&incident.namespace))
+}
+
 /// `GET /api/v1/alert-events/{id}`.
-pub async fn event(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let event = store(&state)?.event(&id).ok_or_else(|| ApiError::not_found("alert event not found"))?;
+pub async fn event(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let store = store(&state)?;
+    let event = store
+        .event(&id)
+        .filter(|event| sees_incident(store, &caller, &event.incident_id))
+        .ok_or_else(|| ApiError::not_found("alert event not found"))?;
     Ok(Json(event).into_response())
 }
 
 /// `GET /api/v1/investigation-jobs/{id}`.
-pub async fn job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let job = store(&state)?.job(&id).ok_or_else(|| ApiError::not_found("investigation job not found"))?;
+pub async fn job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = store(&state)?
+        .job(&id)
+        .filter(|job| caller.sees(&job.namespace))
+        .ok_or_else(|| ApiError::not_found("investigation job not found"))?;
     Ok(Json(job).into_response())
 }

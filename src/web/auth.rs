@@ -153,6 +153,13 @@ impl ApiKeys {
     }
 }
 
+/// The credentials of an `Authorization: Bearer <token>` value; the scheme is
+/// case-insensitive (RFC 9110 §11.1).
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 /// The scope a request needs: `metrics` for `/metrics`, `read` for reads, `chat`
 /// for everything that starts work.
 pub fn required_scope(method: &Method, path: &str) -> Scope {
@@ -169,12 +176,8 @@ pub fn required_scope(method: &Method, path: &str) -> Scope {
 /// records the caller.
 pub async fn require_key(State(keys): State<Arc<ApiKeys>>, mut request: Request, next: Next) -> Response {
     let caller = if keys.enabled() {
-        let presented = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+        let presented =
+            request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token).map(str::trim);
         match presented.and_then(|p| keys.identify(p)) {
             Some(caller) => caller,
             None => return ApiError::unauthorized().into_response(),
@@ -205,6 +208,15 @@ mod tests {
 
     fn refs() -> Vec<ApiKeyRef> {
         vec![ApiKeyRef::admin("ops", "K1"), ApiKeyRef::admin("ci", "K2")]
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
     }
 
     #[test]
