@@ -16,7 +16,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use super::mutate::{Seed, Syntax};
 
 /// Cases per target in the default test run (all targets together well under a minute).
-pub const DEFAULT_CASES: u32 = 150;
+pub const DEFAULT_CASES: u32 = 300;
 
 /// What a property saw: the parser accepted the input or rejected it with an error.
 pub enum Verdict {
