@@ -242,7 +242,7 @@ pub(crate) fn candidates(config: &AdapterConfig, mut tools: Vec<Tool>) -> Vec<Ca
 ///
 /// A result that would be larger keeps `isError`, drops `structuredContent`, and carries a cut
 /// text rendering of the content with `"truncated": true`.
-pub(crate) fn render_result(result: &CallToolResult, max: usize) -> String {
+pub fn render_result(result: &CallToolResult, max: usize) -> String {
     let is_error = result.is_error.unwrap_or(false);
     let content = serde_json::to_value(&result.content).unwrap_or_else(|_| Value::Array(Vec::new()));
     let full = serde_json::json!({

@@ -12,7 +12,7 @@ mod permission;
 mod supervise;
 mod types;
 
-pub use adapter::{AdapterConfig, MAX_TOOLS_PER_ADAPTER, Transport};
+pub use adapter::{AdapterConfig, MAX_TOOLS_PER_ADAPTER, Transport, render_result};
 pub use environment::child_env;
 pub use error::McpError;
 pub use host::McpHost;
