@@ -9,6 +9,7 @@
 //! - [`Server`], [`serve_command`], [`run_to_end`]: the real `akritas` binary as a process.
 //! - [`host`]: the real router and engine in-process, on a scripted model.
 //! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
+//! - [`sink`]: a webhook receiver that records every notification it gets.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
 //!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
 //!
@@ -20,6 +21,7 @@ pub mod host;
 pub mod kube_api;
 pub mod prom;
 pub mod scripted_llm;
+pub mod sink;
 pub mod vm;
 
 use std::io::{BufRead, BufReader};
