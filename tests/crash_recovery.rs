@@ -718,6 +718,7 @@ async fn every_acknowledged_request_survives_sigkill_exactly_once() {
     let seed: u64 = std::env::var("AKRITAS_CRASH_SEED").ok().map_or_else(rand::random, |v| v.parse().unwrap());
     eprintln!("crash-recovery: seed {seed} (AKRITAS_CRASH_SEED={seed} repeats the schedule), {kills} kills");
     let started = Instant::now();
+    akritas::install_crypto_provider();
     let mut rng = StdRng::seed_from_u64(seed);
 
     let counts = Arc::new(Mutex::new(ModelCounts::default()));
@@ -835,14 +836,17 @@ async fn every_acknowledged_request_survives_sigkill_exactly_once() {
     {
         eprintln!("crash-recovery: {}: {}", problem.0, problem.1);
     }
-    println!(
+    // Written to the stderr handle, not through `eprintln!`, so `cargo test` shows the
+    // line without `--nocapture` (the harness captures only the print macros).
+    let line = format!(
         "crash-recovery: {kills} kills survived ({during_start} during start-up), {} records checked, {} lost, {} \
-         duplicated, seed {seed}, {:.0?}",
+         duplicated, seed {seed}, {:.0?}\n",
         verdict.checked,
         verdict.lost.len(),
         verdict.duplicated.len(),
         started.elapsed()
     );
+    std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes()).unwrap();
     assert!(
         verdict.lost.is_empty() && verdict.duplicated.is_empty() && verdict.wrong.is_empty(),
         "acknowledged work was lost, duplicated or left wrong (above)"
