@@ -377,6 +377,16 @@ impl Load {
     }
 }
 
+/// Jobs a start completed from a Run that had succeeded just before the kill (the
+/// `jobs_recovered` log line).
+fn completed_at_start(log: &str) -> u64 {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["fields"]["event"] == "jobs_recovered")
+        .filter_map(|line| line["fields"]["completed"].as_u64())
+        .sum()
+}
+
 // ---------------------------------------------------------------------------------
 // What the journals hold.
 
@@ -753,16 +763,18 @@ async fn every_acknowledged_request_survives_sigkill_exactly_once() {
     tasks.spawn(load.clone().follow_ups(StdRng::seed_from_u64(seed ^ 21)));
 
     // Kill, restart on the same data directory, repeat.
-    let mut during_start = 0;
+    let (mut during_start, mut completed) = (0, 0);
     for _ in 0..kills {
         if rng.random_bool(0.15) {
             let starting = Server::spawn(host.command());
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+            completed += completed_at_start(&starting.log_text());
             drop(starting);
             during_start += 1;
         } else {
             let server = host.start().await;
             tokio::time::sleep(Duration::from_millis(rng.random_range(300..2000))).await;
+            completed += completed_at_start(&server.log_text());
             drop(server);
         }
     }
@@ -796,6 +808,7 @@ async fn every_acknowledged_request_survives_sigkill_exactly_once() {
     let model_counts = std::mem::take(&mut *counts.lock().unwrap());
     check_runs(&mut verdict, &ledger, &runs, &model_counts, (&load.http, &base)).await;
 
+    completed += completed_at_start(&server.log_text());
     // Both journals verify once the host has stopped.
     assert_eq!(server.terminate(), Some(0), "the last process stops cleanly");
     let mut verify = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"));
@@ -816,8 +829,9 @@ async fn every_acknowledged_request_survives_sigkill_exactly_once() {
     eprintln!(
         "crash-recovery: traffic: {} deliveries acknowledged ({} in doubt, re-sent), {} chats ({} in doubt), {} \
          follow-ups ({} in doubt), {} incidents; refused and retried: {:?}; {interrupted} investigation attempts \
-         interrupted and resumed (at most {most_attempts} model plans for one alert); {resent} notifications \
-         re-sent under their delivery id after a lost answer",
+         interrupted and resumed (at most {most_attempts} model plans for one alert); {completed} jobs completed \
+         at start from a Run that had succeeded before the kill; {resent} notifications re-sent under their \
+         delivery id after a lost answer",
         ledger.deliveries.len(),
         ledger.deliveries_in_doubt,
         ledger.chats.len(),
