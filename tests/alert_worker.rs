@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::store::{AlertStore, DeliveryStatus, Job, JobStatus};
 use akritas::alerts::worker::{Worker, WorkerSettings};
-use akritas::audit::{AuditLog, RunId, RunStatus};
+use akritas::audit::{AuditLog, Finish, NewRun, RunId, RunStatus};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
 use akritas::notify::RetryPolicy;
@@ -295,6 +295,48 @@ async fn failed_notifications_are_retried_without_a_second_investigation() {
     assert_eq!((delivery.status, delivery.attempts), (DeliveryStatus::Failed, 3));
     assert_eq!((delivery.http_status, delivery.error.as_deref()), (Some(500), Some("http_status")));
     assert_eq!(hook.count(), 3);
+}
+
+/// The process stopped after the investigation's Run had succeeded with its result
+/// but before the job recorded it: the restart keeps that result and notifies; the
+/// alert is not investigated again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_succeeded_before_a_crash_completes_its_job_without_a_second_investigation() {
+    let data = tempfile::tempdir().unwrap();
+    let (job_id, run_id) = {
+        let store = AlertStore::open(&data.path().join("alerts.jsonl")).unwrap();
+        let job_id = ingest(&store).await;
+        let mut job = store.job(&job_id).unwrap();
+        (job.status, job.attempts) = (JobStatus::Running, 1);
+        store.update_job(&job).await.unwrap();
+        let audit = AuditLog::open(&data.path().join("audit.jsonl")).unwrap();
+        let run = audit
+            .start(NewRun {
+                namespace: "ops".into(),
+                source: "alert:alertmanager".into(),
+                actor: "alert-source:am".into(),
+                model: Some("scripted-model".into()),
+                catalog_version: 1,
+                metadata: [("job_id".to_string(), json!(job_id))].into(),
+            })
+            .await
+            .unwrap();
+        let found = serde_json::from_value(result(json!([]), 0)).unwrap();
+        audit.record_investigation(&run, &found).await.unwrap();
+        let finish =
+            Finish { status: RunStatus::Succeeded, error: None, error_code: None, metadata: Default::default() };
+        audit.finish(&run, finish).await.unwrap();
+        (job_id, run.to_string())
+    };
+    let llm = ScriptedLlm::start_with(investigator(result(json!([]), 0))).await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    assert_eq!((job.runs.clone(), job.run_id.clone(), job.attempts), (vec![run_id.clone()], Some(run_id), 1));
+    assert_eq!(job.result.as_ref().map(|r| r.summary.as_str()), Some("A long-running query on db-7 saturates CPU"));
+    assert_eq!(job.deliveries[0].status, DeliveryStatus::Delivered);
+    assert_eq!((llm.chat_requests(), hook.count()), (0, 1), "notified once, never investigated again");
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::correlate::IncidentState;
 use super::delivery::{key_text, notification, pending_delivery, receiver_kind, target};
 use super::store::{AlertStore, AlertStoreError, Delivery, DeliveryStatus, Job, JobStatus, StoredEvent};
-use crate::audit::{AuditError, AuditLog};
+use crate::audit::{AuditError, RunRecord, RunStatus};
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ObjectKey};
@@ -190,35 +190,62 @@ impl Worker {
     }
 
     /// At start, before any Run of this process begins: Runs left running by a
-    /// stopped process are closed as interrupted and attached to their jobs; running
-    /// jobs return to pending.
+    /// stopped process are closed as interrupted, and every Run made for a job that
+    /// was running is attached to it. A job whose Run succeeded with a result before
+    /// the process stopped (the job's own success not yet recorded) keeps that result
+    /// and goes on to its notifications: it is never investigated again. The other
+    /// running jobs return to pending.
     pub async fn recover(&self) -> Result<(), WorkerError> {
-        let interrupted = match self.engine.audit() {
-            Some(audit) => close_interrupted(audit).await?,
-            None => BTreeMap::new(),
-        };
-        let mut recovered = 0;
-        for mut job in self.store.unfinished_jobs() {
-            if job.status != JobStatus::Running {
-                continue;
+        let running: Vec<Job> =
+            self.store.unfinished_jobs().into_iter().filter(|job| job.status == JobStatus::Running).collect();
+        let mut runs_of: BTreeMap<String, Vec<RunRecord>> = BTreeMap::new();
+        if let Some(audit) = self.engine.audit() {
+            audit.close_interrupted().await?;
+            let ids: BTreeSet<&str> = running.iter().map(|job| job.id.as_str()).collect();
+            for run in audit.runs_where(|run| job_of(run).is_some_and(|id| ids.contains(id))) {
+                runs_of.entry(job_of(&run).unwrap_or_default().to_string()).or_default().push(run);
             }
-            for run in interrupted.get(&job.id).into_iter().flatten() {
-                if !job.runs.contains(run) {
-                    job.runs.push(run.clone());
+        }
+        let (mut recovered, mut completed) = (0, 0);
+        for mut job in running {
+            let mut succeeded = None;
+            for run in runs_of.remove(&job.id).unwrap_or_default() {
+                let id = run.id.to_string();
+                if !job.runs.contains(&id) {
+                    job.runs.push(id.clone());
+                }
+                if let (RunStatus::Succeeded, Some(result)) = (run.status, run.investigation) {
+                    succeeded = Some((id, result));
                 }
             }
-            job.status = JobStatus::Pending;
-            job.error = Some("Akritas stopped during the attempt".into());
-            job.error_code = Some("interrupted".into());
+            if let Some((run_id, result)) = succeeded {
+                let namespace = match self.store.incident(&job.incident_id) {
+                    Some((incident, _, _)) => namespace_of(&job, &incident),
+                    None => job.namespace.clone(),
+                };
+                job.status = JobStatus::Succeeded;
+                job.run_id = Some(run_id);
+                job.result = Some(result);
+                job.error = None;
+                job.error_code = None;
+                job.deliveries =
+                    self.receivers(&namespace).into_iter().map(|(key, kind)| pending_delivery(&key, kind)).collect();
+                completed += 1;
+            } else {
+                job.status = JobStatus::Pending;
+                job.error = Some("Akritas stopped during the attempt".into());
+                job.error_code = Some("interrupted".into());
+                recovered += 1;
+            }
             self.store.update_job(&job).await?;
-            recovered += 1;
         }
-        if recovered > 0 {
+        if recovered + completed > 0 {
             tracing::info!(
                 component = "akritas_alert_worker",
                 event = "jobs_recovered",
                 jobs = recovered,
-                "interrupted alert jobs returned to pending"
+                completed,
+                "interrupted alert jobs returned to pending; jobs whose Run had succeeded keep its result"
             );
         }
         Ok(())
@@ -449,14 +476,9 @@ impl Worker {
     }
 }
 
-async fn close_interrupted(audit: &AuditLog) -> Result<BTreeMap<String, Vec<String>>, AuditError> {
-    let mut by_job: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for run in audit.close_interrupted().await? {
-        if let Some(job) = run.metadata.get("job_id").and_then(Value::as_str) {
-            by_job.entry(job.to_string()).or_default().push(run.id.to_string());
-        }
-    }
-    Ok(by_job)
+/// The job a Run investigated (its `job_id` metadata).
+fn job_of(run: &RunRecord) -> Option<&str> {
+    run.metadata.get("job_id").and_then(Value::as_str)
 }
 
 /// Failures worth another attempt: the model server, a busy host, a protocol slip

@@ -504,6 +504,13 @@ impl AuditLog {
             .collect()
     }
 
+    /// Every Run `keep` accepts, oldest first, with its raw tool payloads (for start-up
+    /// recovery: it looks at all Runs, not the newest [`MAX_LIST`]).
+    pub fn runs_where(&self, keep: impl Fn(&RunRecord) -> bool) -> Vec<RunRecord> {
+        let state = self.shared.read();
+        state.order.iter().filter_map(|id| state.runs.get(id)).filter(|run| keep(run)).cloned().collect()
+    }
+
     /// One Run with its raw tool payloads.
     pub fn get(&self, id: &RunId) -> Option<RunRecord> {
         self.shared.read().runs.get(id).cloned()

@@ -10,6 +10,7 @@
 //! - [`host`]: the real router and engine in-process, on a scripted model.
 //! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
+//! - [`sink`]: a webhook receiver that records every notification it gets.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
 //!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
 //!
@@ -22,6 +23,7 @@ pub mod kube_api;
 pub mod prom;
 pub mod raw_http;
 pub mod scripted_llm;
+pub mod sink;
 pub mod vm;
 
 use std::io::{BufRead, BufReader};
