@@ -77,22 +77,9 @@ const PINGDOM: &str = include_str!("fixtures/pingdom/pingdom-down.json");
 
 /// One AlertSource per provider and per authentication kind (secret header, Bearer, HMAC,
 /// several at once, explicit opt-out), and one name in two namespaces.
-const SOURCES: &str = "\
-apiVersion: akritas.io/v1alpha1
-kind: AlertSource
-metadata: {name: am, namespace: ops}
-spec: {provider: alertmanager, auth: {secretHeader: {name: X-Akritas-Source-Token, value: {env: AM_TOKEN}}}}
----
-apiVersion: akritas.io/v1alpha1
-kind: AlertSource
-metadata: {name: bearer, namespace: ops}
-spec: {provider: generic, auth: {bearerToken: {env: BEARER_TOKEN}}}
----
-apiVersion: akritas.io/v1alpha1
-kind: AlertSource
-metadata: {name: signed, namespace: ops}
-spec: {provider: generic, auth: {hmacSecret: {env: HOOK_HMAC}}}
----
+const SOURCES: &str = concat!(
+    include_str!("fixtures/sources/auth-kinds.yaml"),
+    "---
 apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {name: both, namespace: ops}
@@ -127,7 +114,8 @@ apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {name: dup, namespace: team-b}
 spec: {provider: generic, auth: {allowUnauthenticated: true}}
-";
+"
+);
 
 /// What a case must get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

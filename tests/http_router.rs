@@ -197,29 +197,17 @@ impl Fixture {
     }
 }
 
-/// `am` is the one Alertmanager source (shared-secret header, so the API-key-protected
-/// alias can carry both credentials); the others cover Bearer, HMAC and the explicit opt-out.
-const SOURCES: &str = "\
-apiVersion: akritas.io/v1alpha1
-kind: AlertSource
-metadata: {name: am, namespace: ops}
-spec: {provider: alertmanager, auth: {secretHeader: {name: X-Akritas-Source-Token, value: {env: AM_TOKEN}}}}
----
-apiVersion: akritas.io/v1alpha1
-kind: AlertSource
-metadata: {name: bearer, namespace: ops}
-spec: {provider: generic, auth: {bearerToken: {env: BEARER_TOKEN}}}
----
-apiVersion: akritas.io/v1alpha1
-kind: AlertSource
-metadata: {name: signed, namespace: ops}
-spec: {provider: generic, auth: {hmacSecret: {env: HOOK_HMAC}}}
----
+/// `am` is the one Alertmanager source (shared-secret header); the others cover Bearer,
+/// HMAC and the explicit opt-out.
+const SOURCES: &str = concat!(
+    include_str!("fixtures/sources/auth-kinds.yaml"),
+    "---
 apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {name: open, namespace: ops}
 spec: {provider: generic, auth: {allowUnauthenticated: true}}
-";
+"
+);
 
 fn am_token() -> (&'static str, String) {
     (AM_HEADER, AM_TOKEN.to_string())
