@@ -194,6 +194,29 @@ async fn errors_use_the_json_envelope_and_bodies_are_bounded() {
 }
 
 #[tokio::test]
+async fn a_body_that_stops_arriving_gets_408_and_frees_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start({
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        c.args(["--body-timeout", "1s"]);
+        c
+    });
+    let address = server.url.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    // 100 bytes announced, 10 sent, then nothing.
+    let head = format!(
+        "POST /api/v1/chat HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"messages"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server kept the stalled connection open");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"code\":\"body_timeout\""), "{text}");
+}
+
+#[tokio::test]
 async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     let samples = copy_samples();
     let server = Server::start({

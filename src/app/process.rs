@@ -23,6 +23,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         response_language: settings.response_language.clone(),
         instructions_sha256: instructions.sha256(),
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
+        body_timeout: settings.body_timeout,
     }
 }
 

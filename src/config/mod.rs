@@ -405,6 +405,11 @@ settings_table! {
         flag "max-body-bytes" [Option<String>] value_name "BYTES";
         expect "an integer from 1024 to 67108864 (bytes)";
         check value::u64_in::<1024, 67_108_864>;
+    /// Longest pause while a request body arrives before the request is refused with 408, > 0 and <= 10m
+    body_timeout: Duration = Duration::from_secs(30);
+        flag "body-timeout" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 10m, such as 30s";
+        check value::duration_upto::<600, false>;
     /// Grace period for shutdown, > 0 and <= 10m
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";

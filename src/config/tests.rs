@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 46);
+    assert_eq!(KEYS.len(), 47);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -589,6 +589,7 @@ fn file_with_every_setting() {
         "max_concurrent_runs": 256,
         "run_queue_timeout": "10m",
         "max_body_bytes": 1024,
+        "body_timeout": "10m",
         "shutdown_timeout": "1s",
         "alert_workers": 64,
         "alert_job_attempts": 20,

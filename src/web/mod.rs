@@ -60,6 +60,8 @@ pub struct HostInfo {
     pub instructions_sha256: String,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Longest pause between two parts of a request body.
+    pub body_timeout: Duration,
 }
 
 /// Builds the router.
@@ -88,6 +90,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(error::envelope_rejections))
         .layer(middleware::from_fn_with_state(state.info.max_body_bytes, limit_body))
+        .layer(middleware::from_fn_with_state(state.info.body_timeout, stalled_body))
         .layer(DefaultBodyLimit::max(state.info.max_body_bytes))
         .layer(middleware::from_fn(trace_requests))
         .with_state(state)
@@ -229,6 +232,32 @@ async fn limit_body(State(limit): State<usize>, request: Request, next: Next) ->
     let response = next.run(request).await;
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE { too_large() } else { response }
 }
+
+/// Bounds the pause between two parts of a request body: a client that stops
+/// sending mid-body gets 408 instead of holding its connection forever.
+async fn stalled_body(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::Body::new(tower_http::timeout::TimeoutBody::new(timeout, body));
+    let response = next.run(Request::from_parts(parts, body)).await;
+    if response.status() != StatusCode::BAD_REQUEST {
+        return response;
+    }
+    // The extractor reports the body's timeout as a 400 "failed to buffer" rejection.
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+    if String::from_utf8_lossy(&bytes).contains(STALLED_BODY) {
+        return ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the request body stopped arriving for {timeout:?}; send the whole body without pausing"),
+        )
+        .into_response();
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// What tower-http's body timeout says when it fires (tested: a stalled body gets 408).
+const STALLED_BODY: &str = "data was not received within the designated timeout";
 
 /// One log line per request (never bodies or headers); warnings for errors.
 async fn trace_requests(request: Request, next: Next) -> Response {

@@ -209,6 +209,7 @@ pub fn app_state(
         response_language: "en".into(),
         instructions_sha256: String::new(),
         max_body_bytes,
+        body_timeout: Duration::from_secs(30),
     };
     AppState {
         catalog,
