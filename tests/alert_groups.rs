@@ -140,3 +140,45 @@ async fn a_delivery_over_one_record_is_kept_in_several_and_replays_whole() {
     let last = accepted.events.last().unwrap();
     assert_eq!(reopened.event(&last.event_id).unwrap().event.labels["pod"], "cart-7d9f-01999");
 }
+
+#[tokio::test]
+async fn raising_max_body_bytes_admits_a_group_bigger_than_one_mebibyte() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("sources.yaml"),
+        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: am, namespace: ops}\n\
+         spec: {provider: alertmanager, auth: {bearerToken: {env: AM_TOKEN}}}\n",
+    )
+    .unwrap();
+    let llm = ScriptedLlm::start(vec![]).await;
+    let catalog = host::catalog_from(dir.path());
+    let engine = Arc::new(host::engine(&llm, host::settings(), host::standard_tools().0, catalog.clone(), None, None));
+    let store = Arc::new(AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap());
+    let secrets = EnvSecrets::with_lookup(|name: &str| (name == "AM_TOKEN").then(|| TOKEN.to_string()));
+    // max_body_bytes = 8 MiB, as an operator would set it for large groups.
+    let state = host::app_state(engine, catalog, ApiKeys::default(), Some(store), Arc::new(secrets), 8 << 20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(akritas::web::serve(
+        listener,
+        akritas::web::router(state),
+        cancel.clone(),
+        std::time::Duration::from_secs(1),
+    ));
+    let body = group(0..1_500, 0, 2048).to_string();
+    assert!(body.len() > 1 << 20, "the group is over the default limit: {} bytes", body.len());
+    let response = reqwest::Client::new()
+        .post(format!("{url}/api/v1/alerts/ops/am/webhook"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let accepted: Value = response.json().await.unwrap();
+    assert_eq!(status, 202, "{accepted}");
+    assert_eq!(accepted["events"].as_array().unwrap().len(), 1_500);
+    cancel.cancel();
+}

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use akritas::alerts::store::{AlertStore, incident_json};
-use akritas::audit::{AuditLog, Finish, NewRun, RunId, RunStatus};
+use akritas::audit::{AuditLog, RunId};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::config::{ApiKeyRef, Scope};
 use akritas::web::auth::ApiKeys;
@@ -265,19 +265,7 @@ async fn start() -> Host {
     let audit_path = dir.path().join("audit.jsonl");
     let alerts_path = dir.path().join("alerts.jsonl");
     let audit = Arc::new(AuditLog::open(&audit_path).unwrap());
-    let run = audit
-        .start(NewRun {
-            namespace: "default".into(),
-            source: "chat".into(),
-            actor: "admin".into(),
-            model: Some("scripted-model".into()),
-            catalog_version: 1,
-            metadata: Default::default(),
-        })
-        .await
-        .unwrap();
-    let finish = Finish { status: RunStatus::Succeeded, error: None, error_code: None, metadata: Default::default() };
-    audit.finish(&run, finish).await.unwrap();
+    let run = host::finished_run(&audit, "admin").await;
 
     // No step is scripted: a bad request that reached the model would fail and show up as a
     // model request and a Run.

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use akritas::alerts::store::AlertStore;
-use akritas::audit::{AuditLog, Finish, NewRun, RunStatus};
+use akritas::audit::AuditLog;
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::config::ApiKeyRef;
 use akritas::web::auth::ApiKeys;
@@ -115,20 +115,7 @@ impl Fixture {
         assert_eq!(catalog.current().counts().get("AlertSource"), Some(&4), "every test source loads");
 
         let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());
-        let run = audit
-            .start(NewRun {
-                namespace: "default".into(),
-                source: "chat".into(),
-                actor: "ops".into(),
-                model: Some("scripted-model".into()),
-                catalog_version: 1,
-                metadata: Default::default(),
-            })
-            .await
-            .unwrap();
-        let finish =
-            Finish { status: RunStatus::Succeeded, error: None, error_code: None, metadata: Default::default() };
-        audit.finish(&run, finish).await.unwrap();
+        let run = host::finished_run(&audit, "ops").await;
 
         // Nothing here reaches the model: chat requests in the table are rejected by validation.
         let llm = ScriptedLlm::start(vec![]).await;

@@ -109,6 +109,29 @@ pub fn standard_tools() -> (Registry, Counters) {
     (builder.build(), counters)
 }
 
+/// A chat Run of `actor` in namespace `default`, started and finished (succeeded).
+pub async fn finished_run(audit: &AuditLog, actor: &str) -> akritas::audit::RunId {
+    let run = audit
+        .start(akritas::audit::NewRun {
+            namespace: "default".into(),
+            source: "chat".into(),
+            actor: actor.into(),
+            model: Some("scripted-model".into()),
+            catalog_version: 1,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    let finish = akritas::audit::Finish {
+        status: akritas::audit::RunStatus::Succeeded,
+        error: None,
+        error_code: None,
+        metadata: Default::default(),
+    };
+    audit.finish(&run, finish).await.unwrap();
+    run
+}
+
 /// A retriever that finds the same output for every query, in every namespace.
 pub struct FixedRetriever {
     pub output: Value,

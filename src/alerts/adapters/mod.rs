@@ -16,8 +16,9 @@ pub mod grafana;
 pub mod pingdom;
 pub mod uptime_kuma;
 
-/// Body limit enforced by ingress (upstream reads ≤ 1 MiB); adapters re-check it defensively.
-pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Ingress bounds a body by `max_body_bytes` (1 MiB by default, at most 64 MiB); adapters
+/// re-check the largest value that setting allows, so raising it admits bigger groups.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdapterError {
