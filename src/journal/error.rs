@@ -31,6 +31,17 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A snapshot's checkpoint names a record the journal does not hold (retention deleted it, or the
+    /// journal was replaced); the snapshot cannot be used.
+    #[error("journal {path}: checkpoint at seq {seq} does not match: {reason}", path = path.display())]
+    CheckpointMismatch {
+        /// The journal.
+        path: PathBuf,
+        /// The checkpoint's seq.
+        seq: u64,
+        /// What differs.
+        reason: String,
+    },
     /// The serialized record line would exceed the configured limit; nothing was written.
     #[error("journal record is {size} bytes, over the limit of {limit} bytes")]
     RecordTooLarge {

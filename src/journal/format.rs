@@ -12,6 +12,8 @@ pub(crate) const GENESIS_PREV: &str = "00000000000000000000000000000000000000000
 pub(crate) const INTERNAL_PREFIX: &str = "journal.";
 /// Kind of the record written after a torn final line was truncated.
 pub(crate) const TORN_TAIL_KIND: &str = "journal.torn_tail_truncated";
+/// Kind of the record written after retention deleted segments.
+pub(crate) const RETENTION_KIND: &str = "journal.retention";
 /// Kind of the record written when appends resume after a failed write.
 pub(crate) const WRITE_FAILED_KIND: &str = "journal.write_failed";
 

@@ -17,9 +17,11 @@
 //!   record; no restart is needed.
 //! * [`verify`] checks a file without modifying it (`akritas audit verify PATH`).
 
+mod chain;
 mod error;
 mod format;
 mod scan;
+mod segments;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -31,20 +33,29 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 pub use error::JournalError;
-pub use scan::{TornTail, VerifyReport, read, verify};
+pub use scan::{ScanError, TornTail, VerifyReport};
+pub use segments::Anchor;
 
-use format::{TORN_TAIL_KIND, check_app_kind, min_line_len};
-use writer::{Command, Committed, Entry, SharedFailure, Writer};
+use format::{INTERNAL_PREFIX, TORN_TAIL_KIND, check_app_kind, min_line_len};
+use segments::Layout;
+use writer::{Command, Committed, Entry, Rotation, Segments, SharedFailure, Writer};
 
 /// Default limit on one serialized record line: 4 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 4 << 20;
 
 /// Time source returning an RFC 3339 timestamp.
 pub type Clock = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Default size at which the active segment is sealed: 64 MiB.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+/// Default age at which the active segment is sealed: one day.
+pub const DEFAULT_SEGMENT_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// Options for [`Journal::open`].
 #[derive(Clone)]
@@ -53,18 +64,84 @@ pub struct JournalOptions {
     pub max_record_bytes: usize,
     /// RFC 3339 time source (injectable for tests).
     pub clock: Clock,
+    /// The active segment is sealed once it holds this many bytes (0: never by size).
+    pub segment_bytes: u64,
+    /// The active segment is sealed once its first record is this old (`None`: never by age).
+    pub segment_age: Option<Duration>,
 }
 
 impl Default for JournalOptions {
     fn default() -> Self {
-        Self { max_record_bytes: DEFAULT_MAX_RECORD_BYTES, clock: Arc::new(|| jiff::Timestamp::now().to_string()) }
+        Self {
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            clock: Arc::new(|| jiff::Timestamp::now().to_string()),
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            segment_age: Some(DEFAULT_SEGMENT_AGE),
+        }
     }
 }
 
 impl fmt::Debug for JournalOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JournalOptions").field("max_record_bytes", &self.max_record_bytes).finish_non_exhaustive()
+        f.debug_struct("JournalOptions")
+            .field("max_record_bytes", &self.max_record_bytes)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("segment_age", &self.segment_age)
+            .finish_non_exhaustive()
     }
+}
+
+/// Where a record is stored: its segment (the seq of the segment's first record), the byte
+/// offset of its line in that segment and the line's length with its newline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Location {
+    /// Segment id.
+    pub segment: u64,
+    /// Byte offset of the line.
+    pub offset: u64,
+    /// Length of the line, newline included.
+    pub len: u32,
+}
+
+/// A record of the chain a snapshot reflects: replay resumes after it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Its seq.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+    /// Where it is.
+    pub location: Location,
+}
+
+/// Which sealed segments retention may delete.
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// Only segments whose last record is at least this old.
+    pub max_age: Duration,
+    /// Only segments holding no record at or after this seq (what a snapshot, an open
+    /// incident or a pending job still needs).
+    pub keep_from: u64,
+}
+
+/// What one retention pass deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Removed {
+    /// Segment files.
+    pub segments: u64,
+    /// Records in them.
+    pub records: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// What [`Journal::open_from`] read besides the records it handed over.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Opened {
+    /// Internal `journal.*` records read, including any written during this open.
+    pub recovered: Vec<Record>,
+    /// The chain as verified.
+    pub report: VerifyReport,
 }
 
 /// One committed record.
@@ -80,6 +157,15 @@ pub struct Record {
     pub data: serde_json::Value,
     /// Hex SHA-256 of this record (see the module docs).
     pub hash: String,
+    /// Where it is stored.
+    pub location: Location,
+}
+
+impl Record {
+    /// The checkpoint of a state that reflects this record and every one before it.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint { seq: self.seq, hash: self.hash.clone(), location: self.location }
+    }
 }
 
 /// Records read (and written) by [`Journal::open`].
@@ -100,6 +186,9 @@ pub struct Journal {
 
 struct Inner {
     path: PathBuf,
+    layout: Layout,
+    /// Held (`flock`) while open.
+    _lock: File,
     max_record_bytes: usize,
     failure: SharedFailure,
     tx: Option<mpsc::Sender<Command>>,
@@ -122,97 +211,175 @@ impl fmt::Debug for Journal {
     }
 }
 
-fn record_from_line(line: format::ParsedLine) -> Result<Record, format::LineProblem> {
+fn record_from_line(line: format::ParsedLine, location: Location) -> Result<Record, format::LineProblem> {
     let data = serde_json::from_str(line.data.get()).map_err(format::LineProblem::UnreadableData)?;
-    Ok(Record { seq: line.seq, time: line.time, kind: line.kind, data, hash: line.hash })
+    Ok(Record { seq: line.seq, time: line.time, kind: line.kind, data, hash: line.hash, location })
+}
+
+/// Takes the journal's lock file, refusing a second opener.
+fn take_lock(layout: &Layout) -> Result<File, JournalError> {
+    let path = layout.lock_path();
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| JournalError::io(&path, e))?;
+    lock.try_lock().map_err(|e| match e {
+        TryLockError::WouldBlock => JournalError::io(
+            layout.base(),
+            io::Error::new(io::ErrorKind::WouldBlock, "journal is already open (locked by another handle)"),
+        ),
+        TryLockError::Error(e) => JournalError::io(&path, e),
+    })?;
+    Ok(lock)
+}
+
+/// Splits internal records from application ones for a visitor of application records.
+fn visit_app<'a, E>(
+    recovered: &'a mut Vec<Record>,
+    visit: &'a mut dyn FnMut(Record) -> Result<(), E>,
+) -> impl FnMut(Record) -> Result<(), E> + 'a {
+    move |record: Record| {
+        if record.kind.starts_with(INTERNAL_PREFIX) {
+            recovered.push(record);
+            Ok(())
+        } else {
+            visit(record)
+        }
+    }
 }
 
 impl Journal {
-    /// Opens (creating if missing: directory mode 0700, file mode 0600) and strictly verifies the journal at `path`.
-    ///
-    /// Any bad complete line fails with [`JournalError::Corrupt`]. A torn final line is truncated (fsynced) and an
-    /// internal `journal.torn_tail_truncated` record `{"offset":..,"bytes":..}` is appended. The file is locked
-    /// exclusively (`flock`) while the journal is open. Blocking; call from `spawn_blocking` in hot async paths.
+    /// Opens (creating if missing: directory mode 0700, file mode 0600) and strictly verifies the journal at `path`,
+    /// returning every record. Holds all of them in memory: for small journals and tests; the stores use
+    /// [`Journal::open_from`].
     pub fn open(path: &Path, options: JournalOptions) -> Result<(Journal, Replay), JournalError> {
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(dir) = parent {
-            DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| JournalError::io(dir, e))?;
+        let mut records = Vec::new();
+        let mut keep = |record: Record| -> Result<(), std::convert::Infallible> {
+            records.push(record);
+            Ok(())
+        };
+        let (journal, opened) = Journal::open_from(path, options, None, &mut keep).map_err(ScanError::into_journal)?;
+        Ok((journal, Replay { records, recovered: opened.recovered }))
+    }
+
+    /// Opens (creating if missing) the journal at `path` and hands every application record after `from` (all of
+    /// them without a checkpoint) to `visit`, in order, verifying the chain as it goes; memory stays bounded by one
+    /// record. A checkpoint the journal does not hold (its record is gone or differs) is
+    /// [`JournalError::CheckpointMismatch`]: the caller then opens without one.
+    ///
+    /// Any bad complete line fails with [`JournalError::Corrupt`]. A torn final line of the active segment is
+    /// truncated (fsynced) and an internal `journal.torn_tail_truncated` record `{"offset":..,"bytes":..}` is
+    /// appended. Segments older than the retention anchor (left by an interrupted retention) are deleted.
+    /// `P.lock` is locked exclusively (`flock`) while the journal is open. Blocking.
+    pub fn open_from<E>(
+        path: &Path,
+        options: JournalOptions,
+        from: Option<&Checkpoint>,
+        visit: &mut dyn FnMut(Record) -> Result<(), E>,
+    ) -> Result<(Journal, Opened), ScanError<E>> {
+        let layout = Layout::new(path);
+        let dir = layout.dir().to_owned();
+        DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| JournalError::io(&dir, e))?;
+        let lock = take_lock(&layout)?;
+
+        let replay_started = std::time::Instant::now();
+        let mut recovered = Vec::new();
+        let chain = {
+            let mut app = visit_app(&mut recovered, visit);
+            chain::read_chain(&layout, from, options.max_record_bytes, &mut app)?
+        };
+        let journal = writer::metric_name(path);
+        crate::telemetry::set(
+            "akritas_journal_replay_seconds",
+            "Time the last opening of the journal took to read and verify what it replayed.",
+            &[("journal", &journal)],
+            replay_started.elapsed().as_secs_f64(),
+        );
+        crate::telemetry::set(
+            "akritas_journal_replayed_records",
+            "Records the last opening of the journal replayed (the tail after the snapshot, or all).",
+            &[("journal", &journal)],
+            chain.report.records as f64,
+        );
+        for leftover in &chain.leftovers {
+            let old = layout.segment_path(leftover.id);
+            tracing::info!(path = %old.display(), "deleting a journal segment an interrupted retention left");
+            std::fs::remove_file(&old).map_err(|e| JournalError::io(&old, e))?;
         }
-        let existed = path.try_exists().map_err(|e| JournalError::io(path, e))?;
+
+        let mut sealed = chain.segments;
+        let active = sealed.pop();
+        let active_id = active.as_ref().map_or(1, |s| s.id);
+        let active_path = layout.segment_path(active_id);
+        let existed = active.is_some();
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
-            .open(path)
-            .map_err(|e| JournalError::io(path, e))?;
-        file.try_lock().map_err(|e| match e {
-            TryLockError::WouldBlock => JournalError::io(
-                path,
-                io::Error::new(io::ErrorKind::WouldBlock, "journal is already open (locked by another handle)"),
-            ),
-            TryLockError::Error(e) => JournalError::io(path, e),
-        })?;
+            .open(&active_path)
+            .map_err(|e| JournalError::io(&active_path, e))?;
         if !existed {
             // Make the new directory entry durable.
-            let dir = parent.unwrap_or(Path::new("."));
-            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| JournalError::io(dir, e))?;
+            layout.sync_dir().map_err(|e| JournalError::io(&dir, e))?;
         }
-
-        let replay_started = std::time::Instant::now();
-        let outcome = scan::scan(path, &file, options.max_record_bytes)?;
-        let journal = writer::metric_name(path);
-        crate::telemetry::set(
-            "akritas_journal_replay_seconds",
-            "Time the last opening of the journal took to read and verify it.",
-            &[("journal", &journal)],
-            replay_started.elapsed().as_secs_f64(),
-        );
-        crate::telemetry::set(
-            "akritas_journal_bytes_at_open",
-            "Size of the journal when it was last opened.",
-            &[("journal", &journal)],
-            outcome.valid_len as f64,
-        );
-        let mut replay = outcome.replay;
+        let active_since = segments::first_line(&active_path, options.max_record_bytes)
+            .ok()
+            .flatten()
+            .and_then(|line| serde_json::from_slice::<format::ParsedLine>(&line).ok())
+            .and_then(|line| line.time.parse().ok());
 
         let failure: SharedFailure = Arc::new(Mutex::new(None));
         let mut writer = Writer {
             file,
+            segments: Segments {
+                layout: layout.clone(),
+                rotation: Rotation { bytes: options.segment_bytes, age: options.segment_age },
+                sealed,
+                active: active_id,
+                active_since,
+                anchor: chain.anchor,
+            },
             path: path.to_owned(),
-            next_seq: outcome.report.last_seq + 1,
-            prev: outcome.report.last_hash.clone(),
+            next_seq: chain.report.last_seq + 1,
+            prev: chain.report.last_hash.clone(),
             clock: options.clock,
             max_record_bytes: options.max_record_bytes,
-            len: outcome.valid_len,
+            len: chain.active_len,
             failed: None,
             shared: failure.clone(),
         };
+        writer.publish_segments();
 
-        if let Some(torn) = outcome.report.torn_tail {
+        if let Some(torn) = chain.report.torn_tail {
             tracing::warn!(
-                path = %path.display(),
+                path = %active_path.display(),
                 offset = torn.offset,
                 bytes = torn.bytes,
                 "journal ends with a torn record (crash during a write); truncating it"
             );
             writer
                 .file
-                .set_len(outcome.valid_len)
+                .set_len(chain.active_len)
                 .and_then(|()| writer.file.sync_all())
-                .map_err(|e| JournalError::io(path, e))?;
+                .map_err(|e| JournalError::io(&active_path, e))?;
             let data = serde_json::json!({ "offset": torn.offset, "bytes": torn.bytes });
             let entry = Entry { kind: TORN_TAIL_KIND.to_owned(), data_json: data.to_string(), limited: false };
             match writer.commit(vec![entry]).pop() {
-                Some(Ok(c)) => replay.recovered.push(Record {
+                Some(Ok(c)) => recovered.push(Record {
                     seq: c.seq,
                     time: c.time,
                     kind: TORN_TAIL_KIND.to_owned(),
                     data,
                     hash: c.hash,
+                    location: c.location,
                 }),
-                Some(Err(e)) => return Err(e),
-                None => return Err(JournalError::Closed),
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(JournalError::Closed.into()),
             }
         }
 
@@ -223,12 +390,28 @@ impl Journal {
             .map_err(|e| JournalError::io(path, e))?;
         let inner = Inner {
             path: path.to_owned(),
+            layout,
+            _lock: lock,
             max_record_bytes: options.max_record_bytes,
             failure,
             tx: Some(tx),
             thread: Some(thread),
         };
-        Ok((Journal { inner: Arc::new(inner) }, replay))
+        Ok((Journal { inner: Arc::new(inner) }, Opened { recovered, report: chain.report }))
+    }
+
+    /// Reads the one record at `location` (checking that its hash matches its content). Fails with
+    /// [`JournalError::Io`] of kind `NotFound` when retention deleted its segment.
+    pub fn read_at(&self, location: Location) -> Result<Record, JournalError> {
+        read_at(&self.inner.layout, location)
+    }
+
+    /// Deletes the sealed segments `rule` allows (never the active one); see [`Retention`].
+    pub async fn retain(&self, rule: Retention) -> Result<Removed, JournalError> {
+        let (reply, rx) = oneshot::channel();
+        let tx = self.inner.tx.as_ref().ok_or(JournalError::Closed)?;
+        tx.send(Command::Retain(rule, reply)).map_err(|_| JournalError::Closed)?;
+        rx.await.map_err(|_| JournalError::Closed)?
     }
 
     /// The journal file's path.
@@ -256,7 +439,14 @@ impl Journal {
     }
 
     pub(crate) fn finish(kind: &str, data: &serde_json::Value, c: Committed) -> Record {
-        Record { seq: c.seq, time: c.time, kind: kind.to_owned(), data: data.clone(), hash: c.hash }
+        Record {
+            seq: c.seq,
+            time: c.time,
+            kind: kind.to_owned(),
+            data: data.clone(),
+            hash: c.hash,
+            location: c.location,
+        }
     }
 
     /// Appends one application record; returns once it is written and fsynced.
@@ -330,4 +520,65 @@ impl PendingAppend {
         let committed = self.rx.await.map_err(|_| JournalError::Closed)??;
         Ok(Journal::finish(&self.kind, &self.data, committed))
     }
+}
+
+fn read_at(layout: &Layout, location: Location) -> Result<Record, JournalError> {
+    let line = chain::line_at(layout, location)?;
+    let path = layout.segment_path(location.segment);
+    record_from_line(line, location).map_err(|problem| JournalError::Corrupt {
+        path,
+        line: 0,
+        offset: location.offset,
+        reason: problem.to_string(),
+    })
+}
+
+/// Reads the record at `location` of the journal configured at `path`, without opening it for writing.
+pub fn read_record(path: &Path, location: Location) -> Result<Record, JournalError> {
+    read_at(&Layout::new(path), location)
+}
+
+/// Reads the journal at `path` without modifying it, from `from` (or from the oldest kept record, anchored at the
+/// retention anchor), verifying the chain across segments and handing each application record to `visit`; internal
+/// records are counted, not handed over. A missing journal is [`JournalError::Io`] (`NotFound`).
+pub fn scan_from<E>(
+    path: &Path,
+    from: Option<&Checkpoint>,
+    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+) -> Result<VerifyReport, ScanError<E>> {
+    let layout = Layout::new(path);
+    if layout.list()?.is_empty() && layout.read_anchor()?.is_none() {
+        return Err(JournalError::io(path, io::Error::new(io::ErrorKind::NotFound, "no such journal")).into());
+    }
+    let mut internal = Vec::new();
+    let mut app = visit_app(&mut internal, visit);
+    Ok(chain::read_chain(&layout, from, DEFAULT_MAX_RECORD_BYTES, &mut app)?.report)
+}
+
+/// Verifies the journal at `path` without modifying it: every segment from the oldest kept (anchored at the
+/// retention anchor), every complete line a well-formed record of at most [`DEFAULT_MAX_RECORD_BYTES`] with
+/// continuous seq, correct prev linkage and a correct hash, across segments. A torn final line of the active
+/// segment is reported, not an error.
+pub fn verify(path: &Path) -> Result<VerifyReport, JournalError> {
+    scan_from(path, None, &mut |_| Ok::<(), std::convert::Infallible>(())).map_err(ScanError::into_journal)
+}
+
+/// [`verify`], also returning every record (application and internal); holds them all in memory.
+pub fn read(path: &Path) -> Result<(VerifyReport, Replay), JournalError> {
+    let layout = Layout::new(path);
+    if layout.list()?.is_empty() && layout.read_anchor()?.is_none() {
+        return Err(JournalError::io(path, io::Error::new(io::ErrorKind::NotFound, "no such journal")));
+    }
+    let mut replay = Replay::default();
+    let mut keep = |record: Record| -> Result<(), std::convert::Infallible> {
+        if record.kind.starts_with(INTERNAL_PREFIX) {
+            replay.recovered.push(record);
+        } else {
+            replay.records.push(record);
+        }
+        Ok(())
+    };
+    let chain =
+        chain::read_chain(&layout, None, DEFAULT_MAX_RECORD_BYTES, &mut keep).map_err(ScanError::into_journal)?;
+    Ok((chain.report, replay))
 }

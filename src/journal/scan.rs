@@ -1,11 +1,11 @@
-//! Strict replay of a journal file, shared by [`super::Journal::open`] and [`verify`].
+//! Strict, streaming replay of one segment file, shared by opening and verifying a journal.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::format::{GENESIS_PREV, INTERNAL_PREFIX, LineProblem, check_line};
-use super::{DEFAULT_MAX_RECORD_BYTES, JournalError, Replay, record_from_line};
+use super::format::{LineProblem, check_line};
+use super::{JournalError, Location, Record, record_from_line};
 
 /// A partial final line (no trailing newline), typically left by a crash during a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,10 +16,10 @@ pub struct TornTail {
     pub bytes: u64,
 }
 
-/// Result of [`verify`]: the state of an intact chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Result of [`super::verify`]: the state of an intact chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
-    /// Number of complete, verified records (application and internal).
+    /// Number of complete, verified records (application and internal) read.
     pub records: u64,
     /// Seq of the last verified record (0 when empty).
     pub last_seq: u64,
@@ -27,6 +27,10 @@ pub struct VerifyReport {
     pub last_hash: String,
     /// The torn final line, if any; it is not counted in `records`.
     pub torn_tail: Option<TornTail>,
+    /// Segment files read.
+    pub segments: u64,
+    /// Seq of the first record read (the oldest kept when reading from the start).
+    pub first_seq: u64,
 }
 
 /// What a scan found.
@@ -34,8 +38,6 @@ pub(crate) struct ScanOutcome {
     pub(crate) report: VerifyReport,
     /// Length of the file up to and including the last complete line.
     pub(crate) valid_len: u64,
-    /// The verified records.
-    pub(crate) replay: Replay,
 }
 
 /// One line as read by [`read_line`].
@@ -88,30 +90,49 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, max_line: usize) -> i
     }
 }
 
-/// Reads `reader` from the start, verifying every complete line and keeping each verified record. A complete
-/// line over
-/// `max_line` bytes (with its newline; the writer never writes one) is `Corrupt` without being read
-/// into memory; an unterminated last line of any length is the torn tail.
-pub(crate) fn scan(path: &Path, reader: impl Read, max_line: usize) -> Result<ScanOutcome, JournalError> {
-    let mut replay = Replay::default();
-    let mut reader = BufReader::with_capacity(1 << 16, reader);
+/// Where a scan of one segment starts: the byte offset and the chain head before it.
+pub(crate) struct Start {
+    pub(crate) offset: u64,
+    pub(crate) seq: u64,
+    pub(crate) hash: String,
+}
+
+/// Reads the segment `segment` (at `path`) from `from`, verifying every complete line and
+/// handing each verified record to `visit`. A complete line over `max_line` bytes (with its
+/// newline; the writer never writes one) is `Corrupt` without being read into memory; an
+/// unterminated last line of any length is the torn tail (the caller decides whether a
+/// segment may have one).
+pub(crate) fn scan<E>(
+    path: &Path,
+    segment: u64,
+    mut file: File,
+    from: Start,
+    max_line: usize,
+    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+) -> Result<ScanOutcome, ScanError<E>> {
+    if from.offset > 0 {
+        file.seek(SeekFrom::Start(from.offset)).map_err(|e| JournalError::io(path, e))?;
+    }
+    let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut buf = Vec::new();
-    let mut offset: u64 = 0;
+    let mut offset = from.offset;
     let mut line_no: usize = 0;
-    let mut last_seq: u64 = 0;
-    let mut last_hash = GENESIS_PREV.to_owned();
+    let mut records: u64 = 0;
+    let mut last_seq = from.seq;
+    let mut last_hash = from.hash;
     loop {
         buf.clear();
         let (n, too_long) = match read_line(&mut reader, &mut buf, max_line).map_err(|e| JournalError::io(path, e))? {
             Line::End => {
-                let report = VerifyReport { records: last_seq, last_seq, last_hash, torn_tail: None };
-                return Ok(ScanOutcome { report, valid_len: offset, replay });
+                let report = VerifyReport { records, last_seq, last_hash, torn_tail: None, ..VerifyReport::default() };
+                return Ok(ScanOutcome { report, valid_len: offset });
             }
             Line::Read { bytes, terminated: false } | Line::TooLong { bytes, terminated: false } => {
                 // EOF without newline: the torn tail.
                 let torn = TornTail { offset, bytes };
-                let report = VerifyReport { records: last_seq, last_seq, last_hash, torn_tail: Some(torn) };
-                return Ok(ScanOutcome { report, valid_len: offset, replay });
+                let report =
+                    VerifyReport { records, last_seq, last_hash, torn_tail: Some(torn), ..VerifyReport::default() };
+                return Ok(ScanOutcome { report, valid_len: offset });
             }
             Line::Read { bytes, terminated: true } => (bytes, false),
             Line::TooLong { bytes, terminated: true } => (bytes, true),
@@ -124,33 +145,50 @@ pub(crate) fn scan(path: &Path, reader: impl Read, max_line: usize) -> Result<Sc
             reason: problem.to_string(),
         };
         if too_long {
-            return Err(corrupt(LineProblem::TooLong { bytes: n, limit: max_line }));
+            return Err(corrupt(LineProblem::TooLong { bytes: n, limit: max_line }).into());
         }
         let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let parsed = check_line(line, last_seq + 1, &last_hash).map_err(corrupt)?;
         last_seq = parsed.seq;
         last_hash.clone_from(&parsed.hash);
-        let record = record_from_line(parsed).map_err(corrupt)?;
-        if record.kind.starts_with(INTERNAL_PREFIX) {
-            replay.recovered.push(record);
-        } else {
-            replay.records.push(record);
-        }
+        let location = Location { segment, offset, len: u32::try_from(n).unwrap_or(u32::MAX) };
+        let record = record_from_line(parsed, location).map_err(corrupt)?;
+        records += 1;
+        visit(record).map_err(ScanError::Visit)?;
         offset += n;
     }
 }
 
-/// Verifies the journal at `path` without modifying it: every complete line must be a well-formed record of at
-/// most [`DEFAULT_MAX_RECORD_BYTES`] with continuous seq, correct prev linkage and a correct hash. A torn final
-/// line is reported, not an error.
-pub fn verify(path: &Path) -> Result<VerifyReport, JournalError> {
-    Ok(read(path)?.0)
+/// Why a streaming read stopped.
+#[derive(Debug)]
+pub enum ScanError<E> {
+    /// The journal could not be read or does not verify.
+    Journal(JournalError),
+    /// The visitor refused a record.
+    Visit(E),
 }
 
-/// [`verify`], also returning the records (application and internal) for a caller that replays them without
-/// opening the journal for writing (`akritas audit verify PATH`).
-pub fn read(path: &Path) -> Result<(VerifyReport, Replay), JournalError> {
-    let file = File::open(path).map_err(|e| JournalError::io(path, e))?;
-    let outcome = scan(path, file, DEFAULT_MAX_RECORD_BYTES)?;
-    Ok((outcome.report, outcome.replay))
+impl<E> From<JournalError> for ScanError<E> {
+    fn from(error: JournalError) -> Self {
+        ScanError::Journal(error)
+    }
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for ScanError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::Journal(e) => e.fmt(f),
+            ScanError::Visit(e) => e.fmt(f),
+        }
+    }
+}
+
+impl ScanError<std::convert::Infallible> {
+    /// The journal error (a visitor that cannot fail).
+    pub fn into_journal(self) -> JournalError {
+        match self {
+            ScanError::Journal(e) => e,
+            ScanError::Visit(never) => match never {},
+        }
+    }
 }

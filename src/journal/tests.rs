@@ -86,7 +86,17 @@ fn round_trip() {
     assert_eq!(written[0].hash, expected_hash);
 
     let report = verify(&path).unwrap();
-    assert_eq!(report, VerifyReport { records: 10, last_seq: 10, last_hash: written[9].hash.clone(), torn_tail: None });
+    assert_eq!(
+        report,
+        VerifyReport {
+            records: 10,
+            last_seq: 10,
+            last_hash: written[9].hash.clone(),
+            torn_tail: None,
+            segments: 1,
+            first_seq: 1
+        }
+    );
 }
 
 #[test]
@@ -375,6 +385,14 @@ fn invalid_kinds_are_rejected() {
 fn writer_over(file: File, path: &Path) -> Writer {
     Writer {
         file,
+        segments: Segments {
+            layout: Layout::new(path),
+            rotation: Rotation { bytes: 0, age: None },
+            sealed: Vec::new(),
+            active: 1,
+            active_since: None,
+            anchor: None,
+        },
         path: path.to_owned(),
         next_seq: 1,
         prev: GENESIS_PREV.to_owned(),
@@ -474,7 +492,17 @@ fn empty_and_missing_files() {
     assert_eq!(replay, Replay::default());
     drop(j);
     let report = verify(&path).unwrap();
-    assert_eq!(report, VerifyReport { records: 0, last_seq: 0, last_hash: GENESIS_PREV.to_owned(), torn_tail: None });
+    assert_eq!(
+        report,
+        VerifyReport {
+            records: 0,
+            last_seq: 0,
+            last_hash: GENESIS_PREV.to_owned(),
+            torn_tail: None,
+            segments: 1,
+            first_seq: 1
+        }
+    );
 }
 
 /// Writes one record whose line is about `bytes` long (with a generous limit), then two small ones.
@@ -518,3 +546,5 @@ fn an_over_long_unterminated_last_line_is_a_torn_tail() {
     assert_eq!(replay.records.len(), 2);
     assert_eq!(replay.recovered[0].data, json!({"offset": valid, "bytes": 100_000}));
 }
+
+mod segmented;

@@ -10,24 +10,27 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::sync::oneshot;
 
-use super::format::{WRITE_FAILED_KIND, encode};
-use super::{Clock, JournalError};
+use super::format::{RETENTION_KIND, WRITE_FAILED_KIND, encode};
+use super::segments::{Anchor, Layout, Segment};
+use super::{Clock, JournalError, Location, Removed, Retention};
 
 /// Most appends taken into one batch.
 const MAX_BATCH_RECORDS: usize = 4096;
 /// Stop draining the channel once a batch holds about this many payload bytes.
 const MAX_BATCH_BYTES: usize = 16 << 20;
 
-/// Seq, time and hash assigned to a committed record.
+/// Seq, time, hash and place assigned to a committed record.
 pub(crate) struct Committed {
     pub(crate) seq: u64,
     pub(crate) time: String,
     pub(crate) hash: String,
+    pub(crate) location: Location,
 }
 
 /// One record to write.
@@ -47,6 +50,8 @@ pub(crate) enum Command {
     Recover(oneshot::Sender<Result<(), JournalError>>),
     /// Flush everything queued before it, answer, and stop.
     Close(oneshot::Sender<Result<(), JournalError>>),
+    /// Delete the sealed segments the rule allows.
+    Retain(Retention, oneshot::Sender<Result<Removed, JournalError>>),
 }
 
 /// Why the writer refuses appends.
@@ -62,9 +67,32 @@ pub(crate) struct Failure {
 /// The writer's failure as others see it ([`super::Journal::failure`]).
 pub(crate) type SharedFailure = Arc<Mutex<Option<Failure>>>;
 
-/// Owns the file and the chain head; only ever used from one thread at a time.
+/// When the active segment is sealed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rotation {
+    /// Once it holds this many bytes (0: never by size).
+    pub(crate) bytes: u64,
+    /// Once its first record is this old.
+    pub(crate) age: Option<std::time::Duration>,
+}
+
+/// The segments besides the active one, and the retention anchor.
+pub(crate) struct Segments {
+    pub(crate) layout: Layout,
+    pub(crate) rotation: Rotation,
+    /// Sealed segments, oldest first.
+    pub(crate) sealed: Vec<Segment>,
+    /// Seq of the active segment's first record (its id).
+    pub(crate) active: u64,
+    /// Commit time of the active segment's first record.
+    pub(crate) active_since: Option<jiff::Timestamp>,
+    pub(crate) anchor: Option<Anchor>,
+}
+
+/// Owns the active file and the chain head; only ever used from one thread at a time.
 pub(crate) struct Writer {
     pub(crate) file: File,
+    pub(crate) segments: Segments,
     pub(crate) path: PathBuf,
     pub(crate) next_seq: u64,
     pub(crate) prev: String,
@@ -127,8 +155,15 @@ impl Writer {
 
     /// Writes `entries` in order with a single fsync; returns one result per entry.
     /// Entries over the size limit fail alone; a write/fsync failure fails the whole batch, truncates the partial
-    /// bytes and refuses further appends until [`Writer::recover`].
+    /// bytes and refuses further appends until [`Writer::recover`]. Seals the active segment first when it is
+    /// full or old enough.
     pub(crate) fn commit(&mut self, entries: Vec<Entry>) -> Vec<Result<Committed, JournalError>> {
+        if self.failed.is_none()
+            && let Err(e) = self.rotate_if_due()
+        {
+            tracing::error!(path = %self.path.display(), error = %e, "could not start a new journal segment");
+            self.set_failed(Some(Failure { reason: e.to_string(), kind: e.kind(), refused: 0 }));
+        }
         if let Some(mut failure) = self.failed.take() {
             failure.refused += entries.len() as u64;
             let results = entries.iter().map(|_| Err(self.unwritable(&failure))).collect();
@@ -146,8 +181,16 @@ impl Writer {
                 results.push(Err(JournalError::RecordTooLarge { size: enc.line.len(), limit: self.max_record_bytes }));
                 continue;
             }
+            let location = Location {
+                segment: self.segments.active,
+                offset: self.len + buf.len() as u64,
+                len: u32::try_from(enc.line.len()).unwrap_or(u32::MAX),
+            };
+            if self.segments.active_since.is_none() {
+                self.segments.active_since = time.parse().ok();
+            }
             buf.extend_from_slice(&enc.line);
-            results.push(Ok(Committed { seq, time, hash: enc.hash.clone() }));
+            results.push(Ok(Committed { seq, time, hash: enc.hash.clone(), location }));
             prev = enc.hash;
             seq += 1;
         }
@@ -254,6 +297,9 @@ impl Writer {
                 Some(Command::Recover(reply)) => {
                     let _ = reply.send(self.recover());
                 }
+                Some(Command::Retain(rule, reply)) => {
+                    let _ = reply.send(self.retain(rule));
+                }
                 Some(Command::Close(reply)) => {
                     let result = match &self.failed {
                         Some(failure) => Err(self.unwritable(failure)),
@@ -268,5 +314,168 @@ impl Writer {
                 Some(Command::Append(..)) | None => {}
             }
         }
+    }
+}
+
+impl Writer {
+    /// Whether the active segment is due to be sealed.
+    fn rotation_due(&self) -> bool {
+        if self.len == 0 {
+            return false;
+        }
+        let rotation = self.segments.rotation;
+        if rotation.bytes > 0 && self.len >= rotation.bytes {
+            return true;
+        }
+        let (Some(age), Some(since)) = (rotation.age, self.segments.active_since) else { return false };
+        let now: Option<jiff::Timestamp> = (self.clock)().parse().ok();
+        now.is_some_and(|now| now.duration_since(since).unsigned_abs() >= age)
+    }
+
+    /// Seals the active segment and starts the next one when it is due. The active file is
+    /// complete and fsynced after every commit, so sealing is creating the next file.
+    fn rotate_if_due(&mut self) -> io::Result<()> {
+        if !self.rotation_due() {
+            return Ok(());
+        }
+        let id = self.next_seq;
+        let path = self.segments.layout.segment_path(id);
+        let file =
+            std::fs::OpenOptions::new().read(true).append(true).create_new(true).mode(0o600).open(&path).or_else(
+                |e| {
+                    // Created before a crash or a failed attempt, and never written: take it.
+                    if e.kind() == io::ErrorKind::AlreadyExists && std::fs::metadata(&path)?.len() == 0 {
+                        std::fs::OpenOptions::new().read(true).append(true).open(&path)
+                    } else {
+                        Err(e)
+                    }
+                },
+            )?;
+        if let Err(e) = self.segments.layout.sync_dir() {
+            tracing::warn!(path = %path.display(), error = %e, "could not fsync the journal directory after starting a segment");
+        }
+        let sealed = Segment { id: self.segments.active, bytes: self.len, modified: std::time::SystemTime::now() };
+        self.segments.sealed.push(sealed);
+        self.file = file;
+        self.len = 0;
+        self.segments.active = id;
+        self.segments.active_since = None;
+        tracing::info!(path = %path.display(), first_seq = id, "journal segment sealed; a new one started");
+        self.publish_segments();
+        Ok(())
+    }
+
+    /// Segment count and bytes for `/metrics`.
+    pub(crate) fn publish_segments(&self) {
+        let journal = metric_name(&self.path);
+        let labels = [("journal", journal.as_str())];
+        let count = self.segments.sealed.len() + 1;
+        let bytes: u64 = self.segments.sealed.iter().map(|s| s.bytes).sum::<u64>() + self.len;
+        crate::telemetry::set("akritas_journal_segments", "Segment files of the journal.", &labels, count as f64);
+        crate::telemetry::set(
+            "akritas_journal_segment_bytes",
+            "Bytes in the journal's segments.",
+            &labels,
+            bytes as f64,
+        );
+        let removed = self.segments.anchor.clone().unwrap_or_default();
+        crate::telemetry::set(
+            "akritas_journal_retention_removed_records",
+            "Records retention removed from the journal since it was created.",
+            &labels,
+            removed.removed_records as f64,
+        );
+        crate::telemetry::set(
+            "akritas_journal_retention_removed_bytes",
+            "Bytes retention removed from the journal since it was created.",
+            &labels,
+            removed.removed_bytes as f64,
+        );
+    }
+
+    /// Deletes the oldest sealed segments the rule allows: each wholly older than the rule's
+    /// age and holding no record at or after `keep_from`. Writes the anchor first, then
+    /// deletes, then records a `journal.retention` record.
+    fn retain(&mut self, rule: Retention) -> Result<Removed, JournalError> {
+        if let Some(failure) = &self.failed {
+            return Err(self.unwritable(failure));
+        }
+        let now = std::time::SystemTime::now();
+        let mut count = 0;
+        for (index, segment) in self.segments.sealed.iter().enumerate() {
+            let next = self.segments.sealed.get(index + 1).map_or(self.segments.active, |s| s.id);
+            let old = now.duration_since(segment.modified).is_ok_and(|age| age >= rule.max_age);
+            if !old || next > rule.keep_from {
+                break;
+            }
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(Removed::default());
+        }
+        let layout = self.segments.layout.clone();
+        let first_kept = self.segments.sealed.get(count).map_or(self.segments.active, |s| s.id);
+        let io_error = |path: &std::path::Path, e: io::Error| JournalError::io(path, e);
+        let kept_path = layout.segment_path(first_kept);
+        let line = super::segments::first_line(&kept_path, usize::MAX >> 1)
+            .map_err(|e| io_error(&kept_path, e))?
+            .ok_or_else(|| JournalError::Corrupt {
+                path: kept_path.clone(),
+                line: 1,
+                offset: 0,
+                reason: "the first segment to keep is empty".into(),
+            })?;
+        let parsed: super::format::ParsedLine = serde_json::from_slice(&line).map_err(|e| JournalError::Corrupt {
+            path: kept_path.clone(),
+            line: 1,
+            offset: 0,
+            reason: format!("not a valid journal record ({e})"),
+        })?;
+        let removed_segments = &self.segments.sealed[..count];
+        let removed = Removed {
+            segments: count as u64,
+            records: first_kept - removed_segments[0].id,
+            bytes: removed_segments.iter().map(|s| s.bytes).sum(),
+        };
+        let mut anchor = self.segments.anchor.clone().unwrap_or_default();
+        anchor.first_seq = first_kept;
+        anchor.prev = parsed.prev;
+        anchor.removed_segments += removed.segments;
+        anchor.removed_records += removed.records;
+        anchor.removed_bytes += removed.bytes;
+        layout.write_anchor(&anchor).map_err(|e| io_error(&layout.anchor_path(), e))?;
+        for segment in self.segments.sealed.drain(..count) {
+            let path = layout.segment_path(segment.id);
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                // The anchor already excludes it: the next open deletes it.
+                tracing::warn!(path = %path.display(), error = %e, "could not delete a journal segment retention removed");
+            }
+        }
+        let _ = layout.sync_dir();
+        self.segments.anchor = Some(anchor.clone());
+        self.publish_segments();
+        let journal = metric_name(&self.path);
+        for (name, help, value) in [
+            ("akritas_journal_retention_segments_total", "Segments retention deleted since start.", removed.segments),
+            ("akritas_journal_retention_records_total", "Records retention deleted since start.", removed.records),
+            ("akritas_journal_retention_bytes_total", "Bytes retention deleted since start.", removed.bytes),
+        ] {
+            crate::telemetry::count(name, help, &[("journal", &journal)], value as f64);
+        }
+        let data = serde_json::json!({
+            "removed_segments": removed.segments,
+            "removed_records": removed.records,
+            "removed_bytes": removed.bytes,
+            "first_seq": anchor.first_seq,
+        });
+        let entry = Entry { kind: RETENTION_KIND.to_owned(), data_json: data.to_string(), limited: false };
+        match self.commit(vec![entry]).pop() {
+            Some(Ok(_)) | None => {}
+            Some(Err(e)) => return Err(e),
+        }
+        tracing::info!(path = %self.path.display(), segments = removed.segments, records = removed.records, bytes = removed.bytes, first_seq = anchor.first_seq, "journal retention removed old segments");
+        Ok(removed)
     }
 }

@@ -1,0 +1,150 @@
+//! Reading a journal's chain across its segments: from the oldest kept record (anchored at
+//! the retention anchor, or at the genesis) or from a checkpoint a snapshot recorded.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+
+use super::format::{GENESIS_PREV, ParsedLine, record_hash};
+use super::scan::{ScanError, Start, TornTail, VerifyReport, scan};
+use super::segments::{Anchor, Layout, Segment};
+use super::{Checkpoint, JournalError, Location, Record};
+
+/// What reading the chain found.
+pub(crate) struct Chain {
+    /// Over everything read.
+    pub(crate) report: VerifyReport,
+    /// The segments of the chain, oldest first (the last is the active one).
+    pub(crate) segments: Vec<Segment>,
+    /// Segments older than the anchor: left by a retention that stopped before deleting them.
+    pub(crate) leftovers: Vec<Segment>,
+    /// Length of the last segment up to its last complete line.
+    pub(crate) active_len: u64,
+    /// The retention anchor.
+    pub(crate) anchor: Option<Anchor>,
+}
+
+fn corrupt(layout: &Layout, path: Option<&std::path::Path>, reason: String) -> JournalError {
+    JournalError::Corrupt { path: path.unwrap_or(layout.base()).to_owned(), line: 0, offset: 0, reason }
+}
+
+/// Reads and checks the one line at `location` on its own: a complete record whose hash
+/// matches its content (its place in the chain is not checked).
+pub(crate) fn line_at(layout: &Layout, location: Location) -> Result<ParsedLine, JournalError> {
+    let path = layout.segment_path(location.segment);
+    let mut file = File::open(&path).map_err(|e| JournalError::io(&path, e))?;
+    file.seek(SeekFrom::Start(location.offset)).map_err(|e| JournalError::io(&path, e))?;
+    let mut buf = vec![0; location.len as usize];
+    file.read_exact(&mut buf).map_err(|e| JournalError::io(&path, e))?;
+    let bad = |reason: String| JournalError::Corrupt { path: path.clone(), line: 0, offset: location.offset, reason };
+    let Some(line) = buf.strip_suffix(b"\n") else {
+        return Err(bad("no complete record at this location".into()));
+    };
+    let parsed: ParsedLine =
+        serde_json::from_slice(line).map_err(|e| bad(format!("not a valid journal record ({e})")))?;
+    let computed = record_hash(&parsed.prev, parsed.seq, &parsed.time, &parsed.kind, parsed.data.get());
+    if computed != parsed.hash {
+        return Err(bad(format!("hash mismatch at seq {}", parsed.seq)));
+    }
+    Ok(parsed)
+}
+
+/// Reads the chain from `from` (or from the oldest kept record), verifying every record and
+/// handing each to `visit`. Only the last segment may end with a torn line.
+pub(crate) fn read_chain<E>(
+    layout: &Layout,
+    from: Option<&Checkpoint>,
+    max_line: usize,
+    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+) -> Result<Chain, ScanError<E>> {
+    let anchor = layout.read_anchor()?;
+    let (leftovers, segments): (Vec<Segment>, Vec<Segment>) =
+        layout.list()?.into_iter().partition(|s| anchor.as_ref().is_some_and(|a| s.id < a.first_seq));
+    let mut chain =
+        Chain { report: VerifyReport::default(), segments, leftovers, active_len: 0, anchor: anchor.clone() };
+    chain.report.last_hash = GENESIS_PREV.to_owned();
+    let Some(first) = chain.segments.first() else {
+        if let Some(anchor) = &anchor {
+            return Err(corrupt(
+                layout,
+                None,
+                format!("the retention anchor keeps records from seq {} but no segment file is left", anchor.first_seq),
+            )
+            .into());
+        }
+        return Ok(chain);
+    };
+    let expected_first = anchor.as_ref().map_or(1, |a| a.first_seq);
+    if first.id != expected_first {
+        let path = layout.segment_path(first.id);
+        return Err(corrupt(
+            layout,
+            Some(&path),
+            format!("the oldest segment starts at seq {} but the chain starts at seq {expected_first}", first.id),
+        )
+        .into());
+    }
+    let (start, mut head) = match from {
+        Some(checkpoint) => {
+            let index = chain.segments.iter().position(|s| s.id == checkpoint.location.segment).ok_or_else(|| {
+                JournalError::CheckpointMismatch {
+                    path: layout.base().to_owned(),
+                    seq: checkpoint.seq,
+                    reason: "its segment is not in the journal".into(),
+                }
+            })?;
+            let mismatch = |reason: String| JournalError::CheckpointMismatch {
+                path: layout.base().to_owned(),
+                seq: checkpoint.seq,
+                reason,
+            };
+            let line = line_at(layout, checkpoint.location).map_err(|e| mismatch(e.to_string()))?;
+            if line.seq != checkpoint.seq || line.hash != checkpoint.hash {
+                return Err(mismatch(format!("the record there is seq {} with another hash", line.seq)).into());
+            }
+            let offset = checkpoint.location.offset + u64::from(checkpoint.location.len);
+            (index, Start { offset, seq: checkpoint.seq, hash: checkpoint.hash.clone() })
+        }
+        None => {
+            let prev = anchor.as_ref().map_or_else(|| GENESIS_PREV.to_owned(), |a| a.prev.clone());
+            (0, Start { offset: 0, seq: expected_first - 1, hash: prev })
+        }
+    };
+    chain.report.first_seq = head.seq + 1;
+    let last = chain.segments.len() - 1;
+    for index in start..=last {
+        let segment = chain.segments[index].clone();
+        let path = layout.segment_path(segment.id);
+        if head.offset == 0 && segment.id != head.seq + 1 {
+            return Err(corrupt(
+                layout,
+                Some(&path),
+                format!("the segment starts at seq {} but the one before ends at seq {}", segment.id, head.seq),
+            )
+            .into());
+        }
+        let file = File::open(&path).map_err(|e| JournalError::io(&path, e))?;
+        let outcome = scan(&path, segment.id, file, head, max_line, visit)?;
+        let report = outcome.report;
+        chain.report.records += report.records;
+        chain.report.segments += 1;
+        if let Some(torn) = report.torn_tail {
+            if index != last {
+                return Err(corrupt(
+                    layout,
+                    Some(&path),
+                    format!(
+                        "a sealed segment ends with a partial record at byte offset {} ({} bytes)",
+                        torn.offset, torn.bytes
+                    ),
+                )
+                .into());
+            }
+            chain.report.torn_tail = Some(TornTail { offset: torn.offset, bytes: torn.bytes });
+        }
+        chain.active_len = outcome.valid_len;
+        head = Start { offset: 0, seq: report.last_seq, hash: report.last_hash };
+    }
+    chain.report.last_seq = head.seq;
+    chain.report.last_hash = head.hash;
+    Ok(chain)
+}
