@@ -39,13 +39,15 @@ struct Store {
     families: BTreeMap<&'static str, Family>,
     counters: BTreeMap<SeriesKey, f64>,
     gauges: BTreeMap<SeriesKey, f64>,
+    /// Gauges rendered as the seconds since the instant stored.
+    ages: BTreeMap<SeriesKey, std::time::Instant>,
     histograms: BTreeMap<SeriesKey, Histogram>,
     dropped: u64,
 }
 
 impl Store {
     fn series(&self) -> usize {
-        self.counters.len() + self.gauges.len() + self.histograms.len()
+        self.counters.len() + self.gauges.len() + self.ages.len() + self.histograms.len()
     }
 
     /// Whether a new series may be added; counts the refusal otherwise.
@@ -74,6 +76,11 @@ pub fn count(name: &'static str, help: &'static str, labels: &[(&'static str, &s
 /// Sets a gauge of the process.
 pub fn set(name: &'static str, help: &'static str, labels: &[(&'static str, &str)], value: f64) {
     GLOBAL.set(name, help, labels, value);
+}
+
+/// Restarts a gauge of the process that shows the seconds since now (an age).
+pub fn stamp(name: &'static str, help: &'static str, labels: &[(&'static str, &str)]) {
+    GLOBAL.stamp(name, help, labels);
 }
 
 /// Records one duration in a histogram of the process (seconds).
@@ -121,6 +128,17 @@ impl Metrics {
         }
     }
 
+    /// Restarts a gauge that shows the seconds since now.
+    pub fn stamp(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)]) {
+        let mut store = self.store();
+        describe(&mut store, name, "gauge", help);
+        let key = key(name, labels);
+        let exists = store.ages.contains_key(&key);
+        if store.admit(exists) {
+            store.ages.insert(key, std::time::Instant::now());
+        }
+    }
+
     /// Records one duration in a histogram (seconds).
     pub fn observe(&self, name: &'static str, help: &'static str, labels: &[(&'static str, &str)], elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
@@ -152,6 +170,9 @@ impl Metrics {
             }
             for ((_, labels), value) in store.gauges.range((*name, Vec::new())..).take_while(|((n, _), _)| n == name) {
                 let _ = writeln!(out, "{name}{} {value}", labels_text(labels, None));
+            }
+            for ((_, labels), since) in store.ages.range((*name, Vec::new())..).take_while(|((n, _), _)| n == name) {
+                let _ = writeln!(out, "{name}{} {}", labels_text(labels, None), since.elapsed().as_secs_f64());
             }
             for ((_, labels), histogram) in
                 store.histograms.range((*name, Vec::new())..).take_while(|((n, _), _)| n == name)

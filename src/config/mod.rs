@@ -440,6 +440,46 @@ settings_table! {
         flag "alert-pending-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>;
+    /// A journal segment is sealed and a new one started past this size, 64 KiB-4 GiB
+    journal_segment_bytes: u64 = 64 << 20;
+        flag "journal-segment-bytes" [Option<String>] value_name "BYTES";
+        expect "an integer from 65536 to 4294967296 (bytes)";
+        check value::u64_in::<65_536, 4_294_967_296>;
+    /// A journal segment is sealed once its first record is this old, > 0 and <= 30d
+    journal_segment_age: Duration = Duration::from_secs(86_400);
+        flag "journal-segment-age" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 30d, such as 24h";
+        check value::duration_upto::<2_592_000, false>;
+    /// Journal records between two snapshots of the state derived from a journal, 100-10000000
+    snapshot_records: u64 = 20_000;
+        flag "snapshot-records" [Option<String>] value_name "N";
+        expect "an integer from 100 to 10000000";
+        check value::u64_in::<100, 10_000_000>;
+    /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything, <= 10y
+    audit_retention: Duration = Duration::from_secs(365 * 86_400);
+        flag "audit-retention" [Option<String>] value_name "DURATION";
+        expect "a duration from 0s (keep everything) to 10y, such as 365d";
+        check value::duration_upto::<315_360_000, true>;
+    /// Alert journal segments older than this are deleted unless an open incident or a waiting job needs them; 0s keeps everything, <= 10y
+    alert_retention: Duration = Duration::from_secs(90 * 86_400);
+        flag "alert-retention" [Option<String>] value_name "DURATION";
+        expect "a duration from 0s (keep everything) to 10y, such as 90d";
+        check value::duration_upto::<315_360_000, true>;
+    /// An alert repeated within this window of its first delivery is a duplicate, > 0 and <= 30d
+    dedup_window: Duration = Duration::from_secs(86_400);
+        flag "dedup-window" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 30d, such as 24h";
+        check value::duration_upto::<2_592_000, false>;
+    /// Most deduplication keys remembered (the oldest are forgotten first), 1000-10000000
+    dedup_max_keys: u32 = 100_000;
+        flag "dedup-max-keys" [Option<String>] value_name "N";
+        expect "an integer from 1000 to 10000000";
+        check value::u32_in::<1000, 10_000_000>;
+    /// Resolved incidents kept in memory for listings (the oldest are forgotten first; their journal records stay), 100-10000000
+    resolved_incidents_kept: u32 = 10_000;
+        flag "resolved-incidents-kept" [Option<String>] value_name "N";
+        expect "an integer from 100 to 10000000";
+        check value::u32_in::<100, 10_000_000>;
     /// Timeout of one notification attempt, > 0 and <= 1m
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";

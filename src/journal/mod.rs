@@ -22,6 +22,7 @@ mod error;
 mod format;
 mod scan;
 mod segments;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 mod writer;

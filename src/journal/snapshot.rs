@@ -1,0 +1,115 @@
+//! Snapshots of state derived from a journal: one file per journal, `P.snapshot`, holding the
+//! state and the [`Checkpoint`] of the last record it reflects, so a start replays only the
+//! records after it ([`super::Journal::open_from`]).
+//!
+//! A snapshot is written to a temporary file, fsynced, renamed over the previous one and the
+//! directory fsynced: a crash leaves the old snapshot or the new one, never a mix. A snapshot
+//! that cannot be read (another version's, damaged) is ignored with a warning and the journal
+//! is replayed from the start: the journal, not the snapshot, is the record of truth.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Checkpoint;
+use super::segments::Layout;
+
+/// The snapshot file of the journal configured at `journal`.
+pub fn snapshot_path(journal: &Path) -> PathBuf {
+    let layout = Layout::new(journal);
+    let name = journal.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    layout.dir().join(format!("{name}.snapshot"))
+}
+
+#[derive(Serialize)]
+struct Out<'a, T> {
+    format: &'a str,
+    checkpoint: &'a Checkpoint,
+    state: &'a T,
+}
+
+#[derive(serde::Deserialize)]
+struct In<T> {
+    format: String,
+    checkpoint: Checkpoint,
+    state: T,
+}
+
+/// Writes `state` as the snapshot of `journal` at `checkpoint`, atomically and durably; `format`
+/// names the state's shape and version (a reader of another format ignores the file).
+pub fn write<T: Serialize>(journal: &Path, format: &str, checkpoint: &Checkpoint, state: &T) -> io::Result<u64> {
+    let path = snapshot_path(journal);
+    let started = std::time::Instant::now();
+    let tmp = path.with_extension("snapshot.tmp");
+    let file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    serde_json::to_writer(&mut out, &Out { format, checkpoint, state }).map_err(io::Error::other)?;
+    out.flush()?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    let bytes = file.metadata()?.len();
+    fs::rename(&tmp, &path)?;
+    File::open(Layout::new(journal).dir())?.sync_all()?;
+    let name = metric_name(journal);
+    let labels = [("journal", name.as_str())];
+    crate::telemetry::stamp("akritas_snapshot_age_seconds", "Seconds since the journal's last snapshot.", &labels);
+    crate::telemetry::set("akritas_snapshot_bytes", "Size of the journal's last snapshot.", &labels, bytes as f64);
+    crate::telemetry::observe(
+        "akritas_snapshot_write_seconds",
+        "Time to write one snapshot of a journal's derived state.",
+        &labels,
+        started.elapsed(),
+    );
+    Ok(bytes)
+}
+
+/// Reads the snapshot of `journal` if there is one of `format`; `None` (with a warning for an
+/// unreadable one) otherwise.
+pub fn read<T: DeserializeOwned>(journal: &Path, format: &str) -> Option<(Checkpoint, T)> {
+    let path = snapshot_path(journal);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the snapshot; replaying the journal from the start");
+            return None;
+        }
+    };
+    match serde_json::from_reader::<_, In<T>>(BufReader::with_capacity(1 << 20, file)) {
+        Ok(snapshot) if snapshot.format == format => {
+            let name = metric_name(journal);
+            crate::telemetry::stamp(
+                "akritas_snapshot_age_seconds",
+                "Seconds since the journal's last snapshot.",
+                &[("journal", name.as_str())],
+            );
+            Some((snapshot.checkpoint, snapshot.state))
+        }
+        Ok(snapshot) => {
+            tracing::warn!(path = %path.display(), found = %snapshot.format, expected = %format, "the snapshot has another format; replaying the journal from the start");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "the snapshot is unreadable; replaying the journal from the start");
+            None
+        }
+    }
+}
+
+/// Deletes the snapshot of `journal` (it no longer matches the journal).
+pub fn discard(journal: &Path) {
+    let path = snapshot_path(journal);
+    if let Err(e) = fs::remove_file(&path)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "could not delete a stale snapshot");
+    }
+}
+
+fn metric_name(journal: &Path) -> String {
+    super::writer::metric_name(journal)
+}
