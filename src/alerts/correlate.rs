@@ -26,6 +26,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::event::{Entity, Event, EventState, Severity, hash_parts};
+pub use super::window::DedupLimits;
+use super::window::DedupWindow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,7 +62,7 @@ pub struct IncidentState {
 }
 
 /// The first delivery of a deduplication key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FirstSeen {
     pub event_id: String,
     pub incident_id: String,
@@ -207,10 +209,14 @@ pub enum IdKind {
     Job,
 }
 
-/// In-memory dedup + open-incident indexes (pure: ids come from the caller).
-#[derive(Debug, Clone, Default)]
+/// In-memory dedup + open-incident indexes (pure: ids come from the caller). The dedup
+/// index is a bounded window ([`DedupWindow`]); time advances only by [`Correlator::advance`],
+/// with the delivery's recorded receive time, so replay reaches the same state.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Correlator {
-    seen: BTreeMap<String, FirstSeen>,
+    seen: DedupWindow,
+    /// Receive time (unix seconds) of the delivery being correlated.
+    now: i64,
     open: BTreeMap<String, String>,
     incidents: BTreeMap<String, IncidentState>,
     /// Jobs not started yet, by correlation index key, and the key of each.
@@ -269,7 +275,7 @@ fn step(ix: &mut impl Indexes, event: &Event, coalesce: bool, mut new_id: impl F
 
 impl Indexes for Correlator {
     fn first_seen(&self, dedup: &str) -> Option<FirstSeen> {
-        self.seen.get(dedup).cloned()
+        self.seen.get(dedup)
     }
     fn incident(&self, id: &str) -> Option<IncidentState> {
         self.incidents.get(id).cloned()
@@ -281,7 +287,7 @@ impl Indexes for Correlator {
         self.unstarted.get(correlation).cloned()
     }
     fn mark_seen(&mut self, dedup: String, first: FirstSeen) {
-        self.seen.insert(dedup, first);
+        self.seen.insert(&dedup, first, self.now);
     }
     fn put_incident(&mut self, correlation: String, incident: IncidentState) {
         if incident.is_open() {
@@ -350,24 +356,28 @@ impl Correlator {
         self.incidents.values()
     }
 
-    /// Rebuild from persisted state (journal replay): the dedup index from stored events (keyed by
-    /// [`source_key`]) and the open-incident index from incidents in state firing.
-    pub fn restore(
-        events: impl IntoIterator<Item = (String, String, FirstSeen)>,
-        incidents: impl IntoIterator<Item = IncidentState>,
-    ) -> Correlator {
-        let mut c = Correlator::new();
-        for (source, dedup_key, first) in events {
-            c.seen.entry(dedup_index_key(&source, &dedup_key)).or_insert(first);
+    /// Moves the clock to `now` (unix seconds; a delivery's receive time) and, with `limits`,
+    /// forgets the dedup keys outside the window. Returns how many were forgotten.
+    pub fn advance(&mut self, now: i64, limits: Option<DedupLimits>) -> usize {
+        self.now = now;
+        limits.map_or(0, |limits| self.seen.expire(now, limits))
+    }
+
+    /// Dedup keys remembered.
+    pub fn dedup_keys(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Forgets a resolved incident (its id stays in the dedup window as the incident of
+    /// the keys it saw). Returns it.
+    pub fn forget(&mut self, id: &str) -> Option<IncidentState> {
+        let incident = self.incidents.remove(id)?;
+        let source = format!("{}/{}", incident.namespace, incident.source);
+        let key = correlation_index_key(&source, &incident.correlation_key);
+        if self.open.get(&key).is_some_and(|open| open == id) {
+            self.open.remove(&key);
         }
-        for incident in incidents {
-            if incident.is_open() {
-                let source = format!("{}/{}", incident.namespace, incident.source);
-                c.open.insert(correlation_index_key(&source, &incident.correlation_key), incident.id.clone());
-            }
-            c.incidents.insert(incident.id.clone(), incident);
-        }
-        c
+        Some(incident)
     }
 
     /// Decides and applies one event; with `coalesce`, a new incident shares a job of its
@@ -569,21 +579,22 @@ mod tests {
     }
 
     #[test]
-    fn restore_rebuilds_indexes() {
+    fn a_correlator_read_back_from_a_snapshot_decides_the_same() {
         let mut c = Correlator::new();
         let mut ids = ids();
         let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
         let first = c.ingest(&e, false, &mut ids);
-        let events = vec![(
-            source_key(&e),
-            e.deduplication_key.clone(),
-            FirstSeen { event_id: first.event_id.clone(), incident_id: first.incident_id.clone() },
-        )];
-        let mut restored = Correlator::restore(events, c.incidents().cloned().collect::<Vec<_>>());
+        let mut restored: Correlator = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert!(matches!(restored.ingest(&e, false, &mut ids).decision, Decision::Duplicate { .. }));
         let join = generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:05:00Z", "db-1");
         assert_eq!(
             restored.ingest(&join, false, &mut ids).decision,
+            Decision::JoinIncident { incident_id: first.incident_id.clone() }
+        );
+        // Past the window the same alert is no longer a duplicate: it joins the open incident.
+        restored.advance(10 * 86_400, Some(DedupLimits { window_secs: 3600, max_keys: 10 }));
+        assert_eq!(
+            restored.ingest(&e, false, &mut ids).decision,
             Decision::JoinIncident { incident_id: first.incident_id }
         );
     }

@@ -9,8 +9,11 @@ pub mod delivery;
 pub mod event;
 pub mod job;
 pub mod record;
+mod reads;
+mod saved;
 mod state;
 pub mod store;
+mod window;
 pub mod worker;
 
 pub use adapters::{Adapter, AdapterError, adapter};

@@ -7,9 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use super::event::Event;
 use super::job::ItemOutcome;
+use super::window::DedupLimits;
 
-/// Delivery record version: 2 adds the source namespace and job sharing.
-pub(crate) const RECORD_VERSION: u32 = 2;
+/// Delivery record version: 2 adds the source namespace and job sharing; 3 the bounded
+/// dedup window (`dedup`: the limits the delivery was decided under).
+pub(crate) const RECORD_VERSION: u32 = 3;
 /// Upper bound of the ids and outcome a delivery record adds per event.
 const RECORD_OVERHEAD_PER_EVENT: usize = 384;
 /// Room left in each record for the journal envelope and the record's own fields.
@@ -41,7 +43,17 @@ pub(crate) struct DeliveryRecord {
     /// What the delivery did not carry or the host did not keep (first part only).
     #[serde(default, skip_serializing_if = "Truncation::is_none")]
     pub(crate) truncated: Truncation,
+    /// The dedup window's limits when the delivery was decided (version 3; first part only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) dedup: Option<DedupLimits>,
     pub(crate) items: Vec<DeliveryItem>,
+}
+
+impl DeliveryRecord {
+    /// Whether this is the delivery's first (or only) record.
+    pub(crate) fn is_first_part(&self) -> bool {
+        self.part.is_none_or(|p| p.index <= 1)
+    }
 }
 
 /// `index` (from 1) of `of` records of one delivery.
@@ -136,6 +148,7 @@ pub(crate) fn split(mut record: DeliveryRecord, max_record_bytes: usize) -> Vec<
             received_at: record.received_at.clone(),
             part: Some(Part { index: u32::try_from(i + 1).unwrap_or(u32::MAX), of }),
             truncated: if i == 0 { record.truncated } else { Truncation::default() },
+            dedup: if i == 0 { record.dedup } else { None },
             items,
         })
         .collect()
@@ -186,6 +199,7 @@ mod tests {
             received_at: "2026-01-01T00:00:00Z".into(),
             part: None,
             truncated: Truncation { by_provider: 3, by_host: 0 },
+            dedup: None,
             items,
         }
     }

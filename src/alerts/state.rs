@@ -1,17 +1,23 @@
-//! The alert store's derived state (correlation, events, jobs, the job queue, counters)
-//! and how each journal record applies to it: the same code at start-up replay, for
-//! every live decision and when the store rebuilds itself after a failed write.
+//! The alert store's derived state (correlation, where each event is, jobs, the job
+//! queue, counters) and how each journal record applies to it: the same code at start-up
+//! replay, for every live decision and when the store rebuilds itself after a failed write.
+//!
+//! Memory holds indexes, not history: an event is a [`Location`] in the journal (plus the
+//! record itself while it is being written), a finished job is the location of its last
+//! record, and resolved incidents past [`Bounds::resolved_kept`] are forgotten oldest
+//! first (their records stay in the journal until retention).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::admission::Admission;
-use super::correlate::{Correlator, Decision, IdKind};
-use super::job::{Job, JobStatus, StoredEvent};
+use super::correlate::{Correlator, Decision, IdKind, IncidentStatus};
+use super::job::{Job, JobStatus};
 use super::record::DeliveryRecord;
-use crate::journal::Record;
+use crate::journal::{Checkpoint, Location, Record};
 
 /// Journal kind of a delivery.
 pub(crate) const DELIVERY: &str = "alerts.delivery";
@@ -37,13 +43,65 @@ pub enum RecordError {
     UnknownKind(String),
 }
 
+/// Where a stored event is.
+#[derive(Clone)]
+pub(crate) enum EventAt {
+    /// In a delivery record queued for the journal and not yet written.
+    Queued(Arc<DeliveryRecord>),
+    /// In the journal.
+    Stored(Location),
+}
+
+/// One stored event: where, and its index among the record's items.
+#[derive(Clone)]
+pub(crate) struct EventRef {
+    pub(crate) at: EventAt,
+    pub(crate) item: u32,
+}
+
+/// A job: whole while it can still change (or its record is being written), else where its
+/// last record is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum JobSlot {
+    Live(Box<Job>),
+    Done { location: Location, status: JobStatus, namespace: String, incident_id: String },
+}
+
+impl JobSlot {
+    pub(crate) fn status(&self) -> JobStatus {
+        match self {
+            JobSlot::Live(job) => job.status,
+            JobSlot::Done { status, .. } => *status,
+        }
+    }
+}
+
+/// Whether a job will not change again: failed, or succeeded with every notification tried.
+fn settled(job: &Job) -> bool {
+    job.status == JobStatus::Failed || (job.status == JobStatus::Succeeded && !job.has_pending_deliveries())
+}
+
+/// What memory may hold.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// Resolved incidents kept for listings.
+    pub(crate) resolved_kept: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { resolved_kept: 10_000 }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) correlator: Correlator,
-    pub(crate) events: BTreeMap<String, StoredEvent>,
-    pub(crate) jobs: BTreeMap<String, Job>,
-    pub(crate) incident_events: BTreeMap<String, Vec<String>>,
-    pub(crate) incident_jobs: BTreeMap<String, Vec<String>>,
+    pub(crate) events: HashMap<String, EventRef>,
+    pub(crate) jobs: BTreeMap<String, JobSlot>,
+    pub(crate) incident_jobs: HashMap<String, Vec<String>>,
+    /// Resolved incidents, in the order they resolved.
+    pub(crate) resolved: VecDeque<String>,
     /// Per source `namespace/name`: events accepted, duplicates, deliveries rejected (this process).
     pub(crate) counters: BTreeMap<String, SourceCounters>,
     /// Jobs a worker may take (pending, or succeeded with notifications to send) by the time
@@ -51,15 +109,22 @@ pub(crate) struct State {
     pub(crate) queue: BTreeSet<(Timestamp, String)>,
     /// Jobs in status pending.
     pub(crate) pending: usize,
+    pub(crate) bounds: Bounds,
     pub(crate) admission: Admission,
     /// Why the store decides nothing now: a journal write failed (set until a recovery).
     pub(crate) unavailable: Option<String>,
     /// Bumped by every rebuild; a failure of an append queued before it is already undone.
     pub(crate) generation: u64,
+    /// Records queued and not yet settled (their outcome applied).
+    pub(crate) in_flight: u64,
+    /// The newest record the state reflects once nothing is in flight.
+    pub(crate) last: Option<Checkpoint>,
+    /// Records applied since the last snapshot.
+    pub(crate) since_snapshot: u64,
 }
 
 /// Delivery counters of one alert source.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SourceCounters {
     /// Events accepted (journaled).
     pub accepted: u64,
@@ -77,13 +142,15 @@ pub struct SourceCounters {
     pub truncated_by_host: u64,
 }
 
-pub(crate) fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
+/// Applies a delivery (or one part of it) whose correlation has run: `at` is where the
+/// record is once written (`None` while it is queued; [`State::settle_delivery`] follows).
+pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at: Option<Location>) {
     let now = record.received_at.as_str();
     let source = format!("{}/{}", record.namespace, record.source);
     let counters = state.counters.entry(source.clone()).or_default();
     counters.truncated_by_provider += record.truncated.by_provider;
     counters.truncated_by_host += record.truncated.by_host;
-    for item in &record.items {
+    for (index, item) in record.items.iter().enumerate() {
         let outcome = &item.outcome;
         let counters = state.counters.entry(source.clone()).or_default();
         if outcome.status == "duplicate" {
@@ -91,16 +158,12 @@ pub(crate) fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
             continue;
         }
         counters.accepted += 1;
-        state.events.insert(
-            outcome.event_id.clone(),
-            StoredEvent {
-                id: outcome.event_id.clone(),
-                incident_id: outcome.incident_id.clone(),
-                delivery_id: record.delivery_id.clone(),
-                event: item.event.clone(),
-            },
-        );
-        state.incident_events.entry(outcome.incident_id.clone()).or_default().push(outcome.event_id.clone());
+        let place = match at {
+            Some(location) => EventAt::Stored(location),
+            None => EventAt::Queued(record.clone()),
+        };
+        let item_index = u32::try_from(index).unwrap_or(u32::MAX);
+        state.events.insert(outcome.event_id.clone(), EventRef { at: place, item: item_index });
         if let Some(job_id) = &outcome.shared_job {
             state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
         }
@@ -122,10 +185,18 @@ pub(crate) fn apply_delivery(state: &mut State, record: &DeliveryRecord) {
                 result: None,
                 deliveries: Vec::new(),
             };
-            set_job(state, job);
+            set_job(state, job, None);
             state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
         }
+        // The event that resolves an incident is its last: each resolved incident is queued once.
+        if let Some(incident) = state.correlator.incident(&outcome.incident_id)
+            && incident.state == IncidentStatus::Resolved
+            && incident.event_ids.last() == Some(&outcome.event_id)
+        {
+            state.resolved.push_back(outcome.incident_id.clone());
+        }
     }
+    state.forget_resolved();
 }
 
 /// When a worker may take the job: pending ones at their retry time (else creation),
@@ -139,10 +210,11 @@ fn due_at(job: &Job) -> Option<Timestamp> {
     }
 }
 
-/// Stores a job's new state and keeps the queue, the pending count and the
-/// correlator's waiting jobs in step (live and at replay alike).
-pub(crate) fn set_job(state: &mut State, job: Job) {
-    if let Some(old) = state.jobs.get(&job.id) {
+/// Stores a job's new state and keeps the queue, the pending count and the correlator's
+/// waiting jobs in step (live and at replay alike). With its record's location, a settled
+/// job is kept as that location only.
+pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
+    if let Some(JobSlot::Live(old)) = state.jobs.get(&job.id) {
         if let Some(due) = due_at(old) {
             state.queue.remove(&(due, old.id.clone()));
         }
@@ -159,29 +231,127 @@ pub(crate) fn set_job(state: &mut State, job: Job) {
     if job.status != JobStatus::Pending || job.attempts > 0 {
         state.correlator.job_started(&job.id);
     }
-    state.jobs.insert(job.id.clone(), job);
+    let slot = match at {
+        Some(location) if settled(&job) => JobSlot::Done {
+            location,
+            status: job.status,
+            namespace: job.namespace.clone(),
+            incident_id: job.incident_id.clone(),
+        },
+        _ => JobSlot::Live(Box::new(job.clone())),
+    };
+    state.jobs.insert(job.id, slot);
 }
 
-/// Replays `records` strictly into `state`.
-pub(crate) fn replay_state(
-    records: &[Record],
-    mut state: State,
-    legacy_namespace: &dyn Fn(&str) -> String,
-) -> Result<State, (u64, RecordError)> {
-    for record in records {
-        apply(&mut state, record, legacy_namespace).map_err(|reason| (record.seq, reason))?;
+impl State {
+    /// A queued delivery record was written at `location`: its events are read from there from now on.
+    pub(crate) fn settle_delivery(&mut self, record: &Arc<DeliveryRecord>, location: Location) {
+        for item in &record.items {
+            if let Some(event) = self.events.get_mut(&item.outcome.event_id)
+                && matches!(&event.at, EventAt::Queued(queued) if Arc::ptr_eq(queued, record))
+            {
+                event.at = EventAt::Stored(location);
+            }
+        }
     }
-    Ok(state)
+
+    /// A job record was written at `location`: a settled job that has not changed since is kept as its location.
+    pub(crate) fn settle_job(&mut self, job: &Job, location: Location) {
+        if let Some(JobSlot::Live(live)) = self.jobs.get(&job.id)
+            && live.updated_at == job.updated_at
+            && settled(live)
+        {
+            let slot = JobSlot::Done {
+                location,
+                status: live.status,
+                namespace: live.namespace.clone(),
+                incident_id: live.incident_id.clone(),
+            };
+            self.jobs.insert(job.id.clone(), slot);
+        }
+    }
+
+    /// Forgets the oldest resolved incidents past the bound, with their events and settled jobs.
+    pub(crate) fn forget_resolved(&mut self) {
+        while self.resolved.len() > self.bounds.resolved_kept {
+            let Some(id) = self.resolved.pop_front() else { break };
+            self.forget_incident(&id);
+        }
+    }
+
+    fn forget_incident(&mut self, id: &str) {
+        let Some(incident) = self.correlator.forget(id) else { return };
+        for event in &incident.event_ids {
+            self.events.remove(event);
+        }
+        for job in self.incident_jobs.remove(id).unwrap_or_default() {
+            if matches!(self.jobs.get(&job), Some(JobSlot::Done { incident_id, .. }) if incident_id == id) {
+                self.jobs.remove(&job);
+            }
+        }
+    }
+
+    /// After retention deleted the records before seq `first_kept`: forgets resolved incidents
+    /// whose last event is gone, and the events and settled jobs that were in those records.
+    /// Returns how many incidents were forgotten.
+    pub(crate) fn forget_before(&mut self, first_kept: u64) -> usize {
+        let gone = |at: &EventAt| matches!(at, EventAt::Stored(l) if l.segment < first_kept);
+        let stale: Vec<String> = self
+            .resolved
+            .iter()
+            .filter(|id| {
+                self.correlator
+                    .incident(id)
+                    .and_then(|i| i.event_ids.last())
+                    .and_then(|e| self.events.get(e))
+                    .is_none_or(|e| gone(&e.at))
+            })
+            .cloned()
+            .collect();
+        self.resolved.retain(|id| !stale.contains(id));
+        for id in &stale {
+            self.forget_incident(id);
+        }
+        self.events.retain(|_, e| !gone(&e.at));
+        self.jobs.retain(|_, slot| !matches!(slot, JobSlot::Done { location, .. } if location.segment < first_kept));
+        stale.len()
+    }
+
+    /// The oldest segment still needed: events of open incidents and of jobs that can still
+    /// run, and job records being written. `None` when nothing is needed.
+    pub(crate) fn oldest_needed(&self) -> Option<u64> {
+        let segment = |id: &str| match self.events.get(id).map(|e| &e.at) {
+            Some(EventAt::Stored(location)) => Some(location.segment),
+            _ => None,
+        };
+        let open = self.correlator.incidents().filter(|i| i.is_open()).flat_map(|i| i.event_ids.iter());
+        let live = self.jobs.values().filter_map(|slot| match slot {
+            JobSlot::Live(job) => Some(&job.event_id),
+            JobSlot::Done { .. } => None,
+        });
+        open.chain(live).filter_map(|id| segment(id)).min()
+    }
 }
 
-/// Replays one record: the correlation runs again with the recorded ids and must
-/// reach the recorded outcome.
-fn apply(state: &mut State, record: &Record, legacy_namespace: &dyn Fn(&str) -> String) -> Result<(), RecordError> {
+/// Applies one journal record at replay: the correlation runs again with the recorded ids
+/// and must reach the recorded outcome.
+pub(crate) fn apply(
+    state: &mut State,
+    record: &Record,
+    legacy_namespace: &dyn Fn(&str) -> String,
+) -> Result<(), RecordError> {
     match record.kind.as_str() {
         DELIVERY => {
             let mut delivery: DeliveryRecord = serde_json::from_value(record.data.clone())?;
             if delivery.namespace.is_empty() {
                 delivery.namespace = legacy_namespace(&delivery.source);
+            }
+            if delivery.received_at.is_empty() {
+                delivery.received_at = record.time.clone();
+            }
+            if delivery.is_first_part() {
+                let now = delivery.received_at.parse::<Timestamp>().map_or(0, |t| t.as_second());
+                state.correlator.advance(now, delivery.dedup);
             }
             let coalesce = delivery.version >= COALESCING_VERSION;
             for item in &mut delivery.items {
@@ -202,22 +372,22 @@ fn apply(state: &mut State, record: &Record, legacy_namespace: &dyn Fn(&str) -> 
                     return Err(RecordError::NotAsRecorded(recorded.event_id.clone()));
                 }
             }
-            if delivery.received_at.is_empty() {
-                delivery.received_at = record.time.clone();
-            }
-            apply_delivery(state, &delivery);
+            apply_delivery(state, &Arc::new(delivery), Some(record.location));
         }
         JOB => {
             let mut job: Job = serde_json::from_value(record.data.clone())?;
-            let Some(known) = state.jobs.get(&job.id) else {
-                return Err(RecordError::UnknownJob(job.id));
+            let namespace = match state.jobs.get(&job.id) {
+                Some(JobSlot::Live(known)) => known.namespace.clone(),
+                Some(JobSlot::Done { namespace, .. }) => namespace.clone(),
+                None => return Err(RecordError::UnknownJob(job.id)),
             };
             if job.namespace.is_empty() {
-                job.namespace.clone_from(&known.namespace);
+                job.namespace = namespace;
             }
-            set_job(state, job);
+            set_job(state, job, Some(record.location));
         }
         other => return Err(RecordError::UnknownKind(other.to_string())),
     }
+    state.last = Some(record.checkpoint());
     Ok(())
 }

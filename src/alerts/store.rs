@@ -13,15 +13,23 @@
 //!
 //! A big delivery is kept whole in as many records as it needs ([`super::record`]).
 //!
+//! Memory holds indexes ([`super::state`]); events and settled jobs are read back from the
+//! journal by location. Every `snapshot_records` records, at a moment when nothing is in
+//! flight, the state is written as a snapshot ([`super::saved`]) and retention deletes the
+//! journal segments older than `alert_retention` that neither the snapshot, an open incident
+//! nor a job that can still run needs. A start loads the snapshot and replays only the
+//! records after it.
+//!
 //! When a journal write fails (disk full, read-only volume), decisions taken in memory for
 //! records that were not stored must not survive: the store stops deciding (every delivery
 //! and job update gets [`AlertStoreError::Unavailable`]) until a recovery, tried by the next
 //! delivery, job update or `/health` at most once a second, gets the journal writing again
 //! and rebuilds the state from what the journal holds. No restart is needed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -29,13 +37,15 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::admission::{Admission, Limits, Refusal, Throttled};
+pub use super::correlate::DedupLimits;
 use super::correlate::{Decision, IdKind, IncidentState};
 use super::event::Event;
 pub use super::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
 use super::record::{DeliveryItem, DeliveryRecord, RECORD_VERSION, Truncation, keep_storable, split};
-use super::state::{DELIVERY, JOB, State, apply_delivery, replay_state, set_job};
+use super::saved::{self, LoadError, Saved};
+use super::state::{Bounds, DELIVERY, JOB, State, apply_delivery, set_job};
 pub use super::state::{RecordError, SourceCounters};
-use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
+use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions, Record, Retention};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -77,11 +87,41 @@ pub enum AlertStoreError {
     Throttled(#[from] Throttled),
 }
 
+/// How the store keeps its journal and bounds its memory.
+#[derive(Clone, Debug)]
+pub struct Storage {
+    /// Segments of the journal.
+    pub journal: JournalOptions,
+    /// Records between two snapshots.
+    pub snapshot_records: u64,
+    /// Segments older than this are deleted (unless still needed); `None` keeps everything.
+    pub retention: Option<Duration>,
+    /// The dedup window.
+    pub dedup: DedupLimits,
+    /// Resolved incidents kept in memory.
+    pub resolved_kept: usize,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            journal: JournalOptions::default(),
+            snapshot_records: 20_000,
+            retention: None,
+            dedup: DedupLimits::default(),
+            resolved_kept: Bounds::default().resolved_kept,
+        }
+    }
+}
+
 /// The durable alert store.
 pub struct AlertStore {
     journal: Journal,
     path: PathBuf,
-    state: Mutex<State>,
+    storage: Storage,
+    state: Arc<Mutex<State>>,
+    /// Held while a snapshot (and retention after it) is being written.
+    saving: Arc<AtomicBool>,
     /// Namespaces given to source names of records older than namespaces, as decided at open.
     legacy: BTreeMap<String, String>,
     /// Held by the one recovery in progress; the time of the last attempt.
@@ -106,29 +146,59 @@ impl AlertStore {
         AlertStore::open_with(path, Limits::default(), &|_| crate::tenancy::DEFAULT_NAMESPACE.to_string())
     }
 
-    /// Opens (or creates) the journal and replays it strictly; `legacy_namespace` gives
-    /// the namespace of a source name in records written before namespaces.
+    /// [`AlertStore::open_stored`] with the default storage.
     pub fn open_with(
         path: &Path,
         limits: Limits,
         legacy_namespace: &dyn Fn(&str) -> String,
     ) -> Result<AlertStore, AlertStoreError> {
-        let (journal, replay) = Journal::open(path, JournalOptions::default())?;
+        AlertStore::open_stored(path, limits, Storage::default(), legacy_namespace)
+    }
+
+    /// Opens (or creates) the journal, loads the last snapshot and replays strictly the
+    /// records after it (all of them without a usable snapshot); `legacy_namespace` gives the
+    /// namespace of a source name in records written before namespaces.
+    pub fn open_stored(
+        path: &Path,
+        limits: Limits,
+        storage: Storage,
+        legacy_namespace: &dyn Fn(&str) -> String,
+    ) -> Result<AlertStore, AlertStoreError> {
         let legacy = std::cell::RefCell::new(BTreeMap::new());
         let resolve =
             |name: &str| legacy.borrow_mut().entry(name.to_string()).or_insert_with(|| legacy_namespace(name)).clone();
-        let state = State { admission: Admission::new(limits), ..State::default() };
-        let state = replay_state(&replay.records, state, &resolve).map_err(|e| inconsistent(path, e))?;
+        let bounds = Bounds { resolved_kept: storage.resolved_kept };
+        let ((journal, _), mut state, loaded) =
+            saved::open(path, &storage.journal, bounds, &resolve).map_err(|e| load_error(path, e))?;
+        tracing::info!(component = "akritas_alerts", event = "journal_loaded", replayed = loaded.replayed, from_snapshot = loaded.from_snapshot, incidents = state.correlator.incidents().count(), "alert state loaded");
+        state.admission = Admission::new(limits);
         let store = AlertStore {
             journal,
             path: path.to_owned(),
-            state: Mutex::new(state),
+            storage,
+            state: Arc::new(Mutex::new(state)),
+            saving: Arc::new(AtomicBool::new(false)),
             legacy: legacy.into_inner(),
             recovery: tokio::sync::Mutex::new(None),
             worker_problem: Mutex::new(None),
             work: tokio::sync::Notify::new(),
         };
         Ok(store)
+    }
+
+    /// The journal path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Namespace of a source name in records written before namespaces.
+    pub(crate) fn legacy_namespace(&self, name: &str) -> String {
+        self.legacy.get(name).cloned().unwrap_or_else(|| crate::tenancy::DEFAULT_NAMESPACE.to_string())
+    }
+
+    /// The journal, for reads by location.
+    pub(crate) fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     /// The error for a request while the store is unavailable.
@@ -170,17 +240,20 @@ impl AlertStore {
             return Err(Self::unavailable(&error.to_string()));
         }
         // Nothing was queued since the store became unavailable and every earlier append
-        // has had its answer, so the file holds exactly the committed records.
+        // has had its answer, so the journal holds exactly the committed records: the last
+        // snapshot and the records after it rebuild the state.
         let path = self.path.clone();
-        let read = tokio::task::spawn_blocking(move || crate::journal::read(&path))
-            .await
-            .map_err(|_| Self::unavailable("the rebuild was interrupted"))?;
-        let (_, replay) = read?;
-        let resolve = |name: &str| {
-            self.legacy.get(name).cloned().unwrap_or_else(|| crate::tenancy::DEFAULT_NAMESPACE.to_string())
-        };
-        let mut fresh =
-            replay_state(&replay.records, State::default(), &resolve).map_err(|e| inconsistent(&self.path, e))?;
+        let bounds = Bounds { resolved_kept: self.storage.resolved_kept };
+        let legacy = self.legacy.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let resolve = |name: &str| {
+                legacy.get(name).cloned().unwrap_or_else(|| crate::tenancy::DEFAULT_NAMESPACE.to_string())
+            };
+            saved::read(&path, true, bounds, &resolve)
+        })
+        .await
+        .map_err(|_| Self::unavailable("the rebuild was interrupted"))?;
+        let (_, mut fresh, loaded) = read.map_err(|e| load_error(&self.path, e))?;
         let mut state = self.lock();
         fresh.admission = std::mem::take(&mut state.admission);
         for (source, old) in &state.counters {
@@ -197,7 +270,8 @@ impl AlertStore {
         tracing::info!(
             component = "akritas_alerts",
             event = "journal_recovered",
-            records = replay.records.len(),
+            replayed = loaded.replayed,
+            from_snapshot = loaded.from_snapshot,
             "the alert journal writes again; state rebuilt from it"
         );
         self.wake();
@@ -229,7 +303,12 @@ impl AlertStore {
     /// Jobs due at `now`, soonest due first, at most `max`, skipping `busy` ones (in flight
     /// in this process); and when the next one not due yet will be. Looks at the front of
     /// the queue only.
-    pub fn due_jobs(&self, now: Timestamp, busy: &BTreeSet<String>, max: usize) -> (Vec<Job>, Option<Timestamp>) {
+    pub fn due_jobs(
+        &self,
+        now: Timestamp,
+        busy: &std::collections::BTreeSet<String>,
+        max: usize,
+    ) -> (Vec<Job>, Option<Timestamp>) {
         let state = self.lock();
         let mut jobs = Vec::new();
         for (due, id) in &state.queue {
@@ -240,9 +319,9 @@ impl AlertStore {
                 break;
             }
             if !busy.contains(id)
-                && let Some(job) = state.jobs.get(id)
+                && let Some(super::state::JobSlot::Live(job)) = state.jobs.get(id)
             {
-                jobs.push(job.clone());
+                jobs.push((**job).clone());
             }
         }
         (jobs, None)
@@ -260,8 +339,12 @@ impl AlertStore {
         state
             .jobs
             .values()
+            .filter_map(|slot| match slot {
+                super::state::JobSlot::Live(job) => Some(job),
+                super::state::JobSlot::Done { .. } => None,
+            })
             .filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running) || j.has_pending_deliveries())
-            .cloned()
+            .map(|job| (**job).clone())
             .collect()
     }
 
@@ -308,6 +391,7 @@ impl AlertStore {
             tracing::warn!(source = %source_key, stored = events.len(), dropped = truncated.by_host, "alert delivery over the per-delivery bound; the rest is counted as truncated");
         }
         let delivery_id = new_id("dlv");
+        let received_at = jiff::Timestamp::now();
         let (pending, events, generation) = {
             let mut state = self.lock();
             if let Some(reason) = &state.unavailable {
@@ -323,6 +407,8 @@ impl AlertStore {
                 }
                 return Err(refused.into());
             }
+            // The window moves with the delivery's receive time, which the record keeps.
+            state.correlator.advance(received_at.as_second(), Some(self.storage.dedup));
             // Decided on the live correlator (a copy per delivery would cost O(incidents));
             // if a record cannot be stored the store becomes unavailable and is rebuilt from
             // the journal before it decides again, so an unrecorded decision never persists.
@@ -351,9 +437,10 @@ impl AlertStore {
                 delivery_id: delivery_id.clone(),
                 source: source.to_string(),
                 namespace: namespace.to_string(),
-                received_at: jiff::Timestamp::now().to_string(),
+                received_at: received_at.to_string(),
                 part: None,
                 truncated,
+                dedup: Some(self.storage.dedup),
                 items,
             };
             let generation = state.generation;
@@ -363,20 +450,25 @@ impl AlertStore {
                 let data = serde_json::to_value(&part).unwrap_or_default();
                 // Queued under the lock, so the journal order is the order of decisions.
                 match self.journal.enqueue(DELIVERY, &data) {
-                    Ok(queued) => pending.push(queued),
+                    Ok(queued) => {
+                        let part = Arc::new(part);
+                        state.in_flight += 1;
+                        apply_delivery(&mut state, &part, None);
+                        outcomes.extend(part.items.iter().map(|i| i.outcome.clone()));
+                        pending.push((queued, part));
+                    }
                     Err(error) => {
                         drop(state);
                         return Err(self.fail(generation, error));
                     }
                 }
-                apply_delivery(&mut state, &part);
-                outcomes.extend(part.items.into_iter().map(|i| i.outcome));
             }
             (pending, outcomes, generation)
         };
-        for part in pending {
-            if let Err(error) = part.committed().await {
-                return Err(self.fail(generation, error));
+        for (queued, part) in pending {
+            match queued.committed().await {
+                Ok(record) => self.settled(generation, &record, |state| state.settle_delivery(&part, record.location)),
+                Err(error) => return Err(self.fail(generation, error)),
             }
         }
         if events.iter().any(|e| e.job_id.is_some()) {
@@ -398,100 +490,120 @@ impl AlertStore {
                 return Err(Self::unavailable(reason));
             }
             let pending = self.journal.enqueue(JOB, &data)?;
-            set_job(&mut state, job.clone());
+            state.in_flight += 1;
+            set_job(&mut state, job.clone(), None);
             (pending, state.generation)
         };
-        pending.committed().await.map(|_| ()).map_err(|error| self.fail(generation, error))
+        let record = pending.committed().await.map_err(|error| self.fail(generation, error))?;
+        self.settled(generation, &record, |state| state.settle_job(job, record.location));
+        Ok(())
     }
 
-    /// Incidents, newest update first.
-    pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
-        self.incidents_where(limit, |_| true)
-    }
-
-    /// The most recently updated incidents of the namespaces `visible` accepts.
-    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<IncidentState> {
-        let state = self.lock();
-        let mut incidents: Vec<IncidentState> =
-            state.correlator.incidents().filter(|i| visible(&i.namespace)).cloned().collect();
-        incidents.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
-        incidents.truncate(limit);
-        incidents
-    }
-
-    /// One incident with its events and jobs.
-    pub fn incident(&self, id: &str) -> Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)> {
-        let state = self.lock();
-        let incident = state.correlator.incident(id)?.clone();
-        let events =
-            state.incident_events.get(id).into_iter().flatten().filter_map(|e| state.events.get(e)).cloned().collect();
-        let jobs =
-            state.incident_jobs.get(id).into_iter().flatten().filter_map(|j| state.jobs.get(j)).cloned().collect();
-        Some((incident, events, jobs))
-    }
-
-    /// Counts a rejected delivery of a source (`namespace/name`).
-    pub fn record_rejected(&self, source: &str) {
-        self.lock().counters.entry(source.to_string()).or_default().rejected += 1;
-    }
-
-    /// Delivery counters of a source (`namespace/name`).
-    pub fn counters(&self, source: &str) -> SourceCounters {
-        self.lock().counters.get(source).copied().unwrap_or_default()
-    }
-
-    /// Delivery counters of every source.
-    pub fn all_counters(&self) -> BTreeMap<String, SourceCounters> {
-        self.lock().counters.clone()
-    }
-
-    /// Jobs by status, and incidents by state (`firing`, `resolved`).
-    pub fn tallies(&self) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>) {
-        let state = self.lock();
-        let mut jobs = BTreeMap::from([("pending", 0), ("running", 0), ("succeeded", 0), ("failed", 0)]);
-        for job in state.jobs.values() {
-            let name = match job.status {
-                JobStatus::Pending => "pending",
-                JobStatus::Running => "running",
-                JobStatus::Succeeded => "succeeded",
-                JobStatus::Failed => "failed",
-            };
-            *jobs.entry(name).or_default() += 1;
+    /// A record queued by this generation is written: applies `settle`, notes the newest
+    /// record the state reflects and, every `snapshot_records` records at a moment nothing
+    /// is in flight, writes a snapshot in the background.
+    fn settled(&self, generation: u64, record: &Record, settle: impl FnOnce(&mut State)) {
+        let mut state = self.lock();
+        if state.generation != generation {
+            return;
         }
-        let mut incidents = BTreeMap::from([("firing", 0), ("resolved", 0)]);
-        for incident in state.correlator.incidents() {
-            let name = match incident.state {
-                super::correlate::IncidentStatus::Firing => "firing",
-                super::correlate::IncidentStatus::Resolved => "resolved",
-            };
-            *incidents.entry(name).or_default() += 1;
+        settle(&mut state);
+        state.in_flight = state.in_flight.saturating_sub(1);
+        state.since_snapshot += 1;
+        if state.last.as_ref().is_none_or(|last| last.seq < record.seq) {
+            state.last = Some(record.checkpoint());
         }
-        (jobs, incidents)
+        if state.since_snapshot < self.storage.snapshot_records || self.saving.load(Ordering::Acquire) {
+            return;
+        }
+        let Some((checkpoint, saved)) = Saved::capture(&state) else { return };
+        state.since_snapshot = 0;
+        let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.seq + 1);
+        drop(state);
+        self.saving.store(true, Ordering::Release);
+        let job = SaveJob {
+            path: self.path.clone(),
+            journal: self.journal.clone(),
+            retention: self.storage.retention,
+            saving: self.saving.clone(),
+            state: self.state.clone(),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(job.run(checkpoint, saved, keep_from));
+        } else {
+            self.saving.store(false, Ordering::Release);
+        }
     }
 
-    /// One stored event.
-    pub fn event(&self, id: &str) -> Option<StoredEvent> {
-        self.lock().events.get(id).cloned()
-    }
 
-    /// One job.
-    pub fn job(&self, id: &str) -> Option<Job> {
-        self.lock().jobs.get(id).cloned()
-    }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
+fn load_error(path: &Path, error: LoadError) -> AlertStoreError {
+    match error {
+        LoadError::Journal(e) => e.into(),
+        LoadError::Record(seq, reason) => inconsistent(path, (seq, reason)),
+    }
+}
+
 /// Checks an alert journal without opening it for writing: the hash chain and line
-/// bounds, then the same strict replay `serve` runs at start (sources of records older
-/// than namespaces in `default`). Backs `akritas audit verify` for alert journals.
+/// bounds from the oldest kept record, then the same strict replay `serve` runs at start
+/// (sources of records older than namespaces in `default`), in bounded memory. Backs
+/// `akritas audit verify` for alert journals.
 pub fn verify(path: &Path) -> Result<crate::journal::VerifyReport, AlertStoreError> {
-    let (report, replay) = crate::journal::read(path)?;
     let legacy = |_: &str| crate::tenancy::DEFAULT_NAMESPACE.to_string();
-    replay_state(&replay.records, State::default(), &legacy).map_err(|e| inconsistent(path, e))?;
+    let (report, _, _) = saved::read(path, false, Bounds::default(), &legacy).map_err(|e| load_error(path, e))?;
     Ok(report)
+}
+
+/// A snapshot to write, and retention to run after it.
+struct SaveJob {
+    path: PathBuf,
+    journal: Journal,
+    retention: Option<Duration>,
+    saving: Arc<AtomicBool>,
+    state: Arc<Mutex<State>>,
+}
+
+impl SaveJob {
+    async fn run(self, checkpoint: crate::journal::Checkpoint, saved: Saved, keep_from: u64) {
+        let path = self.path.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let written = crate::journal::snapshot::write(&path, saved::FORMAT, &checkpoint, &saved);
+            drop(saved);
+            crate::telemetry::release_freed_memory();
+            written
+        })
+        .await;
+        match written {
+            Ok(Ok(bytes)) => tracing::debug!(path = %self.path.display(), bytes, "alert snapshot written"),
+            Ok(Err(error)) => {
+                tracing::warn!(path = %self.path.display(), %error, "could not write the alert snapshot; the next start replays more of the journal");
+            }
+            Err(_) => {}
+        }
+        if let Some(max_age) = self.retention {
+            match self.journal.retain(Retention { max_age, keep_from }).await {
+                Ok(removed) if removed.segments > 0 => {
+                    tracing::info!(path = %self.path.display(), segments = removed.segments, records = removed.records, "alert journal retention removed old segments");
+                    let forgotten =
+                        self.state.lock().unwrap_or_else(|p| p.into_inner()).forget_before(removed.first_kept);
+                    crate::telemetry::count(
+                        "akritas_alert_incidents_removed_total",
+                        "Resolved incidents forgotten because retention deleted their journal records.",
+                        &[],
+                        forgotten as f64,
+                    );
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(path = %self.path.display(), %error, "alert journal retention failed"),
+            }
+        }
+        self.saving.store(false, Ordering::Release);
+    }
 }
 
 /// The JSON view of an incident with its events, jobs, their Runs and their

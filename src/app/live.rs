@@ -173,15 +173,9 @@ pub async fn knowledge_bases(
     }
 }
 
-/// Gives memory freed after an indexing pass or a journal replay (document texts,
-/// writer buffers, replayed records) back to the operating system; glibc keeps it in
-/// the process otherwise.
+/// Gives memory freed after an indexing pass or a journal replay back to the operating system.
 pub fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases unused heap pages; it has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::telemetry::release_freed_memory();
 }
 
 /// Publishes every AlertSource's webhook path and counters whenever the Catalog

@@ -103,8 +103,9 @@ pub async fn serve(settings: Settings) -> Result<()> {
                 _ => crate::tenancy::DEFAULT_NAMESPACE.to_string(),
             }
         };
+        let storage = alert_storage(&settings);
         let store = tokio::task::spawn_blocking(move || {
-            crate::alerts::store::AlertStore::open_with(&path, limits, &legacy_namespace)
+            crate::alerts::store::AlertStore::open_stored(&path, limits, storage, &legacy_namespace)
         })
         .await
         .context("opening the alert journal")?
@@ -207,4 +208,22 @@ pub async fn serve(settings: Settings) -> Result<()> {
     }
     tracing::info!("Akritas stopped");
     Ok(())
+}
+
+/// How the alert store keeps its journal and bounds its memory, from the settings.
+fn alert_storage(settings: &Settings) -> crate::alerts::store::Storage {
+    crate::alerts::store::Storage {
+        journal: crate::journal::JournalOptions {
+            segment_bytes: settings.journal_segment_bytes,
+            segment_age: Some(settings.journal_segment_age),
+            ..crate::journal::JournalOptions::default()
+        },
+        snapshot_records: settings.snapshot_records,
+        retention: (!settings.alert_retention.is_zero()).then_some(settings.alert_retention),
+        dedup: crate::alerts::store::DedupLimits {
+            window_secs: settings.dedup_window.as_secs(),
+            max_keys: u64::from(settings.dedup_max_keys),
+        },
+        resolved_kept: settings.resolved_incidents_kept as usize,
+    }
 }

@@ -94,7 +94,7 @@ impl fmt::Debug for JournalOptions {
 
 /// Where a record is stored: its segment (the seq of the segment's first record), the byte
 /// offset of its line in that segment and the line's length with its newline.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Location {
     /// Segment id.
     pub segment: u64,
@@ -134,6 +134,8 @@ pub struct Removed {
     pub records: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// Seq of the first record kept (0 when nothing was removed).
+    pub first_kept: u64,
 }
 
 /// What [`Journal::open_from`] read besides the records it handed over.

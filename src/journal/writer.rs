@@ -436,6 +436,7 @@ impl Writer {
             segments: count as u64,
             records: first_kept - removed_segments[0].id,
             bytes: removed_segments.iter().map(|s| s.bytes).sum(),
+            first_kept,
         };
         let mut anchor = self.segments.anchor.clone().unwrap_or_default();
         anchor.first_seq = first_kept;

@@ -1,0 +1,175 @@
+//! Reads of the alert store: listings from the in-memory indexes, and events and settled
+//! jobs read back from the journal by location (grouped, so a big delivery is read once).
+
+use std::collections::BTreeMap;
+
+use super::correlate::{IncidentState, IncidentStatus};
+use super::job::{Job, JobStatus, StoredEvent};
+use super::record::DeliveryRecord;
+use super::state::{EventAt, EventRef, JobSlot, SourceCounters};
+use super::store::AlertStore;
+use crate::journal::Location;
+
+impl AlertStore {
+    /// Incidents, newest update first.
+    pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
+        self.incidents_where(limit, |_| true)
+    }
+
+    /// The most recently updated incidents of the namespaces `visible` accepts.
+    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<IncidentState> {
+        let state = self.lock();
+        let mut incidents: Vec<&IncidentState> =
+            state.correlator.incidents().filter(|i| visible(&i.namespace)).collect();
+        incidents.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
+        incidents.into_iter().take(limit).cloned().collect()
+    }
+
+    /// One incident with its events and jobs (events and settled jobs read from the journal;
+    /// those retention removed are left out).
+    pub fn incident(&self, id: &str) -> Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)> {
+        let (incident, events, jobs) = {
+            let state = self.lock();
+            let incident = state.correlator.incident(id)?.clone();
+            let events: Vec<(String, EventRef)> =
+                incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
+            let jobs: Vec<JobSlot> = state
+                .incident_jobs
+                .get(id)
+                .into_iter()
+                .flatten()
+                .filter_map(|j| state.jobs.get(j).cloned())
+                .collect();
+            (incident, events, jobs)
+        };
+        let events = self.read_events(events);
+        let jobs = jobs.into_iter().filter_map(|slot| self.read_job(slot)).collect();
+        Some((incident, events, jobs))
+    }
+
+    /// Counts a rejected delivery of a source (`namespace/name`).
+    pub fn record_rejected(&self, source: &str) {
+        self.lock().counters.entry(source.to_string()).or_default().rejected += 1;
+    }
+
+    /// Delivery counters of a source (`namespace/name`).
+    pub fn counters(&self, source: &str) -> SourceCounters {
+        self.lock().counters.get(source).copied().unwrap_or_default()
+    }
+
+    /// Delivery counters of every source.
+    pub fn all_counters(&self) -> BTreeMap<String, SourceCounters> {
+        self.lock().counters.clone()
+    }
+
+    /// Jobs by status, and incidents by state (`firing`, `resolved`).
+    pub fn tallies(&self) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>) {
+        let state = self.lock();
+        let mut jobs = BTreeMap::from([("pending", 0), ("running", 0), ("succeeded", 0), ("failed", 0)]);
+        for slot in state.jobs.values() {
+            let name = match slot.status() {
+                JobStatus::Pending => "pending",
+                JobStatus::Running => "running",
+                JobStatus::Succeeded => "succeeded",
+                JobStatus::Failed => "failed",
+            };
+            *jobs.entry(name).or_default() += 1;
+        }
+        let mut incidents = BTreeMap::from([("firing", 0), ("resolved", 0)]);
+        for incident in state.correlator.incidents() {
+            let name = match incident.state {
+                IncidentStatus::Firing => "firing",
+                IncidentStatus::Resolved => "resolved",
+            };
+            *incidents.entry(name).or_default() += 1;
+        }
+        (jobs, incidents)
+    }
+
+    /// Sizes of the in-memory indexes: incidents, events, jobs, dedup keys.
+    pub fn index_sizes(&self) -> BTreeMap<&'static str, usize> {
+        let state = self.lock();
+        BTreeMap::from([
+            ("incidents", state.correlator.incidents().count()),
+            ("events", state.events.len()),
+            ("jobs", state.jobs.len()),
+            ("dedup_keys", state.correlator.dedup_keys()),
+        ])
+    }
+
+    /// One stored event (read from the journal).
+    pub fn event(&self, id: &str) -> Option<StoredEvent> {
+        let event = self.lock().events.get(id)?.clone();
+        self.read_events(vec![(id.to_string(), event)]).pop()
+    }
+
+    /// One job (a settled one read from the journal).
+    pub fn job(&self, id: &str) -> Option<Job> {
+        let slot = self.lock().jobs.get(id)?.clone();
+        self.read_job(slot)
+    }
+
+    fn read_job(&self, slot: JobSlot) -> Option<Job> {
+        match slot {
+            JobSlot::Live(job) => Some(*job),
+            JobSlot::Done { location, namespace, .. } => {
+                let record = self.read_logged(location)?;
+                let mut job: Job = serde_json::from_value(record).ok()?;
+                if job.namespace.is_empty() {
+                    job.namespace = namespace;
+                }
+                Some(job)
+            }
+        }
+    }
+
+    /// The events, each record read once, in the order given.
+    fn read_events(&self, wanted: Vec<(String, EventRef)>) -> Vec<StoredEvent> {
+        let mut records: BTreeMap<Location, Option<DeliveryRecord>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(wanted.len());
+        for (id, event) in wanted {
+            let item = event.item as usize;
+            let stored = match &event.at {
+                EventAt::Queued(record) => stored_event(&id, record, item, &|n| self.legacy_namespace(n)),
+                EventAt::Stored(location) => {
+                    let record = records.entry(*location).or_insert_with(|| {
+                        self.read_logged(*location).and_then(|data| serde_json::from_value(data).ok())
+                    });
+                    record.as_ref().and_then(|r| stored_event(&id, r, item, &|n| self.legacy_namespace(n)))
+                }
+            };
+            out.extend(stored);
+        }
+        out
+    }
+
+    /// The data of the record at `location`, or `None` (logged) when it cannot be read.
+    fn read_logged(&self, location: Location) -> Option<serde_json::Value> {
+        match self.journal().read_at(location) {
+            Ok(record) => Some(record.data),
+            Err(error) => {
+                tracing::warn!(component = "akritas_alerts", %error, "cannot read an alert record back from the journal");
+                None
+            }
+        }
+    }
+}
+
+/// Item `item` of a delivery record as a stored event.
+fn stored_event(
+    id: &str,
+    record: &DeliveryRecord,
+    item: usize,
+    legacy: &dyn Fn(&str) -> String,
+) -> Option<StoredEvent> {
+    let found = record.items.get(item).filter(|i| i.outcome.event_id == id)?;
+    let mut event = found.event.clone();
+    event.source.namespace =
+        if record.namespace.is_empty() { legacy(&record.source) } else { record.namespace.clone() };
+    Some(StoredEvent {
+        id: id.to_string(),
+        incident_id: found.outcome.incident_id.clone(),
+        delivery_id: record.delivery_id.clone(),
+        event,
+    })
+}
