@@ -33,13 +33,8 @@ impl AlertStore {
             let incident = state.correlator.incident(id)?.clone();
             let events: Vec<(String, EventRef)> =
                 incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
-            let jobs: Vec<JobSlot> = state
-                .incident_jobs
-                .get(id)
-                .into_iter()
-                .flatten()
-                .filter_map(|j| state.jobs.get(j).cloned())
-                .collect();
+            let jobs: Vec<JobSlot> =
+                state.incident_jobs.get(id).into_iter().flatten().filter_map(|j| state.jobs.get(j).cloned()).collect();
             (incident, events, jobs)
         };
         let events = self.read_events(events);

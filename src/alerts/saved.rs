@@ -90,6 +90,10 @@ impl Saved {
 pub(crate) enum LoadError {
     Journal(JournalError),
     Record(u64, RecordError),
+    /// Retention removed the start of the journal and no snapshot after it can be used.
+    NoSnapshot {
+        first_seq: u64,
+    },
 }
 
 impl From<ScanError<(u64, RecordError)>> for LoadError {
@@ -120,7 +124,10 @@ fn load<T>(
         &mut dyn FnMut(Record) -> Result<(), (u64, RecordError)>,
     ) -> Result<T, ScanError<(u64, RecordError)>>,
 ) -> Result<(T, State, Loaded), LoadError> {
-    let snapshot = if use_snapshot { journal::snapshot::read::<Saved>(path, FORMAT) } else { None };
+    // Once retention removed the start of the journal, only a snapshot rebuilds the state.
+    let anchored = journal::anchor(path).map_err(LoadError::Journal)?.map(|a| a.first_seq);
+    let snapshot =
+        if use_snapshot || anchored.is_some() { journal::snapshot::read::<Saved>(path, FORMAT) } else { None };
     if let Some((checkpoint, saved)) = snapshot {
         let mut state = saved.restore(bounds, checkpoint.clone());
         let mut replayed = 0;
@@ -130,12 +137,15 @@ fn load<T>(
         });
         match outcome {
             Ok(opened) => return Ok((opened, state, Loaded { replayed, from_snapshot: true })),
-            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) => {
+            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
                 tracing::warn!(path = %path.display(), %reason, "the alert snapshot does not match the journal; replaying the journal from the start");
                 journal::snapshot::discard(path);
             }
             Err(other) => return Err(other.into()),
         }
+    }
+    if let Some(first_seq) = anchored {
+        return Err(LoadError::NoSnapshot { first_seq });
     }
     let mut state = State { bounds, ..State::default() };
     let mut replayed = 0;

@@ -79,6 +79,18 @@ pub enum AlertStoreError {
         /// Why.
         reason: RecordError,
     },
+    /// Retention removed the start of the journal and the snapshot that replaces it is missing or does not match.
+    #[error(
+        "alert journal {path} starts at record {first_seq} (retention removed the older ones) and its snapshot \
+         {path}.snapshot is missing or does not match the journal: restore the snapshot from the same backup as the \
+         journal, or move the journal's files aside to start with an empty alert history"
+    )]
+    NoSnapshot {
+        /// Path.
+        path: String,
+        /// Seq of the oldest record kept.
+        first_seq: u64,
+    },
     /// A journal write failed and the store has not recovered yet; nothing of the request was stored.
     #[error("{0}")]
     Unavailable(String),
@@ -122,6 +134,8 @@ pub struct AlertStore {
     state: Arc<Mutex<State>>,
     /// Held while a snapshot (and retention after it) is being written.
     saving: Arc<AtomicBool>,
+    /// What the opening replayed.
+    loaded: saved::Loaded,
     /// Namespaces given to source names of records older than namespaces, as decided at open.
     legacy: BTreeMap<String, String>,
     /// Held by the one recovery in progress; the time of the last attempt.
@@ -170,7 +184,14 @@ impl AlertStore {
         let bounds = Bounds { resolved_kept: storage.resolved_kept };
         let ((journal, _), mut state, loaded) =
             saved::open(path, &storage.journal, bounds, &resolve).map_err(|e| load_error(path, e))?;
-        tracing::info!(component = "akritas_alerts", event = "journal_loaded", replayed = loaded.replayed, from_snapshot = loaded.from_snapshot, incidents = state.correlator.incidents().count(), "alert state loaded");
+        tracing::info!(
+            component = "akritas_alerts",
+            event = "journal_loaded",
+            replayed = loaded.replayed,
+            from_snapshot = loaded.from_snapshot,
+            incidents = state.correlator.incidents().count(),
+            "alert state loaded"
+        );
         state.admission = Admission::new(limits);
         let store = AlertStore {
             journal,
@@ -178,6 +199,7 @@ impl AlertStore {
             storage,
             state: Arc::new(Mutex::new(state)),
             saving: Arc::new(AtomicBool::new(false)),
+            loaded,
             legacy: legacy.into_inner(),
             recovery: tokio::sync::Mutex::new(None),
             worker_problem: Mutex::new(None),
@@ -189,6 +211,11 @@ impl AlertStore {
     /// The journal path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Records the opening replayed, and whether it started from a snapshot.
+    pub fn replayed_at_open(&self) -> (u64, bool) {
+        (self.loaded.replayed, self.loaded.from_snapshot)
     }
 
     /// Namespace of a source name in records written before namespaces.
@@ -246,9 +273,8 @@ impl AlertStore {
         let bounds = Bounds { resolved_kept: self.storage.resolved_kept };
         let legacy = self.legacy.clone();
         let read = tokio::task::spawn_blocking(move || {
-            let resolve = |name: &str| {
-                legacy.get(name).cloned().unwrap_or_else(|| crate::tenancy::DEFAULT_NAMESPACE.to_string())
-            };
+            let resolve =
+                |name: &str| legacy.get(name).cloned().unwrap_or_else(|| crate::tenancy::DEFAULT_NAMESPACE.to_string());
             saved::read(&path, true, bounds, &resolve)
         })
         .await
@@ -535,8 +561,6 @@ impl AlertStore {
         }
     }
 
-
-
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -546,16 +570,21 @@ fn load_error(path: &Path, error: LoadError) -> AlertStoreError {
     match error {
         LoadError::Journal(e) => e.into(),
         LoadError::Record(seq, reason) => inconsistent(path, (seq, reason)),
+        LoadError::NoSnapshot { first_seq } => {
+            AlertStoreError::NoSnapshot { path: path.display().to_string(), first_seq }
+        }
     }
 }
 
 /// Checks an alert journal without opening it for writing: the hash chain and line
 /// bounds from the oldest kept record, then the same strict replay `serve` runs at start
-/// (sources of records older than namespaces in `default`), in bounded memory. Backs
+/// (sources of records older than namespaces in `default`), in bounded memory: from the
+/// first record, or, once retention removed the start, from the snapshot after it. Backs
 /// `akritas audit verify` for alert journals.
 pub fn verify(path: &Path) -> Result<crate::journal::VerifyReport, AlertStoreError> {
+    let report = crate::journal::verify(path)?;
     let legacy = |_: &str| crate::tenancy::DEFAULT_NAMESPACE.to_string();
-    let (report, _, _) = saved::read(path, false, Bounds::default(), &legacy).map_err(|e| load_error(path, e))?;
+    saved::read(path, false, Bounds::default(), &legacy).map_err(|e| load_error(path, e))?;
     Ok(report)
 }
 

@@ -536,6 +536,12 @@ fn read_at(layout: &Layout, location: Location) -> Result<Record, JournalError> 
     })
 }
 
+/// The retention anchor of the journal at `path`: `Some` once retention removed records, so the journal no
+/// longer starts at seq 1 and its state can only be rebuilt from a snapshot taken after the anchor.
+pub fn anchor(path: &Path) -> Result<Option<Anchor>, JournalError> {
+    Layout::new(path).read_anchor()
+}
+
 /// Reads the record at `location` of the journal configured at `path`, without opening it for writing.
 pub fn read_record(path: &Path, location: Location) -> Result<Record, JournalError> {
     read_at(&Layout::new(path), location)

@@ -233,7 +233,11 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
         }
         Err(AlertStoreError::Unavailable(reason)) => insufficient_storage(key, &reason),
         Err(AlertStoreError::Journal(error)) if error.is_unwritable() => insufficient_storage(key, &error.to_string()),
-        Err(error @ (AlertStoreError::Journal(_) | AlertStoreError::Inconsistent { .. })) => {
+        Err(
+            error @ (AlertStoreError::Journal(_)
+            | AlertStoreError::Inconsistent { .. }
+            | AlertStoreError::NoSnapshot { .. }),
+        ) => {
             tracing::error!(source = %key, %error, "alert delivery not stored");
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
