@@ -3,7 +3,9 @@
 //! chats and follow-ups while it investigates every new incident with the scripted model
 //! and notifies two webhook receivers. It is SIGKILLed at random points — a seeded
 //! schedule, some kills during start-up — `AKRITAS_CRASH_KILLS` times (default 20) and
-//! restarted on the same data directory each time. After the last restart the load
+//! restarted on the same data directory each time, with small journal segments and a
+//! snapshot every 100 records so that kills also land while segments are sealed and
+//! snapshots written. After the last restart the load
 //! stops, the host drains its jobs, and every acknowledged (2xx) request is checked
 //! through the API and the journals. What "exactly once" means for each:
 //!
@@ -141,6 +143,10 @@ impl Host {
             .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
             .env("AKRITAS_MAX_CONCURRENT_RUNS", "8")
             .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s")
+            // Small segments and frequent snapshots, so kills land while segments are
+            // sealed and snapshots written, and restarts load snapshots plus a tail.
+            .env("AKRITAS_JOURNAL_SEGMENT_BYTES", "65536")
+            .env("AKRITAS_SNAPSHOT_RECORDS", "100")
             .arg("--resources")
             .arg(&self.resources);
         command
@@ -817,8 +823,21 @@ async fn every_acknowledged_request_survives_sigkill_exactly_once() {
     assert_eq!(code, 0, "akritas audit verify: {output}");
     let report = akritas::journal::verify(&host.alert_journal()).expect("the alert journal's chain verifies");
     assert!(report.torn_tail.is_none(), "a clean stop leaves no torn record");
-    let copy = dir.path().join("alerts-copy.jsonl");
-    std::fs::copy(host.alert_journal(), &copy).unwrap();
+    // A copy of the journal's segments and snapshot replays the same.
+    let copies = dir.path().join("copy");
+    std::fs::create_dir_all(&copies).unwrap();
+    let journal_name = host.alert_journal().file_name().unwrap().to_string_lossy().into_owned();
+    let mut copied = Vec::new();
+    for entry in std::fs::read_dir(host.alert_journal().parent().unwrap()).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with(&journal_name) && !name.ends_with(".lock") {
+            std::fs::copy(host.alert_journal().with_file_name(&name), copies.join(&name)).unwrap();
+            copied.push(name);
+        }
+    }
+    assert!(copied.iter().any(|n| n.ends_with(".snapshot")), "snapshots were written: {copied:?}");
+    assert!(copied.iter().filter(|n| n[journal_name.len()..].starts_with(".0")).count() >= 1, "{copied:?}");
+    let copy = copies.join(&journal_name);
     let replayed = akritas::alerts::store::AlertStore::open(&copy).expect("the alert journal replays strictly");
     let (jobs, _) = replayed.tallies();
     let total: u64 = jobs.values().sum();

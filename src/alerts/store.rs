@@ -193,6 +193,8 @@ impl AlertStore {
             "alert state loaded"
         );
         state.admission = Admission::new(limits);
+        // The tail just replayed is not in the snapshot yet.
+        state.since_snapshot = loaded.replayed;
         let store = AlertStore {
             journal,
             path: path.to_owned(),
@@ -523,6 +525,40 @@ impl AlertStore {
         let record = pending.committed().await.map_err(|error| self.fail(generation, error))?;
         self.settled(generation, &record, |state| state.settle_job(job, record.location));
         Ok(())
+    }
+
+    /// Writes a snapshot now, for a clean stop, when records were applied since the last one
+    /// and nothing is in flight (and no snapshot is being written). Returns whether it wrote one.
+    pub async fn save_snapshot(&self) -> bool {
+        if self.saving.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let captured = {
+            let mut state = self.lock();
+            let captured = (state.since_snapshot > 0).then(|| Saved::capture(&state)).flatten();
+            if captured.is_some() {
+                state.since_snapshot = 0;
+            }
+            captured
+        };
+        let Some((checkpoint, saved)) = captured else {
+            self.saving.store(false, Ordering::Release);
+            return false;
+        };
+        let path = self.path.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            crate::journal::snapshot::write(&path, saved::FORMAT, &checkpoint, &saved)
+        })
+        .await;
+        self.saving.store(false, Ordering::Release);
+        match written {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(path = %self.path.display(), %error, "could not write the alert snapshot");
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// A record queued by this generation is written: applies `settle`, notes the newest

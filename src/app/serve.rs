@@ -155,6 +155,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), board.clone(), projection, cancel.clone()));
         tasks.spawn(requests::serve_requests(client, settings.watched_namespaces(), engine.clone(), cancel.clone()));
     }
+    let alert_store = alerts.clone();
     let state = AppState {
         catalog: store.clone(),
         board,
@@ -206,6 +207,8 @@ pub async fn serve(settings: Settings) -> Result<()> {
     if tokio::time::timeout(settings.shutdown_timeout, drain).await.is_err() {
         tracing::warn!("background tasks did not stop in time");
     }
+    // The next start then loads the snapshot instead of replaying this run's records.
+    alert_store.save_snapshot().await;
     tracing::info!("Akritas stopped");
     Ok(())
 }
