@@ -97,7 +97,7 @@ async fn a_flipped_byte_is_detected_by_verify_and_at_start() {
 
     let output = akritas().args(["audit", "verify"]).arg(&path).output().unwrap();
     assert!(output.status.success());
-    assert!(String::from_utf8_lossy(&output.stdout).contains("9 records verified"));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("9 records in 1 segment(s) from seq 1 verified"));
 
     // Change one letter inside the second record (valid JSON, wrong hash).
     let text = std::fs::read_to_string(&path).unwrap();

@@ -167,16 +167,19 @@ fn unavailable(command: &str) -> ExitCode {
 /// Verifies an audit journal, or an alert journal (recognised by its first record).
 fn verify_journal(path: &std::path::Path) -> ExitCode {
     let verified = crate::audit::verify(path).map_err(|e| e.to_string()).or_else(|audit_error| {
-        let alerts = crate::journal::read(path)
-            .is_ok_and(|(_, replay)| replay.records.first().is_some_and(|r| r.kind.starts_with("alerts.")));
+        // The first application record tells the journal's kind; reading stops there.
+        let first = crate::journal::scan_from(path, None, &mut |record| Err(record.kind));
+        let alerts = matches!(first, Err(crate::journal::ScanError::Visit(kind)) if kind.starts_with("alerts."));
         if alerts { crate::alerts::store::verify(path).map_err(|e| e.to_string()) } else { Err(audit_error) }
     });
     match verified {
         Ok(report) => {
             println!(
-                "{}: {} records verified and replayed, last seq {}, last hash {}",
+                "{}: {} records in {} segment(s) from seq {} verified and replayed, last seq {}, last hash {}",
                 path.display(),
                 report.records,
+                report.segments,
+                report.first_seq,
                 report.last_seq,
                 report.last_hash
             );
