@@ -121,6 +121,8 @@ pub(crate) struct State {
     pub(crate) last: Option<Checkpoint>,
     /// Records applied since the last snapshot.
     pub(crate) since_snapshot: u64,
+    /// A snapshot is due and waits for the records in flight: new writes wait (briefly).
+    pub(crate) barrier: bool,
 }
 
 /// Delivery counters of one alert source.

@@ -143,6 +143,8 @@ pub struct AlertStore {
     /// The worker's last failure to record a job's state, cleared by its next success.
     worker_problem: Mutex<Option<String>>,
     work: tokio::sync::Notify,
+    /// Wakes the writers held back while a snapshot waits for the records in flight.
+    drained: tokio::sync::Notify,
 }
 
 fn inconsistent(path: &Path, (seq, reason): (u64, RecordError)) -> AlertStoreError {
@@ -206,6 +208,7 @@ impl AlertStore {
             recovery: tokio::sync::Mutex::new(None),
             worker_problem: Mutex::new(None),
             work: tokio::sync::Notify::new(),
+            drained: tokio::sync::Notify::new(),
         };
         Ok(store)
     }
@@ -409,6 +412,7 @@ impl AlertStore {
         truncated_by_provider: u64,
     ) -> Result<Accepted, AlertStoreError> {
         self.ensure_available().await?;
+        self.pass_snapshot_barrier().await;
         for event in &mut events {
             event.source.namespace = namespace.to_string();
         }
@@ -508,6 +512,7 @@ impl AlertStore {
     /// Records a job state change.
     pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
         self.ensure_available().await?;
+        self.pass_snapshot_barrier().await;
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
         let job = &job;
@@ -561,6 +566,18 @@ impl AlertStore {
         }
     }
 
+    /// Holds a new write back while a due snapshot waits for the records in flight to settle
+    /// (under constant load they would never all be settled at once); at most a second.
+    async fn pass_snapshot_barrier(&self) {
+        let drained = self.drained.notified();
+        tokio::pin!(drained);
+        drained.as_mut().enable();
+        if !self.lock().barrier {
+            return;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+    }
+
     /// A record queued by this generation is written: applies `settle`, notes the newest
     /// record the state reflects and, every `snapshot_records` records at a moment nothing
     /// is in flight, writes a snapshot in the background.
@@ -578,8 +595,15 @@ impl AlertStore {
         if state.since_snapshot < self.storage.snapshot_records || self.saving.load(Ordering::Acquire) {
             return;
         }
-        let Some((checkpoint, saved)) = Saved::capture(&state) else { return };
+        let Some((checkpoint, saved)) = Saved::capture(&state) else {
+            // Let what is in flight settle before more is queued.
+            state.barrier = true;
+            return;
+        };
         state.since_snapshot = 0;
+        if std::mem::take(&mut state.barrier) {
+            self.drained.notify_waiters();
+        }
         let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.seq + 1);
         drop(state);
         self.saving.store(true, Ordering::Release);
