@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
-use super::format::{GENESIS_PREV, ParsedLine, record_hash};
+use super::format::{GENESIS_PREV, ParsedLine, check_canonical, record_hash};
 use super::scan::{ScanError, Start, TornTail, VerifyReport, scan};
 use super::segments::{Anchor, Layout, Segment};
 use super::{Checkpoint, JournalError, Location, Record};
@@ -45,6 +45,7 @@ pub(crate) fn line_at(layout: &Layout, location: Location) -> Result<ParsedLine,
     if computed != parsed.hash {
         return Err(bad(format!("hash mismatch at seq {}", parsed.seq)));
     }
+    check_canonical(line, &parsed).map_err(|problem| bad(problem.to_string()))?;
     Ok(parsed)
 }
 

@@ -91,6 +91,11 @@ pub(crate) struct Encoded {
 /// Encodes one record line with fields in the order `seq, time, kind, prev, data, hash`.
 pub(crate) fn encode(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str) -> Encoded {
     let hash = record_hash(prev, seq, time, kind, data_json);
+    Encoded { line: encode_line(seq, time, kind, prev, data_json, &hash), hash }
+}
+
+/// The line (with its `\n`) of a record whose hash is known.
+fn encode_line(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str, hash: &str) -> Vec<u8> {
     let seq_s = seq.to_string();
     let time_j = json_string(time);
     let kind_j = json_string(kind);
@@ -106,9 +111,9 @@ pub(crate) fn encode(seq: u64, time: &str, kind: &str, prev: &str, data_json: &s
     line.push_str(KEY_DATA);
     line.push_str(data_json);
     line.push_str(KEY_HASH);
-    line.push_str(&hash);
+    line.push_str(hash);
     line.push_str(TAIL);
-    Encoded { line: line.into_bytes(), hash }
+    line.into_bytes()
 }
 
 /// A record line as read back; `data` keeps the exact bytes that were written.
@@ -141,6 +146,9 @@ pub(crate) enum LineProblem {
     /// The record was altered.
     #[error("hash mismatch at seq {seq}: recorded {recorded:?}, computed {computed}")]
     HashMismatch { seq: u64, recorded: String, computed: String },
+    /// The line is a valid record but not in the writer's exact encoding.
+    #[error("record {seq} is not in the journal's exact encoding (spacing, field order or escapes changed)")]
+    NotCanonical { seq: u64 },
     /// The line is longer than any record the writer writes.
     #[error("the line is {bytes} bytes, longer than the limit of {limit} bytes on one record")]
     TooLong { bytes: u64, limit: usize },
@@ -165,5 +173,18 @@ pub(crate) fn check_line(line: &[u8], expected_seq: u64, expected_prev: &str) ->
     if parsed.hash != computed {
         return Err(LineProblem::HashMismatch { seq: parsed.seq, recorded: parsed.hash, computed });
     }
+    check_canonical(line, &parsed)?;
     Ok(parsed)
+}
+
+/// The line must be exactly as the writer encodes it: a change outside the hashed fields
+/// (spacing, field order, escapes) would still move every later record, and records are
+/// read back by their byte offset.
+pub(crate) fn check_canonical(line: &[u8], parsed: &ParsedLine) -> Result<(), LineProblem> {
+    let canonical = encode_line(parsed.seq, &parsed.time, &parsed.kind, &parsed.prev, parsed.data.get(), &parsed.hash);
+    if canonical.strip_suffix(b"\n") == Some(line) {
+        Ok(())
+    } else {
+        Err(LineProblem::NotCanonical { seq: parsed.seq })
+    }
 }

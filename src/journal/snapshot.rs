@@ -3,9 +3,10 @@
 //! records after it ([`super::Journal::open_from`]).
 //!
 //! A snapshot is written to a temporary file, fsynced, renamed over the previous one and the
-//! directory fsynced: a crash leaves the old snapshot or the new one, never a mix. A snapshot
-//! that cannot be read (another version's, damaged) is ignored with a warning and the journal
-//! is replayed from the start: the journal, not the snapshot, is the record of truth.
+//! directory fsynced: a crash leaves the old snapshot or the new one, never a mix. It carries
+//! the SHA-256 of its checkpoint and state, so a changed byte is found. A snapshot that cannot
+//! be read (another version's, damaged) is ignored with a warning and the journal is replayed
+//! from the start: the journal, not the snapshot, is the record of truth.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Write};
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 
 use super::Checkpoint;
 use super::segments::Layout;
@@ -25,18 +28,37 @@ pub fn snapshot_path(journal: &Path) -> PathBuf {
     layout.dir().join(format!("{name}.snapshot"))
 }
 
-#[derive(Serialize)]
-struct Out<'a, T> {
-    format: &'a str,
-    checkpoint: &'a Checkpoint,
-    state: &'a T,
-}
-
 #[derive(serde::Deserialize)]
-struct In<T> {
+struct In {
     format: String,
     checkpoint: Checkpoint,
-    state: T,
+    state: Box<RawValue>,
+    sha256: String,
+}
+
+/// Writes everything into `inner` and into the hash.
+struct Hashing<W> {
+    inner: W,
+    hash: Sha256,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// `sha256(checkpoint JSON + "\n" + state JSON)` starts here.
+fn hasher(checkpoint: &Checkpoint) -> Sha256 {
+    let mut hash = Sha256::new();
+    hash.update(serde_json::to_vec(checkpoint).unwrap_or_default());
+    hash.update(b"\n");
+    hash
 }
 
 /// Writes `state` as the snapshot of `journal` at `checkpoint`, atomically and durably; `format`
@@ -47,7 +69,16 @@ pub fn write<T: Serialize>(journal: &Path, format: &str, checkpoint: &Checkpoint
     let tmp = path.with_extension("snapshot.tmp");
     let file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
-    serde_json::to_writer(&mut out, &Out { format, checkpoint, state }).map_err(io::Error::other)?;
+    write!(
+        out,
+        "{{\"format\":{},\"checkpoint\":{},\"state\":",
+        serde_json::Value::from(format),
+        serde_json::to_string(checkpoint).map_err(io::Error::other)?
+    )?;
+    let mut hashing = Hashing { inner: &mut out, hash: hasher(checkpoint) };
+    serde_json::to_writer(&mut hashing, state).map_err(io::Error::other)?;
+    let sha256 = hex::encode(hashing.hash.finalize());
+    write!(out, ",\"sha256\":\"{sha256}\"}}")?;
     out.flush()?;
     let file = out.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
@@ -79,18 +110,30 @@ pub fn read<T: DeserializeOwned>(journal: &Path, format: &str) -> Option<(Checkp
             return None;
         }
     };
-    match serde_json::from_reader::<_, In<T>>(BufReader::with_capacity(1 << 20, file)) {
-        Ok(snapshot) if snapshot.format == format => {
+    let parsed = serde_json::from_reader::<_, In>(BufReader::with_capacity(1 << 20, file)).and_then(|snapshot| {
+        let mut hash = hasher(&snapshot.checkpoint);
+        hash.update(snapshot.state.get().as_bytes());
+        if hex::encode(hash.finalize()) != snapshot.sha256 {
+            return Err(serde::de::Error::custom("its SHA-256 does not match its content"));
+        }
+        if snapshot.format != format {
+            return Ok((snapshot.format, snapshot.checkpoint, None));
+        }
+        let state = serde_json::from_str::<T>(snapshot.state.get())?;
+        Ok((snapshot.format, snapshot.checkpoint, Some(state)))
+    });
+    match parsed {
+        Ok((_, checkpoint, Some(state))) => {
             let name = metric_name(journal);
             crate::telemetry::stamp(
                 "akritas_snapshot_age_seconds",
                 "Seconds since the journal's last snapshot.",
                 &[("journal", name.as_str())],
             );
-            Some((snapshot.checkpoint, snapshot.state))
+            Some((checkpoint, state))
         }
-        Ok(snapshot) => {
-            tracing::warn!(path = %path.display(), found = %snapshot.format, expected = %format, "the snapshot has another format; replaying the journal from the start");
+        Ok((found, _, None)) => {
+            tracing::warn!(path = %path.display(), %found, expected = %format, "the snapshot has another format; replaying the journal from the start");
             None
         }
         Err(e) => {

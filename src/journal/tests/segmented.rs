@@ -200,3 +200,35 @@ fn a_second_open_is_refused_even_after_a_new_segment() {
     }
     assert!(Journal::open(&path, small_segments(512)).is_err());
 }
+
+#[test]
+fn a_snapshot_reads_back_only_unchanged_and_of_its_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = journal_path(&dir);
+    let written = fill(&path, small_segments(1024), 5);
+    let checkpoint = written[4].checkpoint();
+    let state = json!({"incidents": ["inc_1", "inc_2"], "count": 12});
+    snapshot::write(&path, "test.v1", &checkpoint, &state).unwrap();
+    let (back, read): (Checkpoint, serde_json::Value) = snapshot::read(&path, "test.v1").unwrap();
+    assert_eq!((back, read), (checkpoint.clone(), state.clone()));
+    assert!(snapshot::read::<serde_json::Value>(&path, "test.v2").is_none(), "another format is ignored");
+    // A changed digit still parses as JSON, but the hash finds it.
+    let file = snapshot::snapshot_path(&path);
+    let text = fs::read_to_string(&file).unwrap().replace("12", "13");
+    fs::write(&file, text).unwrap();
+    assert!(snapshot::read::<serde_json::Value>(&path, "test.v1").is_none());
+    snapshot::discard(&path);
+    assert!(!file.exists());
+}
+
+#[test]
+fn a_record_respaced_outside_its_hashed_fields_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = journal_path(&dir);
+    fill(&path, JournalOptions { segment_bytes: 0, ..test_options() }, 3);
+    let mut text = lines(&path);
+    text[1] = text[1].replacen(",\"time\":", ", \"time\":", 1);
+    write_lines(&path, &text);
+    let err = verify(&path).unwrap_err().to_string();
+    assert!(err.contains("exact encoding"), "{err}");
+}
