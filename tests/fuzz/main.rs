@@ -15,5 +15,6 @@ mod harness;
 mod journal;
 mod manifests;
 mod mutate;
+mod segments;
 mod skills;
 mod tools;
