@@ -604,7 +604,8 @@ impl AlertStore {
         if std::mem::take(&mut state.barrier) {
             self.drained.notify_waiters();
         }
-        let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.seq + 1);
+        // The checkpoint's own segment stays: a start checks the checkpoint's record.
+        let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.location.segment);
         drop(state);
         self.saving.store(true, Ordering::Release);
         let job = SaveJob {
