@@ -556,6 +556,12 @@ pub fn scan_from<E>(
     Ok(chain::read_chain(&layout, from, DEFAULT_MAX_RECORD_BYTES, &mut app)?.report)
 }
 
+/// The retention anchor of the journal at `path` (`None` until retention first removed a segment): the seq of
+/// the first record kept, so a reader knows every segment with a smaller id is gone.
+pub fn read_anchor(path: &Path) -> Result<Option<Anchor>, JournalError> {
+    Layout::new(path).read_anchor()
+}
+
 /// Verifies the journal at `path` without modifying it: every segment from the oldest kept (anchored at the
 /// retention anchor), every complete line a well-formed record of at most [`DEFAULT_MAX_RECORD_BYTES`] with
 /// continuous seq, correct prev linkage and a correct hash, across segments. A torn final line of the active
