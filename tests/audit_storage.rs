@@ -48,7 +48,7 @@ fn call_event(n: usize, call: usize) -> NewEvent {
 /// Starts Run `n` (namespace `team-a` or `team-b`) with `calls` tool calls and finishes it if asked.
 async fn run(audit: &AuditLog, n: usize, calls: usize, finish: bool) -> RunId {
     let new = NewRun {
-        namespace: if n % 2 == 0 { "team-a" } else { "team-b" }.into(),
+        namespace: if n.is_multiple_of(2) { "team-a" } else { "team-b" }.into(),
         source: "cli".into(),
         actor: "tester".into(),
         model: Some("m".into()),
@@ -72,7 +72,9 @@ async fn run(audit: &AuditLog, n: usize, calls: usize, finish: bool) -> RunId {
 }
 
 /// What the log shows: every Run's detail, the listings and the counts.
-fn view(audit: &AuditLog, ids: &[RunId]) -> (Vec<Option<RunRecord>>, Vec<RunRecord>, Vec<RunRecord>, BTreeMap<&'static str, u64>) {
+type View = (Vec<Option<RunRecord>>, Vec<RunRecord>, Vec<RunRecord>, BTreeMap<&'static str, u64>);
+
+fn view(audit: &AuditLog, ids: &[RunId]) -> View {
     let details = ids.iter().map(|id| audit.get(id)).collect();
     (details, audit.list(1000), audit.list_where(1000, |ns| ns == "team-b"), audit.status_counts())
 }
@@ -84,7 +86,8 @@ fn segments(path: &Path) -> Vec<PathBuf> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             let file = p.file_name().unwrap().to_string_lossy();
-            file == name || file.strip_prefix(&format!("{name}.")).is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))
+            file == name
+                || file.strip_prefix(&format!("{name}.")).is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit()))
         })
         .collect();
     found.sort();
@@ -103,7 +106,12 @@ async fn detail_survives_a_restart_from_a_snapshot_and_only_the_tail_is_replayed
     assert!(segments(&path).len() > 5, "Runs span several 4 KiB segments");
     let before = view(&audit, &ids);
     let checkpoint = audit.snapshot().await.expect("a snapshot is written");
-    println!("index: {} bytes for {} Runs ({} bytes a Run)", audit.index_bytes(), audit.len(), audit.index_bytes() / audit.len());
+    println!(
+        "index: {} bytes for {} Runs ({} bytes a Run)",
+        audit.index_bytes(),
+        audit.len(),
+        audit.index_bytes() / audit.len()
+    );
     drop(audit);
 
     let audit = open(&path, 1_000_000, None);
@@ -245,7 +253,13 @@ async fn retention_removes_old_runs_but_never_a_running_one() {
 
     // The running Run still writes and finishes.
     audit.event(&running, call_event(6, 2)).await.unwrap();
-    audit.finish(&running, Finish { status: RunStatus::Failed, error: None, error_code: None, metadata: BTreeMap::new() }).await.unwrap();
+    audit
+        .finish(
+            &running,
+            Finish { status: RunStatus::Failed, error: None, error_code: None, metadata: BTreeMap::new() },
+        )
+        .await
+        .unwrap();
     let all: Vec<RunId> = old.iter().chain([&running]).chain(&new).cloned().collect();
     let live = view(&audit, &all);
     drop(audit);
@@ -298,7 +312,10 @@ async fn a_result_is_checked_against_evidence_read_from_disk_after_a_restart() {
     {
         let options = JournalOptions { segment_bytes: SEGMENT, ..JournalOptions::default() };
         let (journal, _) = Journal::open(&path, options).unwrap();
-        journal.append("investigation_result", &json!({"run_id": b, "result": result_citing("call-0-0")})).await.unwrap();
+        journal
+            .append("investigation_result", &json!({"run_id": b, "result": result_citing("call-0-0")}))
+            .await
+            .unwrap();
         journal.close().await.unwrap();
     }
     let error = AuditLog::open_with(&path, storage(1_000_000, None)).err().expect("the forged result is refused");

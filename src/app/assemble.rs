@@ -8,11 +8,11 @@ use anyhow::{Context, Result};
 use crate::audit::{AuditLog, AuditStorage};
 use crate::catalog::CatalogStore;
 use crate::config::Settings;
-use crate::journal::JournalOptions;
 use crate::engine::instructions::SystemInstructions;
 use crate::engine::request::EngineSettings;
 use crate::engine::retrieval::Retriever;
 use crate::engine::run::Engine;
+use crate::journal::JournalOptions;
 use crate::knowledge::bases::KnowledgeBases;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::tenancy::Tenancy;
@@ -71,8 +71,8 @@ pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
         snapshot_records: settings.snapshot_records,
         retention: Some(settings.audit_retention).filter(|age| !age.is_zero()),
     };
-    let audit = AuditLog::open_with(&path, storage)
-        .with_context(|| format!("opening the audit journal {}", path.display()))?;
+    let audit =
+        AuditLog::open_with(&path, storage).with_context(|| format!("opening the audit journal {}", path.display()))?;
     Ok(Arc::new(audit))
 }
 

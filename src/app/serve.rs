@@ -74,6 +74,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             .context("opening the audit journal")??
     };
     let knowledge = assemble::knowledge_bases(&settings);
+    let audit_log = audit.clone();
     let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
     tasks.spawn(live::knowledge_bases(
         knowledge,
@@ -205,6 +206,8 @@ pub async fn serve(settings: Settings) -> Result<()> {
     if tokio::time::timeout(settings.shutdown_timeout, drain).await.is_err() {
         tracing::warn!("background tasks did not stop in time");
     }
+    // The next start replays only what follows this snapshot of the Run index.
+    audit_log.snapshot().await;
     tracing::info!("Akritas stopped");
     Ok(())
 }

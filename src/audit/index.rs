@@ -187,7 +187,8 @@ impl Index {
 
     /// The oldest segment holding a record of a running Run or of one of `active`: retention keeps it.
     pub(super) fn first_needed_segment(&self, active: &HashSet<RunId>) -> Option<u64> {
-        let needed = |run: &&Entry| run.status == RunStatus::Running || active.contains(&RunId::from_u128(run.id));
+        let active: HashSet<u128> = active.iter().map(RunId::to_u128).collect();
+        let needed = |run: &&Entry| run.status == RunStatus::Running || active.contains(&run.id);
         self.runs.iter().filter(needed).map(Entry::first_segment).min()
     }
 
@@ -274,7 +275,11 @@ impl Locations {
             let offset = varint(&self.bytes, &mut at);
             let len = varint(&self.bytes, &mut at) as u32;
             let location = if segment_delta == 0 {
-                Location { segment: prev.segment, offset: (prev.offset + u64::from(prev.len)).wrapping_add(offset), len }
+                Location {
+                    segment: prev.segment,
+                    offset: (prev.offset + u64::from(prev.len)).wrapping_add(offset),
+                    len,
+                }
             } else {
                 Location { segment: prev.segment.wrapping_add(segment_delta), offset, len }
             };

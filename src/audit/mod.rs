@@ -24,8 +24,8 @@ use crate::journal::{Journal, JournalError, Record};
 use crate::text;
 
 pub use id::{InvalidRunId, RunId};
-pub use replay::RecordError;
 use replay::Facts;
+pub use replay::RecordError;
 pub use storage::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
 use storage::{InFlight, Live};
 
@@ -453,7 +453,11 @@ impl AuditLog {
             let written = async {
                 let _turn = writer.lock().await;
                 let facts = shared.read().index.facts(&id).ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
-                let run = if full { Some(shared.load(&id).await?.ok_or_else(|| AuditError::UnknownRun(id.clone()))?) } else { None };
+                let run = if full {
+                    Some(shared.load(&id).await?.ok_or_else(|| AuditError::UnknownRun(id.clone()))?)
+                } else {
+                    None
+                };
                 let (kind, data) = build(&id, facts, run.as_ref())?;
                 let pending = shared.begin();
                 let (record, pending) = shared.append(kind, &data, pending).await?;

@@ -124,7 +124,8 @@ pub(super) struct Facts {
 /// Parses one journal record (the payload checks that need no Run).
 pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
     let field = |key: &str| record.data.get(key).cloned().unwrap_or(Value::Null);
-    let run_id = || -> Result<RunId, RecordError> { serde_json::from_value(field("run_id")).map_err(RecordError::RunId) };
+    let run_id =
+        || -> Result<RunId, RecordError> { serde_json::from_value(field("run_id")).map_err(RecordError::RunId) };
     Ok(match record.kind.as_str() {
         "run_started" => {
             let mut run: RunRecord = serde_json::from_value(field("run")).map_err(RecordError::Run)?;

@@ -14,7 +14,9 @@ use std::time::Duration;
 use super::index::{self, Index};
 use super::replay::RecordError;
 use super::{AuditError, AuditLog, Shared, lock};
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, ScanError, VerifyReport};
+use crate::journal::{
+    self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, ScanError, VerifyReport,
+};
 
 /// Format of the audit's snapshot file.
 const SNAPSHOT_FORMAT: &str = "akritas.audit.index.v1";
@@ -114,7 +116,12 @@ pub(super) fn not_stored(error: &JournalError) -> bool {
 type Replayed = (Journal, Index, StartReport, Option<Checkpoint>);
 
 /// Opens the journal and applies the records after `from` to `index`.
-fn replay(path: &Path, options: &JournalOptions, from: Option<&Checkpoint>, mut index: Index) -> Result<Replayed, AuditError> {
+fn replay(
+    path: &Path,
+    options: &JournalOptions,
+    from: Option<&Checkpoint>,
+    mut index: Index,
+) -> Result<Replayed, AuditError> {
     let load_run = |locations: &[journal::Location]| index::load_run(locations, &|at| journal::read_record(path, at));
     let (mut replayed, mut last) = (0, None);
     let mut visit = |record: Record| -> Result<(), (u64, RecordError)> {
@@ -123,7 +130,8 @@ fn replay(path: &Path, options: &JournalOptions, from: Option<&Checkpoint>, mut 
         last = Some(record.checkpoint());
         Ok(())
     };
-    let (journal, opened) = Journal::open_from(path, options.clone(), from, &mut visit).map_err(|e| scan_error(path, e))?;
+    let (journal, opened) =
+        Journal::open_from(path, options.clone(), from, &mut visit).map_err(|e| scan_error(path, e))?;
     for record in &opened.recovered {
         tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered (a torn tail after a crash, or writes resumed after a failed write)");
     }
@@ -245,11 +253,12 @@ impl Shared {
         let at = checkpoint.clone();
         let written =
             tokio::task::spawn_blocking(move || journal::snapshot::write(&path, SNAPSHOT_FORMAT, &at, &index)).await;
+
         match written {
             Ok(Ok(bytes)) => {
                 tracing::debug!(path = %self.journal.path().display(), seq, bytes, "audit snapshot written");
                 if let Some(max_age) = self.storage.retention
-                    && let Err(error) = self.retain(max_age, seq).await
+                    && let Err(error) = self.retain(max_age, checkpoint.location.segment).await
                 {
                     tracing::warn!(path = %self.journal.path().display(), %error, "audit retention failed; it is retried after the next snapshot");
                 }
@@ -262,12 +271,13 @@ impl Shared {
         self.live().snapshotting = false;
     }
 
-    /// Deletes the segments older than `max_age` that no running (or claimed) Run and no
-    /// record after the snapshot at `seq` needs, and drops the Runs that started in them.
-    async fn retain(&self, max_age: Duration, seq: u64) -> Result<u64, AuditError> {
+    /// Deletes the segments older than `max_age` before the one holding the snapshot's
+    /// checkpoint (`snapshot_segment`: the next start resumes there) and before those
+    /// holding a record of a running (or claimed) Run, and drops the Runs that started in them.
+    async fn retain(&self, max_age: Duration, snapshot_segment: u64) -> Result<u64, AuditError> {
         let active = lock(&self.active).clone();
         let needed = self.state.read().unwrap_or_else(|p| p.into_inner()).index.first_needed_segment(&active);
-        let keep_from = needed.map_or(seq + 1, |segment| segment.min(seq + 1));
+        let keep_from = needed.map_or(snapshot_segment, |segment| segment.min(snapshot_segment));
         let removed = self.journal.retain(Retention { max_age, keep_from }).await?;
         if removed.segments == 0 {
             return Ok(0);
