@@ -169,6 +169,61 @@ async fn snapshots_are_taken_in_the_background_every_n_records() {
     assert_eq!(view(&audit, &ids), before);
 }
 
+/// Runs written by `tasks` tasks at once, `each` Runs a task (4 records a Run).
+async fn concurrently(audit: &std::sync::Arc<AuditLog>, tasks: usize, each: usize, first: usize) -> Vec<RunId> {
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let audit = audit.clone();
+        set.spawn(async move {
+            let mut ids = Vec::new();
+            for n in 0..each {
+                ids.push(run(&audit, first + task * each + n, 2, true).await);
+            }
+            ids
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(done) = set.join_next().await {
+        ids.extend(done.unwrap());
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshots_taken_while_runs_write_concurrently_match_a_full_replay() {
+    let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let audit = std::sync::Arc::new(open(&path, 100, None));
+    let mut ids = concurrently(&audit, 8, 5, 0).await;
+    // One at a time: nothing in flight after each append, so a snapshot is due in here.
+    for n in 1000..1030 {
+        ids.push(run(&audit, n, 2, true).await);
+    }
+    ids.extend(concurrently(&audit, 8, 5, 2000).await);
+    audit.snapshot_settled().await;
+    let total = ids.len() as u64 * 4;
+    let audit = std::sync::Arc::into_inner(audit).expect("no other holder");
+    let before = view(&audit, &ids);
+    println!(
+        "index: {} bytes for {} Runs ({} bytes a Run)",
+        audit.index_bytes(),
+        audit.len(),
+        audit.index_bytes() / audit.len()
+    );
+    drop(audit);
+
+    let audit = open(&path, 1_000_000, None);
+    let report = audit.start_report();
+    let snapshot = report.snapshot.expect("a background snapshot was written");
+    assert_eq!(snapshot + report.replayed, total, "the snapshot reflects exactly the records up to its checkpoint");
+    assert_eq!(view(&audit, &ids), before);
+    drop(audit);
+    journal::snapshot::discard(&path);
+    let audit = open(&path, 1_000_000, None);
+    assert_eq!(audit.start_report().replayed, total);
+    assert_eq!(view(&audit, &ids), before, "the same Runs as a full replay");
+}
+
 #[tokio::test]
 async fn a_stale_or_forged_snapshot_falls_back_to_a_full_replay() {
     let dir = tempfile::tempdir().unwrap();

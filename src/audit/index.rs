@@ -94,8 +94,7 @@ impl Index {
                 let namespace = self.namespace_id(&run.namespace);
                 let mut locations = Locations::default();
                 locations.push(record.location);
-                self.by_id.insert(run.id.to_u128(), self.runs.len() as u32);
-                self.runs.push(Entry {
+                let entry = Entry {
                     id: run.id.to_u128(),
                     namespace,
                     status: RunStatus::Running,
@@ -103,7 +102,8 @@ impl Index {
                     result: false,
                     job: job_of(&run.metadata),
                     locations,
-                });
+                };
+                self.insert(entry, record.location);
             }
             return Ok(());
         };
@@ -130,6 +130,20 @@ impl Index {
             run.locations.shrink();
         }
         Ok(())
+    }
+
+    /// Inserts a started Run in journal order (starts committed together may be applied in
+    /// another order; a replay sees them in journal order, and so must the index).
+    fn insert(&mut self, entry: Entry, first: Location) {
+        let key = |location: Location| (location.segment, location.offset);
+        let mut at = self.runs.len();
+        while at > 0 && self.runs[at - 1].locations.first().is_some_and(|l| key(l) > key(first)) {
+            at -= 1;
+        }
+        self.runs.insert(at, entry);
+        for (moved, run) in self.runs[at..].iter().enumerate() {
+            self.by_id.insert(run.id, (at + moved) as u32);
+        }
     }
 
     fn namespace_id(&mut self, namespace: &str) -> u32 {

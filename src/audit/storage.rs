@@ -295,14 +295,19 @@ impl AuditLog {
     /// flight or nothing was applied since the open; returns the checkpoint's seq. Waits for
     /// a snapshot already being written.
     pub async fn snapshot(&self) -> Option<u64> {
-        let task = lock(&self.shared.snapshot_task).take();
-        if let Some(task) = task {
-            let _ = task.await;
-        }
+        self.snapshot_settled().await;
         let (checkpoint, index) = self.shared.live().claim(|since| since > 0)?;
         let seq = checkpoint.seq;
         self.shared.clone().persist(checkpoint, index).await;
         Some(seq)
+    }
+
+    /// Waits for the snapshot being written in the background (and its retention), if any.
+    pub async fn snapshot_settled(&self) {
+        let task = lock(&self.shared.snapshot_task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 
     /// Snapshots and closes the journal: later writes fail.
