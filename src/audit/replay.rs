@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{AuditEvent, CALL_KIND_EXECUTION, INVESTIGATION_RESULT, RunId, RunRecord, RunStatus, TOOL_CALL};
@@ -123,12 +124,12 @@ pub(super) struct Facts {
 
 /// Parses one journal record (the payload checks that need no Run).
 pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
-    let field = |key: &str| record.data.get(key).cloned().unwrap_or(Value::Null);
-    let run_id =
-        || -> Result<RunId, RecordError> { serde_json::from_value(field("run_id")).map_err(RecordError::RunId) };
+    // Deserialized from the record's value in place: a raw tool result is copied once.
+    let field = |key: &str| record.data.get(key).unwrap_or(&Value::Null);
+    let run_id = || -> Result<RunId, RecordError> { RunId::deserialize(field("run_id")).map_err(RecordError::RunId) };
     Ok(match record.kind.as_str() {
         "run_started" => {
-            let mut run: RunRecord = serde_json::from_value(field("run")).map_err(RecordError::Run)?;
+            let mut run = RunRecord::deserialize(field("run")).map_err(RecordError::Run)?;
             if run.status != RunStatus::Running || !run.events.is_empty() {
                 return Err(RecordError::NotFresh);
             }
@@ -137,13 +138,13 @@ pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
         }
         "run_event" => {
             let id = run_id()?;
-            let mut event: AuditEvent = serde_json::from_value(field("event")).map_err(RecordError::Event)?;
+            let mut event = AuditEvent::deserialize(field("event")).map_err(RecordError::Event)?;
             event.time = record.time.clone();
             Op::Event(id, Box::new(event))
         }
         "run_finished" => {
             let id = run_id()?;
-            let status: RunStatus = serde_json::from_value(field("status")).map_err(RecordError::Status)?;
+            let status = RunStatus::deserialize(field("status")).map_err(RecordError::Status)?;
             Op::Finished { id, status }
         }
         INVESTIGATION_RESULT => {
