@@ -18,12 +18,20 @@ pub(super) type Load<'a> = &'a dyn Fn(Location) -> Result<Record, JournalError>;
 /// Rebuilds the Run whose records are at these locations (to check a result against it).
 pub(super) type LoadRun<'a> = &'a dyn Fn(&[Location]) -> Result<RunRecord, String>;
 
+/// A Run id as two words (a `u128` would align the entries to 16 bytes).
+type Key = [u64; 2];
+
+fn key(id: &RunId) -> Key {
+    let id = id.to_u128();
+    [(id >> 64) as u64, id as u64]
+}
+
 /// One Run in the index.
 #[derive(Clone, Serialize, Deserialize)]
 pub(super) struct Entry {
     /// Id (`run_` + these 32 hex digits).
     #[serde(rename = "i", serialize_with = "id_out", deserialize_with = "id_in")]
-    id: u128,
+    id: Key,
     /// Namespace, as a position in [`Index::namespaces`].
     #[serde(rename = "n")]
     namespace: u32,
@@ -43,6 +51,9 @@ pub(super) struct Entry {
     locations: Locations,
 }
 
+// 64 bytes a Run plus its locations (about 6 bytes a record) and a map slot.
+const _: () = assert!(std::mem::size_of::<Entry>() <= 64);
+
 impl Entry {
     fn facts(&self) -> Facts {
         Facts { status: self.status, events: self.events as usize, has_result: self.result }
@@ -59,7 +70,7 @@ pub(super) struct Index {
     namespaces: Vec<Box<str>>,
     runs: Vec<Entry>,
     #[serde(skip)]
-    by_id: HashMap<u128, u32>,
+    by_id: HashMap<Key, u32>,
     /// Retention removed the oldest segments: records of Runs that started in them are
     /// skipped (a Run's later records can sit in a kept segment).
     #[serde(skip)]
@@ -83,7 +94,7 @@ impl Index {
     /// result is checked against the Run as `load` rebuilds it from its records.
     pub(super) fn apply(&mut self, record: &Record, load: LoadRun<'_>) -> Result<(), RecordError> {
         let op = replay::parse(record)?;
-        let at = self.by_id.get(&op.run_id().to_u128()).map(|&at| at as usize);
+        let at = self.by_id.get(&key(op.run_id())).map(|&at| at as usize);
         if at.is_none() && self.trimmed && !matches!(op, Op::Started(_)) {
             return Ok(());
         }
@@ -95,7 +106,7 @@ impl Index {
                 let mut locations = Locations::default();
                 locations.push(record.location);
                 let entry = Entry {
-                    id: run.id.to_u128(),
+                    id: key(&run.id),
                     namespace,
                     status: RunStatus::Running,
                     events: 0,
@@ -126,9 +137,6 @@ impl Index {
             Op::Result(..) => run.result = true,
         }
         run.locations.push(record.location);
-        if run.status != RunStatus::Running {
-            run.locations.shrink();
-        }
         Ok(())
     }
 
@@ -157,12 +165,12 @@ impl Index {
     }
 
     fn entry(&self, id: &RunId) -> Option<&Entry> {
-        self.by_id.get(&id.to_u128()).map(|&at| &self.runs[at as usize])
+        self.by_id.get(&key(id)).map(|&at| &self.runs[at as usize])
     }
 
     /// Whether the Run is indexed.
     pub(super) fn contains(&self, id: &RunId) -> bool {
-        self.by_id.contains_key(&id.to_u128())
+        self.by_id.contains_key(&key(id))
     }
 
     /// Status, events and result of a Run.
@@ -196,12 +204,12 @@ impl Index {
     /// Runs still running, oldest first.
     pub(super) fn running(&self) -> Vec<RunId> {
         let running = self.runs.iter().filter(|run| run.status == RunStatus::Running);
-        running.map(|run| RunId::from_u128(run.id)).collect()
+        running.map(|run| RunId::from_u128(u128::from(run.id[0]) << 64 | u128::from(run.id[1]))).collect()
     }
 
     /// The oldest segment holding a record of a running Run or of one of `active`: retention keeps it.
     pub(super) fn first_needed_segment(&self, active: &HashSet<RunId>) -> Option<u64> {
-        let active: HashSet<u128> = active.iter().map(RunId::to_u128).collect();
+        let active: HashSet<Key> = active.iter().map(key).collect();
         let needed = |run: &&Entry| run.status == RunStatus::Running || active.contains(&run.id);
         self.runs.iter().filter(needed).map(Entry::first_segment).min()
     }
@@ -242,17 +250,14 @@ impl Index {
     /// Heap and inline bytes the index holds (an estimate: allocator overhead aside).
     pub(super) fn approx_bytes(&self) -> usize {
         let entries = self.runs.capacity() * std::mem::size_of::<Entry>();
-        let heap: usize = self
-            .runs
-            .iter()
-            .map(|run| run.locations.bytes.capacity() + run.job.as_ref().map_or(0, |job| job.len()))
-            .sum();
-        let map = self.by_id.capacity() * (std::mem::size_of::<(u128, u32)>() + 1);
+        let heap: usize =
+            self.runs.iter().map(|run| run.locations.bytes.len() + run.job.as_ref().map_or(0, |job| job.len())).sum();
+        let map = self.by_id.capacity() * (std::mem::size_of::<(Key, u32)>() + 1);
         entries + heap + map + self.namespaces.iter().map(|n| n.len() + 16).sum::<usize>()
     }
 }
 
-fn by_id(runs: &[Entry]) -> HashMap<u128, u32> {
+fn by_id(runs: &[Entry]) -> HashMap<Key, u32> {
     runs.iter().enumerate().map(|(at, run)| (run.id, at as u32)).collect()
 }
 
@@ -276,7 +281,7 @@ pub(super) fn load_run(locations: &[Location], load: Load<'_>) -> Result<RunReco
 /// record's end within the same segment, absolute in a new one), then the length.
 #[derive(Clone, Default)]
 struct Locations {
-    bytes: Vec<u8>,
+    bytes: Box<[u8]>,
 }
 
 impl Locations {
@@ -320,13 +325,11 @@ impl Locations {
         } else {
             location.offset
         };
+        let mut bytes = std::mem::take(&mut self.bytes).into_vec();
         for value in [segment_delta, offset, u64::from(location.len)] {
-            put_varint(&mut self.bytes, value);
+            put_varint(&mut bytes, value);
         }
-    }
-
-    fn shrink(&mut self) {
-        self.bytes.shrink_to_fit();
+        self.bytes = bytes.into_boxed_slice();
     }
 }
 
@@ -364,17 +367,18 @@ impl<'de> Deserialize<'de> for Locations {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         let bytes = hex::decode(text).map_err(serde::de::Error::custom)?;
-        Ok(Locations { bytes })
+        Ok(Locations { bytes: bytes.into_boxed_slice() })
     }
 }
 
-fn id_out<S: Serializer>(id: &u128, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&format!("{id:032x}"))
+fn id_out<S: Serializer>(id: &Key, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&format!("{:016x}{:016x}", id[0], id[1]))
 }
 
-fn id_in<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u128, D::Error> {
+fn id_in<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Key, D::Error> {
     let text = String::deserialize(deserializer)?;
-    u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    let id = u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)?;
+    Ok([(id >> 64) as u64, id as u64])
 }
 
 #[cfg(test)]
