@@ -294,8 +294,14 @@ async fn retention_removes_old_runs_but_never_a_running_one() {
         new.push(run(&audit, n, 2, true).await);
     }
     let running_before = audit.get(&running).unwrap();
+    // A follow-up holds this finished Run: it is kept with everything after it.
+    let follow_up = audit.claim(&old[3]).unwrap();
     let counted = removed_total();
     audit.snapshot().await.unwrap();
+    assert!(audit.get(&old[3]).is_some(), "a claimed Run is kept");
+    assert!(old[4..].iter().all(|id| audit.get(id).is_some()));
+    audit.event(&old[3], call_event(3, 2)).await.unwrap();
+    drop(follow_up);
 
     let gone: Vec<&RunId> = old.iter().filter(|id| audit.get(id).is_none()).collect();
     assert!(!gone.is_empty(), "retention removed old Runs");
