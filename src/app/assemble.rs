@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, AuditStorage};
 use crate::catalog::CatalogStore;
 use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
 use crate::engine::request::EngineSettings;
 use crate::engine::retrieval::Retriever;
 use crate::engine::run::Engine;
+use crate::journal::JournalOptions;
 use crate::knowledge::bases::KnowledgeBases;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::tenancy::Tenancy;
@@ -58,10 +59,20 @@ pub fn llm_client(settings: &Settings, instructions: &SystemInstructions) -> Res
     LlmClient::new(config, http).context("configuring the model client (base_url, upstream_api_key_env)")
 }
 
-/// Opens the audit journal (blocking: replays the whole file).
+/// Opens the audit journal (blocking: reads the index snapshot and replays the records after it).
 pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
     let path = audit_path(settings);
-    let audit = AuditLog::open(&path).with_context(|| format!("opening the audit journal {}", path.display()))?;
+    let storage = AuditStorage {
+        journal: JournalOptions {
+            segment_bytes: settings.journal_segment_bytes,
+            segment_age: Some(settings.journal_segment_age),
+            ..JournalOptions::default()
+        },
+        snapshot_records: settings.snapshot_records,
+        retention: Some(settings.audit_retention).filter(|age| !age.is_zero()),
+    };
+    let audit =
+        AuditLog::open_with(&path, storage).with_context(|| format!("opening the audit journal {}", path.display()))?;
     Ok(Arc::new(audit))
 }
 

@@ -74,6 +74,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             .context("opening the audit journal")??
     };
     let knowledge = assemble::knowledge_bases(&settings);
+    let audit_log = audit.clone();
     let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
     tasks.spawn(live::knowledge_bases(
         knowledge,
@@ -207,8 +208,9 @@ pub async fn serve(settings: Settings) -> Result<()> {
     if tokio::time::timeout(settings.shutdown_timeout, drain).await.is_err() {
         tracing::warn!("background tasks did not stop in time");
     }
-    // The next start then loads the snapshot instead of replaying this run's records.
+    // The next start then loads the snapshots instead of replaying this run's records.
     alert_store.save_snapshot().await;
+    audit_log.snapshot().await;
     tracing::info!("Akritas stopped");
     Ok(())
 }

@@ -26,6 +26,16 @@ impl RunId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The id as a number (the index keeps ids in 16 bytes).
+    pub(super) fn to_u128(&self) -> u128 {
+        u128::from_str_radix(&self.0[4..], 16).unwrap_or_default()
+    }
+
+    /// The id of a number [`RunId::to_u128`] made.
+    pub(super) fn from_u128(id: u128) -> Self {
+        Self(format!("run_{id:032x}"))
+    }
 }
 
 impl fmt::Display for RunId {

@@ -6,8 +6,10 @@
 //! tool calls when written and again at every replay.
 
 mod id;
+mod index;
 mod query;
 mod replay;
+mod storage;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -18,12 +20,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::investigation::InvestigationResult;
-use crate::journal::{Journal, JournalError, JournalOptions, Record, VerifyReport};
+use crate::journal::{Journal, JournalError, Record};
 use crate::text;
 
 pub use id::{InvalidRunId, RunId};
+use replay::Facts;
 pub use replay::RecordError;
-use replay::State;
+pub use storage::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
+use storage::{InFlight, Live};
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";
@@ -198,6 +202,14 @@ pub enum AuditError {
         /// Why.
         reason: RecordError,
     },
+    /// The records of a Run could not be read back from the journal.
+    #[error("run {run}: its journal records cannot be read: {reason}")]
+    Unreadable {
+        /// Run.
+        run: RunId,
+        /// Why.
+        reason: String,
+    },
     /// No such Run.
     #[error("run not found: {0}")]
     UnknownRun(RunId),
@@ -231,7 +243,13 @@ pub struct AuditLog {
 
 struct Shared {
     journal: Journal,
-    state: RwLock<State>,
+    storage: AuditStorage,
+    /// The Run index (not the Runs' history: detail is read from the journal).
+    state: RwLock<Live>,
+    /// What the start read.
+    started: StartReport,
+    /// The snapshot being written in the background, if any.
+    snapshot_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// One writer lock per Run written by this process.
     writers: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
     /// Runs something in this process is executing on (the Run itself or a follow-up).
@@ -265,40 +283,23 @@ impl fmt::Debug for ActiveRun {
     }
 }
 
-/// Replays `records` strictly into a fresh state.
-fn replay_records(path: &Path, records: &[Record]) -> Result<State, AuditError> {
-    let mut state = State::default();
-    for record in records {
-        replay::apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
-            path: path.display().to_string(),
-            seq: record.seq,
-            reason,
-        })?;
-    }
-    Ok(state)
-}
-
-/// Checks an audit journal without opening it for writing: the hash chain and line
-/// bounds (`journal::verify`) and then the same replay `serve` runs at start
-/// (event order, Run lifecycle, evidence of every structured result). Backs
-/// `akritas audit verify PATH`.
-pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
-    let (report, replay) = crate::journal::read(path)?;
-    replay_records(path, &replay.records)?;
-    Ok(report)
-}
-
 impl AuditLog {
-    /// Opens (or creates) the log and replays it strictly.
+    /// Opens (or creates) the log with the default storage settings and replays it strictly.
     pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
-        let (journal, replay) = Journal::open(path, JournalOptions::default())?;
-        for record in &replay.recovered {
-            tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered (a torn tail after a crash, or writes resumed after a failed write)");
-        }
-        let state = replay_records(path, &replay.records)?;
+        AuditLog::open_with(path, AuditStorage::default())
+    }
+
+    /// Opens (or creates) the log: reads the snapshot of the Run index, if one matches the
+    /// journal, and replays strictly the records after it (all of them otherwise).
+    /// Blocking.
+    pub fn open_with(path: &Path, storage: AuditStorage) -> Result<AuditLog, AuditError> {
+        let (journal, live, started) = storage::open(path, &storage)?;
         let shared = Shared {
             journal,
-            state: RwLock::new(state),
+            storage,
+            state: RwLock::new(live),
+            started,
+            snapshot_task: Mutex::new(None),
             writers: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
         };
@@ -335,7 +336,7 @@ impl AuditLog {
         lock(&self.shared.active).insert(id.clone());
         let active = ActiveRun { shared: self.shared.clone(), id: id.clone() };
         let run = RunRecord {
-            id,
+            id: id.clone(),
             namespace: bound(&new.namespace),
             source: bound(&new.source),
             actor: bound(&new.actor),
@@ -355,8 +356,9 @@ impl AuditLog {
         // the journal and the state together if the caller goes away.
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            let record = shared.append("run_started", &data).await?;
-            shared.apply_record(&record)
+            let pending = shared.begin();
+            let record = shared.append("run_started", &data, pending).await?;
+            shared.apply_record(&record.0, record.1, None)
         })
         .await
         .map_err(|_| AuditError::Interrupted)??;
@@ -366,7 +368,7 @@ impl AuditLog {
     /// Holds the Run active for a follow-up; refused while the Run or another
     /// follow-up on it is executing.
     pub fn claim(&self, id: &RunId) -> Result<ActiveRun, AuditError> {
-        if !self.shared.read().runs.contains_key(id) {
+        if !self.shared.read().index.contains(id) {
             return Err(AuditError::UnknownRun(id.clone()));
         }
         if !lock(&self.shared.active).insert(id.clone()) {
@@ -378,10 +380,10 @@ impl AuditLog {
     /// Appends an event (also to finished Runs: follow-ups).
     pub async fn event(&self, run_id: &RunId, event: NewEvent) -> Result<u32, AuditError> {
         let record = self
-            .write(run_id, move |run| {
-                let sequence = u32::try_from(run.events.len() + 1).unwrap_or(u32::MAX);
+            .write(run_id, false, move |id, run, _| {
+                let sequence = u32::try_from(run.events + 1).unwrap_or(u32::MAX);
                 let data = json!({
-                    "run_id": run.id,
+                    "run_id": id,
                     "event": {
                         "sequence": sequence,
                         "type": bound(&event.kind),
@@ -400,12 +402,12 @@ impl AuditLog {
 
     /// Closes a Run.
     pub async fn finish(&self, run_id: &RunId, finish: Finish) -> Result<(), AuditError> {
-        self.write(run_id, move |run| {
+        self.write(run_id, false, move |id, run, _| {
             if run.status != RunStatus::Running {
-                return Err(AuditError::AlreadyFinished(run.id.clone()));
+                return Err(AuditError::AlreadyFinished(id.clone()));
             }
             let data = json!({
-                "run_id": run.id,
+                "run_id": id,
                 "status": finish.status,
                 "error": finish.error.as_deref().map(bound),
                 "error_code": finish.error_code.as_deref().map(bound),
@@ -422,38 +424,53 @@ impl AuditLog {
     /// reference must name a successful execution-tool call recorded on this Run.
     pub async fn record_investigation(&self, run_id: &RunId, result: &InvestigationResult) -> Result<(), AuditError> {
         let result = serde_json::to_value(result).unwrap_or(Value::Null);
-        self.write(run_id, move |run| {
-            if run.status != RunStatus::Running || run.investigation.is_some() {
-                return Err(AuditError::AlreadyFinished(run.id.clone()));
+        self.write(run_id, true, move |id, facts, run| {
+            if facts.status != RunStatus::Running || facts.has_result {
+                return Err(AuditError::AlreadyFinished(id.clone()));
             }
+            let run = run.ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
             replay::check_result(run, &result.to_string())
-                .map_err(|error| AuditError::ResultRejected { run: run.id.clone(), error })?;
-            Ok((INVESTIGATION_RESULT, json!({"run_id": run.id, "result": result})))
+                .map_err(|error| AuditError::ResultRejected { run: id.clone(), error })?;
+            Ok((INVESTIGATION_RESULT, json!({"run_id": id, "result": result})))
         })
         .await
         .map(|_| ())
     }
 
-    /// Writes one record of a Run: `build` sees the Run as it is under its writer
-    /// lock and returns the record (or why there is none).
+    /// Writes one record of a Run: `build` sees what the index knows of the Run under its
+    /// writer lock (and, with `full`, the Run rebuilt from its records, read off the async
+    /// threads) and returns the record (or why there is none).
     async fn write(
         &self,
         run_id: &RunId,
-        build: impl FnOnce(&RunRecord) -> Result<(&'static str, Value), AuditError> + Send + 'static,
+        full: bool,
+        build: impl FnOnce(&RunId, Facts, Option<&RunRecord>) -> Result<(&'static str, Value), AuditError> + Send + 'static,
     ) -> Result<Record, AuditError> {
         let shared = self.shared.clone();
         let id = run_id.clone();
         tokio::spawn(async move {
             let writer = lock(&shared.writers).entry(id.clone()).or_default().clone();
-            let _turn = writer.lock().await;
-            let (kind, data) = {
-                let state = shared.read();
-                let run = state.runs.get(&id).ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
-                build(run)?
-            };
-            let record = shared.append(kind, &data).await?;
-            shared.apply_record(&record)?;
-            Ok(record)
+            let written = async {
+                let _turn = writer.lock().await;
+                let facts = shared.read().index.facts(&id).ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
+                let run = if full {
+                    Some(shared.load(&id).await?.ok_or_else(|| AuditError::UnknownRun(id.clone()))?)
+                } else {
+                    None
+                };
+                let (kind, data) = build(&id, facts, run.as_ref())?;
+                let pending = shared.begin();
+                let (record, pending) = shared.append(kind, &data, pending).await?;
+                shared.apply_record(&record, pending, run.as_ref())?;
+                Ok(record)
+            }
+            .await;
+            // Forget the writer lock once nobody else holds or waits for it.
+            let mut writers = lock(&shared.writers);
+            if Arc::strong_count(&writer) == 2 {
+                writers.remove(&id);
+            }
+            written
         })
         .await
         .map_err(|_| AuditError::Interrupted)?
@@ -463,15 +480,7 @@ impl AuditLog {
     /// start, when no Run of this process exists yet, so each of them belonged to a
     /// process that stopped. Returns the closed Runs.
     pub async fn close_interrupted(&self) -> Result<Vec<RunRecord>, AuditError> {
-        let running: Vec<RunId> = {
-            let state = self.shared.read();
-            state
-                .order
-                .iter()
-                .filter(|id| state.runs.get(*id).is_some_and(|r| r.status == RunStatus::Running))
-                .cloned()
-                .collect()
-        };
+        let running = self.shared.read().index.running();
         let mut closed = Vec::with_capacity(running.len());
         for id in running {
             let finish = Finish {
@@ -488,25 +497,44 @@ impl AuditLog {
 }
 
 impl Shared {
-    /// Appends one record, first getting the journal writing again if a write failed.
-    async fn append(&self, kind: &str, data: &Value) -> Result<Record, JournalError> {
-        if self.journal.failure().is_some() {
-            self.journal.recover().await?;
+    /// Appends one record counted in flight, first getting the journal writing again if a
+    /// write failed.
+    async fn append(&self, kind: &str, data: &Value, pending: InFlight) -> Result<(Record, InFlight), JournalError> {
+        let appended = async {
+            if self.journal.failure().is_some() {
+                self.journal.recover().await?;
+            }
+            self.journal.append(kind, data).await
         }
-        self.journal.append(kind, data).await
+        .await;
+        match appended {
+            Ok(record) => Ok((record, pending)),
+            Err(error) => {
+                if storage::not_stored(&error) {
+                    pending.not_written();
+                }
+                Err(error)
+            }
+        }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Live> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn apply_record(&self, record: &Record) -> Result<(), AuditError> {
-        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-        replay::apply(&mut state, record).map_err(|reason| AuditError::Inconsistent {
-            path: self.journal.path().display().to_string(),
-            seq: record.seq,
-            reason,
+    /// The Run rebuilt from its records (read off the async threads); `None` when it is not
+    /// indexed.
+    async fn load(&self, id: &RunId) -> Result<Option<RunRecord>, AuditError> {
+        let Some(locations) = self.read().index.locations(id) else { return Ok(None) };
+        let journal = self.journal.clone();
+        let id = id.clone();
+        tokio::task::spawn_blocking(move || {
+            index::load_run(&locations, &|at| journal.read_at(at))
+                .map(Some)
+                .map_err(|reason| AuditError::Unreadable { run: id, reason })
         })
+        .await
+        .map_err(|_| AuditError::Interrupted)?
     }
 }
 

@@ -1,8 +1,11 @@
-//! Reads of the Run index: listings, one Run, counts.
+//! Reads of the Run index: listings, one Run, counts. Run detail is read from the
+//! journal by the locations the index keeps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{AuditLog, MAX_LIST, RunId, RunRecord, RunStatus};
+use super::index::load_run;
+use super::{AuditLog, MAX_LIST, RunId, RunRecord};
+use crate::journal::Location;
 
 impl AuditLog {
     /// Runs, newest first, without raw tool payloads.
@@ -10,50 +13,51 @@ impl AuditLog {
         self.list_where(limit, |_| true)
     }
 
-    /// The newest `limit` Runs (at most [`MAX_LIST`]) of the namespaces `visible` accepts.
+    /// The newest `limit` Runs (at most [`MAX_LIST`]) of the namespaces `visible` accepts,
+    /// read from the journal.
     pub fn list_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<RunRecord> {
-        let state = self.shared.read();
-        state
-            .order
-            .iter()
-            .rev()
-            .filter_map(|id| state.runs.get(id))
-            .filter(|run| visible(&run.namespace))
-            .take(limit.min(MAX_LIST))
-            .map(RunRecord::summary)
-            .collect()
+        let runs = self.shared.read().index.newest(limit.min(MAX_LIST), visible);
+        runs.iter().filter_map(|locations| self.read_run(locations)).map(|run| run.summary()).collect()
     }
 
-    /// Every Run `keep` accepts, oldest first, with its raw tool payloads (for start-up
-    /// recovery: it looks at all Runs, not the newest [`MAX_LIST`]).
-    pub fn runs_where(&self, keep: impl Fn(&RunRecord) -> bool) -> Vec<RunRecord> {
-        let state = self.shared.read();
-        state.order.iter().filter_map(|id| state.runs.get(id)).filter(|run| keep(run)).cloned().collect()
+    /// The Runs made for these alert jobs (`job_id` metadata), oldest first, with their raw
+    /// tool payloads (for start-up recovery: it looks at all Runs, not the newest [`MAX_LIST`]).
+    pub fn runs_of_jobs(&self, jobs: &BTreeSet<&str>) -> Vec<RunRecord> {
+        let runs = self.shared.read().index.of_jobs(jobs);
+        runs.iter().filter_map(|locations| self.read_run(locations)).collect()
     }
 
-    /// One Run with its raw tool payloads.
+    /// One Run with its raw tool payloads, read from the journal.
     pub fn get(&self, id: &RunId) -> Option<RunRecord> {
-        self.shared.read().runs.get(id).cloned()
+        let locations = self.shared.read().index.locations(id)?;
+        self.read_run(&locations)
+    }
+
+    /// The namespace of a Run, from the index (no read of the journal).
+    pub fn namespace_of(&self, id: &RunId) -> Option<String> {
+        self.shared.read().index.namespace(id).map(str::to_string)
+    }
+
+    /// Rebuilds a Run from its records; `None` (logged) when they cannot be read (retention
+    /// removed them meanwhile, or the storage fails).
+    fn read_run(&self, locations: &[Location]) -> Option<RunRecord> {
+        match load_run(locations, &|at| self.shared.journal.read_at(at)) {
+            Ok(run) => Some(run),
+            Err(error) => {
+                tracing::warn!(path = %self.path().display(), %error, "cannot read a Run from the audit journal");
+                None
+            }
+        }
     }
 
     /// Runs by status (`running`, `succeeded`, `failed`).
     pub fn status_counts(&self) -> BTreeMap<&'static str, u64> {
-        let state = self.shared.read();
-        let mut counts = BTreeMap::from([("running", 0), ("succeeded", 0), ("failed", 0)]);
-        for run in state.runs.values() {
-            let name = match run.status {
-                RunStatus::Running => "running",
-                RunStatus::Succeeded => "succeeded",
-                RunStatus::Failed => "failed",
-            };
-            *counts.entry(name).or_default() += 1;
-        }
-        counts
+        self.shared.read().index.status_counts()
     }
 
     /// Number of Runs.
     pub fn len(&self) -> usize {
-        self.shared.read().order.len()
+        self.shared.read().index.len()
     }
 
     /// Whether there are no Runs.

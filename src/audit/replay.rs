@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{AuditEvent, CALL_KIND_EXECUTION, INVESTIGATION_RESULT, RunId, RunRecord, RunStatus, TOOL_CALL};
@@ -73,76 +74,155 @@ pub enum RecordError {
         /// Why.
         error: InvestigationError,
     },
+    /// A record of the Run could not be read back to check a result against it.
+    #[error("result of Run {run}: its records cannot be read: {reason}")]
+    Unreadable {
+        /// Run.
+        run: RunId,
+        /// Why.
+        reason: String,
+    },
     /// A record kind this version does not know.
     #[error("unknown record kind {0:?}")]
     UnknownKind(String),
 }
 
-/// Applies one journal record to the in-memory state; the same code runs at
-/// replay and after each append, so both always agree.
-pub(super) fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
-    let run_id = |data: &Value| -> Result<RunId, RecordError> {
-        serde_json::from_value(data.get("run_id").cloned().unwrap_or(Value::Null)).map_err(RecordError::RunId)
-    };
-    match record.kind.as_str() {
+/// One audit record, parsed.
+pub(super) enum Op {
+    /// A Run started.
+    Started(Box<RunRecord>),
+    /// An event of a Run.
+    Event(RunId, Box<AuditEvent>),
+    /// A Run finished.
+    Finished {
+        /// Run.
+        id: RunId,
+        /// How.
+        status: RunStatus,
+    },
+    /// The structured result of a Run (its JSON text).
+    Result(RunId, String),
+}
+
+impl Op {
+    /// The Run the record belongs to.
+    pub(super) fn run_id(&self) -> &RunId {
+        match self {
+            Op::Started(run) => &run.id,
+            Op::Event(id, _) | Op::Finished { id, .. } | Op::Result(id, _) => id,
+        }
+    }
+}
+
+/// What the lifecycle checks need to know of the Run a record names.
+#[derive(Clone, Copy)]
+pub(super) struct Facts {
+    pub(super) status: RunStatus,
+    pub(super) events: usize,
+    pub(super) has_result: bool,
+}
+
+/// Parses one journal record (the payload checks that need no Run).
+pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
+    // Deserialized from the record's value in place: a raw tool result is copied once.
+    let field = |key: &str| record.data.get(key).unwrap_or(&Value::Null);
+    let run_id = || -> Result<RunId, RecordError> { RunId::deserialize(field("run_id")).map_err(RecordError::RunId) };
+    Ok(match record.kind.as_str() {
         "run_started" => {
-            let mut run: RunRecord = serde_json::from_value(record.data.get("run").cloned().unwrap_or(Value::Null))
-                .map_err(RecordError::Run)?;
+            let mut run = RunRecord::deserialize(field("run")).map_err(RecordError::Run)?;
             if run.status != RunStatus::Running || !run.events.is_empty() {
                 return Err(RecordError::NotFresh);
             }
-            if state.runs.contains_key(&run.id) {
-                return Err(RecordError::StartedTwice(run.id));
-            }
             run.started_at = record.time.clone();
-            state.order.push(run.id.clone());
-            state.runs.insert(run.id.clone(), run);
+            Op::Started(Box::new(run))
         }
         "run_event" => {
-            let id = run_id(&record.data)?;
-            let mut event: AuditEvent =
-                serde_json::from_value(record.data.get("event").cloned().unwrap_or(Value::Null))
-                    .map_err(RecordError::Event)?;
-            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::EventOfUnknownRun(id)) };
-            if event.sequence as usize != run.events.len() + 1 {
-                return Err(RecordError::OutOfSequence { run: id, sequence: event.sequence, last: run.events.len() });
-            }
+            let id = run_id()?;
+            let mut event = AuditEvent::deserialize(field("event")).map_err(RecordError::Event)?;
             event.time = record.time.clone();
-            run.events.push(event);
+            Op::Event(id, Box::new(event))
         }
         "run_finished" => {
-            let id = run_id(&record.data)?;
-            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::FinishOfUnknownRun(id)) };
-            if run.status != RunStatus::Running {
-                return Err(RecordError::FinishedTwice(id));
-            }
-            let status: RunStatus = serde_json::from_value(record.data.get("status").cloned().unwrap_or(Value::Null))
-                .map_err(RecordError::Status)?;
-            if status == RunStatus::Running {
-                return Err(RecordError::FinishStillRunning);
-            }
-            let text = |key: &str| record.data.get(key).and_then(Value::as_str).map(str::to_string);
-            run.status = status;
-            run.completed_at = Some(record.time.clone());
-            run.error = text("error");
-            run.error_code = text("error_code");
-            if let Some(metadata) = record.data.get("metadata").and_then(Value::as_object) {
-                run.metadata.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
+            let id = run_id()?;
+            let status = RunStatus::deserialize(field("status")).map_err(RecordError::Status)?;
+            Op::Finished { id, status }
         }
         INVESTIGATION_RESULT => {
-            let id = run_id(&record.data)?;
-            let Some(run) = state.runs.get_mut(&id) else { return Err(RecordError::ResultOfUnknownRun(id)) };
-            if run.status != RunStatus::Running || run.investigation.is_some() {
-                return Err(RecordError::ResultNotAllowed(id));
-            }
-            let text = record.data.get("result").map(Value::to_string).unwrap_or_default();
-            let result = check_result(run, &text).map_err(|error| RecordError::Result { run: id, error })?;
-            run.investigation = Some(result);
+            let id = run_id()?;
+            Op::Result(id, record.data.get("result").map(Value::to_string).unwrap_or_default())
         }
         other => return Err(RecordError::UnknownKind(other.to_string())),
+    })
+}
+
+/// The lifecycle rules, given what is known of the Run the record names (`None`: unknown).
+/// A result's evidence is checked by the caller, which has the Run's events.
+pub(super) fn check(op: &Op, run: Option<Facts>) -> Result<(), RecordError> {
+    let id = op.run_id().clone();
+    match (op, run) {
+        (Op::Started(_), Some(_)) => Err(RecordError::StartedTwice(id)),
+        (Op::Started(_), None) => Ok(()),
+        (Op::Event(..), None) => Err(RecordError::EventOfUnknownRun(id)),
+        (Op::Event(_, event), Some(run)) if event.sequence as usize != run.events + 1 => {
+            Err(RecordError::OutOfSequence { run: id, sequence: event.sequence, last: run.events })
+        }
+        (Op::Event(..), Some(_)) => Ok(()),
+        (Op::Finished { .. }, None) => Err(RecordError::FinishOfUnknownRun(id)),
+        (Op::Finished { .. }, Some(run)) if run.status != RunStatus::Running => Err(RecordError::FinishedTwice(id)),
+        (Op::Finished { status: RunStatus::Running, .. }, Some(_)) => Err(RecordError::FinishStillRunning),
+        (Op::Finished { .. }, Some(_)) => Ok(()),
+        (Op::Result(..), None) => Err(RecordError::ResultOfUnknownRun(id)),
+        (Op::Result(..), Some(run)) if run.status != RunStatus::Running || run.has_result => {
+            Err(RecordError::ResultNotAllowed(id))
+        }
+        (Op::Result(..), Some(_)) => Ok(()),
+    }
+}
+
+/// What the checks know of a full Run.
+pub(super) fn facts(run: &RunRecord) -> Facts {
+    Facts { status: run.status, events: run.events.len(), has_result: run.investigation.is_some() }
+}
+
+/// Applies one journal record to a state of full Runs (Run detail is rebuilt with it from
+/// the Run's records); the index applies the same [`parse`] and [`check`].
+pub(super) fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
+    let op = parse(record)?;
+    check(&op, state.runs.get(op.run_id()).map(facts))?;
+    match op {
+        Op::Started(run) => {
+            state.order.push(run.id.clone());
+            state.runs.insert(run.id.clone(), *run);
+        }
+        Op::Event(id, event) => {
+            if let Some(run) = state.runs.get_mut(&id) {
+                run.events.push(*event);
+            }
+        }
+        Op::Finished { id, status } => {
+            if let Some(run) = state.runs.get_mut(&id) {
+                finish(run, status, record);
+            }
+        }
+        Op::Result(id, text) => {
+            if let Some(run) = state.runs.get_mut(&id) {
+                let result = check_result(run, &text).map_err(|error| RecordError::Result { run: id, error })?;
+                run.investigation = Some(result);
+            }
+        }
     }
     Ok(())
+}
+
+fn finish(run: &mut RunRecord, status: RunStatus, record: &Record) {
+    let text = |key: &str| record.data.get(key).and_then(Value::as_str).map(str::to_string);
+    run.status = status;
+    run.completed_at = Some(record.time.clone());
+    run.error = text("error");
+    run.error_code = text("error_code");
+    if let Some(metadata) = record.data.get("metadata").and_then(Value::as_object) {
+        run.metadata.extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
 }
 
 /// Validates a structured result against the Run it belongs to: every evidence

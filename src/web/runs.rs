@@ -140,7 +140,7 @@ pub async fn follow_up(
     let Some(run_id) = RunId::parse(&id) else { return run_not_found().into_response() };
     // A Run of a namespace the key does not read does not exist for it; the
     // follow-up continues in the Run's own namespace.
-    let Some(namespace) = state.engine.audit().and_then(|audit| audit.get(&run_id)).map(|run| run.namespace) else {
+    let Some(namespace) = state.engine.audit().and_then(|audit| audit.namespace_of(&run_id)) else {
         return run_not_found().into_response();
     };
     if !caller.sees(&namespace) {
