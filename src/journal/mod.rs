@@ -219,7 +219,9 @@ fn record_from_line(line: format::ParsedLine, location: Location) -> Result<Reco
     Ok(Record { seq: line.seq, time: line.time, kind: line.kind, data, hash: line.hash, location })
 }
 
-/// Takes the journal's lock file, refusing a second opener.
+/// Takes the journal's lock file, refusing a second opener. A lock still held for a moment
+/// is waited for (up to a second): a child process forked by another thread holds a copy of
+/// the descriptor until it executes its program.
 fn take_lock(layout: &Layout) -> Result<File, JournalError> {
     let path = layout.lock_path();
     let lock = OpenOptions::new()
@@ -230,14 +232,23 @@ fn take_lock(layout: &Layout) -> Result<File, JournalError> {
         .mode(0o600)
         .open(&path)
         .map_err(|e| JournalError::io(&path, e))?;
-    lock.try_lock().map_err(|e| match e {
-        TryLockError::WouldBlock => JournalError::io(
-            layout.base(),
-            io::Error::new(io::ErrorKind::WouldBlock, "journal is already open (locked by another handle)"),
-        ),
-        TryLockError::Error(e) => JournalError::io(&path, e),
-    })?;
-    Ok(lock)
+    let mut attempts = 0;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(TryLockError::WouldBlock) if attempts < 20 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(JournalError::io(
+                    layout.base(),
+                    io::Error::new(io::ErrorKind::WouldBlock, "journal is already open (locked by another handle)"),
+                ));
+            }
+            Err(TryLockError::Error(e)) => return Err(JournalError::io(&path, e)),
+        }
+    }
 }
 
 /// Splits internal records from application ones for a visitor of application records.
