@@ -482,10 +482,11 @@ fn redb_bulk_load(db: &Database, state: &State) -> Result<(), redb::Error> {
 
 /// One delivery as one write transaction: read-modify-write the incident, insert event and dedup entries, move
 /// the checkpoint.
-fn redb_delivery(db: &Database, s: &Sizes, d: u64, durability: Durability) -> Result<(), redb::Error> {
+fn redb_delivery(db: &Database, s: &Sizes, d: u64, durability: Durability, quick: bool) -> Result<(), redb::Error> {
     let del = delivery(s, d);
     let mut txn = db.begin_write()?;
     txn.set_durability(durability)?;
+    txn.set_quick_repair(quick);
     {
         let mut incidents = txn.open_table(INCIDENTS)?;
         let current = incidents.get(del.incident.as_str())?.map(|g| serde_json::from_slice::<Incident>(g.value()));
@@ -534,7 +535,7 @@ fn redb_write(dir: &Path, s: &Sizes) -> Result<(), redb::Error> {
             let batched = mode == "batched" && (d - first + 1) % s.batch != 0;
             let durability = if batched { Durability::None } else { Durability::Immediate };
             let t = Instant::now();
-            redb_delivery(&db, s, d, durability)?;
+            redb_delivery(&db, s, d, durability, false)?;
             lat.push(t.elapsed());
         }
         let took = started.elapsed();
@@ -572,6 +573,49 @@ fn redb_write(dir: &Path, s: &Sizes) -> Result<(), redb::Error> {
     println!("redb compacted copy closed: {}", file_sizes(&copy));
     result("redb_compacted_disk_mib", format!("{:.1}", disk_mib(&copy)));
     std::fs::remove_file(&copy)?;
+    Ok(())
+}
+
+/// Deliveries after which the crash phases end the process without closing the database.
+const CRASH_DELIVERIES: u64 = 1_000;
+
+/// Runs CRASH_DELIVERIES Immediate deliveries (with redb's quick-repair or without) and exits without closing the
+/// database, as a SIGKILL would leave it; `redb_open_after_crash` then times the repair that `open` does.
+fn redb_crash(dir: &Path, s: &Sizes, quick: bool) -> Result<(), redb::Error> {
+    let db = open_db(s, &dir.join(REDB_FILE), false)?;
+    let first = 2 * s.deliveries + if quick { CRASH_DELIVERIES } else { 0 };
+    let started = Instant::now();
+    for d in first..first + CRASH_DELIVERIES {
+        redb_delivery(&db, s, d, Durability::Immediate, quick)?;
+    }
+    let per = started.elapsed() / CRASH_DELIVERIES as u32;
+    let label = if quick { "quick_repair" } else { "full_repair" };
+    println!(
+        "redb {CRASH_DELIVERIES} Immediate deliveries with quick-repair {quick}: {:.1} µs/delivery, then exit \
+         without closing",
+        per.as_secs_f64() * 1e6
+    );
+    result(&format!("crash_{label}_us"), format!("{:.1}", per.as_secs_f64() * 1e6));
+    std::mem::forget(db);
+    std::process::exit(0);
+}
+
+fn redb_open_after_crash(dir: &Path, s: &Sizes, label: &str) -> Result<(), redb::Error> {
+    let (rss0, _) = memory_kib();
+    let started = Instant::now();
+    let db = open_db(s, &dir.join(REDB_FILE), false)?;
+    let txn = db.begin_read()?;
+    let seq = txn.open_table(META)?.get("checkpoint")?.map(|g| g.value().0).unwrap_or(0);
+    let took = started.elapsed();
+    let (rss, hwm) = memory_kib();
+    println!(
+        "redb open after a crash ({label}): {:.3}s to checkpoint seq {seq}; VmRSS {:.1} -> {:.1} MiB, VmHWM {:.1} MiB",
+        secs(took),
+        mib(rss0),
+        mib(rss),
+        mib(hwm)
+    );
+    result(&format!("crash_open_{label}_s"), format!("{:.3}", secs(took)));
     Ok(())
 }
 
@@ -724,6 +768,14 @@ fn print_table(s: &Sizes, r: &HashMap<String, String>) {
         g("snapshot_clone_s"),
         g("snapshot_state_rss_mib")
     );
+    println!(
+        "redb after a crash (no clean close): open {} s with full repair (deliveries at {} µs each before it); \
+         open {} s with quick-repair commits (at {} µs each)",
+        g("crash_open_full_repair_s"),
+        g("crash_full_repair_us"),
+        g("crash_open_quick_repair_s"),
+        g("crash_quick_repair_us")
+    );
 }
 
 fn main() {
@@ -741,6 +793,10 @@ fn main() {
                 redb_reopen(&dir, &s, "iterate_small_cache").expect("redb reopen")
             }
             "reopen_point" => redb_reopen(&dir, &s, "point").expect("redb reopen"),
+            "crash_full_repair" => redb_crash(&dir, &s, false).expect("redb crash phase"),
+            "open_full_repair" => redb_open_after_crash(&dir, &s, "full_repair").expect("redb open after crash"),
+            "crash_quick_repair" => redb_crash(&dir, &s, true).expect("redb crash phase"),
+            "open_quick_repair" => redb_open_after_crash(&dir, &s, "quick_repair").expect("redb open after crash"),
             other => panic!("unknown {PHASE_ENV} {other}"),
         }
         return;
@@ -769,6 +825,10 @@ fn main() {
         "reopen_iterate",
         "reopen_iterate_small_cache",
         "reopen_point",
+        "crash_full_repair",
+        "open_full_repair",
+        "crash_quick_repair",
+        "open_quick_repair",
     ];
     for phase in phases {
         println!("{phase}:");
