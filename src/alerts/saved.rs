@@ -105,6 +105,11 @@ impl From<ScanError<(u64, RecordError)>> for LoadError {
     }
 }
 
+/// A visitor of records that fails with the record's seq and why.
+type Visit<'v> = dyn FnMut(Record) -> Result<(), (u64, RecordError)> + 'v;
+/// Reads the journal from a checkpoint (or the start) into a visitor.
+type Reader<'r, T> = dyn FnMut(Option<&Checkpoint>, &mut Visit<'_>) -> Result<T, ScanError<(u64, RecordError)>> + 'r;
+
 /// How many records the last load replayed, and whether it started from a snapshot.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Loaded {
@@ -119,10 +124,7 @@ fn load<T>(
     use_snapshot: bool,
     bounds: Bounds,
     legacy: &dyn Fn(&str) -> String,
-    open: &mut dyn FnMut(
-        Option<&Checkpoint>,
-        &mut dyn FnMut(Record) -> Result<(), (u64, RecordError)>,
-    ) -> Result<T, ScanError<(u64, RecordError)>>,
+    open: &mut Reader<'_, T>,
 ) -> Result<(T, State, Loaded), LoadError> {
     // Once retention removed the start of the journal, only a snapshot rebuilds the state.
     let anchored = journal::anchor(path).map_err(LoadError::Journal)?.map(|a| a.first_seq);

@@ -13,7 +13,6 @@ use akritas::alerts::adapters::DecodeContext;
 use akritas::alerts::admission::Limits;
 use akritas::alerts::store::{self, AlertStore, JobStatus, Storage};
 use akritas::journal::JournalOptions;
-use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::harness::{self, Verdict};
