@@ -26,8 +26,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::event::{Entity, Event, EventState, Severity, hash_parts};
-pub use super::window::DedupLimits;
 use super::window::DedupWindow;
+pub use super::window::{DedupLimits, FirstSeen};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -59,13 +59,6 @@ pub struct IncidentState {
     pub firing_members: BTreeSet<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_job: Option<String>,
-}
-
-/// The first delivery of a deduplication key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FirstSeen {
-    pub event_id: String,
-    pub incident_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! The alert store's state as a snapshot, and how the store is loaded: the snapshot plus the
+//! The alert store's state as a snapshot, when snapshots are written (and retention run
+//! after them), and how the store is loaded: the snapshot plus the
 //! journal records after its checkpoint, or the whole journal when there is no usable
 //! snapshot. The same loading serves start-up, `akritas audit verify` and the rebuild after
 //! a failed write.
@@ -9,6 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::correlate::Correlator;
+use super::error::{AlertStoreError, LoadError, load_error};
 use super::state::{Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job};
 use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Location, Opened, Record, ScanError};
 
@@ -86,25 +88,6 @@ impl Saved {
     }
 }
 
-/// Why loading failed.
-pub(crate) enum LoadError {
-    Journal(JournalError),
-    Record(u64, RecordError),
-    /// Retention removed the start of the journal and no snapshot after it can be used.
-    NoSnapshot {
-        first_seq: u64,
-    },
-}
-
-impl From<ScanError<(u64, RecordError)>> for LoadError {
-    fn from(error: ScanError<(u64, RecordError)>) -> Self {
-        match error {
-            ScanError::Journal(e) => LoadError::Journal(e),
-            ScanError::Visit((seq, e)) => LoadError::Record(seq, e),
-        }
-    }
-}
-
 /// A visitor of records that fails with the record's seq and why.
 type Visit<'v> = dyn FnMut(Record) -> Result<(), (u64, RecordError)> + 'v;
 /// Reads the journal from a checkpoint (or the start) into a visitor.
@@ -177,4 +160,16 @@ pub(crate) fn read(
     legacy: &dyn Fn(&str) -> String,
 ) -> Result<(journal::VerifyReport, State, Loaded), LoadError> {
     load(path, use_snapshot, bounds, legacy, &mut |from, visit| journal::scan_from(path, from, visit))
+}
+
+/// Checks an alert journal without opening it for writing: the hash chain and line
+/// bounds from the oldest kept record, then the same strict replay `serve` runs at start
+/// (sources of records older than namespaces in `default`), in bounded memory: from the
+/// first record, or, once retention removed the start, from the snapshot after it. Backs
+/// `akritas audit verify` for alert journals.
+pub fn verify(path: &Path) -> Result<crate::journal::VerifyReport, AlertStoreError> {
+    let report = crate::journal::verify(path)?;
+    let legacy = |_: &str| crate::tenancy::DEFAULT_NAMESPACE.to_string();
+    read(path, false, Bounds::default(), &legacy).map_err(|e| load_error(path, e))?;
+    Ok(report)
 }

@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,16 +36,19 @@ use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::json;
 
-use super::admission::{Admission, Limits, Refusal, Throttled};
+use super::admission::{Admission, Limits, Refusal};
 pub use super::correlate::DedupLimits;
 use super::correlate::{Decision, IdKind, IncidentState};
+pub use super::error::AlertStoreError;
+use super::error::load_error;
 use super::event::Event;
 pub use super::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
 use super::record::{DeliveryItem, DeliveryRecord, RECORD_VERSION, Truncation, keep_storable, split};
-use super::saved::{self, LoadError, Saved};
+use super::saved;
+pub use super::saved::verify;
 use super::state::{Bounds, DELIVERY, JOB, State, apply_delivery, set_job};
 pub use super::state::{RecordError, SourceCounters};
-use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions, Record, Retention};
+use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -59,44 +62,6 @@ pub struct Accepted {
     /// Alerts the provider left out (`truncatedAlerts`) and events this host did not store.
     #[serde(skip_serializing_if = "Truncation::is_none")]
     pub truncated: Truncation,
-}
-
-/// Alert store failures.
-#[derive(Debug, thiserror::Error)]
-pub enum AlertStoreError {
-    /// The journal failed.
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    /// A record cannot be applied.
-    #[error(
-        "alert journal {path}: record {seq} is inconsistent: {reason}; run `akritas audit verify {path}` and restore from backup"
-    )]
-    Inconsistent {
-        /// Path.
-        path: String,
-        /// Record sequence number.
-        seq: u64,
-        /// Why.
-        reason: RecordError,
-    },
-    /// Retention removed the start of the journal and the snapshot that replaces it is missing or does not match.
-    #[error(
-        "alert journal {path} starts at record {first_seq} (retention removed the older ones) and its snapshot \
-         {path}.snapshot is missing or does not match the journal: restore the snapshot from the same backup as the \
-         journal, or move the journal's files aside to start with an empty alert history"
-    )]
-    NoSnapshot {
-        /// Path.
-        path: String,
-        /// Seq of the oldest record kept.
-        first_seq: u64,
-    },
-    /// A journal write failed and the store has not recovered yet; nothing of the request was stored.
-    #[error("{0}")]
-    Unavailable(String),
-    /// Admission control refused the delivery; nothing of it was stored.
-    #[error(transparent)]
-    Throttled(#[from] Throttled),
 }
 
 /// How the store keeps its journal and bounds its memory.
@@ -128,14 +93,14 @@ impl Default for Storage {
 
 /// The durable alert store.
 pub struct AlertStore {
-    journal: Journal,
-    path: PathBuf,
-    storage: Storage,
-    state: Arc<Mutex<State>>,
+    pub(super) journal: Journal,
+    pub(super) path: PathBuf,
+    pub(super) storage: Storage,
+    pub(super) state: Arc<Mutex<State>>,
     /// Held while a snapshot (and retention after it) is being written.
-    saving: Arc<AtomicBool>,
+    pub(super) saving: Arc<AtomicBool>,
     /// What the opening replayed.
-    loaded: saved::Loaded,
+    pub(super) loaded: saved::Loaded,
     /// Namespaces given to source names of records older than namespaces, as decided at open.
     legacy: BTreeMap<String, String>,
     /// Held by the one recovery in progress; the time of the last attempt.
@@ -144,11 +109,7 @@ pub struct AlertStore {
     worker_problem: Mutex<Option<String>>,
     work: tokio::sync::Notify,
     /// Wakes the writers held back while a snapshot waits for the records in flight.
-    drained: tokio::sync::Notify,
-}
-
-fn inconsistent(path: &Path, (seq, reason): (u64, RecordError)) -> AlertStoreError {
-    AlertStoreError::Inconsistent { path: path.display().to_string(), seq, reason }
+    pub(super) drained: tokio::sync::Notify,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -532,167 +493,8 @@ impl AlertStore {
         Ok(())
     }
 
-    /// Writes a snapshot now, for a clean stop, when records were applied since the last one
-    /// and nothing is in flight (and no snapshot is being written). Returns whether it wrote one.
-    pub async fn save_snapshot(&self) -> bool {
-        if self.saving.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        let captured = {
-            let mut state = self.lock();
-            let captured = (state.since_snapshot > 0).then(|| Saved::capture(&state)).flatten();
-            if captured.is_some() {
-                state.since_snapshot = 0;
-            }
-            captured
-        };
-        let Some((checkpoint, saved)) = captured else {
-            self.saving.store(false, Ordering::Release);
-            return false;
-        };
-        let path = self.path.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            crate::journal::snapshot::write(&path, saved::FORMAT, &checkpoint, &saved)
-        })
-        .await;
-        self.saving.store(false, Ordering::Release);
-        match written {
-            Ok(Ok(_)) => true,
-            Ok(Err(error)) => {
-                tracing::warn!(path = %self.path.display(), %error, "could not write the alert snapshot");
-                false
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Holds a new write back while a due snapshot waits for the records in flight to settle
-    /// (under constant load they would never all be settled at once); at most a second.
-    async fn pass_snapshot_barrier(&self) {
-        let drained = self.drained.notified();
-        tokio::pin!(drained);
-        drained.as_mut().enable();
-        if !self.lock().barrier {
-            return;
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
-    }
-
-    /// A record queued by this generation is written: applies `settle`, notes the newest
-    /// record the state reflects and, every `snapshot_records` records at a moment nothing
-    /// is in flight, writes a snapshot in the background.
-    fn settled(&self, generation: u64, record: &Record, settle: impl FnOnce(&mut State)) {
-        let mut state = self.lock();
-        if state.generation != generation {
-            return;
-        }
-        settle(&mut state);
-        state.in_flight = state.in_flight.saturating_sub(1);
-        state.since_snapshot += 1;
-        if state.last.as_ref().is_none_or(|last| last.seq < record.seq) {
-            state.last = Some(record.checkpoint());
-        }
-        if state.since_snapshot < self.storage.snapshot_records || self.saving.load(Ordering::Acquire) {
-            return;
-        }
-        let Some((checkpoint, saved)) = Saved::capture(&state) else {
-            // Let what is in flight settle before more is queued.
-            state.barrier = true;
-            return;
-        };
-        state.since_snapshot = 0;
-        if std::mem::take(&mut state.barrier) {
-            self.drained.notify_waiters();
-        }
-        // The checkpoint's own segment stays: a start checks the checkpoint's record.
-        let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.location.segment);
-        drop(state);
-        self.saving.store(true, Ordering::Release);
-        let job = SaveJob {
-            path: self.path.clone(),
-            journal: self.journal.clone(),
-            retention: self.storage.retention,
-            saving: self.saving.clone(),
-            state: self.state.clone(),
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(job.run(checkpoint, saved, keep_from));
-        } else {
-            self.saving.store(false, Ordering::Release);
-        }
-    }
-
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-fn load_error(path: &Path, error: LoadError) -> AlertStoreError {
-    match error {
-        LoadError::Journal(e) => e.into(),
-        LoadError::Record(seq, reason) => inconsistent(path, (seq, reason)),
-        LoadError::NoSnapshot { first_seq } => {
-            AlertStoreError::NoSnapshot { path: path.display().to_string(), first_seq }
-        }
-    }
-}
-
-/// Checks an alert journal without opening it for writing: the hash chain and line
-/// bounds from the oldest kept record, then the same strict replay `serve` runs at start
-/// (sources of records older than namespaces in `default`), in bounded memory: from the
-/// first record, or, once retention removed the start, from the snapshot after it. Backs
-/// `akritas audit verify` for alert journals.
-pub fn verify(path: &Path) -> Result<crate::journal::VerifyReport, AlertStoreError> {
-    let report = crate::journal::verify(path)?;
-    let legacy = |_: &str| crate::tenancy::DEFAULT_NAMESPACE.to_string();
-    saved::read(path, false, Bounds::default(), &legacy).map_err(|e| load_error(path, e))?;
-    Ok(report)
-}
-
-/// A snapshot to write, and retention to run after it.
-struct SaveJob {
-    path: PathBuf,
-    journal: Journal,
-    retention: Option<Duration>,
-    saving: Arc<AtomicBool>,
-    state: Arc<Mutex<State>>,
-}
-
-impl SaveJob {
-    async fn run(self, checkpoint: crate::journal::Checkpoint, saved: Saved, keep_from: u64) {
-        let path = self.path.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let written = crate::journal::snapshot::write(&path, saved::FORMAT, &checkpoint, &saved);
-            drop(saved);
-            crate::telemetry::release_freed_memory();
-            written
-        })
-        .await;
-        match written {
-            Ok(Ok(bytes)) => tracing::debug!(path = %self.path.display(), bytes, "alert snapshot written"),
-            Ok(Err(error)) => {
-                tracing::warn!(path = %self.path.display(), %error, "could not write the alert snapshot; the next start replays more of the journal");
-            }
-            Err(_) => {}
-        }
-        if let Some(max_age) = self.retention {
-            match self.journal.retain(Retention { max_age, keep_from }).await {
-                Ok(removed) if removed.segments > 0 => {
-                    tracing::info!(path = %self.path.display(), segments = removed.segments, records = removed.records, "alert journal retention removed old segments");
-                    let forgotten =
-                        self.state.lock().unwrap_or_else(|p| p.into_inner()).forget_before(removed.first_kept);
-                    crate::telemetry::count(
-                        "akritas_alert_incidents_removed_total",
-                        "Resolved incidents forgotten because retention deleted their journal records.",
-                        &[],
-                        forgotten as f64,
-                    );
-                }
-                Ok(_) => {}
-                Err(error) => tracing::warn!(path = %self.path.display(), %error, "alert journal retention failed"),
-            }
-        }
-        self.saving.store(false, Ordering::Release);
     }
 }
 

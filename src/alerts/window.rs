@@ -11,7 +11,12 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::correlate::FirstSeen;
+/// The first delivery of a deduplication key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstSeen {
+    pub event_id: String,
+    pub incident_id: String,
+}
 
 /// How long and how many deduplication keys are remembered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

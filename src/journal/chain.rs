@@ -4,10 +4,15 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
-use super::format::{GENESIS_PREV, ParsedLine, check_canonical, record_hash};
+use std::io;
+use std::path::Path;
+
+use super::format::{GENESIS_PREV, INTERNAL_PREFIX, ParsedLine, check_canonical, record_hash};
 use super::scan::{ScanError, Start, TornTail, VerifyReport, scan};
 use super::segments::{Anchor, Layout, Segment};
-use super::{Checkpoint, JournalError, Location, Record};
+use super::{
+    Checkpoint, DEFAULT_MAX_RECORD_BYTES, JournalError, Location, Record, Replay, record_from_line, visit_app,
+};
 
 /// What reading the chain found.
 pub(crate) struct Chain {
@@ -148,4 +153,70 @@ pub(crate) fn read_chain<E>(
     chain.report.last_seq = head.seq;
     chain.report.last_hash = head.hash;
     Ok(chain)
+}
+
+pub(super) fn read_at(layout: &Layout, location: Location) -> Result<Record, JournalError> {
+    let line = line_at(layout, location)?;
+    let path = layout.segment_path(location.segment);
+    record_from_line(line, location).map_err(|problem| JournalError::Corrupt {
+        path,
+        line: 0,
+        offset: location.offset,
+        reason: problem.to_string(),
+    })
+}
+
+/// The retention anchor of the journal at `path`: `Some` once retention removed records, so the journal no
+/// longer starts at seq 1 and its state can only be rebuilt from a snapshot taken after the anchor.
+pub fn anchor(path: &Path) -> Result<Option<Anchor>, JournalError> {
+    Layout::new(path).read_anchor()
+}
+
+/// Reads the record at `location` of the journal configured at `path`, without opening it for writing.
+pub fn read_record(path: &Path, location: Location) -> Result<Record, JournalError> {
+    read_at(&Layout::new(path), location)
+}
+
+/// Reads the journal at `path` without modifying it, from `from` (or from the oldest kept record, anchored at the
+/// retention anchor), verifying the chain across segments and handing each application record to `visit`; internal
+/// records are counted, not handed over. A missing journal is [`JournalError::Io`] (`NotFound`).
+pub fn scan_from<E>(
+    path: &Path,
+    from: Option<&Checkpoint>,
+    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+) -> Result<VerifyReport, ScanError<E>> {
+    let layout = Layout::new(path);
+    if layout.list()?.is_empty() && layout.read_anchor()?.is_none() {
+        return Err(JournalError::io(path, io::Error::new(io::ErrorKind::NotFound, "no such journal")).into());
+    }
+    let mut internal = Vec::new();
+    let mut app = visit_app(&mut internal, visit);
+    Ok(read_chain(&layout, from, DEFAULT_MAX_RECORD_BYTES, &mut app)?.report)
+}
+
+/// Verifies the journal at `path` without modifying it: every segment from the oldest kept (anchored at the
+/// retention anchor), every complete line a well-formed record of at most [`DEFAULT_MAX_RECORD_BYTES`] with
+/// continuous seq, correct prev linkage and a correct hash, across segments. A torn final line of the active
+/// segment is reported, not an error.
+pub fn verify(path: &Path) -> Result<VerifyReport, JournalError> {
+    scan_from(path, None, &mut |_| Ok::<(), std::convert::Infallible>(())).map_err(ScanError::into_journal)
+}
+
+/// [`verify`], also returning every record (application and internal); holds them all in memory.
+pub fn read(path: &Path) -> Result<(VerifyReport, Replay), JournalError> {
+    let layout = Layout::new(path);
+    if layout.list()?.is_empty() && layout.read_anchor()?.is_none() {
+        return Err(JournalError::io(path, io::Error::new(io::ErrorKind::NotFound, "no such journal")));
+    }
+    let mut replay = Replay::default();
+    let mut keep = |record: Record| -> Result<(), std::convert::Infallible> {
+        if record.kind.starts_with(INTERNAL_PREFIX) {
+            replay.recovered.push(record);
+        } else {
+            replay.records.push(record);
+        }
+        Ok(())
+    };
+    let chain = read_chain(&layout, None, DEFAULT_MAX_RECORD_BYTES, &mut keep).map_err(ScanError::into_journal)?;
+    Ok((chain.report, replay))
 }

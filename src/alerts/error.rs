@@ -1,0 +1,79 @@
+//! Failures of the alert store.
+
+use std::path::Path;
+
+use super::admission::Throttled;
+use super::state::RecordError;
+use crate::journal::{JournalError, ScanError};
+
+/// Alert store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum AlertStoreError {
+    /// The journal failed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// A record cannot be applied.
+    #[error(
+        "alert journal {path}: record {seq} is inconsistent: {reason}; run `akritas audit verify {path}` and restore from backup"
+    )]
+    Inconsistent {
+        /// Path.
+        path: String,
+        /// Record sequence number.
+        seq: u64,
+        /// Why.
+        reason: RecordError,
+    },
+    /// Retention removed the start of the journal and the snapshot that replaces it is missing or does not match.
+    #[error(
+        "alert journal {path} starts at record {first_seq} (retention removed the older ones) and its snapshot \
+         {path}.snapshot is missing or does not match the journal: restore the snapshot from the same backup as the \
+         journal, or move the journal's files aside to start with an empty alert history"
+    )]
+    NoSnapshot {
+        /// Path.
+        path: String,
+        /// Seq of the oldest record kept.
+        first_seq: u64,
+    },
+    /// A journal write failed and the store has not recovered yet; nothing of the request was stored.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Admission control refused the delivery; nothing of it was stored.
+    #[error(transparent)]
+    Throttled(#[from] Throttled),
+}
+
+pub(super) fn inconsistent(path: &Path, (seq, reason): (u64, RecordError)) -> AlertStoreError {
+    AlertStoreError::Inconsistent { path: path.display().to_string(), seq, reason }
+}
+
+/// The store's error for a failed load.
+pub(super) fn load_error(path: &Path, error: LoadError) -> AlertStoreError {
+    match error {
+        LoadError::Journal(e) => e.into(),
+        LoadError::Record(seq, reason) => inconsistent(path, (seq, reason)),
+        LoadError::NoSnapshot { first_seq } => {
+            AlertStoreError::NoSnapshot { path: path.display().to_string(), first_seq }
+        }
+    }
+}
+
+/// Why loading failed.
+pub(crate) enum LoadError {
+    Journal(JournalError),
+    Record(u64, RecordError),
+    /// Retention removed the start of the journal and no snapshot after it can be used.
+    NoSnapshot {
+        first_seq: u64,
+    },
+}
+
+impl From<ScanError<(u64, RecordError)>> for LoadError {
+    fn from(error: ScanError<(u64, RecordError)>) -> Self {
+        match error {
+            ScanError::Journal(e) => LoadError::Journal(e),
+            ScanError::Visit((seq, e)) => LoadError::Record(seq, e),
+        }
+    }
+}
