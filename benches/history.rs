@@ -141,7 +141,11 @@ fn progress(name: &'static str, done: Arc<AtomicUsize>, total: usize) -> tokio::
             let now = done.load(Ordering::Relaxed);
             while tenth <= 10 && now >= total * tenth / 10 {
                 let rate = (now - last) as f64 / last_at.elapsed().as_secs_f64().max(1e-9);
-                println!("history: {name} {:>3}%  {now} in {:.1} s  {rate:.0}/s", tenth * 10, start.elapsed().as_secs_f64());
+                println!(
+                    "history: {name} {:>3}%  {now} in {:.1} s  {rate:.0}/s",
+                    tenth * 10,
+                    start.elapsed().as_secs_f64()
+                );
                 (last, last_at, tenth) = (now, Instant::now(), tenth + 1);
             }
         }
@@ -171,7 +175,8 @@ async fn fill_alerts(path: &Path, incidents: usize, repeats: usize) -> Result<f6
                         let accepted = store.ingest(NAMESPACE, SOURCE, delivery).await.map_err(|e| e.to_string())?;
                         done.fetch_add(1, Ordering::Relaxed);
                         let item = &accepted.events[0];
-                        let kind = if step == 0 && item.job_id.is_some() { "accepted+job" } else { item.status.as_str() };
+                        let kind =
+                            if step == 0 && item.job_id.is_some() { "accepted+job" } else { item.status.as_str() };
                         *outcomes.entry(kind.to_string()).or_default() += 1;
                         if let (0, Some(job_id)) = (step, &item.job_id) {
                             let mut job = store.job(job_id).ok_or(format!("job {job_id} not found after ingest"))?;
@@ -202,12 +207,6 @@ async fn fill_alerts(path: &Path, incidents: usize, repeats: usize) -> Result<f6
     let (sizes, tallies) = (store.index_sizes(), store.tallies());
     println!("history: alert store before stop  indexes {sizes:?}  jobs {:?}  incidents {:?}", tallies.0, tallies.1);
     drop(Arc::into_inner(store).ok_or("alert store still shared")?);
-    let (bytes, segments, snapshot) = journal_files(path);
-    println!(
-        "history: alert journal  {:.1} MiB in {segments} segments  snapshot {:.1} MiB (written at stop: {saved})",
-        mib(bytes),
-        mib(snapshot)
-    );
     // The same start `serve` makes, in-process: it must reach the same state.
     let opened = Instant::now();
     let reopened = tokio::task::spawn_blocking({
@@ -223,6 +222,14 @@ async fn fill_alerts(path: &Path, incidents: usize, repeats: usize) -> Result<f6
         ms(opened.elapsed())
     );
     drop(reopened);
+    // Measured once the journal is released: a snapshot started in the background is written by then.
+    let (bytes, segments, snapshot) = journal_files(path);
+    println!(
+        "history: alert journal  {:.1} MiB in {segments} segments  snapshot {:.1} MiB (a clean-stop snapshot written: {saved}; \
+         false when a background one was being written)",
+        mib(bytes),
+        mib(snapshot)
+    );
     if again != (sizes.clone(), tallies.clone()) {
         return Err(format!("reopened alert store differs: {:?} vs {:?}", again, (sizes, tallies)));
     }
@@ -265,7 +272,9 @@ async fn one_run(audit: &AuditLog, index: usize) -> Result<RunId, String> {
             kind: akritas::audit::TOOL_CALL.into(),
             status: Some("succeeded".into()),
             metadata,
-            arguments: Some(json!({"query": "rate(node_cpu_seconds_total{mode=\"idle\"}[5m])", "time": "2026-11-29T22:41:16Z"})),
+            arguments: Some(
+                json!({"query": "rate(node_cpu_seconds_total{mode=\"idle\"}[5m])", "time": "2026-11-29T22:41:16Z"}),
+            ),
             result: Some(json!({"output": tool_output(index, call)})),
         };
         audit.event(&id, event).await.map_err(|e| e.to_string())?;
@@ -367,9 +376,8 @@ impl Server {
                     let _ = tx.send(address.to_string());
                 }
                 let level = value["level"].as_str().unwrap_or("stderr");
-                let loading = ["journal", "replay", "loaded", "snapshot", "audit", "listening"]
-                    .iter()
-                    .any(|w| line.contains(w));
+                let loading =
+                    ["journal", "replay", "loaded", "snapshot", "audit", "listening"].iter().any(|w| line.contains(w));
                 if loading || level != "INFO" {
                     let text = if value.is_null() { line.clone() } else { format!("{level} {fields}") };
                     let at = spawned.elapsed().as_secs_f64();
@@ -603,7 +611,8 @@ async fn run() -> Result<(), String> {
             held.push(socket);
         }
     });
-    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
+    let client =
+        reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
     let mut server = Server::start(&client, &data, &resources, llm_port).await?;
     let (rss_start, hwm_start) = server.memory();
     println!(
@@ -641,7 +650,13 @@ async fn run() -> Result<(), String> {
     println!("history: | {:<34} | {:>14} | {:>18} | {:<5} |", "metric", "measured", "target", "");
     for (name, value, unit, target, below) in rows {
         let (sign, ok) = if below { ("<", value < target) } else { (">=", value >= target) };
-        let mark = if value.is_nan() { "n/a" } else if ok { "pass" } else { "OVER" };
+        let mark = if value.is_nan() {
+            "n/a"
+        } else if ok {
+            "pass"
+        } else {
+            "OVER"
+        };
         let target = format!("{sign} {target} {unit}");
         println!("history: | {name:<34} | {value:>9.1} {unit:<4} | {target:>18} | {mark:<5} |");
     }

@@ -213,6 +213,16 @@ fn labels_text(labels: &[(&'static str, String)], extra: Option<(&str, String)>)
     if parts.is_empty() { String::new() } else { format!("{{{}}}", parts.join(",")) }
 }
 
+/// Gives memory freed after a big transient use (an indexing pass, a journal replay, a
+/// snapshot) back to the operating system; glibc keeps it in the process otherwise.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases unused heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,15 +253,5 @@ mod tests {
         }
         assert_eq!(metrics.store().series(), MAX_SERIES);
         assert_eq!(metrics.store().dropped, 5);
-    }
-}
-
-/// Gives memory freed after a big transient use (an indexing pass, a journal replay, a
-/// snapshot) back to the operating system; glibc keeps it in the process otherwise.
-pub fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases unused heap pages; it has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

@@ -112,6 +112,13 @@ pub(crate) struct Loaded {
     pub(crate) from_snapshot: bool,
 }
 
+/// A record that cannot be applied: its seq and why.
+type Failed = (u64, RecordError);
+
+/// Reads the journal from a checkpoint (or its start), visiting each record after it.
+type OpenJournal<'a, T> =
+    dyn FnMut(Option<&Checkpoint>, &mut dyn FnMut(Record) -> Result<(), Failed>) -> Result<T, ScanError<Failed>> + 'a;
+
 /// Reads the state: the snapshot (if any and it matches the journal) and the records after it.
 /// `open` reads the journal (opening it for writing, or only reading it).
 fn load<T>(
@@ -119,10 +126,7 @@ fn load<T>(
     use_snapshot: bool,
     bounds: Bounds,
     legacy: &dyn Fn(&str) -> String,
-    open: &mut dyn FnMut(
-        Option<&Checkpoint>,
-        &mut dyn FnMut(Record) -> Result<(), (u64, RecordError)>,
-    ) -> Result<T, ScanError<(u64, RecordError)>>,
+    open: &mut OpenJournal<'_, T>,
 ) -> Result<(T, State, Loaded), LoadError> {
     // Once retention removed the start of the journal, only a snapshot rebuilds the state.
     let anchored = journal::anchor(path).map_err(LoadError::Journal)?.map(|a| a.first_seq);
