@@ -215,7 +215,9 @@ async fn a_journal_written_before_namespaces_replays_into_the_sources_namespace(
         // The record exactly as the previous version wrote it: no version, no namespace.
         let (journal, _) = akritas::journal::Journal::open(&path, Default::default()).unwrap();
         let outcome = json!({"status": "accepted", "event_id": "evt_1", "incident_id": "inc_1", "job_id": "job_1"});
-        let record = json!({"delivery_id": "dlv_1", "source": "am", "received_at": "2026-11-29T22:45:00Z",
+        // Received within the dedup window (24 h), so the alert sent again is a duplicate.
+        let received_at = jiff::Timestamp::now().to_string();
+        let record = json!({"delivery_id": "dlv_1", "source": "am", "received_at": received_at,
                             "items": [{"outcome": outcome, "event": event}]});
         assert!(record["items"][0]["event"]["source"].get("namespace").is_none());
         journal.append("alerts.delivery", &record).await.unwrap();

@@ -459,12 +459,12 @@ settings_table! {
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 365d";
-        check value::duration_upto::<315_360_000, true>;
+        check value::duration_upto::<315_576_000, true>;
     /// Alert journal segments older than this are deleted unless an open incident or a waiting job needs them; 0s keeps everything, <= 10y
     alert_retention: Duration = Duration::from_secs(90 * 86_400);
         flag "alert-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 90d";
-        check value::duration_upto::<315_360_000, true>;
+        check value::duration_upto::<315_576_000, true>;
     /// An alert repeated within this window of its first delivery is a duplicate, > 0 and <= 30d
     dedup_window: Duration = Duration::from_secs(86_400);
         flag "dedup-window" [Option<String>] value_name "DURATION";

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 54);
+    assert_eq!(KEYS.len(), 55);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -596,6 +596,14 @@ fn file_with_every_setting() {
         "alert_job_backoff": "1h",
         "alert_source_rate": 100000,
         "alert_pending_jobs": 1,
+        "journal_segment_bytes": 65536,
+        "journal_segment_age": "30d",
+        "snapshot_records": 100,
+        "audit_retention": "0s",
+        "alert_retention": "10y",
+        "dedup_window": "30d",
+        "dedup_max_keys": 1000,
+        "resolved_incidents_kept": 100,
         "notification_timeout": "1m",
         "notification_attempts": 10,
         "record_retention": "30d",
