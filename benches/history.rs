@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, ExitCode};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -338,25 +338,15 @@ struct Server {
 impl Server {
     async fn start(client: &reqwest::Client, data: &Path, resources: &Path, llm_port: u16) -> Result<Server, String> {
         let spawned = Instant::now();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_akritas"))
-            .arg("serve")
+        let mut child = akritas_testkit::serve_command(env!("CARGO_BIN_EXE_akritas"))
             .arg("--resources")
             .arg(resources)
-            .env("AKRITAS_ADDRESS", "127.0.0.1:0")
-            .env("AKRITAS_LOG_FORMAT", "json")
-            .env("AKRITAS_SYSTEM_INSTRUCTIONS", Path::new(env!("CARGO_MANIFEST_DIR")).join("instructions/SYSTEM.md"))
             .env("AKRITAS_DATA_DIR", data)
-            .env("AKRITAS_SKILLS_DIR", "")
             .env("AKRITAS_BASE_URL", format!("http://127.0.0.1:{llm_port}/v1"))
             .env(TOKEN_ENV, TOKEN)
             .env("AKRITAS_API_KEY", API_KEY)
             .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
             .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
-            .env_remove("AKRITAS_CONFIG")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("start akritas serve: {e}"))?;
         let stderr = child.stderr.take().expect("piped stderr");

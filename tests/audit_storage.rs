@@ -106,12 +106,7 @@ async fn detail_survives_a_restart_from_a_snapshot_and_only_the_tail_is_replayed
     assert!(segments(&path).len() > 5, "Runs span several 4 KiB segments");
     let before = view(&audit, &ids);
     let checkpoint = audit.snapshot().await.expect("a snapshot is written");
-    println!(
-        "index: {} bytes for {} Runs ({} bytes a Run)",
-        audit.index_bytes(),
-        audit.len(),
-        audit.index_bytes() / audit.len()
-    );
+    print_index_size(&audit);
     drop(audit);
 
     let audit = open(&path, 1_000_000, None);
@@ -204,12 +199,7 @@ async fn snapshots_taken_while_runs_write_concurrently_match_a_full_replay() {
     let total = ids.len() as u64 * 4;
     let audit = std::sync::Arc::into_inner(audit).expect("no other holder");
     let before = view(&audit, &ids);
-    println!(
-        "index: {} bytes for {} Runs ({} bytes a Run)",
-        audit.index_bytes(),
-        audit.len(),
-        audit.index_bytes() / audit.len()
-    );
+    print_index_size(&audit);
     drop(audit);
 
     let audit = open(&path, 1_000_000, None);
@@ -383,4 +373,14 @@ async fn a_result_is_checked_against_evidence_read_from_disk_after_a_restart() {
     assert!(error.to_string().contains("names no successful tool call"), "{error}");
     let error = audit::verify(&path).expect_err("verify refuses it too");
     assert!(error.to_string().contains("names no successful tool call"), "{error}");
+}
+
+/// Prints the index's size (a figure, not an assertion).
+fn print_index_size(audit: &AuditLog) {
+    println!(
+        "index: {} bytes for {} Runs ({} bytes a Run)",
+        audit.index_bytes(),
+        audit.len(),
+        audit.index_bytes() / audit.len()
+    );
 }
