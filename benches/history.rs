@@ -619,6 +619,11 @@ async fn run() -> Result<(), String> {
     let rate = steady_state(&client, &server.url, incidents).await;
     let (rss_steady, hwm_steady) = server.memory();
     println!("history: after steady state  VmRSS={rss_steady:.1} MiB  VmHWM={hwm_steady:.1} MiB");
+    // The same a little later, once a snapshot the load triggered has been written.
+    for seconds in [2u64, 5, 10] {
+        tokio::time::sleep(Duration::from_secs(if seconds == 2 { 2 } else { seconds / 2 })).await;
+        println!("history: idle after the steady state  ~{seconds} s  VmRSS={:.1} MiB", server.memory().0);
+    }
     let logged = server.log().len();
     let stopped = server.stop();
     println!("history: clean stop (SIGTERM) took {:.2} s", stopped.as_secs_f64());

@@ -384,3 +384,43 @@ fn print_index_size(audit: &AuditLog) {
         audit.index_bytes() / audit.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_written_under_constant_concurrent_load() {
+    let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let audit = std::sync::Arc::new(open(&path, 100, None));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let (audit, stop) = (audit.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ids.push(run(&audit, task * 100_000 + ids.len(), 2, true).await);
+            }
+            ids
+        }));
+    }
+    // The writers never pause by themselves: a snapshot needs the appends in flight to settle.
+    let snapshot = journal::snapshot::snapshot_path(&path);
+    for _ in 0..400 {
+        if snapshot.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.extend(task.await.unwrap());
+    }
+    assert!(snapshot.exists(), "a snapshot was written while {} Runs were written without a pause", ids.len());
+    audit.snapshot_settled().await;
+    let audit = std::sync::Arc::into_inner(audit).expect("no other holder");
+    let before = view(&audit, &ids);
+    drop(audit);
+    let audit = open(&path, 1_000_000, None);
+    assert!(audit.start_report().snapshot.is_some());
+    assert_eq!(view(&audit, &ids), before);
+}

@@ -254,6 +254,8 @@ struct Shared {
     writers: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
     /// Runs something in this process is executing on (the Run itself or a follow-up).
     active: Mutex<HashSet<RunId>>,
+    /// Wakes the appends held back while a snapshot waits for those in flight.
+    drained: tokio::sync::Notify,
 }
 
 /// The right to execute on a Run: held by the Run while it executes and by a
@@ -302,6 +304,7 @@ impl AuditLog {
             snapshot_task: Mutex::new(None),
             writers: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
+            drained: tokio::sync::Notify::new(),
         };
         Ok(AuditLog { shared: Arc::new(shared) })
     }
@@ -356,6 +359,7 @@ impl AuditLog {
         // the journal and the state together if the caller goes away.
         let shared = self.shared.clone();
         tokio::spawn(async move {
+            shared.pass_barrier().await;
             let pending = shared.begin();
             let record = shared.append("run_started", &data, pending).await?;
             shared.apply_record(&record.0, record.1, None)
@@ -459,6 +463,7 @@ impl AuditLog {
                     None
                 };
                 let (kind, data) = build(&id, facts, run.as_ref())?;
+                shared.pass_barrier().await;
                 let pending = shared.begin();
                 let (record, pending) = shared.append(kind, &data, pending).await?;
                 shared.apply_record(&record, pending, run.as_ref())?;

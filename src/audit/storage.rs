@@ -67,6 +67,8 @@ pub(super) struct Live {
     broken: bool,
     /// A snapshot is being written.
     snapshotting: bool,
+    /// A snapshot is due and waits for the appends in flight: new appends wait (briefly).
+    barrier: bool,
 }
 
 impl Live {
@@ -199,6 +201,18 @@ impl Shared {
         self.state.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Holds a new append back while a due snapshot waits for the appends in flight to
+    /// settle; at most a second.
+    pub(super) async fn pass_barrier(&self) {
+        let drained = self.drained.notified();
+        tokio::pin!(drained);
+        drained.as_mut().enable();
+        if !self.live().barrier {
+            return;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+    }
+
     /// Counts an append about to be queued.
     pub(super) fn begin(self: &Arc<Self>) -> InFlight {
         self.live().in_flight += 1;
@@ -228,6 +242,14 @@ impl Shared {
         }
         let every = self.storage.snapshot_records;
         let due = if every > 0 { live.claim(|since| since >= every) } else { None };
+        if due.is_some() {
+            if std::mem::take(&mut live.barrier) {
+                self.drained.notify_waiters();
+            }
+        } else if every > 0 && live.since_snapshot >= every && !live.snapshotting && !live.broken {
+            // Under constant load the appends in flight never all settle by themselves.
+            live.barrier = true;
+        }
         drop(live);
         if let Some((checkpoint, index)) = due {
             match tokio::runtime::Handle::try_current() {
