@@ -313,7 +313,11 @@ async fn fill_audit(path: &Path, runs: usize) -> Result<String, String> {
     }
     let elapsed = start.elapsed();
     let _ = reporter.await;
-    drop(Arc::into_inner(audit).ok_or("audit log still shared")?);
+    let audit = Arc::into_inner(audit).ok_or("audit log still shared")?;
+    // As `serve` does on a clean stop.
+    let snapshot = audit.snapshot().await;
+    println!("history: audit stopped cleanly  snapshot at seq {snapshot:?}");
+    drop(audit);
     let (bytes, segments, _) = journal_files(path);
     println!(
         "history: audit fill  {runs} Runs ({} tool results of ~4 KB) in {:.1} s  {:.0} Runs/s  journal {:.1} MiB in {segments} segments",
