@@ -28,32 +28,51 @@ pub(crate) struct Saved {
     counters: BTreeMap<String, SourceCounters>,
 }
 
-impl Saved {
-    /// A copy of `state` and the checkpoint it reflects, when it reflects exactly the journal
-    /// up to one record: nothing in flight.
-    pub(crate) fn capture(state: &State) -> Option<(Checkpoint, Saved)> {
-        if state.in_flight > 0 {
+/// The state as a snapshot writes it: borrowed, so nothing is copied.
+#[derive(Serialize)]
+pub(crate) struct SavedRef<'a> {
+    correlator: &'a Correlator,
+    #[serde(serialize_with = "stored_events")]
+    events: &'a HashMap<String, EventRef>,
+    jobs: &'a BTreeMap<String, JobSlot>,
+    incident_jobs: &'a HashMap<String, Vec<String>>,
+    resolved: &'a VecDeque<String>,
+    counters: &'a BTreeMap<String, SourceCounters>,
+}
+
+/// Events as `(id, location, item)`, the shape [`Saved`] reads.
+fn stored_events<S: serde::Serializer>(events: &&HashMap<String, EventRef>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeSeq;
+    let mut seq = s.serialize_seq(Some(events.len()))?;
+    for (id, event) in events.iter() {
+        if let EventAt::Stored(location) = event.at {
+            seq.serialize_element(&(id, location, event.item))?;
+        }
+    }
+    seq.end()
+}
+
+impl<'a> SavedRef<'a> {
+    /// The state and the checkpoint it reflects, when it reflects exactly the journal up to
+    /// one record: nothing in flight (so every event is stored).
+    pub(crate) fn of(state: &'a State) -> Option<(Checkpoint, SavedRef<'a>)> {
+        if state.in_flight > 0 || state.events.values().any(|e| matches!(e.at, EventAt::Queued(_))) {
             return None;
         }
         let checkpoint = state.last.clone()?;
-        let mut events = Vec::with_capacity(state.events.len());
-        for (id, event) in &state.events {
-            match event.at {
-                EventAt::Stored(location) => events.push((id.clone(), location, event.item)),
-                EventAt::Queued(_) => return None,
-            }
-        }
-        let saved = Saved {
-            correlator: state.correlator.clone(),
-            events,
-            jobs: state.jobs.clone(),
-            incident_jobs: state.incident_jobs.clone(),
-            resolved: state.resolved.clone(),
-            counters: state.counters.clone(),
+        let saved = SavedRef {
+            correlator: &state.correlator,
+            events: &state.events,
+            jobs: &state.jobs,
+            incident_jobs: &state.incident_jobs,
+            resolved: &state.resolved,
+            counters: &state.counters,
         };
         Some((checkpoint, saved))
     }
+}
 
+impl Saved {
     /// The state again (queue and pending count derived from the live jobs).
     fn restore(self, bounds: Bounds, checkpoint: Checkpoint) -> State {
         let mut state = State {

@@ -6,10 +6,33 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::saved::{FORMAT, Saved};
+use super::saved::{FORMAT, SavedRef};
 use super::state::State;
 use super::store::AlertStore;
+use crate::journal::snapshot::{self, Pending};
 use crate::journal::{Journal, Record, Retention};
+
+/// Serializes the state into the snapshot's temporary file, under the state's lock: no copy of
+/// the state is made (the resident set stays near the live state), at the price of holding new
+/// writes for the time it takes. On a multi-threaded runtime the worker thread hands its other
+/// tasks over meanwhile.
+fn serialize_held(
+    path: &std::path::Path,
+    checkpoint: &crate::journal::Checkpoint,
+    saved: &SavedRef<'_>,
+) -> Option<Pending> {
+    let write = || snapshot::begin(path, FORMAT, checkpoint, saved);
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let begun = if multi { tokio::task::block_in_place(write) } else { write() };
+    match begun {
+        Ok(pending) => Some(pending),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "could not write the alert snapshot; the next start replays more of the journal");
+            None
+        }
+    }
+}
 
 impl AlertStore {
     /// Writes a snapshot now, for a clean stop, when records were applied since the last one
@@ -18,22 +41,24 @@ impl AlertStore {
         if self.saving.swap(true, Ordering::AcqRel) {
             return false;
         }
-        let captured = {
+        let pending = {
             let mut state = self.lock();
-            let captured = (state.since_snapshot > 0).then(|| Saved::capture(&state)).flatten();
-            if captured.is_some() {
+            let pending = match SavedRef::of(&state) {
+                Some((checkpoint, saved)) if state.since_snapshot > 0 => {
+                    serialize_held(&self.path, &checkpoint, &saved)
+                }
+                _ => None,
+            };
+            if pending.is_some() {
                 state.since_snapshot = 0;
             }
-            captured
+            pending
         };
-        let Some((checkpoint, saved)) = captured else {
+        let Some(pending) = pending else {
             self.saving.store(false, Ordering::Release);
             return false;
         };
-        let path = self.path.clone();
-        let written =
-            tokio::task::spawn_blocking(move || crate::journal::snapshot::write(&path, FORMAT, &checkpoint, &saved))
-                .await;
+        let written = tokio::task::spawn_blocking(move || pending.commit()).await;
         self.saving.store(false, Ordering::Release);
         match written {
             Ok(Ok(_)) => true,
@@ -74,15 +99,17 @@ impl AlertStore {
         if state.since_snapshot < self.storage.snapshot_records || self.saving.load(Ordering::Acquire) {
             return;
         }
-        let Some((checkpoint, saved)) = Saved::capture(&state) else {
+        let Some((checkpoint, saved)) = SavedRef::of(&state) else {
             // Let what is in flight settle before more is queued.
             state.barrier = true;
             return;
         };
+        let pending = serialize_held(&self.path, &checkpoint, &saved);
         state.since_snapshot = 0;
         if std::mem::take(&mut state.barrier) {
             self.drained.notify_waiters();
         }
+        let Some(pending) = pending else { return };
         // The checkpoint's own segment stays: a start checks the checkpoint's record.
         let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.location.segment);
         drop(state);
@@ -95,7 +122,7 @@ impl AlertStore {
             state: self.state.clone(),
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(job.run(checkpoint, saved, keep_from));
+            runtime.spawn(job.run(pending, keep_from));
         } else {
             self.saving.store(false, Ordering::Release);
         }
@@ -112,15 +139,8 @@ struct SaveJob {
 }
 
 impl SaveJob {
-    async fn run(self, checkpoint: crate::journal::Checkpoint, saved: Saved, keep_from: u64) {
-        let path = self.path.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let written = crate::journal::snapshot::write(&path, FORMAT, &checkpoint, &saved);
-            drop(saved);
-            crate::telemetry::release_freed_memory();
-            written
-        })
-        .await;
+    async fn run(self, pending: Pending, keep_from: u64) {
+        let written = tokio::task::spawn_blocking(move || pending.commit()).await;
         match written {
             Ok(Ok(bytes)) => tracing::debug!(path = %self.path.display(), bytes, "alert snapshot written"),
             Ok(Err(error)) => {

@@ -64,9 +64,22 @@ fn hasher(checkpoint: &Checkpoint) -> Sha256 {
 /// Writes `state` as the snapshot of `journal` at `checkpoint`, atomically and durably; `format`
 /// names the state's shape and version (a reader of another format ignores the file).
 pub fn write<T: Serialize>(journal: &Path, format: &str, checkpoint: &Checkpoint, state: &T) -> io::Result<u64> {
-    let path = snapshot_path(journal);
+    begin(journal, format, checkpoint, state)?.commit()
+}
+
+/// A snapshot written to its temporary file and not yet durable or in place.
+pub struct Pending {
+    journal: PathBuf,
+    tmp: PathBuf,
+    file: File,
+    started: std::time::Instant,
+}
+
+/// Serializes `state` into the snapshot's temporary file (no fsync): the part that needs the
+/// state, so a caller can hold its lock only for this and [`Pending::commit`] afterwards.
+pub fn begin<T: Serialize>(journal: &Path, format: &str, checkpoint: &Checkpoint, state: &T) -> io::Result<Pending> {
     let started = std::time::Instant::now();
-    let tmp = path.with_extension("snapshot.tmp");
+    let tmp = snapshot_path(journal).with_extension("snapshot.tmp");
     let file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     write!(
@@ -81,21 +94,28 @@ pub fn write<T: Serialize>(journal: &Path, format: &str, checkpoint: &Checkpoint
     write!(out, ",\"sha256\":\"{sha256}\"}}")?;
     out.flush()?;
     let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    let bytes = file.metadata()?.len();
-    fs::rename(&tmp, &path)?;
-    File::open(Layout::new(journal).dir())?.sync_all()?;
-    let name = metric_name(journal);
-    let labels = [("journal", name.as_str())];
-    crate::telemetry::stamp("akritas_snapshot_age_seconds", "Seconds since the journal's last snapshot.", &labels);
-    crate::telemetry::set("akritas_snapshot_bytes", "Size of the journal's last snapshot.", &labels, bytes as f64);
-    crate::telemetry::observe(
-        "akritas_snapshot_write_seconds",
-        "Time to write one snapshot of a journal's derived state.",
-        &labels,
-        started.elapsed(),
-    );
-    Ok(bytes)
+    Ok(Pending { journal: journal.to_owned(), tmp, file, started })
+}
+
+impl Pending {
+    /// Makes the snapshot durable and puts it in place of the previous one; returns its size.
+    pub fn commit(self) -> io::Result<u64> {
+        self.file.sync_all()?;
+        let bytes = self.file.metadata()?.len();
+        fs::rename(&self.tmp, snapshot_path(&self.journal))?;
+        File::open(Layout::new(&self.journal).dir())?.sync_all()?;
+        let name = metric_name(&self.journal);
+        let labels = [("journal", name.as_str())];
+        crate::telemetry::stamp("akritas_snapshot_age_seconds", "Seconds since the journal's last snapshot.", &labels);
+        crate::telemetry::set("akritas_snapshot_bytes", "Size of the journal's last snapshot.", &labels, bytes as f64);
+        crate::telemetry::observe(
+            "akritas_snapshot_write_seconds",
+            "Time to write one snapshot of a journal's derived state.",
+            &labels,
+            self.started.elapsed(),
+        );
+        Ok(bytes)
+    }
 }
 
 /// Reads the snapshot of `journal` if there is one of `format`; `None` (with a warning for an
