@@ -73,13 +73,7 @@ impl AlertStore {
     /// Holds a new write back while a due snapshot waits for the records in flight to settle
     /// (under constant load they would never all be settled at once); at most a second.
     pub(super) async fn pass_snapshot_barrier(&self) {
-        let drained = self.drained.notified();
-        tokio::pin!(drained);
-        drained.as_mut().enable();
-        if !self.lock().barrier {
-            return;
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+        snapshot::pass_barrier(&self.drained, || self.lock().barrier).await;
     }
 
     /// A record queued by this generation is written: applies `settle`, notes the newest

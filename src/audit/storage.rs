@@ -204,13 +204,7 @@ impl Shared {
     /// Holds a new append back while a due snapshot waits for the appends in flight to
     /// settle; at most a second.
     pub(super) async fn pass_barrier(&self) {
-        let drained = self.drained.notified();
-        tokio::pin!(drained);
-        drained.as_mut().enable();
-        if !self.live().barrier {
-            return;
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(1), drained).await;
+        journal::snapshot::pass_barrier(&self.drained, || self.live().barrier).await;
     }
 
     /// Counts an append about to be queued.

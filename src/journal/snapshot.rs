@@ -176,3 +176,16 @@ pub fn discard(journal: &Path) {
 fn metric_name(journal: &Path) -> String {
     super::writer::metric_name(journal)
 }
+
+/// Holds a writer back while a due snapshot waits for the writes in flight to settle (under
+/// constant load they would never all settle at once): waits for `drained`, at most a second,
+/// when `held()` says so. `drained` is registered before `held` is asked, so a wake-up between
+/// the two is not missed.
+pub async fn pass_barrier(drained: &tokio::sync::Notify, held: impl FnOnce() -> bool) {
+    let notified = drained.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    if held() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), notified).await;
+    }
+}
