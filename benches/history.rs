@@ -26,9 +26,8 @@
 //! whose detail is missing.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -330,19 +329,18 @@ async fn fill_audit(path: &Path, runs: usize) -> Result<String, String> {
     early.ok_or_else(|| "no early Run recorded".to_string())
 }
 
-/// A running `akritas serve`; killed on drop.
+/// A running `akritas serve` (the testkit's harness) and how long it took to become healthy.
 struct Server {
-    child: Child,
+    inner: akritas_testkit::Server,
     url: String,
     startup: Duration,
-    /// `t+seconds  level message fields` of the lines about loading, warnings and errors.
-    notable: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     async fn start(client: &reqwest::Client, data: &Path, resources: &Path, llm_port: u16) -> Result<Server, String> {
         let spawned = Instant::now();
-        let mut child = akritas_testkit::serve_command(env!("CARGO_BIN_EXE_akritas"))
+        let mut command = akritas_testkit::serve_command(env!("CARGO_BIN_EXE_akritas"));
+        command
             .arg("--resources")
             .arg(resources)
             .env("AKRITAS_DATA_DIR", data)
@@ -350,55 +348,26 @@ impl Server {
             .env(TOKEN_ENV, TOKEN)
             .env("AKRITAS_API_KEY", API_KEY)
             .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
-            .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
-            .spawn()
-            .map_err(|e| format!("start akritas serve: {e}"))?;
-        let stderr = child.stderr.take().expect("piped stderr");
-        let notable = Arc::new(Mutex::new(Vec::new()));
-        let sink = notable.clone();
-        let (address_tx, address_rx) = tokio::sync::oneshot::channel();
-        std::thread::spawn(move || {
-            let mut address_tx = Some(address_tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let value: Value = serde_json::from_str(&line).unwrap_or_default();
-                let fields = &value["fields"];
-                let message = fields["message"].as_str().unwrap_or_default();
-                if message == "Akritas listening"
-                    && let Some(address) = fields["address"].as_str()
-                    && let Some(tx) = address_tx.take()
-                {
-                    let _ = tx.send(address.to_string());
-                }
-                let level = value["level"].as_str().unwrap_or("stderr");
-                let loading =
-                    ["journal", "replay", "loaded", "snapshot", "audit", "listening"].iter().any(|w| line.contains(w));
-                if loading || level != "INFO" {
-                    let text = if value.is_null() { line.clone() } else { format!("{level} {fields}") };
-                    let at = spawned.elapsed().as_secs_f64();
-                    sink.lock().unwrap_or_else(|p| p.into_inner()).push(format!("t+{at:.2}s {text}"));
-                }
-            }
-        });
-        let mut server = Server { child, url: String::new(), startup: Duration::ZERO, notable };
-        let address = match tokio::time::timeout(Duration::from_secs(600), address_rx).await {
-            Ok(Ok(address)) => address,
-            _ => return Err(format!("akritas serve did not start: {:?}", server.log())),
-        };
-        server.url = format!("http://{address}");
+            .env("AKRITAS_ALERT_PENDING_JOBS", "100000");
+        let starting = akritas_testkit::Server::spawn(command);
+        let inner = tokio::task::spawn_blocking(move || starting.try_listening(Duration::from_secs(600)))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|starting| format!("akritas serve did not start: {}", starting.log_text()))?;
+        let url = inner.url.clone();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !client.get(format!("{}/health", server.url)).send().await.is_ok_and(|r| r.status().is_success()) {
+        while !client.get(format!("{url}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
             if Instant::now() > deadline {
-                return Err(format!("akritas serve at {} never became healthy", server.url));
+                return Err(format!("akritas serve at {url} never became healthy"));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        server.startup = spawned.elapsed();
-        Ok(server)
+        Ok(Server { inner, url, startup: spawned.elapsed() })
     }
 
     /// (VmRSS, VmHWM) in MiB.
     fn memory(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.inner.pid())).unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
@@ -409,32 +378,40 @@ impl Server {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
-    fn log(&self) -> Vec<String> {
-        self.notable.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// The log lines about loading, and warnings and errors, from line `from` on.
+    fn notable(&self, from: usize) -> Vec<String> {
+        notable(&self.inner.log.lock().unwrap_or_else(|p| p.into_inner())[from..])
     }
 
-    /// SIGTERM (a clean stop writes the alert snapshot), SIGKILL after 60 s. Returns the stop time.
-    fn stop(&mut self) -> Duration {
+    fn log_len(&self) -> usize {
+        self.inner.log.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// SIGTERM (a clean stop writes the snapshots); returns the stop time and the lines it logged.
+    fn stop(self) -> (Duration, Vec<String>) {
+        let (log, logged) = (self.inner.log.clone(), self.log_len());
         let asked = std::time::Instant::now();
-        // SAFETY: signals our own child, whose pid we still hold (not waited yet).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        while asked.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return asked.elapsed();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        asked.elapsed()
+        self.inner.terminate();
+        let stopped = asked.elapsed();
+        (stopped, notable(&log.lock().unwrap_or_else(|p| p.into_inner())[logged..]))
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `timestamp level fields` of the lines about loading, warnings and errors.
+fn notable(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|line| {
+            let value: Value = serde_json::from_str(line).unwrap_or_default();
+            let level = value["level"].as_str().unwrap_or("stderr");
+            let loading =
+                ["journal", "replay", "loaded", "snapshot", "audit", "listening"].iter().any(|w| line.contains(w));
+            (loading || level != "INFO").then(|| match value["timestamp"].as_str() {
+                Some(at) => format!("{at} {level} {}", value["fields"]),
+                None => line.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Phase 3: p50, p95, max of reading an old Run's detail; an error when it lacks its tool results.
@@ -607,13 +584,13 @@ async fn run() -> Result<(), String> {
     });
     let client =
         reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().map_err(|e| e.to_string())?;
-    let mut server = Server::start(&client, &data, &resources, llm_port).await?;
+    let server = Server::start(&client, &data, &resources, llm_port).await?;
     let (rss_start, hwm_start) = server.memory();
     println!(
         "history: restart  healthy {:.2} s after spawn  VmRSS={rss_start:.1} MiB  VmHWM={hwm_start:.1} MiB",
         server.startup.as_secs_f64()
     );
-    for line in server.log() {
+    for line in server.notable(0) {
         println!("history: restart log  {line}");
     }
 
@@ -624,14 +601,16 @@ async fn run() -> Result<(), String> {
     let (rss_steady, hwm_steady) = server.memory();
     println!("history: after steady state  VmRSS={rss_steady:.1} MiB  VmHWM={hwm_steady:.1} MiB");
     // The same a little later, once a snapshot the load triggered has been written.
-    for seconds in [2u64, 5, 10] {
-        tokio::time::sleep(Duration::from_secs(if seconds == 2 { 2 } else { seconds / 2 })).await;
-        println!("history: idle after the steady state  ~{seconds} s  VmRSS={:.1} MiB", server.memory().0);
+    let mut idle = 0;
+    for wait in [2u64, 3, 5] {
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+        idle += wait;
+        println!("history: idle after the steady state  {idle} s  VmRSS={:.1} MiB", server.memory().0);
     }
-    let logged = server.log().len();
-    let stopped = server.stop();
+    let startup = server.startup;
+    let (stopped, stop_log) = server.stop();
     println!("history: clean stop (SIGTERM) took {:.2} s", stopped.as_secs_f64());
-    for line in server.log().into_iter().skip(logged) {
+    for line in stop_log {
         println!("history: stop log  {line}");
     }
 
@@ -640,7 +619,7 @@ async fn run() -> Result<(), String> {
         ("RSS after start-up (VmRSS)", rss_start, "MiB", TARGET_RSS_MIB, true),
         ("peak RSS during start-up (VmHWM)", hwm_start, "MiB", TARGET_RSS_MIB, true),
         ("RSS at steady state (VmRSS)", rss_steady, "MiB", TARGET_RSS_MIB, true),
-        ("start-up (spawn to /health 200)", server.startup.as_secs_f64(), "s", TARGET_STARTUP_S, true),
+        ("start-up (spawn to /health 200)", startup.as_secs_f64(), "s", TARGET_STARTUP_S, true),
         ("old Run detail p95", detail_p95, "ms", TARGET_DETAIL_MS, true),
         ("ingest over HTTP (steady state)", rate, "alerts/s", TARGET_INGEST, false),
         ("ingest in-process (fill)", fill_rate, "alerts/s", TARGET_INGEST, false),
@@ -659,7 +638,6 @@ async fn run() -> Result<(), String> {
         let target = format!("{sign} {target} {unit}");
         println!("history: | {name:<34} | {value:>9.1} {unit:<4} | {target:>18} | {mark:<5} |");
     }
-    drop(server);
     if reuse {
         println!("history: data kept in {}", data.display());
         if std::env::var_os("HISTORY_DATA").is_none() {
