@@ -10,6 +10,7 @@ pub mod engine;
 pub mod investigation;
 pub mod journal;
 pub mod knowledge;
+pub mod kubernetes;
 pub mod language;
 pub mod llm;
 pub mod mcp;

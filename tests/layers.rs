@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["resources", "text", "language", "outbound", "tenancy", "telemetry", "redact"],
     &["journal", "llm", "tools", "catalog", "config", "investigation"],
-    &["audit", "engine", "mcp", "knowledge", "victoriametrics"],
+    &["audit", "engine", "mcp", "knowledge", "kubernetes", "victoriametrics"],
     &["alerts", "notify"],
     &["operator", "web"],
     &["app"],

@@ -22,7 +22,7 @@ use crate::audit::{ActiveRun, AuditError, AuditLog, RunId};
 use crate::catalog::CatalogStore;
 use crate::llm::LlmClient;
 use crate::tenancy::Tenancy;
-use crate::tools::{ReadOnlyPolicy, Registry};
+use crate::tools::{ReadOnlyPolicy, Registry, ScopedTools};
 
 /// The read-only tools the engine may hand out: some visible to every Run (built
 /// in, or given by a test), the rest owned by the namespace of the resource that
@@ -30,6 +30,8 @@ use crate::tools::{ReadOnlyPolicy, Registry};
 #[derive(Clone)]
 struct Tools {
     everywhere: Registry,
+    /// Built-in tools bound to each Run's scope (the Kubernetes tools).
+    scoped: Option<Arc<dyn ScopedTools>>,
     by_namespace: BTreeMap<String, Registry>,
 }
 
@@ -57,7 +59,7 @@ impl Engine {
         retriever: Option<Arc<dyn Retriever>>,
     ) -> Self {
         let slots = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
-        let tools = Tools { everywhere: tools.filter(&ReadOnlyPolicy), by_namespace: BTreeMap::new() };
+        let tools = Tools { everywhere: tools.filter(&ReadOnlyPolicy), scoped: None, by_namespace: BTreeMap::new() };
         Self {
             tools: std::sync::RwLock::new(tools),
             tenancy: Tenancy::default(),
@@ -82,8 +84,9 @@ impl Engine {
     }
 
     /// The authorized read-only tools a Run of `namespace` gets now (a Run keeps
-    /// the set it started with): the tools visible everywhere, those of its own
-    /// namespace and those of the shared namespaces. A name already taken is not
+    /// the set it started with): the tools visible everywhere, the built-in scoped
+    /// tools bound to that namespace, those of its own namespace and those of the
+    /// shared namespaces. A name already taken is not
     /// shadowed: the earlier registry keeps it (adapters refuse such a namespace
     /// before they start, so this is a last line of defence).
     pub fn tools_for(&self, namespace: &str) -> Registry {
@@ -94,8 +97,9 @@ impl Engine {
             .iter()
             .filter(|(owner, _)| owner.as_str() != namespace && self.tenancy.is_shared(owner))
             .map(|(_, registry)| registry);
+        let scoped = tools.scoped.as_ref().map(|scoped| scoped.registry_for(namespace).filter(&ReadOnlyPolicy));
         let mut visible = tools.everywhere;
-        for registry in own.chain(shared) {
+        for registry in scoped.iter().chain(own).chain(shared) {
             match visible.merge(registry) {
                 Ok(merged) => visible = merged,
                 Err(error) => tracing::warn!(%namespace, %error, "tools not offered: a name is already taken"),
@@ -108,6 +112,11 @@ impl Engine {
     /// `read` tools are kept.
     pub fn set_tools(&self, tools: &Registry) {
         self.tools.write().unwrap_or_else(|p| p.into_inner()).everywhere = tools.filter(&ReadOnlyPolicy);
+    }
+
+    /// Sets the built-in tools bound to each Run's scope (`None`: none).
+    pub fn set_scoped_tools(&self, scoped: Option<Arc<dyn ScopedTools>>) {
+        self.tools.write().unwrap_or_else(|p| p.into_inner()).scoped = scoped;
     }
 
     /// Replaces the tools owned by namespaces (MCP adapters, by the namespace of

@@ -8,6 +8,7 @@ mod name;
 mod policy;
 mod registry;
 mod result;
+mod scoped;
 
 pub use alias::openai_alias;
 pub use name::ToolName;
@@ -17,6 +18,7 @@ pub use registry::{
     ToolFuture, ToolHandler, ToolLimits, ToolSpec,
 };
 pub use result::{ErrorCode, ToolCall, ToolError, ToolResult};
+pub use scoped::ScopedTools;
 
 #[cfg(test)]
 mod tests;
