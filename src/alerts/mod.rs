@@ -11,6 +11,7 @@ pub mod event;
 pub mod job;
 mod reads;
 pub mod record;
+pub mod request;
 mod saved;
 mod snapshots;
 mod state;

@@ -37,6 +37,7 @@ pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
         .await
         .context("indexing knowledge bases")?;
     let engine = assemble::engine(&settings, llm, audit, store.clone(), &knowledge);
+    engine.set_scoped_tools(super::kube_tools::build(&settings, None).await?.map(|t| t as _));
     let mcp = connect_adapters(&store, &engine, &resource_policy).await;
     let request = RunRequest {
         source: "cli".into(),

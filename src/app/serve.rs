@@ -76,6 +76,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let knowledge = assemble::knowledge_bases(&settings);
     let audit_log = audit.clone();
     let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
+    engine.set_scoped_tools(super::kube_tools::build(&settings, client.as_ref()).await?.map(|t| t as _));
     tasks.spawn(live::knowledge_bases(
         knowledge,
         store.clone(),

@@ -77,3 +77,12 @@ pub(crate) fn check_namespace(v: Option<String>, expect: &str) -> Result<Option<
         Some(_) => Err(expected(expect)),
     }
 }
+
+/// An optional path: absent or empty is `None`.
+pub(crate) fn check_optional_path(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) if s.contains('\0') => Err(expected(expect)),
+        Some(s) => Ok(Some(s.to_string())),
+    }
+}

@@ -21,6 +21,7 @@
 
 mod error;
 mod file;
+mod flag_field;
 mod lists;
 mod types;
 mod value;
@@ -34,6 +35,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use flag_field::FlagField;
 use value::SettingValue;
 
 pub use error::{ConfigError, Source};
@@ -45,42 +47,6 @@ pub const CONFIG_ENV: &str = "AKRITAS_CONFIG";
 
 /// Prefix of all setting environment variables.
 pub const ENV_PREFIX: &str = "AKRITAS_";
-
-/// Flag shapes in [`ServeFlags`]: how a flag field yields a value.
-trait FlagField {
-    /// `None` when the flag was not given; else the parsed value or
-    /// `(offending text, problem)`.
-    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>>;
-    /// The given text, for error messages.
-    fn shown(&self) -> String;
-}
-
-impl FlagField for Option<String> {
-    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
-        self.as_deref().map(|s| T::from_text(s, expect).map_err(|p| (s.to_string(), p)))
-    }
-    fn shown(&self) -> String {
-        self.clone().unwrap_or_default()
-    }
-}
-
-impl FlagField for bool {
-    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
-        self.then(|| T::from_text("true", expect).map_err(|p| ("true".to_string(), p)))
-    }
-    fn shown(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl FlagField for Vec<String> {
-    fn parse<T: SettingValue>(&self, expect: &str) -> Option<Result<T, (String, String)>> {
-        (!self.is_empty()).then(|| T::from_items(self, expect))
-    }
-    fn shown(&self) -> String {
-        self.join(", ")
-    }
-}
 
 /// The environment variable for setting `key`: `AKRITAS_` + upper snake case.
 pub fn env_var_name(key: &str) -> String {
@@ -303,6 +269,21 @@ settings_table! {
     /// Namespaces whose tools, skills, knowledge and receivers every namespace uses (repeatable or comma-separated)
     shared_namespaces: Vec<String> = Vec::new();
         flag "shared-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
+        expect "at most 64 Kubernetes namespace names";
+        check lists::check_namespaces;
+    /// Built-in read-only Kubernetes tools (`kubernetes.*`): in operator mode, and standalone when `kubeconfig` is set
+    kubernetes_tools: bool = true;
+        flag "kubernetes-tools" [Option<String>] value_name "BOOL";
+        expect "true or false (or 1 or 0)";
+        check value::ok;
+    /// Standalone mode: kubeconfig file the Kubernetes tools read the cluster with (its current context)
+    kubeconfig: Option<String> = None;
+        flag "kubeconfig" [Option<String>] value_name "PATH";
+        expect "a path to a kubeconfig file";
+        check lists::check_optional_path;
+    /// Namespaces whose Runs the Kubernetes tools let read every namespace they reach and Nodes (with the home namespace and `shared_namespaces`); other Runs read their own namespace only
+    kubernetes_cluster_namespaces: Vec<String> = Vec::new();
+        flag "kubernetes-cluster-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
         check lists::check_namespaces;
     /// Commands an McpAdapter may start over stdio: absolute paths, or `akritas` for this binary (which may only run `akritas mcp ...`)
