@@ -1,0 +1,456 @@
+//! The built-in Kubernetes tools end to end, against a real API server (etcd +
+//! kube-apiserver, RBAC on) with the operator bound only by the chart's rendered
+//! RBAC, and a kubelet stand-in the API server proxies `pods/log` to.
+//!
+//! 1. A Deployment → ReplicaSet → Pod chain whose Pod is in CrashLoopBackOff (7
+//!    restarts, last terminated OOMKilled, exit 137) with matching Events: an
+//!    Alertmanager `KubePodCrashLooping` delivery is investigated with
+//!    `kubernetes.pod_status`, previous `kubernetes.logs` and `kubernetes.events`,
+//!    and the InvestigationResult cites all three (validated as every citation).
+//! 2. A rollout two minutes before a second alert is reported by
+//!    `kubernetes.recent_changes` and cited; reads of Secrets are refused.
+//! 3. A planted Secret value and a secret-looking env value appear in no tool
+//!    output, model request, journal file, API answer, object or log line.
+//! 4. Bounds: a list of 5,000 pods is truncated and counted within the byte cap; a
+//!    50 MiB log yields at most `limitBytes`.
+
+use akritas_testkit as support;
+use akritas_testkit::kube_api;
+use akritas_testkit::kubelet::Kubelet;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use akritas::tools::{ToolName, openai_alias};
+use kube_api::{KubeApi, OPERATOR_NAMESPACE};
+use serde_json::{Value, json};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::{Server, serve_command};
+
+const NAMESPACE: &str = "shop";
+const NODE: &str = "node-1";
+const POD: &str = "web-7d9c5b6f4-x2x8q";
+const AM_TOKEN: &str = "am-token-kube-0123456789";
+/// The value of a Secret the Deployment references.
+const SECRET_VALUE: &str = "planted-secret-value-5f2c9a";
+/// A secret-looking env value written in plain text in the Deployment.
+const ENV_VALUE: &str = "planted-env-password-8e1d4b";
+
+fn alias(name: &str) -> String {
+    openai_alias(&ToolName::try_from(name).unwrap())
+}
+
+/// The chart's RBAC for the operator watching `namespaces` (Kubernetes tools on: the default).
+fn chart_rbac(namespaces: &[&str]) -> String {
+    let output = Command::new(kube_api::e2e_binary("helm"))
+        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
+        .args(["--set", &format!("watchNamespaces={{{}}}", namespaces.join(","))])
+        .args(["--show-only", "templates/rbac.yaml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn get_json(api: &KubeApi, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&api.kubectl_ok(&all)).unwrap()
+}
+
+async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The model: plans the crash-loop checks for `KubePodCrashLooping`, the change and
+/// Secret checks for `KubeDeploymentReplicasMismatch`, and cites what it read.
+fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
+    move |_, request| {
+        let text = request.to_string();
+        let crash_loop = text.contains("KubePodCrashLooping");
+        if offers(request, &plan) {
+            let checks = if crash_loop {
+                json!([
+                    {"step": "Pod state", "tool": "kubernetes.pod_status", "arguments": {"namespace": NAMESPACE, "name": POD},
+                     "reason": "the alert names the pod"},
+                    {"step": "Logs of the crashed container", "tool": "kubernetes.logs",
+                     "arguments": {"namespace": NAMESPACE, "name": POD, "container": "app", "previous": true, "tailLines": 100},
+                     "reason": "why the last run ended"},
+                    {"step": "Events of the pod", "tool": "kubernetes.events",
+                     "arguments": {"namespace": NAMESPACE, "kind": "Pod", "name": POD}, "reason": "what the kubelet reported"}
+                ])
+            } else {
+                json!([
+                    {"step": "What changed", "tool": "kubernetes.recent_changes",
+                     "arguments": {"namespace": NAMESPACE, "sinceMinutes": 10}, "reason": "did a deploy cause this?"},
+                    {"step": "The Deployment", "tool": "kubernetes.get",
+                     "arguments": {"namespace": NAMESPACE, "kind": "Deployment", "name": "web", "full": true}, "reason": "its spec"},
+                    {"step": "The credentials", "tool": "kubernetes.get",
+                     "arguments": {"namespace": NAMESPACE, "kind": "Secret", "name": "db-credentials"}, "reason": "a hostile plan"},
+                    {"step": "Every Secret", "tool": "kubernetes.list",
+                     "arguments": {"namespace": NAMESPACE, "apiVersion": "v1", "kind": "secrets"}, "reason": "a hostile plan"}
+                ])
+            };
+            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": checks, "gaps": []}))]))
+        } else if offers(request, &submit) {
+            let (summary, evidence) = if crash_loop {
+                (
+                    "The app container is killed for memory (OOMKilled, exit 137) and restarts in a loop",
+                    json!(["tool-call:call-1 \"OOMKilled\"", "tool-call:call-2 \"OutOfMemoryError\"", "tool-call:call-3 \"BackOff\""]),
+                )
+            } else {
+                (
+                    "The web Deployment was rolled out to web:1.1 shortly before the alert",
+                    json!(["tool-call:call-1 \"registry.example/web:1.1\""]),
+                )
+            };
+            Step::from(Reply::ToolCalls(vec![(
+                "r".into(),
+                submit.clone(),
+                json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "high",
+                       "summary": summary, "impact": "web is degraded", "evidence": evidence, "ruled_out": [],
+                       "affected_components": ["web"], "recommended_actions": ["raise the memory limit or roll back"],
+                       "production_writes": 0}),
+            )]))
+        } else {
+            Step::from(Reply::Content("Investigated with the Kubernetes tools.".into()))
+        }
+    }
+}
+
+fn deployment(image: &str, revision: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {NAMESPACE}\n  annotations:\n    \
+         deployment.kubernetes.io/revision: \"{revision}\"\n    kubernetes.io/change-cause: \"deploy {image}\"\nspec:\n  \
+         replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    \
+         spec:\n      containers:\n      - name: app\n        image: {image}\n        \
+         resources: {{requests: {{cpu: 250m, memory: 256Mi}}, limits: {{memory: 256Mi}}}}\n        env:\n        \
+         - {{name: DB_PASSWORD, value: {ENV_VALUE}}}\n        - {{name: LOG_LEVEL, value: info}}\n        \
+         - name: DB_TOKEN\n          valueFrom: {{secretKeyRef: {{name: db-credentials, key: token}}}}\n"
+    )
+}
+
+/// A ReplicaSet of revision `revision` owned by the Deployment.
+fn replica_set(api: &KubeApi, name: &str, image: &str, revision: u32) -> String {
+    let uid = get_json(api, &["get", "deployment", "web", "-n", NAMESPACE])["metadata"]["uid"].as_str().unwrap().to_string();
+    api.apply(&format!(
+        "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  labels: {{app: web}}\n  \
+         annotations: {{deployment.kubernetes.io/revision: \"{revision}\"}}\n  ownerReferences:\n  - {{apiVersion: apps/v1, \
+         kind: Deployment, name: web, uid: {uid}, controller: true}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  \
+         template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      containers:\n      - {{name: app, image: {image}}}\n"
+    ));
+    get_json(api, &["get", "replicaset", name, "-n", NAMESPACE])["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// The crash-looping Pod of `replica_set` on the stand-in's node, its status as the
+/// kubelet would report it, and the Events the kubelet would have written.
+fn crash_looping_pod(api: &KubeApi, replica_set: &str, replica_set_uid: &str) {
+    api.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {POD}\n  namespace: {NAMESPACE}\n  labels: {{app: web}}\n  ownerReferences:\n  \
+         - {{apiVersion: apps/v1, kind: ReplicaSet, name: {replica_set}, uid: {replica_set_uid}, controller: true}}\nspec:\n  \
+         nodeName: {NODE}\n  containers:\n  - name: app\n    image: registry.example/web:1.0\n    \
+         resources: {{requests: {{cpu: 250m, memory: 256Mi}}, limits: {{memory: 256Mi}}}}\n    \
+         env: [{{name: DB_PASSWORD, value: {ENV_VALUE}}}]\n"
+    ));
+    let now = jiff::Timestamp::now();
+    let started = now.checked_sub(jiff::SignedDuration::from_secs(95)).unwrap();
+    let finished = now.checked_sub(jiff::SignedDuration::from_secs(40)).unwrap();
+    let status = json!({"status": {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": finished.to_string()}],
+        "containerStatuses": [{
+            "name": "app", "image": "registry.example/web:1.0", "imageID": "", "ready": false, "started": false,
+            "restartCount": 7,
+            "state": {"waiting": {"reason": "CrashLoopBackOff",
+                "message": format!("back-off 5m0s restarting failed container=app pod={POD}_{NAMESPACE}")}},
+            "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "signal": 9,
+                "startedAt": started.to_string(), "finishedAt": finished.to_string()}}
+        }]
+    }});
+    api.kubectl_ok(&[
+        "patch",
+        "pod",
+        POD,
+        "-n",
+        NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+    let time = now.to_string();
+    api.apply(&format!(
+        "apiVersion: v1\nkind: Event\nmetadata: {{name: {POD}.backoff, namespace: {NAMESPACE}}}\n\
+         involvedObject: {{apiVersion: v1, kind: Pod, name: {POD}, namespace: {NAMESPACE}, fieldPath: \"spec.containers{{app}}\"}}\n\
+         reason: BackOff\nmessage: \"Back-off restarting failed container app in pod {POD}_{NAMESPACE}\"\ntype: Warning\ncount: 23\n\
+         firstTimestamp: \"{started}\"\nlastTimestamp: \"{time}\"\nsource: {{component: kubelet, host: {NODE}}}\n---\n\
+         apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {{name: {POD}.oom, namespace: {NAMESPACE}}}\n\
+         regarding: {{apiVersion: v1, kind: Pod, name: {POD}, namespace: {NAMESPACE}}}\nreason: OOMKilling\n\
+         note: \"Memory cgroup out of memory: Killed process 4242 (java)\"\ntype: Warning\neventTime: \"{finished}\"\n\
+         reportingController: kubelet\nreportingInstance: {NODE}\naction: Killing\n"
+    ));
+}
+
+/// The previous container's log: the crash, and a line with a password and a token.
+fn previous_log() -> String {
+    let mut log = String::new();
+    for n in 0..40 {
+        log.push_str(&format!("2026-12-01T10:00:{:02}Z INFO handled request {n}\n", n % 60));
+    }
+    log.push_str(&format!("2026-12-01T10:01:00Z DEBUG connecting with password={SECRET_VALUE}\n"));
+    log.push_str("2026-12-01T10:01:01Z DEBUG bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ3ZWIifQ.c2lnbmF0dXJlLXBsYW50ZWQ\n");
+    log.push_str("2026-12-01T10:01:02Z ERROR java.lang.OutOfMemoryError: Java heap space\n");
+    log
+}
+
+fn alert(name: &str, labels: Value) -> String {
+    let mut all = json!({"alertname": name, "severity": "critical", "namespace": NAMESPACE});
+    all.as_object_mut().unwrap().extend(labels.as_object().unwrap().clone());
+    json!({
+        "receiver": "akritas", "status": "firing", "version": "4", "groupKey": format!("{{}}:{{alertname=\"{name}\"}}"),
+        "truncatedAlerts": 0, "groupLabels": {"alertname": name}, "commonLabels": all, "commonAnnotations": {},
+        "externalURL": "http://alertmanager.example:9093",
+        "alerts": [{"status": "firing", "labels": all, "annotations": {"summary": format!("{name} in {NAMESPACE}")},
+                    "startsAt": jiff::Timestamp::now().to_string(), "endsAt": "0001-01-01T00:00:00Z",
+                    "generatorURL": "http://prometheus.example/graph", "fingerprint": format!("{:016x}", name.bytes().map(u64::from).sum::<u64>())}]
+    })
+    .to_string()
+}
+
+async fn post_alert(server: &Server, body: String) {
+    let status = reqwest::Client::new()
+        .post(format!("{}/api/v1/alerts/{NAMESPACE}/am/webhook", server.url))
+        .bearer_auth(AM_TOKEN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status.as_u16(), 202, "the delivery was not accepted");
+}
+
+/// An investigated Incident whose Run is not one of `seen`, and its Run object.
+async fn investigated(api: &KubeApi, seen: &[String]) -> (Value, Value) {
+    let incident = eventually(Duration::from_secs(60), "an investigated Incident", || {
+        get_json(api, &["get", "incidents", "-n", NAMESPACE])["items"]
+            .as_array()?
+            .iter()
+            .find(|i| {
+                i["status"]["investigation"]["finding"].is_string()
+                    && !seen.iter().any(|run| i["status"]["lastRun"] == run.as_str())
+            })
+            .cloned()
+    })
+    .await;
+    let run_name = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
+    let run = eventually(Duration::from_secs(20), "the investigation Run object", || {
+        let run = get_json(api, &["get", "run", &run_name, "-n", NAMESPACE]);
+        (run["status"]["phase"] == "Succeeded").then_some(run)
+    })
+    .await;
+    (incident, run)
+}
+
+async fn run_detail(server: &Server, run_id: &str) -> Value {
+    reqwest::get(format!("{}/api/v1/runs/{run_id}", server.url)).await.unwrap().json().await.unwrap()
+}
+
+/// The recorded calls of a Run detail: (id, name, output or error).
+fn calls(detail: &Value) -> Vec<(String, String, Value)> {
+    let text = detail.to_string();
+    let mut found = Vec::new();
+    collect_calls(detail, &mut found);
+    assert!(!found.is_empty(), "no tool calls in the Run detail: {text}");
+    found
+}
+
+fn collect_calls(value: &Value, found: &mut Vec<(String, String, Value)>) {
+    match value {
+        Value::Object(map) => {
+            if let (Some(id), Some(name)) = (map.get("id").and_then(Value::as_str), map.get("name").and_then(Value::as_str))
+                && id.starts_with("call-")
+                && (map.contains_key("output") || map.contains_key("error"))
+            {
+                let outcome = map.get("output").or_else(|| map.get("error")).cloned().unwrap_or(Value::Null);
+                found.push((id.to_string(), name.to_string(), outcome));
+            }
+            map.values().for_each(|v| collect_calls(v, found));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_calls(v, found)),
+        _ => {}
+    }
+}
+
+/// Every place a planted value could leak to: the operator's log, every file of its
+/// data directory, the API's answers, the Akritas objects and Events, and what the
+/// model was sent.
+async fn assert_no_leak(api: &KubeApi, server: &Server, llm: &ScriptedLlm, data_dir: &std::path::Path, run_ids: &[String]) {
+    let mut places: Vec<(String, String)> = vec![("operator log".into(), server.log_text())];
+    for entry in walk(data_dir) {
+        places.push((entry.display().to_string(), String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned()));
+    }
+    let mut paths = vec!["/api/v1/runs".to_string(), "/api/v1/incidents".to_string(), "/api/v1/tools".to_string()];
+    paths.extend(run_ids.iter().map(|id| format!("/api/v1/runs/{id}")));
+    for path in paths {
+        let body = reqwest::get(format!("{}{path}", server.url)).await.unwrap().text().await.unwrap();
+        places.push((path, body));
+    }
+    places.push(("objects".into(), api.kubectl_ok(&["get", "runs,incidents,events", "-n", NAMESPACE, "-o", "yaml"])));
+    places.push(("model requests".into(), serde_json::to_string(&llm.requests()).unwrap()));
+    for (place, text) in &places {
+        for planted in [SECRET_VALUE, ENV_VALUE, "c2lnbmF0dXJlLXBsYW50ZWQ"] {
+            assert!(!text.contains(planted), "{planted} leaked into {place}");
+        }
+    }
+    eprintln!("no planted value in {} places", places.len());
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac() {
+    let api = KubeApi::start().await;
+    api.install_crds(&support::root().join("crds"));
+    api.create_operator_namespace();
+    api.create_namespace(NAMESPACE);
+    api.create_namespace("elsewhere");
+    api.apply(&chart_rbac(&[NAMESPACE]));
+    let can = |args: &[&str]| {
+        let (_, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &[&["auth", "can-i"][..], args].concat(), None);
+        out.trim().to_string()
+    };
+    for args in [
+        &["get", "pods/log", "-n", NAMESPACE][..],
+        &["list", "pods", "-n", NAMESPACE],
+        &["list", "events.events.k8s.io", "-n", NAMESPACE],
+        &["list", "replicasets.apps", "-n", NAMESPACE],
+        &["get", "nodes"],
+    ] {
+        assert_eq!(can(args), "yes", "the chart does not grant {args:?}");
+    }
+    for args in [&["list", "secrets", "-n", NAMESPACE][..], &["list", "pods", "-n", "elsewhere"], &["get", "pods/log", "-n", "elsewhere"]] {
+        assert_eq!(can(args), "no", "the chart grants {args:?}");
+    }
+    let kubelet = Kubelet::start(&api, NODE).await;
+
+    // The rollout of scenario 2 comes first, so that two minutes pass before its alert.
+    api.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: db-credentials, namespace: {NAMESPACE}}}\nstringData: {{token: {SECRET_VALUE}}}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: {NAMESPACE}}}\nstringData: {{token: {AM_TOKEN}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: {NAMESPACE}}}\n\
+         spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
+    ));
+    api.apply(&deployment("registry.example/web:1.0", 1));
+    let first = replica_set(&api, "web-7d9c5b6f4", "registry.example/web:1.0", 1);
+    crash_looping_pod(&api, "web-7d9c5b6f4", &first);
+    kubelet.set_log(NAMESPACE, POD, "app", true, previous_log().into_bytes());
+    kubelet.set_log(NAMESPACE, POD, "app", false, b"2026-12-01T10:02:00Z INFO starting web 1.0\n".to_vec());
+    let rollout = Instant::now();
+    api.apply(&deployment("registry.example/web:1.1", 2));
+    replica_set(&api, "web-5f8b9c7d2", "registry.example/web:1.1", 2);
+
+    let llm = ScriptedLlm::start_with(model()).await;
+    llm.set_recording(true);
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = {
+        let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        command
+            .arg("--kubernetes")
+            .env("KUBECONFIG", api.operator_kubeconfig())
+            .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+            .env("AKRITAS_NAMESPACES", NAMESPACE)
+            .env("AKRITAS_BASE_URL", &llm.url)
+            .env("AKRITAS_DATA_DIR", data_dir.path())
+            .env("RUST_LOG", "info,kube=warn");
+        Server::start(command)
+    };
+    // A Run of the watched namespace gets the family; the tenant may not read Nodes.
+    let tools: Value = reqwest::get(format!("{}/api/v1/tools", server.url)).await.unwrap().json().await.unwrap();
+    let names: Vec<&str> = tools["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    for name in akritas::kubernetes::tool_names() {
+        assert!(names.contains(&name), "{name} is not offered: {names:?}");
+    }
+    eventually(Duration::from_secs(30), "the AlertSource to be Ready", || {
+        let source = get_json(&api, &["get", "alertsource", "am", "-n", NAMESPACE]);
+        source["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True").then_some(())
+    })
+    .await;
+
+    // Scenario 1: the crash loop.
+    let started = Instant::now();
+    post_alert(&server, alert("KubePodCrashLooping", json!({"pod": POD, "container": "app"}))).await;
+    let (incident, run) = investigated(&api, &[]).await;
+    eprintln!("crash loop investigated in {:?}", started.elapsed());
+    assert_eq!(incident["status"]["investigation"]["finding"], "confirmed", "{incident:#}");
+    let run_id = run["status"]["runId"].as_str().unwrap().to_string();
+    let detail = run_detail(&server, &run_id).await;
+    let recorded = calls(&detail);
+    let names: Vec<&str> = recorded.iter().map(|(_, name, _)| name.as_str()).collect();
+    assert_eq!(names, ["kubernetes.pod_status", "kubernetes.logs", "kubernetes.events"], "{detail:#}");
+    let text = |i: usize| recorded[i].2.to_string();
+    for expected in ["OOMKilled", "137", "CrashLoopBackOff", "ReplicaSet", "Deployment", "\"web\""] {
+        assert!(text(0).contains(expected), "pod_status lacks {expected}: {}", text(0));
+    }
+    assert!(text(1).contains("OutOfMemoryError") && text(1).contains("[redacted]"), "logs: {}", text(1));
+    assert!(text(2).contains("BackOff") && text(2).contains("OOMKilling") && text(2).contains("23"), "events: {}", text(2));
+    let investigation = &detail["run"]["investigation"];
+    assert_eq!(
+        investigation["evidence"],
+        json!(["tool-call:call-1 \"OOMKilled\"", "tool-call:call-2 \"OutOfMemoryError\"", "tool-call:call-3 \"BackOff\""]),
+        "{detail:#}"
+    );
+    assert!(!detail.to_string().contains("capability gap"), "{detail:#}");
+    let previous = kubelet.requests().into_iter().find(|r| r.contains("previous=true")).expect("no previous-log request");
+    assert!(previous.contains(&format!("/containerLogs/{NAMESPACE}/{POD}/app")), "{previous}");
+
+    // Scenario 2: a rollout two minutes before the alert.
+    let wait = Duration::from_secs(120).saturating_sub(rollout.elapsed());
+    eprintln!("waiting {wait:?} so that the rollout is two minutes old");
+    tokio::time::sleep(wait).await;
+    post_alert(&server, alert("KubeDeploymentReplicasMismatch", json!({"deployment": "web"}))).await;
+    let (incident, run) = investigated(&api, &[run_id.clone()]).await;
+    assert_eq!(incident["status"]["investigation"]["finding"], "confirmed", "{incident:#}");
+    let second_id = run["status"]["runId"].as_str().unwrap().to_string();
+    let detail = run_detail(&server, &second_id).await;
+    let recorded = calls(&detail);
+    let changes = recorded[0].2.to_string();
+    assert_eq!(recorded[0].1, "kubernetes.recent_changes");
+    assert!(changes.contains("registry.example/web:1.1") && changes.contains("web-5f8b9c7d2"), "{changes}");
+    assert_eq!(detail["run"]["investigation"]["evidence"], json!(["tool-call:call-1 \"registry.example/web:1.1\""]));
+    let deployment = recorded[1].2.to_string();
+    assert!(deployment.contains("LOG_LEVEL") && deployment.contains("[redacted]"), "{deployment}");
+    for (id, name, outcome) in &recorded[2..] {
+        assert!(outcome.to_string().contains("Secrets are never read"), "{id} {name}: {outcome}");
+    }
+
+    assert_no_leak(&api, &server, &llm, data_dir.path(), &[run_id, second_id]).await;
+    // The operator never asked the API server for a Secret it was not pointed at.
+    let secret_reads: Vec<String> = api
+        .audit_events()
+        .into_iter()
+        .filter(|e| e["user"]["username"] == kube_api::OPERATOR_USER && e["objectRef"]["resource"] == "secrets")
+        .map(|e| format!("{} {}", e["verb"], e["objectRef"]["name"]))
+        .collect();
+    assert!(secret_reads.iter().all(|r| r.ends_with("\"am-token\"")), "{secret_reads:?}");
+}
