@@ -421,8 +421,9 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
         "{detail:#}"
     );
     assert!(!detail.to_string().contains("capability gap"), "{detail:#}");
-    let previous = kubelet.requests().into_iter().find(|r| r.contains("previous=true")).expect("no previous-log request");
-    assert!(previous.contains(&format!("/containerLogs/{NAMESPACE}/{POD}/app")), "{previous}");
+    let previous =
+        kubelet.requests().into_iter().find(|r| r.param("previous") == Some("true")).expect("no previous-log request");
+    assert_eq!(previous.path, format!("/containerLogs/{NAMESPACE}/{POD}/app"));
 
     // Scenario 2: a rollout two minutes before the alert.
     let wait = Duration::from_secs(120).saturating_sub(rollout.elapsed());
@@ -453,4 +454,71 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
         .map(|e| format!("{} {}", e["verb"], e["objectRef"]["name"]))
         .collect();
     assert!(secret_reads.iter().all(|r| r.ends_with("\"am-token\"")), "{secret_reads:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_list_of_5000_pods_and_a_50_mib_log_stay_within_their_bounds() {
+    use akritas::kubernetes::{KubeTools, Limits, Reach, ScopePolicy};
+    use akritas::tools::{AllowAll, ScopedTools, ToolCall};
+    use futures_util::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+
+    let api = KubeApi::start().await;
+    api.create_namespace("bulk");
+    let kubelet = Kubelet::start(&api, NODE).await;
+    let client = api.client(&api.admin_kubeconfig).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "bulk");
+    let pod = |name: String| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "bulk"}},
+            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "registry.example/bulk:1"}]}}))
+        .unwrap()
+    };
+    let started = Instant::now();
+    let created: Vec<()> = futures_util::stream::iter(0..5000)
+        .map(|n| {
+            let (pods, pod) = (pods.clone(), pod(format!("bulk-{n:04}")));
+            async move {
+                pods.create(&PostParams::default(), &pod).await.unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    eprintln!("{} pods created in {:?}", created.len(), started.elapsed());
+
+    let limits = Limits::default();
+    let policy = ScopePolicy { reach: Reach::All, cluster_readers: ["bulk".to_string()].into() };
+    let registry = KubeTools::new(client, policy, limits).registry_for("bulk");
+    let call = |name: &str, arguments: Value| ToolCall { id: "call-1".into(), name: name.into(), arguments: arguments.to_string() };
+
+    let listed = registry.execute(&call("kubernetes.list", json!({"kind": "Pod", "limit": 500})), &AllowAll).await;
+    let output = listed.output.unwrap_or_else(|| panic!("{:?}", listed.error));
+    let size = output.to_string().len();
+    eprintln!(
+        "list of 5000 pods: {} returned, {} omitted by the {} byte cap, total {}, {size} bytes, {:?}",
+        output["returned"], output["truncated"]["omitted"], limits.output_bytes, output["total"], listed.duration
+    );
+    assert!(size <= limits.output_bytes, "{size} bytes");
+    assert_eq!((output["fetched"].as_u64(), output["total"].as_u64()), (Some(500), Some(5000)));
+    let (returned, omitted) = (output["returned"].as_u64().unwrap(), output["truncated"]["omitted"].as_u64().unwrap());
+    assert!(returned > 0 && omitted > 0 && returned + omitted == 500, "{output}");
+    assert!(output["continue"].is_string(), "{output}");
+
+    // A 50 MiB log: the stand-in ignores limitBytes, the host reads at most that much.
+    pods.create(&PostParams::default(), &pod("noisy".into())).await.unwrap();
+    let line = format!("{} INFO a log line that repeats to fill fifty mebibytes", "2026-12-01T10:00:00Z");
+    let count = (50 * 1024 * 1024) / (line.len() as u64 + 1);
+    kubelet.set_repeated_log("bulk", "noisy", "app", false, &line, count);
+    let limit = 65_536;
+    let read = registry
+        .execute(&call("kubernetes.logs", json!({"name": "noisy", "container": "app", "limitBytes": limit, "tailLines": 5000})), &AllowAll)
+        .await;
+    let output = read.output.unwrap_or_else(|| panic!("{:?}", read.error));
+    let lines: usize = output["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().len() + 1).sum();
+    eprintln!("50 MiB log: {} bytes read, {lines} bytes of lines returned, {:?}", output["bytes_read"], read.duration);
+    assert!(output["bytes_read"].as_u64().unwrap() <= limit && lines <= limit as usize, "{}", output["bytes_read"]);
+    assert_eq!(output["truncated"], true);
+    let request = kubelet.requests().into_iter().find(|r| r.path.ends_with("/noisy/app")).unwrap();
+    assert_eq!(request.param("limitBytes"), Some("65536"));
 }
