@@ -1,7 +1,7 @@
 //! The real-API-server harness works: the committed CRDs are accepted by kube-apiserver 1.33,
 //! a sample Skill round-trips, RBAC is enforced for the operator identity, and service-account
 //! tokens issued by the server authenticate; `pods/log` reaches the kubelet stand-in through the
-//! API server's own proxy.
+//! API server's own proxy, for the operator too once bound by the chart's Kubernetes-tools RBAC.
 
 use akritas_testkit::{kube_api, kubelet::Kubelet};
 
@@ -183,6 +183,36 @@ async fn pod_logs_are_proxied_to_the_kubelet_stand_in() {
     assert_eq!(requests[3].param("limitBytes"), Some("5"), "{requests:?}");
     assert_eq!(requests[0].param("previous"), None, "{requests:?}");
 
+    // The operator, bound by the chart's rendered RBAC (watching `shop`), reads the logs and the
+    // Nodes; not Secrets, not another namespace's logs.
+    api.create_operator_namespace();
+    api.create_namespace("elsewhere");
+    api.apply(&pod_yaml("elsewhere", "other-0", "node-a", &["app"]));
+    let output = std::process::Command::new(kube_api::e2e_binary("helm"))
+        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
+        .args(["--set", "watchNamespaces={shop}", "--show-only", "templates/rbac.yaml"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
+    api.apply(&String::from_utf8(output.stdout).unwrap());
+    let operator = api.operator_kubeconfig();
+    let as_operator = |args: &[&str]| api.kubectl_as(&operator, args, None);
+    let (code, out, err) = as_operator(&["logs", "-n", "shop", "web-0", "-c", "app", "--previous"]);
+    assert_eq!((code, out.as_str()), (0, "starting\nfatal error: runtime: out of memory\n"), "{err}");
+    let (code, out, err) = as_operator(&["get", "nodes", "-o", "name"]);
+    assert_eq!((code, out.trim()), (0, "node/node-a"), "{err}");
+    for forbidden in [
+        &["logs", "-n", "elsewhere", "other-0"][..],
+        &["get", "secrets", "-n", "shop"],
+        &["get", "pods", "-n", "elsewhere"],
+    ] {
+        let (code, out, err) = as_operator(forbidden);
+        assert_ne!(code, 0, "{forbidden:?}: {out}");
+        assert!(err.contains("Forbidden"), "{forbidden:?}: {err}");
+    }
+    let before = kubelet.requests().len();
+
     // 50 MiB streams through the API server without the stand-in holding it in memory.
     api.apply(&pod_yaml("shop", "chatty-0", "node-a", &["app"]));
     let line = format!("{:099}\n", 7);
@@ -204,6 +234,7 @@ async fn pod_logs_are_proxied_to_the_kubelet_stand_in() {
         stream.consume_unpin(n);
     }
     let elapsed = started.elapsed();
+    assert_eq!(kubelet.requests().len(), before + 1, "one request for the whole stream");
     assert_eq!(bytes, lines * line.len() as u64);
     assert!(last.ends_with(b"7\n"), "{:?}", String::from_utf8_lossy(&last));
     eprintln!(
