@@ -2,7 +2,8 @@
 //! chart values overridden, with helm built from its Go module; the values schema
 //! rejects unknown keys; every rendered object is accepted by a real API server
 //! (`kubectl apply --dry-run=server`), and `helm install --dry-run=server` prints
-//! the notes.
+//! the notes. The Kubernetes tools' RBAC (`kubernetesTools.enabled`) grants exactly what the
+//! tools read, in the watched namespaces' Roles, plus Nodes in a ClusterRole of its own.
 
 use akritas_testkit::kube_api;
 
@@ -65,6 +66,8 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert_eq!(
         found,
         [
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
             "PersistentVolumeClaim",
@@ -75,7 +78,7 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
             "Service",
             "ServiceAccount"
         ],
-        "by default only the release namespace, and nothing cluster-wide"
+        "by default only the release namespace, and nothing cluster-wide but the Nodes the Kubernetes tools read"
     );
     for needle in [
         "args: [\"serve\", \"--kubernetes\"]",
@@ -107,7 +110,7 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert_eq!(pod["containers"][0]["resources"]["requests"], json!({"cpu": "50m", "memory": "64Mi"}));
     assert_eq!(container_env(deployment, "RUST_LOG"), "info");
     assert_eq!(container_env(deployment, "AKRITAS_NAMESPACES"), "akritas-system");
-    check_least_privilege(&rendered, &["akritas-system"]);
+    check_least_privilege(&rendered, &["akritas-system"], true);
 
     let scoped = helm(&[
         "template",
@@ -120,11 +123,37 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
         "--set",
         "networkPolicy.enabled=true",
     ]);
-    assert!(!scoped.contains("kind: ClusterRole"), "listed namespaces need no cluster-wide role");
     assert!(scoped.contains("kind: NetworkPolicy"));
     let scoped_objects = objects(&scoped);
     assert_eq!(container_env(object(&scoped_objects, "Deployment", "akritas"), "AKRITAS_NAMESPACES"), "team-a,team-b");
-    check_least_privilege(&scoped_objects, &["team-a", "team-b"]);
+    check_least_privilege(&scoped_objects, &["team-a", "team-b"], true);
+    let records = object(&scoped_objects, "Role", "akritas-records");
+    assert!(
+        tool_rules().iter().all(|rule| !has_rule(records, rule)),
+        "the unwatched release namespace gets no tool rules: {records:#}"
+    );
+
+    // Kubernetes tools off: none of their rules, nothing cluster-wide, the server is told.
+    let without_tools = helm(&[
+        "template",
+        "akritas",
+        "charts/akritas",
+        "--namespace",
+        "akritas-system",
+        "--set",
+        "watchNamespaces={team-a,team-b}",
+        "--set",
+        "kubernetesTools.enabled=false",
+    ]);
+    assert!(!without_tools.contains("kind: ClusterRole"), "listed namespaces need no cluster-wide role");
+    for needle in ["pods/log", "nodes", "\"pods\"", "replicasets", "\"get\", \"list\""] {
+        assert!(!without_tools.contains(needle), "{needle} rendered with kubernetesTools.enabled=false");
+    }
+    let without_tools_objects = objects(&without_tools);
+    check_least_privilege(&without_tools_objects, &["team-a", "team-b"], false);
+    let args =
+        &object(&without_tools_objects, "Deployment", "akritas")["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args, &json!(["serve", "--kubernetes", "--kubernetes-tools=false"]));
 
     let everywhere = helm(&["template", "akritas", "charts/akritas", "--set", "watchAllNamespaces=true"]);
     let everywhere = objects(&everywhere);
@@ -132,6 +161,26 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert!(
         !cluster["rules"].as_array().unwrap().iter().any(|r| r["resources"].to_string().contains("secrets")),
         "nothing cluster-wide on Secrets"
+    );
+    for rule in tool_rules() {
+        assert!(has_rule(cluster, &rule), "watchAllNamespaces: {rule} missing in the ClusterRole {cluster:#}");
+    }
+    assert_eq!(object(&everywhere, "ClusterRole", "akritas-nodes")["rules"], json!([nodes_rule()]));
+    let everywhere_without_tools = helm(&[
+        "template",
+        "akritas",
+        "charts/akritas",
+        "--set",
+        "watchAllNamespaces=true",
+        "--set",
+        "kubernetesTools.enabled=false",
+    ]);
+    let everywhere_without_tools = objects(&everywhere_without_tools);
+    let cluster = object(&everywhere_without_tools, "ClusterRole", "akritas");
+    assert!(tool_rules().iter().all(|rule| !has_rule(cluster, rule)), "{cluster:#}");
+    assert!(
+        !everywhere_without_tools.iter().any(|o| o["metadata"]["name"] == "akritas-nodes"),
+        "no Node access without the Kubernetes tools"
     );
     let secrets = object(&everywhere, "Role", "akritas-secrets");
     assert_eq!(secrets["metadata"]["namespace"], "default", "Secrets are read in the release namespace only");
@@ -178,6 +227,21 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     assert!(!standalone.contains("Role"), "standalone mode needs no RBAC");
     assert!(standalone.contains("automountServiceAccountToken: false"));
     assert!(standalone.contains("\"--resources\", \"/etc/akritas/resources\""));
+    assert!(!standalone.contains("--kubernetes-tools=false"));
+    let standalone_without_tools = helm(&[
+        "template",
+        "akritas",
+        "charts/akritas",
+        "--set",
+        "mode=standalone",
+        "--set",
+        "kubernetesTools.enabled=false",
+    ]);
+    assert!(
+        standalone_without_tools
+            .contains(r#"args: ["serve", "--resources", "/etc/akritas/resources", "--kubernetes-tools=false"]"#),
+        "{standalone_without_tools}"
+    );
     let manifests = object(&objects(&standalone), "ConfigMap", "akritas-manifests").clone();
     assert_eq!(manifests["data"]["skills.yaml"], "kind: Skill\n");
 
@@ -212,7 +276,7 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     for namespace in ["team-a", "team-b"] {
         api.create_namespace(namespace);
     }
-    for rendered in [&operator, &scoped, &customized] {
+    for rendered in [&operator, &scoped, &without_tools, &customized] {
         let (code, out, err) =
             api.kubectl_as(&api.admin_kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(rendered));
         assert_eq!(code, 0, "the API server refused the rendered chart:\n{out}{err}");
@@ -222,19 +286,70 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     check_notes(&helm(&[&["install", "ops", "charts/akritas"][..], &flags].concat()));
 }
 
+/// The namespaced rules of the Kubernetes tools, exactly as the chart renders them.
+fn tool_rules() -> Vec<Value> {
+    let get_list = |group: &str, resources: &[&str]| json!({"apiGroups": [group], "resources": resources, "verbs": ["get", "list"]});
+    vec![
+        get_list(
+            "",
+            &[
+                "pods",
+                "events",
+                "configmaps",
+                "services",
+                "endpoints",
+                "persistentvolumeclaims",
+                "replicationcontrollers",
+            ],
+        ),
+        json!({"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}),
+        get_list("events.k8s.io", &["events"]),
+        get_list("apps", &["deployments", "replicasets", "statefulsets", "daemonsets", "controllerrevisions"]),
+        get_list("batch", &["jobs", "cronjobs"]),
+        get_list("autoscaling", &["horizontalpodautoscalers"]),
+        get_list("policy", &["poddisruptionbudgets"]),
+        get_list("networking.k8s.io", &["ingresses", "networkpolicies"]),
+    ]
+}
+
+/// The Kubernetes tools' one cluster-scoped rule.
+fn nodes_rule() -> Value {
+    json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]})
+}
+
+fn has_rule(role: &Value, rule: &Value) -> bool {
+    role["rules"].as_array().is_some_and(|rules| rules.contains(rule))
+}
+
 /// No rule anywhere lists or watches Secrets or grants wildcards; each watched
 /// namespace has a Role with `get` on Secrets; Incidents are written only in
-/// watched namespaces and the release namespace; nothing is cluster-wide.
-fn check_least_privilege(rendered: &[Value], watched: &[&str]) {
+/// watched namespaces and the release namespace; nothing is cluster-wide but, with
+/// the Kubernetes `tools`, get/list of Nodes in a ClusterRole of its own, and their
+/// namespaced rules are in the watched namespaces' Roles.
+fn check_least_privilege(rendered: &[Value], watched: &[&str], tools: bool) {
     let roles: Vec<&Value> = rendered.iter().filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole").collect();
-    assert!(roles.iter().all(|r| r["kind"] == "Role"), "nothing cluster-wide");
+    let cluster: Vec<&&Value> = roles.iter().filter(|r| r["kind"] == "ClusterRole").collect();
+    if tools {
+        assert_eq!(cluster.len(), 1, "only the Nodes are cluster-wide: {cluster:#?}");
+        assert_eq!(cluster[0]["metadata"]["name"], "akritas-nodes");
+        assert_eq!(cluster[0]["rules"], json!([nodes_rule()]));
+        let binding = object(rendered, "ClusterRoleBinding", "akritas-nodes");
+        assert_eq!(binding["roleRef"]["name"], "akritas-nodes");
+        assert_eq!(binding["subjects"][0]["name"], "akritas");
+    } else {
+        assert!(cluster.is_empty(), "nothing cluster-wide: {cluster:#?}");
+    }
     for role in &roles {
         for rule in role["rules"].as_array().unwrap() {
             let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
             let resources: Vec<&str> = rule["resources"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
             assert!(!verbs.contains(&"*") && !resources.contains(&"*"), "wildcard in {role}");
             if resources.contains(&"secrets") {
-                assert_eq!(verbs, ["get"], "Secrets are only read by name: {rule}");
+                assert_eq!(
+                    rule,
+                    &json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+                    "Secrets are only read by name, in a rule of their own"
+                );
             }
             if resources.contains(&"incidents") {
                 let namespace = role["metadata"]["namespace"].as_str().unwrap();
@@ -251,6 +366,17 @@ fn check_least_privilege(rendered: &[Value], watched: &[&str]) {
             .find(|r| r["metadata"]["namespace"] == *namespace && r["metadata"]["name"] == "akritas")
             .unwrap_or_else(|| panic!("no Role in the watched namespace {namespace}"));
         assert!(role["rules"].as_array().unwrap().iter().any(|r| r["resources"] == json!(["secrets"])));
+        for rule in tool_rules() {
+            assert_eq!(has_rule(role, &rule), tools, "{rule} in the Role of {namespace} (tools: {tools})");
+        }
+    }
+    for role in
+        roles.iter().filter(|r| r["kind"] == "Role" && !watched.contains(&r["metadata"]["namespace"].as_str().unwrap()))
+    {
+        assert!(
+            tool_rules().iter().all(|rule| !has_rule(role, rule)),
+            "tool rules outside the watched namespaces: {role:#}"
+        );
     }
 }
 
@@ -332,6 +458,7 @@ fn the_values_schema_rejects_unknown_keys() {
         ("image.tagg=1.0", "tagg"),
         ("serviceAccount.annotation.a=b", "annotation"),
         ("watchNamespace=ops", "watchNamespace"),
+        ("kubernetesTools.enable=false", "enable"),
     ] {
         let output = run_helm(&["template", "akritas", "charts/akritas", "--set", set]);
         let stderr = String::from_utf8_lossy(&output.stderr);

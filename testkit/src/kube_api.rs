@@ -313,6 +313,10 @@ impl KubeApi {
             // and the `kubernetes` Endpoints cannot point at a loopback address.
             .arg("--disable-admission-plugins=ServiceAccount")
             .arg("--endpoint-reconciler-type=none")
+            // `pods/log` is proxied to the Node's kubelet (see `kubelet.rs`): dial its InternalIP
+            // (127.0.0.1) rather than its Hostname. No --kubelet-certificate-authority: the API
+            // server does not verify the kubelet's (self-signed) serving certificate.
+            .arg("--kubelet-preferred-address-types=InternalIP")
             .arg(format!("--audit-policy-file={}", path("audit-policy.yaml")))
             .arg(format!("--audit-log-path={}", path("audit.log")))
             .arg("--audit-log-mode=blocking")

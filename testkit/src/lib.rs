@@ -11,6 +11,7 @@
 //! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
+//! - [`kubelet`]: a kubelet stand-in serving container logs to [`kube_api`]'s API server.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
 //!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
 //!
@@ -20,6 +21,7 @@
 pub mod everything;
 pub mod host;
 pub mod kube_api;
+pub mod kubelet;
 pub mod prom;
 pub mod raw_http;
 pub mod scripted_llm;

@@ -75,6 +75,37 @@ rules:
     verbs: ["create", "patch"]
 {{- end }}
 
+{{- /* What the built-in Kubernetes tools read in a namespace (kubernetesTools.enabled):
+get and list, never watch, never Secrets; pods/log through the kubelet. */}}
+{{- define "akritas.kubernetesToolRules" }}
+{{- if .Values.kubernetesTools.enabled }}
+  - apiGroups: [""]
+    resources: ["pods", "events", "configmaps", "services", "endpoints", "persistentvolumeclaims", "replicationcontrollers"]
+    verbs: ["get", "list"]
+  - apiGroups: [""]
+    resources: ["pods/log"]
+    verbs: ["get"]
+  - apiGroups: ["events.k8s.io"]
+    resources: ["events"]
+    verbs: ["get", "list"]
+  - apiGroups: ["apps"]
+    resources: ["deployments", "replicasets", "statefulsets", "daemonsets", "controllerrevisions"]
+    verbs: ["get", "list"]
+  - apiGroups: ["batch"]
+    resources: ["jobs", "cronjobs"]
+    verbs: ["get", "list"]
+  - apiGroups: ["autoscaling"]
+    resources: ["horizontalpodautoscalers"]
+    verbs: ["get", "list"]
+  - apiGroups: ["policy"]
+    resources: ["poddisruptionbudgets"]
+    verbs: ["get", "list"]
+  - apiGroups: ["networking.k8s.io"]
+    resources: ["ingresses", "networkpolicies"]
+    verbs: ["get", "list"]
+{{- end }}
+{{- end }}
+
 {{- /* Secrets are only ever read by name, and only in namespaces a Role names. */}}
 {{- define "akritas.secretRule" }}
   - apiGroups: [""]
