@@ -105,7 +105,11 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
             let (summary, evidence) = if crash_loop {
                 (
                     "The app container is killed for memory (OOMKilled, exit 137) and restarts in a loop",
-                    json!(["tool-call:call-1 \"OOMKilled\"", "tool-call:call-2 \"OutOfMemoryError\"", "tool-call:call-3 \"BackOff\""]),
+                    json!([
+                        "tool-call:call-1 \"OOMKilled\"",
+                        "tool-call:call-2 \"OutOfMemoryError\"",
+                        "tool-call:call-3 \"BackOff\""
+                    ]),
                 )
             } else {
                 (
@@ -141,7 +145,8 @@ fn deployment(image: &str, revision: u32) -> String {
 
 /// A ReplicaSet of revision `revision` owned by the Deployment.
 fn replica_set(api: &KubeApi, name: &str, image: &str, revision: u32) -> String {
-    let uid = get_json(api, &["get", "deployment", "web", "-n", NAMESPACE])["metadata"]["uid"].as_str().unwrap().to_string();
+    let uid =
+        get_json(api, &["get", "deployment", "web", "-n", NAMESPACE])["metadata"]["uid"].as_str().unwrap().to_string();
     api.apply(&format!(
         "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n  labels: {{app: web}}\n  \
          annotations: {{deployment.kubernetes.io/revision: \"{revision}\"}}\n  ownerReferences:\n  - {{apiVersion: apps/v1, \
@@ -277,7 +282,8 @@ fn calls(detail: &Value) -> Vec<(String, String, Value)> {
 fn collect_calls(value: &Value, found: &mut Vec<(String, String, Value)>) {
     match value {
         Value::Object(map) => {
-            if let (Some(id), Some(name)) = (map.get("id").and_then(Value::as_str), map.get("name").and_then(Value::as_str))
+            if let (Some(id), Some(name)) =
+                (map.get("id").and_then(Value::as_str), map.get("name").and_then(Value::as_str))
                 && id.starts_with("call-")
                 && (map.contains_key("output") || map.contains_key("error"))
             {
@@ -294,10 +300,17 @@ fn collect_calls(value: &Value, found: &mut Vec<(String, String, Value)>) {
 /// Every place a planted value could leak to: the operator's log, every file of its
 /// data directory, the API's answers, the Akritas objects and Events, and what the
 /// model was sent.
-async fn assert_no_leak(api: &KubeApi, server: &Server, llm: &ScriptedLlm, data_dir: &std::path::Path, run_ids: &[String]) {
+async fn assert_no_leak(
+    api: &KubeApi,
+    server: &Server,
+    llm: &ScriptedLlm,
+    data_dir: &std::path::Path,
+    run_ids: &[String],
+) {
     let mut places: Vec<(String, String)> = vec![("operator log".into(), server.log_text())];
     for entry in walk(data_dir) {
-        places.push((entry.display().to_string(), String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned()));
+        places
+            .push((entry.display().to_string(), String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned()));
     }
     let mut paths = vec!["/api/v1/runs".to_string(), "/api/v1/incidents".to_string(), "/api/v1/tools".to_string()];
     paths.extend(run_ids.iter().map(|id| format!("/api/v1/runs/{id}")));
@@ -349,7 +362,11 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     ] {
         assert_eq!(can(args), "yes", "the chart does not grant {args:?}");
     }
-    for args in [&["list", "secrets", "-n", NAMESPACE][..], &["list", "pods", "-n", "elsewhere"], &["get", "pods/log", "-n", "elsewhere"]] {
+    for args in [
+        &["list", "secrets", "-n", NAMESPACE][..],
+        &["list", "pods", "-n", "elsewhere"],
+        &["get", "pods/log", "-n", "elsewhere"],
+    ] {
         assert_eq!(can(args), "no", "the chart grants {args:?}");
     }
     let kubelet = Kubelet::start(&api, NODE).await;
@@ -382,6 +399,7 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
             .env("AKRITAS_NAMESPACES", NAMESPACE)
             .env("AKRITAS_BASE_URL", &llm.url)
             .env("AKRITAS_DATA_DIR", data_dir.path())
+            .env("AKRITAS_SKILLS_DIR", support::root().join("skills"))
             .env("RUST_LOG", "info,kube=warn");
         Server::start(command)
     };
@@ -393,7 +411,11 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     }
     eventually(Duration::from_secs(30), "the AlertSource to be Ready", || {
         let source = get_json(&api, &["get", "alertsource", "am", "-n", NAMESPACE]);
-        source["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True").then_some(())
+        source["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            .then_some(())
     })
     .await;
 
@@ -413,14 +435,24 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
         assert!(text(0).contains(expected), "pod_status lacks {expected}: {}", text(0));
     }
     assert!(text(1).contains("OutOfMemoryError") && text(1).contains("[redacted]"), "logs: {}", text(1));
-    assert!(text(2).contains("BackOff") && text(2).contains("OOMKilling") && text(2).contains("23"), "events: {}", text(2));
+    assert!(
+        text(2).contains("BackOff") && text(2).contains("OOMKilling") && text(2).contains("23"),
+        "events: {}",
+        text(2)
+    );
     let investigation = &detail["run"]["investigation"];
     assert_eq!(
         investigation["evidence"],
-        json!(["tool-call:call-1 \"OOMKilled\"", "tool-call:call-2 \"OutOfMemoryError\"", "tool-call:call-3 \"BackOff\""]),
+        json!([
+            "tool-call:call-1 \"OOMKilled\"",
+            "tool-call:call-2 \"OutOfMemoryError\"",
+            "tool-call:call-3 \"BackOff\""
+        ]),
         "{detail:#}"
     );
     assert!(!detail.to_string().contains("capability gap"), "{detail:#}");
+    // The labels name a pod: the shipped crash-loop skill was selected for it.
+    assert!(detail.to_string().contains("kubernetes-crashloop"), "{detail:#}");
     let previous =
         kubelet.requests().into_iter().find(|r| r.param("previous") == Some("true")).expect("no previous-log request");
     assert_eq!(previous.path, format!("/containerLogs/{NAMESPACE}/{POD}/app"));
@@ -490,7 +522,11 @@ async fn a_list_of_5000_pods_and_a_50_mib_log_stay_within_their_bounds() {
     let limits = Limits::default();
     let policy = ScopePolicy { reach: Reach::All, cluster_readers: ["bulk".to_string()].into() };
     let registry = KubeTools::new(client, policy, limits).registry_for("bulk");
-    let call = |name: &str, arguments: Value| ToolCall { id: "call-1".into(), name: name.into(), arguments: arguments.to_string() };
+    let call = |name: &str, arguments: Value| ToolCall {
+        id: "call-1".into(),
+        name: name.into(),
+        arguments: arguments.to_string(),
+    };
 
     let listed = registry.execute(&call("kubernetes.list", json!({"kind": "Pod", "limit": 500})), &AllowAll).await;
     let output = listed.output.unwrap_or_else(|| panic!("{:?}", listed.error));
@@ -512,7 +548,13 @@ async fn a_list_of_5000_pods_and_a_50_mib_log_stay_within_their_bounds() {
     kubelet.set_repeated_log("bulk", "noisy", "app", false, &line, count);
     let limit = 65_536;
     let read = registry
-        .execute(&call("kubernetes.logs", json!({"name": "noisy", "container": "app", "limitBytes": limit, "tailLines": 5000})), &AllowAll)
+        .execute(
+            &call(
+                "kubernetes.logs",
+                json!({"name": "noisy", "container": "app", "limitBytes": limit, "tailLines": 5000}),
+            ),
+            &AllowAll,
+        )
         .await;
     let output = read.output.unwrap_or_else(|| panic!("{:?}", read.error));
     let lines: usize = output["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().len() + 1).sum();

@@ -44,8 +44,13 @@ pub(super) fn investigation_request(job: &Job, event: &StoredEvent, incident: &I
         ("source".to_string(), json!(format!("{}:{}", e.source.kind, e.source.name))),
         ("entity".to_string(), json!(format!("{}:{}", e.entity.kind, e.entity.id))),
     ]);
-    let context: BTreeMap<String, String> =
+    let mut context: BTreeMap<String, String> =
         e.labels.iter().take(MAX_FACT_LABELS).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(kinds) = kubernetes_kinds(&e.labels) {
+        // Skills match on what the labels name: `kubernetes` and the object kinds.
+        let technology = context.entry("technology".to_string()).or_default();
+        *technology = format!("{technology} {kinds}").trim().to_string();
+    }
     RunRequest {
         namespace: namespace_of(job, incident),
         source: format!("alert:{}", e.source.kind),
@@ -96,6 +101,21 @@ pub fn kubernetes_target(labels: &BTreeMap<String, String>) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" "))
 }
 
+/// `kubernetes pod deployment` when the labels name a Kubernetes object: the facts
+/// Kubernetes skills match on.
+fn kubernetes_kinds(labels: &BTreeMap<String, String>) -> Option<String> {
+    kubernetes_target(labels)?;
+    let kinds =
+        TARGET_LABELS.iter().filter(|key| labels.get(**key).is_some_and(|v| is_object_name(v))).filter_map(|key| {
+            match *key {
+                "namespace" | "container" => None,
+                "job_name" => Some("job"),
+                kind => Some(kind),
+            }
+        });
+    Some(std::iter::once("kubernetes").chain(kinds).collect::<Vec<_>>().join(" "))
+}
+
 fn is_object_name(value: &str) -> bool {
     !value.is_empty()
         && value.len() <= 253
@@ -121,5 +141,8 @@ mod tests {
         .collect();
         assert_eq!(kubernetes_target(&labels).as_deref(), Some("namespace=shop pod=web-5d9f-abcde container=app"));
         assert_eq!(kubernetes_target(&BTreeMap::new()), None);
+        assert_eq!(kubernetes_kinds(&labels).as_deref(), Some("kubernetes pod"));
+        let node: BTreeMap<String, String> = [("node".to_string(), "worker-3".to_string())].into();
+        assert_eq!(kubernetes_kinds(&node).as_deref(), Some("kubernetes node"));
     }
 }
