@@ -27,6 +27,8 @@ kubernetes.events.";
 const MAX_OWNER_DEPTH: usize = 4;
 /// Most bytes of one message (condition, waiting or termination) in the output.
 const MESSAGE_BYTES: usize = 512;
+/// Most env variable names listed per container (their values never are).
+const MAX_ENV_NAMES: usize = 30;
 /// Most bytes of the summary.
 const SUMMARY_BYTES: usize = 1024;
 
@@ -52,7 +54,27 @@ pub async fn pod_status(ctx: Ctx, args: Value) -> Result<Value, Failure> {
     let links = owner_chain(&ctx, &namespace, pod.metadata.owner_references.as_deref().unwrap_or_default()).await;
     out["owner_chain"] = json!(chain_text(name, &links));
     out["owners"] = Value::Array(links.into_iter().map(|link| link.to_json()).collect());
+    fit(&mut out, "containers", "containers_omitted", ctx.limits.output_bytes);
     Ok(out)
+}
+
+/// Drops entries from the end of the list at `key` until the output is within
+/// `limit` bytes, adding what was dropped to the count at `omitted`.
+pub fn fit(out: &mut Value, key: &str, omitted: &str, limit: usize) {
+    let mut dropped = 0u64;
+    while api::json_len(out) > limit {
+        match out.get_mut(key).and_then(Value::as_array_mut) {
+            Some(list) if !list.is_empty() => {
+                list.pop();
+                dropped += 1;
+            }
+            _ => break,
+        }
+    }
+    if dropped > 0 {
+        let before = out.get(omitted).and_then(Value::as_u64).unwrap_or(0);
+        out[omitted] = json!(before + dropped);
+    }
 }
 
 /// One owner above the Pod: read, or why it could not be.
@@ -325,7 +347,7 @@ fn container_json(container: &Container, status: Option<&ContainerStatus>, init:
         out.insert("state".into(), json!("no status reported yet"));
     }
     out.insert("resources".into(), resources_json(container.resources.as_ref()));
-    let env: Vec<&str> = container.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    let env: Vec<&str> = container.env.iter().flatten().map(|e| e.name.as_str()).take(MAX_ENV_NAMES).collect();
     if !env.is_empty() {
         out.insert("envNames".into(), json!(env));
     }
@@ -502,5 +524,17 @@ mod tests {
         let references = [reference("a", None), reference("b", Some(true))];
         assert_eq!(controller(&references).map(|r| r.name.as_str()), Some("b"));
         assert!(controller(&references[..1]).is_none());
+    }
+
+    #[test]
+    fn an_output_over_the_byte_limit_loses_list_entries_and_counts_them() {
+        let mut out =
+            json!({"containers": [{"name": "a".repeat(100)}, {"name": "b".repeat(100)}], "containers_omitted": 1});
+        fit(&mut out, "containers", "containers_omitted", 200);
+        assert_eq!(out["containers"].as_array().unwrap().len(), 1);
+        assert_eq!(out["containers_omitted"], 2);
+        let mut small = json!({"containers": []});
+        fit(&mut small, "containers", "containers_omitted", 1);
+        assert!(small.get("containers_omitted").is_none());
     }
 }

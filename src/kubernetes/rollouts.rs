@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::api::{self, Ctx, Failure};
 use super::objects;
-use super::pods::time;
+use super::pods::{fit, time};
 use crate::text::{ELLIPSIS, truncate_bytes};
 
 pub const ROLLOUT_HISTORY: &str = "kubernetes.rollout_history";
@@ -35,6 +35,8 @@ const MAX_PAGES: usize = 4;
 /// Most images listed per revision.
 const MAX_IMAGES: usize = 20;
 const MESSAGE_BYTES: usize = 512;
+/// Most conditions listed (workloads have two or three).
+const MAX_CONDITIONS: usize = 10;
 
 pub fn schema() -> Value {
     json!({
@@ -64,6 +66,7 @@ pub async fn rollout_history(ctx: Ctx, args: Value) -> Result<Value, Failure> {
             let sets = owned(&sets, &deployment.metadata, selector, "replicasets", &ns).await?;
             let mut out = deployment_rollout(&deployment);
             add_revisions(&mut out, replica_set_revisions(&deployment, &sets), max);
+            fit(&mut out, "revisions", "revisions_omitted", ctx.limits.output_bytes);
             Ok(out)
         }
         "StatefulSet" => {
@@ -77,6 +80,7 @@ pub async fn rollout_history(ctx: Ctx, args: Value) -> Result<Value, Failure> {
             let mut out = stateful_set_rollout(&set);
             let marks = [(status.update_revision, "update"), (status.current_revision, "current")];
             add_revisions(&mut out, controller_revisions(&history, &marks), max);
+            fit(&mut out, "revisions", "revisions_omitted", ctx.limits.output_bytes);
             Ok(out)
         }
         "DaemonSet" => {
@@ -88,6 +92,7 @@ pub async fn rollout_history(ctx: Ctx, args: Value) -> Result<Value, Failure> {
             let history = owned(&history, &set.metadata, selector, "controllerrevisions", &ns).await?;
             let mut out = daemon_set_rollout(&set);
             add_revisions(&mut out, controller_revisions(&history, &[]), max);
+            fit(&mut out, "revisions", "revisions_omitted", ctx.limits.output_bytes);
             Ok(out)
         }
         other => Err(Failure::new(format!(
@@ -228,12 +233,14 @@ pub fn controller_revisions(history: &[ControllerRevision], marks: &[(Option<Str
 /// `{type, status, reason, message, lastUpdateTime, lastTransitionTime}` of any
 /// workload condition.
 fn conditions_json<C: serde::Serialize>(conditions: Option<&Vec<C>>) -> Value {
-    let list = conditions.into_iter().flatten().filter_map(|c| serde_json::to_value(c).ok()).map(|mut c| {
-        if let Some(text) = c.get("message").and_then(Value::as_str) {
-            c["message"] = json!(truncate_bytes(text, MESSAGE_BYTES, ELLIPSIS));
-        }
-        c
-    });
+    let list = conditions.into_iter().flatten().take(MAX_CONDITIONS).filter_map(|c| serde_json::to_value(c).ok()).map(
+        |mut c| {
+            if let Some(text) = c.get("message").and_then(Value::as_str) {
+                c["message"] = json!(truncate_bytes(text, MESSAGE_BYTES, ELLIPSIS));
+            }
+            c
+        },
+    );
     Value::Array(list.collect())
 }
 
