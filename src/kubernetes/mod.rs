@@ -10,8 +10,11 @@
 
 pub mod access;
 pub mod api;
+mod nodes;
 mod objects;
+mod pods;
 pub mod redact;
+mod rollouts;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -58,6 +61,27 @@ fn definitions(limits: &Limits) -> Vec<Definition> {
             schema: objects::list_schema(limits),
             timeout: quick,
             run: |ctx, args| Box::pin(objects::list(ctx, args)),
+        },
+        Definition {
+            name: pods::POD_STATUS,
+            description: pods::POD_STATUS_DESCRIPTION,
+            schema: pods::schema(),
+            timeout: quick,
+            run: |ctx, args| Box::pin(pods::pod_status(ctx, args)),
+        },
+        Definition {
+            name: nodes::NODE_STATUS,
+            description: nodes::NODE_STATUS_DESCRIPTION,
+            schema: nodes::schema(),
+            timeout: Duration::from_secs(30),
+            run: |ctx, args| Box::pin(nodes::node_status(ctx, args)),
+        },
+        Definition {
+            name: rollouts::ROLLOUT_HISTORY,
+            description: rollouts::ROLLOUT_HISTORY_DESCRIPTION,
+            schema: rollouts::schema(),
+            timeout: quick,
+            run: |ctx, args| Box::pin(rollouts::rollout_history(ctx, args)),
         },
     ]
 }
