@@ -251,26 +251,6 @@ pub fn without_managed_fields(mut value: Value) -> Value {
     value
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_are_refused_by_kind_and_by_resource_name() {
-        for name in ["Secret", "secret", "secrets", "SECRETS"] {
-            let refused = refuse_secrets(name).unwrap_err();
-            assert!(refused.message().contains("never read"), "{name}");
-        }
-        assert!(refuse_secrets("SecretProviderClass").is_ok());
-    }
-
-    #[test]
-    fn managed_fields_are_dropped() {
-        let object = serde_json::json!({"metadata": {"name": "a", "managedFields": [{"manager": "kubectl"}]}});
-        assert_eq!(without_managed_fields(object), serde_json::json!({"metadata": {"name": "a"}}));
-    }
-}
-
 /// A string argument (absent or empty: `None`).
 pub fn text<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
@@ -300,4 +280,24 @@ pub fn name_schema(description: &str) -> Value {
 /// Length of `value` as JSON text.
 pub fn json_len(value: &Value) -> usize {
     serde_json::to_string(value).map_or(usize::MAX, |s| s.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_refused_by_kind_and_by_resource_name() {
+        for name in ["Secret", "secret", "secrets", "SECRETS"] {
+            let refused = refuse_secrets(name).unwrap_err();
+            assert!(refused.message().contains("never read"), "{name}");
+        }
+        assert!(refuse_secrets("SecretProviderClass").is_ok());
+    }
+
+    #[test]
+    fn managed_fields_are_dropped() {
+        let object = serde_json::json!({"metadata": {"name": "a", "managedFields": [{"manager": "kubectl"}]}});
+        assert_eq!(without_managed_fields(object), serde_json::json!({"metadata": {"name": "a"}}));
+    }
 }

@@ -138,6 +138,16 @@ fn owner(meta: &ObjectMeta) -> Option<(String, String)> {
     Some((owner.kind.clone(), owner.name.clone()))
 }
 
+/// Most field or key names in one detail.
+const MAX_NAMED: usize = 20;
+
+fn names_text(names: &[String]) -> String {
+    match names.get(MAX_NAMED..) {
+        Some(rest) if !rest.is_empty() => format!("{}, and {} more", names[..MAX_NAMED].join(", "), rest.len()),
+        _ => names.join(", "),
+    }
+}
+
 fn images_text(images: &[String]) -> String {
     if images.is_empty() { "no image".to_string() } else { images.join(", ") }
 }
@@ -193,13 +203,11 @@ fn changes_of(object: &Observed, since: Timestamp) -> Vec<Change> {
             continue;
         }
         let (what, parts) = if object.kind == "ConfigMap" {
-            let keys: Vec<String> =
-                ["data", "binaryData"].iter().filter_map(|top| touched(entry, top)).flatten().collect();
-            if fields(entry).is_some_and(|f| f.contains_key("f:data") || f.contains_key("f:binaryData")) {
-                (What::DataChanged, keys)
-            } else {
+            let data: Vec<Vec<String>> = ["data", "binaryData"].iter().filter_map(|top| touched(entry, top)).collect();
+            if data.is_empty() {
                 continue;
             }
+            (What::DataChanged, data.concat())
         } else {
             match touched(entry, "spec") {
                 Some(parts) => (What::SpecChanged, parts),
@@ -208,8 +216,8 @@ fn changes_of(object: &Observed, since: Timestamp) -> Vec<Change> {
         };
         let manager = entry.manager.clone().unwrap_or_else(|| "unknown".into());
         let mut detail = match what {
-            What::DataChanged => format!("keys managed by {manager}: {}", parts.join(", ")),
-            _ => format!("spec fields managed by {manager}: {}", parts.join(", ")),
+            What::DataChanged => format!("keys managed by {manager}: {}", names_text(&parts)),
+            _ => format!("spec fields managed by {manager}: {}", names_text(&parts)),
         };
         if entry.subresource.as_deref() == Some("scale") {
             detail.push_str(" (through the scale subresource)");
@@ -252,8 +260,9 @@ fn template_images(template: Option<&PodTemplateSpec>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The objects of `K` with their images.
-async fn list_full<K>(ctx: &Ctx, namespace: &str, images: fn(&K) -> Vec<String>) -> Result<Listed, Failure>
+/// The objects of `K`: whole when `images` reads their pod template, else metadata
+/// only (so ConfigMap data is never loaded).
+async fn list<K>(ctx: &Ctx, namespace: &str, images: Option<fn(&K) -> Vec<String>>) -> Result<Listed, Failure>
 where
     K: Resource<Scope = NamespaceResourceScope> + k8s_openapi::Resource + Clone + DeserializeOwned + Debug,
     <K as Resource>::DynamicType: Default,
@@ -261,38 +270,22 @@ where
     let (objects, _) = ctx.namespaced::<K>(Some(namespace))?;
     let kind = <K as k8s_openapi::Resource>::KIND;
     let what = describe("list", <K as k8s_openapi::Resource>::URL_PATH_SEGMENT, None, Some(namespace));
-    let list = objects.list(&ListParams::default().limit(PAGE)).await.map_err(|e| Failure::from_kube(e, &what))?;
-    Ok(Listed {
-        kind: kind,
-        more: list.metadata.continue_.is_some_and(|t| !t.is_empty()),
-        objects: list
-            .items
-            .iter()
-            .map(|o| Observed { kind: kind, meta: o.meta().clone(), images: images(o) })
-            .collect(),
-    })
-}
-
-/// The objects of `K`, metadata only (ConfigMap data is never loaded).
-async fn list_metadata<K>(ctx: &Ctx, namespace: &str) -> Result<Listed, Failure>
-where
-    K: Resource<Scope = NamespaceResourceScope> + k8s_openapi::Resource + Clone + DeserializeOwned + Debug,
-    <K as Resource>::DynamicType: Default,
-{
-    let (objects, _) = ctx.namespaced::<K>(Some(namespace))?;
-    let kind = <K as k8s_openapi::Resource>::KIND;
-    let what = describe("list", <K as k8s_openapi::Resource>::URL_PATH_SEGMENT, None, Some(namespace));
-    let list =
-        objects.list_metadata(&ListParams::default().limit(PAGE)).await.map_err(|e| Failure::from_kube(e, &what))?;
-    Ok(Listed {
-        kind: kind,
-        more: list.metadata.continue_.is_some_and(|t| !t.is_empty()),
-        objects: list
-            .items
-            .into_iter()
-            .map(|o| Observed { kind: kind, meta: o.metadata, images: Vec::new() })
-            .collect(),
-    })
+    let params = ListParams::default().limit(PAGE);
+    let (observed, token) = match images {
+        Some(images) => {
+            let list = objects.list(&params).await.map_err(|e| Failure::from_kube(e, &what))?;
+            let observed =
+                list.items.iter().map(|o| Observed { kind, meta: o.meta().clone(), images: images(o) }).collect();
+            (observed, list.metadata.continue_)
+        }
+        None => {
+            let list = objects.list_metadata(&params).await.map_err(|e| Failure::from_kube(e, &what))?;
+            let observed =
+                list.items.into_iter().map(|o| Observed { kind, meta: o.metadata, images: Vec::new() }).collect();
+            (observed, list.metadata.continue_)
+        }
+    };
+    Ok(Listed { kind, objects: observed, more: token.is_some_and(|t| !t.is_empty()) })
 }
 
 /// The kinds read, by name.
@@ -316,17 +309,21 @@ pub async fn recent_changes(ctx: Ctx, args: Value) -> Result<Value, Failure> {
     let ns = namespace.as_str();
     let c = &ctx;
     let read = tokio::join!(
-        list_full::<Deployment>(c, ns, |d| template_images(d.spec.as_ref().map(|s| &s.template))),
-        list_full::<StatefulSet>(c, ns, |s| template_images(s.spec.as_ref().map(|s| &s.template))),
-        list_full::<DaemonSet>(c, ns, |d| template_images(d.spec.as_ref().map(|s| &s.template))),
-        list_full::<ReplicaSet>(c, ns, |r| template_images(r.spec.as_ref().and_then(|s| s.template.as_ref()))),
-        list_metadata::<ConfigMap>(c, ns),
-        list_metadata::<Service>(c, ns),
-        list_full::<Job>(c, ns, |j| template_images(j.spec.as_ref().map(|s| &s.template))),
-        list_full::<CronJob>(c, ns, |j| {
-            template_images(j.spec.as_ref().and_then(|s| s.job_template.spec.as_ref()).map(|s| &s.template))
-        }),
-        list_metadata::<HorizontalPodAutoscaler>(c, ns),
+        list::<Deployment>(c, ns, Some(|d| template_images(d.spec.as_ref().map(|s| &s.template)))),
+        list::<StatefulSet>(c, ns, Some(|s| template_images(s.spec.as_ref().map(|s| &s.template)))),
+        list::<DaemonSet>(c, ns, Some(|d| template_images(d.spec.as_ref().map(|s| &s.template)))),
+        list::<ReplicaSet>(c, ns, Some(|r| template_images(r.spec.as_ref().and_then(|s| s.template.as_ref())))),
+        list::<ConfigMap>(c, ns, None),
+        list::<Service>(c, ns, None),
+        list::<Job>(c, ns, Some(|j| template_images(j.spec.as_ref().map(|s| &s.template)))),
+        list::<CronJob>(
+            c,
+            ns,
+            Some(|j| {
+                template_images(j.spec.as_ref().and_then(|s| s.job_template.spec.as_ref()).map(|s| &s.template))
+            })
+        ),
+        list::<HorizontalPodAutoscaler>(c, ns, None),
     );
     let results = [read.0, read.1, read.2, read.3, read.4, read.5, read.6, read.7, read.8];
 
@@ -457,6 +454,8 @@ mod tests {
         assert_eq!(changes[0].what, What::DataChanged);
         assert_eq!(changes[0].detail, "keys managed by kubectl-edit: LOG_LEVEL");
         assert!(changes[0].images.is_empty());
+        let many: Vec<String> = (0..25).map(|i| format!("k{i}")).collect();
+        assert!(names_text(&many).ends_with("k19, and 5 more"), "{}", names_text(&many));
     }
 
     #[test]

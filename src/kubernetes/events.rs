@@ -8,6 +8,7 @@ use std::fmt::Debug;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use k8s_openapi::api::events::v1::Event as NewEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::ListParams;
 use serde::de::DeserializeOwned;
@@ -69,17 +70,29 @@ fn event_count(counts: &[Option<i32>]) -> u64 {
     counts.iter().flatten().filter_map(|c| u64::try_from(*c).ok()).max().unwrap_or(0).max(1)
 }
 
-fn latest(times: &[Option<Timestamp>]) -> Option<Timestamp> {
-    times.iter().flatten().max().copied()
+/// First and last seen: the first timestamp (else the event time, else the last
+/// observation, else the creation) and the latest observation (else the first).
+fn seen(
+    metadata: &ObjectMeta,
+    first_timestamp: Option<Timestamp>,
+    event_time: Option<Timestamp>,
+    observed: &[Option<Timestamp>],
+) -> (Option<Timestamp>, Option<Timestamp>) {
+    let latest = observed.iter().chain([&event_time]).flatten().max().copied();
+    let first = first_timestamp.or(event_time).or(latest).or_else(|| metadata.creation_timestamp.as_ref().map(|t| t.0));
+    (first, latest.max(first))
 }
 
 impl Occurrence {
     fn from_new(event: &NewEvent) -> Self {
         let regarding = event.regarding.as_ref();
-        let created = event.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let event_time = event.event_time.as_ref().map(|t| t.0);
-        let first = event.deprecated_first_timestamp.as_ref().map(|t| t.0).or(event_time).or(created);
         let series = event.series.as_ref();
+        let (first, last) = seen(
+            &event.metadata,
+            event.deprecated_first_timestamp.as_ref().map(|t| t.0),
+            event.event_time.as_ref().map(|t| t.0),
+            &[series.map(|s| s.last_observed_time.0), event.deprecated_last_timestamp.as_ref().map(|t| t.0)],
+        );
         Self {
             uid: uid_of(&event.metadata),
             kind: regarding.and_then(|r| r.kind.clone()).unwrap_or_default(),
@@ -88,12 +101,7 @@ impl Occurrence {
             reason: event.reason.clone().unwrap_or_default(),
             count: event_count(&[event.deprecated_count, series.map(|s| s.count)]),
             first,
-            last: latest(&[
-                series.map(|s| s.last_observed_time.0),
-                event.deprecated_last_timestamp.as_ref().map(|t| t.0),
-                event_time,
-                first,
-            ]),
+            last,
             message: event.note.clone().unwrap_or_default(),
             source: event
                 .reporting_controller
@@ -105,10 +113,16 @@ impl Occurrence {
     }
 
     fn from_core(event: &CoreEvent) -> Self {
-        let created = event.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let event_time = event.event_time.as_ref().map(|t| t.0);
-        let first = event.first_timestamp.as_ref().map(|t| t.0).or(event_time).or(created);
         let series = event.series.as_ref();
+        let (first, last) = seen(
+            &event.metadata,
+            event.first_timestamp.as_ref().map(|t| t.0),
+            event.event_time.as_ref().map(|t| t.0),
+            &[
+                series.and_then(|s| s.last_observed_time.as_ref().map(|t| t.0)),
+                event.last_timestamp.as_ref().map(|t| t.0),
+            ],
+        );
         Self {
             uid: uid_of(&event.metadata),
             kind: event.involved_object.kind.clone().unwrap_or_default(),
@@ -117,12 +131,7 @@ impl Occurrence {
             reason: event.reason.clone().unwrap_or_default(),
             count: event_count(&[event.count, series.and_then(|s| s.count)]),
             first,
-            last: latest(&[
-                series.and_then(|s| s.last_observed_time.as_ref().map(|t| t.0)),
-                event.last_timestamp.as_ref().map(|t| t.0),
-                event_time,
-                first,
-            ]),
+            last,
             message: event.message.clone().unwrap_or_default(),
             source: event
                 .reporting_component
@@ -150,7 +159,7 @@ impl Occurrence {
 }
 
 /// The uid (the name when a stored Event has none, which the API server never allows).
-fn uid_of(metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+fn uid_of(metadata: &ObjectMeta) -> String {
     metadata.uid.clone().or_else(|| metadata.name.clone()).unwrap_or_default()
 }
 
@@ -242,7 +251,7 @@ fn group(occurrences: Vec<Occurrence>, since: Option<Timestamp>) -> Vec<Group> {
     }
     let mut groups: Vec<Group> = groups.into_values().collect();
     // Newest first; groups without any time last.
-    groups.sort_by(|a, b| b.last.cmp(&a.last));
+    groups.sort_by_key(|g| std::cmp::Reverse(g.last));
     groups
 }
 
@@ -474,6 +483,13 @@ mod tests {
         assert_eq!(occurrence.count, 40);
         assert_eq!(occurrence.last, at("2026-01-01T10:20:00Z"));
         assert_eq!(occurrence.first, at("2026-01-01T10:00:00Z"));
+        // Written later than it happened (a relayed or replayed Event): its own times count.
+        let relayed = core(json!({
+            "metadata": {"name": "e", "uid": "u", "creationTimestamp": "2026-01-01T11:00:00Z"},
+            "involvedObject": {"kind": "Pod", "name": "db"}, "reason": "Unhealthy",
+            "lastTimestamp": "2026-01-01T10:30:00Z"
+        }));
+        assert_eq!((relayed.first, relayed.last), (at("2026-01-01T10:30:00Z"), at("2026-01-01T10:30:00Z")));
     }
 
     #[test]
