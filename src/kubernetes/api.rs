@@ -128,6 +128,11 @@ const KNOWN_KINDS: &[(&str, &str)] = &[
     ("Lease", "coordination.k8s.io/v1"),
 ];
 
+/// A built-in kind spelled as the API spells it (`pod` → `Pod`); any other kind as given.
+pub fn canonical_kind(kind: &str) -> &str {
+    KNOWN_KINDS.iter().find(|(known, _)| known.eq_ignore_ascii_case(kind)).map_or(kind, |(known, _)| known)
+}
+
 /// Most kinds kept resolved; the cache is cleared when full.
 const MAX_RESOLVED: usize = 256;
 

@@ -10,6 +10,9 @@
 
 pub mod access;
 pub mod api;
+mod changes;
+mod events;
+mod logs;
 mod nodes;
 mod objects;
 mod pods;
@@ -82,6 +85,27 @@ fn definitions(limits: &Limits) -> Vec<Definition> {
             schema: rollouts::schema(),
             timeout: quick,
             run: |ctx, args| Box::pin(rollouts::rollout_history(ctx, args)),
+        },
+        Definition {
+            name: events::NAME,
+            description: events::DESCRIPTION,
+            schema: events::schema(),
+            timeout: quick,
+            run: |ctx, args| Box::pin(events::events(ctx, args)),
+        },
+        Definition {
+            name: logs::NAME,
+            description: logs::DESCRIPTION,
+            schema: logs::schema(limits),
+            timeout: Duration::from_secs(30),
+            run: |ctx, args| Box::pin(logs::logs(ctx, args)),
+        },
+        Definition {
+            name: changes::NAME,
+            description: changes::DESCRIPTION,
+            schema: changes::schema(),
+            timeout: Duration::from_secs(30),
+            run: |ctx, args| Box::pin(changes::recent_changes(ctx, args)),
         },
     ]
 }
