@@ -104,7 +104,17 @@ fn setup(api: &KubeApi, kubelet: &Kubelet) {
     let status = json!({"status": {"phase": "Running", "containerStatuses": [{"name": "app", "image": "registry.example/web:1.0",
         "imageID": "", "ready": false, "restartCount": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
         "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": jiff::Timestamp::now().to_string()}}}]}});
-    api.kubectl_ok(&["patch", "pod", POD, "-n", NAMESPACE, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
+    api.kubectl_ok(&[
+        "patch",
+        "pod",
+        POD,
+        "-n",
+        NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
     let now = jiff::Timestamp::now();
     for n in 0..20 {
         api.apply(&format!(

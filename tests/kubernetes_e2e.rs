@@ -19,6 +19,8 @@ use akritas_testkit::kube_api;
 use akritas_testkit::kubelet::Kubelet;
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use akritas::tools::{ToolName, openai_alias};
@@ -70,13 +72,12 @@ async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> O
     }
 }
 
-/// The model: plans the crash-loop checks for `KubePodCrashLooping`, the change and
-/// Secret checks for `KubeDeploymentReplicasMismatch`, and cites what it read.
-fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+/// The model: plans the crash-loop checks for the first alert, the change and Secret
+/// checks once `second` is set, and cites what it read.
+fn model(second: Arc<AtomicBool>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
     move |_, request| {
-        let text = request.to_string();
-        let crash_loop = text.contains("KubePodCrashLooping");
+        let crash_loop = !second.load(Ordering::SeqCst);
         if offers(request, &plan) {
             let checks = if crash_loop {
                 json!([
@@ -126,7 +127,9 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
                        "production_writes": 0}),
             )]))
         } else {
-            Step::from(Reply::Content("Investigated with the Kubernetes tools.".into()))
+            let answer =
+                if crash_loop { "Crash loop: the container is OOMKilled." } else { "Rollout: web:1.1 went out." };
+            Step::from(Reply::Content(answer.into()))
         }
     }
 }
@@ -193,6 +196,8 @@ fn crash_looping_pod(api: &KubeApi, replica_set: &str, replica_set_uid: &str) {
         &status.to_string(),
     ]);
     let time = now.to_string();
+    // eventTime is a MicroTime: exactly six fractional digits.
+    let micro = format!("{}.{:06}Z", finished.strftime("%Y-%m-%dT%H:%M:%S"), finished.subsec_microsecond());
     api.apply(&format!(
         "apiVersion: v1\nkind: Event\nmetadata: {{name: {POD}.backoff, namespace: {NAMESPACE}}}\n\
          involvedObject: {{apiVersion: v1, kind: Pod, name: {POD}, namespace: {NAMESPACE}, fieldPath: \"spec.containers{{app}}\"}}\n\
@@ -200,7 +205,7 @@ fn crash_looping_pod(api: &KubeApi, replica_set: &str, replica_set_uid: &str) {
          firstTimestamp: \"{started}\"\nlastTimestamp: \"{time}\"\nsource: {{component: kubelet, host: {NODE}}}\n---\n\
          apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {{name: {POD}.oom, namespace: {NAMESPACE}}}\n\
          regarding: {{apiVersion: v1, kind: Pod, name: {POD}, namespace: {NAMESPACE}}}\nreason: OOMKilling\n\
-         note: \"Memory cgroup out of memory: Killed process 4242 (java)\"\ntype: Warning\neventTime: \"{finished}\"\n\
+         note: \"Memory cgroup out of memory: Killed process 4242 (java)\"\ntype: Warning\neventTime: \"{micro}\"\n\
          reportingController: kubelet\nreportingInstance: {NODE}\naction: Killing\n"
     ));
 }
@@ -245,18 +250,37 @@ async fn post_alert(server: &Server, body: String) {
 }
 
 /// An investigated Incident whose Run is not one of `seen`, and its Run object.
-async fn investigated(api: &KubeApi, seen: &[String]) -> (Value, Value) {
-    let incident = eventually(Duration::from_secs(60), "an investigated Incident", || {
-        get_json(api, &["get", "incidents", "-n", NAMESPACE])["items"]
-            .as_array()?
-            .iter()
-            .find(|i| {
-                i["status"]["investigation"]["finding"].is_string()
-                    && !seen.iter().any(|run| i["status"]["lastRun"] == run.as_str())
-            })
-            .cloned()
-    })
-    .await;
+async fn investigated(api: &KubeApi, server: &Server, seen: &[String]) -> (Value, Value) {
+    let started = Instant::now();
+    let incident = loop {
+        let found = get_json(api, &["get", "incidents", "-n", NAMESPACE])["items"].as_array().and_then(|items| {
+            items
+                .iter()
+                .find(|i| {
+                    i["status"]["investigation"]["finding"].is_string()
+                        && !seen.iter().any(|run| i["status"]["lastRun"] == run.as_str())
+                })
+                .cloned()
+        });
+        if let Some(incident) = found {
+            break incident;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let incidents = api.kubectl_ok(&["get", "incidents", "-n", NAMESPACE, "-o", "yaml"]);
+            let runs = reqwest::get(format!("{}/api/v1/runs", server.url)).await.unwrap().text().await.unwrap();
+            let last =
+                serde_json::from_str::<Value>(&runs).ok().and_then(|r| r["runs"][0]["id"].as_str().map(str::to_string));
+            let detail = match last {
+                Some(id) => run_detail(server, &id).await.to_string(),
+                None => runs,
+            };
+            panic!(
+                "no investigated Incident after 60 s:\n{incidents}\n--- newest Run ---\n{detail}\n--- log ---\n{}",
+                server.log_text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let run_name = incident["status"]["lastRun"].as_str().unwrap().replace('_', "-");
     let run = eventually(Duration::from_secs(20), "the investigation Run object", || {
         let run = get_json(api, &["get", "run", &run_name, "-n", NAMESPACE]);
@@ -378,6 +402,9 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: {NAMESPACE}}}\n\
          spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
     ));
+    // The sample skills (a Kubernetes workloads skill among them) in the test namespace.
+    let samples = support::root().join("config/samples/skills.yaml");
+    api.kubectl_ok(&["apply", "-n", NAMESPACE, "-f", &samples.display().to_string()]);
     api.apply(&deployment("registry.example/web:1.0", 1));
     let first = replica_set(&api, "web-7d9c5b6f4", "registry.example/web:1.0", 1);
     crash_looping_pod(&api, "web-7d9c5b6f4", &first);
@@ -387,7 +414,8 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     api.apply(&deployment("registry.example/web:1.1", 2));
     replica_set(&api, "web-5f8b9c7d2", "registry.example/web:1.1", 2);
 
-    let llm = ScriptedLlm::start_with(model()).await;
+    let second = Arc::new(AtomicBool::new(false));
+    let llm = ScriptedLlm::start_with(model(second.clone())).await;
     llm.set_recording(true);
     let data_dir = tempfile::tempdir().unwrap();
     let server = {
@@ -399,7 +427,6 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
             .env("AKRITAS_NAMESPACES", NAMESPACE)
             .env("AKRITAS_BASE_URL", &llm.url)
             .env("AKRITAS_DATA_DIR", data_dir.path())
-            .env("AKRITAS_SKILLS_DIR", support::root().join("skills"))
             .env("RUST_LOG", "info,kube=warn");
         Server::start(command)
     };
@@ -422,7 +449,7 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     // Scenario 1: the crash loop.
     let started = Instant::now();
     post_alert(&server, alert("KubePodCrashLooping", json!({"pod": POD, "container": "app"}))).await;
-    let (incident, run) = investigated(&api, &[]).await;
+    let (incident, run) = investigated(&api, &server, &[]).await;
     eprintln!("crash loop investigated in {:?}", started.elapsed());
     assert_eq!(incident["status"]["investigation"]["finding"], "confirmed", "{incident:#}");
     let run_id = run["status"]["runId"].as_str().unwrap().to_string();
@@ -451,8 +478,8 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
         "{detail:#}"
     );
     assert!(!detail.to_string().contains("capability gap"), "{detail:#}");
-    // The labels name a pod: the shipped crash-loop skill was selected for it.
-    assert!(detail.to_string().contains("kubernetes-crashloop"), "{detail:#}");
+    // The labels name a pod: the sample Kubernetes skill was selected for it.
+    assert!(detail.to_string().contains("kubernetes-workloads"), "{detail}");
     let previous =
         kubelet.requests().into_iter().find(|r| r.param("previous") == Some("true")).expect("no previous-log request");
     assert_eq!(previous.path, format!("/containerLogs/{NAMESPACE}/{POD}/app"));
@@ -461,14 +488,16 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     let wait = Duration::from_secs(120).saturating_sub(rollout.elapsed());
     eprintln!("waiting {wait:?} so that the rollout is two minutes old");
     tokio::time::sleep(wait).await;
+    second.store(true, Ordering::SeqCst);
     post_alert(&server, alert("KubeDeploymentReplicasMismatch", json!({"deployment": "web"}))).await;
-    let (incident, run) = investigated(&api, &[run_id.clone()]).await;
+    let (incident, run) = investigated(&api, &server, &[run_id.clone()]).await;
     assert_eq!(incident["status"]["investigation"]["finding"], "confirmed", "{incident:#}");
     let second_id = run["status"]["runId"].as_str().unwrap().to_string();
     let detail = run_detail(&server, &second_id).await;
     let recorded = calls(&detail);
     let changes = recorded[0].2.to_string();
-    assert_eq!(recorded[0].1, "kubernetes.recent_changes");
+    let names: Vec<&str> = recorded.iter().map(|(_, name, _)| name.as_str()).collect();
+    assert_eq!(names, ["kubernetes.recent_changes", "kubernetes.get", "kubernetes.get", "kubernetes.list"], "{detail}");
     assert!(changes.contains("registry.example/web:1.1") && changes.contains("web-5f8b9c7d2"), "{changes}");
     assert_eq!(detail["run"]["investigation"]["evidence"], json!(["tool-call:call-1 \"registry.example/web:1.1\""]));
     let deployment = recorded[1].2.to_string();
