@@ -490,7 +490,7 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     tokio::time::sleep(wait).await;
     second.store(true, Ordering::SeqCst);
     post_alert(&server, alert("KubeDeploymentReplicasMismatch", json!({"deployment": "web"}))).await;
-    let (incident, run) = investigated(&api, &server, &[run_id.clone()]).await;
+    let (incident, run) = investigated(&api, &server, std::slice::from_ref(&run_id)).await;
     assert_eq!(incident["status"]["investigation"]["finding"], "confirmed", "{incident:#}");
     let second_id = run["status"]["runId"].as_str().unwrap().to_string();
     let detail = run_detail(&server, &second_id).await;
