@@ -188,14 +188,7 @@ async fn pod_logs_are_proxied_to_the_kubelet_stand_in() {
     api.create_operator_namespace();
     api.create_namespace("elsewhere");
     api.apply(&pod_yaml("elsewhere", "other-0", "node-a", &["app"]));
-    let output = std::process::Command::new(kube_api::e2e_binary("helm"))
-        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
-        .args(["--set", "watchNamespaces={shop}", "--show-only", "templates/rbac.yaml"])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
-    api.apply(&String::from_utf8(output.stdout).unwrap());
+    api.apply(&kube_api::chart_rbac(&["shop"]));
     let operator = api.operator_kubeconfig();
     let as_operator = |args: &[&str]| api.kubectl_as(&operator, args, None);
     let (code, out, err) = as_operator(&["logs", "-n", "shop", "web-0", "-c", "app", "--previous"]);

@@ -18,7 +18,6 @@ use akritas_testkit as support;
 use akritas_testkit::kube_api;
 use akritas_testkit::kubelet::Kubelet;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -40,19 +39,6 @@ const ENV_VALUE: &str = "planted-env-password-8e1d4b";
 
 fn alias(name: &str) -> String {
     openai_alias(&ToolName::try_from(name).unwrap())
-}
-
-/// The chart's RBAC for the operator watching `namespaces` (Kubernetes tools on: the default).
-fn chart_rbac(namespaces: &[&str]) -> String {
-    let output = Command::new(kube_api::e2e_binary("helm"))
-        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
-        .args(["--set", &format!("watchNamespaces={{{}}}", namespaces.join(","))])
-        .args(["--show-only", "templates/rbac.yaml"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
 }
 
 fn get_json(api: &KubeApi, args: &[&str]) -> Value {
@@ -372,7 +358,7 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     api.create_operator_namespace();
     api.create_namespace(NAMESPACE);
     api.create_namespace("elsewhere");
-    api.apply(&chart_rbac(&[NAMESPACE]));
+    api.apply(&kube_api::chart_rbac(&[NAMESPACE]));
     let can = |args: &[&str]| {
         let (_, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &[&["auth", "can-i"][..], args].concat(), None);
         out.trim().to_string()

@@ -12,7 +12,6 @@
 use akritas_testkit as support;
 use akritas_testkit::kube_api;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use akritas::tools::{ToolName, openai_alias};
@@ -47,19 +46,6 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
 
 /// Namespaces the main test watches: the samples', `ops` and two tenants.
 const WATCHED: [&str; 4] = ["akritas", "ops", "team-a", "team-b"];
-
-/// The chart's RBAC for the operator watching `namespaces`, rendered by helm.
-fn chart_rbac(namespaces: &[&str]) -> String {
-    let output = Command::new(kube_api::e2e_binary("helm"))
-        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
-        .args(["--set", &format!("watchNamespaces={{{}}}", namespaces.join(","))])
-        .args(["--show-only", "templates/rbac.yaml"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
-}
 
 fn get_json(api: &KubeApi, args: &[&str]) -> Value {
     let mut all = args.to_vec();
@@ -163,7 +149,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         api.create_namespace(namespace);
     }
     api.create_namespace("elsewhere");
-    api.apply(&chart_rbac(&WATCHED));
+    api.apply(&kube_api::chart_rbac(&WATCHED));
     let can = |args: &[&str]| {
         let (_, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &[&["auth", "can-i"][..], args].concat(), None);
         out.trim().to_string()
@@ -556,7 +542,7 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
     api.install_crds(&support::root().join("crds"));
     api.create_operator_namespace();
     api.create_namespace("ops");
-    api.apply(&chart_rbac(&["ops"]));
+    api.apply(&kube_api::chart_rbac(&["ops"]));
     api.apply(&format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
@@ -726,7 +712,7 @@ async fn a_leader_whose_renewal_hangs_stops_writing_before_the_standby_takes_ove
     api.install_crds(&support::root().join("crds"));
     api.create_operator_namespace();
     api.create_namespace("ops");
-    api.apply(&chart_rbac(&["ops"]));
+    api.apply(&kube_api::chart_rbac(&["ops"]));
     api.apply(
         "apiVersion: akritas.io/v1alpha1\nkind: Skill\nmetadata: {name: pg, namespace: ops}\n\
          spec: {description: PostgreSQL, content: \"# Guide\"}\n",

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 55);
+    assert_eq!(KEYS.len(), 58);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -569,6 +569,9 @@ fn file_with_every_setting() {
         "namespace": "akritas-system",
         "namespaces": ["team-a", "akritas-system"],
         "shared_namespaces": ["platform"],
+        "kubernetes_tools": false,
+        "kubeconfig": "/etc/akritas/kubeconfig",
+        "kubernetes_cluster_namespaces": ["ops"],
         "stdio_commands": ["akritas", "/usr/local/bin/mcp-grafana"],
         "resource_env": ["TEAM_*", "VM_TOKEN"],
         "knowledge_roots": ["/srv/runbooks"],
@@ -616,6 +619,9 @@ fn file_with_every_setting() {
     assert_eq!(s.public_url.as_deref(), Some("https://ops.example.com"));
     assert_eq!(s.upstream_model, None);
     assert_eq!(s.skills_dir, None);
+    assert!(!s.kubernetes_tools);
+    assert_eq!(s.kubeconfig.as_deref(), Some("/etc/akritas/kubeconfig"));
+    assert_eq!(s.kubernetes_cluster_namespaces, ["ops"]);
     assert_eq!(s.response_language, "fr-CA");
     assert_eq!(s.temperature, 0.0);
     assert_eq!(s.log_format, LogFormat::Json);

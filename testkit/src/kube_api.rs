@@ -506,3 +506,17 @@ impl Drop for KubeApi {
         }
     }
 }
+
+/// The chart's RBAC (`templates/rbac.yaml`) for the operator in [`OPERATOR_NAMESPACE`]
+/// watching `namespaces`, rendered by the helm that `e2e/kube/build.sh` builds.
+pub fn chart_rbac(namespaces: &[&str]) -> String {
+    let output = Command::new(e2e_binary("helm"))
+        .args(["template", "akritas", "charts/akritas", "--namespace", OPERATOR_NAMESPACE])
+        .args(["--set", &format!("watchNamespaces={{{}}}", namespaces.join(","))])
+        .args(["--show-only", "templates/rbac.yaml"])
+        .current_dir(crate::root())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "helm template: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
