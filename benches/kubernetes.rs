@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use akritas::catalog::CatalogStore;
-use akritas::engine::budget::BudgetLimits;
 use akritas::engine::conversation::{Speaker, Turn};
-use akritas::engine::request::{EngineSettings, RunRequest};
+use akritas::engine::request::RunRequest;
 use akritas::engine::run::Engine;
 use akritas::kubernetes::{KubeTools, Limits, Reach, ScopePolicy};
 use akritas::llm::{LlmClient, LlmConfig};
@@ -101,20 +100,10 @@ fn setup(api: &KubeApi, kubelet: &Kubelet) {
          nodeName: node-1\n  containers: [{{name: app, image: registry.example/web:1.0, resources: {{requests: {{cpu: 250m, memory: 256Mi}}}}}}]\n",
         uid("replicaset", "web-1")
     ));
-    let status = json!({"status": {"phase": "Running", "containerStatuses": [{"name": "app", "image": "registry.example/web:1.0",
+    let status = json!({"phase": "Running", "containerStatuses": [{"name": "app", "image": "registry.example/web:1.0",
         "imageID": "", "ready": false, "restartCount": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": jiff::Timestamp::now().to_string()}}}]}});
-    api.kubectl_ok(&[
-        "patch",
-        "pod",
-        POD,
-        "-n",
-        NAMESPACE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status.to_string(),
-    ]);
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": jiff::Timestamp::now().to_string()}}}]});
+    api.patch_status("pod", POD, NAMESPACE, &status);
     let now = jiff::Timestamp::now();
     for n in 0..20 {
         api.apply(&format!(
@@ -197,24 +186,7 @@ fn request() -> RunRequest {
 }
 
 fn engine(llm: &ScriptedLlm) -> Engine {
-    let settings = EngineSettings {
-        limits: BudgetLimits {
-            max_duration_ms: 60_000,
-            max_model_calls: 20,
-            max_tool_calls: 20,
-            max_tool_result_bytes: 16 * 1024 * 1024,
-            max_retrieved_context_bytes: 1024 * 1024,
-            max_context_tokens: 1_000_000,
-            max_output_tokens: 1_000_000,
-        },
-        default_max_tokens: 1024,
-        max_tokens_limit: 4096,
-        temperature: 0.0,
-        response_language: "en".into(),
-        max_concurrent_runs: 4,
-        queue_timeout: Duration::from_secs(5),
-        search_top_k: 5,
-    };
+    let settings = akritas_testkit::host::settings();
     let client = LlmClient::new(LlmConfig::new(llm.url.clone()), reqwest::Client::new()).unwrap();
     let tools = RegistryBuilder::new(ToolLimits::default()).build();
     Engine::new(settings, client, tools, None, CatalogStore::new(), None)

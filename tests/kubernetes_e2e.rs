@@ -11,15 +11,20 @@
 //!    `kubernetes.recent_changes` and cited; reads of Secrets are refused.
 //! 3. A planted Secret value and a secret-looking env value appear in no tool
 //!    output, model request, journal file, API answer, object or log line.
-//! 4. Bounds: a list of 5,000 pods is truncated and counted within the byte cap; a
+//! 4. A tenant's Run (a second watched namespace) is refused the first namespace's
+//!    pod, Nodes and a list across namespaces; a kind the chart does not grant is the
+//!    tool's clear `forbidden` error.
+//! 5. Bounds: a list of 5,000 pods is truncated and counted within the byte cap; a
 //!    50 MiB log yields at most `limitBytes`.
+//! 6. Standalone mode registers the tools from a kubeconfig; a missing kubeconfig
+//!    stops the start with a message naming the setting.
 
 use akritas_testkit as support;
 use akritas_testkit::kube_api;
 use akritas_testkit::kubelet::Kubelet;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use akritas::tools::{ToolName, openai_alias};
@@ -29,6 +34,8 @@ use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 use support::{Server, serve_command};
 
 const NAMESPACE: &str = "shop";
+/// A second watched namespace: a tenant.
+const TENANT_NAMESPACE: &str = "team-b";
 const NODE: &str = "node-1";
 const POD: &str = "web-7d9c5b6f4-x2x8q";
 const AM_TOKEN: &str = "am-token-kube-0123456789";
@@ -58,14 +65,29 @@ async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> O
     }
 }
 
-/// The model: plans the crash-loop checks for the first alert, the change and Secret
-/// checks once `second` is set, and cites what it read.
-fn model(second: Arc<AtomicBool>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+/// Scenario 1: the crash-loop alert.
+const CRASH_LOOP: u8 = 0;
+/// Scenario 2: the rollout alert.
+const ROLLOUT: u8 = 1;
+/// A tenant's Run reaching past its namespace.
+const TENANT: u8 = 2;
+
+/// The model: plans the checks of the current `phase` and cites what it read.
+fn model(phase: Arc<AtomicU8>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
     move |_, request| {
-        let crash_loop = !second.load(Ordering::SeqCst);
+        let phase = phase.load(Ordering::SeqCst);
+        let crash_loop = phase == CRASH_LOOP;
         if offers(request, &plan) {
-            let checks = if crash_loop {
+            let checks = if phase == TENANT {
+                json!([
+                    {"step": "Another namespace's pod", "tool": "kubernetes.pod_status",
+                     "arguments": {"namespace": NAMESPACE, "name": POD}, "reason": "a tenant reaching out"},
+                    {"step": "The node", "tool": "kubernetes.node_status", "arguments": {"name": NODE}, "reason": "cluster-scoped"},
+                    {"step": "Every namespace", "tool": "kubernetes.list",
+                     "arguments": {"kind": "Pod", "allNamespaces": true}, "reason": "a tenant reaching out"}
+                ])
+            } else if crash_loop {
                 json!([
                     {"step": "Pod state", "tool": "kubernetes.pod_status", "arguments": {"namespace": NAMESPACE, "name": POD},
                      "reason": "the alert names the pod"},
@@ -84,7 +106,10 @@ fn model(second: Arc<AtomicBool>) -> impl Fn(usize, &Value) -> Step + Send + Syn
                     {"step": "The credentials", "tool": "kubernetes.get",
                      "arguments": {"namespace": NAMESPACE, "kind": "Secret", "name": "db-credentials"}, "reason": "a hostile plan"},
                     {"step": "Every Secret", "tool": "kubernetes.list",
-                     "arguments": {"namespace": NAMESPACE, "apiVersion": "v1", "kind": "secrets"}, "reason": "a hostile plan"}
+                     "arguments": {"namespace": NAMESPACE, "apiVersion": "v1", "kind": "secrets"}, "reason": "a hostile plan"},
+                    {"step": "A kind the chart does not grant", "tool": "kubernetes.get",
+                     "arguments": {"namespace": NAMESPACE, "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                   "name": "akritas"}, "reason": "RBAC decides"}
                 ])
             };
             Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": checks, "gaps": []}))]))
@@ -158,7 +183,7 @@ fn crash_looping_pod(api: &KubeApi, replica_set: &str, replica_set_uid: &str) {
     let now = jiff::Timestamp::now();
     let started = now.checked_sub(jiff::SignedDuration::from_secs(95)).unwrap();
     let finished = now.checked_sub(jiff::SignedDuration::from_secs(40)).unwrap();
-    let status = json!({"status": {
+    let status = json!({
         "phase": "Running",
         "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": finished.to_string()}],
         "containerStatuses": [{
@@ -169,18 +194,8 @@ fn crash_looping_pod(api: &KubeApi, replica_set: &str, replica_set_uid: &str) {
             "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "signal": 9,
                 "startedAt": started.to_string(), "finishedAt": finished.to_string()}}
         }]
-    }});
-    api.kubectl_ok(&[
-        "patch",
-        "pod",
-        POD,
-        "-n",
-        NAMESPACE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status.to_string(),
-    ]);
+    });
+    api.patch_status("pod", POD, NAMESPACE, &status);
     let time = now.to_string();
     // eventTime is a MicroTime: exactly six fractional digits.
     let micro = format!("{}.{:06}Z", finished.strftime("%Y-%m-%dT%H:%M:%S"), finished.subsec_microsecond());
@@ -358,7 +373,8 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     api.create_operator_namespace();
     api.create_namespace(NAMESPACE);
     api.create_namespace("elsewhere");
-    api.apply(&kube_api::chart_rbac(&[NAMESPACE]));
+    api.create_namespace(TENANT_NAMESPACE);
+    api.apply(&kube_api::chart_rbac(&[NAMESPACE, TENANT_NAMESPACE]));
     let can = |args: &[&str]| {
         let (_, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &[&["auth", "can-i"][..], args].concat(), None);
         out.trim().to_string()
@@ -400,8 +416,8 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     api.apply(&deployment("registry.example/web:1.1", 2));
     replica_set(&api, "web-5f8b9c7d2", "registry.example/web:1.1", 2);
 
-    let second = Arc::new(AtomicBool::new(false));
-    let llm = ScriptedLlm::start_with(model(second.clone())).await;
+    let phase = Arc::new(AtomicU8::new(CRASH_LOOP));
+    let llm = ScriptedLlm::start_with(model(phase.clone())).await;
     llm.set_recording(true);
     let data_dir = tempfile::tempdir().unwrap();
     let server = {
@@ -410,7 +426,7 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
             .arg("--kubernetes")
             .env("KUBECONFIG", api.operator_kubeconfig())
             .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
-            .env("AKRITAS_NAMESPACES", NAMESPACE)
+            .env("AKRITAS_NAMESPACES", format!("{NAMESPACE},{TENANT_NAMESPACE}"))
             .env("AKRITAS_BASE_URL", &llm.url)
             .env("AKRITAS_DATA_DIR", data_dir.path())
             .env("RUST_LOG", "info,kube=warn");
@@ -474,7 +490,7 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     let wait = Duration::from_secs(120).saturating_sub(rollout.elapsed());
     eprintln!("waiting {wait:?} so that the rollout is two minutes old");
     tokio::time::sleep(wait).await;
-    second.store(true, Ordering::SeqCst);
+    phase.store(ROLLOUT, Ordering::SeqCst);
     post_alert(&server, alert("KubeDeploymentReplicasMismatch", json!({"deployment": "web"}))).await;
     let (incident, run) = investigated(&api, &server, std::slice::from_ref(&run_id)).await;
     assert_eq!(incident["status"]["investigation"]["finding"], "confirmed", "{incident:#}");
@@ -488,11 +504,36 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     assert_eq!(detail["run"]["investigation"]["evidence"], json!(["tool-call:call-1 \"registry.example/web:1.1\""]));
     let deployment = recorded[1].2.to_string();
     assert!(deployment.contains("LOG_LEVEL") && deployment.contains("[redacted]"), "{deployment}");
-    for (id, name, outcome) in &recorded[2..] {
+    for (id, name, outcome) in &recorded[2..4] {
         assert!(outcome.to_string().contains("Secrets are never read"), "{id} {name}: {outcome}");
     }
+    // A missing permission is the tool's clear error, not a crash.
+    let forbidden = recorded[4].2.to_string();
+    assert!(forbidden.contains("forbidden: Akritas's service account may not get roles"), "{forbidden}");
 
-    assert_no_leak(&api, &server, &llm, data_dir.path(), &[run_id, second_id]).await;
+    // A tenant's Run (a second watched namespace) reaches for the first one, a Node and
+    // every namespace: each call is refused by its scope.
+    phase.store(TENANT, Ordering::SeqCst);
+    api.apply(&format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: Run\nmetadata: {{name: ask-b, namespace: {TENANT_NAMESPACE}}}\n\
+         spec: {{prompt: \"Why does web crash in {NAMESPACE}?\"}}\n"
+    ));
+    let tenant = eventually(Duration::from_secs(30), "the tenant's Run to finish", || {
+        let run = get_json(&api, &["get", "run", "ask-b", "-n", TENANT_NAMESPACE]);
+        (run["status"]["phase"] == "Succeeded").then_some(run)
+    })
+    .await;
+    let tenant_id = tenant["status"]["runId"].as_str().unwrap().to_string();
+    let detail = run_detail(&server, &tenant_id).await;
+    let refused: Vec<String> =
+        calls(&detail).into_iter().map(|(_, name, outcome)| format!("{name}: {outcome}")).collect();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert!(refused[0].contains("outside this Run's scope (namespaces: team-b)"), "{}", refused[0]);
+    assert!(refused[1].contains("Node is cluster-scoped"), "{}", refused[1]);
+    assert!(refused[2].contains("allNamespaces is refused"), "{}", refused[2]);
+    assert!(!detail.to_string().contains("CrashLoopBackOff"), "the tenant read the pod: {detail}");
+
+    assert_no_leak(&api, &server, &llm, data_dir.path(), &[run_id, second_id, tenant_id]).await;
     // The operator never asked the API server for a Secret it was not pointed at.
     let secret_reads: Vec<String> = api
         .audit_events()
@@ -578,4 +619,21 @@ async fn a_list_of_5000_pods_and_a_50_mib_log_stay_within_their_bounds() {
     assert_eq!(output["truncated"], true);
     let request = kubelet.requests().into_iter().find(|r| r.path.ends_with("/noisy/app")).unwrap();
     assert_eq!(request.param("limitBytes"), Some("65536"));
+
+    // Standalone with a kubeconfig: the family is registered.
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command.env("AKRITAS_KUBECONFIG", &api.admin_kubeconfig);
+    let server = Server::start(command);
+    let tools: Value = reqwest::get(format!("{}/api/v1/tools", server.url)).await.unwrap().json().await.unwrap();
+    let names: Vec<&str> = tools["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    for name in akritas::kubernetes::tool_names() {
+        assert!(names.contains(&name), "{name} is not offered standalone: {names:?}");
+    }
+    drop(server);
+    // A kubeconfig that is not there stops the start and says which setting to fix.
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    let output = command.env("AKRITAS_KUBECONFIG", "/nonexistent/kubeconfig").output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "serve started without its kubeconfig: {stderr}");
+    assert!(stderr.contains("reading the kubeconfig /nonexistent/kubeconfig (setting kubeconfig)"), "{stderr}");
 }

@@ -50,3 +50,23 @@ async fn from_kubeconfig(path: &str) -> Result<kube::Client> {
         .with_context(|| format!("loading the current context of the kubeconfig {path}"))?;
     kube::Client::try_from(config).with_context(|| format!("building a Kubernetes client from {path}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_home_shared_and_configured_namespaces_read_the_cluster() {
+        let settings = Settings {
+            shared_namespaces: vec!["platform".into()],
+            kubernetes_cluster_namespaces: vec!["sre".into()],
+            ..Settings::default()
+        };
+        let readers: Vec<String> = cluster_readers(&settings).into_iter().collect();
+        assert_eq!(readers, ["default", "platform", "sre"]);
+        let policy = ScopePolicy { reach: Reach::All, cluster_readers: cluster_readers(&settings) };
+        assert!(policy.access_for("sre").allows_cluster());
+        assert!(!policy.access_for("team-a").allows_cluster());
+        assert!(!policy.access_for("team-a").allows("sre"));
+    }
+}

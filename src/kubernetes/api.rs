@@ -151,9 +151,9 @@ impl Ctx {
         Self { client, access, limits, resolved }
     }
 
-    /// The API resource of `kind` (`Deployment`, `deployments`) in `api_version`
-    /// (`apps/v1`; optional for the kinds in [`KNOWN_KINDS`]). Secrets are refused here,
-    /// whatever the API server would allow.
+    /// The API resource of `kind` (`Deployment`; any letter case for the kinds in
+    /// [`KNOWN_KINDS`]) in `api_version` (`apps/v1`; optional for those kinds). Secrets
+    /// are refused here, by kind or plural, whatever the API server would allow.
     pub async fn resolve(&self, api_version: Option<&str>, kind: &str) -> Result<Resolved, Failure> {
         refuse_secrets(kind)?;
         let known = KNOWN_KINDS.iter().find(|(k, _)| k.eq_ignore_ascii_case(kind));

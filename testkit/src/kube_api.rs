@@ -423,6 +423,13 @@ impl KubeApi {
         out
     }
 
+    /// Merges `status` (the object's `status` field) into the status subresource of
+    /// `kind/name` as admin: what a controller or the kubelet would have written.
+    pub fn patch_status(&self, kind: &str, name: &str, namespace: &str, status: &serde_json::Value) {
+        let patch = serde_json::json!({ "status": status }).to_string();
+        self.kubectl_ok(&["patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", &patch]);
+    }
+
     /// Runs kubectl with `kubeconfig`, optionally feeding `stdin`: (exit code, stdout, stderr).
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
         let mut child = Command::new(kubectl_binary())
