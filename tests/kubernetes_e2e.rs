@@ -499,7 +499,9 @@ async fn alerts_are_investigated_with_the_kubernetes_tools_under_the_chart_rbac(
     let recorded = calls(&detail);
     let changes = recorded[0].2.to_string();
     let names: Vec<&str> = recorded.iter().map(|(_, name, _)| name.as_str()).collect();
-    assert_eq!(names, ["kubernetes.recent_changes", "kubernetes.get", "kubernetes.get", "kubernetes.list"], "{detail}");
+    let expected =
+        ["kubernetes.recent_changes", "kubernetes.get", "kubernetes.get", "kubernetes.list", "kubernetes.get"];
+    assert_eq!(names, expected, "{detail}");
     assert!(changes.contains("registry.example/web:1.1") && changes.contains("web-5f8b9c7d2"), "{changes}");
     assert_eq!(detail["run"]["investigation"]["evidence"], json!(["tool-call:call-1 \"registry.example/web:1.1\""]));
     let deployment = recorded[1].2.to_string();
