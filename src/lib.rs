@@ -4,6 +4,7 @@ pub mod alerts;
 pub mod app;
 pub mod audit;
 pub mod catalog;
+pub mod change;
 pub mod cli;
 pub mod config;
 pub mod engine;
