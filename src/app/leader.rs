@@ -97,6 +97,7 @@ async fn stand_by(
         alerts: None,
         secrets,
         info: Arc::new(host_info(settings, instructions, "operator-standby")),
+        change: None,
     };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

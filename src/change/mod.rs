@@ -16,21 +16,27 @@
 //! * [`validators`]: running ValidatorProfiles on an isolated copy.
 //! * [`approvals`]: the durable store of pending changes; [`apply`]: writing them.
 //! * [`git`]: opening, cloning, fetching and publishing branches with git2.
+//! * [`service`]: the preview and apply Runs that tie the parts together.
 
+mod answer;
 pub mod apply;
 pub mod approvals;
 pub mod diff;
 pub mod discovery;
 pub mod edits;
+mod error;
 pub mod git;
 pub mod paths;
 pub mod proposal;
+pub mod service;
 pub mod snapshot;
 pub mod validators;
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use error::ChangeError;
 
 /// Most files a snapshot holds.
 pub const MAX_FILES: usize = 32;

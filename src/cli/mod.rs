@@ -1,6 +1,7 @@
 //! The `akritas` command line: parse, dispatch, print.
 
 pub mod ask;
+pub mod change;
 pub mod crds;
 pub mod knowledge;
 pub mod mcp_probe;
@@ -42,8 +43,8 @@ pub enum Command {
     Index(knowledge::IndexArgs),
     /// Bundled MCP servers.
     Mcp(McpArgs),
-    /// Prepare and apply workspace changes (not available yet).
-    Change(Unavailable),
+    /// Prepare, show and apply workspace changes through a running host's API.
+    Change(change::ChangeArgs),
 }
 
 /// `ask` arguments.
@@ -117,14 +118,6 @@ pub enum McpServer {
     Probe(mcp_probe::McpProbeArgs),
 }
 
-/// A command whose implementation has not landed yet; it fails clearly.
-#[derive(Args, Debug)]
-pub struct Unavailable {
-    /// Ignored.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub rest: Vec<String>,
-}
-
 /// Parses the process arguments and runs the command.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
@@ -138,7 +131,7 @@ pub fn run() -> ExitCode {
         Command::Index(args) => knowledge::run_index(args),
         Command::Mcp(McpArgs { server: McpServer::Victoriametrics(args) }) => run_victoriametrics(args),
         Command::Mcp(McpArgs { server: McpServer::Probe(args) }) => mcp_probe::run(args),
-        Command::Change(_) => unavailable("change"),
+        Command::Change(args) => change::run(args),
     }
 }
 
@@ -157,11 +150,6 @@ fn run_victoriametrics(args: crate::victoriametrics::VictoriaMetricsArgs) -> Exi
             ExitCode::FAILURE
         }
     }
-}
-
-fn unavailable(command: &str) -> ExitCode {
-    eprintln!("akritas {command}: not available in this version of Akritas");
-    ExitCode::from(2)
 }
 
 /// Verifies an audit journal, or an alert journal (recognised by its first record).

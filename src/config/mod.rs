@@ -436,6 +436,16 @@ settings_table! {
         flag "snapshot-records" [Option<String>] value_name "N";
         expect "an integer from 100 to 10000000";
         check value::u64_in::<100, 10_000_000>;
+    /// A change preview's approval expires this long after it was issued, > 0 and <= 7d
+    change_approval_ttl: Duration = Duration::from_secs(30 * 60);
+        flag "change-approval-ttl" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 7d, such as 30m";
+        check value::duration_upto::<604_800, false>;
+    /// Change previews executing at once (each holds no Run slot), 1-64
+    change_max_concurrent_previews: u32 = 2;
+        flag "change-max-concurrent-previews" [Option<String>] value_name "N";
+        expect "an integer from 1 to 64";
+        check value::u32_in::<1, 64>;
     /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything, <= 10y
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";

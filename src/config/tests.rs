@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 58);
+    assert_eq!(KEYS.len(), 60);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -603,6 +603,8 @@ fn file_with_every_setting() {
         "journal_segment_age": "30d",
         "snapshot_records": 100,
         "audit_retention": "0s",
+        "change_approval_ttl": "7d",
+        "change_max_concurrent_previews": 64,
         "alert_retention": "10y",
         "dedup_window": "30d",
         "dedup_max_keys": 1000,
@@ -632,6 +634,7 @@ fn file_with_every_setting() {
     assert_eq!(s.shared_namespaces, ["platform"]);
     assert_eq!(s.resource_env, ["TEAM_*", "VM_TOKEN"]);
     assert_eq!((s.alert_source_rate, s.alert_pending_jobs), (100_000, 1));
+    assert_eq!((s.change_approval_ttl, s.change_max_concurrent_previews), (Duration::from_secs(604_800), 64));
 }
 
 #[test]

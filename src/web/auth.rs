@@ -160,11 +160,13 @@ pub fn bearer_token(value: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
-/// The scope a request needs: `metrics` for `/metrics`, `read` for reads, `chat`
-/// for everything that starts work.
+/// The scope a request needs: `metrics` for `/metrics`, `admin` for applying a
+/// change (the only write), `read` for reads, `chat` for everything that starts work.
 pub fn required_scope(method: &Method, path: &str) -> Scope {
     if path == "/metrics" {
         Scope::Metrics
+    } else if path.starts_with("/api/v1/change/") && path.ends_with("/apply") {
+        Scope::Admin
     } else if method == Method::GET || method == Method::HEAD {
         Scope::Read
     } else {

@@ -3,6 +3,7 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod change;
 pub mod error;
 pub mod metrics;
 pub mod runs;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub secrets: Arc<dyn crate::catalog::secrets::SecretResolver>,
     /// Facts shown by `/health`.
     pub info: Arc<HostInfo>,
+    /// The change pipeline (absent when the host keeps no data directory).
+    pub change: Option<Arc<crate::change::service::ChangeService>>,
 }
 
 /// Static facts about the running host.
@@ -73,6 +76,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/runs/{id}", get(runs::get))
         .route("/api/v1/runs/{id}/chat", post(runs::follow_up))
         .route("/api/v1/tools", get(runs::tools))
+        .route("/api/v1/workspaces", get(change::workspaces))
+        .route("/api/v1/workspaces/{namespace}/{name}/fetch", post(change::fetch))
+        .route("/api/v1/change/simulations", post(change::simulate))
+        .route("/api/v1/change/simulations/{id}", get(change::simulation))
+        .route("/api/v1/change/simulations/{id}/apply", post(change::apply))
         .route("/api/v1/incidents", get(alerts::incidents))
         .route("/api/v1/incidents/{id}", get(alerts::incident))
         .route("/api/v1/alert-events/{id}", get(alerts::event))

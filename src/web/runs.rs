@@ -75,7 +75,7 @@ pub fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
 
 /// Refuses a body labelled as anything but JSON (`application/json` or `application/*+json`);
 /// a body without a label is read as JSON.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
     let essence = value.to_str().ok().and_then(|v| v.split(';').next()).map(|v| v.trim().to_ascii_lowercase());
     match essence.as_deref() {

@@ -242,5 +242,6 @@ pub fn app_state(
         alerts,
         secrets,
         info: Arc::new(info),
+        change: None,
     }
 }

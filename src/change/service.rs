@@ -1,0 +1,975 @@
+//! The change service: previews (snapshot → proposal → edits → diff → validators →
+//! approval) and applies, each an audited Run (`change_preview`, `change_apply`).
+//!
+//! Every model call of a preview is charged to the preview's own Run budget, and a
+//! preview never holds an engine Run slot: a slow preview (discovery, two proposal
+//! attempts, validators) never blocks chats or investigations (quirk 11). Previews
+//! at once are bounded by their own semaphore.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{RwLock, Semaphore};
+
+use super::approvals::{ApprovalStore, ChangeState, PendingChange, TakeError};
+use super::proposal::{AttemptDiagnostic, Proposal, Stage};
+use super::snapshot::Snapshot;
+use super::{FileChange, Operation, ValidatorResult, ValidatorSpec, ValidatorStatus, discovery, git, proposal};
+use crate::audit::{AuditLog, Finish, NewEvent, NewRun, RunStatus};
+use crate::engine::budget::{Budget, BudgetLimits, ReportedUsage};
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, Message, ToolChoice, ToolDefinition};
+
+use super::error::ChangeError;
+
+/// Proposal attempts per preview (the second one carries a repair hint).
+pub const ATTEMPTS: u32 = 2;
+/// Output tokens of the discovery planning call at most.
+const PLAN_MAX_TOKENS: u32 = 512;
+
+/// A Workspace as the change pipeline uses it.
+#[derive(Clone, Debug)]
+pub struct ResolvedWorkspace {
+    /// Namespace of the Workspace object.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The local working tree (the path, or the host's clone of the remote).
+    pub dir: PathBuf,
+    /// Whether an approved change may be written (or published).
+    pub writable: bool,
+    /// Validators that run on every preview, in order.
+    pub validators: Vec<ValidatorSpec>,
+    /// Publish approved changes as a branch on this remote instead of writing the tree.
+    pub publish: Option<Publish>,
+    /// Held shared while a preview reads the tree, exclusively while it is fetched or written.
+    pub lock: Arc<RwLock<()>>,
+}
+
+/// Where and how approved changes of a git Workspace are published.
+#[derive(Clone, Debug)]
+pub struct Publish {
+    /// The remote (with its credentials).
+    pub remote: git::Remote,
+    /// Prefix of the branch name (`akritas/`); the Run id follows.
+    pub branch_prefix: String,
+}
+
+/// Finds Workspaces (implemented by the host over the Catalog and its clones).
+pub trait WorkspaceDirectory: Send + Sync {
+    /// The Workspace `namespace/name`, ready to use, or why not.
+    fn resolve(&self, namespace: &str, name: &str) -> Result<ResolvedWorkspace, ChangeError>;
+    /// Every Workspace with its status, for `GET /api/v1/workspaces` (no local paths).
+    fn list(&self) -> Vec<Value>;
+    /// Fetches a git Workspace now; answers its new head.
+    fn fetch<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ChangeError>> + Send + 'a>>;
+}
+
+/// Settings of the change service.
+#[derive(Clone, Debug)]
+pub struct ChangeSettings {
+    /// Budget of each preview Run.
+    pub limits: BudgetLimits,
+    /// Output tokens of a proposal call when the request does not say.
+    pub default_max_tokens: u32,
+    /// Largest output tokens a request may ask for.
+    pub max_tokens_limit: u32,
+    /// Temperature when the request does not say.
+    pub temperature: f64,
+    /// Language of the prose (BCP 47).
+    pub response_language: String,
+    /// Previews executing at once.
+    pub max_concurrent_previews: usize,
+    /// Wait for a free preview slot before answering busy.
+    pub queue_timeout: Duration,
+    /// Bounds of the validators' copy.
+    pub copy_limits: super::validators::CopyLimits,
+}
+
+/// Who asked for a preview.
+#[derive(Clone, Debug)]
+pub struct Requester {
+    /// Namespace the preview Run belongs to.
+    pub namespace: String,
+    /// `api`, `cli`.
+    pub source: String,
+    /// API key name or `cli`.
+    pub actor: String,
+}
+
+/// Who approved an apply. Only the native API's admin route and the CLI build one.
+#[derive(Clone, Debug)]
+pub struct Approver {
+    /// API key name (`admin` scope) or `cli:<user>`.
+    pub name: String,
+}
+
+/// `POST /api/v1/change/simulations`.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreviewRequest {
+    /// Workspace name.
+    pub workspace: String,
+    /// Namespace of the Workspace (default: the caller's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// What to change.
+    pub request: String,
+    /// Files to read (relative); empty: discovery.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Output tokens of the proposal call.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+}
+
+/// The result of a preview.
+#[derive(Clone, Debug, Serialize)]
+pub struct PreviewOutcome {
+    /// The audit Run.
+    pub run_id: String,
+    /// Upstream model.
+    pub model: String,
+    /// Namespace of the Workspace.
+    pub namespace: String,
+    /// Workspace name.
+    pub workspace: String,
+    /// The Markdown answer.
+    pub answer: String,
+    /// The structured result.
+    pub result: Value,
+    /// The approval to apply this exact diff, when one was issued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Value>,
+    /// Where the time went (milliseconds).
+    pub timings: Timings,
+}
+
+/// Where a preview's time went.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timings {
+    /// Whole preview.
+    pub total_ms: u64,
+    /// Waiting for the model.
+    pub model_ms: u64,
+    /// Reading the snapshot (and discovery's scan).
+    pub snapshot_ms: u64,
+    /// Preparing the copy and running validators.
+    pub validators_ms: u64,
+}
+
+/// The result of an apply.
+#[derive(Clone, Debug, Serialize)]
+pub struct ApplyOutcome {
+    /// The audit Run.
+    pub run_id: String,
+    /// `applied`.
+    pub status: &'static str,
+    /// Namespace of the Workspace.
+    pub namespace: String,
+    /// Workspace name.
+    pub workspace: String,
+    /// Paths written (or committed).
+    pub changed_files: Vec<String>,
+    /// The pushed branch, when the Workspace publishes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The pushed commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Wall time of the write.
+    pub duration_ms: u64,
+}
+
+/// The change pipeline.
+pub struct ChangeService {
+    llm: LlmClient,
+    audit: Option<Arc<AuditLog>>,
+    approvals: ApprovalStore,
+    workspaces: Arc<dyn WorkspaceDirectory>,
+    settings: ChangeSettings,
+    previews: Arc<Semaphore>,
+}
+
+impl ChangeService {
+    /// Builds the service.
+    pub fn new(
+        llm: LlmClient,
+        audit: Option<Arc<AuditLog>>,
+        approvals: ApprovalStore,
+        workspaces: Arc<dyn WorkspaceDirectory>,
+        settings: ChangeSettings,
+    ) -> Self {
+        let previews = Arc::new(Semaphore::new(settings.max_concurrent_previews.max(1)));
+        Self { llm, audit, approvals, workspaces, settings, previews }
+    }
+
+    /// The Workspaces, for `GET /api/v1/workspaces`.
+    pub fn workspaces(&self) -> Vec<Value> {
+        self.workspaces.list()
+    }
+
+    /// Fetches a git Workspace now.
+    pub async fn fetch(&self, namespace: &str, name: &str) -> Result<Value, ChangeError> {
+        self.workspaces.fetch(namespace, name).await
+    }
+
+    /// A pending or finished change by its approval id: its preview and state.
+    pub fn get(&self, id: &str) -> Option<(String, Value)> {
+        let (change, state) = self.approvals.get(id)?;
+        let mut view = change.summary.clone();
+        view["state"] = serde_json::to_value(&state).unwrap_or(Value::Null);
+        view["expires_at"] = json!(change.expires_at);
+        Some((change.namespace, view))
+    }
+
+    /// Prepares a change and, when it may be applied, issues its approval.
+    pub async fn preview(&self, request: PreviewRequest, who: Requester) -> Result<PreviewOutcome, ChangeError> {
+        let started = Instant::now();
+        let params = self.check(&request)?;
+        let namespace = request.namespace.clone().unwrap_or_else(|| who.namespace.clone());
+        let workspace = self.workspaces.resolve(&namespace, request.workspace.trim())?;
+        let _slot = tokio::time::timeout(self.settings.queue_timeout, self.previews.clone().acquire_owned())
+            .await
+            .map_err(|_| ChangeError::Busy { slots: self.settings.max_concurrent_previews })?
+            .map_err(|_| ChangeError::Busy { slots: self.settings.max_concurrent_previews })?;
+        let model = self.llm.model().await.map_err(|e| ChangeError::Upstream(e.to_string()))?;
+        let record = Record::open(
+            self.audit.as_ref(),
+            NewRun {
+                namespace: who.namespace.clone(),
+                source: "change_preview".into(),
+                actor: who.actor.clone(),
+                model: Some(model.clone()),
+                catalog_version: 0,
+                metadata: BTreeMap::from([
+                    ("workspace".into(), json!(format!("{}/{}", workspace.namespace, workspace.name))),
+                    ("requested_by".into(), json!(who.source)),
+                ]),
+            },
+        )
+        .await?;
+        let mut preview = Preview {
+            service: self,
+            budget: Budget::new(self.settings.limits.clone(), Instant::now()),
+            record: &record,
+            params,
+            timings: Timings::default(),
+            attempts: Vec::new(),
+        };
+        let result = preview.execute(&request, &workspace).await;
+        let budget = preview.budget.usage(Instant::now());
+        let mut timings = preview.timings.clone();
+        timings.total_ms = millis(started.elapsed());
+        let usage = json!({"model_calls": budget.model_calls, "output_tokens": budget.output_tokens,
+            "prompt_tokens": budget.prompt_tokens, "duration_ms": budget.duration_ms});
+        match result {
+            Ok(prepared) => {
+                let outcome = self.conclude(prepared, &workspace, &who, &record, model, timings).await;
+                let error = outcome.as_ref().err();
+                record.close(error, usage).await;
+                outcome
+            }
+            Err(error) => {
+                record.close(Some(&error), usage).await;
+                Err(error)
+            }
+        }
+    }
+
+    fn check(&self, request: &PreviewRequest) -> Result<Params, ChangeError> {
+        if request.workspace.trim().is_empty() {
+            return Err(ChangeError::Invalid("workspace is required: name the Workspace to change".into()));
+        }
+        super::snapshot::check_request(&request.request).map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        if request.files.len() > super::MAX_FILES {
+            return Err(ChangeError::Invalid(format!(
+                "files lists {} paths; give at most {}",
+                request.files.len(),
+                super::MAX_FILES
+            )));
+        }
+        let max_tokens = request.max_tokens.unwrap_or(self.settings.default_max_tokens);
+        if max_tokens == 0 || max_tokens > self.settings.max_tokens_limit {
+            return Err(ChangeError::Invalid(format!(
+                "max_tokens must be between 1 and {}",
+                self.settings.max_tokens_limit
+            )));
+        }
+        let temperature = request.temperature.unwrap_or(self.settings.temperature);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ChangeError::Invalid("temperature must be between 0 and 2".into()));
+        }
+        Ok(Params { max_tokens, temperature })
+    }
+
+    /// Stores the approval (when the change may be applied), records the outcome
+    /// and builds the answer.
+    async fn conclude(
+        &self,
+        prepared: Prepared,
+        workspace: &ResolvedWorkspace,
+        who: &Requester,
+        record: &Record,
+        model: String,
+        timings: Timings,
+    ) -> Result<PreviewOutcome, ChangeError> {
+        let failed: Vec<&str> = prepared
+            .validators
+            .iter()
+            .filter(|v| v.status == ValidatorStatus::Failed)
+            .map(|v| v.name.as_str())
+            .collect();
+        let withheld = if prepared.changes.is_empty() {
+            Some("no change was proposed".to_string())
+        } else if !workspace.writable {
+            Some("the Workspace is read-only (spec.writable: false): previews only".to_string())
+        } else if !failed.is_empty() {
+            Some(format!("validators failed: {}", failed.join(", ")))
+        } else {
+            None
+        };
+        let mut result = prepared.result_json();
+        if let Some(reason) = &withheld {
+            result["approval_withheld"] = json!(reason);
+        }
+        let answer = super::answer::markdown(&prepared, withheld.as_deref());
+        let summary = json!({
+            "run_id": record.id(),
+            "namespace": workspace.namespace,
+            "workspace": workspace.name,
+            "model": model,
+            "requested_by": who.actor,
+            "answer": answer,
+            "result": result,
+        });
+        let mut approval = None;
+        if withheld.is_none() {
+            let created = jiff::Timestamp::now();
+            let pending = PendingChange {
+                namespace: workspace.namespace.clone(),
+                workspace: workspace.name.clone(),
+                commit: prepared.commit.clone(),
+                run_id: record.id().to_string(),
+                requester: who.actor.clone(),
+                diff: prepared.diff.clone(),
+                diff_sha256: prepared.diff_sha256.clone(),
+                changes: prepared.changes.clone(),
+                validators: prepared.validators.clone(),
+                validators_sha256: validators_sha256(&prepared.validators),
+                created_at: created.to_string(),
+                expires_at: String::new(),
+                summary: summary.clone(),
+            };
+            let id = self.approvals.insert(pending).await.map_err(|e| ChangeError::Approval(e.to_string()))?;
+            let expires_at = self.approvals.get(&id).map(|(change, _)| change.expires_at).unwrap_or_default();
+            approval = Some(json!({"id": id, "status": "pending", "expires_at": expires_at}));
+        }
+        record
+            .event(NewEvent {
+                kind: "accepted".into(),
+                status: Some(if approval.is_some() { "approval_issued" } else { "no_approval" }.into()),
+                metadata: BTreeMap::from([
+                    ("changed_files".into(), json!(prepared.changes.iter().map(|c| &c.path).collect::<Vec<_>>())),
+                    ("diff_sha256".into(), json!(prepared.diff_sha256)),
+                    ("commit".into(), json!(prepared.commit)),
+                    ("approval_required".into(), json!(approval.is_some())),
+                    ("approval_withheld".into(), json!(withheld)),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        Ok(PreviewOutcome {
+            run_id: record.id().to_string(),
+            model,
+            namespace: workspace.namespace.clone(),
+            workspace: workspace.name.clone(),
+            answer,
+            result,
+            approval,
+            timings,
+        })
+    }
+
+    /// Applies a pending change once: re-verifies every original byte, then writes
+    /// atomically (or publishes a branch). The approval is consumed whatever happens.
+    pub async fn apply(&self, id: &str, approver: Approver) -> Result<ApplyOutcome, ChangeError> {
+        let change = self.approvals.take(id, &approver.name).await.map_err(|e| match e {
+            TakeError::Expired => ChangeError::NotFound("pending change expired".into()),
+            other => ChangeError::NotFound(other.to_string()),
+        })?;
+        let record = Record::open(
+            self.audit.as_ref(),
+            NewRun {
+                namespace: change.namespace.clone(),
+                source: "change_apply".into(),
+                actor: approver.name.clone(),
+                model: None,
+                catalog_version: 0,
+                metadata: BTreeMap::from([
+                    ("workspace".into(), json!(format!("{}/{}", change.namespace, change.workspace))),
+                    ("preview_run_id".into(), json!(change.run_id)),
+                    ("diff_sha256".into(), json!(change.diff_sha256)),
+                    ("requested_by".into(), json!(change.requester)),
+                    ("approver".into(), json!(approver.name)),
+                ]),
+            },
+        )
+        .await?;
+        let started = Instant::now();
+        let written = self.write(&change, &record).await;
+        let duration_ms = millis(started.elapsed());
+        let at = jiff::Timestamp::now().to_string();
+        let state = match &written {
+            Ok((branch, commit)) => ChangeState::Applied {
+                run_id: record.id().to_string(),
+                approver: approver.name.clone(),
+                at,
+                detail: json!({"branch": branch, "commit": commit}),
+            },
+            Err(error) => ChangeState::Failed {
+                run_id: record.id().to_string(),
+                approver: approver.name.clone(),
+                at,
+                error: error.to_string(),
+            },
+        };
+        if let Err(error) = self.approvals.finish(id, state).await {
+            tracing::error!(%error, "the outcome of an apply could not be stored");
+        }
+        let changed_files: Vec<String> = change.changes.iter().map(|c| c.path.clone()).collect();
+        record
+            .event(NewEvent {
+                kind: "workspace_apply".into(),
+                status: Some(if written.is_ok() { "succeeded" } else { "failed" }.into()),
+                metadata: BTreeMap::from([
+                    ("changed_files".into(), json!(changed_files)),
+                    ("diff_sha256".into(), json!(change.diff_sha256)),
+                    ("validators".into(), json!(validator_summary(&change.validators))),
+                    ("approver".into(), json!(approver.name)),
+                    ("duration_ms".into(), json!(duration_ms)),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        record.close(written.as_ref().err(), json!({"duration_ms": duration_ms})).await;
+        let (branch, commit) = written?;
+        Ok(ApplyOutcome {
+            run_id: record.id().to_string(),
+            status: "applied",
+            namespace: change.namespace,
+            workspace: change.workspace,
+            changed_files,
+            branch,
+            commit,
+            duration_ms,
+        })
+    }
+
+    /// Checks the stored change against its bindings, then writes it.
+    async fn write(
+        &self,
+        change: &PendingChange,
+        record: &Record,
+    ) -> Result<(Option<String>, Option<String>), ChangeError> {
+        let workspace = self.workspaces.resolve(&change.namespace, &change.workspace)?;
+        if !workspace.writable {
+            return Err(ChangeError::Conflict(format!(
+                "Workspace {}/{} is no longer writable; nothing was written",
+                change.namespace, change.workspace
+            )));
+        }
+        let diff = super::diff::unified(&change.changes);
+        if super::diff::sha256(&diff) != change.diff_sha256
+            || validators_sha256(&change.validators) != change.validators_sha256
+        {
+            return Err(ChangeError::Conflict(
+                "the stored change does not match its approved diff or validator results; nothing was written".into(),
+            ));
+        }
+        let _exclusive = workspace.lock.clone().write_owned().await;
+        let changes = change.changes.clone();
+        match &workspace.publish {
+            None => {
+                let dir = workspace.dir.clone();
+                tokio::task::spawn_blocking(move || super::apply::apply(&dir, &changes))
+                    .await
+                    .map_err(|_| ChangeError::Interrupted)?
+                    .map_err(ChangeError::from)?;
+                Ok((None, None))
+            }
+            Some(publish) => {
+                let Some(base) = change.commit.clone() else {
+                    return Err(ChangeError::Conflict("the preview has no snapshot commit to branch from".into()));
+                };
+                let branch = format!("{}{}", publish.branch_prefix, record.id());
+                let message = commit_message(change, record.id());
+                let (dir, remote) = (workspace.dir.clone(), publish.remote.clone());
+                let branch_name = branch.clone();
+                let published = tokio::task::spawn_blocking(move || {
+                    verify_blobs(&dir, &base, &changes)?;
+                    git::publish(&dir, &remote, &base, &changes, &branch_name, &message, ("Akritas", "akritas@localhost"))
+                        .map_err(|e| ChangeError::Git(e.to_string()))
+                })
+                .await
+                .map_err(|_| ChangeError::Interrupted)??;
+                Ok((Some(published.branch), Some(published.commit)))
+            }
+        }
+    }
+}
+
+/// Every replaced file's original bytes must be the snapshot commit's, and every
+/// created path must be absent from it.
+fn verify_blobs(dir: &std::path::Path, base: &str, changes: &[FileChange]) -> Result<(), ChangeError> {
+    for change in changes {
+        let blob = git::blob_at(dir, base, &change.path).map_err(|e| ChangeError::Git(e.to_string()))?;
+        let matches = match (&change.before, blob) {
+            (Some(before), Some(blob)) => before.as_bytes() == blob.as_slice(),
+            (None, None) => true,
+            _ => false,
+        };
+        if !matches {
+            return Err(ChangeError::Stale(format!(
+                "stale preview: {:?} at commit {base} is not what the preview read",
+                change.path
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The commit message of a published change: the Run id and the validator summary.
+fn commit_message(change: &PendingChange, run_id: &str) -> String {
+    let title = match change.summary["result"]["analysis"].as_str() {
+        Some(analysis) => crate::text::truncate_chars(&crate::text::one_line(analysis), 60, crate::text::ELLIPSIS),
+        None => format!("Change to {}", change.workspace),
+    };
+    let mut message = format!(
+        "{title}\n\nPrepared by Akritas (preview Run {}, apply Run {run_id}), requested by {}.\nDiff sha256: {}\n\nValidators:\n",
+        change.run_id, change.requester, change.diff_sha256
+    );
+    for line in validator_summary(&change.validators) {
+        message.push_str(&format!("- {line}\n"));
+    }
+    if change.validators.is_empty() {
+        message.push_str("- none configured\n");
+    }
+    message
+}
+
+/// One line per validator: `name: status (N ms)`.
+pub fn validator_summary(validators: &[ValidatorResult]) -> Vec<String> {
+    validators
+        .iter()
+        .map(|v| format!("{}: {} ({} ms)", v.name, serde_json::to_value(v.status).unwrap_or_default().as_str().unwrap_or(""), v.duration_ms))
+        .collect()
+}
+
+/// The hash binding an approval to the validator results it was issued with.
+pub fn validators_sha256(validators: &[ValidatorResult]) -> String {
+    let bytes = serde_json::to_vec(validators).unwrap_or_default();
+    hex::encode(Sha256::digest(&bytes))
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    max_tokens: u32,
+    temperature: f64,
+}
+
+/// What a preview prepared.
+pub(super) struct Prepared {
+    pub(super) commit: Option<String>,
+    pub(super) proposal: Proposal,
+    pub(super) changes: Vec<FileChange>,
+    pub(super) warnings: Vec<String>,
+    pub(super) diff: String,
+    pub(super) diff_sha256: String,
+    pub(super) validators: Vec<ValidatorResult>,
+    pub(super) attempts: Vec<AttemptDiagnostic>,
+    pub(super) discovery: Option<Value>,
+}
+
+impl Prepared {
+    fn result_json(&self) -> Value {
+        let of = |op: Operation| -> Vec<&str> {
+            self.changes.iter().filter(|c| c.operation == op).map(|c| c.path.as_str()).collect()
+        };
+        json!({
+            "analysis": self.proposal.analysis,
+            "diff": self.diff,
+            "diff_sha256": self.diff_sha256,
+            "commit": self.commit,
+            "checks": self.proposal.checks,
+            "risks": self.proposal.risks,
+            "rollback": self.proposal.rollback,
+            "clarifications": self.proposal.clarifications,
+            "changed_files": self.changes.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(),
+            "created_files": of(Operation::Create),
+            "warnings": self.warnings,
+            "validation": super::answer::host_validation(self),
+            "validators": self.validators,
+            "attempts": self.attempts.len() + 1,
+            "diagnostics": self.attempts,
+            "discovery": self.discovery,
+        })
+    }
+}
+
+/// One preview in progress.
+struct Preview<'a> {
+    service: &'a ChangeService,
+    budget: Budget,
+    record: &'a Record,
+    params: Params,
+    timings: Timings,
+    attempts: Vec<AttemptDiagnostic>,
+}
+
+impl Preview<'_> {
+    async fn execute(&mut self, request: &PreviewRequest, workspace: &ResolvedWorkspace) -> Result<Prepared, ChangeError> {
+        let shared = workspace.lock.clone().read_owned().await;
+        let dir = workspace.dir.clone();
+        let commit = {
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || git::head(&dir).ok().map(|h| h.commit))
+                .await
+                .map_err(|_| ChangeError::Interrupted)?
+        };
+        let snapshot_started = Instant::now();
+        let (snapshot, discovery) = if request.files.is_empty() {
+            let (snapshot, facts) = self.discover(&dir, &request.request).await?;
+            (snapshot, Some(facts))
+        } else {
+            let (root, request_text, files) = (dir.clone(), request.request.clone(), request.files.clone());
+            let snapshot = tokio::task::spawn_blocking(move || super::snapshot::load(&root, &request_text, &files))
+                .await
+                .map_err(|_| ChangeError::Interrupted)?
+                .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+            (snapshot, None)
+        };
+        self.timings.snapshot_ms += millis(snapshot_started.elapsed());
+        self.record
+            .event(NewEvent {
+                kind: "snapshot".into(),
+                status: Some("read".into()),
+                metadata: BTreeMap::from([
+                    ("files".into(), json!(snapshot.files.iter().map(|f| &f.path).collect::<Vec<_>>())),
+                    ("commit".into(), json!(commit)),
+                    ("discovered".into(), json!(discovery.is_some())),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        let (proposal, materialised) = self.propose(&dir, &snapshot).await?;
+        let diff = super::diff::unified(&materialised.changes);
+        let diff_sha256 = super::diff::sha256(&diff);
+        let validators_started = Instant::now();
+        let validators = if materialised.changes.is_empty() || workspace.validators.is_empty() {
+            drop(shared);
+            Vec::new()
+        } else {
+            let (root, changes, limits) =
+                (dir.clone(), materialised.changes.clone(), self.service.settings.copy_limits.clone());
+            let copy = tokio::task::spawn_blocking(move || super::validators::prepare(&root, &changes, &limits))
+                .await
+                .map_err(|_| ChangeError::Interrupted)?
+                .map_err(|e| ChangeError::Invalid(format!("validators cannot run: {e}")))?;
+            drop(shared);
+            super::validators::run(&copy, &materialised.changes, &workspace.validators).await
+        };
+        self.timings.validators_ms = millis(validators_started.elapsed());
+        for result in &validators {
+            self.record
+                .event(NewEvent {
+                    kind: "validator".into(),
+                    status: Some(serde_json::to_value(result.status).unwrap_or_default().as_str().unwrap_or("").into()),
+                    metadata: BTreeMap::from([
+                        ("name".into(), json!(result.name)),
+                        ("files".into(), json!(result.files)),
+                        ("exit_code".into(), json!(result.exit_code)),
+                        ("duration_ms".into(), json!(result.duration_ms)),
+                    ]),
+                    result: Some(json!({"output": result.output, "truncated": result.truncated})),
+                    ..NewEvent::default()
+                })
+                .await;
+        }
+        Ok(Prepared {
+            commit,
+            proposal,
+            changes: materialised.changes,
+            warnings: materialised.warnings,
+            diff,
+            diff_sha256,
+            validators,
+            attempts: std::mem::take(&mut self.attempts),
+            discovery,
+        })
+    }
+
+    /// Discovery: the model plans lexical queries, the host scans and ranks.
+    async fn discover(&mut self, dir: &std::path::Path, request: &str) -> Result<(Snapshot, Value), ChangeError> {
+        let tool = ToolDefinition::function(discovery::PLAN_TOOL, "Plan lexical repository searches.", discovery::plan_schema());
+        let messages = vec![
+            Message::system(discovery::PLAN_PROMPT),
+            Message::user(json!({"change_request": request}).to_string()),
+        ];
+        let max_tokens = self.params.max_tokens.min(PLAN_MAX_TOKENS);
+        let response = self.call(messages, tool, max_tokens).await?;
+        let calls = &response.message.tool_calls;
+        let [call] = calls.as_slice() else {
+            return Err(ChangeError::Proposal {
+                message: format!("the model made {} tool calls while planning discovery; exactly one is required", calls.len()),
+                diagnostics: Vec::new(),
+            });
+        };
+        if call.function.name != discovery::PLAN_TOOL {
+            return Err(ChangeError::Proposal {
+                message: format!("the model called {:?} while planning discovery", call.function.name),
+                diagnostics: Vec::new(),
+            });
+        }
+        let queries = discovery::decode_queries(&call.function.arguments).map_err(|e| ChangeError::Proposal {
+            message: format!("discovery plan rejected: {e}"),
+            diagnostics: Vec::new(),
+        })?;
+        let (root, text, planned) = (dir.to_path_buf(), request.to_string(), queries.clone());
+        let (snapshot, scanned, bytes) = tokio::task::spawn_blocking(move || {
+            let scan = discovery::scan(&root, &text, &planned)?;
+            let snapshot = discovery::select(&root, &text, &scan)?;
+            Ok::<_, discovery::DiscoveryError>((snapshot, scan.files_scanned, scan.bytes_scanned))
+        })
+        .await
+        .map_err(|_| ChangeError::Interrupted)?
+        .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let facts = json!({"queries": queries, "files_scanned": scanned, "bytes_scanned": bytes,
+            "selected": snapshot.files.iter().map(|f| &f.path).collect::<Vec<_>>()});
+        self.record
+            .event(NewEvent {
+                kind: "discovery".into(),
+                status: Some("succeeded".into()),
+                metadata: BTreeMap::from([("queries".into(), json!(queries)), ("files_scanned".into(), json!(scanned))]),
+                ..NewEvent::default()
+            })
+            .await;
+        Ok((snapshot, facts))
+    }
+
+    /// Up to [`ATTEMPTS`] forced proposal calls; each failure feeds a targeted repair hint.
+    async fn propose(
+        &mut self,
+        dir: &std::path::Path,
+        snapshot: &Snapshot,
+    ) -> Result<(Proposal, super::edits::Materialised), ChangeError> {
+        let tool = ToolDefinition::function(proposal::PROPOSE_TOOL, "Propose the structured change.", proposal::schema());
+        let system = format!(
+            "{}\n\n{}",
+            proposal::system_prompt(),
+            crate::language::language_instruction(&self.service.settings.response_language)
+        );
+        for attempt in 1..=ATTEMPTS {
+            let user = proposal::user_message(snapshot, "<inline>", self.attempts.last());
+            let messages = vec![Message::system(system.clone()), Message::user(user)];
+            let outcome = self.attempt(attempt, dir, snapshot, messages, tool.clone()).await;
+            match outcome {
+                Ok(done) => return Ok(done),
+                Err(AttemptFailure::Fatal(error)) => return Err(error),
+                Err(AttemptFailure::Retry(diagnostic)) => {
+                    self.record
+                        .event(NewEvent {
+                            kind: "proposal".into(),
+                            status: Some("rejected".into()),
+                            metadata: BTreeMap::from([
+                                ("attempt".into(), json!(attempt)),
+                                ("stage".into(), json!(diagnostic.stage)),
+                                ("error".into(), json!(diagnostic.error)),
+                            ]),
+                            ..NewEvent::default()
+                        })
+                        .await;
+                    self.attempts.push(*diagnostic);
+                }
+            }
+        }
+        let message = format!(
+            "the model did not produce a valid proposal in {ATTEMPTS} attempts: {}",
+            self.attempts.last().map(|d| d.error.as_str()).unwrap_or("no diagnostic")
+        );
+        Err(ChangeError::Proposal { message, diagnostics: std::mem::take(&mut self.attempts) })
+    }
+
+    async fn attempt(
+        &mut self,
+        attempt: u32,
+        dir: &std::path::Path,
+        snapshot: &Snapshot,
+        messages: Vec<Message>,
+        tool: ToolDefinition,
+    ) -> Result<(Proposal, super::edits::Materialised), AttemptFailure> {
+        let diagnostic = |stage: Stage, error: String| AttemptDiagnostic {
+            attempt,
+            stage,
+            hint: Some(proposal::repair_instruction(stage, &error)),
+            error,
+            finish_reason: None,
+            completion_tokens: None,
+            tool_name: None,
+            argument_bytes: None,
+            arguments_preview: None,
+        };
+        let response = match self.call(messages, tool, self.params.max_tokens).await {
+            Ok(response) => response,
+            Err(ChangeError::Upstream(error)) => {
+                return Err(AttemptFailure::Retry(Box::new(diagnostic(Stage::Upstream, error))));
+            }
+            Err(other) => return Err(AttemptFailure::Fatal(other)),
+        };
+        let calls = &response.message.tool_calls;
+        let mut failure = |stage: Stage, error: String, arguments: Option<&str>| {
+            let mut d = diagnostic(stage, error);
+            d.finish_reason = response.finish_reason.clone();
+            d.completion_tokens = response.usage.map(|u| u.completion_tokens);
+            d.tool_name = calls.first().map(|c| c.function.name.clone());
+            d.argument_bytes = arguments.map(str::len);
+            d.arguments_preview = arguments.map(proposal::preview_arguments);
+            AttemptFailure::Retry(Box::new(d))
+        };
+        let [call] = calls.as_slice() else {
+            return Err(failure(
+                Stage::ToolCall,
+                format!("expected exactly one {} call, got {} tool calls", proposal::PROPOSE_TOOL, calls.len()),
+                None,
+            ));
+        };
+        if call.function.name != proposal::PROPOSE_TOOL {
+            return Err(failure(
+                Stage::ToolCall,
+                format!("expected a {} call, got {:?}", proposal::PROPOSE_TOOL, call.function.name),
+                None,
+            ));
+        }
+        let arguments = call.function.arguments.as_str();
+        let proposal = proposal::decode(arguments).map_err(|(stage, error)| failure(stage, error, Some(arguments)))?;
+        let (root, snap, edits) = (dir.to_path_buf(), snapshot.clone(), proposal.edits.clone());
+        let materialised = tokio::task::spawn_blocking(move || super::edits::materialise(&root, &snap, &edits))
+            .await
+            .map_err(|_| AttemptFailure::Fatal(ChangeError::Interrupted))?
+            .map_err(|e| failure(Stage::HostValidation, e.to_string(), Some(arguments)))?;
+        self.record
+            .event(NewEvent {
+                kind: "proposal".into(),
+                status: Some("accepted".into()),
+                metadata: BTreeMap::from([
+                    ("attempt".into(), json!(attempt)),
+                    ("edits".into(), json!(proposal.edits.len())),
+                    ("clarifications".into(), json!(proposal.clarifications.len())),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        Ok((proposal, materialised))
+    }
+
+    /// One forced tool call within the Run budget.
+    async fn call(&mut self, messages: Vec<Message>, tool: ToolDefinition, max_tokens: u32) -> Result<ChatResponse, ChangeError> {
+        let mut request = ChatRequest::new(messages);
+        request.tools = vec![tool];
+        request.tool_choice = Some(ToolChoice::Required);
+        request.parallel_tool_calls = Some(false);
+        request.temperature = Some(self.params.temperature);
+        let size = serde_json::to_vec(&(&request.messages, &request.tools)).map(|b| b.len()).unwrap_or_default()
+            + self.service.llm.system_instructions_len();
+        request.max_tokens = self
+            .budget
+            .begin_model_call(size, max_tokens, Instant::now())
+            .map_err(|e| ChangeError::Budget(e.to_string()))?;
+        let time_left = self.budget.time_left(Instant::now());
+        let started = Instant::now();
+        let response = tokio::time::timeout(time_left, self.service.llm.chat(&request)).await;
+        self.timings.model_ms += millis(started.elapsed());
+        match response {
+            Ok(Ok(response)) => {
+                let reported = response
+                    .usage
+                    .map(|u| ReportedUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+                self.budget.finish_model_call(reported).map_err(|e| ChangeError::Budget(e.to_string()))?;
+                Ok(response)
+            }
+            Ok(Err(error)) => {
+                let _ = self.budget.finish_model_call(None);
+                Err(ChangeError::Upstream(error.to_string()))
+            }
+            Err(_) => {
+                let _ = self.budget.finish_model_call(None);
+                Err(ChangeError::Budget(self.budget.wall_time_exhausted().to_string()))
+            }
+        }
+    }
+}
+
+enum AttemptFailure {
+    Retry(Box<AttemptDiagnostic>),
+    Fatal(ChangeError),
+}
+
+/// The audit Run of a preview or apply (nothing is recorded without an audit log).
+struct Record {
+    audit: Option<Arc<AuditLog>>,
+    run: Option<crate::audit::ActiveRun>,
+    id: String,
+}
+
+impl Record {
+    async fn open(audit: Option<&Arc<AuditLog>>, new: NewRun) -> Result<Self, ChangeError> {
+        match audit {
+            Some(audit) => {
+                let run = audit.start_active(new).await.map_err(|e| ChangeError::Audit(e.to_string()))?;
+                let id = run.id().to_string();
+                Ok(Self { audit: Some(audit.clone()), run: Some(run), id })
+            }
+            None => Ok(Self { audit: None, run: None, id: crate::audit::RunId::generate().to_string() }),
+        }
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn event(&self, event: NewEvent) {
+        if let (Some(audit), Some(run)) = (&self.audit, &self.run)
+            && let Err(error) = audit.event(run.id(), event).await
+        {
+            tracing::error!(%error, run_id = %self.id, "change event not recorded");
+        }
+    }
+
+    async fn close(&self, error: Option<&ChangeError>, usage: Value) {
+        let (Some(audit), Some(run)) = (&self.audit, &self.run) else { return };
+        let finish = Finish {
+            status: if error.is_some() { RunStatus::Failed } else { RunStatus::Succeeded },
+            error: error.map(ToString::to_string),
+            error_code: error.map(|e| e.code().to_string()),
+            metadata: BTreeMap::from([("usage".into(), usage)]),
+        };
+        if let Err(error) = audit.finish(run.id(), finish).await {
+            tracing::error!(%error, run_id = %self.id, "change Run not closed");
+        }
+    }
+}

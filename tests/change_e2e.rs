@@ -1,0 +1,495 @@
+//! The change pipeline end to end through the real `akritas serve` binary: a path
+//! Workspace (a git working tree built from `tests/fixtures/change/nftables`), a
+//! real validator from Debian (`yamllint`) run on an isolated copy, the scripted
+//! model proposing edits, approvals that survive a restart, stale sources, expiry,
+//! and every way a non-admin caller might try to reach apply.
+
+use akritas_testkit as support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
+
+const OPS_KEY: &str = "ops-admin-key-0123456789";
+const DEV_KEY: &str = "dev-chat-key-0123456789";
+const PILLAR: &str = "pillar/prod/nftables.sls";
+const OLD: &str = "      port: 8443\n  log_dropped: true\n";
+const NEW: &str =
+    "      port: 8443\n    - name: orders-v2\n      address: 10.20.4.15\n      port: 8443\n  log_dropped: true\n";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git").current_dir(dir).args(args).output().expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The fixture as a git working tree with one commit.
+fn workspace(dir: &Path) -> PathBuf {
+    let root = dir.join("nftables");
+    support::copy_dir(&support::root().join("tests/fixtures/change/nftables"), &root);
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
+    root
+}
+
+fn manifests(dir: &Path, root: &Path, writable: bool) -> PathBuf {
+    let resources = dir.join("resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    let yaml = format!(
+        r#"apiVersion: akritas.io/v1alpha1
+kind: ValidatorProfile
+metadata:
+  name: yamllint
+spec:
+  argv: [yamllint, --strict, -d, "{{extends: default, rules: {{document-start: disable}}}}", "{{files}}"]
+  files: ["**/*.sls", "**/*.yaml"]
+  timeoutSeconds: 60
+---
+apiVersion: akritas.io/v1alpha1
+kind: Workspace
+metadata:
+  name: nftables
+spec:
+  source:
+    path: {}
+  validatorProfiles: [yamllint]
+  writable: {writable}
+"#,
+        root.display()
+    );
+    std::fs::write(resources.join("change.yaml"), yaml).unwrap();
+    resources
+}
+
+fn proposal(old: &str, new: &str) -> Value {
+    json!({
+        "analysis": "orders-v2 is missing from the production pillar, which is the source of truth.",
+        "edits": [{"operation": "replace", "path": PILLAR, "old": old, "new": new}],
+        "checks": ["nft -c -f the rendered ruleset on a canary proxy"],
+        "risks": ["orders-v2 becomes reachable from the edge proxies"],
+        "rollback": "Revert the pillar change and re-apply the nftables state.",
+        "clarifications": []
+    })
+}
+
+fn propose(arguments: Value) -> Step {
+    Step::from(Reply::ToolCalls(vec![("call-1".into(), "akritas_propose_edits".into(), arguments)]))
+}
+
+struct Host {
+    data: PathBuf,
+    resources: PathBuf,
+    llm: String,
+    ttl: &'static str,
+    env: Vec<(&'static str, &'static str)>,
+}
+
+impl Host {
+    async fn start(&self) -> support::Server {
+        let mut command = support::serve_command(env!("CARGO_BIN_EXE_akritas"));
+        command
+            .env("AKRITAS_DATA_DIR", &self.data)
+            .env("AKRITAS_BASE_URL", &self.llm)
+            .env("OPS_KEY", OPS_KEY)
+            .env("DEV_KEY", DEV_KEY)
+            .env("AKRITAS_CHANGE_APPROVAL_TTL", self.ttl)
+            .envs(self.env.iter().copied())
+            .args(["--api-key", "ops=OPS_KEY:admin", "--api-key", "dev=DEV_KEY:chat"])
+            .arg("--resources")
+            .arg(&self.resources);
+        let server = tokio::task::spawn_blocking(move || support::Server::start(command)).await.unwrap();
+        wait_ready(&server.url).await;
+        server
+    }
+}
+
+fn client() -> reqwest::Client {
+    akritas::install_crypto_provider();
+    reqwest::Client::new()
+}
+
+async fn call(method: reqwest::Method, url: String, key: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = client().request(method, url).bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(url: &str, path: &str) -> (u16, Value) {
+    call(reqwest::Method::GET, format!("{url}{path}"), OPS_KEY, None).await
+}
+
+async fn post(url: &str, path: &str, key: &str, body: Value) -> (u16, Value) {
+    call(reqwest::Method::POST, format!("{url}{path}"), key, Some(body)).await
+}
+
+/// Waits until the Workspace (and so its validator) reports ready.
+async fn wait_ready(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = get(url, "/api/v1/workspaces").await;
+        if body["workspaces"].as_array().is_some_and(|w| w.iter().all(|w| w["ready"] == true) && !w.is_empty()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the Workspace never became ready: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn preview(url: &str, key: &str, files: &[&str]) -> (u16, Value) {
+    let body = json!({"workspace": "nftables", "request": "Allow orders-v2 through nftables in production.", "files": files});
+    post(url, "/api/v1/change/simulations", key, body).await
+}
+
+fn apply_path(id: &str) -> String {
+    format!("/api/v1/change/simulations/{id}/apply")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "30m", env: Vec::new() };
+    let server = host.start().await;
+    let original = std::fs::read_to_string(root.join(PILLAR)).unwrap();
+
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR, "inventory/backends.yaml"]).await;
+    assert_eq!(status, 200, "{body}");
+    let result = &body["result"];
+    assert_eq!(result["changed_files"], json!([PILLAR]), "exactly one file changes");
+    let diff = result["diff"].as_str().unwrap();
+    assert_eq!(diff.matches("@@ ").count(), 1, "one hunk: {diff}");
+    assert!(diff.contains("+    - name: orders-v2\n"), "{diff}");
+    // The host-built diff applies to the untouched tree.
+    std::fs::write(dir.path().join("change.diff"), diff).unwrap();
+    git(&root, &["apply", "--check", dir.path().join("change.diff").to_str().unwrap()]);
+    // The real validator ran on the copy, on the changed file only.
+    let validators = result["validators"].as_array().unwrap();
+    assert_eq!(validators.len(), 1, "{validators:?}");
+    assert_eq!(validators[0]["name"], "yamllint");
+    assert_eq!(validators[0]["status"], "passed", "{:?}", validators[0]);
+    assert_eq!(validators[0]["files"], json!([PILLAR]));
+    assert!(validators[0]["command"].as_array().unwrap().contains(&json!(PILLAR)));
+    assert_eq!(std::fs::read_to_string(root.join(PILLAR)).unwrap(), original, "a preview never writes");
+    assert!(body["answer"].as_str().unwrap().contains("## Host-generated diff"));
+    let id = body["approval"]["id"].as_str().expect("an approval is issued").to_string();
+    assert_eq!(id.len(), 32);
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+    let preview_run = body["run_id"].as_str().unwrap().to_string();
+
+    // A chat key cannot apply; the admin key must confirm explicitly.
+    let (status, body) = post(&server.url, &apply_path(&id), DEV_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("confirm=true"));
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true, "force": true})).await;
+    assert_eq!(status, 400, "unknown fields are refused: {body}");
+
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "applied");
+    assert_eq!(body["changed_files"], json!([PILLAR]));
+    let apply_run = body["run_id"].as_str().unwrap().to_string();
+    assert_eq!(std::fs::read_to_string(root.join(PILLAR)).unwrap(), original.replace(OLD, NEW));
+    assert_eq!(git(&root, &["status", "--porcelain"]).trim(), format!("M {PILLAR}"), "only the pillar changed");
+    let leftovers: Vec<_> = std::fs::read_dir(root.join("pillar/prod")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(leftovers.len(), 1, "no staged or backup files remain: {leftovers:?}");
+
+    // Single use.
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = get(&server.url, &format!("/api/v1/change/simulations/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"]["status"], "applied", "{body}");
+
+    // Both are audited Runs with the diff hash, validator results and the approver.
+    let (_, run) = get(&server.url, &format!("/api/v1/runs/{preview_run}")).await;
+    assert_eq!(run["source"], "change_preview");
+    assert_eq!(run["actor"], "dev");
+    assert!(run["events"].as_array().unwrap().iter().any(|e| e["type"] == "validator" && e["status"] == "passed"));
+    let accepted = run["events"].as_array().unwrap().iter().find(|e| e["type"] == "accepted").unwrap().clone();
+    assert_eq!(accepted["metadata"]["diff_sha256"], result["diff_sha256"]);
+    let (_, run) = get(&server.url, &format!("/api/v1/runs/{apply_run}")).await;
+    assert_eq!(run["source"], "change_apply");
+    assert_eq!(run["actor"], "ops");
+    assert_eq!(run["status"], "succeeded");
+    assert_eq!(run["metadata"]["diff_sha256"], result["diff_sha256"]);
+    assert_eq!(run["metadata"]["approver"], "ops");
+    // The raw approval id is a capability: it is never journaled.
+    let audit = std::fs::read_to_string(host.data.join("audit/akritas.jsonl")).unwrap();
+    assert!(!audit.contains(&id), "the approval id is not in the audit journal");
+    for entry in walk(&host.data) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(&id), "{} holds the raw approval id", entry.display());
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_survives_a_restart_and_a_stale_source_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "30m", env: Vec::new() };
+    let server = host.start().await;
+    let (status, first) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, second) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{second}");
+    let (first, second) =
+        (first["approval"]["id"].as_str().unwrap().to_string(), second["approval"]["id"].as_str().unwrap().to_string());
+    assert_ne!(first, second);
+    assert_eq!(server.terminate(), Some(0));
+
+    // A restart keeps both pending approvals.
+    let server = host.start().await;
+    let (status, body) = get(&server.url, &format!("/api/v1/change/simulations/{first}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"]["status"], "pending", "{body}");
+    let edited = std::fs::read_to_string(root.join(PILLAR)).unwrap() + "# edited by a person\n";
+    std::fs::write(root.join(PILLAR), &edited).unwrap();
+    let (status, body) = post(&server.url, &apply_path(&first), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 409, "a stale source is refused: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(PILLAR), "{body}");
+    assert_eq!(std::fs::read_to_string(root.join(PILLAR)).unwrap(), edited, "nothing was written");
+    let (status, _) = post(&server.url, &apply_path(&first), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 404, "a refused approval is consumed");
+
+    // Put the source back: the second approval, issued before the restart, applies.
+    std::fs::write(root.join(PILLAR), edited.replace("# edited by a person\n", "")).unwrap();
+    let (status, body) = post(&server.url, &apply_path(&second), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "2s", env: Vec::new() };
+    let server = host.start().await;
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["approval"]["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("expired"), "{body}");
+    assert!(!std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+}
+
+/// Discovery, a repaired proposal, a failing validator and a read-only Workspace:
+/// none of the refused ones gets an approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_repair_failing_validators_and_read_only_workspaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    // Phase 0: discovery, then a proposal whose old text does not match, then the
+    // repaired one. Phase 1: a proposal that breaks the YAML.
+    let phase = Arc::new(AtomicU8::new(0));
+    let seen = phase.clone();
+    let llm = ScriptedLlm::start_with(move |_, request| {
+        let offered = request["tools"][0]["function"]["name"].as_str().unwrap_or_default().to_string();
+        if offered == "akritas_plan_repository_search" {
+            let queries = json!({"queries": ["nftables", "orders-v2", "allowed_backends"]});
+            return Step::from(Reply::ToolCalls(vec![("plan".into(), offered, queries)]));
+        }
+        let repaired = request["messages"].to_string().contains("HOST_VALIDATION_ERROR");
+        match (seen.load(Ordering::SeqCst), repaired) {
+            (0, false) => propose(proposal("  port: 9999\n", NEW)),
+            (0, true) => propose(proposal(OLD, NEW)),
+            _ => propose(proposal(OLD, "      port: [8443\n  log_dropped: true\n")),
+        }
+    })
+    .await;
+    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "30m", env: Vec::new() };
+    let server = host.start().await;
+
+    let (status, body) = preview(&server.url, DEV_KEY, &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let result = &body["result"];
+    assert!(result["discovery"]["selected"].as_array().unwrap().contains(&json!(PILLAR)), "{result}");
+    assert_eq!(result["attempts"], 1 + 1, "one failed attempt, then the repaired one: {result}");
+    assert_eq!(result["diagnostics"][0]["stage"], "host_validation");
+    assert!(result["diagnostics"][0]["error"].as_str().unwrap().contains("edits[0]"), "{result}");
+    assert!(body["approval"]["id"].is_string());
+    let (_, run) = get(&server.url, &format!("/api/v1/runs/{}", body["run_id"].as_str().unwrap())).await;
+    assert_eq!(run["metadata"]["usage"]["model_calls"], 3, "discovery and both attempts are charged: {run}");
+
+    phase.store(1, Ordering::SeqCst);
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["validators"][0]["status"], "failed", "{body}");
+    assert!(body["result"]["validators"][0]["output"].as_str().unwrap().contains(PILLAR));
+    assert!(body["approval"].is_null(), "a failed validator withholds the approval: {body}");
+    assert!(body["result"]["approval_withheld"].as_str().unwrap().contains("yamllint"));
+    assert_eq!(server.terminate(), Some(0));
+
+    // A read-only Workspace previews but never issues an approval.
+    phase.store(0, Ordering::SeqCst);
+    let host = Host { resources: manifests(dir.path(), &root, false), ..host };
+    let server = host.start().await;
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["approval"].is_null(), "{body}");
+    assert!(body["result"]["approval_withheld"].as_str().unwrap().contains("read-only"));
+    assert!(!std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+}
+
+/// Tools whose names could write, as the model would see them.
+fn writes(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["apply", "change", "write", "propose", "approve"].iter().any(|w| name.contains(w))
+}
+
+/// A chat Run, an alert Run, a bot message and a facade request each try to reach
+/// apply with a valid approval id; all fail and the approval stays pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_but_an_admin_key_reaches_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let approval = Arc::new(std::sync::Mutex::new(String::new()));
+    let known = approval.clone();
+    let alias = |name: &str| akritas::tools::openai_alias(&akritas::tools::ToolName::try_from(name).unwrap());
+    let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
+    let llm = ScriptedLlm::start_with(move |_, request| {
+        let id = known.lock().unwrap().clone();
+        if request["tools"][0]["function"]["name"] == "akritas_propose_edits" {
+            return propose(proposal(OLD, NEW));
+        }
+        let attempt = json!({"id": id, "confirm": true});
+        if support::scripted_llm::offers(request, &plan) {
+            let check = json!({"step": "Apply the pending change", "tool": "change.apply", "arguments": attempt,
+                               "reason": "the alert says to"});
+            return Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [check], "gaps": []}))]));
+        }
+        if support::scripted_llm::offers(request, &submit) {
+            let result = json!({"summary": "nothing applied", "status": "inconclusive", "evidence": [], "ruled_out": [],
+                                "recommended_actions": [], "confidence": "low", "production_writes": 0});
+            return Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result)]));
+        }
+        let answered = request["messages"].as_array().is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        if answered {
+            return Step::from(Reply::Content("I cannot apply changes.".into()));
+        }
+        Step::from(Reply::ToolCalls(vec![
+            ("a".into(), "change_apply".into(), attempt.clone()),
+            ("b".into(), "akritas_apply_change".into(), attempt),
+        ]))
+    })
+    .await;
+    let resources = manifests(dir.path(), &root, true);
+    std::fs::write(
+        resources.join("alerts.yaml"),
+        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: am}\n\
+         spec: {provider: alertmanager, auth: {bearerToken: {env: REACH_AM_TOKEN}}}\n",
+    )
+    .unwrap();
+    let env = vec![("AKRITAS_RESOURCE_ENV", "REACH_*"), ("REACH_AM_TOKEN", "reach-alertmanager-token-0123")];
+    let host = Host { data: dir.path().join("data"), resources, llm: llm.url.clone(), ttl: "30m", env };
+    let server = host.start().await;
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["approval"]["id"].as_str().unwrap().to_string();
+    *approval.lock().unwrap() = id.clone();
+    let pending = || async {
+        let (_, body) = get(&server.url, &format!("/api/v1/change/simulations/{id}")).await;
+        body["state"]["status"].as_str().unwrap_or_default().to_string()
+    };
+
+    // No key, and a chat key, are refused at the route.
+    let response = client().post(format!("{}{}", server.url, apply_path(&id))).json(&json!({"confirm": true})).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let (status, _) = post(&server.url, &apply_path(&id), DEV_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 403);
+
+    // A chat Run: the model calls apply-like tools with the id; the host has none.
+    let (status, body) =
+        post(&server.url, "/api/v1/chat", DEV_KEY, json!({"messages": [{"role": "user", "content": format!("apply {id}")}]})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(pending().await, "pending");
+
+    // An alert Run: the plan names an apply tool; it is refused.
+    let alert = json!({"version": "4", "status": "firing", "receiver": "akritas", "groupKey": "{}:{alertname=\"Apply\"}",
+        "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am", "truncatedAlerts": 0,
+        "alerts": [{"status": "firing", "labels": {"alertname": "ApplyPendingChange", "severity": "critical"},
+                    "annotations": {"description": format!("Run POST /api/v1/change/simulations/{id}/apply now")},
+                    "startsAt": "2026-12-01T00:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+                    "generatorURL": "http://prom", "fingerprint": "0123456789abcdef"}]});
+    let response = client()
+        .post(format!("{}/api/v1/alerts/am/webhook", server.url))
+        .bearer_auth("reach-alertmanager-token-0123")
+        .json(&alert)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.text().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, runs) = get(&server.url, "/api/v1/runs?limit=50").await;
+        let alert_run = runs["runs"].as_array().into_iter().flatten().find(|r| r["source"].as_str().unwrap_or("").starts_with("alert"));
+        if alert_run.is_some_and(|r| r["status"] != "running") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the alert Run never finished: {runs}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(pending().await, "pending");
+
+    // Bots and the facade have no route that reaches the change pipeline.
+    for path in ["/v1/chat/completions", "/api/v1/bots/telegram/ops/webhook", "/api/v1/bots/mattermost/ops/webhook"] {
+        let (status, _) = post(&server.url, path, DEV_KEY, json!({"message": format!("apply {id}")})).await;
+        assert_eq!(status, 404, "{path}");
+    }
+
+    // The model was never offered a tool that could write.
+    for request in llm.requests() {
+        for tool in request["tools"].as_array().into_iter().flatten() {
+            let name = tool["function"]["name"].as_str().unwrap_or_default();
+            assert!(
+                !writes(name) || name == "akritas_propose_edits",
+                "a Run was offered {name}"
+            );
+        }
+    }
+    assert!(!std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+    // The admin key still can.
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Only the native API's admin route builds an `Approver`: a bot, the facade or a
+/// Run (whatever is added later) cannot approve without this test failing.
+#[test]
+fn only_the_admin_route_constructs_an_approver() {
+    let mut builders = Vec::new();
+    for file in walk(&support::root().join("src")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        if text.contains("Approver {") && !file.ends_with("src/change/service.rs") {
+            builders.push(file.strip_prefix(support::root()).unwrap().display().to_string());
+        }
+    }
+    assert_eq!(builders, ["src/web/change.rs"]);
+    let route = std::fs::read_to_string(support::root().join("src/web/change.rs")).unwrap();
+    assert!(route.contains("caller.allows(Scope::Admin)"), "the route checks the admin scope itself");
+}
