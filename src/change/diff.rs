@@ -124,120 +124,130 @@ mod tests {
         let patch = patches.path().join("change.diff");
         std::fs::write(&patch, &diff).unwrap();
         let check = git(root, &["apply", "--check", "-v", patch.to_str().unwrap()]);
-        assert!(check.status.success(), "git apply --check refused:\\n{diff}\\n{}", String::from_utf8_lossy(&check.stderr));
+        assert!(
+            check.status.success(),
+            "git apply --check refused:\n{diff}\n{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
         let apply = git(root, &["apply", patch.to_str().unwrap()]);
         assert!(apply.status.success(), "git apply failed: {}", String::from_utf8_lossy(&apply.stderr));
         for change in changes {
             let now = std::fs::read_to_string(root.join(&change.path)).unwrap();
-            assert_eq!(now, change.after, "{} after git apply\\n{diff}", change.path);
+            assert_eq!(now, change.after, "{} after git apply\n{diff}", change.path);
         }
         diff
     }
 
     fn numbered(range: std::ops::RangeInclusive<u32>) -> String {
-        range.map(|i| format!("line {i}\\n")).collect()
+        range.map(|i| format!("line {i}\n")).collect()
     }
 
     #[test]
     fn a_change_in_the_middle_has_three_lines_of_context() {
         let before = numbered(1..=10);
-        let after = before.replace("line 5\\n", "line five\\n");
+        let after = before.replace("line 5\n", "line five\n");
         let diff = assert_git_applies(&[replace("conf/app.txt", &before, &after)]);
         assert_eq!(
             diff,
-            "diff --git a/conf/app.txt b/conf/app.txt\\n--- a/conf/app.txt\\n+++ b/conf/app.txt\\n\\
-             @@ -2,7 +2,7 @@\\n line 2\\n line 3\\n line 4\\n-line 5\\n+line five\\n line 6\\n line 7\\n line 8\\n"
+            "diff --git a/conf/app.txt b/conf/app.txt\n--- a/conf/app.txt\n+++ b/conf/app.txt\n\
+             @@ -2,7 +2,7 @@\n line 2\n line 3\n line 4\n-line 5\n+line five\n line 6\n line 7\n line 8\n"
         );
     }
 
     #[test]
     fn one_hunk_spans_the_first_to_the_last_difference() {
         let before = numbered(1..=20);
-        let after = before.replace("line 3\\n", "line III\\n").replace("line 17\\n", "line XVII\\n");
+        let after = before.replace("line 3\n", "line III\n").replace("line 17\n", "line XVII\n");
         let diff = assert_git_applies(&[replace("a.txt", &before, &after)]);
         assert_eq!(diff.matches("@@ -").count(), 1);
-        assert!(diff.contains("@@ -1,20 +1,20 @@\\n"), "{diff}");
+        assert!(diff.contains("@@ -1,20 +1,20 @@\n"), "{diff}");
     }
 
     #[test]
     fn changes_at_the_start_and_the_end() {
         let before = numbered(1..=8);
-        let start = before.replace("line 1\\n", "first\\n");
+        let start = before.replace("line 1\n", "first\n");
         let diff = assert_git_applies(&[replace("a.txt", &before, &start)]);
-        assert!(diff.contains("@@ -1,4 +1,4 @@\\n-line 1\\n+first\\n line 2\\n"), "{diff}");
-        let end = before.replace("line 8\\n", "last\\n");
+        assert!(diff.contains("@@ -1,4 +1,4 @@\n-line 1\n+first\n line 2\n"), "{diff}");
+        let end = before.replace("line 8\n", "last\n");
         let diff = assert_git_applies(&[replace("a.txt", &before, &end)]);
-        assert!(diff.contains("@@ -5,4 +5,4 @@\\n line 5\\n line 6\\n line 7\\n-line 8\\n+last\\n"), "{diff}");
-        let appended = format!("{before}line 9\\n");
+        assert!(diff.contains("@@ -5,4 +5,4 @@\n line 5\n line 6\n line 7\n-line 8\n+last\n"), "{diff}");
+        let appended = format!("{before}line 9\n");
         let diff = assert_git_applies(&[replace("a.txt", &before, &appended)]);
-        assert!(diff.ends_with("@@ -6,3 +6,4 @@\\n line 6\\n line 7\\n line 8\\n+line 9\\n"), "{diff}");
+        assert!(diff.ends_with("@@ -6,3 +6,4 @@\n line 6\n line 7\n line 8\n+line 9\n"), "{diff}");
     }
 
     #[test]
     fn deleted_lines() {
         let before = numbered(1..=10);
-        let after = before.replace("line 4\\nline 5\\nline 6\\n", "");
+        let after = before.replace("line 4\nline 5\nline 6\n", "");
         let diff = assert_git_applies(&[replace("a.txt", &before, &after)]);
-        assert!(diff.contains("@@ -1,9 +1,6 @@\\n line 1\\n line 2\\n line 3\\n-line 4\\n-line 5\\n-line 6\\n line 7\\n"), "{diff}");
-        let diff = assert_git_applies(&[replace("a.txt", "only\\n", "")]);
-        assert!(diff.ends_with("@@ -1,1 +0,0 @@\\n-only\\n"), "{diff}");
+        assert!(
+            diff.contains("@@ -1,9 +1,6 @@\n line 1\n line 2\n line 3\n-line 4\n-line 5\n-line 6\n line 7\n"),
+            "{diff}"
+        );
+        let diff = assert_git_applies(&[replace("a.txt", "only\n", "")]);
+        assert!(diff.ends_with("@@ -1,1 +0,0 @@\n-only\n"), "{diff}");
     }
 
     #[test]
     fn created_files() {
-        let diff = assert_git_applies(&[create("deploy/new.yaml", "a: 1\\nb: 2\\n")]);
+        let diff = assert_git_applies(&[create("deploy/new.yaml", "a: 1\nb: 2\n")]);
         assert_eq!(
             diff,
-            "diff --git a/deploy/new.yaml b/deploy/new.yaml\\nnew file mode 100644\\n--- /dev/null\\n+++ b/deploy/new.yaml\\n\\
-             @@ -0,0 +1,2 @@\\n+a: 1\\n+b: 2\\n"
+            "diff --git a/deploy/new.yaml b/deploy/new.yaml\nnew file mode 100644\n--- /dev/null\n+++ b/deploy/new.yaml\n\
+             @@ -0,0 +1,2 @@\n+a: 1\n+b: 2\n"
         );
         let diff = assert_git_applies(&[create("n.txt", "no newline")]);
-        assert!(diff.ends_with("@@ -0,0 +1,1 @@\\n+no newline\\n\\\\ No newline at end of file\\n"), "{diff}");
+        assert!(diff.ends_with("@@ -0,0 +1,1 @@\n+no newline\n\\ No newline at end of file\n"), "{diff}");
     }
 
     #[test]
     fn missing_trailing_newlines_before_and_after() {
         // Added at the end.
-        let diff = assert_git_applies(&[replace("a.txt", "a\\nb", "a\\nb\\n")]);
-        assert!(diff.ends_with("@@ -1,2 +1,2 @@\\n a\\n-b\\n\\\\ No newline at end of file\\n+b\\n"), "{diff}");
+        let diff = assert_git_applies(&[replace("a.txt", "a\nb", "a\nb\n")]);
+        assert!(diff.ends_with("@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n"), "{diff}");
         // Removed at the end.
-        let diff = assert_git_applies(&[replace("a.txt", "a\\nb\\n", "a\\nc")]);
-        assert!(diff.ends_with("-b\\n+c\\n\\\\ No newline at end of file\\n"), "{diff}");
+        let diff = assert_git_applies(&[replace("a.txt", "a\nb\n", "a\nc")]);
+        assert!(diff.ends_with("-b\n+c\n\\ No newline at end of file\n"), "{diff}");
         // Missing on both sides, change earlier: the last line is context.
-        let diff = assert_git_applies(&[replace("a.txt", "a\\nb\\nc", "x\\nb\\nc")]);
-        assert!(diff.ends_with("@@ -1,3 +1,3 @@\\n-a\\n+x\\n b\\n c\\n\\\\ No newline at end of file\\n"), "{diff}");
+        let diff = assert_git_applies(&[replace("a.txt", "a\nb\nc", "x\nb\nc")]);
+        assert!(diff.ends_with("@@ -1,3 +1,3 @@\n-a\n+x\n b\n c\n\\ No newline at end of file\n"), "{diff}");
         // Missing on both sides, the last line changes.
-        assert_git_applies(&[replace("a.txt", "a\\nb", "a\\nc")]);
+        assert_git_applies(&[replace("a.txt", "a\nb", "a\nc")]);
     }
 
     #[test]
     fn several_files_are_sorted_and_unchanged_ones_left_out() {
         let changes = [
-            replace("z.txt", "1\\n", "2\\n"),
-            create("m/new.txt", "new\\n"),
-            replace("a.txt", "x\\n", "y\\n"),
-            replace("same.txt", "s\\n", "s\\n"),
+            replace("z.txt", "1\n", "2\n"),
+            create("m/new.txt", "new\n"),
+            replace("a.txt", "x\n", "y\n"),
+            replace("same.txt", "s\n", "s\n"),
         ];
         let diff = assert_git_applies(&changes);
         let headers: Vec<&str> = diff.lines().filter(|l| l.starts_with("diff --git")).collect();
-        assert_eq!(headers, vec!["diff --git a/a.txt b/a.txt", "diff --git a/m/new.txt b/m/new.txt", "diff --git a/z.txt b/z.txt"]);
+        assert_eq!(
+            headers,
+            vec!["diff --git a/a.txt b/a.txt", "diff --git a/m/new.txt b/m/new.txt", "diff --git a/z.txt b/z.txt"]
+        );
     }
 
     #[test]
     fn nftables_insertion_after_line_seven_of_eight() {
-        let before = "nftables:\\n  tables:\\n    inet_filter:\\n      backends:\\n        orders-v1:\\n          address: 10.20.4.10\\n          port: 8443\\n  policy: drop\\n";
+        let before = "nftables:\n  tables:\n    inet_filter:\n      backends:\n        orders-v1:\n          address: 10.20.4.10\n          port: 8443\n  policy: drop\n";
         let after = before.replace(
-            "          port: 8443\\n",
-            "          port: 8443\\n        orders-v2:\\n          address: 10.20.4.15\\n          port: 8443\\n          comment: orders v2\\n          enabled: true\\n",
+            "          port: 8443\n",
+            "          port: 8443\n        orders-v2:\n          address: 10.20.4.15\n          port: 8443\n          comment: orders v2\n          enabled: true\n",
         );
         let diff = assert_git_applies(&[replace("pillar/prod/nftables.sls", before, &after)]);
         // Five lines inserted after line 7: context lines 5-7 before, line 8 after.
-        assert!(diff.contains("\\n@@ -5,4 +5,9 @@\\n         orders-v1:\\n"), "{diff}");
+        assert!(diff.contains("\n@@ -5,4 +5,9 @@\n         orders-v1:\n"), "{diff}");
         // Without a following line (inserted at the end of a 7-line file) the hunk is `-5,3 +5,8`.
-        let seven: String = before.lines().take(7).map(|l| format!("{l}\\n")).collect();
-        let seven_after = after.lines().take(12).map(|l| format!("{l}\\n")).collect::<String>();
+        let seven: String = before.lines().take(7).map(|l| format!("{l}\n")).collect();
+        let seven_after = after.lines().take(12).map(|l| format!("{l}\n")).collect::<String>();
         let diff = assert_git_applies(&[replace("pillar/prod/nftables.sls", &seven, &seven_after)]);
-        assert!(diff.contains("\\n@@ -5,3 +5,8 @@\\n"), "{diff}");
+        assert!(diff.contains("\n@@ -5,3 +5,8 @@\n"), "{diff}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -38,7 +39,8 @@ pub const MAX_SCANNED_BYTES: u64 = 64 * 1024 * 1024;
 /// Most files discovery puts in a snapshot.
 pub const MAX_SELECTED: usize = 16;
 /// Directories never scanned.
-pub const SKIPPED_DIRS: &[&str] = &[".git", ".hg", ".svn", "node_modules", "vendor", "dist", "build", ".cache", "target"];
+pub const SKIPPED_DIRS: &[&str] =
+    &[".git", ".hg", ".svn", "node_modules", "vendor", "dist", "build", ".cache", "target"];
 
 /// Why discovery failed.
 #[derive(Debug, thiserror::Error)]
@@ -104,10 +106,7 @@ struct Plan {
 pub fn decode_queries(arguments: &str) -> Result<Vec<String>, DiscoveryError> {
     let plan: Plan = serde_json::from_str(arguments).map_err(|e| DiscoveryError::Decode(e.to_string()))?;
     if plan.queries.is_empty() || plan.queries.len() > MAX_QUERIES {
-        return Err(DiscoveryError::Queries(format!(
-            "{} queries given; give 1 to {MAX_QUERIES}",
-            plan.queries.len()
-        )));
+        return Err(DiscoveryError::Queries(format!("{} queries given; give 1 to {MAX_QUERIES}", plan.queries.len())));
     }
     let mut seen = BTreeSet::new();
     let mut queries = Vec::with_capacity(plan.queries.len());
@@ -155,9 +154,9 @@ pub fn terms(request: &str, queries: &[String]) -> Vec<String> {
     terms.into_iter().collect()
 }
 
-/// The score of one file: per term +8 when the lower-cased path contains it and
-/// + min(5, occurrences in the lower-cased content); `README.md` +1 when already
-/// above zero; divided by `sqrt(floor(chars / 1000) + 1)`.
+/// The score of one file: per term, 8 when the lower-cased path contains it plus
+/// `min(5, occurrences in the lower-cased content)`; `README.md` gets 1 more when
+/// already above zero; the sum is divided by `sqrt(floor(chars / 1000) + 1)`.
 pub fn score(path: &str, content: &str, terms: &[String]) -> f64 {
     let path_lower = path.to_lowercase();
     let content_lower = content.to_lowercase();
@@ -206,7 +205,12 @@ pub fn scan(root: &Path, request: &str, queries: &[String]) -> Result<Scan, Disc
             if metadata.len() > MAX_FILE_BYTES as u64 {
                 continue;
             }
-            let Ok(file) = std::fs::File::open(entry.path()) else { continue };
+            // Non-blocking and no-follow: a FIFO or symlink swapped in is never waited on or followed.
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(entry.path());
+            let Ok(file) = opened else { continue };
             buffer.clear();
             if file.take(MAX_FILE_BYTES as u64 + 1).read_to_end(&mut buffer).is_err() {
                 continue;

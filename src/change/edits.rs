@@ -113,7 +113,9 @@ pub enum EditError {
         path: String,
     },
     /// The same file created twice.
-    #[error("edits[{index}] for {path:?}: the file is already created by edits[{first}]; create each file once with its full content")]
+    #[error(
+        "edits[{index}] for {path:?}: the file is already created by edits[{first}]; create each file once with its full content"
+    )]
     CreateTwice {
         /// Edit index.
         index: usize,
@@ -123,7 +125,9 @@ pub enum EditError {
         first: usize,
     },
     /// NUL in the result.
-    #[error("edits[{index}] for {path:?}: the resulting content contains a NUL character; only text files can be changed")]
+    #[error(
+        "edits[{index}] for {path:?}: the resulting content contains a NUL character; only text files can be changed"
+    )]
     Nul {
         /// Edit index.
         index: usize,
@@ -153,7 +157,9 @@ pub enum EditError {
         path: String,
     },
     /// All final files over [`MAX_SNAPSHOT_BYTES`].
-    #[error("the snapshot files and created files add up to {bytes} bytes after the edits; the limit is {MAX_SNAPSHOT_BYTES}")]
+    #[error(
+        "the snapshot files and created files add up to {bytes} bytes after the edits; the limit is {MAX_SNAPSHOT_BYTES}"
+    )]
     TotalTooLarge {
         /// The total.
         bytes: usize,
@@ -176,14 +182,17 @@ pub fn materialise(root: &Path, snapshot: &Snapshot, edits: &[ProposedEdit]) -> 
     let mut files: BTreeMap<String, Current> = snapshot
         .files
         .iter()
-        .map(|f| (f.path.clone(), Current { original: Some(f.content.clone()), content: f.content.clone(), mode: f.mode }))
+        .map(|f| {
+            (f.path.clone(), Current { original: Some(f.content.clone()), content: f.content.clone(), mode: f.mode })
+        })
         .collect();
     // Created files by resolved target, to catch one file created under two names.
     let mut created: Vec<(PathBuf, String, usize)> = Vec::new();
     let mut ignored = Vec::new();
     let mut effective = 0usize;
     for (index, edit) in edits.iter().enumerate() {
-        let path = paths::check(&edit.path).map_err(|error| EditError::Path { index, path: edit.path.clone(), error })?;
+        let path =
+            paths::check(&edit.path).map_err(|error| EditError::Path { index, path: edit.path.clone(), error })?;
         match edit.operation {
             Operation::Create => {
                 create(root, &mut files, &mut created, index, path, edit)?;
@@ -205,7 +214,8 @@ pub fn materialise(root: &Path, snapshot: &Snapshot, edits: &[ProposedEdit]) -> 
                     0 => return Err(EditError::NoMatch { index, path }),
                     1 => {}
                     matches => {
-                        let lines = starts.iter().take(MAX_MATCH_LINES).map(|&at| line_of(&current.content, at)).collect();
+                        let lines =
+                            starts.iter().take(MAX_MATCH_LINES).map(|&at| line_of(&current.content, at)).collect();
                         return Err(EditError::Ambiguous { index, path, matches, lines });
                     }
                 }
@@ -246,7 +256,8 @@ pub fn materialise(root: &Path, snapshot: &Snapshot, edits: &[ProposedEdit]) -> 
             }),
         }
     }
-    let warnings = ignored.iter().map(|edit| format!("ignored no-op {edit} because old and new are identical")).collect();
+    let warnings =
+        ignored.iter().map(|edit| format!("ignored no-op {edit} because old and new are identical")).collect();
     Ok(Materialised { changes, warnings })
 }
 
@@ -347,11 +358,8 @@ mod tests {
         let (_dir, root) = root();
         std::fs::create_dir(root.join("docs")).unwrap();
         let snap = snapshot(&[("b.txt", "one\ntwo\n"), ("a.txt", "keep\n"), ("c.txt", "same\n")]);
-        let edits = [
-            replace("b.txt", "two", "2"),
-            replace("b.txt", "one\n2", "1\n2"),
-            create_edit("docs/new.md", "# New\n"),
-        ];
+        let edits =
+            [replace("b.txt", "two", "2"), replace("b.txt", "one\n2", "1\n2"), create_edit("docs/new.md", "# New\n")];
         let out = materialise(&root, &snap, &edits).unwrap();
         assert!(out.warnings.is_empty());
         assert_eq!(
@@ -401,7 +409,9 @@ mod tests {
         // At most eight lines are listed.
         let snap = snapshot(&[("a.txt", &"x\n".repeat(10))]);
         let error = materialise(&root, &snap, &[replace("a.txt", "x", "y")]).unwrap_err();
-        assert!(matches!(&error, EditError::Ambiguous { matches: 10, lines, .. } if *lines == (1..=8).collect::<Vec<_>>()));
+        assert!(
+            matches!(&error, EditError::Ambiguous { matches: 10, lines, .. } if *lines == (1..=8).collect::<Vec<_>>())
+        );
     }
 
     #[test]
@@ -410,7 +420,10 @@ mod tests {
         let snap = snapshot(&[("a.txt", "alpha\n")]);
         let edits = [replace("a.txt", "alpha", "alpha"), replace("a.txt", "alpha", "beta")];
         let out = materialise(&root, &snap, &edits).unwrap();
-        assert_eq!(out.warnings, vec!["ignored no-op edits[0] for \"a.txt\" because old and new are identical".to_owned()]);
+        assert_eq!(
+            out.warnings,
+            vec!["ignored no-op edits[0] for \"a.txt\" because old and new are identical".to_owned()]
+        );
         assert_eq!(out.changes[0].after, "beta\n");
     }
 
@@ -486,13 +499,17 @@ mod tests {
             let error = materialise(&root, &snap, &edits).unwrap_err();
             assert!(format!("{error:?}").contains(expected), "{error:?} should be {expected}");
         }
-        let error = materialise(&root, &snap, &[create_edit("sub/n.txt", "y"), create_edit("alias/n.txt", "z")]).unwrap_err();
+        let error =
+            materialise(&root, &snap, &[create_edit("sub/n.txt", "y"), create_edit("alias/n.txt", "z")]).unwrap_err();
         assert_eq!(
             error.to_string(),
             "edits[1] for \"alias/n.txt\": the file is already created by edits[0]; create each file once with its full content"
         );
         let error = materialise(&root, &snap, &[create_edit("missing/n.txt", "y")]).unwrap_err();
-        assert_eq!(error.to_string(), "edits[0] for \"missing/n.txt\": path \"missing\" does not exist in the workspace");
+        assert_eq!(
+            error.to_string(),
+            "edits[0] for \"missing/n.txt\": path \"missing\" does not exist in the workspace"
+        );
         // Nothing was written.
         assert!(!root.join("sub/n.txt").exists());
     }

@@ -31,11 +31,13 @@ pub enum PathError {
         "path {0:?} looks like a secret or repository metadata (such as .env, keys, credentials, .git); Akritas never reads or writes such files"
     )]
     SecretName(String),
-    /// NUL or another control character.
-    #[error("path {0:?} contains a NUL or control character; use a plain file name")]
+    /// NUL or another control character (the path is kept escaped).
+    #[error("path \"{0}\" contains a NUL or control character; use a plain file name")]
     Control(String),
     /// A symlink on the way resolves outside the root.
-    #[error("path {path:?} resolves (through a symlink) outside the workspace root; name the file inside the workspace instead")]
+    #[error(
+        "path {path:?} resolves (through a symlink) outside the workspace root; name the file inside the workspace instead"
+    )]
     Outside {
         /// The path as given.
         path: String,
@@ -281,10 +283,7 @@ mod tests {
         assert_eq!(confine(&root, "sub/a.txt"), Ok(root.join("sub/a.txt")));
         assert_eq!(confine(&root, "alias.txt"), Ok(root.join("sub/a.txt")));
         assert_eq!(confine(&root, "out.txt"), Err(PathError::Outside { path: "out.txt".into() }));
-        assert_eq!(
-            confine(&root, "outdir/secret.txt"),
-            Err(PathError::Outside { path: "outdir/secret.txt".into() })
-        );
+        assert_eq!(confine(&root, "outdir/secret.txt"), Err(PathError::Outside { path: "outdir/secret.txt".into() }));
         assert_eq!(confine(&root, "missing.txt"), Err(PathError::Missing("missing.txt".into())));
         assert_eq!(confine(&root, "../x"), Err(PathError::Escapes("../x".into())));
     }
@@ -302,10 +301,7 @@ mod tests {
         assert_eq!(confine_parent(&root, "new.txt"), Ok(root.join("new.txt")));
         assert_eq!(confine_parent(&root, "sub/new.txt"), Ok(root.join("sub/new.txt")));
         assert_eq!(confine_parent(&root, "subalias/new.txt"), Ok(root.join("sub/new.txt")));
-        assert_eq!(
-            confine_parent(&root, "outdir/new.txt"),
-            Err(PathError::Outside { path: "outdir/new.txt".into() })
-        );
+        assert_eq!(confine_parent(&root, "outdir/new.txt"), Err(PathError::Outside { path: "outdir/new.txt".into() }));
         assert_eq!(confine_parent(&root, "missing/new.txt"), Err(PathError::Missing("missing".into())));
         assert_eq!(confine_parent(&root, "sub/a.txt"), Err(PathError::Exists("sub/a.txt".into())));
         assert_eq!(confine_parent(&root, "dangling"), Err(PathError::Exists("dangling".into())));

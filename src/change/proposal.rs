@@ -52,9 +52,8 @@ pub fn system_prompt() -> &'static str {
 
 /// JSON schema of the proposal tool's arguments.
 pub fn schema() -> serde_json::Value {
-    let notes = |what: &str| {
-        json!({"type": "array", "maxItems": MAX_NOTES, "items": {"type": "string"}, "description": what})
-    };
+    let notes =
+        |what: &str| json!({"type": "array", "maxItems": MAX_NOTES, "items": {"type": "string"}, "description": what});
     json!({
         "type": "object",
         "properties": {
@@ -184,8 +183,9 @@ impl AttemptDiagnostic {
 /// Decodes the proposal tool's arguments: strict JSON (unknown fields refused) is
 /// [`Stage::DecodeArguments`]; a broken rule is [`Stage::SchemaValidation`].
 pub fn decode(arguments: &str) -> Result<Proposal, (Stage, String)> {
-    let proposal: Proposal = serde_json::from_str(arguments)
-        .map_err(|e| (Stage::DecodeArguments, format!("arguments of {PROPOSE_TOOL} are not valid JSON for its schema: {e}")))?;
+    let proposal: Proposal = serde_json::from_str(arguments).map_err(|e| {
+        (Stage::DecodeArguments, format!("arguments of {PROPOSE_TOOL} are not valid JSON for its schema: {e}"))
+    })?;
     check_rules(&proposal).map_err(|e| (Stage::SchemaValidation, e))?;
     Ok(proposal)
 }
@@ -350,11 +350,31 @@ mod tests {
         for arguments in [
             "{\"analysis\": \"x\"".to_owned(),
             "not json".to_owned(),
-            { let mut v = valid(); v["extra"] = json!(1); v.to_string() },
-            { let mut v = valid(); v["edits"][0]["line"] = json!(3); v.to_string() },
-            { let mut v = valid(); v["edits"][0]["operation"] = json!("delete"); v.to_string() },
-            { let mut v = valid(); v.as_object_mut().unwrap().remove("rollback"); v.to_string() },
-            { let mut v = valid(); v["edits"][0].as_object_mut().unwrap().remove("old"); v.to_string() },
+            {
+                let mut v = valid();
+                v["extra"] = json!(1);
+                v.to_string()
+            },
+            {
+                let mut v = valid();
+                v["edits"][0]["line"] = json!(3);
+                v.to_string()
+            },
+            {
+                let mut v = valid();
+                v["edits"][0]["operation"] = json!("delete");
+                v.to_string()
+            },
+            {
+                let mut v = valid();
+                v.as_object_mut().unwrap().remove("rollback");
+                v.to_string()
+            },
+            {
+                let mut v = valid();
+                v["edits"][0].as_object_mut().unwrap().remove("old");
+                v.to_string()
+            },
         ] {
             let (stage, error) = decode(&arguments).unwrap_err();
             assert_eq!(stage, Stage::DecodeArguments, "{arguments}: {error}");
@@ -363,24 +383,25 @@ mod tests {
 
     #[test]
     fn schema_rules_are_schema_validation_errors() {
-        let cases: Vec<(Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
-            (Box::new(|v| v["analysis"] = json!("  ")), "analysis is blank"),
-            (Box::new(|v| v["edits"] = json!(vec![v["edits"][0].clone(); 33])), "33 edits"),
-            (Box::new(|v| v["checks"] = json!(vec!["x"; 17])), "17 checks"),
-            (Box::new(|v| v["risks"] = json!(vec!["x"; 17])), "17 risks"),
-            (Box::new(|v| v["clarifications"] = json!(vec!["x"; 17])), "17 clarifications"),
-            (Box::new(|v| v["edits"] = json!([])), "proposal without edits requires clarifications"),
+        type Mutation = fn(&mut serde_json::Value);
+        let cases: Vec<(Mutation, &str)> = vec![
+            (|v| v["analysis"] = json!("  "), "analysis is blank"),
+            (|v| v["edits"] = json!(vec![v["edits"][0].clone(); 33]), "33 edits"),
+            (|v| v["checks"] = json!(vec!["x"; 17]), "17 checks"),
+            (|v| v["risks"] = json!(vec!["x"; 17]), "17 risks"),
+            (|v| v["clarifications"] = json!(vec!["x"; 17]), "17 clarifications"),
+            (|v| v["edits"] = json!([]), "proposal without edits requires clarifications"),
             (
-                Box::new(|v| {
+                |v| {
                     v["edits"] = json!([]);
                     v["clarifications"] = json!([" "]);
-                }),
+                },
                 "clarifications[0] is blank",
             ),
-            (Box::new(|v| v["clarifications"] = json!(["why?"])), "proposal with edits must not contain clarifications"),
-            (Box::new(|v| v["rollback"] = json!("")), "rollback is blank"),
-            (Box::new(|v| v["checks"] = json!(["ok", ""])), "checks[1] is blank"),
-            (Box::new(|v| v["risks"] = json!([" "])), "risks[0] is blank"),
+            (|v| v["clarifications"] = json!(["why?"]), "proposal with edits must not contain clarifications"),
+            (|v| v["rollback"] = json!(""), "rollback is blank"),
+            (|v| v["checks"] = json!(["ok", ""]), "checks[1] is blank"),
+            (|v| v["risks"] = json!([" "]), "risks[0] is blank"),
         ];
         for (mutate, expected) in cases {
             let mut value = valid();
@@ -440,18 +461,27 @@ mod tests {
             json!({"request_path": "<inline>", "request": "allow orders-v2",
                    "repository_files": [{"path": "a.sls", "content": "x: 1\n"}]})
         );
-        assert!(first[json_start..].find("request_path").unwrap() < first[json_start..].find("repository_files").unwrap());
+        assert!(
+            first[json_start..].find("request_path").unwrap() < first[json_start..].find("repository_files").unwrap()
+        );
         assert!(!first.contains("HOST_VALIDATION_ERROR"));
 
-        let previous = AttemptDiagnostic::new(1, Stage::SchemaValidation, "proposal with edits must not contain clarifications");
+        let previous =
+            AttemptDiagnostic::new(1, Stage::SchemaValidation, "proposal with edits must not contain clarifications");
         let second = user_message(&snapshot, "<inline>", Some(&previous));
         let tail = second.split("HOST_VALIDATION_ERROR from the previous attempt:\n").nth(1).unwrap();
-        assert!(tail.starts_with("proposal with edits must not contain clarifications\n\nEither keep the edits"), "{tail}");
+        assert!(
+            tail.starts_with("proposal with edits must not contain clarifications\n\nEither keep the edits"),
+            "{tail}"
+        );
     }
 
     #[test]
     fn diagnostics_serialise_without_empty_fields() {
-        let diagnostic = AttemptDiagnostic { finish_reason: Some("length".into()), ..AttemptDiagnostic::new(2, Stage::DecodeArguments, "EOF") };
+        let diagnostic = AttemptDiagnostic {
+            finish_reason: Some("length".into()),
+            ..AttemptDiagnostic::new(2, Stage::DecodeArguments, "EOF")
+        };
         assert_eq!(
             serde_json::to_value(&diagnostic).unwrap(),
             json!({"attempt": 2, "stage": "decode_arguments", "error": "EOF", "finish_reason": "length"})

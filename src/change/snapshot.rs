@@ -288,6 +288,15 @@ mod tests {
     }
 
     #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let (_dir, root) = root();
+        let fifo = std::ffi::CString::new(root.join("pipe").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        assert!(matches!(read_file(&root, "pipe"), Err(SnapshotError::Path(PathError::NotRegular(_)))));
+    }
+
+    #[test]
     fn symlink_out_of_the_root_is_refused() {
         let (_dir, root) = root();
         let outside = tempfile::tempdir().unwrap();
