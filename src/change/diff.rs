@@ -44,15 +44,15 @@ fn file_diff(out: &mut String, change: &FileChange) {
     let old_end = old.len() - suffix + after_context;
     let new_end = new.len() - suffix + after_context;
 
-    let path = &change.path;
+    let (a, b) = (name("a/", &change.path), name("b/", &change.path));
     // Writing to a String cannot fail.
-    let _ = writeln!(out, "diff --git a/{path} b/{path}");
+    let _ = writeln!(out, "diff --git {a} {b}");
     if change.operation == Operation::Create || change.before.is_none() {
         out.push_str("new file mode 100644\n--- /dev/null\n");
     } else {
-        let _ = writeln!(out, "--- a/{path}");
+        let _ = writeln!(out, "--- {a}");
     }
-    let _ = writeln!(out, "+++ b/{path}");
+    let _ = writeln!(out, "+++ {b}");
     let _ = writeln!(out, "@@ -{} +{} @@", range(start, old_end - start), range(start, new_end - start));
     for line in &old[start..prefix] {
         push_line(out, ' ', line);
@@ -66,6 +66,12 @@ fn file_diff(out: &mut String, change: &FileChange) {
     for line in &old[old.len() - suffix..old_end] {
         push_line(out, ' ', line);
     }
+}
+
+/// `prefix` + `path`, C-quoted as git does when the path holds a double quote
+/// (paths never hold backslashes or control characters: [`super::paths::check`]).
+fn name(prefix: &str, path: &str) -> String {
+    if path.contains('"') { format!("\"{prefix}{}\"", path.replace('"', "\\\"")) } else { format!("{prefix}{path}") }
 }
 
 /// `start,count` with a 1-based start, or `0,0` for an empty side.
@@ -248,6 +254,13 @@ mod tests {
         let seven_after = after.lines().take(12).map(|l| format!("{l}\n")).collect::<String>();
         let diff = assert_git_applies(&[replace("pillar/prod/nftables.sls", &seven, &seven_after)]);
         assert!(diff.contains("\n@@ -5,3 +5,8 @@\n"), "{diff}");
+    }
+
+    #[test]
+    fn paths_with_spaces_and_non_ascii_names_apply() {
+        assert_git_applies(&[replace("my dir/file name.txt", "a\n", "b\n"), create("docs/café.md", "x\n")]);
+        let diff = assert_git_applies(&[replace("say \"hi\".txt", "a\n", "b\n")]);
+        assert!(diff.starts_with("diff --git \"a/say \\\"hi\\\".txt\" \"b/say \\\"hi\\\".txt\"\n"), "{diff}");
     }
 
     #[test]

@@ -94,7 +94,7 @@ pub enum EditError {
         /// The path.
         path: String,
     },
-    /// Create or replacement to empty content where content is required.
+    /// Create without content.
     #[error("edits[{index}] for {path:?}: create requires the complete, non-empty file content in new")]
     EmptyNew {
         /// Edit index.
