@@ -823,17 +823,7 @@ impl Preview<'_> {
         messages: Vec<Message>,
         tool: ToolDefinition,
     ) -> Result<(Proposal, super::edits::Materialised), AttemptFailure> {
-        let diagnostic = |stage: Stage, error: String| AttemptDiagnostic {
-            attempt,
-            stage,
-            hint: Some(proposal::repair_instruction(stage, &error)),
-            error,
-            finish_reason: None,
-            completion_tokens: None,
-            tool_name: None,
-            argument_bytes: None,
-            arguments_preview: None,
-        };
+        let diagnostic = |stage: Stage, error: String| AttemptDiagnostic::new(attempt, stage, error);
         let response = match self.call(messages, tool, self.params.max_tokens).await {
             Ok(response) => response,
             Err(ChangeError::Upstream(error)) => {
@@ -849,6 +839,7 @@ impl Preview<'_> {
             d.tool_name = calls.first().map(|c| c.function.name.clone());
             d.argument_bytes = arguments.map(str::len);
             d.arguments_preview = arguments.map(proposal::preview_arguments);
+            d.hint = proposal::hint(stage, &d.error, d.finish_reason.as_deref());
             AttemptFailure::Retry(Box::new(d))
         };
         let [call] = calls.as_slice() else {
