@@ -587,17 +587,14 @@ mod tests {
         let ws = workspace();
         let changes = [change("src/a.yaml", "a: 2\n", 0o644)];
         let copy = prepare(ws.path(), &changes, &CopyLimits::default()).unwrap();
-        // SAFETY: tests of this module read these variables only in child processes.
-        unsafe {
-            std::env::set_var("AKRITAS_VALIDATOR_TEST_PASSED", "yes");
-            std::env::set_var("AKRITAS_VALIDATOR_TEST_HIDDEN", "no");
-        }
+        // Cargo sets these for the test process; one is allowed through, the other not.
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some() && std::env::var_os("CARGO_MANIFEST_DIR").is_some());
         let mut env = spec("env", &["env"], &["**"]);
-        env.env = vec!["AKRITAS_VALIDATOR_TEST_PASSED".into(), "AKRITAS_VALIDATOR_TEST_UNSET".into()];
+        env.env = vec!["CARGO_PKG_NAME".into(), "AKRITAS_VALIDATOR_TEST_UNSET".into()];
         let results = run(&copy, &changes, &[env]).await;
         let mut names: Vec<&str> = results[0].output.lines().filter_map(|l| l.split('=').next()).collect();
         names.sort();
-        assert_eq!(names, ["AKRITAS_VALIDATOR_TEST_PASSED", "HOME", "LANG", "PATH", "TMPDIR"]);
+        assert_eq!(names, ["CARGO_PKG_NAME", "HOME", "LANG", "PATH", "TMPDIR"]);
         let home = results[0].output.lines().find_map(|l| l.strip_prefix("HOME=")).unwrap();
         assert!(!Path::new(home).starts_with(copy.path()), "HOME {home} is inside the copy");
         assert!(Path::new(home).starts_with(copy.path().parent().unwrap()));
@@ -654,5 +651,11 @@ mod tests {
         assert!(!results[1].output.contains("hunter22"), "{}", results[1].output);
         assert!(!results[1].output.contains("abcdef123"), "{}", results[1].output);
         assert!(results[1].output.contains("[redacted]"));
+    }
+
+    #[test]
+    fn a_changed_path_is_never_an_option() {
+        assert_eq!(argument("-rf"), "./-rf");
+        assert_eq!(argument("src/a.yaml"), "src/a.yaml");
     }
 }
