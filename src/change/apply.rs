@@ -51,7 +51,9 @@ pub enum ApplyError {
 
 fn rolled_back_message(path: &str, error: &str, rollback_errors: &[String]) -> String {
     if rollback_errors.is_empty() {
-        format!("writing \"{path}\" failed ({error}); every file already written was restored, the workspace is unchanged")
+        format!(
+            "writing \"{path}\" failed ({error}); every file already written was restored, the workspace is unchanged"
+        )
     } else {
         format!(
             "writing \"{path}\" failed ({error}) and restoring the files already written failed too; check these by hand: {}",
@@ -181,8 +183,9 @@ fn verify_create<'a>(root: &Path, change: &'a FileChange, rel: &Path) -> Result<
 }
 
 fn verify<'a>(root: &Path, change: &'a FileChange) -> Result<Target<'a>, ApplyError> {
-    let rel = relative(&change.path)
-        .ok_or_else(|| stale(&change.path, format!("\"{}\" is not a relative path inside the workspace", change.path)))?;
+    let rel = relative(&change.path).ok_or_else(|| {
+        stale(&change.path, format!("\"{}\" is not a relative path inside the workspace", change.path))
+    })?;
     match change.operation {
         Operation::Replace => verify_replace(root, change, rel),
         Operation::Create => verify_create(root, change, rel),
@@ -234,7 +237,10 @@ fn apply_with(ops: &dyn Ops, root: &Path, changes: &[FileChange]) -> Result<Vec<
     for change in sorted {
         let target = verify(&root, change)?;
         if !seen.insert(target.file.clone()) {
-            return Err(stale(target.path, format!("\"{}\" names a file another path of the change names", target.path)));
+            return Err(stale(
+                target.path,
+                format!("\"{}\" names a file another path of the change names", target.path),
+            ));
         }
         targets.push(target);
     }
@@ -400,7 +406,11 @@ mod tests {
         let root = ws.path();
         let changes = [
             replace("run.sh", "#!/bin/sh\necho v1\n", "#!/bin/sh\necho v2\n"),
-            replace("pillar/prod/nftables.sls", "backends:\n  - orders-v1\n", "backends:\n  - orders-v1\n  - orders-v2\n"),
+            replace(
+                "pillar/prod/nftables.sls",
+                "backends:\n  - orders-v1\n",
+                "backends:\n  - orders-v1\n  - orders-v2\n",
+            ),
             create("pillar/prod/new.sls", "new: true\n"),
         ];
         let written = apply(root, &changes).unwrap();
@@ -444,7 +454,10 @@ mod tests {
         let root = ws.path();
         fs::write(root.join("pillar/prod/new.sls"), "someone else's\n").unwrap();
         let err = apply(root, &[create("pillar/prod/new.sls", "mine\n")]).unwrap_err();
-        assert!(err.to_string().starts_with("stale preview: cannot create \"pillar/prod/new.sls\": it already exists"), "{err}");
+        assert!(
+            err.to_string().starts_with("stale preview: cannot create \"pillar/prod/new.sls\": it already exists"),
+            "{err}"
+        );
         assert_eq!(fs::read_to_string(root.join("pillar/prod/new.sls")).unwrap(), "someone else's\n");
         let err = apply(root, &[create("gone/new.sls", "mine\n")]).unwrap_err();
         assert!(err.to_string().contains("parent directory no longer exists"), "{err}");

@@ -476,7 +476,6 @@ async fn run_one(copy: &IsolatedCopy, changes: &[FileChange], spec: &ValidatorSp
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
@@ -533,7 +532,8 @@ mod tests {
         assert_eq!(fs::read_to_string(tree.join("src/new/b.yaml")).unwrap(), "b: 1\n");
         assert_eq!(fs::metadata(tree.join("src/deep/run.sh")).unwrap().permissions().mode() & 0o777, 0o750);
         assert_eq!(fs::read_to_string(tree.join("vendor/lib.txt")).unwrap(), "kept");
-        for absent in [".git", "node_modules", "target", "build", ".env", ".env.prod", "id_rsa", "tls.key", "cert.pem", "outside"]
+        for absent in
+            [".git", "node_modules", "target", "build", ".env", ".env.prod", "id_rsa", "tls.key", "cert.pem", "outside"]
         {
             assert!(fs::symlink_metadata(tree.join(absent)).is_err(), "{absent} was copied");
         }
@@ -646,7 +646,11 @@ mod tests {
         ];
         let results = run(&copy, &changes, &specs).await;
         assert_eq!(results[0].status, ValidatorStatus::Failed);
-        assert!(results[0].output.contains("\"akritas-no-such-validator\" was not found on PATH"), "{}", results[0].output);
+        assert!(
+            results[0].output.contains("\"akritas-no-such-validator\" was not found on PATH"),
+            "{}",
+            results[0].output
+        );
         assert_eq!(results[0].command, ["akritas-no-such-validator", "src/a.yaml"]);
         assert!(!results[1].output.contains("hunter22"), "{}", results[1].output);
         assert!(!results[1].output.contains("abcdef123"), "{}", results[1].output);
