@@ -251,12 +251,11 @@ impl Entry {
     }
 }
 
-#[derive(Default, Serialize, Deserialize)]
+/// What the store holds in memory, and the journal record it reflects.
+#[derive(Default)]
 struct Book {
     entries: HashMap<String, Entry>,
-    #[serde(skip)]
     last: Option<Checkpoint>,
-    #[serde(skip)]
     since_snapshot: u64,
 }
 

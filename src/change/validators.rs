@@ -147,14 +147,30 @@ impl IsolatedCopy {
     }
 }
 
-/// Whether a file name looks like it holds a secret (`.env`, `.env.*`, SSH private keys,
-/// `*.pem`, `*.key`, `*.p12`, `*.pfx`). Private until `change::paths` provides the shared rule.
+/// Whether a file name looks like it holds a secret (`.env`, `.env.*`, SSH keys, `*.pem`,
+/// `*.key`, `*.p12`, `*.pfx`, `.netrc`, `.git-credentials`, kubeconfigs, `.npmrc`,
+/// `.pypirc`, `credentials(.json)`, `secrets.y(a)ml`), case-insensitively. The same list
+/// as `change::paths::is_secret_name`, kept here until that lands on this branch.
 fn is_secret_name(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    lower == ".env"
-        || lower.starts_with(".env.")
-        || matches!(lower.as_str(), "id_rsa" | "id_dsa" | "id_ecdsa" | "id_ed25519")
-        || [".pem", ".key", ".p12", ".pfx"].iter().any(|ext| lower.ends_with(ext))
+    const EXACT: &[&str] = &[
+        ".env",
+        "id_rsa",
+        "id_dsa",
+        "id_ed25519",
+        "id_ecdsa",
+        ".netrc",
+        ".git-credentials",
+        "kubeconfig",
+        ".npmrc",
+        ".pypirc",
+        "credentials",
+        "credentials.json",
+        "secrets.yaml",
+        "secrets.yml",
+    ];
+    const SUFFIXES: &[&str] = &[".pem", ".key", ".p12", ".pfx", ".kubeconfig"];
+    let name = name.to_ascii_lowercase();
+    EXACT.contains(&name.as_str()) || name.starts_with(".env.") || SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 
 /// Counts what is copied against the limits.
