@@ -1,1 +1,807 @@
-//! (filled in by the change pipeline work)
+//! The durable store of pending changes: a random, single-use, expiring approval
+//! capability per preview.
+//!
+//! The approval id (16 random bytes as 32 lowercase hex) is handed to the requester once
+//! and never written anywhere: the store keys each change by `sha256(id)`. Every state
+//! change is an fsynced record of the hash-chained journal (`change.pending`,
+//! `change.state`), replayed at open, so a restart keeps pending approvals, and a change
+//! taken for apply is durably `applying` before the caller may write it: two racing takes
+//! have one winner, and a crash mid-apply never allows a second apply.
+//!
+//! Bounds: at most `max_pending` changes wait at once (a further preview is refused, none
+//! is evicted). Applied, failed, expired and interrupted changes stay visible for seven
+//! days (at most [`MAX_SETTLED`] of them, without their file contents: the diff stays);
+//! then they are forgotten. Every [`SNAPSHOT_EVERY`] records the state is written as a
+//! snapshot and the journal segments before it are deleted; segments are sealed at
+//! [`SEGMENT_BYTES`] or after a day, so the disk holds the snapshot and about one segment.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::{FileChange, ValidatorResult};
+use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, ScanError};
+
+/// Record of a new pending change.
+const PENDING: &str = "change.pending";
+/// Record of a state change.
+const STATE: &str = "change.state";
+/// Shape and version of the snapshot.
+const FORMAT: &str = "akritas.change.approvals.v1";
+/// Records between two snapshots (and retention passes).
+pub const SNAPSHOT_EVERY: u64 = 64;
+/// Size at which a journal segment is sealed.
+pub const SEGMENT_BYTES: u64 = 8 << 20;
+/// Largest record (a change carries its files, diff and preview result).
+const MAX_RECORD_BYTES: usize = 16 << 20;
+/// How long settled changes stay visible.
+const KEEP_SETTLED: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most settled changes kept in memory.
+pub const MAX_SETTLED: usize = 128;
+
+/// A previewed change waiting for approval, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingChange {
+    /// Namespace of the Workspace.
+    pub namespace: String,
+    /// Workspace name.
+    pub workspace: String,
+    /// The snapshot's HEAD commit, when the workspace is a git repository.
+    pub commit: Option<String>,
+    /// The preview Run.
+    pub run_id: String,
+    /// Who asked for the preview.
+    pub requester: String,
+    /// The host-built unified diff.
+    pub diff: String,
+    /// Its SHA-256 (hex).
+    pub diff_sha256: String,
+    /// The changed files (emptied once the change is settled; the diff stays).
+    pub changes: Vec<FileChange>,
+    /// Validator results on the prepared copy.
+    pub validators: Vec<ValidatorResult>,
+    /// SHA-256 of the validator results (hex).
+    pub validators_sha256: String,
+    /// When it was stored (RFC 3339, set by the store).
+    pub created_at: String,
+    /// When its approval expires (RFC 3339, set by the store).
+    pub expires_at: String,
+    /// The preview result shown by `GET` (opaque here).
+    pub summary: serde_json::Value,
+}
+
+/// Where a pending change is in its life.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ChangeState {
+    /// Waiting for approval.
+    Pending,
+    /// Taken for apply (also what a crash during apply leaves).
+    Applying,
+    /// Written.
+    Applied {
+        /// The apply Run.
+        run_id: String,
+        /// Who approved it.
+        approver: String,
+        /// When (RFC 3339).
+        at: String,
+        /// What was written (changed files, branch), opaque here.
+        detail: serde_json::Value,
+    },
+    /// The apply failed.
+    Failed {
+        /// The apply Run.
+        run_id: String,
+        /// Who approved it.
+        approver: String,
+        /// When (RFC 3339).
+        at: String,
+        /// Why.
+        error: String,
+    },
+    /// Not approved in time.
+    Expired,
+}
+
+impl ChangeState {
+    fn name(&self) -> &'static str {
+        match self {
+            ChangeState::Pending => "pending",
+            ChangeState::Applying => "applying",
+            ChangeState::Applied { .. } => "applied",
+            ChangeState::Failed { .. } => "failed",
+            ChangeState::Expired => "expired",
+        }
+    }
+}
+
+/// Time source of the store.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// How long approvals live and how many may wait.
+#[derive(Clone)]
+pub struct ApprovalOptions {
+    /// Time from preview to expiry.
+    pub ttl: Duration,
+    /// Most changes waiting at once.
+    pub max_pending: usize,
+    /// Time source (injectable for tests).
+    pub clock: Clock,
+}
+
+impl Default for ApprovalOptions {
+    fn default() -> Self {
+        ApprovalOptions { ttl: Duration::from_secs(30 * 60), max_pending: 64, clock: Arc::new(Timestamp::now) }
+    }
+}
+
+impl fmt::Debug for ApprovalOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalOptions")
+            .field("ttl", &self.ttl)
+            .field("max_pending", &self.max_pending)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the approval store could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    /// Too many changes wait for approval.
+    #[error("{limit} changes are already waiting for approval; apply some or let them expire before preparing another")]
+    Full {
+        /// The limit.
+        limit: usize,
+    },
+    /// The journal could not be opened, read or written.
+    #[error("the approval journal failed: {0}")]
+    Journal(#[from] JournalError),
+    /// A journal record this version cannot replay.
+    #[error(
+        "the approval journal {} has a record (seq {seq}) this version cannot read: {reason}; restore the journal from backup or move it aside (the approvals in it are then lost)",
+        path.display()
+    )]
+    Replay {
+        /// The journal.
+        path: PathBuf,
+        /// The record's seq.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The journal's start was removed and no snapshot holds what it said.
+    #[error(
+        "the approval journal {} starts at seq {first_seq} but its snapshot is missing or unreadable; restore the snapshot from backup or move the journal aside (the approvals in it are then lost)",
+        path.display()
+    )]
+    NoSnapshot {
+        /// The journal.
+        path: PathBuf,
+        /// Its first kept record.
+        first_seq: u64,
+    },
+    /// No change has this id (or it was forgotten).
+    #[error("pending change not found")]
+    NotFound,
+    /// The change is not in a state that allows this.
+    #[error("a {from} change cannot become {to}")]
+    Transition {
+        /// Its state.
+        from: &'static str,
+        /// The state asked for.
+        to: &'static str,
+    },
+    /// A clock or TTL out of range.
+    #[error("the approval expiry is out of range: {0}")]
+    Time(String),
+}
+
+/// Why a change could not be taken for apply.
+#[derive(Debug, thiserror::Error)]
+pub enum TakeError {
+    /// No change has this id (or the id is malformed).
+    #[error("pending change not found or already used")]
+    NotFound,
+    /// It was not approved in time.
+    #[error("pending change expired")]
+    Expired,
+    /// It was already taken (shown as not found).
+    #[error("pending change not found or already used")]
+    Used,
+    /// The store could not record the take; nothing was taken.
+    #[error(transparent)]
+    Store(#[from] ApprovalError),
+}
+
+/// One change in memory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Entry {
+    change: PendingChange,
+    state: ChangeState,
+    expires: Timestamp,
+    /// When the state last changed.
+    changed_at: Timestamp,
+}
+
+impl Entry {
+    /// The state at `now`: a pending change past its expiry is expired.
+    fn effective(&self, now: Timestamp) -> ChangeState {
+        if self.state == ChangeState::Pending && now >= self.expires {
+            ChangeState::Expired
+        } else {
+            self.state.clone()
+        }
+    }
+
+    /// When it stopped being pending, if it did by `now`.
+    fn settled_at(&self, now: Timestamp) -> Option<Timestamp> {
+        match self.effective(now) {
+            ChangeState::Pending => None,
+            ChangeState::Expired => Some(self.expires),
+            _ => Some(self.changed_at),
+        }
+    }
+}
+
+/// What the store holds in memory, and the journal record it reflects.
+#[derive(Default)]
+struct Book {
+    entries: HashMap<String, Entry>,
+    last: Option<Checkpoint>,
+    since_snapshot: u64,
+}
+
+impl Book {
+    /// Applies one journal record.
+    fn apply(&mut self, record: &Record) -> Result<(), String> {
+        let hash = record.data.get("id_sha256").and_then(|h| h.as_str()).ok_or("no id_sha256")?.to_owned();
+        match record.kind.as_str() {
+            PENDING => {
+                let change: PendingChange =
+                    serde_json::from_value(record.data.get("change").cloned().unwrap_or_default())
+                        .map_err(|e| format!("bad change: {e}"))?;
+                let expires = change.expires_at.parse().map_err(|e| format!("bad expires_at: {e}"))?;
+                let created = change.created_at.parse().map_err(|e| format!("bad created_at: {e}"))?;
+                let entry = Entry { change, state: ChangeState::Pending, expires, changed_at: created };
+                self.entries.insert(hash, entry);
+            }
+            STATE => {
+                let state: ChangeState = serde_json::from_value(record.data.get("state").cloned().unwrap_or_default())
+                    .map_err(|e| format!("bad state: {e}"))?;
+                let at: Timestamp = record
+                    .data
+                    .get("at")
+                    .and_then(|a| a.as_str())
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(|e| format!("bad at: {e}"))?;
+                match self.entries.get_mut(&hash) {
+                    Some(entry) => set_state(entry, state, at),
+                    None => tracing::warn!(
+                        seq = record.seq,
+                        "approval journal: a state for a change no longer kept; ignored"
+                    ),
+                }
+            }
+            other => return Err(format!("unknown record kind {other:?}")),
+        }
+        self.last = Some(record.checkpoint());
+        self.since_snapshot += 1;
+        Ok(())
+    }
+
+    /// Forgets changes settled more than seven days ago and the oldest settled past
+    /// [`MAX_SETTLED`]; drops the file contents of settled ones.
+    fn prune(&mut self, now: Timestamp) {
+        let horizon = now.checked_sub(jiff::SignedDuration::from_secs(KEEP_SETTLED.as_secs() as i64)).unwrap_or(now);
+        self.entries.retain(|_, e| e.settled_at(now).is_none_or(|at| at >= horizon));
+        let mut settled: Vec<(Timestamp, String)> =
+            self.entries.iter().filter_map(|(h, e)| e.settled_at(now).map(|at| (at, h.clone()))).collect();
+        settled.sort();
+        let excess = settled.len().saturating_sub(MAX_SETTLED);
+        for (_, hash) in &settled[..excess] {
+            self.entries.remove(hash);
+        }
+        for (_, hash) in &settled[excess..] {
+            if let Some(entry) = self.entries.get_mut(hash)
+                && entry.state != ChangeState::Applying
+            {
+                entry.change.changes = Vec::new();
+            }
+        }
+    }
+
+    fn pending(&self, now: Timestamp) -> usize {
+        self.entries.values().filter(|e| e.effective(now) == ChangeState::Pending).count()
+    }
+}
+
+fn set_state(entry: &mut Entry, state: ChangeState, at: Timestamp) {
+    if matches!(state, ChangeState::Applied { .. } | ChangeState::Failed { .. }) {
+        entry.change.changes = Vec::new();
+    }
+    entry.state = state;
+    entry.changed_at = at;
+}
+
+/// Journal tuning (tests use small segments).
+#[derive(Clone, Copy, Debug)]
+struct Tuning {
+    segment_bytes: u64,
+    snapshot_every: u64,
+}
+
+const TUNING: Tuning = Tuning { segment_bytes: SEGMENT_BYTES, snapshot_every: SNAPSHOT_EVERY };
+
+struct Inner {
+    journal: Journal,
+    path: PathBuf,
+    options: ApprovalOptions,
+    tuning: Tuning,
+    book: Mutex<Book>,
+    /// Held across each append and the state change it records, so the journal order is
+    /// the order of decisions and a snapshot reflects exactly the journal up to its checkpoint.
+    writer: tokio::sync::Mutex<()>,
+}
+
+/// The durable store of pending changes. Cheap to clone.
+#[derive(Clone)]
+pub struct ApprovalStore {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ApprovalStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalStore").field("path", &self.inner.path).finish_non_exhaustive()
+    }
+}
+
+/// Whether `id` has the shape of an approval id: 32 lowercase hex digits.
+pub fn valid_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl ApprovalStore {
+    /// Opens (creating if missing) the approval journal at `path` and replays it (from its
+    /// snapshot when there is one): a restart keeps pending approvals. Blocking.
+    pub fn open(path: &Path, options: ApprovalOptions) -> Result<Self, ApprovalError> {
+        Self::open_tuned(path, options, TUNING)
+    }
+
+    fn open_tuned(path: &Path, options: ApprovalOptions, tuning: Tuning) -> Result<Self, ApprovalError> {
+        let clock = options.clock.clone();
+        let journal_options = JournalOptions {
+            max_record_bytes: MAX_RECORD_BYTES,
+            clock: Arc::new(move || clock().to_string()),
+            segment_bytes: tuning.segment_bytes,
+            segment_age: Some(Duration::from_secs(24 * 3600)),
+        };
+        let replay_error = |e: ScanError<(u64, String)>| match e {
+            ScanError::Journal(e) => ApprovalError::Journal(e),
+            ScanError::Visit((seq, reason)) => ApprovalError::Replay { path: path.to_owned(), seq, reason },
+        };
+        let anchored = journal::anchor(path)?.map(|a| a.first_seq);
+        let mut opened = None;
+        if let Some((checkpoint, entries)) = journal::snapshot::read::<HashMap<String, Entry>>(path, FORMAT) {
+            let mut book = Book { entries, last: Some(checkpoint.clone()), since_snapshot: 0 };
+            let mut visit = |r: Record| book.apply(&r).map_err(|reason| (r.seq, reason));
+            match Journal::open_from(path, journal_options.clone(), Some(&checkpoint), &mut visit) {
+                Ok((journal, _)) => opened = Some((journal, book)),
+                Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
+                    tracing::warn!(path = %path.display(), %reason, "the approval snapshot does not match its journal; replaying the journal from the start");
+                    journal::snapshot::discard(path);
+                }
+                Err(e) => return Err(replay_error(e)),
+            }
+        }
+        let (journal, mut book) = match opened {
+            Some(opened) => opened,
+            None => {
+                if let Some(first_seq) = anchored {
+                    return Err(ApprovalError::NoSnapshot { path: path.to_owned(), first_seq });
+                }
+                let mut book = Book::default();
+                let mut visit = |r: Record| book.apply(&r).map_err(|reason| (r.seq, reason));
+                let (journal, _) = Journal::open_from(path, journal_options, None, &mut visit).map_err(replay_error)?;
+                (journal, book)
+            }
+        };
+        let now = (options.clock)();
+        book.prune(now);
+        tracing::info!(component = "akritas_change", path = %path.display(), pending = book.pending(now), kept = book.entries.len(), "approval store loaded");
+        let inner = Inner {
+            journal,
+            path: path.to_owned(),
+            options,
+            tuning,
+            book: Mutex::new(book),
+            writer: tokio::sync::Mutex::new(()),
+        };
+        Ok(ApprovalStore { inner: Arc::new(inner) })
+    }
+
+    /// `sha256(id)` as lowercase hex: the key the store keeps instead of the id.
+    pub fn id_hash(id: &str) -> String {
+        hex::encode(Sha256::digest(id.as_bytes()))
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Timestamp {
+        (self.inner.options.clock)()
+    }
+
+    /// Appends a record (recovering the journal first after a failed write), then applies
+    /// it to memory. The caller holds the writer lock.
+    async fn record(&self, kind: &str, data: serde_json::Value) -> Result<(), ApprovalError> {
+        if self.inner.journal.failure().is_some() {
+            self.inner.journal.recover().await?;
+        }
+        let record = self.inner.journal.append(kind, &data).await?;
+        let mut book = self.book();
+        book.apply(&record).map_err(|reason| ApprovalError::Replay {
+            path: self.inner.path.clone(),
+            seq: record.seq,
+            reason,
+        })
+    }
+
+    /// Stores `change` (setting its creation and expiry times) and returns its approval id,
+    /// which is not stored anywhere: only its hash is. Refuses when `max_pending` changes
+    /// already wait.
+    pub async fn insert(&self, mut change: PendingChange) -> Result<String, ApprovalError> {
+        let _writer = self.inner.writer.lock().await;
+        let now = self.now();
+        {
+            let mut book = self.book();
+            book.prune(now);
+            if book.pending(now) >= self.inner.options.max_pending {
+                return Err(ApprovalError::Full { limit: self.inner.options.max_pending });
+            }
+        }
+        let ttl =
+            jiff::SignedDuration::try_from(self.inner.options.ttl).map_err(|e| ApprovalError::Time(e.to_string()))?;
+        let expires = now.checked_add(ttl).map_err(|e| ApprovalError::Time(e.to_string()))?;
+        change.created_at = now.to_string();
+        change.expires_at = expires.to_string();
+        let id = hex::encode(rand::random::<[u8; 16]>());
+        let hash = Self::id_hash(&id);
+        self.record(PENDING, json!({ "id_sha256": hash, "change": change })).await?;
+        self.maintain().await;
+        Ok(id)
+    }
+
+    /// The change with approval id `id` and its state now (an expired pending change is
+    /// [`ChangeState::Expired`]); `None` for an unknown or malformed id.
+    pub fn get(&self, id: &str) -> Option<(PendingChange, ChangeState)> {
+        if !valid_id(id) {
+            return None;
+        }
+        let now = self.now();
+        let book = self.book();
+        book.entries.get(&Self::id_hash(id)).map(|e| (e.change.clone(), e.effective(now)))
+    }
+
+    /// Takes the pending change `id` for apply by `approver`: durably records it as
+    /// `applying` before returning it, so it can be taken once only, even across a crash.
+    pub async fn take(&self, id: &str, approver: &str) -> Result<PendingChange, TakeError> {
+        if !valid_id(id) {
+            return Err(TakeError::NotFound);
+        }
+        let hash = Self::id_hash(id);
+        let _writer = self.inner.writer.lock().await;
+        let now = self.now();
+        let change = {
+            let book = self.book();
+            let entry = book.entries.get(&hash).ok_or(TakeError::NotFound)?;
+            match entry.effective(now) {
+                ChangeState::Pending => entry.change.clone(),
+                ChangeState::Expired => return Err(TakeError::Expired),
+                _ => return Err(TakeError::Used),
+            }
+        };
+        let data =
+            json!({ "id_sha256": hash, "state": ChangeState::Applying, "at": now.to_string(), "approver": approver });
+        self.record(STATE, data).await?;
+        self.maintain().await;
+        Ok(change)
+    }
+
+    /// Records how the apply of a taken change ended: [`ChangeState::Applied`] or
+    /// [`ChangeState::Failed`], durably.
+    pub async fn finish(&self, id: &str, state: ChangeState) -> Result<(), ApprovalError> {
+        if !matches!(state, ChangeState::Applied { .. } | ChangeState::Failed { .. }) {
+            return Err(ApprovalError::Transition { from: "applying", to: state.name() });
+        }
+        if !valid_id(id) {
+            return Err(ApprovalError::NotFound);
+        }
+        let hash = Self::id_hash(id);
+        let _writer = self.inner.writer.lock().await;
+        let now = self.now();
+        {
+            let book = self.book();
+            let entry = book.entries.get(&hash).ok_or(ApprovalError::NotFound)?;
+            if entry.state != ChangeState::Applying {
+                return Err(ApprovalError::Transition { from: entry.effective(now).name(), to: state.name() });
+            }
+        }
+        self.record(STATE, json!({ "id_sha256": hash, "state": state, "at": now.to_string() })).await?;
+        self.maintain().await;
+        Ok(())
+    }
+
+    /// Every [`SNAPSHOT_EVERY`] records: writes the state as a snapshot and deletes the
+    /// journal segments before it. Failures are logged (the next pass retries); the
+    /// journal stays the record of truth. The caller holds the writer lock.
+    async fn maintain(&self) {
+        let (checkpoint, entries) = {
+            let mut book = self.book();
+            if book.since_snapshot < self.inner.tuning.snapshot_every {
+                return;
+            }
+            let Some(checkpoint) = book.last.clone() else { return };
+            book.prune(self.now());
+            book.since_snapshot = 0;
+            (checkpoint, book.entries.clone())
+        };
+        let path = self.inner.path.clone();
+        let at = checkpoint.clone();
+        let written = tokio::task::spawn_blocking(move || journal::snapshot::write(&path, FORMAT, &at, &entries)).await;
+        match written {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(component = "akritas_change", path = %self.inner.path.display(), %error, "could not write the approval snapshot");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(component = "akritas_change", %error, "the approval snapshot task stopped");
+                return;
+            }
+        }
+        // The checkpoint's own segment stays: an open checks the checkpoint's record.
+        let rule = Retention { max_age: Duration::ZERO, keep_from: checkpoint.location.segment };
+        if let Err(error) = self.inner.journal.retain(rule).await {
+            tracing::warn!(component = "akritas_change", path = %self.inner.path.display(), %error, "approval journal retention failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use super::*;
+    use crate::change::Operation;
+
+    /// A clock tests move by hand.
+    fn clock() -> (Arc<AtomicI64>, Clock) {
+        let now = Arc::new(AtomicI64::new(1_750_000_000));
+        let read = now.clone();
+        (now, Arc::new(move || Timestamp::from_second(read.load(Ordering::SeqCst)).unwrap()))
+    }
+
+    fn options(clock: Clock) -> ApprovalOptions {
+        ApprovalOptions { ttl: Duration::from_secs(1800), max_pending: 3, clock }
+    }
+
+    fn change(workspace: &str) -> PendingChange {
+        PendingChange {
+            namespace: "default".into(),
+            workspace: workspace.into(),
+            commit: Some("0123abcd".into()),
+            run_id: "run_1".into(),
+            requester: "alice".into(),
+            diff: "diff --git a/x b/x\n".into(),
+            diff_sha256: "d".repeat(64),
+            changes: vec![FileChange {
+                path: "x".into(),
+                operation: Operation::Replace,
+                before: Some("old\n".into()),
+                after: "new\n".into(),
+                mode: 0o644,
+            }],
+            validators: Vec::new(),
+            validators_sha256: "v".repeat(64),
+            created_at: String::new(),
+            expires_at: String::new(),
+            summary: json!({"analysis": "a"}),
+        }
+    }
+
+    fn applied() -> ChangeState {
+        ChangeState::Applied {
+            run_id: "run_2".into(),
+            approver: "bob".into(),
+            at: "2025-06-15T00:00:00Z".into(),
+            detail: json!({"changed_files": ["x"]}),
+        }
+    }
+
+    /// Every byte of every file the store wrote.
+    fn stored_bytes(dir: &Path) -> Vec<u8> {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            all.extend(std::fs::read(entry.unwrap().path()).unwrap());
+        }
+        all
+    }
+
+    #[tokio::test]
+    async fn a_pending_approval_survives_a_restart_and_is_taken_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("approvals.jsonl");
+        let (_, clock) = clock();
+        let store = ApprovalStore::open(&path, options(clock.clone())).unwrap();
+        let id = store.insert(change("nft")).await.unwrap();
+        let (stored, state) = store.get(&id).unwrap();
+        assert_eq!(state, ChangeState::Pending);
+        assert_eq!(stored.created_at, "2025-06-15T15:06:40Z");
+        assert_eq!(stored.expires_at, "2025-06-15T15:36:40Z");
+        drop(store);
+
+        let store = ApprovalStore::open(&path, options(clock.clone())).unwrap();
+        assert_eq!(store.get(&id).unwrap().1, ChangeState::Pending);
+        let taken = store.take(&id, "bob").await.unwrap();
+        assert_eq!(taken.workspace, "nft");
+        assert_eq!(taken.changes.len(), 1);
+        drop(store);
+
+        // A crash between take and finish: still not takeable again.
+        let store = ApprovalStore::open(&path, options(clock.clone())).unwrap();
+        assert_eq!(store.get(&id).unwrap().1, ChangeState::Applying);
+        assert!(matches!(store.take(&id, "bob").await, Err(TakeError::Used)));
+        store.finish(&id, applied()).await.unwrap();
+        drop(store);
+
+        let store = ApprovalStore::open(&path, options(clock)).unwrap();
+        let (kept, state) = store.get(&id).unwrap();
+        assert_eq!(state, applied());
+        assert!(kept.changes.is_empty(), "a settled change keeps its diff, not its files");
+        assert_eq!(kept.diff, "diff --git a/x b/x\n");
+    }
+
+    #[tokio::test]
+    async fn an_approval_is_single_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, clock) = clock();
+        let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options(clock)).unwrap();
+        let id = store.insert(change("nft")).await.unwrap();
+        store.take(&id, "bob").await.unwrap();
+        let again = store.take(&id, "bob").await.unwrap_err();
+        assert!(matches!(again, TakeError::Used));
+        assert_eq!(again.to_string(), "pending change not found or already used");
+        store.finish(&id, applied()).await.unwrap();
+        assert!(matches!(store.take(&id, "bob").await, Err(TakeError::Used)));
+        assert!(matches!(store.finish(&id, applied()).await, Err(ApprovalError::Transition { from: "applied", .. })));
+    }
+
+    #[tokio::test]
+    async fn unknown_and_malformed_ids_are_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, clock) = clock();
+        let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options(clock)).unwrap();
+        let id = store.insert(change("nft")).await.unwrap();
+        assert_eq!(id.len(), 32);
+        assert!(valid_id(&id), "{id}");
+        for bad in ["", "../etc", &id.to_uppercase(), &id[..31], &format!("{id}0"), &"0".repeat(32)] {
+            assert!(matches!(store.take(bad, "bob").await, Err(TakeError::NotFound)), "{bad}");
+        }
+        assert!(store.get(&id.to_uppercase()).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_expired_approval_cannot_be_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let (now, clock) = clock();
+        let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options(clock)).unwrap();
+        let id = store.insert(change("nft")).await.unwrap();
+        now.fetch_add(1799, Ordering::SeqCst);
+        assert_eq!(store.get(&id).unwrap().1, ChangeState::Pending);
+        now.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(store.get(&id).unwrap().1, ChangeState::Expired);
+        let err = store.take(&id, "bob").await.unwrap_err();
+        assert!(matches!(err, TakeError::Expired));
+        assert_eq!(err.to_string(), "pending change expired");
+        // Seven days after expiry it is forgotten.
+        now.fetch_add(7 * 24 * 3600 + 1, Ordering::SeqCst);
+        store.insert(change("other")).await.unwrap();
+        assert!(store.get(&id).is_none());
+        assert!(matches!(store.take(&id, "bob").await, Err(TakeError::NotFound)));
+    }
+
+    #[tokio::test]
+    async fn the_raw_id_is_never_written_only_its_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let (_, clock) = clock();
+        let store = ApprovalStore::open_tuned(&path, options(clock), Tuning { segment_bytes: 1024, snapshot_every: 2 })
+            .unwrap();
+        let id = store.insert(change("nft")).await.unwrap();
+        store.take(&id, "bob").await.unwrap();
+        store.finish(&id, applied()).await.unwrap();
+        assert!(journal::snapshot::snapshot_path(&path).exists(), "a snapshot was written too");
+        let bytes = String::from_utf8_lossy(&stored_bytes(dir.path())).into_owned();
+        assert!(!bytes.contains(&id), "the approval id was written to disk");
+        assert!(bytes.contains(&ApprovalStore::id_hash(&id)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_racing_takes_have_exactly_one_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, clock) = clock();
+        let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options(clock)).unwrap();
+        for _ in 0..5 {
+            let id = store.insert(change("nft")).await.unwrap();
+            let takes: Vec<_> = (0..2)
+                .map(|i| {
+                    let (store, id) = (store.clone(), id.clone());
+                    tokio::spawn(async move { store.take(&id, &format!("approver{i}")).await })
+                })
+                .collect();
+            let mut won = 0;
+            for take in takes {
+                match take.await.unwrap() {
+                    Ok(_) => won += 1,
+                    Err(TakeError::Used) => {}
+                    Err(other) => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(won, 1);
+            store.finish(&id, applied()).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_store_refuses_instead_of_evicting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (now, clock) = clock();
+        let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options(clock)).unwrap();
+        let first = store.insert(change("a")).await.unwrap();
+        store.insert(change("b")).await.unwrap();
+        store.insert(change("c")).await.unwrap();
+        let err = store.insert(change("d")).await.unwrap_err();
+        assert!(matches!(err, ApprovalError::Full { limit: 3 }));
+        assert!(err.to_string().contains("apply some or let them expire"), "{err}");
+        assert_eq!(store.get(&first).unwrap().1, ChangeState::Pending, "nothing was evicted");
+        // A taken change no longer counts; nor does an expired one.
+        store.take(&first, "bob").await.unwrap();
+        store.insert(change("d")).await.unwrap();
+        now.fetch_add(1800, Ordering::SeqCst);
+        store.insert(change("e")).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn compaction_bounds_the_journal_and_a_restart_loads_from_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let (_, clock) = clock();
+        let tuning = Tuning { segment_bytes: 4096, snapshot_every: 4 };
+        let store = ApprovalStore::open_tuned(&path, options(clock.clone()), tuning).unwrap();
+        let mut last = String::new();
+        for _ in 0..60 {
+            last = store.insert(change("nft")).await.unwrap();
+            store.take(&last, "bob").await.unwrap();
+            store.finish(&last, applied()).await.unwrap();
+        }
+        let pending = store.insert(change("kept")).await.unwrap();
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert!(files < 12, "{files} files: old segments were not removed");
+        assert!(journal::anchor(&path).unwrap().is_some(), "retention removed the start of the journal");
+        drop(store);
+        let store = ApprovalStore::open_tuned(&path, options(clock), tuning).unwrap();
+        assert_eq!(store.get(&pending).unwrap().1, ChangeState::Pending);
+        assert_eq!(store.get(&last).unwrap().1, applied());
+        store.take(&pending, "bob").await.unwrap();
+    }
+}
