@@ -1,7 +1,7 @@
 //! The Markdown answer of a preview (upstream §7.9) and the host-validation lines.
 
 use super::ValidatorStatus;
-use super::service::Prepared;
+use super::preview::Prepared;
 
 /// What the host checked itself, in order.
 pub(super) fn host_validation(prepared: &Prepared) -> Vec<String> {

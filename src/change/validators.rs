@@ -147,32 +147,6 @@ impl IsolatedCopy {
     }
 }
 
-/// Whether a file name looks like it holds a secret (`.env`, `.env.*`, SSH keys, `*.pem`,
-/// `*.key`, `*.p12`, `*.pfx`, `.netrc`, `.git-credentials`, kubeconfigs, `.npmrc`,
-/// `.pypirc`, `credentials(.json)`, `secrets.y(a)ml`), case-insensitively. The same list
-/// as `change::paths::is_secret_name`, kept here until that lands on this branch.
-fn is_secret_name(name: &str) -> bool {
-    const EXACT: &[&str] = &[
-        ".env",
-        "id_rsa",
-        "id_dsa",
-        "id_ed25519",
-        "id_ecdsa",
-        ".netrc",
-        ".git-credentials",
-        "kubeconfig",
-        ".npmrc",
-        ".pypirc",
-        "credentials",
-        "credentials.json",
-        "secrets.yaml",
-        "secrets.yml",
-    ];
-    const SUFFIXES: &[&str] = &[".pem", ".key", ".p12", ".pfx", ".kubeconfig"];
-    let name = name.to_ascii_lowercase();
-    EXACT.contains(&name.as_str()) || name.starts_with(".env.") || SUFFIXES.iter().any(|s| name.ends_with(s))
-}
-
 /// Counts what is copied against the limits.
 struct Budget<'a> {
     limits: &'a CopyLimits,
@@ -213,7 +187,7 @@ fn copy_tree(from: &Path, to: &Path, budget: &mut Budget<'_>) -> Result<(), Copy
             DirBuilder::new().mode(0o700).create(&target).map_err(io_error(&target))?;
             copy_tree(&source, &target, budget)?;
             fs::set_permissions(&target, fs::Permissions::from_mode(mode | 0o700)).map_err(io_error(&target))?;
-        } else if kind.is_file() && !is_secret_name(&text) {
+        } else if kind.is_file() && !super::paths::is_secret_name(&text) {
             let len = entry.metadata().map_err(io_error(&source))?.len();
             budget.add(len)?;
             // Copies the permission bits too.

@@ -1,0 +1,356 @@
+//! One preview in progress: the snapshot (explicit files or discovery), the
+//! proposal attempts, the edits, the diff and the validators, each step charged
+//! to the preview's Run budget and recorded on its audit Run.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::error::ChangeError;
+use super::proposal::{AttemptDiagnostic, Proposal, Stage};
+use super::record::Record;
+use super::service::{ChangeService, PreviewRequest, ResolvedWorkspace, Timings, millis};
+use super::snapshot::Snapshot;
+use super::{FileChange, Operation, ValidatorResult, discovery, git, proposal};
+use crate::audit::NewEvent;
+use crate::engine::budget::{Budget, ReportedUsage};
+use crate::llm::{ChatRequest, ChatResponse, Message, ToolChoice, ToolDefinition};
+
+/// Proposal attempts per preview (the second one carries a repair hint).
+pub const ATTEMPTS: u32 = 2;
+/// Output tokens of the discovery planning call at most.
+const PLAN_MAX_TOKENS: u32 = 512;
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Params {
+    pub(super) max_tokens: u32,
+    pub(super) temperature: f64,
+}
+
+/// What a preview prepared.
+pub(super) struct Prepared {
+    pub(super) commit: Option<String>,
+    pub(super) proposal: Proposal,
+    pub(super) changes: Vec<FileChange>,
+    pub(super) warnings: Vec<String>,
+    pub(super) diff: String,
+    pub(super) diff_sha256: String,
+    pub(super) validators: Vec<ValidatorResult>,
+    pub(super) attempts: Vec<AttemptDiagnostic>,
+    pub(super) discovery: Option<Value>,
+}
+
+impl Prepared {
+    pub(super) fn result_json(&self) -> Value {
+        let of = |op: Operation| -> Vec<&str> {
+            self.changes.iter().filter(|c| c.operation == op).map(|c| c.path.as_str()).collect()
+        };
+        json!({
+            "analysis": self.proposal.analysis,
+            "diff": self.diff,
+            "diff_sha256": self.diff_sha256,
+            "commit": self.commit,
+            "checks": self.proposal.checks,
+            "risks": self.proposal.risks,
+            "rollback": self.proposal.rollback,
+            "clarifications": self.proposal.clarifications,
+            "changed_files": self.changes.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(),
+            "created_files": of(Operation::Create),
+            "warnings": self.warnings,
+            "validation": super::answer::host_validation(self),
+            "validators": self.validators,
+            "attempts": self.attempts.len() + 1,
+            "diagnostics": self.attempts,
+            "discovery": self.discovery,
+        })
+    }
+}
+
+/// One preview in progress.
+pub(super) struct Preview<'a> {
+    pub(super) service: &'a ChangeService,
+    pub(super) budget: Budget,
+    pub(super) record: &'a Record,
+    pub(super) params: Params,
+    pub(super) timings: Timings,
+    pub(super) attempts: Vec<AttemptDiagnostic>,
+}
+
+impl Preview<'_> {
+    pub(super) async fn execute(&mut self, request: &PreviewRequest, workspace: &ResolvedWorkspace) -> Result<Prepared, ChangeError> {
+        let shared = workspace.lock.clone().read_owned().await;
+        let dir = workspace.dir.clone();
+        let commit = {
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || git::head(&dir).ok().map(|h| h.commit))
+                .await
+                .map_err(|_| ChangeError::Interrupted)?
+        };
+        let snapshot_started = Instant::now();
+        let (snapshot, discovery) = if request.files.is_empty() {
+            let (snapshot, facts) = self.discover(&dir, &request.request).await?;
+            (snapshot, Some(facts))
+        } else {
+            let (root, request_text, files) = (dir.clone(), request.request.clone(), request.files.clone());
+            let snapshot = tokio::task::spawn_blocking(move || super::snapshot::load(&root, &request_text, &files))
+                .await
+                .map_err(|_| ChangeError::Interrupted)?
+                .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+            (snapshot, None)
+        };
+        self.timings.snapshot_ms += millis(snapshot_started.elapsed());
+        self.record
+            .event(NewEvent {
+                kind: "snapshot".into(),
+                status: Some("read".into()),
+                metadata: BTreeMap::from([
+                    ("files".into(), json!(snapshot.files.iter().map(|f| &f.path).collect::<Vec<_>>())),
+                    ("commit".into(), json!(commit)),
+                    ("discovered".into(), json!(discovery.is_some())),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        let (proposal, materialised) = self.propose(&dir, &snapshot).await?;
+        let diff = super::diff::unified(&materialised.changes);
+        let diff_sha256 = super::diff::sha256(&diff);
+        let validators_started = Instant::now();
+        let validators = if materialised.changes.is_empty() || workspace.validators.is_empty() {
+            drop(shared);
+            Vec::new()
+        } else {
+            let (root, changes, limits) =
+                (dir.clone(), materialised.changes.clone(), self.service.settings.copy_limits.clone());
+            let copy = tokio::task::spawn_blocking(move || super::validators::prepare(&root, &changes, &limits))
+                .await
+                .map_err(|_| ChangeError::Interrupted)?
+                .map_err(|e| ChangeError::Invalid(format!("validators cannot run: {e}")))?;
+            drop(shared);
+            super::validators::run(&copy, &materialised.changes, &workspace.validators).await
+        };
+        self.timings.validators_ms = millis(validators_started.elapsed());
+        for result in &validators {
+            self.record
+                .event(NewEvent {
+                    kind: "validator".into(),
+                    status: Some(serde_json::to_value(result.status).unwrap_or_default().as_str().unwrap_or("").into()),
+                    metadata: BTreeMap::from([
+                        ("name".into(), json!(result.name)),
+                        ("files".into(), json!(result.files)),
+                        ("exit_code".into(), json!(result.exit_code)),
+                        ("duration_ms".into(), json!(result.duration_ms)),
+                    ]),
+                    result: Some(json!({"output": result.output, "truncated": result.truncated})),
+                    ..NewEvent::default()
+                })
+                .await;
+        }
+        Ok(Prepared {
+            commit,
+            proposal,
+            changes: materialised.changes,
+            warnings: materialised.warnings,
+            diff,
+            diff_sha256,
+            validators,
+            attempts: std::mem::take(&mut self.attempts),
+            discovery,
+        })
+    }
+
+    /// Discovery: the model plans lexical queries, the host scans and ranks.
+    async fn discover(&mut self, dir: &std::path::Path, request: &str) -> Result<(Snapshot, Value), ChangeError> {
+        let tool = ToolDefinition::function(discovery::PLAN_TOOL, "Plan lexical repository searches.", discovery::plan_schema());
+        let messages = vec![
+            Message::system(discovery::PLAN_PROMPT),
+            Message::user(json!({"change_request": request}).to_string()),
+        ];
+        let max_tokens = self.params.max_tokens.min(PLAN_MAX_TOKENS);
+        let response = self.call(messages, tool, max_tokens).await?;
+        let calls = &response.message.tool_calls;
+        let [call] = calls.as_slice() else {
+            return Err(ChangeError::Proposal {
+                message: format!("the model made {} tool calls while planning discovery; exactly one is required", calls.len()),
+                diagnostics: Vec::new(),
+            });
+        };
+        if call.function.name != discovery::PLAN_TOOL {
+            return Err(ChangeError::Proposal {
+                message: format!("the model called {:?} while planning discovery", call.function.name),
+                diagnostics: Vec::new(),
+            });
+        }
+        let queries = discovery::decode_queries(&call.function.arguments).map_err(|e| ChangeError::Proposal {
+            message: format!("discovery plan rejected: {e}"),
+            diagnostics: Vec::new(),
+        })?;
+        let (root, text, planned) = (dir.to_path_buf(), request.to_string(), queries.clone());
+        let (snapshot, scanned, bytes) = tokio::task::spawn_blocking(move || {
+            let scan = discovery::scan(&root, &text, &planned)?;
+            let snapshot = discovery::select(&root, &text, &scan)?;
+            Ok::<_, discovery::DiscoveryError>((snapshot, scan.files_scanned, scan.bytes_scanned))
+        })
+        .await
+        .map_err(|_| ChangeError::Interrupted)?
+        .map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let facts = json!({"queries": queries, "files_scanned": scanned, "bytes_scanned": bytes,
+            "selected": snapshot.files.iter().map(|f| &f.path).collect::<Vec<_>>()});
+        self.record
+            .event(NewEvent {
+                kind: "discovery".into(),
+                status: Some("succeeded".into()),
+                metadata: BTreeMap::from([("queries".into(), json!(queries)), ("files_scanned".into(), json!(scanned))]),
+                ..NewEvent::default()
+            })
+            .await;
+        Ok((snapshot, facts))
+    }
+
+    /// Up to [`ATTEMPTS`] forced proposal calls; each failure feeds a targeted repair hint.
+    async fn propose(
+        &mut self,
+        dir: &std::path::Path,
+        snapshot: &Snapshot,
+    ) -> Result<(Proposal, super::edits::Materialised), ChangeError> {
+        let tool = ToolDefinition::function(proposal::PROPOSE_TOOL, "Propose the structured change.", proposal::schema());
+        let system = format!(
+            "{}\n\n{}",
+            proposal::system_prompt(),
+            crate::language::language_instruction(&self.service.settings.response_language)
+        );
+        for attempt in 1..=ATTEMPTS {
+            let user = proposal::user_message(snapshot, "<inline>", self.attempts.last());
+            let messages = vec![Message::system(system.clone()), Message::user(user)];
+            let outcome = self.attempt(attempt, dir, snapshot, messages, tool.clone()).await;
+            match outcome {
+                Ok(done) => return Ok(done),
+                Err(AttemptFailure::Fatal(error)) => return Err(error),
+                Err(AttemptFailure::Retry(diagnostic)) => {
+                    self.record
+                        .event(NewEvent {
+                            kind: "proposal".into(),
+                            status: Some("rejected".into()),
+                            metadata: BTreeMap::from([
+                                ("attempt".into(), json!(attempt)),
+                                ("stage".into(), json!(diagnostic.stage)),
+                                ("error".into(), json!(diagnostic.error)),
+                            ]),
+                            ..NewEvent::default()
+                        })
+                        .await;
+                    self.attempts.push(*diagnostic);
+                }
+            }
+        }
+        let message = format!(
+            "the model did not produce a valid proposal in {ATTEMPTS} attempts: {}",
+            self.attempts.last().map(|d| d.error.as_str()).unwrap_or("no diagnostic")
+        );
+        Err(ChangeError::Proposal { message, diagnostics: std::mem::take(&mut self.attempts) })
+    }
+
+    async fn attempt(
+        &mut self,
+        attempt: u32,
+        dir: &std::path::Path,
+        snapshot: &Snapshot,
+        messages: Vec<Message>,
+        tool: ToolDefinition,
+    ) -> Result<(Proposal, super::edits::Materialised), AttemptFailure> {
+        let diagnostic = |stage: Stage, error: String| AttemptDiagnostic::new(attempt, stage, error);
+        let response = match self.call(messages, tool, self.params.max_tokens).await {
+            Ok(response) => response,
+            Err(ChangeError::Upstream(error)) => {
+                return Err(AttemptFailure::Retry(Box::new(diagnostic(Stage::Upstream, error))));
+            }
+            Err(other) => return Err(AttemptFailure::Fatal(other)),
+        };
+        let calls = &response.message.tool_calls;
+        let failure = |stage: Stage, error: String, arguments: Option<&str>| {
+            let mut d = diagnostic(stage, error);
+            d.finish_reason = response.finish_reason.clone();
+            d.completion_tokens = response.usage.map(|u| u.completion_tokens);
+            d.tool_name = calls.first().map(|c| c.function.name.clone());
+            d.argument_bytes = arguments.map(str::len);
+            d.arguments_preview = arguments.map(proposal::preview_arguments);
+            d.hint = proposal::hint(stage, &d.error, d.finish_reason.as_deref());
+            AttemptFailure::Retry(Box::new(d))
+        };
+        let [call] = calls.as_slice() else {
+            return Err(failure(
+                Stage::ToolCall,
+                format!("expected exactly one {} call, got {} tool calls", proposal::PROPOSE_TOOL, calls.len()),
+                None,
+            ));
+        };
+        if call.function.name != proposal::PROPOSE_TOOL {
+            return Err(failure(
+                Stage::ToolCall,
+                format!("expected a {} call, got {:?}", proposal::PROPOSE_TOOL, call.function.name),
+                None,
+            ));
+        }
+        let arguments = call.function.arguments.as_str();
+        let proposal = proposal::decode(arguments).map_err(|(stage, error)| failure(stage, error, Some(arguments)))?;
+        let (root, snap, edits) = (dir.to_path_buf(), snapshot.clone(), proposal.edits.clone());
+        let materialised = tokio::task::spawn_blocking(move || super::edits::materialise(&root, &snap, &edits))
+            .await
+            .map_err(|_| AttemptFailure::Fatal(ChangeError::Interrupted))?
+            .map_err(|e| failure(Stage::HostValidation, e.to_string(), Some(arguments)))?;
+        self.record
+            .event(NewEvent {
+                kind: "proposal".into(),
+                status: Some("accepted".into()),
+                metadata: BTreeMap::from([
+                    ("attempt".into(), json!(attempt)),
+                    ("edits".into(), json!(proposal.edits.len())),
+                    ("clarifications".into(), json!(proposal.clarifications.len())),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        Ok((proposal, materialised))
+    }
+
+    /// One forced tool call within the Run budget.
+    async fn call(&mut self, messages: Vec<Message>, tool: ToolDefinition, max_tokens: u32) -> Result<ChatResponse, ChangeError> {
+        let mut request = ChatRequest::new(messages);
+        request.tools = vec![tool];
+        request.tool_choice = Some(ToolChoice::Required);
+        request.parallel_tool_calls = Some(false);
+        request.temperature = Some(self.params.temperature);
+        let size = serde_json::to_vec(&(&request.messages, &request.tools)).map(|b| b.len()).unwrap_or_default()
+            + self.service.llm.system_instructions_len();
+        request.max_tokens = self
+            .budget
+            .begin_model_call(size, max_tokens, Instant::now())
+            .map_err(|e| ChangeError::Budget(e.to_string()))?;
+        let time_left = self.budget.time_left(Instant::now());
+        let started = Instant::now();
+        let response = tokio::time::timeout(time_left, self.service.llm.chat(&request)).await;
+        self.timings.model_ms += millis(started.elapsed());
+        match response {
+            Ok(Ok(response)) => {
+                let reported = response
+                    .usage
+                    .map(|u| ReportedUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+                self.budget.finish_model_call(reported).map_err(|e| ChangeError::Budget(e.to_string()))?;
+                Ok(response)
+            }
+            Ok(Err(error)) => {
+                let _ = self.budget.finish_model_call(None);
+                Err(ChangeError::Upstream(error.to_string()))
+            }
+            Err(_) => {
+                let _ = self.budget.finish_model_call(None);
+                Err(ChangeError::Budget(self.budget.wall_time_exhausted().to_string()))
+            }
+        }
+    }
+}
+
+enum AttemptFailure {
+    Retry(Box<AttemptDiagnostic>),
+    Fatal(ChangeError),
+}
