@@ -107,6 +107,12 @@ pub enum GitError {
     /// libgit2 failed.
     #[error("git {operation} in {dir}: {message}")]
     Git { operation: &'static str, dir: PathBuf, message: String },
+    /// No Workspace of that name is declared.
+    #[error("workspace {namespace}/{name} is not declared (or not valid)")]
+    UnknownWorkspace { namespace: String, name: String },
+    /// The token of `spec.source.git.auth` could not be resolved.
+    #[error("spec.source.git.auth.token: {0}")]
+    Credentials(String),
     /// A filesystem error around the clone.
     #[error("{dir}: {message}")]
     Io { dir: PathBuf, message: String },
