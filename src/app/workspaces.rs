@@ -100,7 +100,12 @@ impl Workspaces {
         let slots = self.slots();
         let slot = slots.get(&key(namespace, name))?;
         let observed = slot.observed.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        Some(LocalWorkspace { dir: slot.dir.clone(), head: observed.head, remote: observed.remote, lock: slot.lock.clone() })
+        Some(LocalWorkspace {
+            dir: slot.dir.clone(),
+            head: observed.head,
+            remote: observed.remote,
+            lock: slot.lock.clone(),
+        })
     }
 
     /// Fetches a git workspace now (or checks a path workspace's HEAD again).
@@ -268,7 +273,9 @@ impl Workspaces {
                 let (target, clone) = (dir.clone(), remote.clone());
                 tokio::task::spawn_blocking(move || git::sync(&clone, &target))
                     .await
-                    .unwrap_or_else(|e| Err(GitError::Io { dir: dir.clone(), message: format!("the git task failed: {e}") }))
+                    .unwrap_or_else(|e| {
+                        Err(GitError::Io { dir: dir.clone(), message: format!("the git task failed: {e}") })
+                    })
                     .map(|head| (head, remote))
             }
         };

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use git2::{AutotagOption, FetchOptions, FetchPrune, Oid, Repository, build::CheckoutBuilder};
 use url::Url;
 
-pub use transport::{Limits, TransportError};
 use transport::{Failure, display_url, with_call};
+pub use transport::{Limits, TransportError};
 
 use crate::change::FileChange;
 
@@ -161,10 +161,8 @@ pub fn parse_remote_url(url: &str) -> Result<Url, GitError> {
 
 /// The commit checked out in a working tree (a `path` workspace). Blocking.
 pub fn head(dir: &Path) -> Result<Head, GitError> {
-    let not_repo = |error: git2::Error| GitError::NotARepository {
-        dir: dir.to_path_buf(),
-        message: error.message().to_string(),
-    };
+    let not_repo =
+        |error: git2::Error| GitError::NotARepository { dir: dir.to_path_buf(), message: error.message().to_string() };
     let repo = Repository::open(dir).map_err(not_repo)?;
     let head = repo.head().map_err(not_repo)?;
     let commit = head.peel_to_commit().map_err(not_repo)?;
@@ -200,15 +198,14 @@ pub fn sync_with(remote: &Remote, dir: &Path, limits: &Limits) -> Result<Head, G
         origin.fetch(&refspecs, Some(&mut options), None)
     })
     .map_err(from_call("fetch", dir))?;
-    let commit = resolve(&repo, &remote.reference).ok_or_else(|| GitError::UnknownRef {
-        url: display_url(&url),
-        reference: remote.reference.clone(),
-    })?;
+    let commit = resolve(&repo, &remote.reference)
+        .ok_or_else(|| GitError::UnknownRef { url: display_url(&url), reference: remote.reference.clone() })?;
     repo.set_head_detached(commit).map_err(git("check out", dir))?;
     let object = repo.find_object(commit, None).map_err(git("check out", dir))?;
     let mut checkout = CheckoutBuilder::new();
-    checkout.force().remove_untracked(true);
-    repo.reset(&object, git2::ResetType::Hard, Some(&mut checkout)).map_err(git("check out", dir))?;
+    checkout.force().remove_untracked(true).remove_ignored(true);
+    repo.checkout_tree(&object, Some(&mut checkout)).map_err(git("check out", dir))?;
+    repo.reset(&object, git2::ResetType::Hard, None).map_err(git("check out", dir))?;
     Ok(Head { commit: commit.to_string(), reference: remote.reference.clone() })
 }
 
@@ -310,7 +307,8 @@ pub fn publish_with(
     let tree = changed_tree(&repo, dir, &base, changes)?;
     let signature = git2::Signature::now(author.0, author.1).map_err(git("sign the commit", dir))?;
     let commit = repo.commit(None, &signature, &signature, message, &tree, &[&base]).map_err(git("commit", dir))?;
-    repo.reference(&refname, commit, false, "akritas: publish an approved change").map_err(git("create the branch", dir))?;
+    repo.reference(&refname, commit, false, "akritas: publish an approved change")
+        .map_err(git("create the branch", dir))?;
     let pushed = push(&repo, dir, &url, remote, &refname, limits);
     if pushed.is_err() {
         // The branch exists only to be pushed; a retry may use the same name.
@@ -335,7 +333,10 @@ fn changed_tree<'r>(
         let invalid = |reason: &str| GitError::InvalidChange { path: change.path.clone(), reason: reason.to_string() };
         let safe = !change.path.is_empty()
             && !change.path.starts_with('/')
-            && change.path.split('/').all(|part| !matches!(part, "" | "." | "..") && !part.eq_ignore_ascii_case(".git"));
+            && change
+                .path
+                .split('/')
+                .all(|part| !matches!(part, "" | "." | "..") && !part.eq_ignore_ascii_case(".git"));
         if !safe {
             return Err(invalid("not a relative, canonical path inside the repository"));
         }

@@ -124,8 +124,8 @@ pub fn with_call<T>(
     register();
     let auth = credentials.map(|c| {
         let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.token));
-        let mut value = HeaderValue::from_str(&format!("Basic {encoded}"))
-            .unwrap_or_else(|_| HeaderValue::from_static("Basic"));
+        let mut value =
+            HeaderValue::from_str(&format!("Basic {encoded}")).unwrap_or_else(|_| HeaderValue::from_static("Basic"));
         value.set_sensitive(true);
         value
     });
@@ -295,11 +295,8 @@ impl HttpStream {
     fn target(&self, base: &Url) -> Result<Url, TransportError> {
         let svc = service_name(self.service);
         let root = base.as_str().trim_end_matches('/');
-        let text = if self.is_advertisement() {
-            format!("{root}/info/refs?service={svc}")
-        } else {
-            format!("{root}/{svc}")
-        };
+        let text =
+            if self.is_advertisement() { format!("{root}/info/refs?service={svc}") } else { format!("{root}/{svc}") };
         Url::parse(&text).map_err(|e| TransportError::BadRedirect { url: display_url(base), detail: e.to_string() })
     }
 
@@ -324,9 +321,14 @@ impl HttpStream {
                 request = request.header(AUTHORIZATION, auth.clone());
             }
             let timeout = self.limits.read_timeout;
-            let sent = shared.runtime.block_on(tokio::time::timeout(timeout, request.send()));
+            let sent = shared.runtime.block_on(async move { tokio::time::timeout(timeout, request.send()).await });
             let response = match sent {
-                Err(_) => return Err(TransportError::Stalled { url: self.shown.clone(), waited: humantime::format_duration(timeout).to_string() }),
+                Err(_) => {
+                    return Err(TransportError::Stalled {
+                        url: self.shown.clone(),
+                        waited: humantime::format_duration(timeout).to_string(),
+                    });
+                }
                 Ok(Err(error)) => {
                     return Err(TransportError::Unreachable { url: self.shown.clone(), detail: error_chain(&error) });
                 }
@@ -416,9 +418,16 @@ impl HttpStream {
         let shared = shared()?;
         let timeout = self.limits.read_timeout;
         let Some(response) = self.response.as_mut() else { return Ok(false) };
-        let piece = match shared.runtime.block_on(tokio::time::timeout(timeout, response.chunk())) {
-            Err(_) => return Err(TransportError::Stalled { url: self.shown.clone(), waited: humantime::format_duration(timeout).to_string() }),
-            Ok(Err(error)) => return Err(TransportError::Read { url: self.shown.clone(), detail: error_chain(&error) }),
+        let piece = match shared.runtime.block_on(async { tokio::time::timeout(timeout, response.chunk()).await }) {
+            Err(_) => {
+                return Err(TransportError::Stalled {
+                    url: self.shown.clone(),
+                    waited: humantime::format_duration(timeout).to_string(),
+                });
+            }
+            Ok(Err(error)) => {
+                return Err(TransportError::Read { url: self.shown.clone(), detail: error_chain(&error) });
+            }
             Ok(Ok(None)) => return Ok(false),
             Ok(Ok(Some(piece))) => piece,
         };
