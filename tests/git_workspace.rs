@@ -12,6 +12,53 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "tok-7f3a9c1e5b2d8e4f";
 
+fn workspace_errors(spec: serde_json::Value) -> Vec<String> {
+    let manifest = serde_json::json!({
+        "apiVersion": "akritas.io/v1alpha1", "kind": "Workspace",
+        "metadata": {"name": "w", "namespace": "ops"}, "spec": spec,
+    });
+    match akritas::resources::validate::parse_manifest(manifest) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn workspace_rules_https_only_and_a_git_workspace_is_written_by_publishing() {
+    use serde_json::json;
+    let git = json!({"url": "https://git.example/infra.git", "auth": {"token": {"env": "AKRITAS_GIT_TOKEN"}}});
+    assert_eq!(workspace_errors(json!({"source": {"git": git}})), Vec::<String>::new());
+    let ok = workspace_errors(json!({"source": {"git": git}, "writable": true, "publish": {}}));
+    assert_eq!(ok, Vec::<String>::new());
+    let ssh = workspace_errors(json!({"source": {"git": {"url": "ssh://git@git.example/infra.git"}}}));
+    assert!(
+        ssh.contains(&"spec.source.git.url: ssh remotes are not supported; use an https URL with a token".into()),
+        "{ssh:?}"
+    );
+    let scp = workspace_errors(json!({"source": {"git": {"url": "git@git.example:infra.git"}}}));
+    assert!(scp.iter().any(|e| e.contains("ssh remotes are not supported")), "{scp:?}");
+    let inline = workspace_errors(json!({"source": {"git": {"url": "https://u:secret@git.example/i.git"}}}));
+    assert!(inline.iter().any(|e| e.starts_with("spec.source.git.url: must not contain credentials")), "{inline:?}");
+    let unpublished = workspace_errors(json!({"source": {"git": git}, "writable": true}));
+    assert!(
+        unpublished.contains(&"spec: a git workspace is written only by pushing a branch; set spec.publish".into()),
+        "{unpublished:?}"
+    );
+    let local = workspace_errors(json!({"source": {"path": "/w"}, "publish": {}}));
+    assert!(local.iter().any(|e| e.starts_with("spec: publish needs a git source")), "{local:?}");
+    let interval =
+        workspace_errors(json!({"source": {"git": {"url": "https://g.example/i.git", "fetchIntervalSeconds": 5}}}));
+    assert!(
+        interval.iter().any(|e| e.starts_with("spec.source.git.fetchIntervalSeconds: must be at least 30")),
+        "{interval:?}"
+    );
+    let prefix = workspace_errors(json!({"source": {"git": git}, "publish": {"branchPrefix": "a/../b"}}));
+    assert!(
+        prefix.iter().any(|e| e.starts_with("spec.publish.branchPrefix: must be usable in a git branch name")),
+        "{prefix:?}"
+    );
+}
+
 fn remote(server: &GitServer, repo: &str, reference: &str, token: &str) -> Remote {
     Remote {
         url: format!("{}/{repo}.git", server.url),
@@ -459,4 +506,94 @@ fn a_git_workspace_served_by_the_binary_is_ready_once_cloned() {
     let text = denied.to_string();
     assert!(text.contains("HTTP 401") && !text.contains("wrong-token-for-test"), "{text}");
     assert!(!host.log_text().contains(TOKEN) && !host.log_text().contains("wrong-token-for-test"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_clones_fetches_on_demand_and_keeps_the_checkout_when_a_fetch_fails() {
+    use akritas::app::workspaces::Workspaces;
+    use akritas::catalog::readiness::Needs;
+    use akritas::catalog::secrets::EnvSecrets;
+    use akritas::catalog::status::{BoardSnapshot, InForce, ResourceReport, StatusBoard};
+    use akritas::catalog::{CatalogStore, Entry, ObjectKey};
+    use akritas::resources::Kind;
+    use std::sync::Arc;
+
+    let root = tempfile::tempdir().unwrap();
+    let bare = bare_repo(root.path(), "infra", &[("a.txt", "one\n")]);
+    let server = GitServer::start(root.path(), TOKEN);
+    let manifest = serde_json::json!({
+        "apiVersion": "akritas.io/v1alpha1", "kind": "Workspace",
+        "metadata": {"name": "infra", "namespace": "ops"},
+        "spec": {"source": {"git": {"url": format!("{}/infra.git", server.url),
+                                    "auth": {"token": {"env": "AKRITAS_GIT_TOKEN"}}}}},
+    });
+    let resource = Arc::new(akritas::resources::validate::parse_manifest(manifest).unwrap());
+    let key = ObjectKey { kind: Kind::Workspace, namespace: "ops".into(), name: "infra".into() };
+    let board = StatusBoard::default();
+    board.set(BoardSnapshot {
+        resources: vec![ResourceReport {
+            key: key.clone(),
+            source: "test".into(),
+            in_force: InForce::Current,
+            conditions: Vec::new(),
+            spec: None,
+            errors: Vec::new(),
+            needs: Needs::of(&resource),
+        }],
+        ..BoardSnapshot::default()
+    });
+    // What the discovered-facts task reports for the token reference in the host.
+    board.set_secrets(&key, Some(Ok(())));
+    let condition = |board: &StatusBoard, type_: &str| {
+        let snapshot = board.get();
+        let found = snapshot.resources[0].conditions.iter().find(|c| c.type_ == type_).cloned();
+        found.map(|c| (format!("{:?}", c.status), c.reason, c.message)).unwrap_or_default()
+    };
+    let store = CatalogStore::new();
+    let entry = Entry { resource, source: "test".into(), base_dir: None };
+    store.publish([(key.clone(), entry)].into_iter().collect(), Default::default());
+    let data = tempfile::tempdir().unwrap();
+    let secrets =
+        Arc::new(EnvSecrets::with_lookup(|name: &str| (name == "AKRITAS_GIT_TOKEN").then(|| TOKEN.to_string())));
+    let workspaces = Workspaces::new(data.path().to_path_buf(), secrets, board.clone());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (_secrets_tx, secrets_rx) = tokio::sync::watch::channel(0);
+    let running = tokio::spawn(workspaces.clone().run(store.clone(), secrets_rx, cancel.clone()));
+
+    let (local, _) = akritas_testkit::poll(Duration::from_secs(30), || async {
+        workspaces.local("ops", "infra").filter(|l| l.head.is_some())
+    })
+    .await
+    .expect("the workspace is cloned");
+    assert_eq!(local.dir, data.path().join("workspaces/ops/infra"));
+    assert_eq!(local.head.as_ref().unwrap().commit, rev_parse(&bare, "main"));
+    let credentials = local.remote.as_ref().and_then(|r| r.credentials.as_ref()).expect("credentials resolved");
+    assert_eq!(credentials.token, TOKEN);
+    assert!(!format!("{local:?}").contains(TOKEN), "Debug of a workspace hides the token");
+    assert_eq!(condition(&board, "Ready").0, "True");
+    assert_eq!(condition(&board, "Checked").1, "Cloned");
+
+    let second = commit_files(&bare, "main", &[("a.txt", "two\n")], "second");
+    let head = workspaces.fetch_now("ops", "infra").await.unwrap();
+    assert_eq!(head.commit, second);
+    assert_eq!(std::fs::read_to_string(local.dir.join("a.txt")).unwrap(), "two\n");
+    let facts = board.runtime(&key).unwrap();
+    assert_eq!(facts["headCommit"], second.as_str());
+    assert!(facts["lastFetch"].is_string() && facts.get("lastError").is_none(), "{facts}");
+
+    drop(server);
+    let error = workspaces.fetch_now("ops", "infra").await.unwrap_err();
+    assert!(matches!(error, GitError::Transport(TransportError::Unreachable { .. })), "{error:?}");
+    let facts = board.runtime(&key).unwrap();
+    assert_eq!(facts["headCommit"], second.as_str(), "the previous checkout stays in use");
+    assert!(facts["lastError"].as_str().unwrap().contains("cannot reach"), "{facts}");
+    assert_eq!(condition(&board, "Ready").0, "True", "a fetch failure after a clone keeps the workspace usable");
+    let (status, reason, message) = condition(&board, "Checked");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "FetchFailed"));
+    assert!(message.contains("cannot reach"), "{message}");
+    assert_eq!(workspaces.local("ops", "infra").unwrap().head.unwrap().commit, second);
+    assert!(workspaces.fetch_now("ops", "nothing").await.is_err());
+
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(30), running).await.unwrap().unwrap();
 }
