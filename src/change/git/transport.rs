@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
-use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -88,9 +88,12 @@ pub enum TransportError {
     /// The body could not be read.
     #[error("reading from {url}: {detail}")]
     Read { url: String, detail: String },
-    /// The HTTP runtime could not start.
-    #[error("cannot start the git HTTP runtime: {0}")]
+    /// The HTTP transport could not start.
+    #[error("the git HTTP transport is unavailable: {0}")]
     Runtime(String),
+    /// Credentials that cannot be sent in an HTTP Basic header.
+    #[error("the username or token of spec.source.git.auth contains a ':' (username) or control characters")]
+    InvalidCredentials,
 }
 
 /// The per-call settings and the first transport failure of the call.
@@ -121,14 +124,20 @@ pub fn with_call<T>(
     limits: &Limits,
     operation: impl FnOnce() -> Result<T, git2::Error>,
 ) -> Result<T, Failure> {
-    register();
-    let auth = credentials.map(|c| {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.token));
-        let mut value =
-            HeaderValue::from_str(&format!("Basic {encoded}")).unwrap_or_else(|_| HeaderValue::from_static("Basic"));
-        value.set_sensitive(true);
-        value
-    });
+    register().map_err(Failure::Transport)?;
+    let auth = match credentials {
+        None => None,
+        Some(c) if c.username.contains(':') || c.username.chars().chain(c.token.chars()).any(char::is_control) => {
+            return Err(Failure::Transport(TransportError::InvalidCredentials));
+        }
+        Some(c) => {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.token));
+            let mut value = HeaderValue::from_str(&format!("Basic {encoded}"))
+                .map_err(|_| Failure::Transport(TransportError::InvalidCredentials))?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+    };
     CALL.with(|call| *call.borrow_mut() = Some(Call { auth, limits: limits.clone(), failure: None }));
     let _guard = CallGuard;
     let outcome = operation();
@@ -166,22 +175,27 @@ fn fail(error: TransportError) -> io::Error {
     io::Error::other(message)
 }
 
-fn register() {
-    static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
-        for scheme in ["http", "https"] {
-            // SAFETY: registration happens once, before this module creates any
-            // transport; libgit2 copies the scheme and keeps the boxed factory forever.
-            let registered = unsafe {
-                git2::transport::register(scheme, |remote| {
-                    Transport::smart(remote, true, HttpSubtransport { base: Arc::new(Mutex::new(None)) })
-                })
-            };
-            if let Err(error) = registered {
-                tracing::error!(scheme, error = %error.message(), "cannot register the git HTTP transport");
+/// Registers the transport for both schemes, once. Without it libgit2 would fall
+/// back to its own HTTP client (no TLS, no credentials), so a failure is an error
+/// for every call.
+fn register() -> Result<(), TransportError> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            for scheme in ["http", "https"] {
+                // SAFETY: registration happens once, before this module creates any
+                // transport; libgit2 copies the scheme and keeps the factory forever.
+                unsafe {
+                    git2::transport::register(scheme, |remote| {
+                        Transport::smart(remote, true, HttpSubtransport { base: Arc::new(Mutex::new(None)) })
+                    })
+                }
+                .map_err(|error| format!("cannot register the {scheme} transport: {}", error.message()))?;
             }
-        }
-    });
+            Ok(())
+        })
+        .clone()
+        .map_err(TransportError::Runtime)
 }
 
 struct Shared {
