@@ -180,7 +180,10 @@ fn skills_workspaces_profiles_and_knowledge_bases() {
     );
     assert_rejected("Skill", json!({"content": ""}), "spec.content: must not be empty");
     assert_rejected("Workspace", json!({"source": {}}), "spec.source: set exactly one of path or git");
-    assert_accepted("Workspace", json!({"source": {"git": {"url": "/srv/git/infra.git"}}, "validatorMode": "replace"}));
+    assert_accepted(
+        "Workspace",
+        json!({"source": {"git": {"url": "https://git.example/infra.git"}}, "validatorMode": "replace"}),
+    );
     assert_rejected(
         "Workspace",
         json!({"source": {"path": "/w"}, "validatorMode": "merge"}),

@@ -225,9 +225,9 @@ pub async fn adapters_settled(host: &McpHost, expected: usize, limit: std::time:
 /// Longest wait for a validator's `--version`.
 const PREFLIGHT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Publishes facts discovered about Skills (content hash), Workspaces (head commit)
-/// and ValidatorProfiles (preflight: the program found on PATH and its version)
-/// whenever the Catalog changes.
+/// Publishes facts discovered about Skills (content hash) and ValidatorProfiles
+/// (preflight: the program found on PATH and its version) whenever the Catalog
+/// changes (Workspaces: see [`super::workspaces`]).
 pub async fn discovered_facts(
     store: CatalogStore,
     board: StatusBoard,
@@ -268,25 +268,6 @@ pub async fn discovered_facts(
                         .map(|content| json!({"contentSha256": hex::encode(Sha256::digest(content.as_bytes()))})),
                     None,
                 ),
-                crate::resources::Resource::Workspace(workspace) => match workspace.spec.source.path.as_ref() {
-                    Some(path) => {
-                        let dir = entry.base_dir.as_deref().map(|base| base.join(path)).unwrap_or_else(|| path.into());
-                        match git2::Repository::open(&dir)
-                            .and_then(|repo| repo.head()?.peel_to_commit().map(|c| c.id()))
-                        {
-                            Ok(commit) => (
-                                Some(json!({"headCommit": commit.to_string()})),
-                                Some(Check::passed(reasons::HEAD_FOUND, format!("HEAD at {commit}"))),
-                            ),
-                            Err(error) => {
-                                let reason =
-                                    if dir.exists() { reasons::NOT_A_REPOSITORY } else { reasons::PATH_NOT_FOUND };
-                                (None, Some(Check::failed(reason, format!("{}: {}", dir.display(), error.message()))))
-                            }
-                        }
-                    }
-                    None => (None, None),
-                },
                 crate::resources::Resource::ValidatorProfile(profile) => {
                     let (facts, check) =
                         preflight(profile.spec.argv.first().map(String::as_str).unwrap_or_default()).await;

@@ -11,3 +11,4 @@ pub mod policy;
 pub mod process;
 pub mod serve;
 pub mod sources;
+pub mod workspaces;

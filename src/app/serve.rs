@@ -147,6 +147,10 @@ pub async fn serve(settings: Settings) -> Result<()> {
         secrets_changed.clone(),
         cancel.clone(),
     ));
+    // The declared Workspaces' working trees (clones fetched on schedule); the change
+    // pipeline's routes reach them through this handle.
+    let workspaces = super::workspaces::Workspaces::new(settings.data_dir.clone(), secrets.clone(), board.clone());
+    tasks.spawn(workspaces.clone().run(store.clone(), secrets_changed.clone(), cancel.clone()));
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
         let projection = ProjectionSettings {

@@ -15,7 +15,8 @@ pub mod conditions {
     pub const SECRETS_RESOLVED: &str = "SecretsResolved";
     /// McpAdapter: the session with the server is up.
     pub const CONNECTED: &str = "Connected";
-    /// Workspace: the local path is a git working tree with a HEAD commit.
+    /// Workspace: the local path is a git working tree with a HEAD commit, or the
+    /// remote is cloned.
     pub const CHECKED: &str = "Checked";
     /// ValidatorProfile: the program was found.
     pub const PROGRAM_FOUND: &str = "ProgramFound";
@@ -50,6 +51,12 @@ pub mod reasons {
     pub const PATH_NOT_FOUND: &str = "PathNotFound";
     /// Workspace: the path is not a git working tree with a commit.
     pub const NOT_A_REPOSITORY: &str = "NotARepository";
+    /// Workspace: the remote is cloned and checked out at the ref.
+    pub const CLONED: &str = "Cloned";
+    /// Workspace: the remote could not be cloned (never `Ready`).
+    pub const CLONE_FAILED: &str = "CloneFailed";
+    /// Workspace: the latest fetch failed; the previous checkout stays in use.
+    pub const FETCH_FAILED: &str = "FetchFailed";
     /// ValidatorProfile: the program exists.
     pub const PROGRAM_FOUND: &str = "ProgramFound";
     /// ValidatorProfile: the program is not on PATH (or not a file).
@@ -97,9 +104,6 @@ pub struct Needs {
     pub unavailable: Option<&'static str>,
 }
 
-/// A Workspace cloned from a git remote.
-pub const GIT_WORKSPACE_UNAVAILABLE: &str = "git remote workspaces are not available in this version of Akritas; \
-point spec.source.path at a local working tree";
 /// A receiver with inbound bot settings.
 pub const INBOUND_UNAVAILABLE: &str = "inbound bot messages are not available in this version of Akritas: \
 notifications are sent, messages to the bot are not answered; remove spec.inbound";
@@ -111,12 +115,8 @@ impl Needs {
     /// The needs of a valid resource.
     pub fn of(resource: &Resource) -> Self {
         let spec = resource.to_value().get("spec").cloned().unwrap_or_default();
-        let check = match resource {
-            Resource::Workspace(workspace) if workspace.spec.source.path.is_none() => None,
-            _ => live_check(resource.kind()),
-        };
+        let check = live_check(resource.kind());
         let unavailable = match resource {
-            Resource::Workspace(workspace) if workspace.spec.source.git.is_some() => Some(GIT_WORKSPACE_UNAVAILABLE),
             Resource::NotificationReceiver(receiver) if receiver.spec.inbound.is_some() => Some(INBOUND_UNAVAILABLE),
             Resource::ValidatorProfile(_) => Some(VALIDATORS_UNAVAILABLE),
             _ => None,
@@ -125,7 +125,7 @@ impl Needs {
     }
 }
 
-/// The live check of a kind (a Workspace has one only when it names a local path).
+/// The live check of a kind.
 pub fn live_check(kind: Kind) -> Option<LiveCheck> {
     let (condition, pending) = match kind {
         Kind::McpAdapter => (conditions::CONNECTED, reasons::CONNECTING),
@@ -198,8 +198,8 @@ mod tests {
         );
         assert_eq!(
             Needs::of(&remote),
-            Needs { unavailable: Some(GIT_WORKSPACE_UNAVAILABLE), ..Needs::default() },
-            "a remote workspace has no local check and is not available"
+            Needs { check: live_check(Kind::Workspace), ..Needs::default() },
+            "a remote workspace is Ready only once its clone works"
         );
         let local = resource(
             "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {name: w}\nspec: {source: {path: /srv/w}}\n",

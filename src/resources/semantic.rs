@@ -60,6 +60,9 @@ pub fn check(resource: &Resource, errors: &mut Vec<FieldError>) {
             if let Some(path) = &workspace.spec.source.path {
                 check_path(path, "spec.source.path", errors);
             }
+            if let Some(git) = &workspace.spec.source.git {
+                check_http_url(&git.url, "spec.source.git.url", false, errors);
+            }
         }
         Resource::KnowledgeBase(base) => {
             for (i, source) in base.spec.sources.iter().enumerate() {

@@ -3,7 +3,7 @@
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::common::Condition;
+use super::common::{Condition, SecretRef};
 
 /// Pattern of a reference to another Akritas resource in the same namespace.
 pub const RESOURCE_NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
@@ -25,6 +25,8 @@ pub const RESOURCE_NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("!has(self.publish) || has(self.source.git)").message("publish needs a git source: a branch is pushed to spec.source.git.url"))]
+#[x_kube(validation = Rule::new("!has(self.source.git) || !self.writable || has(self.publish)").message("a git workspace is written only by pushing a branch; set spec.publish"))]
 pub struct WorkspaceSpec {
     /// Where the tree is.
     pub source: WorkspaceSource,
@@ -37,8 +39,32 @@ pub struct WorkspaceSpec {
     #[serde(default)]
     pub validator_mode: ValidatorMode,
     /// Whether an approved change may be written. Read-only workspaces only preview.
+    /// A git workspace is written only by pushing a branch (`publish`).
     #[serde(default)]
     pub writable: bool,
+    /// Commit an approved change on a new branch and push it to the remote instead
+    /// of writing the working tree (GitOps review). Needs a `git` source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<Publish>,
+}
+
+/// Pattern of a branch prefix: git-ref-safe characters, no `..`, no leading `/` or `-`.
+pub const BRANCH_PREFIX_PATTERN: &str = "^[A-Za-z0-9_][A-Za-z0-9._/-]*$";
+
+/// How approved changes of a git workspace are published.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Publish {
+    /// Prefix of the branch each approved change is pushed to (`akritas/` gives
+    /// `akritas/<change id>`).
+    #[serde(default = "default_branch_prefix")]
+    #[schemars(length(min = 1, max = 100), regex(pattern = BRANCH_PREFIX_PATTERN))]
+    #[x_kube(validation = Rule::new("!self.contains('..') && !self.contains('//') && !self.endsWith('.lock')").message("must be usable in a git branch name: no '..', '//' or trailing '.lock'"))]
+    pub branch_prefix: String,
+}
+
+fn default_branch_prefix() -> String {
+    "akritas/".to_string()
 }
 
 /// Exactly one location.
@@ -56,21 +82,50 @@ pub struct WorkspaceSource {
     pub git: Option<GitSource>,
 }
 
-/// A git remote and the ref to check out.
+/// A git remote the host clones into its data directory and fetches on a schedule.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GitSource {
-    /// Remote URL.
+    /// Remote URL: `https://` (or `http://` on a trusted network), without
+    /// credentials. ssh remotes are not supported; use an https URL with a token.
     #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("ssh remotes are not supported; use an https URL with a token"))]
     pub url: String,
     /// Branch, tag or commit; default `main`.
     #[serde(default = "default_ref", rename = "ref")]
     #[schemars(length(min = 1, max = 255))]
     pub reference: String,
+    /// HTTP Basic credentials: a username and a token (for example a forge access token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<GitAuth>,
+    /// Seconds between fetches.
+    #[serde(default = "default_fetch_interval")]
+    #[schemars(range(min = 30, max = 86400))]
+    pub fetch_interval_seconds: u32,
 }
 
 fn default_ref() -> String {
     "main".to_string()
+}
+
+fn default_fetch_interval() -> u32 {
+    300
+}
+
+/// Credentials for a git remote over HTTPS.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitAuth {
+    /// Username sent with the token.
+    #[serde(default = "default_git_username")]
+    #[schemars(length(min = 1, max = 256))]
+    pub username: String,
+    /// The token (password).
+    pub token: SecretRef,
+}
+
+fn default_git_username() -> String {
+    "x-access-token".to_string()
 }
 
 /// How workspace validators combine with the host defaults.
@@ -94,4 +149,10 @@ pub struct WorkspaceStatus {
     /// Commit at HEAD when last checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_commit: Option<String>,
+    /// When the remote was last fetched successfully (RFC 3339; git workspaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fetch: Option<String>,
+    /// Why the last clone or fetch failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }

@@ -10,6 +10,7 @@
 //! - [`host`]: the real router and engine in-process, on a scripted model.
 //! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
+//! - [`git_server`]: the real `git http-backend` behind token authentication, and bare-repository helpers.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
 //! - [`kubelet`]: a kubelet stand-in serving container logs to [`kube_api`]'s API server.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
@@ -19,6 +20,7 @@
 //! `instructions/`, `config/samples`, `e2e/` and `target/` wherever a test runs.
 
 pub mod everything;
+pub mod git_server;
 pub mod host;
 pub mod kube_api;
 pub mod kubelet;
