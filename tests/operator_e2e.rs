@@ -253,7 +253,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     .await;
     assert_eq!(found["reason"], "ProgramFound");
     let validator = condition("validatorprofile", "yamllint", "Ready");
-    assert_eq!((validator["status"].as_str(), validator["reason"].as_str()), (Some("False"), Some("NotAvailable")));
+    assert_eq!((validator["status"].as_str(), validator["reason"].as_str()), (Some("True"), Some("Ready")));
     assert_eq!(condition("notificationreceiver", "incident-automation", "SecretsResolved")["status"], "True");
     assert_eq!(condition("skill", "postgresql", "Ready")["reason"], "Ready");
     let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();

@@ -10,10 +10,13 @@ use serde_json::{Value, json};
 
 use super::workspaces::Workspaces;
 use crate::catalog::status::StatusBoard;
-use crate::catalog::{CatalogStore, Kind, ObjectKey};
+use crate::catalog::{CatalogStore, ObjectKey};
+use crate::resources::Kind;
 use crate::change::ChangeError;
 use crate::change::ValidatorSpec;
-use crate::change::service::{Publish, ResolvedWorkspace, WorkspaceDirectory};
+use crate::change::approvals::{ApprovalOptions, ApprovalStore};
+use crate::change::service::{ChangeService, ChangeSettings, Publish, ResolvedWorkspace, WorkspaceDirectory};
+use crate::change::validators::CopyLimits;
 use crate::resources::Resource;
 use crate::resources::common::is_ready;
 
@@ -155,3 +158,35 @@ impl WorkspaceDirectory for Directory {
         })
     }
 }
+
+/// Opens the approval journal (`<data_dir>/change/approvals.jsonl`) and builds the
+/// change service.
+pub async fn service(
+    settings: &crate::config::Settings,
+    llm: crate::llm::LlmClient,
+    audit: Arc<crate::audit::AuditLog>,
+    directory: Arc<Directory>,
+) -> anyhow::Result<Arc<ChangeService>> {
+    use anyhow::Context;
+    let path = settings.data_dir.join("change").join("approvals.jsonl");
+    let options = ApprovalOptions { ttl: settings.change_approval_ttl, ..ApprovalOptions::default() };
+    let approvals = tokio::task::spawn_blocking(move || ApprovalStore::open(&path, options))
+        .await
+        .context("opening the change approval journal")?
+        .context("opening the change approval journal")?;
+    let engine = crate::engine::request::EngineSettings::from_settings(settings);
+    let change = ChangeSettings {
+        limits: engine.limits,
+        default_max_tokens: engine.default_max_tokens.max(PROPOSAL_MIN_TOKENS).min(engine.max_tokens_limit),
+        max_tokens_limit: engine.max_tokens_limit,
+        temperature: engine.temperature,
+        response_language: engine.response_language,
+        max_concurrent_previews: settings.change_max_concurrent_previews as usize,
+        queue_timeout: engine.queue_timeout,
+        copy_limits: CopyLimits::default(),
+    };
+    Ok(Arc::new(ChangeService::new(llm, Some(audit), approvals, directory, change)))
+}
+
+/// Output tokens a proposal gets by default at least: it carries whole replacement texts.
+const PROPOSAL_MIN_TOKENS: u32 = 1600;

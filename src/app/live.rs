@@ -309,6 +309,8 @@ async fn preflight(program: &str) -> (Option<serde_json::Value>, Check) {
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
+    // The program must start; its `--version` may fail or hang (not every validator
+    // has one), which says nothing about whether it can validate.
     let version = match tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await {
         Ok(Ok(output)) => String::from_utf8_lossy(&output.stdout)
             .lines()
@@ -316,7 +318,11 @@ async fn preflight(program: &str) -> (Option<serde_json::Value>, Check) {
             .map(str::trim)
             .find(|l| !l.is_empty())
             .map(|l| crate::text::prefix_chars(l, 256).to_string()),
-        _ => None,
+        Ok(Err(error)) => {
+            let message = format!("{} cannot be executed: {error}; make it an executable file", resolved.display());
+            return (None, Check::failed(reasons::PROGRAM_NOT_RUNNABLE, message));
+        }
+        Err(_) => None,
     };
     let check = Check::passed(reasons::PROGRAM_FOUND, format!("{program} is {}", resolved.display()));
     (Some(json!({"resolvedProgram": resolved.display().to_string(), "version": version})), check)

@@ -75,6 +75,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     };
     let knowledge = assemble::knowledge_bases(&settings);
     let audit_log = audit.clone();
+    let change_llm = llm.clone();
     let engine = Arc::new(assemble::engine(&settings, llm, audit, store.clone(), &knowledge));
     engine.set_scoped_tools(super::kube_tools::build(&settings, client.as_ref()).await?.map(|t| t as _));
     tasks.spawn(live::knowledge_bases(
@@ -151,6 +152,8 @@ pub async fn serve(settings: Settings) -> Result<()> {
     // pipeline's routes reach them through this handle.
     let workspaces = super::workspaces::Workspaces::new(settings.data_dir.clone(), secrets.clone(), board.clone());
     tasks.spawn(workspaces.clone().run(store.clone(), secrets_changed.clone(), cancel.clone()));
+    let directory = super::change::Directory::new(store.clone(), board.clone(), workspaces);
+    let change = super::change::service(&settings, change_llm, audit_log.clone(), directory).await?;
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
         let projection = ProjectionSettings {
@@ -170,6 +173,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         alerts: Some(alerts),
         secrets,
         info: Arc::new(info),
+        change: Some(change),
     };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

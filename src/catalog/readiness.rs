@@ -18,7 +18,7 @@ pub mod conditions {
     /// Workspace: the local path is a git working tree with a HEAD commit, or the
     /// remote is cloned.
     pub const CHECKED: &str = "Checked";
-    /// ValidatorProfile: the program was found.
+    /// ValidatorProfile: the program was found and runs.
     pub const PROGRAM_FOUND: &str = "ProgramFound";
     /// KnowledgeBase: the index is built.
     pub const INDEXED: &str = "Indexed";
@@ -57,8 +57,10 @@ pub mod reasons {
     pub const CLONE_FAILED: &str = "CloneFailed";
     /// Workspace: the latest fetch failed; the previous checkout stays in use.
     pub const FETCH_FAILED: &str = "FetchFailed";
-    /// ValidatorProfile: the program exists.
+    /// ValidatorProfile: the program exists and runs.
     pub const PROGRAM_FOUND: &str = "ProgramFound";
+    /// ValidatorProfile: the program exists but cannot be executed.
+    pub const PROGRAM_NOT_RUNNABLE: &str = "ProgramNotRunnable";
     /// ValidatorProfile: the program is not on PATH (or not a file).
     pub const PROGRAM_NOT_FOUND: &str = "ProgramNotFound";
     /// KnowledgeBase: the index is being built.
@@ -107,9 +109,6 @@ pub struct Needs {
 /// A receiver with inbound bot settings.
 pub const INBOUND_UNAVAILABLE: &str = "inbound bot messages are not available in this version of Akritas: \
 notifications are sent, messages to the bot are not answered; remove spec.inbound";
-/// A ValidatorProfile (validators run only in the change pipeline).
-pub const VALIDATORS_UNAVAILABLE: &str = "validators run in the change pipeline, which is not available in this \
-version of Akritas; the profile is checked but never run";
 
 impl Needs {
     /// The needs of a valid resource.
@@ -118,7 +117,6 @@ impl Needs {
         let check = live_check(resource.kind());
         let unavailable = match resource {
             Resource::NotificationReceiver(receiver) if receiver.spec.inbound.is_some() => Some(INBOUND_UNAVAILABLE),
-            Resource::ValidatorProfile(_) => Some(VALIDATORS_UNAVAILABLE),
             _ => None,
         };
         Needs { secrets: !secret_refs(&spec).is_empty(), check, unavailable }
@@ -215,6 +213,7 @@ mod tests {
         let validator = resource(
             "apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata: {name: v}\nspec: {argv: [yamllint]}\n",
         );
-        assert_eq!(Needs::of(&validator).unavailable, Some(VALIDATORS_UNAVAILABLE));
+        assert_eq!(Needs::of(&validator).unavailable, None, "validators run in the change pipeline");
+        assert_eq!(Needs::of(&validator).check.map(|c| c.condition), Some(conditions::PROGRAM_FOUND));
     }
 }

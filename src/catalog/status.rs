@@ -345,10 +345,10 @@ mod tests {
 
     #[test]
     fn what_this_version_does_not_do_is_never_ready() {
-        use crate::catalog::readiness::VALIDATORS_UNAVAILABLE;
+        const UNAVAILABLE: &str = "something this version does not do";
         let needs = Needs {
             check: live_check(Kind::ValidatorProfile),
-            unavailable: Some(VALIDATORS_UNAVAILABLE),
+            unavailable: Some(UNAVAILABLE),
             ..Needs::default()
         };
         let board = board_with(Kind::ValidatorProfile, needs);
@@ -357,7 +357,7 @@ mod tests {
         let (status, reason, message) = ready(&board);
         assert_eq!(
             (status, reason.as_str(), message.as_str()),
-            (ConditionStatus::False, reasons::NOT_AVAILABLE, VALIDATORS_UNAVAILABLE)
+            (ConditionStatus::False, reasons::NOT_AVAILABLE, UNAVAILABLE)
         );
         let snapshot = board.get();
         let found = find_condition(&snapshot.resources[0].conditions, conditions::PROGRAM_FOUND).unwrap();

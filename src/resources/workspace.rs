@@ -35,7 +35,8 @@ pub struct WorkspaceSpec {
     #[schemars(length(max = 16), inner(length(min = 1, max = 63), regex(pattern = RESOURCE_NAME_PATTERN)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub validator_profiles: Vec<String>,
-    /// `append` adds these profiles to the host defaults; `replace` uses only these.
+    /// `append` adds these profiles to the host defaults; `replace` uses only these. The
+    /// host has no default profiles yet, so both run exactly these.
     #[serde(default)]
     pub validator_mode: ValidatorMode,
     /// Whether an approved change may be written. Read-only workspaces only preview.
