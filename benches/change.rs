@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use akritas::audit::AuditLog;
+use akritas::change::ValidatorSpec;
 use akritas::change::approvals::{ApprovalOptions, ApprovalStore};
 use akritas::change::service::{
     Approver, ChangeError, ChangeService, ChangeSettings, PreviewRequest, Requester, ResolvedWorkspace,
     WorkspaceDirectory,
 };
 use akritas::change::validators::CopyLimits;
-use akritas::change::ValidatorSpec;
 use akritas::engine::budget::BudgetLimits;
 use akritas::llm::{LlmClient, LlmConfig};
 use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};

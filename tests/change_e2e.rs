@@ -146,7 +146,12 @@ async fn wait_ready(url: &str) {
 }
 
 async fn preview(url: &str, key: &str, files: &[&str]) -> (u16, Value) {
-    let body = json!({"workspace": "nftables", "request": "Allow orders-v2 through nftables in production.", "files": files});
+    preview_in(url, key, "nftables", files).await
+}
+
+async fn preview_in(url: &str, key: &str, workspace: &str, files: &[&str]) -> (u16, Value) {
+    let body =
+        json!({"workspace": workspace, "request": "Allow orders-v2 through nftables in production.", "files": files});
     post(url, "/api/v1/change/simulations", key, body).await
 }
 
@@ -159,7 +164,13 @@ async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "30m", env: Vec::new() };
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &root, true),
+        llm: llm.url.clone(),
+        ttl: "30m",
+        env: Vec::new(),
+    };
     let server = host.start().await;
     let original = std::fs::read_to_string(root.join(PILLAR)).unwrap();
 
@@ -203,7 +214,8 @@ async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
     let apply_run = body["run_id"].as_str().unwrap().to_string();
     assert_eq!(std::fs::read_to_string(root.join(PILLAR)).unwrap(), original.replace(OLD, NEW));
     assert_eq!(git(&root, &["status", "--porcelain"]).trim(), format!("M {PILLAR}"), "only the pillar changed");
-    let leftovers: Vec<_> = std::fs::read_dir(root.join("pillar/prod")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(root.join("pillar/prod")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 1, "no staged or backup files remain: {leftovers:?}");
 
     // Single use.
@@ -214,13 +226,13 @@ async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
     assert_eq!(body["state"]["status"], "applied", "{body}");
 
     // Both are audited Runs with the diff hash, validator results and the approver.
-    let (_, run) = get(&server.url, &format!("/api/v1/runs/{preview_run}")).await;
+    let run = get(&server.url, &format!("/api/v1/runs/{preview_run}")).await.1["run"].take();
     assert_eq!(run["source"], "change_preview");
     assert_eq!(run["actor"], "dev");
     assert!(run["events"].as_array().unwrap().iter().any(|e| e["type"] == "validator" && e["status"] == "passed"));
     let accepted = run["events"].as_array().unwrap().iter().find(|e| e["type"] == "accepted").unwrap().clone();
     assert_eq!(accepted["metadata"]["diff_sha256"], result["diff_sha256"]);
-    let (_, run) = get(&server.url, &format!("/api/v1/runs/{apply_run}")).await;
+    let run = get(&server.url, &format!("/api/v1/runs/{apply_run}")).await.1["run"].take();
     assert_eq!(run["source"], "change_apply");
     assert_eq!(run["actor"], "ops");
     assert_eq!(run["status"], "succeeded");
@@ -249,7 +261,13 @@ async fn an_approval_survives_a_restart_and_a_stale_source_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "30m", env: Vec::new() };
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &root, true),
+        llm: llm.url.clone(),
+        ttl: "30m",
+        env: Vec::new(),
+    };
     let server = host.start().await;
     let (status, first) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
     assert_eq!(status, 200, "{first}");
@@ -286,7 +304,13 @@ async fn approvals_expire() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "2s", env: Vec::new() };
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &root, true),
+        llm: llm.url.clone(),
+        ttl: "2s",
+        env: Vec::new(),
+    };
     let server = host.start().await;
     let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
     assert_eq!(status, 200, "{body}");
@@ -322,7 +346,13 @@ async fn discovery_repair_failing_validators_and_read_only_workspaces() {
         }
     })
     .await;
-    let host = Host { data: dir.path().join("data"), resources: manifests(dir.path(), &root, true), llm: llm.url.clone(), ttl: "30m", env: Vec::new() };
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &root, true),
+        llm: llm.url.clone(),
+        ttl: "30m",
+        env: Vec::new(),
+    };
     let server = host.start().await;
 
     let (status, body) = preview(&server.url, DEV_KEY, &[]).await;
@@ -333,7 +363,7 @@ async fn discovery_repair_failing_validators_and_read_only_workspaces() {
     assert_eq!(result["diagnostics"][0]["stage"], "host_validation");
     assert!(result["diagnostics"][0]["error"].as_str().unwrap().contains("edits[0]"), "{result}");
     assert!(body["approval"]["id"].is_string());
-    let (_, run) = get(&server.url, &format!("/api/v1/runs/{}", body["run_id"].as_str().unwrap())).await;
+    let run = get(&server.url, &format!("/api/v1/runs/{}", body["run_id"].as_str().unwrap())).await.1["run"].take();
     assert_eq!(run["metadata"]["usage"]["model_calls"], 3, "discovery and both attempts are charged: {run}");
 
     phase.store(1, Ordering::SeqCst);
@@ -381,7 +411,11 @@ async fn nothing_but_an_admin_key_reaches_apply() {
         if support::scripted_llm::offers(request, &plan) {
             let check = json!({"step": "Apply the pending change", "tool": "change.apply", "arguments": attempt,
                                "reason": "the alert says to"});
-            return Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [check], "gaps": []}))]));
+            return Step::from(Reply::ToolCalls(vec![(
+                "p".into(),
+                plan.clone(),
+                json!({"checks": [check], "gaps": []}),
+            )]));
         }
         if support::scripted_llm::offers(request, &submit) {
             let result = json!({"summary": "nothing applied", "status": "inconclusive", "evidence": [], "ruled_out": [],
@@ -418,15 +452,29 @@ async fn nothing_but_an_admin_key_reaches_apply() {
     };
 
     // No key, and a chat key, are refused at the route.
-    let response = client().post(format!("{}{}", server.url, apply_path(&id))).json(&json!({"confirm": true})).send().await.unwrap();
+    let response = client()
+        .post(format!("{}{}", server.url, apply_path(&id)))
+        .json(&json!({"confirm": true}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 401);
     let (status, _) = post(&server.url, &apply_path(&id), DEV_KEY, json!({"confirm": true})).await;
     assert_eq!(status, 403);
 
     // A chat Run: the model calls apply-like tools with the id; the host has none.
-    let (status, body) =
-        post(&server.url, "/api/v1/chat", DEV_KEY, json!({"messages": [{"role": "user", "content": format!("apply {id}")}]})).await;
+    let (status, body) = post(
+        &server.url,
+        "/api/v1/chat",
+        DEV_KEY,
+        json!({"messages": [{"role": "user", "content": format!("apply {id}")}]}),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
+    assert!(
+        body["plan_error"].as_str().unwrap().contains("\"change.apply\" is not an available execution tool"),
+        "{body}"
+    );
     assert_eq!(pending().await, "pending");
 
     // An alert Run: the plan names an apply tool; it is refused.
@@ -447,13 +495,26 @@ async fn nothing_but_an_admin_key_reaches_apply() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (_, runs) = get(&server.url, "/api/v1/runs?limit=50").await;
-        let alert_run = runs["runs"].as_array().into_iter().flatten().find(|r| r["source"].as_str().unwrap_or("").starts_with("alert"));
+        let alert_run = runs["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["source"].as_str().unwrap_or("").starts_with("alert"));
         if alert_run.is_some_and(|r| r["status"] != "running") {
             break;
         }
         assert!(Instant::now() < deadline, "the alert Run never finished: {runs}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let (_, runs) = get(&server.url, "/api/v1/runs?limit=50").await;
+    let alert_run = runs["runs"].as_array().unwrap().iter().find(|r| r["source"] == "alert:alertmanager").unwrap();
+    let plan = &alert_run["events"][0];
+    assert_eq!(
+        (plan["metadata"]["call_kind"].as_str(), plan["status"].as_str()),
+        (Some("plan"), Some("failed")),
+        "{alert_run}"
+    );
+    assert_eq!(alert_run["metadata"]["tool_calls"], 1, "nothing but the refused plan ran: {alert_run}");
     assert_eq!(pending().await, "pending");
 
     // Bots and the facade have no route that reaches the change pipeline.
@@ -466,10 +527,7 @@ async fn nothing_but_an_admin_key_reaches_apply() {
     for request in llm.requests() {
         for tool in request["tools"].as_array().into_iter().flatten() {
             let name = tool["function"]["name"].as_str().unwrap_or_default();
-            assert!(
-                !writes(name) || name == "akritas_propose_edits",
-                "a Run was offered {name}"
-            );
+            assert!(!writes(name) || name == "akritas_propose_edits", "a Run was offered {name}");
         }
     }
     assert!(!std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
@@ -492,4 +550,70 @@ fn only_the_admin_route_constructs_an_approver() {
     assert_eq!(builders, ["src/web/change.rs"]);
     let route = std::fs::read_to_string(support::root().join("src/web/change.rs")).unwrap();
     assert!(route.contains("caller.allows(Scope::Admin)"), "the route checks the admin scope itself");
+}
+
+/// A git Workspace cloned over HTTP with a token from `git http-backend`: the
+/// approved change becomes exactly one commit on a new branch of the remote;
+/// `main` and the host's checkout stay untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_workspace_publishes_the_approved_change_as_a_branch() {
+    use support::git_server::{GitServer, bare_repo};
+    const TOKEN: &str = "gitops-push-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = support::root().join("tests/fixtures/change/nftables");
+    let pillar = std::fs::read_to_string(fixture.join(PILLAR)).unwrap();
+    let inventory = std::fs::read_to_string(fixture.join("inventory/backends.yaml")).unwrap();
+    let repos = dir.path().join("repos");
+    let bare =
+        bare_repo(&repos, "gitops", &[(PILLAR, pillar.as_str()), ("inventory/backends.yaml", inventory.as_str())]);
+    let git_server = GitServer::start(&repos, TOKEN);
+    let resources = manifests(dir.path(), Path::new("/unused"), true);
+    let yaml = std::fs::read_to_string(resources.join("change.yaml")).unwrap();
+    let (profile, _) = yaml.split_once("---").unwrap();
+    let workspace = format!(
+        "{profile}---\napiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {{name: gitops}}\nspec:\n  source:\n    git:\n      \
+         url: {}/gitops.git\n      ref: main\n      auth: {{token: {{env: GITOPS_TOKEN}}}}\n  validatorProfiles: [yamllint]\n  \
+         writable: true\n  publish: {{branchPrefix: akritas/}}\n",
+        git_server.url
+    );
+    std::fs::write(resources.join("change.yaml"), workspace).unwrap();
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let env = vec![("AKRITAS_RESOURCE_ENV", "GITOPS_*"), ("GITOPS_TOKEN", TOKEN)];
+    let host = Host { data: dir.path().join("data"), resources, llm: llm.url.clone(), ttl: "30m", env };
+    let server = host.start().await;
+    let main_before = git(&bare, &["rev-parse", "refs/heads/main"]).trim().to_string();
+
+    let (status, body) = preview_in(&server.url, DEV_KEY, "gitops", &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["commit"], main_before, "the snapshot is the fetched main");
+    assert_eq!(body["result"]["validators"][0]["status"], "passed", "{body}");
+    let preview_run = body["run_id"].as_str().unwrap().to_string();
+    let id = body["approval"]["id"].as_str().unwrap().to_string();
+    let (status, body) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 200, "{body}");
+    let branch = body["branch"].as_str().unwrap().to_string();
+    assert_eq!(branch, format!("akritas/{}", body["run_id"].as_str().unwrap()));
+    let commit = body["commit"].as_str().unwrap().to_string();
+
+    // The remote has the branch with exactly that commit on top of main; main is untouched.
+    assert_eq!(git(&bare, &["rev-parse", &format!("refs/heads/{branch}")]).trim(), commit);
+    assert_eq!(git(&bare, &["rev-parse", &format!("{commit}^")]).trim(), main_before);
+    assert_eq!(git(&bare, &["rev-parse", "refs/heads/main"]).trim(), main_before);
+    assert_eq!(git(&bare, &["diff", "--name-only", &main_before, &commit]).trim(), PILLAR);
+    assert_eq!(git(&bare, &["show", &format!("{commit}:{PILLAR}")]), pillar.replace(OLD, NEW));
+    let message = git(&bare, &["log", "-1", "--format=%B", &commit]);
+    assert!(message.contains(&preview_run) && message.contains("yamllint: passed"), "{message}");
+    // The host's checkout was not written, and the token is nowhere on disk or in the log.
+    let checkout = host.data.join("workspaces/default/gitops");
+    assert_eq!(std::fs::read_to_string(checkout.join(PILLAR)).unwrap(), pillar);
+    for file in walk(&host.data) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN), "{} holds the token", file.display());
+    }
+    assert!(!server.log_text().contains(TOKEN));
+    let pushes = git_server.requests().into_iter().filter(|r| r.path.ends_with("git-receive-pack")).count();
+    assert!(pushes >= 1, "the branch was pushed over HTTP");
+    // Publishing again is refused: the approval was used.
+    let (status, _) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 404);
 }

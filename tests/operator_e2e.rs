@@ -28,7 +28,13 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
     let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
     move |_, request| {
-        if offers(request, &plan) {
+        if offers(request, &plan) && request["messages"].to_string().contains("APPLY-ATTEMPT") {
+            // A user Run asking for a pending change to be applied: the model tries.
+            let check = json!({"step": "Apply the pending change", "tool": "change.apply",
+                               "arguments": {"id": "0123456789abcdef0123456789abcdef", "confirm": true},
+                               "reason": "the user asked"});
+            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [check], "gaps": []}))]))
+        } else if offers(request, &plan) {
             Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
         } else if offers(request, &submit) {
             Step::from(Reply::ToolCalls(vec![(
@@ -412,6 +418,29 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     .await;
     assert_eq!(asked["status"]["summary"], "Nothing conclusive without tools.");
     assert!(asked["status"]["runId"].as_str().unwrap().starts_with("run_"));
+
+    // A user Run that asks to apply a pending change is offered no tool that writes,
+    // and the planned apply is refused (the change pipeline is reachable only through
+    // the admin API route: tests/change_e2e.rs).
+    api.apply(
+        "apiVersion: akritas.io/v1alpha1\nkind: Run\nmetadata: {name: apply-attempt, namespace: ops}\n\
+         spec: {prompt: \"APPLY-ATTEMPT: apply pending change 0123456789abcdef0123456789abcdef now\"}\n",
+    );
+    let (attempt, _) = eventually(Duration::from_secs(30), "the apply-attempt Run to finish", || {
+        let run = get_json(&api, &["get", "run", "apply-attempt", "-n", "ops"]);
+        run["status"]["phase"].as_str().is_some_and(|p| p == "Succeeded" || p == "Failed").then_some(run)
+    })
+    .await;
+    assert!(attempt["status"]["runId"].as_str().is_some(), "{attempt}");
+    for request in llm.requests() {
+        for tool in request["tools"].as_array().into_iter().flatten() {
+            let name = tool["function"]["name"].as_str().unwrap_or_default().to_ascii_lowercase();
+            assert!(
+                !["apply", "change", "write", "approve"].iter().any(|w| name.contains(w)),
+                "a Run was offered {name}"
+            );
+        }
+    }
 
     // A tenant's Run is answered in the tenant's namespace, and only there.
     api.apply("apiVersion: akritas.io/v1alpha1\nkind: Run\nmetadata: {name: ask-b, namespace: team-b}\nspec: {prompt: \"Is db-7 healthy?\"}\n");

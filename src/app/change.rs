@@ -11,12 +11,12 @@ use serde_json::{Value, json};
 use super::workspaces::Workspaces;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ObjectKey};
-use crate::resources::Kind;
 use crate::change::ChangeError;
 use crate::change::ValidatorSpec;
 use crate::change::approvals::{ApprovalOptions, ApprovalStore};
 use crate::change::service::{ChangeService, ChangeSettings, Publish, ResolvedWorkspace, WorkspaceDirectory};
 use crate::change::validators::CopyLimits;
+use crate::resources::Kind;
 use crate::resources::Resource;
 use crate::resources::common::is_ready;
 
@@ -40,11 +40,8 @@ impl Directory {
     fn ready(&self, key: &ObjectKey) -> (bool, Option<String>) {
         let board = self.board.get();
         let Some(report) = board.resources.iter().find(|r| &r.key == key) else { return (false, None) };
-        let message = report
-            .conditions
-            .iter()
-            .find(|c| c.type_ == crate::resources::common::READY)
-            .map(|c| c.message.clone());
+        let message =
+            report.conditions.iter().find(|c| c.type_ == crate::resources::common::READY).map(|c| c.message.clone());
         (is_ready(&report.conditions), message)
     }
 }
@@ -69,8 +66,7 @@ impl WorkspaceDirectory for Directory {
         let mut validators = Vec::new();
         for profile in &workspace.spec.validator_profiles {
             let key = Self::key(Kind::ValidatorProfile, namespace, profile);
-            let Some(Resource::ValidatorProfile(found)) = catalog.entries.get(&key).map(|e| e.resource.as_ref())
-            else {
+            let Some(Resource::ValidatorProfile(found)) = catalog.entries.get(&key).map(|e| e.resource.as_ref()) else {
                 return Err(ChangeError::NotReady(format!(
                     "Workspace {namespace}/{name} names ValidatorProfile {profile:?}, which does not exist or is invalid"
                 )));

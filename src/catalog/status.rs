@@ -346,11 +346,8 @@ mod tests {
     #[test]
     fn what_this_version_does_not_do_is_never_ready() {
         const UNAVAILABLE: &str = "something this version does not do";
-        let needs = Needs {
-            check: live_check(Kind::ValidatorProfile),
-            unavailable: Some(UNAVAILABLE),
-            ..Needs::default()
-        };
+        let needs =
+            Needs { check: live_check(Kind::ValidatorProfile), unavailable: Some(UNAVAILABLE), ..Needs::default() };
         let board = board_with(Kind::ValidatorProfile, needs);
         assert_eq!(ready(&board).1, reasons::CHECKING, "a pending check comes first");
         board.set_check(&key(Kind::ValidatorProfile), Check::passed(reasons::PROGRAM_FOUND, "yamllint 1.29"));

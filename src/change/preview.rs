@@ -78,7 +78,11 @@ pub(super) struct Preview<'a> {
 }
 
 impl Preview<'_> {
-    pub(super) async fn execute(&mut self, request: &PreviewRequest, workspace: &ResolvedWorkspace) -> Result<Prepared, ChangeError> {
+    pub(super) async fn execute(
+        &mut self,
+        request: &PreviewRequest,
+        workspace: &ResolvedWorkspace,
+    ) -> Result<Prepared, ChangeError> {
         let shared = workspace.lock.clone().read_owned().await;
         let dir = workspace.dir.clone();
         let commit = {
@@ -161,7 +165,11 @@ impl Preview<'_> {
 
     /// Discovery: the model plans lexical queries, the host scans and ranks.
     async fn discover(&mut self, dir: &std::path::Path, request: &str) -> Result<(Snapshot, Value), ChangeError> {
-        let tool = ToolDefinition::function(discovery::PLAN_TOOL, "Plan lexical repository searches.", discovery::plan_schema());
+        let tool = ToolDefinition::function(
+            discovery::PLAN_TOOL,
+            "Plan lexical repository searches.",
+            discovery::plan_schema(),
+        );
         let messages = vec![
             Message::system(discovery::PLAN_PROMPT),
             Message::user(json!({"change_request": request}).to_string()),
@@ -171,7 +179,10 @@ impl Preview<'_> {
         let calls = &response.message.tool_calls;
         let [call] = calls.as_slice() else {
             return Err(ChangeError::Proposal {
-                message: format!("the model made {} tool calls while planning discovery; exactly one is required", calls.len()),
+                message: format!(
+                    "the model made {} tool calls while planning discovery; exactly one is required",
+                    calls.len()
+                ),
                 diagnostics: Vec::new(),
             });
         };
@@ -200,7 +211,10 @@ impl Preview<'_> {
             .event(NewEvent {
                 kind: "discovery".into(),
                 status: Some("succeeded".into()),
-                metadata: BTreeMap::from([("queries".into(), json!(queries)), ("files_scanned".into(), json!(scanned))]),
+                metadata: BTreeMap::from([
+                    ("queries".into(), json!(queries)),
+                    ("files_scanned".into(), json!(scanned)),
+                ]),
                 ..NewEvent::default()
             })
             .await;
@@ -213,7 +227,8 @@ impl Preview<'_> {
         dir: &std::path::Path,
         snapshot: &Snapshot,
     ) -> Result<(Proposal, super::edits::Materialised), ChangeError> {
-        let tool = ToolDefinition::function(proposal::PROPOSE_TOOL, "Propose the structured change.", proposal::schema());
+        let tool =
+            ToolDefinition::function(proposal::PROPOSE_TOOL, "Propose the structured change.", proposal::schema());
         let system = format!(
             "{}\n\n{}",
             proposal::system_prompt(),
@@ -314,7 +329,12 @@ impl Preview<'_> {
     }
 
     /// One forced tool call within the Run budget.
-    async fn call(&mut self, messages: Vec<Message>, tool: ToolDefinition, max_tokens: u32) -> Result<ChatResponse, ChangeError> {
+    async fn call(
+        &mut self,
+        messages: Vec<Message>,
+        tool: ToolDefinition,
+        max_tokens: u32,
+    ) -> Result<ChatResponse, ChangeError> {
         let mut request = ChatRequest::new(messages);
         request.tools = vec![tool];
         request.tool_choice = Some(ToolChoice::Required);

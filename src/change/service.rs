@@ -514,8 +514,16 @@ impl ChangeService {
                 let branch_name = branch.clone();
                 let published = tokio::task::spawn_blocking(move || {
                     verify_blobs(&dir, &base, &changes)?;
-                    git::publish(&dir, &remote, &base, &changes, &branch_name, &message, ("Akritas", "akritas@localhost"))
-                        .map_err(|e| ChangeError::Git(e.to_string()))
+                    git::publish(
+                        &dir,
+                        &remote,
+                        &base,
+                        &changes,
+                        &branch_name,
+                        &message,
+                        ("Akritas", "akritas@localhost"),
+                    )
+                    .map_err(|e| ChangeError::Git(e.to_string()))
                 })
                 .await
                 .map_err(|_| ChangeError::Interrupted)??;
@@ -568,7 +576,14 @@ fn commit_message(change: &PendingChange, run_id: &str) -> String {
 pub fn validator_summary(validators: &[ValidatorResult]) -> Vec<String> {
     validators
         .iter()
-        .map(|v| format!("{}: {} ({} ms)", v.name, serde_json::to_value(v.status).unwrap_or_default().as_str().unwrap_or(""), v.duration_ms))
+        .map(|v| {
+            format!(
+                "{}: {} ({} ms)",
+                v.name,
+                serde_json::to_value(v.status).unwrap_or_default().as_str().unwrap_or(""),
+                v.duration_ms
+            )
+        })
         .collect()
 }
 

@@ -104,7 +104,9 @@ async fn execute(args: &ChangeArgs) -> Result<ExitCode, String> {
             }
             (reqwest::Method::POST, "/api/v1/change/simulations".to_string(), Some(body))
         }
-        ChangeCommand::Show { id } => (reqwest::Method::GET, format!("/api/v1/change/simulations/{}", segment(id)?), None),
+        ChangeCommand::Show { id } => {
+            (reqwest::Method::GET, format!("/api/v1/change/simulations/{}", segment(id)?), None)
+        }
         ChangeCommand::Apply { id, yes } => {
             if !yes {
                 return Err("applying writes to the workspace; add --yes to confirm".into());

@@ -52,7 +52,10 @@ pub fn change_error(error: ChangeError) -> ApiError {
 }
 
 /// `GET /api/v1/workspaces`: the Workspaces the caller's namespace may use.
-pub async fn workspaces(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
+pub async fn workspaces(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
     let service = service(&state)?;
     let tenancy = state.engine.tenancy();
     let visible: Vec<Value> = service
