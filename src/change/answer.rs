@@ -1,7 +1,9 @@
 //! The Markdown answer of a preview (upstream §7.9) and the host-validation lines.
 
-use super::ValidatorStatus;
+use serde_json::{Value, json};
+
 use super::preview::Prepared;
+use super::{Operation, ValidatorStatus};
 
 /// What the host checked itself, in order.
 pub(super) fn host_validation(prepared: &Prepared) -> Vec<String> {
@@ -92,4 +94,29 @@ fn longest_backtick_run(text: &str) -> usize {
         longest = longest.max(current);
     }
     longest
+}
+
+/// The structured result of a preview.
+pub(super) fn result_json(prepared: &Prepared) -> Value {
+    let of = |op: Operation| -> Vec<&str> {
+        prepared.changes.iter().filter(|c| c.operation == op).map(|c| c.path.as_str()).collect()
+    };
+    json!({
+        "analysis": prepared.proposal.analysis,
+        "diff": prepared.diff,
+        "diff_sha256": prepared.diff_sha256,
+        "commit": prepared.commit,
+        "checks": prepared.proposal.checks,
+        "risks": prepared.proposal.risks,
+        "rollback": prepared.proposal.rollback,
+        "clarifications": prepared.proposal.clarifications,
+        "changed_files": prepared.changes.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(),
+        "created_files": of(Operation::Create),
+        "warnings": prepared.warnings,
+        "validation": host_validation(prepared),
+        "validators": prepared.validators,
+        "attempts": prepared.attempts.len() + 1,
+        "diagnostics": prepared.attempts,
+        "discovery": prepared.discovery,
+    })
 }

@@ -32,6 +32,7 @@ pub mod proposal;
 mod record;
 pub mod service;
 pub mod snapshot;
+mod types;
 pub mod validators;
 
 use std::time::Duration;

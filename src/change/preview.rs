@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use super::error::ChangeError;
 use super::proposal::{AttemptDiagnostic, Proposal, Stage};
 use super::record::Record;
-use super::service::{ChangeService, PreviewRequest, ResolvedWorkspace, Timings, millis};
 use super::snapshot::Snapshot;
-use super::{FileChange, Operation, ValidatorResult, discovery, git, proposal};
+use super::types::{ChangeSettings, PreviewRequest, ResolvedWorkspace, Timings, millis};
+use super::{FileChange, ValidatorResult, discovery, git, proposal};
 use crate::audit::NewEvent;
 use crate::engine::budget::{Budget, ReportedUsage};
-use crate::llm::{ChatRequest, ChatResponse, Message, ToolChoice, ToolDefinition};
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, Message, ToolChoice, ToolDefinition};
 
 /// Proposal attempts per preview (the second one carries a repair hint).
 pub const ATTEMPTS: u32 = 2;
@@ -41,35 +41,10 @@ pub(super) struct Prepared {
     pub(super) discovery: Option<Value>,
 }
 
-impl Prepared {
-    pub(super) fn result_json(&self) -> Value {
-        let of = |op: Operation| -> Vec<&str> {
-            self.changes.iter().filter(|c| c.operation == op).map(|c| c.path.as_str()).collect()
-        };
-        json!({
-            "analysis": self.proposal.analysis,
-            "diff": self.diff,
-            "diff_sha256": self.diff_sha256,
-            "commit": self.commit,
-            "checks": self.proposal.checks,
-            "risks": self.proposal.risks,
-            "rollback": self.proposal.rollback,
-            "clarifications": self.proposal.clarifications,
-            "changed_files": self.changes.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(),
-            "created_files": of(Operation::Create),
-            "warnings": self.warnings,
-            "validation": super::answer::host_validation(self),
-            "validators": self.validators,
-            "attempts": self.attempts.len() + 1,
-            "diagnostics": self.attempts,
-            "discovery": self.discovery,
-        })
-    }
-}
-
 /// One preview in progress.
 pub(super) struct Preview<'a> {
-    pub(super) service: &'a ChangeService,
+    pub(super) llm: &'a LlmClient,
+    pub(super) settings: &'a ChangeSettings,
     pub(super) budget: Budget,
     pub(super) record: &'a Record,
     pub(super) params: Params,
@@ -124,8 +99,7 @@ impl Preview<'_> {
             drop(shared);
             Vec::new()
         } else {
-            let (root, changes, limits) =
-                (dir.clone(), materialised.changes.clone(), self.service.settings.copy_limits.clone());
+            let (root, changes, limits) = (dir.clone(), materialised.changes.clone(), self.settings.copy_limits);
             let copy = tokio::task::spawn_blocking(move || super::validators::prepare(&root, &changes, &limits))
                 .await
                 .map_err(|_| ChangeError::Interrupted)?
@@ -232,7 +206,7 @@ impl Preview<'_> {
         let system = format!(
             "{}\n\n{}",
             proposal::system_prompt(),
-            crate::language::language_instruction(&self.service.settings.response_language)
+            crate::language::language_instruction(&self.settings.response_language)
         );
         for attempt in 1..=ATTEMPTS {
             let user = proposal::user_message(snapshot, "<inline>", self.attempts.last());
@@ -341,14 +315,14 @@ impl Preview<'_> {
         request.parallel_tool_calls = Some(false);
         request.temperature = Some(self.params.temperature);
         let size = serde_json::to_vec(&(&request.messages, &request.tools)).map(|b| b.len()).unwrap_or_default()
-            + self.service.llm.system_instructions_len();
+            + self.llm.system_instructions_len();
         request.max_tokens = self
             .budget
             .begin_model_call(size, max_tokens, Instant::now())
             .map_err(|e| ChangeError::Budget(e.to_string()))?;
         let time_left = self.budget.time_left(Instant::now());
         let started = Instant::now();
-        let response = tokio::time::timeout(time_left, self.service.llm.chat(&request)).await;
+        let response = tokio::time::timeout(time_left, self.llm.chat(&request)).await;
         self.timings.model_ms += millis(started.elapsed());
         match response {
             Ok(Ok(response)) => {

@@ -7,185 +7,27 @@
 //! at once are bounded by their own semaphore.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{RwLock, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::approvals::{ApprovalStore, ChangeState, PendingChange, TakeError};
 pub use super::error::ChangeError;
 pub use super::preview::ATTEMPTS;
 use super::preview::{Params, Prepared, Preview};
 use super::record::Record;
-use super::{FileChange, ValidatorResult, ValidatorSpec, ValidatorStatus, git};
+use super::types::millis;
+pub use super::types::{
+    ApplyOutcome, Approver, ChangeSettings, PreviewOutcome, PreviewRequest, Publish, Requester, ResolvedWorkspace,
+    Timings, WorkspaceDirectory,
+};
+use super::{FileChange, ValidatorResult, ValidatorStatus, git};
 use crate::audit::{AuditLog, NewEvent, NewRun};
-use crate::engine::budget::{Budget, BudgetLimits};
+use crate::engine::budget::Budget;
 use crate::llm::LlmClient;
-
-/// A Workspace as the change pipeline uses it.
-#[derive(Clone, Debug)]
-pub struct ResolvedWorkspace {
-    /// Namespace of the Workspace object.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// The local working tree (the path, or the host's clone of the remote).
-    pub dir: PathBuf,
-    /// Whether an approved change may be written (or published).
-    pub writable: bool,
-    /// Validators that run on every preview, in order.
-    pub validators: Vec<ValidatorSpec>,
-    /// Publish approved changes as a branch on this remote instead of writing the tree.
-    pub publish: Option<Publish>,
-    /// Held shared while a preview reads the tree, exclusively while it is fetched or written.
-    pub lock: Arc<RwLock<()>>,
-}
-
-/// Where and how approved changes of a git Workspace are published.
-#[derive(Clone, Debug)]
-pub struct Publish {
-    /// The remote (with its credentials).
-    pub remote: git::Remote,
-    /// Prefix of the branch name (`akritas/`); the Run id follows.
-    pub branch_prefix: String,
-}
-
-/// Finds Workspaces (implemented by the host over the Catalog and its clones).
-pub trait WorkspaceDirectory: Send + Sync {
-    /// The Workspace `namespace/name`, ready to use, or why not.
-    fn resolve(&self, namespace: &str, name: &str) -> Result<ResolvedWorkspace, ChangeError>;
-    /// Every Workspace with its status, for `GET /api/v1/workspaces` (no local paths).
-    fn list(&self) -> Vec<Value>;
-    /// Fetches a git Workspace now; answers its new head.
-    fn fetch<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ChangeError>> + Send + 'a>>;
-}
-
-/// Settings of the change service.
-#[derive(Clone, Debug)]
-pub struct ChangeSettings {
-    /// Budget of each preview Run.
-    pub limits: BudgetLimits,
-    /// Output tokens of a proposal call when the request does not say.
-    pub default_max_tokens: u32,
-    /// Largest output tokens a request may ask for.
-    pub max_tokens_limit: u32,
-    /// Temperature when the request does not say.
-    pub temperature: f64,
-    /// Language of the prose (BCP 47).
-    pub response_language: String,
-    /// Previews executing at once.
-    pub max_concurrent_previews: usize,
-    /// Wait for a free preview slot before answering busy.
-    pub queue_timeout: Duration,
-    /// Bounds of the validators' copy.
-    pub copy_limits: super::validators::CopyLimits,
-}
-
-/// Who asked for a preview.
-#[derive(Clone, Debug)]
-pub struct Requester {
-    /// Namespace the preview Run belongs to.
-    pub namespace: String,
-    /// `api`, `cli`.
-    pub source: String,
-    /// API key name or `cli`.
-    pub actor: String,
-}
-
-/// Who approved an apply. Only the native API's admin route and the CLI build one.
-#[derive(Clone, Debug)]
-pub struct Approver {
-    /// API key name (`admin` scope) or `cli:<user>`.
-    pub name: String,
-}
-
-/// `POST /api/v1/change/simulations`.
-#[derive(Clone, Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PreviewRequest {
-    /// Workspace name.
-    pub workspace: String,
-    /// Namespace of the Workspace (default: the caller's).
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// What to change.
-    pub request: String,
-    /// Files to read (relative); empty: discovery.
-    #[serde(default)]
-    pub files: Vec<String>,
-    /// Output tokens of the proposal call.
-    #[serde(default)]
-    pub max_tokens: Option<u32>,
-    /// Sampling temperature.
-    #[serde(default)]
-    pub temperature: Option<f64>,
-}
-
-/// The result of a preview.
-#[derive(Clone, Debug, Serialize)]
-pub struct PreviewOutcome {
-    /// The audit Run.
-    pub run_id: String,
-    /// Upstream model.
-    pub model: String,
-    /// Namespace of the Workspace.
-    pub namespace: String,
-    /// Workspace name.
-    pub workspace: String,
-    /// The Markdown answer.
-    pub answer: String,
-    /// The structured result.
-    pub result: Value,
-    /// The approval to apply this exact diff, when one was issued.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub approval: Option<Value>,
-    /// Where the time went (milliseconds).
-    pub timings: Timings,
-}
-
-/// Where a preview's time went.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Timings {
-    /// Whole preview.
-    pub total_ms: u64,
-    /// Waiting for the model.
-    pub model_ms: u64,
-    /// Reading the snapshot (and discovery's scan).
-    pub snapshot_ms: u64,
-    /// Preparing the copy and running validators.
-    pub validators_ms: u64,
-}
-
-/// The result of an apply.
-#[derive(Clone, Debug, Serialize)]
-pub struct ApplyOutcome {
-    /// The audit Run.
-    pub run_id: String,
-    /// `applied`.
-    pub status: &'static str,
-    /// Namespace of the Workspace.
-    pub namespace: String,
-    /// Workspace name.
-    pub workspace: String,
-    /// Paths written (or committed).
-    pub changed_files: Vec<String>,
-    /// The pushed branch, when the Workspace publishes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
-    /// The pushed commit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-    /// Wall time of the write.
-    pub duration_ms: u64,
-}
 
 /// The change pipeline.
 pub struct ChangeService {
@@ -256,7 +98,8 @@ impl ChangeService {
         )
         .await?;
         let mut preview = Preview {
-            service: self,
+            llm: &self.llm,
+            settings: &self.settings,
             budget: Budget::new(self.settings.limits.clone(), Instant::now()),
             record: &record,
             params,
@@ -335,7 +178,7 @@ impl ChangeService {
         } else {
             None
         };
-        let mut result = prepared.result_json();
+        let mut result = super::answer::result_json(&prepared);
         if let Some(reason) = &withheld {
             result["approval_withheld"] = json!(reason);
         }
@@ -591,8 +434,4 @@ pub fn validator_summary(validators: &[ValidatorResult]) -> Vec<String> {
 pub fn validators_sha256(validators: &[ValidatorResult]) -> String {
     let bytes = serde_json::to_vec(validators).unwrap_or_default();
     hex::encode(Sha256::digest(&bytes))
-}
-
-pub(super) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
