@@ -613,7 +613,113 @@ async fn a_git_workspace_publishes_the_approved_change_as_a_branch() {
     assert!(!server.log_text().contains(TOKEN));
     let pushes = git_server.requests().into_iter().filter(|r| r.path.ends_with("git-receive-pack")).count();
     assert!(pushes >= 1, "the branch was pushed over HTTP");
+    // An on-demand fetch picks up a new commit on main.
+    let newer = support::git_server::commit_files(&bare, "main", &[("README.md", "gitops\n")], "docs");
+    let (status, body) = post(&server.url, "/api/v1/workspaces/default/gitops/fetch", DEV_KEY, json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["head_commit"], newer.trim(), "{body}");
+    let (_, listed) = get(&server.url, "/api/v1/workspaces").await;
+    let listed = &listed["workspaces"][0];
+    assert_eq!(
+        (listed["name"].as_str(), listed["head_commit"].as_str()),
+        (Some("gitops"), Some(newer.trim())),
+        "{listed}"
+    );
+    assert!(!listed.to_string().contains(TOKEN) && listed.get("dir").is_none(), "{listed}");
     // Publishing again is refused: the approval was used.
     let (status, _) = post(&server.url, &apply_path(&id), OPS_KEY, json!({"confirm": true})).await;
     assert_eq!(status, 404);
+}
+
+/// `akritas change` is a client of the native API: simulate prints the approval id,
+/// apply needs `--yes` and an admin key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_previews_and_applies_through_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &root, true),
+        llm: llm.url.clone(),
+        ttl: "30m",
+        env: Vec::new(),
+    };
+    let server = host.start().await;
+    let cli = |args: &[&str], key: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_akritas"))
+            .arg("change")
+            .args(args)
+            .args(["--url", &server.url])
+            .env("AKRITAS_API_KEY", key)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = tokio::task::block_in_place(|| {
+        cli(&["simulate", "--workspace", "nftables", "--request", "Allow orders-v2.", "--file", PILLAR], DEV_KEY)
+    });
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("## Host-generated diff") && out.contains("+    - name: orders-v2"), "{out}");
+    let id = out.lines().find_map(|l| l.strip_prefix("Approval id: ")).unwrap().split(' ').next().unwrap().to_string();
+    let (code, _, err) = tokio::task::block_in_place(|| cli(&["apply", &id], OPS_KEY));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--yes"), "{err}");
+    let (code, _, err) = tokio::task::block_in_place(|| cli(&["apply", &id, "--yes"], DEV_KEY));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("403") && err.contains("admin"), "{err}");
+    assert!(!std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+    let (code, out, err) = tokio::task::block_in_place(|| cli(&["apply", &id, "--yes"], OPS_KEY));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("applied 1 file(s)"), "{out}");
+    assert!(std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+    let (code, _, err) = tokio::task::block_in_place(|| cli(&["apply", &id, "--yes"], OPS_KEY));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("404"), "{err}");
+}
+
+/// A preview waiting on a slow model holds no Run slot: with one slot, a chat
+/// started after the preview finishes while the preview is still waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_preview_does_not_block_other_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let llm = ScriptedLlm::start_with(|_, request| {
+        if request["tools"][0]["function"]["name"] == "akritas_propose_edits" {
+            propose(proposal(OLD, NEW)).with_delay(Duration::from_secs(4))
+        } else {
+            Step::from(Reply::Content("All good.".into()))
+        }
+    })
+    .await;
+    let env = vec![("AKRITAS_MAX_CONCURRENT_RUNS", "1"), ("AKRITAS_RUN_QUEUE_TIMEOUT", "1s")];
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &root, true),
+        llm: llm.url.clone(),
+        ttl: "30m",
+        env,
+    };
+    let server = host.start().await;
+    let url = server.url.clone();
+    let preview_task = tokio::spawn(async move { preview(&url, DEV_KEY, &[PILLAR]).await });
+    // Wait until the preview's proposal call reached the model.
+    while llm.requests().iter().all(|r| r["tools"][0]["function"]["name"] != "akritas_propose_edits") {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, body) = post(
+        &server.url,
+        "/api/v1/chat",
+        DEV_KEY,
+        json!({"messages": [{"role": "user", "content": "Is db-7 healthy?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "the only Run slot was free: {body}");
+    assert!(!preview_task.is_finished(), "the chat finished while the preview still waited for its model");
+    let (status, body) = preview_task.await.unwrap();
+    assert_eq!(status, 200, "{body}");
 }

@@ -79,6 +79,7 @@ impl WorkspaceDirectory for Directory {
                 timeout: Duration::from_secs(u64::from(spec.timeout_seconds)),
                 output_limit: spec.output_limit_bytes as usize,
                 env: spec.env.clone(),
+                full_tree: spec.copy == crate::resources::validator_profile::WorkspaceCopy::Full,
             });
         }
         let publish = match (&workspace.spec.publish, &local.remote) {

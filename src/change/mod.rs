@@ -103,6 +103,8 @@ pub struct ValidatorSpec {
     pub output_limit: usize,
     /// Names of host environment variables passed through.
     pub env: Vec<String>,
+    /// Whether the validator needs the whole workspace (else it gets only the changed files).
+    pub full_tree: bool,
 }
 
 /// How a validator ended.

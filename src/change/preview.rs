@@ -100,10 +100,19 @@ impl Preview<'_> {
             Vec::new()
         } else {
             let (root, changes, limits) = (dir.clone(), materialised.changes.clone(), self.settings.copy_limits);
-            let copy = tokio::task::spawn_blocking(move || super::validators::prepare(&root, &changes, &limits))
-                .await
-                .map_err(|_| ChangeError::Interrupted)?
-                .map_err(|e| ChangeError::Invalid(format!("validators cannot run: {e}")))?;
+            // Copying a large tree is the expensive part of a preview: only validators
+            // that read more than the changed files get it.
+            let full_tree = workspace.validators.iter().any(|v| v.full_tree);
+            let copy = tokio::task::spawn_blocking(move || {
+                if full_tree {
+                    super::validators::prepare(&root, &changes, &limits)
+                } else {
+                    super::validators::prepare_changed_only(&changes, &limits)
+                }
+            })
+            .await
+            .map_err(|_| ChangeError::Interrupted)?
+            .map_err(|e| ChangeError::Invalid(format!("validators cannot run: {e}")))?;
             drop(shared);
             super::validators::run(&copy, &materialised.changes, &workspace.validators).await
         };

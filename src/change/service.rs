@@ -244,7 +244,7 @@ impl ChangeService {
     /// atomically (or publishes a branch). The approval is consumed whatever happens.
     pub async fn apply(&self, id: &str, approver: Approver) -> Result<ApplyOutcome, ChangeError> {
         let change = self.approvals.take(id, &approver.name).await.map_err(|e| match e {
-            TakeError::Expired => ChangeError::NotFound("pending change expired".into()),
+            TakeError::Store(error) => ChangeError::Approval(error.to_string()),
             other => ChangeError::NotFound(other.to_string()),
         })?;
         let record = Record::open(

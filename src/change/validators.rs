@@ -219,11 +219,31 @@ pub fn prepare_in(
     changes: &[FileChange],
     limits: &CopyLimits,
 ) -> Result<IsolatedCopy, CopyError> {
+    overlay(parent, Some(root), changes, limits)
+}
+
+/// A private temporary directory holding only the changed files (their final
+/// content and mode, under their relative paths): for validators that read
+/// nothing else (`copy: changedFiles`), so a large workspace is not copied.
+/// Blocking (the caller runs it in `spawn_blocking`).
+pub fn prepare_changed_only(changes: &[FileChange], limits: &CopyLimits) -> Result<IsolatedCopy, CopyError> {
+    overlay(&std::env::temp_dir(), None, changes, limits)
+}
+
+/// The copy of `root` (when given) with every change written over it.
+fn overlay(
+    parent: &Path,
+    root: Option<&Path>,
+    changes: &[FileChange],
+    limits: &CopyLimits,
+) -> Result<IsolatedCopy, CopyError> {
     let base = TempDir::new(parent, "akritas-validate-").map_err(io_error(parent))?;
     let tree = base.path.join("tree");
     DirBuilder::new().mode(0o700).create(&tree).map_err(io_error(&tree))?;
     let mut budget = Budget { limits, files: 0, bytes: 0 };
-    copy_tree(root, &tree, &mut budget)?;
+    if let Some(root) = root {
+        copy_tree(root, &tree, &mut budget)?;
+    }
     for change in changes {
         let target = tree.join(relative(&change.path)?);
         if let Some(dir) = target.parent() {
@@ -478,6 +498,25 @@ mod tests {
         FileChange { path: path.into(), operation: Operation::Replace, before: None, after: after.into(), mode }
     }
 
+    #[test]
+    fn a_changed_files_copy_holds_only_the_changes() {
+        let changes = vec![FileChange {
+            path: "deploy/app.yaml".into(),
+            operation: crate::change::Operation::Replace,
+            before: Some("a: 1\n".into()),
+            after: "a: 2\n".into(),
+            mode: 0o640,
+        }];
+        let copy = prepare_changed_only(&changes, &CopyLimits::default()).unwrap();
+        let written = copy.path().join("deploy/app.yaml");
+        assert_eq!(fs::read_to_string(&written).unwrap(), "a: 2\n");
+        assert_eq!(fs::metadata(&written).unwrap().permissions().mode() & 0o777, 0o640);
+        assert_eq!(fs::read_dir(copy.path()).unwrap().count(), 1, "nothing but the changed file's directory");
+        let dir = copy.path().to_path_buf();
+        drop(copy);
+        assert!(!dir.exists(), "removed on drop");
+    }
+
     fn spec(name: &str, argv: &[&str], files: &[&str]) -> ValidatorSpec {
         ValidatorSpec {
             name: name.into(),
@@ -485,6 +524,7 @@ mod tests {
             files: files.iter().map(|s| s.to_string()).collect(),
             timeout: Duration::from_secs(30),
             output_limit: 64 * 1024,
+            full_tree: true,
             env: Vec::new(),
         }
     }

@@ -43,6 +43,26 @@ pub struct ValidatorProfileSpec {
     #[schemars(length(max = 32), inner(length(min = 1, max = 128), regex(pattern = ENV_NAME_PATTERN)))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub env: Vec<String>,
+    /// What the validator runs on: `full` (default) a copy of the whole workspace with
+    /// the change overlaid, for validators that read other files; `changedFiles` only the
+    /// changed files (under their paths), much faster on a large workspace.
+    #[serde(default, skip_serializing_if = "is_full")]
+    pub copy: WorkspaceCopy,
+}
+
+/// What a validator runs on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WorkspaceCopy {
+    /// A copy of the whole workspace with the change overlaid.
+    #[default]
+    Full,
+    /// Only the changed files.
+    ChangedFiles,
+}
+
+fn is_full(copy: &WorkspaceCopy) -> bool {
+    *copy == WorkspaceCopy::Full
 }
 
 fn default_files() -> Vec<String> {
