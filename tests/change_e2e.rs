@@ -91,6 +91,17 @@ struct Host {
 }
 
 impl Host {
+    /// The nftables Workspace (writable), a 30-minute approval TTL, no extra environment.
+    fn new(dir: &Path, root: &Path, llm: &ScriptedLlm) -> Host {
+        Host {
+            data: dir.join("data"),
+            resources: manifests(dir, root, true),
+            llm: llm.url.clone(),
+            ttl: "30m",
+            env: Vec::new(),
+        }
+    }
+
     async fn start(&self) -> support::Server {
         let mut command = support::serve_command(env!("CARGO_BIN_EXE_akritas"));
         command
@@ -164,13 +175,7 @@ async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &root, true),
-        llm: llm.url.clone(),
-        ttl: "30m",
-        env: Vec::new(),
-    };
+    let host = Host::new(dir.path(), &root, &llm);
     let server = host.start().await;
     let original = std::fs::read_to_string(root.join(PILLAR)).unwrap();
 
@@ -261,13 +266,7 @@ async fn an_approval_survives_a_restart_and_a_stale_source_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &root, true),
-        llm: llm.url.clone(),
-        ttl: "30m",
-        env: Vec::new(),
-    };
+    let host = Host::new(dir.path(), &root, &llm);
     let server = host.start().await;
     let (status, first) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
     assert_eq!(status, 200, "{first}");
@@ -304,13 +303,7 @@ async fn approvals_expire() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &root, true),
-        llm: llm.url.clone(),
-        ttl: "2s",
-        env: Vec::new(),
-    };
+    let host = Host { ttl: "2s", ..Host::new(dir.path(), &root, &llm) };
     let server = host.start().await;
     let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
     assert_eq!(status, 200, "{body}");
@@ -346,13 +339,7 @@ async fn discovery_repair_failing_validators_and_read_only_workspaces() {
         }
     })
     .await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &root, true),
-        llm: llm.url.clone(),
-        ttl: "30m",
-        env: Vec::new(),
-    };
+    let host = Host::new(dir.path(), &root, &llm);
     let server = host.start().await;
 
     let (status, body) = preview(&server.url, DEV_KEY, &[]).await;
@@ -638,13 +625,7 @@ async fn the_cli_previews_and_applies_through_the_api() {
     let dir = tempfile::tempdir().unwrap();
     let root = workspace(dir.path());
     let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &root, true),
-        llm: llm.url.clone(),
-        ttl: "30m",
-        env: Vec::new(),
-    };
+    let host = Host::new(dir.path(), &root, &llm);
     let server = host.start().await;
     let cli = |args: &[&str], key: &str| {
         let output = Command::new(env!("CARGO_BIN_EXE_akritas"))
@@ -697,13 +678,7 @@ async fn a_slow_preview_does_not_block_other_runs() {
     })
     .await;
     let env = vec![("AKRITAS_MAX_CONCURRENT_RUNS", "1"), ("AKRITAS_RUN_QUEUE_TIMEOUT", "1s")];
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &root, true),
-        llm: llm.url.clone(),
-        ttl: "30m",
-        env,
-    };
+    let host = Host { env, ..Host::new(dir.path(), &root, &llm) };
     let server = host.start().await;
     let url = server.url.clone();
     let preview_task = tokio::spawn(async move { preview(&url, DEV_KEY, &[PILLAR]).await });

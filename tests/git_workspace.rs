@@ -291,14 +291,7 @@ enum Answer {
 impl Hostile {
     fn start(answer: impl Fn(&str) -> Answer + Send + Sync + 'static) -> Hostile {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        // Bound without `block_on`, so that a server can start inside an async test.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let listener = {
-            let _context = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).unwrap()
-        };
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (listener, url) = akritas_testkit::git_server::loopback_listener(&runtime);
         let answer = std::sync::Arc::new(answer);
         let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = connections.clone();

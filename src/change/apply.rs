@@ -348,20 +348,7 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
-
-    fn replace(path: &str, before: &str, after: &str) -> FileChange {
-        FileChange {
-            path: path.into(),
-            operation: Operation::Replace,
-            before: Some(before.into()),
-            after: after.into(),
-            mode: 0o644,
-        }
-    }
-
-    fn create(path: &str, after: &str) -> FileChange {
-        FileChange { path: path.into(), operation: Operation::Create, before: None, after: after.into(), mode: 0o644 }
-    }
+    use crate::change::testing::{create, replace};
 
     fn workspace() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -91,22 +91,9 @@ fn push_line(out: &mut String, marker: char, line: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::testing::{create, replace};
     use std::path::Path;
     use std::process::Command;
-
-    fn replace(path: &str, before: &str, after: &str) -> FileChange {
-        FileChange {
-            path: path.into(),
-            operation: Operation::Replace,
-            before: Some(before.into()),
-            after: after.into(),
-            mode: 0o644,
-        }
-    }
-
-    fn create(path: &str, after: &str) -> FileChange {
-        FileChange { path: path.into(), operation: Operation::Create, before: None, after: after.into(), mode: 0o644 }
-    }
 
     fn git(dir: &Path, args: &[&str]) -> std::process::Output {
         Command::new("git").args(args).current_dir(dir).output().expect("git is installed")

@@ -272,18 +272,7 @@ fn io_error(rel: &str, error: &std::io::Error) -> DiscoveryError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn root() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        (dir, root)
-    }
-
-    fn write(root: &Path, rel: &str, content: impl AsRef<[u8]>) {
-        let path = root.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
+    use crate::change::testing::{root, write};
 
     #[test]
     fn queries_decode_strictly() {

@@ -328,12 +328,7 @@ fn line_of(text: &str, at: usize) -> usize {
 mod tests {
     use super::*;
     use crate::change::SourceFile;
-
-    fn root() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        (dir, root)
-    }
+    use crate::change::testing::root;
 
     fn snapshot(files: &[(&str, &str)]) -> Snapshot {
         Snapshot {

@@ -32,6 +32,8 @@ pub mod proposal;
 mod record;
 pub mod service;
 pub mod snapshot;
+#[cfg(test)]
+mod testing;
 mod types;
 pub mod validators;
 

@@ -193,6 +193,7 @@ fn io_error(path: &str, error: &io::Error) -> PathError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::testing::root;
     use std::os::unix::fs::symlink;
 
     #[test]
@@ -261,12 +262,6 @@ mod tests {
         assert!(!is_secret_name(".gitignore"));
         assert!(!is_secret_name("keys/README.md"));
         assert!(!is_secret_name("id_rsa.pub.md"));
-    }
-
-    fn root() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        (dir, root)
     }
 
     #[test]

@@ -185,12 +185,7 @@ pub fn load(root: &Path, request: &str, paths: &[String]) -> Result<Snapshot, Sn
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn root() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        (dir, root)
-    }
+    use crate::change::testing::root;
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()

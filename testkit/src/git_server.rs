@@ -55,14 +55,7 @@ impl GitServer {
             requests: requests.clone(),
         });
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        // Bound without `block_on`, so that a server can start inside an async test.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let listener = {
-            let _context = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).unwrap()
-        };
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (listener, url) = loopback_listener(&runtime);
         let app = axum::Router::new().fallback(move |request: Request<Body>| cgi(config.clone(), request));
         runtime.spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -216,4 +209,17 @@ pub fn commit_files(bare: &Path, branch: &str, files: &[(&str, &str)], message: 
     git(&["commit", "--quiet", "-m", message], dir);
     git(&["push", "--quiet", "origin", &format!("HEAD:refs/heads/{branch}")], dir);
     git(&["rev-parse", "HEAD"], dir).trim().to_string()
+}
+
+/// A listener on a free loopback port registered with `runtime`, and its `http://` URL.
+/// Bound without `block_on`, so that a server can start inside an async test.
+pub fn loopback_listener(runtime: &tokio::runtime::Runtime) -> (tokio::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let listener = {
+        let _context = runtime.enter();
+        tokio::net::TcpListener::from_std(listener).unwrap()
+    };
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    (listener, url)
 }
