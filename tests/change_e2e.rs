@@ -530,7 +530,7 @@ fn only_the_admin_route_constructs_an_approver() {
     let mut builders = Vec::new();
     for file in walk(&support::root().join("src")) {
         let text = std::fs::read_to_string(&file).unwrap();
-        if text.contains("Approver {") && !file.ends_with("src/change/service.rs") {
+        if text.replace("struct Approver {", "").contains("Approver {") {
             builders.push(file.strip_prefix(support::root()).unwrap().display().to_string());
         }
     }
