@@ -376,7 +376,7 @@ async fn discovery_repair_failing_validators_and_read_only_workspaces() {
 /// Tools whose names could write, as the model would see them.
 fn writes(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
-    ["apply", "change", "write", "propose", "approve"].iter().any(|w| name.contains(w))
+    ["apply", "write", "propose", "approve"].iter().any(|w| name.contains(w)) || name.starts_with("change")
 }
 
 /// A chat Run, an alert Run, a bot message and a facade request each try to reach

@@ -82,6 +82,11 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/incidents/{id}", Auth::Key),
     route(Method::GET, "/api/v1/alert-events/{id}", Auth::Key),
     route(Method::GET, "/api/v1/investigation-jobs/{id}", Auth::Key),
+    route(Method::GET, "/api/v1/workspaces", Auth::Key),
+    route(Method::POST, "/api/v1/workspaces/{namespace}/{name}/fetch", Auth::Key),
+    route(Method::POST, "/api/v1/change/simulations", Auth::Key),
+    route(Method::GET, "/api/v1/change/simulations/{id}", Auth::Key),
+    route(Method::POST, "/api/v1/change/simulations/{id}/apply", Auth::Key),
     route(Method::GET, "/metrics", Auth::Key),
 ];
 
@@ -91,6 +96,7 @@ const STANDBY_SERVED: &[&str] = &["/health", "/api/v1/resources", "/api/v1/tools
 /// Ids of objects the fixture created, so every `{id}` route can answer 200.
 struct Ids {
     run: String,
+    change: String,
     incident: String,
     event: String,
     job: String,
@@ -120,7 +126,7 @@ impl Fixture {
         // Nothing here reaches the model: chat requests in the table are rejected by validation.
         let llm = ScriptedLlm::start(vec![]).await;
         let (tools, _) = host::standard_tools();
-        let engine = host::engine(&llm, host::settings(), tools, catalog.clone(), Some(audit), None);
+        let engine = host::engine(&llm, host::settings(), tools, catalog.clone(), Some(audit.clone()), None);
         let store = Arc::new(AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap());
         let secrets = EnvSecrets::with_lookup(|name: &str| match name {
             "AM_TOKEN" => Some(AM_TOKEN.to_string()),
@@ -134,7 +140,26 @@ impl Fixture {
         } else {
             ApiKeys::default()
         };
-        let state = host::app_state(Arc::new(engine), catalog, keys, Some(store), Arc::new(secrets), MAX_BODY);
+        let change = host::change_service(&llm, catalog.clone(), audit.clone(), &dir.path().join("data")).await;
+        let mut state = host::app_state(Arc::new(engine), catalog, keys, Some(store), Arc::new(secrets), MAX_BODY);
+        // A pending change, so its `{id}` routes can answer.
+        let pending = akritas::change::approvals::PendingChange {
+            namespace: "default".into(),
+            workspace: "infra".into(),
+            commit: None,
+            run_id: run.as_str().to_string(),
+            requester: "ops".into(),
+            diff: String::new(),
+            diff_sha256: String::new(),
+            changes: Vec::new(),
+            validators: Vec::new(),
+            validators_sha256: String::new(),
+            created_at: String::new(),
+            expires_at: String::new(),
+            summary: serde_json::json!({"workspace": "infra"}),
+        };
+        let change_id = change.approvals().insert(pending).await.unwrap();
+        state.change = Some(change);
 
         // One delivery, so incidents, events and jobs exist; every later post of it is a duplicate.
         let seeded = call(&web::router(state.clone()), post("/api/v1/alerts/am/webhook", FIRING, &[am_token()])).await;
@@ -143,6 +168,7 @@ impl Fixture {
         let text = |value: &Value| value.as_str().unwrap().to_string();
         let ids = Ids {
             run: run.as_str().to_string(),
+            change: change_id,
             incident: text(&event["incident_id"]),
             event: text(&event["event_id"]),
             job: text(&event["job_id"]),
@@ -160,12 +186,16 @@ impl Fixture {
 
     /// A request the route's handler accepts (its credentials aside) and the status it answers.
     fn accepted_request(&self, route: &Route) -> (Request<Body>, StatusCode) {
-        let Ids { run, incident, event, job } = &self.ids;
+        let Ids { run, change, incident, event, job } = &self.ids;
         let path = match route.path {
             "/api/v1/runs/{id}" | "/api/v1/runs/{id}/chat" => route.path.replace("{id}", run),
             "/api/v1/incidents/{id}" => route.path.replace("{id}", incident),
             "/api/v1/alert-events/{id}" => route.path.replace("{id}", event),
             "/api/v1/investigation-jobs/{id}" => route.path.replace("{id}", job),
+            "/api/v1/change/simulations/{id}" | "/api/v1/change/simulations/{id}/apply" => {
+                route.path.replace("{id}", change)
+            }
+            "/api/v1/workspaces/{namespace}/{name}/fetch" => "/api/v1/workspaces/default/missing/fetch".to_string(),
             "/api/v1/alerts/{source}/webhook" => route.path.replace("{source}", "am"),
             "/api/v1/alerts/{namespace}/{source}/webhook" => "/api/v1/alerts/ops/am/webhook".to_string(),
             path => path.to_string(),
@@ -176,6 +206,14 @@ impl Fixture {
             // Validation answers before the model is called: the handler ran, behind auth.
             (&Method::POST, "/api/v1/chat" | "/api/v1/runs/{id}/chat") => {
                 (post(&path, "{}", &[]), StatusCode::BAD_REQUEST)
+            }
+            // A preview without a workspace, an apply without confirm=true: refused by validation.
+            (&Method::POST, "/api/v1/change/simulations" | "/api/v1/change/simulations/{id}/apply") => {
+                (post(&path, "{}", &[]), StatusCode::BAD_REQUEST)
+            }
+            // The handler looks the Workspace up: none is declared.
+            (&Method::POST, "/api/v1/workspaces/{namespace}/{name}/fetch") => {
+                (post(&path, "{}", &[]), StatusCode::NOT_FOUND)
             }
             // The seeded delivery again: authenticated, decoded, recognised as a duplicate.
             (&Method::POST, _) => (post(&path, FIRING, &[am_token()]), StatusCode::OK),
@@ -576,6 +614,7 @@ fn readme_routes() -> BTreeSet<(String, String, &'static str)> {
         let auth = match cells[2] {
             "none" => "none",
             "key" => "key",
+            other if other.starts_with("key (") => "key",
             other if other.contains("AlertSource") => "source",
             other => panic!("README HTTP table: unknown auth {other:?} in {row}"),
         };

@@ -57,6 +57,11 @@ impl ChangeService {
         self.workspaces.list()
     }
 
+    /// The approval store.
+    pub fn approvals(&self) -> &ApprovalStore {
+        &self.approvals
+    }
+
     /// Fetches a git Workspace now.
     pub async fn fetch(&self, namespace: &str, name: &str) -> Result<Value, ChangeError> {
         self.workspaces.fetch(namespace, name).await

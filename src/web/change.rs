@@ -66,12 +66,21 @@ pub async fn workspaces(
     Ok(Json(json!({ "workspaces": visible })))
 }
 
+/// Body of `POST /api/v1/workspaces/{namespace}/{name}/fetch`: empty or `{}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FetchBody {}
+
 /// `POST /api/v1/workspaces/{namespace}/{name}/fetch`: fetch a git Workspace now.
 pub async fn fetch(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path((namespace, name)): Path<(String, String)>,
+    body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    if !body.is_empty() {
+        let FetchBody {} = decode(&body)?;
+    }
     let service = service(&state)?;
     if !caller.sees(&namespace) {
         return Err(ApiError::not_found(format!("Workspace {namespace}/{name} not found")));

@@ -245,3 +245,22 @@ pub fn app_state(
         change: None,
     }
 }
+
+/// The change pipeline as `serve` builds it, over `catalog`'s Workspaces, with its
+/// approval journal and clones under `data_dir`, on the scripted model.
+pub async fn change_service(
+    llm: &ScriptedLlm,
+    catalog: CatalogStore,
+    audit: Arc<AuditLog>,
+    data_dir: &Path,
+) -> Arc<akritas::change::service::ChangeService> {
+    use akritas::app::change::{Directory, service};
+    use akritas::app::workspaces::Workspaces;
+    let board = StatusBoard::default();
+    let secrets = Arc::new(akritas::catalog::secrets::EnvSecrets::process());
+    let directory = Directory::new(catalog, board.clone(), Workspaces::new(data_dir.to_path_buf(), secrets, board));
+    let settings =
+        akritas::config::Settings { data_dir: data_dir.to_path_buf(), ..akritas::config::Settings::default() };
+    let client = LlmClient::new(LlmConfig::new(llm.url.clone()), reqwest::Client::new()).unwrap();
+    service(&settings, client, audit, directory).await.unwrap()
+}
