@@ -9,8 +9,11 @@ command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
-# The sample ValidatorProfile's program (its preflight decides the profile's readiness).
+# The sample ValidatorProfile's program (its preflight decides the profile's readiness), and
+# the validator the change pipeline's end-to-end tests run.
 command -v yamllint >/dev/null 2>&1 || need_apt+=(yamllint)
+# Git workspaces: the tests build repositories with git and serve them with git http-backend.
+{ command -v git >/dev/null 2>&1 && [ -x "$(git --exec-path)/git-http-backend" ]; } || need_apt+=(git)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
