@@ -65,8 +65,11 @@ async fn telegram_edit_message_text_changes_only_the_bots_message() {
     assert_eq!(edit.body, json!({"chat_id": "-100", "message_id": id, "text": "Investigated: disk full"}));
 
     let unchanged = api.edit_message_text("-100", id, "Investigated: disk full").await.unwrap_err();
-    assert!(matches!(&unchanged, ChatError::HttpStatus { status: 400, description: Some(d) }
-        if d.starts_with("Bad Request: message is not modified")), "{unchanged}");
+    assert!(
+        matches!(&unchanged, ChatError::HttpStatus { status: 400, description: Some(d) }
+        if d.starts_with("Bad Request: message is not modified")),
+        "{unchanged}"
+    );
     let missing = api.edit_message_text("-100", id + 100, "x").await.unwrap_err();
     assert_eq!(
         missing,
@@ -265,7 +268,10 @@ async fn mattermost_send_reply_escapes_splits_and_threads() {
     let api = mattermost(&mm, MM_TOKEN);
     // The user's post starts a thread: the reply goes under it.
     let user_post = api.create_post(CHANNEL, "why is api slow?", None).await.unwrap();
-    let ids = api.send_reply(CHANNEL, "See [docs](http://evil) ![i](http://evil/x.png) <b>@all</b>", None, Some(&user_post)).await.unwrap();
+    let ids = api
+        .send_reply(CHANNEL, "See [docs](http://evil) ![i](http://evil/x.png) <b>@all</b>", None, Some(&user_post))
+        .await
+        .unwrap();
     assert_eq!(ids.len(), 1);
     let post = mm.posts().into_iter().find(|p| p["id"] == ids[0]).unwrap();
     assert_eq!(post["root_id"], user_post);
@@ -276,12 +282,17 @@ async fn mattermost_send_reply_escapes_splits_and_threads() {
     let answer = "*db-7* is at 95% CPU | check `pg_stat_activity`\n".repeat(700); // about 38,500 characters escaped
     let ids = api.send_reply(CHANNEL, &answer, Some(&user_post), Some(&in_thread)).await.unwrap();
     assert_eq!(ids.len(), 3);
-    let parts: Vec<Value> = mm.posts().into_iter().filter(|p| ids.contains(&p["id"].as_str().unwrap().to_string())).collect();
+    let parts: Vec<Value> =
+        mm.posts().into_iter().filter(|p| ids.contains(&p["id"].as_str().unwrap().to_string())).collect();
     for (i, part) in parts.iter().enumerate() {
         let message = part["message"].as_str().unwrap();
         assert_eq!(part["root_id"], user_post);
         assert!(message.chars().count() <= MATTERMOST_LIMIT);
-        assert!(message.starts_with(&format!("({}/3)\n\\*db-7\\* is at 95% CPU \\| check \\`", i + 1)), "{}", &message[..40]);
+        assert!(
+            message.starts_with(&format!("({}/3)\n\\*db-7\\* is at 95% CPU \\| check \\`", i + 1)),
+            "{}",
+            &message[..40]
+        );
     }
 }
 
@@ -290,7 +301,8 @@ async fn mattermost_wrong_token_and_oversized_answers_are_errors_without_the_tok
     let mm = MattermostStandIn::start(MM_TOKEN).await;
     let wrong_token = "mmwrongbottoken000000000000zz";
     let wrong = mattermost(&mm, wrong_token);
-    let expired = ChatError::HttpStatus { status: 401, description: Some("api.context.session_expired.app_error".into()) };
+    let expired =
+        ChatError::HttpStatus { status: 401, description: Some("api.context.session_expired.app_error".into()) };
     let mut errors = vec![wrong.create_post(CHANNEL, "hi", None).await.unwrap_err()];
     errors.push(wrong.patch_post("ybndrfg8ejkmcpqxot1uwisza3", "hi").await.unwrap_err());
     assert!(errors.iter().all(|e| *e == expired), "{errors:?}");
@@ -312,16 +324,34 @@ async fn mattermost_wrong_token_and_oversized_answers_are_errors_without_the_tok
 #[test]
 fn mattermost_payload_builders_use_mattermosts_field_names() {
     let json = mattermost::outgoing_webhook_json("tok", CHANNEL, "user1", "post1", "akritas why?", "akritas");
-    for field in ["token", "team_id", "team_domain", "channel_id", "channel_name", "timestamp", "user_id", "user_name", "post_id", "text", "trigger_word", "file_ids"] {
+    for field in [
+        "token",
+        "team_id",
+        "team_domain",
+        "channel_id",
+        "channel_name",
+        "timestamp",
+        "user_id",
+        "user_name",
+        "post_id",
+        "text",
+        "trigger_word",
+        "file_ids",
+    ] {
         assert!(json.get(field).is_some(), "outgoing webhook JSON lacks {field}");
     }
     let form = mattermost::outgoing_webhook_form("tok", CHANNEL, "user1", "post1", "akritas why?", "akritas");
-    let pairs: std::collections::HashMap<String, String> = url::form_urlencoded::parse(form.as_bytes()).into_owned().collect();
+    let pairs: std::collections::HashMap<String, String> =
+        url::form_urlencoded::parse(form.as_bytes()).into_owned().collect();
     assert_eq!(pairs["text"], "akritas why?");
     assert_eq!(pairs["post_id"], "post1");
     assert_eq!(pairs["timestamp"].len(), 10, "form timestamps are in seconds");
     let slash = mattermost::slash_command_form("tok", CHANNEL, "user1", "why is api slow", "/akritas");
-    let pairs: std::collections::HashMap<String, String> = url::form_urlencoded::parse(slash.as_bytes()).into_owned().collect();
-    assert_eq!((pairs["command"].as_str(), pairs["text"].as_str(), pairs["token"].as_str()), ("/akritas", "why is api slow", "tok"));
+    let pairs: std::collections::HashMap<String, String> =
+        url::form_urlencoded::parse(slash.as_bytes()).into_owned().collect();
+    assert_eq!(
+        (pairs["command"].as_str(), pairs["text"].as_str(), pairs["token"].as_str()),
+        ("/akritas", "why is api slow", "tok")
+    );
     assert!(!pairs.contains_key("post_id"));
 }

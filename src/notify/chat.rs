@@ -136,9 +136,13 @@ fn chunk(text: &str, budget: usize) -> Vec<&str> {
 /// Why a chat request failed. Messages never contain the bot token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChatError {
-    #[error("invalid_base_url: the provider base URL must be an absolute http(s) URL without user info, query or fragment")]
+    #[error(
+        "invalid_base_url: the provider base URL must be an absolute http(s) URL without user info, query or fragment"
+    )]
     InvalidBaseUrl,
-    #[error("invalid_token: the bot token is empty or contains characters a token cannot have; check the secret it comes from")]
+    #[error(
+        "invalid_token: the bot token is empty or contains characters a token cannot have; check the secret it comes from"
+    )]
     InvalidToken,
     #[error("invalid_id: the {0} must be 1 to 64 ASCII letters, digits, '-' or '_'")]
     InvalidId(&'static str),
@@ -208,7 +212,8 @@ fn checked_base(base_url: &str) -> Result<String, ChatError> {
 }
 
 fn checked_id<'a>(id: &'a str, what: &'static str) -> Result<&'a str, ChatError> {
-    let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let ok =
+        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok { Ok(id) } else { Err(ChatError::InvalidId(what)) }
 }
 
@@ -216,8 +221,8 @@ fn http_client(timeout: Duration) -> Result<reqwest::Client, ChatError> {
     crate::outbound::client(timeout).map_err(|_| ChatError::CreateClient)
 }
 
-/// Reads at most `limit` bytes of the body.
-async fn read_capped(resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, ChatError> {
+/// Reads at most `limit` bytes of the body (also used by outbound delivery).
+pub(super) async fn read_capped(resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, ChatError> {
     let mut body = Vec::new();
     let mut stream = resp.bytes_stream();
     while let Some(piece) = stream.next().await {
@@ -233,7 +238,8 @@ async fn read_capped(resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, C
 /// Sends `req` and returns the status and the (capped) body. The `reqwest` error is
 /// dropped: its text names the URL, which holds the Telegram token.
 async fn exchange(req: reqwest::RequestBuilder, limit: usize) -> Result<(u16, Vec<u8>), ChatError> {
-    let resp = req.send().await.map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
+    let resp =
+        req.send().await.map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
     let status = resp.status().as_u16();
     let body = read_capped(resp, limit).await;
     match body {
@@ -268,7 +274,8 @@ impl TelegramApi {
         let base_url = checked_base(base_url)?;
         let token = token.trim();
         // A token is `<bot id>:<secret>`; anything else would change the URL path.
-        let ok = !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'));
+        let ok =
+            !token.is_empty() && token.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'));
         if !ok {
             return Err(ChatError::InvalidToken);
         }
@@ -277,7 +284,13 @@ impl TelegramApi {
 
     /// Calls `method` with a JSON body; needs a 2xx answer with `"ok":true` and
     /// returns its `result`.
-    async fn call(&self, method: &str, body: &Value, timeout: Option<Duration>, limit: usize) -> Result<Value, ChatError> {
+    async fn call(
+        &self,
+        method: &str,
+        body: &Value,
+        timeout: Option<Duration>,
+        limit: usize,
+    ) -> Result<Value, ChatError> {
         let body = serde_json::to_vec(body).map_err(|_| ChatError::EncodePayload)?;
         let mut req = self
             .client
@@ -392,7 +405,8 @@ impl MattermostApi {
     /// as JSON.
     async fn call(&self, method: reqwest::Method, path: &str, body: &Value) -> Result<Value, ChatError> {
         let body = serde_json::to_vec(body).map_err(|_| ChatError::EncodePayload)?;
-        let mut bearer = HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(|_| ChatError::InvalidToken)?;
+        let mut bearer =
+            HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(|_| ChatError::InvalidToken)?;
         bearer.set_sensitive(true);
         let req = self
             .client
@@ -415,7 +429,12 @@ impl MattermostApi {
     /// `POST /api/v4/posts` `{channel_id, message, root_id?}`; returns the new post's id.
     /// The message is sent as given: escape model text with [`mattermost_escape`]
     /// (or use [`MattermostApi::send_reply`]).
-    pub async fn create_post(&self, channel_id: &str, message: &str, root_id: Option<&str>) -> Result<String, ChatError> {
+    pub async fn create_post(
+        &self,
+        channel_id: &str,
+        message: &str,
+        root_id: Option<&str>,
+    ) -> Result<String, ChatError> {
         let mut body = json!({ "channel_id": channel_id, "message": message });
         if let Some(root_id) = root_id.filter(|r| !r.is_empty()) {
             body["root_id"] = json!(root_id);

@@ -116,7 +116,8 @@ fn now_millis() -> i64 {
 /// Mattermost's `AppError` body.
 fn error(status: u16, id: &str, message: &str) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-    let body = json!({"id": id, "message": message, "detailed_error": "", "request_id": new_id(), "status_code": status});
+    let body =
+        json!({"id": id, "message": message, "detailed_error": "", "request_id": new_id(), "status_code": status});
     (code, axum::Json(body)).into_response()
 }
 
@@ -161,7 +162,11 @@ fn handle(shared: &Shared, method: &Method, path: &str, headers: &HeaderMap, bod
 
 fn valid_message(message: &str) -> Option<Response> {
     if message.trim().is_empty() {
-        return Some(error(400, "api.post.create_post.message_and_files.app_error", "Post must have a message or a file."));
+        return Some(error(
+            400,
+            "api.post.create_post.message_and_files.app_error",
+            "Post must have a message or a file.",
+        ));
     }
     if message.chars().count() > MESSAGE_LIMIT {
         return Some(error(400, "model.post.is_valid.message_length.app_error", "Message is too long."));
@@ -172,7 +177,11 @@ fn valid_message(message: &str) -> Option<Response> {
 fn create_post(state: &mut State, params: &Value) -> Response {
     let channel_id = params["channel_id"].as_str().unwrap_or_default();
     if channel_id.len() != 26 || !channel_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return error(400, "api.context.invalid_body_param.app_error", "Invalid or missing channel_id in request body.");
+        return error(
+            400,
+            "api.context.invalid_body_param.app_error",
+            "Invalid or missing channel_id in request body.",
+        );
     }
     let message = params["message"].as_str().unwrap_or_default();
     if let Some(response) = valid_message(message) {
@@ -184,7 +193,11 @@ fn create_post(state: &mut State, params: &Value) -> Response {
             return error(400, "api.post.create_post.root_id.app_error", "Invalid RootId parameter.");
         };
         if root["channel_id"] != channel_id {
-            return error(400, "api.post.create_post.channel_root_id.app_error", "Invalid ChannelId for RootId parameter.");
+            return error(
+                400,
+                "api.post.create_post.channel_root_id.app_error",
+                "Invalid ChannelId for RootId parameter.",
+            );
         }
         if root["root_id"].as_str().is_some_and(|r| !r.is_empty()) {
             return error(400, "api.post.create_post.root_id.app_error", "Invalid RootId parameter.");

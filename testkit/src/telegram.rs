@@ -78,7 +78,8 @@ impl TelegramStandIn {
     /// Serves the bot with `token` on a free loopback port.
     pub async fn start(token: &str) -> TelegramStandIn {
         let state = State { next_message_id: 1, max_poll: Duration::from_secs(2), ..State::default() };
-        let shared = Arc::new(Shared { token: token.to_string(), state: Mutex::new(state), pushed: Default::default() });
+        let shared =
+            Arc::new(Shared { token: token.to_string(), state: Mutex::new(state), pushed: Default::default() });
         let handler_state = shared.clone();
         let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
             let shared = handler_state.clone();
@@ -205,13 +206,14 @@ fn chat_id(params: &Value) -> Option<String> {
     }
 }
 
-fn text(params: &Value) -> Result<String, Response> {
+/// The `text` field, or Telegram's description of what is wrong with it.
+fn text(params: &Value) -> Result<String, &'static str> {
     let text = params.get("text").and_then(Value::as_str).unwrap_or_default();
     if text.trim().is_empty() {
-        return Err(error(400, "Bad Request: message text is empty"));
+        return Err("Bad Request: message text is empty");
     }
     if text.chars().count() > MESSAGE_LIMIT {
-        return Err(error(400, "Bad Request: message is too long"));
+        return Err("Bad Request: message is too long");
     }
     Ok(text.to_string())
 }
@@ -220,7 +222,9 @@ fn chat_json(chat_id: &str) -> Value {
     match chat_id.parse::<i64>() {
         Ok(id) if id > 0 => json!({"id": id, "first_name": "Alice", "username": "alice", "type": "private"}),
         Ok(id) => json!({"id": id, "title": "Ops", "type": "supergroup", "is_forum": true}),
-        Err(_) => json!({"id": -1_001_000_000_999i64, "title": chat_id, "username": chat_id.trim_start_matches('@'), "type": "channel"}),
+        Err(_) => {
+            json!({"id": -1_001_000_000_999i64, "title": chat_id, "username": chat_id.trim_start_matches('@'), "type": "channel"})
+        }
     }
 }
 
@@ -238,7 +242,7 @@ fn send_message(shared: &Shared, params: &Value) -> Response {
     };
     let text = match text(params) {
         Ok(text) => text,
-        Err(response) => return response,
+        Err(description) => return error(400, description),
     };
     let thread_id = match params.get("message_thread_id") {
         None | Some(Value::Null) => None,
@@ -287,7 +291,7 @@ fn edit_message_text(shared: &Shared, params: &Value) -> Response {
     };
     let text = match text(params) {
         Ok(text) => text,
-        Err(response) => return response,
+        Err(description) => return error(400, description),
     };
     let mut state = shared.state.lock().unwrap();
     let Some(current) = state.messages.get_mut(&(chat.clone(), message_id)) else {
@@ -324,7 +328,8 @@ pub fn text_update(
 
 /// Like [`text_update`], but sent by another bot (`from.is_bot: true`), which Akritas ignores.
 pub fn bot_text_update(update_id: i64, chat_id: i64, bot_id: i64, message_id: i64, text: &str) -> Value {
-    let from = json!({"id": bot_id, "is_bot": true, "first_name": "Other bot", "username": format!("other{bot_id}_bot")});
+    let from =
+        json!({"id": bot_id, "is_bot": true, "first_name": "Other bot", "username": format!("other{bot_id}_bot")});
     message_update(update_id, chat_id, from, message_id, text, None, None)
 }
 
