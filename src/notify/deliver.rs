@@ -5,10 +5,10 @@
 //! bot token in the URL path). Response bodies are read up to 64 KiB and
 //! discarded (never logged).
 
+use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
 use super::message::{
     Notification, WEBHOOK_EVENT, WEBHOOK_MAX_BODY_BYTES, mattermost_text, telegram_text, webhook_body,
 };
-use futures_util::StreamExt;
 use futures_util::future::join_all;
 use hmac::{Hmac, Mac};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
@@ -21,8 +21,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Default Telegram Bot API base URL.
 pub const TELEGRAM_DEFAULT_BASE_URL: &str = "https://api.telegram.org";
-/// Maximum response body bytes read (and discarded) per attempt.
-pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
 /// A configured receiver. `Debug` redacts every secret (tokens, HMAC secret,
 /// webhook URL path/query).
@@ -280,19 +278,6 @@ enum AttemptError {
     Final(DeliveryError, Option<u16>),
 }
 
-async fn read_capped(resp: reqwest::Response) -> Result<Vec<u8>, DeliveryError> {
-    let mut body = Vec::new();
-    let mut stream = resp.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| DeliveryError::ReadResponse)?;
-        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(DeliveryError::ResponseTooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
 fn telegram_ok(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
@@ -313,7 +298,10 @@ async fn attempt(client: &reqwest::Client, req: &PreparedRequest) -> Result<u16,
     })?;
     let status = resp.status();
     let code = status.as_u16();
-    let body = read_capped(resp).await;
+    let body = read_capped(resp, MAX_RESPONSE_BYTES).await.map_err(|e| match e {
+        ChatError::ResponseTooLarge { .. } => DeliveryError::ResponseTooLarge,
+        _ => DeliveryError::ReadResponse,
+    });
     if !status.is_success() {
         let err = DeliveryError::HttpStatus;
         return if code == 429 || status.is_server_error() {

@@ -9,12 +9,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::chat::{MATTERMOST_LIMIT, TELEGRAM_LIMIT, mattermost_escape};
 use crate::text::truncate_chars;
 
 /// Telegram `sendMessage` text limit used by upstream (runes).
-pub const TELEGRAM_MAX_RUNES: usize = 4000;
+pub const TELEGRAM_MAX_RUNES: usize = TELEGRAM_LIMIT;
 /// Mattermost post limit used by upstream (runes).
-pub const MATTERMOST_MAX_RUNES: usize = 16000;
+pub const MATTERMOST_MAX_RUNES: usize = MATTERMOST_LIMIT;
 /// Suffix appended to truncated texts; the total length stays exactly at the limit.
 pub const TRUNCATION_SUFFIX: &str = "\n… truncated by Akritas";
 /// Webhook envelope `event`.
@@ -91,18 +92,6 @@ pub fn sanitize_value(s: &str) -> String {
     out.replace('@', "＠")
 }
 
-/// Backslash-escapes Mattermost Markdown control characters.
-pub fn escape_mattermost(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if matches!(c, '\\' | '`' | '*' | '_' | '~' | '[' | ']' | '<' | '>' | '#') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     let mut lines: Vec<String> = vec![
         "Akritas incident investigation".to_string(),
@@ -158,7 +147,7 @@ pub fn telegram_text(n: &Notification) -> String {
 /// Mattermost message: values sanitised and Markdown-escaped, truncated to
 /// [`MATTERMOST_MAX_RUNES`].
 pub fn mattermost_text(n: &Notification) -> String {
-    truncate_chars(&render(n, |v| escape_mattermost(&sanitize_value(v))), MATTERMOST_MAX_RUNES, TRUNCATION_SUFFIX)
+    truncate_chars(&render(n, |v| mattermost_escape(&sanitize_value(v))), MATTERMOST_MAX_RUNES, TRUNCATION_SUFFIX)
 }
 
 /// Webhook envelope `{"version":1,"event","delivery_id","created_at","incident"}`.

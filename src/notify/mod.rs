@@ -1,6 +1,8 @@
 //! Outbound incident notifications (upstream §9.1): pure formatting in
-//! [`message`], HTTP delivery with retries in [`deliver`].
+//! [`message`], HTTP delivery with retries in [`deliver`]; bot replies through the
+//! Telegram and Mattermost APIs, and the text rules they follow, in [`chat`].
 
+pub mod chat;
 pub mod deliver;
 pub mod message;
 

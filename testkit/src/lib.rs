@@ -12,6 +12,8 @@
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`git_server`]: the real `git http-backend` behind token authentication, and bare-repository helpers.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
+//! - [`telegram`], [`mattermost`]: Telegram Bot API and Mattermost stand-ins that speak the
+//!   real wire formats and record every request, with builders for what those services send.
 //! - [`kubelet`]: a kubelet stand-in serving container logs to [`kube_api`]'s API server.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
 //!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
@@ -24,10 +26,12 @@ pub mod git_server;
 pub mod host;
 pub mod kube_api;
 pub mod kubelet;
+pub mod mattermost;
 pub mod prom;
 pub mod raw_http;
 pub mod scripted_llm;
 pub mod sink;
+pub mod telegram;
 pub mod vm;
 
 use std::io::{BufRead, BufReader};
