@@ -140,8 +140,8 @@ pub fn telegram_webhook(
     if !secret_matches(secret, header) {
         return Err(Refusal::Unauthorized);
     }
-    let update: Value = serde_json::from_slice(body)
-        .map_err(|e| Refusal::Invalid(format!("the Telegram update is not JSON: {e}")))?;
+    let update: Value =
+        serde_json::from_slice(body).map_err(|e| Refusal::Invalid(format!("the Telegram update is not JSON: {e}")))?;
     telegram_update(receiver, &update, allow)
 }
 
@@ -274,7 +274,8 @@ pub fn mattermost(
     }
     let post_id = nonblank("post_id");
     let root_id = nonblank("root_id");
-    for (what, id) in [("channel_id", Some(channel)), ("user_id", Some(user)), ("post_id", post_id), ("root_id", root_id)]
+    for (what, id) in
+        [("channel_id", Some(channel)), ("user_id", Some(user)), ("post_id", post_id), ("root_id", root_id)]
     {
         if let Some(id) = id {
             check_id(what, id)?;
@@ -316,7 +317,7 @@ fn slash_text(args: &str) -> String {
     let mut words = args.split_whitespace();
     let first = words.next().unwrap_or_default().to_ascii_lowercase();
     let alone = words.next().is_none();
-    let command = (alone && BARE_COMMANDS.contains(&first.as_str()))
-        || BARE_COMMANDS_WITH_ARGUMENT.contains(&first.as_str());
+    let command =
+        (alone && BARE_COMMANDS.contains(&first.as_str())) || BARE_COMMANDS_WITH_ARGUMENT.contains(&first.as_str());
     if command { format!("/{args}") } else { args.to_owned() }
 }

@@ -383,8 +383,13 @@ impl SessionStore {
         };
         book.prune((options.clock)());
         tracing::info!(component = "akritas_bots", path = %path.display(), sessions = book.sessions.len(), pending = book.pending.len(), "bot session store loaded");
-        let inner =
-            Inner { journal, path: path.to_owned(), options, book: Mutex::new(book), writer: tokio::sync::Mutex::new(()) };
+        let inner = Inner {
+            journal,
+            path: path.to_owned(),
+            options,
+            book: Mutex::new(book),
+            writer: tokio::sync::Mutex::new(()),
+        };
         Ok(SessionStore { inner: Arc::new(inner) })
     }
 
