@@ -166,31 +166,29 @@ impl Gateway {
     /// Works off the queue until `cancel`: one lane per session (strict order), at most
     /// `concurrency` messages in work. On cancellation, messages in work are abandoned (they
     /// stay pending in the store) and every task is joined. Runs once per gateway.
-    pub fn run(self: Arc<Self>, cancel: CancellationToken) -> impl Future<Output = ()> + Send {
-        async move {
-            let taken = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let Some(mut rx) = taken else {
-                tracing::warn!(component = "akritas_bots", "the bot gateway is already running");
-                return;
-            };
-            let lanes: Lanes = Arc::default();
-            let workers = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
-            let tracker = TaskTracker::new();
-            let mut prune = tokio::time::interval(Duration::from_secs(60));
-            loop {
-                tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => break,
-                    queued = rx.recv() => match queued {
-                        Some(queued) => self.dispatch(queued, &lanes, &workers, &tracker, &cancel),
-                        None => break,
-                    },
-                    _ = prune.tick() => self.store.prune_expired(),
-                }
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let taken = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut rx) = taken else {
+            tracing::warn!(component = "akritas_bots", "the bot gateway is already running");
+            return;
+        };
+        let lanes: Lanes = Arc::default();
+        let workers = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
+        let tracker = TaskTracker::new();
+        let mut prune = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => break,
+                queued = rx.recv() => match queued {
+                    Some(queued) => self.dispatch(queued, &lanes, &workers, &tracker, &cancel),
+                    None => break,
+                },
+                _ = prune.tick() => self.store.prune_expired(),
             }
-            tracker.close();
-            tracker.wait().await;
         }
+        tracker.close();
+        tracker.wait().await;
     }
 
     /// Puts a message in its session's lane, starting a lane task when none works it.
