@@ -3,6 +3,7 @@
 pub mod alerts;
 pub mod app;
 pub mod audit;
+pub mod bots;
 pub mod catalog;
 pub mod change;
 pub mod cli;

@@ -1,0 +1,19 @@
+//! The bot gateway core (Telegram and Mattermost): decoding what the providers send
+//! ([`ingress`]), bot commands ([`commands`]), durable sessions and dedup ([`sessions`]) and
+//! the bounded, per-conversation ordered queue that answers messages ([`gateway`]).
+//!
+//! The gateway talks to the engine, the provider APIs and the incident store only through
+//! the traits in [`gateway`]; the HTTP routes, the Telegram poller and the provider clients
+//! live elsewhere and call [`Gateway::submit`].
+
+pub mod commands;
+pub mod gateway;
+pub mod ingress;
+pub mod sessions;
+
+pub use commands::Command;
+pub use gateway::{
+    Accepted, Answer, BoxFuture, Gateway, GatewaySettings, IncidentLookup, Replier, Responder, SubmitError,
+};
+pub use ingress::{Allowlists, Inbound, Provider, Refusal, mattermost, telegram_update, telegram_webhook};
+pub use sessions::{SessionError, SessionKey, SessionOptions, SessionStore, Turn};
