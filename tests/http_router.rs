@@ -36,6 +36,7 @@ const WRONG_KEY: &str = "not-the-key-0123456789";
 const AM_TOKEN: &str = "am-header-token-0123456789";
 const BEARER_TOKEN: &str = "bearer-token-0123456789";
 const HMAC_SECRET: &str = "hmac-secret-0123456789";
+const BOT_SECRET: &str = "bot-webhook-secret_0123456789";
 /// Header the `am` source reads its shared secret from.
 const AM_HEADER: &str = "x-akritas-source-token";
 /// Small, so oversized bodies stay cheap.
@@ -78,6 +79,8 @@ const ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/alerts/{namespace}/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alerts/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alertmanager/webhook", Auth::Source),
+    route(Method::POST, "/api/v1/bots/telegram/{receiver}/webhook", Auth::Source),
+    route(Method::POST, "/api/v1/bots/mattermost/{receiver}/webhook", Auth::Source),
     route(Method::GET, "/api/v1/incidents", Auth::Key),
     route(Method::GET, "/api/v1/incidents/{id}", Auth::Key),
     route(Method::GET, "/api/v1/alert-events/{id}", Auth::Key),
@@ -108,6 +111,7 @@ struct Fixture {
     ids: Ids,
     _llm: ScriptedLlm,
     _dir: tempfile::TempDir,
+    _bots: tokio::task::JoinSet<()>,
 }
 
 impl Fixture {
@@ -132,6 +136,8 @@ impl Fixture {
             "AM_TOKEN" => Some(AM_TOKEN.to_string()),
             "BEARER_TOKEN" => Some(BEARER_TOKEN.to_string()),
             "HOOK_HMAC" => Some(HMAC_SECRET.to_string()),
+            "BOT_SECRET" => Some(BOT_SECRET.to_string()),
+            "BOT_TOKEN" => Some("123:bot-token-0123456789".to_string()),
             _ => None,
         });
         let keys = if keys {
@@ -160,6 +166,17 @@ impl Fixture {
         };
         let change_id = change.approvals().insert(pending).await.unwrap();
         state.change = Some(change);
+        let mut bot_tasks = tokio::task::JoinSet::new();
+        let settings = akritas::config::Settings { data_dir: dir.path().join("data"), ..Default::default() };
+        let parts = akritas::app::bots::BotParts {
+            store: state.catalog.clone(),
+            secrets: state.secrets.clone(),
+            secrets_changed: tokio::sync::watch::channel(0).1,
+            engine: state.engine.clone(),
+            alerts: state.alerts.clone(),
+        };
+        let cancel = tokio_util::sync::CancellationToken::new();
+        state.bots = Some(akritas::app::bots::start(&settings, parts, &mut bot_tasks, &cancel).await.unwrap());
 
         // One delivery, so incidents, events and jobs exist; every later post of it is a duplicate.
         let seeded = call(&web::router(state.clone()), post("/api/v1/alerts/am/webhook", FIRING, &[am_token()])).await;
@@ -173,7 +190,7 @@ impl Fixture {
             event: text(&event["event_id"]),
             job: text(&event["job_id"]),
         };
-        Fixture { state, ids, _llm: llm, _dir: dir }
+        Fixture { state, ids, _llm: llm, _dir: dir, _bots: bot_tasks }
     }
 
     fn router(&self) -> Router {
@@ -196,6 +213,9 @@ impl Fixture {
                 route.path.replace("{id}", change)
             }
             "/api/v1/workspaces/{namespace}/{name}/fetch" => "/api/v1/workspaces/default/missing/fetch".to_string(),
+            "/api/v1/bots/telegram/{receiver}/webhook" | "/api/v1/bots/mattermost/{receiver}/webhook" => {
+                route.path.replace("{receiver}", if route.path.contains("telegram") { "tg-bot" } else { "mm-bot" })
+            }
             "/api/v1/alerts/{source}/webhook" => route.path.replace("{source}", "am"),
             "/api/v1/alerts/{namespace}/{source}/webhook" => "/api/v1/alerts/ops/am/webhook".to_string(),
             path => path.to_string(),
@@ -210,6 +230,18 @@ impl Fixture {
             // A preview without a workspace, an apply without confirm=true: refused by validation.
             (&Method::POST, "/api/v1/change/simulations" | "/api/v1/change/simulations/{id}/apply") => {
                 (post(&path, "{}", &[]), StatusCode::BAD_REQUEST)
+            }
+            // The receiver's secret, then a message it ignores (another bot / a user off the
+            // allowlist): accepted: false (tests/bots_e2e.rs has conversations).
+            (&Method::POST, "/api/v1/bots/telegram/{receiver}/webhook") => {
+                let update = r#"{"update_id": 7, "message": {"message_id": 3, "date": 1, "chat": {"id": -100, "type": "supergroup"}, "from": {"id": 9, "is_bot": true, "first_name": "bot"}, "text": "hi"}}"#;
+                (post(&path, update, &[("x-telegram-bot-api-secret-token", BOT_SECRET.to_string())]), StatusCode::OK)
+            }
+            (&Method::POST, "/api/v1/bots/mattermost/{receiver}/webhook") => {
+                let body = format!(
+                    r#"{{"token": "{BOT_SECRET}", "channel_id": "c1", "user_id": "stranger", "post_id": "p1", "text": "hi"}}"#
+                );
+                (post(&path, &body, &[]), StatusCode::OK)
             }
             // The handler looks the Workspace up: none is declared.
             (&Method::POST, "/api/v1/workspaces/{namespace}/{name}/fetch") => {
@@ -231,6 +263,22 @@ apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {name: open, namespace: ops}
 spec: {provider: generic, auth: {allowUnauthenticated: true}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: tg-bot}
+spec:
+  type: telegram
+  telegram: {botToken: {env: BOT_TOKEN}, chatId: \"-100\", baseUrl: \"http://127.0.0.1:9\"}
+  inbound: {mode: webhook, secret: {env: BOT_SECRET}, allowedConversationIds: [\"-100\"]}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: mm-bot}
+spec:
+  type: mattermost
+  mattermost: {baseUrl: \"http://127.0.0.1:9\", botToken: {env: BOT_TOKEN}, channelId: c1}
+  inbound: {mode: webhook, secret: {env: BOT_SECRET}, allowedUserIds: [u1]}
 "
 );
 
@@ -445,9 +493,12 @@ async fn bodies_over_the_limit_are_413_with_and_without_content_length() {
         let answer = call(&router, streamed(&path, MAX_BODY + 1, &headers)).await;
         assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE, "{}: {}", what(route, "streamed"), answer.text);
 
-        // A streamed body within the limit reaches the handler (blank JSON is a 400 there).
+        // A streamed body within the limit reaches the handler (blank JSON is a 400 there;
+        // a bot webhook checks its secret first, which this body lacks: 401).
         let within = call(&router, streamed(&path, MAX_BODY, &headers)).await;
-        assert_eq!(within.status, StatusCode::BAD_REQUEST, "{}: {}", what(route, "streamed, within"), within.text);
+        let expected =
+            if route.path.starts_with("/api/v1/bots/") { StatusCode::UNAUTHORIZED } else { StatusCode::BAD_REQUEST };
+        assert_eq!(within.status, expected, "{}: {}", what(route, "streamed, within"), within.text);
     }
 }
 
@@ -615,7 +666,7 @@ fn readme_routes() -> BTreeSet<(String, String, &'static str)> {
             "none" => "none",
             "key" => "key",
             other if other.starts_with("key (") => "key",
-            other if other.contains("AlertSource") => "source",
+            other if other.contains("AlertSource") || other.contains("receiver's own") => "source",
             other => panic!("README HTTP table: unknown auth {other:?} in {row}"),
         };
         for found in method_path.captures_iter(cells[1]) {

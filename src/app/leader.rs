@@ -98,6 +98,7 @@ async fn stand_by(
         secrets,
         info: Arc::new(host_info(settings, instructions, "operator-standby")),
         change: None,
+        bots: None,
     };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

@@ -4,6 +4,7 @@
 
 pub mod ask;
 pub mod assemble;
+pub mod bots;
 pub mod change;
 pub mod kube_tools;
 pub mod leader;

@@ -164,6 +164,14 @@ pub async fn serve(settings: Settings) -> Result<()> {
         tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), board.clone(), projection, cancel.clone()));
         tasks.spawn(requests::serve_requests(client, settings.watched_namespaces(), engine.clone(), cancel.clone()));
     }
+    let bot_parts = super::bots::BotParts {
+        store: store.clone(),
+        secrets: secrets.clone(),
+        secrets_changed: secrets_changed.clone(),
+        engine: engine.clone(),
+        alerts: Some(alerts.clone()),
+    };
+    let bots = super::bots::start(&settings, bot_parts, &mut tasks, &cancel).await?;
     let alert_store = alerts.clone();
     let state = AppState {
         catalog: store.clone(),
@@ -174,6 +182,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         secrets,
         info: Arc::new(info),
         change: Some(change),
+        bots: Some(bots),
     };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

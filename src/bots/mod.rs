@@ -8,6 +8,7 @@
 
 pub mod commands;
 pub mod gateway;
+pub mod host;
 pub mod ingress;
 pub mod sessions;
 

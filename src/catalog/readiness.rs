@@ -106,20 +106,13 @@ pub struct Needs {
     pub unavailable: Option<&'static str>,
 }
 
-/// A receiver with inbound bot settings.
-pub const INBOUND_UNAVAILABLE: &str = "inbound bot messages are not available in this version of Akritas: \
-notifications are sent, messages to the bot are not answered; remove spec.inbound";
-
 impl Needs {
     /// The needs of a valid resource.
     pub fn of(resource: &Resource) -> Self {
         let spec = resource.to_value().get("spec").cloned().unwrap_or_default();
         let check = live_check(resource.kind());
-        let unavailable = match resource {
-            Resource::NotificationReceiver(receiver) if receiver.spec.inbound.is_some() => Some(INBOUND_UNAVAILABLE),
-            _ => None,
-        };
-        Needs { secrets: !secret_refs(&spec).is_empty(), check, unavailable }
+        // Everything a valid resource declares is served by this version.
+        Needs { secrets: !secret_refs(&spec).is_empty(), check, unavailable: None }
     }
 }
 
@@ -209,7 +202,7 @@ mod tests {
              spec: {type: telegram, telegram: {botToken: {env: T}, chatId: \"-100\"}, \
              inbound: {mode: polling, allowedUserIds: [\"1\"]}}\n",
         );
-        assert_eq!(Needs::of(&bot).unavailable, Some(INBOUND_UNAVAILABLE));
+        assert_eq!(Needs::of(&bot).unavailable, None, "inbound bots are served");
         let validator = resource(
             "apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata: {name: v}\nspec: {argv: [yamllint]}\n",
         );

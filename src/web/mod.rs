@@ -3,6 +3,7 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod bots;
 pub mod change;
 pub mod error;
 pub mod metrics;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub info: Arc<HostInfo>,
     /// The change pipeline (absent when the host keeps no data directory).
     pub change: Option<Arc<crate::change::service::ChangeService>>,
+    /// The bots (absent when none is configured to run).
+    pub bots: Option<Arc<crate::bots::host::Bots>>,
 }
 
 /// Static facts about the running host.
@@ -93,6 +96,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/alerts/{source}/webhook", post(alerts::webhook))
         .route("/api/v1/alerts/{namespace}/{source}/webhook", post(alerts::webhook_namespaced))
         .route("/api/v1/alertmanager/webhook", post(alerts::alertmanager_alias))
+        // Each bot receiver authenticates its provider with its own secret (no API key).
+        .route("/api/v1/bots/telegram/{receiver}/webhook", post(bots::telegram))
+        .route("/api/v1/bots/mattermost/{receiver}/webhook", post(bots::mattermost))
         .merge(protected)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -243,6 +243,7 @@ pub fn app_state(
         secrets,
         info: Arc::new(info),
         change: None,
+        bots: None,
     }
 }
 

@@ -1,0 +1,367 @@
+//! The bots as the host runs them: the inbound NotificationReceivers of the Catalog
+//! (secrets resolved), the webhook entry point, the Telegram long-poll loop, and the
+//! production implementations of the gateway's traits — answers from the read-only
+//! engine, replies through the provider APIs, incidents from the alert store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::gateway::{Accepted, Answer, BoxFuture, Gateway, IncidentLookup, Replier, Responder, SubmitError};
+use super::ingress::{self, Allowlists, Inbound, Provider, Refusal};
+use super::sessions::Turn;
+use crate::alerts::store::AlertStore;
+use crate::catalog::Catalog;
+use crate::catalog::secrets::SecretResolver;
+use crate::engine::conversation::{Speaker, Turn as EngineTurn};
+use crate::engine::request::RunRequest;
+use crate::engine::run::Engine;
+use crate::notify::Target;
+use crate::notify::chat::{MattermostApi, TelegramApi};
+use crate::resources::notification_receiver::InboundMode;
+use crate::resources::{Kind, Resource};
+
+/// Seconds one `getUpdates` long poll waits at Telegram.
+pub const POLL_SECONDS: u32 = 30;
+/// Longest pause between failed polls.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Largest webhook body accepted (upstream §9.5).
+pub const MAX_WEBHOOK_BYTES: usize = 64 * 1024;
+
+/// One receiver that takes messages.
+#[derive(Clone)]
+pub struct Receiver {
+    /// `namespace/name`.
+    pub key: String,
+    /// Telegram or Mattermost.
+    pub provider: Provider,
+    /// Webhook or polling.
+    pub mode: InboundMode,
+    /// The webhook secret (Telegram header / Mattermost token), resolved.
+    secret: Option<String>,
+    /// Who may talk to the bot.
+    pub allow: Allowlists,
+    /// Where replies go.
+    client: Client,
+}
+
+#[derive(Clone)]
+enum Client {
+    Telegram(Arc<TelegramApi>),
+    Mattermost(Arc<MattermostApi>),
+}
+
+/// Why a webhook call is not accepted; each maps to one HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// No receiver of that name takes webhooks from that provider (404).
+    #[error("no {provider} bot receiver {receiver:?} takes webhooks")]
+    UnknownReceiver {
+        /// Provider.
+        provider: &'static str,
+        /// As given.
+        receiver: String,
+    },
+    /// Refused by the ingress rules (401 / 200 not accepted / 400).
+    #[error("{0}")]
+    Refused(Refusal),
+    /// The queue is full or the message could not be recorded (503).
+    #[error(transparent)]
+    Busy(SubmitError),
+}
+
+/// The inbound receivers of a Catalog, secrets resolved; receivers whose secrets do
+/// not resolve are left out (their status shows why).
+pub fn receivers(catalog: &Catalog, secrets: &dyn SecretResolver, timeout: Duration) -> BTreeMap<String, Receiver> {
+    let mut found = BTreeMap::new();
+    for (key, entry) in catalog.of_kind(Kind::NotificationReceiver) {
+        let Resource::NotificationReceiver(receiver) = entry.resource.as_ref() else { continue };
+        let Some(inbound) = &receiver.spec.inbound else { continue };
+        let name = format!("{}/{}", key.namespace, key.name);
+        let built = (|| {
+            let secret = match &inbound.secret {
+                Some(reference) => Some(
+                    secrets.resolve(&key.namespace, reference).map_err(|e| e.to_string())?.expose().trim().to_string(),
+                ),
+                None => None,
+            };
+            let target =
+                crate::alerts::delivery::target(&key.namespace, &receiver.spec, secrets).map_err(|e| e.to_string())?;
+            let (provider, client) = match target {
+                Target::Telegram { base_url, bot_token, .. } => (
+                    Provider::Telegram,
+                    Client::Telegram(Arc::new(
+                        TelegramApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?,
+                    )),
+                ),
+                Target::Mattermost { base_url, bot_token, .. } => (
+                    Provider::Mattermost,
+                    Client::Mattermost(Arc::new(
+                        MattermostApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?,
+                    )),
+                ),
+                Target::Webhook { .. } => return Err("a webhook receiver has no bot".to_string()),
+            };
+            let allow = Allowlists {
+                conversations: inbound.allowed_conversation_ids.iter().cloned().collect(),
+                users: inbound.allowed_user_ids.iter().cloned().collect(),
+            };
+            Ok::<_, String>(Receiver { key: name.clone(), provider, mode: inbound.mode, secret, allow, client })
+        })();
+        match built {
+            Ok(receiver) => {
+                found.insert(name, receiver);
+            }
+            Err(error) => tracing::warn!(receiver = %name, %error, "bot receiver not started"),
+        }
+    }
+    found
+}
+
+/// The running bots: the receivers in force and the gateway.
+pub struct Bots {
+    gateway: Arc<Gateway>,
+    receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>,
+}
+
+impl Bots {
+    /// Bots over `gateway`, replying through `receivers` (shared with the [`ProviderReplier`]).
+    pub fn new(gateway: Arc<Gateway>, receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>) -> Self {
+        Self { gateway, receivers }
+    }
+
+    /// The receiver a webhook path names: `namespace.name`, `namespace/name`, or a name
+    /// that only one namespace uses.
+    fn find(&self, provider: Provider, name: &str) -> Option<Receiver> {
+        let receivers = self.receivers.load();
+        let of_provider = |r: &&Receiver| r.provider == provider && r.mode == InboundMode::Webhook;
+        if let Some(found) = receivers.get(&name.replacen('.', "/", 1)).or_else(|| receivers.get(name)) {
+            return Some(found).filter(of_provider).cloned();
+        }
+        let mut named = receivers.values().filter(of_provider).filter(|r| r.key.rsplit('/').next() == Some(name));
+        match (named.next(), named.next()) {
+            (Some(one), None) => Some(one.clone()),
+            _ => None,
+        }
+    }
+
+    /// A provider's webhook call: the secret first (before the body is decoded), then
+    /// decoding, allowlists, dedup and the queue.
+    pub async fn webhook(
+        &self,
+        provider: Provider,
+        receiver: &str,
+        secret_header: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<Accepted, WebhookError> {
+        let unknown = || WebhookError::UnknownReceiver { provider: provider.as_str(), receiver: receiver.to_string() };
+        let found = self.find(provider, receiver).ok_or_else(unknown)?;
+        let secret = found.secret.as_deref().unwrap_or_default();
+        let inbound = match provider {
+            Provider::Telegram => ingress::telegram_webhook(&found.key, secret, secret_header, body, &found.allow),
+            Provider::Mattermost => ingress::mattermost(&found.key, secret, None, content_type, body, &found.allow),
+        }
+        .map_err(WebhookError::Refused)?;
+        self.gateway.submit(inbound).await.map_err(WebhookError::Busy)
+    }
+
+    /// Long-polls every Telegram receiver in polling mode until `cancel`; receivers are
+    /// re-read after every poll, so a changed Catalog takes effect.
+    pub async fn poll(self: Arc<Self>, cancel: CancellationToken) {
+        let mut running: BTreeMap<String, CancellationToken> = BTreeMap::new();
+        loop {
+            let receivers = self.receivers.load_full();
+            let polling: BTreeMap<&String, &Receiver> = receivers
+                .iter()
+                .filter(|(_, r)| r.provider == Provider::Telegram && r.mode == InboundMode::Polling)
+                .collect();
+            running.retain(|key, stop| {
+                let keep = polling.contains_key(key);
+                if !keep {
+                    stop.cancel();
+                }
+                keep
+            });
+            for (key, receiver) in polling {
+                if running.contains_key(key) {
+                    continue;
+                }
+                let stop = cancel.child_token();
+                running.insert(key.clone(), stop.clone());
+                tokio::spawn(poll_one(self.gateway.clone(), receiver.clone(), stop));
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+}
+
+/// One receiver's `getUpdates` loop. The offset advances past an update only once it
+/// is durably queued (or refused); a full queue is retried every second; failures back
+/// off from 1 s to 30 s. Telegram keeps unconfirmed updates, and the dedup ids survive
+/// a restart, so nothing is lost and nothing is answered twice.
+async fn poll_one(gateway: Arc<Gateway>, receiver: Receiver, stop: CancellationToken) {
+    let Client::Telegram(api) = &receiver.client else { return };
+    let (mut offset, mut backoff) = (0_i64, Duration::from_secs(1));
+    while !stop.is_cancelled() {
+        let updates = tokio::select! {
+            _ = stop.cancelled() => return,
+            updates = api.get_updates(offset, POLL_SECONDS) => updates,
+        };
+        let updates = match updates {
+            Ok(updates) => {
+                backoff = Duration::from_secs(1);
+                updates
+            }
+            Err(error) => {
+                tracing::warn!(receiver = %receiver.key, %error, backoff_s = backoff.as_secs(), "telegram getUpdates failed");
+                tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(backoff) => {} }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        for update in updates {
+            let Some(id) = update["update_id"].as_i64().filter(|id| *id >= offset) else { continue };
+            match ingress::telegram_update(&receiver.key, &update, &receiver.allow) {
+                Ok(inbound) => loop {
+                    match gateway.submit(inbound.clone()).await {
+                        Ok(_) => break,
+                        Err(error) => {
+                            tracing::warn!(receiver = %receiver.key, %error, "bot message not queued yet; retrying");
+                            tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(Duration::from_secs(1)) => {} }
+                        }
+                    }
+                },
+                Err(Refusal::Forbidden) => {
+                    tracing::info!(receiver = %receiver.key, event = "ingress_forbidden", "telegram message from outside the allowlists ignored");
+                }
+                Err(refusal) => tracing::debug!(receiver = %receiver.key, %refusal, "telegram update skipped"),
+            }
+            offset = id + 1;
+        }
+    }
+}
+
+/// Answers with the read-only engine: one Run per message, source `<provider>_bot`,
+/// actor `<provider>:<user id>`, in the receiver's namespace, the session's history as
+/// earlier turns.
+pub struct EngineResponder {
+    /// The engine.
+    pub engine: Arc<Engine>,
+}
+
+impl Responder for EngineResponder {
+    fn answer<'a>(
+        &'a self,
+        inbound: &'a Inbound,
+        history: &'a [Turn],
+        question: &'a str,
+    ) -> BoxFuture<'a, Result<Answer, String>> {
+        Box::pin(async move {
+            let mut turns = Vec::with_capacity(history.len() * 2 + 1);
+            for turn in history {
+                turns.push(EngineTurn { role: Speaker::User, content: turn.user.clone() });
+                turns.push(EngineTurn { role: Speaker::Assistant, content: turn.assistant.clone() });
+            }
+            turns.push(EngineTurn { role: Speaker::User, content: question.to_string() });
+            let provider = inbound.provider.as_str();
+            let request = RunRequest {
+                namespace: inbound.namespace().to_string(),
+                source: format!("{provider}_bot"),
+                actor: format!("{provider}:{}", inbound.user_id),
+                turns,
+                max_tokens: None,
+                temperature: None,
+                response_language: None,
+                context: BTreeMap::new(),
+                metadata: BTreeMap::from([
+                    ("receiver".to_string(), json!(inbound.receiver)),
+                    ("conversation".to_string(), json!(inbound.conversation_id)),
+                ]),
+                investigate: false,
+            };
+            let outcome = self.engine.run(request).await.map_err(|e| e.to_string())?;
+            Ok(Answer { text: outcome.answer, run_id: outcome.run_id.map(|id| id.to_string()) })
+        })
+    }
+}
+
+/// Replies through the provider API of the message's receiver: Telegram as a reply to
+/// the message (in its topic), Mattermost in the post's thread; long replies split,
+/// mentions neutralised, Mattermost Markdown escaped.
+pub struct ProviderReplier {
+    /// The receivers in force (shared with [`Bots`]).
+    pub receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>,
+}
+
+impl Replier for ProviderReplier {
+    fn reply<'a>(&'a self, inbound: &'a Inbound, text: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let receiver = self.receivers.load().get(&inbound.receiver).cloned();
+            let Some(receiver) = receiver else {
+                return Err(format!("receiver {} is no longer configured", inbound.receiver));
+            };
+            match &receiver.client {
+                Client::Telegram(api) => {
+                    let thread = inbound.thread_id.as_deref().and_then(|t| t.parse().ok());
+                    let reply_to = inbound.message_id.as_deref().and_then(|m| m.parse().ok());
+                    api.send_reply(&inbound.conversation_id, text, thread, reply_to).await.map(drop)
+                }
+                Client::Mattermost(api) => api
+                    .send_reply(
+                        &inbound.conversation_id,
+                        text,
+                        inbound.thread_id.as_deref(),
+                        inbound.message_id.as_deref(),
+                    )
+                    .await
+                    .map(drop),
+            }
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// `/incident ID`: the incident's state and its latest investigation result.
+pub struct AlertIncidents {
+    /// The alert store (absent when alerts are off).
+    pub store: Option<Arc<AlertStore>>,
+}
+
+impl IncidentLookup for AlertIncidents {
+    fn describe(&self, namespace: &str, id: &str) -> Option<String> {
+        let (incident, events, jobs) = self.store.as_ref()?.incident(id)?;
+        if incident.namespace != namespace {
+            return None;
+        }
+        let view = crate::alerts::store::incident_json(&incident, &events, &jobs);
+        let mut text = format!(
+            "Incident {}: {} ({}), {}; opened {}.",
+            incident.id,
+            incident.name,
+            view["severity"].as_str().unwrap_or("unknown severity"),
+            view["state"].as_str().unwrap_or("unknown state"),
+            incident.opened_at
+        );
+        let latest = jobs.iter().rev().find(|j| j.run_id.is_some());
+        match latest {
+            Some(job) => text.push_str(&format!(
+                "\nLatest investigation: {} (Run {}).",
+                view["jobs"]
+                    .as_array()
+                    .and_then(|j| j.iter().rev().find_map(|j| j["result"]["summary"].as_str()))
+                    .unwrap_or(job.error.as_deref().unwrap_or("no structured result")),
+                job.run_id.as_deref().unwrap_or("")
+            )),
+            None => text.push_str("\nNo investigation has finished yet."),
+        }
+        Some(text)
+    }
+}

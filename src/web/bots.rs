@@ -1,0 +1,83 @@
+//! Bot webhooks: `POST /api/v1/bots/telegram/{receiver}/webhook` and
+//! `POST /api/v1/bots/mattermost/{receiver}/webhook`. No API key: each receiver's own
+//! secret (Telegram's `X-Telegram-Bot-Api-Secret-Token` header, Mattermost's `token`)
+//! is checked before the body is decoded. The answer is sent before the model runs.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::bots::host::{MAX_WEBHOOK_BYTES, WebhookError};
+use crate::bots::{Provider, Refusal};
+
+/// The header Telegram sends the webhook's secret in.
+const TELEGRAM_SECRET: &str = "x-telegram-bot-api-secret-token";
+
+/// `POST /api/v1/bots/telegram/{receiver}/webhook`.
+pub async fn telegram(
+    State(state): State<AppState>,
+    Path(receiver): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    webhook(&state, Provider::Telegram, &receiver, &headers, &body).await
+}
+
+/// `POST /api/v1/bots/mattermost/{receiver}/webhook`.
+pub async fn mattermost(
+    State(state): State<AppState>,
+    Path(receiver): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    webhook(&state, Provider::Mattermost, &receiver, &headers, &body).await
+}
+
+async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: &HeaderMap, body: &[u8]) -> Response {
+    let Some(bots) = state.bots.as_ref() else {
+        return ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
+            .into_response();
+    };
+    if body.len() > MAX_WEBHOOK_BYTES {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("a bot webhook body is at most {MAX_WEBHOOK_BYTES} bytes"),
+        )
+        .into_response();
+    }
+    let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let secret = text(TELEGRAM_SECRET);
+    let content_type = text(header::CONTENT_TYPE.as_str());
+    match bots.webhook(provider, receiver, secret, content_type, body).await {
+        Ok(accepted) => Json(json!({"accepted": true, "duplicate": accepted.duplicate})).into_response(),
+        Err(WebhookError::UnknownReceiver { .. }) => {
+            ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
+                .into_response()
+        }
+        Err(WebhookError::Refused(Refusal::Unauthorized)) => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the bot webhook secret is missing or wrong")
+                .into_response()
+        }
+        Err(WebhookError::Refused(Refusal::Invalid(message))) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_update", message).into_response()
+        }
+        Err(WebhookError::Refused(refusal)) => {
+            if matches!(refusal, Refusal::Forbidden) {
+                tracing::info!(provider = provider.as_str(), %receiver, event = "ingress_forbidden", "bot message from outside the allowlists");
+            }
+            Json(json!({"accepted": false})).into_response()
+        }
+        Err(WebhookError::Busy(error)) => {
+            let mut response =
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "bot_queue_full", error.to_string()).into_response();
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            response
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! Bots through the real `akritas serve` binary against Telegram and Mattermost
+//! stand-ins that speak the providers' wire formats and record every request:
+//! Telegram long polling and webhooks, Mattermost outgoing webhooks and slash
+//! commands, conversations on the read-only engine (a tool through MCP in the second
+//! turn), history kept across a restart, nothing answered twice, secrets checked
+//! before bodies are decoded.
+
+use akritas_testkit as support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use akritas::tools::{ToolName, openai_alias};
+use serde_json::{Value, json};
+use support::everything;
+use support::mattermost::{MattermostStandIn, outgoing_webhook_form, outgoing_webhook_json, slash_command_form};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::telegram::{TelegramStandIn, bot_text_update, text_update};
+
+const TG_TOKEN: &str = "123456:telegram-bot-token-0123456789";
+const TG_SECRET: &str = "telegram-webhook-secret_0123";
+const MM_TOKEN: &str = "mattermost-bot-token-0123456789";
+const MM_SECRET: &str = "mattermost-outgoing-token-0123";
+const CHAT: i64 = -1001234567890;
+const USER: i64 = 4242;
+const MM_CHANNEL: &str = "channel0000000000000000001";
+const MM_USER: &str = "user00000000000000000000001";
+
+/// Answers by phase: 0 plans nothing and answers; 1 plans `get-sum` through MCP and
+/// answers with its result; 2 answers a long text with mentions.
+fn model(phase: Arc<AtomicU8>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    move |_, request| {
+        let phase = phase.load(Ordering::SeqCst);
+        if offers(request, &plan) {
+            let checks = if phase == 1 {
+                json!([{"step": "Add the numbers", "tool": "mcp.everything.get-sum", "arguments": {"a": 2, "b": 40},
+                        "reason": "the person asked for the sum"}])
+            } else {
+                json!([])
+            };
+            return Step::from(Reply::ToolCalls(vec![(
+                "p".into(),
+                plan.clone(),
+                json!({"checks": checks, "gaps": []}),
+            )]));
+        }
+        let text = match phase {
+            0 => "db-7 looks healthy.".to_string(),
+            1 => "The sum is 42 (from get-sum).".to_string(),
+            _ => format!("@channel {}", "long answer line\n".repeat(1200)),
+        };
+        Step::from(Reply::Content(text))
+    }
+}
+
+fn manifests(dir: &Path, telegram: &str, mattermost: &str) -> PathBuf {
+    let resources = dir.join("resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    let yaml = format!(
+        r#"apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {{name: tg-poll}}
+spec:
+  type: telegram
+  telegram: {{botToken: {{env: BOTS_TG_TOKEN}}, chatId: "{CHAT}", baseUrl: "{telegram}"}}
+  inbound: {{mode: polling, allowedUserIds: ["{USER}"]}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {{name: tg-hook}}
+spec:
+  type: telegram
+  telegram: {{botToken: {{env: BOTS_TG_TOKEN}}, chatId: "{CHAT}", baseUrl: "{telegram}"}}
+  inbound: {{mode: webhook, secret: {{env: BOTS_TG_SECRET}}, allowedConversationIds: ["{CHAT}"]}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {{name: mm}}
+spec:
+  type: mattermost
+  mattermost: {{baseUrl: "{mattermost}", botToken: {{env: BOTS_MM_TOKEN}}, channelId: {MM_CHANNEL}}}
+  inbound: {{mode: webhook, secret: {{env: BOTS_MM_SECRET}}, allowedUserIds: [{MM_USER}]}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: McpAdapter
+metadata: {{name: everything}}
+spec:
+  transport:
+    stdio:
+      command: {node}
+      args: ["{entry}", stdio]
+  namespace: mcp.everything
+  allow: [read]
+"#,
+        node = everything::node().display(),
+        entry = everything::entry().display(),
+    );
+    std::fs::write(resources.join("bots.yaml"), yaml).unwrap();
+    resources
+}
+
+struct Host {
+    data: PathBuf,
+    resources: PathBuf,
+    llm: String,
+}
+
+impl Host {
+    async fn start(&self) -> support::Server {
+        let mut command = support::serve_command(env!("CARGO_BIN_EXE_akritas"));
+        command
+            .env("AKRITAS_DATA_DIR", &self.data)
+            .env("AKRITAS_BASE_URL", &self.llm)
+            .env("AKRITAS_RESOURCE_ENV", "BOTS_*")
+            .env("AKRITAS_STDIO_COMMANDS", everything::node())
+            .env("BOTS_TG_TOKEN", TG_TOKEN)
+            .env("BOTS_TG_SECRET", TG_SECRET)
+            .env("BOTS_MM_TOKEN", MM_TOKEN)
+            .env("BOTS_MM_SECRET", MM_SECRET)
+            .arg("--resources")
+            .arg(&self.resources);
+        let server = tokio::task::spawn_blocking(move || support::Server::start(command)).await.unwrap();
+        // The MCP adapter's tools are offered once it is connected.
+        let url = format!("{}/api/v1/tools", server.url);
+        wait("the MCP tools", || async {
+            let body: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+            body["tools"].as_array()?.iter().any(|t| t["name"] == "mcp.everything.get-sum").then_some(())
+        })
+        .await;
+        server
+    }
+}
+
+async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn runs(url: &str) -> Vec<Value> {
+    let body: Value = reqwest::get(format!("{url}/api/v1/runs?limit=100")).await.unwrap().json().await.unwrap();
+    body["runs"].as_array().cloned().unwrap_or_default()
+}
+
+async fn run_detail(url: &str, id: &str) -> Value {
+    let body: Value = reqwest::get(format!("{url}/api/v1/runs/{id}")).await.unwrap().json().await.unwrap();
+    body["run"].clone()
+}
+
+/// The Telegram replies sent to message `message_id`.
+fn replies_to(telegram: &TelegramStandIn, message_id: i64) -> Vec<Value> {
+    telegram.sent().into_iter().filter(|m| m["reply_parameters"]["message_id"] == message_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_conversation_by_polling_uses_mcp_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let telegram = TelegramStandIn::start(TG_TOKEN).await;
+    let mattermost = MattermostStandIn::start(MM_TOKEN).await;
+    let phase = Arc::new(AtomicU8::new(0));
+    let llm = ScriptedLlm::start_with(model(phase.clone())).await;
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
+        llm: llm.url.clone(),
+    };
+    let server = host.start().await;
+
+    // Turn 1, and a message from another bot that is ignored.
+    telegram.push_update(bot_text_update(1, CHAT, 999, 9, "I am a bot"));
+    telegram.push_update(text_update(2, CHAT, USER, 10, "Is db-7 healthy?", None, None));
+    let first = wait("the first reply", || async { replies_to(&telegram, 10).into_iter().next() }).await;
+    assert_eq!(first["text"], "db-7 looks healthy.");
+    assert_eq!(first["chat_id"].to_string().trim_matches('"'), CHAT.to_string());
+    assert!(replies_to(&telegram, 9).is_empty(), "a bot sender is ignored");
+
+    // Turn 2 uses a tool through MCP.
+    phase.store(1, Ordering::SeqCst);
+    telegram.push_update(text_update(3, CHAT, USER, 11, "What is 2 + 40?", None, None));
+    let second = wait("the second reply", || async { replies_to(&telegram, 11).into_iter().next() }).await;
+    assert_eq!(second["text"], "The sum is 42 (from get-sum).");
+    let all = runs(&server.url).await;
+    let bot_runs: Vec<&Value> = all.iter().filter(|r| r["source"] == "telegram_bot").collect();
+    assert_eq!(bot_runs.len(), 2, "one Run per message: {all:?}");
+    for run in &bot_runs {
+        assert_eq!(
+            (run["actor"].as_str(), run["namespace"].as_str()),
+            (Some(&*format!("telegram:{USER}")), Some("default"))
+        );
+    }
+    let detail = run_detail(&server.url, bot_runs[0]["id"].as_str().unwrap()).await;
+    let tool = detail["events"].as_array().unwrap().iter().find(|e| e["metadata"]["tool"] == "mcp.everything.get-sum");
+    assert!(tool.is_some_and(|e| e["status"] == "succeeded"), "the tool ran through MCP: {detail}");
+
+    // Restart in the middle of the conversation: history kept, nothing answered twice.
+    assert_eq!(server.terminate(), Some(0));
+    phase.store(0, Ordering::SeqCst);
+    let server = host.start().await;
+    telegram.push_update(text_update(4, CHAT, USER, 12, "Thanks, and db-8?", None, None));
+    wait("the third reply", || async { replies_to(&telegram, 12).into_iter().next() }).await;
+    let third_request = llm.requests().into_iter().rev().find(|r| r.to_string().contains("Thanks, and db-8?")).unwrap();
+    let text = third_request["messages"].to_string();
+    assert!(text.contains("Is db-7 healthy?") && text.contains("The sum is 42"), "the history came back: {text}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for message_id in [10, 11, 12] {
+        assert_eq!(replies_to(&telegram, message_id).len(), 1, "message {message_id} answered exactly once");
+    }
+    assert_eq!(runs(&server.url).await.iter().filter(|r| r["source"] == "telegram_bot").count(), 3);
+    let log = server.log_text();
+    assert!(!log.contains(TG_TOKEN) && !log.contains("telegram-bot-token"), "the bot token is not logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_webhook_checks_its_secret_before_the_body_and_answers_each_update_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let telegram = TelegramStandIn::start(TG_TOKEN).await;
+    let mattermost = MattermostStandIn::start(MM_TOKEN).await;
+    let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(0)))).await;
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
+        llm: llm.url.clone(),
+    };
+    let server = host.start().await;
+    let url = format!("{}/api/v1/bots/telegram/tg-hook/webhook", server.url);
+    let client = reqwest::Client::new();
+    let send = |secret: Option<&str>, body: String| {
+        let mut request = client.post(&url).header("content-type", "application/json").body(body);
+        if let Some(secret) = secret {
+            request = request.header("x-telegram-bot-api-secret-token", secret);
+        }
+        request.send()
+    };
+    // A forged secret is refused before the body is read: this body would not parse.
+    let forged = send(Some("forged-secret"), "{not json".into()).await.unwrap();
+    assert_eq!(forged.status(), 401);
+    assert_eq!(send(None, "{not json".into()).await.unwrap().status(), 401);
+    assert_eq!(send(Some(TG_SECRET), "{not json".into()).await.unwrap().status(), 400);
+
+    let update = text_update(70, CHAT, USER, 20, "Is db-7 healthy?", None, None).to_string();
+    let accepted: Value = send(Some(TG_SECRET), update.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!(accepted, json!({"accepted": true, "duplicate": false}));
+    let again: Value = send(Some(TG_SECRET), update).await.unwrap().json().await.unwrap();
+    assert_eq!(again, json!({"accepted": true, "duplicate": true}));
+    // Another chat is not on the allowlist.
+    let other = text_update(71, -100999, USER, 21, "hello", None, None).to_string();
+    let refused: Value = send(Some(TG_SECRET), other).await.unwrap().json().await.unwrap();
+    assert_eq!(refused, json!({"accepted": false}));
+    // An unknown receiver, and a polling receiver, take no webhooks.
+    let unknown =
+        client.post(format!("{}/api/v1/bots/telegram/nobody/webhook", server.url)).body("{}").send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let polling =
+        client.post(format!("{}/api/v1/bots/telegram/tg-poll/webhook", server.url)).body("{}").send().await.unwrap();
+    assert_eq!(polling.status(), 404);
+
+    wait("the reply", || async { replies_to(&telegram, 20).into_iter().next() }).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(replies_to(&telegram, 20).len(), 1, "a duplicate update is not answered twice");
+    assert!(replies_to(&telegram, 21).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mattermost_conversation_in_a_thread_uses_mcp_and_neutralises_mentions() {
+    let dir = tempfile::tempdir().unwrap();
+    let telegram = TelegramStandIn::start(TG_TOKEN).await;
+    let mattermost = MattermostStandIn::start(MM_TOKEN).await;
+    let phase = Arc::new(AtomicU8::new(0));
+    let llm = ScriptedLlm::start_with(model(phase.clone())).await;
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
+        llm: llm.url.clone(),
+    };
+    let server = host.start().await;
+    let url = format!("{}/api/v1/bots/mattermost/mm/webhook", server.url);
+    let client = reqwest::Client::new();
+    let post_json = |body: Value| client.post(&url).json(&body).send();
+    let post_form =
+        |body: String| client.post(&url).header("content-type", "application/x-www-form-urlencoded").body(body).send();
+    let replies =
+        |root: &str| -> Vec<Value> { mattermost.posts().into_iter().filter(|p| p["root_id"] == root).collect() };
+
+    // A wrong token is refused; a user off the allowlist is not answered.
+    let wrong = post_json(outgoing_webhook_json(
+        "wrong",
+        MM_CHANNEL,
+        MM_USER,
+        "post00000000000000000000001",
+        "akritas hi",
+        "akritas",
+    ));
+    assert_eq!(wrong.await.unwrap().status(), 401);
+    let stranger = post_json(outgoing_webhook_json(
+        MM_SECRET,
+        MM_CHANNEL,
+        "stranger0000000000000000001",
+        "post00000000000000000000002",
+        "akritas hi",
+        "akritas",
+    ));
+    assert_eq!(stranger.await.unwrap().json::<Value>().await.unwrap(), json!({"accepted": false}));
+
+    // The person's posts exist on the server (replies are threaded under them).
+    let user_post = |message: &'static str| {
+        let (client, base) = (client.clone(), mattermost.url.clone());
+        async move {
+            let created: Value = client
+                .post(format!("{base}/api/v4/posts"))
+                .bearer_auth(MM_TOKEN)
+                .json(&json!({"channel_id": MM_CHANNEL, "message": message}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            created["id"].as_str().unwrap().to_string()
+        }
+    };
+    // Turn 1 (JSON outgoing webhook), turn 2 (form body, a tool through MCP).
+    let root = user_post("akritas Is db-7 healthy?").await;
+    let root = root.as_str();
+    let first =
+        post_json(outgoing_webhook_json(MM_SECRET, MM_CHANNEL, MM_USER, root, "akritas Is db-7 healthy?", "akritas"));
+    assert_eq!(first.await.unwrap().json::<Value>().await.unwrap()["accepted"], true);
+    wait("the first reply", || async { replies(root).into_iter().next() }).await;
+    phase.store(1, Ordering::SeqCst);
+    let second_post = user_post("akritas What is 2 + 40?").await;
+    let second = post_form(outgoing_webhook_form(
+        MM_SECRET,
+        MM_CHANNEL,
+        MM_USER,
+        &second_post,
+        "akritas What is 2 + 40?",
+        "akritas",
+    ));
+    assert_eq!(second.await.unwrap().status(), 200);
+    let answer = wait("the second reply", || async {
+        mattermost.posts().into_iter().find(|p| p["message"].as_str().is_some_and(|m| m.contains("42")))
+    })
+    .await;
+    assert_eq!(answer["channel_id"], MM_CHANNEL);
+    // Turn 3 (slash command): a long answer with a mention is split and neutralised.
+    phase.store(2, Ordering::SeqCst);
+    let third = post_form(slash_command_form(MM_SECRET, MM_CHANNEL, MM_USER, "summarise please", "/akritas"));
+    assert_eq!(third.await.unwrap().status(), 200);
+    let parts = wait("the long reply", || async {
+        let parts: Vec<Value> = mattermost
+            .posts()
+            .into_iter()
+            .filter(|p| p["message"].as_str().is_some_and(|m| m.contains("long answer line")))
+            .collect();
+        (parts.len() >= 2).then_some(parts)
+    })
+    .await;
+    assert!(
+        parts[0]["message"].as_str().unwrap().starts_with("(1/2)\n"),
+        "{}",
+        &parts[0]["message"].as_str().unwrap()[..40]
+    );
+    for part in &parts {
+        let message = part["message"].as_str().unwrap();
+        assert!(message.chars().count() <= 16000);
+        assert!(!message.contains("@channel"), "mentions are neutralised");
+    }
+    let all = runs(&server.url).await;
+    let bot_runs: Vec<&Value> = all.iter().filter(|r| r["source"] == "mattermost_bot").collect();
+    assert_eq!(bot_runs.len(), 3, "{all:?}");
+    assert!(bot_runs.iter().all(|r| r["actor"] == format!("mattermost:{MM_USER}") && r["namespace"] == "default"));
+    let log = server.log_text();
+    assert!(!log.contains(MM_TOKEN) && !log.contains(MM_SECRET), "no secret in the log");
+}
