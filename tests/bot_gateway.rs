@@ -604,8 +604,15 @@ async fn a_thousand_messages_over_twenty_conversations_keep_their_order() {
         let expected: Vec<String> = questions.iter().map(|q| format!("answer to {q}")).collect();
         assert_eq!(answered[conversation], expected, "replies of {conversation} out of order");
     }
-    // Each conversation's history is its own last ten turns.
+    // Each conversation's history is its own last ten turns (a turn is recorded just after
+    // its reply was delivered: wait for the last one).
     for (conversation, questions) in &sent {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while gw.store().history(&key(conversation)).last().map(|t| t.user.as_str()) != questions.last().map(String::as_str)
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let history = gw.store().history(&key(conversation));
         let users: Vec<&str> = history.iter().map(|t| t.user.as_str()).collect();
         let expected: Vec<&str> = questions[questions.len().saturating_sub(10)..].iter().map(String::as_str).collect();
