@@ -27,6 +27,7 @@ const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.js
 const RESOLVED: &str = include_str!("fixtures/alertmanager/alertmanager-webhook-resolved.json");
 const TG_TOKEN: &str = "123456:threads-test-token";
 const MM_TOKEN: &str = "mm-threads-test-token";
+const MM_CHANNEL: &str = "chan1chan1chan1chan1chan1c";
 
 fn result() -> Value {
     json!({
@@ -70,12 +71,13 @@ impl Hook {
 
 /// The receivers `tg`, `mm` and `hook` in namespace `ops`, each with its `routing` (YAML flow).
 fn receivers(tg: &TelegramStandIn, mm: &MattermostStandIn, hook: &str, routing: [&str; 3]) -> String {
-    let [tg_routing, mm_routing, hook_routing] = routing.map(|r| if r.is_empty() { String::new() } else { format!(", routing: {r}") });
+    let [tg_routing, mm_routing, hook_routing] =
+        routing.map(|r| if r.is_empty() { String::new() } else { format!(", routing: {r}") });
     format!(
         "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: tg, namespace: ops}}\n\
          spec: {{type: telegram, telegram: {{botToken: {{env: TG_TOKEN}}, chatId: \"-1001\", messageThreadId: 7, baseUrl: \"{}\"}}{tg_routing}}}\n\
          ---\napiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: mm, namespace: ops}}\n\
-         spec: {{type: mattermost, mattermost: {{baseUrl: \"{}\", botToken: {{env: MM_TOKEN}}, channelId: chan1}}{mm_routing}}}\n\
+         spec: {{type: mattermost, mattermost: {{baseUrl: \"{}\", botToken: {{env: MM_TOKEN}}, channelId: {MM_CHANNEL}}}{mm_routing}}}\n\
          ---\napiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: hook, namespace: ops}}\n\
          spec: {{type: webhook, webhook: {{url: \"{hook}\"}}{hook_routing}}}\n",
         tg.url, mm.url
@@ -187,10 +189,12 @@ async fn an_incident_is_one_thread_per_chat_receiver_across_a_restart_with_one_r
     let (again, job) = ingest(&rig.store, FIRING, Some("2026-11-29T22:50:00Z")).await;
     assert_eq!((again.as_str(), job), (incident.as_str(), None));
 
-    // Restart between fire and resolve: the thread survives the journal replay.
+    // Restart between fire and resolve, from a snapshot: the thread survives.
+    assert!(rig.store.save_snapshot().await, "a snapshot at a clean stop");
     drop(rig);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rig = start(data.path(), &llm, manifests(), noon()).await;
+    assert_eq!(rig.store.replayed_at_open(), (0, true), "loaded from the snapshot alone");
     assert_eq!(rig.store.incident_for_thread("ops", "tg", &tg_root), Some(incident.clone()));
 
     // Resolve: one notice per receiver, in the thread.
@@ -210,7 +214,10 @@ async fn an_incident_is_one_thread_per_chat_receiver_across_a_restart_with_one_r
     assert_eq!((envelope["version"].clone(), envelope["incident"]["incident_id"].clone()), (json!(1), json!(incident)));
     assert!(envelope["delivery_id"].is_string() && envelope["created_at"].is_string());
     let told = rig.store.told_all(&incident);
-    assert!(told.values().all(|t| t.resolve.as_ref().is_some_and(|d| d.status == DeliveryStatus::Delivered)), "{told:?}");
+    assert!(
+        told.values().all(|t| t.resolve.as_ref().is_some_and(|d| d.status == DeliveryStatus::Delivered)),
+        "{told:?}"
+    );
 
     // Another restart sends nothing again.
     drop(rig);
@@ -264,7 +271,10 @@ async fn routing_filters_are_recorded_and_counted_not_sent() {
     // The filtered deliveries are on the incident, with their reason.
     let (_, _, jobs) = rig.store.incident(&incident).unwrap();
     let stored = serde_json::to_value(&jobs[0].deliveries).unwrap();
-    assert!(stored.as_array().unwrap().iter().any(|d| d["status"] == "filtered" && d["reason"] == "severity"), "{stored}");
+    assert!(
+        stored.as_array().unwrap().iter().any(|d| d["status"] == "filtered" && d["reason"] == "severity"),
+        "{stored}"
+    );
 
     // Resolve: only the receiver that was told gets the notice.
     ingest(&rig.store, RESOLVED, None).await;
