@@ -18,6 +18,7 @@ mod snapshots;
 mod state;
 pub mod store;
 mod threads;
+mod told;
 mod window;
 pub mod worker;
 
