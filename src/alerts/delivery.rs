@@ -54,6 +54,7 @@ pub fn pending_delivery(receiver: &str, kind: &str) -> Delivery {
         attempts: 0,
         http_status: None,
         error: None,
+        reason: None,
     }
 }
 

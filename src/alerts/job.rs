@@ -93,6 +93,8 @@ pub enum DeliveryStatus {
     Delivered,
     /// Every attempt failed.
     Failed,
+    /// Not sent: the receiver's routing excludes it (`reason` says which rule).
+    Filtered,
 }
 
 /// One notification of a job's result to one NotificationReceiver.
@@ -116,6 +118,10 @@ pub struct Delivery {
     /// Stable error code of the last attempt (never a URL or token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why a `filtered` delivery was not sent: `severity`, `alert_source`, `namespace`,
+    /// `labels` or `quiet_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What happened to one event of a delivery.

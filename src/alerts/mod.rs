@@ -9,6 +9,7 @@ pub mod delivery;
 mod error;
 pub mod event;
 pub mod job;
+mod outbox;
 mod reads;
 pub mod record;
 pub mod request;
@@ -16,6 +17,8 @@ mod saved;
 mod snapshots;
 mod state;
 pub mod store;
+mod threads;
+mod told;
 mod window;
 pub mod worker;
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::correlate::Correlator;
 use super::error::{AlertStoreError, LoadError, load_error};
 use super::state::{Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job};
+use super::threads::Threads;
 use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Location, Opened, Record, ScanError};
 
 /// Shape and version of the snapshot file.
@@ -26,6 +27,9 @@ pub(crate) struct Saved {
     incident_jobs: HashMap<String, Vec<String>>,
     resolved: VecDeque<String>,
     counters: BTreeMap<String, SourceCounters>,
+    /// Absent in snapshots written before incident threads.
+    #[serde(default)]
+    threads: Threads,
 }
 
 /// The state as a snapshot writes it: borrowed, so nothing is copied.
@@ -38,6 +42,7 @@ pub(crate) struct SavedRef<'a> {
     incident_jobs: &'a HashMap<String, Vec<String>>,
     resolved: &'a VecDeque<String>,
     counters: &'a BTreeMap<String, SourceCounters>,
+    threads: &'a Threads,
 }
 
 /// Events as `(id, location, item)`, the shape [`Saved`] reads.
@@ -67,6 +72,7 @@ impl<'a> SavedRef<'a> {
             incident_jobs: &state.incident_jobs,
             resolved: &state.resolved,
             counters: &state.counters,
+            threads: &state.threads,
         };
         Some((checkpoint, saved))
     }
@@ -85,6 +91,7 @@ impl Saved {
             incident_jobs: self.incident_jobs,
             resolved: self.resolved,
             counters: self.counters,
+            threads: self.threads,
             bounds,
             last: Some(checkpoint),
             ..State::default()
@@ -95,6 +102,10 @@ impl Saved {
             counters.refused_rate = 0;
             counters.refused_pending = 0;
         }
+        let correlator = &state.correlator;
+        state.threads.reindex(|id| {
+            correlator.incident(id).is_some_and(|i| i.state == super::correlate::IncidentStatus::Resolved)
+        });
         for (id, slot) in self.jobs {
             match slot {
                 JobSlot::Live(job) => set_job(&mut state, *job, None),

@@ -17,6 +17,7 @@ use super::admission::Admission;
 use super::correlate::{Correlator, Decision, IdKind, IncidentStatus};
 use super::job::{Job, JobStatus};
 use super::record::DeliveryRecord;
+use super::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
 use crate::journal::{Checkpoint, Location, Record};
 
 /// Journal kind of a delivery.
@@ -123,6 +124,8 @@ pub(crate) struct State {
     pub(crate) since_snapshot: u64,
     /// A snapshot is due and waits for the records in flight: new writes wait (briefly).
     pub(crate) barrier: bool,
+    /// Receivers told about each incident: threads and resolve notices.
+    pub(crate) threads: Threads,
 }
 
 /// Delivery counters of one alert source.
@@ -196,6 +199,7 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
             && incident.event_ids.last() == Some(&outcome.event_id)
         {
             state.resolved.push_back(outcome.incident_id.clone());
+            state.threads.resolved(&outcome.incident_id);
         }
     }
     state.forget_resolved();
@@ -281,7 +285,13 @@ impl State {
         }
     }
 
+    /// Whether the incident is known and resolved.
+    pub(crate) fn incident_resolved(&self, id: &str) -> bool {
+        self.correlator.incident(id).is_some_and(|i| i.state == IncidentStatus::Resolved)
+    }
+
     fn forget_incident(&mut self, id: &str) {
+        self.threads.forget(id);
         let Some(incident) = self.correlator.forget(id) else { return };
         for event in &incident.event_ids {
             self.events.remove(event);
@@ -388,6 +398,12 @@ pub(crate) fn apply(
             }
             set_job(state, job, Some(record.location));
         }
+        NOTIFIED => {
+            let notified: NotifiedRecord = serde_json::from_value(record.data.clone())?;
+            let resolved = state.incident_resolved(&notified.incident_id);
+            state.threads.notified(notified, resolved);
+        }
+        NOTICE => state.threads.noticed(serde_json::from_value::<NoticeRecord>(record.data.clone())?),
         other => return Err(RecordError::UnknownKind(other.to_string())),
     }
     state.last = Some(record.checkpoint());

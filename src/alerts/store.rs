@@ -48,6 +48,7 @@ use super::saved;
 pub use super::saved::verify;
 use super::state::{Bounds, DELIVERY, JOB, State, apply_delivery, set_job};
 pub use super::state::{RecordError, SourceCounters};
+pub use super::threads::{DueNotice, Told};
 use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
@@ -464,7 +465,8 @@ impl AlertStore {
                 Err(error) => return Err(self.fail(generation, error)),
             }
         }
-        if events.iter().any(|e| e.job_id.is_some()) {
+        // A new job, or a resolution that makes resolve notices due.
+        if events.iter().any(|e| e.status != "duplicate") {
             self.wake();
         }
         Ok(Accepted { delivery_id, events, truncated })
@@ -472,24 +474,39 @@ impl AlertStore {
 
     /// Records a job state change.
     pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
-        self.ensure_available().await?;
-        self.pass_snapshot_barrier().await;
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
-        let job = &job;
-        let data = serde_json::to_value(job).unwrap_or_default();
+        let data = serde_json::to_value(&job).unwrap_or_default();
+        let settled = job.clone();
+        self.append(JOB, &data, move |state| set_job(state, job, None), |state, at| state.settle_job(&settled, at))
+            .await
+    }
+
+    /// Appends one record of `kind`, applied by `apply` under the same lock it is queued in
+    /// (so the journal order is the order of decisions) and by `settle` once written at its
+    /// location; returns once it is written. A failed write makes the store unavailable
+    /// until a recovery.
+    pub(super) async fn append(
+        &self,
+        kind: &str,
+        data: &serde_json::Value,
+        apply: impl FnOnce(&mut State),
+        settle: impl FnOnce(&mut State, crate::journal::Location),
+    ) -> Result<(), AlertStoreError> {
+        self.ensure_available().await?;
+        self.pass_snapshot_barrier().await;
         let (pending, generation) = {
             let mut state = self.lock();
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
-            let pending = self.journal.enqueue(JOB, &data)?;
+            let pending = self.journal.enqueue(kind, data)?;
             state.in_flight += 1;
-            set_job(&mut state, job.clone(), None);
+            apply(&mut state);
             (pending, state.generation)
         };
         let record = pending.committed().await.map_err(|error| self.fail(generation, error))?;
-        self.settled(generation, &record, |state| state.settle_job(job, record.location));
+        self.settled(generation, &record, |state| settle(state, record.location));
         Ok(())
     }
 

@@ -19,22 +19,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::delivery::{key_text, notification, pending_delivery, receiver_kind, target};
+use super::delivery::{key_text, pending_delivery, receiver_kind};
 use super::request::{investigation_request, namespace_of};
-use super::store::{AlertStore, AlertStoreError, Delivery, DeliveryStatus, Job, JobStatus};
+use super::store::{AlertStore, AlertStoreError, Job, JobStatus};
 use crate::audit::{AuditError, RunRecord, RunStatus};
+use crate::catalog::CatalogStore;
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
-use crate::catalog::{CatalogStore, ObjectKey};
 use crate::engine::request::RunError;
 use crate::engine::run::Engine;
-use crate::notify::{self, RetryPolicy};
+use crate::notify::RetryPolicy;
 use crate::resources::{Kind, Resource};
-use crate::tenancy::{DEFAULT_NAMESPACE, Tenancy};
+use crate::tenancy::Tenancy;
 use crate::text;
 
 /// Longest stored error text, in characters.
@@ -100,17 +100,24 @@ pub enum WorkerError {
 
 /// The worker.
 pub struct Worker {
-    store: Arc<AlertStore>,
+    pub(super) store: Arc<AlertStore>,
     engine: Arc<Engine>,
-    catalog: CatalogStore,
-    secrets: Arc<dyn SecretResolver>,
-    board: StatusBoard,
-    client: reqwest::Client,
-    settings: WorkerSettings,
+    pub(super) catalog: CatalogStore,
+    pub(super) secrets: Arc<dyn SecretResolver>,
+    pub(super) board: StatusBoard,
+    pub(super) client: reqwest::Client,
+    pub(super) settings: WorkerSettings,
     active: Mutex<BTreeSet<String>>,
     /// Jobs in a row whose state could not be recorded.
     store_failures: AtomicU32,
+    /// The time routing (quiet windows) looks at.
+    pub(super) clock: Clock,
+    /// Whether resolve notices are being sent.
+    notices_busy: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// A source of the current time; tests inject a fixed one.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// What one attempt concluded.
 enum Attempt {
@@ -140,7 +147,15 @@ impl Worker {
             settings,
             active: Mutex::new(BTreeSet::new()),
             store_failures: AtomicU32::new(0),
+            clock: Arc::new(Timestamp::now),
+            notices_busy: Arc::default(),
         })
+    }
+
+    /// The same worker whose routing (quiet windows) reads the time from `clock`.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Claims and runs jobs until `cancel`; jobs in flight at shutdown are resumed
@@ -171,6 +186,14 @@ impl Worker {
                     worker.active_jobs().remove(&id);
                     drop(permit);
                     worker.store.wake();
+                });
+            }
+            if !self.store.due_notices(1).is_empty() && !self.notices_busy.swap(true, Ordering::SeqCst) {
+                let worker = self.clone();
+                tasks.spawn(async move {
+                    let result = worker.send_notices().await;
+                    worker.notices_busy.store(false, Ordering::SeqCst);
+                    worker.settle(result);
                 });
             }
             while tasks.try_join_next().is_some() {}
@@ -251,6 +274,11 @@ impl Worker {
 
     async fn process(&self, job: Job) {
         let result = if job.status == JobStatus::Succeeded { self.notify(job).await } else { self.attempt(job).await };
+        self.settle(result);
+    }
+
+    /// Notes whether a state change could be recorded (the worker pauses while it cannot).
+    fn settle(&self, result: Result<(), WorkerError>) {
         match result {
             Ok(()) => {
                 if self.store_failures.swap(0, Ordering::SeqCst) > 0 {
@@ -336,89 +364,6 @@ impl Worker {
                 Ok(self.store.update_job(&job).await?)
             }
         }
-    }
-
-    /// Sends the result to every pending delivery of a succeeded job, in parallel,
-    /// and records each outcome. The investigation itself never runs again.
-    async fn notify(&self, mut job: Job) -> Result<(), WorkerError> {
-        let (Some(result), Some(event)) = (job.result.clone(), self.store.event(&job.event_id)) else {
-            // Cannot happen with a consistent journal; never leave deliveries pending forever.
-            for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
-                delivery.status = DeliveryStatus::Failed;
-                delivery.error = Some("alert_context_missing".into());
-            }
-            return Ok(self.store.update_job(&job).await?);
-        };
-        let notification = notification(&job, &result, &event, self.settings.public_url.as_deref());
-        let catalog = self.catalog.current();
-        let namespace = if job.namespace.is_empty() { DEFAULT_NAMESPACE } else { job.namespace.as_str() };
-        let mut sends = Vec::new();
-        for (index, delivery) in job.deliveries.iter_mut().enumerate() {
-            if delivery.status != DeliveryStatus::Pending {
-                continue;
-            }
-            // Deliveries recorded by an earlier version may name receivers of any namespace.
-            let visible =
-                delivery.receiver.split_once('/').is_some_and(|(ns, _)| self.settings.tenancy.sees(namespace, ns));
-            if !visible {
-                delivery.status = DeliveryStatus::Failed;
-                delivery.error = Some("receiver_not_visible".into());
-                continue;
-            }
-            let spec = catalog.entries.iter().find_map(|(key, entry)| match entry.resource.as_ref() {
-                Resource::NotificationReceiver(r)
-                    if key.kind == Kind::NotificationReceiver && key_text(key) == delivery.receiver =>
-                {
-                    Some((key.namespace.clone(), r.spec.clone()))
-                }
-                _ => None,
-            });
-            match spec.map(|(namespace, spec)| target(&namespace, &spec, self.secrets.as_ref())) {
-                Some(Ok(target)) => sends.push((index, target)),
-                Some(Err(reason)) => {
-                    delivery.status = DeliveryStatus::Failed;
-                    delivery.error = Some(reason.to_string());
-                }
-                None => {
-                    delivery.status = DeliveryStatus::Failed;
-                    delivery.error = Some("unknown_receiver".into());
-                }
-            }
-        }
-        let client = &self.client;
-        let policy = self.settings.delivery;
-        let outcomes = futures_util::future::join_all(sends.iter().map(|(index, target)| {
-            let delivery = &job.deliveries[*index];
-            notify::deliver(client, &delivery.receiver, target, &notification, &delivery.delivery_id, policy)
-        }))
-        .await;
-        for ((index, _), outcome) in sends.iter().zip(outcomes) {
-            let delivery = &mut job.deliveries[*index];
-            delivery.status = if outcome.delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
-            delivery.attempts += outcome.attempts;
-            delivery.http_status = outcome.http_status;
-            delivery.error = outcome.error;
-        }
-        for delivery in &job.deliveries {
-            self.report_delivery(delivery);
-        }
-        Ok(self.store.update_job(&job).await?)
-    }
-
-    fn report_delivery(&self, delivery: &Delivery) {
-        let Some((namespace, name)) = delivery.receiver.split_once('/') else { return };
-        let key = ObjectKey { kind: Kind::NotificationReceiver, namespace: namespace.into(), name: name.into() };
-        let outcome = match delivery.status {
-            DeliveryStatus::Delivered => "delivered",
-            DeliveryStatus::Failed => "failed",
-            DeliveryStatus::Pending => return,
-        };
-        let last = json!({
-            "time": crate::resources::common::now_rfc3339(),
-            "outcome": outcome,
-            "message": delivery.error.clone().unwrap_or_else(|| format!("delivery {}", delivery.delivery_id)),
-        });
-        self.board.merge_runtime(key, json!({"lastDelivery": last}));
     }
 
     /// Receivers in the Catalog now that `namespace` sees, as (`namespace/name`, type).

@@ -5,9 +5,11 @@
 //! bot token in the URL path). Response bodies are read up to 64 KiB and
 //! discarded (never logged).
 
+use super::chat::mattermost_escape;
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
 use super::message::{
-    Notification, WEBHOOK_EVENT, WEBHOOK_MAX_BODY_BYTES, mattermost_text, telegram_text, webhook_body,
+    Notification, ResolvedNotice, WEBHOOK_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT, mattermost_text,
+    resolved_text, resolved_webhook_body, telegram_text, webhook_body,
 };
 use futures_util::future::join_all;
 use hmac::{Hmac, Mac};
@@ -199,16 +201,47 @@ struct PreparedRequest {
     telegram: bool,
 }
 
-fn prepare(target: &Target, n: &Notification, delivery_id: &str) -> Result<PreparedRequest, DeliveryError> {
+/// What a delivery carries: an investigation's result, or a resolve notice.
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    /// `incident.investigated`.
+    Investigated(&'a Notification),
+    /// `incident.resolved`.
+    Resolved(&'a ResolvedNotice),
+}
+
+impl Payload<'_> {
+    /// The Telegram text.
+    pub fn telegram_text(&self) -> String {
+        match self {
+            Payload::Investigated(n) => telegram_text(n),
+            Payload::Resolved(n) => resolved_text(n),
+        }
+    }
+
+    /// The Mattermost text (Markdown-escaped).
+    pub fn mattermost_text(&self) -> String {
+        match self {
+            Payload::Investigated(n) => mattermost_text(n),
+            Payload::Resolved(n) => mattermost_escape(&resolved_text(n)),
+        }
+    }
+}
+
+fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<PreparedRequest, DeliveryError> {
     match target {
         Target::Webhook { url, bearer_token, hmac_secret } => {
-            let body = serde_json::to_vec(&webhook_body(n, delivery_id)).map_err(|_| DeliveryError::EncodePayload)?;
+            let (envelope, event, run_id) = match payload {
+                Payload::Investigated(n) => (webhook_body(n, delivery_id), WEBHOOK_EVENT, n.run_id.as_deref()),
+                Payload::Resolved(n) => (resolved_webhook_body(n, delivery_id), WEBHOOK_RESOLVED_EVENT, None),
+            };
+            let body = serde_json::to_vec(&envelope).map_err(|_| DeliveryError::EncodePayload)?;
             if body.len() > WEBHOOK_MAX_BODY_BYTES {
                 return Err(DeliveryError::EncodePayload);
             }
-            let mut headers = vec![("x-akritas-event", WEBHOOK_EVENT.to_string())];
+            let mut headers = vec![("x-akritas-event", event.to_string())];
             headers.push(("x-akritas-delivery", delivery_id.to_string()));
-            if let Some(run_id) = n.run_id.as_deref().filter(|r| !r.is_empty()) {
+            if let Some(run_id) = run_id.filter(|r| !r.is_empty()) {
                 headers.push(("x-akritas-run-id", run_id.to_string()));
             }
             if let Some(secret) = hmac_secret.as_deref() {
@@ -224,7 +257,7 @@ fn prepare(target: &Target, n: &Notification, delivery_id: &str) -> Result<Prepa
             })
         }
         Target::Telegram { base_url, bot_token, chat_id, message_thread_id } => {
-            let mut payload = serde_json::json!({ "chat_id": chat_id, "text": telegram_text(n) });
+            let mut payload = serde_json::json!({ "chat_id": chat_id, "text": payload.telegram_text() });
             if let Some(id) = message_thread_id {
                 payload["message_thread_id"] = serde_json::json!(id);
             }
@@ -239,7 +272,7 @@ fn prepare(target: &Target, n: &Notification, delivery_id: &str) -> Result<Prepa
             })
         }
         Target::Mattermost { base_url, bot_token, channel_id } => {
-            let payload = serde_json::json!({ "channel_id": channel_id, "message": mattermost_text(n) });
+            let payload = serde_json::json!({ "channel_id": channel_id, "message": payload.mattermost_text() });
             let body = serde_json::to_vec(&payload).map_err(|_| DeliveryError::EncodePayload)?;
             Ok(PreparedRequest {
                 url: format!("{}/api/v4/posts", base_url.trim_end_matches('/')),
@@ -327,6 +360,18 @@ pub async fn deliver(
     delivery_id: &str,
     policy: RetryPolicy,
 ) -> DeliveryOutcome {
+    deliver_payload(client, receiver, target, Payload::Investigated(n), delivery_id, policy).await
+}
+
+/// [`deliver`] for any [`Payload`].
+pub async fn deliver_payload(
+    client: &reqwest::Client,
+    receiver: &str,
+    target: &Target,
+    payload: Payload<'_>,
+    delivery_id: &str,
+    policy: RetryPolicy,
+) -> DeliveryOutcome {
     let started = Instant::now();
     let mut outcome = DeliveryOutcome {
         receiver: receiver.to_string(),
@@ -338,7 +383,7 @@ pub async fn deliver(
         attempts: 0,
         duration_ms: 0,
     };
-    match prepare(target, n, delivery_id) {
+    match prepare(target, payload, delivery_id) {
         Err(e) => outcome.error = Some(e.code().to_string()),
         Ok(req) => {
             let max_attempts = policy.attempts.max(1);
@@ -373,6 +418,13 @@ pub async fn deliver(
             }
         }
     }
+    finish(&mut outcome, started);
+    outcome
+}
+
+/// Stamps the duration of a delivery, counts it on /metrics and logs a failure.
+pub(crate) fn finish(outcome: &mut DeliveryOutcome, started: Instant) {
+    let receiver = outcome.receiver.as_str();
     outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let result = if outcome.delivered { "delivered" } else { outcome.error.as_deref().unwrap_or("failed") };
     crate::telemetry::count(
@@ -399,7 +451,6 @@ pub async fn deliver(
             "notification delivery failed"
         );
     }
-    outcome
 }
 
 /// Delivers to every receiver concurrently, each with its own fresh delivery

@@ -166,6 +166,47 @@ pub fn webhook_body_at(n: &Notification, delivery_id: &str, created_at: SystemTi
     })
 }
 
+/// Webhook envelope `event` of a resolve notice.
+pub const WEBHOOK_RESOLVED_EVENT: &str = "incident.resolved";
+
+/// An incident whose alerts all resolved: what its resolve notice says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResolvedNotice {
+    pub incident_id: String,
+    /// Name of the alert (the incident's title).
+    pub alert_name: String,
+    /// `type:name` of the AlertSource.
+    pub source: String,
+    pub severity: String,
+    /// Always `resolved`.
+    pub alert_status: AlertStatus,
+    /// RFC 3339 time the incident resolved.
+    pub resolved_at: String,
+}
+
+/// The chat line of a resolve notice: `Resolved: <alert name> (<incident id>) at <time>`,
+/// values sanitised like every inserted value.
+pub fn resolved_text(n: &ResolvedNotice) -> String {
+    format!(
+        "Resolved: {} ({}) at {}",
+        sanitize_value(&n.alert_name),
+        sanitize_value(&n.incident_id),
+        sanitize_value(&n.resolved_at)
+    )
+}
+
+/// Webhook envelope of a resolve notice: the shape of [`webhook_body`] with event
+/// `incident.resolved`.
+pub fn resolved_webhook_body(n: &ResolvedNotice, delivery_id: &str) -> Value {
+    json!({
+        "version": 1,
+        "event": WEBHOOK_RESOLVED_EVENT,
+        "delivery_id": delivery_id,
+        "created_at": rfc3339_nano_utc(SystemTime::now()),
+        "incident": n,
+    })
+}
+
 /// RFC 3339 UTC timestamp with nanoseconds, trailing zeros trimmed like Go's
 /// `time.RFC3339Nano` (e.g. `2026-11-30T06:36:31.5Z`).
 pub fn rfc3339_nano_utc(t: SystemTime) -> String {

@@ -5,9 +5,14 @@
 pub mod chat;
 pub mod deliver;
 pub mod message;
+pub mod routing;
+pub mod thread;
 
 pub use deliver::{
-    DeliveryError, DeliveryOutcome, RetryPolicy, TELEGRAM_DEFAULT_BASE_URL, Target, deliver, deliver_all,
-    new_delivery_id, signature_header,
+    DeliveryError, DeliveryOutcome, Payload, RetryPolicy, TELEGRAM_DEFAULT_BASE_URL, Target, deliver, deliver_all,
+    deliver_payload, new_delivery_id, signature_header,
 };
-pub use message::{AlertStatus, Notification, mattermost_text, run_url, telegram_text, webhook_body};
+pub use message::{
+    AlertStatus, Notification, ResolvedNotice, mattermost_text, resolved_text, run_url, telegram_text, webhook_body,
+};
+pub use thread::{ThreadedOutcome, deliver_threaded};

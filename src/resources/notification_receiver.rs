@@ -44,6 +44,133 @@ pub struct NotificationReceiverSpec {
     /// Inbound bot settings (Telegram or Mattermost); absent means outbound only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbound: Option<InboundBot>,
+    /// Which incidents this receiver is told about, and when not; absent means every
+    /// incident its namespace sees, at any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<Routing>,
+}
+
+/// `HH:MM`, 00:00 to 23:59.
+pub const CLOCK_TIME_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
+/// `+HH:MM` or `-HH:MM`, at most 14 hours.
+pub const UTC_OFFSET_PATTERN: &str = "^[+-](0[0-9]|1[0-4]):[0-5][0-9]$";
+
+/// Filters and quiet windows of a receiver. Every filter that is set must match; a
+/// notification that a filter excludes, or that falls in a quiet window, is not sent
+/// but recorded as `filtered` with the reason.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Routing {
+    /// Alert severities (`critical`, `warning`, `info`, ...) told; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 64)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub severities: Vec<String>,
+    /// Names of the AlertSources whose incidents are told; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub alert_sources: Vec<String>,
+    /// Namespaces of the incidents told; empty means all the receiver sees.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub namespaces: Vec<String>,
+    /// Labels every one of which the incident's alert must carry with this value.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    /// Times when nothing is sent to this receiver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub quiet_windows: Vec<QuietWindow>,
+}
+
+/// A daily stretch of time, in a fixed UTC offset, when the receiver is not notified.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QuietWindow {
+    /// Days the window starts on; empty means every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 7))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub days: Vec<Weekday>,
+    /// Start, `HH:MM` (inclusive).
+    #[schemars(regex(pattern = CLOCK_TIME_PATTERN))]
+    pub start: String,
+    /// End, `HH:MM` (exclusive); earlier than `start` means the window runs past midnight.
+    #[schemars(regex(pattern = CLOCK_TIME_PATTERN))]
+    pub end: String,
+    /// Offset from UTC the times are in, `+HH:MM` or `-HH:MM`; default `+00:00`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = UTC_OFFSET_PATTERN))]
+    pub utc_offset: Option<String>,
+}
+
+/// A day of the week.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Weekday {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+/// Minutes since midnight of an `HH:MM` text.
+pub fn clock_minutes(text: &str) -> Option<u16> {
+    let (h, m) = text.split_once(':')?;
+    if h.len() != 2 || m.len() != 2 {
+        return None;
+    }
+    let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
+    (h < 24 && m < 60).then_some(h * 60 + m)
+}
+
+/// Seconds east of UTC of a `+HH:MM` / `-HH:MM` text (at most 14 hours).
+pub fn offset_seconds(text: &str) -> Option<i32> {
+    let sign = match text.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let minutes = i32::from(clock_minutes(&text[1..])?);
+    (minutes <= 14 * 60).then_some(sign * minutes * 60)
+}
+
+impl Routing {
+    /// Problems the schema cannot express, as (field under `spec.routing`, reason).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        for (i, window) in self.quiet_windows.iter().enumerate() {
+            let at = |field: &str| format!("quietWindows[{i}].{field}");
+            for (field, value) in [("start", &window.start), ("end", &window.end)] {
+                if clock_minutes(value).is_none() {
+                    problems.push((at(field), format!("{value:?} is not a time of day; write HH:MM, 00:00 to 23:59")));
+                }
+            }
+            if clock_minutes(&window.start).is_some() && window.start == window.end {
+                problems.push((at("end"), "equals start: the window would be empty; widen it or remove it".into()));
+            }
+            if let Some(offset) = &window.utc_offset
+                && offset_seconds(offset).is_none()
+            {
+                problems.push((
+                    at("utcOffset"),
+                    format!("{offset:?} is not a UTC offset; write +HH:MM or -HH:MM, at most 14 hours"),
+                ));
+            }
+        }
+        for key in self.match_labels.keys() {
+            if key.is_empty() {
+                problems.push(("matchLabels".into(), "a label name must not be empty".into()));
+            }
+        }
+        problems
+    }
 }
 
 /// Receiver types.

@@ -1,0 +1,253 @@
+//! What the worker sends: a succeeded job's result to every receiver its namespace sees,
+//! and each resolved incident's resolve notice to every receiver told about it.
+//!
+//! Telegram and Mattermost receivers get one thread per incident: the first notification
+//! that reaches a receiver is a top-level message whose id is journaled with the incident
+//! ([`AlertStore::record_notified`]) before anything else is recorded; every later one
+//! (the resolve notice, a result after a restart) replies in it. Each receiver's routing
+//! (`spec.routing`) applies to both; a notification it excludes is recorded as a
+//! `filtered` delivery with the reason and counted on /metrics
+//! (`akritas_notifications_filtered_total{receiver,reason}`), never sent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::correlate::IncidentState;
+use super::delivery::{key_text, notification, pending_delivery, target};
+use super::store::{Delivery, DeliveryStatus, DueNotice, Job, StoredEvent};
+use super::worker::{Worker, WorkerError};
+use crate::catalog::ObjectKey;
+use crate::notify::routing::{FilterReason, RouteFacts, filter};
+use crate::notify::{self, Payload, ResolvedNotice, Target};
+use crate::resources::notification_receiver::NotificationReceiverSpec;
+use crate::resources::{Kind, Resource};
+use crate::tenancy::DEFAULT_NAMESPACE;
+
+/// Resolve notices sent per pass.
+const NOTICES_PER_PASS: usize = 64;
+
+/// Labels every event of the incident carries with the same value.
+fn common_labels(events: &[StoredEvent]) -> BTreeMap<String, String> {
+    let mut events = events.iter().map(|e| &e.event.labels);
+    let Some(first) = events.next() else { return BTreeMap::new() };
+    let mut common = first.clone();
+    for labels in events {
+        common.retain(|k, v| labels.get(k) == Some(v));
+    }
+    common
+}
+
+/// Counts a filtered notification.
+fn count_filtered(receiver: &str, reason: FilterReason) {
+    crate::telemetry::count(
+        "akritas_notifications_filtered_total",
+        "Notifications not sent because the receiver's routing excluded them, by receiver and reason.",
+        &[("receiver", receiver), ("reason", reason.code())],
+        1.0,
+    );
+}
+
+/// Marks a delivery filtered.
+fn filtered(delivery: &mut Delivery, reason: FilterReason) {
+    delivery.status = DeliveryStatus::Filtered;
+    delivery.reason = Some(reason.code().to_string());
+    count_filtered(&delivery.receiver, reason);
+}
+
+impl Worker {
+    /// The receiver `namespace/name` in the Catalog now, with its namespace.
+    fn receiver_spec(&self, receiver: &str) -> Option<(String, NotificationReceiverSpec)> {
+        let catalog = self.catalog.current();
+        catalog.entries.iter().find_map(|(key, entry)| match entry.resource.as_ref() {
+            Resource::NotificationReceiver(r)
+                if key.kind == Kind::NotificationReceiver && key_text(key) == receiver =>
+            {
+                Some((key.namespace.clone(), r.spec.clone()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Whether `receiver` may be told about incidents of `namespace`.
+    fn visible(&self, namespace: &str, receiver: &str) -> bool {
+        receiver.split_once('/').is_some_and(|(ns, _)| self.settings.tenancy.sees(namespace, ns))
+    }
+
+    /// Where to send; `None` when the delivery is settled here (filtered, or failed with its code).
+    fn route(&self, namespace: &str, delivery: &mut Delivery, facts: &RouteFacts<'_>) -> Option<Target> {
+        if !self.visible(namespace, &delivery.receiver) {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.error = Some("receiver_not_visible".into());
+            return None;
+        }
+        let Some((receiver_namespace, spec)) = self.receiver_spec(&delivery.receiver) else {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.error = Some("unknown_receiver".into());
+            return None;
+        };
+        if let Some(reason) = filter(spec.routing.as_ref(), facts, (self.clock)()) {
+            filtered(delivery, reason);
+            return None;
+        }
+        match target(&receiver_namespace, &spec, self.secrets.as_ref()) {
+            Ok(target) => Some(target),
+            Err(reason) => {
+                delivery.status = DeliveryStatus::Failed;
+                delivery.error = Some(reason.to_string());
+                None
+            }
+        }
+    }
+
+    /// Sends the result to every pending delivery of a succeeded job, in parallel,
+    /// and records each outcome. The investigation itself never runs again.
+    pub(super) async fn notify(&self, mut job: Job) -> Result<(), WorkerError> {
+        let (Some(result), Some(event)) = (job.result.clone(), self.store.event(&job.event_id)) else {
+            // Cannot happen with a consistent journal; never leave deliveries pending forever.
+            for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
+                delivery.status = DeliveryStatus::Failed;
+                delivery.error = Some("alert_context_missing".into());
+            }
+            return Ok(self.store.update_job(&job).await?);
+        };
+        let notification = notification(&job, &result, &event, self.settings.public_url.as_deref());
+        let namespace = if job.namespace.is_empty() { DEFAULT_NAMESPACE } else { job.namespace.as_str() }.to_string();
+        let incident = self.store.incident(&job.incident_id);
+        let events = incident.as_ref().map(|(_, events, _)| events.clone()).unwrap_or_else(|| vec![event.clone()]);
+        let labels = common_labels(&events);
+        let facts = RouteFacts {
+            severity: event.event.severity.as_str(),
+            severity_label: event.event.labels.get("severity").map(String::as_str),
+            alert_source: incident.as_ref().map_or(event.event.source.name.as_str(), |(i, _, _)| i.source.as_str()),
+            namespace: &namespace,
+            labels: &labels,
+        };
+        let mut sends = Vec::new();
+        for (index, delivery) in job.deliveries.iter_mut().enumerate() {
+            if delivery.status != DeliveryStatus::Pending {
+                continue;
+            }
+            if let Some(target) = self.route(&namespace, delivery, &facts) {
+                let root = self.store.told(&job.incident_id, &delivery.receiver).and_then(|t| t.thread_id);
+                sends.push((index, target, root));
+            }
+        }
+        let (client, policy) = (&self.client, self.settings.delivery);
+        let payload = Payload::Investigated(&notification);
+        let outcomes = futures_util::future::join_all(sends.iter().map(|(index, target, root)| {
+            let delivery = &job.deliveries[*index];
+            notify::deliver_threaded(
+                client,
+                &delivery.receiver,
+                target,
+                payload,
+                root.as_deref(),
+                &delivery.delivery_id,
+                policy,
+            )
+        }))
+        .await;
+        for ((index, _, root), sent) in sends.iter().zip(outcomes) {
+            let delivery = &mut job.deliveries[*index];
+            let outcome = sent.outcome;
+            delivery.status = if outcome.delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
+            delivery.attempts += outcome.attempts;
+            delivery.http_status = outcome.http_status;
+            delivery.error = outcome.error;
+            if outcome.delivered && root.is_none() {
+                // The thread is journaled before the job, so a restart replies in it.
+                self.store.record_notified(&job.incident_id, &delivery.receiver, sent.message_id).await?;
+            }
+        }
+        for delivery in &job.deliveries {
+            self.report_delivery(delivery);
+        }
+        Ok(self.store.update_job(&job).await?)
+    }
+
+    /// Sends the resolve notices that are due, one receiver at a time, recording each outcome.
+    pub(super) async fn send_notices(self: &Arc<Self>) -> Result<(), WorkerError> {
+        loop {
+            let due = self.store.due_notices(NOTICES_PER_PASS);
+            if due.is_empty() {
+                return Ok(());
+            }
+            for notice in due {
+                let delivery = self.send_notice(&notice).await;
+                self.report_delivery(&delivery);
+                self.store.record_notice(&notice.incident_id, &delivery).await?;
+            }
+        }
+    }
+
+    /// Sends one resolve notice; the delivery says what happened.
+    async fn send_notice(&self, due: &DueNotice) -> Delivery {
+        let kind =
+            self.receiver_spec(&due.receiver).map_or("webhook", |(_, spec)| super::delivery::receiver_kind(&spec));
+        let mut delivery = pending_delivery(&due.receiver, kind);
+        let Some((incident, events, _)) = self.store.incident(&due.incident_id) else {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.error = Some("alert_context_missing".into());
+            return delivery;
+        };
+        let labels = common_labels(&events);
+        let first = events.first();
+        let facts = RouteFacts {
+            severity: incident.severity.as_str(),
+            severity_label: first.and_then(|e| e.event.labels.get("severity")).map(String::as_str),
+            alert_source: &incident.source,
+            namespace: &incident.namespace,
+            labels: &labels,
+        };
+        let Some(target) = self.route(&incident.namespace, &mut delivery, &facts) else { return delivery };
+        let notice = resolved_notice(&incident, first);
+        let sent = notify::deliver_threaded(
+            &self.client,
+            &delivery.receiver,
+            &target,
+            Payload::Resolved(&notice),
+            due.thread_id.as_deref(),
+            &delivery.delivery_id,
+            self.settings.delivery,
+        )
+        .await;
+        delivery.status = if sent.outcome.delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
+        delivery.attempts = sent.outcome.attempts;
+        delivery.http_status = sent.outcome.http_status;
+        delivery.error = sent.outcome.error;
+        delivery
+    }
+
+    pub(super) fn report_delivery(&self, delivery: &Delivery) {
+        let Some((namespace, name)) = delivery.receiver.split_once('/') else { return };
+        let key = ObjectKey { kind: Kind::NotificationReceiver, namespace: namespace.into(), name: name.into() };
+        let outcome = match delivery.status {
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Filtered => "filtered",
+            DeliveryStatus::Pending => return,
+        };
+        let message = match (&delivery.error, &delivery.reason) {
+            (Some(error), _) => error.clone(),
+            (None, Some(reason)) => format!("filtered by routing: {reason}"),
+            (None, None) => format!("delivery {}", delivery.delivery_id),
+        };
+        let last = json!({"time": crate::resources::common::now_rfc3339(), "outcome": outcome, "message": message});
+        self.board.merge_runtime(key, json!({"lastDelivery": last}));
+    }
+}
+
+/// The resolve notice of an incident.
+fn resolved_notice(incident: &IncidentState, first: Option<&StoredEvent>) -> ResolvedNotice {
+    ResolvedNotice {
+        incident_id: incident.id.clone(),
+        alert_name: incident.name.clone(),
+        source: first
+            .map_or_else(|| incident.source.clone(), |e| format!("{}:{}", e.event.source.kind, e.event.source.name)),
+        severity: incident.severity.as_str().to_string(),
+        alert_status: notify::AlertStatus::Resolved,
+        resolved_at: incident.resolved_at.unwrap_or(incident.updated_at).to_string(),
+    }
+}

@@ -1,0 +1,123 @@
+//! Threaded delivery to chat receivers: the first notification of an incident to a
+//! Telegram chat or Mattermost channel is a top-level message whose id (Telegram
+//! `message_id`, Mattermost post id) becomes the incident's thread there; every later one
+//! replies in that thread (Telegram `reply_parameters.message_id`, Mattermost `root_id`).
+//! Webhook receivers have no threads and go through [`super::deliver_payload`].
+//!
+//! Same retry policy, error codes and metrics as [`super::deliver`]; errors are codes only.
+
+use std::time::Instant;
+
+use super::chat::{ChatError, MattermostApi, TelegramApi};
+use super::deliver::{DeliveryOutcome, Payload, RetryPolicy, Target, deliver_payload, finish};
+
+/// The outcome of a threaded delivery, and the id of the message it created.
+#[derive(Debug, Clone)]
+pub struct ThreadedOutcome {
+    pub outcome: DeliveryOutcome,
+    /// Telegram `message_id` (as text) or Mattermost post id of the message sent.
+    pub message_id: Option<String>,
+}
+
+/// Whether a failed chat call may be retried: timeouts, unreachable provider, 429 and 5xx.
+fn retryable(error: &ChatError) -> bool {
+    match error {
+        ChatError::Timeout | ChatError::RequestFailed => true,
+        ChatError::HttpStatus { status, .. } => *status == 429 || *status >= 500,
+        _ => false,
+    }
+}
+
+/// Delivers `payload` to one receiver. For Telegram and Mattermost: as a reply in the
+/// thread whose root is `root` (a message/post id), else as a new top-level message whose
+/// id is returned. Webhooks ignore `root`.
+pub async fn deliver_threaded(
+    client: &reqwest::Client,
+    receiver: &str,
+    target: &Target,
+    payload: Payload<'_>,
+    root: Option<&str>,
+    delivery_id: &str,
+    policy: RetryPolicy,
+) -> ThreadedOutcome {
+    let started = Instant::now();
+    let mut outcome = DeliveryOutcome {
+        receiver: receiver.to_string(),
+        kind: target.kind().to_string(),
+        delivery_id: delivery_id.to_string(),
+        delivered: false,
+        http_status: None,
+        error: None,
+        attempts: 0,
+        duration_ms: 0,
+    };
+    let sent = match target {
+        Target::Webhook { .. } => {
+            let outcome = deliver_payload(client, receiver, target, payload, delivery_id, policy).await;
+            return ThreadedOutcome { outcome, message_id: None };
+        }
+        Target::Telegram { base_url, bot_token, chat_id, message_thread_id } => {
+            let text = payload.telegram_text();
+            // A root that is not a Telegram message id cannot be replied to: send top-level.
+            let reply_to = root.and_then(|r| r.parse::<i64>().ok());
+            match TelegramApi::new(base_url, bot_token, policy.timeout) {
+                Ok(api) => {
+                    retry(&mut outcome, policy, || api.send_message(chat_id, &text, *message_thread_id, reply_to))
+                        .await
+                        .map(|id| id.to_string())
+                }
+                Err(error) => Err(error),
+            }
+        }
+        Target::Mattermost { base_url, bot_token, channel_id } => {
+            let text = payload.mattermost_text();
+            match MattermostApi::new(base_url, bot_token, policy.timeout) {
+                Ok(api) => retry(&mut outcome, policy, || api.create_post(channel_id, &text, root)).await,
+                Err(error) => Err(error),
+            }
+        }
+    };
+    let message_id = match sent {
+        Ok(id) => {
+            outcome.delivered = true;
+            outcome.error = None;
+            Some(id)
+        }
+        Err(error) => {
+            if let ChatError::HttpStatus { status, .. } = &error {
+                outcome.http_status = Some(*status);
+            }
+            outcome.error = Some(error.code().to_string());
+            None
+        }
+    };
+    if outcome.delivered && outcome.http_status.is_none() {
+        outcome.http_status = Some(200);
+    }
+    finish(&mut outcome, started);
+    ThreadedOutcome { outcome, message_id }
+}
+
+/// Calls `send` up to `policy.attempts` times while it fails with a retryable error,
+/// backing off exponentially; counts the attempts on `outcome`.
+async fn retry<T, F, Fut>(outcome: &mut DeliveryOutcome, policy: RetryPolicy, mut send: F) -> Result<T, ChatError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ChatError>>,
+{
+    let max_attempts = policy.attempts.max(1);
+    loop {
+        outcome.attempts += 1;
+        let result = match tokio::time::timeout(policy.timeout, send()).await {
+            Ok(result) => result,
+            Err(_) => Err(ChatError::Timeout),
+        };
+        match result {
+            Err(error) if retryable(&error) && outcome.attempts < max_attempts => {
+                let shift = (outcome.attempts - 1).min(16);
+                tokio::time::sleep(policy.base_delay.saturating_mul(1u32 << shift)).await;
+            }
+            other => return other,
+        }
+    }
+}
