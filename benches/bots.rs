@@ -120,8 +120,9 @@ async fn run() {
         let chat = -1000 - (i % CONVERSATIONS) - 1;
         let body = text_update(1_000 + i, chat, 7, 20_000 + i, &format!("q{i}"), None, None).to_string();
         loop {
-            let outcome =
-                bots.webhook(Provider::Telegram, "bench", Some(SECRET), Some("application/json"), body.as_bytes()).await;
+            let outcome = bots
+                .webhook(Provider::Telegram, "bench", Some(SECRET), Some("application/json"), body.as_bytes())
+                .await;
             match outcome {
                 Ok(_) => break,
                 Err(_) => {

@@ -72,6 +72,7 @@ fn telegram_update_decodes_ids_thread_and_event_id() {
             user_id: "55".into(),
             message_id: Some("7".into()),
             thread_id: Some("9".into()),
+            reply_to: None,
             text: "why is the api slow?".into(),
         }
     );
@@ -148,6 +149,7 @@ fn mattermost_outgoing_webhook_json_strips_the_trigger_word() {
             user_id: "u1".into(),
             message_id: Some("p1".into()),
             thread_id: Some("r1".into()),
+            reply_to: None,
             text: "why is the api slow?".into(),
         }
     );
@@ -252,6 +254,7 @@ fn message(conversation: &str, n: usize, text: &str) -> Inbound {
         user_id: "u1".into(),
         message_id: Some(n.to_string()),
         thread_id: None,
+        reply_to: None,
         text: text.into(),
     }
 }
@@ -608,7 +611,8 @@ async fn a_thousand_messages_over_twenty_conversations_keep_their_order() {
     // its reply was delivered: wait for the last one).
     for (conversation, questions) in &sent {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while gw.store().history(&key(conversation)).last().map(|t| t.user.as_str()) != questions.last().map(String::as_str)
+        while gw.store().history(&key(conversation)).last().map(|t| t.user.as_str())
+            != questions.last().map(String::as_str)
             && std::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -26,14 +26,22 @@ const MM_SECRET: &str = "mattermost-outgoing-token-0123";
 const CHAT: i64 = -1001234567890;
 const USER: i64 = 4242;
 const MM_CHANNEL: &str = "channel0000000000000000001";
+const AM_TOKEN: &str = "bots-alertmanager-token-0123";
 const MM_USER: &str = "user00000000000000000000001";
 
 /// Answers by phase: 0 plans nothing and answers; 1 plans `get-sum` through MCP and
 /// answers with its result; 2 answers a long text with mentions.
 fn model(phase: Arc<AtomicU8>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
     move |_, request| {
         let phase = phase.load(Ordering::SeqCst);
+        if offers(request, &submit) {
+            let result = json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
+                "summary": "db-7 ran out of connections", "impact": "", "evidence": [], "ruled_out": [],
+                "affected_components": ["db-7"], "recommended_actions": ["check db-7"], "production_writes": 0});
+            return Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result)]));
+        }
         if offers(request, &plan) {
             let checks = if phase == 1 {
                 json!([{"step": "Add the numbers", "tool": "mcp.everything.get-sum", "arguments": {"a": 2, "b": 40},
@@ -73,7 +81,7 @@ kind: NotificationReceiver
 metadata: {{name: tg-hook}}
 spec:
   type: telegram
-  telegram: {{botToken: {{env: BOTS_TG_TOKEN}}, chatId: "{CHAT}", baseUrl: "{telegram}"}}
+  telegram: {{botToken: {{env: BOTS_TG_TOKEN}}, chatId: "-1009", baseUrl: "{telegram}"}}
   inbound: {{mode: webhook, secret: {{env: BOTS_TG_SECRET}}, allowedConversationIds: ["{CHAT}"]}}
 ---
 apiVersion: akritas.io/v1alpha1
@@ -94,6 +102,11 @@ spec:
       args: ["{entry}", stdio]
   namespace: mcp.everything
   allow: [read]
+---
+apiVersion: akritas.io/v1alpha1
+kind: AlertSource
+metadata: {{name: am}}
+spec: {{provider: alertmanager, auth: {{bearerToken: {{env: BOTS_AM_TOKEN}}}}}}
 "#,
         node = everything::node().display(),
         entry = everything::entry().display(),
@@ -120,6 +133,7 @@ impl Host {
             .env("BOTS_TG_SECRET", TG_SECRET)
             .env("BOTS_MM_TOKEN", MM_TOKEN)
             .env("BOTS_MM_SECRET", MM_SECRET)
+            .env("BOTS_AM_TOKEN", AM_TOKEN)
             .arg("--resources")
             .arg(&self.resources);
         let server = tokio::task::spawn_blocking(move || support::Server::start(command)).await.unwrap();
@@ -378,4 +392,57 @@ async fn a_mattermost_conversation_in_a_thread_uses_mcp_and_neutralises_mentions
     assert!(bot_runs.iter().all(|r| r["actor"] == format!("mattermost:{MM_USER}") && r["namespace"] == "default"));
     let log = server.log_text();
     assert!(!log.contains(MM_TOKEN) && !log.contains(MM_SECRET), "no secret in the log");
+}
+
+/// An incident's notification opens a thread; a reply to it is answered with the
+/// incident as context, and the Run records which incident it was about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
+    let dir = tempfile::tempdir().unwrap();
+    let telegram = TelegramStandIn::start(TG_TOKEN).await;
+    let mattermost = MattermostStandIn::start(MM_TOKEN).await;
+    let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(0)))).await;
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
+        llm: llm.url.clone(),
+    };
+    let server = host.start().await;
+    let alert = json!({"version": "4", "status": "firing", "receiver": "akritas", "groupKey": "{}:{alertname=\"PostgresDown\"}",
+        "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am", "truncatedAlerts": 0,
+        "alerts": [{"status": "firing", "labels": {"alertname": "PostgresDown", "severity": "critical", "instance": "db-7"},
+                    "annotations": {"summary": "db-7 is down"}, "startsAt": "2026-12-01T00:00:00Z",
+                    "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prom", "fingerprint": "00000000000000aa"}]});
+    let posted = reqwest::Client::new()
+        .post(format!("{}/api/v1/alerts/am/webhook", server.url))
+        .bearer_auth(AM_TOKEN)
+        .json(&alert)
+        .send()
+        .await
+        .unwrap();
+    assert!(posted.status().is_success(), "{}", posted.text().await.unwrap());
+    // The polling receiver's chat gets the notification: the thread's root.
+    let root = wait("the incident notification", || async {
+        telegram.sent().into_iter().find(|m| {
+            m["chat_id"].to_string().trim_matches('"') == CHAT.to_string()
+                && m["text"].as_str().is_some_and(|t| t.contains("db-7 ran out of connections"))
+        })
+    })
+    .await;
+    // The stand-in numbers the messages it accepts from 1: find the id it gave the root.
+    let sent = telegram.sent();
+    let index = sent.iter().position(|m| *m == root).unwrap();
+    let root_message_id = i64::try_from(index + 1).unwrap();
+    let reply = text_update(90, CHAT, USER, 30, "What should I check first?", None, Some(root_message_id));
+    assert_eq!(reply["message"]["reply_to_message"]["message_id"], root_message_id, "{reply}");
+    telegram.push_update(reply);
+    wait("the follow-up answer", || async { replies_to(&telegram, 30).into_iter().next() }).await;
+    let asked =
+        llm.requests().into_iter().rev().find(|r| r.to_string().contains("What should I check first?")).unwrap();
+    let incidents: Value =
+        reqwest::get(format!("{}/api/v1/incidents", server.url)).await.unwrap().json().await.unwrap();
+    let incident = incidents["incidents"][0]["id"].as_str().unwrap().to_string();
+    assert!(asked["messages"].to_string().contains(&incident), "the follow-up carries the incident: {asked}");
+    let run = runs(&server.url).await.into_iter().find(|r| r["source"] == "telegram_bot").unwrap();
+    assert_eq!(run["metadata"]["incident_id"], incident.as_str());
 }

@@ -48,7 +48,7 @@ pub async fn start(
     let shared = Arc::new(ArcSwap::from_pointee(current));
     let gateway = Arc::new(Gateway::new(
         sessions,
-        Arc::new(EngineResponder { engine: parts.engine }),
+        Arc::new(EngineResponder { engine: parts.engine, alerts: parts.alerts.clone() }),
         Arc::new(ProviderReplier { receivers: shared.clone() }),
         Arc::new(AlertIncidents { store: parts.alerts }),
         GatewaySettings::default(),

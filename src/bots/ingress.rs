@@ -53,6 +53,9 @@ pub struct Inbound {
     pub message_id: Option<String>,
     /// Telegram topic (message_thread_id) / Mattermost thread root (root_id).
     pub thread_id: Option<String>,
+    /// The message this one answers (Telegram `reply_to_message`), when it is a reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
     /// What the person wrote (trigger word stripped).
     pub text: String,
 }
@@ -198,6 +201,9 @@ pub fn telegram_update(receiver: &str, update: &Value, allow: &Allowlists) -> Re
         user_id: user.to_string(),
         message_id: Some(message_id.to_string()),
         thread_id,
+        reply_to: int_field(message.get("reply_to_message").and_then(|r| r.get("message_id")))
+            .filter(|id| *id > 0)
+            .map(|id| id.to_string()),
         text: text.clone(),
     };
     allow.check(&inbound.conversation_id, &inbound.user_id)?;
@@ -299,6 +305,7 @@ pub fn mattermost(
         user_id: user.to_owned(),
         message_id: post_id.map(str::to_owned),
         thread_id: root_id.map(str::to_owned),
+        reply_to: None,
         text,
     };
     allow.check(&inbound.conversation_id, &inbound.user_id)?;

@@ -325,7 +325,11 @@ fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) -> Val
             .iter()
             .filter(|d| d.status != DeliveryStatus::Pending)
             .map(|d| {
-                let outcome = if d.status == DeliveryStatus::Delivered { "delivered" } else { "failed" };
+                let outcome = match d.status {
+                    DeliveryStatus::Delivered => "delivered",
+                    DeliveryStatus::Filtered => "filtered",
+                    _ => "failed",
+                };
                 json!({"receiver": d.receiver, "outcome": outcome, "at": job.updated_at})
             })
             .collect();

@@ -102,7 +102,7 @@ pub struct InvestigationSummary {
 pub struct IncidentDelivery {
     /// Receiver name.
     pub receiver: String,
-    /// `delivered` or `failed`.
+    /// `delivered`, `failed`, or `filtered` (the receiver's routing excluded it).
     pub outcome: String,
     /// RFC 3339 time.
     pub at: String,
