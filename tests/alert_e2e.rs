@@ -312,8 +312,31 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     eprintln!("resolved after {:?}", started.elapsed());
     assert_eq!(closed["jobs"].as_array().unwrap().len(), 1, "a resolution starts no investigation");
     assert!(closed["events"].as_array().unwrap().iter().any(|e| e["event"]["state"] == "resolved"));
+    // Each receiver gets one resolve notice: the chat receivers in the incident's thread
+    // (a reply to the first message), the webhook an `incident.resolved` event; no second
+    // top-level post.
+    support::poll(Duration::from_secs(30), || async { (received.lock().unwrap().len() >= 6).then_some(()) })
+        .await
+        .unwrap_or_else(|| panic!("resolve notices: {:#?}", received.lock().unwrap()));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(received.lock().unwrap().len(), 3, "nothing is notified twice");
+    let messages = received.lock().unwrap().clone();
+    assert_eq!(messages.len(), 6, "one investigation result and one resolve notice per receiver: {messages:#?}");
+    let bodies = |path: &str| -> Vec<Value> {
+        messages.iter().filter(|m| m.path == path).map(|m| serde_json::from_slice(&m.body).unwrap()).collect()
+    };
+    let telegram = bodies(&format!("/bot{TG_TOKEN}/sendMessage"));
+    assert_eq!(telegram.len(), 2);
+    assert!(telegram[0].get("reply_parameters").is_none(), "the result opens the thread");
+    assert_eq!(telegram[1]["reply_parameters"]["message_id"], 7, "the notice replies to it: {:?}", telegram[1]);
+    assert!(telegram[1]["text"].as_str().unwrap().starts_with("Resolved: HighLoad"), "{:?}", telegram[1]);
+    let posts = bodies("/api/v4/posts");
+    assert_eq!(posts.len(), 2);
+    assert!(posts[0].get("root_id").is_none_or(|r| r.is_null() || r == ""), "the result opens the thread");
+    assert_eq!(posts[1]["root_id"], "p8xq1", "the notice is in its thread");
+    let hooks = bodies("/hook");
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(hooks[1]["event"], "incident.resolved");
+    assert_eq!(hooks[1]["incident"]["incident_id"], incident["id"]);
 
     let resources = get(&format!("{base}/api/v1/resources")).await;
     let source = resources["resources"]
