@@ -51,7 +51,7 @@ async fn run() {
     llm.set_recording(false);
     let manifests = dir.path().join("resources");
     std::fs::create_dir_all(&manifests).unwrap();
-    let chats: Vec<String> = (1..=CONVERSATIONS).map(|c| format!("\"-100{c}\"")).collect();
+    let chats: Vec<String> = (1..=CONVERSATIONS).map(|c| format!("\"{}\"", -1000 - c)).collect();
     std::fs::write(
         manifests.join("bot.yaml"),
         format!(
@@ -124,7 +124,10 @@ async fn run() {
                 .webhook(Provider::Telegram, "bench", Some(SECRET), Some("application/json"), body.as_bytes())
                 .await;
             match outcome {
-                Ok(_) => break,
+                Ok(accepted) => {
+                    assert!(!accepted.duplicate, "update {i} taken for a duplicate");
+                    break;
+                }
                 Err(_) => {
                     refused += 1;
                     tokio::time::sleep(Duration::from_millis(2)).await;

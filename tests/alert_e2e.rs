@@ -25,6 +25,7 @@ const AM_TOKEN: &str = "am-e2e-token-0123456789";
 const HOOK_TOKEN: &str = "hook-e2e-token-0123456789";
 const HOOK_HMAC: &str = "hook-e2e-hmac-0123456789";
 const TG_TOKEN: &str = "123456:tg-e2e-token";
+const MM_SECRET: &str = "e2e-mattermost-outgoing-token-0123";
 const MM_TOKEN: &str = "mm-e2e-token-0123456789";
 
 fn alias(name: &str) -> String {
@@ -57,7 +58,16 @@ fn model(requests: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + 
                        "production_writes": 0}),
             )]))
         } else {
-            Step::from(Reply::Content("node_load1 on db-7 is 7.25.".into()))
+            // A follow-up in the incident's thread names the incident the host gave as context.
+            let text = request["messages"].to_string();
+            let incident = text.find("notification thread of incident ").map(|at| {
+                let rest = &text[at + "notification thread of incident ".len()..];
+                rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or_default().to_string()
+            });
+            match incident {
+                Some(id) => Step::from(Reply::Content(format!("Incident {id}: db-7 ran at a load of 7.25."))),
+                None => Step::from(Reply::Content("node_load1 on db-7 is 7.25.".into())),
+            }
         };
         if n == 0 { step.with_delay(Duration::from_secs(120)) } else { step }
     }
@@ -79,6 +89,12 @@ async fn stand_ins(received: Arc<Mutex<Vec<Received>>>) -> String {
             let received = received.clone();
             async move {
                 let path = uri.path().to_string();
+                if method == Method::GET {
+                    // Which thread a post is in (a person's follow-up in the incident's thread).
+                    assert_eq!(path, "/api/v4/posts/followup-post-1");
+                    let post = json!({"id": "followup-post-1", "root_id": "p8xq1", "channel_id": "chan-ops"});
+                    return (axum::http::StatusCode::OK, axum::Json(post));
+                }
                 assert_eq!(method, Method::POST);
                 received.lock().unwrap().push(Received { path: path.clone(), headers, body: body.to_vec() });
                 let body = if path.ends_with("/sendMessage") {
@@ -134,7 +150,10 @@ spec: {{type: telegram, telegram: {{botToken: {{env: E2E_TG_TOKEN}}, chatId: "-1
 apiVersion: akritas.io/v1alpha1
 kind: NotificationReceiver
 metadata: {{name: mattermost-ops, namespace: ops}}
-spec: {{type: mattermost, mattermost: {{baseUrl: "{stand_in}", botToken: {{env: E2E_MM_TOKEN}}, channelId: chan-ops}}}}
+spec:
+  type: mattermost
+  mattermost: {{baseUrl: "{stand_in}", botToken: {{env: E2E_MM_TOKEN}}, channelId: chan-ops}}
+  inbound: {{mode: webhook, secret: {{env: E2E_MM_SECRET}}, allowedUserIds: [user-alice]}}
 "#
         ),
     )
@@ -156,6 +175,7 @@ fn akritas(port: u16, data: &std::path::Path, resources: &std::path::Path, llm: 
         .env("E2E_HOOK_HMAC", HOOK_HMAC)
         .env("E2E_TG_TOKEN", TG_TOKEN)
         .env("E2E_MM_TOKEN", MM_TOKEN)
+        .env("E2E_MM_SECRET", MM_SECRET)
         .arg("--resources")
         .arg(resources);
     Server::start(command)
@@ -338,6 +358,36 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     assert_eq!(hooks[1]["event"], "incident.resolved");
     assert_eq!(hooks[1]["incident"]["incident_id"], incident["id"]);
 
+    // A person asks a follow-up in the incident's Mattermost thread: the answer, in that
+    // thread, names the incident.
+    let followup = json!({"token": MM_SECRET, "channel_id": "chan-ops", "user_id": "user-alice",
+                          "post_id": "followup-post-1", "text": "what happened?"});
+    let accepted: Value = reqwest::Client::new()
+        .post(format!("{base}/api/v1/bots/mattermost/mattermost-ops/webhook"))
+        .json(&followup)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(accepted["accepted"], true, "{accepted}");
+    let id = incident["id"].as_str().unwrap().to_string();
+    let answer = support::poll(Duration::from_secs(30), || async {
+        received.lock().unwrap().iter().skip(6).find_map(|m| {
+            let body: Value = serde_json::from_slice(&m.body).ok()?;
+            (m.path == "/api/v4/posts" && body["root_id"] == "p8xq1").then_some(body)
+        })
+    })
+    .await
+    .map(|(answer, _)| answer)
+    .unwrap_or_else(|| panic!("no follow-up answer: {:#?}", received.lock().unwrap()));
+    let message = answer["message"].as_str().unwrap();
+    assert!(
+        message.contains(&id.replace('_', "\\_")) || message.contains(&id),
+        "the answer names the incident: {message}"
+    );
+
     let resources = get(&format!("{base}/api/v1/resources")).await;
     let source = resources["resources"]
         .as_array()
@@ -350,7 +400,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     assert!(source["status"]["accepted"].as_u64().unwrap() >= 2, "{source:#}");
     assert_eq!(source["status"]["rejected"], 0);
     let log = server.log_text();
-    for secret in [AM_TOKEN, HOOK_TOKEN, HOOK_HMAC, TG_TOKEN, MM_TOKEN] {
+    for secret in [AM_TOKEN, HOOK_TOKEN, HOOK_HMAC, TG_TOKEN, MM_TOKEN, MM_SECRET] {
         assert!(!log.contains(secret), "a secret reached the log");
     }
     let journals = std::fs::read_to_string(data.join("alerts/alerts.jsonl")).unwrap()

@@ -55,6 +55,9 @@ fn model(phase: Arc<AtomicU8>) -> impl Fn(usize, &Value) -> Step + Send + Sync +
                 json!({"checks": checks, "gaps": []}),
             )]));
         }
+        if phase == 3 {
+            return Step::from(Reply::Content("slow answer".into())).with_delay(Duration::from_secs(20));
+        }
         let text = match phase {
             0 => "db-7 looks healthy.".to_string(),
             1 => "The sum is 42 (from get-sum).".to_string(),
@@ -445,4 +448,40 @@ async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
     assert!(asked["messages"].to_string().contains(&incident), "the follow-up carries the incident: {asked}");
     let run = runs(&server.url).await.into_iter().find(|r| r["source"] == "telegram_bot").unwrap();
     assert_eq!(run["metadata"]["incident_id"], incident.as_str());
+}
+
+/// A full queue answers 503 with `Retry-After`, so the provider retries; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_bot_queue_answers_503_so_the_provider_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let telegram = TelegramStandIn::start(TG_TOKEN).await;
+    let mattermost = MattermostStandIn::start(MM_TOKEN).await;
+    // Every answer takes 20 s: the 64-message queue fills.
+    let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(3)))).await;
+    let host = Host {
+        data: dir.path().join("data"),
+        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
+        llm: llm.url.clone(),
+    };
+    let server = host.start().await;
+    let url = format!("{}/api/v1/bots/telegram/tg-hook/webhook", server.url);
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for i in 0..80 {
+        let update = text_update(1000 + i, CHAT, USER, 500 + i, &format!("question {i}"), None, None);
+        let response =
+            client.post(&url).header("x-telegram-bot-api-secret-token", TG_SECRET).json(&update).send().await.unwrap();
+        let retry = response.headers().get("retry-after").is_some();
+        statuses.push((response.status().as_u16(), retry));
+    }
+    let accepted = statuses.iter().filter(|(s, _)| *s == 200).count();
+    let refused: Vec<_> = statuses.iter().filter(|(s, _)| *s == 503).collect();
+    assert_eq!(accepted, 64, "the queue holds 64 messages: {statuses:?}");
+    assert_eq!(refused.len(), 16, "{statuses:?}");
+    assert!(refused.iter().all(|(_, retry)| *retry), "503s carry Retry-After");
+    // A refused update was not recorded: sent again, it is not taken for a duplicate.
+    let again = text_update(1079, CHAT, USER, 579, "question 79", None, None);
+    let response =
+        client.post(&url).header("x-telegram-bot-api-secret-token", TG_SECRET).json(&again).send().await.unwrap();
+    assert_eq!(response.status(), 503, "still full, and still not recorded");
 }

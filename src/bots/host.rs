@@ -29,6 +29,8 @@ use crate::resources::{Kind, Resource};
 pub const POLL_SECONDS: u32 = 30;
 /// Longest pause between failed polls.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest wait for Mattermost to say which thread a post is in.
+const THREAD_LOOKUP: Duration = Duration::from_secs(3);
 /// Largest webhook body accepted (upstream §9.5).
 pub const MAX_WEBHOOK_BYTES: usize = 64 * 1024;
 
@@ -162,11 +164,26 @@ impl Bots {
         let unknown = || WebhookError::UnknownReceiver { provider: provider.as_str(), receiver: receiver.to_string() };
         let found = self.find(provider, receiver).ok_or_else(unknown)?;
         let secret = found.secret.as_deref().unwrap_or_default();
-        let inbound = match provider {
+        let mut inbound = match provider {
             Provider::Telegram => ingress::telegram_webhook(&found.key, secret, secret_header, body, &found.allow),
             Provider::Mattermost => ingress::mattermost(&found.key, secret, None, content_type, body, &found.allow),
         }
         .map_err(WebhookError::Refused)?;
+        // Mattermost's outgoing webhooks do not say which thread a post is in: ask, so
+        // that the reply lands in that thread and an incident thread is recognised.
+        if let (Client::Mattermost(api), None, Some(post)) = (&found.client, &inbound.thread_id, &inbound.message_id)
+            && !self.gateway.store().is_duplicate(&inbound.event_id)
+        {
+            match tokio::time::timeout(THREAD_LOOKUP, api.thread_root(post)).await {
+                Ok(Ok(root)) => inbound.thread_id = root,
+                Ok(Err(error)) => {
+                    tracing::info!(receiver = %found.key, %error, "the post's thread is unknown; replying to the post")
+                }
+                Err(_) => {
+                    tracing::info!(receiver = %found.key, "looking up the post's thread timed out; replying to the post")
+                }
+            }
+        }
         self.gateway.submit(inbound).await.map_err(WebhookError::Busy)
     }
 

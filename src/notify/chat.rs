@@ -404,17 +404,18 @@ impl MattermostApi {
     /// Sends `body` to `path` with the bearer token; needs a 2xx answer and returns it
     /// as JSON.
     async fn call(&self, method: reqwest::Method, path: &str, body: &Value) -> Result<Value, ChatError> {
-        let body = serde_json::to_vec(body).map_err(|_| ChatError::EncodePayload)?;
         let mut bearer =
             HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(|_| ChatError::InvalidToken)?;
         bearer.set_sensitive(true);
-        let req = self
+        let mut req = self
             .client
             .request(method, format!("{}{path}", self.base_url))
-            .header(CONTENT_TYPE, json_header("application/json"))
             .header(USER_AGENT, json_header("Akritas/mattermost-chat"))
-            .header(AUTHORIZATION, bearer)
-            .body(body);
+            .header(AUTHORIZATION, bearer);
+        if !body.is_null() {
+            let body = serde_json::to_vec(body).map_err(|_| ChatError::EncodePayload)?;
+            req = req.header(CONTENT_TYPE, json_header("application/json")).body(body);
+        }
         let (status, body) = exchange(req, MAX_RESPONSE_BYTES).await?;
         let parsed: Option<Value> = serde_json::from_slice(&body).ok();
         if !(200..300).contains(&status) {
@@ -441,6 +442,14 @@ impl MattermostApi {
         }
         let post = self.call(reqwest::Method::POST, "/api/v4/posts", &body).await?;
         post.get("id").and_then(Value::as_str).map(str::to_string).ok_or(ChatError::InvalidResponse("post id"))
+    }
+
+    /// `GET /api/v4/posts/{post_id}`: the thread root of a post (`None` when the post
+    /// is itself a root). Outgoing webhooks do not say which thread a post is in.
+    pub async fn thread_root(&self, post_id: &str) -> Result<Option<String>, ChatError> {
+        let path = format!("/api/v4/posts/{}", checked_id(post_id, "post id")?);
+        let post = self.call(reqwest::Method::GET, &path, &Value::Null).await?;
+        Ok(post.get("root_id").and_then(Value::as_str).filter(|r| !r.is_empty()).map(str::to_string))
     }
 
     /// `PUT /api/v4/posts/{post_id}/patch` `{message}`.

@@ -139,6 +139,7 @@ fn handle(shared: &Shared, method: &Method, path: &str, headers: &HeaderMap, bod
     });
     let route = match (method, path.strip_prefix("/api/v4/posts")) {
         (&Method::POST, Some("")) => "create_post",
+        (&Method::GET, Some(rest)) if rest.starts_with('/') && !rest[1..].contains('/') => "get_post",
         (&Method::PUT, Some(rest)) if rest.ends_with("/patch") => "patch_post",
         _ => return error(404, "api.context.404.app_error", "Sorry, we could not find the page."),
     };
@@ -148,6 +149,13 @@ fn handle(shared: &Shared, method: &Method, path: &str, headers: &HeaderMap, bod
     if let Some((status, body)) = state.scripted.get_mut(route).and_then(VecDeque::pop_front) {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
+    if route == "get_post" {
+        let id = &path["/api/v4/posts/".len()..];
+        return match state.posts.iter().find(|p| p["id"] == id) {
+            Some(post) => (StatusCode::OK, axum::Json(post.clone())).into_response(),
+            None => error(404, "app.post.get.app_error", "Unable to get the post."),
+        };
     }
     let Some(params @ Value::Object(_)) = parsed else {
         return error(400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body.");
