@@ -14,6 +14,7 @@ use akritas::app::bots::{BotParts, start};
 use akritas::bots::Provider;
 use akritas::tools::{ToolName, openai_alias};
 use akritas_testkit::host;
+use akritas_testkit::percentile;
 use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
 use akritas_testkit::telegram::{TelegramStandIn, text_update};
 use serde_json::json;
@@ -23,11 +24,6 @@ const SECRET: &str = "bench-webhook-secret_0123";
 const CONVERSATIONS: i64 = 20;
 const QUEUED: i64 = 1_000;
 const SINGLE: i64 = 50;
-
-fn percentile(values: &mut [Duration], q: f64) -> Duration {
-    values.sort();
-    values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
-}
 
 fn main() {
     akritas::install_crypto_provider();

@@ -18,6 +18,7 @@ use akritas::change::service::{
 use akritas::change::validators::CopyLimits;
 use akritas::engine::budget::BudgetLimits;
 use akritas::llm::{LlmClient, LlmConfig};
+use akritas_testkit::percentile;
 use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
 use serde_json::{Value, json};
 
@@ -74,11 +75,6 @@ fn tree(root: &Path) {
     git(&["init", "-q", "-b", "main"]);
     git(&["add", "."]);
     git(&["-c", "user.name=b", "-c", "user.email=b@example.com", "commit", "-qm", "tree"]);
-}
-
-fn percentile(values: &mut [u64], q: f64) -> u64 {
-    values.sort_unstable();
-    values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
 }
 
 fn main() {

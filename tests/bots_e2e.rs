@@ -125,6 +125,10 @@ struct Host {
 }
 
 impl Host {
+    fn new(dir: &Path, telegram: &TelegramStandIn, mattermost: &MattermostStandIn, llm: &ScriptedLlm) -> Host {
+        Host { data: dir.join("data"), resources: manifests(dir, &telegram.url, &mattermost.url), llm: llm.url.clone() }
+    }
+
     async fn start(&self) -> support::Server {
         let mut command = support::serve_command(env!("CARGO_BIN_EXE_akritas"));
         command
@@ -184,11 +188,7 @@ async fn a_telegram_conversation_by_polling_uses_mcp_and_survives_a_restart() {
     let mattermost = MattermostStandIn::start(MM_TOKEN).await;
     let phase = Arc::new(AtomicU8::new(0));
     let llm = ScriptedLlm::start_with(model(phase.clone())).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
-        llm: llm.url.clone(),
-    };
+    let host = Host::new(dir.path(), &telegram, &mattermost, &llm);
     let server = host.start().await;
 
     // Turn 1, and a message from another bot that is ignored.
@@ -241,11 +241,7 @@ async fn a_telegram_webhook_checks_its_secret_before_the_body_and_answers_each_u
     let telegram = TelegramStandIn::start(TG_TOKEN).await;
     let mattermost = MattermostStandIn::start(MM_TOKEN).await;
     let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(0)))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
-        llm: llm.url.clone(),
-    };
+    let host = Host::new(dir.path(), &telegram, &mattermost, &llm);
     let server = host.start().await;
     let url = format!("{}/api/v1/bots/telegram/tg-hook/webhook", server.url);
     let client = reqwest::Client::new();
@@ -292,11 +288,7 @@ async fn a_mattermost_conversation_in_a_thread_uses_mcp_and_neutralises_mentions
     let mattermost = MattermostStandIn::start(MM_TOKEN).await;
     let phase = Arc::new(AtomicU8::new(0));
     let llm = ScriptedLlm::start_with(model(phase.clone())).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
-        llm: llm.url.clone(),
-    };
+    let host = Host::new(dir.path(), &telegram, &mattermost, &llm);
     let server = host.start().await;
     let url = format!("{}/api/v1/bots/mattermost/mm/webhook", server.url);
     let client = reqwest::Client::new();
@@ -405,11 +397,7 @@ async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
     let telegram = TelegramStandIn::start(TG_TOKEN).await;
     let mattermost = MattermostStandIn::start(MM_TOKEN).await;
     let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(0)))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
-        llm: llm.url.clone(),
-    };
+    let host = Host::new(dir.path(), &telegram, &mattermost, &llm);
     let server = host.start().await;
     let alert = json!({"version": "4", "status": "firing", "receiver": "akritas", "groupKey": "{}:{alertname=\"PostgresDown\"}",
         "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://am", "truncatedAlerts": 0,
@@ -458,11 +446,7 @@ async fn a_full_bot_queue_answers_503_so_the_provider_retries() {
     let mattermost = MattermostStandIn::start(MM_TOKEN).await;
     // Every answer takes 20 s: the 64-message queue fills.
     let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(3)))).await;
-    let host = Host {
-        data: dir.path().join("data"),
-        resources: manifests(dir.path(), &telegram.url, &mattermost.url),
-        llm: llm.url.clone(),
-    };
+    let host = Host::new(dir.path(), &telegram, &mattermost, &llm);
     let server = host.start().await;
     let url = format!("{}/api/v1/bots/telegram/tg-hook/webhook", server.url);
     let client = reqwest::Client::new();

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::ingress::{Inbound, Provider};
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, ScanError};
+use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, ScanError};
 
 const ACCEPTED: &str = "bots.accepted";
 const TURN: &str = "bots.turn";
@@ -506,24 +506,8 @@ impl SessionStore {
             book.since_snapshot = 0;
             (checkpoint, book.saved())
         };
-        let path = self.inner.path.clone();
-        let at = checkpoint.clone();
-        let written = tokio::task::spawn_blocking(move || journal::snapshot::write(&path, FORMAT, &at, &saved)).await;
-        match written {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(component = "akritas_bots", path = %self.inner.path.display(), %error, "could not write the bot session snapshot");
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(component = "akritas_bots", %error, "the bot session snapshot task stopped");
-                return;
-            }
-        }
-        // The checkpoint's own segment stays: an open checks the checkpoint's record.
-        let rule = Retention { max_age: Duration::ZERO, keep_from: checkpoint.location.segment };
-        if let Err(error) = self.inner.journal.retain(rule).await {
-            tracing::warn!(component = "akritas_bots", path = %self.inner.path.display(), %error, "bot session journal retention failed");
+        if let Err(error) = journal::snapshot::compact(&self.inner.journal, FORMAT, checkpoint, saved).await {
+            tracing::warn!(component = "akritas_bots", path = %self.inner.path.display(), %error, "bot session journal compaction failed");
         }
     }
 }

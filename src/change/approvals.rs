@@ -27,7 +27,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{FileChange, ValidatorResult};
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, ScanError};
+use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, ScanError};
 
 /// Record of a new pending change.
 const PENDING: &str = "change.pending";
@@ -555,24 +555,8 @@ impl ApprovalStore {
             book.since_snapshot = 0;
             (checkpoint, book.entries.clone())
         };
-        let path = self.inner.path.clone();
-        let at = checkpoint.clone();
-        let written = tokio::task::spawn_blocking(move || journal::snapshot::write(&path, FORMAT, &at, &entries)).await;
-        match written {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(component = "akritas_change", path = %self.inner.path.display(), %error, "could not write the approval snapshot");
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(component = "akritas_change", %error, "the approval snapshot task stopped");
-                return;
-            }
-        }
-        // The checkpoint's own segment stays: an open checks the checkpoint's record.
-        let rule = Retention { max_age: Duration::ZERO, keep_from: checkpoint.location.segment };
-        if let Err(error) = self.inner.journal.retain(rule).await {
-            tracing::warn!(component = "akritas_change", path = %self.inner.path.display(), %error, "approval journal retention failed");
+        if let Err(error) = journal::snapshot::compact(&self.inner.journal, FORMAT, checkpoint, entries).await {
+            tracing::warn!(component = "akritas_change", path = %self.inner.path.display(), %error, "approval journal compaction failed");
         }
     }
 }

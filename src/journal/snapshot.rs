@@ -189,3 +189,23 @@ pub async fn pass_barrier(drained: &tokio::sync::Notify, held: impl FnOnce() -> 
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), notified).await;
     }
 }
+
+/// Compacts a journal whose whole state is `state` at `checkpoint`: writes the snapshot
+/// off the async path, then deletes the segments before the checkpoint's (that segment
+/// stays: an open checks the checkpoint's record). The journal stays the record of
+/// truth, so a failure only delays compaction; the error says which step failed.
+pub async fn compact<T: Serialize + Send + 'static>(
+    journal: &super::Journal,
+    format: &'static str,
+    checkpoint: Checkpoint,
+    state: T,
+) -> Result<(), String> {
+    let (path, at) = (journal.path().to_path_buf(), checkpoint.clone());
+    match tokio::task::spawn_blocking(move || write(&path, format, &at, &state)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => return Err(format!("could not write the snapshot: {error}")),
+        Err(error) => return Err(format!("the snapshot task stopped: {error}")),
+    }
+    let rule = super::Retention { max_age: std::time::Duration::ZERO, keep_from: checkpoint.location.segment };
+    journal.retain(rule).await.map(drop).map_err(|error| format!("retention failed: {error}"))
+}

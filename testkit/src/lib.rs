@@ -243,3 +243,9 @@ where
     }
     None
 }
+
+/// The `q` quantile (0.0–1.0) of `values` by nearest rank; sorts them. For benches.
+pub fn percentile<T: Ord + Copy + Default>(values: &mut [T], q: f64) -> T {
+    values.sort_unstable();
+    values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
+}
