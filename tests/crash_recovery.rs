@@ -608,13 +608,26 @@ fn check_jobs(
         }
     }
     // Receiver side: delivery ids seen per (receiver, incident), and how often each.
+    // Resolve notices (`incident.resolved`) are not a job's: each receiver gets at most one
+    // per incident (re-sent only under the same delivery id).
     let mut seen: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut notices: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let mut copies: BTreeMap<String, usize> = BTreeMap::new();
     for r in received {
         let incident = r.body["incident"]["incident_id"].as_str().unwrap_or_default().to_string();
-        seen.entry((r.path.trim_start_matches('/').to_string(), incident)).or_default().insert(r.delivery_id.clone());
+        let key = (r.path.trim_start_matches('/').to_string(), incident);
+        let into = if r.body["event"] == "incident.resolved" { &mut notices } else { &mut seen };
+        into.entry(key).or_default().insert(r.delivery_id.clone());
         *copies.entry(r.delivery_id.clone()).or_default() += 1;
     }
+    for ((receiver, incident), ids) in &notices {
+        if ids.len() > 1 {
+            verdict
+                .duplicated
+                .push(format!("{receiver} got {} resolve notices of incident {incident}: {ids:?}", ids.len()));
+        }
+    }
+    let notice_ids: BTreeSet<&String> = notices.values().flatten().collect();
     let mut recorded_ids = BTreeSet::new();
     let mut interrupted = 0;
     for (id, job) in &jobs {
@@ -661,7 +674,8 @@ fn check_jobs(
             }
         }
     }
-    for r in received.iter().filter(|r| !recorded_ids.contains(&r.delivery_id)) {
+    for r in received.iter().filter(|r| !recorded_ids.contains(&r.delivery_id) && !notice_ids.contains(&r.delivery_id))
+    {
         verdict.duplicated.push(format!("{} got delivery {} that no job records", r.path, r.delivery_id));
     }
     let resent = copies.values().map(|n| n - 1).sum();
