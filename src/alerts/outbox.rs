@@ -187,6 +187,9 @@ impl Worker {
         let kind =
             self.receiver_spec(&due.receiver).map_or("webhook", |(_, spec)| super::delivery::receiver_kind(&spec));
         let mut delivery = pending_delivery(&due.receiver, kind);
+        // The same id on every attempt, also after a crash between sending and recording:
+        // a receiver sees a re-sent notice under the id it already has.
+        delivery.delivery_id = notice_delivery_id(&due.incident_id, &due.receiver);
         let Some((incident, events, _)) = self.store.incident(&due.incident_id) else {
             delivery.status = DeliveryStatus::Failed;
             delivery.error = Some("alert_context_missing".into());
@@ -237,6 +240,14 @@ impl Worker {
         let last = json!({"time": crate::resources::common::now_rfc3339(), "outcome": outcome, "message": message});
         self.board.merge_runtime(key, json!({"lastDelivery": last}));
     }
+}
+
+/// The delivery id of an incident's resolve notice to a receiver: 32 hex characters
+/// derived from both, so it is stable across attempts and restarts.
+fn notice_delivery_id(incident_id: &str, receiver: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("akritas resolve notice\n{incident_id}\n{receiver}").as_bytes());
+    hex::encode(&digest[..16])
 }
 
 /// The resolve notice of an incident.
