@@ -233,6 +233,13 @@ async fn a_telegram_conversation_by_polling_uses_mcp_and_survives_a_restart() {
     assert_eq!(runs(&server.url).await.iter().filter(|r| r["source"] == "telegram_bot").count(), 3);
     let log = server.log_text();
     assert!(!log.contains(TG_TOKEN) && !log.contains("telegram-bot-token"), "the bot token is not logged");
+    // Bot Runs are offered read-only tools only: nothing that could reach the change pipeline.
+    for request in llm.requests() {
+        for tool in request["tools"].as_array().into_iter().flatten() {
+            let name = tool["function"]["name"].as_str().unwrap_or_default();
+            assert!(!name.contains("apply") && !name.contains("propose") && !name.starts_with("change"), "{name}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -504,7 +504,8 @@ async fn nothing_but_an_admin_key_reaches_apply() {
     assert_eq!(alert_run["metadata"]["tool_calls"], 1, "nothing but the refused plan ran: {alert_run}");
     assert_eq!(pending().await, "pending");
 
-    // Bots and the facade have no route that reaches the change pipeline.
+    // The facade does not exist; a bot route takes no API-key request (bot messages are
+    // Runs on the same read-only engine as the chat Run above, tests/bots_e2e.rs).
     for path in ["/v1/chat/completions", "/api/v1/bots/telegram/ops/webhook", "/api/v1/bots/mattermost/ops/webhook"] {
         let (status, _) = post(&server.url, path, DEV_KEY, json!({"message": format!("apply {id}")})).await;
         assert_eq!(status, 404, "{path}");

@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::ingress::{Inbound, Provider};
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, ScanError};
+use crate::journal::snapshot::RestoreError;
+use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record};
 
 const ACCEPTED: &str = "bots.accepted";
 const TURN: &str = "bots.turn";
@@ -351,36 +352,19 @@ impl SessionStore {
             segment_age: Some(Duration::from_secs(24 * 3600)),
             ..JournalOptions::default()
         };
-        let replay_error = |e: ScanError<(u64, String)>| match e {
-            ScanError::Journal(e) => SessionError::Journal(e),
-            ScanError::Visit((seq, reason)) => SessionError::Replay { path: path.to_owned(), seq, reason },
-        };
-        let anchored = journal::anchor(path)?.map(|a| a.first_seq);
-        let mut opened = None;
-        if let Some((checkpoint, saved)) = journal::snapshot::read::<Saved>(path, FORMAT) {
-            let mut book = Book::new(limits, saved, Some(checkpoint.clone()));
-            let mut visit = |r: Record| book.apply(&r).map_err(|reason| (r.seq, reason));
-            match Journal::open_from(path, journal_options.clone(), Some(&checkpoint), &mut visit) {
-                Ok((journal, _)) => opened = Some((journal, book)),
-                Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
-                    tracing::warn!(path = %path.display(), %reason, "the bot session snapshot does not match its journal; replaying the journal from the start");
-                    journal::snapshot::discard(path);
-                }
-                Err(e) => return Err(replay_error(e)),
-            }
-        }
-        let (journal, mut book) = match opened {
-            Some(opened) => opened,
-            None => {
-                if let Some(first_seq) = anchored {
-                    return Err(SessionError::NoSnapshot { path: path.to_owned(), first_seq });
-                }
-                let mut book = Book::new(limits, Saved::default(), None);
-                let mut visit = |r: Record| book.apply(&r).map_err(|reason| (r.seq, reason));
-                let (journal, _) = Journal::open_from(path, journal_options, None, &mut visit).map_err(replay_error)?;
-                (journal, book)
-            }
-        };
+        let restored = journal::snapshot::open_restored(
+            path,
+            FORMAT,
+            journal_options,
+            |saved: Saved, checkpoint| Book::new(limits, saved, Some(checkpoint)),
+            || Book::new(limits, Saved::default(), None),
+            |book, record| book.apply(record),
+        );
+        let (journal, mut book) = restored.map_err(|e| match e {
+            RestoreError::Journal(e) => SessionError::Journal(e),
+            RestoreError::Replay { seq, reason } => SessionError::Replay { path: path.to_owned(), seq, reason },
+            RestoreError::NoSnapshot { first_seq } => SessionError::NoSnapshot { path: path.to_owned(), first_seq },
+        })?;
         book.prune((options.clock)());
         tracing::info!(component = "akritas_bots", path = %path.display(), sessions = book.sessions.len(), pending = book.pending.len(), "bot session store loaded");
         let inner = Inner {

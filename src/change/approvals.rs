@@ -27,7 +27,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{FileChange, ValidatorResult};
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, ScanError};
+use crate::journal::snapshot::RestoreError;
+use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record};
 
 /// Record of a new pending change.
 const PENDING: &str = "change.pending";
@@ -384,36 +385,19 @@ impl ApprovalStore {
             segment_bytes: tuning.segment_bytes,
             segment_age: Some(Duration::from_secs(24 * 3600)),
         };
-        let replay_error = |e: ScanError<(u64, String)>| match e {
-            ScanError::Journal(e) => ApprovalError::Journal(e),
-            ScanError::Visit((seq, reason)) => ApprovalError::Replay { path: path.to_owned(), seq, reason },
-        };
-        let anchored = journal::anchor(path)?.map(|a| a.first_seq);
-        let mut opened = None;
-        if let Some((checkpoint, entries)) = journal::snapshot::read::<HashMap<String, Entry>>(path, FORMAT) {
-            let mut book = Book { entries, last: Some(checkpoint.clone()), since_snapshot: 0 };
-            let mut visit = |r: Record| book.apply(&r).map_err(|reason| (r.seq, reason));
-            match Journal::open_from(path, journal_options.clone(), Some(&checkpoint), &mut visit) {
-                Ok((journal, _)) => opened = Some((journal, book)),
-                Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
-                    tracing::warn!(path = %path.display(), %reason, "the approval snapshot does not match its journal; replaying the journal from the start");
-                    journal::snapshot::discard(path);
-                }
-                Err(e) => return Err(replay_error(e)),
-            }
-        }
-        let (journal, mut book) = match opened {
-            Some(opened) => opened,
-            None => {
-                if let Some(first_seq) = anchored {
-                    return Err(ApprovalError::NoSnapshot { path: path.to_owned(), first_seq });
-                }
-                let mut book = Book::default();
-                let mut visit = |r: Record| book.apply(&r).map_err(|reason| (r.seq, reason));
-                let (journal, _) = Journal::open_from(path, journal_options, None, &mut visit).map_err(replay_error)?;
-                (journal, book)
-            }
-        };
+        let restored = journal::snapshot::open_restored(
+            path,
+            FORMAT,
+            journal_options,
+            |entries: HashMap<String, Entry>, checkpoint| Book { entries, last: Some(checkpoint), since_snapshot: 0 },
+            Book::default,
+            |book, record| book.apply(record),
+        );
+        let (journal, mut book) = restored.map_err(|e| match e {
+            RestoreError::Journal(e) => ApprovalError::Journal(e),
+            RestoreError::Replay { seq, reason } => ApprovalError::Replay { path: path.to_owned(), seq, reason },
+            RestoreError::NoSnapshot { first_seq } => ApprovalError::NoSnapshot { path: path.to_owned(), first_seq },
+        })?;
         let now = (options.clock)();
         book.prune(now);
         tracing::info!(component = "akritas_change", path = %path.display(), pending = book.pending(now), kept = book.entries.len(), "approval store loaded");

@@ -190,6 +190,65 @@ pub async fn pass_barrier(drained: &tokio::sync::Notify, held: impl FnOnce() -> 
     }
 }
 
+/// Why [`open_restored`] could not open a journal.
+#[derive(Debug)]
+pub enum RestoreError {
+    /// The journal failed.
+    Journal(super::JournalError),
+    /// Record `seq` could not be applied (`reason`).
+    Replay {
+        /// Its sequence number.
+        seq: u64,
+        /// Why.
+        reason: String,
+    },
+    /// Retention removed the start of the journal and no usable snapshot is left.
+    NoSnapshot {
+        /// The first record still on disk.
+        first_seq: u64,
+    },
+}
+
+/// Opens the journal at `path` and rebuilds its state: from the snapshot (`restore`)
+/// plus the records after it when the snapshot matches the journal, else from nothing
+/// (`empty`) by replaying every record; each record goes through `apply`. A snapshot
+/// that does not match is discarded (and the journal replayed) while the journal still
+/// starts at its first record; after retention it is an error. Blocking.
+pub fn open_restored<S: DeserializeOwned, B>(
+    path: &Path,
+    format: &str,
+    options: super::JournalOptions,
+    restore: impl FnOnce(S, Checkpoint) -> B,
+    empty: impl FnOnce() -> B,
+    apply: impl Fn(&mut B, &super::Record) -> Result<(), String>,
+) -> Result<(super::Journal, B), RestoreError> {
+    use super::{Journal, JournalError, ScanError};
+    let replay_error = |e: ScanError<(u64, String)>| match e {
+        ScanError::Journal(e) => RestoreError::Journal(e),
+        ScanError::Visit((seq, reason)) => RestoreError::Replay { seq, reason },
+    };
+    let anchored = super::anchor(path).map_err(RestoreError::Journal)?.map(|a| a.first_seq);
+    if let Some((checkpoint, saved)) = read::<S>(path, format) {
+        let mut state = restore(saved, checkpoint.clone());
+        let mut visit = |r: super::Record| apply(&mut state, &r).map_err(|reason| (r.seq, reason));
+        match Journal::open_from(path, options.clone(), Some(&checkpoint), &mut visit) {
+            Ok((journal, _)) => return Ok((journal, state)),
+            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
+                tracing::warn!(path = %path.display(), %reason, "the snapshot does not match its journal; replaying the journal from the start");
+                discard(path);
+            }
+            Err(e) => return Err(replay_error(e)),
+        }
+    }
+    if let Some(first_seq) = anchored {
+        return Err(RestoreError::NoSnapshot { first_seq });
+    }
+    let mut state = empty();
+    let mut visit = |r: super::Record| apply(&mut state, &r).map_err(|reason| (r.seq, reason));
+    let (journal, _) = Journal::open_from(path, options, None, &mut visit).map_err(replay_error)?;
+    Ok((journal, state))
+}
+
 /// Compacts a journal whose whole state is `state` at `checkpoint`: writes the snapshot
 /// off the async path, then deletes the segments before the checkpoint's (that segment
 /// stays: an open checks the checkpoint's record). The journal stays the record of

@@ -164,6 +164,22 @@ pub struct DeliveryOutcome {
     pub duration_ms: u64,
 }
 
+impl DeliveryOutcome {
+    /// Nothing attempted yet.
+    pub fn pending(receiver: &str, target: &Target, delivery_id: &str) -> Self {
+        DeliveryOutcome {
+            receiver: receiver.to_string(),
+            kind: target.kind().to_string(),
+            delivery_id: delivery_id.to_string(),
+            delivered: false,
+            http_status: None,
+            error: None,
+            attempts: 0,
+            duration_ms: 0,
+        }
+    }
+}
+
 /// Random-looking 16-byte hex delivery id (32 hex chars). Unique per process
 /// call; not a secret, so std's randomly keyed hasher is sufficient.
 pub fn new_delivery_id() -> String {
@@ -373,16 +389,7 @@ pub async fn deliver_payload(
     policy: RetryPolicy,
 ) -> DeliveryOutcome {
     let started = Instant::now();
-    let mut outcome = DeliveryOutcome {
-        receiver: receiver.to_string(),
-        kind: target.kind().to_string(),
-        delivery_id: delivery_id.to_string(),
-        delivered: false,
-        http_status: None,
-        error: None,
-        attempts: 0,
-        duration_ms: 0,
-    };
+    let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
     match prepare(target, payload, delivery_id) {
         Err(e) => outcome.error = Some(e.code().to_string()),
         Ok(req) => {

@@ -41,16 +41,7 @@ pub async fn deliver_threaded(
     policy: RetryPolicy,
 ) -> ThreadedOutcome {
     let started = Instant::now();
-    let mut outcome = DeliveryOutcome {
-        receiver: receiver.to_string(),
-        kind: target.kind().to_string(),
-        delivery_id: delivery_id.to_string(),
-        delivered: false,
-        http_status: None,
-        error: None,
-        attempts: 0,
-        duration_ms: 0,
-    };
+    let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
     let sent = match target {
         Target::Webhook { .. } => {
             let outcome = deliver_payload(client, receiver, target, payload, delivery_id, policy).await;
