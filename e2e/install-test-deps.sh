@@ -14,6 +14,9 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-aler
 command -v yamllint >/dev/null 2>&1 || need_apt+=(yamllint)
 # Git workspaces: the tests build repositories with git and serve them with git http-backend.
 { command -v git >/dev/null 2>&1 && [ -x "$(git --exec-path)/git-http-backend" ]; } || need_apt+=(git)
+# The web UI's browser tests drive Debian's Chromium with playwright-core.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
@@ -23,6 +26,23 @@ everything=target/npm/node_modules/@modelcontextprotocol/server-everything/dist/
 if [ ! -f "$everything" ]; then
   mkdir -p target/npm
   npm install --silent --no-audit --no-fund --prefix target/npm @modelcontextprotocol/server-everything@2026.8.31
+fi
+
+playwright=target/npm/node_modules/playwright-core/package.json
+PLAYWRIGHT_VERSION=1.65.1
+if [ ! -f "$playwright" ] || ! grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$playwright"; then
+  mkdir -p target/npm
+  npm install --silent --no-audit --no-fund --prefix target/npm "playwright-core@$PLAYWRIGHT_VERSION"
+fi
+
+# Python clients (openai, mcp, schemathesis) in a venv under target/py, reinstalled when
+# e2e/python-requirements.txt changes.
+stamp=target/py/.requirements.sha256
+want=$(sha256sum e2e/python-requirements.txt | cut -d' ' -f1)
+if [ ! -x target/py/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  python3 -m venv target/py
+  target/py/bin/pip install --quiet --disable-pip-version-check -r e2e/python-requirements.txt
+  echo "$want" >"$stamp"
 fi
 
 # etcd, kube-apiserver and helm built from their Go modules (testkit/src/kube_api.rs). Cached in

@@ -15,12 +15,14 @@
 //! - [`telegram`], [`mattermost`]: Telegram Bot API and Mattermost stand-ins that speak the
 //!   real wire formats and record every request, with builders for what those services send.
 //! - [`kubelet`]: a kubelet stand-in serving container logs to [`kube_api`]'s API server.
+//! - [`clients`]: the Python venv (openai, mcp, schemathesis), playwright-core and Chromium.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
 //!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
 //!
 //! Paths are resolved from the repository root ([`root`]), so the harnesses find
 //! `instructions/`, `config/samples`, `e2e/` and `target/` wherever a test runs.
 
+pub mod clients;
 pub mod everything;
 pub mod git_server;
 pub mod host;
