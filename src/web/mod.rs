@@ -8,6 +8,7 @@ pub mod change;
 pub mod error;
 pub mod metrics;
 pub mod runs;
+pub mod ui;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -99,6 +100,8 @@ pub fn router(state: AppState) -> Router {
         // Each bot receiver authenticates its provider with its own secret (no API key).
         .route("/api/v1/bots/telegram/{receiver}/webhook", post(bots::telegram))
         .route("/api/v1/bots/mattermost/{receiver}/webhook", post(bots::mattermost))
+        // The embedded UI holds no data: its API calls carry the user's key.
+        .merge(ui::routes())
         .merge(protected)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -121,6 +124,7 @@ pub fn standby_router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))
+        .merge(ui::routes())
         .merge(protected)
         .fallback(standby)
         .layer(middleware::from_fn(trace_requests))
@@ -288,7 +292,8 @@ async fn trace_requests(request: Request, next: Next) -> Response {
     } else {
         tracing::debug!(%method, %path, status, duration_ms, "request");
     }
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // API answers are never cached; the UI's assets set their own revalidation policy.
+    response.headers_mut().entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     response
 }
 

@@ -1,0 +1,200 @@
+// Drives the Akritas web UI in headless Chromium with playwright-core.
+//
+//   node ui.mjs <url> <api key> <screenshot dir> <alertmanager token> <alert json>
+//     the UI test: chat round trip, Run detail, an alert as an incident, resources,
+//     model/alert HTML rendered inert, a phone viewport; exits non-zero on any failure.
+//   node ui.mjs --bench <url> <loads>
+//     page weight (bytes, gzip) and time to interactive (the app's `akritas-ready` mark).
+//
+// Needs NODE_PATH pointing at the node_modules holding playwright-core and
+// AKRITAS_TEST_CHROMIUM (or /usr/bin/chromium).
+
+import { createRequire } from "node:module";
+import { gzipSync } from "node:zlib";
+import path from "node:path";
+
+const require = createRequire(import.meta.url);
+const { chromium } = require("playwright-core");
+
+const ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"];
+const TIMEOUT = 60_000;
+
+function check(condition, message) {
+  if (!condition) throw new Error(`check failed: ${message}`);
+  console.log(`ok - ${message}`);
+}
+
+async function launch() {
+  return chromium.launch({ executablePath: process.env.AKRITAS_TEST_CHROMIUM || "/usr/bin/chromium", args: ARGS });
+}
+
+/** Watches a page for script errors and CSP violations. */
+function watch(page, problems) {
+  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+  page.on("console", (message) => {
+    if (message.type() === "error" && !/status of 40[14]/.test(message.text())) problems.push(`console error: ${message.text()}`);
+  });
+}
+
+/** Nothing the model or an alert wrote became markup: no script ran, no element, no javascript: link. */
+async function inert(page, where) {
+  const facts = await page.evaluate(() => ({
+    pwned: typeof window.pwned,
+    scripts: [...document.querySelectorAll("script")].map((s) => s.getAttribute("src")),
+    images: document.querySelectorAll("img, iframe, object, embed").length,
+    hrefs: [...document.querySelectorAll("[href]")].map((a) => a.getAttribute("href")),
+    handlers: [...document.querySelectorAll("*")].flatMap((e) => [...e.attributes].map((a) => a.name)).filter((n) => n.startsWith("on")),
+  }));
+  check(facts.pwned === "undefined", `${where}: window.pwned is undefined`);
+  check(facts.scripts.length === 1 && facts.scripts[0] === "/ui/app.js", `${where}: the only <script> is the app's (${JSON.stringify(facts.scripts)})`);
+  check(facts.images === 0, `${where}: no <img>/<iframe> element was created`);
+  check(facts.hrefs.every((h) => !/^\s*(javascript|data|vbscript):/i.test(h)), `${where}: no javascript: href`);
+  check(facts.handlers.length === 0, `${where}: no inline event handler attribute`);
+}
+
+async function enterKey(page, key) {
+  await page.fill("#api-key", key);
+  await page.click("#save-key");
+  await page.waitForFunction(() => /tools/.test(document.querySelector("#host-status").textContent) && !/no key/.test(document.querySelector("#host-status").textContent), null, { timeout: TIMEOUT });
+}
+
+async function uiTest([url, key, dir, amToken, alertJson]) {
+  const browser = await launch();
+  const problems = [];
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    context.setDefaultTimeout(TIMEOUT);
+    const page = await context.newPage();
+    watch(page, problems);
+    await page.goto(`${url}/`);
+    await page.waitForSelector("html[data-ready]");
+    await enterKey(page, key);
+    check((await page.textContent("#host-status")).includes("tools"), "the header shows the model and the tool count");
+
+    // Chat round trip.
+    await page.fill("#chat-input", "Why is db-7 slow?");
+    await page.click("#chat-send");
+    await page.waitForSelector(".turn.assistant .run-panel");
+    const answer = await page.textContent(".turn.assistant .text");
+    check(answer.includes("db-7 is busy"), "the answer is shown");
+    check(answer.includes("<script>window.pwned=1</script>"), "the model's <script> is shown as text");
+    check(await page.locator(".turn.assistant strong", { hasText: "db-7" }).count() === 1, "Markdown bold is rendered");
+    check(await page.locator(".turn.assistant table.md td", { hasText: "listed" }).count() === 1, "Markdown tables are rendered");
+    const tools = await page.locator(".run-panel .tool-line").allTextContents();
+    check(tools.some((t) => /^knowledge\.list_skills · ok · \d+ ms · call-1$/.test(t)), `the Run panel lists the tool call (${tools.join(" | ")})`);
+    check(await page.locator(".run-panel table.budget tbody tr").count() >= 5, "the Run panel shows the budget table");
+    check((await page.textContent(".run-panel")).includes("linux.kernel.logs"), "the Run panel lists the unavailable check");
+    const safe = await page.getAttribute(".turn.assistant a[href='https://example.com/runbook']", "rel");
+    check(safe === "noopener noreferrer", "http(s) links open with noopener noreferrer");
+    await inert(page, "chat");
+    await page.screenshot({ path: path.join(dir, "chat.png"), fullPage: true });
+
+    // The Run detail with its raw tool result.
+    const runId = await page.textContent(".run-panel .run-link");
+    await page.click(".run-panel .run-link");
+    await page.waitForSelector("details#call-1");
+    check(new URL(page.url()).pathname === `/runs/${runId}`, "the Run link opens the Run detail");
+    await page.click("details#call-1 > summary");
+    const result = await page.textContent("details#call-1");
+    check(result.includes("knowledge.list_skills") && result.includes("postgresql"), "the Run detail shows the raw tool result");
+    await page.fill("#follow-up-input", "And now?");
+    await page.click("#follow-up-send");
+    await page.waitForSelector("#follow-up-answer .run-panel");
+    check((await page.textContent("#follow-up-answer")).includes("db-7 is busy"), "a follow-up is answered on the Run page");
+    await inert(page, "run detail");
+    await page.screenshot({ path: path.join(dir, "run.png"), fullPage: true });
+
+    // An alert through the real Alertmanager webhook becomes an incident with its timeline.
+    const posted = await fetch(`${url}/api/v1/alerts/default/am/webhook`, {
+      method: "POST", headers: { Authorization: `Bearer ${amToken}`, "Content-Type": "application/json" }, body: alertJson,
+    });
+    check(posted.status === 202, `the alert is accepted (${posted.status})`);
+    await page.click("nav a[data-tab=incidents]");
+    await page.waitForSelector("#incidents-list a.card");
+    await page.click("#incidents-list a.card");
+    await page.waitForSelector("#incident-timeline");
+    await page.waitForFunction(() => !document.querySelector("#investigating") && document.querySelector("#incident-timeline li.delivery"), null, { timeout: TIMEOUT });
+    const kinds = await page.locator("#incident-timeline li").evaluateAll((items) => items.map((i) => i.dataset.kind));
+    check(["alert", "job", "run", "delivery"].every((k) => kinds.includes(k)), `the timeline holds alert, job, Run and delivery entries (${kinds.join(",")})`);
+    const times = await page.locator("#incident-timeline li").evaluateAll((items) => items.length);
+    check(times >= 5, "the timeline is one list of every entry");
+    check((await page.textContent(".investigation")).includes("confirmed"), "the InvestigationResult is shown");
+    await inert(page, "incident");
+    await page.screenshot({ path: path.join(dir, "incident.png"), fullPage: true });
+    const evidence = await page.getAttribute(".investigation a.evidence-link", "href");
+    check(/^\/runs\/[^/#]+#call-1$/.test(evidence), `evidence links to its tool call (${evidence})`);
+    await page.click(".investigation a.evidence-link");
+    await page.waitForSelector("details#call-1[open].target");
+    check(true, "the evidence link opens the tool call in its Run");
+
+    // Resources: the failing one is marked as failing in text and class.
+    await page.click("nav a[data-tab=resources]");
+    await page.waitForSelector("#resources-list");
+    const broken = page.locator("li.resource[data-name='broken-tools']");
+    check(await broken.count() === 1, "the broken McpAdapter is listed");
+    check((await broken.getAttribute("class")).includes("failing") && (await broken.textContent()).includes("Failing"), "the broken McpAdapter is marked failing");
+    check((await page.getAttribute("li.resource[data-kind='Skill'][data-name='postgresql']", "class")).includes("ready"), "a healthy resource is marked ready");
+    await page.screenshot({ path: path.join(dir, "resources.png"), fullPage: true });
+
+    // A phone.
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
+    phone.setDefaultTimeout(TIMEOUT);
+    const mobile = await phone.newPage();
+    watch(mobile, problems);
+    await mobile.goto(`${url}/chat`);
+    await mobile.waitForSelector("html[data-ready]");
+    await enterKey(mobile, key);
+    await mobile.fill("#chat-input", "Why is db-7 slow?");
+    await mobile.click("#chat-send");
+    await mobile.waitForSelector(".turn.assistant .run-panel");
+    const width = await mobile.evaluate(() => document.documentElement.scrollWidth);
+    check(width <= 390, `no horizontal scroll on a phone (${width}px)`);
+    await mobile.screenshot({ path: path.join(dir, "phone-chat.png"), fullPage: true });
+    await mobile.goto(`${url}/incidents`);
+    await mobile.waitForSelector("#incidents-list a.card");
+    await mobile.click("#incidents-list a.card");
+    await mobile.waitForSelector("#incident-timeline");
+    const incidentWidth = await mobile.evaluate(() => document.documentElement.scrollWidth);
+    check(incidentWidth <= 390, `no horizontal scroll on a phone's incident page (${incidentWidth}px)`);
+    await mobile.screenshot({ path: path.join(dir, "phone-incident.png"), fullPage: true });
+    check(problems.length === 0, `no script error or CSP violation (${problems.join("; ")})`);
+  } finally {
+    await browser.close();
+  }
+}
+
+async function bench([url, loads]) {
+  const names = ["index.html", "app.css", "app.js", "api.js", "dom.js", "markdown.js", "chat.js", "runs.js", "incidents.js", "resources.js", "change.js"];
+  let bytes = 0;
+  let gzip = 0;
+  for (const name of names) {
+    const body = Buffer.from(await (await fetch(name === "index.html" ? `${url}/` : `${url}/ui/${name}`)).arrayBuffer());
+    bytes += body.length;
+    gzip += gzipSync(body, { level: 9 }).length;
+  }
+  console.log(`page weight: ${names.length} files, ${bytes} bytes, ${gzip} bytes gzip -9`);
+  const browser = await launch();
+  try {
+    const times = [];
+    for (let i = 0; i < Number(loads); i++) {
+      // A fresh context each time: a cold cache, as a first visit.
+      const context = await browser.newContext();
+      const page = await context.newPage();
+      await page.goto(`${url}/`);
+      await page.waitForSelector("html[data-ready]");
+      times.push(await page.evaluate(() => performance.getEntriesByName("akritas-ready")[0].startTime));
+      await context.close();
+    }
+    times.sort((a, b) => a - b);
+    const q = (p) => times[Math.min(times.length - 1, Math.round((times.length - 1) * p))].toFixed(1);
+    console.log(`time to interactive over ${times.length} cold loads: median ${q(0.5)} ms, p90 ${q(0.9)} ms, min ${q(0)} ms, max ${q(1)} ms`);
+  } finally {
+    await browser.close();
+  }
+}
+
+const [mode, ...rest] = process.argv.slice(2);
+(mode === "--bench" ? bench(rest) : uiTest([mode, ...rest])).catch((error) => {
+  console.error(`not ok - ${error.stack || error}`);
+  process.exit(1);
+});
