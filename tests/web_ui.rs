@@ -37,8 +37,9 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
             Step::from(Reply::ToolCalls(vec![(
                 "p".into(),
                 plan.clone(),
-                json!({"checks": [{"step": "List the skills", "tool": "knowledge.list_skills", "arguments": {},
-                                   "reason": "find guidance for the host"}],
+                json!({"checks": [{"step": "Read the load of db-7", "tool": "mcp.victoriametrics.query",
+                                   "arguments": {"query": "node_load1{instance=\"db-7:9100\"}"},
+                                   "reason": "confirm what the alert reports"}],
                        "gaps": [{"step": "Read kernel messages", "capability": "linux.kernel.logs", "reason": "rule out throttling"}]}),
             )]))
         } else if offers(request, &submit) {
@@ -56,11 +57,11 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     }
 }
 
-fn manifests(dir: &std::path::Path, sink: &str) {
+fn manifests(dir: &std::path::Path, sink: &str, vm: &str) {
     std::fs::write(
         dir.join("ui.yaml"),
         format!(
-            r#"apiVersion: akritas.io/v1alpha1
+            r##"apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {{name: am, namespace: default}}
 spec: {{provider: alertmanager, auth: {{bearerToken: {{env: UI_AM_TOKEN}}}}}}
@@ -75,7 +76,20 @@ kind: Skill
 metadata: {{name: postgresql, namespace: default}}
 spec:
   description: PostgreSQL hosts
+  match: [postgres, postgresql]
   content: "# PostgreSQL\nCheck autovacuum first."
+---
+apiVersion: akritas.io/v1alpha1
+kind: McpAdapter
+metadata: {{name: victoriametrics, namespace: default}}
+spec:
+  transport:
+    stdio:
+      command: akritas
+      args: [mcp, victoriametrics, --base-url, "{vm}"]
+  namespace: mcp.victoriametrics
+  allow: [read]
+  callTimeoutSeconds: 20
 ---
 apiVersion: akritas.io/v1alpha1
 kind: McpAdapter
@@ -86,7 +100,7 @@ spec:
       command: /nonexistent/akritas-ui-test-mcp-server
   namespace: mcp.broken
   allow: [read]
-"#
+"##
         ),
     )
     .unwrap();
@@ -138,12 +152,19 @@ pub fn run_browser_script(args: &[&str]) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_drives_chat_runs_incidents_and_resources_and_model_html_stays_inert() {
+    let vm = support::vm::VictoriaMetrics::start().await;
+    vm.import_prometheus(&format!(
+        "node_load1{{instance=\"db-7:9100\",job=\"node\"}} 7.25 {}\n",
+        support::vm::now_ms() - 60_000
+    ))
+    .await;
+    vm.wait_for_series("node_load1", 1).await;
     let llm = ScriptedLlm::start_with(model()).await;
     let sink = support::sink::Sink::start(Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
     let (data, resources) = (dir.path().join("data"), dir.path().join("resources"));
     std::fs::create_dir_all(&resources).unwrap();
-    manifests(&resources, &sink.url);
+    manifests(&resources, &sink.url, &vm.url());
     let server = start(&llm, &resources, &data);
 
     let screenshots = support::root().join("target/ui-screenshots");

@@ -42,7 +42,7 @@ async function inert(page, where) {
     pwned: typeof window.pwned,
     scripts: [...document.querySelectorAll("script")].map((s) => s.getAttribute("src")),
     images: document.querySelectorAll("img, iframe, object, embed").length,
-    hrefs: [...document.querySelectorAll("[href]")].map((a) => a.getAttribute("href")),
+    hrefs: [...document.querySelectorAll("body [href]")].map((a) => a.getAttribute("href")),
     handlers: [...document.querySelectorAll("*")].flatMap((e) => [...e.attributes].map((a) => a.name)).filter((n) => n.startsWith("on")),
   }));
   check(facts.pwned === "undefined", `${where}: window.pwned is undefined`);
@@ -61,10 +61,11 @@ async function enterKey(page, key) {
 async function uiTest([url, key, dir, amToken, alertJson]) {
   const browser = await launch();
   const problems = [];
+  let page;
   try {
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     context.setDefaultTimeout(TIMEOUT);
-    const page = await context.newPage();
+    page = await context.newPage();
     watch(page, problems);
     await page.goto(`${url}/`);
     await page.waitForSelector("html[data-ready]");
@@ -81,7 +82,7 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     check(await page.locator(".turn.assistant strong", { hasText: "db-7" }).count() === 1, "Markdown bold is rendered");
     check(await page.locator(".turn.assistant table.md td", { hasText: "listed" }).count() === 1, "Markdown tables are rendered");
     const tools = await page.locator(".run-panel .tool-line").allTextContents();
-    check(tools.some((t) => /^knowledge\.list_skills · ok · \d+ ms · call-1$/.test(t)), `the Run panel lists the tool call (${tools.join(" | ")})`);
+    check(tools.some((t) => /^mcp\.victoriametrics\.query · ok · \d+ ms · call-1$/.test(t)), `the Run panel lists the tool call (${tools.join(" | ")})`);
     check(await page.locator(".run-panel table.budget tbody tr").count() >= 5, "the Run panel shows the budget table");
     check((await page.textContent(".run-panel")).includes("linux.kernel.logs"), "the Run panel lists the unavailable check");
     const safe = await page.getAttribute(".turn.assistant a[href='https://example.com/runbook']", "rel");
@@ -96,7 +97,7 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     check(new URL(page.url()).pathname === `/runs/${runId}`, "the Run link opens the Run detail");
     await page.click("details#call-1 > summary");
     const result = await page.textContent("details#call-1");
-    check(result.includes("knowledge.list_skills") && result.includes("postgresql"), "the Run detail shows the raw tool result");
+    check(result.includes("mcp.victoriametrics.query") && result.includes("7.25"), "the Run detail shows the raw tool result");
     await page.fill("#follow-up-input", "And now?");
     await page.click("#follow-up-send");
     await page.waitForSelector("#follow-up-answer .run-panel");
@@ -158,6 +159,13 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     check(incidentWidth <= 390, `no horizontal scroll on a phone's incident page (${incidentWidth}px)`);
     await mobile.screenshot({ path: path.join(dir, "phone-incident.png"), fullPage: true });
     check(problems.length === 0, `no script error or CSP violation (${problems.join("; ")})`);
+  } catch (error) {
+    // What the page showed when it failed, for the test's output.
+    if (page) {
+      console.error(`page at failure: ${page.url()}\n${await page.textContent("main").catch(() => "?")}`);
+      await page.screenshot({ path: path.join(dir, "failure.png"), fullPage: true }).catch(() => {});
+    }
+    throw error;
   } finally {
     await browser.close();
   }
