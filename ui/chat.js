@@ -81,12 +81,23 @@ export function runPanel(outcome, debug) {
     h("h4", {}, "Budget"), budgetTable(outcome.budget || {}));
 }
 
+/** The budget's dimensions: label, usage field, limit field. */
+const DIMENSIONS = [
+  ["duration (ms)", "duration_ms", "max_duration_ms"],
+  ["model calls", "model_calls", "max_model_calls"],
+  ["tool calls", "tool_calls", "max_tool_calls"],
+  ["tool result bytes", "tool_result_bytes", "max_tool_result_bytes"],
+  ["retrieved context bytes", "retrieved_context_bytes", "max_retrieved_context_bytes"],
+  ["largest request (tokens)", "max_request_tokens", "max_context_tokens"],
+  ["output tokens", "output_tokens", "max_output_tokens"],
+  ["prompt tokens (reported)", "prompt_tokens", null],
+];
+
 /** Usage against limits, one row per dimension. */
 export function budgetTable(budget) {
   const usage = budget.usage || {};
   const limits = budget.limits || {};
-  const names = [...new Set([...Object.keys(limits).map((k) => k.replace(/^max_/, "")), ...Object.keys(usage)])];
   return h("div", { class: "scroll" }, h("table", { class: "budget" },
     h("thead", {}, h("tr", {}, h("th", {}, "dimension"), h("th", {}, "usage"), h("th", {}, "limit"))),
-    h("tbody", {}, names.map((name) => h("tr", {}, h("td", {}, name), h("td", {}, usage[name] ?? "–"), h("td", {}, limits[`max_${name}`] ?? limits[name] ?? "–"))))));
+    h("tbody", {}, DIMENSIONS.map(([label, used, limit]) => h("tr", {}, h("td", {}, label), h("td", {}, usage[used] ?? "–"), h("td", {}, (limit && limits[limit]) ?? "–"))))));
 }

@@ -68,6 +68,7 @@ export function investigation(result, runId) {
   const list = (title, items) => (items && items.length ? [h("h4", {}, title), h("ul", {}, items.map((item) => h("li", {}, markdown(item))))] : null);
   return h("div", { class: "investigation" },
     h("h2", {}, "Investigation result"),
+    runId ? h("p", {}, "From Run ", h("a", { href: `/runs/${runId}` }, runId)) : null,
     facts([["Finding", badge(result.finding_status)], ["Confidence", result.confidence], ["Actionability", result.actionability], ["Production writes", String(result.production_writes)]]),
     h("div", { class: "md" }, markdown(result.summary)),
     result.hypothesis ? [h("h4", {}, "Hypothesis"), h("div", { class: "md" }, markdown(result.hypothesis))] : null,
