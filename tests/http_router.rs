@@ -91,10 +91,34 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/change/simulations/{id}", Auth::Key),
     route(Method::POST, "/api/v1/change/simulations/{id}/apply", Auth::Key),
     route(Method::GET, "/metrics", Auth::Key),
+    // The embedded UI: the page for each client-side route and its assets (no data in them).
+    route(Method::GET, "/", Auth::None),
+    route(Method::GET, "/chat", Auth::None),
+    route(Method::GET, "/runs", Auth::None),
+    route(Method::GET, "/runs/{id}", Auth::None),
+    route(Method::GET, "/incidents", Auth::None),
+    route(Method::GET, "/incidents/{id}", Auth::None),
+    route(Method::GET, "/resources", Auth::None),
+    route(Method::GET, "/change", Auth::None),
+    route(Method::GET, "/ui/{name}", Auth::None),
 ];
 
 /// The routes a standby replica serves itself; everything else answers 503.
-const STANDBY_SERVED: &[&str] = &["/health", "/api/v1/resources", "/api/v1/tools", "/metrics"];
+const STANDBY_SERVED: &[&str] = &[
+    "/health",
+    "/api/v1/resources",
+    "/api/v1/tools",
+    "/metrics",
+    "/",
+    "/chat",
+    "/runs",
+    "/runs/{id}",
+    "/incidents",
+    "/incidents/{id}",
+    "/resources",
+    "/change",
+    "/ui/{name}",
+];
 
 /// Ids of objects the fixture created, so every `{id}` route can answer 200.
 struct Ids {
@@ -218,6 +242,9 @@ impl Fixture {
             }
             "/api/v1/alerts/{source}/webhook" => route.path.replace("{source}", "am"),
             "/api/v1/alerts/{namespace}/{source}/webhook" => "/api/v1/alerts/ops/am/webhook".to_string(),
+            "/runs/{id}" => route.path.replace("{id}", run),
+            "/incidents/{id}" => route.path.replace("{id}", incident),
+            "/ui/{name}" => "/ui/app.js".to_string(),
             path => path.to_string(),
         };
         assert!(!path.contains('{'), "no id for {}", route.path);
@@ -582,7 +609,13 @@ async fn paths_outside_the_table_are_404_even_with_keys_on() {
     let fixture = Fixture::new(true).await;
     let router = fixture.router();
     let probes = [
-        "/",
+        "/ui",
+        "/ui/",
+        "/ui/app.js/x",
+        "/chat/x",
+        "/resources/x",
+        "/change/x",
+        "/runs/",
         "/api",
         "/api/v1",
         "/api/v1/",

@@ -19,10 +19,6 @@ use super::error::ApiError;
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                        connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// Client-side routes answered with the page.
-pub const PAGES: [&str; 8] =
-    ["/", "/chat", "/runs", "/runs/{id}", "/incidents", "/incidents/{id}", "/resources", "/change"];
-
 /// One embedded file.
 pub struct Asset {
     /// Name under `/ui/`.
@@ -61,11 +57,17 @@ static ETAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The UI routes (no API key).
+/// The UI routes (no API key): the page for each client-side route, and the assets.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    PAGES
-        .iter()
-        .fold(Router::new(), |router, path| router.route(path, get(page)))
+    Router::new()
+        .route("/", get(page))
+        .route("/chat", get(page))
+        .route("/runs", get(page))
+        .route("/runs/{id}", get(page))
+        .route("/incidents", get(page))
+        .route("/incidents/{id}", get(page))
+        .route("/resources", get(page))
+        .route("/change", get(page))
         .route("/ui/{name}", get(asset))
 }
 
