@@ -172,11 +172,10 @@ async fn chromium_drives_chat_runs_incidents_and_resources_and_model_html_stays_
     let body = alert().to_string();
     let url = server.url.clone();
     let dir_arg = screenshots.display().to_string();
-    let (ok, output) = tokio::task::spawn_blocking(move || {
-        run_browser_script(&[&url, API_KEY, &dir_arg, AM_TOKEN, &body])
-    })
-    .await
-    .unwrap();
+    let (ok, output) =
+        tokio::task::spawn_blocking(move || run_browser_script(&[&url, API_KEY, &dir_arg, AM_TOKEN, &body]))
+            .await
+            .unwrap();
     assert!(ok, "the browser script failed:\n{output}\n--- server log ---\n{}", server.log_text());
     println!("{output}");
     for name in ["chat.png", "run.png", "incident.png", "resources.png", "phone-chat.png"] {

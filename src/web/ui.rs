@@ -87,8 +87,7 @@ fn serve(asset: &Asset, etag: &str, headers: &HeaderMap) -> Response {
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag || tag.trim() == "*"));
-    let mut response =
-        if fresh { StatusCode::NOT_MODIFIED.into_response() } else { asset.body.into_response() };
+    let mut response = if fresh { StatusCode::NOT_MODIFIED.into_response() } else { asset.body.into_response() };
     let set = response.headers_mut();
     set.insert(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
     if let Ok(value) = HeaderValue::from_str(etag) {
