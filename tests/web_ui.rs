@@ -4,7 +4,8 @@
 //! scripted model: chat round trip with the Run panel, the Run detail with its tool
 //! result, an alert posted through the real webhook shown as an incident with its
 //! timeline, a failing resource marked as failing, and model text that tries to inject
-//! HTML rendered inert. Screenshots land in `target/ui-screenshots/`.
+//! HTML rendered inert, and a change previewed and applied behind a confirmation.
+//! Screenshots land in `target/ui-screenshots/`.
 
 use akritas_testkit as support;
 
@@ -51,13 +52,43 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
                        "evidence": ["tool-call:call-1"], "ruled_out": [], "affected_components": ["db-7"],
                        "recommended_actions": ["review autovacuum"], "production_writes": 0}),
             )]))
+        } else if offers(request, "akritas_propose_edits") {
+            let edit = json!({"operation": "replace", "path": PILLAR, "old": OLD_LINES, "new": NEW_LINES});
+            Step::from(Reply::ToolCalls(vec![(
+                "call-1".into(),
+                "akritas_propose_edits".into(),
+                json!({"analysis": "orders-v2 is **missing** <script>window.pwned=5</script>", "edits": [edit],
+                       "checks": ["nft -c on a canary"], "risks": ["orders-v2 becomes reachable"],
+                       "rollback": "Revert the pillar change.", "clarifications": []}),
+            )]))
         } else {
             Step::from(Reply::Content(HOSTILE_ANSWER.into()))
         }
     }
 }
 
-fn manifests(dir: &std::path::Path, sink: &str, vm: &str) {
+/// The file the change page edits in the Workspace, and the edit.
+const PILLAR: &str = "pillar/prod/nftables.sls";
+const OLD_LINES: &str = "      port: 8443\n  log_dropped: true\n";
+const NEW_LINES: &str =
+    "      port: 8443\n    - name: orders-v2\n      address: 10.20.4.15\n      port: 8443\n  log_dropped: true\n";
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let output = Command::new("git").current_dir(dir).args(args).output().expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// The change fixture as a git working tree with one commit.
+fn workspace(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = dir.join("nftables");
+    support::copy_dir(&support::root().join("tests/fixtures/change/nftables"), &root);
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
+    root
+}
+
+fn manifests(dir: &std::path::Path, sink: &str, vm: &str, workspace: &std::path::Path) {
     std::fs::write(
         dir.join("ui.yaml"),
         format!(
@@ -92,6 +123,14 @@ spec:
   callTimeoutSeconds: 20
 ---
 apiVersion: akritas.io/v1alpha1
+kind: Workspace
+metadata: {{name: nftables, namespace: default}}
+spec:
+  source:
+    path: {workspace}
+  writable: true
+---
+apiVersion: akritas.io/v1alpha1
 kind: McpAdapter
 metadata: {{name: broken-tools, namespace: default}}
 spec:
@@ -100,7 +139,8 @@ spec:
       command: /nonexistent/akritas-ui-test-mcp-server
   namespace: mcp.broken
   allow: [read]
-"##
+"##,
+            workspace = workspace.display()
         ),
     )
     .unwrap();
@@ -164,8 +204,17 @@ async fn chromium_drives_chat_runs_incidents_and_resources_and_model_html_stays_
     let dir = tempfile::tempdir().unwrap();
     let (data, resources) = (dir.path().join("data"), dir.path().join("resources"));
     std::fs::create_dir_all(&resources).unwrap();
-    manifests(&resources, &sink.url, &vm.url());
+    let workspace = workspace(dir.path());
+    manifests(&resources, &sink.url, &vm.url(), &workspace);
     let server = start(&llm, &resources, &data);
+    let workspaces = format!("{}/api/v1/workspaces", server.url);
+    support::poll(Duration::from_secs(20), || async {
+        let response = reqwest::Client::new().get(&workspaces).bearer_auth(API_KEY).send().await.ok()?;
+        let body: Value = response.json().await.ok()?;
+        body["workspaces"].as_array()?.iter().all(|w| w["ready"] == true).then_some(())
+    })
+    .await
+    .expect("the Workspace becomes ready");
 
     let screenshots = support::root().join("target/ui-screenshots");
     std::fs::create_dir_all(&screenshots).unwrap();
@@ -178,10 +227,12 @@ async fn chromium_drives_chat_runs_incidents_and_resources_and_model_html_stays_
             .unwrap();
     assert!(ok, "the browser script failed:\n{output}\n--- server log ---\n{}", server.log_text());
     println!("{output}");
-    for name in ["chat.png", "run.png", "incident.png", "resources.png", "phone-chat.png"] {
+    for name in ["chat.png", "run.png", "incident.png", "resources.png", "change.png", "phone-chat.png"] {
         assert!(screenshots.join(name).is_file(), "screenshot {name} missing");
     }
     assert!(sink.received().iter().any(|r| r.path == "/hook"), "the incident's notification was delivered");
+    let pillar = std::fs::read_to_string(workspace.join(PILLAR)).unwrap();
+    assert!(pillar.contains("orders-v2"), "the change approved in the browser was applied once: {pillar}");
 }
 
 async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {

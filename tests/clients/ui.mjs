@@ -137,6 +137,27 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     check((await page.getAttribute("li.resource[data-kind='Skill'][data-name='postgresql']", "class")).includes("ready"), "a healthy resource is marked ready");
     await page.screenshot({ path: path.join(dir, "resources.png"), fullPage: true });
 
+    // Change: preview the diff, refuse the confirmation once, then apply once.
+    await page.click("nav a[data-tab=change]");
+    await page.waitForSelector("#change-workspace");
+    await page.fill("#change-request", "Add orders-v2 (10.20.4.15) on port 8443 to the production pillar");
+    await page.fill("#change-files", "pillar/prod/nftables.sls");
+    await page.click("#change-preview");
+    await page.waitForSelector("#change-diff");
+    const added = await page.locator("#change-diff .line.add").allTextContents();
+    check(added.some((l) => l.includes("orders-v2")), "the preview shows the diff with added lines marked");
+    check((await page.textContent("#change-result")).includes("<script>window.pwned=5</script>"), "the proposal's analysis is shown as text");
+    let asked = "";
+    page.once("dialog", (dialog) => { asked = dialog.message(); dialog.dismiss(); });
+    await page.click("#change-apply");
+    check(asked.includes("Apply this diff") && !(await page.isDisabled("#change-apply")), "apply asks for confirmation; refusing it writes nothing");
+    page.once("dialog", (dialog) => dialog.accept());
+    await page.click("#change-apply");
+    await page.waitForFunction(() => /Applied/.test(document.querySelector("#change-state").textContent));
+    check(await page.isDisabled("#change-apply"), "the apply button stays disabled after the apply");
+    await inert(page, "change");
+    await page.screenshot({ path: path.join(dir, "change.png"), fullPage: true });
+
     // A phone.
     const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
     phone.setDefaultTimeout(TIMEOUT);
