@@ -3,7 +3,7 @@
 
 import { api } from "./api.js";
 import { details, errorBox, h, jsonBlock, replace } from "./dom.js";
-import { markdown } from "./markdown.js";
+import { diffBlock, markdown } from "./markdown.js";
 
 /** The Change page. */
 export async function changeView() {
@@ -41,14 +41,6 @@ function diagnostics(error) {
   return attempts.map((attempt, index) => h("div", { class: "card diagnostics" }, h("strong", {}, `Attempt ${index + 1}`), details("Full diagnostics", jsonBlock(attempt))));
 }
 
-/** A diff as text, each line styled by its first character. */
-export function diffBlock(diff) {
-  return h("pre", { class: "code diff", id: "change-diff" }, String(diff || "").split("\n").map((line) => {
-    const kind = line.startsWith("+++") || line.startsWith("---") ? "file" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "ctx";
-    return h("span", { class: `line ${kind}` }, line + "\n");
-  }));
-}
-
 function result(outcome) {
   const approval = outcome.approval;
   const state = h("p", { id: "change-state", class: "muted" });
@@ -65,9 +57,13 @@ function result(outcome) {
       replace(state, errorBox(error), "New preview required.");
     }
   });
+  // The host's answer carries the diff in a `diff` fence, which the renderer styles;
+  // an answer without one gets the diff from the structured result.
+  const answer = h("div", { class: "md" }, markdown(outcome.answer || ""));
+  const diff = outcome.result && outcome.result.diff;
   return h("div", { class: "change-outcome" },
     h("p", {}, "Run ", h("a", { href: `/runs/${outcome.run_id}` }, outcome.run_id), ` · ${outcome.namespace}/${outcome.workspace}`),
-    h("div", { class: "md" }, markdown(outcome.answer || "")),
-    outcome.result && outcome.result.diff ? [h("h2", {}, "Diff"), diffBlock(outcome.result.diff)] : null,
+    answer,
+    diff && !answer.querySelector(".diff") ? [h("h2", {}, "Diff"), diffBlock(diff)] : null,
     state, apply);
 }

@@ -12,7 +12,7 @@ export function markdown(text) {
   return fragment;
 }
 
-const fence = /^\s*(```|~~~)(.*)$/;
+const fence = /^\s*(`{3,}|~{3,})\s*([^`]*)$/;
 const heading = /^(#{1,6})\s+(.*?)\s*#*\s*$/;
 const rule = /^\s*([-*_])(\s*\1){2,}\s*$/;
 const bullet = /^\s*[-*+]\s+(.*)$/;
@@ -27,12 +27,19 @@ function renderBlocks(lines, parent, depth) {
     if (!line.trim()) { i++; continue; }
     let m;
     if ((m = line.match(fence))) {
+      // Closed by a fence of the same character at least as long (CommonMark).
+      const open = m[1];
+      const closes = (l) => { const t = l.trim(); return t.length >= open.length && t === open[0].repeat(t.length); };
       const body = [];
       i++;
-      while (i < lines.length && !lines[i].trim().startsWith(m[1])) body.push(lines[i++]);
+      while (i < lines.length && !closes(lines[i])) body.push(lines[i++]);
       i++;
+      const lang = m[2].trim().split(/\s+/)[0];
+      if (lang === "diff") {
+        parent.append(diffBlock(body.join("\n")));
+        continue;
+      }
       const code = h("code", {}, body.join("\n"));
-      const lang = m[2].trim();
       if (lang) code.dataset.lang = lang.slice(0, 32);
       parent.append(h("pre", { class: "code" }, code));
     } else if ((m = line.match(heading))) {
@@ -181,4 +188,12 @@ function inline(node, text, depth) {
   }
   flush();
   return node;
+}
+
+/** A unified diff as text, each line styled by its first character. */
+export function diffBlock(diff) {
+  return h("pre", { class: "code diff" }, String(diff || "").split("\n").map((line) => {
+    const kind = line.startsWith("+++") || line.startsWith("---") ? "file" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "ctx";
+    return h("span", { class: `line ${kind}` }, line + "\n");
+  }));
 }

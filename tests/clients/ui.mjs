@@ -90,6 +90,36 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     await inert(page, "chat");
     await page.screenshot({ path: path.join(dir, "chat.png"), fullPage: true });
 
+    // The renderer itself, on inputs built to escape it.
+    const rendered = await page.evaluate(async () => {
+      const { markdown } = await import("/ui/markdown.js");
+      const hostile = [
+        "[x](JaVaScRiPt:alert(1))", "[x]( javascript:alert(1))", "[x](data:text/html,<script>alert(1)</script>)",
+        "[x](vbscript:msgbox)", "[x](//evil.example/a)", "![a](https://evil.example/t.png)", "![a](javascript:alert(1))",
+        "<a href=\"javascript:alert(1)\">x</a>", "<iframe src=x></iframe>", "<svg onload=alert(1)>", "**<b>bold</b>**",
+        "[**[x](javascript:alert(1))**](https://ok.example)", "| a |\n|---|\n| <img src=x onerror=alert(1)> |",
+        "```\n<script>alert(1)</script>\n```", "> <script>alert(1)</script>", "- [x](javascript:alert(1))",
+        "[a](https://ok.example \"title\")", "`<img src=x>`", "````diff\n+ <img src=x>\n```\n````",
+      ];
+      const allowed = new Set(["P", "A", "STRONG", "EM", "CODE", "PRE", "SPAN", "TABLE", "THEAD", "TBODY", "TR", "TH", "TD", "DIV", "BLOCKQUOTE", "UL", "OL", "LI", "H3", "H4", "H5", "H6", "HR"]);
+      const found = [];
+      let links = 0;
+      for (const text of hostile) {
+        const box = document.createElement("div");
+        box.append(markdown(text));
+        links += box.querySelectorAll("a[href^='https://ok.example']").length;
+        for (const el of box.querySelectorAll("*")) {
+          if (!allowed.has(el.tagName)) found.push(`${text} -> <${el.tagName}>`);
+          for (const attr of el.attributes) {
+            if (attr.name === "href" ? !/^https?:\/\//.test(attr.value) : !["class", "rel", "target", "start", "data-lang"].includes(attr.name)) found.push(`${text} -> ${attr.name}=${attr.value}`);
+          }
+        }
+      }
+      return { found, count: hostile.length, links };
+    });
+    check(rendered.links === 1, `the safe link among them is still a link (${rendered.links})`);
+    check(rendered.found.length === 0, `${rendered.count} hostile Markdown inputs make only allowed elements and http(s) links (${rendered.found.join("; ")})`);
+
     // The Run detail with its raw tool result.
     const runId = await page.textContent(".run-panel .run-link");
     await page.click(".run-panel .run-link");
@@ -143,8 +173,9 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     await page.fill("#change-request", "Add orders-v2 (10.20.4.15) on port 8443 to the production pillar");
     await page.fill("#change-files", "pillar/prod/nftables.sls");
     await page.click("#change-preview");
-    await page.waitForSelector("#change-diff");
-    const added = await page.locator("#change-diff .line.add").allTextContents();
+    await page.waitForSelector("#change-result .diff");
+    check(await page.locator("#change-result .diff").count() === 1, "the diff is shown once");
+    const added = await page.locator("#change-result .diff .line.add").allTextContents();
     check(added.some((l) => l.includes("orders-v2")), "the preview shows the diff with added lines marked");
     check((await page.textContent("#change-result")).includes("<script>window.pwned=5</script>"), "the proposal's analysis is shown as text");
     let asked = "";
