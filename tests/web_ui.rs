@@ -73,18 +73,15 @@ const OLD_LINES: &str = "      port: 8443\n  log_dropped: true\n";
 const NEW_LINES: &str =
     "      port: 8443\n    - name: orders-v2\n      address: 10.20.4.15\n      port: 8443\n  log_dropped: true\n";
 
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let output = Command::new("git").current_dir(dir).args(args).output().expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-}
-
 /// The change fixture as a git working tree with one commit.
 fn workspace(dir: &std::path::Path) -> std::path::PathBuf {
     let root = dir.join("nftables");
     support::copy_dir(&support::root().join("tests/fixtures/change/nftables"), &root);
-    git(&root, &["init", "-q", "-b", "main"]);
-    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
-    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
+    for args in
+        [&["init", "--quiet", "--initial-branch=main"][..], &["add", "--all"], &["commit", "--quiet", "-m", "initial"]]
+    {
+        support::git_server::git(args, &root);
+    }
     root
 }
 
