@@ -16,6 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get_service;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
@@ -108,7 +109,9 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     let server = state.clone();
     let service = StreamableHttpService::new(move || Ok(AkritasMcp::new(server.clone())), manager.clone(), config);
     let gate = SessionGate { manager, max: limits.max_sessions };
-    Router::new().route_service("/mcp", service).route_layer(middleware::from_fn_with_state(gate, limit_sessions))
+    // The methods streamable HTTP uses; others get the router's JSON 405.
+    let methods = get_service(service.clone()).post_service(service.clone()).delete_service(service);
+    Router::new().route("/mcp", methods).route_layer(middleware::from_fn_with_state(gate, limit_sessions))
 }
 
 #[derive(Clone)]
