@@ -63,23 +63,27 @@ stop_server() {
 }
 trap stop_server EXIT
 
+# Waits until the server started last writes the line `sed` program $2 turns into its URL
+# into log $1; prints the URL, or the log and exits when the server does not come up.
+wait_for_url() {
+  local log=$1 program=$2 url=
+  for _ in $(seq 1 300); do
+    url=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n "$program" | head -n 1)
+    [ -n "$url" ] && echo "$url" && return
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "mcp-conformance: the MCP server did not start; its log:" >&2
+  cat "$log" >&2
+  exit 1
+}
+
 # Port 9 on loopback refuses connections: VictoriaMetrics is "down", which the server must
 # survive. Port 0 lets the kernel pick a free port; the server prints the one it bound.
 "$AKRITAS_BIN" mcp victoriametrics --base-url http://127.0.0.1:9/prometheus --timeout 2s \
   --listen 127.0.0.1:0 2>"$OUT/server.log" &
 server_pid=$!
-url=
-for _ in $(seq 1 150); do
-  url=$(sed -n 's/^listening on \(http:[^ ]*\)$/\1/p' "$OUT/server.log" | head -n 1)
-  [ -n "$url" ] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$url" ]; then
-  echo "mcp-conformance: the MCP server did not start; its log:" >&2
-  cat "$OUT/server.log" >&2
-  exit 1
-fi
+url=$(wait_for_url "$OUT/server.log" 's/^listening on \(http:[^ ]*\)$/\1/p')
 echo "mcp-conformance: server scenarios against $url"
 "${suite[@]}" list --server >"$OUT/server-scenarios.txt"
 "${suite[@]}" server --url "$url" --suite all --timeout 30000 -o "$OUT/server" >"$OUT/server.txt" 2>&1 || true
@@ -88,21 +92,10 @@ stop_server
 # --- serve side: `akritas serve`'s /mcp ---------------------------------------------------
 # Port 9 refuses connections: no model server. The log line "Akritas listening address=…"
 # names the port the kernel picked.
-NO_COLOR=1 AKRITAS_API_KEY= "$AKRITAS_BIN" serve --resources config/samples --address 127.0.0.1:0 \
-  --data-dir "$OUT/serve-data" --base-url http://127.0.0.1:9/v1 2>"$OUT/serve.log" >&2 &
+AKRITAS_API_KEY= "$AKRITAS_BIN" serve --resources config/samples --address 127.0.0.1:0 \
+  --data-dir "$OUT/serve-data" --base-url http://127.0.0.1:9/v1 >"$OUT/serve.log" 2>&1 &
 server_pid=$!
-url=
-for _ in $(seq 1 300); do
-  address=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/serve.log" | sed -n 's/.*Akritas listening address=\([0-9.:]*\).*/\1/p' | head -n 1)
-  [ -n "$address" ] && url="http://$address/mcp" && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$url" ]; then
-  echo "mcp-conformance: akritas serve did not start; its log:" >&2
-  cat "$OUT/serve.log" >&2
-  exit 1
-fi
+url=$(wait_for_url "$OUT/serve.log" 's|.*Akritas listening address=\([0-9.:]*\).*|http://\1/mcp|p')
 echo "mcp-conformance: server scenarios against akritas serve at $url"
 cp "$OUT/server-scenarios.txt" "$OUT/serve-scenarios.txt"
 "${suite[@]}" server --url "$url" --suite all --timeout 30000 -o "$OUT/serve" >"$OUT/serve.txt" 2>&1 || true

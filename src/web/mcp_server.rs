@@ -209,16 +209,16 @@ fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
-/// The caller `auth::require_key` recorded on the HTTP request of this call.
-fn caller(parts: &axum::http::request::Parts) -> Result<Caller, CallToolResult> {
-    parts.extensions.get::<Caller>().cloned().ok_or_else(|| tool_error("the request carries no authenticated caller"))
-}
-
-/// Parses the arguments, naming what to fix.
-fn args<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(
-    args: JsonObject,
-) -> Result<T, CallToolResult> {
-    parse_args::<T>(args).map_err(|error| tool_error(error.to_string()))
+/// The caller `auth::require_key` recorded on the HTTP request of this call, and the
+/// call's arguments checked against the tool's schema (a tool error naming what to fix).
+fn call_args<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(
+    raw: JsonObject,
+    parts: &axum::http::request::Parts,
+) -> Result<(Caller, T), CallToolResult> {
+    let caller = parts.extensions.get::<Caller>().cloned();
+    let caller = caller.ok_or_else(|| tool_error("the request carries no authenticated caller"))?;
+    let args = parse_args::<T>(raw).map_err(|error| tool_error(error.to_string()))?;
+    Ok((caller, args))
 }
 
 impl AkritasMcp {
@@ -410,9 +410,9 @@ impl AkritasMcp {
         Parameters(raw): Parameters<JsonObject>,
         Extension(parts): Extension<axum::http::request::Parts>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(match (caller(&parts), args::<AskArgs>(raw)) {
-            (Ok(caller), Ok(args)) => self.ask_as(caller, args).await,
-            (Err(error), _) | (_, Err(error)) => error,
+        Ok(match call_args::<AskArgs>(raw, &parts) {
+            Ok((caller, args)) => self.ask_as(caller, args).await,
+            Err(error) => error,
         })
     }
 
@@ -433,9 +433,9 @@ impl AkritasMcp {
         Parameters(raw): Parameters<JsonObject>,
         Extension(parts): Extension<axum::http::request::Parts>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(match (caller(&parts), args::<SearchArgs>(raw)) {
-            (Ok(caller), Ok(args)) => self.search_as(caller, args).await,
-            (Err(error), _) | (_, Err(error)) => error,
+        Ok(match call_args::<SearchArgs>(raw, &parts) {
+            Ok((caller, args)) => self.search_as(caller, args).await,
+            Err(error) => error,
         })
     }
 
@@ -456,9 +456,9 @@ impl AkritasMcp {
         Parameters(raw): Parameters<JsonObject>,
         Extension(parts): Extension<axum::http::request::Parts>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(match (caller(&parts), args::<ListIncidentsArgs>(raw)) {
-            (Ok(caller), Ok(args)) => self.incidents_as(caller, args).await,
-            (Err(error), _) | (_, Err(error)) => error,
+        Ok(match call_args::<ListIncidentsArgs>(raw, &parts) {
+            Ok((caller, args)) => self.incidents_as(caller, args).await,
+            Err(error) => error,
         })
     }
 
@@ -479,9 +479,9 @@ impl AkritasMcp {
         Parameters(raw): Parameters<JsonObject>,
         Extension(parts): Extension<axum::http::request::Parts>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(match (caller(&parts), args::<IdArgs>(raw)) {
-            (Ok(caller), Ok(args)) => self.incident_as(caller, args).await,
-            (Err(error), _) | (_, Err(error)) => error,
+        Ok(match call_args::<IdArgs>(raw, &parts) {
+            Ok((caller, args)) => self.incident_as(caller, args).await,
+            Err(error) => error,
         })
     }
 
@@ -502,9 +502,9 @@ impl AkritasMcp {
         Parameters(raw): Parameters<JsonObject>,
         Extension(parts): Extension<axum::http::request::Parts>,
     ) -> Result<CallToolResult, McpError> {
-        Ok(match (caller(&parts), args::<IdArgs>(raw)) {
-            (Ok(caller), Ok(args)) => self.run_as(caller, args).await,
-            (Err(error), _) | (_, Err(error)) => error,
+        Ok(match call_args::<IdArgs>(raw, &parts) {
+            Ok((caller, args)) => self.run_as(caller, args).await,
+            Err(error) => error,
         })
     }
 }
