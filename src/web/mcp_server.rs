@@ -521,3 +521,33 @@ impl ServerHandler for AkritasMcp {
             )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_urls_host_is_allowed_besides_the_configured_hosts() {
+        let flags = crate::config::ServeFlags {
+            public_url: Some("https://Akritas.example.com:8443/ops".into()),
+            mcp_allowed_hosts: vec!["akritas.ops.svc".into()],
+            ..Default::default()
+        };
+        let settings = crate::config::load(&flags, &|_| None).unwrap();
+        let limits = McpLimits::from_settings(&settings);
+        assert_eq!(limits.allowed_hosts, ["akritas.ops.svc", "akritas.example.com:8443"]);
+    }
+
+    #[test]
+    fn tool_schemas_are_strict_and_bounded() {
+        let ask = input_schema::<AskArgs>();
+        assert_eq!(ask.get("additionalProperties"), Some(&Value::Bool(false)));
+        assert_eq!(ask["properties"]["question"]["maxLength"], 16384);
+        assert_eq!(ask["properties"]["context"]["maxProperties"], 32);
+        assert_eq!(ask["required"], json!(["question"]));
+        let list = input_schema::<ListIncidentsArgs>();
+        assert_eq!(list["properties"]["limit"]["maximum"], 1000);
+        assert!(Value::Object((*list).clone()).to_string().contains("resolved"), "{list:?}");
+        assert_eq!(input_schema::<IdArgs>()["properties"]["id"]["maxLength"], 128);
+    }
+}
