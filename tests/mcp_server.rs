@@ -3,7 +3,8 @@
 //! runbooks, lists and reads incidents and Runs; a wrong key is refused and a second
 //! tenant cannot read the first tenant's Run or Incident (`tests/clients/mcp_ask.py`
 //! exits non-zero on any mismatch). The Run and the audited reads are then checked
-//! here, and so are the session limit and the DNS-rebinding check, over raw HTTP.
+//! here, and so are the session limit, session ownership and the DNS-rebinding check,
+//! over raw HTTP.
 
 use akritas_testkit as support;
 
@@ -186,7 +187,7 @@ async fn open_session(url: &str, host: Option<&str>) -> reqwest::Response {
 }
 
 #[tokio::test]
-async fn sessions_are_bounded_and_foreign_hosts_are_refused() {
+async fn sessions_are_bounded_owned_by_their_key_and_foreign_hosts_are_refused() {
     let f = serve(2).await;
     let url = format!("{}/mcp", f.url);
     // DNS rebinding: a Host header naming another site is refused, and opens no session.
@@ -203,6 +204,23 @@ async fn sessions_are_bounded_and_foreign_hosts_are_refused() {
     assert_eq!(refused.headers()["retry-after"], "5");
     let body: Value = refused.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("mcp_max_sessions"), "{body}");
+
+    // A session belongs to the key that opened it: another key cannot use or close it.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    for (method, body) in [(reqwest::Method::POST, Some(list)), (reqwest::Method::DELETE, None)] {
+        let mut request = reqwest::Client::new()
+            .request(method.clone(), &url)
+            .bearer_auth(secret("b-chat"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", &sessions[1]);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let foreign = request.send().await.unwrap();
+        assert_eq!(foreign.status().as_u16(), 404, "{method} with another key's session");
+    }
+    assert_eq!(open_session(&url, None).await.status().as_u16(), 503, "both sessions are still open");
 
     // Closing a session makes room for a new one.
     let closed = reqwest::Client::new()

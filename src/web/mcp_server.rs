@@ -108,22 +108,42 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .with_max_request_body_bytes(state.info.max_body_bytes);
     let server = state.clone();
     let service = StreamableHttpService::new(move || Ok(AkritasMcp::new(server.clone())), manager.clone(), config);
-    let gate = SessionGate { manager, max: limits.max_sessions };
+    let gate = SessionGate { manager, max: limits.max_sessions, owners: Arc::default() };
     // The methods streamable HTTP uses; others get the router's JSON 405.
     let methods = get_service(service.clone()).post_service(service.clone()).delete_service(service);
-    Router::new().route("/mcp", methods).route_layer(middleware::from_fn_with_state(gate, limit_sessions))
+    Router::new().route("/mcp", methods).route_layer(middleware::from_fn_with_state(gate, gate_sessions))
 }
 
 #[derive(Clone)]
 struct SessionGate {
     manager: Arc<LocalSessionManager>,
     max: usize,
+    /// The API key that opened each session (sessions the manager closed are pruned).
+    owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
-/// Refuses a request that would open a session (a POST without `Mcp-Session-Id`) while
-/// `max` sessions are open: 503 with `Retry-After`, so memory stays bounded.
-async fn limit_sessions(State(gate): State<SessionGate>, request: Request, next: Next) -> Response {
-    let opens = request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
+impl SessionGate {
+    fn owners(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A session belongs to the API key that opened it: another key's request naming it gets
+/// the 404 of an unknown session. A request that would open a session (a POST without
+/// `Mcp-Session-Id`) while `max` sessions are open gets 503 with `Retry-After`, so memory
+/// stays bounded.
+async fn gate_sessions(State(gate): State<SessionGate>, request: Request, next: Next) -> Response {
+    let key = request.extensions().get::<Caller>().map(|caller| caller.name.clone()).unwrap_or_default();
+    let session = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(session) = &session
+        && gate.owners().get(session).is_some_and(|owner| *owner != key)
+    {
+        return super::error::ApiError::not_found(
+            "no MCP session with this Mcp-Session-Id for this API key; send initialize to open one",
+        )
+        .into_response();
+    }
+    let opens = request.method() == Method::POST && session.is_none();
     if opens && gate.manager.sessions.read().await.len() >= gate.max {
         let mut response = super::error::ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -137,7 +157,16 @@ async fn limit_sessions(State(gate): State<SessionGate>, request: Request, next:
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         return response;
     }
-    next.run(request).await
+    let response = next.run(request).await;
+    if let Some(opened) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok())
+        && opens
+    {
+        let live = gate.manager.sessions.read().await;
+        let mut owners = gate.owners();
+        owners.retain(|id, _| live.contains_key(id.as_str()));
+        owners.insert(opened.to_string(), key);
+    }
+    response
 }
 
 /// Arguments of `ask`.
