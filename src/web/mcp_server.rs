@@ -35,6 +35,7 @@ use crate::alerts::IncidentStatus;
 use crate::audit::ReadRecord;
 use crate::config::{Scope, Settings};
 use crate::engine::conversation::{Speaker, Turn};
+use crate::engine::knowledge_tools::MAX_TOP_K;
 use crate::engine::request::RunRequest;
 use crate::victoriametrics::server::{input_schema, non_nullable_properties, parse_args};
 
@@ -356,7 +357,11 @@ impl AkritasMcp {
         let Some(retriever) = self.state.engine.retriever().filter(|r| r.is_available(&scope)) else {
             return tool_error(format!("no runbooks are loaded for namespace {:?}", caller.namespace));
         };
-        let top_k = args.top_k.map_or(self.state.engine.settings().search_top_k, |k| k as usize);
+        let top_k = match args.top_k {
+            None => self.state.engine.settings().search_top_k,
+            Some(k @ 1..=MAX_TOP_K) => k as usize,
+            Some(_) => return tool_error(format!("`top_k` must be an integer from 1 to {MAX_TOP_K}")),
+        };
         match retriever.search(&scope, query, top_k).await {
             Ok(found) => {
                 let target =
@@ -371,7 +376,13 @@ impl AkritasMcp {
         let Ok(store) = super::alerts::store(&self.state) else {
             return tool_error("alert ingestion is disabled on this host: there are no incidents");
         };
-        let limit = args.limit.map_or(DEFAULT_INCIDENTS, |l| l as usize).clamp(1, super::alerts::MAX_INCIDENTS);
+        let limit = match args.limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX)) {
+            None => DEFAULT_INCIDENTS,
+            Some(l) if (1..=super::alerts::MAX_INCIDENTS).contains(&l) => l,
+            Some(_) => {
+                return tool_error(format!("`limit` must be an integer from 1 to {}", super::alerts::MAX_INCIDENTS));
+            }
+        };
         let status = args.status.map(|s| match s {
             IncidentFilter::Firing => IncidentStatus::Firing,
             IncidentFilter::Resolved => IncidentStatus::Resolved,
@@ -386,7 +397,10 @@ impl AkritasMcp {
         let Ok(store) = super::alerts::store(&self.state) else {
             return tool_error("alert ingestion is disabled on this host: there are no incidents");
         };
-        let id = bounded_id(&args.id);
+        let id = match checked_id(&args.id) {
+            Ok(id) => id,
+            Err(error) => return error,
+        };
         let found = super::alerts::visible_incident(store, &caller, id)
             .map(|incident| (1, incident))
             .ok_or_else(|| format!("incident {id:?} not found"));
@@ -397,7 +411,10 @@ impl AkritasMcp {
         let Some(audit) = self.state.engine.audit() else {
             return tool_error("the audit journal is disabled on this host: there are no Runs");
         };
-        let id = bounded_id(&args.id);
+        let id = match checked_id(&args.id) {
+            Ok(id) => id,
+            Err(error) => return error,
+        };
         let found = super::runs::visible_run(audit, &caller, id)
             .map(|run| (1, json!({"run": run})))
             .ok_or_else(|| format!("run {id:?} not found"));
@@ -414,9 +431,13 @@ impl IncidentFilter {
     }
 }
 
-/// An id cut to [`MAX_ID_BYTES`] (longer ids exist nowhere; the cut keeps the audit small).
-fn bounded_id(id: &str) -> &str {
-    crate::text::prefix_chars(id.trim(), MAX_ID_BYTES)
+/// A trimmed id of 1..[`MAX_ID_BYTES`] bytes.
+fn checked_id(id: &str) -> Result<&str, CallToolResult> {
+    let id = id.trim();
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(tool_error(format!("`id` must be 1..{MAX_ID_BYTES} bytes and not blank")));
+    }
+    Ok(id)
 }
 
 #[tool_router]

@@ -78,12 +78,16 @@ async def tenant_a(session, incident_id, expected_answer, marker):
     check(not found.is_error and marker in json.dumps(found.structured_content), f"search: {text_of(found)}")
     bad_k = await session.call_tool("search_runbooks", {"query": "x", "top_k": "three"})
     check(bad_k.is_error and "top_k" in text_of(bad_k), f"top_k as text: {text_of(bad_k)}")
+    big_k = await session.call_tool("search_runbooks", {"query": "x", "top_k": 21})
+    check(big_k.is_error and "from 1 to 20" in text_of(big_k), f"top_k 21: {text_of(big_k)}")
 
     incidents = await session.call_tool("list_incidents", {})
     ids = [i["id"] for i in (incidents.structured_content or {}).get("incidents", [])]
     check(not incidents.is_error and incident_id in ids, f"list_incidents: {text_of(incidents)}")
     resolved = await session.call_tool("list_incidents", {"status": "resolved", "limit": 5})
     check(resolved.structured_content == {"incidents": []}, f"resolved filter: {text_of(resolved)}")
+    zero = await session.call_tool("list_incidents", {"limit": 0})
+    check(zero.is_error and "from 1 to 1000" in text_of(zero), f"limit 0: {text_of(zero)}")
     bad_status = await session.call_tool("list_incidents", {"status": "open"})
     check(bad_status.is_error, f"unknown status accepted: {text_of(bad_status)}")
 
@@ -95,6 +99,8 @@ async def tenant_a(session, incident_id, expected_answer, marker):
     check(not run.is_error, f"get_run: {text_of(run)}")
     record = run.structured_content["run"]
     check((record["source"], record["namespace"]) == ("mcp", "team-a"), f"get_run record: {record}")
+    long_id = await session.call_tool("get_run", {"id": "r" * 129})
+    check(long_id.is_error and "1..128 bytes" in text_of(long_id), f"129-byte id: {text_of(long_id)}")
     nothing = await session.call_tool("get_run", {"id": "run_" + "0" * 32})
     check(nothing.is_error and "not found" in text_of(nothing), f"unknown Run: {text_of(nothing)}")
     return run_id
