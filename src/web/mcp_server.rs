@@ -257,35 +257,8 @@ impl AkritasMcp {
         Self { state, tool_router: Self::tool_router() }
     }
 
-    /// Audits a read (when the audit journal is enabled); a read the journal cannot record
-    /// is refused.
-    async fn audit_read(
-        &self,
-        caller: &Caller,
-        tool: &str,
-        target: String,
-        returned: usize,
-    ) -> Result<(), CallToolResult> {
-        if let Some(audit) = self.state.engine.audit() {
-            let read = ReadRecord {
-                namespace: caller.namespace.clone(),
-                source: "mcp".into(),
-                actor: caller.name.clone(),
-                tool: tool.into(),
-                target,
-                returned: u32::try_from(returned).unwrap_or(u32::MAX),
-            };
-            if let Err(error) = audit.record_read(read).await {
-                tracing::error!(%error, tool, "MCP read refused: the audit journal cannot record it");
-                return Err(tool_error(format!(
-                    "the audit journal cannot record this read, so it is refused; retry later ({error})"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Audits a read of `returned` items, then answers `value` (or `missing` when nothing was found).
+    /// Audits a read of what `found` holds (when the audit journal is enabled), then answers
+    /// it: the value, or the not-found message. A read the journal cannot record is refused.
     async fn read(
         &self,
         caller: &Caller,
@@ -293,9 +266,21 @@ impl AkritasMcp {
         target: String,
         found: Result<(usize, Value), String>,
     ) -> CallToolResult {
-        let returned = found.as_ref().map_or(0, |(returned, _)| *returned);
-        if let Err(refused) = self.audit_read(caller, tool, target, returned).await {
-            return refused;
+        if let Some(audit) = self.state.engine.audit() {
+            let read = ReadRecord {
+                namespace: caller.namespace.clone(),
+                source: "mcp".into(),
+                actor: caller.name.clone(),
+                tool: tool.into(),
+                target,
+                returned: found.as_ref().map_or(0, |(returned, _)| u32::try_from(*returned).unwrap_or(u32::MAX)),
+            };
+            if let Err(error) = audit.record_read(read).await {
+                tracing::error!(%error, tool, "MCP read refused: the audit journal cannot record it");
+                return tool_error(format!(
+                    "the audit journal cannot record this read, so it is refused; retry later ({error})"
+                ));
+            }
         }
         match found {
             Ok((_, value)) => CallToolResult::structured(value),
