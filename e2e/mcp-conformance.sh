@@ -2,6 +2,10 @@
 # MCP conformance: runs the official suite (@modelcontextprotocol/conformance) against
 #   - server side: `akritas mcp victoriametrics --listen 127.0.0.1:0` (no VictoriaMetrics
 #     needed: the server starts without it and its tools then return clear tool errors);
+#   - serve side: `/mcp` of `akritas serve --resources config/samples` on loopback, without
+#     API keys (the suite sends no credentials; tests/mcp_server.rs and tests/http_router.rs
+#     cover the keys) and without a reachable model (the scenarios call the suite's fixture
+#     tools, never `ask`; an `ask` would be a tool error naming the model server);
 #   - client side: Akritas' MCP client (McpHost) through `akritas mcp probe URL`.
 # Every scenario of the pinned suite runs (`--suite all`); the results are compared with
 # e2e/mcp-conformance-baseline.txt, which lists what is legitimately not applicable.
@@ -59,26 +63,42 @@ stop_server() {
 }
 trap stop_server EXIT
 
+# Waits until the server started last writes the line `sed` program $2 turns into its URL
+# into log $1; prints the URL, or the log and exits when the server does not come up.
+wait_for_url() {
+  local log=$1 program=$2 url=
+  for _ in $(seq 1 300); do
+    url=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | sed -n "$program" | head -n 1)
+    [ -n "$url" ] && echo "$url" && return
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "mcp-conformance: the MCP server did not start; its log:" >&2
+  cat "$log" >&2
+  exit 1
+}
+
 # Port 9 on loopback refuses connections: VictoriaMetrics is "down", which the server must
 # survive. Port 0 lets the kernel pick a free port; the server prints the one it bound.
 "$AKRITAS_BIN" mcp victoriametrics --base-url http://127.0.0.1:9/prometheus --timeout 2s \
   --listen 127.0.0.1:0 2>"$OUT/server.log" &
 server_pid=$!
-url=
-for _ in $(seq 1 150); do
-  url=$(sed -n 's/^listening on \(http:[^ ]*\)$/\1/p' "$OUT/server.log" | head -n 1)
-  [ -n "$url" ] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$url" ]; then
-  echo "mcp-conformance: the MCP server did not start; its log:" >&2
-  cat "$OUT/server.log" >&2
-  exit 1
-fi
+url=$(wait_for_url "$OUT/server.log" 's/^listening on \(http:[^ ]*\)$/\1/p')
 echo "mcp-conformance: server scenarios against $url"
 "${suite[@]}" list --server >"$OUT/server-scenarios.txt"
 "${suite[@]}" server --url "$url" --suite all --timeout 30000 -o "$OUT/server" >"$OUT/server.txt" 2>&1 || true
+stop_server
+
+# --- serve side: `akritas serve`'s /mcp ---------------------------------------------------
+# Port 9 refuses connections: no model server. The log line "Akritas listening address=…"
+# names the port the kernel picked.
+AKRITAS_API_KEY= "$AKRITAS_BIN" serve --resources config/samples --address 127.0.0.1:0 \
+  --data-dir "$OUT/serve-data" --base-url http://127.0.0.1:9/v1 >"$OUT/serve.log" 2>&1 &
+server_pid=$!
+url=$(wait_for_url "$OUT/serve.log" 's|.*Akritas listening address=\([0-9.:]*\).*|http://\1/mcp|p')
+echo "mcp-conformance: server scenarios against akritas serve at $url"
+cp "$OUT/server-scenarios.txt" "$OUT/serve-scenarios.txt"
+"${suite[@]}" server --url "$url" --suite all --timeout 30000 -o "$OUT/serve" >"$OUT/serve.txt" 2>&1 || true
 stop_server
 
 # --- client side --------------------------------------------------------------------------
@@ -113,9 +133,9 @@ const lines = fs.readFileSync(baselineFile, 'utf8').split('\n');
 lines.forEach((raw, i) => {
   const line = raw.replace(/#.*/, '').trim();
   if (!line) return;
-  const m = line.match(/^(server|client)\s+(\S+)$/);
+  const m = line.match(/^(server|serve|client)\s+(\S+)$/);
   if (!m) {
-    console.error(`${baselineFile}:${i + 1}: expected '<server|client> <scenario>[:<check>]  # reason'`);
+    console.error(`${baselineFile}:${i + 1}: expected '<server|serve|client> <scenario>[:<check>]  # reason'`);
     process.exit(2);
   }
   baseline.set(`${m[1]} ${m[2]}`, { used: false });
@@ -133,7 +153,7 @@ function results(side) {
       const checks = path.join(full, 'checks.json');
       if (fs.existsSync(checks)) {
         let name = path.relative(root, full).replace(stamp, '');
-        if (side === 'server') name = name.replace(/^server-/, '');
+        if (side !== 'client') name = name.replace(/^server-/, '');
         found.set(name, JSON.parse(fs.readFileSync(checks, 'utf8')));
       } else {
         walk(full);
@@ -146,7 +166,9 @@ function results(side) {
 
 let passed = 0, failed = 0, expected = 0;
 const unexpected = [], warnings = [];
-for (const side of ['server', 'client']) {
+const counts = {};
+for (const side of ['server', 'serve', 'client']) {
+  const before = { passed, failed, expected };
   const listed = fs.readFileSync(path.join(out, `${side}-scenarios.txt`), 'utf8')
     .split('\n').map((l) => l.match(/^\s+- (\S+)/)).filter(Boolean).map((m) => m[1]);
   const found = results(side);
@@ -181,6 +203,7 @@ for (const side of ['server', 'client']) {
       for (const f of left) unexpected.push(`${side} ${scenario}:${f.id}  ${f.message}`.slice(0, 400));
     }
   }
+  counts[side] = `${passed - before.passed} passed, ${expected - before.expected} skipped`;
 }
 for (const [key, entry] of baseline) {
   if (!entry.used && key.includes(':')) console.log(`stale baseline entry (check does not fail): ${key}`);
@@ -188,6 +211,7 @@ for (const [key, entry] of baseline) {
 for (const w of warnings) console.log(`warning: ${w}`.slice(0, 400));
 for (const u of unexpected) console.log(`UNEXPECTED FAILURE: ${u}`);
 // Baselined (non-applicable) scenarios are reported as skipped; only unexpected failures count as failed.
+for (const side of Object.keys(counts)) console.log(`mcp-conformance: ${side}: ${counts[side]}`);
 console.log(`mcp-conformance: ${passed} passed, ${failed - expected} failed, ${expected} skipped`);
 process.exit(unexpected.length > 0 ? 1 : 0);
 EOF

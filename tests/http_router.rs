@@ -101,6 +101,9 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/resources", Auth::None),
     route(Method::GET, "/change", Auth::None),
     route(Method::GET, "/ui/{name}", Auth::None),
+    route(Method::GET, "/mcp", Auth::Key),
+    route(Method::POST, "/mcp", Auth::Key),
+    route(Method::DELETE, "/mcp", Auth::Key),
 ];
 
 /// The routes a standby replica serves itself; everything else answers 503.
@@ -248,7 +251,18 @@ impl Fixture {
             path => path.to_string(),
         };
         assert!(!path.contains('{'), "no id for {}", route.path);
+        let mcp_accept = ("accept", "application/json, text/event-stream".to_string());
         match (&route.method, route.path) {
+            // MCP: an initialize opens a session; the SSE stream and DELETE need one (the
+            // rmcp handler answers that, behind auth).
+            (&Method::POST, "/mcp") => {
+                let init = r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}"#;
+                (post(&path, init, &[mcp_accept]), StatusCode::OK)
+            }
+            (&Method::GET, "/mcp") => {
+                (get(&path, &[("accept", "text/event-stream".to_string())]), StatusCode::BAD_REQUEST)
+            }
+            (&Method::DELETE, "/mcp") => (request(Method::DELETE, &path, Body::empty(), &[]), StatusCode::BAD_REQUEST),
             (&Method::GET, _) => (get(&path, &[]), StatusCode::OK),
             // Validation answers before the model is called: the handler ran, behind auth.
             (&Method::POST, "/api/v1/chat" | "/api/v1/runs/{id}/chat") => {
@@ -323,8 +337,9 @@ fn signature(body: &str) -> (&'static str, String) {
     ("x-akritas-signature", format!("sha256={}", hex::encode(mac.finalize().into_bytes())))
 }
 
+/// A request as an HTTP/1.1 client sends it: with a `Host` header (`/mcp` checks it).
 fn request(method: Method, path: &str, body: Body, headers: &[(&str, String)]) -> Request<Body> {
-    let mut builder = Request::builder().method(method).uri(path);
+    let mut builder = Request::builder().method(method).uri(path).header(header::HOST, "localhost");
     for (name, value) in headers {
         builder = builder.header(*name, value);
     }
@@ -505,7 +520,13 @@ async fn bodies_over_the_limit_are_413_with_and_without_content_length() {
     for route in ROUTES.iter().filter(|r| r.method == Method::POST) {
         let (request, _) = fixture.accepted_request(route);
         let path = request.uri().path().to_string();
-        let headers = [bearer(API_KEY), am_token()];
+        // What every JSON client sends (`/mcp` checks both, before reading the body).
+        let headers = [
+            bearer(API_KEY),
+            am_token(),
+            ("accept", "application/json, text/event-stream".to_string()),
+            ("content-type", "application/json".to_string()),
+        ];
 
         let declared = call(&router, post(&path, &oversized, &headers)).await;
         declared.error(
@@ -523,8 +544,12 @@ async fn bodies_over_the_limit_are_413_with_and_without_content_length() {
         // A streamed body within the limit reaches the handler (blank JSON is a 400 there;
         // a bot webhook checks its secret first, which this body lacks: 401).
         let within = call(&router, streamed(&path, MAX_BODY, &headers)).await;
-        let expected =
-            if route.path.starts_with("/api/v1/bots/") { StatusCode::UNAUTHORIZED } else { StatusCode::BAD_REQUEST };
+        // rmcp answers a body that is not JSON-RPC with 415.
+        let expected = match route.path {
+            path if path.starts_with("/api/v1/bots/") => StatusCode::UNAUTHORIZED,
+            "/mcp" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::BAD_REQUEST,
+        };
         assert_eq!(within.status, expected, "{}: {}", what(route, "streamed, within"), within.text);
     }
 }

@@ -16,11 +16,10 @@ impl AlertStore {
         self.incidents_where(limit, |_| true)
     }
 
-    /// The most recently updated incidents of the namespaces `visible` accepts.
-    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&str) -> bool) -> Vec<IncidentState> {
+    /// The most recently updated incidents `visible` accepts.
+    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&IncidentState) -> bool) -> Vec<IncidentState> {
         let state = self.lock();
-        let mut incidents: Vec<&IncidentState> =
-            state.correlator.incidents().filter(|i| visible(&i.namespace)).collect();
+        let mut incidents: Vec<&IncidentState> = state.correlator.incidents().filter(|i| visible(i)).collect();
         incidents.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
         incidents.into_iter().take(limit).cloned().collect()
     }

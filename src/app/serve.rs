@@ -65,7 +65,9 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let secrets = policy::guarded(secrets, &resource_policy);
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
-    let info = host_info(&settings, &instructions, mode);
+    let mut info = host_info(&settings, &instructions, mode);
+    // Open MCP sessions (their SSE streams) end with the server, not after the grace period.
+    info.mcp.shutdown = cancel.child_token();
     let llm = assemble::llm_client(&settings, &instructions)?;
     let audit = {
         let settings = settings.clone();

@@ -94,7 +94,9 @@ impl Index {
     /// result is checked against the Run as `load` rebuilds it from its records.
     pub(super) fn apply(&mut self, record: &Record, load: LoadRun<'_>) -> Result<(), RecordError> {
         let op = replay::parse(record)?;
-        let at = self.by_id.get(&key(op.run_id())).map(|&at| at as usize);
+        // A read belongs to no Run: nothing to index.
+        let Some(run_id) = op.run_id() else { return Ok(()) };
+        let at = self.by_id.get(&key(run_id)).map(|&at| at as usize);
         if at.is_none() && self.trimmed && !matches!(op, Op::Started(_)) {
             return Ok(());
         }
@@ -135,6 +137,7 @@ impl Index {
                 }
             }
             Op::Result(..) => run.result = true,
+            Op::Read => {}
         }
         run.locations.push(record.location);
         Ok(())

@@ -8,6 +8,7 @@
 mod id;
 mod index;
 mod query;
+mod reads;
 mod replay;
 mod storage;
 
@@ -24,6 +25,7 @@ use crate::journal::{Journal, JournalError, Record};
 use crate::text;
 
 pub use id::{InvalidRunId, RunId};
+pub use reads::ReadRecord;
 use replay::Facts;
 pub use replay::RecordError;
 pub use storage::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::reads::{READ, ReadRecord};
 use super::{AuditEvent, CALL_KIND_EXECUTION, INVESTIGATION_RESULT, RunId, RunRecord, RunStatus, TOOL_CALL};
 use crate::investigation::{self, Evidence, InvestigationError, InvestigationResult};
 use crate::journal::Record;
@@ -82,6 +83,9 @@ pub enum RecordError {
         /// Why.
         reason: String,
     },
+    /// A read record that does not hold a read.
+    #[error("read: {0}")]
+    Read(serde_json::Error),
     /// A record kind this version does not know.
     #[error("unknown record kind {0:?}")]
     UnknownKind(String),
@@ -102,14 +106,17 @@ pub(super) enum Op {
     },
     /// The structured result of a Run (its JSON text).
     Result(RunId, String),
+    /// A read through the MCP server: part of no Run.
+    Read,
 }
 
 impl Op {
-    /// The Run the record belongs to.
-    pub(super) fn run_id(&self) -> &RunId {
+    /// The Run the record belongs to (none for a read).
+    pub(super) fn run_id(&self) -> Option<&RunId> {
         match self {
-            Op::Started(run) => &run.id,
-            Op::Event(id, _) | Op::Finished { id, .. } | Op::Result(id, _) => id,
+            Op::Started(run) => Some(&run.id),
+            Op::Event(id, _) | Op::Finished { id, .. } | Op::Result(id, _) => Some(id),
+            Op::Read => None,
         }
     }
 }
@@ -151,6 +158,10 @@ pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
             let id = run_id()?;
             Op::Result(id, record.data.get("result").map(Value::to_string).unwrap_or_default())
         }
+        READ => {
+            ReadRecord::deserialize(field("read")).map_err(RecordError::Read)?;
+            Op::Read
+        }
         other => return Err(RecordError::UnknownKind(other.to_string())),
     })
 }
@@ -158,7 +169,7 @@ pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
 /// The lifecycle rules, given what is known of the Run the record names (`None`: unknown).
 /// A result's evidence is checked by the caller, which has the Run's events.
 pub(super) fn check(op: &Op, run: Option<Facts>) -> Result<(), RecordError> {
-    let id = op.run_id().clone();
+    let Some(id) = op.run_id().cloned() else { return Ok(()) };
     match (op, run) {
         (Op::Started(_), Some(_)) => Err(RecordError::StartedTwice(id)),
         (Op::Started(_), None) => Ok(()),
@@ -176,6 +187,7 @@ pub(super) fn check(op: &Op, run: Option<Facts>) -> Result<(), RecordError> {
             Err(RecordError::ResultNotAllowed(id))
         }
         (Op::Result(..), Some(_)) => Ok(()),
+        (Op::Read, _) => Ok(()),
     }
 }
 
@@ -188,8 +200,10 @@ pub(super) fn facts(run: &RunRecord) -> Facts {
 /// the Run's records); the index applies the same [`parse`] and [`check`].
 pub(super) fn apply(state: &mut State, record: &Record) -> Result<(), RecordError> {
     let op = parse(record)?;
-    check(&op, state.runs.get(op.run_id()).map(facts))?;
+    let Some(run_id) = op.run_id() else { return Ok(()) };
+    check(&op, state.runs.get(run_id).map(facts))?;
     match op {
+        Op::Read => {}
         Op::Started(run) => {
             state.order.push(run.id.clone());
             state.runs.insert(run.id.clone(), *run);

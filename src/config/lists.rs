@@ -22,6 +22,20 @@ fn dedup(v: Vec<String>) -> Vec<String> {
     v.into_iter().filter(|item| seen.insert(item.clone())).collect()
 }
 
+/// At most 64 host names or `host:port` authorities (letters, digits, `-`, `.`, `_`, `[`, `]`, `:`).
+pub(crate) fn check_hosts(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} hosts given; expected {expect}", v.len()));
+    }
+    let valid = |h: &str| {
+        !h.is_empty() && h.len() <= 261 && h.chars().all(|c| c.is_ascii_alphanumeric() || "-._[]:".contains(c))
+    };
+    if let Some(bad) = v.iter().find(|h| !valid(h)) {
+        return Err(format!("{bad:?} is not a host name or host:port; expected {expect}"));
+    }
+    Ok(dedup(v.into_iter().map(|h| h.to_ascii_lowercase()).collect()))
+}
+
 /// `akritas` (this binary) or absolute paths.
 pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
     if v.len() > 64 {

@@ -391,6 +391,21 @@ settings_table! {
         flag "body-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
         check value::duration_upto::<600, false>;
+    /// Concurrent MCP sessions at `/mcp`, 1-4096; a new session beyond it gets 503
+    mcp_max_sessions: u32 = 64;
+        flag "mcp-max-sessions" [Option<String>] value_name "N";
+        expect "an integer from 1 to 4096";
+        check value::u32_in::<1, 4096>;
+    /// Idle time after which an MCP session at `/mcp` is closed, > 0 and <= 24h
+    mcp_session_idle_timeout: Duration = Duration::from_secs(300);
+        flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
+        expect "a duration above 0 and at most 24h, such as 5m";
+        check value::duration_upto::<86_400, false>;
+    /// Host names `/mcp` accepts in the Host header besides loopback and the public URL's host (DNS-rebinding protection)
+    mcp_allowed_hosts: Vec<String> = Vec::new();
+        flag "mcp-allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
+        expect "at most 64 host names or host:port values";
+        check lists::check_hosts;
     /// Grace period for shutdown, > 0 and <= 10m
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";

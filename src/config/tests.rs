@@ -487,6 +487,25 @@ fn duplicate_api_key_names() {
 }
 
 #[test]
+fn mcp_server_limits_and_hosts() {
+    let s = load_ok(&ServeFlags::default(), &no_env);
+    assert_eq!((s.mcp_max_sessions, s.mcp_session_idle_timeout), (64, Duration::from_secs(300)));
+    assert!(s.mcp_allowed_hosts.is_empty());
+    let env = env_of(&[
+        ("AKRITAS_MCP_ALLOWED_HOSTS", "Akritas.OPS.svc:8090, akritas.ops.svc:8090,[::1]:8090"),
+        ("AKRITAS_MCP_MAX_SESSIONS", "8"),
+        ("AKRITAS_MCP_SESSION_IDLE_TIMEOUT", "90s"),
+    ]);
+    let s = load_ok(&ServeFlags::default(), &env);
+    assert_eq!(s.mcp_allowed_hosts, ["akritas.ops.svc:8090", "[::1]:8090"]);
+    assert_eq!((s.mcp_max_sessions, s.mcp_session_idle_timeout), (8, Duration::from_secs(90)));
+    let e = load_err(&flags(&["--mcp-allowed-hosts", "evil.example/x"]), &no_env);
+    assert!(e.contains("not a host name or host:port"), "{e}");
+    let e = load_err(&flags(&["--mcp-max-sessions", "0"]), &no_env);
+    assert!(e.contains("--mcp-max-sessions"), "{e}");
+}
+
+#[test]
 fn public_url_normalisation() {
     let s = load_ok(&flags(&["--public-url", "  HTTPS://Akritas.Example.com/ops/  "]), &no_env);
     assert_eq!(s.public_url.as_deref(), Some("https://akritas.example.com/ops"));

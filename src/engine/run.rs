@@ -131,6 +131,11 @@ impl Engine {
         self.audit.as_ref()
     }
 
+    /// The runbook retrieval Runs use, when a knowledge base is configured.
+    pub fn retriever(&self) -> Option<&Arc<dyn Retriever>> {
+        self.retriever.as_ref()
+    }
+
     /// Settings.
     pub fn settings(&self) -> &EngineSettings {
         &self.settings

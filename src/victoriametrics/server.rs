@@ -132,7 +132,7 @@ type Params = Vec<(String, String)>;
 
 /// Optional fields are expressed by omission: turns `"type": ["string", "null"]` into `"type": "string"`
 /// so that simple JSON-schema validators (which only know a single `type`) accept the schema.
-fn non_nullable_properties(schema: &mut schemars::Schema) {
+pub fn non_nullable_properties(schema: &mut schemars::Schema) {
     let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) else {
         return;
     };

@@ -25,6 +25,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
 use crate::alerts::adapters::{DecodeContext, adapter};
+use crate::alerts::correlate::{IncidentState, IncidentStatus};
 use crate::alerts::store::{AlertStore, AlertStoreError, incident_json};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::SecretResolver;
@@ -294,7 +295,11 @@ pub struct ListQuery {
     limit: Option<String>,
 }
 
-fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::AlertStore>, ApiError> {
+/// Largest `limit` of an incident listing.
+pub const MAX_INCIDENTS: usize = 1000;
+
+/// The alert store, or 503 when alert ingestion is disabled.
+pub(super) fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::AlertStore>, ApiError> {
     state.alerts.as_ref().ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "alerts_disabled", "alert ingestion is disabled on this host")
     })
@@ -309,16 +314,36 @@ pub async fn incidents(
     let store = store(&state)?;
     let limit = match query.limit.as_deref().map(str::parse::<usize>) {
         None => 100,
-        Some(Ok(n)) if (1..=1000).contains(&n) => n,
+        Some(Ok(n)) if (1..=MAX_INCIDENTS).contains(&n) => n,
         Some(_) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
-                "limit must be an integer from 1 to 1000",
+                format!("limit must be an integer from 1 to {MAX_INCIDENTS}"),
             ));
         }
     };
-    Ok(Json(json!({"incidents": store.incidents_where(limit, |namespace| caller.sees(namespace))})).into_response())
+    Ok(Json(json!({"incidents": visible_incidents(store, &caller, limit, None)})).into_response())
+}
+
+/// The incidents of the namespaces the caller reads, newest update first, only those
+/// in `status` when given (the incident listing of the API and of the MCP server).
+pub(super) fn visible_incidents(
+    store: &AlertStore,
+    caller: &Caller,
+    limit: usize,
+    status: Option<IncidentStatus>,
+) -> Vec<IncidentState> {
+    store.incidents_where(limit, |incident| {
+        caller.sees(&incident.namespace) && status.is_none_or(|status| incident.state == status)
+    })
+}
+
+/// Incident `id` with its events, jobs, Runs and deliveries; another namespace's
+/// incident does not exist for the caller.
+pub(super) fn visible_incident(store: &AlertStore, caller: &Caller, id: &str) -> Option<serde_json::Value> {
+    let (incident, events, jobs) = store.incident(id).filter(|(incident, _, _)| caller.sees(&incident.namespace))?;
+    Some(incident_json(&incident, &events, &jobs))
 }
 
 /// `GET /api/v1/incidents/{id}` (another namespace's incident does not exist for the key).
@@ -327,11 +352,9 @@ pub async fn incident(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (incident, events, jobs) = store(&state)?
-        .incident(&id)
-        .filter(|(incident, _, _)| caller.sees(&incident.namespace))
-        .ok_or_else(|| ApiError::not_found("incident not found"))?;
-    Ok(Json(incident_json(&incident, &events, &jobs)).into_response())
+    let incident =
+        visible_incident(store(&state)?, &caller, &id).ok_or_else(|| ApiError::not_found("incident not found"))?;
+    Ok(Json(incident).into_response())
 }
 
 /// Whether the caller reads the namespace of incident `id`.

@@ -161,10 +161,13 @@ pub fn bearer_token(value: &str) -> Option<&str> {
 }
 
 /// The scope a request needs: `metrics` for `/metrics`, `admin` for applying a
-/// change (the only write), `read` for reads, `chat` for everything that starts work.
+/// change (the only write), `read` for reads and for `/mcp` (its `ask` tool checks
+/// `chat` itself), `chat` for everything that starts work.
 pub fn required_scope(method: &Method, path: &str) -> Scope {
     if path == "/metrics" {
         Scope::Metrics
+    } else if path == "/mcp" {
+        Scope::Read
     } else if path.starts_with("/api/v1/change/") && path.ends_with("/apply") {
         Scope::Admin
     } else if method == Method::GET || method == Method::HEAD {

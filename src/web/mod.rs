@@ -6,6 +6,7 @@ pub mod auth;
 pub mod bots;
 pub mod change;
 pub mod error;
+pub mod mcp_server;
 pub mod metrics;
 pub mod runs;
 pub mod ui;
@@ -69,6 +70,8 @@ pub struct HostInfo {
     pub max_body_bytes: usize,
     /// Longest pause between two parts of a request body.
     pub body_timeout: Duration,
+    /// Limits of the MCP server at `/mcp`.
+    pub mcp: mcp_server::McpLimits,
 }
 
 /// Builds the router.
@@ -90,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/alert-events/{id}", get(alerts::event))
         .route("/api/v1/investigation-jobs/{id}", get(alerts::job))
         .route("/metrics", get(metrics::metrics))
+        .merge(mcp_server::routes(&state))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
-use crate::audit::{MAX_LIST, RunId};
+use crate::audit::{AuditLog, MAX_LIST, RunId, RunRecord};
 use crate::engine::conversation::Turn;
 use crate::engine::request::{RunError, RunOutcome, RunRequest};
 
@@ -53,6 +53,16 @@ pub struct FollowUpBody {
 
 /// Most context facts in a chat request.
 const MAX_CONTEXT_ENTRIES: usize = 32;
+
+/// Checks the context facts of a chat (and of the MCP `ask` tool) against their bounds.
+pub(super) fn check_context(context: &BTreeMap<String, String>) -> Result<(), String> {
+    if context.len() > MAX_CONTEXT_ENTRIES || context.iter().any(|(k, v)| k.len() > 64 || v.len() > 4096) {
+        return Err(format!(
+            "context allows at most {MAX_CONTEXT_ENTRIES} entries with keys up to 64 and values up to 4096 bytes"
+        ));
+    }
+    Ok(())
+}
 
 /// Decodes a strict JSON body with a message naming the offending field.
 pub fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
@@ -102,15 +112,8 @@ pub async fn chat(
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
-    if body.context.len() > MAX_CONTEXT_ENTRIES || body.context.iter().any(|(k, v)| k.len() > 64 || v.len() > 4096) {
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            format!(
-                "context allows at most {MAX_CONTEXT_ENTRIES} entries with keys up to 64 and values up to 4096 bytes"
-            ),
-        )
-        .into_response();
+    if let Err(message) = check_context(&body.context) {
+        return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).into_response();
     }
     let request = RunRequest {
         namespace: caller.namespace,
@@ -273,10 +276,15 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Response {
     let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
-    match RunId::parse(&id).and_then(|id| audit.get(&id)).filter(|run| caller.sees(&run.namespace)) {
+    match visible_run(audit, &caller, &id) {
         Some(run) => Json(json!({ "run": run })).into_response(),
         None => run_not_found().into_response(),
     }
+}
+
+/// Run `id` when the caller reads its namespace (otherwise it does not exist for it).
+pub(super) fn visible_run(audit: &AuditLog, caller: &Caller, id: &str) -> Option<RunRecord> {
+    RunId::parse(id).and_then(|id| audit.get(&id)).filter(|run| caller.sees(&run.namespace))
 }
 
 /// `GET /api/v1/tools`: the authorized read-only tools a Run of the caller's
@@ -296,6 +304,6 @@ fn run_not_found() -> ApiError {
     ApiError::not_found("run not found")
 }
 
-fn audit_disabled() -> ApiError {
+pub(super) fn audit_disabled() -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "audit_disabled", "the audit journal is disabled on this host")
 }

@@ -233,6 +233,7 @@ pub fn app_state(
         instructions_sha256: String::new(),
         max_body_bytes,
         body_timeout: Duration::from_secs(30),
+        mcp: web::mcp_server::McpLimits::default(),
     };
     AppState {
         catalog,
