@@ -54,7 +54,7 @@ use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOpt
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The outcome of a delivery.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Accepted {
     /// `dlv_…`.
     pub delivery_id: String,

@@ -19,7 +19,7 @@ use crate::text::{ELLIPSIS, truncate_chars};
 pub const MAX_MESSAGE_CHARS: usize = 1024;
 
 /// Which version of an object is in force.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum InForce {
     /// The version on disk.
@@ -31,7 +31,7 @@ pub enum InForce {
 }
 
 /// The outcome for one object.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceReport {
     /// Identity.
@@ -57,7 +57,7 @@ pub struct ResourceReport {
 
 /// A problem that cannot be attributed to a named object (unreadable file,
 /// document without kind or name).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Problem {
     /// `file` or `file:doc-index`.
     pub location: String,

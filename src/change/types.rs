@@ -95,7 +95,7 @@ pub struct Approver {
 }
 
 /// `POST /api/v1/change/simulations`.
-#[derive(Clone, Debug, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewRequest {
     /// Workspace name.
@@ -117,7 +117,7 @@ pub struct PreviewRequest {
 }
 
 /// The result of a preview.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct PreviewOutcome {
     /// The audit Run.
     pub run_id: String,
@@ -139,7 +139,7 @@ pub struct PreviewOutcome {
 }
 
 /// Where a preview's time went.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Timings {
     /// Whole preview.
     pub total_ms: u64,
@@ -152,7 +152,7 @@ pub struct Timings {
 }
 
 /// The result of an apply.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ApplyOutcome {
     /// The audit Run.
     pub run_id: String,

@@ -5,6 +5,7 @@ pub mod alerts;
 pub mod auth;
 pub mod bots;
 pub mod change;
+pub mod engine_schema;
 pub mod error;
 pub mod metrics;
 pub mod runs;

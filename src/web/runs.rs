@@ -8,47 +8,160 @@ use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::AppState;
 use super::auth::Caller;
+use super::engine_schema::{BudgetLimitsSchema, BudgetUsageSchema, CapabilityGapSchema, TurnSchema};
 use super::error::ApiError;
-use crate::audit::{MAX_LIST, RunId};
+use crate::audit::{MAX_LIST, RunId, RunRecord};
+use crate::engine::budget::{BudgetLimits, BudgetUsage};
 use crate::engine::conversation::Turn;
+use crate::engine::plan::CapabilityGap;
 use crate::engine::request::{RunError, RunOutcome, RunRequest};
+use crate::resources::mcp_adapter::Permission;
+use crate::tools::ToolResult;
 
 /// Body of `POST /api/v1/chat`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatBody {
+    /// The conversation; the last message is the person's question.
+    #[schemars(with = "Vec<TurnSchema>")]
     messages: Vec<Turn>,
+    /// Output tokens of the answer (at most the configured limit).
     #[serde(default)]
     max_tokens: Option<u32>,
+    /// Sampling temperature, 0 to 2.
     #[serde(default)]
     temperature: Option<f64>,
+    /// Add each tool call's arguments and result to `activity`.
     #[serde(default)]
     debug: bool,
+    /// Language of the answer (BCP 47), instead of the host's default.
     #[serde(default)]
     response_language: Option<String>,
+    /// Facts for the Run (at most 32; keys up to 64, values up to 4096 bytes).
     #[serde(default)]
     context: BTreeMap<String, String>,
 }
 
 /// Body of `POST /api/v1/runs/{id}/chat`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FollowUpBody {
+    /// The follow-up question.
     message: String,
+    /// Output tokens of the answer.
     #[serde(default)]
     max_tokens: Option<u32>,
+    /// Sampling temperature, 0 to 2.
     #[serde(default)]
     temperature: Option<f64>,
+    /// Add each tool call's arguments and result to `activity`.
     #[serde(default)]
     debug: bool,
+    /// Language of the answer (BCP 47).
     #[serde(default)]
     response_language: Option<String>,
+}
+
+/// The answer of a chat or follow-up.
+#[derive(Serialize, JsonSchema)]
+pub struct ChatAnswer {
+    /// The audit Run (absent when the host keeps no audit journal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// Upstream model id.
+    pub model: String,
+    /// The answer (Markdown).
+    pub answer: String,
+    /// Selected skills.
+    pub skills: Vec<String>,
+    /// Every executed tool call, in order.
+    pub activity: Vec<ActivityView>,
+    /// Steps no authorized tool could perform.
+    #[schemars(with = "Vec<CapabilityGapSchema>")]
+    pub capability_gaps: Vec<CapabilityGap>,
+    /// Catalog version the Run pinned.
+    pub catalog_version: u64,
+    /// Limits and usage of the Run.
+    pub budget: BudgetView,
+    /// Why the plan was not used, if it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_error: Option<String>,
+}
+
+/// One executed tool call of a chat answer.
+#[derive(Serialize, JsonSchema)]
+pub struct ActivityView {
+    /// Host tool name.
+    pub name: String,
+    /// Call id.
+    pub id: String,
+    /// `ok` or the error code.
+    pub status: String,
+    /// Duration.
+    pub duration_ms: u64,
+    /// Arguments as the host passed them (`debug` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// The raw result (`debug` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ToolResult>,
+}
+
+/// Budget of a Run.
+#[derive(Serialize, JsonSchema)]
+pub struct BudgetView {
+    /// The limits.
+    #[schemars(with = "BudgetLimitsSchema")]
+    pub limits: BudgetLimits,
+    /// What the Run used.
+    #[schemars(with = "BudgetUsageSchema")]
+    pub usage: BudgetUsage,
+}
+
+/// `GET /api/v1/runs`.
+#[derive(Serialize, JsonSchema)]
+pub struct RunList {
+    /// Newest first, without raw tool arguments and results.
+    pub runs: Vec<RunRecord>,
+}
+
+/// `GET /api/v1/runs/{id}`.
+#[derive(Serialize, JsonSchema)]
+pub struct RunDetail {
+    /// The Run with its events.
+    pub run: RunRecord,
+}
+
+/// `GET /api/v1/tools`.
+#[derive(Serialize, JsonSchema)]
+pub struct ToolList {
+    /// The authorized read-only tools.
+    pub tools: Vec<ToolView>,
+}
+
+/// A tool a Run may call.
+#[derive(Serialize, JsonSchema)]
+pub struct ToolView {
+    /// Host tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// What it may do.
+    pub permission: Permission,
+}
+
+/// Path of the Run routes.
+#[derive(Deserialize, JsonSchema)]
+pub struct RunPath {
+    /// `run_` and 32 lower-case hex digits.
+    pub id: String,
 }
 
 /// Most context facts in a chat request.
@@ -167,7 +280,7 @@ pub async fn follow_up(
 
 fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     match result {
-        Ok(outcome) => Json(outcome_json(&outcome, debug)).into_response(),
+        Ok(outcome) => Json(ChatAnswer::new(outcome, debug)).into_response(),
         Err(error) => {
             let retry_after = match &error {
                 RunError::Busy { .. } => Some("5"),
@@ -183,36 +296,33 @@ fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     }
 }
 
-/// The chat response body.
-pub fn outcome_json(outcome: &RunOutcome, debug: bool) -> Value {
-    let activity: Vec<Value> = outcome
-        .activity
-        .iter()
-        .map(|a| {
-            let mut item = json!({"name": a.name, "id": a.id, "status": a.status, "duration_ms": a.duration_ms});
-            if debug {
-                item["arguments"] = a.arguments.clone();
-                item["result"] = serde_json::to_value(&a.result).unwrap_or(Value::Null);
-            }
-            item
-        })
-        .collect();
-    let mut body = json!({
-        "model": outcome.model,
-        "answer": outcome.answer,
-        "skills": outcome.skills,
-        "activity": activity,
-        "capability_gaps": outcome.gaps,
-        "catalog_version": outcome.catalog_version,
-        "budget": {"limits": outcome.limits, "usage": outcome.usage},
-    });
-    if let Some(id) = &outcome.run_id {
-        body["run_id"] = json!(id);
+impl ChatAnswer {
+    /// The answer of a finished Run; `debug` adds raw tool arguments and results.
+    pub fn new(outcome: RunOutcome, debug: bool) -> Self {
+        let activity = outcome
+            .activity
+            .into_iter()
+            .map(|a| ActivityView {
+                name: a.name,
+                id: a.id,
+                status: a.status,
+                duration_ms: a.duration_ms,
+                arguments: debug.then_some(a.arguments),
+                result: debug.then_some(a.result),
+            })
+            .collect();
+        ChatAnswer {
+            run_id: outcome.run_id,
+            model: outcome.model,
+            answer: outcome.answer,
+            skills: outcome.skills,
+            activity,
+            capability_gaps: outcome.gaps,
+            catalog_version: outcome.catalog_version,
+            budget: BudgetView { limits: outcome.limits, usage: outcome.usage },
+            plan_error: outcome.plan_error,
+        }
     }
-    if let Some(error) = &outcome.plan_error {
-        body["plan_error"] = json!(error);
-    }
-    body
 }
 
 /// Maps a Run failure to its HTTP answer.
@@ -263,7 +373,7 @@ pub async fn list(
             .into_response();
         }
     };
-    Json(json!({ "runs": audit.list_where(limit, |namespace| caller.sees(namespace)) })).into_response()
+    Json(RunList { runs: audit.list_where(limit, |namespace| caller.sees(namespace)) }).into_response()
 }
 
 /// `GET /api/v1/runs/{id}`.
@@ -274,22 +384,26 @@ pub async fn get(
 ) -> Response {
     let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
     match RunId::parse(&id).and_then(|id| audit.get(&id)).filter(|run| caller.sees(&run.namespace)) {
-        Some(run) => Json(json!({ "run": run })).into_response(),
+        Some(run) => Json(RunDetail { run }).into_response(),
         None => run_not_found().into_response(),
     }
 }
 
 /// `GET /api/v1/tools`: the authorized read-only tools a Run of the caller's
 /// namespace gets.
-pub async fn tools(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Value> {
-    let tools: Vec<Value> = state
+pub async fn tools(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<ToolList> {
+    let tools = state
         .engine
         .tools_for(&caller.namespace)
         .definitions()
         .iter()
-        .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "permission": spec.permission}))
+        .map(|spec| ToolView {
+            name: spec.name.as_str().to_string(),
+            description: spec.description.clone(),
+            permission: spec.permission,
+        })
         .collect();
-    Json(json!({ "tools": tools }))
+    Json(ToolList { tools })
 }
 
 fn run_not_found() -> ApiError {
