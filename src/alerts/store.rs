@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde::Serialize;
-use serde_json::json;
 
 use super::admission::{Admission, Limits, Refusal};
 pub use super::correlate::DedupLimits;
@@ -515,11 +514,38 @@ impl AlertStore {
     }
 }
 
-/// The JSON view of an incident with its events, jobs, their Runs and their
-/// notification deliveries (API).
-pub fn incident_json(incident: &IncidentState, events: &[StoredEvent], jobs: &[Job]) -> serde_json::Value {
-    let runs: Vec<&String> = jobs.iter().flat_map(|j| &j.runs).collect();
-    let deliveries: Vec<serde_json::Value> =
-        jobs.iter().flat_map(|j| j.deliveries.iter().map(move |d| json!({"job_id": j.id, "delivery": d}))).collect();
-    json!({"incident": incident, "events": events, "jobs": jobs, "runs": runs, "deliveries": deliveries})
+/// An incident with its events, jobs, their Runs and their notification deliveries (API).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct IncidentDetail {
+    /// The incident.
+    pub incident: IncidentState,
+    /// Its events, in order.
+    pub events: Vec<StoredEvent>,
+    /// Its investigation jobs.
+    pub jobs: Vec<Job>,
+    /// Runs of every job attempt.
+    pub runs: Vec<String>,
+    /// Notification deliveries of the jobs.
+    pub deliveries: Vec<JobDelivery>,
+}
+
+/// A notification delivery of a job.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct JobDelivery {
+    /// The job.
+    pub job_id: String,
+    /// The delivery.
+    pub delivery: Delivery,
+}
+
+impl IncidentDetail {
+    /// The view of an incident.
+    pub fn new(incident: IncidentState, events: Vec<StoredEvent>, jobs: Vec<Job>) -> Self {
+        let runs = jobs.iter().flat_map(|j| j.runs.iter().cloned()).collect();
+        let deliveries = jobs
+            .iter()
+            .flat_map(|j| j.deliveries.iter().map(|d| JobDelivery { job_id: j.id.clone(), delivery: d.clone() }))
+            .collect();
+        Self { incident, events, jobs, runs, deliveries }
+    }
 }

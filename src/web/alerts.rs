@@ -16,16 +16,18 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::AppState;
+use super::{AppState, IdPath, ListQuery};
 use super::auth::Caller;
 use super::error::ApiError;
 use crate::alerts::adapters::{DecodeContext, adapter};
-use crate::alerts::store::{AlertStore, AlertStoreError, incident_json};
+use crate::alerts::correlate::IncidentState;
+use crate::alerts::store::{AlertStore, AlertStoreError, IncidentDetail, Job, StoredEvent};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::SecretResolver;
 use crate::resources::alert_source::{AlertAuth, AlertProvider};
@@ -289,15 +291,17 @@ pub fn source_status(store: &crate::alerts::store::AlertStore, key: &ObjectKey) 
     })
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    limit: Option<String>,
-}
-
 fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::AlertStore>, ApiError> {
     state.alerts.as_ref().ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "alerts_disabled", "alert ingestion is disabled on this host")
     })
+}
+
+/// `GET /api/v1/incidents`.
+#[derive(Serialize, JsonSchema)]
+pub struct IncidentList {
+    /// Newest first.
+    pub incidents: Vec<IncidentState>,
 }
 
 /// `GET /api/v1/incidents?limit=`.
@@ -305,33 +309,23 @@ pub async fn incidents(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<ListQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<IncidentList>, ApiError> {
     let store = store(&state)?;
-    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
-        None => 100,
-        Some(Ok(n)) if (1..=1000).contains(&n) => n,
-        Some(_) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                "limit must be an integer from 1 to 1000",
-            ));
-        }
-    };
-    Ok(Json(json!({"incidents": store.incidents_where(limit, |namespace| caller.sees(namespace))})).into_response())
+    let limit = query.limit()?;
+    Ok(Json(IncidentList { incidents: store.incidents_where(limit, |namespace| caller.sees(namespace)) }))
 }
 
 /// `GET /api/v1/incidents/{id}` (another namespace's incident does not exist for the key).
 pub async fn incident(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<IncidentDetail>, ApiError> {
     let (incident, events, jobs) = store(&state)?
         .incident(&id)
         .filter(|(incident, _, _)| caller.sees(&incident.namespace))
         .ok_or_else(|| ApiError::not_found("incident not found"))?;
-    Ok(Json(incident_json(&incident, &events, &jobs)).into_response())
+    Ok(Json(IncidentDetail::new(incident, events, jobs)))
 }
 
 /// Whether the caller reads the namespace of incident `id`.
@@ -343,25 +337,25 @@ fn sees_incident(store: &AlertStore, caller: &Caller, id: &str) -> bool {
 pub async fn event(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<StoredEvent>, ApiError> {
     let store = store(&state)?;
     let event = store
         .event(&id)
         .filter(|event| sees_incident(store, &caller, &event.incident_id))
         .ok_or_else(|| ApiError::not_found("alert event not found"))?;
-    Ok(Json(event).into_response())
+    Ok(Json(event))
 }
 
 /// `GET /api/v1/investigation-jobs/{id}`.
 pub async fn job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<Job>, ApiError> {
     let job = store(&state)?
         .job(&id)
         .filter(|job| caller.sees(&job.namespace))
         .ok_or_else(|| ApiError::not_found("investigation job not found"))?;
-    Ok(Json(job).into_response())
+    Ok(Json(job))
 }

@@ -3,12 +3,14 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod body;
 pub mod bots;
 pub mod change;
 pub mod engine_schema;
 pub mod error;
 pub mod metrics;
 pub mod runs;
+pub mod status;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -20,12 +22,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use self::auth::{ApiKeys, Caller};
 use self::error::ApiError;
+use crate::audit::MAX_LIST;
 use crate::catalog::CatalogStore;
 use crate::catalog::status::{InForce, StatusBoard};
 use crate::config::Scope;
@@ -74,7 +79,7 @@ pub struct HostInfo {
 /// Builds the router.
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
-        .route("/api/v1/resources", get(resources))
+        .route("/api/v1/resources", get(status::resources))
         .route("/api/v1/chat", post(runs::chat))
         .route("/api/v1/runs", get(runs::list))
         .route("/api/v1/runs/{id}", get(runs::get))
@@ -92,7 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
-        .route("/health", get(health))
+        .route("/health", get(status::health))
         // Each AlertSource authenticates its own callers (no API key).
         .route("/api/v1/alerts/{source}/webhook", post(alerts::webhook))
         .route("/api/v1/alerts/{namespace}/{source}/webhook", post(alerts::webhook_namespaced))
@@ -116,12 +121,12 @@ pub fn router(state: AppState) -> Router {
 /// starts work answers 503 so that clients and senders retry against the leader.
 pub fn standby_router(state: AppState) -> Router {
     let protected = Router::new()
-        .route("/api/v1/resources", get(resources))
+        .route("/api/v1/resources", get(status::resources))
         .route("/api/v1/tools", get(runs::tools))
         .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
-        .route("/health", get(health))
+        .route("/health", get(status::health))
         .merge(protected)
         .fallback(standby)
         .layer(middleware::from_fn(trace_requests))
@@ -143,76 +148,34 @@ async fn standby(request: Request) -> Response {
     response
 }
 
-async fn health(State(state): State<AppState>) -> Json<Value> {
-    let catalog = state.catalog.current();
-    let board = state.board.get();
-    let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
-    let mut degraded = Vec::new();
-    if let Some(alerts) = &state.alerts
-        && let Some(reason) = alerts.degraded()
-    {
-        // A journal that failed a write is retried in the background (at most once a
-        // second), so the host recovers when space returns even with no traffic.
-        let alerts = alerts.clone();
-        tokio::spawn(async move { alerts.recover().await });
-        degraded.push(json!({"component": "alerts", "reason": reason}));
-    }
-    if let Some(audit) = state.engine.audit()
-        && let Some(reason) = audit.write_failure()
-    {
-        let audit = audit.clone();
-        tokio::spawn(async move { audit.recover().await });
-        degraded.push(json!({"component": "audit", "reason": format!(
-            "{reason}; chats and follow-ups get 507 and Runs cannot be recorded until a write succeeds again"
-        )}));
-    }
-    Json(json!({
-        "status": if degraded.is_empty() { "ok" } else { "degraded" },
-        "degraded": degraded,
-        "version": env!("CARGO_PKG_VERSION"),
-        "mode": state.info.mode,
-        "model": state.info.model,
-        "response_language": state.info.response_language,
-        "authentication": if state.keys.enabled() { "api-key" } else { "disabled" },
-        "system_instructions_sha256": state.info.instructions_sha256,
-        "catalog": {
-            "version": catalog.version,
-            "hash": catalog.hash,
-            "counts": catalog.counts(),
-            "invalid_resources": invalid,
-            "problems": board.problems.len(),
-        },
-    }))
+/// Path of the routes that name one object by id.
+#[derive(Deserialize, JsonSchema)]
+pub struct IdPath {
+    /// The object's id (`run_…`, `inc_…`, `evt_…`, `job_…`, or an approval id).
+    pub id: String,
 }
 
-/// `GET /api/v1/resources`: the resources of the namespaces the caller reads and
-/// of the shared namespaces (its Runs use those); load problems of manifests that
-/// could not be attributed to an object are shown to `admin` keys only.
-async fn resources(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Value> {
-    let catalog = state.catalog.current();
-    let board = state.board.get();
-    let visible = |namespace: &str| caller.sees(namespace) || state.engine.tenancy().is_shared(namespace);
-    let resources: Vec<Value> = board
-        .resources
-        .iter()
-        .filter(|report| visible(&report.key.namespace))
-        .map(|report| {
-            let mut item = serde_json::to_value(report).unwrap_or(Value::Null);
-            if let Some(status) =
-                state.board.runtime(&report.key).filter(|s| s.as_object().is_some_and(|m| !m.is_empty()))
-            {
-                item["status"] = status;
-            }
-            item
-        })
-        .collect();
-    Json(json!({
-        "catalog_version": catalog.version,
-        "catalog_hash": catalog.hash,
-        "loaded_at": board.loaded_at,
-        "resources": resources,
-        "problems": if caller.allows(Scope::Admin) { json!(board.problems) } else { json!([]) },
-    }))
+/// Query of the listings.
+#[derive(Deserialize, JsonSchema)]
+pub struct ListQuery {
+    /// How many, newest first (default 100).
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1000))]
+    limit: Option<String>,
+}
+
+impl ListQuery {
+    /// The limit asked for, 100 by default.
+    pub fn limit(&self) -> Result<usize, ApiError> {
+        match self.limit.as_deref().map(str::parse::<usize>) {
+            None => Ok(100),
+            Some(Ok(n)) if (1..=MAX_LIST).contains(&n) => Ok(n),
+            Some(_) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("limit must be an integer from 1 to {MAX_LIST}"),
+            )),
+        }
+    }
 }
 
 async fn not_found(request: Request) -> ApiError {

@@ -4,20 +4,19 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::AppState;
+use super::{AppState, IdPath, ListQuery};
 use super::auth::Caller;
+use super::body::JsonBytes;
 use super::engine_schema::{BudgetLimitsSchema, BudgetUsageSchema, CapabilityGapSchema, TurnSchema};
 use super::error::ApiError;
-use crate::audit::{MAX_LIST, RunId, RunRecord};
+use crate::audit::{RunId, RunRecord};
 use crate::engine::budget::{BudgetLimits, BudgetUsage};
 use crate::engine::conversation::Turn;
 use crate::engine::plan::CapabilityGap;
@@ -157,61 +156,18 @@ pub struct ToolView {
     pub permission: Permission,
 }
 
-/// Path of the Run routes.
-#[derive(Deserialize, JsonSchema)]
-pub struct RunPath {
-    /// `run_` and 32 lower-case hex digits.
-    pub id: String,
-}
 
 /// Most context facts in a chat request.
 const MAX_CONTEXT_ENTRIES: usize = 32;
-
-/// Decodes a strict JSON body with a message naming the offending field.
-pub fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        let message = if path == "." || path.is_empty() { inner.to_string() } else { format!("{path}: {inner}") };
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", format!("invalid request body: {message}"))
-    })?;
-    deserializer.end().map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            "invalid request body: trailing data after the JSON value",
-        )
-    })?;
-    Ok(value)
-}
-
-/// Refuses a body labelled as anything but JSON (`application/json` or `application/*+json`);
-/// a body without a label is read as JSON.
-pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
-    let essence = value.to_str().ok().and_then(|v| v.split(';').next()).map(|v| v.trim().to_ascii_lowercase());
-    match essence.as_deref() {
-        Some(m) if m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")) => Ok(()),
-        _ => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "the request body must be JSON: send it with `Content-Type: application/json`",
-        )),
-    }
-}
 
 /// `POST /api/v1/chat`.
 pub async fn chat(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<ChatBody>,
 ) -> Response {
-    if let Err(error) = require_json(&headers) {
-        return error.into_response();
-    }
-    let body: ChatBody = match decode(&body) {
+    let body = match body.decode(&headers) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
@@ -243,9 +199,9 @@ pub async fn chat(
 pub async fn follow_up(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<FollowUpBody>,
 ) -> Response {
     if state.engine.audit().is_none() {
         return audit_disabled().into_response();
@@ -259,10 +215,7 @@ pub async fn follow_up(
     if !caller.sees(&namespace) {
         return run_not_found().into_response();
     }
-    if let Err(error) = require_json(&headers) {
-        return error.into_response();
-    }
-    let body: FollowUpBody = match decode(&body) {
+    let body = match body.decode(&headers) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
@@ -349,43 +302,27 @@ pub fn run_error(error: RunError) -> ApiError {
     api
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    limit: Option<String>,
-}
-
 /// `GET /api/v1/runs?limit=`.
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<ListQuery>,
-) -> Response {
-    let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
-    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
-        None => 100,
-        Some(Ok(n)) if (1..=MAX_LIST).contains(&n) => n,
-        Some(_) => {
-            return ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("limit must be an integer from 1 to {MAX_LIST}"),
-            )
-            .into_response();
-        }
-    };
-    Json(RunList { runs: audit.list_where(limit, |namespace| caller.sees(namespace)) }).into_response()
+) -> Result<Json<RunList>, ApiError> {
+    let audit = state.engine.audit().ok_or_else(audit_disabled)?;
+    let limit = query.limit()?;
+    Ok(Json(RunList { runs: audit.list_where(limit, |namespace| caller.sees(namespace)) }))
 }
 
 /// `GET /api/v1/runs/{id}`.
 pub async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Response {
-    let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<RunDetail>, ApiError> {
+    let audit = state.engine.audit().ok_or_else(audit_disabled)?;
     match RunId::parse(&id).and_then(|id| audit.get(&id)).filter(|run| caller.sees(&run.namespace)) {
-        Some(run) => Json(RunDetail { run }).into_response(),
-        None => run_not_found().into_response(),
+        Some(run) => Ok(Json(RunDetail { run })),
+        None => Err(run_not_found()),
     }
 }
 
