@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use super::workspaces::Workspaces;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ObjectKey};
@@ -14,8 +13,8 @@ use crate::change::ChangeError;
 use crate::change::ValidatorSpec;
 use crate::change::approvals::{ApprovalOptions, ApprovalStore};
 use crate::change::service::{
-    ChangeService, ChangeSettings, FetchedHead, Publish, PublishView, ResolvedWorkspace, SourceView, WorkspaceDirectory,
-    WorkspaceView,
+    ChangeService, ChangeSettings, FetchedHead, Publish, PublishView, ResolvedWorkspace, SourceView,
+    WorkspaceDirectory, WorkspaceView,
 };
 use crate::change::validators::CopyLimits;
 use crate::resources::Kind;

@@ -20,7 +20,10 @@ pub use super::preview::ATTEMPTS;
 use super::preview::{Params, Prepared, Preview};
 use super::record::Record;
 use super::types::millis;
-pub use super::types::{ApplyOutcome, Approver, ChangeSettings, ChangeView, FetchedHead, PreviewOutcome, PreviewRequest, Publish, PublishView, Requester, ResolvedWorkspace, SourceView, Timings, WorkspaceDirectory, WorkspaceView};
+pub use super::types::{
+    ApplyOutcome, Approver, ChangeSettings, ChangeView, FetchedHead, PreviewOutcome, PreviewRequest, Publish,
+    PublishView, Requester, ResolvedWorkspace, SourceView, Timings, WorkspaceDirectory, WorkspaceView,
+};
 use super::{FileChange, ValidatorResult, ValidatorStatus, git};
 use crate::audit::{AuditLog, NewEvent, NewRun};
 use crate::engine::budget::Budget;

@@ -11,20 +11,21 @@
 //! returns is stored without a restart.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{AppState, IdPath, ListQuery};
 use super::auth::Caller;
+use super::body::JsonBytes;
 use super::error::ApiError;
+use super::{AppState, IdPath, ListQuery};
 use crate::alerts::adapters::{DecodeContext, adapter};
 use crate::alerts::correlate::IncidentState;
 use crate::alerts::store::{AlertStore, AlertStoreError, IncidentDetail, Job, StoredEvent};
@@ -103,13 +104,30 @@ fn provider_name(provider: AlertProvider) -> &'static str {
     }
 }
 
+/// Path of `POST /api/v1/alerts/{namespace}/{source}/webhook`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SourcePath {
+    /// Namespace of the AlertSource.
+    pub namespace: String,
+    /// Name of the AlertSource.
+    pub source: String,
+}
+
+/// Path of `POST /api/v1/alerts/{source}/webhook`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SourceNamePath {
+    /// The AlertSource's name, or `namespace.name`.
+    pub source: String,
+}
+
 /// `POST /api/v1/alerts/{namespace}/{source}/webhook`: the AlertSource `namespace/source`.
 pub async fn webhook_namespaced(
     State(state): State<AppState>,
-    Path((namespace, source)): Path<(String, String)>,
+    Path(SourcePath { namespace, source }): Path<SourcePath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<Value>,
 ) -> Response {
+    let body = body.0;
     let key = ObjectKey { kind: Kind::AlertSource, namespace, name: source };
     ingest(&state, &key, &headers, &body).await
 }
@@ -119,10 +137,11 @@ pub async fn webhook_namespaced(
 /// watched; otherwise 409 names the namespaced routes.
 pub async fn webhook(
     State(state): State<AppState>,
-    Path(source): Path<String>,
+    Path(SourceNamePath { source }): Path<SourceNamePath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<Value>,
 ) -> Response {
+    let body = body.0;
     let catalog = state.catalog.current();
     let candidates: Vec<&ObjectKey> = catalog
         .of_kind(Kind::AlertSource)
@@ -147,7 +166,8 @@ fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Response {
 /// `POST /api/v1/alertmanager/webhook`: the one AlertSource with provider
 /// `alertmanager` in every namespace, authenticated by that source alone (Alertmanager
 /// sends one `Authorization` header: the source's token, not an API key).
-pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: JsonBytes<Value>) -> Response {
+    let body = body.0;
     let catalog = state.catalog.current();
     let sources: Vec<&ObjectKey> = catalog
         .of_kind(Kind::AlertSource)

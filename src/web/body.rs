@@ -74,4 +74,3 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
         )),
     }
 }
-

@@ -13,14 +13,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{AppState, IdPath};
 use super::auth::Caller;
-use super::error::ApiError;
 use super::body::{JsonBytes, decode, require_json};
+use super::error::ApiError;
+use super::{AppState, IdPath};
 use crate::change::ChangeError;
 use crate::change::service::{
-    ApplyOutcome, Approver, ChangeService, ChangeView, FetchedHead, PreviewOutcome, PreviewRequest, Requester,
-    WorkspaceView,
+    Approver, ChangeService, ChangeView, FetchedHead, PreviewRequest, Requester, WorkspaceView,
 };
 use crate::config::Scope;
 

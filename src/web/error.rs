@@ -1,12 +1,12 @@
 //! The JSON error envelope every route uses:
 //! `{"error": {"message": "...", "type": "...", "code": "..."}}` (OpenAI-compatible).
 
+use aide::openapi::{Operation, Response as OpenApiResponse};
 use axum::Json;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use aide::openapi::{Operation, Response as OpenApiResponse};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -90,8 +90,7 @@ impl IntoResponse for ApiError {
         for reserved in ["message", "type", "code"] {
             details.remove(reserved);
         }
-        let error =
-            ErrorObject { message: self.message, kind: error_type(self.status), code: self.code, details };
+        let error = ErrorObject { message: self.message, kind: error_type(self.status), code: self.code, details };
         (self.status, Json(ErrorEnvelope { error })).into_response()
     }
 }

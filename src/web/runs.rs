@@ -11,11 +11,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{AppState, IdPath, ListQuery};
 use super::auth::Caller;
 use super::body::JsonBytes;
 use super::engine_schema::{BudgetLimitsSchema, BudgetUsageSchema, CapabilityGapSchema, TurnSchema};
 use super::error::ApiError;
+use super::{AppState, IdPath, ListQuery};
 use crate::audit::{RunId, RunRecord};
 use crate::engine::budget::{BudgetLimits, BudgetUsage};
 use crate::engine::conversation::Turn;
@@ -155,7 +155,6 @@ pub struct ToolView {
     /// What it may do.
     pub permission: Permission,
 }
-
 
 /// Most context facts in a chat request.
 const MAX_CONTEXT_ENTRIES: usize = 32;
