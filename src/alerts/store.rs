@@ -61,6 +61,7 @@ pub struct Accepted {
     pub events: Vec<ItemOutcome>,
     /// Alerts the provider left out (`truncatedAlerts`) and events this host did not store.
     #[serde(skip_serializing_if = "Truncation::is_none")]
+    #[schemars(default)]
     pub truncated: Truncation,
 }
 

@@ -47,8 +47,9 @@ pub struct ResourceReport {
     /// Spec of the version in force (secrets appear only as references).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<Value>,
-    /// Every problem of the newest version.
+    /// Every problem of the newest version (absent when there is none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(default)]
     pub errors: Vec<String>,
     /// What must be observed about the version in force before it is `Ready`.
     #[serde(skip)]

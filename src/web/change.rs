@@ -26,9 +26,11 @@ use crate::config::Scope;
 /// Body of `POST /api/v1/change/simulations/{id}/apply`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("required" = ["confirm"]))]
 pub struct ApplyBody {
-    /// Must be `true`: the explicit confirmation.
+    /// Must be `true`: the explicit confirmation (a body without it is refused).
     #[serde(default)]
+    #[schemars(extend("const" = true))]
     confirm: bool,
 }
 

@@ -12,7 +12,8 @@ use schemars::JsonSchema;
 pub struct TurnSchema {
     /// Who wrote it.
     role: SpeakerSchema,
-    /// Text.
+    /// Text (not blank).
+    #[schemars(regex(pattern = r"\S"))]
     content: String,
 }
 

@@ -28,14 +28,16 @@ use crate::tools::ToolResult;
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatBody {
-    /// The conversation; the last message is the person's question.
-    #[schemars(with = "Vec<TurnSchema>")]
+    /// The conversation (at most 64 messages, 256 KiB of content): an optional
+    /// system message first, at least one user message, the last one from the user.
+    #[schemars(with = "Vec<TurnSchema>", length(min = 1, max = 64))]
     messages: Vec<Turn>,
-    /// Output tokens of the answer (at most the configured limit).
+    /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
     #[serde(default)]
     max_tokens: Option<u32>,
     /// Sampling temperature, 0 to 2.
     #[serde(default)]
+    #[schemars(range(min = 0.0, max = 2.0))]
     temperature: Option<f64>,
     /// Add each tool call's arguments and result to `activity`.
     #[serde(default)]
@@ -53,12 +55,14 @@ pub struct ChatBody {
 #[serde(deny_unknown_fields)]
 pub struct FollowUpBody {
     /// The follow-up question.
+    #[schemars(length(min = 1))]
     message: String,
-    /// Output tokens of the answer.
+    /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
     #[serde(default)]
     max_tokens: Option<u32>,
     /// Sampling temperature, 0 to 2.
     #[serde(default)]
+    #[schemars(range(min = 0.0, max = 2.0))]
     temperature: Option<f64>,
     /// Add each tool call's arguments and result to `activity`.
     #[serde(default)]
