@@ -37,6 +37,42 @@ fn model() -> impl Fn(usize, &serde_json::Value) -> Step + Send + Sync + 'static
     }
 }
 
+/// A Run, an incident with its event and job: the `{id}` routes then reach real
+/// objects (tests/clients/schemathesis.toml reads these variables).
+async fn seed(url: &str) -> Vec<(&'static str, String)> {
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: String| {
+        client
+            .post(format!("{url}{path}"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let chat = post("/api/v1/chat", json!({"messages": [{"role": "user", "content": "Is db-7 healthy?"}]}).to_string());
+    let chat: serde_json::Value = chat.await.unwrap().json().await.unwrap();
+    let run = chat["run_id"].as_str().expect("a chat answer names its Run").to_string();
+    let alert = post("/api/v1/alertmanager/webhook", ALERT.to_string()).await.unwrap();
+    assert_eq!(alert.status(), 202, "{}", alert.text().await.unwrap());
+    let get = |path: String| {
+        let request = client.get(format!("{url}{path}")).bearer_auth(KEY);
+        async move { request.send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
+    };
+    let incidents = get("/api/v1/incidents".into()).await;
+    let incident = incidents["incidents"][0]["id"].as_str().expect("the alert opened an incident").to_string();
+    let detail = get(format!("/api/v1/incidents/{incident}")).await;
+    let event = detail["events"][0]["id"].as_str().unwrap().to_string();
+    let job = detail["jobs"][0]["id"].as_str().unwrap().to_string();
+    vec![
+        ("AKRITAS_RUN_ID", run),
+        ("AKRITAS_INCIDENT_ID", incident),
+        ("AKRITAS_EVENT_ID", event),
+        ("AKRITAS_JOB_ID", job),
+    ]
+}
+
+const ALERT: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
+
 #[tokio::test(flavor = "multi_thread")]
 async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
     let llm = ScriptedLlm::start_with(model()).await;
@@ -49,6 +85,7 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
         .arg("--resources")
         .arg(resources.path());
     let server = Server::start(command);
+    let ids = seed(&server.url).await;
 
     let schemathesis = support::clients::python().with_file_name("schemathesis");
     let started = Instant::now();
@@ -62,8 +99,9 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
         // Bounded: a fixed seed and example count, one worker (two cores are shared),
         // no stateful phase (it chains links the document does not declare).
         .args(["--phases", "examples,coverage,fuzzing", "--max-examples", "25", "--seed", "17", "--workers", "1"])
-        .args(["--max-time", "120", "--request-timeout", "20"])
+        .args(["--max-time", "90", "--request-timeout", "20"])
         .env("NO_COLOR", "1")
+        .envs(ids.iter().map(|(name, value)| (*name, value.as_str())))
         .output()
         .expect("run schemathesis (e2e/install-test-deps.sh installs it into target/py)");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -71,6 +109,10 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     println!("schemathesis took {:.1} s", started.elapsed().as_secs_f64());
     let server_errors: Vec<String> =
         server.log_text().lines().filter(|l| l.contains("request failed")).map(str::to_string).collect();
-    assert!(output.status.success(), "schemathesis found problems (exit {:?}); server errors: {server_errors:#?}", output.status.code());
+    assert!(
+        output.status.success(),
+        "schemathesis found problems (exit {:?}); server errors: {server_errors:#?}",
+        output.status.code()
+    );
     assert!(server_errors.is_empty(), "the server logged 5xx answers: {server_errors:#?}");
 }
