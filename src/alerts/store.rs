@@ -539,6 +539,12 @@ pub struct JobDelivery {
     pub delivery: Delivery,
 }
 
+/// The JSON of [`IncidentDetail`] (what `GET /api/v1/incidents/{id}` answers).
+pub fn incident_json(incident: &IncidentState, events: &[StoredEvent], jobs: &[Job]) -> serde_json::Value {
+    let detail = IncidentDetail::new(incident.clone(), events.to_vec(), jobs.to_vec());
+    serde_json::to_value(detail).unwrap_or(serde_json::Value::Null)
+}
+
 impl IncidentDetail {
     /// The view of an incident.
     pub fn new(incident: IncidentState, events: Vec<StoredEvent>, jobs: Vec<Job>) -> Self {
