@@ -88,8 +88,11 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     let ids = seed(&server.url).await;
 
     let schemathesis = support::clients::python().with_file_name("schemathesis");
+    // schemathesis keeps a cache in its working directory: a temporary one.
+    let workdir = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let output = Command::new(&schemathesis)
+        .current_dir(workdir.path())
         .arg("--config-file")
         .arg(support::root().join("tests/clients/schemathesis.toml"))
         .arg("run")
