@@ -203,7 +203,9 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
         )
         .api_route(
             "/api/v1/bots/mattermost/{receiver}/webhook",
-            post_with(bots::mattermost, |op| bot_webhook(op.summary("A Mattermost outgoing-webhook post"))),
+            post_with(bots::mattermost, |op| {
+                bot_webhook(op.summary("A Mattermost outgoing-webhook post or slash command")).with(form_body_too)
+            }),
         )
         .merge(protected)
 }
@@ -220,6 +222,16 @@ fn alert_webhook(op: TransformOperation<'_>) -> TransformOperation<'_> {
 /// A bot webhook: the receiver's own secret, whether the update was taken.
 fn bot_webhook(op: TransformOperation<'_>) -> TransformOperation<'_> {
     own_credentials(op.tag("bots")).response::<200, Json<bots::BotAnswer>>()
+}
+
+/// Documents a form-encoded body beside the JSON one (Mattermost sends either).
+fn form_body_too(mut op: TransformOperation<'_>) -> TransformOperation<'_> {
+    if let Some(aide::openapi::ReferenceOr::Item(body)) = op.inner_mut().request_body.as_mut()
+        && let Some(json) = body.content.get("application/json").cloned()
+    {
+        body.content.insert("application/x-www-form-urlencoded".into(), json);
+    }
+    op
 }
 
 /// Marks a route's request body as optional.
