@@ -12,15 +12,15 @@ use akritas::audit::AuditLog;
 use akritas::change::ValidatorSpec;
 use akritas::change::approvals::{ApprovalOptions, ApprovalStore};
 use akritas::change::service::{
-    Approver, ChangeError, ChangeService, ChangeSettings, PreviewRequest, Requester, ResolvedWorkspace,
-    WorkspaceDirectory,
+    Approver, ChangeError, ChangeService, ChangeSettings, FetchedHead, PreviewRequest, Requester, ResolvedWorkspace,
+    WorkspaceDirectory, WorkspaceView,
 };
 use akritas::change::validators::CopyLimits;
 use akritas::engine::budget::BudgetLimits;
 use akritas::llm::{LlmClient, LlmConfig};
 use akritas_testkit::percentile;
 use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const FILES: usize = 10_000;
 const PREVIEWS: usize = 20;
@@ -46,14 +46,14 @@ impl WorkspaceDirectory for Directory {
         }
         Ok(workspace)
     }
-    fn list(&self) -> Vec<Value> {
+    fn list(&self) -> Vec<WorkspaceView> {
         Vec::new()
     }
     fn fetch<'a>(
         &'a self,
         _: &'a str,
         _: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ChangeError>> + Send + 'a>> {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<FetchedHead, ChangeError>> + Send + 'a>> {
         Box::pin(async { Err(ChangeError::Invalid("not a git workspace".into())) })
     }
 }

@@ -25,7 +25,7 @@ pub const EVIDENCE_PREFIX: &str = "tool-call:";
 pub type Evidence = BTreeMap<String, Value>;
 
 /// Whether the finding is established.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingStatus {
     /// The evidence establishes the cause.
@@ -37,7 +37,7 @@ pub enum FindingStatus {
 }
 
 /// What a human can do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Actionability {
     /// A change could be prepared.
@@ -49,7 +49,7 @@ pub enum Actionability {
 }
 
 /// Descriptive confidence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
     /// High.
@@ -61,7 +61,7 @@ pub enum Confidence {
 }
 
 /// The structured result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InvestigationResult {
     /// Finding status.

@@ -70,6 +70,7 @@ const fn route(method: Method, path: &'static str, auth: Auth) -> Route {
 /// Every route of `web::router`.
 const ROUTES: &[Route] = &[
     route(Method::GET, "/health", Auth::None),
+    route(Method::GET, "/api/v1/openapi.json", Auth::None),
     route(Method::GET, "/api/v1/resources", Auth::Key),
     route(Method::POST, "/api/v1/chat", Auth::Key),
     route(Method::GET, "/api/v1/runs", Auth::Key),
@@ -751,9 +752,49 @@ fn the_route_table_matches_readme() {
     assert_eq!(table, readme_routes(), "README's HTTP table and ROUTES disagree");
 }
 
+/// The OpenAPI document names exactly the routes the router serves under `/api/v1`
+/// and `/health`, protected ones with the key scheme and its 401,
+/// every operation with the error envelope as its default answer; `akritas openapi`
+/// prints the same document.
+#[tokio::test]
+async fn the_openapi_document_lists_every_route_the_router_serves() {
+    let fixture = Fixture::new(true).await;
+    let answer = call(&fixture.router(), get("/api/v1/openapi.json", &[])).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    let paths = answer.json["paths"].as_object().expect("paths");
+    let documented: BTreeSet<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            let methods = item.as_object().expect("path item").keys();
+            methods
+                .filter(|m| ["get", "post", "put", "patch", "delete"].contains(&m.as_str()))
+                .map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    let api = |r: &&Route| r.path.starts_with("/api/v1/") || r.path == "/health";
+    let served: BTreeSet<(String, String)> =
+        ROUTES.iter().filter(api).map(|r| (r.method.to_string(), r.path.to_string())).collect();
+    assert_eq!(documented, served, "the OpenAPI document and the router disagree");
+    for route in ROUTES.iter().filter(api) {
+        let operation = &paths[route.path][route.method.as_str().to_lowercase()];
+        let keyed = operation["security"].as_array().is_some_and(|s| s.iter().any(|r| r.get("apiKey").is_some()));
+        assert_eq!(keyed, route.auth == Auth::Key, "{}: security {}", what(route, "document"), operation["security"]);
+        if route.auth != Auth::None {
+            assert!(operation["responses"].get("401").is_some(), "{}: no 401", what(route, "document"));
+        }
+        assert_eq!(
+            operation["responses"]["default"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorEnvelope",
+            "{}",
+            what(route, "document")
+        );
+    }
+    assert_eq!(answer.json, serde_json::to_value(web::document()).unwrap(), "akritas openapi prints another document");
+}
+
 #[test]
 fn the_route_table_covers_every_route_in_src_web() {
-    let route = regex::Regex::new(r#"\.route\(\s*"([^"]+)""#).unwrap();
+    let route = regex::Regex::new(r#"\.(?:api_)?route\(\s*"([^"]+)""#).unwrap();
     let mut declared = BTreeSet::new();
     for entry in std::fs::read_dir(akritas_testkit::root().join("src/web")).unwrap() {
         let path = entry.unwrap().path();

@@ -29,14 +29,14 @@ use super::event::{Entity, Event, EventState, Severity, hash_parts};
 use super::window::DedupWindow;
 pub use super::window::{DedupLimits, FirstSeen};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum IncidentStatus {
     Firing,
     Resolved,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IncidentState {
     pub id: String,
     pub correlation_key: String,

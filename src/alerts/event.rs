@@ -31,7 +31,7 @@ pub const MAX_LINK_URL: usize = 4096;
 /// Length bound of source type/name and entity kind identifiers (`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,255}$`).
 pub const MAX_IDENTIFIER: usize = 256;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EventState {
     Firing,
@@ -63,7 +63,9 @@ impl fmt::Display for EventState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     #[default]
@@ -101,7 +103,7 @@ impl fmt::Display for Severity {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Source {
     #[serde(rename = "type")]
     pub kind: String,
@@ -114,7 +116,7 @@ pub struct Source {
     pub provider_event_id: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Entity {
     pub kind: String,
     pub id: String,
@@ -122,7 +124,7 @@ pub struct Entity {
     pub display_name: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Link {
     #[serde(rename = "type")]
     pub kind: String,
@@ -130,7 +132,7 @@ pub struct Link {
 }
 
 /// Canonical alert event. `event_id` is host-assigned (`evt_<32hex>`) by the store, empty until then.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Event {
     pub schema_version: u32,
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -7,7 +7,7 @@ use super::event::Event;
 use crate::investigation::InvestigationResult;
 
 /// An event as stored, with the ids the host gave it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct StoredEvent {
     /// `evt_…`.
     pub id: String,
@@ -20,7 +20,7 @@ pub struct StoredEvent {
 }
 
 /// Lifecycle of an investigation job.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
     /// Waiting for a worker.
@@ -34,7 +34,7 @@ pub enum JobStatus {
 }
 
 /// An investigation job.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Job {
     /// `job_…`.
     pub id: String,
@@ -84,7 +84,7 @@ impl Job {
 }
 
 /// State of one notification delivery.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeliveryStatus {
     /// Not attempted yet (or interrupted).
@@ -98,7 +98,7 @@ pub enum DeliveryStatus {
 }
 
 /// One notification of a job's result to one NotificationReceiver.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Delivery {
     /// `namespace/name` of the NotificationReceiver.
     pub receiver: String,
@@ -125,7 +125,7 @@ pub struct Delivery {
 }
 
 /// What happened to one event of a delivery.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ItemOutcome {
     /// `accepted` or `duplicate`.
     pub status: String,

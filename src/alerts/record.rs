@@ -64,7 +64,7 @@ pub(crate) struct Part {
 }
 
 /// Alerts of a delivery that are not stored, and why.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Truncation {
     /// Alerts the provider left out of the payload (Alertmanager's `truncatedAlerts`).
     #[serde(default)]

@@ -34,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde::Serialize;
-use serde_json::json;
 
 use super::admission::{Admission, Limits, Refusal};
 pub use super::correlate::DedupLimits;
@@ -54,7 +53,7 @@ use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOpt
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The outcome of a delivery.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Accepted {
     /// `dlv_…`.
     pub delivery_id: String,
@@ -62,6 +61,7 @@ pub struct Accepted {
     pub events: Vec<ItemOutcome>,
     /// Alerts the provider left out (`truncatedAlerts`) and events this host did not store.
     #[serde(skip_serializing_if = "Truncation::is_none")]
+    #[schemars(default)]
     pub truncated: Truncation,
 }
 
@@ -515,11 +515,44 @@ impl AlertStore {
     }
 }
 
-/// The JSON view of an incident with its events, jobs, their Runs and their
-/// notification deliveries (API).
+/// An incident with its events, jobs, their Runs and their notification deliveries (API).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct IncidentDetail {
+    /// The incident.
+    pub incident: IncidentState,
+    /// Its events, in order.
+    pub events: Vec<StoredEvent>,
+    /// Its investigation jobs.
+    pub jobs: Vec<Job>,
+    /// Runs of every job attempt.
+    pub runs: Vec<String>,
+    /// Notification deliveries of the jobs.
+    pub deliveries: Vec<JobDelivery>,
+}
+
+/// A notification delivery of a job.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct JobDelivery {
+    /// The job.
+    pub job_id: String,
+    /// The delivery.
+    pub delivery: Delivery,
+}
+
+/// The JSON of [`IncidentDetail`] (what `GET /api/v1/incidents/{id}` answers).
 pub fn incident_json(incident: &IncidentState, events: &[StoredEvent], jobs: &[Job]) -> serde_json::Value {
-    let runs: Vec<&String> = jobs.iter().flat_map(|j| &j.runs).collect();
-    let deliveries: Vec<serde_json::Value> =
-        jobs.iter().flat_map(|j| j.deliveries.iter().map(move |d| json!({"job_id": j.id, "delivery": d}))).collect();
-    json!({"incident": incident, "events": events, "jobs": jobs, "runs": runs, "deliveries": deliveries})
+    let detail = IncidentDetail::new(incident.clone(), events.to_vec(), jobs.to_vec());
+    serde_json::to_value(detail).unwrap_or(serde_json::Value::Null)
+}
+
+impl IncidentDetail {
+    /// The view of an incident.
+    pub fn new(incident: IncidentState, events: Vec<StoredEvent>, jobs: Vec<Job>) -> Self {
+        let runs = jobs.iter().flat_map(|j| j.runs.iter().cloned()).collect();
+        let deliveries = jobs
+            .iter()
+            .flat_map(|j| j.deliveries.iter().map(|d| JobDelivery { job_id: j.id.clone(), delivery: d.clone() }))
+            .collect();
+        Self { incident, events, jobs, runs, deliveries }
+    }
 }

@@ -6,15 +6,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use super::workspaces::Workspaces;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{CatalogStore, ObjectKey};
 use crate::change::ChangeError;
 use crate::change::ValidatorSpec;
 use crate::change::approvals::{ApprovalOptions, ApprovalStore};
-use crate::change::service::{ChangeService, ChangeSettings, Publish, ResolvedWorkspace, WorkspaceDirectory};
+use crate::change::service::{
+    ChangeService, ChangeSettings, FetchedHead, Publish, PublishView, ResolvedWorkspace, SourceView,
+    WorkspaceDirectory, WorkspaceView,
+};
 use crate::change::validators::CopyLimits;
 use crate::resources::Kind;
 use crate::resources::Resource;
@@ -104,7 +105,7 @@ impl WorkspaceDirectory for Directory {
         })
     }
 
-    fn list(&self) -> Vec<Value> {
+    fn list(&self) -> Vec<WorkspaceView> {
         let catalog = self.catalog.current();
         catalog
             .of_kind(Kind::Workspace)
@@ -114,22 +115,22 @@ impl WorkspaceDirectory for Directory {
                 let runtime = self.board.runtime(key).unwrap_or_default();
                 let spec = &workspace.spec;
                 let source = match &spec.source.git {
-                    Some(git) => json!({"type": "git", "url": git.url, "ref": git.reference}),
-                    None => json!({"type": "path"}),
+                    Some(git) => SourceView::Git { url: git.url.clone(), reference: git.reference.clone() },
+                    None => SourceView::Path,
                 };
-                Some(json!({
-                    "namespace": key.namespace,
-                    "name": key.name,
-                    "source": source,
-                    "writable": spec.writable,
-                    "publish": spec.publish.as_ref().map(|p| json!({"branch_prefix": p.branch_prefix})),
-                    "validator_profiles": spec.validator_profiles,
-                    "ready": ready,
-                    "message": message,
-                    "head_commit": runtime.get("headCommit"),
-                    "last_fetch": runtime.get("lastFetch"),
-                    "last_error": runtime.get("lastError"),
-                }))
+                Some(WorkspaceView {
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    source,
+                    writable: spec.writable,
+                    publish: spec.publish.as_ref().map(|p| PublishView { branch_prefix: p.branch_prefix.clone() }),
+                    validator_profiles: spec.validator_profiles.clone(),
+                    ready,
+                    message,
+                    head_commit: runtime.get("headCommit").cloned(),
+                    last_fetch: runtime.get("lastFetch").cloned(),
+                    last_error: runtime.get("lastError").cloned(),
+                })
             })
             .collect()
     }
@@ -138,7 +139,7 @@ impl WorkspaceDirectory for Directory {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, ChangeError>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<FetchedHead, ChangeError>> + Send + 'a>> {
         Box::pin(async move {
             let catalog = self.catalog.current();
             let key = Self::key(Kind::Workspace, namespace, name);
@@ -151,7 +152,12 @@ impl WorkspaceDirectory for Directory {
                 )));
             }
             let head = self.workspaces.fetch_now(namespace, name).await.map_err(|e| ChangeError::Git(e.to_string()))?;
-            Ok(json!({"namespace": namespace, "name": name, "head_commit": head.commit, "ref": head.reference}))
+            Ok(FetchedHead {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                head_commit: head.commit,
+                reference: head.reference,
+            })
         })
     }
 }

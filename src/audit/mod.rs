@@ -47,7 +47,7 @@ pub const MAX_METADATA: usize = 32;
 pub const MAX_LIST: usize = 1000;
 
 /// Lifecycle of a Run in the journal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
     /// Still executing.
@@ -59,7 +59,7 @@ pub enum RunStatus {
 }
 
 /// One thing that happened in a Run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditEvent {
     /// 1-based position within the Run.
     pub sequence: u32,
@@ -84,7 +84,7 @@ pub struct AuditEvent {
 }
 
 /// A Run as the journal knows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunRecord {
     /// Id.
     pub id: RunId,

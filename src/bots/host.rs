@@ -383,26 +383,28 @@ pub struct AlertIncidents {
 
 impl IncidentLookup for AlertIncidents {
     fn describe(&self, namespace: &str, id: &str) -> Option<String> {
-        let (incident, events, jobs) = self.store.as_ref()?.incident(id)?;
+        let (incident, _, jobs) = self.store.as_ref()?.incident(id)?;
         if incident.namespace != namespace {
             return None;
         }
-        let view = crate::alerts::store::incident_json(&incident, &events, &jobs);
+        let state = match incident.state {
+            crate::alerts::correlate::IncidentStatus::Firing => "firing",
+            crate::alerts::correlate::IncidentStatus::Resolved => "resolved",
+        };
         let mut text = format!(
-            "Incident {}: {} ({}), {}; opened {}.",
+            "Incident {}: {} ({}), {state}; opened {}.",
             incident.id,
             incident.name,
-            view["severity"].as_str().unwrap_or("unknown severity"),
-            view["state"].as_str().unwrap_or("unknown state"),
+            incident.severity.as_str(),
             incident.opened_at
         );
         let latest = jobs.iter().rev().find(|j| j.run_id.is_some());
         match latest {
             Some(job) => text.push_str(&format!(
                 "\nLatest investigation: {} (Run {}).",
-                view["jobs"]
-                    .as_array()
-                    .and_then(|j| j.iter().rev().find_map(|j| j["result"]["summary"].as_str()))
+                jobs.iter()
+                    .rev()
+                    .find_map(|j| j.result.as_ref().map(|r| r.summary.as_str()))
                     .unwrap_or(job.error.as_deref().unwrap_or("no structured result")),
                 job.run_id.as_deref().unwrap_or("")
             )),

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use crate::resources::{Kind, Resource};
 
 /// Identity of a resource inside a Catalog.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema)]
 pub struct ObjectKey {
     /// Resource kind.
     #[serde(serialize_with = "serialize_kind")]

@@ -19,7 +19,7 @@ use crate::text::{ELLIPSIS, truncate_chars};
 pub const MAX_MESSAGE_CHARS: usize = 1024;
 
 /// Which version of an object is in force.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum InForce {
     /// The version on disk.
@@ -31,7 +31,7 @@ pub enum InForce {
 }
 
 /// The outcome for one object.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceReport {
     /// Identity.
@@ -47,8 +47,9 @@ pub struct ResourceReport {
     /// Spec of the version in force (secrets appear only as references).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<Value>,
-    /// Every problem of the newest version.
+    /// Every problem of the newest version (absent when there is none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(default)]
     pub errors: Vec<String>,
     /// What must be observed about the version in force before it is `Ready`.
     #[serde(skip)]
@@ -57,7 +58,7 @@ pub struct ResourceReport {
 
 /// A problem that cannot be attributed to a named object (unreadable file,
 /// document without kind or name).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Problem {
     /// `file` or `file:doc-index`.
     pub location: String,

@@ -79,7 +79,7 @@ pub struct PendingChange {
 }
 
 /// Where a pending change is in its life.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ChangeState {
     /// Waiting for approval.

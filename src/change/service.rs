@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
@@ -21,8 +21,8 @@ use super::preview::{Params, Prepared, Preview};
 use super::record::Record;
 use super::types::millis;
 pub use super::types::{
-    ApplyOutcome, Approver, ChangeSettings, PreviewOutcome, PreviewRequest, Publish, Requester, ResolvedWorkspace,
-    Timings, WorkspaceDirectory,
+    ApplyOutcome, Approver, ChangeSettings, ChangeView, FetchedHead, PreviewOutcome, PreviewRequest, Publish,
+    PublishView, Requester, ResolvedWorkspace, SourceView, Timings, WorkspaceDirectory, WorkspaceView,
 };
 use super::{FileChange, ValidatorResult, ValidatorStatus, git};
 use crate::audit::{AuditLog, NewEvent, NewRun};
@@ -53,7 +53,7 @@ impl ChangeService {
     }
 
     /// The Workspaces, for `GET /api/v1/workspaces`.
-    pub fn workspaces(&self) -> Vec<Value> {
+    pub fn workspaces(&self) -> Vec<WorkspaceView> {
         self.workspaces.list()
     }
 
@@ -63,17 +63,17 @@ impl ChangeService {
     }
 
     /// Fetches a git Workspace now.
-    pub async fn fetch(&self, namespace: &str, name: &str) -> Result<Value, ChangeError> {
+    pub async fn fetch(&self, namespace: &str, name: &str) -> Result<FetchedHead, ChangeError> {
         self.workspaces.fetch(namespace, name).await
     }
 
     /// A pending or finished change by its approval id: its preview and state.
-    pub fn get(&self, id: &str) -> Option<(String, Value)> {
+    pub fn get(&self, id: &str) -> Option<(String, ChangeView)> {
         let (change, state) = self.approvals.get(id)?;
-        let mut view = change.summary.clone();
-        view["state"] = serde_json::to_value(&state).unwrap_or(Value::Null);
-        view["expires_at"] = json!(change.expires_at);
-        Some((change.namespace, view))
+        let mut preview = change.summary.as_object().cloned().unwrap_or_default();
+        preview.remove("state");
+        preview.remove("expires_at");
+        Some((change.namespace, ChangeView { preview, state, expires_at: change.expires_at }))
     }
 
     /// Prepares a change and, when it may be applied, issues its approval.

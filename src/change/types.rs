@@ -41,18 +41,94 @@ pub struct Publish {
     pub branch_prefix: String,
 }
 
+/// A Workspace as `GET /api/v1/workspaces` shows it (no local paths).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct WorkspaceView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Where its tree comes from.
+    pub source: SourceView,
+    /// Whether an approved change may be written (or published).
+    pub writable: bool,
+    /// How approved changes are published, when they are.
+    pub publish: Option<PublishView>,
+    /// Validator profiles run on every preview.
+    pub validator_profiles: Vec<String>,
+    /// Whether the Workspace is ready.
+    pub ready: bool,
+    /// Why it is not ready, or its condition's message.
+    pub message: Option<String>,
+    /// Head commit last seen.
+    pub head_commit: Option<Value>,
+    /// RFC 3339 time of the last fetch.
+    pub last_fetch: Option<Value>,
+    /// Why the last fetch failed.
+    pub last_error: Option<Value>,
+}
+
+/// Where a Workspace's tree comes from.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum SourceView {
+    /// A git remote the host clones.
+    Git {
+        /// Remote URL.
+        url: String,
+        /// The ref followed.
+        #[serde(rename = "ref")]
+        reference: String,
+    },
+    /// A working tree on the host's volume.
+    Path,
+}
+
+/// How approved changes are published.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct PublishView {
+    /// Prefix of the pushed branch's name.
+    pub branch_prefix: String,
+}
+
+/// The head of a git Workspace after a fetch.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct FetchedHead {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Full commit id.
+    pub head_commit: String,
+    /// The ref followed.
+    #[serde(rename = "ref")]
+    pub reference: String,
+}
+
+/// A pending or finished change (`GET /api/v1/change/simulations/{id}`).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct ChangeView {
+    /// The preview as it was answered (answer, result, approval, ...).
+    #[serde(flatten)]
+    pub preview: serde_json::Map<String, Value>,
+    /// Where the change is in its life.
+    pub state: super::approvals::ChangeState,
+    /// When its approval expires (RFC 3339).
+    pub expires_at: String,
+}
+
 /// Finds Workspaces (implemented by the host over the Catalog and its clones).
 pub trait WorkspaceDirectory: Send + Sync {
     /// The Workspace `namespace/name`, ready to use, or why not.
     fn resolve(&self, namespace: &str, name: &str) -> Result<ResolvedWorkspace, ChangeError>;
     /// Every Workspace with its status, for `GET /api/v1/workspaces` (no local paths).
-    fn list(&self) -> Vec<Value>;
+    fn list(&self) -> Vec<WorkspaceView>;
     /// Fetches a git Workspace now; answers its new head.
     fn fetch<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ChangeError>> + Send + 'a>>;
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<FetchedHead, ChangeError>> + Send + 'a>>;
 }
 
 /// Settings of the change service.
@@ -95,7 +171,7 @@ pub struct Approver {
 }
 
 /// `POST /api/v1/change/simulations`.
-#[derive(Clone, Debug, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewRequest {
     /// Workspace name.
@@ -117,7 +193,7 @@ pub struct PreviewRequest {
 }
 
 /// The result of a preview.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct PreviewOutcome {
     /// The audit Run.
     pub run_id: String,
@@ -139,7 +215,7 @@ pub struct PreviewOutcome {
 }
 
 /// Where a preview's time went.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Timings {
     /// Whole preview.
     pub total_ms: u64,
@@ -152,7 +228,7 @@ pub struct Timings {
 }
 
 /// The result of an apply.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ApplyOutcome {
     /// The audit Run.
     pub run_id: String,

@@ -82,7 +82,7 @@ fn print_text(outcome: &RunOutcome) -> std::io::Result<()> {
 }
 
 fn print_json(outcome: &RunOutcome) -> std::io::Result<()> {
-    let body = crate::web::runs::outcome_json(outcome, true);
+    let body = crate::web::runs::ChatAnswer::new(outcome.clone(), true);
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, &body)?;
     writeln!(out)

@@ -45,6 +45,8 @@ pub enum Command {
     Mcp(McpArgs),
     /// Prepare, show and apply workspace changes through a running host's API.
     Change(change::ChangeArgs),
+    /// Print the OpenAPI document of the native API (what `GET /api/v1/openapi.json` answers).
+    Openapi,
 }
 
 /// `ask` arguments.
@@ -132,6 +134,22 @@ pub fn run() -> ExitCode {
         Command::Mcp(McpArgs { server: McpServer::Victoriametrics(args) }) => run_victoriametrics(args),
         Command::Mcp(McpArgs { server: McpServer::Probe(args) }) => mcp_probe::run(args),
         Command::Change(args) => change::run(args),
+        Command::Openapi => print_openapi(),
+    }
+}
+
+fn print_openapi() -> ExitCode {
+    let document = crate::web::document();
+    let mut out = std::io::stdout().lock();
+    let written = serde_json::to_writer_pretty(&mut out, &document)
+        .map_err(std::io::Error::from)
+        .and_then(|()| std::io::Write::write_all(&mut out, b"\n"));
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("akritas openapi: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -74,6 +74,17 @@ macro_rules! kinds {
             }
         }
 
+        /// Serialized as its `kind` string.
+        impl schemars::JsonSchema for Kind {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                "Kind".into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({"type": "string", "enum": [$(stringify!($kind)),*]})
+            }
+        }
+
         /// A validated resource of any kind. Held behind `Arc` in the Catalog, so the
         /// size difference between kinds costs nothing.
         #[allow(clippy::large_enum_variant)]

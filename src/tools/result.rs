@@ -15,7 +15,7 @@ pub struct ToolCall {
 }
 
 /// Why a tool call did not produce output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// Malformed id, name or arguments.
@@ -59,14 +59,14 @@ impl fmt::Display for ErrorCode {
 }
 
 /// A failed call's code and a message for the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolError {
     pub code: ErrorCode,
     pub message: String,
 }
 
 /// Outcome of one tool call; exactly one of `output` and `error` is set.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolResult {
     pub id: String,
     pub name: String,

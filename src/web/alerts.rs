@@ -11,22 +11,24 @@
 //! returns is stored without a restart.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::AppState;
 use super::auth::Caller;
+use super::body::JsonBytes;
 use super::error::ApiError;
+use super::{AppState, IdPath, ListQuery};
 use crate::alerts::adapters::{DecodeContext, adapter};
 use crate::alerts::correlate::{IncidentState, IncidentStatus};
-use crate::alerts::store::{AlertStore, AlertStoreError, incident_json};
+use crate::alerts::store::{AlertStore, AlertStoreError, IncidentDetail, Job, StoredEvent};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::SecretResolver;
 use crate::resources::alert_source::{AlertAuth, AlertProvider};
@@ -102,13 +104,30 @@ fn provider_name(provider: AlertProvider) -> &'static str {
     }
 }
 
+/// Path of `POST /api/v1/alerts/{namespace}/{source}/webhook`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SourcePath {
+    /// Namespace of the AlertSource.
+    pub namespace: String,
+    /// Name of the AlertSource.
+    pub source: String,
+}
+
+/// Path of `POST /api/v1/alerts/{source}/webhook`.
+#[derive(Deserialize, JsonSchema)]
+pub struct SourceNamePath {
+    /// The AlertSource's name, or `namespace.name`.
+    pub source: String,
+}
+
 /// `POST /api/v1/alerts/{namespace}/{source}/webhook`: the AlertSource `namespace/source`.
 pub async fn webhook_namespaced(
     State(state): State<AppState>,
-    Path((namespace, source)): Path<(String, String)>,
+    Path(SourcePath { namespace, source }): Path<SourcePath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<Value>,
 ) -> Response {
+    let body = body.0;
     let key = ObjectKey { kind: Kind::AlertSource, namespace, name: source };
     ingest(&state, &key, &headers, &body).await
 }
@@ -118,10 +137,11 @@ pub async fn webhook_namespaced(
 /// watched; otherwise 409 names the namespaced routes.
 pub async fn webhook(
     State(state): State<AppState>,
-    Path(source): Path<String>,
+    Path(SourceNamePath { source }): Path<SourceNamePath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<Value>,
 ) -> Response {
+    let body = body.0;
     let catalog = state.catalog.current();
     let candidates: Vec<&ObjectKey> = catalog
         .of_kind(Kind::AlertSource)
@@ -146,7 +166,8 @@ fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Response {
 /// `POST /api/v1/alertmanager/webhook`: the one AlertSource with provider
 /// `alertmanager` in every namespace, authenticated by that source alone (Alertmanager
 /// sends one `Authorization` header: the source's token, not an API key).
-pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: JsonBytes<Value>) -> Response {
+    let body = body.0;
     let catalog = state.catalog.current();
     let sources: Vec<&ObjectKey> = catalog
         .of_kind(Kind::AlertSource)
@@ -290,13 +311,8 @@ pub fn source_status(store: &crate::alerts::store::AlertStore, key: &ObjectKey) 
     })
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    limit: Option<String>,
-}
-
 /// Largest `limit` of an incident listing.
-pub const MAX_INCIDENTS: usize = 1000;
+pub const MAX_INCIDENTS: usize = crate::audit::MAX_LIST;
 
 /// The alert store, or 503 when alert ingestion is disabled.
 pub(super) fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::AlertStore>, ApiError> {
@@ -305,25 +321,22 @@ pub(super) fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::s
     })
 }
 
+/// `GET /api/v1/incidents`.
+#[derive(Serialize, JsonSchema)]
+pub struct IncidentList {
+    /// Newest first.
+    pub incidents: Vec<IncidentState>,
+}
+
 /// `GET /api/v1/incidents?limit=`.
 pub async fn incidents(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<ListQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<IncidentList>, ApiError> {
     let store = store(&state)?;
-    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
-        None => 100,
-        Some(Ok(n)) if (1..=MAX_INCIDENTS).contains(&n) => n,
-        Some(_) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("limit must be an integer from 1 to {MAX_INCIDENTS}"),
-            ));
-        }
-    };
-    Ok(Json(json!({"incidents": visible_incidents(store, &caller, limit, None)})).into_response())
+    let limit = query.limit()?;
+    Ok(Json(IncidentList { incidents: visible_incidents(store, &caller, limit, None) }))
 }
 
 /// The incidents of the namespaces the caller reads, newest update first, only those
@@ -341,20 +354,20 @@ pub(super) fn visible_incidents(
 
 /// Incident `id` with its events, jobs, Runs and deliveries; another namespace's
 /// incident does not exist for the caller.
-pub(super) fn visible_incident(store: &AlertStore, caller: &Caller, id: &str) -> Option<serde_json::Value> {
+pub(super) fn visible_incident(store: &AlertStore, caller: &Caller, id: &str) -> Option<IncidentDetail> {
     let (incident, events, jobs) = store.incident(id).filter(|(incident, _, _)| caller.sees(&incident.namespace))?;
-    Some(incident_json(&incident, &events, &jobs))
+    Some(IncidentDetail::new(incident, events, jobs))
 }
 
 /// `GET /api/v1/incidents/{id}` (another namespace's incident does not exist for the key).
 pub async fn incident(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<IncidentDetail>, ApiError> {
     let incident =
         visible_incident(store(&state)?, &caller, &id).ok_or_else(|| ApiError::not_found("incident not found"))?;
-    Ok(Json(incident).into_response())
+    Ok(Json(incident))
 }
 
 /// Whether the caller reads the namespace of incident `id`.
@@ -366,25 +379,25 @@ fn sees_incident(store: &AlertStore, caller: &Caller, id: &str) -> bool {
 pub async fn event(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<StoredEvent>, ApiError> {
     let store = store(&state)?;
     let event = store
         .event(&id)
         .filter(|event| sees_incident(store, &caller, &event.incident_id))
         .ok_or_else(|| ApiError::not_found("alert event not found"))?;
-    Ok(Json(event).into_response())
+    Ok(Json(event))
 }
 
 /// `GET /api/v1/investigation-jobs/{id}`.
 pub async fn job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<Job>, ApiError> {
     let job = store(&state)?
         .job(&id)
         .filter(|job| caller.sees(&job.namespace))
         .ok_or_else(|| ApiError::not_found("investigation job not found"))?;
-    Ok(Json(job).into_response())
+    Ok(Json(job))
 }

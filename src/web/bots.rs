@@ -4,13 +4,15 @@
 //! is checked before the body is decoded. The answer is sent before the model runs.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::AppState;
+use super::body::JsonBytes;
 use super::error::ApiError;
 use crate::bots::host::{MAX_WEBHOOK_BYTES, WebhookError};
 use crate::bots::{Provider, Refusal};
@@ -18,24 +20,42 @@ use crate::bots::{Provider, Refusal};
 /// The header Telegram sends the webhook's secret in.
 const TELEGRAM_SECRET: &str = "x-telegram-bot-api-secret-token";
 
+/// Path of the bot webhooks.
+#[derive(Deserialize, JsonSchema)]
+pub struct ReceiverPath {
+    /// Name of the NotificationReceiver.
+    pub receiver: String,
+}
+
+/// Answer of a bot webhook: whether the message was taken (an update from outside
+/// the allowlists, or one that is not a message, is answered `accepted: false`).
+#[derive(Serialize, JsonSchema)]
+pub struct BotAnswer {
+    /// Taken for an answer.
+    pub accepted: bool,
+    /// The provider sent this update before (only when accepted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+}
+
 /// `POST /api/v1/bots/telegram/{receiver}/webhook`.
 pub async fn telegram(
     State(state): State<AppState>,
-    Path(receiver): Path<String>,
+    Path(ReceiverPath { receiver }): Path<ReceiverPath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<Value>,
 ) -> Response {
-    webhook(&state, Provider::Telegram, &receiver, &headers, &body).await
+    webhook(&state, Provider::Telegram, &receiver, &headers, &body.0).await
 }
 
 /// `POST /api/v1/bots/mattermost/{receiver}/webhook`.
 pub async fn mattermost(
     State(state): State<AppState>,
-    Path(receiver): Path<String>,
+    Path(ReceiverPath { receiver }): Path<ReceiverPath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<Value>,
 ) -> Response {
-    webhook(&state, Provider::Mattermost, &receiver, &headers, &body).await
+    webhook(&state, Provider::Mattermost, &receiver, &headers, &body.0).await
 }
 
 async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: &HeaderMap, body: &[u8]) -> Response {
@@ -55,7 +75,7 @@ async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: 
     let secret = text(TELEGRAM_SECRET);
     let content_type = text(header::CONTENT_TYPE.as_str());
     match bots.webhook(provider, receiver, secret, content_type, body).await {
-        Ok(accepted) => Json(json!({"accepted": true, "duplicate": accepted.duplicate})).into_response(),
+        Ok(accepted) => Json(BotAnswer { accepted: true, duplicate: Some(accepted.duplicate) }).into_response(),
         Err(WebhookError::UnknownReceiver { .. }) => {
             ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
                 .into_response()
@@ -71,7 +91,7 @@ async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: 
             if matches!(refusal, Refusal::Forbidden) {
                 tracing::info!(provider = provider.as_str(), %receiver, event = "ingress_forbidden", "bot message from outside the allowlists");
             }
-            Json(json!({"accepted": false})).into_response()
+            Json(BotAnswer { accepted: false, duplicate: None }).into_response()
         }
         Err(WebhookError::Busy(error)) => {
             let mut response =

@@ -6,26 +6,31 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
-use super::AppState;
 use super::auth::Caller;
+use super::body::{JsonBytes, decode, require_json};
 use super::error::ApiError;
-use super::runs::{decode, require_json};
+use super::{AppState, IdPath};
 use crate::change::ChangeError;
-use crate::change::service::{Approver, ChangeService, PreviewRequest, Requester};
+use crate::change::service::{
+    Approver, ChangeService, ChangeView, FetchedHead, PreviewRequest, Requester, WorkspaceView,
+};
 use crate::config::Scope;
 
 /// Body of `POST /api/v1/change/simulations/{id}/apply`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ApplyBody {
+#[schemars(extend("required" = ["confirm"]))]
+pub struct ApplyBody {
+    /// Must be `true`: the explicit confirmation (a body without it is refused).
     #[serde(default)]
+    #[schemars(extend("const" = true))]
     confirm: bool,
 }
 
@@ -55,31 +60,47 @@ pub fn change_error(error: ChangeError) -> ApiError {
 pub async fn workspaces(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WorkspaceList>, ApiError> {
     let service = service(&state)?;
     let tenancy = state.engine.tenancy();
-    let visible: Vec<Value> = service
+    let workspaces = service
         .workspaces()
         .into_iter()
-        .filter(|w| w["namespace"].as_str().is_some_and(|ns| caller.sees(ns) || tenancy.is_shared(ns)))
+        .filter(|w| caller.sees(&w.namespace) || tenancy.is_shared(&w.namespace))
         .collect();
-    Ok(Json(json!({ "workspaces": visible })))
+    Ok(Json(WorkspaceList { workspaces }))
+}
+
+/// `GET /api/v1/workspaces`.
+#[derive(Serialize, JsonSchema)]
+pub struct WorkspaceList {
+    /// The Workspaces of the caller's and the shared namespaces.
+    pub workspaces: Vec<WorkspaceView>,
+}
+
+/// Path of `POST /api/v1/workspaces/{namespace}/{name}/fetch`.
+#[derive(Deserialize, JsonSchema)]
+pub struct WorkspacePath {
+    /// Namespace of the Workspace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
 }
 
 /// Body of `POST /api/v1/workspaces/{namespace}/{name}/fetch`: empty or `{}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct FetchBody {}
+pub struct FetchBody {}
 
 /// `POST /api/v1/workspaces/{namespace}/{name}/fetch`: fetch a git Workspace now.
 pub async fn fetch(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path((namespace, name)): Path<(String, String)>,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    if !body.is_empty() {
-        let FetchBody {} = decode(&body)?;
+    Path(WorkspacePath { namespace, name }): Path<WorkspacePath>,
+    body: JsonBytes<FetchBody>,
+) -> Result<Json<FetchedHead>, ApiError> {
+    if !body.0.is_empty() {
+        let FetchBody {} = decode(&body.0)?;
     }
     let service = service(&state)?;
     if !caller.sees(&namespace) {
@@ -94,11 +115,11 @@ pub async fn simulate(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<PreviewRequest>,
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
     let service = service(&state)?;
-    let request: PreviewRequest = decode(&body)?;
+    let request: PreviewRequest = decode(&body.0)?;
     let namespace = request.namespace.clone().unwrap_or_else(|| caller.namespace.clone());
     if !caller.sees(&namespace) && !state.engine.tenancy().is_shared(&namespace) {
         return Err(ApiError::not_found(format!("Workspace {namespace}/{} not found", request.workspace.trim())));
@@ -112,8 +133,8 @@ pub async fn simulate(
 pub async fn simulation(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<ChangeView>, ApiError> {
     let service = service(&state)?;
     match service.get(&id) {
         Some((namespace, view)) if caller.sees(&namespace) => Ok(Json(view)),
@@ -127,9 +148,9 @@ pub async fn simulation(
 pub async fn apply(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<ApplyBody>,
 ) -> Result<Response, ApiError> {
     if !caller.allows(Scope::Admin) {
         return Err(ApiError::new(
@@ -140,7 +161,7 @@ pub async fn apply(
     }
     require_json(&headers)?;
     let service = service(&state)?;
-    let body: ApplyBody = decode(&body)?;
+    let body: ApplyBody = decode(&body.0)?;
     if !body.confirm {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "confirm_required", "explicit confirm=true is required"));
     }

@@ -1,12 +1,14 @@
 //! The JSON error envelope every route uses:
 //! `{"error": {"message": "...", "type": "...", "code": "..."}}` (OpenAI-compatible).
 
+use aide::openapi::{Operation, Response as OpenApiResponse};
 use axum::Json;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use schemars::JsonSchema;
+use serde::Serialize;
 
 /// Longest rejection text carried into an envelope.
 const MAX_REJECTION_BYTES: usize = 1024;
@@ -60,14 +62,55 @@ fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
+/// The body of every error answer.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ErrorEnvelope {
+    /// The error.
+    pub error: ErrorObject,
+}
+
+/// What went wrong, OpenAI-compatible.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ErrorObject {
+    /// What was wrong and what to do.
+    pub message: String,
+    /// Class of the error (`invalid_request_error`, `authentication_error`, `not_found_error`, ...).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// Facts some errors add (`run_id`, `dimension`, `usage`, `details`).
+    #[serde(flatten)]
+    pub details: serde_json::Map<String, serde_json::Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = self.details;
-        error.insert("message".into(), json!(self.message));
-        error.insert("type".into(), json!(error_type(self.status)));
-        error.insert("code".into(), json!(self.code));
-        let body = json!({ "error": error });
-        (self.status, Json(body)).into_response()
+        let mut details = self.details;
+        for reserved in ["message", "type", "code"] {
+            details.remove(reserved);
+        }
+        let error = ErrorObject { message: self.message, kind: error_type(self.status), code: self.code, details };
+        (self.status, Json(ErrorEnvelope { error })).into_response()
+    }
+}
+
+/// Documents an error as the envelope; as a handler's error type it is the
+/// operation's `default` answer (every status not listed).
+impl aide::OperationOutput for ApiError {
+    type Inner = ErrorEnvelope;
+
+    fn operation_response(ctx: &mut aide::generate::GenContext, operation: &mut Operation) -> Option<OpenApiResponse> {
+        let mut response = Json::<ErrorEnvelope>::operation_response(ctx, operation)?;
+        response.description = "Error envelope: the message says what to fix".into();
+        Some(response)
+    }
+
+    fn inferred_responses(
+        ctx: &mut aide::generate::GenContext,
+        operation: &mut Operation,
+    ) -> Vec<(Option<aide::openapi::StatusCode>, OpenApiResponse)> {
+        Self::operation_response(ctx, operation).map(|r| (None, r)).into_iter().collect()
     }
 }
 

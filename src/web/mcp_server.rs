@@ -387,7 +387,7 @@ impl AkritasMcp {
             Err(error) => return error,
         };
         let found = super::alerts::visible_incident(store, &caller, id)
-            .map(|incident| (1, incident))
+            .map(|incident| (1, serde_json::to_value(incident).unwrap_or(Value::Null)))
             .ok_or_else(|| format!("incident {id:?} not found"));
         self.read(&caller, "get_incident", id.to_string(), found).await
     }

@@ -3,33 +3,43 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod body;
 pub mod bots;
 pub mod change;
+pub mod engine_schema;
 pub mod error;
 pub mod mcp_server;
 pub mod metrics;
+pub mod openapi;
 pub mod runs;
+pub mod status;
 pub mod ui;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aide::axum::ApiRouter;
+use aide::axum::routing::{get_with, post_with};
+use aide::openapi::OpenApi;
+use aide::transform::TransformOperation;
 use axum::extract::{DefaultBodyLimit, Extension, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use self::auth::{ApiKeys, Caller};
+use self::auth::ApiKeys;
 use self::error::ApiError;
+use self::openapi::{keyed, own_credentials};
+use crate::audit::MAX_LIST;
 use crate::catalog::CatalogStore;
-use crate::catalog::status::{InForce, StatusBoard};
-use crate::config::Scope;
+use crate::catalog::status::StatusBoard;
 use crate::engine::run::Engine;
 
 /// Everything the handlers read.
@@ -74,39 +84,185 @@ pub struct HostInfo {
     pub mcp: mcp_server::McpLimits,
 }
 
+/// The native API with its documentation: every route under `/api/v1` and
+/// `/health`, the answers each gives, and `keys` guarding the protected ones.
+/// `/metrics` (Prometheus text) is served but not part of the JSON contract.
+fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
+    let protected = ApiRouter::new()
+        .api_route(
+            "/api/v1/resources",
+            get_with(status::resources, |op| {
+                keyed(op.tag("status").summary("Resources the caller reads, with their load outcome"))
+            }),
+        )
+        .api_route(
+            "/api/v1/chat",
+            post_with(runs::chat, |op| {
+                keyed(op.tag("runs").summary("Ask a question: one read-only Run"))
+                    .response::<200, Json<runs::ChatAnswer>>()
+            }),
+        )
+        .api_route("/api/v1/runs", get_with(runs::list, |op| keyed(op.tag("runs").summary("Runs, newest first"))))
+        .api_route(
+            "/api/v1/runs/{id}",
+            get_with(runs::get, |op| keyed(op.tag("runs").summary("A Run with its events and raw tool results"))),
+        )
+        .api_route(
+            "/api/v1/runs/{id}/chat",
+            post_with(runs::follow_up, |op| {
+                keyed(op.tag("runs").summary("Ask a follow-up about a finished Run"))
+                    .response::<200, Json<runs::ChatAnswer>>()
+            }),
+        )
+        .api_route(
+            "/api/v1/tools",
+            get_with(runs::tools, |op| {
+                keyed(op.tag("runs").summary("The read-only tools a Run of the caller's namespace gets"))
+            }),
+        )
+        .api_route(
+            "/api/v1/workspaces",
+            get_with(change::workspaces, |op| keyed(op.tag("change").summary("Workspaces the caller may change"))),
+        )
+        .api_route(
+            "/api/v1/workspaces/{namespace}/{name}/fetch",
+            post_with(change::fetch, |op| {
+                keyed(op.tag("change").summary("Fetch a git Workspace now (body empty or `{}`)")).with(optional_body)
+            }),
+        )
+        .api_route(
+            "/api/v1/change/simulations",
+            post_with(change::simulate, |op| {
+                keyed(op.tag("change").summary("Prepare a verified change; never writes"))
+                    .response::<200, Json<crate::change::service::PreviewOutcome>>()
+            }),
+        )
+        .api_route(
+            "/api/v1/change/simulations/{id}",
+            get_with(change::simulation, |op| keyed(op.tag("change").summary("A pending or finished change"))),
+        )
+        .api_route(
+            "/api/v1/change/simulations/{id}/apply",
+            post_with(change::apply, |op| {
+                keyed(op.tag("change").summary("Apply an approved change once (`admin` key, `{\"confirm\": true}`)"))
+                    .response::<200, Json<crate::change::service::ApplyOutcome>>()
+            }),
+        )
+        .api_route(
+            "/api/v1/incidents",
+            get_with(alerts::incidents, |op| keyed(op.tag("alerts").summary("Incidents, newest first"))),
+        )
+        .api_route(
+            "/api/v1/incidents/{id}",
+            get_with(alerts::incident, |op| {
+                keyed(op.tag("alerts").summary("An incident with its events, jobs, Runs and deliveries"))
+            }),
+        )
+        .api_route(
+            "/api/v1/alert-events/{id}",
+            get_with(alerts::event, |op| keyed(op.tag("alerts").summary("A stored alert event"))),
+        )
+        .api_route(
+            "/api/v1/investigation-jobs/{id}",
+            get_with(alerts::job, |op| keyed(op.tag("alerts").summary("An investigation job"))),
+        )
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(keys, auth::require_key));
+    ApiRouter::new()
+        .api_route(
+            "/health",
+            get_with(status::health, |op| op.tag("status").summary("Whether the host works, and what it runs")),
+        )
+        .api_route(
+            "/api/v1/openapi.json",
+            get_with(openapi::openapi_json, |op| {
+                op.tag("status").summary("This document (no API key: it holds no secrets)")
+            }),
+        )
+        // Each AlertSource authenticates its own callers (no API key).
+        .api_route(
+            "/api/v1/alerts/{source}/webhook",
+            post_with(alerts::webhook, |op| {
+                alert_webhook(
+                    op.summary("Deliver alerts to the AlertSource of this name in the one namespace that has it"),
+                )
+            }),
+        )
+        .api_route(
+            "/api/v1/alerts/{namespace}/{source}/webhook",
+            post_with(alerts::webhook_namespaced, |op| {
+                alert_webhook(op.summary("Deliver alerts to an AlertSource (its provider's payload)"))
+            }),
+        )
+        .api_route(
+            "/api/v1/alertmanager/webhook",
+            post_with(alerts::alertmanager_alias, |op| {
+                alert_webhook(op.summary("Deliver Alertmanager alerts to the one Alertmanager AlertSource"))
+            }),
+        )
+        // Each bot receiver authenticates its provider with its own secret (no API key).
+        .api_route(
+            "/api/v1/bots/telegram/{receiver}/webhook",
+            post_with(bots::telegram, |op| bot_webhook(op.summary("A Telegram update"))),
+        )
+        .api_route(
+            "/api/v1/bots/mattermost/{receiver}/webhook",
+            post_with(bots::mattermost, |op| {
+                bot_webhook(op.summary("A Mattermost outgoing-webhook post or slash command")).with(form_body_too)
+            }),
+        )
+        .merge(protected)
+}
+
+/// An alert webhook: the AlertSource's own credentials, the delivery's outcome.
+fn alert_webhook(op: TransformOperation<'_>) -> TransformOperation<'_> {
+    own_credentials(op.tag("alerts"))
+        .response_with::<200, Json<crate::alerts::store::Accepted>, _>(|r| r.description("Every event was a duplicate"))
+        .response_with::<202, Json<crate::alerts::store::Accepted>, _>(|r| {
+            r.description("At least one event was new: stored, and investigated when it opened an incident")
+        })
+}
+
+/// A bot webhook: the receiver's own secret, whether the update was taken.
+fn bot_webhook(op: TransformOperation<'_>) -> TransformOperation<'_> {
+    own_credentials(op.tag("bots")).response::<200, Json<bots::BotAnswer>>()
+}
+
+/// Documents a form-encoded body beside the JSON one (Mattermost sends either).
+fn form_body_too(mut op: TransformOperation<'_>) -> TransformOperation<'_> {
+    if let Some(aide::openapi::ReferenceOr::Item(body)) = op.inner_mut().request_body.as_mut()
+        && let Some(json) = body.content.get("application/json").cloned()
+    {
+        body.content.insert("application/x-www-form-urlencoded".into(), json);
+    }
+    op
+}
+
+/// Marks a route's request body as optional.
+fn optional_body(mut op: TransformOperation<'_>) -> TransformOperation<'_> {
+    if let Some(aide::openapi::ReferenceOr::Item(body)) = op.inner_mut().request_body.as_mut() {
+        body.required = false;
+    }
+    op
+}
+
+/// The OpenAPI document of the native API (what `GET /api/v1/openapi.json` answers).
+pub fn document() -> OpenApi {
+    let mut document = OpenApi::default();
+    let _ = api(Arc::new(ApiKeys::default())).finish_api_with(&mut document, openapi::describe);
+    document
+}
+
 /// Builds the router.
 pub fn router(state: AppState) -> Router {
-    let protected = Router::new()
-        .route("/api/v1/resources", get(resources))
-        .route("/api/v1/chat", post(runs::chat))
-        .route("/api/v1/runs", get(runs::list))
-        .route("/api/v1/runs/{id}", get(runs::get))
-        .route("/api/v1/runs/{id}/chat", post(runs::follow_up))
-        .route("/api/v1/tools", get(runs::tools))
-        .route("/api/v1/workspaces", get(change::workspaces))
-        .route("/api/v1/workspaces/{namespace}/{name}/fetch", post(change::fetch))
-        .route("/api/v1/change/simulations", post(change::simulate))
-        .route("/api/v1/change/simulations/{id}", get(change::simulation))
-        .route("/api/v1/change/simulations/{id}/apply", post(change::apply))
-        .route("/api/v1/incidents", get(alerts::incidents))
-        .route("/api/v1/incidents/{id}", get(alerts::incident))
-        .route("/api/v1/alert-events/{id}", get(alerts::event))
-        .route("/api/v1/investigation-jobs/{id}", get(alerts::job))
-        .route("/metrics", get(metrics::metrics))
-        .merge(mcp_server::routes(&state))
-        .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
-    Router::new()
-        .route("/health", get(health))
-        // Each AlertSource authenticates its own callers (no API key).
-        .route("/api/v1/alerts/{source}/webhook", post(alerts::webhook))
-        .route("/api/v1/alerts/{namespace}/{source}/webhook", post(alerts::webhook_namespaced))
-        .route("/api/v1/alertmanager/webhook", post(alerts::alertmanager_alias))
-        // Each bot receiver authenticates its provider with its own secret (no API key).
-        .route("/api/v1/bots/telegram/{receiver}/webhook", post(bots::telegram))
-        .route("/api/v1/bots/mattermost/{receiver}/webhook", post(bots::mattermost))
-        // The embedded UI holds no data: its API calls carry the user's key.
+    let mut document = OpenApi::default();
+    let app = api(state.keys.clone()).finish_api_with(&mut document, openapi::describe);
+    // Outside the document: the MCP server (its own protocol, same keys) and the embedded UI
+    // (it holds no data: its API calls carry the user's key).
+    let mcp = mcp_server::routes(&state).route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
+    app.merge(mcp)
         .merge(ui::routes())
-        .merge(protected)
+        .layer(Extension(openapi::Document::new(&document)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(error::envelope_rejections))
@@ -122,12 +278,12 @@ pub fn router(state: AppState) -> Router {
 /// starts work answers 503 so that clients and senders retry against the leader.
 pub fn standby_router(state: AppState) -> Router {
     let protected = Router::new()
-        .route("/api/v1/resources", get(resources))
+        .route("/api/v1/resources", get(status::resources))
         .route("/api/v1/tools", get(runs::tools))
         .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
-        .route("/health", get(health))
+        .route("/health", get(status::health))
         .merge(ui::routes())
         .merge(protected)
         .fallback(standby)
@@ -150,76 +306,34 @@ async fn standby(request: Request) -> Response {
     response
 }
 
-async fn health(State(state): State<AppState>) -> Json<Value> {
-    let catalog = state.catalog.current();
-    let board = state.board.get();
-    let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
-    let mut degraded = Vec::new();
-    if let Some(alerts) = &state.alerts
-        && let Some(reason) = alerts.degraded()
-    {
-        // A journal that failed a write is retried in the background (at most once a
-        // second), so the host recovers when space returns even with no traffic.
-        let alerts = alerts.clone();
-        tokio::spawn(async move { alerts.recover().await });
-        degraded.push(json!({"component": "alerts", "reason": reason}));
-    }
-    if let Some(audit) = state.engine.audit()
-        && let Some(reason) = audit.write_failure()
-    {
-        let audit = audit.clone();
-        tokio::spawn(async move { audit.recover().await });
-        degraded.push(json!({"component": "audit", "reason": format!(
-            "{reason}; chats and follow-ups get 507 and Runs cannot be recorded until a write succeeds again"
-        )}));
-    }
-    Json(json!({
-        "status": if degraded.is_empty() { "ok" } else { "degraded" },
-        "degraded": degraded,
-        "version": env!("CARGO_PKG_VERSION"),
-        "mode": state.info.mode,
-        "model": state.info.model,
-        "response_language": state.info.response_language,
-        "authentication": if state.keys.enabled() { "api-key" } else { "disabled" },
-        "system_instructions_sha256": state.info.instructions_sha256,
-        "catalog": {
-            "version": catalog.version,
-            "hash": catalog.hash,
-            "counts": catalog.counts(),
-            "invalid_resources": invalid,
-            "problems": board.problems.len(),
-        },
-    }))
+/// Path of the routes that name one object by id.
+#[derive(Deserialize, JsonSchema)]
+pub struct IdPath {
+    /// The object's id (`run_…`, `inc_…`, `evt_…`, `job_…`, or an approval id).
+    pub id: String,
 }
 
-/// `GET /api/v1/resources`: the resources of the namespaces the caller reads and
-/// of the shared namespaces (its Runs use those); load problems of manifests that
-/// could not be attributed to an object are shown to `admin` keys only.
-async fn resources(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Value> {
-    let catalog = state.catalog.current();
-    let board = state.board.get();
-    let visible = |namespace: &str| caller.sees(namespace) || state.engine.tenancy().is_shared(namespace);
-    let resources: Vec<Value> = board
-        .resources
-        .iter()
-        .filter(|report| visible(&report.key.namespace))
-        .map(|report| {
-            let mut item = serde_json::to_value(report).unwrap_or(Value::Null);
-            if let Some(status) =
-                state.board.runtime(&report.key).filter(|s| s.as_object().is_some_and(|m| !m.is_empty()))
-            {
-                item["status"] = status;
-            }
-            item
-        })
-        .collect();
-    Json(json!({
-        "catalog_version": catalog.version,
-        "catalog_hash": catalog.hash,
-        "loaded_at": board.loaded_at,
-        "resources": resources,
-        "problems": if caller.allows(Scope::Admin) { json!(board.problems) } else { json!([]) },
-    }))
+/// Query of the listings.
+#[derive(Deserialize, JsonSchema)]
+pub struct ListQuery {
+    /// How many, newest first (default 100).
+    #[schemars(with = "Option<u32>", range(min = 1, max = 1000))]
+    limit: Option<String>,
+}
+
+impl ListQuery {
+    /// The limit asked for, 100 by default.
+    pub fn limit(&self) -> Result<usize, ApiError> {
+        match self.limit.as_deref().map(str::parse::<usize>) {
+            None => Ok(100),
+            Some(Ok(n)) if (1..=MAX_LIST).contains(&n) => Ok(n),
+            Some(_) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("limit must be an integer from 1 to {MAX_LIST}"),
+            )),
+        }
+    }
 }
 
 async fn not_found(request: Request) -> ApiError {

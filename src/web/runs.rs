@@ -4,51 +4,160 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::AppState;
 use super::auth::Caller;
+use super::body::JsonBytes;
+use super::engine_schema::{BudgetLimitsSchema, BudgetUsageSchema, CapabilityGapSchema, TurnSchema};
 use super::error::ApiError;
-use crate::audit::{AuditLog, MAX_LIST, RunId, RunRecord};
+use super::{AppState, IdPath, ListQuery};
+use crate::audit::{AuditLog, RunId, RunRecord};
+use crate::engine::budget::{BudgetLimits, BudgetUsage};
 use crate::engine::conversation::Turn;
+use crate::engine::plan::CapabilityGap;
 use crate::engine::request::{RunError, RunOutcome, RunRequest};
+use crate::resources::mcp_adapter::Permission;
+use crate::tools::ToolResult;
 
 /// Body of `POST /api/v1/chat`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatBody {
+    /// The conversation (at most 64 messages, 256 KiB of content): an optional
+    /// system message first, at least one user message, the last one from the user.
+    #[schemars(with = "Vec<TurnSchema>", length(min = 1, max = 64))]
     messages: Vec<Turn>,
+    /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
     #[serde(default)]
     max_tokens: Option<u32>,
+    /// Sampling temperature, 0 to 2.
     #[serde(default)]
+    #[schemars(range(min = 0.0, max = 2.0))]
     temperature: Option<f64>,
+    /// Add each tool call's arguments and result to `activity`.
     #[serde(default)]
     debug: bool,
+    /// Language of the answer (BCP 47), instead of the host's default.
     #[serde(default)]
     response_language: Option<String>,
+    /// Facts for the Run (at most 32; keys up to 64, values up to 4096 bytes).
     #[serde(default)]
     context: BTreeMap<String, String>,
 }
 
 /// Body of `POST /api/v1/runs/{id}/chat`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FollowUpBody {
+    /// The follow-up question.
+    #[schemars(length(min = 1))]
     message: String,
+    /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
     #[serde(default)]
     max_tokens: Option<u32>,
+    /// Sampling temperature, 0 to 2.
     #[serde(default)]
+    #[schemars(range(min = 0.0, max = 2.0))]
     temperature: Option<f64>,
+    /// Add each tool call's arguments and result to `activity`.
     #[serde(default)]
     debug: bool,
+    /// Language of the answer (BCP 47).
     #[serde(default)]
     response_language: Option<String>,
+}
+
+/// The answer of a chat or follow-up.
+#[derive(Serialize, JsonSchema)]
+pub struct ChatAnswer {
+    /// The audit Run (absent when the host keeps no audit journal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// Upstream model id.
+    pub model: String,
+    /// The answer (Markdown).
+    pub answer: String,
+    /// Selected skills.
+    pub skills: Vec<String>,
+    /// Every executed tool call, in order.
+    pub activity: Vec<ActivityView>,
+    /// Steps no authorized tool could perform.
+    #[schemars(with = "Vec<CapabilityGapSchema>")]
+    pub capability_gaps: Vec<CapabilityGap>,
+    /// Catalog version the Run pinned.
+    pub catalog_version: u64,
+    /// Limits and usage of the Run.
+    pub budget: BudgetView,
+    /// Why the plan was not used, if it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_error: Option<String>,
+}
+
+/// One executed tool call of a chat answer.
+#[derive(Serialize, JsonSchema)]
+pub struct ActivityView {
+    /// Host tool name.
+    pub name: String,
+    /// Call id.
+    pub id: String,
+    /// `ok` or the error code.
+    pub status: String,
+    /// Duration.
+    pub duration_ms: u64,
+    /// Arguments as the host passed them (`debug` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// The raw result (`debug` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ToolResult>,
+}
+
+/// Budget of a Run.
+#[derive(Serialize, JsonSchema)]
+pub struct BudgetView {
+    /// The limits.
+    #[schemars(with = "BudgetLimitsSchema")]
+    pub limits: BudgetLimits,
+    /// What the Run used.
+    #[schemars(with = "BudgetUsageSchema")]
+    pub usage: BudgetUsage,
+}
+
+/// `GET /api/v1/runs`.
+#[derive(Serialize, JsonSchema)]
+pub struct RunList {
+    /// Newest first, without raw tool arguments and results.
+    pub runs: Vec<RunRecord>,
+}
+
+/// `GET /api/v1/runs/{id}`.
+#[derive(Serialize, JsonSchema)]
+pub struct RunDetail {
+    /// The Run with its events.
+    pub run: RunRecord,
+}
+
+/// `GET /api/v1/tools`.
+#[derive(Serialize, JsonSchema)]
+pub struct ToolList {
+    /// The authorized read-only tools.
+    pub tools: Vec<ToolView>,
+}
+
+/// A tool a Run may call.
+#[derive(Serialize, JsonSchema)]
+pub struct ToolView {
+    /// Host tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// What it may do.
+    pub permission: Permission,
 }
 
 /// Most context facts in a chat request.
@@ -64,51 +173,14 @@ pub(super) fn check_context(context: &BTreeMap<String, String>) -> Result<(), St
     Ok(())
 }
 
-/// Decodes a strict JSON body with a message naming the offending field.
-pub fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        let message = if path == "." || path.is_empty() { inner.to_string() } else { format!("{path}: {inner}") };
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", format!("invalid request body: {message}"))
-    })?;
-    deserializer.end().map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            "invalid request body: trailing data after the JSON value",
-        )
-    })?;
-    Ok(value)
-}
-
-/// Refuses a body labelled as anything but JSON (`application/json` or `application/*+json`);
-/// a body without a label is read as JSON.
-pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
-    let essence = value.to_str().ok().and_then(|v| v.split(';').next()).map(|v| v.trim().to_ascii_lowercase());
-    match essence.as_deref() {
-        Some(m) if m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")) => Ok(()),
-        _ => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "the request body must be JSON: send it with `Content-Type: application/json`",
-        )),
-    }
-}
-
 /// `POST /api/v1/chat`.
 pub async fn chat(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<ChatBody>,
 ) -> Response {
-    if let Err(error) = require_json(&headers) {
-        return error.into_response();
-    }
-    let body: ChatBody = match decode(&body) {
+    let body = match body.decode(&headers) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
@@ -133,9 +205,9 @@ pub async fn chat(
 pub async fn follow_up(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    Path(IdPath { id }): Path<IdPath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: JsonBytes<FollowUpBody>,
 ) -> Response {
     if state.engine.audit().is_none() {
         return audit_disabled().into_response();
@@ -149,10 +221,7 @@ pub async fn follow_up(
     if !caller.sees(&namespace) {
         return run_not_found().into_response();
     }
-    if let Err(error) = require_json(&headers) {
-        return error.into_response();
-    }
-    let body: FollowUpBody = match decode(&body) {
+    let body = match body.decode(&headers) {
         Ok(body) => body,
         Err(error) => return error.into_response(),
     };
@@ -170,7 +239,7 @@ pub async fn follow_up(
 
 fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     match result {
-        Ok(outcome) => Json(outcome_json(&outcome, debug)).into_response(),
+        Ok(outcome) => Json(ChatAnswer::new(outcome, debug)).into_response(),
         Err(error) => {
             let retry_after = match &error {
                 RunError::Busy { .. } => Some("5"),
@@ -186,36 +255,33 @@ fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     }
 }
 
-/// The chat response body.
-pub fn outcome_json(outcome: &RunOutcome, debug: bool) -> Value {
-    let activity: Vec<Value> = outcome
-        .activity
-        .iter()
-        .map(|a| {
-            let mut item = json!({"name": a.name, "id": a.id, "status": a.status, "duration_ms": a.duration_ms});
-            if debug {
-                item["arguments"] = a.arguments.clone();
-                item["result"] = serde_json::to_value(&a.result).unwrap_or(Value::Null);
-            }
-            item
-        })
-        .collect();
-    let mut body = json!({
-        "model": outcome.model,
-        "answer": outcome.answer,
-        "skills": outcome.skills,
-        "activity": activity,
-        "capability_gaps": outcome.gaps,
-        "catalog_version": outcome.catalog_version,
-        "budget": {"limits": outcome.limits, "usage": outcome.usage},
-    });
-    if let Some(id) = &outcome.run_id {
-        body["run_id"] = json!(id);
+impl ChatAnswer {
+    /// The answer of a finished Run; `debug` adds raw tool arguments and results.
+    pub fn new(outcome: RunOutcome, debug: bool) -> Self {
+        let activity = outcome
+            .activity
+            .into_iter()
+            .map(|a| ActivityView {
+                name: a.name,
+                id: a.id,
+                status: a.status,
+                duration_ms: a.duration_ms,
+                arguments: debug.then_some(a.arguments),
+                result: debug.then_some(a.result),
+            })
+            .collect();
+        ChatAnswer {
+            run_id: outcome.run_id,
+            model: outcome.model,
+            answer: outcome.answer,
+            skills: outcome.skills,
+            activity,
+            capability_gaps: outcome.gaps,
+            catalog_version: outcome.catalog_version,
+            budget: BudgetView { limits: outcome.limits, usage: outcome.usage },
+            plan_error: outcome.plan_error,
+        }
     }
-    if let Some(error) = &outcome.plan_error {
-        body["plan_error"] = json!(error);
-    }
-    body
 }
 
 /// Maps a Run failure to its HTTP answer.
@@ -242,43 +308,27 @@ pub fn run_error(error: RunError) -> ApiError {
     api
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    limit: Option<String>,
-}
-
 /// `GET /api/v1/runs?limit=`.
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<ListQuery>,
-) -> Response {
-    let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
-    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
-        None => 100,
-        Some(Ok(n)) if (1..=MAX_LIST).contains(&n) => n,
-        Some(_) => {
-            return ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("limit must be an integer from 1 to {MAX_LIST}"),
-            )
-            .into_response();
-        }
-    };
-    Json(json!({ "runs": audit.list_where(limit, |namespace| caller.sees(namespace)) })).into_response()
+) -> Result<Json<RunList>, ApiError> {
+    let audit = state.engine.audit().ok_or_else(audit_disabled)?;
+    let limit = query.limit()?;
+    Ok(Json(RunList { runs: audit.list_where(limit, |namespace| caller.sees(namespace)) }))
 }
 
 /// `GET /api/v1/runs/{id}`.
 pub async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Response {
-    let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<RunDetail>, ApiError> {
+    let audit = state.engine.audit().ok_or_else(audit_disabled)?;
     match visible_run(audit, &caller, &id) {
-        Some(run) => Json(json!({ "run": run })).into_response(),
-        None => run_not_found().into_response(),
+        Some(run) => Ok(Json(RunDetail { run })),
+        None => Err(run_not_found()),
     }
 }
 
@@ -289,15 +339,19 @@ pub(super) fn visible_run(audit: &AuditLog, caller: &Caller, id: &str) -> Option
 
 /// `GET /api/v1/tools`: the authorized read-only tools a Run of the caller's
 /// namespace gets.
-pub async fn tools(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Value> {
-    let tools: Vec<Value> = state
+pub async fn tools(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<ToolList> {
+    let tools = state
         .engine
         .tools_for(&caller.namespace)
         .definitions()
         .iter()
-        .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "permission": spec.permission}))
+        .map(|spec| ToolView {
+            name: spec.name.as_str().to_string(),
+            description: spec.description.clone(),
+            permission: spec.permission,
+        })
         .collect();
-    Json(json!({ "tools": tools }))
+    Json(ToolList { tools })
 }
 
 fn run_not_found() -> ApiError {

@@ -1,0 +1,158 @@
+//! `GET /health` and `GET /api/v1/resources`: what the host runs and what it loaded.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::AppState;
+use super::auth::Caller;
+use crate::catalog::status::{InForce, Problem, ResourceReport};
+use crate::config::Scope;
+
+/// `GET /health`.
+#[derive(Serialize, JsonSchema)]
+pub struct Health {
+    /// `ok`, or `degraded` when a journal cannot be written.
+    pub status: &'static str,
+    /// The components that are degraded, and why.
+    pub degraded: Vec<Degraded>,
+    /// Akritas version.
+    pub version: &'static str,
+    /// `standalone` or `kubernetes`.
+    pub mode: &'static str,
+    /// Model id Akritas exposes.
+    pub model: String,
+    /// Default response language.
+    pub response_language: String,
+    /// `api-key` or `disabled`.
+    pub authentication: &'static str,
+    /// SHA-256 of the loaded SYSTEM.md.
+    pub system_instructions_sha256: String,
+    /// The Catalog in force.
+    pub catalog: CatalogHealth,
+}
+
+/// A degraded component.
+#[derive(Serialize, JsonSchema)]
+pub struct Degraded {
+    /// `alerts` or `audit`.
+    pub component: &'static str,
+    /// What failed and what it means for callers.
+    pub reason: String,
+}
+
+/// The Catalog in force.
+#[derive(Serialize, JsonSchema)]
+pub struct CatalogHealth {
+    /// Monotonic version.
+    pub version: u64,
+    /// Content hash.
+    pub hash: String,
+    /// Objects per kind.
+    pub counts: BTreeMap<&'static str, usize>,
+    /// Objects whose newest version is not in force.
+    pub invalid_resources: usize,
+    /// Problems not tied to an object.
+    pub problems: usize,
+}
+
+/// `GET /health`.
+pub async fn health(State(state): State<AppState>) -> Json<Health> {
+    let catalog = state.catalog.current();
+    let board = state.board.get();
+    let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
+    let mut degraded = Vec::new();
+    if let Some(alerts) = &state.alerts
+        && let Some(reason) = alerts.degraded()
+    {
+        // A journal that failed a write is retried in the background (at most once a
+        // second), so the host recovers when space returns even with no traffic.
+        let alerts = alerts.clone();
+        tokio::spawn(async move { alerts.recover().await });
+        degraded.push(Degraded { component: "alerts", reason });
+    }
+    if let Some(audit) = state.engine.audit()
+        && let Some(reason) = audit.write_failure()
+    {
+        let audit = audit.clone();
+        tokio::spawn(async move { audit.recover().await });
+        degraded.push(Degraded {
+            component: "audit",
+            reason: format!(
+                "{reason}; chats and follow-ups get 507 and Runs cannot be recorded until a write succeeds again"
+            ),
+        });
+    }
+    Json(Health {
+        status: if degraded.is_empty() { "ok" } else { "degraded" },
+        degraded,
+        version: env!("CARGO_PKG_VERSION"),
+        mode: state.info.mode,
+        model: state.info.model.clone(),
+        response_language: state.info.response_language.clone(),
+        authentication: if state.keys.enabled() { "api-key" } else { "disabled" },
+        system_instructions_sha256: state.info.instructions_sha256.clone(),
+        catalog: CatalogHealth {
+            version: catalog.version,
+            hash: catalog.hash.clone(),
+            counts: catalog.counts(),
+            invalid_resources: invalid,
+            problems: board.problems.len(),
+        },
+    })
+}
+
+/// `GET /api/v1/resources`.
+#[derive(Serialize, JsonSchema)]
+pub struct Resources {
+    /// Catalog version in force.
+    pub catalog_version: u64,
+    /// Its content hash.
+    pub catalog_hash: String,
+    /// RFC 3339 time of the last load.
+    pub loaded_at: String,
+    /// The objects the caller reads.
+    pub resources: Vec<ResourceView>,
+    /// Problems not tied to an object (`admin` keys only; empty for others).
+    pub problems: Vec<Problem>,
+}
+
+/// An object with its load outcome and runtime status.
+#[derive(Serialize, JsonSchema)]
+pub struct ResourceView {
+    /// The load outcome.
+    #[serde(flatten)]
+    pub report: ResourceReport,
+    /// What the host observed at runtime (per kind: webhook path and counters, discovered tools, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+}
+
+/// `GET /api/v1/resources`: the resources of the namespaces the caller reads and
+/// of the shared namespaces (its Runs use those); load problems of manifests that
+/// could not be attributed to an object are shown to `admin` keys only.
+pub async fn resources(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Resources> {
+    let catalog = state.catalog.current();
+    let board = state.board.get();
+    let visible = |namespace: &str| caller.sees(namespace) || state.engine.tenancy().is_shared(namespace);
+    let resources = board
+        .resources
+        .iter()
+        .filter(|report| visible(&report.key.namespace))
+        .map(|report| ResourceView {
+            report: report.clone(),
+            status: state.board.runtime(&report.key).filter(|s| s.as_object().is_some_and(|m| !m.is_empty())),
+        })
+        .collect();
+    Json(Resources {
+        catalog_version: catalog.version,
+        catalog_hash: catalog.hash.clone(),
+        loaded_at: board.loaded_at.clone(),
+        resources,
+        problems: if caller.allows(Scope::Admin) { board.problems.clone() } else { Vec::new() },
+    })
+}
