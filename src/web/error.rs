@@ -45,6 +45,7 @@ impl ApiError {
     /// 401 for a missing or wrong API key.
     pub fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "invalid API key: send `Authorization: Bearer <key>`")
+            .with("param", serde_json::Value::Null)
     }
 }
 
@@ -60,13 +61,20 @@ fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut error = self.details;
+impl ApiError {
+    /// The `error` object of the envelope.
+    pub fn object(&self) -> serde_json::Value {
+        let mut error = self.details.clone();
         error.insert("message".into(), json!(self.message));
         error.insert("type".into(), json!(error_type(self.status)));
         error.insert("code".into(), json!(self.code));
-        let body = json!({ "error": error });
+        serde_json::Value::Object(error)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": self.object() });
         (self.status, Json(body)).into_response()
     }
 }

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod bots;
 pub mod change;
 pub mod error;
+pub mod facade;
 pub mod metrics;
 pub mod runs;
 
@@ -89,6 +90,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/alert-events/{id}", get(alerts::event))
         .route("/api/v1/investigation-jobs/{id}", get(alerts::job))
         .route("/metrics", get(metrics::metrics))
+        .route("/v1/models", get(facade::models))
+        .route("/v1/models/{id}", get(facade::model))
+        .route("/v1/chat/completions", post(facade::chat_completions))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))
@@ -111,13 +115,15 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The router of a standby replica (operator mode, another replica leads): health,
-/// resources, tools and metrics are served; everything that needs the journals or
+/// resources, tools, metrics and the facade's model list are served; everything that needs the journals or
 /// starts work answers 503 so that clients and senders retry against the leader.
 pub fn standby_router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/api/v1/resources", get(resources))
         .route("/api/v1/tools", get(runs::tools))
         .route("/metrics", get(metrics::metrics))
+        .route("/v1/models", get(facade::models))
+        .route("/v1/models/{id}", get(facade::model))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(health))
