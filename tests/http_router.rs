@@ -91,10 +91,14 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/change/simulations/{id}", Auth::Key),
     route(Method::POST, "/api/v1/change/simulations/{id}/apply", Auth::Key),
     route(Method::GET, "/metrics", Auth::Key),
+    route(Method::GET, "/v1/models", Auth::Key),
+    route(Method::GET, "/v1/models/{id}", Auth::Key),
+    route(Method::POST, "/v1/chat/completions", Auth::Key),
 ];
 
 /// The routes a standby replica serves itself; everything else answers 503.
-const STANDBY_SERVED: &[&str] = &["/health", "/api/v1/resources", "/api/v1/tools", "/metrics"];
+const STANDBY_SERVED: &[&str] =
+    &["/health", "/api/v1/resources", "/api/v1/tools", "/metrics", "/v1/models", "/v1/models/{id}"];
 
 /// Ids of objects the fixture created, so every `{id}` route can answer 200.
 struct Ids {
@@ -218,13 +222,14 @@ impl Fixture {
             }
             "/api/v1/alerts/{source}/webhook" => route.path.replace("{source}", "am"),
             "/api/v1/alerts/{namespace}/{source}/webhook" => "/api/v1/alerts/ops/am/webhook".to_string(),
+            "/v1/models/{id}" => "/v1/models/akritas".to_string(),
             path => path.to_string(),
         };
         assert!(!path.contains('{'), "no id for {}", route.path);
         match (&route.method, route.path) {
             (&Method::GET, _) => (get(&path, &[]), StatusCode::OK),
             // Validation answers before the model is called: the handler ran, behind auth.
-            (&Method::POST, "/api/v1/chat" | "/api/v1/runs/{id}/chat") => {
+            (&Method::POST, "/api/v1/chat" | "/api/v1/runs/{id}/chat" | "/v1/chat/completions") => {
                 (post(&path, "{}", &[]), StatusCode::BAD_REQUEST)
             }
             // A preview without a workspace, an apply without confirm=true: refused by validation.
@@ -599,8 +604,10 @@ async fn paths_outside_the_table_are_404_even_with_keys_on() {
         "/api/v1/skills",
         "/api/v1/status",
         "/api/v2/resources",
-        "/v1/models",
-        "/v1/chat/completions",
+        "/v1/models/x/y",
+        "/v1/chat/completions/x",
+        "/v1/completions",
+        "/v1/embeddings",
         "/healthz",
         "/readyz",
         "/metrics/x",
@@ -649,7 +656,8 @@ async fn standby_serves_health_resources_tools_and_metrics_and_sends_the_rest_to
 
     let keys_off = Fixture::new(false).await.standby();
     for path in STANDBY_SERVED {
-        let answer = call(&keys_off, get(path, &[])).await;
+        let path = path.replace("{id}", "akritas");
+        let answer = call(&keys_off, get(&path, &[])).await;
         assert_eq!(answer.status, StatusCode::OK, "standby, keys off, {path}: {}", answer.text);
     }
 }
