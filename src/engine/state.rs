@@ -321,6 +321,13 @@ impl<'a> RunState<'a> {
 /// (leading whitespace dropped) until the response turns to tool calls; the
 /// assembled response is returned as a non-streamed call would.
 async fn stream_chat(llm: &LlmClient, request: &ChatRequest, sink: &ProgressSink) -> Result<ChatResponse, LlmError> {
+    let started = Instant::now();
+    let result = forward_stream(llm, request, sink).await;
+    crate::llm::record_model_call(&result, started.elapsed());
+    result
+}
+
+async fn forward_stream(llm: &LlmClient, request: &ChatRequest, sink: &ProgressSink) -> Result<ChatResponse, LlmError> {
     let mut stream = llm.chat_stream(request).await?;
     let mut response = StreamAccumulator::new();
     let (mut calling, mut started) = (false, false);
