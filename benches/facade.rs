@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use akritas::audit::AuditLog;
 use akritas::catalog::CatalogStore;
-use akritas::tools::{ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
 use akritas_testkit::host;
-use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use akritas_testkit::scripted_llm::{ScriptedLlm, investigator};
 use serde_json::{Value, json};
 
 const RUNS: usize = 200;
@@ -22,20 +21,7 @@ fn main() {
 }
 
 async fn bench() {
-    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
-    let llm = ScriptedLlm::start_with(move |_, request| {
-        if offers(request, &plan) {
-            Step::from(Reply::ToolCalls(vec![(
-                "p".into(),
-                plan.clone(),
-                json!({"checks": [{"step": "activity", "tool": "postgres.activity", "arguments": {"host": "db-7"},
-                                   "reason": "named"}], "gaps": []}),
-            )]))
-        } else {
-            Step::from(Reply::Content("Autovacuum on db-7 holds the CPU.".into()))
-        }
-    })
-    .await;
+    let llm = ScriptedLlm::start_with(investigator(Value::Null, "Autovacuum on db-7 holds the CPU.")).await;
     llm.set_recording(false);
     let dir = tempfile::tempdir().unwrap();
     let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());

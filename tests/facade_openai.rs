@@ -15,11 +15,10 @@ use akritas::config::ApiKeyRef;
 use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::progress::{self, RunProgress};
 use akritas::engine::request::RunRequest;
-use akritas::tools::{ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
 use serde_json::{Value, json};
 use support::host;
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::scripted_llm::{self, Reply, ScriptedLlm, Step};
 
 const API_KEY: &str = "facade-key-0123456789abcdef";
 const ANSWER: &str = "Autovacuum on db-7 holds the CPU; the longest query has run for 1820 s.";
@@ -29,18 +28,12 @@ const ANSWER_DELAY: Duration = Duration::from_millis(600);
 
 /// A model that plans one `postgres.activity` check, then answers (after `delay`).
 fn investigator(delay: Duration) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
-    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
-    move |_, request| {
-        if offers(request, &plan) {
-            Step::from(Reply::ToolCalls(vec![(
-                "p".into(),
-                plan.clone(),
-                json!({"checks": [{"step": "Read database activity", "tool": "postgres.activity",
-                                   "arguments": {"host": "db-7"}, "reason": "the question names db-7"}], "gaps": []}),
-            )]))
-            .with_usage(Some((40, 12)))
-        } else {
-            Step::from(Reply::Content(ANSWER.into())).with_usage(Some((90, 20))).with_delay(delay)
+    let script = scripted_llm::investigator(Value::Null, ANSWER);
+    move |index, request| {
+        let step = script(index, request);
+        match step.reply {
+            Reply::Content(_) => step.with_usage(Some((90, 20))).with_delay(delay),
+            _ => step.with_usage(Some((40, 12))),
         }
     }
 }

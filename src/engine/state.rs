@@ -141,33 +141,10 @@ impl<'a> RunState<'a> {
         }
     }
 
-    /// Sends one budgeted model request; gives the messages back for reuse.
+    /// Sends one budgeted model request; gives the messages back for reuse. With
+    /// `stream_to` the request is streamed and the text of its response reported
+    /// there as it arrives (the budget is charged the same way).
     pub async fn call_model(
-        &mut self,
-        messages: Vec<Message>,
-        tools: Vec<ToolDefinition>,
-        tool_choice: Option<ToolChoice>,
-        max_tokens: u32,
-        temperature: f64,
-    ) -> Result<(ChatResponse, Vec<Message>), Stop> {
-        self.call_model_with(messages, tools, tool_choice, max_tokens, temperature, None).await
-    }
-
-    /// [`RunState::call_model`] for the answer phase: with a progress watcher the
-    /// request is streamed and its text reported as it arrives (same budget).
-    pub async fn call_model_for_answer(
-        &mut self,
-        messages: Vec<Message>,
-        tools: Vec<ToolDefinition>,
-        tool_choice: Option<ToolChoice>,
-        max_tokens: u32,
-        temperature: f64,
-    ) -> Result<(ChatResponse, Vec<Message>), Stop> {
-        let sink = self.progress.clone().filter(ProgressSink::is_open);
-        self.call_model_with(messages, tools, tool_choice, max_tokens, temperature, sink).await
-    }
-
-    async fn call_model_with(
         &mut self,
         messages: Vec<Message>,
         tools: Vec<ToolDefinition>,

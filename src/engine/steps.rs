@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::conversation::{Speaker, Turn};
 use super::knowledge_tools;
 use super::planning;
-use super::progress::RunProgress;
+use super::progress::{ProgressSink, RunProgress};
 use super::record::{self, CallKind};
 use super::request::{ModelError, RunRequest};
 use super::retrieval::{PREFETCH_CALL_ID, Prefetch, Retriever};
@@ -82,7 +82,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         let choice = (!tools.is_empty()).then_some(ToolChoice::Auto);
         let history = std::mem::take(&mut state.history);
         let (max_tokens, temperature) = (state.params.max_tokens, state.params.temperature);
-        let (response, history) = state.call_model_for_answer(history, tools, choice, max_tokens, temperature).await?;
+        // A watched Run streams its answer phase.
+        let stream_to = state.progress.clone().filter(ProgressSink::is_open);
+        let (response, history) = state.call_model(history, tools, choice, max_tokens, temperature, stream_to).await?;
         state.history = history;
         let calls = response.message.tool_calls;
         if calls.is_empty() {

@@ -306,6 +306,13 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let shutdown = cancel.clone();
+    // Streamed answers are many small writes: without TCP_NODELAY each one after the
+    // first waits for the client's delayed ACK (about 40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
     let mut server = std::pin::pin!(server.into_future());
     tokio::select! {
