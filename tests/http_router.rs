@@ -105,6 +105,9 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/mcp", Auth::Key),
     route(Method::POST, "/mcp", Auth::Key),
     route(Method::DELETE, "/mcp", Auth::Key),
+    route(Method::GET, "/v1/models", Auth::Key),
+    route(Method::GET, "/v1/models/{id}", Auth::Key),
+    route(Method::POST, "/v1/chat/completions", Auth::Key),
 ];
 
 /// The routes a standby replica serves itself; everything else answers 503.
@@ -122,6 +125,8 @@ const STANDBY_SERVED: &[&str] = &[
     "/resources",
     "/change",
     "/ui/{name}",
+    "/v1/models",
+    "/v1/models/{id}",
 ];
 
 /// Ids of objects the fixture created, so every `{id}` route can answer 200.
@@ -249,6 +254,7 @@ impl Fixture {
             "/runs/{id}" => route.path.replace("{id}", run),
             "/incidents/{id}" => route.path.replace("{id}", incident),
             "/ui/{name}" => "/ui/app.js".to_string(),
+            "/v1/models/{id}" => "/v1/models/akritas".to_string(),
             path => path.to_string(),
         };
         assert!(!path.contains('{'), "no id for {}", route.path);
@@ -266,7 +272,7 @@ impl Fixture {
             (&Method::DELETE, "/mcp") => (request(Method::DELETE, &path, Body::empty(), &[]), StatusCode::BAD_REQUEST),
             (&Method::GET, _) => (get(&path, &[]), StatusCode::OK),
             // Validation answers before the model is called: the handler ran, behind auth.
-            (&Method::POST, "/api/v1/chat" | "/api/v1/runs/{id}/chat") => {
+            (&Method::POST, "/api/v1/chat" | "/api/v1/runs/{id}/chat" | "/v1/chat/completions") => {
                 (post(&path, "{}", &[]), StatusCode::BAD_REQUEST)
             }
             // A preview without a workspace, an apply without confirm=true: refused by validation.
@@ -658,8 +664,10 @@ async fn paths_outside_the_table_are_404_even_with_keys_on() {
         "/api/v1/skills",
         "/api/v1/status",
         "/api/v2/resources",
-        "/v1/models",
-        "/v1/chat/completions",
+        "/v1/models/x/y",
+        "/v1/chat/completions/x",
+        "/v1/completions",
+        "/v1/embeddings",
         "/healthz",
         "/readyz",
         "/metrics/x",
@@ -708,7 +716,11 @@ async fn standby_serves_health_resources_tools_metrics_and_the_ui_and_sends_the_
 
     let keys_off = Fixture::new(false).await.standby();
     for path in STANDBY_SERVED {
-        let path = path.replace("{id}", "run_x").replace("{name}", "app.css");
+        let path = if path.starts_with("/v1/models/") {
+            path.replace("{id}", "akritas")
+        } else {
+            path.replace("{id}", "run_x").replace("{name}", "app.css")
+        };
         let answer = call(&keys_off, get(&path, &[])).await;
         assert_eq!(answer.status, StatusCode::OK, "standby, keys off, {path}: {}", answer.text);
     }

@@ -332,6 +332,7 @@ impl Responder for EngineResponder {
                 .chain(incident.map(|(id, _)| ("incident_id".to_string(), json!(id))))
                 .collect(),
                 investigate: false,
+                progress: None,
             };
             let outcome = self.engine.run(request).await.map_err(|e| e.to_string())?;
             Ok(Answer { text: outcome.answer, run_id: outcome.run_id.map(|id| id.to_string()) })

@@ -104,6 +104,9 @@ pub struct BudgetUsage {
     pub prompt_tokens: u64,
     /// Output tokens charged (reported, or the full reservation when not reported).
     pub output_tokens: u64,
+    /// Completion tokens reported by the model server, summed (what `output_tokens`
+    /// charged beyond this are reservations of calls whose usage was not reported).
+    pub completion_tokens: u64,
 }
 
 /// Token usage a model server reported for one call.
@@ -213,6 +216,7 @@ impl Budget {
             None => (0, reserved),
         };
         self.usage.prompt_tokens += prompt;
+        self.usage.completion_tokens += reported.map_or(0, |usage| usage.completion_tokens);
         self.usage.output_tokens += output;
         if output > reserved || self.usage.output_tokens > self.limits.max_output_tokens {
             return Err(self.exhausted(Dimension::OutputTokens, self.usage.output_tokens));
@@ -292,6 +296,7 @@ mod tests {
         assert_eq!(error.dimension, Dimension::OutputTokens);
         assert_eq!(budget.usage(now).output_tokens, 10);
         assert_eq!(budget.usage(now).prompt_tokens, 10);
+        assert_eq!(budget.usage(now).completion_tokens, 4, "only what the server reported");
     }
 
     #[test]

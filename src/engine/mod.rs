@@ -8,6 +8,7 @@ pub mod instructions;
 pub mod knowledge_tools;
 pub mod plan;
 mod planning;
+pub mod progress;
 mod record;
 pub mod request;
 pub mod retrieval;

@@ -41,8 +41,9 @@ pub async fn plan(
         Message::user(input.to_string()),
     ];
     let max_tokens = state.params.max_tokens.min(PLANNER_MAX_TOKENS);
-    let (response, _) =
-        state.call_model(messages, definitions(&plan_registry), Some(ToolChoice::Required), max_tokens, 0.0).await?;
+    let (response, _) = state
+        .call_model(messages, definitions(&plan_registry), Some(ToolChoice::Required), max_tokens, 0.0, None)
+        .await?;
     let calls = &response.message.tool_calls;
     let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {
         state.plan_error =

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::budget::{BudgetLimits, BudgetUsage, Exhausted};
 use super::conversation::{ConversationError, Speaker, Turn};
 use super::plan::CapabilityGap;
+use super::progress::ProgressSink;
 use crate::audit::{AuditError, RunId, RunRecord, RunStatus};
 use crate::investigation::{InvestigationError, InvestigationResult};
 use crate::language::normalize_language;
@@ -91,6 +92,9 @@ pub struct RunRequest {
     pub metadata: BTreeMap<String, Value>,
     /// After the answer, force the structuring call into an [`InvestigationResult`].
     pub investigate: bool,
+    /// Where to report the Run's progress as it happens; with a sink the answer
+    /// phase streams the model's text into it.
+    pub progress: Option<ProgressSink>,
 }
 
 /// The sampling parameters of one Run, checked against the settings.
@@ -117,6 +121,7 @@ impl Default for RunRequest {
             context: BTreeMap::new(),
             metadata: BTreeMap::new(),
             investigate: false,
+            progress: None,
         }
     }
 }

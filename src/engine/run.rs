@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use super::conversation;
+use super::progress::RunProgress;
 use super::record::{self, Recorder};
 use super::request::{self, EngineSettings, RequestError, RunError, RunOutcome, RunRequest};
 use super::retrieval::Retriever;
@@ -182,6 +183,8 @@ impl Engine {
         let run_id = recorder.run_id().cloned();
 
         let mut state = RunState::new(&self.llm, recorder, self.settings.limits.clone(), params);
+        state.progress = request.progress.clone();
+        state.report(RunProgress::Started { run_id: run_id.clone() }).await;
         let scope = self.tenancy.scope(&request.namespace);
         let inputs = Inputs {
             tools: self.tools_for(&request.namespace),

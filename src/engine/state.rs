@@ -10,12 +10,15 @@ use serde_json::Value;
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
 use super::knowledge_tools;
 use super::plan::CapabilityGap;
+use super::progress::{ProgressSink, RunProgress};
 use super::record::{self, CallKind, Recorder};
 use super::request::{Activity, ModelError, Parameters, RunError, StructureError};
 use super::skills::{self, RunSkills, SkillEntry};
 use crate::audit::{AuditError, RunId};
 use crate::investigation::Evidence;
-use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, Message, ToolChoice, ToolDefinition};
+use crate::llm::{
+    ChatRequest, ChatResponse, LlmClient, LlmError, Message, StreamAccumulator, StreamEvent, ToolChoice, ToolDefinition,
+};
 use crate::tools::{ErrorCode, ReadOnlyPolicy, Registry, RegistryError, ToolCall, ToolResult};
 
 /// Why a Run stopped early, before it is mapped to a [`RunError`].
@@ -105,6 +108,8 @@ pub struct RunState<'a> {
     pub plan_error: Option<String>,
     /// Sampling parameters.
     pub params: Parameters,
+    /// Where progress goes as it happens (none: nobody watches).
+    pub progress: Option<ProgressSink>,
 }
 
 impl<'a> RunState<'a> {
@@ -125,10 +130,20 @@ impl<'a> RunState<'a> {
             gaps: Vec::new(),
             plan_error: None,
             params,
+            progress: None,
         }
     }
 
-    /// Sends one budgeted model request; gives the messages back for reuse.
+    /// Reports progress to the watcher, if any.
+    pub async fn report(&self, event: RunProgress) {
+        if let Some(sink) = &self.progress {
+            sink.emit(event).await;
+        }
+    }
+
+    /// Sends one budgeted model request; gives the messages back for reuse. With
+    /// `stream_to` the request is streamed and the text of its response reported
+    /// there as it arrives (the budget is charged the same way).
     pub async fn call_model(
         &mut self,
         messages: Vec<Message>,
@@ -136,6 +151,7 @@ impl<'a> RunState<'a> {
         tool_choice: Option<ToolChoice>,
         max_tokens: u32,
         temperature: f64,
+        stream_to: Option<ProgressSink>,
     ) -> Result<(ChatResponse, Vec<Message>), Stop> {
         let parallel = (!tools.is_empty()).then_some(false);
         let mut request = ChatRequest {
@@ -149,7 +165,13 @@ impl<'a> RunState<'a> {
         let size = serialized_len(&(&request.messages, &request.tools)) + self.llm.system_instructions_len();
         request.max_tokens = self.budget.begin_model_call(size, max_tokens, Instant::now())?;
         let time_left = self.budget.time_left(Instant::now());
-        let response = match tokio::time::timeout(time_left, self.llm.chat(&request)).await {
+        let call = async {
+            match &stream_to {
+                Some(sink) => stream_chat(self.llm, &request, sink).await,
+                None => self.llm.chat(&request).await,
+            }
+        };
+        let response = match tokio::time::timeout(time_left, call).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
                 let _ = self.budget.finish_model_call(None);
@@ -210,6 +232,15 @@ impl<'a> RunState<'a> {
         result: ToolResult,
     ) -> Result<(), Stop> {
         self.record.event(record::tool_call_event(kind, arguments.clone(), &result)).await?;
+        if kind != CallKind::Plan {
+            let event = RunProgress::Tool {
+                name: result.name.clone(),
+                id: result.id.clone(),
+                status: result.status().to_string(),
+                duration_ms: record::duration_ms(result.duration),
+            };
+            self.report(event).await;
+        }
         self.activity.push(Activity {
             name: result.name.clone(),
             id: result.id.clone(),
@@ -252,6 +283,7 @@ impl<'a> RunState<'a> {
             self.record.event(record::skill_selected_event(skill, how)).await?;
         }
         if changed {
+            self.report(RunProgress::Skills { names: self.skills.names() }).await;
             let injected: Vec<SkillEntry> =
                 self.skills.selected().into_iter().filter(|s| self.injected.contains(&s.name)).collect();
             if let Some(first) = self.history.first_mut() {
@@ -260,6 +292,38 @@ impl<'a> RunState<'a> {
         }
         Ok(())
     }
+}
+
+/// One streamed model request: the text of a response is reported as it arrives
+/// (leading whitespace dropped) until the response turns to tool calls; the
+/// assembled response is returned as a non-streamed call would.
+async fn stream_chat(llm: &LlmClient, request: &ChatRequest, sink: &ProgressSink) -> Result<ChatResponse, LlmError> {
+    let started = Instant::now();
+    let result = forward_stream(llm, request, sink).await;
+    crate::llm::record_model_call(&result, started.elapsed());
+    result
+}
+
+async fn forward_stream(llm: &LlmClient, request: &ChatRequest, sink: &ProgressSink) -> Result<ChatResponse, LlmError> {
+    let mut stream = llm.chat_stream(request).await?;
+    let mut response = StreamAccumulator::new();
+    let (mut calling, mut started) = (false, false);
+    while let Some(event) = stream.next().await {
+        let event = event?;
+        match &event {
+            StreamEvent::ToolCallDelta { .. } => calling = true,
+            StreamEvent::ContentDelta(text) if !calling => {
+                let text = if started { text.as_str() } else { text.trim_start() };
+                if !text.is_empty() {
+                    started = true;
+                    sink.emit(RunProgress::AnswerDelta(text.to_string())).await;
+                }
+            }
+            _ => {}
+        }
+        response.push(event);
+    }
+    response.finish()
 }
 
 /// The system message with the guidance of `injected` skills appended.

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::conversation::{Speaker, Turn};
 use super::knowledge_tools;
 use super::planning;
+use super::progress::{ProgressSink, RunProgress};
 use super::record::{self, CallKind};
 use super::request::{ModelError, RunRequest};
 use super::retrieval::{PREFETCH_CALL_ID, Prefetch, Retriever};
@@ -67,6 +68,8 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // Forced planning, then every planned check.
     if state.budget.tool_calls_left() > 0 {
         let checks = planning::plan(state, &execution, &question, &retrieved).await?;
+        let planned = checks.iter().map(|check| check.tool.to_string()).collect();
+        state.report(RunProgress::Plan { checks: planned }).await;
         for check in checks {
             let result = state.execute_tool(&execution, &check.tool, &check.arguments.to_string(), None).await?;
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
@@ -79,7 +82,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         let choice = (!tools.is_empty()).then_some(ToolChoice::Auto);
         let history = std::mem::take(&mut state.history);
         let (max_tokens, temperature) = (state.params.max_tokens, state.params.temperature);
-        let (response, history) = state.call_model(history, tools, choice, max_tokens, temperature).await?;
+        // A watched Run streams its answer phase.
+        let stream_to = state.progress.clone().filter(ProgressSink::is_open);
+        let (response, history) = state.call_model(history, tools, choice, max_tokens, temperature, stream_to).await?;
         state.history = history;
         let calls = response.message.tool_calls;
         if calls.is_empty() {

@@ -31,7 +31,7 @@ pub async fn structure(state: &mut RunState<'_>, answer: &str) -> Result<Investi
     let messages = messages(answer, &state.activity, &state.evidence, &state.params.language);
     let max_tokens = state.params.max_tokens;
     let (response, _) =
-        state.call_model(messages, definitions(&registry), Some(ToolChoice::Required), max_tokens, 0.0).await?;
+        state.call_model(messages, definitions(&registry), Some(ToolChoice::Required), max_tokens, 0.0, None).await?;
     let calls = &response.message.tool_calls;
     let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {
         let submitted = calls.iter().filter(|c| c.function.name == alias).count();

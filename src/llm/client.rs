@@ -495,7 +495,8 @@ fn envelope_fields(value: &Value) -> (Option<String>, Option<String>, Option<Str
 }
 
 /// One model call for `/metrics`: count and latency by outcome, tokens by kind.
-fn record_call(result: &Result<ChatResponse, LlmError>, took: std::time::Duration) {
+/// Counts one model call (outcome, latency, reported tokens) in the metrics.
+pub(crate) fn record_call(result: &Result<ChatResponse, LlmError>, took: std::time::Duration) {
     let outcome = match result {
         Ok(_) => "ok",
         Err(error) => error.kind(),

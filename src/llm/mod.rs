@@ -14,6 +14,7 @@ mod error;
 mod stream;
 mod wire;
 
+pub(crate) use client::record_call as record_model_call;
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConfig};
 pub use error::{EXCERPT_MAX_CHARS, LlmError};
 pub use stream::{ChatStream, SseParser, StreamAccumulator, StreamEvent, collect};

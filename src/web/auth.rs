@@ -201,6 +201,7 @@ pub async fn require_key(State(keys): State<Arc<ApiKeys>>, mut request: Request,
                 needed.as_str()
             ),
         )
+        .with("param", serde_json::Value::Null)
         .into_response();
     }
     request.extensions_mut().insert(caller);

@@ -47,6 +47,7 @@ impl ApiError {
     /// 401 for a missing or wrong API key.
     pub fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "invalid API key: send `Authorization: Bearer <key>`")
+            .with("param", serde_json::Value::Null)
     }
 }
 
@@ -84,13 +85,20 @@ pub struct ErrorObject {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut details = self.details;
+impl ApiError {
+    /// The error object of the envelope (what an error event of a stream carries too).
+    pub fn object(&self) -> ErrorObject {
+        let mut details = self.details.clone();
         for reserved in ["message", "type", "code"] {
             details.remove(reserved);
         }
-        let error = ErrorObject { message: self.message, kind: error_type(self.status), code: self.code, details };
+        ErrorObject { message: self.message.clone(), kind: error_type(self.status), code: self.code, details }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let error = self.object();
         (self.status, Json(ErrorEnvelope { error })).into_response()
     }
 }

@@ -8,6 +8,7 @@ pub mod bots;
 pub mod change;
 pub mod engine_schema;
 pub mod error;
+pub mod facade;
 pub mod mcp_server;
 pub mod metrics;
 pub mod openapi;
@@ -259,8 +260,14 @@ pub fn router(state: AppState) -> Router {
     let app = api(state.keys.clone()).finish_api_with(&mut document, openapi::describe);
     // Outside the document: the MCP server (its own protocol, same keys) and the embedded UI
     // (it holds no data: its API calls carry the user's key).
-    let mcp = mcp_server::routes(&state).route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
-    app.merge(mcp)
+    // Outside the document too: the OpenAI facade (OpenAI's own contract).
+    let keyed = Router::new()
+        .route("/v1/models", get(facade::models))
+        .route("/v1/models/{id}", get(facade::model))
+        .route("/v1/chat/completions", post(facade::chat_completions))
+        .merge(mcp_server::routes(&state))
+        .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
+    app.merge(keyed)
         .merge(ui::routes())
         .layer(Extension(openapi::Document::new(&document)))
         .fallback(not_found)
@@ -274,13 +281,15 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The router of a standby replica (operator mode, another replica leads): health,
-/// resources, tools and metrics are served; everything that needs the journals or
+/// resources, tools, metrics and the facade's model list are served; everything that needs the journals or
 /// starts work answers 503 so that clients and senders retry against the leader.
 pub fn standby_router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/api/v1/resources", get(status::resources))
         .route("/api/v1/tools", get(runs::tools))
         .route("/metrics", get(metrics::metrics))
+        .route("/v1/models", get(facade::models))
+        .route("/v1/models/{id}", get(facade::model))
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(status::health))
@@ -423,6 +432,13 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let shutdown = cancel.clone();
+    // Streamed answers are many small writes: without TCP_NODELAY each one after the
+    // first waits for the client's delayed ACK (about 40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
     let mut server = std::pin::pin!(server.into_future());
     tokio::select! {

@@ -241,18 +241,27 @@ fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     match result {
         Ok(outcome) => Json(ChatAnswer::new(outcome, debug)).into_response(),
         Err(error) => {
-            let retry_after = match &error {
-                RunError::Busy { .. } => Some("5"),
-                RunError::Audit(audit) if audit.is_unwritable() => Some("10"),
-                _ => None,
-            };
-            let mut response = run_error(error).into_response();
-            if let Some(seconds) = retry_after {
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
-            }
-            response
+            let retry_after = retry_after(&error);
+            with_retry_after(run_error(error).into_response(), retry_after)
         }
     }
+}
+
+/// Seconds a client should wait before retrying a Run that failed this way.
+pub fn retry_after(error: &RunError) -> Option<&'static str> {
+    match error {
+        RunError::Busy { .. } => Some("5"),
+        RunError::Audit(audit) if audit.is_unwritable() => Some("10"),
+        _ => None,
+    }
+}
+
+/// The response with a `Retry-After` header when `seconds` is set.
+pub fn with_retry_after(mut response: Response, seconds: Option<&'static str>) -> Response {
+    if let Some(seconds) = seconds {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
+    }
+    response
 }
 
 impl ChatAnswer {
