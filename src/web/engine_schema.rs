@@ -73,6 +73,8 @@ pub struct BudgetUsageSchema {
     prompt_tokens: u64,
     /// Output tokens charged.
     output_tokens: u64,
+    /// Completion tokens reported by the model server, summed.
+    completion_tokens: u64,
 }
 
 /// A step no authorized tool can perform (`engine::plan::CapabilityGap`).

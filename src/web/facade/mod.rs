@@ -63,7 +63,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(error) = runs::require_json(&headers) {
+    if let Err(error) = super::body::require_json(&headers) {
         return error.with("param", Value::Null).into_response();
     }
     let limit = state.engine.settings().max_tokens_limit;

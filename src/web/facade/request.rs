@@ -68,7 +68,7 @@ pub fn invalid(param: Option<&str>, code: &'static str, message: impl Into<Strin
 /// Decodes and checks a body against the exposed model id and the largest
 /// `max_tokens` the host allows.
 pub fn decode(body: &Bytes, model: &str, max_tokens_limit: u32) -> Result<Completion, ApiError> {
-    let body: Body = crate::web::runs::decode(body).map_err(|error| error.with("param", Value::Null))?;
+    let body: Body = crate::web::body::decode(body).map_err(|error| error.with("param", Value::Null))?;
     match body.model.as_deref() {
         None => return Err(invalid(Some("model"), "missing_required_parameter", "model is required")),
         Some(id) if id != model => {
