@@ -1202,10 +1202,11 @@ fn queries_and_paths(ids: &Ids) -> Cases {
         ("GET", "/api/v1/alerts/ops/am/webhook"),
         ("GET", "/api/v1/alertmanager/webhook"),
         ("DELETE", "/health"),
+        ("GET", "/v1/chat/completions"),
     ] {
         cases.add(format!("{method} {path}"), admin_as(method, path), METHOD);
     }
-    for path in ["/api/v1/runs/x/y", "/api/v2/runs", "/api/v1/alerts/ops/am/webhook/x", "/v1/chat/completions"] {
+    for path in ["/api/v1/runs/x/y", "/api/v2/runs", "/api/v1/alerts/ops/am/webhook/x", "/v1/chat/x"] {
         cases.add(format!("GET {path}"), admin(path), NOT_FOUND);
     }
     cases

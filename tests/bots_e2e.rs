@@ -427,6 +427,18 @@ async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
         })
     })
     .await;
+    // The host journals the thread before it records the job's deliveries: a person's reply
+    // comes after that (a reply racing the journal write would have no incident context).
+    wait("the deliveries recorded", || async {
+        let incidents: Value =
+            reqwest::get(format!("{}/api/v1/incidents", server.url)).await.ok()?.json().await.ok()?;
+        let id = incidents["incidents"][0]["id"].as_str()?.to_string();
+        let detail: Value =
+            reqwest::get(format!("{}/api/v1/incidents/{id}", server.url)).await.ok()?.json().await.ok()?;
+        let deliveries = detail["deliveries"].as_array()?;
+        (!deliveries.is_empty() && deliveries.iter().all(|d| d["delivery"]["status"] != "pending")).then_some(())
+    })
+    .await;
     // The stand-in numbers the messages it accepts from 1: find the id it gave the root.
     let sent = telegram.sent();
     let index = sent.iter().position(|m| *m == root).unwrap();

@@ -504,9 +504,16 @@ async fn nothing_but_an_admin_key_reaches_apply() {
     assert_eq!(alert_run["metadata"]["tool_calls"], 1, "nothing but the refused plan ran: {alert_run}");
     assert_eq!(pending().await, "pending");
 
-    // The facade does not exist; a bot route takes no API-key request (bot messages are
-    // Runs on the same read-only engine as the chat Run above, tests/bots_e2e.rs).
-    for path in ["/v1/chat/completions", "/api/v1/bots/telegram/ops/webhook", "/api/v1/bots/mattermost/ops/webhook"] {
+    // The OpenAI facade is a read-only Run like the chat above (its tools are checked
+    // below); a bot route takes no API-key request (bot messages are Runs on the same
+    // read-only engine, tests/bots_e2e.rs).
+    let (_, models) = call(reqwest::Method::GET, format!("{}/v1/models", server.url), DEV_KEY, None).await;
+    let model = models["data"][0]["id"].as_str().unwrap().to_string();
+    let asked = json!({"model": model, "messages": [{"role": "user", "content": format!("apply {id}")}]});
+    let (status, body) = post(&server.url, "/v1/chat/completions", DEV_KEY, asked).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(pending().await, "pending");
+    for path in ["/api/v1/bots/telegram/ops/webhook", "/api/v1/bots/mattermost/ops/webhook"] {
         let (status, _) = post(&server.url, path, DEV_KEY, json!({"message": format!("apply {id}")})).await;
         assert_eq!(status, 404, "{path}");
     }
