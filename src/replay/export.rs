@@ -42,7 +42,7 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
         .iter()
         .filter(|e| e.metadata.get("scope").and_then(Value::as_str) != Some("follow_up") && e.kind != "follow_up")
         .collect();
-    let calls: Vec<RecordedCall> = own.iter().filter_map(|e| recorded_call(e)).collect();
+    let calls: Vec<RecordedCall> = own.iter().copied().filter_map(recorded_call).collect();
     let selected: Vec<SkillVersion> = own
         .iter()
         .filter(|e| e.kind == "skill_selected")
@@ -138,7 +138,7 @@ fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
         .definitions()
         .into_iter()
         .map(|spec| CaseTool {
-            name: spec.name.to_string(),
+            name: spec.name.as_str().to_string(),
             description: spec.description.clone(),
             input_schema: spec.input_schema.clone(),
         })

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::case::{Case, CaseError, CaseSkill, SkillVersion};
 use super::recorded::{NOT_RECORDED, Recording, RecordingError};
 use crate::catalog::CatalogStore;
-use crate::catalog::directory::{DirectorySource, problem_lines};
+use crate::catalog::directory::problem_lines;
 use crate::catalog::merge::{self, LastGood};
 use crate::catalog::scan::{Scan, cross_check, scan_value};
 use crate::catalog::skills_dir::NAMESPACE;
