@@ -60,7 +60,8 @@ fn model(_: usize, request: &Value) -> Step {
         .collect();
     let long_query = results.iter().any(|r| r.contains("1820"));
     let unanswered = results.iter().filter(|r| r.contains("not recorded")).count();
-    let answer = format!("db-7: {} tool results, {unanswered} not recorded; long query seen: {long_query}", results.len());
+    let answer =
+        format!("db-7: {} tool results, {unanswered} not recorded; long query seen: {long_query}", results.len());
     Step::from(Reply::Content(answer))
 }
 
@@ -139,14 +140,23 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     let origin = case.origin.clone().unwrap();
     assert_eq!(origin.run_id, run_id);
     assert_eq!(origin.instructions_sha256, Some(sha256(&host::system_instructions())));
-    let recorded: Vec<(&str, &Value)> = case.calls.iter().map(|c| (c.tool.as_str(), &c.arguments)).collect();
-    assert_eq!(recorded, [("inventory.host", &json!({"host": "db-7"})), ("postgres.activity", &json!({"host": "db-7"}))]);
+    let recorded: Vec<(String, Value)> = case.calls.iter().map(|c| (c.tool.clone(), c.arguments.clone())).collect();
+    assert_eq!(
+        recorded,
+        [
+            ("inventory.host".to_string(), json!({"host": "db-7"})),
+            ("postgres.activity".to_string(), json!({"host": "db-7"}))
+        ]
+    );
     assert_eq!(case.calls[1].output, Some(json!({"active": 3, "longest_query_seconds": 1820, "waiting": 0})));
     let tool_names: Vec<&str> = case.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(tool_names, ["inventory.host", "linux.processes", "postgres.activity"], "read-only tools only");
     assert_eq!(case.skills[0].sha256, sha256(SKILL));
     assert_eq!(case.expected.skills.len(), 1);
-    assert_eq!((case.expected.skills[0].name.as_str(), &case.expected.skills[0].sha256), ("postgresql", &sha256(SKILL)));
+    assert_eq!(
+        (case.expected.skills[0].name.as_str(), &case.expected.skills[0].sha256),
+        ("postgresql", &sha256(SKILL))
+    );
     assert_eq!(case.expected.status.as_deref(), Some("succeeded"));
 
     // The input must be supplied, and must be what the Run was asked.
@@ -160,7 +170,8 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     let same = replay(&case, client(&llm), host::settings(), &SkillSource::Case).await.unwrap();
     assert_eq!(same.status, "succeeded", "{:?}", same.error);
     assert_eq!(same.answer.as_deref(), answer["answer"].as_str());
-    let replayed: Vec<(&str, &Value)> = same.tool_calls.iter().map(|c| (c.tool.as_str(), &c.arguments)).collect();
+    let replayed: Vec<(String, Value)> =
+        same.tool_calls.iter().map(|c| (c.tool.clone(), c.arguments.clone())).collect();
     assert_eq!(replayed, recorded);
     assert!(same.tool_calls.iter().all(|c| c.recorded && c.status == "ok"));
     assert_eq!(same.unknown_calls, 0);

@@ -94,7 +94,8 @@ pub fn run(args: RunArgs) -> ExitCode {
 
 async fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     let base = args.url.trim_end_matches('/');
-    let id = crate::audit::RunId::parse(args.id.trim()).ok_or_else(|| format!("{:?} is not a Run id (run_<32 hex>)", args.id))?;
+    let id = crate::audit::RunId::parse(args.id.trim())
+        .ok_or_else(|| format!("{:?} is not a Run id (run_<32 hex>)", args.id))?;
     let context = context_facts(&args.context)?;
     let client = crate::outbound::client(Duration::from_secs(60)).map_err(|e| format!("HTTP client: {e}"))?;
     let mut request = client.get(format!("{base}/api/v1/runs/{id}/export"));
@@ -120,7 +121,9 @@ async fn export(args: &ExportArgs) -> Result<ExitCode, String> {
         None => std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| e.to_string())?,
     }
     if case.input.messages.is_empty() {
-        eprintln!("akritas run: the case has no input yet (the audit keeps only its hash); add --question to replay it");
+        eprintln!(
+            "akritas run: the case has no input yet (the audit keeps only its hash); add --question to replay it"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -180,7 +180,8 @@ impl Engine {
         let catalog = self.catalog.current();
         let model = self.llm.model().await.map_err(|error| RunError::Upstream { run_id: None, error })?;
         let instructions = self.llm.system_instructions_sha256();
-        let recorder = Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version, instructions).await?;
+        let recorder =
+            Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version, instructions).await?;
         let run_id = recorder.run_id().cloned();
 
         let mut state = RunState::new(&self.llm, recorder, self.settings.limits.clone(), params);

@@ -216,7 +216,9 @@ pub enum CaseError {
     #[error("input.messages: {0}")]
     Conversation(#[from] conversation::ConversationError),
     /// The supplied input is not what the Run was asked.
-    #[error("the input does not match the Run's recorded input hash {recorded} (got {got}); check the question and context")]
+    #[error(
+        "the input does not match the Run's recorded input hash {recorded} (got {got}); check the question and context"
+    )]
     InputMismatch {
         /// Recorded hash.
         recorded: String,
@@ -302,7 +304,10 @@ mod tests {
             version: CASE_VERSION,
             name: "run_x".into(),
             origin: None,
-            input: Input { sha256: Some(input_sha256(&[Turn { role: Speaker::User, content: "why?".into() }], &BTreeMap::new())), ..Input::default() },
+            input: Input {
+                sha256: Some(input_sha256(&[Turn { role: Speaker::User, content: "why?".into() }], &BTreeMap::new())),
+                ..Input::default()
+            },
             skills: Vec::new(),
             tools: Vec::new(),
             calls: Vec::new(),
@@ -331,7 +336,10 @@ mod tests {
 
         assert!(matches!(Case::parse("version: 2\nname: x\ninput: {}\n"), Err(CaseError::Version(2))));
         let bad_role = "version: 1\nname: x\ninput:\n  messages: [{role: tool, content: x}]\n";
-        assert_eq!(Case::parse(bad_role).unwrap_err().to_string(), "input.messages[0].role must be system, user or assistant");
+        assert_eq!(
+            Case::parse(bad_role).unwrap_err().to_string(),
+            "input.messages[0].role must be system, user or assistant"
+        );
         assert!(matches!(Case::parse("version: 1\nname: x\ninput: {}\ntypo: 1\n"), Err(CaseError::Parse(_))));
     }
 }

@@ -161,7 +161,12 @@ pub async fn replay(
         skills: Vec::new(),
         investigation: None,
         usage: None,
-        comparison: Comparison { same_tool_calls: false, same_skills: false, same_status: false, same_investigation: None },
+        comparison: Comparison {
+            same_tool_calls: false,
+            same_skills: false,
+            same_status: false,
+            same_investigation: None,
+        },
     };
     match result {
         Ok(run) => {
@@ -286,7 +291,7 @@ mod tests {
         let skills = skills_of(&store.current(), &Tenancy::default().scope(NAMESPACE));
         assert_eq!(skills["postgresql"].sha256, sha);
         let changed = CaseSkill { content: None, ..skill };
-        let error = catalog_of_case(&[changed]).unwrap_err().to_string();
+        let error = catalog_of_case(&[changed]).err().unwrap().to_string();
         assert!(error.contains("replay with a skills directory"), "{error}");
     }
 }

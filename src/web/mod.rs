@@ -111,7 +111,9 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
         .api_route(
             "/api/v1/runs/{id}/export",
             get_with(runs::export, |op| {
-                keyed(op.tag("runs").summary("A finished Run as a replayable case (input hash, catalog, recorded calls)"))
+                keyed(
+                    op.tag("runs").summary("A finished Run as a replayable case (input hash, catalog, recorded calls)"),
+                )
             }),
         )
         .api_route(
