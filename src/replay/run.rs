@@ -19,6 +19,7 @@ use crate::catalog::skills_dir::NAMESPACE;
 use crate::catalog::status::StatusBoard;
 use crate::engine::budget::BudgetUsage;
 use crate::engine::knowledge_tools::is_knowledge_tool;
+use crate::engine::plan::PLAN_TOOL;
 use crate::engine::record::canonical_json;
 use crate::engine::request::{EngineSettings, RunRequest};
 use crate::engine::run::Engine;
@@ -98,7 +99,7 @@ pub struct ReplayOutcome {
     /// The answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
-    /// The tool calls through the case's tools, in order.
+    /// The tool calls through the case's tools (not the plan submission or knowledge tools), in order.
     pub tool_calls: Vec<ReplayedCall>,
     /// Calls the recording could not answer.
     pub unknown_calls: usize,
@@ -173,7 +174,7 @@ pub async fn replay(
             outcome.tool_calls = run
                 .activity
                 .iter()
-                .filter(|a| !is_knowledge_tool(&a.name))
+                .filter(|a| !is_knowledge_tool(&a.name) && a.name != PLAN_TOOL)
                 .map(|a| ReplayedCall {
                     tool: a.name.clone(),
                     arguments: a.arguments.clone(),
