@@ -20,6 +20,7 @@ pub mod notify;
 pub mod operator;
 pub mod outbound;
 pub mod redact;
+pub mod replay;
 pub mod resources;
 pub mod telemetry;
 pub mod tenancy;

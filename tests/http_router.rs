@@ -75,6 +75,7 @@ const ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/chat", Auth::Key),
     route(Method::GET, "/api/v1/runs", Auth::Key),
     route(Method::GET, "/api/v1/runs/{id}", Auth::Key),
+    route(Method::GET, "/api/v1/runs/{id}/export", Auth::Key),
     route(Method::POST, "/api/v1/runs/{id}/chat", Auth::Key),
     route(Method::GET, "/api/v1/tools", Auth::Key),
     route(Method::POST, "/api/v1/alerts/{namespace}/{source}/webhook", Auth::Source),
@@ -238,7 +239,9 @@ impl Fixture {
     fn accepted_request(&self, route: &Route) -> (Request<Body>, StatusCode) {
         let Ids { run, change, incident, event, job } = &self.ids;
         let path = match route.path {
-            "/api/v1/runs/{id}" | "/api/v1/runs/{id}/chat" => route.path.replace("{id}", run),
+            "/api/v1/runs/{id}" | "/api/v1/runs/{id}/chat" | "/api/v1/runs/{id}/export" => {
+                route.path.replace("{id}", run)
+            }
             "/api/v1/incidents/{id}" => route.path.replace("{id}", incident),
             "/api/v1/alert-events/{id}" => route.path.replace("{id}", event),
             "/api/v1/investigation-jobs/{id}" => route.path.replace("{id}", job),

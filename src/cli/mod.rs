@@ -5,6 +5,7 @@ pub mod change;
 pub mod crds;
 pub mod knowledge;
 pub mod mcp_probe;
+pub mod run;
 pub mod serve;
 pub mod validate;
 
@@ -33,6 +34,8 @@ pub enum Command {
     Ask(AskArgs),
     /// Inspect the audit journal.
     Audit(AuditArgs),
+    /// Export a finished Run as a case, and replay a case offline.
+    Run(run::RunArgs),
     /// Check resource manifests the way `serve` and the API server would; exit 1 on any problem.
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinitions, write them to a directory, or check one.
@@ -134,6 +137,7 @@ pub fn run() -> ExitCode {
         Command::Mcp(McpArgs { server: McpServer::Victoriametrics(args) }) => run_victoriametrics(args),
         Command::Mcp(McpArgs { server: McpServer::Probe(args) }) => mcp_probe::run(args),
         Command::Change(args) => change::run(args),
+        Command::Run(args) => run::run(args),
         Command::Openapi => print_openapi(),
     }
 }

@@ -9,7 +9,7 @@ pub mod knowledge_tools;
 pub mod plan;
 mod planning;
 pub mod progress;
-mod record;
+pub mod record;
 pub mod request;
 pub mod retrieval;
 pub mod run;

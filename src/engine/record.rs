@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::budget::BudgetUsage;
+use super::conversation::Turn;
 use super::request::{RunError, RunRequest};
 use super::skills::SkillEntry;
 use crate::audit::{ActiveRun, AuditError, AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus, TOOL_CALL};
@@ -67,6 +68,7 @@ impl Recorder {
         request: &RunRequest,
         model: &str,
         catalog_version: u64,
+        instructions_sha256: Option<String>,
     ) -> Result<Self, AuditError> {
         let is_follow_up = follow_up.is_some();
         let mut calls_before = 0;
@@ -87,7 +89,7 @@ impl Recorder {
                         actor: request.actor.clone(),
                         model: Some(model.to_string()),
                         catalog_version,
-                        metadata: request.metadata.clone(),
+                        metadata: start_metadata(request, instructions_sha256),
                     })
                     .await?,
             ),
@@ -134,6 +136,45 @@ impl Recorder {
             audit.finish(id, finish).await
         }
     }
+}
+
+/// Metadata key of the input's hash (conversation and context, never their text).
+pub const INPUT_SHA256: &str = "input_sha256";
+/// Metadata key of the SYSTEM.md hash the Run's model requests carried.
+pub const INSTRUCTIONS_SHA256: &str = "instructions_sha256";
+
+/// What a new Run records at its start: the request's facts, the hash of its input
+/// (the audit keeps no prompt: the hash lets an export check a question supplied
+/// later) and of the system instructions.
+fn start_metadata(request: &RunRequest, instructions_sha256: Option<String>) -> BTreeMap<String, Value> {
+    let mut metadata = request.metadata.clone();
+    metadata.insert(INPUT_SHA256.into(), json!(input_sha256(&request.turns, &request.context)));
+    if let Some(sha) = instructions_sha256 {
+        metadata.insert(INSTRUCTIONS_SHA256.into(), json!(sha));
+    }
+    metadata
+}
+
+/// SHA-256 (hex) of a Run's input: the canonical JSON of `{"context", "messages"}`.
+pub fn input_sha256(turns: &[Turn], context: &BTreeMap<String, String>) -> String {
+    use sha2::Digest;
+    let input = json!({"messages": turns, "context": context});
+    hex::encode(sha2::Sha256::digest(canonical_json(&input).as_bytes()))
+}
+
+/// JSON text with object keys sorted at every level: equal values give equal text.
+pub fn canonical_json(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let ordered: BTreeMap<&String, Value> = map.iter().map(|(k, v)| (k, sorted(v))).collect();
+                Value::Object(ordered.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
 }
 
 /// Tool calls of `events` the host numbered.

@@ -179,7 +179,9 @@ impl Engine {
             .map_err(|_| RunError::Busy { slots: self.settings.max_concurrent_runs, waited: Duration::ZERO })?;
         let catalog = self.catalog.current();
         let model = self.llm.model().await.map_err(|error| RunError::Upstream { run_id: None, error })?;
-        let recorder = Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version).await?;
+        let instructions = self.llm.system_instructions_sha256();
+        let recorder =
+            Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version, instructions).await?;
         let run_id = recorder.run_id().cloned();
 
         let mut state = RunState::new(&self.llm, recorder, self.settings.limits.clone(), params);

@@ -120,6 +120,13 @@ impl LlmClient {
         self.inner.system_instructions.as_ref().map_or(0, |text| text.len() + 2)
     }
 
+    /// SHA-256 (hex) of the global system instructions, when there are any: what a
+    /// Run records so a replay can tell which SYSTEM.md version it ran with.
+    pub fn system_instructions_sha256(&self) -> Option<String> {
+        use sha2::Digest;
+        self.inner.system_instructions.as_ref().map(|text| hex::encode(sha2::Sha256::digest(text.as_bytes())))
+    }
+
     /// Validates `config`; `http` is built by the caller (redirect policy, proxies, TLS).
     pub fn new(config: LlmConfig, http: reqwest::Client) -> Result<Self, LlmError> {
         let base_url = validate_base_url(&config.base_url)?;

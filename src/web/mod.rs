@@ -109,6 +109,14 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
             get_with(runs::get, |op| keyed(op.tag("runs").summary("A Run with its events and raw tool results"))),
         )
         .api_route(
+            "/api/v1/runs/{id}/export",
+            get_with(runs::export, |op| {
+                keyed(
+                    op.tag("runs").summary("A finished Run as a replayable case (input hash, catalog, recorded calls)"),
+                )
+            }),
+        )
+        .api_route(
             "/api/v1/runs/{id}/chat",
             post_with(runs::follow_up, |op| {
                 keyed(op.tag("runs").summary("Ask a follow-up about a finished Run"))

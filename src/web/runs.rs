@@ -1,5 +1,6 @@
 //! Native chat and Run routes: `POST /api/v1/chat`, `GET /api/v1/runs`,
-//! `GET /api/v1/runs/{id}`, `POST /api/v1/runs/{id}/chat`, `GET /api/v1/tools`.
+//! `GET /api/v1/runs/{id}`, `GET /api/v1/runs/{id}/export`, `POST /api/v1/runs/{id}/chat`,
+//! `GET /api/v1/tools`.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +22,8 @@ use crate::engine::budget::{BudgetLimits, BudgetUsage};
 use crate::engine::conversation::Turn;
 use crate::engine::plan::CapabilityGap;
 use crate::engine::request::{RunError, RunOutcome, RunRequest};
+use crate::engine::skills::skills_of;
+use crate::replay::{Case, ExportCatalog};
 use crate::resources::mcp_adapter::Permission;
 use crate::tools::ToolResult;
 
@@ -339,6 +342,24 @@ pub async fn get(
         Some(run) => Ok(Json(RunDetail { run })),
         None => Err(run_not_found()),
     }
+}
+
+/// `GET /api/v1/runs/{id}/export`: the finished Run as a replayable case, with the
+/// catalog (skills, tool schemas) its namespace sees now.
+pub async fn export(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<Case>, ApiError> {
+    let audit = state.engine.audit().ok_or_else(audit_disabled)?;
+    let run = visible_run(audit, &caller, &id).ok_or_else(run_not_found)?;
+    let tools = state.engine.tools_for(&run.namespace);
+    let catalog = state.catalog.current();
+    let skills = skills_of(&catalog, &state.engine.tenancy().scope(&run.namespace));
+    let exported = ExportCatalog { tools: &tools, skills: &skills, version: catalog.version };
+    crate::replay::export(&run, &exported)
+        .map(Json)
+        .map_err(|error| ApiError::new(StatusCode::CONFLICT, "run_running", error.to_string()))
 }
 
 /// Run `id` when the caller reads its namespace (otherwise it does not exist for it).

@@ -1,0 +1,345 @@
+//! The case: one Run as a document a replay (and a person) can read: the input, the
+//! catalog it ran with (skills with hashes, tool schemas), every tool call with its
+//! recorded result, and what came out. Exported from the audit or written by hand,
+//! as JSON or YAML.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::engine::conversation::{self, Speaker, Turn};
+use crate::engine::record::input_sha256;
+use crate::investigation::InvestigationResult;
+use crate::tools::ToolError;
+
+/// Version of the case format this build reads and writes.
+pub const CASE_VERSION: u32 = 1;
+/// Largest case document.
+pub const MAX_CASE_BYTES: usize = 8 * 1024 * 1024;
+/// Most recorded calls in a case.
+pub const MAX_CALLS: usize = 512;
+/// Most tools in a case.
+pub const MAX_TOOLS: usize = 512;
+/// Most skills in a case.
+pub const MAX_SKILLS: usize = 128;
+
+/// A replayable Run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// Format version (1).
+    pub version: u32,
+    /// A name for reports (an export uses the Run id).
+    pub name: String,
+    /// Where the case came from (absent in a hand-written case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+    /// What the Run was asked.
+    pub input: Input,
+    /// Skills of the catalog the Run could use.
+    #[serde(default)]
+    pub skills: Vec<CaseSkill>,
+    /// Read-only tools the Run was offered.
+    #[serde(default)]
+    pub tools: Vec<CaseTool>,
+    /// Every tool call the Run made through its tools, in order, with its result.
+    #[serde(default)]
+    pub calls: Vec<RecordedCall>,
+    /// What a replay is expected to reproduce.
+    #[serde(default)]
+    pub expected: Expected,
+}
+
+/// The Run a case was exported from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    /// Run id.
+    pub run_id: String,
+    /// Namespace of the Run.
+    pub namespace: String,
+    /// What started it (`chat`, `alert:<provider>`, …).
+    pub source: String,
+    /// Upstream model id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Catalog version the Run pinned.
+    pub catalog_version: u64,
+    /// Catalog version when exported (skills and tools are read from it).
+    pub exported_catalog_version: u64,
+    /// RFC 3339 start.
+    pub started_at: String,
+    /// SHA-256 of the SYSTEM.md the Run's model requests carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions_sha256: Option<String>,
+}
+
+/// The input of a Run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    /// The conversation; empty in an export (the audit keeps no prompt) until the
+    /// question is supplied.
+    #[serde(default)]
+    pub messages: Vec<CaseMessage>,
+    /// Facts for skill selection (`service: postgresql`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context: BTreeMap<String, String>,
+    /// SHA-256 the Run recorded of its messages and context; supplied input must match it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Whether the Run ended with a structured investigation result (alert Runs).
+    #[serde(default)]
+    pub investigate: bool,
+}
+
+/// One message of the input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaseMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// Text.
+    pub content: String,
+}
+
+/// A skill of the case's catalog.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaseSkill {
+    /// Skill name.
+    pub name: String,
+    /// SHA-256 of the content.
+    pub sha256: String,
+    /// One-line description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Facts that select it.
+    #[serde(default, rename = "match", skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<String>,
+    /// The guidance; absent when it changed since the Run (only the hash is known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// A tool of the case's catalog.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaseTool {
+    /// Host tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+/// One recorded tool call: arguments and the result the tool gave.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordedCall {
+    /// Host tool name.
+    pub tool: String,
+    /// Arguments as the host passed them (`null`: the host refused the call before the tool ran).
+    #[serde(default)]
+    pub arguments: Value,
+    /// The tool's output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Or its error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+/// What a replay is compared with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Expected {
+    /// `succeeded` or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Stable failure code of a failed Run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// Skills the Run selected, with the version (hash) that ran.
+    #[serde(default)]
+    pub skills: Vec<SkillVersion>,
+    /// The structured result of an alert investigation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub investigation: Option<InvestigationResult>,
+}
+
+/// A skill and the version of it that ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkillVersion {
+    /// Skill name.
+    pub name: String,
+    /// SHA-256 of the content.
+    pub sha256: String,
+}
+
+/// What is wrong with a case; each message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    /// Too large.
+    #[error("the case is {0} bytes; at most {MAX_CASE_BYTES} are allowed")]
+    TooLarge(usize),
+    /// Not JSON or YAML of the case format.
+    #[error("the case does not parse: {0}")]
+    Parse(String),
+    /// Another format version.
+    #[error("case version {0} is not supported; this build reads version {CASE_VERSION}")]
+    Version(u32),
+    /// Over a count bound.
+    #[error("the case has {count} {what}; at most {limit} are allowed")]
+    TooMany {
+        /// What.
+        what: &'static str,
+        /// How many.
+        count: usize,
+        /// The bound.
+        limit: usize,
+    },
+    /// A message role that is not `system`, `user` or `assistant`.
+    #[error("input.messages[{0}].role must be system, user or assistant")]
+    Role(usize),
+    /// No question to replay.
+    #[error(
+        "input.messages is empty: the audit keeps only a hash of a Run's input; supply the question \
+         (`akritas run export ID --question TEXT`) or write input.messages"
+    )]
+    NoInput,
+    /// The conversation breaks a rule.
+    #[error("input.messages: {0}")]
+    Conversation(#[from] conversation::ConversationError),
+    /// The supplied input is not what the Run was asked.
+    #[error(
+        "the input does not match the Run's recorded input hash {recorded} (got {got}); check the question and context"
+    )]
+    InputMismatch {
+        /// Recorded hash.
+        recorded: String,
+        /// Hash of the supplied input.
+        got: String,
+    },
+}
+
+impl Case {
+    /// Reads a case from JSON or YAML text and checks its bounds.
+    pub fn parse(text: &str) -> Result<Case, CaseError> {
+        if text.len() > MAX_CASE_BYTES {
+            return Err(CaseError::TooLarge(text.len()));
+        }
+        let case: Case = if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(|e| CaseError::Parse(e.to_string()))?
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| CaseError::Parse(e.to_string()))?
+        };
+        case.check()?;
+        Ok(case)
+    }
+
+    /// Checks the version and the bounds.
+    pub fn check(&self) -> Result<(), CaseError> {
+        if self.version != CASE_VERSION {
+            return Err(CaseError::Version(self.version));
+        }
+        for (what, count, limit) in [
+            ("calls", self.calls.len(), MAX_CALLS),
+            ("tools", self.tools.len(), MAX_TOOLS),
+            ("skills", self.skills.len(), MAX_SKILLS),
+        ] {
+            if count > limit {
+                return Err(CaseError::TooMany { what, count, limit });
+            }
+        }
+        self.turns().map(|_| ())
+    }
+
+    /// The input as a conversation the engine accepts (empty when none was supplied).
+    pub fn turns(&self) -> Result<Vec<Turn>, CaseError> {
+        self.input
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let role = match m.role.as_str() {
+                    "system" => Speaker::System,
+                    "user" => Speaker::User,
+                    "assistant" => Speaker::Assistant,
+                    _ => return Err(CaseError::Role(i)),
+                };
+                Ok(Turn { role, content: m.content.clone() })
+            })
+            .collect()
+    }
+
+    /// Supplies the question of an exported case (a single user message and the
+    /// context facts), checked against the hash the Run recorded.
+    pub fn supply_input(&mut self, question: &str, context: BTreeMap<String, String>) -> Result<(), CaseError> {
+        let turns = vec![Turn { role: Speaker::User, content: question.to_string() }];
+        conversation::validate(&turns)?;
+        let got = input_sha256(&turns, &context);
+        if let Some(recorded) = &self.input.sha256
+            && *recorded != got
+        {
+            return Err(CaseError::InputMismatch { recorded: recorded.clone(), got });
+        }
+        self.input.messages = vec![CaseMessage { role: "user".into(), content: question.to_string() }];
+        self.input.context = context;
+        self.input.sha256 = Some(got);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exported() -> Case {
+        Case {
+            version: CASE_VERSION,
+            name: "run_x".into(),
+            origin: None,
+            input: Input {
+                sha256: Some(input_sha256(&[Turn { role: Speaker::User, content: "why?".into() }], &BTreeMap::new())),
+                ..Input::default()
+            },
+            skills: Vec::new(),
+            tools: Vec::new(),
+            calls: Vec::new(),
+            expected: Expected::default(),
+        }
+    }
+
+    #[test]
+    fn a_supplied_question_must_match_the_recorded_hash() {
+        let mut case = exported();
+        let error = case.supply_input("why not?", BTreeMap::new()).unwrap_err();
+        assert!(matches!(error, CaseError::InputMismatch { .. }), "{error}");
+        assert!(case.input.messages.is_empty(), "nothing is filled in on a mismatch");
+        case.supply_input("why?", BTreeMap::new()).unwrap();
+        assert_eq!(case.turns().unwrap(), [Turn { role: Speaker::User, content: "why?".into() }]);
+    }
+
+    #[test]
+    fn yaml_and_json_cases_parse_and_bad_ones_say_what_to_fix() {
+        let yaml = "version: 1\nname: hand-written\ninput:\n  messages:\n    - {role: user, content: \"service: postgresql why?\"}\n\
+                    calls:\n  - tool: inventory.host\n    arguments: {host: db-7}\n    output: {roles: [postgresql]}\n";
+        let case = Case::parse(yaml).unwrap();
+        assert_eq!(case.calls[0].output, Some(serde_json::json!({"roles": ["postgresql"]})));
+        let json = serde_json::to_string(&case).unwrap();
+        assert_eq!(Case::parse(&json).unwrap(), case);
+
+        assert!(matches!(Case::parse("version: 2\nname: x\ninput: {}\n"), Err(CaseError::Version(2))));
+        let bad_role = "version: 1\nname: x\ninput:\n  messages: [{role: tool, content: x}]\n";
+        assert_eq!(
+            Case::parse(bad_role).unwrap_err().to_string(),
+            "input.messages[0].role must be system, user or assistant"
+        );
+        assert!(matches!(Case::parse("version: 1\nname: x\ninput: {}\ntypo: 1\n"), Err(CaseError::Parse(_))));
+    }
+}

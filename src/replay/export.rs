@@ -1,0 +1,156 @@
+//! A finished Run as a case: everything comes from its audit record (the calls with
+//! their recorded results, the skills it selected with their hashes, the hashes of
+//! its input and SYSTEM.md) plus the catalog it ran with as it is now (skills,
+//! tool schemas). Nothing the audit does not hold is added: no prompt, no answer,
+//! no credential.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::case::{CASE_VERSION, Case, CaseSkill, CaseTool, Expected, Input, Origin, RecordedCall, SkillVersion};
+use crate::audit::{AuditEvent, CALL_KIND_EXECUTION, RunRecord, RunStatus, TOOL_CALL};
+use crate::engine::record::{INPUT_SHA256, INSTRUCTIONS_SHA256};
+use crate::engine::skills::SkillEntry;
+use crate::tools::{Registry, ToolResult};
+
+/// Why a Run cannot be exported.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Still executing.
+    #[error("run {0} is still running; export it when it has finished")]
+    Running(String),
+}
+
+/// The catalog a case is exported with: the tools and skills the Run's namespace sees now.
+pub struct ExportCatalog<'a> {
+    /// Authorized read-only tools.
+    pub tools: &'a Registry,
+    /// Skills by name.
+    pub skills: &'a BTreeMap<String, SkillEntry>,
+    /// Catalog version.
+    pub version: u64,
+}
+
+/// The Run as a case (its follow-ups are not part of it).
+pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, ExportError> {
+    if run.status == RunStatus::Running {
+        return Err(ExportError::Running(run.id.to_string()));
+    }
+    let own: Vec<&AuditEvent> = run
+        .events
+        .iter()
+        .filter(|e| e.metadata.get("scope").and_then(Value::as_str) != Some("follow_up") && e.kind != "follow_up")
+        .collect();
+    let calls: Vec<RecordedCall> = own.iter().copied().filter_map(recorded_call).collect();
+    let selected: Vec<SkillVersion> = own
+        .iter()
+        .filter(|e| e.kind == "skill_selected")
+        .filter_map(|e| {
+            let text = |key: &str| e.metadata.get(key).and_then(Value::as_str).map(str::to_string);
+            Some(SkillVersion { name: text("skill")?, sha256: text("content_sha256")? })
+        })
+        .collect();
+    let metadata = |key: &str| run.metadata.get(key).and_then(Value::as_str).map(str::to_string);
+    Ok(Case {
+        version: CASE_VERSION,
+        name: run.id.to_string(),
+        origin: Some(Origin {
+            run_id: run.id.to_string(),
+            namespace: run.namespace.clone(),
+            source: run.source.clone(),
+            model: run.model.clone(),
+            catalog_version: run.catalog_version,
+            exported_catalog_version: catalog.version,
+            started_at: run.started_at.clone(),
+            instructions_sha256: metadata(INSTRUCTIONS_SHA256),
+        }),
+        input: Input {
+            messages: Vec::new(),
+            context: BTreeMap::new(),
+            sha256: metadata(INPUT_SHA256),
+            investigate: run.investigation.is_some() || run.source.starts_with("alert:"),
+        },
+        skills: skills(catalog.skills, &selected),
+        tools: tools(catalog.tools, &calls),
+        calls,
+        expected: Expected {
+            status: Some(if run.status == RunStatus::Succeeded { "succeeded" } else { "failed" }.into()),
+            error_code: run.error_code.clone(),
+            skills: selected,
+            investigation: run.investigation.clone(),
+        },
+    })
+}
+
+/// An execution call of the Run with its recorded result.
+fn recorded_call(event: &AuditEvent) -> Option<RecordedCall> {
+    let kind = event.metadata.get("call_kind").and_then(Value::as_str);
+    if event.kind != TOOL_CALL || kind != Some(CALL_KIND_EXECUTION) {
+        return None;
+    }
+    let result: Option<ToolResult> = event.result.clone().and_then(|r| serde_json::from_value(r).ok());
+    let tool = event.metadata.get("tool").and_then(Value::as_str)?.to_string();
+    Some(RecordedCall {
+        tool,
+        arguments: event.arguments.clone().unwrap_or(Value::Null),
+        output: result.as_ref().and_then(|r| r.output.clone()),
+        error: result.and_then(|r| r.error),
+    })
+}
+
+/// The catalog's skills; a selected skill whose content changed since the Run keeps
+/// the recorded hash and no content.
+fn skills(catalog: &BTreeMap<String, SkillEntry>, selected: &[SkillVersion]) -> Vec<CaseSkill> {
+    let mut skills: Vec<CaseSkill> = catalog
+        .values()
+        .map(|skill| CaseSkill {
+            name: skill.name.clone(),
+            sha256: skill.sha256.clone(),
+            description: skill.description.clone(),
+            selectors: skill.selectors.iter().cloned().collect(),
+            content: Some(skill.content.to_string()),
+        })
+        .collect();
+    for ran in selected {
+        match skills.iter_mut().find(|s| s.name == ran.name) {
+            Some(skill) if skill.sha256 == ran.sha256 => {}
+            Some(skill) => {
+                skill.sha256 = ran.sha256.clone();
+                skill.content = None;
+            }
+            None => skills.push(CaseSkill {
+                name: ran.name.clone(),
+                sha256: ran.sha256.clone(),
+                description: None,
+                selectors: Vec::new(),
+                content: None,
+            }),
+        }
+    }
+    skills
+}
+
+/// The tools offered now, plus any tool the Run called that is no longer offered
+/// (any object arguments, so its recorded calls still replay).
+fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
+    let mut tools: Vec<CaseTool> = registry
+        .definitions()
+        .into_iter()
+        .map(|spec| CaseTool {
+            name: spec.name.as_str().to_string(),
+            description: spec.description.clone(),
+            input_schema: spec.input_schema.clone(),
+        })
+        .collect();
+    for call in calls {
+        if !tools.iter().any(|t| t.name == call.tool) && crate::tools::ToolName::try_from(call.tool.as_str()).is_ok() {
+            tools.push(CaseTool {
+                name: call.tool.clone(),
+                description: "A tool the Run called that the catalog no longer offers.".into(),
+                input_schema: serde_json::json!({"type": "object"}),
+            });
+        }
+    }
+    tools
+}

@@ -1,0 +1,14 @@
+//! Export and replay (issue 18): a finished Run becomes a case (its input, the
+//! catalog it ran with, every tool call with its recorded result, the outcome), and
+//! a case runs again through the real engine against any model, prompt or skill
+//! version, with tools answered from the recording: offline and deterministic on
+//! the tool side.
+
+pub mod case;
+pub mod export;
+pub mod recorded;
+pub mod run;
+
+pub use case::{Case, CaseError};
+pub use export::{ExportCatalog, ExportError, export};
+pub use run::{ReplayError, ReplayOutcome, SkillSource, replay};
