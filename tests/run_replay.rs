@@ -194,4 +194,44 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert_eq!(changed.skills[0].sha256, sha256(CHANGED_SKILL), "the outcome names the skill version that ran");
     assert_eq!(counters.processes.load(Ordering::SeqCst), 0, "the unrecorded call reached no real tool");
     assert!(changed.answer.unwrap().ends_with("1 not recorded; long query seen: true"));
+
+    // The same round trip through the CLI: `run export` (HTTP client, question checked
+    // against the hash) then `run replay` on the same model.
+    let akritas = env!("CARGO_BIN_EXE_akritas");
+    let cli = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(akritas);
+        command.args(args).env("REPLAY_TEST_KEY", OPS_KEY).env_remove("AKRITAS_API_KEY").kill_on_drop(true);
+        command
+    };
+    let case_file = dir.path().join("case.json");
+    let common = ["run", "export", &run_id, "--url", &server.url, "--api-key-env", "REPLAY_TEST_KEY"];
+    let wrong = cli(&[&common[..], &["--question", "why is db-8 slow?"]].concat()).output().await.unwrap();
+    assert!(!wrong.status.success(), "a question that is not the Run's is refused");
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("hash"), "{}", String::from_utf8_lossy(&wrong.stderr));
+    let exported = cli(&[&common[..], &["--question", QUESTION, "-o", case_file.to_str().unwrap()]].concat())
+        .output()
+        .await
+        .unwrap();
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let instructions = support::root().join("instructions/SYSTEM.md");
+    let replayed = cli(&[
+        "run",
+        "replay",
+        case_file.to_str().unwrap(),
+        "--json",
+        "--base-url",
+        &llm.url,
+        "--model",
+        "scripted-model",
+        "--system-instructions",
+        instructions.to_str().unwrap(),
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
+    let outcome: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(outcome["unknown_calls"], 0, "{outcome}");
+    assert_eq!(outcome["comparison"]["same_tool_calls"], true, "{outcome}");
+    assert_eq!(outcome["answer"], answer["answer"], "{outcome}");
 }
