@@ -369,8 +369,11 @@ async fn a_tampered_result_is_refused_at_replay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incident_and_notification() {
     // postgres.activity returned {"active": 3, "longest_query_seconds": 1820, "waiting": 0}.
-    let evidence =
-        json!(["tool-call:call-1 \"longest_query_seconds=1,820\"", "tool-call:call-1 \"1820000ms\"", "tool-call:call-1"]);
+    let evidence = json!([
+        "tool-call:call-1 \"longest_query_seconds=1,820\"",
+        "tool-call:call-1 \"1820000ms\"",
+        "tool-call:call-1"
+    ]);
     let llm = ScriptedLlm::start_with(investigator(result(evidence, 0))).await;
     let (hook, url) = Hook::start(vec![]).await;
     let data = tempfile::tempdir().unwrap();
@@ -411,6 +414,9 @@ async fn a_quote_that_is_only_part_of_a_value_fails_the_job_with_the_reason() {
     let job = wait_job(&rig.store, &ingest(&rig.store).await, finished).await;
     assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("structure_failed")));
     let error = job.error.as_deref().unwrap();
-    assert!(error.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"), "{error}");
+    assert!(
+        error.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
+        "{error}"
+    );
     assert!(job.result.is_none() && hook.count() == 0);
 }

@@ -248,8 +248,8 @@ pub fn validate(arguments: &str, evidence: &Evidence) -> Result<InvestigationRes
 /// `evidence_coverage` was written before this version and keeps the exact-substring
 /// quote rule it was accepted under.
 pub fn revalidate(recorded: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
-    let legacy = serde_json::from_str::<Value>(recorded)
-        .is_ok_and(|v| v.is_object() && v.get("evidence_coverage").is_none());
+    let legacy =
+        serde_json::from_str::<Value>(recorded).is_ok_and(|v| v.is_object() && v.get("evidence_coverage").is_none());
     check(recorded, evidence, if legacy { QuoteRule::LegacySubstring } else { QuoteRule::Tokens })
 }
 

@@ -74,8 +74,11 @@ enum Token {
     Punct(char),
 }
 
-/// The unit suffixes that convert, with their dimension and factor `f × 10^shift`.
-fn unit(suffix: &str) -> Option<(Dimension, u128, i32)> {
+/// A dimension and the factor `f × 10^shift` to its base unit.
+type Unit = (Dimension, u128, i32);
+
+/// The unit suffixes that convert.
+fn unit(suffix: &str) -> Option<Unit> {
     let binary = |power: u32| Some((Dimension::Bytes, 1u128 << (10 * power), 0));
     match suffix {
         "" => Some((Dimension::Plain, 1, 0)),
@@ -97,13 +100,16 @@ fn unit(suffix: &str) -> Option<(Dimension, u128, i32)> {
     }
 }
 
-/// The unit a JSON key gives its bare number, as a unit suffix.
-fn key_unit(key: &str) -> Option<&'static str> {
+/// The unit a JSON key gives its bare number.
+fn key_unit(key: &str) -> Option<Unit> {
     let key = key.to_ascii_lowercase();
     [("bytes", "B"), ("seconds", "s"), ("ratio", ""), ("percent", "%")]
         .into_iter()
         .find(|(end, _)| key.ends_with(end))
-        .map(|(_, unit)| unit)
+        .and_then(|(_, suffix)| unit(suffix))
+        .map(|(dimension, factor, shift)| {
+            (if dimension == Dimension::Plain { Dimension::Ratio } else { dimension }, factor, shift)
+        })
 }
 
 /// Parses a whole run as a number with an optional convertible unit.
@@ -182,14 +188,13 @@ fn number(run: &str) -> Option<(Decimal, &str)> {
     Some((Decimal::new(negative, mantissa, exponent), suffix))
 }
 
-/// A number token from a run and the unit it is read in.
-fn number_token(run: &str, suffix_override: Option<&str>) -> Option<Token> {
+/// A number token from a run; a bare number is read in `bare` when given.
+fn number_token(run: &str, bare: Option<Unit>) -> Option<Token> {
     let (value, suffix) = number(run)?;
-    let suffix = match suffix_override {
-        Some(unit) if suffix.is_empty() => unit,
-        _ => suffix,
+    let (dimension, factor, shift) = match bare {
+        Some(key_unit) if suffix.is_empty() => key_unit,
+        _ => unit(suffix)?,
     };
-    let (dimension, factor, shift) = unit(suffix)?;
     Some(Token::Number(dimension, value.scaled(factor, shift)?))
 }
 
@@ -405,8 +410,20 @@ mod tests {
     fn json_numbers_take_the_unit_their_key_names() {
         let output = json!({"memory_bytes": 536870912, "cpu_ratio": 0.85, "disk_percent": 91,
                             "latency_seconds": 1.5, "restarts": 7, "pods": [17, 3]});
-        for quote in ["512Mi", "536870912", "85%", "0.85", "91%", "1500ms", "1.5", "restarts=7",
-                      "restarts: 7", "\"restarts\": 7", "memory_bytes=512Mi", "3"] {
+        for quote in [
+            "512Mi",
+            "536870912",
+            "85%",
+            "0.85",
+            "91%",
+            "1500ms",
+            "1.5",
+            "restarts=7",
+            "restarts: 7",
+            "\"restarts\": 7",
+            "memory_bytes=512Mi",
+            "3",
+        ] {
             assert!(occurs(quote, &output), "{quote}");
         }
         for quote in ["7%", "restarts=17", "85", "1.5Mi", "restarts=3", "pods=7", "512"] {
@@ -433,14 +450,16 @@ mod tests {
         #[test]
         fn an_integer_matches_its_formattings_and_not_a_longer_number(n in 0u64..10_000_000_000, digit in 1u8..10) {
             let output = json!(format!("value {n} end"));
-            prop_assert!(occurs(&n.to_string(), &output));
-            prop_assert!(occurs(&format!("{n}.0"), &output));
-            prop_assert!(occurs(&format!("{:e}", n as f64), &output));
             let grouped = n.to_string().as_bytes().rchunks(3).rev().map(|c| String::from_utf8_lossy(c).into_owned())
                 .collect::<Vec<_>>().join(",");
-            prop_assert!(occurs(&grouped, &output));
-            prop_assert!(!occurs(&n.to_string(), &json!(format!("value {digit}{n} end"))));
-            prop_assert!(!occurs(&n.to_string(), &json!(format!("value {n}{digit} end"))));
+            let quotes = [n.to_string(), format!("{n}.0"), format!("{:e}", n as f64), grouped];
+            for quote in &quotes {
+                prop_assert!(occurs(quote, &output), "{} in {}", quote, output);
+            }
+            let longer = [json!(format!("value {digit}{n} end")), json!(format!("value {n}{digit} end"))];
+            for output in &longer {
+                prop_assert!(!occurs(&quotes[0], output), "{} in {}", quotes[0], output);
+            }
         }
 
         #[test]

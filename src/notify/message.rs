@@ -291,8 +291,10 @@ mod tests {
         assert!(t.contains("Run: https://akritas.test/runs/run-1\n"));
         assert!(t.contains("\n\nSummary\nCPU is high\n"));
         assert!(t.contains("\n\nEvidence\n- tool-call:call_1\n\nAffected components\n- api\n"));
-        assert!(t.contains("\n\nRecommended actions\n- scale up\n\nEvidence items: 3\n\
-             Evidence coverage: 2/3 (67%) with a verified quote\nProduction writes: 0"));
+        assert!(t.contains(
+            "\n\nRecommended actions\n- scale up\n\nEvidence items: 3\n\
+             Evidence coverage: 2/3 (67%) with a verified quote\nProduction writes: 0"
+        ));
         assert!(!t.contains("Impact") && !t.contains("Ruled out"), "empty sections are left out");
         assert!(!t.contains("- \n"));
     }
