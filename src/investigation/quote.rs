@@ -53,7 +53,7 @@ impl Decimal {
         if mantissa == 0 {
             return Decimal { negative: false, mantissa: 0, exponent: 0 };
         }
-        while mantissa % 10 == 0 {
+        while mantissa.is_multiple_of(10) {
             mantissa /= 10;
             exponent += 1;
         }
