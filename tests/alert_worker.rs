@@ -365,3 +365,58 @@ async fn a_tampered_result_is_refused_at_replay() {
     let error = AuditLog::open(&path).err().expect("the forged result is refused").to_string();
     assert!(error.contains("record 3 is inconsistent") && error.contains("names no successful tool call"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incident_and_notification() {
+    // postgres.activity returned {"active": 3, "longest_query_seconds": 1820, "waiting": 0}.
+    let evidence = json!([
+        "tool-call:call-1 \"longest_query_seconds=1,820\"",
+        "tool-call:call-1 \"1820000ms\"",
+        "tool-call:call-1"
+    ]);
+    let llm = ScriptedLlm::start_with(investigator(result(evidence, 0))).await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    let coverage = job.result.as_ref().unwrap().evidence_coverage.expect("the host records the coverage");
+    assert_eq!((coverage.claims, coverage.verified, coverage.describe()), (3, 2, "2/3 (67%)".to_string()));
+
+    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    assert_eq!(run.investigation.as_ref().unwrap().evidence_coverage, Some(coverage));
+    let run_status = akritas::operator::projection::run_status(&run);
+    assert_eq!((run_status["evidenceCount"].as_u64(), run_status["evidenceVerified"].as_u64()), (Some(3), Some(2)));
+    let (incident, _, jobs) = rig.store.incident(&job.incident_id).unwrap();
+    let incident_status = akritas::operator::projection::incident_status(&incident, &jobs);
+    assert_eq!(incident_status["investigation"]["evidenceCount"], 3);
+    assert_eq!(incident_status["investigation"]["evidenceVerified"], 2);
+
+    let (_, body) = hook.received.lock().unwrap()[0].clone();
+    let envelope: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(envelope["incident"]["evidence_coverage"], json!({"claims": 3, "verified": 2, "ratio": 2.0 / 3.0}));
+
+    // The coverage is re-validated from the journal at restart.
+    drop(rig);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    assert_eq!(rig.audit.get(&run.id).unwrap().investigation.unwrap().evidence_coverage, Some(coverage));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quote_that_is_only_part_of_a_value_fails_the_job_with_the_reason() {
+    // "182" is a substring of 1820 but not a value the output holds.
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1 \"182\""]), 0))).await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job = wait_job(&rig.store, &ingest(&rig.store).await, finished).await;
+    assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("structure_failed")));
+    let error = job.error.as_deref().unwrap();
+    assert!(
+        error.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
+        "{error}"
+    );
+    assert!(job.result.is_none() && hook.count() == 0);
+}

@@ -411,3 +411,55 @@ async fn recording_a_result_the_run_does_not_support_writes_nothing() {
     let (replayed, _) = replay_copy(audit.path());
     assert!(replayed.is_ok());
 }
+
+/// A journal whose Run made one succeeded execution call returning `{"restarts": 7}`,
+/// then recorded `result` as the Run's structured result (hash chain intact).
+async fn journal_with_result(path: &Path, result: Value) {
+    let run_id = "run_0123456789abcdef0123456789abcdef";
+    let (journal, _) = Journal::open(path, JournalOptions::default()).unwrap();
+    let run = json!({"id": run_id, "namespace": "default", "source": "alert:generic", "actor": "a",
+                     "catalog_version": 1, "status": "running"});
+    journal.append("run_started", &json!({"run": run})).await.unwrap();
+    let event = json!({"sequence": 1, "type": "tool_call", "status": "succeeded",
+                       "metadata": {"tool": "inventory.host", "call_id": "call-1", "call_kind": "execution"},
+                       "arguments": {"host": "db-7"},
+                       "result": {"id": "call-1", "name": "inventory.host", "output": {"restarts": 7, "pods": 17}}});
+    journal.append("run_event", &json!({"run_id": run_id, "event": event})).await.unwrap();
+    journal.append("investigation_result", &json!({"run_id": run_id, "result": result})).await.unwrap();
+    journal.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_journaled_result_quoting_a_value_absent_from_the_output_is_refused_at_replay() {
+    let evidence = akritas::investigation::Evidence::from([("call-1".to_string(), json!({"restarts": 7, "pods": 17}))]);
+    let honest = akritas::investigation::validate(
+        &result_citing(&["tool-call:call-1 \"restarts=7\"".into()]).to_string(),
+        &evidence,
+    )
+    .unwrap();
+    let recorded = serde_json::to_value(&honest).unwrap();
+    assert_eq!(recorded["evidence_coverage"], json!({"claims": 1, "verified": 1, "ratio": 1.0}));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("honest.jsonl");
+    journal_with_result(&path, recorded.clone()).await;
+    let (replayed, verify) = replay_copy(&path);
+    let run = replayed.unwrap().get(&akritas::audit::RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap());
+    assert_eq!(run.unwrap().investigation, Some(honest));
+    assert!(verify.status.success(), "{verify:?}");
+
+    // The same record with the quote changed to a value the call never returned (17 is
+    // another field's value; 7 would only be its substring).
+    let mut forged = recorded;
+    forged["evidence"] = json!(["tool-call:call-1 \"restarts=17\""]);
+    let path = dir.path().join("forged.jsonl");
+    journal_with_result(&path, forged).await;
+    let (replayed, verify) = replay_copy(&path);
+    let error = replayed.err().expect("the forged quote is refused").to_string();
+    assert!(
+        error.contains("record 3")
+            && error.contains("quotes a value that does not occur in that call's output")
+            && error.contains("restarts=17"),
+        "{error}"
+    );
+    assert!(!verify.status.success(), "audit verify refuses it too");
+}

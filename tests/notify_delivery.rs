@@ -191,6 +191,7 @@ fn notification() -> Notification {
         affected_components: vec!["shop/api".into()],
         recommended_actions: vec!["Scale `api` to 4 replicas".into()],
         evidence_count: 5,
+        evidence_coverage: None,
         production_writes: 0,
     }
 }

@@ -91,6 +91,7 @@ pub fn notification(
         affected_components: result.affected_components.clone(),
         recommended_actions: result.recommended_actions.clone(),
         evidence_count: u32::try_from(result.evidence.len()).unwrap_or(u32::MAX),
+        evidence_coverage: result.evidence_coverage,
         production_writes: result.production_writes,
     }
 }

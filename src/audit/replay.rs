@@ -243,7 +243,7 @@ fn finish(run: &mut RunRecord, status: RunStatus, record: &Record) {
 /// reference must name a successful execution-tool call of the Run by its
 /// host-assigned id, and a quoted value must occur in that call's stored output.
 pub(super) fn check_result(run: &RunRecord, text: &str) -> Result<InvestigationResult, InvestigationError> {
-    investigation::validate(text, &evidence(&run.events))
+    investigation::revalidate(text, &evidence(&run.events))
 }
 
 /// The calls of a Run that count as evidence, with their stored output. Tool calls

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::chat::{MATTERMOST_LIMIT, TELEGRAM_LIMIT, mattermost_escape};
+use crate::investigation::EvidenceCoverage;
 use crate::text::truncate_chars;
 
 /// Telegram `sendMessage` text limit used by upstream (runes).
@@ -66,6 +67,9 @@ pub struct Notification {
     pub affected_components: Vec<String>,
     pub recommended_actions: Vec<String>,
     pub evidence_count: u32,
+    /// Evidence items with a quoted value the host verified, of all claims.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_coverage: Option<EvidenceCoverage>,
     /// Always 0 for a validated investigation.
     pub production_writes: u64,
 }
@@ -134,6 +138,9 @@ fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     }
     lines.push(String::new());
     lines.push(format!("Evidence items: {}", n.evidence_count));
+    if let Some(coverage) = &n.evidence_coverage {
+        lines.push(format!("Evidence coverage: {} with a verified quote", coverage.describe()));
+    }
     lines.push(format!("Production writes: {}", n.production_writes));
     lines.join("\n")
 }
@@ -265,6 +272,7 @@ mod tests {
             affected_components: vec!["api".into()],
             recommended_actions: vec!["scale up".into(), "  ".into()],
             evidence_count: 3,
+            evidence_coverage: Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0 }),
             production_writes: 0,
         }
     }
@@ -283,7 +291,10 @@ mod tests {
         assert!(t.contains("Run: https://akritas.test/runs/run-1\n"));
         assert!(t.contains("\n\nSummary\nCPU is high\n"));
         assert!(t.contains("\n\nEvidence\n- tool-call:call_1\n\nAffected components\n- api\n"));
-        assert!(t.contains("\n\nRecommended actions\n- scale up\n\nEvidence items: 3\nProduction writes: 0"));
+        assert!(t.contains(
+            "\n\nRecommended actions\n- scale up\n\nEvidence items: 3\n\
+             Evidence coverage: 2/3 (67%) with a verified quote\nProduction writes: 0"
+        ));
         assert!(!t.contains("Impact") && !t.contains("Ruled out"), "empty sections are left out");
         assert!(!t.contains("- \n"));
     }
@@ -337,6 +348,8 @@ mod tests {
         assert_eq!(v["incident"]["status"], "firing");
         assert_eq!(v["incident"]["run_url"], "https://akritas.test/runs/run-1");
         assert_eq!(v["incident"]["evidence_count"], 3);
+        assert_eq!(v["incident"]["evidence_coverage"]["verified"], 2);
+        assert_eq!(v["incident"]["evidence_coverage"]["claims"], 3);
     }
 
     #[test]

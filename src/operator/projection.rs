@@ -21,6 +21,7 @@ use super::backoff::Backoff;
 use crate::alerts::store::{AlertStore, DeliveryStatus, Job};
 use crate::audit::{AuditLog, RunRecord, RunStatus};
 use crate::catalog::status::StatusBoard;
+use crate::investigation::InvestigationResult;
 use crate::resources::{API_VERSION, Kind};
 
 /// Label on every object the host writes.
@@ -259,6 +260,7 @@ pub fn run_status(run: &RunRecord) -> Value {
         "skills": skills,
         "budget": budget,
         "evidenceCount": run.investigation.as_ref().map(|i| i.evidence.len()).unwrap_or(0),
+        "evidenceVerified": verified(run.investigation.as_ref()),
         "conditions": [],
     });
     if let Some(finished) = &run.completed_at {
@@ -271,6 +273,11 @@ pub fn run_status(run: &RunRecord) -> Value {
         status["error"] = json!(bounded(error));
     }
     status
+}
+
+/// Evidence items of a result with a verified quote.
+fn verified(result: Option<&InvestigationResult>) -> u32 {
+    result.and_then(|r| r.evidence_coverage).map_or(0, |c| c.verified)
 }
 
 fn run_prompt(run: &RunRecord) -> String {
@@ -293,7 +300,9 @@ async fn sync_runs(writer: &Writer<'_>, audit: &AuditLog, cutoff: &str, written:
     }
 }
 
-fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) -> Value {
+/// The status of an Incident object: state, counts, times, the newest investigation
+/// (with its evidence coverage) and deliveries.
+pub fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) -> Value {
     let state = match incident.state {
         crate::alerts::IncidentStatus::Firing => "firing",
         crate::alerts::IncidentStatus::Resolved => "resolved",
@@ -318,6 +327,7 @@ fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) -> Val
             status["investigation"] = json!({
                 "finding": value["finding_status"], "confidence": value["confidence"],
                 "actionability": value["actionability"], "summary": bounded(&result.summary),
+                "evidenceCount": result.evidence.len(), "evidenceVerified": verified(Some(result)),
             });
         }
         let deliveries: Vec<Value> = job

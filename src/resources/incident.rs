@@ -94,6 +94,13 @@ pub struct InvestigationSummary {
     pub actionability: String,
     /// Bounded summary.
     pub summary: String,
+    /// Evidence items of the result.
+    #[serde(default)]
+    pub evidence_count: u32,
+    /// Evidence items whose quoted value the host found in the cited call's output
+    /// (coverage = evidenceVerified / evidenceCount).
+    #[serde(default)]
+    pub evidence_verified: u32,
 }
 
 /// One notification outcome.

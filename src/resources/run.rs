@@ -100,6 +100,10 @@ pub struct RunStatus {
     /// Evidence items that passed host validation.
     #[serde(default)]
     pub evidence_count: u32,
+    /// Evidence items whose quoted value the host found in the cited call's output
+    /// (coverage = evidenceVerified / evidenceCount).
+    #[serde(default)]
+    pub evidence_verified: u32,
     /// Why the Run failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use akritas::engine::plan::{MAX_FIELD_CHARS, MAX_PLAN_ITEMS, validate_plan};
-use akritas::investigation::{EVIDENCE_PREFIX, Evidence, MAX_ITEMS, MAX_TEXT_CHARS, validate};
+use akritas::investigation::{EVIDENCE_PREFIX, Evidence, MAX_ITEMS, MAX_TEXT_CHARS, quote, validate};
 use serde_json::json;
 
 use super::harness::{self, Verdict};
@@ -78,18 +78,32 @@ fn investigation_result() {
                 if lists.iter().any(|l| l.len() > MAX_ITEMS || l.iter().any(|i| i.is_empty())) {
                     return Err("a list out of bounds".into());
                 }
+                let mut quoted = 0;
                 for reference in &result.evidence {
                     let rest = reference.strip_prefix(EVIDENCE_PREFIX).ok_or("a foreign reference was accepted")?;
                     let (id, quote) = rest.split_once(' ').map_or((rest, None), |(id, q)| (id, Some(q)));
                     let output = evidence.get(id).ok_or_else(|| format!("evidence of an unknown call: {reference}"))?;
                     if let Some(quote) = quote {
                         let value = quote.trim_matches('"');
+                        quoted += 1;
+                        // Normalised matching accepts `412.0` for `412`; it never accepts what neither
+                        // the substring rule nor the token rule finds.
                         if value.is_empty()
-                            || (!output.to_string().contains(value) && !json_strings_contain(output, value))
+                            || (!output.to_string().contains(value)
+                                && !json_strings_contain(output, value)
+                                && !quote::occurs(value, output))
                         {
                             return Err(format!("a quote not in the call's output: {reference}"));
                         }
                     }
+                }
+                let coverage = result.evidence_coverage.ok_or("an accepted result without coverage")?;
+                if (coverage.claims as usize, coverage.verified) != (result.evidence.len(), quoted) {
+                    return Err(format!("coverage {coverage:?} for {quoted} quotes"));
+                }
+                let again = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+                if validate(&again, &evidence).as_ref().ok() != Some(&result) {
+                    return Err("an accepted result does not validate again as recorded".into());
                 }
                 Ok(Verdict::Accepted)
             }

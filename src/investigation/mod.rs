@@ -1,8 +1,11 @@
 //! `InvestigationResult`: the strict, structured outcome of an alert investigation.
 //! The host accepts it only when every evidence reference names a successful
 //! execution-tool call of this Run by the id the host assigned it (and a quoted
-//! value occurs in that call's stored output), and nothing claims a production
-//! write; confidence is descriptive and never affects validity.
+//! value occurs in that call's stored output, see [`quote`]), and nothing claims a
+//! production write; confidence is descriptive and never affects validity. The
+//! host records the evidence coverage: how many claims carry a verified quote.
+
+pub mod quote;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -93,6 +96,47 @@ pub struct InvestigationResult {
     pub recommended_actions: Vec<String>,
     /// Production writes performed: always 0.
     pub production_writes: u64,
+    /// Computed by the host at validation (absent in journals written before it was
+    /// recorded; replay then computes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_coverage: Option<EvidenceCoverage>,
+}
+
+/// How much of a result's evidence quotes a value the host found in the cited
+/// call's output: `verified` of `claims` evidence items. A result without
+/// evidence has ratio 0: nothing it says is backed by a quote.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceCoverage {
+    /// Evidence items.
+    pub claims: u32,
+    /// Evidence items with a quoted value that occurs in the cited call's output.
+    pub verified: u32,
+    /// `verified / claims`, 0 without claims.
+    pub ratio: f64,
+}
+
+impl EvidenceCoverage {
+    fn of(claims: usize, verified: usize) -> EvidenceCoverage {
+        let claims = u32::try_from(claims).unwrap_or(u32::MAX);
+        let verified = u32::try_from(verified).unwrap_or(u32::MAX);
+        let ratio = if claims == 0 { 0.0 } else { f64::from(verified) / f64::from(claims) };
+        EvidenceCoverage { claims, verified, ratio }
+    }
+
+    /// `2/3 (67%)`.
+    pub fn describe(&self) -> String {
+        format!("{}/{} ({:.0}%)", self.verified, self.claims, self.ratio * 100.0)
+    }
+}
+
+/// How quotes are compared: [`quote::occurs`] (token rules) for every result this
+/// version records; exact substrings for a journal record written before the host
+/// recorded coverage, so old journals replay under the rule they were accepted by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QuoteRule {
+    Tokens,
+    LegacySubstring,
 }
 
 /// The schema given to the model for the structuring call.
@@ -110,7 +154,7 @@ pub fn result_schema() -> Value {
             "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
             "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
             "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": "tool-call:<id> references from host_owned_evidence, each optionally followed by a space and a double-quoted value copied exactly from that call's output, e.g. tool-call:call-2 \"1820\"", "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}},
+            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": "tool-call:<id> references from host_owned_evidence, each optionally followed by a space and a double-quoted value from that call's output: whole words, numbers (with units) or key=value, e.g. tool-call:call-2 \"1820\" or tool-call:call-3 \"restarts=7\"", "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}},
             "ruled_out": list(),
             "affected_components": list(),
             "recommended_actions": list(),
@@ -175,13 +219,41 @@ pub enum InvestigationError {
     )]
     UnknownCall(String),
     /// A quoted value is not in the cited call's output.
-    #[error("evidence {0:?} quotes a value that does not occur in that call's output")]
+    #[error(
+        "evidence {0:?} quotes a value that does not occur in that call's output; quote whole words or numbers as \
+         the output shows them"
+    )]
     QuoteNotInOutput(String),
+    /// A result states a coverage other than the one its evidence gives.
+    #[error(
+        "evidence_coverage is computed by the host: the result states {stated} but its evidence gives {computed}; \
+         omit the field"
+    )]
+    CoverageMismatch {
+        /// What the result said.
+        stated: String,
+        /// What the host computed.
+        computed: String,
+    },
 }
 
 /// Decodes, normalises (trims, sorts lists) and validates a result against the
-/// calls it may cite (`evidence`). Every rejection says why.
+/// calls it may cite (`evidence`), and records its evidence coverage. Every
+/// rejection says why. A stated `evidence_coverage` must equal the computed one.
 pub fn validate(arguments: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
+    check(arguments, evidence, QuoteRule::Tokens)
+}
+
+/// [`validate`] for a result read back from the audit journal: a record without
+/// `evidence_coverage` was written before this version and keeps the exact-substring
+/// quote rule it was accepted under.
+pub fn revalidate(recorded: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
+    let legacy =
+        serde_json::from_str::<Value>(recorded).is_ok_and(|v| v.is_object() && v.get("evidence_coverage").is_none());
+    check(recorded, evidence, if legacy { QuoteRule::LegacySubstring } else { QuoteRule::Tokens })
+}
+
+fn check(arguments: &str, evidence: &Evidence, rule: QuoteRule) -> Result<InvestigationResult, InvestigationError> {
     let value: Value = serde_json::from_str(arguments).map_err(InvestigationError::Json)?;
     let mut result: InvestigationResult = serde_json::from_value(value).map_err(InvestigationError::Schema)?;
     if result.production_writes != 0 {
@@ -201,15 +273,24 @@ pub fn validate(arguments: &str, evidence: &Evidence) -> Result<InvestigationRes
     ] {
         normalise_list(list, name)?;
     }
+    let mut verified = 0;
     for reference in &result.evidence {
-        check_reference(reference, evidence)?;
+        verified += usize::from(check_reference(reference, evidence, rule)?);
     }
+    let computed = EvidenceCoverage::of(result.evidence.len(), verified);
+    if let Some(stated) = result.evidence_coverage
+        && stated != computed
+    {
+        return Err(InvestigationError::CoverageMismatch { stated: stated.describe(), computed: computed.describe() });
+    }
+    result.evidence_coverage = Some(computed);
     Ok(result)
 }
 
 /// `tool-call:<id>` or `tool-call:<id> "<value>"`: the id must be one of `evidence`
-/// and the value, when given, must occur in that call's output.
-fn check_reference(reference: &str, evidence: &Evidence) -> Result<(), InvestigationError> {
+/// and the value, when given, must occur in that call's output. Whether a value
+/// was quoted (and so verified).
+fn check_reference(reference: &str, evidence: &Evidence, rule: QuoteRule) -> Result<bool, InvestigationError> {
     let foreign = || InvestigationError::ForeignReference(reference.to_string());
     let rest = reference.strip_prefix(EVIDENCE_PREFIX).ok_or_else(foreign)?;
     let (id, quote) = match rest.split_once(' ') {
@@ -220,16 +301,20 @@ fn check_reference(reference: &str, evidence: &Evidence) -> Result<(), Investiga
         }
     };
     let output = evidence.get(id).ok_or_else(|| InvestigationError::UnknownCall(reference.to_string()))?;
-    if let Some(value) = quote
-        && !occurs_in(value, output)
-    {
+    let Some(value) = quote else { return Ok(false) };
+    let found = match rule {
+        QuoteRule::Tokens => quote::occurs(value, output),
+        QuoteRule::LegacySubstring => occurs_as_substring(value, output),
+    };
+    if !found {
         return Err(InvestigationError::QuoteNotInOutput(reference.to_string()));
     }
-    Ok(())
+    Ok(true)
 }
 
-/// Whether `value` occurs in a string of `output` or in its JSON text (numbers, keys).
-fn occurs_in(value: &str, output: &Value) -> bool {
+/// The rule of journals written before coverage was recorded: `value` occurs in a
+/// string of `output` or in its JSON text.
+fn occurs_as_substring(value: &str, output: &Value) -> bool {
     fn in_strings(value: &str, output: &Value) -> bool {
         match output {
             Value::String(text) => text.contains(value),
@@ -355,11 +440,49 @@ mod tests {
             rejection(&result(json!(["tool-call:call-1 \"1820\""]), 0))
                 .contains("does not occur in that call's output")
         );
+        assert!(rejection(&result(json!(["tool-call:call-2 \"182\""]), 0)).contains("does not occur"), "partial token");
         for malformed in ["tool-call:call-1 1820", "tool-call:call-1 \"\"", "tool-call:call-1 \"open"] {
             assert!(
                 rejection(&result(json!([malformed]), 0)).contains("not a reference this host recorded"),
                 "{malformed}"
             );
         }
+    }
+
+    #[test]
+    fn normalised_quotes_are_accepted_and_counted_in_the_coverage() {
+        let accepted = validate(
+            &result(json!(["tool-call:call-2 \"1,820\"", "tool-call:call-1 \"host=db-7\"", "tool-call:call-1"]), 0),
+            &calls(),
+        )
+        .unwrap();
+        assert_eq!(accepted.evidence_coverage, Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0 }));
+        assert_eq!(accepted.evidence_coverage.unwrap().describe(), "2/3 (67%)");
+        let none = validate(&result(json!([]), 0), &calls()).unwrap().evidence_coverage.unwrap();
+        assert_eq!((none.claims, none.verified, none.ratio), (0, 0, 0.0), "no claims: nothing is backed");
+    }
+
+    #[test]
+    fn a_recorded_result_replays_identically_and_a_forged_coverage_is_rejected() {
+        let accepted = validate(&result(json!(["tool-call:call-2 \"1820.0\""]), 0), &calls()).unwrap();
+        let recorded = serde_json::to_string(&accepted).unwrap();
+        assert_eq!(revalidate(&recorded, &calls()).unwrap(), accepted);
+        assert_eq!(validate(&recorded, &calls()).unwrap(), accepted);
+        let forged = recorded.replace("\"verified\":1", "\"verified\":0");
+        assert_ne!(forged, recorded);
+        assert_eq!(
+            validate(&forged, &calls()).unwrap_err().to_string(),
+            "evidence_coverage is computed by the host: the result states 0/1 (100%) but its evidence gives 1/1 \
+             (100%); omit the field"
+        );
+    }
+
+    #[test]
+    fn a_journal_record_without_coverage_keeps_the_substring_rule() {
+        let old = result(json!(["tool-call:call-2 \"182\""]), 0);
+        assert!(validate(&old, &calls()).is_err(), "new results quote whole tokens");
+        let replayed = revalidate(&old, &calls()).unwrap();
+        assert_eq!(replayed.evidence_coverage.map(|c| c.verified), Some(1));
+        assert!(revalidate(&result(json!(["tool-call:call-2 \"9999\""]), 0), &calls()).is_err());
     }
 }
