@@ -63,7 +63,9 @@ pub fn checks(case: &Case, outcome: &ReplayOutcome) -> Vec<Check> {
             call.tool == required.tool && required.arguments.as_ref().is_none_or(|s| includes(&call.arguments, s))
         });
         out.push(Check::new(format!("required_tool {}", required.tool), pass, || match &required.arguments {
-            Some(subset) => format!("no call of {} with arguments including {}", required.tool, Value::from(subset.clone())),
+            Some(subset) => {
+                format!("no call of {} with arguments including {}", required.tool, Value::from(subset.clone()))
+            }
             None => format!("{} was not called", required.tool),
         }));
     }
