@@ -173,3 +173,31 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     );
     assert!(stderr.contains("pass rate 50.0% is under --min-pass 100.0%"), "{stderr}");
 }
+
+#[tokio::test]
+async fn bad_arguments_and_bad_cases_say_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let akritas = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_akritas"));
+        command.arg("eval").args(args).kill_on_drop(true);
+        command
+    };
+    let path = dir.path().to_str().unwrap();
+    for (args, message) in [
+        (vec![path, "--repeat", "0"], "--repeat must be 1 to 100"),
+        (vec![path, "--concurrency", "64"], "--concurrency must be 1 to 32"),
+        (vec![path, "--min-pass", "1.5"], "--min-pass must be between 0.0 and 1.0"),
+        (vec![path], "holds no case files"),
+    ] {
+        let out = akritas(&args).output().await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    std::fs::write(dir.path().join("typo.yaml"), "version: 1\nname: x\ninput: {}\nexpected: {required_tool: []}\n")
+        .unwrap();
+    let out = akritas(&[path]).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("typo.yaml: the case does not parse") && stderr.contains("required_tool"), "{stderr}");
+}

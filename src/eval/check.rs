@@ -112,3 +112,70 @@ pub fn checks(case: &Case, outcome: &ReplayOutcome) -> Vec<Check> {
 fn name_of(value: &impl Serialize) -> String {
     serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::case::Case;
+
+    fn case(expected: &str) -> Case {
+        let text =
+            format!("version: 1\nname: c\ninput:\n  messages: [{{role: user, content: why}}]\nexpected:\n{expected}");
+        Case::parse(&text).unwrap()
+    }
+
+    fn outcome(answer: &str, evidence: &[&str]) -> ReplayOutcome {
+        let result = serde_json::json!({
+            "finding_status": "suspected", "actionability": "requires_human", "confidence": "low",
+            "summary": "s", "evidence": evidence, "production_writes": 0,
+        });
+        ReplayOutcome {
+            case: "c".into(),
+            model: None,
+            instructions_sha256: None,
+            status: "succeeded".into(),
+            error: None,
+            error_code: None,
+            answer: Some(answer.into()),
+            tool_calls: vec![crate::replay::run::ReplayedCall {
+                tool: "postgres.activity".into(),
+                arguments: serde_json::json!({"host": "db-7", "limit": 5}),
+                status: "ok".into(),
+                recorded: true,
+            }],
+            unknown_calls: 0,
+            skills: Vec::new(),
+            investigation: Some(serde_json::from_value(result).unwrap()),
+            usage: None,
+            comparison: crate::replay::run::Comparison {
+                same_tool_calls: true,
+                same_skills: true,
+                same_status: true,
+                same_investigation: None,
+            },
+        }
+    }
+
+    #[test]
+    fn each_expectation_passes_or_fails_with_a_reason() {
+        let expected = "  required_tools: [{tool: postgres.activity, arguments: {host: db-7}}, {tool: postgres.activity, arguments: {host: db-8}}]\n  \
+                        forbidden_tools: [kubernetes.scale, postgres.activity]\n  finding_status: confirmed\n  actionability: requires_human\n  \
+                        required_facts: [\"1820\", \"lock\", \"absent\"]\n";
+        let outcome = outcome("a lock wait", &["tool-call:call-1 \"1820\"", "tool-call:call-2"]);
+        let verdicts: Vec<(String, bool, String)> =
+            checks(&case(expected), &outcome).into_iter().map(|c| (c.name, c.pass, c.reason)).collect();
+        let failed: Vec<&str> = verdicts.iter().filter(|v| !v.1).map(|v| v.0.as_str()).collect();
+        assert_eq!(
+            failed,
+            [
+                "required_tool postgres.activity",
+                "forbidden_tool postgres.activity",
+                "finding_status confirmed",
+                "required_fact \"absent\""
+            ]
+        );
+        assert!(verdicts.iter().any(|v| v.2 == "got suspected"), "{verdicts:?}");
+        assert_eq!(verdicts.len(), 9);
+        assert_eq!(evidence_coverage(&outcome), Some(0.5));
+    }
+}
