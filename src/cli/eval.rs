@@ -7,12 +7,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::app::assemble;
-use crate::config::{self, ServeFlags, Source};
+use crate::config::{self, ServeFlags};
 use crate::engine::instructions::SystemInstructions;
 use crate::engine::request::EngineSettings;
 use crate::eval::suite::{MAX_CONCURRENCY, MAX_REPEAT};
 use crate::eval::{SuiteOptions, failures, load_dir, run_suite, table};
-use crate::replay::SkillSource;
 
 /// `eval` arguments.
 #[derive(Args, Debug)]
@@ -70,10 +69,7 @@ async fn eval(args: &EvalArgs) -> Result<ExitCode, String> {
     let cases = load_dir(&args.dir)?;
     let instructions = SystemInstructions::load(&settings.system_instructions).map_err(|e| e.to_string())?;
     let llm = assemble::llm_client(&settings, &instructions).map_err(|e| format!("{e:#}"))?;
-    let skills = match (settings.origin("skills_dir"), &settings.skills_dir) {
-        (Source::Default, _) | (_, None) => SkillSource::Case,
-        (_, Some(dir)) => SkillSource::Directory(PathBuf::from(dir)),
-    };
+    let skills = super::run::skill_source(&settings);
     let options = SuiteOptions { repeat: args.repeat, concurrency: args.concurrency };
     let report = run_suite(cases, llm, EngineSettings::from_settings(&settings), skills, &options).await;
     print!("{}", table(&report));

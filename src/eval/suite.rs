@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::check::{Check, checks, evidence_coverage};
 use crate::engine::request::EngineSettings;
 use crate::llm::LlmClient;
-use crate::replay::case::{Case, MAX_CASE_BYTES};
+use crate::replay::case::{Case, read_text};
 use crate::replay::{SkillSource, replay};
 
 /// Most cases in a suite.
@@ -130,11 +130,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, Case)>, String> {
     }
     let mut cases = Vec::new();
     for file in files {
-        let size = std::fs::metadata(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?.len();
-        if size > MAX_CASE_BYTES as u64 {
-            return Err(format!("{} is {size} bytes; a case has at most {MAX_CASE_BYTES}", file.display()));
-        }
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let text = read_text(&file)?;
         let case = Case::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
         cases.push((file, case));
     }

@@ -262,6 +262,16 @@ pub enum CaseError {
     },
 }
 
+/// The text of a case file, bounded by [`MAX_CASE_BYTES`]; errors name the file.
+pub fn read_text(path: &std::path::Path) -> Result<String, String> {
+    let limit = MAX_CASE_BYTES as u64;
+    let size = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
+    if size > limit {
+        return Err(format!("{} is {size} bytes; a case has at most {limit}", path.display()));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
 impl Case {
     /// Reads a case from JSON or YAML text and checks its bounds.
     pub fn parse(text: &str) -> Result<Case, CaseError> {
