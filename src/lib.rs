@@ -9,6 +9,7 @@ pub mod change;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod eval;
 pub mod investigation;
 pub mod journal;
 pub mod knowledge;

@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["resources", "text", "language", "outbound", "tenancy", "telemetry", "redact"],
     &["journal", "llm", "tools", "catalog", "config", "investigation"],
     &["audit", "engine", "mcp", "knowledge", "kubernetes", "victoriametrics"],
-    &["alerts", "notify", "change", "bots", "replay"],
+    &["alerts", "notify", "change", "bots", "replay", "eval"],
     &["operator", "web"],
     &["app"],
     &["cli"],

@@ -3,6 +3,7 @@
 pub mod ask;
 pub mod change;
 pub mod crds;
+pub mod eval;
 pub mod knowledge;
 pub mod mcp_probe;
 pub mod run;
@@ -36,6 +37,8 @@ pub enum Command {
     Audit(AuditArgs),
     /// Export a finished Run as a case, and replay a case offline.
     Run(run::RunArgs),
+    /// Run a directory of cases against a model and check their expectations.
+    Eval(eval::EvalArgs),
     /// Check resource manifests the way `serve` and the API server would; exit 1 on any problem.
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinitions, write them to a directory, or check one.
@@ -138,6 +141,7 @@ pub fn run() -> ExitCode {
         Command::Mcp(McpArgs { server: McpServer::Probe(args) }) => mcp_probe::run(args),
         Command::Change(args) => change::run(args),
         Command::Run(args) => run::run(args),
+        Command::Eval(args) => eval::run(args),
         Command::Openapi => print_openapi(),
     }
 }

@@ -145,11 +145,7 @@ async fn replay(args: &ReplayArgs) -> Result<ExitCode, String> {
     let case = Case::parse(&text).map_err(|e| format!("{}: {e}", args.case.display()))?;
     let instructions = SystemInstructions::load(&settings.system_instructions).map_err(|e| e.to_string())?;
     let llm = assemble::llm_client(&settings, &instructions).map_err(|e| format!("{e:#}"))?;
-    // The case's skills unless a skills directory is named explicitly.
-    let skills = match (settings.origin("skills_dir"), &settings.skills_dir) {
-        (Source::Default, _) | (_, None) => SkillSource::Case,
-        (_, Some(dir)) => SkillSource::Directory(PathBuf::from(dir)),
-    };
+    let skills = skill_source(&settings);
     let outcome = crate::replay::replay(&case, llm, EngineSettings::from_settings(&settings), &skills)
         .await
         .map_err(|e| e.to_string())?;
@@ -158,14 +154,17 @@ async fn replay(args: &ReplayArgs) -> Result<ExitCode, String> {
     Ok(if outcome.status == "succeeded" { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// The case's skills unless a skills directory is named explicitly.
+pub(crate) fn skill_source(settings: &config::Settings) -> SkillSource {
+    match (settings.origin("skills_dir"), &settings.skills_dir) {
+        (Source::Default, _) | (_, None) => SkillSource::Case,
+        (_, Some(dir)) => SkillSource::Directory(PathBuf::from(dir)),
+    }
+}
+
 /// The case file, bounded.
 fn read_case(path: &std::path::Path) -> Result<String, String> {
-    let limit = crate::replay::case::MAX_CASE_BYTES as u64;
-    let size = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
-    if size > limit {
-        return Err(format!("{} is {size} bytes; a case has at most {limit}", path.display()));
-    }
-    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    crate::replay::case::read_text(path)
 }
 
 fn print_json(outcome: &ReplayOutcome) -> std::io::Result<()> {

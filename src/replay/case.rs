@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::engine::conversation::{self, Speaker, Turn};
 use crate::engine::record::input_sha256;
-use crate::investigation::InvestigationResult;
+use crate::investigation::{Actionability, FindingStatus, InvestigationResult};
 use crate::tools::ToolError;
 
 /// Version of the case format this build reads and writes.
@@ -33,6 +33,9 @@ pub struct Case {
     pub version: u32,
     /// A name for reports (an export uses the Run id).
     pub name: String,
+    /// One line saying what the case is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// Where the case came from (absent in a hand-written case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
@@ -169,6 +172,38 @@ pub struct Expected {
     /// The structured result of an alert investigation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub investigation: Option<InvestigationResult>,
+    /// Eval checks (`akritas eval`): tool calls that must happen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_tools: Vec<RequiredTool>,
+    /// Eval checks: tools that must not be called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forbidden_tools: Vec<String>,
+    /// Eval checks: the result's finding status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding_status: Option<FindingStatus>,
+    /// Eval checks: the result's actionability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actionability: Option<Actionability>,
+    /// Eval checks: values that must appear as evidence quotes or in the answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_facts: Vec<String>,
+    /// Eval checks: most tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls: Option<u32>,
+    /// Eval checks: most model tokens (prompt and output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_tokens: Option<u64>,
+}
+
+/// A tool call an eval requires: the name, and optionally arguments the call must include.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequiredTool {
+    /// Host tool name.
+    pub tool: String,
+    /// Argument subset the call must carry (absent: any arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Map<String, Value>>,
 }
 
 /// A skill and the version of it that ran.
@@ -225,6 +260,16 @@ pub enum CaseError {
         /// Hash of the supplied input.
         got: String,
     },
+}
+
+/// The text of a case file, bounded by [`MAX_CASE_BYTES`]; errors name the file.
+pub fn read_text(path: &std::path::Path) -> Result<String, String> {
+    let limit = MAX_CASE_BYTES as u64;
+    let size = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?.len();
+    if size > limit {
+        return Err(format!("{} is {size} bytes; a case has at most {limit}", path.display()));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 impl Case {
@@ -303,6 +348,7 @@ mod tests {
         Case {
             version: CASE_VERSION,
             name: "run_x".into(),
+            description: None,
             origin: None,
             input: Input {
                 sha256: Some(input_sha256(&[Turn { role: Speaker::User, content: "why?".into() }], &BTreeMap::new())),

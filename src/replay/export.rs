@@ -55,6 +55,7 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
     Ok(Case {
         version: CASE_VERSION,
         name: run.id.to_string(),
+        description: None,
         origin: Some(Origin {
             run_id: run.id.to_string(),
             namespace: run.namespace.clone(),
@@ -79,6 +80,7 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
             error_code: run.error_code.clone(),
             skills: selected,
             investigation: run.investigation.clone(),
+            ..Expected::default()
         },
     })
 }

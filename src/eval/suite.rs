@@ -1,0 +1,239 @@
+//! Running a directory of cases: each case replayed (tools answered from its
+//! recording) `repeat` times, a bounded number at once, each with its own engine
+//! budget; the checks of every repeat, and the totals.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::check::{Check, checks, evidence_coverage};
+use crate::engine::request::EngineSettings;
+use crate::llm::LlmClient;
+use crate::replay::case::{Case, read_text};
+use crate::replay::{SkillSource, replay};
+
+/// Most cases in a suite.
+pub const MAX_CASES: usize = 1000;
+/// Most repeats of a case.
+pub const MAX_REPEAT: u32 = 100;
+/// Most cases at once.
+pub const MAX_CONCURRENCY: usize = 32;
+
+/// How a suite runs.
+#[derive(Clone, Debug)]
+pub struct SuiteOptions {
+    /// Runs of each case.
+    pub repeat: u32,
+    /// Cases at once.
+    pub concurrency: usize,
+}
+
+/// One repeat of one case.
+#[derive(Clone, Debug, Serialize)]
+pub struct Attempt {
+    /// All checks hold.
+    pub pass: bool,
+    /// `succeeded`, `failed`, or `error` (the case could not be replayed).
+    pub status: String,
+    /// Why the Run failed or could not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Tool calls through the case's tools.
+    pub tool_calls: usize,
+    /// Calls the recording could not answer.
+    pub unknown_calls: usize,
+    /// Evidence items with a quote / all evidence items.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_coverage: Option<f64>,
+    /// Prompt and output tokens.
+    pub tokens: u64,
+    /// Model requests.
+    pub model_calls: u32,
+    /// Wall time of the replay.
+    pub ms: u64,
+    /// Every expectation's verdict.
+    pub checks: Vec<Check>,
+}
+
+/// One case over its repeats.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseReport {
+    /// Case name.
+    pub case: String,
+    /// Its file.
+    pub file: String,
+    /// Its one-line description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Each repeat.
+    pub attempts: Vec<Attempt>,
+}
+
+impl CaseReport {
+    /// Passing repeats / repeats.
+    pub fn pass_rate(&self) -> f64 {
+        rate(self.attempts.iter().filter(|a| a.pass).count(), self.attempts.len())
+    }
+}
+
+/// Totals over every repeat of every case.
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    /// Cases.
+    pub cases: usize,
+    /// Repeats run.
+    pub attempts: usize,
+    /// Passing repeats / repeats.
+    pub pass_rate: f64,
+    /// Mean evidence coverage over repeats with evidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_coverage: Option<f64>,
+    /// Tokens.
+    pub tokens: u64,
+    /// Model requests.
+    pub model_calls: u64,
+    /// Wall time of the whole suite.
+    pub wall_ms: u64,
+}
+
+/// A suite run.
+#[derive(Clone, Debug, Serialize)]
+pub struct SuiteReport {
+    /// Model id that answered (the first one reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Per case, in file name order.
+    pub cases: Vec<CaseReport>,
+    /// Totals.
+    pub totals: Totals,
+}
+
+fn rate(part: usize, whole: usize) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
+}
+
+/// The `.yaml`, `.yml` and `.json` cases of `dir`, parsed, in file name order; each problem names its file.
+pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, Case)>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml" || x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("{} holds no case files (*.yaml, *.yml, *.json)", dir.display()));
+    }
+    if files.len() > MAX_CASES {
+        return Err(format!("{} holds {} cases; at most {MAX_CASES} are allowed", dir.display(), files.len()));
+    }
+    let mut cases = Vec::new();
+    for file in files {
+        let text = read_text(&file)?;
+        let case = Case::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        cases.push((file, case));
+    }
+    Ok(cases)
+}
+
+/// Runs every case `repeat` times, `concurrency` at once.
+pub async fn run_suite(
+    cases: Vec<(PathBuf, Case)>,
+    llm: LlmClient,
+    settings: EngineSettings,
+    skills: SkillSource,
+    options: &SuiteOptions,
+) -> SuiteReport {
+    let started = Instant::now();
+    let limit = Arc::new(tokio::sync::Semaphore::new(options.concurrency.clamp(1, MAX_CONCURRENCY)));
+    let repeat = options.repeat.clamp(1, MAX_REPEAT);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, (_, case)) in cases.iter().enumerate() {
+        for _ in 0..repeat {
+            let (case, llm, settings, skills, limit) =
+                (case.clone(), llm.clone(), settings.clone(), skills.clone(), limit.clone());
+            tasks.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                let begun = Instant::now();
+                let outcome = replay(&case, llm, settings, &skills).await;
+                let ms = u64::try_from(begun.elapsed().as_millis()).unwrap_or(u64::MAX);
+                (index, attempt(&case, outcome, ms))
+            });
+        }
+    }
+    let mut reports: Vec<CaseReport> = cases
+        .iter()
+        .map(|(file, case)| CaseReport {
+            case: case.name.clone(),
+            file: file.display().to_string(),
+            description: case.description.clone(),
+            attempts: Vec::new(),
+        })
+        .collect();
+    let mut model = None;
+    while let Some(joined) = tasks.join_next().await {
+        let (index, (attempt, answered_by)) = match joined {
+            Ok(done) => done,
+            Err(error) => {
+                tracing::error!(%error, "an eval task ended abnormally");
+                continue;
+            }
+        };
+        model = model.or(answered_by);
+        reports[index].attempts.push(attempt);
+    }
+    let attempts: Vec<&Attempt> = reports.iter().flat_map(|r| &r.attempts).collect();
+    let coverages: Vec<f64> = attempts.iter().filter_map(|a| a.evidence_coverage).collect();
+    let totals = Totals {
+        cases: reports.len(),
+        attempts: attempts.len(),
+        pass_rate: rate(attempts.iter().filter(|a| a.pass).count(), cases.len() * repeat as usize),
+        evidence_coverage: (!coverages.is_empty()).then(|| coverages.iter().sum::<f64>() / coverages.len() as f64),
+        tokens: attempts.iter().map(|a| a.tokens).sum(),
+        model_calls: attempts.iter().map(|a| u64::from(a.model_calls)).sum(),
+        wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
+    SuiteReport { model, cases: reports, totals }
+}
+
+/// One repeat's attempt (and the model that answered).
+fn attempt(
+    case: &Case,
+    outcome: Result<crate::replay::ReplayOutcome, crate::replay::ReplayError>,
+    ms: u64,
+) -> (Attempt, Option<String>) {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let failed = Attempt {
+                pass: false,
+                status: "error".into(),
+                error: Some(error.to_string()),
+                tool_calls: 0,
+                unknown_calls: 0,
+                evidence_coverage: None,
+                tokens: 0,
+                model_calls: 0,
+                ms,
+                checks: Vec::new(),
+            };
+            return (failed, None);
+        }
+    };
+    let checks = checks(case, &outcome);
+    let usage = outcome.usage.clone().unwrap_or_default();
+    let attempt = Attempt {
+        pass: checks.iter().all(|c| c.pass),
+        status: outcome.status.clone(),
+        error: outcome.error.clone(),
+        tool_calls: outcome.tool_calls.len(),
+        unknown_calls: outcome.unknown_calls,
+        evidence_coverage: evidence_coverage(&outcome),
+        tokens: usage.prompt_tokens + usage.output_tokens,
+        model_calls: usage.model_calls,
+        ms,
+        checks,
+    };
+    (attempt, outcome.model)
+}
