@@ -38,10 +38,11 @@ pub fn evidence_quotes(outcome: &ReplayOutcome) -> Vec<String> {
         .collect()
 }
 
-/// Evidence items that carry a quote / all evidence items (`None`: no evidence).
+/// The evidence coverage the host recorded on the result (items with a verified quote /
+/// all items); `None` without a result or without evidence.
 pub fn evidence_coverage(outcome: &ReplayOutcome) -> Option<f64> {
-    let items = outcome.investigation.as_ref()?.evidence.len();
-    (items > 0).then(|| evidence_quotes(outcome).len() as f64 / items as f64)
+    let coverage = outcome.investigation.as_ref()?.evidence_coverage.as_ref()?;
+    (coverage.claims > 0).then_some(coverage.ratio)
 }
 
 /// Whether `arguments` holds every key of `subset` with the same value.
@@ -128,6 +129,7 @@ mod tests {
         let result = serde_json::json!({
             "finding_status": "suspected", "actionability": "requires_human", "confidence": "low",
             "summary": "s", "evidence": evidence, "production_writes": 0,
+            "evidence_coverage": {"claims": 2, "verified": 1, "ratio": 0.5},
         });
         ReplayOutcome {
             case: "c".into(),
