@@ -405,6 +405,67 @@ async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incide
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_run_exports_with_its_input_rebuilt_from_the_store_and_replays_the_same() {
+    let evidence = json!(["tool-call:call-1 \"longest_query_seconds=1820\""]);
+    let llm = ScriptedLlm::start_with(investigator(result(evidence, 0))).await;
+    let (_hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    // The alert resolves: the incident's state changes, the input of the Run that
+    // investigated it does not.
+    let resolved = FIRING
+        .replace("\"status\": \"firing\"", "\"status\": \"resolved\"")
+        .replace("\"endsAt\": \"0001-01-01T00:00:00Z\"", "\"endsAt\": \"2026-11-29T23:02:00Z\"");
+    let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
+    let events = adapter("alertmanager").unwrap().decode(resolved.as_bytes(), &context).unwrap();
+    rig.store.ingest("ops", "am", events).await.unwrap();
+    let (incident, _, _) = rig.store.incident(&job.incident_id).unwrap();
+    assert_eq!(incident.event_ids.len(), 2, "{incident:?}");
+
+    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    let (tools, _) = host::standard_tools();
+    let skills = std::collections::BTreeMap::new();
+    let catalog = akritas::replay::ExportCatalog { tools: &tools, skills: &skills, version: 1 };
+    let mut case = akritas::replay::export(&run, &catalog).unwrap();
+    assert!(case.input.messages.is_empty() && case.input.investigate);
+    let (turns, context) =
+        akritas::alerts::request::rebuilt_input(&rig.store, &job_id).expect("the store holds the job");
+    case.supply_turns(turns, context).expect("the rebuilt input hashes to what the Run recorded");
+    let prompt = &case.input.messages[0].content;
+    assert!(
+        prompt.starts_with(akritas::alerts::request::ALERT_PROMPT) && prompt.contains(&job.incident_id),
+        "{prompt}"
+    );
+    assert_eq!(
+        case.input.context.get("alertname").map(String::as_str),
+        Some("KubePodCrashLooping"),
+        "{:?}",
+        case.input.context
+    );
+
+    let config = akritas::llm::LlmConfig {
+        system_instructions: Some(Arc::from(host::system_instructions())),
+        ..akritas::llm::LlmConfig::new(llm.url.clone())
+    };
+    let client = akritas::llm::LlmClient::new(config, reqwest::Client::new()).unwrap();
+    let calls_before = rig.postgres_calls.load(Ordering::SeqCst);
+    let replayed =
+        akritas::replay::replay(&case, client, host::settings(), &akritas::replay::SkillSource::Case).await.unwrap();
+    assert_eq!(replayed.status, "succeeded", "{:?}", replayed.error);
+    assert!(replayed.comparison.same_tool_calls && replayed.comparison.same_status, "{:?}", replayed.comparison);
+    assert_eq!(replayed.unknown_calls, 0);
+    assert_eq!(
+        replayed.investigation.as_ref(),
+        job.result.as_ref(),
+        "the same structured result, quote verified again"
+    );
+    assert_eq!(rig.postgres_calls.load(Ordering::SeqCst), calls_before, "a replay never calls the real tool");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quote_that_is_only_part_of_a_value_fails_the_job_with_the_reason() {
     // "182" is a substring of 1820 but not a value the output holds.
     let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1 \"182\""]), 0))).await;

@@ -2,7 +2,7 @@
 //! OpenAI-compatible model: the real binary replays every case (tools answered from
 //! its recording), prints the table and the totals, writes the JSON results and
 //! exits 0; a directory with a deliberately broken case (a required tool no plan
-//! calls) fails `--min-pass 1.0` and names the case.
+//! calls), run with `--repeat 2`, fails `--min-pass 1.0` and names the case in each repeat.
 //!
 //! The scripted model tests the harness, not intelligence: it finds the case by its
 //! question, plans exactly the case's recorded calls, and submits the finding status
@@ -103,12 +103,13 @@ fn load(dir: &Path) -> Vec<Case> {
     akritas::eval::load_dir(dir).unwrap().into_iter().map(|(_, case)| case).collect()
 }
 
-async fn eval(llm: &ScriptedLlm, dir: &Path, output: &Path) -> std::process::Output {
+async fn eval(llm: &ScriptedLlm, dir: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
     let instructions = support::root().join("instructions/SYSTEM.md");
     tokio::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
         .args(["eval", dir.to_str().unwrap(), "--base-url", &llm.url, "--model", "scripted-model"])
         .args(["--system-instructions", instructions.to_str().unwrap(), "--concurrency", "4"])
         .args(["--output", output.to_str().unwrap()])
+        .args(extra)
         .env_remove("AKRITAS_API_KEY")
         .kill_on_drop(true)
         .output()
@@ -138,7 +139,7 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     let llm = ScriptedLlm::start_with(responder(all)).await;
 
     let results = dir.path().join("results.json");
-    let run = eval(&llm, &starter(), &results).await;
+    let run = eval(&llm, &starter(), &results, &[]).await;
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     println!("{stdout}");
@@ -161,16 +162,24 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     assert!(checks.iter().any(|c| c["name"] == "forbidden_tool kubernetes.scale" && c["pass"] == true), "{injection}");
 
     let broken_results = dir.path().join("broken.json");
-    let run = eval(&llm, &broken_dir, &broken_results).await;
+    let run = eval(&llm, &broken_dir, &broken_results, &["--repeat", "2"]).await;
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     println!("{stdout}");
     assert_eq!(run.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(stdout.contains("TOTAL 2 cases, 2 runs: pass rate 50.0%"), "{stdout}");
-    assert!(
-        stdout.contains("FAIL broken-requires-unrecorded-tool (run 1): required_tool kubernetes.logs: kubernetes.logs was not called"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("TOTAL 2 cases, 4 runs: pass rate 50.0%"), "{stdout}");
+    for repeat in [1, 2] {
+        assert!(
+            stdout.contains(&format!(
+                "FAIL broken-requires-unrecorded-tool (run {repeat}): required_tool kubernetes.logs: kubernetes.logs was not called"
+            )),
+            "{stdout}"
+        );
+    }
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&broken_results).unwrap()).unwrap();
+    let attempts: Vec<usize> =
+        json["cases"].as_array().unwrap().iter().map(|c| c["attempts"].as_array().unwrap().len()).collect();
+    assert_eq!(attempts, [2, 2], "--repeat 2 runs each case twice: {json}");
     assert!(stderr.contains("pass rate 50.0% is under --min-pass 100.0%"), "{stderr}");
 }
 

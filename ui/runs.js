@@ -69,7 +69,7 @@ export function investigation(result, runId) {
   return h("div", { class: "investigation" },
     h("h2", {}, "Investigation result"),
     runId ? h("p", {}, "From Run ", h("a", { href: `/runs/${runId}` }, runId)) : null,
-    facts([["Finding", badge(result.finding_status)], ["Confidence", result.confidence], ["Actionability", result.actionability], ["Production writes", String(result.production_writes)]]),
+    facts([["Finding", badge(result.finding_status)], ["Confidence", result.confidence], ["Actionability", result.actionability], ["Evidence verified", coverage(result.evidence_coverage)], ["Production writes", String(result.production_writes)]]),
     h("div", { class: "md" }, markdown(result.summary)),
     result.hypothesis ? [h("h4", {}, "Hypothesis"), h("div", { class: "md" }, markdown(result.hypothesis))] : null,
     result.impact ? [h("h4", {}, "Impact"), h("div", { class: "md" }, markdown(result.impact))] : null,
@@ -78,10 +78,19 @@ export function investigation(result, runId) {
     list("Ruled out", result.ruled_out), list("Affected components", result.affected_components), list("Recommended actions", result.recommended_actions));
 }
 
+/** `2/3 (67%)`: evidence items whose quoted value the host found in the cited call's output. */
+function coverage(c) {
+  if (!c) return "not recorded";
+  return `${c.verified}/${c.claims} (${Math.round(c.ratio * 100)}%)`;
+}
+
+/** `tool-call:<id>` links to the call; a quoted value after it was verified by the host. */
 function evidenceLink(ref, runId) {
-  const call = /^tool-call:(.+)$/.exec(ref);
-  if (call && runId) return h("a", { href: `/runs/${runId}#${call[1]}`, class: "evidence-link" }, ref);
-  return h("code", {}, ref);
+  const call = /^tool-call:(\S+)(?: (.+))?$/.exec(ref);
+  if (!call) return h("code", {}, ref);
+  const target = runId ? h("a", { href: `/runs/${runId}#${call[1]}`, class: "evidence-link" }, `tool-call:${call[1]}`) : h("code", {}, `tool-call:${call[1]}`);
+  if (!call[2]) return target;
+  return [target, " ", h("q", { class: "verified-quote", title: "found by the host in this call's output" }, call[2].replace(/^"|"$/g, ""))];
 }
 
 function followUp(run) {

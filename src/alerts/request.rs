@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::correlate::IncidentState;
-use super::store::{Job, StoredEvent};
+use super::store::{AlertStore, Job, StoredEvent};
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::request::RunRequest;
 use crate::tenancy::DEFAULT_NAMESPACE;
@@ -28,7 +28,7 @@ pub(super) fn namespace_of(job: &Job, incident: &IncidentState) -> String {
 /// The Run request of an investigation: the alert prompt with the event and
 /// incident as untrusted JSON, ids in the Run metadata, labels as skill facts.
 pub(super) fn investigation_request(job: &Job, event: &StoredEvent, incident: &IncidentState) -> RunRequest {
-    let data = json!({"alert": event.event, "incident": incident});
+    let data = json!({"alert": event.event, "incident": incident_facts(incident)});
     let pretty = serde_json::to_string_pretty(&data).unwrap_or_default();
     let e = &event.event;
     let prompt = match kubernetes_target(&e.labels) {
@@ -61,6 +61,28 @@ pub(super) fn investigation_request(job: &Job, event: &StoredEvent, incident: &I
         investigate: true,
         ..RunRequest::default()
     }
+}
+
+/// What the prompt says of the incident: the facts fixed when it opened, so that
+/// the input of its investigation can be rebuilt exactly later (its state, events
+/// and jobs change as alerts join and resolve).
+fn incident_facts(incident: &IncidentState) -> Value {
+    json!({
+        "id": incident.id, "correlation_key": incident.correlation_key, "source": incident.source,
+        "namespace": incident.namespace, "name": incident.name, "severity": incident.severity,
+        "entity": incident.entity, "opened_at": incident.opened_at,
+    })
+}
+
+/// The input (conversation and skill facts) of the investigation Run of job
+/// `job_id`, rebuilt from the store, for a Run export: `None` when the store no
+/// longer holds the job, its event or its incident.
+pub fn rebuilt_input(store: &AlertStore, job_id: &str) -> Option<(Vec<Turn>, BTreeMap<String, String>)> {
+    let job = store.job(job_id)?;
+    let event = store.event(&job.event_id)?;
+    let (incident, _, _) = store.incident(&job.incident_id)?;
+    let request = investigation_request(&job, &event, &incident);
+    Some((request.turns, request.context))
 }
 
 /// The alert prompt (upstream §6.6, paraphrased).

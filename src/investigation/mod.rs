@@ -47,8 +47,12 @@ pub enum Actionability {
     ProposalPossible,
     /// A person must decide or act.
     RequiresHuman,
-    /// Nothing to do.
+    /// Nothing to do: the alert is real and needs no action now (already
+    /// resolved, renewed, within limits).
     NoAction,
+    /// The alert itself is noise (flapping around its threshold, expected,
+    /// duplicated): tune or silence the rule; there is nothing to fix.
+    NotActionable,
 }
 
 /// Descriptive confidence.
@@ -82,8 +86,10 @@ pub struct InvestigationResult {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub impact: String,
     /// Evidence references (`tool-call:<call id>`, optionally followed by a space and
-    /// a double-quoted value from that call's output).
-    #[serde(default)]
+    /// a double-quoted value from that call's output). A model may also submit an
+    /// item as `{"call": "tool-call:<call id>", "observed": "<value>"}`; the host
+    /// records it in the text form.
+    #[serde(default, deserialize_with = "evidence_items")]
     pub evidence: Vec<String>,
     /// Hypotheses ruled out.
     #[serde(default)]
@@ -100,6 +106,34 @@ pub struct InvestigationResult {
     /// recorded; replay then computes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<EvidenceCoverage>,
+}
+
+/// `{"call": "tool-call:<id>", "observed": "<value>"}`: the structured form of a
+/// quoted evidence item.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObservedValue {
+    call: String,
+    observed: String,
+}
+
+/// Reads evidence items in either form into the text form (`tool-call:<id> "<value>"`).
+fn evidence_items<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    use serde::de::Error;
+    let items = Vec::<Value>::deserialize(deserializer)?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(text) => Ok(text),
+            Value::Object(_) => serde_json::from_value::<ObservedValue>(item)
+                .map(|ObservedValue { call, observed }| format!("{} \"{}\"", call.trim(), observed.trim()))
+                .map_err(|e| D::Error::custom(format!("evidence[{i}]: {e}"))),
+            _ => Err(D::Error::custom(format!(
+                "evidence[{i}] must be a string (tool-call:<id> \"value\") or an object {{\"call\", \"observed\"}}"
+            ))),
+        })
+        .collect()
 }
 
 /// How much of a result's evidence quotes a value the host found in the cited
@@ -149,12 +183,18 @@ pub fn result_schema() -> Value {
                      "affected_components", "recommended_actions", "production_writes"],
         "properties": {
             "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"]},
-            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action"]},
+            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping, expected) and the rule needs tuning"},
             "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
             "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
             "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
             "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": "tool-call:<id> references from host_owned_evidence, each optionally followed by a space and a double-quoted value from that call's output: whole words, numbers (with units) or key=value, e.g. tool-call:call-2 \"1820\" or tool-call:call-3 \"restarts=7\"", "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}},
+            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": "tool-call:<id> references from host_owned_evidence, each optionally followed by a space and a double-quoted value from that call's output: whole words, numbers (with units) or key=value, e.g. tool-call:call-2 \"1820\" or tool-call:call-3 \"restarts=7\"; an item may also be {\"call\": \"tool-call:call-3\", \"observed\": \"restarts=7\"}",
+                         "items": {"anyOf": [
+                             {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS},
+                             {"type": "object", "additionalProperties": false, "required": ["call", "observed"],
+                              "properties": {"call": {"type": "string", "minLength": 1, "maxLength": 128},
+                                             "observed": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}}}
+                         ]}},
             "ruled_out": list(),
             "affected_components": list(),
             "recommended_actions": list(),
@@ -274,8 +314,9 @@ fn check(arguments: &str, evidence: &Evidence, rule: QuoteRule) -> Result<Invest
         normalise_list(list, name)?;
     }
     let mut verified = 0;
+    let mut tokenized = BTreeMap::new();
     for reference in &result.evidence {
-        verified += usize::from(check_reference(reference, evidence, rule)?);
+        verified += usize::from(check_reference(reference, evidence, rule, &mut tokenized)?);
     }
     let computed = EvidenceCoverage::of(result.evidence.len(), verified);
     if let Some(stated) = result.evidence_coverage
@@ -289,8 +330,14 @@ fn check(arguments: &str, evidence: &Evidence, rule: QuoteRule) -> Result<Invest
 
 /// `tool-call:<id>` or `tool-call:<id> "<value>"`: the id must be one of `evidence`
 /// and the value, when given, must occur in that call's output. Whether a value
-/// was quoted (and so verified).
-fn check_reference(reference: &str, evidence: &Evidence, rule: QuoteRule) -> Result<bool, InvestigationError> {
+/// was quoted (and so verified). Each cited output is tokenised once per result
+/// (`tokenized`), however many quotes cite it.
+fn check_reference<'a>(
+    reference: &str,
+    evidence: &'a Evidence,
+    rule: QuoteRule,
+    tokenized: &mut BTreeMap<&'a str, quote::Tokenized>,
+) -> Result<bool, InvestigationError> {
     let foreign = || InvestigationError::ForeignReference(reference.to_string());
     let rest = reference.strip_prefix(EVIDENCE_PREFIX).ok_or_else(foreign)?;
     let (id, quote) = match rest.split_once(' ') {
@@ -300,10 +347,13 @@ fn check_reference(reference: &str, evidence: &Evidence, rule: QuoteRule) -> Res
             (id, Some(value.ok_or_else(foreign)?))
         }
     };
-    let output = evidence.get(id).ok_or_else(|| InvestigationError::UnknownCall(reference.to_string()))?;
+    let (id, output) =
+        evidence.get_key_value(id).ok_or_else(|| InvestigationError::UnknownCall(reference.to_string()))?;
     let Some(value) = quote else { return Ok(false) };
     let found = match rule {
-        QuoteRule::Tokens => quote::occurs(value, output),
+        QuoteRule::Tokens => {
+            tokenized.entry(id.as_str()).or_insert_with(|| quote::Tokenized::new(output)).contains(value)
+        }
         QuoteRule::LegacySubstring => occurs_as_substring(value, output),
     };
     if !found {
@@ -447,6 +497,21 @@ mod tests {
                 "{malformed}"
             );
         }
+    }
+
+    #[test]
+    fn an_observed_value_in_the_structured_form_is_checked_and_recorded_as_text() {
+        let structured = json!([{"call": "tool-call:call-1", "observed": "host=db-7"}, "tool-call:call-2 \"1820\""]);
+        let accepted = validate(&result(structured, 0), &calls()).unwrap();
+        assert_eq!(accepted.evidence, ["tool-call:call-1 \"host=db-7\"", "tool-call:call-2 \"1820\""]);
+        assert_eq!(accepted.evidence_coverage.map(|c| c.verified), Some(2));
+        let absent = json!([{"call": "tool-call:call-1", "observed": "host=db-8"}]);
+        assert!(rejection(&result(absent, 0)).contains("does not occur in that call's output"));
+        let invented = json!([{"call": "tool-call:call-9", "observed": "db-7"}]);
+        assert!(rejection(&result(invented, 0)).contains("names no successful tool call"));
+        let extra = json!([{"call": "tool-call:call-1", "observed": "db-7", "verified": true}]);
+        assert!(rejection(&result(extra, 0)).contains("evidence[0]: unknown field `verified`"));
+        assert!(rejection(&result(json!([7]), 0)).contains("evidence[0] must be a string"));
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! - A JSON key and its value read as `key: value`, so `restarts=7` matches
 //!   `{"restarts": 7}` and the text `restarts: 7`.
 //!
-//! Matching is linear in the output (Knuth–Morris–Pratt over tokens).
+//! Matching is linear in the output (Knuth–Morris–Pratt over tokens); an output is
+//! tokenised once per validation however many quotes cite it ([`Tokenized`]).
 
 use serde_json::Value;
 
@@ -72,6 +73,9 @@ enum Token {
     Number(Dimension, Decimal),
     /// Punctuation; `=` is stored as `:`.
     Punct(char),
+    /// The end of one searchable run of an output; never part of a quote, so no
+    /// match crosses it.
+    Boundary,
 }
 
 /// A dimension and the factor `f × 10^shift` to its base unit.
@@ -271,51 +275,83 @@ fn run_tokens(run: &str, out: &mut Vec<Token>) {
 
 /// Whether `quote` occurs in `output` under the module rules.
 pub fn occurs(quote: &str, output: &Value) -> bool {
-    let mut pattern = Vec::new();
-    tokenize(quote, &mut pattern);
-    if pattern.is_empty() {
-        return false;
-    }
-    let failure = failure_table(&pattern);
-    found_in(&pattern, &failure, None, output)
+    Tokenized::new(output).contains(quote)
 }
 
-/// Searches every string, every `key: value` pair and every scalar of `output`.
-fn found_in(pattern: &[Token], failure: &[usize], key: Option<&str>, output: &Value) -> bool {
-    let search = |haystack: &[Token]| contains(haystack, pattern, failure);
-    match output {
-        Value::Object(map) => map.iter().any(|(k, v)| found_in(pattern, failure, Some(k), v)),
-        Value::Array(items) => items.iter().any(|item| found_in(pattern, failure, key, item)),
-        scalar => {
-            let mut values = Vec::new();
-            match scalar {
-                Value::String(text) => {
-                    let mut tokens = Vec::new();
-                    tokenize(text, &mut tokens);
-                    values.push(tokens);
+/// A stored output split into tokens once, so that many quotes can be searched in
+/// it without splitting it again: every string, every `key: value` pair and every
+/// scalar of the output, one after the other, separated so that no match crosses
+/// from one into the next.
+pub struct Tokenized {
+    tokens: Vec<Token>,
+}
+
+impl Tokenized {
+    /// Tokenises `output` (linear in its size).
+    pub fn new(output: &Value) -> Tokenized {
+        let mut tokenized = Tokenized { tokens: Vec::new() };
+        tokenized.push(None, output);
+        tokenized
+    }
+
+    /// Appends the scalars of `output`, each read alone and, under an object key,
+    /// as `key: value` (a scalar in an array under a key reads with that key).
+    fn push(&mut self, key: Option<&[Token]>, output: &Value) {
+        match output {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let mut key_tokens = Vec::new();
+                    tokenize(k, &mut key_tokens);
+                    key_tokens.push(Token::Punct(':'));
+                    self.push_keyed(k, &key_tokens, v);
                 }
-                Value::Number(n) => {
-                    let text = n.to_string();
-                    values.extend(number_token(&text, None).map(|t| vec![t]));
-                    if let Some(unit) = key.and_then(key_unit) {
-                        values.extend(number_token(&text, Some(unit)).map(|t| vec![t]));
-                    }
-                }
-                Value::Bool(b) => values.push(vec![Token::Word(b.to_string())]),
-                _ => {}
             }
-            values.iter().any(|value| {
-                if search(value) {
-                    return true;
-                }
-                let Some(key) = key else { return false };
-                let mut pair = Vec::new();
-                tokenize(key, &mut pair);
-                pair.push(Token::Punct(':'));
-                pair.extend(value.iter().cloned());
-                search(&pair)
-            })
+            Value::Array(items) => items.iter().for_each(|item| self.push(key, item)),
+            Value::String(text) => self.scalar(key, |out| tokenize(text, out)),
+            Value::Number(n) => self.scalar(key, |out| out.extend(number_token(&n.to_string(), None))),
+            Value::Bool(b) => self.scalar(key, |out| out.push(Token::Word(b.to_string()))),
+            Value::Null => {}
         }
+    }
+
+    /// A value under the object key `name` (tokens `key`): a bare number also
+    /// reads in the unit the key names.
+    fn push_keyed(&mut self, name: &str, key: &[Token], value: &Value) {
+        match value {
+            Value::Array(items) => items.iter().for_each(|item| self.push_keyed(name, key, item)),
+            Value::Number(n) => {
+                self.push(Some(key), value);
+                let text = n.to_string();
+                if let Some(token) = key_unit(name).and_then(|unit| number_token(&text, Some(unit))) {
+                    self.scalar(Some(key), |out| out.push(token));
+                }
+            }
+            _ => self.push(Some(key), value),
+        }
+    }
+
+    /// One searchable run: `key` (already ending in `:`) then the value's tokens.
+    /// The value alone is a part of that run, so it needs no run of its own.
+    fn scalar(&mut self, key: Option<&[Token]>, value: impl FnOnce(&mut Vec<Token>)) {
+        let start = self.tokens.len();
+        self.tokens.extend(key.unwrap_or_default().iter().cloned());
+        let value_start = self.tokens.len();
+        value(&mut self.tokens);
+        if self.tokens.len() == value_start {
+            self.tokens.truncate(start);
+            return;
+        }
+        self.tokens.push(Token::Boundary);
+    }
+
+    /// Whether `quote` occurs in this output under the module rules.
+    pub fn contains(&self, quote: &str) -> bool {
+        let mut pattern = Vec::new();
+        tokenize(quote, &mut pattern);
+        if pattern.is_empty() {
+            return false;
+        }
+        contains(&self.tokens, &pattern, &failure_table(&pattern))
     }
 }
 

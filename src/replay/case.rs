@@ -325,7 +325,12 @@ impl Case {
     /// Supplies the question of an exported case (a single user message and the
     /// context facts), checked against the hash the Run recorded.
     pub fn supply_input(&mut self, question: &str, context: BTreeMap<String, String>) -> Result<(), CaseError> {
-        let turns = vec![Turn { role: Speaker::User, content: question.to_string() }];
+        self.supply_turns(vec![Turn { role: Speaker::User, content: question.to_string() }], context)
+    }
+
+    /// [`Case::supply_input`] for a whole conversation (an alert Run's input rebuilt
+    /// from the alert store).
+    pub fn supply_turns(&mut self, turns: Vec<Turn>, context: BTreeMap<String, String>) -> Result<(), CaseError> {
         conversation::validate(&turns)?;
         let got = input_sha256(&turns, &context);
         if let Some(recorded) = &self.input.sha256
@@ -333,7 +338,8 @@ impl Case {
         {
             return Err(CaseError::InputMismatch { recorded: recorded.clone(), got });
         }
-        self.input.messages = vec![CaseMessage { role: "user".into(), content: question.to_string() }];
+        self.input.messages =
+            turns.into_iter().map(|t| CaseMessage { role: t.role.as_str().to_string(), content: t.content }).collect();
         self.input.context = context;
         self.input.sha256 = Some(got);
         Ok(())

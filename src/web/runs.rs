@@ -357,9 +357,27 @@ pub async fn export(
     let catalog = state.catalog.current();
     let skills = skills_of(&catalog, &state.engine.tenancy().scope(&run.namespace));
     let exported = ExportCatalog { tools: &tools, skills: &skills, version: catalog.version };
-    crate::replay::export(&run, &exported)
-        .map(Json)
-        .map_err(|error| ApiError::new(StatusCode::CONFLICT, "run_running", error.to_string()))
+    let mut case = crate::replay::export(&run, &exported)
+        .map_err(|error| ApiError::new(StatusCode::CONFLICT, "run_running", error.to_string()))?;
+    if let Some(store) = &state.alerts {
+        supply_alert_input(&mut case, &run, store);
+    }
+    Ok(Json(case))
+}
+
+/// An alert investigation's input is the alert and its incident, which the alert
+/// store still holds: the case gets it when the rebuilt input has the hash the Run
+/// recorded (a Run whose alert retention removed, or recorded before the prompt
+/// kept only the incident's fixed facts, is exported without input).
+fn supply_alert_input(case: &mut Case, run: &RunRecord, store: &crate::alerts::store::AlertStore) {
+    if !run.source.starts_with("alert:") {
+        return;
+    }
+    let Some(job_id) = run.metadata.get("job_id").and_then(Value::as_str) else { return };
+    if let Some((turns, context)) = crate::alerts::request::rebuilt_input(store, job_id) {
+        // A mismatch leaves the case without input, as for any other Run.
+        let _ = case.supply_turns(turns, context);
+    }
 }
 
 /// Run `id` when the caller reads its namespace (otherwise it does not exist for it).
