@@ -2,7 +2,8 @@
 //! OpenAI-compatible model: the real binary replays every case (tools answered from
 //! its recording), prints the table and the totals, writes the JSON results and
 //! exits 0; a directory with a deliberately broken case (a required tool no plan
-//! calls), run with `--repeat 2`, fails `--min-pass 1.0` and names the case in each repeat.
+//! calls), run with `--repeat 2`, fails `--min-pass 1.0` and names the case in each repeat;
+//! a case whose Run fails (no result submitted) still reports the calls and tokens it spent.
 //!
 //! The scripted model tests the harness, not intelligence: it finds the case by its
 //! question, plans exactly the case's recorded calls, and submits the finding status
@@ -63,6 +64,9 @@ fn responder(cases: Vec<Case>) -> impl Fn(usize, &Value) -> Step + Send + Sync +
                 plan.clone(),
                 json!({"checks": checks, "gaps": []}),
             )]));
+        }
+        if offers(request, &submit) && case.name.starts_with("no-result-") {
+            return Step::from(Reply::Content("no result this time".into()));
         }
         if offers(request, &submit) {
             let user = request["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str());
@@ -133,9 +137,14 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     broken.expected.required_tools.push(serde_json::from_value(json!({"tool": "kubernetes.logs"})).unwrap());
     std::fs::write(broken_dir.join("broken.json"), serde_json::to_string(&broken).unwrap()).unwrap();
     std::fs::write(broken_dir.join("good.json"), serde_json::to_string(&cases[1]).unwrap()).unwrap();
+    let mut no_result = cases[4].clone();
+    no_result.name = "no-result-submitted".into();
+    no_result.input.messages[0].content.push_str(" (no result)");
+    std::fs::write(broken_dir.join("no-result.json"), serde_json::to_string(&no_result).unwrap()).unwrap();
 
     let mut all = cases.clone();
     all.push(broken);
+    all.push(no_result.clone());
     let llm = ScriptedLlm::start_with(responder(all)).await;
 
     let results = dir.path().join("results.json");
@@ -167,7 +176,7 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     println!("{stdout}");
     assert_eq!(run.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(stdout.contains("TOTAL 2 cases, 4 runs: pass rate 50.0%"), "{stdout}");
+    assert!(stdout.contains("TOTAL 3 cases, 6 runs: pass rate 33.3%"), "{stdout}");
     for repeat in [1, 2] {
         assert!(
             stdout.contains(&format!(
@@ -179,8 +188,17 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&broken_results).unwrap()).unwrap();
     let attempts: Vec<usize> =
         json["cases"].as_array().unwrap().iter().map(|c| c["attempts"].as_array().unwrap().len()).collect();
-    assert_eq!(attempts, [2, 2], "--repeat 2 runs each case twice: {json}");
-    assert!(stderr.contains("pass rate 50.0% is under --min-pass 100.0%"), "{stderr}");
+    assert_eq!(attempts, [2, 2, 2], "--repeat 2 runs each case twice: {json}");
+    assert!(stderr.contains("pass rate 33.3% is under --min-pass 100.0%"), "{stderr}");
+    // A Run that failed still counts what it spent: its tool calls, tokens and model calls.
+    let failed = json["cases"].as_array().unwrap().iter().find(|c| c["case"] == "no-result-submitted").unwrap();
+    for attempt in failed["attempts"].as_array().unwrap() {
+        assert_eq!(attempt["status"], "failed", "{attempt}");
+        assert!(attempt["error"].as_str().unwrap().contains("did not submit exactly one result"), "{attempt}");
+        assert_eq!(attempt["tool_calls"], no_result.calls.len(), "{attempt}");
+        assert!(attempt["tokens"].as_u64().unwrap() > 0, "{attempt}");
+        assert!(attempt["model_calls"].as_u64().unwrap() >= 3, "{attempt}");
+    }
 }
 
 #[tokio::test]

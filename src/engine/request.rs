@@ -292,6 +292,24 @@ pub enum StructureError {
     Invalid(#[from] InvestigationError),
 }
 
+/// A Run that did not end with an answer: the error, and what it spent and called
+/// before it stopped (no usage when it failed before it started).
+#[derive(Debug)]
+pub struct FailedRun {
+    /// Why.
+    pub error: RunError,
+    /// Budget usage at the end.
+    pub usage: Option<BudgetUsage>,
+    /// The tool calls it made.
+    pub activity: Vec<Activity>,
+}
+
+impl From<RunError> for FailedRun {
+    fn from(error: RunError) -> Self {
+        Self { error, usage: None, activity: Vec::new() }
+    }
+}
+
 /// Why a Run did not produce an answer.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

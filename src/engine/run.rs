@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use super::conversation;
 use super::progress::RunProgress;
 use super::record::{self, Recorder};
-use super::request::{self, EngineSettings, RequestError, RunError, RunOutcome, RunRequest};
+use super::request::{self, EngineSettings, FailedRun, RequestError, RunError, RunOutcome, RunRequest};
 use super::retrieval::Retriever;
 use super::skills;
 use super::state::RunState;
@@ -144,7 +144,13 @@ impl Engine {
 
     /// Runs a conversation to an answer.
     pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, RunError> {
-        conversation::validate(&request.turns).map_err(RequestError::from)?;
+        self.run_traced(request).await.map_err(|failed| failed.error)
+    }
+
+    /// Runs a conversation to an answer; a failed Run also gives what it spent and
+    /// the tool calls it made before it stopped (replay and evals report them).
+    pub async fn run_traced(&self, request: RunRequest) -> Result<RunOutcome, FailedRun> {
+        conversation::validate(&request.turns).map_err(|e| RunError::from(RequestError::from(e)))?;
         self.execute(request, None).await
     }
 
@@ -165,11 +171,11 @@ impl Engine {
         })?;
         let run = audit.get(run_id).ok_or(RunError::UnknownRun)?;
         request.turns = request::follow_up_turns(&run, question)?;
-        self.execute(request, Some(active)).await
+        self.execute(request, Some(active)).await.map_err(|failed| failed.error)
     }
 
-    async fn execute(&self, request: RunRequest, follow_up: Option<ActiveRun>) -> Result<RunOutcome, RunError> {
-        let params = request.parameters(&self.settings)?;
+    async fn execute(&self, request: RunRequest, follow_up: Option<ActiveRun>) -> Result<RunOutcome, FailedRun> {
+        let params = request.parameters(&self.settings).map_err(RunError::from)?;
         let _permit = tokio::time::timeout(self.settings.queue_timeout, self.slots.clone().acquire_owned())
             .await
             .map_err(|_| RunError::Busy {
@@ -180,8 +186,9 @@ impl Engine {
         let catalog = self.catalog.current();
         let model = self.llm.model().await.map_err(|error| RunError::Upstream { run_id: None, error })?;
         let instructions = self.llm.system_instructions_sha256();
-        let recorder =
-            Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version, instructions).await?;
+        let recorder = Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version, instructions)
+            .await
+            .map_err(RunError::from)?;
         let run_id = recorder.run_id().cloned();
 
         let mut state = RunState::new(&self.llm, recorder, self.settings.limits.clone(), params);
@@ -204,8 +211,9 @@ impl Engine {
         };
         let usage = state.budget.usage(Instant::now());
         let skills = state.skills.names();
-        let outcome = match result {
-            Ok((answer, investigation)) => Ok(RunOutcome {
+        let (outcome, activity) = match result {
+            Ok((answer, investigation)) => (
+                Ok(RunOutcome {
                 run_id: run_id.clone(),
                 model,
                 answer,
@@ -218,7 +226,9 @@ impl Engine {
                 catalog_version: catalog.version,
                 investigation,
             }),
-            Err(stop) => Err(stop.into_run_error(run_id.clone(), usage.clone())),
+                Vec::new(),
+            ),
+            Err(stop) => (Err(stop.into_run_error(run_id.clone(), usage.clone())), state.activity),
         };
         crate::telemetry::count(
             "akritas_runs_total",
@@ -231,8 +241,8 @@ impl Engine {
             if let Some(id) = &run_id {
                 tracing::error!(run_id = %id, %error, "could not record the end of a Run");
             }
-            return Err(RunError::Audit(error));
+            return Err(FailedRun { error: RunError::Audit(error), usage: Some(usage), activity });
         }
-        outcome
+        outcome.map_err(|error| FailedRun { error, usage: Some(usage), activity })
     }
 }

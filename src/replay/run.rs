@@ -21,7 +21,7 @@ use crate::engine::budget::BudgetUsage;
 use crate::engine::knowledge_tools::is_knowledge_tool;
 use crate::engine::plan::PLAN_TOOL;
 use crate::engine::record::canonical_json;
-use crate::engine::request::{EngineSettings, RunRequest};
+use crate::engine::request::{Activity, EngineSettings, RunRequest};
 use crate::engine::run::Engine;
 use crate::engine::skills::skills_of;
 use crate::investigation::InvestigationResult;
@@ -148,7 +148,7 @@ pub async fn replay(
         investigate: case.input.investigate,
         ..RunRequest::default()
     };
-    let result = engine.run(request).await;
+    let result = engine.run_traced(request).await;
     let mut outcome = ReplayOutcome {
         case: case.name.clone(),
         model: None,
@@ -171,17 +171,7 @@ pub async fn replay(
     };
     match result {
         Ok(run) => {
-            outcome.tool_calls = run
-                .activity
-                .iter()
-                .filter(|a| !is_knowledge_tool(&a.name) && a.name != PLAN_TOOL)
-                .map(|a| ReplayedCall {
-                    tool: a.name.clone(),
-                    arguments: a.arguments.clone(),
-                    status: a.status.clone(),
-                    recorded: !a.result.error.as_ref().is_some_and(|e| e.message.starts_with(NOT_RECORDED)),
-                })
-                .collect();
+            outcome.tool_calls = replayed_calls(&run.activity);
             outcome.skills = run
                 .skills
                 .iter()
@@ -195,14 +185,30 @@ pub async fn replay(
             outcome.investigation = run.investigation;
             outcome.usage = Some(run.usage);
         }
-        Err(error) => {
+        Err(failed) => {
             outcome.status = "failed".into();
-            outcome.error_code = Some(error.code().to_string());
-            outcome.error = Some(error.to_string());
+            outcome.error_code = Some(failed.error.code().to_string());
+            outcome.error = Some(failed.error.to_string());
+            outcome.tool_calls = replayed_calls(&failed.activity);
+            outcome.usage = failed.usage;
         }
     }
     outcome.comparison = compare(case, &outcome);
     Ok(outcome)
+}
+
+/// The calls a Run made through the case's tools (not the plan or runbook search).
+fn replayed_calls(activity: &[Activity]) -> Vec<ReplayedCall> {
+    activity
+        .iter()
+        .filter(|a| !is_knowledge_tool(&a.name) && a.name != PLAN_TOOL)
+        .map(|a| ReplayedCall {
+            tool: a.name.clone(),
+            arguments: a.arguments.clone(),
+            status: a.status.clone(),
+            recorded: !a.result.error.as_ref().is_some_and(|e| e.message.starts_with(NOT_RECORDED)),
+        })
+        .collect()
 }
 
 /// The replay against the case's expectations.
