@@ -241,6 +241,8 @@ impl Engine {
             if let Some(id) = &run_id {
                 tracing::error!(run_id = %id, %error, "could not record the end of a Run");
             }
+            // The Run's calls are reported even when its end could not be recorded.
+            let activity = outcome.map_or(activity, |run| run.activity);
             return Err(FailedRun { error: RunError::Audit(error), usage: Some(usage), activity });
         }
         outcome.map_err(|error| FailedRun { error, usage: Some(usage), activity })
