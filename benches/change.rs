@@ -137,6 +137,7 @@ async fn run() {
         max_concurrent_previews: 2,
         queue_timeout: Duration::from_secs(60),
         copy_limits: CopyLimits::default(),
+        validators: akritas::app::policy::validator_policy(&akritas::config::Settings::default()),
     };
     let service = ChangeService::new(client, Some(audit), approvals, Arc::new(Directory { workspace }), settings);
     let who = Requester { namespace: "default".into(), source: "bench".into(), actor: "bench".into() };

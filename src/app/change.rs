@@ -187,6 +187,7 @@ pub async fn service(
         max_concurrent_previews: settings.change_max_concurrent_previews as usize,
         queue_timeout: engine.queue_timeout,
         copy_limits: CopyLimits::default(),
+        validators: super::policy::validator_policy(settings),
     };
     Ok(Arc::new(ChangeService::new(llm, Some(audit), approvals, directory, change)))
 }

@@ -222,16 +222,15 @@ pub async fn adapters_settled(host: &McpHost, expected: usize, limit: std::time:
     .await;
 }
 
-/// Longest wait for a validator's `--version`.
-const PREFLIGHT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Publishes facts discovered about Skills (content hash) and ValidatorProfiles
-/// (preflight: the program found on PATH and its version) whenever the Catalog
-/// changes (Workspaces: see [`super::workspaces`]).
+/// (preflight: the program allowed by `validator_commands`, found on PATH, and its
+/// version, run in the sandbox) whenever the Catalog changes (Workspaces: see
+/// [`super::workspaces`]).
 pub async fn discovered_facts(
     store: CatalogStore,
     board: StatusBoard,
     secrets: Arc<dyn SecretResolver>,
+    validators: crate::change::validators::ValidatorPolicy,
     mut secrets_changed: tokio::sync::watch::Receiver<u64>,
     cancel: CancellationToken,
 ) {
@@ -269,8 +268,7 @@ pub async fn discovered_facts(
                     None,
                 ),
                 crate::resources::Resource::ValidatorProfile(profile) => {
-                    let (facts, check) =
-                        preflight(profile.spec.argv.first().map(String::as_str).unwrap_or_default()).await;
+                    let (facts, check) = preflight(&validators, &profile.spec.argv, &profile.spec.env).await;
                     (facts, Some(check))
                 }
                 _ => (None, None),
@@ -290,39 +288,24 @@ pub async fn discovered_facts(
     }
 }
 
-/// Resolves a validator program on PATH (never through a shell) and reads the first
-/// line of its `--version`, bounded in time and size.
-async fn preflight(program: &str) -> (Option<serde_json::Value>, Check) {
-    let resolved = if program.contains('/') {
-        Some(std::path::PathBuf::from(program)).filter(|p| p.is_file())
-    } else {
-        std::env::var_os("PATH")
-            .map(|path| std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()))
-            .unwrap_or_default()
+/// Checks a validator's program against the policy (nothing runs for a refused one),
+/// then reads the first line of its `--version` in the sandbox.
+async fn preflight(
+    policy: &crate::change::validators::ValidatorPolicy,
+    argv: &[String],
+    env: &[String],
+) -> (Option<serde_json::Value>, Check) {
+    let resolved = match policy.check(argv, env) {
+        Ok(resolved) => resolved,
+        Err(refusal) => return (None, Check::failed(refusal.reason, refusal.message)),
     };
-    let Some(resolved) = resolved else {
-        return (None, Check::failed(reasons::PROGRAM_NOT_FOUND, format!("{program} was not found on PATH")));
-    };
-    let run = tokio::process::Command::new(&resolved)
-        .arg("--version")
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    // The program must start; its `--version` may fail or hang (not every validator
-    // has one), which says nothing about whether it can validate.
-    let version = match tokio::time::timeout(PREFLIGHT_TIMEOUT, run).await {
-        Ok(Ok(output)) => String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .chain(String::from_utf8_lossy(&output.stderr).lines())
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(|l| crate::text::prefix_chars(l, 256).to_string()),
-        Ok(Err(error)) => {
-            let message = format!("{} cannot be executed: {error}; make it an executable file", resolved.display());
+    let program = argv.first().map_or("", String::as_str);
+    let version = match crate::change::validators::version(policy, program, &resolved).await {
+        Ok(version) => version,
+        Err(message) => {
+            let message = format!("{message}; make it an executable file the sandbox can run");
             return (None, Check::failed(reasons::PROGRAM_NOT_RUNNABLE, message));
         }
-        Err(_) => None,
     };
     let check = Check::passed(reasons::PROGRAM_FOUND, format!("{program} is {}", resolved.display()));
     (Some(json!({"resolvedProgram": resolved.display().to_string(), "version": version})), check)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::catalog::policy::ResourcePolicy;
 use crate::catalog::secrets::{EnvAccess, PolicySecrets, SecretResolver};
+use crate::change::validators::ValidatorPolicy;
 use crate::config::Settings;
 use crate::tenancy::Tenancy;
 
@@ -19,6 +20,22 @@ pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
         resource_dirs: if settings.kubernetes { Vec::new() } else { settings.resources.clone() },
         data_dir: settings.data_dir.clone(),
         tenancy: Tenancy::new(settings.shared_namespaces.clone()),
+    }
+}
+
+/// Where validators run: the `validator_sandbox` mode with the system directories and
+/// `validator_read_paths` readable, never the data directory.
+pub fn validator_sandbox(settings: &Settings) -> crate::change::sandbox::Sandbox {
+    crate::change::sandbox::Sandbox::new(settings.validator_sandbox, &settings.validator_read_paths, &settings.data_dir)
+}
+
+/// What validators may run and pass through, from `validator_commands`, `validator_env`
+/// (never the service's own credentials) and the sandbox.
+pub fn validator_policy(settings: &Settings) -> ValidatorPolicy {
+    ValidatorPolicy {
+        commands: settings.validator_commands.clone(),
+        env: EnvAccess::new(settings.validator_env.clone(), service_credentials(settings)),
+        sandbox: Arc::new(validator_sandbox(settings)),
     }
 }
 

@@ -25,6 +25,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
         body_timeout: settings.body_timeout,
         mcp: crate::web::mcp_server::McpLimits::from_settings(settings),
+        validator_sandbox: super::policy::validator_sandbox(settings).describe(),
     }
 }
 

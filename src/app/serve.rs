@@ -143,10 +143,17 @@ pub async fn serve(settings: Settings) -> Result<()> {
             Arc::new(worker).run(cancel).await;
         });
     }
+    let validators = super::policy::validator_policy(&settings);
+    if let Some(why) = validators.sandbox.refusal() {
+        tracing::warn!(reason = %why, "validators will not run");
+    } else {
+        tracing::info!(sandbox = %validators.sandbox.describe(), "validator sandbox");
+    }
     tasks.spawn(live::discovered_facts(
         store.clone(),
         board.clone(),
         secrets.clone(),
+        validators,
         secrets_changed.clone(),
         cancel.clone(),
     ));

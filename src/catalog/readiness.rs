@@ -71,7 +71,8 @@ pub mod reasons {
     pub const INDEX_FAILED: &str = "IndexFailed";
     /// The object declares something this version of Akritas does not do.
     pub const NOT_AVAILABLE: &str = "NotAvailable";
-    /// McpAdapter: the stdio command (or its arguments) is not allowed by `stdio_commands`.
+    /// McpAdapter: the stdio command (or its arguments) is not allowed by `stdio_commands`;
+    /// ValidatorProfile: the program is not allowed by `validator_commands`.
     pub const COMMAND_NOT_ALLOWED: &str = "CommandNotAllowed";
     /// McpAdapter: `workingDir` is outside what the service allows.
     pub const WORKING_DIR_NOT_ALLOWED: &str = "WorkingDirNotAllowed";
@@ -82,6 +83,9 @@ pub mod reasons {
     pub const ENV_NOT_ALLOWED: &str = "EnvNotAllowed";
     /// KnowledgeBase: a directory is outside `knowledge_roots` or overlaps the data directory.
     pub const PATH_NOT_ALLOWED: &str = "PathNotAllowed";
+    /// ValidatorProfile: the validator sandbox cannot be had on this host (no Landlock),
+    /// so nothing runs.
+    pub const SANDBOX_UNAVAILABLE: &str = "SandboxUnavailable";
 }
 
 /// The live check a kind has: its condition type and the reason shown until the

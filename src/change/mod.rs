@@ -13,7 +13,7 @@
 //! * [`snapshot`]: loading explicit files; [`discovery`]: scanning and ranking.
 //! * [`proposal`]: the forced `akritas_propose_edits` call's schema, prompt and checks.
 //! * [`edits`]: exact unique replacement and safe creation; [`diff`]: unified diff.
-//! * [`validators`]: running ValidatorProfiles on an isolated copy.
+//! * [`validators`]: running ValidatorProfiles on an isolated copy, in the [`sandbox`].
 //! * [`approvals`]: the durable store of pending changes; [`apply`]: writing them.
 //! * [`git`]: opening, cloning, fetching and publishing branches with git2.
 //! * [`service`]: the preview and apply Runs that tie the parts together.
@@ -30,6 +30,7 @@ pub mod paths;
 mod preview;
 pub mod proposal;
 mod record;
+pub mod sandbox;
 pub mod service;
 pub mod snapshot;
 #[cfg(test)]

@@ -150,6 +150,8 @@ pub struct ChangeSettings {
     pub queue_timeout: Duration,
     /// Bounds of the validators' copy.
     pub copy_limits: super::validators::CopyLimits,
+    /// What validators may run, and where.
+    pub validators: super::validators::ValidatorPolicy,
 }
 
 /// Who asked for a preview.

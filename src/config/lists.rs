@@ -47,6 +47,18 @@ pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<S
     Ok(dedup(v))
 }
 
+/// Program names (looked up on PATH) or absolute paths.
+pub(crate) fn check_validator_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 64 {
+        return Err(format!("{} commands given; expected {expect}", v.len()));
+    }
+    let name = |c: &str| !c.is_empty() && c.len() <= 255 && !c.contains('/') && !c.starts_with('.');
+    if let Some(bad) = v.iter().find(|c| !name(c) && !Path::new(c.as_str()).is_absolute()) {
+        return Err(format!("{bad:?} is neither a program name nor an absolute path; expected {expect}"));
+    }
+    Ok(dedup(v))
+}
+
 /// Environment variable names, each optionally ending in `*`.
 pub(crate) fn check_env_patterns(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
     if v.len() > 64 {

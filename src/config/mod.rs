@@ -291,6 +291,26 @@ settings_table! {
         flag "stdio-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
         expect "at most 64 entries, each `akritas` or an absolute path";
         check lists::check_stdio_commands;
+    /// Programs a ValidatorProfile may run (argv[0]): names looked up on the service's PATH, or absolute paths; nothing else runs, not even for its --version
+    validator_commands: Vec<String> = vec!["yamllint".to_string()];
+        flag "validator-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
+        expect "at most 64 entries, each a program name or an absolute path";
+        check lists::check_validator_commands;
+    /// Environment variables a ValidatorProfile's env may pass to its program; a trailing `*` matches a prefix; the service's own keys never match
+    validator_env: Vec<String> = Vec::new();
+        flag "validator-env" [Vec<String>] value_name "NAME" delimiter ',';
+        expect "at most 64 environment variable names, each optionally ending in `*`";
+        check lists::check_env_patterns;
+    /// How validators are confined: landlock (files, network, processes; without Landlock they do not run) or off (process limits only)
+    validator_sandbox: crate::change::sandbox::SandboxMode = crate::change::sandbox::SandboxMode::Landlock;
+        flag "validator-sandbox" [Option<String>] value_name "MODE";
+        expect "landlock or off";
+        check value::ok;
+    /// Directories validators may read and execute besides /usr, /bin, /sbin, /lib*, /etc and /opt (never the data directory)
+    validator_read_paths: Vec<PathBuf> = Vec::new();
+        flag "validator-read-paths" [Vec<String>] value_name "DIR" delimiter ',';
+        expect "at most 64 absolute directory paths";
+        check lists::check_roots;
     /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; the service's own keys never match
     resource_env: Vec<String> = vec!["AKRITAS_*".to_string()];
         flag "resource-env" [Vec<String>] value_name "NAME" delimiter ',';

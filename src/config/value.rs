@@ -179,6 +179,18 @@ impl SettingValue for LogFormat {
     }
 }
 
+impl SettingValue for crate::change::sandbox::SandboxMode {
+    fn from_text(s: &str, expect: &str) -> Result<Self, String> {
+        s.parse().map_err(|_| expected(expect))
+    }
+    fn to_text(&self) -> String {
+        match self {
+            Self::Landlock => "landlock".into(),
+            Self::Off => "off".into(),
+        }
+    }
+}
+
 /// An element of a list setting.
 pub(crate) trait ListItem: Sized {
     /// Parses one trimmed, non-empty item given as text.

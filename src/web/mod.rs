@@ -83,6 +83,8 @@ pub struct HostInfo {
     pub body_timeout: Duration,
     /// Limits of the MCP server at `/mcp`.
     pub mcp: mcp_server::McpLimits,
+    /// How validators are confined (`landlock ABI 7 …`, `off: …`, `unavailable: …`).
+    pub validator_sandbox: String,
 }
 
 /// The native API with its documentation: every route under `/api/v1` and

@@ -32,6 +32,9 @@ pub struct Health {
     pub authentication: &'static str,
     /// SHA-256 of the loaded SYSTEM.md.
     pub system_instructions_sha256: String,
+    /// How validators are confined: `landlock ABI N …`, `off: …` (an explicit
+    /// `validator_sandbox: off`) or `unavailable: …` (validators do not run).
+    pub validator_sandbox: String,
     /// The Catalog in force.
     pub catalog: CatalogHealth,
 }
@@ -96,6 +99,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
         response_language: state.info.response_language.clone(),
         authentication: if state.keys.enabled() { "api-key" } else { "disabled" },
         system_instructions_sha256: state.info.instructions_sha256.clone(),
+        validator_sandbox: state.info.validator_sandbox.clone(),
         catalog: CatalogHealth {
             version: catalog.version,
             hash: catalog.hash.clone(),

@@ -234,6 +234,7 @@ pub fn app_state(
         max_body_bytes,
         body_timeout: Duration::from_secs(30),
         mcp: web::mcp_server::McpLimits::default(),
+        validator_sandbox: "not used: this host has no change pipeline".into(),
     };
     AppState {
         catalog,
