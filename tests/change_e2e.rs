@@ -110,6 +110,7 @@ impl Host {
             .env("OPS_KEY", OPS_KEY)
             .env("DEV_KEY", DEV_KEY)
             .env("AKRITAS_CHANGE_APPROVAL_TTL", self.ttl)
+            .env("AKRITAS_WORKSPACE_ROOTS", self.data.parent().unwrap())
             .envs(self.env.iter().copied())
             .args(["--api-key", "ops=OPS_KEY:admin", "--api-key", "dev=DEV_KEY:chat"])
             .arg("--resources")
@@ -705,4 +706,106 @@ async fn a_slow_preview_does_not_block_other_runs() {
     assert!(!preview_task.is_finished(), "the chat finished while the preview still waited for its model");
     let (status, body) = preview_task.await.unwrap();
     assert_eq!(status, 200, "{body}");
+}
+
+/// The model's proposal creates a `GNUmakefile` (which `make` prefers to `Makefile`)
+/// and a chat key previews it on a Workspace whose operator allowed `make`: the
+/// recipe runs, but only in the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_keys_preview_cannot_use_a_gnumakefile_to_reach_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let data = dir.path().join("data");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let makefile = format!(
+        "all:\n\
+         \t@echo leaks=$$(for p in /proc/[0-9]*; do cat $$p/environ; done 2>/dev/null | tr '\\0' '\\n' | grep -c DEV_KEY)\n\
+         \t-@cat {data}/audit/akritas.jsonl\n\
+         \t-@echo pwned > {root}/pwned\n\
+         \t-@/usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}))\" 2>&1 | tail -1\n\
+         \t@echo finished\n",
+        data = data.display(),
+        root = root.display(),
+    );
+    let edits = json!({
+        "analysis": "A build file helps validate the change.",
+        "edits": [{"operation": "create", "path": "GNUmakefile", "old": "", "new": makefile}],
+        "checks": [], "risks": [], "rollback": "Delete the file.", "clarifications": []
+    });
+    let llm = ScriptedLlm::start_with(move |_, _| propose(edits.clone())).await;
+    let resources = manifests(dir.path(), &root, true);
+    let yaml = std::fs::read_to_string(resources.join("change.yaml")).unwrap();
+    let make = "apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata:\n  name: make\nspec:\n  argv: [make]\n---\n";
+    std::fs::write(resources.join("change.yaml"), format!("{make}{}", yaml.replace("[yamllint]", "[yamllint, make]")))
+        .unwrap();
+    let env = vec![("AKRITAS_VALIDATOR_COMMANDS", "yamllint,make")];
+    let host = Host { data: data.clone(), resources, llm: llm.url.clone(), ttl: "30m", env };
+    let server = host.start().await;
+
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    let validators = body["result"]["validators"].as_array().unwrap();
+    let make = validators.iter().find(|v| v["name"] == "make").expect("make ran");
+    let output = make["output"].as_str().unwrap();
+    assert_eq!(make["status"], "passed", "{make}");
+    assert!(output.contains("leaks=0\n"), "another process's environment was read: {output}");
+    assert!(output.contains("akritas.jsonl: Permission denied"), "{output}");
+    assert!(output.contains("pwned: Permission denied"), "{output}");
+    assert!(output.contains("PermissionError: [Errno 13] Permission denied"), "{output}");
+    assert!(output.ends_with("finished\n"), "{output}");
+    assert!(!root.join("pwned").exists(), "the recipe wrote into the workspace");
+    assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "a connection arrived");
+}
+
+/// A tenant's profile that the operator did not allow never runs, not even its
+/// `--version`, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_outside_validator_commands_is_not_ready_and_never_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let marker = dir.path().join("ran");
+    let program = dir.path().join("tenant-validator");
+    std::fs::write(&program, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let resources = manifests(dir.path(), &root, true);
+    std::fs::write(
+        resources.join("tenant.yaml"),
+        format!(
+            "apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata: {{name: env-dump}}\n\
+             spec: {{argv: [sh, -c, env], env: [OPENAI_API_KEY]}}\n---\n\
+             apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata: {{name: tenant}}\n\
+             spec: {{argv: [{}]}}\n",
+            program.display()
+        ),
+    )
+    .unwrap();
+    let host = Host::new(dir.path(), &root, &llm);
+    let server = host.start().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let reasons = loop {
+        let (_, body) = get(&server.url, "/api/v1/resources").await;
+        let reasons: Vec<(String, String)> = body["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "ValidatorProfile" && r["name"] != "yamllint")
+            .filter_map(|r| {
+                let ready = r["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
+                (ready["status"] == "False" && ready["reason"] == "CommandNotAllowed")
+                    .then(|| (r["name"].as_str().unwrap().to_string(), ready["message"].as_str().unwrap().to_string()))
+            })
+            .collect();
+        if reasons.len() == 2 {
+            break reasons;
+        }
+        assert!(Instant::now() < deadline, "the profiles were not refused: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (name, message) in &reasons {
+        assert!(message.contains("the validator_commands setting allows yamllint"), "{name}: {message}");
+    }
+    assert!(!marker.exists(), "the refused program ran");
 }

@@ -548,7 +548,8 @@ async fn the_manager_clones_fetches_on_demand_and_keeps_the_checkout_when_a_fetc
     let data = tempfile::tempdir().unwrap();
     let secrets =
         Arc::new(EnvSecrets::with_lookup(|name: &str| (name == "AKRITAS_GIT_TOKEN").then(|| TOKEN.to_string())));
-    let workspaces = Workspaces::new(data.path().to_path_buf(), secrets, board.clone());
+    let policy = akritas::catalog::policy::ResourcePolicy { data_dir: data.path().to_path_buf(), ..Default::default() };
+    let workspaces = Workspaces::new(data.path().to_path_buf(), secrets, board.clone(), Arc::new(policy));
     let cancel = tokio_util::sync::CancellationToken::new();
     let (_secrets_tx, secrets_rx) = tokio::sync::watch::channel(0);
     let running = tokio::spawn(workspaces.clone().run(store.clone(), secrets_rx, cancel.clone()));

@@ -91,6 +91,8 @@ fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str) -> Server {
         .env("AKRITAS_BASE_URL", &llm.url)
         // The sample KnowledgeBase reads the sample runbooks on this host.
         .env("AKRITAS_KNOWLEDGE_ROOTS", support::root().join("config/samples/runbooks"))
+        // The Workspaces' trees are temporary directories.
+        .env("AKRITAS_WORKSPACE_ROOTS", std::env::temp_dir())
         .env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789")
         .env("AKRITAS_INCIDENT_WEBHOOK_URL", webhook_url)
         .env("AKRITAS_INCIDENT_WEBHOOK_TOKEN", "sample-webhook-token-0123456789")
@@ -192,9 +194,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     let tree = git_tree();
     let workspace = std::fs::read_to_string(samples.join("workspace.yaml")).unwrap();
     let in_samples_namespace = |yaml: String| yaml.replace("\nmetadata:\n", "\nmetadata:\n  namespace: akritas\n");
-    api.apply(&in_samples_namespace(
-        workspace.replace("/var/lib/akritas/workspaces/infra-config", tree.path().to_str().unwrap()),
-    ));
+    api.apply(&in_samples_namespace(workspace.replace("/srv/workspaces/infra-config", tree.path().to_str().unwrap())));
     let knowledge = std::fs::read_to_string(samples.join("knowledge-base.yaml")).unwrap();
     api.apply(&in_samples_namespace(
         knowledge.replace("path: runbooks", &format!("path: {}", samples.join("runbooks").display())),

@@ -77,8 +77,7 @@ async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
     let missing = samples.path().join("no-such-tree");
     let workspace = samples.path().join("workspace.yaml");
     let manifest = std::fs::read_to_string(&workspace).unwrap();
-    std::fs::write(&workspace, manifest.replace("/var/lib/akritas/workspaces/infra-config", missing.to_str().unwrap()))
-        .unwrap();
+    std::fs::write(&workspace, manifest.replace("/srv/workspaces/infra-config", missing.to_str().unwrap())).unwrap();
     let server = Server::start({
         let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
         c.arg("--resources").arg(samples.path());

@@ -151,6 +151,7 @@ fn start(llm: &ScriptedLlm, resources: &std::path::Path, data: &std::path::Path)
         .env("AKRITAS_API_KEY", API_KEY)
         .env("AKRITAS_RESOURCE_ENV", "UI_*")
         .env("UI_AM_TOKEN", AM_TOKEN)
+        .env("AKRITAS_WORKSPACE_ROOTS", data.parent().unwrap())
         .arg("--resources")
         .arg(resources);
     Server::start(command)

@@ -17,6 +17,7 @@ pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
         stdio_commands: settings.stdio_commands.clone(),
         env: EnvAccess::new(settings.resource_env.clone(), service_credentials(settings)),
         knowledge_roots: settings.knowledge_roots.clone(),
+        workspace_roots: settings.workspace_roots.clone(),
         resource_dirs: if settings.kubernetes { Vec::new() } else { settings.resources.clone() },
         data_dir: settings.data_dir.clone(),
         tenancy: Tenancy::new(settings.shared_namespaces.clone()),

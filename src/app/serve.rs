@@ -159,7 +159,12 @@ pub async fn serve(settings: Settings) -> Result<()> {
     ));
     // The declared Workspaces' working trees (clones fetched on schedule); the change
     // pipeline's routes reach them through this handle.
-    let workspaces = super::workspaces::Workspaces::new(settings.data_dir.clone(), secrets.clone(), board.clone());
+    let workspaces = super::workspaces::Workspaces::new(
+        settings.data_dir.clone(),
+        secrets.clone(),
+        board.clone(),
+        resource_policy.clone(),
+    );
     tasks.spawn(workspaces.clone().run(store.clone(), secrets_changed.clone(), cancel.clone()));
     let directory = super::change::Directory::new(store.clone(), board.clone(), workspaces);
     let change = super::change::service(&settings, change_llm, audit_log.clone(), directory).await?;

@@ -12,7 +12,7 @@
 //! a fetch holds it for writing while it resets the tree.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::policy::{PathError, ResourcePolicy};
 use crate::catalog::readiness::{Check, reasons};
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
@@ -47,14 +48,24 @@ pub struct LocalWorkspace {
 /// What a Workspace declares, as far as keeping it usable goes.
 #[derive(Clone, Debug, PartialEq)]
 enum Source {
-    Path,
-    Git { url: String, reference: String, auth: Option<(String, SecretRef)>, interval: Duration },
+    /// A path on the host (`standalone`: declared in a manifest directory).
+    Path {
+        standalone: bool,
+    },
+    Git {
+        url: String,
+        reference: String,
+        auth: Option<(String, SecretRef)>,
+        interval: Duration,
+    },
 }
 
 /// What is known about a workspace now.
 #[derive(Clone, Debug, Default)]
 struct Observed {
     head: Option<Head>,
+    /// A path workspace: its tree, symlinks resolved, as the policy allowed it.
+    resolved: Option<PathBuf>,
     remote: Option<Remote>,
     last_fetch: Option<String>,
     last_error: Option<String>,
@@ -73,6 +84,7 @@ struct Slot {
 
 struct Inner {
     data_dir: PathBuf,
+    policy: Arc<ResourcePolicy>,
     secrets: Arc<dyn SecretResolver>,
     board: StatusBoard,
     slots: Mutex<BTreeMap<ObjectKey, Slot>>,
@@ -85,9 +97,15 @@ pub struct Workspaces {
 }
 
 impl Workspaces {
-    /// Manages workspaces with clones under `data_dir/workspaces`.
-    pub fn new(data_dir: PathBuf, secrets: Arc<dyn SecretResolver>, board: StatusBoard) -> Self {
-        let inner = Inner { data_dir, secrets, board, slots: Mutex::new(BTreeMap::new()) };
+    /// Manages workspaces with clones under `data_dir/workspaces`; a path workspace is
+    /// used only where `policy` allows it (`workspace_roots`, never the data directory).
+    pub fn new(
+        data_dir: PathBuf,
+        secrets: Arc<dyn SecretResolver>,
+        board: StatusBoard,
+        policy: Arc<ResourcePolicy>,
+    ) -> Self {
+        let inner = Inner { data_dir, policy, secrets, board, slots: Mutex::new(BTreeMap::new()) };
         Workspaces { inner: Arc::new(inner) }
     }
 
@@ -101,7 +119,7 @@ impl Workspaces {
         let slot = slots.get(&key(namespace, name))?;
         let observed = slot.observed.lock().unwrap_or_else(|p| p.into_inner()).clone();
         Some(LocalWorkspace {
-            dir: slot.dir.clone(),
+            dir: observed.resolved.clone().unwrap_or_else(|| slot.dir.clone()),
             head: observed.head,
             remote: observed.remote,
             lock: slot.lock.clone(),
@@ -159,7 +177,7 @@ impl Workspaces {
             let (source, dir) = match (&workspace.spec.source.path, &workspace.spec.source.git) {
                 (Some(path), _) => {
                     let dir = entry.base_dir.as_deref().map(|base| base.join(path)).unwrap_or_else(|| path.into());
-                    (Source::Path, dir)
+                    (Source::Path { standalone: entry.base_dir.is_some() }, dir)
                 }
                 (None, Some(git)) => (
                     Source::Git {
@@ -228,8 +246,12 @@ impl Workspaces {
 
     /// Checks every path workspace's HEAD.
     async fn check_paths(&self) {
-        let paths: Vec<ObjectKey> =
-            self.slots().iter().filter(|(_, s)| s.source == Source::Path).map(|(k, _)| k.clone()).collect();
+        let paths: Vec<ObjectKey> = self
+            .slots()
+            .iter()
+            .filter(|(_, s)| matches!(s.source, Source::Path { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
         for key in paths {
             let _ = self.sync_once(&key).await;
         }
@@ -245,16 +267,9 @@ impl Workspaces {
             (slot.source.clone(), slot.dir.clone(), slot.lock.clone(), slot.syncing.clone(), slot.observed.clone())
         };
         let _one_at_a_time = syncing.lock().await;
-        let Source::Git { url, reference, auth, .. } = source else {
-            let checked = dir.clone();
-            let outcome = tokio::task::spawn_blocking(move || git::head(&checked)).await.unwrap_or_else(|e| {
-                Err(GitError::Io { dir: dir.clone(), message: format!("the git task failed: {e}") })
-            });
-            self.publish_path(key, &dir, &outcome);
-            if let Ok(head) = &outcome {
-                observed.lock().unwrap_or_else(|p| p.into_inner()).head = Some(head.clone());
-            }
-            return outcome;
+        let (url, reference, auth) = match source {
+            Source::Git { url, reference, auth, .. } => (url, reference, auth),
+            Source::Path { standalone } => return self.check_path(key, &dir, standalone, &observed).await,
         };
         let credentials = match &auth {
             None => Ok(None),
@@ -296,19 +311,46 @@ impl Workspaces {
         outcome.map(|(head, _)| head)
     }
 
-    fn publish_path(&self, key: &ObjectKey, dir: &std::path::Path, outcome: &Result<Head, GitError>) {
+    /// A path workspace: where the policy allows its tree (symlinks resolved), and the
+    /// HEAD there. The tree is used at its resolved location until the next check.
+    async fn check_path(
+        &self,
+        key: &ObjectKey,
+        declared: &Path,
+        standalone: bool,
+        observed: &Mutex<Observed>,
+    ) -> Result<Head, GitError> {
         let board = &self.inner.board;
-        match outcome {
+        let refuse = |reason, message: String| {
+            let mut observed = observed.lock().unwrap_or_else(|p| p.into_inner());
+            observed.head = None;
+            observed.resolved = None;
+            board.set_runtime(key.clone(), json!({}));
+            board.set_check(key, Check::failed(reason, message.clone()));
+            Err(GitError::Io { dir: declared.to_path_buf(), message })
+        };
+        let dir = match self.inner.policy.workspace_dir(declared, standalone) {
+            Ok(dir) => dir,
+            Err(error @ PathError::Unreadable { .. }) => {
+                return refuse(reasons::PATH_NOT_FOUND, format!("spec.source.path {error}"));
+            }
+            Err(error) => return refuse(reasons::PATH_NOT_ALLOWED, format!("spec.source.path: {error}")),
+        };
+        let checked = dir.clone();
+        let outcome = tokio::task::spawn_blocking(move || git::head(&checked))
+            .await
+            .unwrap_or_else(|e| Err(GitError::Io { dir: dir.clone(), message: format!("the git task failed: {e}") }));
+        match &outcome {
             Ok(head) => {
+                let mut observed = observed.lock().unwrap_or_else(|p| p.into_inner());
+                observed.head = Some(head.clone());
+                observed.resolved = Some(dir);
                 board.set_runtime(key.clone(), json!({"headCommit": head.commit}));
                 board.set_check(key, Check::passed(reasons::HEAD_FOUND, format!("HEAD at {}", head.commit)));
             }
-            Err(error) => {
-                let reason = if dir.exists() { reasons::NOT_A_REPOSITORY } else { reasons::PATH_NOT_FOUND };
-                board.set_runtime(key.clone(), json!({}));
-                board.set_check(key, Check::failed(reason, error.to_string()));
-            }
+            Err(error) => return refuse(reasons::NOT_A_REPOSITORY, error.to_string()),
         }
+        outcome
     }
 
     fn publish_git(&self, key: &ObjectKey, observed: &Observed) {

@@ -20,6 +20,8 @@ pub struct ResourcePolicy {
     pub env: EnvAccess,
     /// Directories a KnowledgeBase directory source may be under.
     pub knowledge_roots: Vec<PathBuf>,
+    /// Directories a path Workspace may be under.
+    pub workspace_roots: Vec<PathBuf>,
     /// Standalone mode: the resource directories manifests are read from (a directory
     /// under one of them is allowed too); empty in operator mode.
     pub resource_dirs: Vec<PathBuf>,
@@ -43,7 +45,7 @@ pub enum PathError {
     /// The directory is the data directory, inside it, or contains it.
     #[error(
         "{path} overlaps the data directory {data_dir} (journals and indexes), which resources never read; \
-         point the source at a directory under knowledge_roots that does not contain the data directory"
+         point the source at a directory under the allowed roots that does not contain the data directory"
     )]
     DataDir {
         /// The directory, with symlinks resolved.
@@ -53,11 +55,13 @@ pub enum PathError {
     },
     /// The directory is under no allowed directory.
     #[error(
-        "{path} (symlinks resolved) is not under a directory of knowledge_roots ({allowed}); add its parent to the knowledge_roots setting"
+        "{path} (symlinks resolved) is not under a directory of {setting} ({allowed}); add its parent to the {setting} setting"
     )]
     OutsideRoots {
         /// The directory, with symlinks resolved.
         path: String,
+        /// The setting that lists the allowed directories.
+        setting: &'static str,
         /// The allowed directories, for the message.
         allowed: String,
     },
@@ -69,6 +73,24 @@ impl ResourcePolicy {
     /// knowledge root (or, in standalone mode, a resource directory), never
     /// overlapping the data directory. Symlinks are resolved first.
     pub fn readable_dir(&self, dir: &Path, standalone: bool) -> Result<PathBuf, PathError> {
+        self.dir_under(dir, standalone, &self.knowledge_roots, "knowledge_roots")
+    }
+
+    /// The real location of a path Workspace's tree, if the policy allows it: under a
+    /// workspace root (or, in standalone mode, a resource directory), never overlapping
+    /// the data directory (which holds every namespace's clones). Symlinks are resolved
+    /// first; the tree is used at the resolved location.
+    pub fn workspace_dir(&self, dir: &Path, standalone: bool) -> Result<PathBuf, PathError> {
+        self.dir_under(dir, standalone, &self.workspace_roots, "workspace_roots")
+    }
+
+    fn dir_under(
+        &self,
+        dir: &Path,
+        standalone: bool,
+        configured: &[PathBuf],
+        setting: &'static str,
+    ) -> Result<PathBuf, PathError> {
         let real =
             dir.canonicalize().map_err(|source| PathError::Unreadable { path: dir.display().to_string(), source })?;
         let data_dir = real_path(&self.data_dir);
@@ -80,18 +102,18 @@ impl ResourcePolicy {
             });
         }
         let resource_dirs = if standalone { self.resource_dirs.as_slice() } else { &[] };
-        let roots: Vec<PathBuf> = self.knowledge_roots.iter().chain(resource_dirs).map(|r| real_path(r)).collect();
+        let roots: Vec<PathBuf> = configured.iter().chain(resource_dirs).map(|r| real_path(r)).collect();
         if roots.iter().any(|root| real.starts_with(root)) {
             return Ok(real);
         }
-        let mut allowed: Vec<String> = self.knowledge_roots.iter().map(|r| r.display().to_string()).collect();
+        let mut allowed: Vec<String> = configured.iter().map(|r| r.display().to_string()).collect();
         if allowed.is_empty() {
             allowed.push("none configured".into());
         }
         if standalone && !resource_dirs.is_empty() {
             allowed.push("and the resource directories".into());
         }
-        Err(PathError::OutsideRoots { path: real.display().to_string(), allowed: allowed.join(", ") })
+        Err(PathError::OutsideRoots { path: real.display().to_string(), setting, allowed: allowed.join(", ") })
     }
 
     /// Whether `dir` (symlinks resolved) is under a resource directory (standalone mode).
@@ -109,6 +131,35 @@ pub fn real_path(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_path_cannot_reach_another_namespaces_clone_or_leave_the_roots() {
+        let work = tempfile::tempdir().unwrap();
+        let data = work.path().join("data");
+        let clone = data.join("workspaces/team-a/infra");
+        let roots = work.path().join("trees");
+        let elsewhere = work.path().join("elsewhere");
+        for dir in [&clone, &roots.join("team-b"), &elsewhere] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        // A team-b tree that is a symlink to team A's clone.
+        std::os::unix::fs::symlink(&clone, roots.join("alias")).unwrap();
+        let policy =
+            ResourcePolicy { workspace_roots: vec![roots.clone()], data_dir: data.clone(), ..Default::default() };
+        assert_eq!(
+            policy.workspace_dir(&roots.join("team-b"), false).unwrap(),
+            roots.join("team-b").canonicalize().unwrap()
+        );
+        for attack in [&clone, &roots.join("alias"), &data.join("workspaces")] {
+            let error = policy.workspace_dir(attack, false).unwrap_err();
+            assert!(matches!(error, PathError::DataDir { .. }), "{}: {error}", attack.display());
+        }
+        let error = policy.workspace_dir(&elsewhere, false).unwrap_err().to_string();
+        assert!(error.contains("workspace_roots") && !error.contains("knowledge_roots"), "{error}");
+        // Knowledge roots do not open workspaces.
+        let policy = ResourcePolicy { knowledge_roots: vec![elsewhere.clone()], data_dir: data, ..Default::default() };
+        assert!(matches!(policy.workspace_dir(&elsewhere, false), Err(PathError::OutsideRoots { .. })));
+    }
 
     #[test]
     fn directories_are_allowed_under_roots_only_with_symlinks_resolved_and_never_near_the_data_dir() {

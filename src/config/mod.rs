@@ -321,6 +321,11 @@ settings_table! {
         flag "knowledge-roots" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
         check lists::check_roots;
+    /// Directories a path Workspace may be under (standalone mode also allows the resource directories); never the data directory
+    workspace_roots: Vec<PathBuf> = Vec::new();
+        flag "workspace-roots" [Vec<String>] value_name "DIR" delimiter ',';
+        expect "at most 64 absolute directory paths";
+        check lists::check_roots;
     /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables
     skills_dir: Option<String> = Some("skills".to_string());
         flag "skills-dir" [Option<String>] value_name "DIR";

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 63);
+    assert_eq!(KEYS.len(), 68);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -592,8 +592,13 @@ fn file_with_every_setting() {
         "kubeconfig": "/etc/akritas/kubeconfig",
         "kubernetes_cluster_namespaces": ["ops"],
         "stdio_commands": ["akritas", "/usr/local/bin/mcp-grafana"],
+        "validator_commands": ["yamllint", "/usr/local/bin/kubeconform"],
+        "validator_env": ["KUBECONFORM_*"],
+        "validator_sandbox": "off",
+        "validator_read_paths": ["/nix/store"],
         "resource_env": ["TEAM_*", "VM_TOKEN"],
         "knowledge_roots": ["/srv/runbooks"],
+        "workspace_roots": ["/srv/workspaces"],
         "skills_dir": "",
         "data_dir": "/var/lib/akritas",
         "search_top_k": 50,
@@ -646,6 +651,9 @@ fn file_with_every_setting() {
     assert!(!s.kubernetes_tools);
     assert_eq!(s.kubeconfig.as_deref(), Some("/etc/akritas/kubeconfig"));
     assert_eq!(s.kubernetes_cluster_namespaces, ["ops"]);
+    assert_eq!(s.validator_commands, ["yamllint", "/usr/local/bin/kubeconform"]);
+    assert_eq!(s.validator_sandbox, crate::change::sandbox::SandboxMode::Off);
+    assert_eq!(s.workspace_roots, [PathBuf::from("/srv/workspaces")]);
     assert_eq!(s.response_language, "fr-CA");
     assert_eq!(s.temperature, 0.0);
     assert_eq!(s.log_format, LogFormat::Json);
@@ -657,6 +665,15 @@ fn file_with_every_setting() {
     assert_eq!(s.resource_env, ["TEAM_*", "VM_TOKEN"]);
     assert_eq!((s.alert_source_rate, s.alert_pending_jobs), (100_000, 1));
     assert_eq!((s.change_approval_ttl, s.change_max_concurrent_previews), (Duration::from_secs(604_800), 64));
+}
+
+#[test]
+fn a_key_with_a_namespace_and_no_scopes_is_refused_with_how_to_write_it() {
+    let e = load_err(&flags(&["--api-key", "b=B_KEY@team-b"]), &no_env);
+    assert!(e.contains("key \"b\" has namespace \"team-b\" but no scopes"), "{e}");
+    assert!(e.contains("b=B_KEY:read+chat@team-b"), "{e}");
+    let (e, _) = file_err(r#"{"version": 1, "api_keys": [{"name": "b", "env": "B_KEY", "namespace": "team-b"}]}"#);
+    assert!(e.contains("api_keys[0].scopes") && e.contains("an admin of every namespace"), "{e}");
 }
 
 #[test]
@@ -694,7 +711,7 @@ fn api_keys_carry_scopes_and_a_namespace() {
 
     for (args, problem) in [
         (["--api-key", "x=X_KEY:write"], "unknown scope \"write\""),
-        (["--api-key", "x=X_KEY@Team_A"], "is not a Kubernetes namespace name"),
+        (["--api-key", "x=X_KEY:read@Team_A"], "is not a Kubernetes namespace name"),
         (["--api-key", "x=X_KEY:"], "unknown scope \"\""),
     ] {
         let e = load_err(&flags(&args), &no_env);

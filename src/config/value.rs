@@ -242,6 +242,16 @@ fn parse_scopes(text: &str) -> Result<BTreeSet<Scope>, String> {
         .collect()
 }
 
+/// A key given a namespace but no scopes would be an `admin` key of every namespace
+/// (no scopes meant `admin` before namespaces existed): refused, with how to write it.
+fn unscoped_namespace_key(name: &str, env: &str, namespace: &str) -> String {
+    format!(
+        "key {name:?} has namespace {namespace:?} but no scopes, which would make it an admin of every namespace; \
+         give its scopes, e.g. {name}={env}:read+chat@{namespace} (file: \"scopes\": [\"read\", \"chat\"]), \
+         or drop the namespace for a host-wide admin key"
+    )
+}
+
 impl ListItem for ApiKeyRef {
     fn parse_item(s: &str) -> Result<Self, String> {
         let Some((name, rest)) = s.split_once('=') else {
@@ -251,9 +261,10 @@ impl ListItem for ApiKeyRef {
             Some((rest, namespace)) => (rest, Some(namespace.trim().to_string())),
             None => (rest, None),
         };
-        let (env, scopes) = match rest.split_once(':') {
-            Some((env, scopes)) => (env, parse_scopes(scopes)?),
-            None => (rest, [Scope::Admin].into()),
+        let (env, scopes) = match (rest.split_once(':'), &namespace) {
+            (Some((env, scopes)), _) => (env, parse_scopes(scopes)?),
+            (None, None) => (rest, [Scope::Admin].into()),
+            (None, Some(namespace)) => return Err(unscoped_namespace_key(name.trim(), rest.trim(), namespace)),
         };
         let key = ApiKeyRef { name: name.trim().to_string(), env: env.trim().to_string(), scopes, namespace };
         check_api_key_ref(&key)?;
@@ -290,6 +301,13 @@ impl ListItem for ApiKeyRef {
             }
         };
         let scopes = match obj.get("scopes") {
+            None if obj.get("namespace").is_some_and(|n| !n.is_null()) => {
+                let text = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+                return Err(JsonErr {
+                    suffix: ".scopes".to_string(),
+                    problem: unscoped_namespace_key(&text("name"), &text("env"), &text("namespace")),
+                });
+            }
             None => [Scope::Admin].into(),
             Some(Value::Array(items)) if !items.is_empty() => items
                 .iter()

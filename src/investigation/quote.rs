@@ -500,7 +500,8 @@ mod tests {
 
         #[test]
         fn a_substring_of_a_word_never_matches(word in "[a-z]{3,12}", cut in 1usize..3) {
-            let output = json!(format!("host {word} ok"));
+            // Only digits around the word: a cut word can equal no other word of the output.
+            let output = json!(format!("1 {word} 2"));
             prop_assert!(occurs(&word, &output));
             prop_assert!(!occurs(&word[cut..], &output));
             prop_assert!(!occurs(&word[..word.len() - cut], &output));

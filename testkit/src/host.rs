@@ -261,7 +261,14 @@ pub async fn change_service(
     use akritas::app::workspaces::Workspaces;
     let board = StatusBoard::default();
     let secrets = Arc::new(akritas::catalog::secrets::EnvSecrets::process());
-    let directory = Directory::new(catalog, board.clone(), Workspaces::new(data_dir.to_path_buf(), secrets, board));
+    // Path workspaces anywhere but the data directory (the tests' trees are temporary).
+    let policy = akritas::catalog::policy::ResourcePolicy {
+        workspace_roots: vec!["/".into()],
+        data_dir: data_dir.to_path_buf(),
+        ..Default::default()
+    };
+    let workspaces = Workspaces::new(data_dir.to_path_buf(), secrets, board.clone(), Arc::new(policy));
+    let directory = Directory::new(catalog, board, workspaces);
     let settings =
         akritas::config::Settings { data_dir: data_dir.to_path_buf(), ..akritas::config::Settings::default() };
     let client = LlmClient::new(LlmConfig::new(llm.url.clone()), reqwest::Client::new()).unwrap();
