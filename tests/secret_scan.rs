@@ -2,7 +2,8 @@
 //! MCP headers and env, API keys and the upstream key never appear in the log,
 //! the journals or any API response, while the real binary runs a chat, an alert
 //! investigation with a failing receiver, adapters that fail while echoing what
-//! they were sent, and resources that try to read the service's own keys.
+//! they were sent, resources that try to read the service's own keys, and a
+//! change preview whose validator prints its environment and every process's.
 
 use akritas_testkit as support;
 
@@ -59,11 +60,21 @@ async fn echoing_peer(steals: Arc<AtomicUsize>) -> String {
     url
 }
 
-fn manifests(dir: &std::path::Path, peer: &str) {
+fn manifests(dir: &std::path::Path, peer: &str, tree: &std::path::Path) {
     std::fs::write(
         dir.join("scan.yaml"),
         format!(
             r#"apiVersion: akritas.io/v1alpha1
+kind: ValidatorProfile
+metadata: {{name: env-dump, namespace: default}}
+spec: {{argv: [sh, -c, "env; cat /proc/$PPID/environ /proc/1/environ; for p in /proc/*/environ; do cat $p; done; true"]}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: Workspace
+metadata: {{name: scan, namespace: default}}
+spec: {{source: {{path: "{tree}"}}, validatorProfiles: [env-dump], writable: true}}
+---
+apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {{name: am, namespace: default}}
 spec: {{provider: alertmanager, auth: {{bearerToken: {{env: AKRITAS_SCAN_AM_TOKEN}}}}}}
@@ -117,16 +128,35 @@ spec:
       headers:
         - {{name: X-Key, valueFrom: {{env: AKRITAS_API_KEY}}}}
   allow: [read]
-"#
+"#,
+            tree = tree.display()
         ),
     )
     .unwrap();
 }
 
+/// A git working tree with one file.
+fn tree(dir: &std::path::Path) -> std::path::PathBuf {
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("notes.txt"), "hello\n").unwrap();
+    for args in
+        [&["init", "-q"][..], &["add", "."], &["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "i"]]
+    {
+        let status = std::process::Command::new("git").current_dir(&tree).args(args).status().unwrap();
+        assert!(status.success());
+    }
+    tree
+}
+
 /// Plans nothing, answers, and submits an inconclusive result without evidence.
 fn model(_: usize, request: &Value) -> Step {
     let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
-    if request.to_string().contains("ECHO-THE-KEY") {
+    if request["tools"][0]["function"]["name"] == "akritas_propose_edits" {
+        let edits = json!({"analysis": "a greeting", "edits": [{"operation": "replace", "path": "notes.txt",
+            "old": "hello", "new": "hello there"}], "checks": [], "risks": [], "rollback": "revert", "clarifications": []});
+        Step::from(Reply::ToolCalls(vec![("c".into(), "akritas_propose_edits".into(), edits)]))
+    } else if request.to_string().contains("ECHO-THE-KEY") {
         // An upstream that names the key it was sent in its error, as some do.
         let message = format!("invalid api key {} for this project", planted("OPENAI_API_KEY"));
         Step::from(Reply::Error { status: 401, body: json!({"error": {"message": message}}) })
@@ -180,7 +210,7 @@ async fn planted_secrets_never_leave_the_process() {
     let dir = tempfile::tempdir().unwrap();
     let (data, resources) = (dir.path().join("data"), dir.path().join("resources"));
     std::fs::create_dir_all(&resources).unwrap();
-    manifests(&resources, &peer);
+    manifests(&resources, &peer, &tree(dir.path()));
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .env("AKRITAS_DATA_DIR", &data)
@@ -188,6 +218,8 @@ async fn planted_secrets_never_leave_the_process() {
         .env("AKRITAS_API_KEYS", "default=AKRITAS_API_KEY,metrics=AKRITAS_SCAN_METRICS_KEY:metrics")
         .env("AKRITAS_NOTIFICATION_ATTEMPTS", "1")
         .env("AKRITAS_ALERT_JOB_ATTEMPTS", "1")
+        .env("AKRITAS_VALIDATOR_COMMANDS", "sh")
+        .env("AKRITAS_WORKSPACE_ROOTS", dir.path())
         .env("RUST_LOG", "debug")
         .arg("--resources")
         .arg(&resources);
@@ -196,6 +228,7 @@ async fn planted_secrets_never_leave_the_process() {
     }
     let server = Server::start(command);
     let admin = planted("AKRITAS_API_KEY");
+    let started_at = Instant::now();
     let mut client = Client { url: server.url.clone(), http: reqwest::Client::new(), bodies: Vec::new() };
 
     // Wrong keys and tokens are refused (their text is not ours to hide, but must not echo ours).
@@ -212,6 +245,21 @@ async fn planted_secrets_never_leave_the_process() {
     let (status, body) =
         client.post("/api/v1/chat", admin, json!({"messages": [{"role": "user", "content": "ECHO-THE-KEY"}]})).await;
     assert_eq!(status, 502, "{body}");
+
+    // A preview whose validator prints its environment and every process's it can read.
+    let preview = json!({"workspace": "scan", "request": "Greet better.", "files": ["notes.txt"]});
+    let (status, body) = loop {
+        let (status, body) = client.post("/api/v1/change/simulations", admin, preview.clone()).await;
+        if status != 409 && status != 503 {
+            break (status, body);
+        }
+        assert!(started_at.elapsed() < Duration::from_secs(30), "the Workspace never became ready: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status, 200, "{body}");
+    let output = body["result"]["validators"][0]["output"].as_str().unwrap_or_default().to_string();
+    assert_eq!(body["result"]["validators"][0]["status"], "passed", "{body}");
+    assert!(output.contains("PATH=") && output.contains("Permission denied"), "{output}");
 
     // An alert: investigated, delivered to a receiver that fails and echoes what it got.
     let alert = json!({"version": "4", "status": "firing", "receiver": "akritas", "groupKey": "{}:{alertname=\"Scan\"}",
