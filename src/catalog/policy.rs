@@ -45,13 +45,15 @@ pub enum PathError {
     /// The directory is the data directory, inside it, or contains it.
     #[error(
         "{path} overlaps the data directory {data_dir} (journals and indexes), which resources never read; \
-         point the source at a directory under the allowed roots that does not contain the data directory"
+         point the source at a directory under {setting} that does not contain the data directory"
     )]
     DataDir {
         /// The directory, with symlinks resolved.
         path: String,
         /// The data directory.
         data_dir: String,
+        /// The setting that lists the allowed directories.
+        setting: &'static str,
     },
     /// The directory is under no allowed directory.
     #[error(
@@ -99,6 +101,7 @@ impl ResourcePolicy {
             return Err(PathError::DataDir {
                 path: real.display().to_string(),
                 data_dir: data_dir.display().to_string(),
+                setting,
             });
         }
         let resource_dirs = if standalone { self.resource_dirs.as_slice() } else { &[] };
