@@ -131,6 +131,9 @@ fn verify_replace<'a>(root: &Path, change: &'a FileChange, rel: &Path) -> Result
     if !file.starts_with(root) || file == root {
         return Err(changed(" (it now resolves outside the workspace)"));
     }
+    if super::paths::resolves_to_secret(root, &file) {
+        return Err(changed(" (it now resolves to a secret-looking file or into .git)"));
+    }
     let mut handle = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&file) {
         Ok(handle) => handle,
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ELOOP) => {
@@ -172,6 +175,9 @@ fn verify_create<'a>(root: &Path, change: &'a FileChange, rel: &Path) -> Result<
     };
     if !dir.starts_with(root) || !fs::metadata(&dir).is_ok_and(|m| m.is_dir()) {
         return Err(refused("its parent is not a directory inside the workspace"));
+    }
+    if super::paths::resolves_to_secret(root, &dir) {
+        return Err(refused("its parent resolves to a secret-looking directory or into .git"));
     }
     let file = dir.join(name);
     match fs::symlink_metadata(&file) {
@@ -469,6 +475,27 @@ mod tests {
         let err = apply(root, &[create("escape/new.sls", "x\n")]).unwrap_err();
         assert!(err.to_string().contains("not a directory inside the workspace"), "{err}");
         assert!(!outside.path().join("new.sls").exists());
+    }
+
+    #[test]
+    fn an_alias_of_git_metadata_or_a_secret_is_never_written() {
+        let ws = workspace();
+        let root = ws.path();
+        fs::create_dir_all(root.join(".git")).unwrap();
+        fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        fs::write(root.join(".env"), "TOKEN=x\n").unwrap();
+        symlink(root.join(".git/config"), root.join("x")).unwrap();
+        symlink(root.join(".env"), root.join("notes.txt")).unwrap();
+        symlink(root.join(".git"), root.join("meta")).unwrap();
+        for (path, before) in [("x", "[core]\n"), ("notes.txt", "TOKEN=x\n")] {
+            let err = apply(root, &[replace(path, before, "pwned\n")]).unwrap_err();
+            assert!(err.to_string().contains("secret-looking file or into .git"), "{path}: {err}");
+        }
+        let err = apply(root, &[create("meta/hooks-post-checkout", "#!/bin/sh\n")]).unwrap_err();
+        assert!(err.to_string().contains("secret-looking directory or into .git"), "{err}");
+        assert_eq!(fs::read_to_string(root.join(".git/config")).unwrap(), "[core]\n");
+        assert_eq!(fs::read_to_string(root.join(".env")).unwrap(), "TOKEN=x\n");
+        assert!(!root.join(".git/hooks-post-checkout").exists());
     }
 
     /// Real operations, except that the `fail_at`-th rename fails.

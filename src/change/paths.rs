@@ -133,13 +133,21 @@ pub fn is_secret_name(path: &str) -> bool {
     })
 }
 
+/// Whether `resolved` (a path under `root`, symlinks resolved) is secret-looking or in
+/// `.git` where it really is: `notes.txt -> .env` or `x -> .git/config` are refused as
+/// what they point at, not as the name asked for.
+pub fn resolves_to_secret(root: &Path, resolved: &Path) -> bool {
+    resolved.strip_prefix(root).is_ok_and(|inside| is_secret_name(&inside.to_string_lossy()))
+}
+
 /// Resolves `rel` (checked with [`check`]) under `root` (already canonical),
-/// following symlinks; the result must stay under `root`. Returns the resolved path.
-/// Blocking.
+/// following symlinks; the result must stay under `root` and, where it really is,
+/// must not be secret-looking. Returns the resolved path. Blocking.
 pub fn confine(root: &Path, rel: &str) -> Result<PathBuf, PathError> {
     let rel = check(rel)?;
     let joined = root.join(&rel);
     match std::fs::canonicalize(&joined) {
+        Ok(resolved) if resolves_to_secret(root, &resolved) => Err(PathError::SecretName(rel)),
         Ok(resolved) if resolved.starts_with(root) => Ok(resolved),
         Ok(_) => Err(PathError::Outside { path: rel }),
         Err(error) => Err(io_error(&rel, &error)),
@@ -166,6 +174,9 @@ pub fn confine_parent(root: &Path, rel: &str) -> Result<PathBuf, PathError> {
             };
             if !resolved.starts_with(root) {
                 return Err(PathError::Outside { path: rel });
+            }
+            if resolves_to_secret(root, &resolved) {
+                return Err(PathError::SecretName(rel));
             }
             if !resolved.is_dir() {
                 return Err(PathError::NotRegular(parent.to_owned()));
@@ -281,6 +292,21 @@ mod tests {
         assert_eq!(confine(&root, "outdir/secret.txt"), Err(PathError::Outside { path: "outdir/secret.txt".into() }));
         assert_eq!(confine(&root, "missing.txt"), Err(PathError::Missing("missing.txt".into())));
         assert_eq!(confine(&root, "../x"), Err(PathError::Escapes("../x".into())));
+    }
+
+    #[test]
+    fn an_alias_is_judged_by_what_it_points_at() {
+        let (_dir, root) = root();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(root.join(".env"), "TOKEN=x\n").unwrap();
+        symlink(root.join(".env"), root.join("notes.txt")).unwrap();
+        symlink(root.join(".git/config"), root.join("x")).unwrap();
+        symlink(root.join(".git"), root.join("meta")).unwrap();
+        assert_eq!(confine(&root, "notes.txt"), Err(PathError::SecretName("notes.txt".into())));
+        assert_eq!(confine(&root, "x"), Err(PathError::SecretName("x".into())));
+        assert_eq!(confine(&root, "meta/config"), Err(PathError::SecretName("meta/config".into())));
+        assert_eq!(confine_parent(&root, "meta/new"), Err(PathError::SecretName("meta/new".into())));
     }
 
     #[test]
