@@ -809,3 +809,64 @@ async fn a_profile_outside_validator_commands_is_not_ready_and_never_runs() {
     }
     assert!(!marker.exists(), "the refused program ran");
 }
+
+/// An approval is bound to where the Workspace was and the HEAD it had at preview:
+/// moving the Workspace's path after an admin reviewed the diff, or a new commit in
+/// its tree, makes apply answer 409 naming what moved, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_bound_to_the_workspaces_location_and_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let llm = ScriptedLlm::start_with(|_, _| propose(proposal(OLD, NEW))).await;
+    let host = Host::new(dir.path(), &root, &llm);
+    let server = host.start().await;
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    let moved_id = body["approval"]["id"].as_str().unwrap().to_string();
+    let (status, body) = preview(&server.url, DEV_KEY, &[PILLAR]).await;
+    assert_eq!(status, 200, "{body}");
+    let head_id = body["approval"]["id"].as_str().unwrap().to_string();
+
+    // A new commit in the tree (the files the change touches are unchanged).
+    std::fs::write(root.join("unrelated.txt"), "x\n").unwrap();
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "unrelated.txt"]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "unrelated"]);
+    let (status, body) = post(&server.url, &apply_path(&head_id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("HEAD moved from"), "{body}");
+
+    // The owner points the Workspace at another tree with the same content.
+    let other = dir.path().join("other");
+    support::copy_dir(&root, &other);
+    std::fs::write(other.join("other.txt"), "x\n").unwrap();
+    git(&other, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "other.txt"]);
+    git(&other, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "other"]);
+    let other_head = git(&other, &["rev-parse", "HEAD"]).trim().to_string();
+    let manifest = host.resources.join("change.yaml");
+    let yaml = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        yaml.replace(&format!("path: {}", root.display()), &format!("path: {}", other.display())),
+    )
+    .unwrap();
+    // The Workspace is in use at its new path once it shows that tree's HEAD.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = get(&server.url, "/api/v1/workspaces").await;
+        let workspace = &body["workspaces"][0];
+        if workspace["ready"] == true && workspace["head_commit"] == other_head.as_str() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the moved Workspace was never checked: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = post(&server.url, &apply_path(&moved_id), OPS_KEY, json!({"confirm": true})).await;
+    assert_eq!(status, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("moved from path") && message.contains(&other.display().to_string()), "{message}");
+    assert_eq!(
+        std::fs::read_to_string(other.join(PILLAR)).unwrap(),
+        std::fs::read_to_string(root.join(PILLAR)).unwrap()
+    );
+    assert!(!std::fs::read_to_string(other.join(PILLAR)).unwrap().contains("orders-v2"), "nothing was written");
+}

@@ -187,6 +187,7 @@ impl Fixture {
             namespace: "default".into(),
             workspace: "infra".into(),
             commit: None,
+            location: None,
             run_id: run.as_str().to_string(),
             requester: "ops".into(),
             diff: String::new(),

@@ -207,9 +207,20 @@ impl Workspaces {
                 wake: Arc::default(),
                 cancel: cancel.child_token(),
             };
-            if let Source::Git { url, interval, .. } = &source {
-                self.inner.board.set_check(key, Check::pending(reasons::CHECKING, format!("cloning {url}")));
-                followers.spawn(self.clone().follow(key.clone(), *interval, slot.wake.clone(), slot.cancel.clone()));
+            match &source {
+                Source::Git { url, interval, .. } => {
+                    self.inner.board.set_check(key, Check::pending(reasons::CHECKING, format!("cloning {url}")));
+                    followers.spawn(self.clone().follow(
+                        key.clone(),
+                        *interval,
+                        slot.wake.clone(),
+                        slot.cancel.clone(),
+                    ));
+                }
+                // Not ready at its new path until that tree is checked.
+                Source::Path { .. } => {
+                    self.inner.board.set_check(key, Check::pending(reasons::CHECKING, "checking the tree"));
+                }
             }
             slots.insert(key.clone(), slot);
         }

@@ -56,6 +56,10 @@ pub struct PendingChange {
     pub workspace: String,
     /// The snapshot's HEAD commit, when the workspace is a git repository.
     pub commit: Option<String>,
+    /// Where the Workspace's changes landed at preview ([`super::types::ResolvedWorkspace::location`]);
+    /// absent in approvals stored before it was recorded, which apply refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
     /// The preview Run.
     pub run_id: String,
     /// Who asked for the preview.
@@ -568,6 +572,7 @@ mod tests {
             namespace: "default".into(),
             workspace: workspace.into(),
             commit: Some("0123abcd".into()),
+            location: Some("path /srv/workspaces/infra".into()),
             run_id: "run_1".into(),
             requester: "alice".into(),
             diff: "diff --git a/x b/x\n".into(),

@@ -204,6 +204,7 @@ impl ChangeService {
                 namespace: workspace.namespace.clone(),
                 workspace: workspace.name.clone(),
                 commit: prepared.commit.clone(),
+                location: Some(workspace.location()),
                 run_id: record.id().to_string(),
                 requester: who.actor.clone(),
                 diff: prepared.diff.clone(),
@@ -327,6 +328,19 @@ impl ChangeService {
         record: &Record,
     ) -> Result<(Option<String>, Option<String>), ChangeError> {
         let workspace = self.workspaces.resolve(&change.namespace, &change.workspace)?;
+        let moved = |what: String| {
+            ChangeError::Conflict(format!(
+                "Workspace {}/{} {what} since the preview; nothing was written: preview the change again",
+                change.namespace, change.workspace
+            ))
+        };
+        match &change.location {
+            None => return Err(moved("may have moved (the approval predates location binding)".into())),
+            Some(approved) if *approved != workspace.location() => {
+                return Err(moved(format!("moved from {approved} to {}", workspace.location())));
+            }
+            Some(_) => {}
+        }
         if !workspace.writable {
             return Err(ChangeError::Conflict(format!(
                 "Workspace {}/{} is no longer writable; nothing was written",
@@ -345,6 +359,16 @@ impl ChangeService {
         let changes = change.changes.clone();
         match &workspace.publish {
             None => {
+                let dir = workspace.dir.clone();
+                let head = tokio::task::spawn_blocking(move || git::head(&dir).ok().map(|h| h.commit))
+                    .await
+                    .map_err(|_| ChangeError::Interrupted)?;
+                if let Some(approved) = &change.commit
+                    && head.as_ref() != Some(approved)
+                {
+                    let now = head.unwrap_or_else(|| "no commit".into());
+                    return Err(moved(format!("HEAD moved from {approved} to {now}")));
+                }
                 let dir = workspace.dir.clone();
                 tokio::task::spawn_blocking(move || super::apply::apply(&dir, &changes))
                     .await

@@ -32,6 +32,17 @@ pub struct ResolvedWorkspace {
     pub lock: Arc<RwLock<()>>,
 }
 
+impl ResolvedWorkspace {
+    /// Where the Workspace's changes land: `git <remote URL>` when they are published,
+    /// else `path <working tree>` (symlinks resolved). An approval is bound to it.
+    pub fn location(&self) -> String {
+        match &self.publish {
+            Some(publish) => format!("git {}", publish.remote.url),
+            None => format!("path {}", self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone()).display()),
+        }
+    }
+}
+
 /// Where and how approved changes of a git Workspace are published.
 #[derive(Clone, Debug)]
 pub struct Publish {
