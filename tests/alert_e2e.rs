@@ -169,7 +169,7 @@ fn akritas(port: u16, data: &std::path::Path, resources: &std::path::Path, llm: 
         .env("AKRITAS_PUBLIC_URL", "https://akritas.example")
         .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
         // The resources below read these variables.
-        .env("AKRITAS_RESOURCE_ENV", "E2E_*")
+        .env("AKRITAS_RESOURCE_ENV", "ops/E2E_*")
         .env("E2E_AM_TOKEN", AM_TOKEN)
         .env("E2E_HOOK_TOKEN", HOOK_TOKEN)
         .env("E2E_HOOK_HMAC", HOOK_HMAC)

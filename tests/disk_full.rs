@@ -76,7 +76,7 @@ fn serve(data: &Path, resources: &Path, llm: &str) -> Server {
         .env("AKRITAS_DATA_DIR", data)
         .env("AKRITAS_BASE_URL", llm)
         .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
-        .env("AKRITAS_RESOURCE_ENV", "DF_*")
+        .env("AKRITAS_RESOURCE_ENV", "ops/DF_*")
         .env("DF_AM_TOKEN", TOKEN)
         .arg("--resources")
         .arg(resources);

@@ -91,6 +91,9 @@ fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str) -> Server {
         .env("AKRITAS_BASE_URL", &llm.url)
         // The sample KnowledgeBase reads the sample runbooks on this host.
         .env("AKRITAS_KNOWLEDGE_ROOTS", support::root().join("config/samples/runbooks"))
+        // The samples live in namespace `akritas`, not the pod's: their `{env:}` names are
+        // allowed to that namespace explicitly.
+        .env("AKRITAS_RESOURCE_ENV", "akritas/AKRITAS_*")
         // The Workspaces' trees are temporary directories.
         .env("AKRITAS_WORKSPACE_ROOTS", std::env::temp_dir())
         .env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789")

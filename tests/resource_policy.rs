@@ -132,6 +132,9 @@ async fn a_resource_starts_and_reads_only_what_the_service_configuration_allows(
     manifests += &alert_source("team-b", "config", "AKRITAS_CONFIG");
     manifests += &alert_source("team-b", "home", "HOME");
     manifests += &alert_source("team-b", "allowed", "AKRITAS_TEAM_B_TOKEN");
+    // Team A's token, which the default `AKRITAS_*` pattern lets only the home and
+    // shared namespaces read.
+    manifests += &alert_source("team-b", "team-a-token", "AKRITAS_TEAM_A_TOKEN");
     // Directories: inside the data directory, or out of the roots through a symlink.
     manifests += &knowledge_base("team-b", "journals", &data);
     manifests += &knowledge_base("team-b", "linked", Path::new("linked"));
@@ -149,6 +152,8 @@ async fn a_resource_starts_and_reads_only_what_the_service_configuration_allows(
         .env("OPENAI_API_KEY", UPSTREAM_KEY)
         .env("AKRITAS_API_KEY", CLIENT_KEY)
         .env("AKRITAS_TEAM_B_TOKEN", "team-b-token-0123456789")
+        .env("AKRITAS_TEAM_A_TOKEN", "team-a-token-0123456789")
+        .env("AKRITAS_RESOURCE_ENV", "AKRITAS_*,team-b/AKRITAS_TEAM_B_*")
         .env("AKRITAS_CONFIG", &config);
     let server = Server::start(command);
     let all = settled(&server).await;
@@ -180,7 +185,7 @@ async fn a_resource_starts_and_reads_only_what_the_service_configuration_allows(
     assert!(message.contains("McpAdapter/team-a/metrics-1"), "{message}");
 
     // Environment variables.
-    for name in ["upstream", "client", "config", "home"] {
+    for name in ["upstream", "client", "config", "home", "team-a-token"] {
         let resource = find(&all, "AlertSource", "team-b", name);
         let (status, reason, message) = ready(resource);
         assert_eq!((status.as_str(), reason.as_str()), ("False", "EnvNotAllowed"), "{name}: {message}");
@@ -191,6 +196,11 @@ async fn a_resource_starts_and_reads_only_what_the_service_configuration_allows(
     let (_, _, message) = ready(find(&all, "AlertSource", "team-b", "home"));
     assert!(message.contains("resource_env"), "{message}");
     assert_eq!(ready(find(&all, "AlertSource", "team-b", "allowed")).0, "True");
+    let (_, _, message) = ready(find(&all, "AlertSource", "team-b", "team-a-token"));
+    assert!(
+        message.contains("only for other namespaces") && message.contains("team-b/AKRITAS_TEAM_A_TOKEN"),
+        "{message}"
+    );
 
     // Directories.
     for name in ["journals", "linked"] {
@@ -253,6 +263,7 @@ async fn resolved_secrets_never_appear_in_adapter_status_or_logs() {
         .arg("--resources")
         .arg(work.path())
         .env("AKRITAS_STDIO_COMMANDS", "akritas,/bin/sh")
+        .env("AKRITAS_RESOURCE_ENV", "ops/AKRITAS_*")
         .env("AKRITAS_HEADER_SECRET", HEADER_SECRET)
         .env("AKRITAS_ENV_SECRET", ENV_SECRET)
         .env("AKRITAS_API_KEY", CLIENT_KEY)

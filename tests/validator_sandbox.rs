@@ -68,7 +68,8 @@ async fn attack(fixture: &Fixture, script: &str, timeout: Duration) -> (Validato
     let copy = validators::prepare(&fixture.workspace, &changes, &CopyLimits::default()).unwrap();
     let path = copy.path().to_path_buf();
     let policy = policy(&fixture.data, &["sh"]);
-    let mut results = validators::run(&copy, &changes, &[spec(&["sh", "-c", script], timeout)], &policy).await;
+    let mut results =
+        validators::run(&copy, &changes, &[spec(&["sh", "-c", script], timeout)], &policy, "default").await;
     // Nothing may still run in the copy once the run has returned.
     assert_eq!(processes_in(&path), Vec::<u32>::new(), "processes outlived the validator");
     (results.remove(0), path)
@@ -179,7 +180,7 @@ async fn a_program_not_on_validator_commands_is_refused_without_running() {
     let mut env = spec(&["sh", "-c", "env"], Duration::from_secs(10));
     env.env = vec!["OPENAI_API_KEY".into()];
     let tenant = spec(&[script.to_str().unwrap()], Duration::from_secs(10));
-    let results = validators::run(&copy, &changes, &[env, tenant], &policy).await;
+    let results = validators::run(&copy, &changes, &[env, tenant], &policy, "team-b").await;
     for result in &results {
         assert_eq!(result.status, ValidatorStatus::Failed);
         assert!(
@@ -193,7 +194,7 @@ async fn a_program_not_on_validator_commands_is_refused_without_running() {
     let policy = policy_with_sh(&fixture.data);
     let mut env = spec(&["sh", "-c", "env"], Duration::from_secs(10));
     env.env = vec!["OPENAI_API_KEY".into()];
-    let refusal = policy.check(&env.argv, &env.env).unwrap_err();
+    let refusal = policy.check("team-b", &env.argv, &env.env).unwrap_err();
     assert_eq!(refusal.reason, "EnvNotAllowed");
     assert!(refusal.message.contains("\"OPENAI_API_KEY\" may not be passed to validators"), "{}", refusal.message);
 }

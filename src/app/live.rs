@@ -268,7 +268,8 @@ pub async fn discovered_facts(
                     None,
                 ),
                 crate::resources::Resource::ValidatorProfile(profile) => {
-                    let (facts, check) = preflight(&validators, &profile.spec.argv, &profile.spec.env).await;
+                    let (facts, check) =
+                        preflight(&validators, &key.namespace, &profile.spec.argv, &profile.spec.env).await;
                     (facts, Some(check))
                 }
                 _ => (None, None),
@@ -292,10 +293,11 @@ pub async fn discovered_facts(
 /// then reads the first line of its `--version` in the sandbox.
 async fn preflight(
     policy: &crate::change::validators::ValidatorPolicy,
+    namespace: &str,
     argv: &[String],
     env: &[String],
 ) -> (Option<serde_json::Value>, Check) {
-    let resolved = match policy.check(argv, env) {
+    let resolved = match policy.check(namespace, argv, env) {
         Ok(resolved) => resolved,
         Err(refusal) => return (None, Check::failed(refusal.reason, refusal.message)),
     };

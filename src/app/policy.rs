@@ -15,7 +15,8 @@ use crate::tenancy::Tenancy;
 pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
     ResourcePolicy {
         stdio_commands: settings.stdio_commands.clone(),
-        env: EnvAccess::new(settings.resource_env.clone(), service_credentials(settings)),
+        env: EnvAccess::new(settings.resource_env.clone(), service_credentials(settings))
+            .for_namespaces(home_namespaces(settings)),
         knowledge_roots: settings.knowledge_roots.clone(),
         workspace_roots: settings.workspace_roots.clone(),
         resource_dirs: if settings.kubernetes { Vec::new() } else { settings.resources.clone() },
@@ -35,9 +36,21 @@ pub fn validator_sandbox(settings: &Settings) -> crate::change::sandbox::Sandbox
 pub fn validator_policy(settings: &Settings) -> ValidatorPolicy {
     ValidatorPolicy {
         commands: settings.validator_commands.clone(),
-        env: EnvAccess::new(settings.validator_env.clone(), service_credentials(settings)),
+        env: EnvAccess::new(settings.validator_env.clone(), service_credentials(settings))
+            .for_namespaces(home_namespaces(settings)),
         sandbox: Arc::new(validator_sandbox(settings)),
     }
+}
+
+/// The namespaces plain `resource_env`/`validator_env` names apply to: the home
+/// namespace (the pod's in operator mode, `default` standalone) and the shared ones.
+fn home_namespaces(settings: &Settings) -> Vec<String> {
+    let home = if settings.kubernetes {
+        super::process::pod_namespace(settings)
+    } else {
+        crate::tenancy::DEFAULT_NAMESPACE.to_string()
+    };
+    std::iter::once(home).chain(settings.shared_namespaces.iter().cloned()).collect()
 }
 
 /// Names of the environment variables holding the service's own credentials: the

@@ -72,6 +72,18 @@ pub enum SecretError {
          to the resource_env setting, or use another variable"
     )]
     EnvNotAllowed(String),
+    /// The service configuration lets other namespaces read this variable, not this one.
+    #[error(
+        "environment variable {name} is not readable by resources of namespace {namespace}: resource_env allows it \
+         only for other namespaces; add {namespace}/{name} (or a prefix such as {namespace}/TEAM_*) to resource_env \
+         if this namespace may have it"
+    )]
+    EnvNotForNamespace {
+        /// The variable.
+        name: String,
+        /// The namespace of the resource that asked.
+        namespace: String,
+    },
     /// The variable holds a credential of the service itself.
     #[error(
         "environment variable {0} holds a credential of the Akritas service (upstream_api_key_env, api_keys or \
@@ -84,18 +96,24 @@ impl SecretError {
     /// The condition reason of an object whose reference failed this way.
     pub fn reason(&self) -> &'static str {
         match self {
-            SecretError::EnvNotAllowed(_) | SecretError::ServiceCredential(_) => reasons::ENV_NOT_ALLOWED,
+            SecretError::EnvNotAllowed(_)
+            | SecretError::EnvNotForNamespace { .. }
+            | SecretError::ServiceCredential(_) => reasons::ENV_NOT_ALLOWED,
             _ => reasons::SECRETS_UNRESOLVED,
         }
     }
 }
 
 /// Which environment variables resources may read with `{env: NAME}`: names matching
-/// a pattern (`NAME`, or `PREFIX*`), never the service's own credentials.
+/// a pattern (`NAME`, or `PREFIX*`), never the service's own credentials. A pattern
+/// `NAMESPACE/PATTERN` applies to that namespace only; a plain one to the namespaces
+/// given to [`EnvAccess::for_namespaces`] (the home and shared namespaces), or to every
+/// namespace when none were given.
 #[derive(Clone, Debug, Default)]
 pub struct EnvAccess {
     patterns: Vec<String>,
     service: BTreeSet<String>,
+    plain_for: Option<BTreeSet<String>>,
 }
 
 impl EnvAccess {
@@ -105,19 +123,56 @@ impl EnvAccess {
     pub fn new(patterns: Vec<String>, service_credentials: impl IntoIterator<Item = String>) -> Self {
         let mut service: BTreeSet<String> = service_credentials.into_iter().collect();
         service.insert(CONFIG_ENV.to_string());
-        Self { patterns, service }
+        Self { patterns, service, plain_for: None }
     }
 
-    /// Whether a resource may read `name`.
+    /// Plain patterns (without `NAMESPACE/`) apply to `namespaces` only.
+    pub fn for_namespaces(mut self, namespaces: impl IntoIterator<Item = String>) -> Self {
+        self.plain_for = Some(namespaces.into_iter().collect());
+        self
+    }
+
+    /// Whether a resource of any namespace that plain patterns apply to may read `name`.
     pub fn check(&self, name: &str) -> Result<(), SecretError> {
+        self.check_for(None, name)
+    }
+
+    /// Whether a resource of `namespace` may read `name`.
+    pub fn check_in(&self, namespace: &str, name: &str) -> Result<(), SecretError> {
+        self.check_for(Some(namespace), name)
+    }
+
+    fn check_for(&self, namespace: Option<&str>, name: &str) -> Result<(), SecretError> {
         if self.service.contains(name) {
             return Err(SecretError::ServiceCredential(name.to_string()));
         }
-        let matches = |pattern: &String| match pattern.strip_suffix('*') {
+        let matches = |pattern: &str| match pattern.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
             None => pattern == name,
         };
-        if self.patterns.iter().any(matches) { Ok(()) } else { Err(SecretError::EnvNotAllowed(name.to_string())) }
+        let plain_applies = match (namespace, &self.plain_for) {
+            (Some(namespace), Some(plain_for)) => plain_for.contains(namespace),
+            _ => true,
+        };
+        let mut elsewhere = false;
+        for entry in &self.patterns {
+            let (applies, pattern) = match entry.split_once('/') {
+                Some((scope, pattern)) => (namespace == Some(scope), pattern),
+                None => (plain_applies, entry.as_str()),
+            };
+            if matches(pattern) {
+                if applies {
+                    return Ok(());
+                }
+                elsewhere = true;
+            }
+        }
+        match namespace {
+            Some(namespace) if elsewhere => {
+                Err(SecretError::EnvNotForNamespace { name: name.to_string(), namespace: namespace.to_string() })
+            }
+            _ => Err(SecretError::EnvNotAllowed(name.to_string())),
+        }
     }
 }
 
@@ -138,7 +193,7 @@ impl PolicySecrets {
 impl SecretResolver for PolicySecrets {
     fn resolve(&self, namespace: &str, reference: &SecretRef) -> Result<SecretValue, SecretError> {
         if let Some(name) = &reference.env {
-            self.access.check(name)?;
+            self.access.check_in(namespace, name)?;
         }
         let value = self.inner.resolve(namespace, reference)?;
         crate::redact::register(value.expose());
@@ -208,6 +263,34 @@ mod tests {
         let missing =
             resolver.resolve("default", &SecretRef { env: Some("OTHER".into()), secret_key_ref: None }).unwrap_err();
         assert_eq!(missing, SecretError::EnvUnset("OTHER".into()));
+    }
+
+    #[test]
+    fn another_namespace_never_reads_a_teams_variable() {
+        let access = EnvAccess::new(
+            vec!["AKRITAS_*".into(), "team-a/AKRITAS_TEAM_A_*".into(), "team-b/TEAM_B_TOKEN".into()],
+            ["OPENAI_API_KEY".to_string()],
+        )
+        .for_namespaces(["akritas".to_string(), "platform".to_string()]);
+        // The home and shared namespaces read the plain patterns.
+        assert_eq!(access.check_in("akritas", "AKRITAS_TEAM_A_TOKEN"), Ok(()));
+        assert_eq!(access.check_in("platform", "AKRITAS_ALERTMANAGER_TOKEN"), Ok(()));
+        // A team reads only what names it.
+        assert_eq!(access.check_in("team-a", "AKRITAS_TEAM_A_TOKEN"), Ok(()));
+        assert_eq!(access.check_in("team-b", "TEAM_B_TOKEN"), Ok(()));
+        assert_eq!(
+            access.check_in("team-b", "AKRITAS_TEAM_A_TOKEN"),
+            Err(SecretError::EnvNotForNamespace { name: "AKRITAS_TEAM_A_TOKEN".into(), namespace: "team-b".into() })
+        );
+        assert_eq!(access.check_in("team-b", "UNLISTED"), Err(SecretError::EnvNotAllowed("UNLISTED".into())));
+        let refused = access.check_in("team-b", "AKRITAS_TEAM_A_TOKEN").unwrap_err().to_string();
+        assert!(refused.contains("team-b/AKRITAS_TEAM_A_TOKEN"), "{refused}");
+        // Through the resolver: a refused name is never looked up.
+        let inner = EnvSecrets::with_lookup(|_: &str| Some("team-a-secret".to_string()));
+        let secrets = PolicySecrets::new(Arc::new(inner), access);
+        let reference = SecretRef { env: Some("AKRITAS_TEAM_A_TOKEN".into()), secret_key_ref: None };
+        assert!(secrets.resolve("team-b", &reference).is_err());
+        assert_eq!(secrets.resolve("team-a", &reference).unwrap().expose(), "team-a-secret");
     }
 
     #[test]

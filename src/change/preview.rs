@@ -114,9 +114,14 @@ impl Preview<'_> {
             .map_err(|_| ChangeError::Interrupted)?
             .map_err(|e| ChangeError::Invalid(format!("validators cannot run: {e}")))?;
             drop(shared);
-            let results =
-                super::validators::run(&copy, &materialised.changes, &workspace.validators, &self.settings.validators)
-                    .await;
+            let results = super::validators::run(
+                &copy,
+                &materialised.changes,
+                &workspace.validators,
+                &self.settings.validators,
+                &workspace.namespace,
+            )
+            .await;
             // Removing a large copy is slow on some filesystems: not on the answer's path.
             tokio::task::spawn_blocking(move || drop(copy));
             results

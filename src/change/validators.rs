@@ -311,7 +311,7 @@ pub struct Refusal {
 impl ValidatorPolicy {
     /// The program a profile runs, resolved, when the policy allows it and its
     /// environment names; else why not. Nothing is executed.
-    pub fn check(&self, argv: &[String], env: &[String]) -> Result<PathBuf, Refusal> {
+    pub fn check(&self, namespace: &str, argv: &[String], env: &[String]) -> Result<PathBuf, Refusal> {
         use crate::catalog::readiness::reasons;
         let refuse = |reason, message| Err(Refusal { reason, message });
         let program = argv.first().map_or("", String::as_str);
@@ -324,11 +324,11 @@ impl ValidatorPolicy {
                 ),
             );
         }
-        if let Some(name) = env.iter().find(|name| self.env.check(name).is_err()) {
+        if let Some(name) = env.iter().find(|name| self.env.check_in(namespace, name).is_err()) {
             return refuse(
                 reasons::ENV_NOT_ALLOWED,
                 format!(
-                    "environment variable {name:?} may not be passed to validators: the validator_env setting does not allow it (the service's own credentials are never allowed)"
+                    "environment variable {name:?} may not be passed to validators of namespace {namespace}: the validator_env setting does not allow it (the service's own credentials are never allowed)"
                 ),
             );
         }
@@ -359,7 +359,7 @@ impl ValidatorPolicy {
 
     /// The environment of a validator: `PATH` (the service's), `HOME`, `TMPDIR`,
     /// `LANG=C.UTF-8` and the allowed names that are set.
-    fn environment(&self, names: &[String], home: &Path, tmp: &Path) -> Vec<(String, OsString)> {
+    fn environment(&self, namespace: &str, names: &[String], home: &Path, tmp: &Path) -> Vec<(String, OsString)> {
         let mut env = Vec::new();
         if let Some(path) = std::env::var_os("PATH") {
             env.push(("PATH".to_string(), path));
@@ -367,7 +367,7 @@ impl ValidatorPolicy {
         env.push(("HOME".to_string(), home.as_os_str().to_owned()));
         env.push(("TMPDIR".to_string(), tmp.as_os_str().to_owned()));
         env.push(("LANG".to_string(), OsString::from("C.UTF-8")));
-        for name in names.iter().filter(|name| self.env.check(name).is_ok()) {
+        for name in names.iter().filter(|name| self.env.check_in(namespace, name).is_ok()) {
             if let Some(value) = std::env::var_os(name) {
                 env.push((name.clone(), value));
             }
@@ -410,17 +410,19 @@ fn mask(text: &str) -> String {
 /// Runs every profile in `specs` on `copy`, in order, in the policy's sandbox; a failure
 /// does not stop the ones after it, so the reviewer sees every result. A profile runs
 /// when one of its `files` globs matches a changed path, else it is skipped; a profile
-/// the policy refuses fails with the reason and runs nothing.
+/// the policy refuses (for the Workspace's `namespace`) fails with the reason and runs
+/// nothing.
 pub async fn run(
     copy: &IsolatedCopy,
     changes: &[FileChange],
     specs: &[ValidatorSpec],
     policy: &ValidatorPolicy,
+    namespace: &str,
 ) -> Vec<ValidatorResult> {
     let mut results = Vec::with_capacity(specs.len());
     for spec in specs {
         let started = Instant::now();
-        let mut result = run_one(copy, changes, spec, policy).await;
+        let mut result = run_one(copy, changes, spec, policy, namespace).await;
         if result.status != ValidatorStatus::Skipped {
             result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
@@ -447,7 +449,7 @@ pub async fn version(policy: &ValidatorPolicy, name: &str, program: &Path) -> Re
         program: program.to_path_buf(),
         argv: vec![name.to_string(), "--version".to_string()],
         cwd: copy.path().to_path_buf(),
-        env: policy.environment(&[], &home, &tmp),
+        env: policy.environment("", &[], &home, &tmp),
         writable: vec![home, tmp],
         root: copy.base.path.clone(),
         timeout: VERSION_TIMEOUT,
@@ -472,6 +474,7 @@ async fn run_one(
     changes: &[FileChange],
     spec: &ValidatorSpec,
     policy: &ValidatorPolicy,
+    namespace: &str,
 ) -> ValidatorResult {
     let files = match matching(spec, changes) {
         Ok(files) if files.is_empty() => return skipped(spec),
@@ -483,7 +486,7 @@ async fn run_one(
         .iter()
         .flat_map(|arg| if arg == "{files}" { files.iter().map(|f| argument(f)).collect() } else { vec![arg.clone()] })
         .collect();
-    let program = match policy.check(&spec.argv, &spec.env) {
+    let program = match policy.check(namespace, &spec.argv, &spec.env) {
         Ok(program) => program,
         Err(refusal) => return failed(spec, files, command, refusal.message),
     };
@@ -496,7 +499,7 @@ async fn run_one(
         program,
         argv: command.clone(),
         cwd: copy.path().to_path_buf(),
-        env: policy.environment(&spec.env, &home, &tmp),
+        env: policy.environment(namespace, &spec.env, &home, &tmp),
         writable: vec![home, tmp],
         root: copy.base.path.clone(),
         timeout: spec.timeout,
@@ -673,7 +676,7 @@ mod tests {
             spec("go", &["go", "vet"], &["*.go"]),
             spec("top-level-only", &["true"], &["*.yaml"]),
         ];
-        let results = run(&copy, &changes, &specs, &policy(&["sh", "cat", "go", "true"])).await;
+        let results = run(&copy, &changes, &specs, &policy(&["sh", "cat", "go", "true"]), "default").await;
         assert_eq!(results.len(), 4);
         assert_eq!(results[0].status, ValidatorStatus::Failed);
         assert_eq!(results[0].exit_code, Some(3));
@@ -697,7 +700,7 @@ mod tests {
         assert!(std::env::var_os("CARGO_PKG_NAME").is_some() && std::env::var_os("CARGO_MANIFEST_DIR").is_some());
         let mut env = spec("env", &["env"], &["**"]);
         env.env = vec!["CARGO_PKG_NAME".into(), "AKRITAS_VALIDATOR_TEST_UNSET".into()];
-        let results = run(&copy, &changes, &[env], &policy(&["env"])).await;
+        let results = run(&copy, &changes, &[env], &policy(&["env"]), "default").await;
         let mut names: Vec<&str> = results[0].output.lines().filter_map(|l| l.split('=').next()).collect();
         names.sort();
         assert_eq!(names, ["CARGO_PKG_NAME", "HOME", "LANG", "PATH", "TMPDIR"]);
@@ -714,7 +717,7 @@ mod tests {
         let copy = prepare(ws.path(), &changes, &CopyLimits::default()).unwrap();
         let mut slow = spec("slow", &["sh", "-c", "sleep 300 & echo $!; wait"], &["**"]);
         slow.timeout = Duration::from_secs(1);
-        let results = run(&copy, &changes, &[slow], &policy(&["sh"])).await;
+        let results = run(&copy, &changes, &[slow], &policy(&["sh"]), "default").await;
         assert_eq!(results[0].status, ValidatorStatus::Failed);
         assert_eq!(results[0].exit_code, None);
         let (grandchild, rest) = results[0].output.split_once('\n').unwrap();
@@ -731,7 +734,7 @@ mod tests {
         let mut noisy =
             spec("noisy", &["sh", "-c", "head -c 1000000 /dev/zero | tr '\\0' a; echo done >&2; exit 1"], &["**"]);
         noisy.output_limit = 1000;
-        let results = run(&copy, &changes, &[noisy], &policy(&["sh"])).await;
+        let results = run(&copy, &changes, &[noisy], &policy(&["sh"]), "default").await;
         let result = &results[0];
         assert_eq!(result.exit_code, Some(1), "the child ran to its end");
         assert!(result.truncated);
@@ -747,7 +750,7 @@ mod tests {
             spec("missing", &["akritas-no-such-validator", "{files}"], &["**"]),
             spec("leaky", &["sh", "-c", "echo password=hunter22 token: abcdef123"], &["**"]),
         ];
-        let results = run(&copy, &changes, &specs, &policy(&["akritas-no-such-validator", "sh"])).await;
+        let results = run(&copy, &changes, &specs, &policy(&["akritas-no-such-validator", "sh"]), "default").await;
         assert_eq!(results[0].status, ValidatorStatus::Failed);
         assert!(
             results[0].output.contains("\"akritas-no-such-validator\" was not found on PATH"),

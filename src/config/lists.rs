@@ -64,10 +64,17 @@ pub(crate) fn check_env_patterns(v: Vec<String>, expect: &str) -> Result<Vec<Str
     if v.len() > 64 {
         return Err(format!("{} names given; expected {expect}", v.len()));
     }
-    for pattern in &v {
+    for entry in &v {
+        let pattern = match entry.split_once('/') {
+            Some((namespace, _)) if !super::value::is_namespace(namespace) => {
+                return Err(format!("{entry:?}: {namespace:?} is not a Kubernetes namespace name; expected {expect}"));
+            }
+            Some((_, pattern)) => pattern,
+            None => entry.as_str(),
+        };
         let stem = pattern.strip_suffix('*').unwrap_or(pattern);
         if stem.contains('*') || (!stem.is_empty() && !is_env_name(stem)) || (stem.is_empty() && pattern.is_empty()) {
-            return Err(format!("{pattern:?} is not an environment variable name; expected {expect}"));
+            return Err(format!("{entry:?} is not an environment variable name; expected {expect}"));
         }
     }
     Ok(dedup(v))

@@ -23,6 +23,7 @@ mod error;
 mod file;
 mod flag_field;
 mod lists;
+mod rules;
 mod types;
 mod value;
 
@@ -30,7 +31,6 @@ mod value;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -40,7 +40,7 @@ use value::SettingValue;
 
 pub use error::{ConfigError, Source};
 pub use file::{FILE_VERSION, MAX_FILE_BYTES};
-pub use types::{ApiKeyRef, LogFormat, Scope};
+pub use types::{ApiKeyRef, LogFormat, SandboxMode, Scope};
 
 /// Environment variable naming the config file when `--config` is absent.
 pub const CONFIG_ENV: &str = "AKRITAS_CONFIG";
@@ -296,13 +296,13 @@ settings_table! {
         flag "validator-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
         expect "at most 64 entries, each a program name or an absolute path";
         check lists::check_validator_commands;
-    /// Environment variables a ValidatorProfile's env may pass to its program; a trailing `*` matches a prefix; the service's own keys never match
+    /// Environment variables a ValidatorProfile's env may pass to its program; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; the service's own keys never match
     validator_env: Vec<String> = Vec::new();
-        flag "validator-env" [Vec<String>] value_name "NAME" delimiter ',';
-        expect "at most 64 environment variable names, each optionally ending in `*`";
+        flag "validator-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
+        expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
         check lists::check_env_patterns;
     /// How validators are confined: landlock (files, network, processes; without Landlock they do not run) or off (process limits only)
-    validator_sandbox: crate::change::sandbox::SandboxMode = crate::change::sandbox::SandboxMode::Landlock;
+    validator_sandbox: SandboxMode = SandboxMode::Landlock;
         flag "validator-sandbox" [Option<String>] value_name "MODE";
         expect "landlock or off";
         check value::ok;
@@ -311,10 +311,10 @@ settings_table! {
         flag "validator-read-paths" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
         check lists::check_roots;
-    /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; the service's own keys never match
+    /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; the service's own keys never match
     resource_env: Vec<String> = vec!["AKRITAS_*".to_string()];
-        flag "resource-env" [Vec<String>] value_name "NAME" delimiter ',';
-        expect "at most 64 environment variable names, each optionally ending in `*`";
+        flag "resource-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
+        expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
         check lists::check_env_patterns;
     /// Directories a KnowledgeBase directory may be under (standalone mode also allows the resource directories)
     knowledge_roots: Vec<PathBuf> = Vec::new();
@@ -536,55 +536,6 @@ settings_table! {
         flag "log-format" [Option<String>] value_name "FORMAT";
         expect "text or json";
         check value::ok;
-}
-
-impl Settings {
-    /// Operator mode: the namespaces watched (`namespace` and `namespaces`
-    /// together); empty = every namespace.
-    pub fn watched_namespaces(&self) -> Vec<String> {
-        let mut all: Vec<String> = self.namespace.iter().cloned().collect();
-        all.extend(self.namespaces.iter().filter(|ns| Some(*ns) != self.namespace.as_ref()).cloned());
-        all
-    }
-
-    /// Where the value of `key` came from ([`Source::Default`] when not
-    /// overridden or unknown).
-    pub fn origin(&self, key: &str) -> Source {
-        self.origins.get(key).cloned().unwrap_or(Source::Default)
-    }
-
-    /// `key (value, from source)` for conflict messages.
-    fn cite(&self, key: &str, value: impl fmt::Display) -> String {
-        format!("{key} ({value}, from {})", self.origin(key))
-    }
-
-    /// Checks rules that span several settings.
-    fn check_consistency(&self) -> Result<(), ConfigError> {
-        if self.max_tokens_limit < self.max_tokens {
-            return Err(ConfigError::Conflict(format!(
-                "{} must be >= {}; raise max_tokens_limit or lower max_tokens",
-                self.cite("max_tokens_limit", self.max_tokens_limit),
-                self.cite("max_tokens", self.max_tokens),
-            )));
-        }
-        if self.max_retrieved_context_bytes > self.max_tool_result_bytes {
-            return Err(ConfigError::Conflict(format!(
-                "{} must be <= {}; lower max_retrieved_context_bytes or raise max_tool_result_bytes",
-                self.cite("max_retrieved_context_bytes", self.max_retrieved_context_bytes),
-                self.cite("max_tool_result_bytes", self.max_tool_result_bytes),
-            )));
-        }
-        if self.kubernetes && !self.resources.is_empty() {
-            let dirs: Vec<String> = self.resources.iter().map(|p| p.display().to_string()).collect();
-            return Err(ConfigError::Conflict(format!(
-                "{} cannot be combined with {}; operator mode reads resources from the cluster, \
-                 so unset one of them",
-                self.cite("kubernetes", true),
-                self.cite("resources", dirs.join(", ")),
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// Resolves [`Settings`] from `flags`, the environment (`env`, e.g.

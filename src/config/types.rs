@@ -92,3 +92,44 @@ impl fmt::Display for LogFormat {
         f.write_str(self.as_str())
     }
 }
+
+/// The `validator_sandbox` setting: how validators are confined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Landlock and the network filter; without Landlock nothing runs.
+    #[default]
+    Landlock,
+    /// No Landlock, no network filter: only the process controls. An explicit choice.
+    Off,
+}
+
+impl SandboxMode {
+    /// The config spelling: `landlock` or `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Landlock => "landlock",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+/// Scopes written `read+chat`.
+pub(crate) fn parse_scopes(text: &str) -> Result<BTreeSet<Scope>, String> {
+    text.split('+')
+        .map(|item| {
+            Scope::parse(item.trim()).ok_or_else(|| {
+                format!("unknown scope {:?}; expected metrics, read, chat or admin joined by '+'", item.trim())
+            })
+        })
+        .collect()
+}
+
+/// A key given a namespace but no scopes would be an `admin` key of every namespace
+/// (no scopes meant `admin` before namespaces existed): refused, with how to write it.
+pub(crate) fn unscoped_namespace_key(name: &str, env: &str, namespace: &str) -> String {
+    format!(
+        "key {name:?} has namespace {namespace:?} but no scopes, which would make it an admin of every namespace; \
+         give its scopes, e.g. {name}={env}:read+chat@{namespace} (file: \"scopes\": [\"read\", \"chat\"]), \
+         or drop the namespace for a host-wide admin key"
+    )
+}

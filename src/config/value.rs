@@ -10,7 +10,8 @@ use std::time::Duration;
 use regex::Regex;
 use serde_json::Value;
 
-use super::{ApiKeyRef, LogFormat, Scope};
+use super::types::{parse_scopes, unscoped_namespace_key};
+use super::{ApiKeyRef, LogFormat, SandboxMode, Scope};
 
 /// A problem found in a JSON value; `suffix` extends the JSON path of the
 /// setting (e.g. `[1].name`) when the problem is inside it.
@@ -179,15 +180,13 @@ impl SettingValue for LogFormat {
     }
 }
 
-impl SettingValue for crate::change::sandbox::SandboxMode {
+impl SettingValue for SandboxMode {
     fn from_text(s: &str, expect: &str) -> Result<Self, String> {
-        s.parse().map_err(|_| expected(expect))
+        let modes = [SandboxMode::Landlock, SandboxMode::Off];
+        modes.into_iter().find(|m| m.as_str() == s).ok_or_else(|| expected(expect))
     }
     fn to_text(&self) -> String {
-        match self {
-            Self::Landlock => "landlock".into(),
-            Self::Off => "off".into(),
-        }
+        self.as_str().to_string()
     }
 }
 
@@ -229,27 +228,6 @@ impl ListItem for String {
             _ => Err(JsonErr::got("a non-empty string", v)),
         }
     }
-}
-
-/// Scopes written `read+chat`.
-fn parse_scopes(text: &str) -> Result<BTreeSet<Scope>, String> {
-    text.split('+')
-        .map(|item| {
-            Scope::parse(item.trim()).ok_or_else(|| {
-                format!("unknown scope {:?}; expected metrics, read, chat or admin joined by '+'", item.trim())
-            })
-        })
-        .collect()
-}
-
-/// A key given a namespace but no scopes would be an `admin` key of every namespace
-/// (no scopes meant `admin` before namespaces existed): refused, with how to write it.
-fn unscoped_namespace_key(name: &str, env: &str, namespace: &str) -> String {
-    format!(
-        "key {name:?} has namespace {namespace:?} but no scopes, which would make it an admin of every namespace; \
-         give its scopes, e.g. {name}={env}:read+chat@{namespace} (file: \"scopes\": [\"read\", \"chat\"]), \
-         or drop the namespace for a host-wide admin key"
-    )
 }
 
 impl ListItem for ApiKeyRef {

@@ -34,8 +34,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
+
+pub use crate::config::SandboxMode;
 
 pub use supervise::{Ending, Step};
 
@@ -61,28 +62,6 @@ const FRESH_UID_BASE: u32 = 0x8000_0000;
 const FRESH_UID_SPAN: u32 = 1 << 20;
 /// The uid (and gid) used when the user namespace maps no fresh range: `nobody`.
 const NOBODY: u32 = 65534;
-
-/// The `validator_sandbox` setting.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SandboxMode {
-    /// Landlock and the network filter; without Landlock nothing runs.
-    #[default]
-    Landlock,
-    /// No Landlock, no network filter: only the process controls. An explicit choice.
-    Off,
-}
-
-impl std::str::FromStr for SandboxMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "landlock" => Ok(SandboxMode::Landlock),
-            "off" => Ok(SandboxMode::Off),
-            other => Err(format!("{other:?} is not a sandbox mode; use landlock or off")),
-        }
-    }
-}
 
 /// Whether programs can run, and how confined.
 #[derive(Clone, Debug, PartialEq, Eq)]
