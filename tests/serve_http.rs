@@ -399,3 +399,63 @@ async fn directory_skills_load_yield_to_resources_and_reload() {
     assert_eq!(skill["errors"][0], "front matter name \"other\" must equal the directory name \"node-disk-pressure\"");
     assert!(skill["spec"]["description"].as_str().unwrap().starts_with("Disks filling up"));
 }
+
+/// The quick start's host (loopback, no keys: the caller is anonymous) attacked as a web
+/// page the user visits would: a rebinding name in `Host`, a cross-site `POST`, a body
+/// without a JSON label (what a form or a simple `fetch` sends), and an anonymous apply.
+#[tokio::test]
+async fn rebinding_cross_site_posts_unlabelled_bodies_and_anonymous_applies_are_refused() {
+    let samples = copy_samples();
+    let server = Server::start({
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        c.arg("--resources").arg(samples.path()).env_remove("AKRITAS_API_KEY");
+        c
+    });
+    let client = reqwest::Client::new();
+    let port = server.url.rsplit(':').next().unwrap().to_string();
+    let url = |path: &str| format!("{}{path}", server.url);
+    // DNS rebinding: evil.example resolves to 127.0.0.1; the browser sends its own name.
+    let response =
+        client.get(url("/api/v1/resources")).header("host", format!("evil.example:{port}")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "host_not_allowed", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("allowed_hosts"), "{body}");
+    for path in ["/health", "/mcp", "/v1/models", "/"] {
+        let status = client.get(url(path)).header("host", "evil.example").send().await.unwrap().status();
+        assert_eq!(status.as_u16(), 403, "{path}");
+    }
+    // Addresses and localhost are this host.
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let status = client.get(url("/api/v1/resources")).header("host", host.clone()).send().await.unwrap().status();
+        assert_eq!(status.as_u16(), 200, "{host}");
+    }
+    // CSRF: a page of another origin posts to the API.
+    let chat = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+    let response =
+        client.post(url("/api/v1/chat")).header("origin", "http://evil.example").json(&chat).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "cross_origin", "{body}");
+    // A body without `Content-Type: application/json` is not read as JSON.
+    let response = client.post(url("/api/v1/chat")).body(chat.to_string()).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    let response = client
+        .post(url("/api/v1/chat"))
+        .header("content-type", "text/plain")
+        .body(chat.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    // Anonymous access never applies a change, whatever the approval.
+    let response = client
+        .post(url("/api/v1/change/simulations/0123456789abcdef0123456789abcdef/apply"))
+        .json(&serde_json::json!({"confirm": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("nothing is ever applied"), "{body}");
+}

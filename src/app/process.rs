@@ -31,7 +31,23 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
             &settings.data_dir,
         )
         .describe(),
+        edge: edge(settings),
     }
+}
+
+/// The names every route answers to: `allowed_hosts`, `mcp_allowed_hosts` and the
+/// `public_url`'s authority (addresses and `localhost` always).
+fn edge(settings: &Settings) -> crate::web::edge::Edge {
+    let mcp = crate::web::mcp_server::McpLimits::from_settings(settings);
+    let allowed_hosts =
+        settings.allowed_hosts.iter().chain(&mcp.allowed_hosts).map(|h| h.to_ascii_lowercase()).collect();
+    let public_authority = settings
+        .public_url
+        .as_deref()
+        .and_then(|url| url.split("://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .map(str::to_ascii_lowercase);
+    crate::web::edge::Edge { allowed_hosts, public_authority }
 }
 
 /// Cancels `cancel` on SIGTERM or SIGINT.

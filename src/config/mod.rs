@@ -426,6 +426,11 @@ settings_table! {
         flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 5m";
         check value::duration_upto::<86_400, false>;
+    /// Host names every route accepts in the Host header besides IP addresses, localhost and the public URL's host (DNS-rebinding protection): the names clients use, such as the Service's
+    allowed_hosts: Vec<String> = Vec::new();
+        flag "allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
+        expect "at most 64 host names or host:port values";
+        check lists::check_hosts;
     /// Host names `/mcp` accepts in the Host header besides loopback and the public URL's host (DNS-rebinding protection)
     mcp_allowed_hosts: Vec<String> = Vec::new();
         flag "mcp-allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';

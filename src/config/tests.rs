@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 68);
+    assert_eq!(KEYS.len(), 69);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -640,6 +640,7 @@ fn file_with_every_setting() {
         "mcp_max_sessions": 8,
         "mcp_session_idle_timeout": "90s",
         "mcp_allowed_hosts": ["akritas.ops.svc:8090"],
+        "allowed_hosts": ["akritas.ops.svc"],
         "log_format": "json"
     }"#,
     );

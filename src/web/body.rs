@@ -60,11 +60,14 @@ pub fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// Refuses a body labelled as anything but JSON (`application/json` or `application/*+json`);
-/// a body without a label is read as JSON.
+/// Refuses a body not labelled as JSON (`application/json` or `application/*+json`):
+/// an unlabelled body too, as a browser's cross-site form or `fetch` sends one.
 pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
-    let essence = value.to_str().ok().and_then(|v| v.split(';').next()).map(|v| v.trim().to_ascii_lowercase());
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
     match essence.as_deref() {
         Some(m) if m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")) => Ok(()),
         _ => Err(ApiError::new(

@@ -152,11 +152,11 @@ pub async fn apply(
     headers: HeaderMap,
     body: JsonBytes<ApplyBody>,
 ) -> Result<Response, ApiError> {
-    if !caller.allows(Scope::Admin) {
+    if !caller.allows(Scope::Admin) || !state.keys.enabled() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "insufficient_scope",
-            "applying a change needs an API key with the admin scope",
+            "applying a change needs an API key with the admin scope; without api_keys (anonymous loopback access) nothing is ever applied",
         ));
     }
     require_json(&headers)?;

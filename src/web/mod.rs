@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod bots;
 pub mod change;
+pub mod edge;
 pub mod engine_schema;
 pub mod error;
 pub mod facade;
@@ -85,6 +86,8 @@ pub struct HostInfo {
     pub mcp: mcp_server::McpLimits,
     /// How validators are confined (`landlock ABI 7 …`, `off: …`, `unavailable: …`).
     pub validator_sandbox: String,
+    /// The names this host answers to, and its public origin.
+    pub edge: edge::Edge,
 }
 
 /// The native API with its documentation: every route under `/api/v1` and
@@ -286,6 +289,7 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.info.max_body_bytes, limit_body))
         .layer(middleware::from_fn_with_state(state.info.body_timeout, stalled_body))
         .layer(DefaultBodyLimit::max(state.info.max_body_bytes))
+        .layer(middleware::from_fn_with_state(Arc::new(state.info.edge.clone()), edge::guard))
         .layer(middleware::from_fn(trace_requests))
         .with_state(state)
 }
@@ -306,6 +310,7 @@ pub fn standby_router(state: AppState) -> Router {
         .merge(ui::routes())
         .merge(protected)
         .fallback(standby)
+        .layer(middleware::from_fn_with_state(Arc::new(state.info.edge.clone()), edge::guard))
         .layer(middleware::from_fn(trace_requests))
         .with_state(state)
 }

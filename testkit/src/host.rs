@@ -235,6 +235,7 @@ pub fn app_state(
         body_timeout: Duration::from_secs(30),
         mcp: web::mcp_server::McpLimits::default(),
         validator_sandbox: "not used: this host has no change pipeline".into(),
+        edge: web::edge::Edge::default(),
     };
     AppState {
         catalog,
