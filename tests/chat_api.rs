@@ -94,8 +94,14 @@ async fn input_errors_are_400_with_a_precise_message_and_reach_no_model() {
         let got = answer["error"]["message"].as_str().unwrap();
         assert!(got.starts_with(message), "{got:?} does not start with {message:?}");
     }
-    let response =
-        api.client.post(format!("{}/api/v1/chat", api.server.url)).body("{\"messages\": [] } {}").send().await.unwrap();
+    let response = api
+        .client
+        .post(format!("{}/api/v1/chat", api.server.url))
+        .header("content-type", "application/json")
+        .body("{\"messages\": [] } {}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 400);
     assert_eq!(api.llm.chat_requests(), 0);
     assert!(api.audit.is_empty(), "invalid requests open no Run");
