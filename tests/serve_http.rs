@@ -219,6 +219,14 @@ async fn a_body_that_stops_arriving_gets_408_and_frees_the_connection() {
     assert!(text.contains("\"code\":\"body_timeout\""), "{text}");
 }
 
+/// Replaces `file` whole, as an editor that saves by rename does: the watcher never sees
+/// it truncated or half written (which would be a different, valid Catalog).
+fn replace_file(file: &std::path::Path, content: impl AsRef<[u8]>) {
+    let staged = file.with_extension("yaml.saving");
+    std::fs::write(&staged, content).unwrap();
+    std::fs::rename(&staged, file).unwrap();
+}
+
 #[tokio::test]
 async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     let samples = copy_samples();
@@ -233,7 +241,7 @@ async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     let original = std::fs::read_to_string(&file).unwrap();
 
     // A valid edit: visible within 2 s.
-    std::fs::write(&file, original.replace("AKRITAS_ALERTMANAGER_TOKEN", "AKRITAS_AM_TOKEN_V2")).unwrap();
+    replace_file(&file, original.replace("AKRITAS_ALERTMANAGER_TOKEN", "AKRITAS_AM_TOKEN_V2"));
     let (version, took) = poll(Duration::from_secs(5), || async {
         let (_, body) = get_json(&client, &url, None).await;
         let source = find(&body, "AlertSource", "alertmanager-main")?;
@@ -247,7 +255,7 @@ async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     assert_eq!(version, 2);
 
     // A broken edit: reported, the previous good version stays in force.
-    std::fs::write(&file, original.replace("provider: alertmanager", "provider: alertmanager\n  retries: 3")).unwrap();
+    replace_file(&file, original.replace("provider: alertmanager", "provider: alertmanager\n  retries: 3"));
     let (source, took) = poll(Duration::from_secs(5), || async {
         let (_, body) = get_json(&client, &url, None).await;
         let source = find(&body, "AlertSource", "alertmanager-main")?.clone();
@@ -267,7 +275,7 @@ async fn edits_are_reflected_and_broken_edits_keep_the_previous_version() {
     assert_eq!(health["catalog"]["counts"]["AlertSource"], 1);
 
     // Unparsable YAML: the objects of that file stay too.
-    std::fs::write(&file, "apiVersion: [unclosed\n").unwrap();
+    replace_file(&file, "apiVersion: [unclosed\n");
     let (body, _) = poll(Duration::from_secs(5), || async {
         let (_, body) = get_json(&client, &url, None).await;
         (!body["problems"].as_array()?.is_empty()).then_some(body)
