@@ -297,3 +297,21 @@ impl ParseKey for str {
         akritas::config::load(&flags, &|_| None).unwrap().api_keys.remove(0)
     }
 }
+
+/// A tenant declaring its own Alertmanager source does not take the platform's alias:
+/// it stays the home namespace's source (a 409 there would make Alertmanager drop the
+/// platform's alerts).
+#[tokio::test]
+async fn a_tenants_alertmanager_source_never_makes_the_alias_ambiguous() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources =
+        source("default", "platform", "alertmanager", "TOKEN_A") + &source("team-b", "am", "alertmanager", "TOKEN_B");
+    std::fs::write(dir.path().join("sources.yaml"), sources).unwrap();
+    let (server, store, _llm) = serve(dir.path(), dir.path(), ApiKeys::default()).await;
+    let url = format!("{}/api/v1/alertmanager/webhook", server.url);
+    let (status, body) = post(&url, FIRING, Some(TOKEN_A)).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(post(&url, FIRING, Some(TOKEN_B)).await.0, 401, "the tenant's token does not open the platform's alias");
+    let incident = body["events"][0]["incident_id"].as_str().unwrap();
+    assert_eq!(store.incident(incident).unwrap().0.namespace, "default");
+}

@@ -244,7 +244,10 @@ async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
     assert_eq!(run["status"], "succeeded");
     assert_eq!(run["metadata"]["diff_sha256"], result["diff_sha256"]);
     assert_eq!(run["metadata"]["approver"], "ops");
-    // The raw approval id is a capability: it is never journaled.
+    // The raw approval id is a capability: it is never journaled, nor logged (the 403
+    // and 400 answers above are logged with their path).
+    assert!(server.log_text().contains("/api/v1/change/simulations/{id}/apply"), "the refused applies are logged");
+    assert!(!server.log_text().contains(&id), "the approval id is in the log");
     let audit = std::fs::read_to_string(host.data.join("audit/akritas.jsonl")).unwrap();
     assert!(!audit.contains(&id), "the approval id is not in the audit journal");
     for entry in walk(&host.data) {

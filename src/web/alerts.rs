@@ -163,9 +163,11 @@ fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Response {
         .into_response()
 }
 
-/// `POST /api/v1/alertmanager/webhook`: the one AlertSource with provider
-/// `alertmanager` in every namespace, authenticated by that source alone (Alertmanager
-/// sends one `Authorization` header: the source's token, not an API key).
+/// `POST /api/v1/alertmanager/webhook`: the home namespace's AlertSource with provider
+/// `alertmanager` (the first by name), or else the only one in any namespace,
+/// authenticated by that source alone (Alertmanager sends one `Authorization` header:
+/// the source's token, not an API key). A tenant's source never turns the platform's
+/// alias into a 409: Alertmanager drops deliveries answered with 4xx.
 pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: JsonBytes<Value>) -> Response {
     let body = body.0;
     let catalog = state.catalog.current();
@@ -174,10 +176,13 @@ pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMa
         .filter(|(_, e)| matches!(e.resource.as_ref(), Resource::AlertSource(s) if s.spec.provider == AlertProvider::Alertmanager))
         .map(|(k, _)| k)
         .collect();
+    if let Some(home) = sources.iter().find(|key| key.namespace == state.keys.home()) {
+        return ingest(&state, home, &headers, &body).await;
+    }
     match sources.as_slice() {
         [key] => ingest(&state, key, &headers, &body).await,
         [] => ApiError::not_found("no AlertSource with provider alertmanager is configured").into_response(),
-        several => ambiguous("several Alertmanager sources exist", several),
+        several => ambiguous("several Alertmanager sources exist outside the home namespace", several),
     }
 }
 

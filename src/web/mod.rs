@@ -423,7 +423,7 @@ const STALLED_BODY: &str = "data was not received within the designated timeout"
 async fn trace_requests(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
-    let path = request.uri().path().to_string();
+    let path = logged_path(request.uri().path());
     let mut response = next.run(request).await;
     let status = response.status().as_u16();
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -437,6 +437,28 @@ async fn trace_requests(request: Request, next: Next) -> Response {
     // API answers are never cached; the UI's assets set their own revalidation policy.
     response.headers_mut().entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     response
+}
+
+/// A request path as logged: an approval id (a capability) is never written to a log.
+fn logged_path(path: &str) -> String {
+    const APPROVALS: &str = "/api/v1/change/simulations/";
+    match path.strip_prefix(APPROVALS) {
+        Some(rest) if !rest.is_empty() => {
+            let tail = rest.split_once('/').map(|(_, tail)| format!("/{tail}")).unwrap_or_default();
+            format!("{APPROVALS}{{id}}{tail}")
+        }
+        _ => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn approval_ids_never_reach_the_access_log() {
+    let id = "0123456789abcdef0123456789abcdef";
+    assert_eq!(logged_path(&format!("/api/v1/change/simulations/{id}/apply")), "/api/v1/change/simulations/{id}/apply");
+    assert_eq!(logged_path(&format!("/api/v1/change/simulations/{id}")), "/api/v1/change/simulations/{id}");
+    assert_eq!(logged_path("/api/v1/change/simulations"), "/api/v1/change/simulations");
+    assert_eq!(logged_path("/api/v1/runs/run_1"), "/api/v1/runs/run_1");
 }
 
 /// Serves until `cancel` fires, then drains open requests for at most `grace`.
