@@ -32,6 +32,14 @@ impl Redactions {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Redactions) {
+        self.env_values += other.env_values;
+        self.annotations += other.annotations;
+        self.data_values += other.data_values;
+        self.tokens += other.tokens;
+    }
 }
 
 /// The annotation `kubectl apply` keeps: the whole last applied object, env values included.

@@ -238,19 +238,28 @@ pub(crate) fn candidates(config: &AdapterConfig, mut tools: Vec<Tool>) -> Vec<Ca
     out
 }
 
-/// `{"isError":bool,"content":[...],"structuredContent":...}` as JSON text of at most `max` bytes.
+/// `{"isError":bool,"content":[...],"structuredContent":...}` as JSON text of at most `max` bytes,
+/// redacted before anything (the model, the audit, the API) sees it: every secret value the
+/// host resolved, credential fragments, token-shaped strings and secret-named `{name, value}`
+/// entries, with `"redacted": {counts}` when something was.
 ///
 /// A result that would be larger keeps `isError`, drops `structuredContent`, and carries a cut
 /// text rendering of the content with `"truncated": true`.
 pub fn render_result(result: &CallToolResult, max: usize) -> String {
     let is_error = result.is_error.unwrap_or(false);
-    let content = serde_json::to_value(&result.content).unwrap_or_else(|_| Value::Array(Vec::new()));
-    let full = serde_json::json!({
+    let mut content = serde_json::to_value(&result.content).unwrap_or_else(|_| Value::Array(Vec::new()));
+    let mut structured = result.structured_content.clone().unwrap_or(Value::Null);
+    let mut counts = crate::kubernetes::redact::scrub(&mut content);
+    counts.add(&crate::kubernetes::redact::scrub(&mut structured));
+    let mut full = serde_json::json!({
         "isError": is_error,
         "content": content,
-        "structuredContent": result.structured_content.clone().unwrap_or(Value::Null),
-    })
-    .to_string();
+        "structuredContent": structured,
+    });
+    if !counts.is_empty() {
+        full["redacted"] = serde_json::to_value(&counts).unwrap_or(Value::Null);
+    }
+    let full = full.to_string();
     if full.len() <= max {
         return full;
     }
@@ -301,6 +310,22 @@ mod tests {
             t.annotations = Some(a);
         }
         t
+    }
+
+    #[test]
+    fn a_result_echoing_a_secret_reaches_no_one_unredacted() {
+        crate::redact::register("resolved-mcp-secret-6e1f");
+        let echoed = CallToolResult::success(vec![ContentBlock::text(
+            "connected with resolved-mcp-secret-6e1f; password=hunter22 token ghp_0123456789abcdefABCDEF0123456789abcd",
+        )]);
+        let text = render_result(&echoed, 4096);
+        for secret in ["resolved-mcp-secret-6e1f", "hunter22", "ghp_0123456789abcdefABCDEF0123456789abcd"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["redacted"]["tokens"], 3, "{text}");
+        let plain = render_result(&CallToolResult::success(vec![ContentBlock::text("up 1")]), 4096);
+        assert!(!plain.contains("redacted"), "nothing to redact, nothing added: {plain}");
     }
 
     #[test]
