@@ -109,7 +109,12 @@ async fn run() {
     .await;
     let client = LlmClient::new(LlmConfig::new(llm.url.clone()), reqwest::Client::new()).unwrap();
     let audit = Arc::new(AuditLog::open(&dir.path().join("audit/akritas.jsonl")).unwrap());
-    let options = ApprovalOptions { ttl: Duration::from_secs(1800), max_pending: 10_000, ..ApprovalOptions::default() };
+    let options = ApprovalOptions {
+        ttl: Duration::from_secs(1800),
+        max_pending: 10_000,
+        max_pending_per_namespace: 10_000,
+        ..ApprovalOptions::default()
+    };
     let approvals = ApprovalStore::open(&dir.path().join("change/approvals.jsonl"), options).unwrap();
     let workspace = ResolvedWorkspace {
         namespace: "default".into(),

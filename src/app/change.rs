@@ -172,7 +172,11 @@ pub async fn service(
 ) -> anyhow::Result<Arc<ChangeService>> {
     use anyhow::Context;
     let path = settings.data_dir.join("change").join("approvals.jsonl");
-    let options = ApprovalOptions { ttl: settings.change_approval_ttl, ..ApprovalOptions::default() };
+    let options = ApprovalOptions {
+        ttl: settings.change_approval_ttl,
+        max_pending_per_namespace: settings.change_max_pending_per_namespace as usize,
+        ..ApprovalOptions::default()
+    };
     let approvals = tokio::task::spawn_blocking(move || ApprovalStore::open(&path, options))
         .await
         .context("opening the change approval journal")?

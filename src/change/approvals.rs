@@ -138,13 +138,20 @@ pub struct ApprovalOptions {
     pub ttl: Duration,
     /// Most changes waiting at once.
     pub max_pending: usize,
+    /// Most changes of one namespace waiting at once (so one tenant cannot fill the store).
+    pub max_pending_per_namespace: usize,
     /// Time source (injectable for tests).
     pub clock: Clock,
 }
 
 impl Default for ApprovalOptions {
     fn default() -> Self {
-        ApprovalOptions { ttl: Duration::from_secs(30 * 60), max_pending: 64, clock: Arc::new(Timestamp::now) }
+        ApprovalOptions {
+            ttl: Duration::from_secs(30 * 60),
+            max_pending: 64,
+            max_pending_per_namespace: 16,
+            clock: Arc::new(Timestamp::now),
+        }
     }
 }
 
@@ -153,6 +160,7 @@ impl fmt::Debug for ApprovalOptions {
         f.debug_struct("ApprovalOptions")
             .field("ttl", &self.ttl)
             .field("max_pending", &self.max_pending)
+            .field("max_pending_per_namespace", &self.max_pending_per_namespace)
             .finish_non_exhaustive()
     }
 }
@@ -163,6 +171,16 @@ pub enum ApprovalError {
     /// Too many changes wait for approval.
     #[error("{limit} changes are already waiting for approval; apply some or let them expire before preparing another")]
     Full {
+        /// The limit.
+        limit: usize,
+    },
+    /// Too many changes of one namespace wait for approval.
+    #[error(
+        "{limit} changes of namespace {namespace} are already waiting for approval; apply some or let them expire before preparing another"
+    )]
+    NamespaceFull {
+        /// The namespace.
+        namespace: String,
         /// The limit.
         limit: usize,
     },
@@ -327,6 +345,13 @@ impl Book {
     fn pending(&self, now: Timestamp) -> usize {
         self.entries.values().filter(|e| e.effective(now) == ChangeState::Pending).count()
     }
+
+    fn pending_in(&self, now: Timestamp, namespace: &str) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.change.namespace == namespace && e.effective(now) == ChangeState::Pending)
+            .count()
+    }
 }
 
 fn set_state(entry: &mut Entry, state: ChangeState, at: Timestamp) {
@@ -456,6 +481,10 @@ impl ApprovalStore {
             if book.pending(now) >= self.inner.options.max_pending {
                 return Err(ApprovalError::Full { limit: self.inner.options.max_pending });
             }
+            let limit = self.inner.options.max_pending_per_namespace;
+            if book.pending_in(now, &change.namespace) >= limit {
+                return Err(ApprovalError::NamespaceFull { namespace: change.namespace.clone(), limit });
+            }
         }
         let ttl =
             jiff::SignedDuration::try_from(self.inner.options.ttl).map_err(|e| ApprovalError::Time(e.to_string()))?;
@@ -564,7 +593,7 @@ mod tests {
     }
 
     fn options(clock: Clock) -> ApprovalOptions {
-        ApprovalOptions { ttl: Duration::from_secs(1800), max_pending: 3, clock }
+        ApprovalOptions { ttl: Duration::from_secs(1800), max_pending: 3, max_pending_per_namespace: 3, clock }
     }
 
     fn change(workspace: &str) -> PendingChange {
@@ -733,6 +762,22 @@ mod tests {
             assert_eq!(won, 1);
             store.finish(&id, applied()).await.unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn one_namespace_cannot_fill_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_now, clock) = clock();
+        let options = ApprovalOptions { max_pending_per_namespace: 2, ..options(clock) };
+        let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options).unwrap();
+        let tenant = |workspace: &str| PendingChange { namespace: "team-b".into(), ..change(workspace) };
+        store.insert(tenant("a")).await.unwrap();
+        store.insert(tenant("b")).await.unwrap();
+        let err = store.insert(tenant("c")).await.unwrap_err();
+        assert!(matches!(&err, ApprovalError::NamespaceFull { namespace, limit: 2 } if namespace == "team-b"), "{err}");
+        assert!(err.to_string().contains("namespace team-b"), "{err}");
+        // The platform's previews still get approvals.
+        store.insert(change("d")).await.unwrap();
     }
 
     #[tokio::test]

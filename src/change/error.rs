@@ -26,6 +26,9 @@ pub enum ChangeError {
         /// Slots configured.
         slots: usize,
     },
+    /// Too many changes wait for approval, host-wide or in the namespace (429).
+    #[error("{0}")]
+    TooManyPending(String),
     /// The model server failed (502).
     #[error("model request failed: {0}")]
     Upstream(String),
@@ -65,6 +68,7 @@ impl ChangeError {
             Self::NotFound(_) => 404,
             Self::NotReady(_) | Self::Stale(_) | Self::Conflict(_) => 409,
             Self::Busy { .. } => 503,
+            Self::TooManyPending(_) => 429,
             Self::Upstream(_) | Self::Proposal { .. } | Self::Budget(_) | Self::Git(_) => 502,
             Self::Audit(_) => 507,
             Self::Approval(_) | Self::Write(_) | Self::Interrupted => 500,
@@ -80,6 +84,7 @@ impl ChangeError {
             Self::Stale(_) => "stale_preview",
             Self::Conflict(_) => "conflict",
             Self::Busy { .. } => "busy",
+            Self::TooManyPending(_) => "too_many_pending",
             Self::Upstream(_) => "upstream_error",
             Self::Proposal { .. } => "proposal_failed",
             Self::Budget(_) => "budget_exhausted",

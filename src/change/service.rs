@@ -14,7 +14,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use super::approvals::{ApprovalStore, ChangeState, PendingChange, TakeError};
+use super::approvals::{ApprovalError, ApprovalStore, ChangeState, PendingChange, TakeError};
 pub use super::error::ChangeError;
 pub use super::preview::ATTEMPTS;
 use super::preview::{Params, Prepared, Preview};
@@ -216,7 +216,12 @@ impl ChangeService {
                 expires_at: String::new(),
                 summary: summary.clone(),
             };
-            let id = self.approvals.insert(pending).await.map_err(|e| ChangeError::Approval(e.to_string()))?;
+            let id = self.approvals.insert(pending).await.map_err(|e| match e {
+                ApprovalError::Full { .. } | ApprovalError::NamespaceFull { .. } => {
+                    ChangeError::TooManyPending(e.to_string())
+                }
+                other => ChangeError::Approval(other.to_string()),
+            })?;
             let expires_at = self.approvals.get(&id).map(|(change, _)| change.expires_at).unwrap_or_default();
             approval = Some(json!({"id": id, "status": "pending", "expires_at": expires_at}));
         }

@@ -491,6 +491,11 @@ settings_table! {
         flag "change-max-concurrent-previews" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
         check value::u32_in::<1, 64>;
+    /// Changes of one namespace waiting for approval at once (64 host-wide), 1-64; a further preview of that namespace gets 429
+    change_max_pending_per_namespace: u32 = 16;
+        flag "change-max-pending-per-namespace" [Option<String>] value_name "N";
+        expect "an integer from 1 to 64";
+        check value::u32_in::<1, 64>;
     /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything, <= 10y
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 69);
+    assert_eq!(KEYS.len(), 70);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -629,6 +629,7 @@ fn file_with_every_setting() {
         "audit_retention": "0s",
         "change_approval_ttl": "7d",
         "change_max_concurrent_previews": 64,
+        "change_max_pending_per_namespace": 4,
         "alert_retention": "10y",
         "dedup_window": "30d",
         "dedup_max_keys": 1000,
