@@ -257,7 +257,7 @@ pub fn render_result(result: &CallToolResult, max: usize) -> String {
         "structuredContent": structured,
     });
     if !counts.is_empty() {
-        full["redacted"] = serde_json::to_value(&counts).unwrap_or(Value::Null);
+        full["redacted"] = serde_json::to_value(counts).unwrap_or(Value::Null);
     }
     let full = full.to_string();
     if full.len() <= max {
