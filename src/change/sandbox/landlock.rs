@@ -79,7 +79,6 @@ fn handled_fs(abi: u32) -> u64 {
 pub struct Ruleset {
     fd: OwnedFd,
     handled: u64,
-    abi: u32,
 }
 
 impl Ruleset {
@@ -103,17 +102,7 @@ impl Ruleset {
         }
         // SAFETY: the kernel returned a new descriptor we own (close-on-exec).
         let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        Ok(Ruleset { fd, handled: attr.handled_access_fs, abi })
-    }
-
-    /// The ABI the ruleset was made for.
-    pub fn abi(&self) -> u32 {
-        self.abi
-    }
-
-    /// Whether TCP bind and connect are denied by this ruleset.
-    pub fn denies_tcp(&self) -> bool {
-        self.abi >= 4
+        Ok(Ruleset { fd, handled: attr.handled_access_fs })
     }
 
     /// Grants `rights` beneath `path` (a file gets only the file rights among them).
