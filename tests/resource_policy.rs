@@ -254,7 +254,10 @@ async fn resolved_secrets_never_appear_in_adapter_status_or_logs() {
          - {{name: X-Api-Key, valueFrom: {{env: AKRITAS_HEADER_SECRET}}}}\n  allow: [read]\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: echo-stdio, namespace: ops}}\n\
          spec:\n  transport:\n    stdio:\n      command: /bin/sh\n      args: {args}\n      env:\n        \
-         - {{name: TOKEN, valueFrom: {{env: AKRITAS_ENV_SECRET}}}}\n  allow: [read]\n",
+         - {{name: TOKEN, valueFrom: {{env: AKRITAS_ENV_SECRET}}}}\n  allow: [read]\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: node-options, namespace: ops}}\n\
+         spec:\n  transport:\n    stdio:\n      command: /bin/sh\n      args: {args}\n      env:\n        \
+         - {{name: BASH_ENV, value: /tmp/payload.sh}}\n  allow: [read]\n",
         args = serde_json::to_string(&["-c", ECHO_SCRIPT]).unwrap(),
     );
     write(work.path(), "echo.yaml", &manifests);
@@ -263,6 +266,7 @@ async fn resolved_secrets_never_appear_in_adapter_status_or_logs() {
         .arg("--resources")
         .arg(work.path())
         .env("AKRITAS_STDIO_COMMANDS", "akritas,/bin/sh")
+        .env("AKRITAS_STDIO_ENV", "ops/TOKEN")
         .env("AKRITAS_RESOURCE_ENV", "ops/AKRITAS_*")
         .env("AKRITAS_HEADER_SECRET", HEADER_SECRET)
         .env("AKRITAS_ENV_SECRET", ENV_SECRET)
@@ -282,6 +286,10 @@ async fn resolved_secrets_never_appear_in_adapter_status_or_logs() {
     for message in &messages {
         assert!(message.contains("[redacted]"), "the echoed value is shown redacted: {message}");
     }
+    // An interpreter hook the stdio_env allowlist does not name never reaches a child.
+    let (ready_status, reason, message) = ready(find(&all, "McpAdapter", "ops", "node-options"));
+    assert_eq!((ready_status.as_str(), reason.as_str()), ("False", "EnvNotAllowed"), "{message}");
+    assert!(message.contains("BASH_ENV") && message.contains("stdio_env"), "{message}");
     // The child's stderr went through the log at debug level.
     poll(Duration::from_secs(10), || async { server.log_text().contains("mcp child stderr").then_some(()) })
         .await

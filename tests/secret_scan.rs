@@ -3,7 +3,8 @@
 //! the journals or any API response, while the real binary runs a chat, an alert
 //! investigation with a failing receiver, adapters that fail while echoing what
 //! they were sent, resources that try to read the service's own keys, and a
-//! change preview whose validator prints its environment and every process's.
+//! change preview whose validator prints its environment and every process's, and a
+//! real MCP server (server-everything) whose tool result prints the secret it was given.
 
 use akritas_testkit as support;
 
@@ -15,10 +16,10 @@ use akritas::tools::{ToolName, openai_alias};
 use axum::http::{HeaderMap, Uri};
 use serde_json::{Value, json};
 use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
-use support::{Server, serve_command};
+use support::{Server, everything, serve_command};
 
 /// (environment variable, planted value).
-const PLANTED: [(&str, &str); 9] = [
+const PLANTED: [(&str, &str); 10] = [
     ("AKRITAS_API_KEY", "planted-admin-key-7f3a9c1e"),
     ("AKRITAS_SCAN_METRICS_KEY", "planted-metrics-key-55d0e2"),
     ("OPENAI_API_KEY", "sk-planted-upstream-91be77"),
@@ -28,6 +29,7 @@ const PLANTED: [(&str, &str); 9] = [
     ("AKRITAS_SCAN_MCP_HEADER", "planted-mcp-header-d00d42"),
     ("AKRITAS_SCAN_MCP_ENV", "planted-mcp-env-beef4242"),
     ("AKRITAS_SCAN_UNUSED", "planted-unused-value-9e9e"),
+    ("AKRITAS_SCAN_TOOL_ENV", "planted-tool-env-5eed7a11"),
 ];
 
 fn planted(name: &str) -> &'static str {
@@ -128,8 +130,24 @@ spec:
       headers:
         - {{name: X-Key, valueFrom: {{env: AKRITAS_API_KEY}}}}
   allow: [read]
+---
+apiVersion: akritas.io/v1alpha1
+kind: McpAdapter
+metadata: {{name: everything, namespace: default}}
+spec:
+  transport:
+    stdio:
+      command: {node}
+      args: ["{entry}", stdio]
+      env:
+        - {{name: SCAN_TOKEN, valueFrom: {{env: AKRITAS_SCAN_TOOL_ENV}}}}
+  namespace: mcp.everything
+  allow: [read]
+  tools: [get-env]
 "#,
-            tree = tree.display()
+            tree = tree.display(),
+            node = everything::node().display(),
+            entry = everything::entry().display(),
         ),
     )
     .unwrap();
@@ -160,6 +178,11 @@ fn model(_: usize, request: &Value) -> Step {
         // An upstream that names the key it was sent in its error, as some do.
         let message = format!("invalid api key {} for this project", planted("OPENAI_API_KEY"));
         Step::from(Reply::Error { status: 401, body: json!({"error": {"message": message}}) })
+    } else if offers(request, &alias("mcp.everything.get-env"))
+        && !request["messages"].to_string().contains("SCAN_TOKEN")
+    {
+        // A tool whose result prints the server's environment, the adapter's secret included.
+        Step::from(Reply::ToolCalls(vec![("e".into(), alias("mcp.everything.get-env"), json!({}))]))
     } else if offers(request, &plan) {
         Step::from(Reply::ToolCalls(vec![("p".into(), plan, json!({"checks": [], "gaps": ["no metrics"]}))]))
     } else if offers(request, &submit) {
@@ -219,6 +242,8 @@ async fn planted_secrets_never_leave_the_process() {
         .env("AKRITAS_NOTIFICATION_ATTEMPTS", "1")
         .env("AKRITAS_ALERT_JOB_ATTEMPTS", "1")
         .env("AKRITAS_VALIDATOR_COMMANDS", "sh")
+        .env("AKRITAS_STDIO_COMMANDS", everything::node())
+        .env("AKRITAS_STDIO_ENV", "SCAN_TOKEN")
         .env("AKRITAS_WORKSPACE_ROOTS", dir.path())
         .env("RUST_LOG", "debug")
         .arg("--resources")
@@ -235,7 +260,17 @@ async fn planted_secrets_never_leave_the_process() {
     assert_eq!(client.get("/api/v1/runs", "wrong-key-0000000000").await.0, 401);
     assert_eq!(client.get("/metrics", planted("AKRITAS_SCAN_METRICS_KEY")).await.0, 200);
 
-    // A chat, its Run, and a follow-up.
+    // The everything server's tools are listed before the chat that calls one.
+    loop {
+        let (_, tools) = client.get("/api/v1/tools", admin).await;
+        if tools.to_string().contains("mcp.everything.get-env") {
+            break;
+        }
+        assert!(started_at.elapsed() < Duration::from_secs(30), "server-everything never connected: {tools}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A chat that calls the environment-printing tool, its Run, and a follow-up.
     let (status, chat) =
         client.post("/api/v1/chat", admin, json!({"messages": [{"role": "user", "content": "status?"}]})).await;
     assert_eq!(status, 200, "{chat}");
@@ -308,6 +343,28 @@ async fn planted_secrets_never_leave_the_process() {
     for entry in walk(&data) {
         let bytes = std::fs::read(&entry).unwrap();
         places.push((entry.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()));
+    }
+    let model_saw = llm.requests();
+    assert!(
+        model_saw.iter().any(|r| r.to_string().contains("SCAN_TOKEN") && r.to_string().contains("[redacted]")),
+        "the model saw the tool result, with the secret redacted: {}",
+        model_saw
+            .iter()
+            .map(|r| format!(
+                "{:?} {:?}",
+                r["tools"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| t["function"]["name"].to_string())
+                    .collect::<Vec<_>>(),
+                r["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "tool").collect::<Vec<_>>()
+            ))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for (n, request) in model_saw.iter().enumerate() {
+        places.push((format!("model request {n}"), request.to_string()));
     }
     let mut leaks = Vec::new();
     for (name, value) in PLANTED {

@@ -15,6 +15,7 @@ use crate::tenancy::Tenancy;
 pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
     ResourcePolicy {
         stdio_commands: settings.stdio_commands.clone(),
+        stdio_env: EnvAccess::new(settings.stdio_env.clone(), []).for_namespaces(home_namespaces(settings)),
         env: EnvAccess::new(settings.resource_env.clone(), service_credentials(settings))
             .for_namespaces(home_namespaces(settings)),
         knowledge_roots: settings.knowledge_roots.clone(),

@@ -16,6 +16,8 @@ pub struct ResourcePolicy {
     /// Commands an McpAdapter may start over stdio: `akritas` (this binary, only as
     /// `akritas mcp <bundled server>`) or absolute paths, compared literally.
     pub stdio_commands: Vec<String>,
+    /// Names an McpAdapter's stdio `env` may set in its child (`stdio_env`).
+    pub stdio_env: EnvAccess,
     /// Environment variables `{env: NAME}` may read.
     pub env: EnvAccess,
     /// Directories a KnowledgeBase directory source may be under.

@@ -291,6 +291,11 @@ settings_table! {
         flag "stdio-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
         expect "at most 64 entries, each `akritas` or an absolute path";
         check lists::check_stdio_commands;
+    /// Variables an McpAdapter's stdio `env` may set in its child; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; `LD_*`/`DYLD_*` never
+    stdio_env: Vec<String> = Vec::new();
+        flag "stdio-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
+        expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
+        check lists::check_env_patterns;
     /// Programs a ValidatorProfile may run (argv[0]): names looked up on the service's PATH, or absolute paths; nothing else runs, not even for its --version
     validator_commands: Vec<String> = vec!["yamllint".to_string()];
         flag "validator-commands" [Vec<String>] value_name "COMMAND" delimiter ',';

@@ -92,6 +92,17 @@ pub enum McpError {
     /// An env entry that changes what the child loads.
     #[error("env entry {0} changes what the child process loads and is not allowed; remove it")]
     LoaderEnv(String),
+    /// An env entry whose name `stdio_env` does not allow for the adapter's namespace.
+    #[error(
+        "env entry {name} may not be set for adapters of namespace {namespace}: the stdio_env setting does not \
+         allow it; add {name} (or {namespace}/{name}) to stdio_env if the program needs it"
+    )]
+    EnvNotAllowed {
+        /// The variable name.
+        name: String,
+        /// The adapter's namespace.
+        namespace: String,
+    },
     /// Another adapter the same Runs see has this tool namespace.
     #[error(
         "tool namespace {namespace} is taken by {other}, whose tools the same Runs see; set spec.namespace to \
@@ -227,7 +238,7 @@ impl McpError {
         match self {
             McpError::CommandNotAllowed { .. } | McpError::SelfArgsNotAllowed(_) => reasons::COMMAND_NOT_ALLOWED,
             McpError::WorkingDirNotAllowed(_) => reasons::WORKING_DIR_NOT_ALLOWED,
-            McpError::LoaderEnv(_) => reasons::ENV_NOT_ALLOWED,
+            McpError::LoaderEnv(_) | McpError::EnvNotAllowed { .. } => reasons::ENV_NOT_ALLOWED,
             McpError::Secret { source, .. } => source.reason(),
             McpError::ToolNamespaceTaken { .. } => reasons::TOOL_NAMESPACE_TAKEN,
             _ => reasons::NOT_CONNECTED,

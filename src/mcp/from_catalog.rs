@@ -135,6 +135,10 @@ fn config(
             {
                 return Err(McpError::LoaderEnv(entry.name.clone()));
             }
+            if let Some(entry) = stdio.env.iter().find(|e| policy.stdio_env.check_in(&key.namespace, &e.name).is_err())
+            {
+                return Err(McpError::EnvNotAllowed { name: entry.name.clone(), namespace: key.namespace.clone() });
+            }
             Transport::Stdio { command, args: stdio.args.clone(), env: resolve(&stdio.env, "env")?, working_dir }
         }
         (None, Some(http)) => Transport::Http { url: http.url.clone(), headers: resolve(&http.headers, "header")? },
@@ -203,7 +207,7 @@ mod tests {
 
     use super::*;
     use crate::catalog::readiness::reasons;
-    use crate::catalog::secrets::EnvSecrets;
+    use crate::catalog::secrets::{EnvAccess, EnvSecrets};
     use crate::catalog::{CatalogStore, Entry};
     use crate::tenancy::Tenancy;
 
@@ -222,6 +226,8 @@ mod tests {
     fn policy(commands: &[&str], resource_dirs: Vec<PathBuf>) -> ResourcePolicy {
         ResourcePolicy {
             stdio_commands: commands.iter().map(|c| c.to_string()).collect(),
+            stdio_env: EnvAccess::new(vec!["TOKEN".into(), "MODE".into(), "VM_*".into(), "LD_*".into()], [])
+                .for_namespaces(["ops".to_string()]),
             resource_dirs,
             tenancy: Tenancy::new(["platform".to_string()]),
             ..ResourcePolicy::default()
@@ -292,7 +298,20 @@ mod tests {
         assert_eq!(reason, reasons::WORKING_DIR_NOT_ALLOWED);
         assert!(message.contains("operator mode"), "{message}");
         let preload = json!({"command": "/usr/bin/mcp-vm", "env": [{"name": "LD_PRELOAD", "value": "/tmp/x.so"}]});
-        assert_eq!(refused(stdio(preload), None).0, reasons::ENV_NOT_ALLOWED);
+        assert_eq!(refused(stdio(preload), None).0, reasons::ENV_NOT_ALLOWED, "even when stdio_env lists it");
+        let team_b = ObjectKey { namespace: "team-b".into(), ..key() };
+        let token_env = json!({"command": "/usr/bin/mcp-vm", "env": [{"name": "TOKEN", "value": "x"}]});
+        let error = config(&team_b, &adapter(stdio(token_env)), None, &token("t"), &policy).unwrap_err();
+        assert_eq!(error.reason(), reasons::ENV_NOT_ALLOWED, "a plain stdio_env name serves the home namespaces");
+        for hook in ["NODE_OPTIONS", "PYTHONPATH", "BASH_ENV", "PERL5OPT", "GIT_CONFIG_GLOBAL"] {
+            let spec = json!({"command": "/usr/bin/mcp-vm", "env": [{"name": hook, "value": "/tmp/x"}]});
+            let (reason, message) = refused(stdio(spec), None);
+            assert_eq!(reason, reasons::ENV_NOT_ALLOWED, "{hook}");
+            assert!(
+                message.contains(hook) && message.contains("stdio_env") && !message.contains("/tmp/x"),
+                "{message}"
+            );
+        }
     }
 
     #[test]
