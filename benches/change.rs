@@ -140,6 +140,7 @@ async fn run() {
         temperature: 0.0,
         response_language: "en".into(),
         max_concurrent_previews: 2,
+        max_previews_per_namespace: 2,
         queue_timeout: Duration::from_secs(60),
         copy_limits: CopyLimits::default(),
         validators: akritas::app::policy::validator_policy(&akritas::config::Settings::default()),

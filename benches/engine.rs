@@ -102,6 +102,8 @@ fn engine(llm: &ScriptedLlm, audit: Option<Arc<AuditLog>>) -> Engine {
         temperature: 0.0,
         response_language: "en".into(),
         max_concurrent_runs: 4,
+        alert_reserved_runs: 0,
+        max_runs_per_namespace: 4,
         queue_timeout: Duration::from_secs(5),
         search_top_k: 5,
     };

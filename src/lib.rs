@@ -23,6 +23,7 @@ pub mod outbound;
 pub mod redact;
 pub mod replay;
 pub mod resources;
+pub mod slots;
 pub mod telemetry;
 pub mod tenancy;
 pub mod text;

@@ -159,6 +159,66 @@ async fn saturation_is_503_with_retry_after() {
     assert_eq!(first.await.unwrap().0, 200);
 }
 
+/// Chat keys of one namespace that keep Runs going fill neither the host nor the slot kept
+/// for alert investigations: their next Run waits and is refused naming the limit, while
+/// an alert investigation and another namespace's chat still start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_runs_never_take_the_alert_slot_nor_another_namespaces_share() {
+    use akritas::engine::conversation::{Speaker, Turn};
+    use akritas::engine::request::{RunError, RunRequest};
+    let llm = ScriptedLlm::start_with(|_, request| {
+        if request.to_string().contains("hold the slot") {
+            Step::from(Reply::Content("late".into())).with_delay(Duration::from_secs(3))
+        } else {
+            Step::from(Reply::Content("done".into()))
+        }
+    })
+    .await;
+    let settings = EngineSettings {
+        max_concurrent_runs: 3,
+        alert_reserved_runs: 1,
+        max_runs_per_namespace: 1,
+        queue_timeout: Duration::from_millis(100),
+        ..host::settings()
+    };
+    let (tools, _) = host::standard_tools();
+    let engine = Arc::new(host::engine(&llm, settings, tools, CatalogStore::new(), None, None));
+    let ask = |namespace: &str, source: &str, text: &str| RunRequest {
+        namespace: namespace.into(),
+        source: source.into(),
+        actor: "k".into(),
+        turns: vec![Turn { role: Speaker::User, content: text.into() }],
+        ..RunRequest::default()
+    };
+    let holder = {
+        let (engine, request) = (engine.clone(), ask("team-a", "chat", "hold the slot"));
+        tokio::spawn(async move { engine.run(request).await })
+    };
+    while llm.chat_requests() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let refused = engine.run(ask("team-a", "facade", "one more")).await.unwrap_err();
+    let RunError::Busy(refused) = refused else { panic!("{refused}") };
+    assert_eq!(refused.setting, "max_runs_per_namespace", "{refused}");
+    let other = {
+        let (engine, request) = (engine.clone(), ask("team-b", "mcp", "hold the slot"));
+        tokio::spawn(async move { engine.run(request).await })
+    };
+    while llm.chat_requests() < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let refused = engine.run(ask("team-c", "bot", "a third tenant")).await.unwrap_err();
+    let RunError::Busy(refused) = refused else { panic!("{refused}") };
+    assert_eq!(refused.setting, "alert_reserved_runs", "the last slot is kept for alerts: {refused}");
+    let alert = engine.run(ask("team-c", "alert:alertmanager", "investigate")).await;
+    assert_eq!(alert.map(|outcome| outcome.answer).ok().as_deref(), Some("done"));
+    assert!(holder.await.unwrap().is_ok() && other.await.unwrap().is_ok());
+    let mut metrics = String::new();
+    akritas::telemetry::render(&mut metrics);
+    let refusal = "akritas_refusals_total{pool=\"runs\",setting=\"max_runs_per_namespace\",namespace=\"team-a\"}";
+    assert!(metrics.contains(refusal), "{metrics}");
+}
+
 #[tokio::test]
 async fn follow_up_appends_to_the_same_run() {
     let api = api(

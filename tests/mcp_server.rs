@@ -65,6 +65,10 @@ fn secret(name: &str) -> &'static str {
 /// The real router with an audit journal, an alert store, an AlertSource in team-a, a
 /// runbook retriever and a model that plans nothing and answers [`ANSWER`].
 async fn serve(max_sessions: usize) -> Fixture {
+    serve_with(max_sessions, max_sessions).await
+}
+
+async fn serve_with(max_sessions: usize, per_key: usize) -> Fixture {
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
     let llm = ScriptedLlm::start_with(move |index, _| {
         if index % 2 == 0 {
@@ -94,6 +98,7 @@ async fn serve(max_sessions: usize) -> Fixture {
     let mut state = host::app_state(Arc::new(engine), catalog, keys(), Some(alerts), secrets, 1024 * 1024);
     let mut info = (*state.info).clone();
     info.mcp.max_sessions = max_sessions;
+    info.mcp.max_sessions_per_key = per_key;
     state.info = Arc::new(info);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -175,15 +180,56 @@ fn initialize() -> Value {
 }
 
 async fn open_session(url: &str, host: Option<&str>) -> reqwest::Response {
+    open_session_as(url, host, "a-chat").await
+}
+
+async fn open_session_as(url: &str, host: Option<&str>, key: &str) -> reqwest::Response {
     let mut request = reqwest::Client::new()
         .post(url)
-        .bearer_auth(secret("a-chat"))
+        .bearer_auth(secret(key))
         .header("accept", "application/json, text/event-stream")
         .json(&initialize());
     if let Some(host) = host {
         request = request.header("host", host);
     }
     request.send().await.unwrap()
+}
+
+/// A `read` key that opens sessions as fast as it can, in parallel, gets its share and no
+/// more: the check and the reservation are one step, and the refusals are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_racing_initializes_never_holds_more_than_its_share_of_sessions() {
+    let f = serve_with(8, 3).await;
+    let url = format!("{}/mcp", f.url);
+    let opens: Vec<_> = (0..12)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { open_session_as(&url, None, "a-read").await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for open in opens {
+        let response = open.await.unwrap();
+        let status = response.status().as_u16();
+        if status == 429 {
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "mcp_sessions_per_key", "{body}");
+            assert!(body["error"]["message"].as_str().unwrap().contains("mcp_max_sessions_per_key"), "{body}");
+        }
+        statuses.push(status);
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429, 429, 429, 429, 429]);
+    // Other keys still find sessions.
+    assert_eq!(open_session_as(&url, None, "b-chat").await.status().as_u16(), 200);
+    let mut metrics = String::new();
+    akritas::telemetry::render(&mut metrics);
+    assert!(
+        metrics.lines().any(|l| l.starts_with("akritas_refusals_total{")
+            && l.contains("pool=\"mcp_sessions\"")
+            && l.contains("setting=\"mcp_max_sessions_per_key\"")),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -427,7 +427,7 @@ fn job_of(run: &RunRecord) -> Option<&str> {
 /// Failures worth another attempt: the model server, a busy host, a protocol slip
 /// of the model. Budget exhaustion, a rejected result and audit failures are not.
 fn retryable(error: &RunError) -> bool {
-    matches!(error, RunError::Upstream { .. } | RunError::Busy { .. } | RunError::Model { .. })
+    matches!(error, RunError::Upstream { .. } | RunError::Busy(_) | RunError::Model { .. })
 }
 
 /// The pause after `failures` job states in a row could not be recorded:

@@ -189,6 +189,7 @@ pub async fn service(
         temperature: engine.temperature,
         response_language: engine.response_language,
         max_concurrent_previews: settings.change_max_concurrent_previews as usize,
+        max_previews_per_namespace: settings.change_max_previews_per_namespace as usize,
         queue_timeout: engine.queue_timeout,
         copy_limits: CopyLimits::default(),
         validators: super::policy::validator_policy(settings),

@@ -20,12 +20,9 @@ pub enum ChangeError {
     /// A binding does not hold (409).
     #[error("{0}")]
     Conflict(String),
-    /// Every preview slot is busy (503).
-    #[error("all {slots} change preview slots are busy; retry later")]
-    Busy {
-        /// Slots configured.
-        slots: usize,
-    },
+    /// Every preview slot the request may take is busy (503): which limit stayed full.
+    #[error("change previews: {0}")]
+    Busy(crate::slots::Refused),
     /// Too many changes wait for approval, host-wide or in the namespace (429).
     #[error("{0}")]
     TooManyPending(String),
@@ -67,7 +64,7 @@ impl ChangeError {
             Self::Invalid(_) => 400,
             Self::NotFound(_) => 404,
             Self::NotReady(_) | Self::Stale(_) | Self::Conflict(_) => 409,
-            Self::Busy { .. } => 503,
+            Self::Busy(_) => 503,
             Self::TooManyPending(_) => 429,
             Self::Upstream(_) | Self::Proposal { .. } | Self::Budget(_) | Self::Git(_) => 502,
             Self::Audit(_) => 507,
@@ -83,7 +80,7 @@ impl ChangeError {
             Self::NotReady(_) => "workspace_not_ready",
             Self::Stale(_) => "stale_preview",
             Self::Conflict(_) => "conflict",
-            Self::Busy { .. } => "busy",
+            Self::Busy(_) => "busy",
             Self::TooManyPending(_) => "too_many_pending",
             Self::Upstream(_) => "upstream_error",
             Self::Proposal { .. } => "proposal_failed",

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
 
 use super::approvals::{ApprovalError, ApprovalStore, ChangeState, PendingChange, TakeError};
 pub use super::error::ChangeError;
@@ -28,6 +27,7 @@ use super::{FileChange, ValidatorResult, ValidatorStatus, git};
 use crate::audit::{AuditLog, NewEvent, NewRun};
 use crate::engine::budget::Budget;
 use crate::llm::LlmClient;
+use crate::slots::{Class, FairSlots};
 
 /// The change pipeline.
 pub struct ChangeService {
@@ -36,7 +36,7 @@ pub struct ChangeService {
     approvals: ApprovalStore,
     workspaces: Arc<dyn WorkspaceDirectory>,
     pub(super) settings: ChangeSettings,
-    previews: Arc<Semaphore>,
+    previews: Arc<FairSlots>,
 }
 
 impl ChangeService {
@@ -48,7 +48,12 @@ impl ChangeService {
         workspaces: Arc<dyn WorkspaceDirectory>,
         settings: ChangeSettings,
     ) -> Self {
-        let previews = Arc::new(Semaphore::new(settings.max_concurrent_previews.max(1)));
+        let previews = Arc::new(FairSlots::new(crate::slots::Limits {
+            pool: "previews",
+            total: (settings.max_concurrent_previews, "change_max_concurrent_previews"),
+            reserved: (0, "change_max_concurrent_previews"),
+            per_key: (settings.max_previews_per_namespace, "change_max_previews_per_namespace"),
+        }));
         Self { llm, audit, approvals, workspaces, settings, previews }
     }
 
@@ -82,10 +87,12 @@ impl ChangeService {
         let params = self.check(&request)?;
         let namespace = request.namespace.clone().unwrap_or_else(|| who.namespace.clone());
         let workspace = self.workspaces.resolve(&namespace, request.workspace.trim())?;
-        let _slot = tokio::time::timeout(self.settings.queue_timeout, self.previews.clone().acquire_owned())
+        // A share is counted against the caller's namespace.
+        let _slot = self
+            .previews
+            .acquire(&who.namespace, Class::Shared, self.settings.queue_timeout)
             .await
-            .map_err(|_| ChangeError::Busy { slots: self.settings.max_concurrent_previews })?
-            .map_err(|_| ChangeError::Busy { slots: self.settings.max_concurrent_previews })?;
+            .map_err(ChangeError::Busy)?;
         let model = self.llm.model().await.map_err(|e| ChangeError::Upstream(e.to_string()))?;
         let record = Record::open(
             self.audit.as_ref(),

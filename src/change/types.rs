@@ -157,6 +157,8 @@ pub struct ChangeSettings {
     pub response_language: String,
     /// Previews executing at once.
     pub max_concurrent_previews: usize,
+    /// Previews of one namespace executing at once.
+    pub max_previews_per_namespace: usize,
     /// Wait for a free preview slot before answering busy.
     pub queue_timeout: Duration,
     /// Bounds of the validators' copy.

@@ -24,6 +24,8 @@ mod file;
 mod flag_field;
 mod lists;
 mod rules;
+#[macro_use]
+mod table;
 mod types;
 mod value;
 
@@ -56,143 +58,6 @@ pub fn env_var_name(key: &str) -> String {
 /// Help line of a flag: its description, environment variable and default.
 fn flag_help(description: &str, env: &str, default: &str) -> String {
     format!("{} [env: {env}] [default: {default}]", description.trim())
-}
-
-macro_rules! settings_table {
-    ($(
-        $(#[doc = $doc:literal])*
-        $key:ident : $ty:ty = $default:expr ;
-            flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? $(delimiter $delim:literal)? ;
-            expect $expect:literal ;
-            check $check:expr ;
-    )*) => {
-        /// Resolved service settings. Use [`Settings::origin`] to learn where
-        /// each value came from.
-        #[derive(Debug, Clone, PartialEq)]
-        pub struct Settings {
-            $( $(#[doc = $doc])* pub $key: $ty, )*
-            /// The config file that was read, if any (as given).
-            pub config_file: Option<PathBuf>,
-            /// Source of every non-default setting, by key.
-            pub origins: BTreeMap<&'static str, Source>,
-        }
-
-        impl Default for Settings {
-            fn default() -> Self {
-                Settings {
-                    $( $key: $default, )*
-                    config_file: None,
-                    origins: BTreeMap::new(),
-                }
-            }
-        }
-
-        /// All setting keys (snake case, as in the config file).
-        pub const KEYS: &[&str] = &[$(stringify!($key)),*];
-
-        /// The command-line flag for setting `key` (e.g. `--max-tokens`).
-        pub fn flag_name(key: &str) -> Option<&'static str> {
-            match key {
-                $( stringify!($key) => Some(concat!("--", $flag)), )*
-                _ => None,
-            }
-        }
-
-        /// `akritas serve` flags. Each flag overrides its `AKRITAS_*`
-        /// environment variable, the config file and the default; an absent
-        /// flag leaves the lower layers in effect. The help of each names its
-        /// variable and shows the built-in default (clap's own `env` and
-        /// `default_value` would hide which layer a value came from).
-        #[derive(clap::Args, Debug, Default, Clone)]
-        pub struct ServeFlags {
-            /// Strict JSON config file
-            #[arg(long, value_name = "PATH", help = flag_help("Strict JSON config file", CONFIG_ENV, "none"))]
-            pub config: Option<PathBuf>,
-            $(
-                $(#[doc = $doc])*
-                #[arg(
-                    long = $flag
-                    $(, value_name = $vn)?
-                    $(, value_delimiter = $delim)?,
-                    help = flag_help(
-                        concat!($($doc),*),
-                        &env_var_name(stringify!($key)),
-                        &SettingValue::to_text(&Settings::default().$key),
-                    )
-                )]
-                pub $key: $($fty)*,
-            )*
-        }
-
-        fn apply_file(
-            s: &mut Settings,
-            path: &Path,
-            entries: &[(String, serde_json::Value)],
-        ) -> Result<(), ConfigError> {
-            for (k, raw) in entries {
-                match k.as_str() {
-                    $( stringify!($key) => {
-                        let ptr = concat!("$.", stringify!($key));
-                        let v = <$ty as SettingValue>::from_json(raw, $expect)
-                            .and_then(|v| ($check)(v, $expect).map_err(|p| {
-                                value::JsonErr::new(format!("{p}, got {}", value::show(raw)))
-                            }))
-                            .map_err(|e| ConfigError::InvalidFile {
-                                path: path.to_path_buf(),
-                                pointer: format!("{ptr}{}", e.suffix),
-                                problem: e.problem,
-                            })?;
-                        s.$key = v;
-                        s.origins.insert(
-                            stringify!($key),
-                            Source::File(path.to_path_buf(), ptr.to_string()),
-                        );
-                    } )*
-                    _ => {}
-                }
-            }
-            Ok(())
-        }
-
-        fn apply_env(
-            s: &mut Settings,
-            env: &dyn Fn(&str) -> Option<String>,
-        ) -> Result<(), ConfigError> {
-            $(
-                let var = env_var_name(stringify!($key));
-                if let Some(text) = env(&var) {
-                    let v = <$ty as SettingValue>::from_text(&text, $expect)
-                        .and_then(|v| ($check)(v, $expect))
-                        .map_err(|problem| ConfigError::InvalidEnv {
-                            var: var.clone(),
-                            value: text.clone(),
-                            problem,
-                        })?;
-                    s.$key = v;
-                    s.origins.insert(stringify!($key), Source::Env(var));
-                }
-            )*
-            Ok(())
-        }
-
-        fn apply_flags(s: &mut Settings, flags: &ServeFlags) -> Result<(), ConfigError> {
-            $(
-                let flag = concat!("--", $flag);
-                if let Some(parsed) = flags.$key.parse::<$ty>($expect) {
-                    let v = parsed
-                        .and_then(|v| ($check)(v, $expect).map_err(|p| (flags.$key.shown(), p)))
-                        .map_err(|(value, problem)| ConfigError::InvalidFlag {
-                            flag: flag.to_string(),
-                            value,
-                            problem,
-                        })?;
-                    s.$key = v;
-                    s.origins.insert(stringify!($key), Source::Flag(flag.to_string()));
-                }
-            )*
-            Ok(())
-        }
-    };
 }
 
 settings_table! {
@@ -406,6 +271,16 @@ settings_table! {
         flag "max-concurrent-runs" [Option<String>] value_name "N";
         expect "an integer from 1 to 256";
         check value::u32_in::<1, 256>;
+    /// Run slots of max_concurrent_runs kept for alert investigations, 0-255 (at most max_concurrent_runs - 1 take effect): chat, facade, MCP and bot Runs never hold them
+    alert_reserved_runs: u32 = 1;
+        flag "alert-reserved-runs" [Option<String>] value_name "N";
+        expect "an integer from 0 to 255";
+        check value::u32_in::<0, 255>;
+    /// Chat, facade, MCP and bot Runs of one namespace at once, 1-256; further ones wait like a full host
+    max_runs_per_namespace: u32 = 2;
+        flag "max-runs-per-namespace" [Option<String>] value_name "N";
+        expect "an integer from 1 to 256";
+        check value::u32_in::<1, 256>;
     /// Wait for a free run slot, <= 10m; 0s fails at once when saturated
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";
@@ -424,6 +299,11 @@ settings_table! {
     /// Concurrent MCP sessions at `/mcp`, 1-4096; a new session beyond it gets 503
     mcp_max_sessions: u32 = 64;
         flag "mcp-max-sessions" [Option<String>] value_name "N";
+        expect "an integer from 1 to 4096";
+        check value::u32_in::<1, 4096>;
+    /// MCP sessions one API key may hold open at `/mcp` at once, 1-4096; a further initialize gets 429
+    mcp_max_sessions_per_key: u32 = 16;
+        flag "mcp-max-sessions-per-key" [Option<String>] value_name "N";
         expect "an integer from 1 to 4096";
         check value::u32_in::<1, 4096>;
     /// Idle time after which an MCP session at `/mcp` is closed, > 0 and <= 24h
@@ -494,6 +374,11 @@ settings_table! {
     /// Change previews executing at once (each holds no Run slot), 1-64
     change_max_concurrent_previews: u32 = 2;
         flag "change-max-concurrent-previews" [Option<String>] value_name "N";
+        expect "an integer from 1 to 64";
+        check value::u32_in::<1, 64>;
+    /// Change previews of one namespace at once, 1-64; further ones wait like a full host
+    change_max_previews_per_namespace: u32 = 1;
+        flag "change-max-previews-per-namespace" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
         check value::u32_in::<1, 64>;
     /// Changes of one namespace waiting for approval at once (64 host-wide), 1-64; a further preview of that namespace gets 429

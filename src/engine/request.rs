@@ -38,6 +38,10 @@ pub struct EngineSettings {
     pub response_language: String,
     /// Runs executing at once.
     pub max_concurrent_runs: usize,
+    /// Slots of `max_concurrent_runs` only alert investigations may take.
+    pub alert_reserved_runs: usize,
+    /// Other Runs of one namespace at once.
+    pub max_runs_per_namespace: usize,
     /// Wait for a free slot before answering busy.
     pub queue_timeout: Duration,
     /// Top-k for automatic retrieval.
@@ -62,6 +66,8 @@ impl EngineSettings {
             temperature: settings.temperature,
             response_language: settings.response_language.clone(),
             max_concurrent_runs: settings.max_concurrent_runs as usize,
+            alert_reserved_runs: settings.alert_reserved_runs as usize,
+            max_runs_per_namespace: settings.max_runs_per_namespace as usize,
             queue_timeout: settings.run_queue_timeout,
             search_top_k: settings.search_top_k as usize,
         }
@@ -316,14 +322,9 @@ pub enum RunError {
     /// The request is malformed (HTTP 400).
     #[error(transparent)]
     Invalid(#[from] RequestError),
-    /// No slot became free in time (HTTP 503).
-    #[error("all {slots} Run slots are busy; retry later (waited {waited:?})")]
-    Busy {
-        /// Slots.
-        slots: usize,
-        /// Wait.
-        waited: Duration,
-    },
+    /// No slot became free in time (HTTP 503): which limit stayed full.
+    #[error("Run slots: {0}")]
+    Busy(#[from] crate::slots::Refused),
     /// A budget dimension ran out (recorded on the Run).
     #[error("{exhausted}")]
     Budget {
@@ -385,7 +386,7 @@ impl RunError {
     pub fn code(&self) -> &'static str {
         match self {
             RunError::Invalid(_) => "invalid_request",
-            RunError::Busy { .. } => "server_busy",
+            RunError::Busy(_) => "server_busy",
             RunError::Budget { .. } => "budget_exhausted",
             RunError::Upstream { .. } => "upstream_error",
             RunError::Model { .. } => "model_error",
@@ -420,6 +421,8 @@ mod tests {
             temperature: 0.2,
             response_language: "en".into(),
             max_concurrent_runs: 1,
+            alert_reserved_runs: 0,
+            max_runs_per_namespace: 1,
             queue_timeout: Duration::from_secs(1),
             search_top_k: 5,
         }

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::sync::Semaphore;
+use crate::slots::{Class, FairSlots};
 
 use super::conversation;
 use super::progress::RunProgress;
@@ -45,7 +45,7 @@ pub struct Engine {
     audit: Option<Arc<AuditLog>>,
     catalog: CatalogStore,
     retriever: Option<Arc<dyn Retriever>>,
-    slots: Arc<Semaphore>,
+    slots: Arc<FairSlots>,
 }
 
 impl Engine {
@@ -59,7 +59,12 @@ impl Engine {
         catalog: CatalogStore,
         retriever: Option<Arc<dyn Retriever>>,
     ) -> Self {
-        let slots = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
+        let slots = Arc::new(FairSlots::new(crate::slots::Limits {
+            pool: "runs",
+            total: (settings.max_concurrent_runs, "max_concurrent_runs"),
+            reserved: (settings.alert_reserved_runs, "alert_reserved_runs"),
+            per_key: (settings.max_runs_per_namespace, "max_runs_per_namespace"),
+        }));
         let tools = Tools { everywhere: tools.filter(&ReadOnlyPolicy), scoped: None, by_namespace: BTreeMap::new() };
         Self {
             tools: std::sync::RwLock::new(tools),
@@ -176,13 +181,11 @@ impl Engine {
 
     async fn execute(&self, request: RunRequest, follow_up: Option<ActiveRun>) -> Result<RunOutcome, FailedRun> {
         let params = request.parameters(&self.settings).map_err(RunError::from)?;
-        let _permit = tokio::time::timeout(self.settings.queue_timeout, self.slots.clone().acquire_owned())
-            .await
-            .map_err(|_| RunError::Busy {
-                slots: self.settings.max_concurrent_runs,
-                waited: self.settings.queue_timeout,
-            })?
-            .map_err(|_| RunError::Busy { slots: self.settings.max_concurrent_runs, waited: Duration::ZERO })?;
+        // Alert investigations may take the slots kept for them; every other Run counts
+        // against its namespace's share.
+        let class = if request.source.starts_with("alert:") { Class::Reserved } else { Class::Shared };
+        let _slot =
+            self.slots.acquire(&request.namespace, class, self.settings.queue_timeout).await.map_err(RunError::Busy)?;
         let catalog = self.catalog.current();
         let model = self.llm.model().await.map_err(|error| RunError::Upstream { run_id: None, error })?;
         let instructions = self.llm.system_instructions_sha256();

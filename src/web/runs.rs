@@ -253,7 +253,7 @@ fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
 /// Seconds a client should wait before retrying a Run that failed this way.
 pub fn retry_after(error: &RunError) -> Option<&'static str> {
     match error {
-        RunError::Busy { .. } => Some("5"),
+        RunError::Busy(_) => Some("5"),
         RunError::Audit(audit) if audit.is_unwritable() => Some("10"),
         _ => None,
     }
@@ -302,7 +302,7 @@ pub fn run_error(error: RunError) -> ApiError {
         RunError::Invalid(_) => StatusCode::BAD_REQUEST,
         // The audit journal cannot be written (disk full, read-only volume): nothing was recorded.
         RunError::Audit(audit) if audit.is_unwritable() => StatusCode::INSUFFICIENT_STORAGE,
-        RunError::Busy { .. } | RunError::Audit(_) => StatusCode::SERVICE_UNAVAILABLE,
+        RunError::Busy(_) | RunError::Audit(_) => StatusCode::SERVICE_UNAVAILABLE,
         RunError::Budget { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         RunError::Upstream { .. } | RunError::Model { .. } | RunError::Structure { .. } => StatusCode::BAD_GATEWAY,
         RunError::UnknownRun => StatusCode::NOT_FOUND,

@@ -47,6 +47,8 @@ pub fn settings() -> EngineSettings {
         temperature: 0.2,
         response_language: "en".into(),
         max_concurrent_runs: 4,
+        alert_reserved_runs: 0,
+        max_runs_per_namespace: 256,
         queue_timeout: Duration::from_secs(5),
         search_top_k: 5,
     }

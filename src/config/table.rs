@@ -1,0 +1,139 @@
+//! The macro that turns the settings table of `mod.rs` into [`super::Settings`], its
+//! defaults, its origins and its `serve` flags.
+
+macro_rules! settings_table {
+    ($(
+        $(#[doc = $doc:literal])*
+        $key:ident : $ty:ty = $default:expr ;
+            flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? $(delimiter $delim:literal)? ;
+            expect $expect:literal ;
+            check $check:expr ;
+    )*) => {
+        /// Resolved service settings. Use [`Settings::origin`] to learn where
+        /// each value came from.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Settings {
+            $( $(#[doc = $doc])* pub $key: $ty, )*
+            /// The config file that was read, if any (as given).
+            pub config_file: Option<PathBuf>,
+            /// Source of every non-default setting, by key.
+            pub origins: BTreeMap<&'static str, Source>,
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Settings {
+                    $( $key: $default, )*
+                    config_file: None,
+                    origins: BTreeMap::new(),
+                }
+            }
+        }
+
+        /// All setting keys (snake case, as in the config file).
+        pub const KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// The command-line flag for setting `key` (e.g. `--max-tokens`).
+        pub fn flag_name(key: &str) -> Option<&'static str> {
+            match key {
+                $( stringify!($key) => Some(concat!("--", $flag)), )*
+                _ => None,
+            }
+        }
+
+        /// `akritas serve` flags. Each flag overrides its `AKRITAS_*`
+        /// environment variable, the config file and the default; an absent
+        /// flag leaves the lower layers in effect. The help of each names its
+        /// variable and shows the built-in default (clap's own `env` and
+        /// `default_value` would hide which layer a value came from).
+        #[derive(clap::Args, Debug, Default, Clone)]
+        pub struct ServeFlags {
+            /// Strict JSON config file
+            #[arg(long, value_name = "PATH", help = flag_help("Strict JSON config file", CONFIG_ENV, "none"))]
+            pub config: Option<PathBuf>,
+            $(
+                $(#[doc = $doc])*
+                #[arg(
+                    long = $flag
+                    $(, value_name = $vn)?
+                    $(, value_delimiter = $delim)?,
+                    help = flag_help(
+                        concat!($($doc),*),
+                        &env_var_name(stringify!($key)),
+                        &SettingValue::to_text(&Settings::default().$key),
+                    )
+                )]
+                pub $key: $($fty)*,
+            )*
+        }
+
+        fn apply_file(
+            s: &mut Settings,
+            path: &Path,
+            entries: &[(String, serde_json::Value)],
+        ) -> Result<(), ConfigError> {
+            for (k, raw) in entries {
+                match k.as_str() {
+                    $( stringify!($key) => {
+                        let ptr = concat!("$.", stringify!($key));
+                        let v = <$ty as SettingValue>::from_json(raw, $expect)
+                            .and_then(|v| ($check)(v, $expect).map_err(|p| {
+                                value::JsonErr::new(format!("{p}, got {}", value::show(raw)))
+                            }))
+                            .map_err(|e| ConfigError::InvalidFile {
+                                path: path.to_path_buf(),
+                                pointer: format!("{ptr}{}", e.suffix),
+                                problem: e.problem,
+                            })?;
+                        s.$key = v;
+                        s.origins.insert(
+                            stringify!($key),
+                            Source::File(path.to_path_buf(), ptr.to_string()),
+                        );
+                    } )*
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+
+        fn apply_env(
+            s: &mut Settings,
+            env: &dyn Fn(&str) -> Option<String>,
+        ) -> Result<(), ConfigError> {
+            $(
+                let var = env_var_name(stringify!($key));
+                if let Some(text) = env(&var) {
+                    let v = <$ty as SettingValue>::from_text(&text, $expect)
+                        .and_then(|v| ($check)(v, $expect))
+                        .map_err(|problem| ConfigError::InvalidEnv {
+                            var: var.clone(),
+                            value: text.clone(),
+                            problem,
+                        })?;
+                    s.$key = v;
+                    s.origins.insert(stringify!($key), Source::Env(var));
+                }
+            )*
+            Ok(())
+        }
+
+        fn apply_flags(s: &mut Settings, flags: &ServeFlags) -> Result<(), ConfigError> {
+            $(
+                let flag = concat!("--", $flag);
+                if let Some(parsed) = flags.$key.parse::<$ty>($expect) {
+                    let v = parsed
+                        .and_then(|v| ($check)(v, $expect).map_err(|p| (flags.$key.shown(), p)))
+                        .map_err(|(value, problem)| ConfigError::InvalidFlag {
+                            flag: flag.to_string(),
+                            value,
+                            problem,
+                        })?;
+                    s.$key = v;
+                    s.origins.insert(stringify!($key), Source::Flag(flag.to_string()));
+                }
+            )*
+            Ok(())
+        }
+    };
+}
