@@ -10,6 +10,16 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// Counts a request refused because a fair-share limit was full, for `/metrics`.
+pub fn count_refusal(pool: &str, setting: &str, namespace: &str) {
+    crate::telemetry::count(
+        "akritas_refusals_total",
+        "Requests refused because a fair-share limit was full, by pool, setting and namespace.",
+        &[("pool", pool), ("setting", setting), ("namespace", namespace)],
+        1.0,
+    );
+}
+
 /// Per-key semaphores kept while idle before the map is pruned.
 const IDLE_KEYS_KEPT: usize = 64;
 
@@ -120,12 +130,7 @@ impl FairSlots {
             match permit {
                 Some(permit) => permits.push(permit),
                 None => {
-                    crate::telemetry::count(
-                        "akritas_refusals_total",
-                        "Requests refused because a fair-share limit stayed full, by pool, setting and namespace.",
-                        &[("pool", self.limits.pool), ("setting", setting), ("namespace", key)],
-                        1.0,
-                    );
+                    count_refusal(self.limits.pool, setting, key);
                     return Err(Refused { setting, slots, waited: wait, message: format!("{message} ({setting})") });
                 }
             }

@@ -224,7 +224,12 @@ impl ChangeService {
                 summary: summary.clone(),
             };
             let id = self.approvals.insert(pending).await.map_err(|e| match e {
-                ApprovalError::Full { .. } | ApprovalError::NamespaceFull { .. } => {
+                ApprovalError::Full { .. } => {
+                    crate::slots::count_refusal("pending_changes", "pending_changes_host_limit", &namespace);
+                    ChangeError::TooManyPending(e.to_string())
+                }
+                ApprovalError::NamespaceFull { .. } => {
+                    crate::slots::count_refusal("pending_changes", "change_max_pending_per_namespace", &namespace);
                     ChangeError::TooManyPending(e.to_string())
                 }
                 other => ChangeError::Approval(other.to_string()),

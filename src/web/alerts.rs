@@ -249,6 +249,7 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
         Err(AlertStoreError::Throttled(refused)) => {
             publish_status(state, key);
             tracing::warn!(source = %source_key, reason = refused.reason.as_str(), "alert delivery refused by admission control");
+            crate::slots::count_refusal("alert_admission", refused.reason.as_str(), &key.namespace);
             let mut response =
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_investigations", refused.to_string())
                     .into_response();

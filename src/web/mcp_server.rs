@@ -189,12 +189,7 @@ impl SessionGate {
             None
         };
         if let Some((status, code, setting, message)) = refused {
-            crate::telemetry::count(
-                "akritas_refusals_total",
-                "Requests refused because a fair-share limit stayed full, by pool, setting and namespace.",
-                &[("pool", "mcp_sessions"), ("setting", setting), ("namespace", "")],
-                1.0,
-            );
+            crate::slots::count_refusal("mcp_sessions", setting, "");
             let mut response = super::error::ApiError::new(status, code, message).into_response();
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             return Err(response);
