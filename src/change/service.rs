@@ -225,11 +225,15 @@ impl ChangeService {
             };
             let id = self.approvals.insert(pending).await.map_err(|e| match e {
                 ApprovalError::Full { .. } => {
-                    crate::slots::count_refusal("pending_changes", "pending_changes_host_limit", &namespace);
+                    crate::slots::count_refusal("pending_changes", "pending_changes_host_limit", &workspace.namespace);
                     ChangeError::TooManyPending(e.to_string())
                 }
                 ApprovalError::NamespaceFull { .. } => {
-                    crate::slots::count_refusal("pending_changes", "change_max_pending_per_namespace", &namespace);
+                    crate::slots::count_refusal(
+                        "pending_changes",
+                        "change_max_pending_per_namespace",
+                        &workspace.namespace,
+                    );
                     ChangeError::TooManyPending(e.to_string())
                 }
                 other => ChangeError::Approval(other.to_string()),

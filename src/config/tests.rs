@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 70);
+    assert_eq!(KEYS.len(), 75);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -592,6 +592,11 @@ fn file_with_every_setting() {
         "kubeconfig": "/etc/akritas/kubeconfig",
         "kubernetes_cluster_namespaces": ["ops"],
         "stdio_commands": ["akritas", "/usr/local/bin/mcp-grafana"],
+        "stdio_env": ["GRAFANA_*", "team-a/TEAM_A_TOKEN"],
+        "alert_reserved_runs": 2,
+        "max_runs_per_namespace": 3,
+        "change_max_previews_per_namespace": 4,
+        "mcp_max_sessions_per_key": 5,
         "validator_commands": ["yamllint", "/usr/local/bin/kubeconform"],
         "validator_env": ["KUBECONFORM_*"],
         "validator_sandbox": "off",
@@ -648,6 +653,16 @@ fn file_with_every_setting() {
     let s = r.unwrap();
     assert_eq!(s.origins.len(), KEYS.len());
     assert_eq!(s.public_url.as_deref(), Some("https://ops.example.com"));
+    assert_eq!(s.stdio_env, ["GRAFANA_*", "team-a/TEAM_A_TOKEN"]);
+    assert_eq!(
+        (
+            s.alert_reserved_runs,
+            s.max_runs_per_namespace,
+            s.change_max_previews_per_namespace,
+            s.mcp_max_sessions_per_key
+        ),
+        (2, 3, 4, 5)
+    );
     assert_eq!(s.upstream_model, None);
     assert_eq!(s.skills_dir, None);
     assert!(!s.kubernetes_tools);
