@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod change;
 pub mod cli;
 pub mod config;
+pub mod egress;
 pub mod engine;
 pub mod eval;
 pub mod investigation;

@@ -1,6 +1,7 @@
 //! The one factory for outbound HTTP clients (model server, notifications, MCP over
 //! HTTP, VictoriaMetrics): timeouts, no redirects, a user agent, the process-wide
-//! TLS provider.
+//! TLS provider. Clients for URLs a resource declares resolve through the egress
+//! policy ([`crate::egress`]); the operator's own endpoints (the model server) do not.
 
 use std::time::Duration;
 
@@ -10,19 +11,29 @@ pub const USER_AGENT: &str = concat!("akritas/", env!("CARGO_PKG_VERSION"));
 /// A client with a connect timeout and an overall request timeout; redirects are not
 /// followed (a redirect could carry credentials to another host).
 pub fn client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    builder(timeout).build()
+}
+
+/// [`client`] for the URLs resources declare: every resolved address goes through the
+/// process's egress policy when the connection is made.
+pub fn resource_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    builder(timeout).dns_resolver(crate::egress::Resolver::default()).build()
+}
+
+fn builder(timeout: Duration) -> reqwest::ClientBuilder {
     crate::install_crypto_provider();
     reqwest::Client::builder()
         .user_agent(USER_AGENT)
         .connect_timeout(Duration::from_secs(10).min(timeout))
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
-        .build()
 }
 
 /// A client for long-lived exchanges (MCP over streamable HTTP, whose event streams stay
 /// open): a connect timeout but no overall timeout (callers bound each call), and a
 /// redirect is an error naming its status, never followed: the request carries
-/// credentials the redirect target must not see.
+/// credentials the redirect target must not see. Only resources declare such servers, so
+/// the egress policy applies.
 pub fn streaming_client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
     crate::install_crypto_provider();
     reqwest::Client::builder()
@@ -32,6 +43,7 @@ pub fn streaming_client(connect_timeout: Duration) -> reqwest::Result<reqwest::C
             let refused = RedirectRefused(attempt.status());
             attempt.error(refused)
         }))
+        .dns_resolver(crate::egress::Resolver::default())
         .build()
 }
 

@@ -299,3 +299,90 @@ async fn resolved_secrets_never_appear_in_adapter_status_or_logs() {
         assert!(!text.contains(secret), "{secret} leaked into status or logs:\n{text}");
     }
 }
+
+/// Resources that point Akritas at the cloud metadata service and other link-local
+/// addresses (a webhook, a Telegram base URL, an MCP server, a git remote) are refused
+/// with `EgressNotAllowed` naming `egress_allow`; a cluster-looking address is not.
+/// An operator's explicit `egress_allow` entry opens one range again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_urls_never_reach_link_local_or_metadata_addresses() {
+    let work = tempfile::tempdir().unwrap();
+    let manifests = "\
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: metadata-hook, namespace: team-b}
+spec: {type: webhook, webhook: {url: \"http://169.254.169.254/latest/meta-data/iam/security-credentials/\"}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: v6-metadata, namespace: team-b}
+spec: {type: webhook, webhook: {url: \"http://[fd00:ec2::254]/latest/\"}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: opened, namespace: team-b}
+spec: {type: webhook, webhook: {url: \"http://169.254.10.7:8080/hook\"}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: cluster-hook, namespace: team-b}
+spec: {type: webhook, webhook: {url: \"http://10.96.0.12:9/hook\"}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: tg, namespace: team-b}
+spec: {type: telegram, telegram: {botToken: {env: AKRITAS_TEAM_B_TG}, chatId: \"-100\", baseUrl: \"http://[fe80::1]:8081\"}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: McpAdapter
+metadata: {name: metadata-mcp, namespace: team-b}
+spec: {transport: {http: {url: \"http://169.254.169.254/mcp\"}}, allow: [read]}
+---
+apiVersion: akritas.io/v1alpha1
+kind: Workspace
+metadata: {name: metadata-git, namespace: team-b}
+spec: {source: {git: {url: \"http://169.254.169.254/infra.git\", ref: main}}}
+";
+    write(work.path(), "egress.yaml", manifests);
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--resources")
+        .arg(work.path())
+        .env("AKRITAS_DATA_DIR", work.path().join("data"))
+        .env("AKRITAS_API_KEY", CLIENT_KEY)
+        .env("AKRITAS_RESOURCE_ENV", "team-b/AKRITAS_TEAM_B_*")
+        .env("AKRITAS_TEAM_B_TG", "123456:telegram-token-for-team-b")
+        .env("AKRITAS_EGRESS_ALLOW", "169.254.10.0/24");
+    let server = Server::start(command);
+    let refused = |kind: &'static str, name: &'static str| (kind, name);
+    let expected = [
+        refused("NotificationReceiver", "metadata-hook"),
+        refused("NotificationReceiver", "v6-metadata"),
+        refused("NotificationReceiver", "tg"),
+        refused("McpAdapter", "metadata-mcp"),
+        refused("Workspace", "metadata-git"),
+    ];
+    let all = poll(Duration::from_secs(40), || async {
+        let all = resources(&server).await;
+        expected
+            .iter()
+            .all(|(kind, name)| ready(find(&all, kind, "team-b", name)).1 == "EgressNotAllowed")
+            .then_some(all)
+    })
+    .await
+    .map(|(all, _)| all);
+    let Some(all) = all else {
+        panic!("not every resource was refused: {:#}\nlog:\n{}", resources(&server).await, server.log_text());
+    };
+    for (kind, name) in expected {
+        let (status, _, message) = ready(find(&all, kind, "team-b", name));
+        assert_eq!(status, "False", "{kind}/{name}");
+        let names_range = message.contains("link-local") || message.contains("metadata");
+        assert!(message.contains("egress_allow") && names_range, "{message}");
+        assert!(!message.contains("telegram-token-for-team-b"), "{message}");
+    }
+    for name in ["opened", "cluster-hook"] {
+        let check = condition(find(&all, "NotificationReceiver", "team-b", name), "EgressAllowed");
+        assert_eq!(check["status"], "True", "{name}: {check}");
+    }
+}

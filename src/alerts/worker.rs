@@ -136,7 +136,7 @@ impl Worker {
         board: StatusBoard,
         settings: WorkerSettings,
     ) -> Result<Self, WorkerError> {
-        let client = crate::outbound::client(settings.delivery.timeout)?;
+        let client = crate::outbound::resource_client(settings.delivery.timeout)?;
         Ok(Worker {
             store,
             engine,

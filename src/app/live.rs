@@ -267,6 +267,9 @@ pub async fn discovered_facts(
                         .map(|content| json!({"contentSha256": hex::encode(Sha256::digest(content.as_bytes()))})),
                     None,
                 ),
+                crate::resources::Resource::NotificationReceiver(receiver) => {
+                    (None, Some(receiver_egress(&receiver.spec, &key.namespace, secrets.as_ref())))
+                }
                 crate::resources::Resource::ValidatorProfile(profile) => {
                     let (facts, check) =
                         preflight(&validators, &key.namespace, &profile.spec.argv, &profile.spec.env).await;
@@ -287,6 +290,42 @@ pub async fn discovered_facts(
             changed = secrets_changed.changed(), if secrets_open => if changed.is_err() { secrets_open = false; },
         }
     }
+}
+
+/// Whether the egress policy lets a receiver's URLs be reached: the webhook URL (read
+/// from its secret when it is kept in one) and the Telegram or Mattermost base URL.
+fn receiver_egress(
+    spec: &crate::resources::notification_receiver::NotificationReceiverSpec,
+    namespace: &str,
+    secrets: &dyn SecretResolver,
+) -> Check {
+    let mut urls: Vec<(&str, String)> = Vec::new();
+    if let Some(webhook) = &spec.webhook {
+        match (&webhook.url, &webhook.url_from) {
+            (Some(url), _) => urls.push(("spec.webhook.url", url.clone())),
+            (None, Some(reference)) => {
+                if let Ok(url) = secrets.resolve(namespace, reference) {
+                    urls.push(("spec.webhook.urlFrom", url.expose().to_string()));
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    if let Some(telegram) = &spec.telegram {
+        let base = telegram.base_url.clone().unwrap_or_else(|| "https://api.telegram.org".to_string());
+        urls.push(("spec.telegram.baseUrl", base));
+    }
+    if let Some(mattermost) = &spec.mattermost {
+        urls.push(("spec.mattermost.baseUrl", mattermost.base_url.clone()));
+    }
+    let policy = crate::egress::Egress::current();
+    for (field, url) in &urls {
+        if let Err(error) = policy.check_url(url) {
+            // The message names the host and the address, never the URL (it may hold a token).
+            return Check::failed(reasons::EGRESS_NOT_ALLOWED, format!("{field}: {error}"));
+        }
+    }
+    Check::passed(reasons::EGRESS_ALLOWED, "the egress policy allows the receiver's URLs")
 }
 
 /// Checks a validator's program against the policy (nothing runs for a refused one),

@@ -282,6 +282,12 @@ impl Workspaces {
             Source::Git { url, reference, auth, .. } => (url, reference, auth),
             Source::Path { standalone } => return self.check_path(key, &dir, standalone, &observed).await,
         };
+        // Nothing is sent, credentials least of all, to a remote the egress policy refuses.
+        if let Err(error) = crate::egress::Egress::current().check_url(&url) {
+            let error = GitError::from(error);
+            self.inner.board.set_check(key, Check::failed(reasons::EGRESS_NOT_ALLOWED, error.to_string()));
+            return Err(error);
+        }
         let credentials = match &auth {
             None => Ok(None),
             Some((username, token)) => self

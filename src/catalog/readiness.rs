@@ -22,6 +22,8 @@ pub mod conditions {
     pub const PROGRAM_FOUND: &str = "ProgramFound";
     /// KnowledgeBase: the index is built.
     pub const INDEXED: &str = "Indexed";
+    /// NotificationReceiver: the egress policy lets its URLs be reached.
+    pub const EGRESS_ALLOWED: &str = "EgressAllowed";
 }
 
 /// Condition reasons. `Ready` carries the reason of the first condition that is
@@ -86,6 +88,10 @@ pub mod reasons {
     /// ValidatorProfile: the validator sandbox cannot be had on this host (no Landlock),
     /// so nothing runs.
     pub const SANDBOX_UNAVAILABLE: &str = "SandboxUnavailable";
+    /// A URL the object declares may be reached under the egress policy.
+    pub const EGRESS_ALLOWED: &str = "EgressAllowed";
+    /// A URL the object declares leads where the egress policy refuses (`egress_allow`).
+    pub const EGRESS_NOT_ALLOWED: &str = "EgressNotAllowed";
 }
 
 /// The live check a kind has: its condition type and the reason shown until the
@@ -127,6 +133,7 @@ pub fn live_check(kind: Kind) -> Option<LiveCheck> {
         Kind::Workspace => (conditions::CHECKED, reasons::CHECKING),
         Kind::ValidatorProfile => (conditions::PROGRAM_FOUND, reasons::CHECKING),
         Kind::KnowledgeBase => (conditions::INDEXED, reasons::INDEXING),
+        Kind::NotificationReceiver => (conditions::EGRESS_ALLOWED, reasons::CHECKING),
         _ => return None,
     };
     Some(LiveCheck { condition, pending })
@@ -186,7 +193,10 @@ mod tests {
             "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {name: hook}\n\
              spec: {type: webhook, webhook: {urlFrom: {env: HOOK_URL}}}\n",
         );
-        assert_eq!(Needs::of(&receiver), Needs { secrets: true, check: None, unavailable: None });
+        assert_eq!(
+            Needs::of(&receiver),
+            Needs { secrets: true, check: live_check(Kind::NotificationReceiver), unavailable: None }
+        );
         let remote = resource(
             "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {name: w}\n\
              spec: {source: {git: {url: \"https://git.example/infra.git\", ref: main}}}\n",

@@ -36,6 +36,25 @@ pub(crate) fn check_hosts(v: Vec<String>, expect: &str) -> Result<Vec<String>, S
     Ok(dedup(v.into_iter().map(|h| h.to_ascii_lowercase()).collect()))
 }
 
+/// At most 256 networks (`10.0.0.0/8`, an address) or host names resources may reach
+/// although the egress policy refuses their range.
+pub(crate) fn check_egress(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
+    if v.len() > 256 {
+        return Err(format!("{} entries given; expected {expect}", v.len()));
+    }
+    let host = |h: &str| {
+        !h.is_empty()
+            && h.len() <= 253
+            && !h.contains('/')
+            && h.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+            && h.chars().any(|c| c.is_ascii_alphabetic())
+    };
+    if let Some(bad) = v.iter().find(|e| crate::egress::parse_network(e).is_none() && !host(e)) {
+        return Err(format!("{bad:?} is neither a network (CIDR), an address nor a host name; expected {expect}"));
+    }
+    Ok(dedup(v))
+}
+
 /// `akritas` (this binary) or absolute paths.
 pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
     if v.len() > 64 {

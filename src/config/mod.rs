@@ -321,6 +321,11 @@ settings_table! {
         flag "mcp-allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
         expect "at most 64 host names or host:port values";
         check lists::check_hosts;
+    /// Networks (CIDR or address) and host names that URLs declared by resources may reach although they are link-local, unspecified, multicast or (operator mode) loopback or this pod's own; standalone mode reaches loopback without an entry
+    egress_allow: Vec<String> = Vec::new();
+        flag "egress-allow" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
+        expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
+        check lists::check_egress;
     /// Grace period for shutdown, > 0 and <= 10m
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";

@@ -89,6 +89,9 @@ pub enum McpError {
     /// `workingDir` is not allowed here.
     #[error("workingDir {0}")]
     WorkingDirNotAllowed(String),
+    /// The egress policy refuses the server's URL.
+    #[error("spec.transport.http.url: {0}")]
+    Egress(#[from] crate::egress::EgressError),
     /// An env entry that changes what the child loads.
     #[error("env entry {0} changes what the child process loads and is not allowed; remove it")]
     LoaderEnv(String),
@@ -241,6 +244,7 @@ impl McpError {
             McpError::LoaderEnv(_) | McpError::EnvNotAllowed { .. } => reasons::ENV_NOT_ALLOWED,
             McpError::Secret { source, .. } => source.reason(),
             McpError::ToolNamespaceTaken { .. } => reasons::TOOL_NAMESPACE_TAKEN,
+            McpError::Egress(_) => reasons::EGRESS_NOT_ALLOWED,
             _ => reasons::NOT_CONNECTED,
         }
     }

@@ -141,7 +141,10 @@ fn config(
             }
             Transport::Stdio { command, args: stdio.args.clone(), env: resolve(&stdio.env, "env")?, working_dir }
         }
-        (None, Some(http)) => Transport::Http { url: http.url.clone(), headers: resolve(&http.headers, "header")? },
+        (None, Some(http)) => {
+            crate::egress::Egress::current().check_url(&http.url)?;
+            Transport::Http { url: http.url.clone(), headers: resolve(&http.headers, "header")? }
+        }
         (None, None) => return Err(McpError::NoTransport),
     };
     Ok(AdapterConfig {

@@ -140,6 +140,8 @@ pub enum ChatError {
         "invalid_base_url: the provider base URL must be an absolute http(s) URL without user info, query or fragment"
     )]
     InvalidBaseUrl,
+    #[error("egress_refused: {0}")]
+    EgressRefused(String),
     #[error(
         "invalid_token: the bot token is empty or contains characters a token cannot have; check the secret it comes from"
     )]
@@ -175,6 +177,7 @@ impl ChatError {
     pub fn code(&self) -> &'static str {
         match self {
             ChatError::InvalidBaseUrl => "invalid_base_url",
+            ChatError::EgressRefused(_) => "egress_refused",
             ChatError::InvalidToken => "invalid_token",
             ChatError::InvalidId(_) => "invalid_id",
             ChatError::CreateClient => "create_client",
@@ -208,7 +211,11 @@ fn checked_base(base_url: &str) -> Result<String, ChatError> {
         && url.password().is_none()
         && url.query().is_none()
         && url.fragment().is_none();
-    if plain { Ok(trimmed.to_string()) } else { Err(ChatError::InvalidBaseUrl) }
+    if !plain {
+        return Err(ChatError::InvalidBaseUrl);
+    }
+    crate::egress::Egress::current().check_url(trimmed).map_err(|e| ChatError::EgressRefused(e.to_string()))?;
+    Ok(trimmed.to_string())
 }
 
 fn checked_id<'a>(id: &'a str, what: &'static str) -> Result<&'a str, ChatError> {
@@ -218,7 +225,7 @@ fn checked_id<'a>(id: &'a str, what: &'static str) -> Result<&'a str, ChatError>
 }
 
 fn http_client(timeout: Duration) -> Result<reqwest::Client, ChatError> {
-    crate::outbound::client(timeout).map_err(|_| ChatError::CreateClient)
+    crate::outbound::resource_client(timeout).map_err(|_| ChatError::CreateClient)
 }
 
 /// Reads at most `limit` bytes of the body (also used by outbound delivery).

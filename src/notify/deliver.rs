@@ -130,6 +130,9 @@ pub enum DeliveryError {
     ResponseTooLarge,
     #[error("remote_rejected")]
     RemoteRejected,
+    /// The egress policy refuses the target (see the receiver's `Ready` condition).
+    #[error("egress_refused")]
+    EgressRefused,
 }
 
 impl DeliveryError {
@@ -144,6 +147,7 @@ impl DeliveryError {
             DeliveryError::ReadResponse => "read_response",
             DeliveryError::ResponseTooLarge => "response_too_large",
             DeliveryError::RemoteRejected => "remote_rejected",
+            DeliveryError::EgressRefused => "egress_refused",
         }
     }
 }
@@ -303,6 +307,8 @@ fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<P
 }
 
 fn build_request(client: &reqwest::Client, req: &PreparedRequest) -> Result<reqwest::Request, DeliveryError> {
+    // An address in the URL is judged here; a name's addresses when the client connects.
+    crate::egress::Egress::current().check_url(&req.url).map_err(|_| DeliveryError::EgressRefused)?;
     let mut builder = client
         .post(&req.url)
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))

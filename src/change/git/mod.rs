@@ -71,6 +71,9 @@ pub struct Published {
 /// credential) and what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
+    /// The egress policy refuses the remote.
+    #[error("spec.source.git.url: {0}")]
+    Egress(#[from] crate::egress::EgressError),
     /// The exchange with the remote failed.
     #[error(transparent)]
     Transport(#[from] TransportError),

@@ -218,6 +218,7 @@ fn shared() -> Result<&'static Shared, TransportError> {
                 .user_agent(crate::outbound::USER_AGENT)
                 .connect_timeout(CONNECT_TIMEOUT)
                 .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(crate::egress::Resolver::default())
                 .build()
                 .map_err(|e| e.to_string())?;
             Ok(Shared { runtime, client })

@@ -1,0 +1,340 @@
+//! Where resource-declared URLs may lead (git remotes, webhooks, MCP over HTTP, Telegram
+//! and Mattermost base URLs): never to link-local addresses (the cloud metadata service
+//! among them), unspecified or multicast addresses, and in operator mode never to loopback
+//! or the pod's own addresses, unless the `egress_allow` setting names the network or the
+//! host. Checked twice: on the URL when the resource is read (an IP literal or `localhost`
+//! that is refused makes it `Ready=False`), and on every resolved address when a
+//! connection is made ([`Resolver`]), so a name that later resolves elsewhere (DNS
+//! rebinding) is refused too.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, RwLock};
+
+/// The AWS metadata service's IPv6 address (a unique-local address, not link-local).
+const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+
+static POLICY: RwLock<Option<Arc<Egress>>> = RwLock::new(None);
+
+/// Why a destination is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EgressError {
+    /// The URL cannot be parsed or is not http(s).
+    #[error("{0}")]
+    Invalid(String),
+    /// Every address of the destination is in a refused range.
+    #[error(
+        "{host} leads to {address} ({range}), which resources may not reach; add the address or network (CIDR) \
+         or the host name to the egress_allow setting if this is intended"
+    )]
+    Refused {
+        /// The host as written.
+        host: String,
+        /// The first refused address.
+        address: IpAddr,
+        /// What the address is.
+        range: &'static str,
+    },
+    /// The name did not resolve.
+    #[error("{host} does not resolve: {message}")]
+    Unresolved {
+        /// The host.
+        host: String,
+        /// The resolver's error.
+        message: String,
+    },
+}
+
+/// The policy: allowed networks and host names, and whether this machine counts as
+/// reachable (standalone mode).
+#[derive(Clone, Debug, Default)]
+pub struct Egress {
+    networks: Vec<(IpAddr, u8)>,
+    hosts: BTreeSet<String>,
+    local_allowed: bool,
+}
+
+impl Egress {
+    /// From `egress_allow` entries (checked by the settings: a CIDR, an address or a host
+    /// name); `local_allowed` lets loopback and this machine's addresses through.
+    pub fn new(entries: &[String], local_allowed: bool) -> Self {
+        let mut policy = Egress { local_allowed, ..Egress::default() };
+        for entry in entries {
+            match parse_network(entry) {
+                Some(network) => policy.networks.push(network),
+                None => {
+                    policy.hosts.insert(entry.trim_end_matches('.').to_ascii_lowercase());
+                }
+            }
+        }
+        policy
+    }
+
+    /// Makes `policy` the process's policy (the service does this at start).
+    pub fn install(policy: Egress) {
+        *POLICY.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(policy));
+    }
+
+    /// The process's policy; before [`Egress::install`], the standalone one with no entries.
+    pub fn current() -> Arc<Egress> {
+        POLICY.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| Arc::new(Egress::new(&[], true)))
+    }
+
+    /// Whether `address` may be reached.
+    pub fn check_ip(&self, host: &str, address: IpAddr) -> Result<(), EgressError> {
+        let address = match address {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        let Some(range) = refused_range(address, self.local_allowed) else { return Ok(()) };
+        if self.networks.iter().any(|(network, bits)| contains(*network, *bits, address)) {
+            return Ok(());
+        }
+        Err(EgressError::Refused { host: host.to_string(), address, range })
+    }
+
+    /// Checks a URL without resolving it: its scheme, and its host when it is an address
+    /// or `localhost`. A host name in `egress_allow` passes whatever it resolves to.
+    pub fn check_url(&self, url: &str) -> Result<(), EgressError> {
+        let parsed = url::Url::parse(url).map_err(|e| EgressError::Invalid(format!("not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(EgressError::Invalid(format!("scheme {:?} is not http or https", parsed.scheme())));
+        }
+        match parsed.host() {
+            Some(url::Host::Ipv4(v4)) => self.check_ip(&v4.to_string(), IpAddr::V4(v4)),
+            Some(url::Host::Ipv6(v6)) => self.check_ip(&v6.to_string(), IpAddr::V6(v6)),
+            Some(url::Host::Domain(name)) => {
+                let name = name.trim_end_matches('.').to_ascii_lowercase();
+                if self.hosts.contains(&name) {
+                    return Ok(());
+                }
+                if name == "localhost" || name.ends_with(".localhost") {
+                    return self.check_ip(&name, IpAddr::V4(Ipv4Addr::LOCALHOST));
+                }
+                Ok(())
+            }
+            None => Err(EgressError::Invalid("the URL has no host".into())),
+        }
+    }
+
+    /// The addresses of `host` that may be reached; an error when none may.
+    pub fn filter(&self, host: &str, addresses: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, EgressError> {
+        if self.hosts.contains(&host.trim_end_matches('.').to_ascii_lowercase()) {
+            return Ok(addresses);
+        }
+        let mut first_refusal = None;
+        let allowed: Vec<SocketAddr> = addresses
+            .into_iter()
+            .filter(|address| match self.check_ip(host, address.ip()) {
+                Ok(()) => true,
+                Err(refusal) => {
+                    first_refusal.get_or_insert(refusal);
+                    false
+                }
+            })
+            .collect();
+        match (allowed.is_empty(), first_refusal) {
+            (true, Some(refusal)) => Err(refusal),
+            (true, None) => {
+                Err(EgressError::Unresolved { host: host.to_string(), message: "no addresses".to_string() })
+            }
+            _ => Ok(allowed),
+        }
+    }
+}
+
+/// A `reqwest` resolver that drops the addresses the policy refuses, at connect time; a
+/// name with none left fails the request with the policy's message. The default one
+/// follows the process's policy ([`Egress::install`]).
+#[derive(Clone, Debug, Default)]
+pub struct Resolver {
+    policy: Option<Arc<Egress>>,
+}
+
+impl Resolver {
+    /// A resolver that applies `policy` instead of the process's.
+    pub fn with(policy: Egress) -> Self {
+        Resolver { policy: Some(Arc::new(policy)) }
+    }
+}
+
+impl reqwest::dns::Resolve for Resolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        let policy = self.policy.clone().unwrap_or_else(Egress::current);
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|e| Box::new(EgressError::Unresolved { host: host.clone(), message: e.to_string() }))?
+                .collect();
+            let allowed = policy.filter(&host, found).map_err(Box::new)?;
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// What a refused address is, or `None` when it may be reached.
+fn refused_range(address: IpAddr, local_allowed: bool) -> Option<&'static str> {
+    let local = |range| if local_allowed { None } else { Some(range) };
+    match address {
+        IpAddr::V4(v4) => {
+            if v4.is_link_local() {
+                Some("link-local, where cloud metadata services answer")
+            } else if v4.is_unspecified() || v4.octets()[0] == 0 {
+                Some("unspecified")
+            } else if v4.is_multicast() || v4.is_broadcast() {
+                Some("multicast or broadcast")
+            } else if v4.is_loopback() {
+                local("loopback")
+            } else if is_own(address) {
+                local("an address of this host")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            if v6 == AWS_METADATA_V6 {
+                Some("a cloud metadata service")
+            } else if (v6.segments()[0] & 0xffc0) == 0xfe80 {
+                Some("link-local")
+            } else if v6.is_unspecified() {
+                Some("unspecified")
+            } else if v6.is_multicast() {
+                Some("multicast")
+            } else if v6.is_loopback() {
+                local("loopback")
+            } else if is_own(address) {
+                local("an address of this host")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Whether `address` is one of this host's: only a local address can be bound.
+fn is_own(address: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(address, 0)).is_ok()
+}
+
+/// `a.b.c.d/n`, `a.b.c.d`, `x::y/n` or `x::y`; `None` for anything else (a host name).
+pub fn parse_network(entry: &str) -> Option<(IpAddr, u8)> {
+    let (address, bits) = match entry.split_once('/') {
+        Some((address, bits)) => (address, Some(bits)),
+        None => (entry, None),
+    };
+    let address: IpAddr = address.parse().ok()?;
+    let max = if address.is_ipv4() { 32 } else { 128 };
+    let bits = match bits {
+        Some(bits) => bits.parse::<u8>().ok().filter(|b| *b <= max)?,
+        None => max,
+    };
+    Some((address, bits))
+}
+
+fn contains(network: IpAddr, bits: u8, address: IpAddr) -> bool {
+    match (network, address) {
+        (IpAddr::V4(n), IpAddr::V4(a)) => {
+            let mask = if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits)) };
+            (u32::from(n) & mask) == (u32::from(a) & mask)
+        }
+        (IpAddr::V6(n), IpAddr::V6(a)) => {
+            let mask = if bits == 0 { 0 } else { u128::MAX << (128 - u32::from(bits)) };
+            (u128::from(n) & mask) == (u128::from(a) & mask)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(policy: &Egress, url: &str) -> &'static str {
+        match policy.check_url(url) {
+            Err(EgressError::Refused { range, .. }) => range,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn metadata_link_local_and_unspecified_are_refused_in_every_mode() {
+        for local in [true, false] {
+            let policy = Egress::new(&[], local);
+            assert!(refused(&policy, "http://169.254.169.254/latest/meta-data/").contains("metadata"));
+            assert_eq!(refused(&policy, "http://[fd00:ec2::254]/"), "a cloud metadata service");
+            assert_eq!(refused(&policy, "http://[fe80::1]:8080/"), "link-local");
+            assert_eq!(refused(&policy, "http://0.0.0.0:8090/"), "unspecified");
+            assert!(refused(&policy, "http://[::ffff:169.254.169.254]/").contains("link-local"));
+            assert!(policy.check_url("https://hooks.example.com/x").is_ok());
+            assert!(policy.check_url("http://10.96.0.12:9093/").is_ok(), "cluster services are reachable");
+        }
+    }
+
+    #[test]
+    fn loopback_and_own_addresses_are_refused_in_operator_mode_only() {
+        let operator = Egress::new(&[], false);
+        assert_eq!(refused(&operator, "http://127.0.0.1:8090/api/v1/resources"), "loopback");
+        assert_eq!(refused(&operator, "http://localhost:8090/"), "loopback");
+        assert_eq!(refused(&operator, "http://[::1]:8090/"), "loopback");
+        let standalone = Egress::new(&[], true);
+        assert!(standalone.check_url("http://127.0.0.1:8090/").is_ok());
+        let message = operator.check_url("http://127.0.0.1:1/").unwrap_err().to_string();
+        assert!(message.contains("egress_allow"), "{message}");
+    }
+
+    #[test]
+    fn egress_allow_names_networks_addresses_and_hosts() {
+        let policy = Egress::new(
+            &["127.0.0.1".into(), "169.254.10.0/24".into(), "Metadata.Internal.".into(), "fe80::/10".into()],
+            false,
+        );
+        assert!(policy.check_url("http://127.0.0.1:9/").is_ok());
+        assert_eq!(refused(&policy, "http://127.0.0.2:9/"), "loopback");
+        assert!(policy.check_url("http://169.254.10.7/").is_ok());
+        assert!(refused(&policy, "http://169.254.169.254/").contains("link-local"));
+        assert!(policy.check_url("http://[fe80::2]/").is_ok());
+        let resolved = vec![SocketAddr::from(([169, 254, 169, 254], 80))];
+        assert_eq!(policy.filter("metadata.internal", resolved.clone()).unwrap(), resolved);
+        let refusal = policy.filter("rebinding.example", resolved).unwrap_err();
+        assert!(matches!(refusal, EgressError::Refused { .. }), "{refusal}");
+    }
+
+    #[test]
+    fn a_name_keeps_its_allowed_addresses_and_fails_with_none() {
+        let policy = Egress::new(&[], false);
+        let mixed = vec![SocketAddr::from(([127, 0, 0, 1], 80)), SocketAddr::from(([93, 184, 215, 14], 80))];
+        assert_eq!(policy.filter("mixed.example", mixed).unwrap(), vec![SocketAddr::from(([93, 184, 215, 14], 80))]);
+        assert!(policy.check_url("ftp://x/").is_err());
+        assert_eq!(parse_network("10.0.0.0/33"), None);
+        assert_eq!(parse_network("git.internal"), None);
+    }
+
+    #[tokio::test]
+    async fn the_resolver_refuses_a_name_that_resolves_to_loopback_at_connect_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        // The connection is judged on the addresses the name resolves to when it is made.
+        let url = format!("http://localhost:{port}/");
+        crate::install_crypto_provider();
+        let refusing = reqwest::Client::builder()
+            .dns_resolver(Resolver::with(Egress::new(&[], false)))
+            .no_proxy()
+            .build()
+            .unwrap();
+        let error = refusing.get(&url).send().await.unwrap_err();
+        let chain = std::iter::successors(Some(&error as &dyn std::error::Error), |e| e.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ");
+        assert!(chain.contains("loopback") && chain.contains("egress_allow"), "{chain}");
+        let allowing = reqwest::Client::builder()
+            .dns_resolver(Resolver::with(Egress::new(&["127.0.0.0/8".into(), "::1".into()], false)))
+            .no_proxy()
+            .build()
+            .unwrap();
+        assert_eq!(allowing.get(&url).send().await.unwrap().text().await.unwrap(), "ok");
+    }
+}
