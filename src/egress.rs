@@ -11,6 +11,11 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
 
+/// Condition reason of a resource whose URL leads where the policy refuses.
+pub const EGRESS_NOT_ALLOWED: &str = "EgressNotAllowed";
+/// Condition reason of a resource whose credential would travel over plain http.
+pub const CLEARTEXT_CREDENTIAL: &str = "CleartextCredential";
+
 /// The AWS metadata service's IPv6 address (a unique-local address, not link-local).
 const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
 
@@ -35,6 +40,15 @@ pub enum EgressError {
         /// What the address is.
         range: &'static str,
     },
+    /// A credential would travel over plain http to a host not allowed for that.
+    #[error(
+        "{host} is reached over plain http, so the credential would travel in clear; use https, or add {host} to \
+         the cleartext_credential_hosts setting (loopback is always allowed)"
+    )]
+    Cleartext {
+        /// The host.
+        host: String,
+    },
     /// The name did not resolve.
     #[error("{host} does not resolve: {message}")]
     Unresolved {
@@ -45,6 +59,16 @@ pub enum EgressError {
     },
 }
 
+impl EgressError {
+    /// The condition reason of a resource refused for this.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            EgressError::Cleartext { .. } => CLEARTEXT_CREDENTIAL,
+            _ => EGRESS_NOT_ALLOWED,
+        }
+    }
+}
+
 /// The policy: allowed networks and host names, and whether this machine counts as
 /// reachable (standalone mode).
 #[derive(Clone, Debug, Default)]
@@ -52,6 +76,8 @@ pub struct Egress {
     networks: Vec<(IpAddr, u8)>,
     hosts: BTreeSet<String>,
     local_allowed: bool,
+    cleartext_networks: Vec<(IpAddr, u8)>,
+    cleartext_hosts: BTreeSet<String>,
 }
 
 impl Egress {
@@ -68,6 +94,41 @@ impl Egress {
             }
         }
         policy
+    }
+
+    /// Also lets credentials travel over plain http to these networks or host names
+    /// (the `cleartext_credential_hosts` setting); loopback always may.
+    pub fn with_cleartext(mut self, entries: &[String]) -> Self {
+        for entry in entries {
+            match parse_network(entry) {
+                Some(network) => self.cleartext_networks.push(network),
+                None => {
+                    self.cleartext_hosts.insert(entry.trim_end_matches('.').to_ascii_lowercase());
+                }
+            }
+        }
+        self
+    }
+
+    /// Whether a credential may be sent to `url`: over https always; over plain http only
+    /// to loopback or a host of `cleartext_credential_hosts`. The egress check still applies.
+    pub fn check_credential_url(&self, url: &str) -> Result<(), EgressError> {
+        self.check_url(url)?;
+        let parsed = url::Url::parse(url).map_err(|e| EgressError::Invalid(format!("not a URL: {e}")))?;
+        if parsed.scheme() == "https" {
+            return Ok(());
+        }
+        let host = parsed.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+        let allowed = match host.parse::<IpAddr>() {
+            Ok(address) => {
+                address.is_loopback() || self.cleartext_networks.iter().any(|(n, bits)| contains(*n, *bits, address))
+            }
+            Err(_) => {
+                let name = host.trim_end_matches('.').to_ascii_lowercase();
+                name == "localhost" || self.cleartext_hosts.contains(&name)
+            }
+        };
+        if allowed { Ok(()) } else { Err(EgressError::Cleartext { host }) }
     }
 
     /// Makes `policy` the process's policy (the service does this at start).
@@ -308,6 +369,23 @@ mod tests {
         assert!(policy.check_url("ftp://x/").is_err());
         assert_eq!(parse_network("10.0.0.0/33"), None);
         assert_eq!(parse_network("git.internal"), None);
+    }
+
+    #[test]
+    fn credentials_travel_in_clear_only_to_loopback_and_named_hosts() {
+        let policy = Egress::new(&[], true).with_cleartext(&["git.lab.internal".into(), "10.1.0.0/16".into()]);
+        assert!(policy.check_credential_url("https://hooks.example.com/x").is_ok());
+        assert!(policy.check_credential_url("http://127.0.0.1:9/x").is_ok());
+        assert!(policy.check_credential_url("http://[::1]:9/x").is_ok());
+        assert!(policy.check_credential_url("http://localhost:9/x").is_ok());
+        assert!(policy.check_credential_url("http://git.lab.internal/infra.git").is_ok());
+        assert!(policy.check_credential_url("http://10.1.2.3/hook").is_ok());
+        let refused = policy.check_credential_url("http://hooks.example.com/x").unwrap_err();
+        assert_eq!(refused, EgressError::Cleartext { host: "hooks.example.com".into() });
+        assert!(refused.to_string().contains("cleartext_credential_hosts"), "{refused}");
+        assert_eq!(refused.reason(), "CleartextCredential");
+        assert!(policy.check_credential_url("http://10.2.0.1/hook").is_err());
+        assert!(policy.check_credential_url("https://169.254.169.254/").is_err(), "egress still applies");
     }
 
     #[tokio::test]

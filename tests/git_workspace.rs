@@ -90,7 +90,14 @@ fn clone_over_http_with_a_token_checks_out_main_and_keeps_the_token_out_of_the_c
     let requests = server.requests();
     assert!(requests.iter().any(|r| r.path.contains("info/refs?service=git-upload-pack")), "{requests:?}");
     assert!(requests.iter().any(|r| r.method == "POST" && r.path.ends_with("/git-upload-pack")), "{requests:?}");
-    assert!(requests.iter().all(|r| r.authorization), "every request carries the credentials: {requests:?}");
+    // Basic on challenge: the first request goes without the token; once the server asked
+    // (401, `WWW-Authenticate: Basic`), every later one carries it.
+    assert!(!requests[0].authorization, "the token waits for the server's challenge: {requests:?}");
+    assert!(
+        requests[1..].iter().all(|r| r.authorization),
+        "after the challenge every request carries it: {requests:?}"
+    );
+    assert_eq!(requests.iter().filter(|r| !r.authorization).count(), 1, "{requests:?}");
     assert_eq!(git::head(&dir).unwrap().commit, head.commit, "the working tree is at the synced commit");
 }
 

@@ -81,10 +81,14 @@ async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> O
 
 /// The operator with what the samples need to work: the environment variables
 /// their secret references name (the webhook points at `webhook_url`).
-fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str) -> Server {
+fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str, data: &std::path::Path) -> Server {
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .arg("--kubernetes")
+        .env("AKRITAS_DATA_DIR", data)
+        // The test's webhook receiver listens on loopback, which operator mode refuses
+        // unless the operator allows it.
+        .env("AKRITAS_EGRESS_ALLOW", "127.0.0.1")
         .env("KUBECONFIG", api.operator_kubeconfig())
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
         .env("AKRITAS_NAMESPACES", WATCHED.join(","))
@@ -209,7 +213,8 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
     ));
     let llm = ScriptedLlm::start_with(model()).await;
     let started = Instant::now();
-    let server = operator(&api, &llm, &webhook_receiver().await);
+    let data = tempfile::tempdir().unwrap();
+    let server = operator(&api, &llm, &webhook_receiver().await, data.path());
 
     // Every sample resource becomes Ready=True for its current generation (the
     // ValidatorProfile is checked below: validators are not available yet).
@@ -284,6 +289,54 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
             .then_some(())
     })
     .await;
+
+    // A second tenant, with only the right to create resources in team-b, tries what the
+    // trust boundaries refuse: a validator that runs a shell, a Workspace on the data
+    // directory (every namespace's clones), the sample tenant's token, and receivers
+    // aimed at loopback and the cloud metadata service.
+    api.apply(&format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\nmetadata: {{name: env-dump, namespace: team-b}}\n\
+         spec: {{argv: [sh, -c, env]}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {{name: clones, namespace: team-b}}\n\
+         spec: {{source: {{path: \"{clones}\"}}, validatorProfiles: [env-dump]}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: borrowed-token, namespace: team-b}}\n\
+         spec: {{type: webhook, webhook: {{url: \"https://hooks.example.com/b\", bearerToken: {{env: AKRITAS_INCIDENT_WEBHOOK_TOKEN}}}}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: loopback, namespace: team-b}}\n\
+         spec: {{type: webhook, webhook: {{url: \"http://127.0.0.2:8090/api/v1/resources\"}}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: metadata, namespace: team-b}}\n\
+         spec: {{type: webhook, webhook: {{url: \"http://169.254.169.254/latest/meta-data/\"}}}}\n",
+        clones = data.path().join("workspaces").display(),
+    ));
+    let tenant_ready = |kind: &str, name: &str| {
+        get_json(&api, &["get", kind, name, "-n", "team-b"])["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+    };
+    let refusals = [
+        ("validatorprofile", "env-dump", "CommandNotAllowed", "validator_commands"),
+        ("workspace", "clones", "PathNotAllowed", "data directory"),
+        ("notificationreceiver", "borrowed-token", "EnvNotAllowed", "team-b"),
+        ("notificationreceiver", "loopback", "EgressNotAllowed", "loopback"),
+        ("notificationreceiver", "metadata", "EgressNotAllowed", "link-local"),
+    ];
+    let (_, _) = eventually(Duration::from_secs(30), "the second tenant's refusals", || {
+        refusals
+            .iter()
+            .all(|(kind, name, reason, _)| tenant_ready(kind, name).is_some_and(|c| c["reason"] == *reason))
+            .then_some(())
+    })
+    .await;
+    for (kind, name, _, named) in refusals {
+        let ready = tenant_ready(kind, name).unwrap();
+        assert_eq!(ready["status"], "False", "{kind}/{name}: {ready}");
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{kind}/{name}: {message}");
+        assert!(!message.contains("sample-webhook-token"), "{kind}/{name}: {message}");
+    }
+    assert!(
+        child_commands(server.pid()).iter().all(|c| !c.contains("sh -c env")),
+        "nothing runs for a refused validator, not even its --version"
+    );
 
     // Invalid objects: refused by the API server (CEL) or reported on the object.
     let (code, _, err) = api.kubectl_as(

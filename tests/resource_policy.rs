@@ -342,6 +342,16 @@ apiVersion: akritas.io/v1alpha1
 kind: Workspace
 metadata: {name: metadata-git, namespace: team-b}
 spec: {source: {git: {url: \"http://169.254.169.254/infra.git\", ref: main}}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: Workspace
+metadata: {name: cleartext-git, namespace: team-b}
+spec: {source: {git: {url: \"http://10.96.0.20/infra.git\", ref: main, auth: {username: x, token: {env: AKRITAS_TEAM_B_TG}}}}}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: cleartext-hook, namespace: team-b}
+spec: {type: webhook, webhook: {url: \"http://10.96.0.12:9/hook\", bearerToken: {env: AKRITAS_TEAM_B_TG}}}
 ";
     write(work.path(), "egress.yaml", manifests);
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
@@ -380,6 +390,20 @@ spec: {source: {git: {url: \"http://169.254.169.254/infra.git\", ref: main}}}
         let names_range = message.contains("link-local") || message.contains("metadata");
         assert!(message.contains("egress_allow") && names_range, "{message}");
         assert!(!message.contains("telegram-token-for-team-b"), "{message}");
+    }
+    // A credential never travels over plain http to a host not named for it.
+    for (kind, name) in [("Workspace", "cleartext-git"), ("NotificationReceiver", "cleartext-hook")] {
+        let found = poll(Duration::from_secs(20), || async {
+            let all = resources(&server).await;
+            let (status, reason, message) = ready(find(&all, kind, "team-b", name));
+            (reason == "CleartextCredential").then_some((status, message))
+        })
+        .await;
+        let Some(((status, message), _)) = found else {
+            panic!("{kind}/{name} was not refused: {:#}", resources(&server).await);
+        };
+        assert_eq!(status, "False");
+        assert!(message.contains("cleartext_credential_hosts") && message.contains("10.96.0."), "{message}");
     }
     for name in ["opened", "cluster-hook"] {
         let check = condition(find(&all, "NotificationReceiver", "team-b", name), "EgressAllowed");

@@ -299,13 +299,15 @@ fn receiver_egress(
     namespace: &str,
     secrets: &dyn SecretResolver,
 ) -> Check {
-    let mut urls: Vec<(&str, String)> = Vec::new();
+    // (field, URL, whether a credential travels with it)
+    let mut urls: Vec<(&str, String, bool)> = Vec::new();
     if let Some(webhook) = &spec.webhook {
+        let bearer = webhook.bearer_token.is_some();
         match (&webhook.url, &webhook.url_from) {
-            (Some(url), _) => urls.push(("spec.webhook.url", url.clone())),
+            (Some(url), _) => urls.push(("spec.webhook.url", url.clone(), bearer)),
             (None, Some(reference)) => {
                 if let Ok(url) = secrets.resolve(namespace, reference) {
-                    urls.push(("spec.webhook.urlFrom", url.expose().to_string()));
+                    urls.push(("spec.webhook.urlFrom", url.expose().to_string(), bearer));
                 }
             }
             (None, None) => {}
@@ -313,16 +315,17 @@ fn receiver_egress(
     }
     if let Some(telegram) = &spec.telegram {
         let base = telegram.base_url.clone().unwrap_or_else(|| "https://api.telegram.org".to_string());
-        urls.push(("spec.telegram.baseUrl", base));
+        urls.push(("spec.telegram.baseUrl", base, true));
     }
     if let Some(mattermost) = &spec.mattermost {
-        urls.push(("spec.mattermost.baseUrl", mattermost.base_url.clone()));
+        urls.push(("spec.mattermost.baseUrl", mattermost.base_url.clone(), true));
     }
     let policy = crate::egress::Egress::current();
-    for (field, url) in &urls {
-        if let Err(error) = policy.check_url(url) {
+    for (field, url, credential) in &urls {
+        let checked = if *credential { policy.check_credential_url(url) } else { policy.check_url(url) };
+        if let Err(error) = checked {
             // The message names the host and the address, never the URL (it may hold a token).
-            return Check::failed(reasons::EGRESS_NOT_ALLOWED, format!("{field}: {error}"));
+            return Check::failed(error.reason(), format!("{field}: {error}"));
         }
     }
     Check::passed(reasons::EGRESS_ALLOWED, "the egress policy allows the receiver's URLs")

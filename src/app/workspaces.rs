@@ -283,9 +283,12 @@ impl Workspaces {
             Source::Path { standalone } => return self.check_path(key, &dir, standalone, &observed).await,
         };
         // Nothing is sent, credentials least of all, to a remote the egress policy refuses.
-        if let Err(error) = crate::egress::Egress::current().check_url(&url) {
+        let policy = crate::egress::Egress::current();
+        let checked = if auth.is_some() { policy.check_credential_url(&url) } else { policy.check_url(&url) };
+        if let Err(error) = checked {
+            let reason = error.reason();
             let error = GitError::from(error);
-            self.inner.board.set_check(key, Check::failed(reasons::EGRESS_NOT_ALLOWED, error.to_string()));
+            self.inner.board.set_check(key, Check::failed(reason, error.to_string()));
             return Err(error);
         }
         let credentials = match &auth {

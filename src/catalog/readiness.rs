@@ -91,7 +91,10 @@ pub mod reasons {
     /// A URL the object declares may be reached under the egress policy.
     pub const EGRESS_ALLOWED: &str = "EgressAllowed";
     /// A URL the object declares leads where the egress policy refuses (`egress_allow`).
-    pub const EGRESS_NOT_ALLOWED: &str = "EgressNotAllowed";
+    pub const EGRESS_NOT_ALLOWED: &str = crate::egress::EGRESS_NOT_ALLOWED;
+    /// A credential the object declares would travel over plain http to a host
+    /// `cleartext_credential_hosts` does not name.
+    pub const CLEARTEXT_CREDENTIAL: &str = crate::egress::CLEARTEXT_CREDENTIAL;
 }
 
 /// The live check a kind has: its condition type and the reason shown until the

@@ -326,6 +326,11 @@ settings_table! {
         flag "egress-allow" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
         expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
         check lists::check_egress;
+    /// Networks (CIDR or address) and host names to which credentials declared by resources (webhook bearers, bot tokens, MCP headers from secrets, git tokens) may travel over plain http; loopback always may, every other host needs https
+    cleartext_credential_hosts: Vec<String> = Vec::new();
+        flag "cleartext-credential-hosts" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
+        expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
+        check lists::check_egress;
     /// Grace period for shutdown, > 0 and <= 10m
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 75);
+    assert_eq!(KEYS.len(), 77);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -593,6 +593,8 @@ fn file_with_every_setting() {
         "kubernetes_cluster_namespaces": ["ops"],
         "stdio_commands": ["akritas", "/usr/local/bin/mcp-grafana"],
         "stdio_env": ["GRAFANA_*", "team-a/TEAM_A_TOKEN"],
+        "egress_allow": ["169.254.10.0/24", "metadata.internal"],
+        "cleartext_credential_hosts": ["git.lab.internal"],
         "alert_reserved_runs": 2,
         "max_runs_per_namespace": 3,
         "change_max_previews_per_namespace": 4,
@@ -654,6 +656,12 @@ fn file_with_every_setting() {
     assert_eq!(s.origins.len(), KEYS.len());
     assert_eq!(s.public_url.as_deref(), Some("https://ops.example.com"));
     assert_eq!(s.stdio_env, ["GRAFANA_*", "team-a/TEAM_A_TOKEN"]);
+    assert_eq!(s.egress_allow, ["169.254.10.0/24", "metadata.internal"]);
+    for bad in ["10.0.0.0/33", "http://x", "a b"] {
+        let e = load_err(&flags(&["--egress-allow", bad]), &no_env);
+        assert!(e.contains("flag --egress-allow") && e.contains("network"), "{e}");
+    }
+    assert_eq!(s.cleartext_credential_hosts, ["git.lab.internal"]);
     assert_eq!(
         (
             s.alert_reserved_runs,

@@ -244,7 +244,7 @@ impl McpError {
             McpError::LoaderEnv(_) | McpError::EnvNotAllowed { .. } => reasons::ENV_NOT_ALLOWED,
             McpError::Secret { source, .. } => source.reason(),
             McpError::ToolNamespaceTaken { .. } => reasons::TOOL_NAMESPACE_TAKEN,
-            McpError::Egress(_) => reasons::EGRESS_NOT_ALLOWED,
+            McpError::Egress(error) => error.reason(),
             _ => reasons::NOT_CONNECTED,
         }
     }

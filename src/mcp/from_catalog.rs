@@ -142,7 +142,13 @@ fn config(
             Transport::Stdio { command, args: stdio.args.clone(), env: resolve(&stdio.env, "env")?, working_dir }
         }
         (None, Some(http)) => {
-            crate::egress::Egress::current().check_url(&http.url)?;
+            // Headers from secrets are credentials: never over plain http to another host.
+            let policy = crate::egress::Egress::current();
+            if http.headers.iter().any(|h| h.value_from.is_some()) {
+                policy.check_credential_url(&http.url)?;
+            } else {
+                policy.check_url(&http.url)?;
+            }
             Transport::Http { url: http.url.clone(), headers: resolve(&http.headers, "header")? }
         }
         (None, None) => return Err(McpError::NoTransport),

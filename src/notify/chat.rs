@@ -214,7 +214,10 @@ fn checked_base(base_url: &str) -> Result<String, ChatError> {
     if !plain {
         return Err(ChatError::InvalidBaseUrl);
     }
-    crate::egress::Egress::current().check_url(trimmed).map_err(|e| ChatError::EgressRefused(e.to_string()))?;
+    // The bot token travels with every request (in the path for Telegram).
+    crate::egress::Egress::current()
+        .check_credential_url(trimmed)
+        .map_err(|e| ChatError::EgressRefused(e.to_string()))?;
     Ok(trimmed.to_string())
 }
 

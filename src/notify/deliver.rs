@@ -133,6 +133,9 @@ pub enum DeliveryError {
     /// The egress policy refuses the target (see the receiver's `Ready` condition).
     #[error("egress_refused")]
     EgressRefused,
+    /// The request carries a credential and would travel over plain http.
+    #[error("cleartext_credential")]
+    CleartextCredential,
 }
 
 impl DeliveryError {
@@ -148,6 +151,7 @@ impl DeliveryError {
             DeliveryError::ResponseTooLarge => "response_too_large",
             DeliveryError::RemoteRejected => "remote_rejected",
             DeliveryError::EgressRefused => "egress_refused",
+            DeliveryError::CleartextCredential => "cleartext_credential",
         }
     }
 }
@@ -308,7 +312,13 @@ fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<P
 
 fn build_request(client: &reqwest::Client, req: &PreparedRequest) -> Result<reqwest::Request, DeliveryError> {
     // An address in the URL is judged here; a name's addresses when the client connects.
-    crate::egress::Egress::current().check_url(&req.url).map_err(|_| DeliveryError::EgressRefused)?;
+    let policy = crate::egress::Egress::current();
+    let carries_credential = req.bearer.is_some() || req.telegram;
+    let checked = if carries_credential { policy.check_credential_url(&req.url) } else { policy.check_url(&req.url) };
+    checked.map_err(|e| match e {
+        crate::egress::EgressError::Cleartext { .. } => DeliveryError::CleartextCredential,
+        _ => DeliveryError::EgressRefused,
+    })?;
     let mut builder = client
         .post(&req.url)
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))

@@ -11,6 +11,7 @@ pub mod engine_schema;
 pub mod error;
 pub mod facade;
 pub mod mcp_server;
+mod mcp_sessions;
 pub mod metrics;
 pub mod openapi;
 pub mod runs;

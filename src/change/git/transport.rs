@@ -101,6 +101,9 @@ struct Call {
     auth: Option<HeaderValue>,
     limits: Limits,
     failure: Option<TransportError>,
+    /// The server asked for credentials (401 with `WWW-Authenticate: Basic`) during this
+    /// call: only from then on are they sent.
+    challenged: bool,
 }
 
 thread_local! {
@@ -138,7 +141,9 @@ pub fn with_call<T>(
             Some(value)
         }
     };
-    CALL.with(|call| *call.borrow_mut() = Some(Call { auth, limits: limits.clone(), failure: None }));
+    CALL.with(|call| {
+        *call.borrow_mut() = Some(Call { auth, limits: limits.clone(), failure: None, challenged: false });
+    });
     let _guard = CallGuard;
     let outcome = operation();
     let failure = CALL.with(|call| call.borrow_mut().as_mut().and_then(|c| c.failure.take()));
@@ -155,6 +160,19 @@ pub enum Failure {
     Transport(TransportError),
     /// libgit2 itself.
     Git(git2::Error),
+}
+
+/// Whether the server of this call has asked for credentials.
+fn challenged() -> bool {
+    CALL.with(|call| call.borrow().as_ref().is_some_and(|c| c.challenged))
+}
+
+fn mark_challenged() {
+    CALL.with(|call| {
+        if let Some(c) = call.borrow_mut().as_mut() {
+            c.challenged = true;
+        }
+    });
 }
 
 fn settings() -> (Option<HeaderValue>, Limits) {
@@ -322,17 +340,25 @@ impl HttpStream {
         self.shown = display_url(&url);
         let mut redirects = 0;
         loop {
+            // Credentials go only once the server asked for them (Basic on challenge).
+            let send_auth = self.auth.as_ref().filter(|_| challenged()).cloned();
             let mut request = if self.is_advertisement() {
                 shared.client.get(url.clone()).header(ACCEPT, "*/*")
             } else {
+                // Kept for a retry with credentials until the server has asked for them.
+                let body = if send_auth.is_none() && self.auth.is_some() {
+                    self.body.clone()
+                } else {
+                    std::mem::take(&mut self.body)
+                };
                 shared
                     .client
                     .post(url.clone())
                     .header(CONTENT_TYPE, format!("application/x-{svc}-request"))
                     .header(ACCEPT, format!("application/x-{svc}-result"))
-                    .body(std::mem::take(&mut self.body))
+                    .body(body)
             };
-            if let Some(auth) = &self.auth {
+            if let Some(auth) = &send_auth {
                 request = request.header(AUTHORIZATION, auth.clone());
             }
             let timeout = self.limits.read_timeout;
@@ -350,6 +376,16 @@ impl HttpStream {
                 Ok(Ok(response)) => response,
             };
             let status = response.status();
+            let basic_challenge = response
+                .headers()
+                .get_all(reqwest::header::WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| v.trim_start().get(..5).is_some_and(|scheme| scheme.eq_ignore_ascii_case("basic")));
+            if status.as_u16() == 401 && self.auth.is_some() && send_auth.is_none() && basic_challenge {
+                mark_challenged();
+                continue;
+            }
             if status.is_redirection() {
                 let next = self.redirect_target(&url, &response)?;
                 if !self.is_advertisement() {
@@ -422,7 +458,7 @@ impl HttpStream {
         };
         match status {
             200 => Ok(()),
-            401 if self.auth.is_none() => Err(TransportError::AuthRequired { url }),
+            401 if self.auth.is_none() || !challenged() => Err(TransportError::AuthRequired { url }),
             401 | 403 => Err(TransportError::AuthRejected { url, status, access }),
             404 => Err(TransportError::NotFound { url }),
             _ => Err(TransportError::Status { url, status }),
