@@ -305,7 +305,7 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
          spec: {{type: webhook, webhook: {{url: \"http://127.0.0.2:8090/api/v1/resources\"}}}}\n---\n\
          apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: metadata, namespace: team-b}}\n\
          spec: {{type: webhook, webhook: {{url: \"http://169.254.169.254/latest/meta-data/\"}}}}\n",
-        clones = data.path().join("workspaces").display(),
+        clones = data.path().join("audit").display(),
     ));
     let tenant_ready = |kind: &str, name: &str| {
         get_json(&api, &["get", kind, name, "-n", "team-b"])["status"]["conditions"]
@@ -319,13 +319,20 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         ("notificationreceiver", "loopback", "EgressNotAllowed", "loopback"),
         ("notificationreceiver", "metadata", "EgressNotAllowed", "link-local"),
     ];
-    let (_, _) = eventually(Duration::from_secs(30), "the second tenant's refusals", || {
-        refusals
-            .iter()
-            .all(|(kind, name, reason, _)| tenant_ready(kind, name).is_some_and(|c| c["reason"] == *reason))
-            .then_some(())
-    })
-    .await;
+    let refused_all = || {
+        refusals.iter().all(|(kind, name, reason, _)| tenant_ready(kind, name).is_some_and(|c| c["reason"] == *reason))
+    };
+    let waiting = Instant::now();
+    while !refused_all() {
+        if waiting.elapsed() > Duration::from_secs(30) {
+            let seen: Vec<String> = refusals
+                .iter()
+                .map(|(kind, name, ..)| format!("{kind}/{name}: {:?}", tenant_ready(kind, name)))
+                .collect();
+            panic!("the second tenant's objects:\n{}\n--- log ---\n{}", seen.join("\n"), server.log_text());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for (kind, name, _, named) in refusals {
         let ready = tenant_ready(kind, name).unwrap();
         assert_eq!(ready["status"], "False", "{kind}/{name}: {ready}");
