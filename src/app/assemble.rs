@@ -66,6 +66,7 @@ pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
         journal: JournalOptions {
             segment_bytes: settings.journal_segment_bytes,
             segment_age: Some(settings.journal_segment_age),
+            mac_key: audit_key(settings)?,
             ..JournalOptions::default()
         },
         snapshot_records: settings.snapshot_records,
@@ -74,6 +75,20 @@ pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
     let audit =
         AuditLog::open_with(&path, storage).with_context(|| format!("opening the audit journal {}", path.display()))?;
     Ok(Arc::new(audit))
+}
+
+/// The audit key from `audit_key_env`: refused when the variable is unset or shorter than
+/// 32 bytes (a short key makes the seals guessable).
+pub fn audit_key(settings: &Settings) -> Result<Option<Arc<[u8]>>> {
+    let Some(name) = &settings.audit_key_env else { return Ok(None) };
+    let value = std::env::var(name).map(|v| v.trim().to_string()).unwrap_or_default();
+    if value.len() < 32 {
+        anyhow::bail!(
+            "audit_key_env names {name}, which is unset or shorter than 32 bytes; set it to a random secret \
+             (for example `openssl rand -hex 32`) or unset audit_key_env"
+        );
+    }
+    Ok(Some(Arc::from(value.into_bytes())))
 }
 
 /// The engine; tools arrive later from the MCP adapters, runbooks from `knowledge`.

@@ -2,6 +2,7 @@
 //! (MCP adapters, knowledge-base indexes, discovered facts) are kept in step with
 //! the Catalog. Domain modules never import this layer; `cli` calls it.
 
+pub mod anchor;
 pub mod ask;
 pub mod assemble;
 pub mod bots;

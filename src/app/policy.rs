@@ -60,6 +60,7 @@ fn home_namespaces(settings: &Settings) -> Vec<String> {
 fn service_credentials(settings: &Settings) -> Vec<String> {
     std::iter::once(settings.upstream_api_key_env.clone())
         .chain(settings.api_keys.iter().map(|k| k.env.clone()))
+        .chain(settings.audit_key_env.clone())
         .collect()
 }
 

@@ -2,6 +2,7 @@
 //! components kept in step with the Catalog, the alert worker, the Run/Incident
 //! projection and the HTTP server; everything stops on one cancellation token.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -79,6 +80,11 @@ pub async fn serve(settings: Settings) -> Result<()> {
             .await
             .context("opening the audit journal")??
     };
+    if let Some(path) = &settings.audit_anchor_file {
+        let path = PathBuf::from(path);
+        super::anchor::check_at_start(&audit, &path)?;
+        tasks.spawn(super::anchor::keep(audit.clone(), path, cancel.clone()));
+    }
     let knowledge = assemble::knowledge_bases(&settings);
     let audit_log = audit.clone();
     let change_llm = llm.clone();

@@ -311,6 +311,11 @@ impl AuditLog {
         Ok(AuditLog { shared: Arc::new(shared) })
     }
 
+    /// The journal's last committed record: what the anchor outside the journal records.
+    pub fn head(&self) -> crate::journal::Head {
+        self.shared.journal.head()
+    }
+
     /// The journal path.
     pub fn path(&self) -> &Path {
         self.shared.journal.path()

@@ -413,6 +413,7 @@ impl ApprovalStore {
             clock: Arc::new(move || clock().to_string()),
             segment_bytes: tuning.segment_bytes,
             segment_age: Some(Duration::from_secs(24 * 3600)),
+            mac_key: None,
         };
         let restored = journal::snapshot::open_restored(
             path,

@@ -87,6 +87,14 @@ pub enum AuditCommand {
         /// Journal file.
         #[arg(value_name = "PATH", default_value = "data/audit/akritas.jsonl")]
         path: PathBuf,
+        /// Also check every record's seal with the audit key held in this environment variable
+        /// (the service's `audit_key_env`): a journal rewritten and re-chained without the key fails.
+        #[arg(long, value_name = "ENV_VAR")]
+        key_env: Option<String>,
+        /// Also check the journal against the anchor the service wrote (`audit_anchor_file`): a
+        /// journal cut behind it, or whose anchored record changed, fails. Needs --key-env.
+        #[arg(long, value_name = "FILE", requires = "key_env")]
+        anchor: Option<PathBuf>,
     },
 }
 
@@ -132,7 +140,10 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
         Command::Ask(args) => ask::run(&args.question, &args.flags, args.json),
-        Command::Audit(AuditArgs { command: AuditCommand::Verify { path } }) => verify_journal(&path),
+        Command::Audit(AuditArgs { command: AuditCommand::Verify { path, key_env, anchor } }) => match key_env {
+            Some(key_env) => verify_seals(&path, &key_env, anchor.as_deref()),
+            None => verify_journal(&path),
+        },
         Command::Validate(args) => validate::run(&args.dirs),
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(args) => knowledge::run_corpus(args),
@@ -173,6 +184,39 @@ fn run_victoriametrics(args: crate::victoriametrics::VictoriaMetricsArgs) -> Exi
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Verifies the keyed seals of an audit journal (and its anchor), then replays it.
+fn verify_seals(path: &std::path::Path, key_env: &str, anchor: Option<&std::path::Path>) -> ExitCode {
+    let key = std::env::var(key_env).map(|v| v.trim().to_string()).unwrap_or_default();
+    if key.is_empty() {
+        eprintln!("akritas audit verify: {key_env} is unset or empty; export the audit key there");
+        return ExitCode::FAILURE;
+    }
+    let anchored = match anchor.map(crate::app::anchor::read).transpose() {
+        Ok(anchored) => anchored.map(|a| a.head),
+        Err(error) => {
+            eprintln!("akritas audit verify: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match crate::journal::verify_seals(path, key.as_bytes(), anchored.as_ref()) {
+        Ok(report) => {
+            println!(
+                "{}: {} sealed record(s) from seq {} verified with the key{}; {} unsealed record(s) before them",
+                path.display(),
+                report.sealed,
+                report.first_sealed.map_or_else(|| "-".to_string(), |s| s.to_string()),
+                anchored.map(|a| format!(", the anchor at seq {} holds", a.seq)).unwrap_or_default(),
+                report.unsealed_before,
+            );
+            verify_journal(path)
+        }
+        Err(error) => {
+            eprintln!("akritas audit verify: {error}");
             ExitCode::FAILURE
         }
     }

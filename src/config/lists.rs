@@ -131,6 +131,15 @@ pub(crate) fn check_namespace(v: Option<String>, expect: &str) -> Result<Option<
 }
 
 /// An optional path: absent or empty is `None`.
+pub(crate) fn check_optional_env_name(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) if is_env_name(s) => Ok(Some(s.to_string())),
+        Some(s) => Err(format!("{s:?} is not an environment variable name; expected {expect}")),
+    }
+}
+
+/// A path, or nothing.
 pub(crate) fn check_optional_path(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
     match v.as_deref().map(str::trim) {
         None | Some("") => Ok(None),

@@ -401,6 +401,16 @@ settings_table! {
         flag "audit-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 365d";
         check value::duration_upto::<315_576_000, true>;
+    /// Name of the environment variable holding the audit key (at least 32 bytes): every audit record is then sealed with HMAC-SHA256 so a rewritten journal fails `akritas audit verify --key-env`
+    audit_key_env: Option<String> = None;
+        flag "audit-key-env" [Option<String>] value_name "ENV_VAR";
+        expect "an environment variable name such as AKRITAS_AUDIT_KEY";
+        check lists::check_optional_env_name;
+    /// A file outside the data directory where the audit journal's head (seq, hash, seal) is written at least every 30 s, so a journal cut behind it fails `akritas audit verify --anchor`
+    audit_anchor_file: Option<String> = None;
+        flag "audit-anchor-file" [Option<String>] value_name "PATH";
+        expect "a path outside the data directory";
+        check lists::check_optional_path;
     /// Alert journal segments older than this are deleted unless an open incident or a waiting job needs them; 0s keeps everything, <= 10y
     alert_retention: Duration = Duration::from_secs(90 * 86_400);
         flag "alert-retention" [Option<String>] value_name "DURATION";

@@ -50,6 +50,17 @@ impl Settings {
                 self.cite("resources", dirs.join(", ")),
             )));
         }
+        if let Some(anchor) = &self.audit_anchor_file {
+            let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            if absolute(std::path::Path::new(anchor)).starts_with(absolute(&self.data_dir)) {
+                return Err(ConfigError::Conflict(format!(
+                    "{} lies inside {}; the anchor must be kept where whoever rewrites the journal cannot also \
+                     rewrite it: put it on another volume",
+                    self.cite("audit_anchor_file", anchor),
+                    self.cite("data_dir", self.data_dir.display()),
+                )));
+            }
+        }
         Ok(())
     }
 }

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 77);
+    assert_eq!(KEYS.len(), 79);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -595,6 +595,8 @@ fn file_with_every_setting() {
         "stdio_env": ["GRAFANA_*", "team-a/TEAM_A_TOKEN"],
         "egress_allow": ["169.254.10.0/24", "metadata.internal"],
         "cleartext_credential_hosts": ["git.lab.internal"],
+        "audit_key_env": "AKRITAS_AUDIT_KEY",
+        "audit_anchor_file": "/var/lib/akritas-anchor/audit.json",
         "alert_reserved_runs": 2,
         "max_runs_per_namespace": 3,
         "change_max_previews_per_namespace": 4,
@@ -662,6 +664,8 @@ fn file_with_every_setting() {
         assert!(e.contains("flag --egress-allow") && e.contains("network"), "{e}");
     }
     assert_eq!(s.cleartext_credential_hosts, ["git.lab.internal"]);
+    assert_eq!(s.audit_key_env.as_deref(), Some("AKRITAS_AUDIT_KEY"));
+    assert_eq!(s.audit_anchor_file.as_deref(), Some("/var/lib/akritas-anchor/audit.json"));
     assert_eq!(
         (
             s.alert_reserved_runs,

@@ -53,6 +53,16 @@ pub(crate) fn record_hash(prev: &str, seq: u64, time: &str, kind: &str, data_jso
     hex::encode(h.finalize())
 }
 
+/// The record's keyed seal: `hmac_sha256(key, hash)` as lowercase hex. The hash already
+/// chains every earlier record, so whoever rewrites and re-chains the journal must also
+/// forge a seal for every later record, which needs the key.
+pub(crate) fn record_mac(key: &[u8], hash: &str) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(hash.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
 fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
 }
@@ -63,6 +73,7 @@ const KEY_KIND: &str = ",\"kind\":";
 const KEY_PREV: &str = ",\"prev\":\"";
 const KEY_DATA: &str = "\",\"data\":";
 const KEY_HASH: &str = ",\"hash\":\"";
+const KEY_MAC: &str = "\",\"mac\":\"";
 const TAIL: &str = "\"}\n";
 const HEX_LEN: usize = 64;
 const FIXED_LEN: usize = KEY_SEQ.len()
@@ -86,16 +97,27 @@ pub(crate) fn min_line_len(kind: &str, data_json: &str) -> usize {
 pub(crate) struct Encoded {
     pub(crate) line: Vec<u8>,
     pub(crate) hash: String,
+    pub(crate) mac: Option<String>,
 }
 
-/// Encodes one record line with fields in the order `seq, time, kind, prev, data, hash`.
-pub(crate) fn encode(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str) -> Encoded {
+/// Encodes one record line with fields in the order `seq, time, kind, prev, data, hash`,
+/// and `mac` last when the journal is keyed.
+pub(crate) fn encode(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str, key: Option<&[u8]>) -> Encoded {
     let hash = record_hash(prev, seq, time, kind, data_json);
-    Encoded { line: encode_line(seq, time, kind, prev, data_json, &hash), hash }
+    let mac = key.map(|key| record_mac(key, &hash));
+    Encoded { line: encode_line(seq, time, kind, prev, data_json, &hash, mac.as_deref()), hash, mac }
 }
 
 /// The line (with its `\n`) of a record whose hash is known.
-fn encode_line(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str, hash: &str) -> Vec<u8> {
+fn encode_line(
+    seq: u64,
+    time: &str,
+    kind: &str,
+    prev: &str,
+    data_json: &str,
+    hash: &str,
+    mac: Option<&str>,
+) -> Vec<u8> {
     let seq_s = seq.to_string();
     let time_j = json_string(time);
     let kind_j = json_string(kind);
@@ -112,6 +134,10 @@ fn encode_line(seq: u64, time: &str, kind: &str, prev: &str, data_json: &str, ha
     line.push_str(data_json);
     line.push_str(KEY_HASH);
     line.push_str(hash);
+    if let Some(mac) = mac {
+        line.push_str(KEY_MAC);
+        line.push_str(mac);
+    }
     line.push_str(TAIL);
     line.into_bytes()
 }
@@ -126,6 +152,9 @@ pub(crate) struct ParsedLine {
     pub(crate) prev: String,
     pub(crate) data: Box<RawValue>,
     pub(crate) hash: String,
+    /// The keyed seal ([`record_mac`]) of a record written with an audit key.
+    #[serde(default)]
+    pub(crate) mac: Option<String>,
 }
 
 /// What is wrong with one complete line.
@@ -181,7 +210,15 @@ pub(crate) fn check_line(line: &[u8], expected_seq: u64, expected_prev: &str) ->
 /// (spacing, field order, escapes) would still move every later record, and records are
 /// read back by their byte offset.
 pub(crate) fn check_canonical(line: &[u8], parsed: &ParsedLine) -> Result<(), LineProblem> {
-    let canonical = encode_line(parsed.seq, &parsed.time, &parsed.kind, &parsed.prev, parsed.data.get(), &parsed.hash);
+    let canonical = encode_line(
+        parsed.seq,
+        &parsed.time,
+        &parsed.kind,
+        &parsed.prev,
+        parsed.data.get(),
+        &parsed.hash,
+        parsed.mac.as_deref(),
+    );
     if canonical.strip_suffix(b"\n") == Some(line) {
         Ok(())
     } else {

@@ -20,6 +20,7 @@
 mod chain;
 mod error;
 mod format;
+mod keyed;
 mod scan;
 mod segments;
 pub mod snapshot;
@@ -41,8 +42,10 @@ use tokio::sync::oneshot;
 
 pub use chain::{anchor, read, read_record, scan_from, verify};
 pub use error::JournalError;
+pub use keyed::{SealError, SealReport, verify_seals};
 pub use scan::{ScanError, TornTail, VerifyReport};
 pub use segments::Anchor;
+pub use writer::Head;
 
 use format::{INTERNAL_PREFIX, TORN_TAIL_KIND, check_app_kind, min_line_len};
 use segments::Layout;
@@ -70,6 +73,8 @@ pub struct JournalOptions {
     pub segment_bytes: u64,
     /// The active segment is sealed once its first record is this old (`None`: never by age).
     pub segment_age: Option<Duration>,
+    /// Every record written gets a keyed seal (`"mac"`, HMAC-SHA256 of its hash) when set.
+    pub mac_key: Option<Arc<[u8]>>,
 }
 
 impl Default for JournalOptions {
@@ -79,6 +84,7 @@ impl Default for JournalOptions {
             clock: Arc::new(|| jiff::Timestamp::now().to_string()),
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             segment_age: Some(DEFAULT_SEGMENT_AGE),
+            mac_key: None,
         }
     }
 }
@@ -89,6 +95,7 @@ impl fmt::Debug for JournalOptions {
             .field("max_record_bytes", &self.max_record_bytes)
             .field("segment_bytes", &self.segment_bytes)
             .field("segment_age", &self.segment_age)
+            .field("keyed", &self.mac_key.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +202,7 @@ struct Inner {
     _lock: File,
     max_record_bytes: usize,
     failure: SharedFailure,
+    head: writer::SharedHead,
     tx: Option<mpsc::Sender<Command>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -349,6 +357,8 @@ impl Journal {
             .and_then(|line| line.time.parse().ok());
 
         let failure: SharedFailure = Arc::new(Mutex::new(None));
+        let head: writer::SharedHead =
+            Arc::new(Mutex::new(Head { seq: chain.report.last_seq, hash: chain.report.last_hash.clone(), mac: None }));
         let mut writer = Writer {
             file,
             segments: Segments {
@@ -367,6 +377,8 @@ impl Journal {
             len: chain.active_len,
             failed: None,
             shared: failure.clone(),
+            mac_key: options.mac_key.clone(),
+            head: head.clone(),
         };
         writer.publish_segments();
 
@@ -409,6 +421,7 @@ impl Journal {
             _lock: lock,
             max_record_bytes: options.max_record_bytes,
             failure,
+            head,
             tx: Some(tx),
             thread: Some(thread),
         };
@@ -427,6 +440,11 @@ impl Journal {
         let tx = self.inner.tx.as_ref().ok_or(JournalError::Closed)?;
         tx.send(Command::Retain(rule, reply)).map_err(|_| JournalError::Closed)?;
         rx.await.map_err(|_| JournalError::Closed)?
+    }
+
+    /// The last committed record (seq, hash and seal), for an anchor kept outside the journal.
+    pub fn head(&self) -> Head {
+        self.inner.head.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The journal file's path.

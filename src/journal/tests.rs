@@ -398,6 +398,8 @@ fn writer_over(file: File, path: &Path) -> Writer {
         prev: GENESIS_PREV.to_owned(),
         clock: test_options().clock,
         max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+        mac_key: None,
+        head: std::sync::Arc::default(),
         len: 0,
         failed: None,
         shared: Arc::new(Mutex::new(None)),

@@ -104,7 +104,26 @@ pub(crate) struct Writer {
     pub(crate) failed: Option<Failure>,
     /// A copy of `failed` for readers outside the thread.
     pub(crate) shared: SharedFailure,
+    /// Seals every record with [`super::format::record_mac`] when set (the audit key).
+    pub(crate) mac_key: Option<Arc<[u8]>>,
+    /// The last committed record, for readers outside the thread (the audit anchor).
+    pub(crate) head: SharedHead,
 }
+
+/// The last committed record of a journal: what an anchor outside the journal records.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Head {
+    /// Its seq (0 for an empty journal).
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+    /// Its keyed seal, when the journal is keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+/// The head shared with readers outside the writer thread.
+pub(crate) type SharedHead = Arc<Mutex<Head>>;
 
 /// The journal's name in metrics: its file stem (`audit`, `alerts`).
 pub(crate) fn metric_name(path: &std::path::Path) -> String {
@@ -174,9 +193,10 @@ impl Writer {
         let mut results = Vec::with_capacity(entries.len());
         let mut seq = self.next_seq;
         let mut prev = self.prev.clone();
+        let mut last_mac = None;
         for entry in entries {
             let time = (self.clock)();
-            let enc = encode(seq, &time, &entry.kind, &prev, &entry.data_json);
+            let enc = encode(seq, &time, &entry.kind, &prev, &entry.data_json, self.mac_key.as_deref());
             if entry.limited && enc.line.len() > self.max_record_bytes {
                 results.push(Err(JournalError::RecordTooLarge { size: enc.line.len(), limit: self.max_record_bytes }));
                 continue;
@@ -192,6 +212,7 @@ impl Writer {
             buf.extend_from_slice(&enc.line);
             results.push(Ok(Committed { seq, time, hash: enc.hash.clone(), location }));
             prev = enc.hash;
+            last_mac = enc.mac;
             seq += 1;
         }
         if buf.is_empty() {
@@ -203,6 +224,8 @@ impl Writer {
         match written {
             Ok(()) => {
                 self.next_seq = seq;
+                *self.head.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Head { seq: seq - 1, hash: prev.clone(), mac: last_mac };
                 self.prev = prev;
                 self.len += buf.len() as u64;
                 results
