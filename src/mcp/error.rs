@@ -90,8 +90,13 @@ pub enum McpError {
     #[error("workingDir {0}")]
     WorkingDirNotAllowed(String),
     /// The egress policy refuses the server's URL.
-    #[error("spec.transport.http.url: {0}")]
-    Egress(#[from] crate::egress::EgressError),
+    #[error("{field}: {source}")]
+    Egress {
+        /// The field holding the URL.
+        field: &'static str,
+        /// Why the policy refuses it.
+        source: crate::egress::EgressError,
+    },
     /// An env entry that changes what the child loads.
     #[error("env entry {0} changes what the child process loads and is not allowed; remove it")]
     LoaderEnv(String),
@@ -244,7 +249,7 @@ impl McpError {
             McpError::LoaderEnv(_) | McpError::EnvNotAllowed { .. } => reasons::ENV_NOT_ALLOWED,
             McpError::Secret { source, .. } => source.reason(),
             McpError::ToolNamespaceTaken { .. } => reasons::TOOL_NAMESPACE_TAKEN,
-            McpError::Egress(error) => error.reason(),
+            McpError::Egress { source, .. } => source.reason(),
             _ => reasons::NOT_CONNECTED,
         }
     }

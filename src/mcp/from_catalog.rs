@@ -144,11 +144,12 @@ fn config(
         (None, Some(http)) => {
             // Headers from secrets are credentials: never over plain http to another host.
             let policy = crate::egress::Egress::current();
-            if http.headers.iter().any(|h| h.value_from.is_some()) {
-                policy.check_credential_url(&http.url)?;
+            let checked = if http.headers.iter().any(|h| h.value_from.is_some()) {
+                policy.check_credential_url(&http.url)
             } else {
-                policy.check_url(&http.url)?;
-            }
+                policy.check_url(&http.url)
+            };
+            checked.map_err(|source| McpError::Egress { field: "spec.transport.http.url", source })?;
             Transport::Http { url: http.url.clone(), headers: resolve(&http.headers, "header")? }
         }
         (None, None) => return Err(McpError::NoTransport),
@@ -183,6 +184,18 @@ fn command(stdio: &StdioTransport, policy: &ResourcePolicy) -> Result<String, Mc
     };
     if let Some(listen) = args.iter().find(|a| a.starts_with("--listen") || a.starts_with("--allowed-host")) {
         return Err(McpError::SelfArgsNotAllowed(format!("mcp {server} with {listen}")));
+    }
+    // The bundled server connects where its --base-url says: the egress policy judges that
+    // URL here (the child resolves names itself).
+    let base_url = args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--base-url") {
+        Some("") => args.get(i + 1).copied(),
+        Some(rest) => rest.strip_prefix('='),
+        None => None,
+    });
+    if let Some(url) = base_url {
+        crate::egress::Egress::current()
+            .check_url(url)
+            .map_err(|source| McpError::Egress { field: "spec.transport.stdio.args --base-url", source })?;
     }
     std::env::current_exe().map(|p| p.display().to_string()).map_err(McpError::SelfCommand)
 }
@@ -298,6 +311,13 @@ mod tests {
         assert_eq!(refused(stdio(listen), None).0, reasons::COMMAND_NOT_ALLOWED);
         let bundled = json!({"command": "akritas", "args": ["mcp", "victoriametrics", "--base-url", "http://vm"]});
         assert!(config(&key(), &adapter(stdio(bundled)), None, &token("t"), &policy).is_ok());
+        for metadata in [
+            json!(["mcp", "victoriametrics", "--base-url", "http://169.254.169.254/"]),
+            json!(["mcp", "victoriametrics", "--base-url=http://[fd00:ec2::254]/"]),
+        ] {
+            let (reason, message) = refused(stdio(json!({"command": "akritas", "args": metadata})), None);
+            assert_eq!(reason, reasons::EGRESS_NOT_ALLOWED, "{message}");
+        }
         // Working directories: standalone and under a resource directory only.
         let outside = json!({"command": "/usr/bin/mcp-vm", "workingDir": "/etc"});
         assert_eq!(refused(stdio(outside), Some(&base)).0, reasons::WORKING_DIR_NOT_ALLOWED);
@@ -370,7 +390,7 @@ mod tests {
     #[test]
     fn unresolvable_entries_are_named_without_values() {
         let spec = json!({
-            "transport": {"http": {"url": "http://vm/mcp", "headers": [{"name": "Authorization", "valueFrom": {"env": "OTHER"}}]}},
+            "transport": {"http": {"url": "https://vm/mcp", "headers": [{"name": "Authorization", "valueFrom": {"env": "OTHER"}}]}},
             "allow": ["read"],
         });
         let policy = ResourcePolicy::default();
