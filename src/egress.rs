@@ -84,29 +84,14 @@ impl Egress {
     /// From `egress_allow` entries (checked by the settings: a CIDR, an address or a host
     /// name); `local_allowed` lets loopback and this machine's addresses through.
     pub fn new(entries: &[String], local_allowed: bool) -> Self {
-        let mut policy = Egress { local_allowed, ..Egress::default() };
-        for entry in entries {
-            match parse_network(entry) {
-                Some(network) => policy.networks.push(network),
-                None => {
-                    policy.hosts.insert(entry.trim_end_matches('.').to_ascii_lowercase());
-                }
-            }
-        }
-        policy
+        let (networks, hosts) = split_entries(entries);
+        Egress { networks, hosts, local_allowed, ..Egress::default() }
     }
 
     /// Also lets credentials travel over plain http to these networks or host names
     /// (the `cleartext_credential_hosts` setting); loopback always may.
     pub fn with_cleartext(mut self, entries: &[String]) -> Self {
-        for entry in entries {
-            match parse_network(entry) {
-                Some(network) => self.cleartext_networks.push(network),
-                None => {
-                    self.cleartext_hosts.insert(entry.trim_end_matches('.').to_ascii_lowercase());
-                }
-            }
-        }
+        (self.cleartext_networks, self.cleartext_hosts) = split_entries(entries);
         self
     }
 
@@ -276,6 +261,21 @@ fn refused_range(address: IpAddr, local_allowed: bool) -> Option<&'static str> {
 /// Whether `address` is one of this host's: only a local address can be bound.
 fn is_own(address: IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(address, 0)).is_ok()
+}
+
+/// Entries of a setting as networks and (lowercase, without a final dot) host names.
+fn split_entries(entries: &[String]) -> (Vec<(IpAddr, u8)>, BTreeSet<String>) {
+    let mut networks = Vec::new();
+    let mut hosts = BTreeSet::new();
+    for entry in entries {
+        match parse_network(entry) {
+            Some(network) => networks.push(network),
+            None => {
+                hosts.insert(entry.trim_end_matches('.').to_ascii_lowercase());
+            }
+        }
+    }
+    (networks, hosts)
 }
 
 /// `a.b.c.d/n`, `a.b.c.d`, `x::y/n` or `x::y`; `None` for anything else (a host name).

@@ -98,6 +98,12 @@ fn rewrite_and_rechain(path: &Path, from: &str, to: &str, keep_seals: bool) {
     std::fs::write(path, out).unwrap();
 }
 
+/// `akritas audit verify PATH --key-env AKRITAS_AUDIT_KEY --anchor ANCHOR`.
+fn verify_keyed(path: &Path, anchor: &Path) -> (bool, String) {
+    let (path, anchor) = (path.to_str().unwrap(), anchor.to_str().unwrap());
+    cli(&["audit", "verify", path, "--key-env", "AKRITAS_AUDIT_KEY", "--anchor", anchor])
+}
+
 fn cli(args: &[&str]) -> (bool, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
         .args(args)
@@ -113,15 +119,7 @@ async fn a_rewritten_and_rechained_journal_fails_with_the_key() {
     for keep_seals in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let (path, anchor) = journal(dir.path(), 0, 4).await;
-        let (ok, text) = cli(&[
-            "audit",
-            "verify",
-            path.to_str().unwrap(),
-            "--key-env",
-            "AKRITAS_AUDIT_KEY",
-            "--anchor",
-            anchor.to_str().unwrap(),
-        ]);
+        let (ok, text) = verify_keyed(&path, &anchor);
         assert!(ok, "the untouched journal verifies: {text}");
         assert!(text.contains("sealed record(s)"), "{text}");
 
@@ -134,15 +132,7 @@ async fn a_rewritten_and_rechained_journal_fails_with_the_key() {
             true => assert!(matches!(error, SealError::BadSeal { .. }), "{error}"),
             false => assert!(matches!(error, SealError::NoSeals), "stripping every seal is seen: {error}"),
         }
-        let (ok, text) = cli(&[
-            "audit",
-            "verify",
-            path.to_str().unwrap(),
-            "--key-env",
-            "AKRITAS_AUDIT_KEY",
-            "--anchor",
-            anchor.to_str().unwrap(),
-        ]);
+        let (ok, text) = verify_keyed(&path, &anchor);
         assert!(!ok, "the keyed check fails: {text}");
         assert!(text.contains("rewritten") || text.contains("stripped"), "{text}");
     }
@@ -160,15 +150,7 @@ async fn a_journal_cut_behind_its_anchor_fails_and_is_refused_at_start() {
     assert!(cli(&["audit", "verify", path.to_str().unwrap()]).0, "a clean cut passes the unkeyed check");
     let error = verify_seals(&path, KEY.as_bytes(), Some(&head)).unwrap_err();
     assert!(matches!(error, SealError::BehindAnchor { .. }), "{error}");
-    let (ok, text) = cli(&[
-        "audit",
-        "verify",
-        path.to_str().unwrap(),
-        "--key-env",
-        "AKRITAS_AUDIT_KEY",
-        "--anchor",
-        anchor.to_str().unwrap(),
-    ]);
+    let (ok, text) = verify_keyed(&path, &anchor);
     assert!(!ok && text.contains("removed from its end"), "{text}");
     // The service refuses to append to it.
     let audit = AuditLog::open_with(&path, storage(Some(KEY))).unwrap();
@@ -218,15 +200,7 @@ async fn the_service_seals_and_anchors_its_journal_and_refuses_a_weak_setup() {
     assert!(written.is_some(), "no anchor was written:\n{}", server.log_text());
     drop(server);
     let journal = data.join("audit/akritas.jsonl");
-    let (ok, text) = cli(&[
-        "audit",
-        "verify",
-        journal.to_str().unwrap(),
-        "--key-env",
-        "AKRITAS_AUDIT_KEY",
-        "--anchor",
-        anchor.to_str().unwrap(),
-    ]);
+    let (ok, text) = verify_keyed(&journal, &anchor);
     assert!(ok, "{text}");
     for (key, anchor, expected) in
         [("short-key", anchor.clone(), "shorter than 32 bytes"), (KEY, data.join("anchor.json"), "lies inside")]
