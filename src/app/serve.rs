@@ -85,6 +85,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         super::anchor::check_at_start(&audit, &path)?;
         tasks.spawn(super::anchor::keep(audit.clone(), path, cancel.clone()));
     }
+    tasks.spawn(flush_reads(audit.clone(), cancel.clone()));
     let knowledge = assemble::knowledge_bases(&settings);
     let audit_log = audit.clone();
     let change_llm = llm.clone();
@@ -272,5 +273,22 @@ fn alert_storage(settings: &Settings) -> crate::alerts::store::Storage {
             max_keys: u64::from(settings.dedup_max_keys),
         },
         resolved_kept: settings.resolved_incidents_kept as usize,
+    }
+}
+
+/// Writes each minute's summary of the MCP reads over a key's limit, and at shutdown the
+/// current minute's.
+async fn flush_reads(audit: Arc<crate::audit::AuditLog>, cancel: CancellationToken) {
+    loop {
+        let all = tokio::select! {
+            () = cancel.cancelled() => true,
+            () = tokio::time::sleep(std::time::Duration::from_secs(60)) => false,
+        };
+        if let Err(error) = audit.flush_reads(all).await {
+            tracing::error!(%error, "could not write the summary of reads over the limit");
+        }
+        if all {
+            return;
+        }
     }
 }

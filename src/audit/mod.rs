@@ -258,6 +258,8 @@ struct Shared {
     active: Mutex<HashSet<RunId>>,
     /// Wakes the appends held back while a snapshot waits for those in flight.
     drained: tokio::sync::Notify,
+    /// Each key's reads of the current minute (`reads`).
+    reads: reads::ReadBudget,
 }
 
 /// The right to execute on a Run: held by the Run while it executes and by a
@@ -307,6 +309,7 @@ impl AuditLog {
             writers: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
             drained: tokio::sync::Notify::new(),
+            reads: reads::ReadBudget::default(),
         };
         Ok(AuditLog { shared: Arc::new(shared) })
     }

@@ -3,11 +3,96 @@
 //! every call is audited. A read belongs to no Run, is not kept in memory, and leaves
 //! with its segment when retention removes it. Journals without reads replay as before;
 //! a version older than this one refuses a journal holding reads (unknown record kind).
+//!
+//! A key that reads without pause would fill the journal: each key writes at most
+//! [`READS_PER_MINUTE`] read records a minute; the reads past that are counted by tool and
+//! written as one `(over the limit)` record when the minute is over
+//! ([`AuditLog::flush_reads`] runs every minute), so every read is still accounted for.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{AuditError, AuditLog, bound};
+
+/// Read records one API key writes per minute; the rest are counted, then written as one.
+pub const READS_PER_MINUTE: u32 = 60;
+const WINDOW: Duration = Duration::from_secs(60);
+/// The tool name of a record that counts the reads over the limit.
+pub const OVER_THE_LIMIT: &str = "(over the limit)";
+
+/// Each key's reads of the current minute.
+#[derive(Default)]
+pub(super) struct ReadBudget(Mutex<HashMap<String, Window>>);
+
+struct Window {
+    started: Instant,
+    written: u32,
+    /// Reads not written one by one: by tool, with the namespace and source of the first.
+    over: BTreeMap<String, u32>,
+    namespace: String,
+    source: String,
+}
+
+impl ReadBudget {
+    /// Whether this read is written; otherwise it is counted. Also returns the count
+    /// record of the key's previous minute when that minute is over.
+    fn admit(&self, read: &ReadRecord, now: Instant) -> (bool, Option<ReadRecord>) {
+        let mut windows = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let window = windows.entry(read.actor.clone()).or_insert_with(|| Window::new(read, now));
+        let finished = if now.duration_since(window.started) >= WINDOW {
+            let done = std::mem::replace(window, Window::new(read, now));
+            done.summary(&read.actor)
+        } else {
+            None
+        };
+        if window.written < READS_PER_MINUTE {
+            window.written += 1;
+            return (true, finished);
+        }
+        *window.over.entry(read.tool.clone()).or_default() += 1;
+        (false, finished)
+    }
+
+    /// The count records of every minute that is over (of every minute with `all`).
+    fn finished(&self, now: Instant, all: bool) -> Vec<ReadRecord> {
+        let mut windows = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let done: Vec<String> = windows
+            .iter()
+            .filter(|(_, window)| all || now.duration_since(window.started) >= WINDOW)
+            .map(|(actor, _)| actor.clone())
+            .collect();
+        done.into_iter().filter_map(|actor| windows.remove(&actor).and_then(|window| window.summary(&actor))).collect()
+    }
+}
+
+impl Window {
+    fn new(read: &ReadRecord, now: Instant) -> Self {
+        Window {
+            started: now,
+            written: 0,
+            over: BTreeMap::new(),
+            namespace: read.namespace.clone(),
+            source: read.source.clone(),
+        }
+    }
+
+    /// One record counting the reads over the limit, if there were any.
+    fn summary(self, actor: &str) -> Option<ReadRecord> {
+        let total: u32 = self.over.values().sum();
+        (total > 0).then(|| ReadRecord {
+            namespace: self.namespace,
+            source: self.source,
+            actor: actor.to_string(),
+            tool: OVER_THE_LIMIT.to_string(),
+            target: self.over.iter().map(|(tool, n)| format!("{tool}={n}")).collect::<Vec<_>>().join(" "),
+            returned: total,
+        })
+    }
+}
 
 /// Journal kind of a read.
 pub(super) const READ: &str = "read";
@@ -32,7 +117,8 @@ pub struct ReadRecord {
 }
 
 impl AuditLog {
-    /// Appends a read (strings bounded like Run fields).
+    /// Records a read (strings bounded like Run fields): written at once while its key is
+    /// under [`READS_PER_MINUTE`] this minute, otherwise counted for the minute's summary.
     pub async fn record_read(&self, read: ReadRecord) -> Result<(), AuditError> {
         let read = ReadRecord {
             namespace: bound(&read.namespace),
@@ -42,6 +128,26 @@ impl AuditLog {
             target: bound(&read.target),
             returned: read.returned,
         };
+        let (write, finished) = self.shared.reads.admit(&read, Instant::now());
+        if let Some(summary) = finished {
+            self.append_read(summary).await?;
+        }
+        if write {
+            self.append_read(read).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the summaries of the minutes that are over (of every minute with `all`, at
+    /// shutdown); the service calls it every minute.
+    pub async fn flush_reads(&self, all: bool) -> Result<(), AuditError> {
+        for summary in self.shared.reads.finished(Instant::now(), all) {
+            self.append_read(summary).await?;
+        }
+        Ok(())
+    }
+
+    async fn append_read(&self, read: ReadRecord) -> Result<(), AuditError> {
         let data = json!({ "read": read });
         let shared = self.shared.clone();
         // As for a start: the task keeps the journal and the state together if the caller goes away.
@@ -98,5 +204,38 @@ mod tests {
         assert_eq!(reads.len(), 2, "{text}");
         assert!(reads[0].contains(&"x".repeat(crate::audit::MAX_TEXT_CHARS)));
         assert!(!reads[0].contains(&"x".repeat(crate::audit::MAX_TEXT_CHARS + 1)));
+    }
+
+    /// A key reading in a loop writes [`READS_PER_MINUTE`] records a minute and one summary
+    /// counting the rest by tool; another key is not affected.
+    #[tokio::test]
+    async fn a_key_reading_in_a_loop_writes_a_bounded_number_of_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit");
+        let audit = AuditLog::open(&path).unwrap();
+        let extra = 250;
+        for n in 0..READS_PER_MINUTE + extra {
+            let mut r = read(&format!("run-{n}"));
+            if n % 2 == 0 {
+                r.tool = "list_incidents".into();
+            }
+            audit.record_read(r).await.unwrap();
+        }
+        audit.record_read(ReadRecord { actor: "other".into(), ..read("x") }).await.unwrap();
+        audit.flush_reads(false).await.unwrap();
+        let written = |text: &str| text.lines().filter(|l| l.contains("\"kind\":\"read\"")).count();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(written(&text), READS_PER_MINUTE as usize + 1, "the minute is not over yet");
+        audit.flush_reads(true).await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(written(&text), READS_PER_MINUTE as usize + 2);
+        let summary: serde_json::Value =
+            serde_json::from_str(text.lines().find(|l| l.contains(OVER_THE_LIMIT)).unwrap()).unwrap();
+        let summary = &summary["data"]["read"];
+        assert_eq!(summary["returned"], extra, "{summary}");
+        assert_eq!(summary["target"], format!("get_run={} list_incidents={}", extra / 2, extra / 2), "{summary}");
+        assert_eq!(summary["actor"], "agent");
+        drop(audit);
+        AuditLog::open(&path).unwrap();
     }
 }
