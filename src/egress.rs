@@ -21,6 +21,10 @@ const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x
 
 static POLICY: RwLock<Option<Arc<Egress>>> = RwLock::new(None);
 
+/// The variable that hands the policy to a bundled MCP server the host starts (`akritas
+/// mcp victoriametrics`), so the child judges the addresses it connects to as well.
+pub const CHILD_ENV: &str = "AKRITAS_CHILD_EGRESS";
+
 /// Why a destination is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EgressError {
@@ -73,6 +77,7 @@ impl EgressError {
 /// reachable (standalone mode).
 #[derive(Clone, Debug, Default)]
 pub struct Egress {
+    entries: Vec<String>,
     networks: Vec<(IpAddr, u8)>,
     hosts: BTreeSet<String>,
     local_allowed: bool,
@@ -85,7 +90,25 @@ impl Egress {
     /// name); `local_allowed` lets loopback and this machine's addresses through.
     pub fn new(entries: &[String], local_allowed: bool) -> Self {
         let (networks, hosts) = split_entries(entries);
-        Egress { networks, hosts, local_allowed, ..Egress::default() }
+        Egress { entries: entries.to_vec(), networks, hosts, local_allowed, ..Egress::default() }
+    }
+
+    /// The [`CHILD_ENV`] entry that gives a child this policy (its egress part).
+    pub fn child_env(&self) -> (String, String) {
+        let value = serde_json::json!({"local": self.local_allowed, "allow": self.entries});
+        (CHILD_ENV.to_string(), value.to_string())
+    }
+
+    /// The policy a parent handed over in [`CHILD_ENV`], if any.
+    pub fn from_child_env(value: &str) -> Option<Egress> {
+        let value: serde_json::Value = serde_json::from_str(value).ok()?;
+        let entries: Vec<String> = serde_json::from_value(value.get("allow")?.clone()).ok()?;
+        Some(Egress::new(&entries, value.get("local")?.as_bool()?))
+    }
+
+    /// Whether a policy was installed in this process.
+    pub fn installed() -> bool {
+        POLICY.read().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// Also lets credentials travel over plain http to these networks or host names
@@ -369,6 +392,17 @@ mod tests {
         assert!(policy.check_url("ftp://x/").is_err());
         assert_eq!(parse_network("10.0.0.0/33"), None);
         assert_eq!(parse_network("git.internal"), None);
+    }
+
+    #[test]
+    fn a_child_receives_the_same_policy() {
+        let policy = Egress::new(&["169.254.10.0/24".into(), "vm.internal".into()], false);
+        let (name, value) = policy.child_env();
+        assert_eq!(name, CHILD_ENV);
+        let child = Egress::from_child_env(&value).unwrap();
+        assert!(child.check_url("http://169.254.10.1/").is_ok() && child.check_url("http://127.0.0.1/").is_err());
+        assert!(child.filter("vm.internal", vec![SocketAddr::from(([169, 254, 169, 254], 80))]).is_ok());
+        assert!(Egress::from_child_env("not json").is_none());
     }
 
     #[test]

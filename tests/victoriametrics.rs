@@ -298,6 +298,25 @@ async fn streamable_http_server_against_real_victoriametrics() {
     let _ = child.kill().await;
 }
 
+/// Started by the host for an McpAdapter, the server gets the host's egress policy: a base
+/// URL whose name resolves to a refused address (here `localhost`, in operator mode) is
+/// refused when the connection is made, not only when the resource is read.
+#[tokio::test]
+async fn the_hosts_egress_policy_applies_when_the_child_connects() {
+    let (vm, _) = start_vm_with_data().await;
+    let port = vm.url().rsplit(':').next().unwrap().trim_end_matches('/').to_string();
+    let base = format!("http://localhost:{port}");
+    let operator = akritas::egress::Egress::new(&[], false).child_env();
+    let client = spawn_stdio(&["--base-url", &base], &[(operator.0.as_str(), operator.1.as_str())]).await;
+    let e = call_err(&client, "query", json!({"query": "up"})).await;
+    assert!(e.contains("loopback") && e.contains("egress_allow"), "{e}");
+    client.cancel().await.expect("close client");
+    let allowed = akritas::egress::Egress::new(&["127.0.0.0/8".into(), "::1".into()], false).child_env();
+    let client = spawn_stdio(&["--base-url", &base], &[(allowed.0.as_str(), allowed.1.as_str())]).await;
+    call_ok(&client, "query", json!({"query": "up"})).await;
+    client.cancel().await.expect("close client");
+}
+
 #[tokio::test]
 async fn unreachable_victoriametrics_is_a_fast_clear_tool_error() {
     let port = akritas_testkit::free_port(); // nothing listens here

@@ -139,7 +139,12 @@ fn config(
             {
                 return Err(McpError::EnvNotAllowed { name: entry.name.clone(), namespace: key.namespace.clone() });
             }
-            Transport::Stdio { command, args: stdio.args.clone(), env: resolve(&stdio.env, "env")?, working_dir }
+            let mut env = resolve(&stdio.env, "env")?;
+            if stdio.command == SELF_COMMAND {
+                // The bundled server judges the addresses it connects to by the same policy.
+                env.push(crate::egress::Egress::current().child_env());
+            }
+            Transport::Stdio { command, args: stdio.args.clone(), env, working_dir }
         }
         (None, Some(http)) => {
             // Headers from secrets are credentials: never over plain http to another host.

@@ -232,6 +232,12 @@ fn init_logging(debug: bool) {
 pub async fn run(args: VictoriaMetricsArgs) -> Result<(), ServeError> {
     init_logging(args.debug);
     crate::install_crypto_provider();
+    // Started by the host for an McpAdapter: its egress policy applies here too.
+    if let Some(policy) =
+        std::env::var(crate::egress::CHILD_ENV).ok().and_then(|v| crate::egress::Egress::from_child_env(&v))
+    {
+        crate::egress::Egress::install(policy);
+    }
     let config = args.client_config()?;
     let client = Arc::new(VmClient::new(config)?);
     tracing::debug!(target: "akritas::victoriametrics", host = client.host(), "VictoriaMetrics MCP server starting");

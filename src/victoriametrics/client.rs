@@ -224,11 +224,15 @@ impl VmClient {
             }
         }
 
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .default_headers(headers)
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.timeout.min(CONNECT_TIMEOUT))
-            .timeout(config.timeout)
+            .timeout(config.timeout);
+        if crate::egress::Egress::installed() {
+            builder = builder.dns_resolver(crate::egress::Resolver::default());
+        }
+        let http = builder
             .build()
             .map_err(|e| VmError::Config(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
         Ok(Self { http, config, host })
