@@ -159,7 +159,29 @@ fn cargo_check(project: &Path) -> std::process::Output {
             command.env_remove(name);
         }
     }
-    command.current_dir(project).output().unwrap()
+    let output = command.current_dir(project).output().unwrap();
+    forget_copy_fingerprints(target, project);
+    output
+}
+
+/// The copy's package has the same unit hashes as the tree's, so its check leaves the
+/// tree's `cargo check`/`clippy` fingerprints pointing at the copy's files: a later local
+/// check of the tree would say Fresh however its sources changed. Removes those
+/// fingerprints, so the next check of the tree checks it again (dependencies stay).
+fn forget_copy_fingerprints(target: &Path, project: &Path) {
+    // cargo records a file under the target directory relative to it.
+    let copy = project.strip_prefix(target).unwrap_or(project).display().to_string();
+    let fingerprints = target.join("debug/.fingerprint");
+    for entry in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+        let dir = entry.path();
+        let names_the_copy = std::fs::read_dir(&dir).into_iter().flatten().flatten().any(|file| {
+            file.file_name().to_string_lossy().starts_with("dep-")
+                && std::fs::read(file.path()).is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains(&copy))
+        });
+        if names_the_copy {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }
 
 fn stderr(output: &std::process::Output) -> String {
