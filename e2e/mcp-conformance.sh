@@ -91,9 +91,11 @@ stop_server
 
 # --- serve side: `akritas serve`'s /mcp ---------------------------------------------------
 # Port 9 refuses connections: no model server. The log line "Akritas listening address=…"
-# names the port the kernel picked.
+# names the port the kernel picked. The suite opens a session per scenario as one caller and
+# never closes them, so the per-key share is raised to the host-wide cap for it.
 AKRITAS_API_KEY= "$AKRITAS_BIN" serve --resources config/samples --address 127.0.0.1:0 \
-  --data-dir "$OUT/serve-data" --base-url http://127.0.0.1:9/v1 >"$OUT/serve.log" 2>&1 &
+  --data-dir "$OUT/serve-data" --base-url http://127.0.0.1:9/v1 --mcp-max-sessions-per-key 64 \
+  >"$OUT/serve.log" 2>&1 &
 server_pid=$!
 url=$(wait_for_url "$OUT/serve.log" 's|.*Akritas listening address=\([0-9.:]*\).*|http://\1/mcp|p')
 echo "mcp-conformance: server scenarios against akritas serve at $url"
