@@ -46,7 +46,7 @@ async fn journal(dir: &Path, unkeyed: usize, keyed: usize) -> (PathBuf, PathBuf)
     std::fs::create_dir_all(anchor.parent().unwrap()).unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel.cancel();
-    akritas::app::anchor::keep(audit.clone(), anchor.clone(), cancel).await;
+    akritas::app::anchor::keep(audit.clone(), akritas::app::anchor::Target::File(anchor.clone()), cancel).await;
     (path, anchor)
 }
 
@@ -154,7 +154,8 @@ async fn a_journal_cut_behind_its_anchor_fails_and_is_refused_at_start() {
     assert!(!ok && text.contains("removed from its end"), "{text}");
     // The service refuses to append to it.
     let audit = AuditLog::open_with(&path, storage(Some(KEY))).unwrap();
-    let refused = akritas::app::anchor::check_at_start(&audit, &anchor).unwrap_err();
+    let target = akritas::app::anchor::Target::File(anchor.clone());
+    let refused = akritas::app::anchor::check_at_start(&audit, &target).await.unwrap_err();
     assert!(format!("{refused:#}").contains("move the anchor file away"), "{refused:#}");
 }
 

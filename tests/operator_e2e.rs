@@ -89,6 +89,9 @@ fn operator(api: &KubeApi, llm: &ScriptedLlm, webhook_url: &str, data: &std::pat
         // The test's webhook receiver listens on loopback, which operator mode refuses
         // unless the operator allows it.
         .env("AKRITAS_EGRESS_ALLOW", "127.0.0.1")
+        // A keyed audit journal, anchored in a ConfigMap of the pod's namespace.
+        .env("AKRITAS_AUDIT_KEY_ENV", "AKRITAS_AUDIT_KEY")
+        .env("AKRITAS_AUDIT_KEY", "operator-e2e-audit-key-0123456789abcdef")
         .env("KUBECONFIG", api.operator_kubeconfig())
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
         .env("AKRITAS_NAMESPACES", WATCHED.join(","))
@@ -345,6 +348,18 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         "nothing runs for a refused validator, not even its --version"
     );
 
+    // The audit anchor lives in a ConfigMap of the pod's namespace (the chart's RBAC allows
+    // exactly that one), with the sealed head of the journal.
+    let (anchor, _) = eventually(Duration::from_secs(15), "the audit anchor ConfigMap", || {
+        let (code, out, _) =
+            api.kubectl(&["get", "configmap", "akritas-audit-anchor", "-n", OPERATOR_NAMESPACE, "-o", "json"]);
+        let cm: Value = (code == 0).then(|| serde_json::from_str(&out).ok()).flatten()?;
+        let text = cm["data"]["anchor.json"].as_str()?.to_string();
+        serde_json::from_str::<Value>(&text).ok()
+    })
+    .await;
+    assert!(anchor["head"]["hash"].as_str().is_some_and(|h| h.len() == 64), "{anchor}");
+
     // Invalid objects: refused by the API server (CEL) or reported on the object.
     let (code, _, err) = api.kubectl_as(
         &api.admin_kubeconfig,
@@ -551,7 +566,8 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         assert_ne!(name, "unreferenced", "a Secret no resource references was read: {secret_reads:?}");
     }
 
-    // ConfigMaps: only those labelled for Akritas are listed or watched.
+    // ConfigMaps: only those labelled for Akritas are listed or watched; besides them, only
+    // the audit anchor of the pod's namespace is read and written, by name.
     let config_map_reads: Vec<String> = api
         .audit_events()
         .iter()
@@ -559,8 +575,13 @@ async fn the_operator_reconciles_resources_secrets_alerts_and_runs_with_the_char
         .map(|e| format!("{} {}", e["verb"].as_str().unwrap_or_default(), e["requestURI"].as_str().unwrap_or_default()))
         .collect();
     assert!(!config_map_reads.is_empty(), "the sample Skill's ConfigMap is read");
+    let anchor_path = format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/configmaps/akritas-audit-anchor");
     for read in &config_map_reads {
-        assert!(read.contains("labelSelector=akritas.io%2Fcontent"), "an unlabelled ConfigMap read: {read}");
+        let own_anchor = read.split_whitespace().nth(1).is_some_and(|uri| uri.split('?').next() == Some(&anchor_path));
+        assert!(
+            read.contains("labelSelector=akritas.io%2Fcontent") || own_anchor,
+            "an unlabelled ConfigMap read: {read}"
+        );
     }
 
     // The tenant's `/bin/sh` adapter is refused by the service's stdio allowlist

@@ -80,10 +80,17 @@ pub async fn serve(settings: Settings) -> Result<()> {
             .await
             .context("opening the audit journal")??
     };
-    if let Some(path) = &settings.audit_anchor_file {
-        let path = PathBuf::from(path);
-        super::anchor::check_at_start(&audit, &path)?;
-        tasks.spawn(super::anchor::keep(audit.clone(), path, cancel.clone()));
+    // The anchor: the configured file, or in operator mode with a key, a ConfigMap.
+    let anchor = match (&settings.audit_anchor_file, &client) {
+        (Some(path), _) => Some(super::anchor::Target::File(PathBuf::from(path))),
+        (None, Some(client)) if settings.audit_key_env.is_some() => {
+            Some(super::anchor::Target::ConfigMap { client: client.clone(), namespace: pod_namespace(&settings) })
+        }
+        _ => None,
+    };
+    if let Some(target) = anchor {
+        super::anchor::check_at_start(&audit, &target).await?;
+        tasks.spawn(super::anchor::keep(audit.clone(), target, cancel.clone()));
     }
     tasks.spawn(flush_reads(audit.clone(), cancel.clone()));
     let knowledge = assemble::knowledge_bases(&settings);
