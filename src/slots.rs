@@ -91,49 +91,50 @@ impl FairSlots {
 
     /// Waits up to `wait` for a slot for `key` of `class`.
     pub async fn acquire(&self, key: &str, class: Class, wait: Duration) -> Result<Slot, Refused> {
-        let mut permits = Vec::with_capacity(3);
-        let steps: Vec<(Arc<Semaphore>, &'static str, usize, String)> = match class {
-            Class::Reserved => Vec::new(),
-            Class::Shared => vec![
-                (
-                    self.key_semaphore(key),
-                    self.limits.per_key.1,
-                    self.limits.per_key.0,
-                    format!("namespace {key} already holds {} {} slots", self.limits.per_key.0, self.limits.pool),
-                ),
-                (
-                    self.shared.clone(),
-                    self.limits.reserved.1,
-                    self.limits.total.0 - self.limits.reserved.0,
-                    format!(
-                        "all {} {} slots not reserved for alert investigations are busy",
-                        self.limits.total.0 - self.limits.reserved.0,
-                        self.limits.pool
-                    ),
-                ),
-            ],
+        /// Which limit a step takes a slot of; its message is built only on a refusal.
+        enum Step {
+            Key,
+            Unreserved,
+            Pool,
         }
-        .into_iter()
-        .chain(std::iter::once((
-            self.total.clone(),
-            self.limits.total.1,
-            self.limits.total.0,
-            format!("all {} {} slots are busy", self.limits.total.0, self.limits.pool),
-        )))
-        .collect();
+        let steps: &[Step] = match class {
+            Class::Reserved => &[Step::Pool],
+            Class::Shared => &[Step::Key, Step::Unreserved, Step::Pool],
+        };
+        let (pool, unreserved) = (self.limits.pool, self.limits.total.0 - self.limits.reserved.0);
         let deadline = tokio::time::Instant::now() + wait;
-        for (semaphore, setting, slots, message) in steps {
+        let mut permits = Vec::with_capacity(steps.len());
+        for step in steps {
+            let semaphore = match step {
+                Step::Key => self.key_semaphore(key),
+                Step::Unreserved => self.shared.clone(),
+                Step::Pool => self.total.clone(),
+            };
             let permit = match semaphore.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
                 Err(_) => tokio::time::timeout_at(deadline, semaphore.acquire_owned()).await.ok().and_then(Result::ok),
             };
-            match permit {
-                Some(permit) => permits.push(permit),
-                None => {
-                    count_refusal(self.limits.pool, setting, key);
-                    return Err(Refused { setting, slots, waited: wait, message: format!("{message} ({setting})") });
-                }
+            if let Some(permit) = permit {
+                permits.push(permit);
+                continue;
             }
+            let (setting, slots, message) = match step {
+                Step::Key => {
+                    let (slots, setting) = self.limits.per_key;
+                    (setting, slots, format!("namespace {key} already holds {slots} {pool} slots"))
+                }
+                Step::Unreserved => (
+                    self.limits.reserved.1,
+                    unreserved,
+                    format!("all {unreserved} {pool} slots not reserved for alert investigations are busy"),
+                ),
+                Step::Pool => {
+                    let (slots, setting) = self.limits.total;
+                    (setting, slots, format!("all {slots} {pool} slots are busy"))
+                }
+            };
+            count_refusal(pool, setting, key);
+            return Err(Refused { setting, slots, waited: wait, message: format!("{message} ({setting})") });
         }
         Ok(Slot { _permits: permits })
     }
@@ -145,8 +146,8 @@ impl FairSlots {
             return semaphore.clone();
         }
         if keys.len() >= IDLE_KEYS_KEPT {
-            let cap = self.limits.per_key.0;
-            keys.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < cap);
+            // Held or awaited semaphores have other owners (a permit, a waiter's clone).
+            keys.retain(|_, s| Arc::strong_count(s) > 1);
         }
         let semaphore = Arc::new(Semaphore::new(self.limits.per_key.0));
         keys.insert(key.to_string(), semaphore.clone());
