@@ -1,8 +1,10 @@
-//! Admission control of alert deliveries: a source may start at most
-//! `alert_source_rate` investigations per minute and the host keeps at most
-//! `alert_pending_jobs` waiting; a delivery over either is refused whole with 503 and
-//! `Retry-After` before anything is stored, so its retry is decided afresh and then
-//! deduplicated like any delivery. Alerts of one correlation key share one job.
+//! Admission of alert investigations: a valid delivery is always stored and correlated,
+//! whatever its size and however many came before it; only its investigations are shed. A
+//! source starts at most `alert_source_rate` investigations per minute and the host keeps at
+//! most `alert_pending_jobs` waiting for a worker; the other new jobs are deferred (visible on
+//! their incidents) and promoted most severe first, then oldest; past `alert_deferred_jobs`
+//! per source the rest of a storm shares one storm job that counts its incidents. Alerts of
+//! one correlation key share one job.
 
 use akritas_testkit as support;
 
@@ -63,83 +65,114 @@ async fn serve(store: Arc<AlertStore>, manifests: &std::path::Path) -> (host::Ho
     (host::serve_with(engine, catalog, ApiKeys::default(), Some(store), secrets).await, llm)
 }
 
-fn pending(store: &AlertStore) -> u64 {
-    store.tallies().0["pending"]
+fn tally(store: &AlertStore, status: &str) -> u64 {
+    store.tallies().0[status]
 }
 
+/// The storm that got 503 before: 13 small deliveries, then one 300-alert group, with the
+/// default limits (60 investigations a minute, 1000 pending, 100 deferred per source).
 #[tokio::test]
-async fn ten_thousand_unique_keys_from_one_source_are_refused_once_the_pending_cap_is_reached() {
-    let dir = tempfile::tempdir().unwrap();
-    let limits = Limits { source_rate_per_minute: 100_000, max_pending_jobs: 1000 };
-    let store =
-        Arc::new(AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "default".into()).unwrap());
-    let (server, _llm) = serve(store.clone(), dir.path()).await;
-    let url = format!("{}/api/v1/alerts/ops/gen/webhook", server.url);
-    let (mut accepted, mut refused) = (0, 0);
-    for delivery in 0..100 {
-        let answer = post(&url, &unique_alerts(&format!("d{delivery}"), 100)).await;
-        match answer.status {
-            202 => accepted += 1,
-            503 => {
-                refused += 1;
-                assert!(answer.retry_after.is_some_and(|s| s >= 1), "503 says when to retry");
-                let message = answer.body["error"]["message"].as_str().unwrap_or_default().to_string();
-                assert!(message.contains("alert-pending-jobs"), "the message names the setting: {message}");
-            }
-            other => panic!("delivery {delivery}: {other} {}", answer.body),
-        }
-    }
-    println!("10,000 unique keys: {accepted} deliveries accepted, {refused} refused, {} jobs pending", pending(&store));
-    assert_eq!(accepted, 10, "the cap of 1000 pending jobs admits ten deliveries of 100");
-    assert_eq!(refused, 90);
-    assert_eq!(pending(&store), 1000, "pending jobs stay bounded by alert_pending_jobs");
-    assert_eq!(store.pending_jobs(), 1000);
-    let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
-    let line = "akritas_alert_rejections_total{source=\"ops/gen\",reason=\"pending_jobs\"} 90";
-    assert!(metrics.contains(line), "{line} missing in\n{metrics}");
-}
-
-#[tokio::test]
-async fn a_source_over_its_rate_gets_503_and_its_retry_is_then_accepted_once() {
+async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap());
     let (server, _llm) = serve(store.clone(), dir.path()).await;
     let url = format!("{}/api/v1/alerts/gen/webhook", server.url);
-    let mut refused = None;
-    let mut accepted = 0;
-    for n in 0..200 {
-        let body = unique_alerts(&format!("r{n}"), 1);
-        let answer = post(&url, &body).await;
-        match answer.status {
-            202 => accepted += 1,
-            503 => {
-                refused = Some((body, answer));
-                break;
-            }
-            other => panic!("delivery {n}: {other} {}", answer.body),
-        }
+    for n in 0..13 {
+        let answer = post(&url, &unique_alerts(&format!("small{n}"), 1)).await;
+        assert_eq!(answer.status, 202, "{}", answer.body);
     }
-    let (body, answer) = refused.expect("the default rate of 60 new investigations per minute is enforced");
-    println!("accepted {accepted} deliveries before the first 503: {}", answer.body);
-    assert!(accepted >= 60, "a full minute's worth is admitted at once");
-    let message = answer.body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("ops/gen") && message.contains("alert-source-rate"), "{message}");
-    let wait = answer.retry_after.expect("Retry-After");
-    let before = pending(&store);
+    let storm = post(&url, &unique_alerts("storm", 300)).await;
+    assert_eq!(storm.status, 202, "a storm is stored, never refused: {}", storm.body);
+    assert_eq!(storm.retry_after, None);
+    let events = storm.body["events"].as_array().unwrap();
+    assert_eq!(events.len(), 300);
+    assert!(events.iter().all(|e| e["status"] == "accepted"), "every alert stored");
+    let started = events.iter().filter(|e| e["job_id"].is_string() && e.get("deferred").is_none()).count();
+    let deferred = events.iter().filter(|e| e["deferred"] == true).count();
+    let stormed: Vec<&Value> = events.iter().filter(|e| e["storm"] == true).collect();
+    println!("300-alert storm after 13 alerts: {started} started, {deferred} deferred, {} in the storm job", stormed.len());
+    assert_eq!(started, 47, "the rest of the minute's 60 tokens");
+    assert_eq!(deferred, 101, "100 deferred, and the storm job itself");
+    assert_eq!(stormed.len(), 153);
+    let storm_job = stormed[0]["job_id"].as_str().expect("the first one over the bound opens the storm job");
+    assert!(stormed[1..].iter().all(|e| e["shared_job"] == storm_job), "the rest share it");
+    let (incidents, pending, waiting) = (store.tallies().1["firing"], tally(&store, "pending"), tally(&store, "deferred"));
+    assert_eq!((incidents, pending, waiting), (313, 60, 101));
 
-    // Nothing of the refused delivery was stored: its retry opens its incident once.
-    tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
-    let retried = post(&url, &body).await;
-    assert_eq!(retried.status, 202, "{}", retried.body);
-    assert_eq!(retried.body["events"][0]["status"], "accepted");
-    let again = post(&url, &body).await;
-    assert_eq!(again.status, 200, "a second retry is a duplicate: {}", again.body);
-    assert_eq!(again.body["events"][0]["event_id"], retried.body["events"][0]["event_id"]);
-    assert_eq!(pending(&store), before + 1);
+    // Visible on each incident: a deferred job, and the storm job with its count.
+    let client = reqwest::Client::new();
+    let incident = |e: &Value| format!("{}/api/v1/incidents/{}", server.url, e["incident_id"].as_str().unwrap());
+    let first_deferred = events.iter().find(|e| e["deferred"] == true).unwrap();
+    let detail: Value = client.get(incident(first_deferred)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(detail["jobs"][0]["status"], "deferred", "{detail}");
+    let last = stormed.last().unwrap();
+    let detail: Value = client.get(incident(last)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(detail["jobs"][0]["id"], storm_job, "{detail}");
+    assert_eq!((&detail["jobs"][0]["status"], &detail["jobs"][0]["storm_incidents"]), (&json!("deferred"), &json!(153)));
+    let (turns, _) = akritas::alerts::request::rebuilt_input(&store, storm_job).unwrap();
+    assert!(turns[0].content.contains("\"incidents\": 153"), "the storm investigation is told its size");
 
     let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
-    let line = "akritas_alert_rejections_total{source=\"ops/gen\",reason=\"rate\"} ";
-    assert!(metrics.lines().any(|l| l.starts_with(line)), "{line} missing in\n{metrics}");
+    for line in [
+        "akritas_alert_investigations_shed_total{source=\"ops/gen\",how=\"deferred\"} 101",
+        "akritas_alert_investigations_shed_total{source=\"ops/gen\",how=\"coalesced\"} 153",
+        "akritas_investigation_jobs{status=\"deferred\"} 101",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in\n{metrics}");
+    }
+
+    // The journal replays to the same decisions, storm count included (a copy: the server
+    // keeps the journal open).
+    let copy = tempfile::tempdir().unwrap();
+    support::copy_dir(dir.path(), copy.path());
+    let reopened = AlertStore::open(&copy.path().join("alerts.jsonl")).unwrap();
+    assert_eq!((tally(&reopened, "pending"), tally(&reopened, "deferred")), (60, 101));
+    assert_eq!(reopened.job(storm_job).unwrap().storm_incidents, Some(153));
+    // Tokens are not journaled: a restart starts with a full minute's 60, then the storm goes on.
+    let after = adapter("generic").unwrap().decode(unique_alerts("after", 61).as_bytes(), &generic()).unwrap();
+    let more = reopened.ingest("ops", "gen", after).await.unwrap();
+    assert_eq!(more.events.iter().filter(|e| e.job_id.is_some() && !e.deferred).count(), 60);
+    assert_eq!(more.events[60].shared_job.as_deref(), Some(storm_job), "the storm job still counts after a restart");
+    assert_eq!(reopened.job(storm_job).unwrap().storm_incidents, Some(154));
+}
+
+fn generic() -> DecodeContext<'static> {
+    DecodeContext { source_type: "generic", source_name: "gen", observed_at: jiff::Timestamp::now() }
+}
+
+fn alert(key: &str, severity: &str) -> Vec<akritas::alerts::Event> {
+    let body = json!({"schema_version": 1, "alerts": [{"state": "firing", "name": "HighCPU", "summary": "cpu",
+        "severity": severity, "entity": {"kind": "host", "id": key}, "correlation_key": key}]});
+    adapter("generic").unwrap().decode(body.to_string().as_bytes(), &generic()).unwrap()
+}
+
+#[tokio::test]
+async fn deferred_investigations_start_most_severe_first_then_oldest() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits { source_rate_per_minute: 100_000, max_pending_jobs: 1, max_deferred_per_source: 10 };
+    let store = AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "ops".into()).unwrap();
+    let mut jobs = Vec::new();
+    for (key, severity) in [("first", "info"), ("a", "warning"), ("b", "critical"), ("c", "warning"), ("d", "info")] {
+        let accepted = store.ingest("ops", "gen", alert(key, severity)).await.unwrap();
+        jobs.push((key, accepted.events[0].job_id.clone().unwrap(), accepted.events[0].deferred));
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let deferred: Vec<bool> = jobs.iter().map(|(_, _, d)| *d).collect();
+    assert_eq!(deferred, [false, true, true, true, true], "past alert_pending_jobs they wait");
+    assert_eq!(store.promote_deferred().await.unwrap(), 0, "no room while one is pending");
+    let mut order = Vec::new();
+    let mut running = jobs[0].1.clone();
+    for _ in 0..4 {
+        let mut job = store.job(&running).unwrap();
+        job.status = akritas::alerts::store::JobStatus::Running;
+        job.attempts = 1;
+        store.update_job(&job).await.unwrap();
+        assert_eq!(store.promote_deferred().await.unwrap(), 1, "room for one");
+        let promoted = store.due_jobs(jiff::Timestamp::now(), &Default::default(), 10).0;
+        running = promoted[0].id.clone();
+        order.push(jobs.iter().find(|(_, id, _)| *id == running).unwrap().0);
+    }
+    assert_eq!(order, ["b", "a", "c", "d"]);
 }
 
 fn am(body: &str) -> Vec<akritas::alerts::Event> {
@@ -177,11 +210,11 @@ async fn alerts_of_one_correlation_key_share_one_job_while_it_waits() {
     let (incident, _, jobs) = store.incident(&item.incident_id).unwrap();
     assert_eq!(incident.last_job.as_deref(), Some(job.as_str()));
     assert_eq!(jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), [job.as_str()]);
-    assert_eq!(pending(&store), 2, "one job for gen/db-1, one for the flapping alert");
+    assert_eq!(tally(&store, "pending"), 2, "one job for gen/db-1, one for the flapping alert");
 
     // The journal replays to the same decisions.
     drop(store);
     let reopened = AlertStore::open(&path).unwrap();
-    assert_eq!(pending(&reopened), 2);
+    assert_eq!(tally(&reopened, "pending"), 2);
     assert_eq!(reopened.incident(&item.incident_id).unwrap().0.last_job.as_deref(), Some(job.as_str()));
 }

@@ -386,7 +386,7 @@ impl Host {
             // A source's first rejection creates its (zero) counters; zero is no change.
             counters: all
                 .iter()
-                .map(|(k, c)| (k.clone(), [c.accepted, c.duplicate, c.refused_rate, c.refused_pending]))
+                .map(|(k, c)| (k.clone(), [c.accepted, c.duplicate, c.deferred, c.coalesced]))
                 .filter(|(_, c)| c.iter().any(|n| *n > 0))
                 .collect(),
             rejected: all.iter().map(|(k, c)| (k.clone(), c.rejected)).collect(),

@@ -1,30 +1,33 @@
-//! Admission control of new investigations (every input bounded, ARCHITECTURE.md §5):
-//! a token bucket per AlertSource (`alert_source_rate` new investigations per minute)
-//! and a cap on waiting jobs (`alert_pending_jobs`). Only deliveries that would create
-//! jobs are measured; duplicates, joins and resolutions always pass. A refused delivery
-//! is refused whole, before anything is stored, with 503 and `Retry-After`: its retry
-//! (Alertmanager retries 5xx answers by itself, never 429) is decided afresh and deduplicated like any other delivery. Pure: the caller
-//! passes the clock.
+//! Admission of new investigations (every input bounded, ARCHITECTURE.md §5). A valid
+//! delivery is always stored and correlated; only its investigations are shed:
+//! - a new job starts `pending` when its AlertSource has a token (`alert_source_rate` new
+//!   investigations per minute, also the burst) and fewer than `alert_pending_jobs` jobs wait
+//!   for a worker host-wide;
+//! - otherwise it is `deferred`, up to `alert_deferred_jobs` deferred jobs per source, and is
+//!   promoted to `pending` later, most severe first, then oldest, as tokens and room come back;
+//! - past that bound, the rest of the storm is coalesced into one storm job per source that
+//!   counts the incidents it stands for.
+//!
+//! Pure: the caller passes the clock. Tokens are not journaled: a restart starts every bucket
+//! full.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-/// Wait advertised when the pending-job cap refuses a delivery.
-const PENDING_RETRY_AFTER: Duration = Duration::from_secs(60);
+use std::time::Instant;
 
 /// Admission limits, from the service settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// New investigations per AlertSource per minute (also the burst).
     pub source_rate_per_minute: u32,
-    /// Jobs waiting for a worker, host-wide. One delivery always fits when none waits,
-    /// so the bound is the larger of this and one delivery's events.
+    /// Jobs waiting for a worker (`pending`), host-wide.
     pub max_pending_jobs: usize,
+    /// Deferred jobs per AlertSource; past it, new incidents of the source share its storm job.
+    pub max_deferred_per_source: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { source_rate_per_minute: 60, max_pending_jobs: 1000 }
+        Limits { source_rate_per_minute: 60, max_pending_jobs: 1000, max_deferred_per_source: 100 }
     }
 }
 
@@ -34,41 +37,23 @@ impl Limits {
         Limits {
             source_rate_per_minute: settings.alert_source_rate.max(1),
             max_pending_jobs: settings.alert_pending_jobs.max(1) as usize,
+            max_deferred_per_source: settings.alert_deferred_jobs.max(1) as usize,
         }
     }
 }
 
-/// Which limit refused a delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Refusal {
-    /// The source's rate of new investigations.
-    Rate,
-    /// The host's cap on waiting jobs.
-    PendingJobs,
+/// How a new investigation job of a source starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Pending: a worker may take it.
+    Now,
+    /// Deferred: promoted when the source's rate and the pending cap allow.
+    Deferred,
+    /// Coalesced into the source's storm job.
+    Storm,
 }
 
-impl Refusal {
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::Rate => "rate",
-            Refusal::PendingJobs => "pending_jobs",
-        }
-    }
-}
-
-/// A delivery refused by admission control (HTTP 503 with `Retry-After`).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Throttled {
-    /// Which limit.
-    pub reason: Refusal,
-    /// When a retry may pass.
-    pub retry_after: Duration,
-    message: String,
-}
-
-/// Token buckets per source (`namespace/name`) and the pending-job cap.
+/// Token buckets per source (`namespace/name`).
 #[derive(Debug, Default)]
 pub struct Admission {
     limits: Limits,
@@ -87,88 +72,92 @@ impl Admission {
         Admission { limits, buckets: BTreeMap::new() }
     }
 
-    /// Admits a delivery of `source` that would create `needed` jobs while `pending` wait,
-    /// taking its tokens; or says which limit refuses it and when to retry. A delivery
-    /// larger than the burst passes on a full bucket and leaves it in debt, so the average
-    /// stays at the rate.
-    pub fn admit(&mut self, source: &str, needed: usize, pending: usize, now: Instant) -> Result<(), Throttled> {
-        if needed == 0 {
-            return Ok(());
-        }
-        let max = self.limits.max_pending_jobs;
-        if pending > 0 && pending.saturating_add(needed) > max {
-            return Err(Throttled {
-                reason: Refusal::PendingJobs,
-                retry_after: PENDING_RETRY_AFTER,
-                message: format!(
-                    "{pending} investigation jobs are waiting and this delivery would add {needed} (at most {max}, \
-                     setting alert-pending-jobs); nothing of it was stored; retry after {} s",
-                    PENDING_RETRY_AFTER.as_secs()
-                ),
-            });
-        }
-        let rate = self.limits.source_rate_per_minute.max(1);
-        let capacity = f64::from(rate);
+    /// The limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn bucket(&mut self, source: &str, now: Instant) -> &mut Bucket {
+        let capacity = f64::from(self.limits.source_rate_per_minute.max(1));
         let per_second = capacity / 60.0;
         let bucket = self.buckets.entry(source.to_string()).or_insert(Bucket { tokens: capacity, at: now });
         let refill = now.saturating_duration_since(bucket.at).as_secs_f64() * per_second;
         bucket.tokens = (bucket.tokens + refill).min(capacity);
         bucket.at = now;
-        let wanted = (needed as f64).min(capacity);
-        if bucket.tokens < wanted {
-            let seconds = ((wanted - bucket.tokens) / per_second).ceil().max(1.0);
-            let retry_after = Duration::from_secs(seconds as u64);
-            return Err(Throttled {
-                reason: Refusal::Rate,
-                retry_after,
-                message: format!(
-                    "alert source {source} may start at most {rate} investigations per minute (setting \
-                     alert-source-rate) and this delivery would start {needed}; nothing of it was stored; retry \
-                     after {} s",
-                    retry_after.as_secs()
-                ),
-            });
+        bucket
+    }
+
+    /// How a new job of `source` would start while `pending` jobs wait host-wide and `deferred`
+    /// of the source's are deferred; takes nothing.
+    pub fn decide(&mut self, source: &str, pending: usize, deferred: usize, now: Instant) -> Start {
+        let room = pending < self.limits.max_pending_jobs;
+        if room && self.bucket(source, now).tokens >= 1.0 {
+            Start::Now
+        } else if deferred < self.limits.max_deferred_per_source {
+            Start::Deferred
+        } else {
+            Start::Storm
         }
-        bucket.tokens -= needed as f64;
-        Ok(())
+    }
+
+    /// Takes the token of a job of `source` that starts now.
+    pub fn take(&mut self, source: &str, now: Instant) {
+        let bucket = self.bucket(source, now);
+        bucket.tokens -= 1.0;
+    }
+
+    /// Whether a job of `source` may start now while `pending` wait; takes its token if so.
+    pub fn try_start(&mut self, source: &str, pending: usize, now: Instant) -> bool {
+        if pending >= self.limits.max_pending_jobs || self.bucket(source, now).tokens < 1.0 {
+            return false;
+        }
+        self.take(source, now);
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    fn limits() -> Limits {
+        Limits { source_rate_per_minute: 60, max_pending_jobs: 10_000, max_deferred_per_source: 2 }
+    }
 
     #[test]
     fn a_source_gets_a_minute_of_burst_then_its_rate() {
-        let mut admission = Admission::new(Limits { source_rate_per_minute: 60, max_pending_jobs: 10_000 });
+        let mut admission = Admission::new(limits());
         let start = Instant::now();
         for _ in 0..60 {
-            admission.admit("ops/am", 1, 1, start).unwrap();
+            assert!(admission.try_start("ops/am", 1, start));
         }
-        let refused = admission.admit("ops/am", 1, 1, start).unwrap_err();
-        assert_eq!((refused.reason, refused.retry_after), (Refusal::Rate, Duration::from_secs(1)));
-        admission.admit("team/am", 1, 1, start).expect("another source has its own bucket");
-        admission.admit("ops/am", 0, 1, start).expect("a delivery without new jobs always passes");
-        admission.admit("ops/am", 1, 1, start + Duration::from_secs(1)).expect("one token a second");
+        assert!(!admission.try_start("ops/am", 1, start), "the burst is spent");
+        assert!(admission.try_start("team/am", 1, start), "another source has its own bucket");
+        assert!(!admission.try_start("ops/am", 1, start + Duration::from_millis(500)));
+        assert!(admission.try_start("ops/am", 1, start + Duration::from_secs(1)), "one token a second");
     }
 
     #[test]
-    fn a_delivery_over_the_burst_passes_on_a_full_bucket_and_leaves_debt() {
-        let mut admission = Admission::new(Limits { source_rate_per_minute: 60, max_pending_jobs: 10_000 });
-        let start = Instant::now();
-        admission.admit("ops/am", 128, 1, start).unwrap();
-        let refused = admission.admit("ops/am", 1, 1, start + Duration::from_secs(60)).unwrap_err();
-        assert_eq!(refused.retry_after, Duration::from_secs(9), "68 in debt after a minute's 60");
-    }
-
-    #[test]
-    fn the_pending_cap_refuses_what_would_pass_it() {
-        let mut admission = Admission::new(Limits { source_rate_per_minute: 100_000, max_pending_jobs: 100 });
+    fn past_the_tokens_jobs_are_deferred_then_coalesced_into_the_storm() {
+        let mut admission = Admission::new(Limits { source_rate_per_minute: 1, ..limits() });
         let now = Instant::now();
-        admission.admit("ops/am", 10, 90, now).unwrap();
-        let refused = admission.admit("ops/am", 11, 90, now).unwrap_err();
-        assert_eq!(refused.reason, Refusal::PendingJobs);
-        assert!(refused.to_string().contains("alert-pending-jobs"), "{refused}");
-        admission.admit("ops/am", 128, 0, now).expect("one delivery fits when nothing waits");
+        assert_eq!(admission.decide("ops/am", 0, 0, now), Start::Now);
+        admission.take("ops/am", now);
+        assert_eq!(admission.decide("ops/am", 0, 0, now), Start::Deferred);
+        assert_eq!(admission.decide("ops/am", 0, 1, now), Start::Deferred);
+        assert_eq!(admission.decide("ops/am", 0, 2, now), Start::Storm, "past alert_deferred_jobs");
+        assert_eq!(admission.decide("team/am", 0, 0, now), Start::Now, "another source is not part of the storm");
+    }
+
+    #[test]
+    fn the_pending_cap_defers_what_would_pass_it() {
+        let mut admission = Admission::new(Limits { max_pending_jobs: 100, ..limits() });
+        let now = Instant::now();
+        assert_eq!(admission.decide("ops/am", 99, 0, now), Start::Now);
+        assert_eq!(admission.decide("ops/am", 100, 0, now), Start::Deferred);
+        assert!(!admission.try_start("ops/am", 100, now));
+        assert!(admission.try_start("ops/am", 99, now));
     }
 }

@@ -231,7 +231,13 @@ trait Indexes {
 }
 
 /// One event through the rules of this module (both the live ingest and the trial).
-fn step(ix: &mut impl Indexes, event: &Event, coalesce: bool, mut new_id: impl FnMut(IdKind) -> String) -> Outcome {
+fn step(
+    ix: &mut impl Indexes,
+    event: &Event,
+    coalesce: bool,
+    storm: Option<&str>,
+    mut new_id: impl FnMut(IdKind) -> String,
+) -> Outcome {
     let decision = decide(event, |k| ix.first_seen(k), |k| ix.open_incident(k));
     let source = source_key(event);
     let corr = correlation_index_key(&source, &event.correlation_key);
@@ -241,7 +247,9 @@ fn step(ix: &mut impl Indexes, event: &Event, coalesce: bool, mut new_id: impl F
             let event_id = new_id(IdKind::Event);
             let incident_id = new_id(IdKind::Incident);
             let mut incident = IncidentState::open(&incident_id, event, &event_id);
-            let shared_job = (*investigate && coalesce).then(|| ix.unstarted_job(&corr)).flatten();
+            let shared_job = (*investigate && coalesce)
+                .then(|| ix.unstarted_job(&corr).or_else(|| storm.map(str::to_string)))
+                .flatten();
             let job_id = (*investigate && shared_job.is_none()).then(|| new_id(IdKind::Job));
             incident.last_job = job_id.clone().or_else(|| shared_job.clone());
             if let Some(job) = &job_id {
@@ -296,46 +304,6 @@ impl Indexes for Correlator {
     }
 }
 
-/// A dry run over a [`Correlator`]: reads fall through to it, writes stay here.
-struct Trial<'a> {
-    base: &'a Correlator,
-    seen: BTreeSet<String>,
-    incidents: BTreeMap<String, IncidentState>,
-    open: BTreeMap<String, Option<String>>,
-    unstarted: BTreeMap<String, String>,
-}
-
-impl Indexes for Trial<'_> {
-    fn first_seen(&self, dedup: &str) -> Option<FirstSeen> {
-        if self.seen.contains(dedup) {
-            return Some(FirstSeen { event_id: String::new(), incident_id: String::new() });
-        }
-        self.base.first_seen(dedup)
-    }
-    fn incident(&self, id: &str) -> Option<IncidentState> {
-        self.incidents.get(id).cloned().or_else(|| Indexes::incident(self.base, id))
-    }
-    fn open_incident(&self, correlation: &str) -> Option<IncidentState> {
-        match self.open.get(correlation) {
-            Some(id) => id.as_deref().and_then(|id| self.incident(id)),
-            None => self.base.open_incident(correlation),
-        }
-    }
-    fn unstarted_job(&self, correlation: &str) -> Option<String> {
-        self.unstarted.get(correlation).cloned().or_else(|| self.base.unstarted_job(correlation))
-    }
-    fn mark_seen(&mut self, dedup: String, _: FirstSeen) {
-        self.seen.insert(dedup);
-    }
-    fn put_incident(&mut self, correlation: String, incident: IncidentState) {
-        self.open.insert(correlation, incident.is_open().then(|| incident.id.clone()));
-        self.incidents.insert(incident.id.clone(), incident);
-    }
-    fn add_unstarted_job(&mut self, correlation: String, job: String) {
-        self.unstarted.insert(correlation, job);
-    }
-}
-
 impl Correlator {
     pub fn new() -> Correlator {
         Correlator::default()
@@ -374,26 +342,16 @@ impl Correlator {
     }
 
     /// Decides and applies one event; with `coalesce`, a new incident shares a job of its
-    /// correlation key that has not started yet instead of asking for a new one.
-    pub fn ingest(&mut self, event: &Event, coalesce: bool, new_id: impl FnMut(IdKind) -> String) -> Outcome {
-        step(self, event, coalesce, new_id)
-    }
-
-    /// How many jobs ingesting `events` in order would create, changing nothing.
-    pub fn jobs_needed(&self, events: &[Event], coalesce: bool) -> usize {
-        let mut trial = Trial {
-            base: self,
-            seen: BTreeSet::new(),
-            incidents: BTreeMap::new(),
-            open: BTreeMap::new(),
-            unstarted: BTreeMap::new(),
-        };
-        let mut ids = 0usize;
-        let mut new_id = |_: IdKind| {
-            ids += 1;
-            format!("trial_{ids}")
-        };
-        events.iter().filter(|event| step(&mut trial, event, coalesce, &mut new_id).job_id.is_some()).count()
+    /// correlation key that has not started yet, else the `storm` job when one is given,
+    /// instead of asking for a new one.
+    pub fn ingest(
+        &mut self,
+        event: &Event,
+        coalesce: bool,
+        storm: Option<&str>,
+        new_id: impl FnMut(IdKind) -> String,
+    ) -> Outcome {
+        step(self, event, coalesce, storm, new_id)
     }
 
     /// A job left the waiting state (claimed, or given up): later incidents get their own.
@@ -454,10 +412,10 @@ mod tests {
     fn same_firing_delivery_twice_is_a_duplicate_of_the_first_event() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let first = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], false, &mut ids);
+        let first = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], false, None, &mut ids);
         assert_eq!(first.decision, Decision::NewIncident { state: IncidentStatus::Firing, investigate: true });
         assert!(first.job_id.is_some());
-        let again = c.ingest(&am(AM_FIRING, "2026-11-29T22:50:00Z")[0], false, &mut ids);
+        let again = c.ingest(&am(AM_FIRING, "2026-11-29T22:50:00Z")[0], false, None, &mut ids);
         assert_eq!(
             again.decision,
             Decision::Duplicate { event_id: first.event_id.clone(), incident_id: first.incident_id.clone() }
@@ -472,7 +430,7 @@ mod tests {
         let mut c = Correlator::new();
         let mut ids = ids();
         let event = &am(AM_FIRING, "2026-11-29T22:45:00Z")[0];
-        let outcomes: Vec<_> = [event, event].into_iter().map(|e| c.ingest(e, false, &mut ids)).collect();
+        let outcomes: Vec<_> = [event, event].into_iter().map(|e| c.ingest(e, false, None, &mut ids)).collect();
         assert!(matches!(outcomes[1].decision, Decision::Duplicate { .. }));
     }
 
@@ -481,11 +439,11 @@ mod tests {
         let mut c = Correlator::new();
         let mut ids = ids();
         let a =
-            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
+            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, None, &mut ids);
         let b =
-            c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
+            c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, None, &mut ids);
         let other =
-            c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), false, &mut ids);
+            c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), false, None, &mut ids);
         assert!(a.decision.investigate());
         assert_eq!(b.decision, Decision::JoinIncident { incident_id: a.incident_id.clone() });
         assert_eq!(b.job_id, None);
@@ -501,11 +459,12 @@ mod tests {
         let mut c = Correlator::new();
         let mut ids = ids();
         let a =
-            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, &mut ids);
-        c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, &mut ids);
+            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, None, &mut ids);
+        c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, None, &mut ids);
         let r1 = c.ingest(
             &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"),
             false,
+            None,
             &mut ids,
         );
         assert_eq!(r1.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: false });
@@ -513,6 +472,7 @@ mod tests {
         let r2 = c.ingest(
             &generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"),
             false,
+            None,
             &mut ids,
         );
         assert_eq!(r2.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: true });
@@ -526,8 +486,8 @@ mod tests {
     fn alertmanager_resolve_closes_and_later_firing_opens_new_investigated_incident() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], false, &mut ids);
-        let resolve = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], false, &mut ids);
+        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], false, None, &mut ids);
+        let resolve = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], false, None, &mut ids);
         assert_eq!(
             resolve.decision,
             Decision::ResolveEvent { incident_id: fire.incident_id.clone(), closes_incident: true }
@@ -536,7 +496,7 @@ mod tests {
 
         // Same alert fires again later (new startsAt → new dedup key).
         let body = AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T23:30:00Z");
-        let refire = c.ingest(&am(&body, "2026-11-29T23:31:00Z")[0], false, &mut ids);
+        let refire = c.ingest(&am(&body, "2026-11-29T23:31:00Z")[0], false, None, &mut ids);
         assert_eq!(refire.decision, Decision::NewIncident { state: IncidentStatus::Firing, investigate: true });
         assert_ne!(refire.incident_id, fire.incident_id);
         assert!(refire.job_id.is_some());
@@ -546,7 +506,7 @@ mod tests {
     #[test]
     fn resolved_without_open_incident_creates_resolved_incident_without_job() {
         let mut c = Correlator::new();
-        let out = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], false, ids());
+        let out = c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], false, None, ids());
         assert_eq!(out.decision, Decision::NewIncident { state: IncidentStatus::Resolved, investigate: false });
         assert_eq!(out.job_id, None);
         let inc = c.incident(&out.incident_id).unwrap();
@@ -576,18 +536,18 @@ mod tests {
         let mut c = Correlator::new();
         let mut ids = ids();
         let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
-        let first = c.ingest(&e, false, &mut ids);
+        let first = c.ingest(&e, false, None, &mut ids);
         let mut restored: Correlator = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
-        assert!(matches!(restored.ingest(&e, false, &mut ids).decision, Decision::Duplicate { .. }));
+        assert!(matches!(restored.ingest(&e, false, None, &mut ids).decision, Decision::Duplicate { .. }));
         let join = generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:05:00Z", "db-1");
         assert_eq!(
-            restored.ingest(&join, false, &mut ids).decision,
+            restored.ingest(&join, false, None, &mut ids).decision,
             Decision::JoinIncident { incident_id: first.incident_id.clone() }
         );
         // Past the window the same alert is no longer a duplicate: it joins the open incident.
         restored.advance(10 * 86_400, Some(DedupLimits { window_secs: 3600, max_keys: 10 }));
         assert_eq!(
-            restored.ingest(&e, false, &mut ids).decision,
+            restored.ingest(&e, false, None, &mut ids).decision,
             Decision::JoinIncident { incident_id: first.incident_id }
         );
     }
@@ -600,8 +560,8 @@ mod tests {
         a.source.namespace = "team-a".into();
         let mut b = a.clone();
         b.source.namespace = "team-b".into();
-        let first = c.ingest(&a, true, &mut ids);
-        let second = c.ingest(&b, true, &mut ids);
+        let first = c.ingest(&a, true, None, &mut ids);
+        let second = c.ingest(&b, true, None, &mut ids);
         assert!(second.job_id.is_some(), "{second:?}");
         assert_ne!(first.incident_id, second.incident_id);
         assert_eq!(c.incident(&second.incident_id).unwrap().namespace, "team-b");
@@ -611,11 +571,10 @@ mod tests {
     fn a_new_incident_shares_a_job_that_has_not_started() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], true, &mut ids);
-        c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], true, &mut ids);
+        let fire = c.ingest(&am(AM_FIRING, "2026-11-29T22:45:00Z")[0], true, None, &mut ids);
+        c.ingest(&am(AM_RESOLVED, "2026-11-29T22:46:00Z")[0], true, None, &mut ids);
         let refire = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z"), "2026-11-29T23:31:00Z");
-        assert_eq!(c.jobs_needed(&refire, true), 0);
-        let shared = c.ingest(&refire[0], true, &mut ids);
+        let shared = c.ingest(&refire[0], true, None, &mut ids);
         assert_eq!((shared.job_id.as_ref(), shared.shared_job.as_ref()), (None, fire.job_id.as_ref()));
         assert_eq!(c.incident(&shared.incident_id).unwrap().last_job, fire.job_id);
 
@@ -624,30 +583,40 @@ mod tests {
         let resolved = AM_RESOLVED
             .replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z")
             .replace("2026-11-29T22:41:20Z", "2026-11-29T22:42:30Z");
-        c.ingest(&am(&resolved, "2026-11-29T23:32:00Z")[0], true, &mut ids);
+        c.ingest(&am(&resolved, "2026-11-29T23:32:00Z")[0], true, None, &mut ids);
         let again = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:43:00Z"), "2026-11-30T00:31:00Z");
-        assert_eq!(c.jobs_needed(&again, true), 1);
-        assert!(c.ingest(&again[0], true, &mut ids).job_id.is_some());
+        assert!(c.ingest(&again[0], true, None, &mut ids).job_id.is_some());
     }
 
     #[test]
-    fn the_trial_counts_the_jobs_ingest_creates_and_changes_nothing() {
-        let events = [
-            generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
-            generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"),
-            generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
-            generic("db-2", "HighCPU", EventState::Resolved, "2026-11-29T22:02:00Z", "db-2"),
-            generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:03:00Z", "db-2"),
-            generic("db-3", "HighCPU", EventState::Resolved, "2026-11-29T22:03:00Z", "db-3"),
-        ];
-        for coalesce in [false, true] {
-            let before = Correlator::new();
-            let needed = before.jobs_needed(&events, coalesce);
-            assert_eq!(before.incidents().count(), 0);
-            let mut live = before.clone();
-            let mut ids = ids();
-            let created = events.iter().filter(|e| live.ingest(e, coalesce, &mut ids).job_id.is_some()).count();
-            assert_eq!((needed, created), (if coalesce { 2 } else { 3 }, needed));
-        }
+    fn a_new_incident_shares_the_storm_job_unless_its_own_key_has_one_waiting() {
+        let mut c = Correlator::new();
+        let mut ids = ids();
+        let db1 = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), true, None, &mut ids);
+        let storm = c.ingest(
+            &generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
+            true,
+            db1.job_id.as_deref(),
+            &mut ids,
+        );
+        assert_eq!((storm.job_id.as_deref(), storm.shared_job.as_deref()), (None, db1.job_id.as_deref()));
+        let resolved = generic("db-2", "HighCPU", EventState::Resolved, "2026-11-29T22:02:00Z", "db-2");
+        c.ingest(&resolved, true, None, &mut ids);
+        let own = c.ingest(&generic("db-3", "HighCPU", EventState::Firing, "2026-11-29T22:03:00Z", "db-3"), true, None, &mut ids);
+        let again = c.ingest(
+            &generic("db-3", "HighLoad", EventState::Firing, "2026-11-29T22:04:00Z", "db-3"),
+            true,
+            db1.job_id.as_deref(),
+            &mut ids,
+        );
+        assert_eq!(again.job_id, None, "joins its open incident");
+        c.ingest(&generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:05:00Z", "db-1"), true, None, &mut ids);
+        let refire = c.ingest(
+            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:06:00Z", "db-1"),
+            true,
+            own.job_id.as_deref(),
+            &mut ids,
+        );
+        assert_eq!(refire.shared_job, db1.job_id, "its own key's waiting job comes first");
     }
 }

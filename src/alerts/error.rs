@@ -2,7 +2,6 @@
 
 use std::path::Path;
 
-use super::admission::Throttled;
 use super::state::RecordError;
 use crate::journal::{JournalError, ScanError};
 
@@ -39,9 +38,6 @@ pub enum AlertStoreError {
     /// A journal write failed and the store has not recovered yet; nothing of the request was stored.
     #[error("{0}")]
     Unavailable(String),
-    /// Admission control refused the delivery; nothing of it was stored.
-    #[error(transparent)]
-    Throttled(#[from] Throttled),
 }
 
 pub(super) fn inconsistent(path: &Path, (seq, reason): (u64, RecordError)) -> AlertStoreError {

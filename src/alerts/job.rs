@@ -23,6 +23,9 @@ pub struct StoredEvent {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
+    /// Waiting for its AlertSource's rate or the pending-job cap (`alert_source_rate`,
+    /// `alert_pending_jobs`); promoted to pending most severe first, then oldest.
+    Deferred,
     /// Waiting for a worker.
     Pending,
     /// A worker runs it.
@@ -74,6 +77,10 @@ pub struct Job {
     /// Notification deliveries of the result, one per receiver.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deliveries: Vec<Delivery>,
+    /// A storm job: the incidents of its AlertSource it stands for (its own included), past
+    /// `alert_deferred_jobs`. Counted from the delivery records; fixed once the job starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_incidents: Option<u64>,
 }
 
 impl Job {
@@ -136,7 +143,14 @@ pub struct ItemOutcome {
     /// Investigation job created by this event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
-    /// A waiting job of the same correlation key that this event's new incident shares.
+    /// A waiting job of the same correlation key, or the source's storm job, that this
+    /// event's new incident shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_job: Option<String>,
+    /// The job this event created waits (deferred) for its source's rate or the pending cap.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferred: bool,
+    /// The job this event created, or the one its incident shares, is its source's storm job.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub storm: bool,
 }

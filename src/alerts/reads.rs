@@ -59,9 +59,11 @@ impl AlertStore {
     /// Jobs by status, and incidents by state (`firing`, `resolved`).
     pub fn tallies(&self) -> (BTreeMap<&'static str, u64>, BTreeMap<&'static str, u64>) {
         let state = self.lock();
-        let mut jobs = BTreeMap::from([("pending", 0), ("running", 0), ("succeeded", 0), ("failed", 0)]);
+        let mut jobs =
+            BTreeMap::from([("deferred", 0), ("pending", 0), ("running", 0), ("succeeded", 0), ("failed", 0)]);
         for slot in state.jobs.values() {
             let name = match slot.status() {
+                JobStatus::Deferred => "deferred",
                 JobStatus::Pending => "pending",
                 JobStatus::Running => "running",
                 JobStatus::Succeeded => "succeeded",
@@ -105,7 +107,7 @@ impl AlertStore {
 
     fn read_job(&self, slot: JobSlot) -> Option<Job> {
         match slot {
-            JobSlot::Live(job) => Some(*job),
+            JobSlot::Live(job) => Some(self.lock().shown(*job)),
             JobSlot::Done { location, namespace, .. } => {
                 let record = self.read_logged(location)?;
                 let mut job: Job = serde_json::from_value(record).ok()?;

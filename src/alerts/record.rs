@@ -187,6 +187,8 @@ mod tests {
                     incident_id: format!("inc_{i:032x}"),
                     job_id: Some(format!("job_{i:032x}")),
                     shared_job: None,
+                    deferred: false,
+                    storm: false,
                 },
                 event,
             })

@@ -28,7 +28,14 @@ pub(super) fn namespace_of(job: &Job, incident: &IncidentState) -> String {
 /// The Run request of an investigation: the alert prompt with the event and
 /// incident as untrusted JSON, ids in the Run metadata, labels as skill facts.
 pub(super) fn investigation_request(job: &Job, event: &StoredEvent, incident: &IncidentState) -> RunRequest {
-    let data = json!({"alert": event.event, "incident": incident_facts(incident)});
+    let mut data = json!({"alert": event.event, "incident": incident_facts(incident)});
+    if let Some(count) = job.storm_incidents {
+        data["storm"] = json!({
+            "incidents": count,
+            "note": "during an alert storm this one investigation stands for this many new incidents of the same \
+                     alert source; investigate this alert and say what the storm suggests",
+        });
+    }
     let pretty = serde_json::to_string_pretty(&data).unwrap_or_default();
     let e = &event.event;
     let prompt = match kubernetes_target(&e.labels) {

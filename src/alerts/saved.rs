@@ -30,6 +30,11 @@ pub(crate) struct Saved {
     /// Absent in snapshots written before incident threads.
     #[serde(default)]
     threads: Threads,
+    /// Absent in snapshots written before storm jobs.
+    #[serde(default)]
+    storms: HashMap<String, u64>,
+    #[serde(default)]
+    storm_of: HashMap<String, String>,
 }
 
 /// The state as a snapshot writes it: borrowed, so nothing is copied.
@@ -43,6 +48,8 @@ pub(crate) struct SavedRef<'a> {
     resolved: &'a VecDeque<String>,
     counters: &'a BTreeMap<String, SourceCounters>,
     threads: &'a Threads,
+    storms: &'a HashMap<String, u64>,
+    storm_of: &'a HashMap<String, String>,
 }
 
 /// Events as `(id, location, item)`, the shape [`Saved`] reads.
@@ -73,6 +80,8 @@ impl<'a> SavedRef<'a> {
             resolved: &state.resolved,
             counters: &state.counters,
             threads: &state.threads,
+            storms: &state.storms,
+            storm_of: &state.storm_of,
         };
         Some((checkpoint, saved))
     }
@@ -92,6 +101,8 @@ impl Saved {
             resolved: self.resolved,
             counters: self.counters,
             threads: self.threads,
+            storms: self.storms,
+            storm_of: self.storm_of,
             bounds,
             last: Some(checkpoint),
             ..State::default()
@@ -99,8 +110,6 @@ impl Saved {
         for counters in state.counters.values_mut() {
             // Counted by this process only.
             counters.rejected = 0;
-            counters.refused_rate = 0;
-            counters.refused_pending = 0;
         }
         let correlator = &state.correlator;
         state.threads.reindex(|id| {

@@ -7,6 +7,7 @@
 //! record, and resolved incidents past [`Bounds::resolved_kept`] are forgotten oldest
 //! first (their records stay in the journal until retention).
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::admission::Admission;
 use super::correlate::{Correlator, Decision, IdKind, IncidentStatus};
+use super::event::Severity;
 use super::job::{Job, JobStatus};
 use super::record::DeliveryRecord;
 use super::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
@@ -126,10 +128,25 @@ pub(crate) struct State {
     pub(crate) barrier: bool,
     /// Receivers told about each incident: threads and resolve notices.
     pub(crate) threads: Threads,
+    /// Deferred jobs in the order they are promoted (most severe first, then oldest), with
+    /// their source `namespace/name`.
+    pub(crate) deferred: BTreeMap<DeferredKey, String>,
+    /// The place of each deferred job in [`State::deferred`].
+    pub(crate) deferred_at: HashMap<String, DeferredKey>,
+    /// Deferred jobs per source.
+    pub(crate) deferred_by_source: HashMap<String, usize>,
+    /// Incidents each storm job that can still change stands for.
+    pub(crate) storms: HashMap<String, u64>,
+    /// The storm job of each source that has not started yet.
+    pub(crate) storm_of: HashMap<String, String>,
 }
+
+/// Where a deferred job waits: most severe first, then oldest, then by id.
+pub(crate) type DeferredKey = (Reverse<Severity>, Timestamp, String);
 
 /// Delivery counters of one alert source.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct SourceCounters {
     /// Events accepted (journaled).
     pub accepted: u64,
@@ -137,10 +154,10 @@ pub struct SourceCounters {
     pub duplicate: u64,
     /// Deliveries rejected since this process started (authentication or payload).
     pub rejected: u64,
-    /// Deliveries refused by the source's rate since this process started.
-    pub refused_rate: u64,
-    /// Deliveries refused by the pending-job cap since this process started.
-    pub refused_pending: u64,
+    /// New investigations deferred by the source's rate or the pending-job cap (journaled).
+    pub deferred: u64,
+    /// New incidents coalesced into a storm job of the source, past `alert_deferred_jobs` (journaled).
+    pub coalesced: u64,
     /// Alerts the provider left out of its deliveries (journaled).
     pub truncated_by_provider: u64,
     /// Events accepted but not stored, over the per-delivery bound (journaled).
@@ -169,16 +186,29 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
         };
         let item_index = u32::try_from(index).unwrap_or(u32::MAX);
         state.events.insert(outcome.event_id.clone(), EventRef { at: place, item: item_index });
+        if outcome.deferred {
+            counters.deferred += 1;
+        }
+        if outcome.storm {
+            counters.coalesced += 1;
+        }
         if let Some(job_id) = &outcome.shared_job {
             state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
+            if outcome.storm {
+                *state.storms.entry(job_id.clone()).or_default() += 1;
+            }
         }
         if let Some(job_id) = &outcome.job_id {
+            if outcome.storm {
+                state.storms.insert(job_id.clone(), 1);
+                state.storm_of.insert(source.clone(), job_id.clone());
+            }
             let job = Job {
                 id: job_id.clone(),
                 incident_id: outcome.incident_id.clone(),
                 namespace: record.namespace.clone(),
                 event_id: outcome.event_id.clone(),
-                status: JobStatus::Pending,
+                status: if outcome.deferred { JobStatus::Deferred } else { JobStatus::Pending },
                 attempts: 0,
                 created_at: now.to_string(),
                 updated_at: now.to_string(),
@@ -189,6 +219,7 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
                 runs: Vec::new(),
                 result: None,
                 deliveries: Vec::new(),
+                storm_incidents: None,
             };
             set_job(state, job, None);
             state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
@@ -228,14 +259,20 @@ pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
             state.pending = state.pending.saturating_sub(1);
         }
     }
+    state.undefer(&job.id);
     if let Some(due) = due_at(&job) {
         state.queue.insert((due, job.id.clone()));
     }
     if job.status == JobStatus::Pending {
         state.pending += 1;
     }
-    if job.status != JobStatus::Pending || job.attempts > 0 {
+    if job.status == JobStatus::Deferred {
+        state.defer(&job);
+    }
+    if !matches!(job.status, JobStatus::Pending | JobStatus::Deferred) || job.attempts > 0 {
         state.correlator.job_started(&job.id);
+        // A storm job that started counts no more incidents: the next ones start another.
+        state.storm_of.retain(|_, storm| *storm != job.id);
     }
     let slot = match at {
         Some(location) if settled(&job) => JobSlot::Done {
@@ -246,10 +283,45 @@ pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
         },
         _ => JobSlot::Live(Box::new(job.clone())),
     };
+    if matches!(slot, JobSlot::Done { .. }) {
+        state.storms.remove(&job.id);
+    }
     state.jobs.insert(job.id, slot);
 }
 
 impl State {
+    /// Places a deferred job in the promotion order, by its incident's severity now.
+    fn defer(&mut self, job: &Job) {
+        let incident = self.correlator.incident(&job.incident_id);
+        let severity = incident.map_or(Severity::Unknown, |i| i.severity);
+        let source = incident.map(|i| format!("{}/{}", job.namespace, i.source)).unwrap_or_default();
+        let created = job.created_at.parse::<Timestamp>().unwrap_or(Timestamp::UNIX_EPOCH);
+        let key = (Reverse(severity), created, job.id.clone());
+        *self.deferred_by_source.entry(source.clone()).or_default() += 1;
+        self.deferred.insert(key.clone(), source);
+        self.deferred_at.insert(job.id.clone(), key);
+    }
+
+    /// Takes a job out of the promotion order, if it was deferred.
+    fn undefer(&mut self, job_id: &str) {
+        let Some(key) = self.deferred_at.remove(job_id) else { return };
+        let Some(source) = self.deferred.remove(&key) else { return };
+        if let Some(count) = self.deferred_by_source.get_mut(&source) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.deferred_by_source.remove(&source);
+            }
+        }
+    }
+
+    /// A job as the API shows it: a storm job with the incidents it stands for.
+    pub(crate) fn shown(&self, mut job: Job) -> Job {
+        if let Some(count) = self.storms.get(&job.id) {
+            job.storm_incidents = Some(*count);
+        }
+        job
+    }
+
     /// A queued delivery record was written at `location`: its events are read from there from now on.
     pub(crate) fn settle_delivery(&mut self, record: &Arc<DeliveryRecord>, location: Location) {
         for item in &record.items {
@@ -267,6 +339,7 @@ impl State {
             && live.updated_at == job.updated_at
             && settled(live)
         {
+            self.storms.remove(&job.id);
             let slot = JobSlot::Done {
                 location,
                 status: live.status,
@@ -369,7 +442,8 @@ pub(crate) fn apply(
             for item in &mut delivery.items {
                 item.event.source.namespace.clone_from(&delivery.namespace);
                 let recorded = &item.outcome;
-                let outcome = state.correlator.ingest(&item.event, coalesce, |kind| match kind {
+                let storm = recorded.shared_job.as_deref().filter(|_| recorded.storm);
+                let outcome = state.correlator.ingest(&item.event, coalesce, storm, |kind| match kind {
                     IdKind::Event => recorded.event_id.clone(),
                     IdKind::Incident => recorded.incident_id.clone(),
                     IdKind::Job => recorded.job_id.clone().unwrap_or_default(),

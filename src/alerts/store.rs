@@ -8,8 +8,9 @@
 //! AlertSource of that name in the Catalog now, else `default`. Records of that
 //! version also replay without job sharing, as they were decided.
 //!
-//! Admission control ([`super::admission`]) runs under the same lock as the decision,
-//! before anything is recorded: a refused delivery leaves no trace but its counter.
+//! Admission ([`super::admission`]) runs under the same lock as the decision and never
+//! refuses a delivery: it decides whether each new investigation job starts pending, is
+//! deferred, or is coalesced into its source's storm job, and the record keeps that decision.
 //!
 //! A big delivery is kept whole in as many records as it needs ([`super::record`]).
 //!
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::admission::{Admission, Limits, Refusal};
+use super::admission::{Admission, Limits, Start};
 pub use super::correlate::DedupLimits;
 use super::correlate::{Decision, IdKind, IncidentState};
 pub use super::error::AlertStoreError;
@@ -104,6 +105,8 @@ pub struct AlertStore {
     pub(super) loaded: saved::Loaded,
     /// Namespaces given to source names of records older than namespaces, as decided at open.
     legacy: BTreeMap<String, String>,
+    /// Held by the one promotion of deferred jobs in progress.
+    promoting: tokio::sync::Mutex<()>,
     /// Held by the one recovery in progress; the time of the last attempt.
     recovery: tokio::sync::Mutex<Option<Instant>>,
     /// The worker's last failure to record a job's state, cleared by its next success.
@@ -167,6 +170,7 @@ impl AlertStore {
             saving: Arc::new(AtomicBool::new(false)),
             loaded,
             legacy: legacy.into_inner(),
+            promoting: tokio::sync::Mutex::new(()),
             recovery: tokio::sync::Mutex::new(None),
             worker_problem: Mutex::new(None),
             work: tokio::sync::Notify::new(),
@@ -250,10 +254,7 @@ impl AlertStore {
         let mut state = self.lock();
         fresh.admission = std::mem::take(&mut state.admission);
         for (source, old) in &state.counters {
-            let counters = fresh.counters.entry(source.clone()).or_default();
-            counters.rejected = old.rejected;
-            counters.refused_rate = old.refused_rate;
-            counters.refused_pending = old.refused_pending;
+            fresh.counters.entry(source.clone()).or_default().rejected = old.rejected;
         }
         fresh.generation = state.generation + 1;
         *state = fresh;
@@ -314,7 +315,7 @@ impl AlertStore {
             if !busy.contains(id)
                 && let Some(super::state::JobSlot::Live(job)) = state.jobs.get(id)
             {
-                jobs.push((**job).clone());
+                jobs.push(state.shown((**job).clone()));
             }
         }
         (jobs, None)
@@ -337,8 +338,48 @@ impl AlertStore {
                 super::state::JobSlot::Done { .. } => None,
             })
             .filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running) || j.has_pending_deliveries())
-            .map(|job| (**job).clone())
+            .map(|job| state.shown((**job).clone()))
             .collect()
+    }
+
+    /// Deferred jobs, host-wide.
+    pub fn deferred_jobs(&self) -> usize {
+        self.lock().deferred.len()
+    }
+
+    /// Promotes deferred jobs to pending, most severe first, then oldest, as far as their
+    /// sources' rates and the pending-job cap allow now; returns how many. One promotion runs
+    /// at a time.
+    pub async fn promote_deferred(&self) -> Result<usize, AlertStoreError> {
+        let _one = self.promoting.lock().await;
+        let chosen: Vec<Job> = {
+            let mut state = self.lock();
+            let now = Instant::now();
+            let State { deferred, admission, jobs, pending, .. } = &mut *state;
+            let mut waiting = *pending;
+            let mut chosen = Vec::new();
+            for ((_, _, id), source) in deferred.iter() {
+                if waiting >= admission.limits().max_pending_jobs {
+                    break;
+                }
+                if let Some(super::state::JobSlot::Live(job)) = jobs.get(id)
+                    && admission.try_start(source, waiting, now)
+                {
+                    waiting += 1;
+                    chosen.push((**job).clone());
+                }
+            }
+            chosen
+        };
+        let promoted = chosen.len();
+        for mut job in chosen {
+            job.status = JobStatus::Pending;
+            self.update_job(&job).await?;
+        }
+        if promoted > 0 {
+            self.wake();
+        }
+        Ok(promoted)
     }
 
     /// Resolves when new work may exist (a job was created); a wake-up that comes
@@ -354,9 +395,9 @@ impl AlertStore {
 
     /// Deduplicates and correlates a delivery's events of the AlertSource
     /// `namespace/source`, records them (one fsynced record, or several for a big
-    /// delivery) and returns the per-event outcome; or refuses the whole delivery
-    /// ([`AlertStoreError::Throttled`]) when its new jobs would pass the source's rate or
-    /// the pending-job cap.
+    /// delivery) and returns the per-event outcome. Never refused for load: a new job over
+    /// the source's rate or the pending-job cap is deferred, and past the source's bound of
+    /// deferred jobs its incident shares the source's storm job ([`super::admission`]).
     pub async fn ingest(&self, namespace: &str, source: &str, events: Vec<Event>) -> Result<Accepted, AlertStoreError> {
         self.ingest_delivery(namespace, source, events, 0).await
     }
@@ -391,30 +432,46 @@ impl AlertStore {
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
-            let needed = state.correlator.jobs_needed(&events, true);
-            let waiting = state.pending;
-            if let Err(refused) = state.admission.admit(&source_key, needed, waiting, Instant::now()) {
-                let counters = state.counters.entry(source_key).or_default();
-                match refused.reason {
-                    Refusal::Rate => counters.refused_rate += 1,
-                    Refusal::PendingJobs => counters.refused_pending += 1,
-                }
-                return Err(refused.into());
-            }
             // The window moves with the delivery's receive time, which the record keeps.
             state.correlator.advance(received_at.as_second(), Some(self.storage.dedup));
             // Decided on the live correlator (a copy per delivery would cost O(incidents));
             // if a record cannot be stored the store becomes unavailable and is rebuilt from
             // the journal before it decides again, so an unrecorded decision never persists.
+            // Every event is stored; admission decides only how each new job starts, seeing
+            // the jobs this delivery created before it.
+            let now = Instant::now();
+            let mut waiting = state.pending;
+            let mut deferred = state.deferred_by_source.get(&source_key).copied().unwrap_or_default();
+            let mut storm = state.storm_of.get(&source_key).cloned();
             let mut items = Vec::with_capacity(events.len());
             for event in events {
-                let outcome = state.correlator.ingest(&event, true, |kind| {
+                let start = state.admission.decide(&source_key, waiting, deferred, now);
+                let hint = storm.as_deref().filter(|_| start == Start::Storm);
+                let outcome = state.correlator.ingest(&event, true, hint, |kind| {
                     new_id(match kind {
                         IdKind::Event => "evt",
                         IdKind::Incident => "inc",
                         IdKind::Job => "job",
                     })
                 });
+                let shares_storm = outcome.shared_job.is_some() && outcome.shared_job.as_deref() == hint;
+                let (deferred_job, storm_job) = match (&outcome.job_id, start) {
+                    (None, _) => (false, shares_storm),
+                    (Some(_), Start::Now) => {
+                        state.admission.take(&source_key, now);
+                        waiting += 1;
+                        (false, false)
+                    }
+                    (Some(_), Start::Deferred) => {
+                        deferred += 1;
+                        (true, false)
+                    }
+                    (Some(job), Start::Storm) => {
+                        deferred += 1;
+                        storm = Some(job.clone());
+                        (true, true)
+                    }
+                };
                 let status =
                     if matches!(outcome.decision, Decision::Duplicate { .. }) { "duplicate" } else { "accepted" };
                 let item = ItemOutcome {
@@ -423,6 +480,8 @@ impl AlertStore {
                     incident_id: outcome.incident_id,
                     job_id: outcome.job_id,
                     shared_job: outcome.shared_job,
+                    deferred: deferred_job,
+                    storm: storm_job,
                 };
                 items.push(DeliveryItem { outcome: item, event });
             }
@@ -476,9 +535,12 @@ impl AlertStore {
     pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
-        let data = serde_json::to_value(&job).unwrap_or_default();
         let settled = job.clone();
-        self.append(JOB, &data, move |state| set_job(state, job, None), |state, at| state.settle_job(&settled, at))
+        // Written with the storm count of the moment it is queued: the count a storm job had
+        // when it started is the one its records keep.
+        let written = job.clone();
+        let data = move |state: &State| serde_json::to_value(state.shown(written)).unwrap_or_default();
+        self.append(JOB, data, move |state| set_job(state, job, None), |state, at| state.settle_job(&settled, at))
             .await
     }
 
@@ -489,7 +551,7 @@ impl AlertStore {
     pub(super) async fn append(
         &self,
         kind: &str,
-        data: &serde_json::Value,
+        data: impl FnOnce(&State) -> serde_json::Value,
         apply: impl FnOnce(&mut State),
         settle: impl FnOnce(&mut State, crate::journal::Location),
     ) -> Result<(), AlertStoreError> {
@@ -500,7 +562,7 @@ impl AlertStore {
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
-            let pending = self.journal.enqueue(kind, data)?;
+            let pending = self.journal.enqueue(kind, &data(&state))?;
             state.in_flight += 1;
             apply(&mut state);
             (pending, state.generation)

@@ -57,7 +57,7 @@ impl AlertStore {
         let data = serde_json::to_value(&record).unwrap_or_default();
         self.append(
             NOTIFIED,
-            &data,
+            move |_| data,
             move |state| {
                 let resolved = state.incident_resolved(&record.incident_id);
                 state.threads.notified(record, resolved);
@@ -74,7 +74,7 @@ impl AlertStore {
     pub async fn record_notice(&self, incident_id: &str, delivery: &Delivery) -> Result<(), AlertStoreError> {
         let record = NoticeRecord { incident_id: incident_id.to_string(), delivery: delivery.clone() };
         let data = serde_json::to_value(&record).unwrap_or_default();
-        self.append(NOTICE, &data, move |state| state.threads.noticed(record), |_, _| {}).await?;
+        self.append(NOTICE, move |_| data, move |state| state.threads.noticed(record), |_, _| {}).await?;
         self.wake();
         Ok(())
     }

@@ -41,9 +41,10 @@ use crate::text;
 pub const MAX_ERROR_CHARS: usize = 512;
 /// Largest factor applied to the base backoff.
 const MAX_BACKOFF_FACTOR: u32 = 16;
-/// Alert labels passed to skill selection.
 /// Wake-up interval when nothing is due.
 const IDLE_WAKE: Duration = Duration::from_secs(30);
+/// Wake-up interval while jobs are deferred.
+const DEFERRED_WAKE: Duration = Duration::from_secs(1);
 /// First pause after a job state could not be recorded; doubled per failure in a row.
 const STORE_RETRY_BASE: Duration = Duration::from_secs(1);
 /// Longest pause after failures to record a job state.
@@ -170,12 +171,16 @@ impl Worker {
                     _ = tokio::time::sleep(pause) => {}
                 }
             }
+            if let Err(error) = self.store.promote_deferred().await {
+                tracing::warn!(component = "akritas_alerts", %error, "deferred investigations could not be promoted");
+            }
             let now = Timestamp::now();
             let busy = self.active_jobs().clone();
             let (jobs, next) = self.store.due_jobs(now, &busy, slots.available_permits());
-            let next_due = next
-                .and_then(|t| Duration::try_from(now.duration_until(t)).ok())
-                .map_or(IDLE_WAKE, |wait| wait.min(IDLE_WAKE));
+            // Deferred jobs are promoted as tokens come back: looked at every second.
+            let idle = if self.store.deferred_jobs() > 0 { DEFERRED_WAKE } else { IDLE_WAKE };
+            let next_due =
+                next.and_then(|t| Duration::try_from(now.duration_until(t)).ok()).map_or(idle, |wait| wait.min(idle));
             for job in jobs {
                 let Ok(permit) = slots.clone().try_acquire_owned() else { break };
                 self.active_jobs().insert(job.id.clone());

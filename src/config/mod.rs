@@ -356,11 +356,16 @@ settings_table! {
         flag "alert-source-rate" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>;
-    /// Pending alert investigations kept at once (deliveries that would add more get 503), 1-100000
+    /// Alert investigations waiting for a worker host-wide; more new ones are deferred, 1-100000
     alert_pending_jobs: u32 = 1000;
         flag "alert-pending-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>;
+    /// Deferred alert investigations per AlertSource; past it a storm shares one storm investigation, 1-10000
+    alert_deferred_jobs: u32 = 100;
+        flag "alert-deferred-jobs" [Option<String>] value_name "N";
+        expect "an integer from 1 to 10000";
+        check value::u32_in::<1, 10_000>;
     /// A journal segment is sealed and a new one started past this size, 64 KiB-4 GiB
     journal_segment_bytes: u64 = 64 << 20;
         flag "journal-segment-bytes" [Option<String>] value_name "BYTES";

@@ -246,19 +246,6 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
             };
             (status, Json(accepted)).into_response()
         }
-        Err(AlertStoreError::Throttled(refused)) => {
-            publish_status(state, key);
-            tracing::warn!(source = %source_key, reason = refused.reason.as_str(), "alert delivery refused by admission control");
-            crate::slots::count_refusal("alert_admission", refused.reason.as_str(), &key.namespace);
-            let mut response =
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_investigations", refused.to_string())
-                    .into_response();
-            let seconds = refused.retry_after.as_secs().max(1).to_string();
-            if let Ok(value) = axum::http::HeaderValue::from_str(&seconds) {
-                response.headers_mut().insert(axum::http::header::RETRY_AFTER, value);
-            }
-            response
-        }
         Err(AlertStoreError::Unavailable(reason)) => insufficient_storage(key, &reason),
         Err(AlertStoreError::Journal(error)) if error.is_unwritable() => insufficient_storage(key, &error.to_string()),
         Err(

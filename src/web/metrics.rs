@@ -61,15 +61,18 @@ pub fn render(state: &AppState) -> String {
         }
         family(
             &mut out,
-            "akritas_alert_rejections_total",
+            "akritas_alert_investigations_shed_total",
             "counter",
-            "Alert deliveries refused with 429 since start, per source and limit (rate, pending_jobs).",
+            "New alert investigations deferred (over alert_source_rate or alert_pending_jobs) or coalesced into a \
+             storm job (past alert_deferred_jobs), per source.",
         );
         for (source, counters) in alerts.all_counters() {
             let source = label(&source);
-            for (reason, value) in [("rate", counters.refused_rate), ("pending_jobs", counters.refused_pending)] {
-                let _ =
-                    writeln!(out, "akritas_alert_rejections_total{{source=\"{source}\",reason=\"{reason}\"}} {value}");
+            for (how, value) in [("deferred", counters.deferred), ("coalesced", counters.coalesced)] {
+                let _ = writeln!(
+                    out,
+                    "akritas_alert_investigations_shed_total{{source=\"{source}\",how=\"{how}\"}} {value}"
+                );
             }
         }
         let (jobs, incidents) = alerts.tallies();
