@@ -325,7 +325,7 @@ fn file_rejects_version_2() {
 fn file_rejects_unknown_field() {
     let (e, _) = file_err(r#"{"version": 1, "foo": 1}"#);
     assert!(
-        e.contains("$.foo: unknown field; known fields are: address, alert_job_attempts, alert_job_backoff"),
+        e.contains("$.foo: unknown field; known fields are: address, alert_deferred_jobs, alert_job_attempts"),
         "{e}"
     );
 }
