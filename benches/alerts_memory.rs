@@ -2,7 +2,8 @@
 //!
 //! A storm is written into a fresh alert journal through the store (`ALERTS_MEMORY_INCIDENTS`
 //! open incidents, 100,000 by default, in five-alert Alertmanager groups with the default
-//! admission limits, so most investigations are deferred or coalesced into storm jobs), the
+//! admission limits but no bound on deferred jobs, so that every incident keeps a deferred job
+//! of its own: the most one source's storm can hold), the
 //! store is closed, and the same journal is opened again the way `akritas serve` opens it at
 //! start. Prints the bytes the reopened store holds in total and per open incident (with its
 //! deferred job), its counts of jobs by status, and how long the opening took: twice, once
@@ -71,8 +72,24 @@ fn group(template: &Value, index: usize) -> Vec<Event> {
     adapter("alertmanager").expect("adapter").decode(hook.to_string().as_bytes(), &ctx).expect("decode")
 }
 
+/// The default limits, but every incident keeps a deferred job of its own (no storm job): the
+/// most a source's storm can hold.
 fn open(path: &std::path::Path) -> AlertStore {
-    AlertStore::open_stored(path, Limits { source_rate_per_minute: 1_000_000, max_pending_jobs: 1_000_000, max_deferred_per_source: 10_000 }, Storage::default(), &|_| "ops".into()).expect("open")
+    let limits = Limits { max_deferred_per_source: usize::MAX, ..Limits::default() };
+    AlertStore::open_stored(path, limits, Storage::default(), &|_| "ops".into()).expect("open")
+}
+
+/// Waits until the bytes live stop changing (background tasks of a dropped store let go).
+async fn settle() -> isize {
+    let mut last = live();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let now = live();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
 }
 
 fn report(label: &str, store: &AlertStore, before: isize, took: std::time::Duration, incidents: usize) -> bool {
@@ -125,13 +142,13 @@ async fn main() -> ExitCode {
             started.elapsed().as_secs_f64()
         );
     }
-    let before = live();
+    let before = settle().await;
     let started = Instant::now();
     let store = open(&path);
     let mut ok = report("replayed from the journal", &store, before, started.elapsed(), incidents);
     store.save_snapshot().await;
     drop(store);
-    let before = live();
+    let before = settle().await;
     let started = Instant::now();
     let store = open(&path);
     ok &= report("loaded from the snapshot", &store, before, started.elapsed(), incidents);

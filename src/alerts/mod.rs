@@ -21,6 +21,7 @@ mod threads;
 mod told;
 mod window;
 pub mod worker;
+mod id;
 
 pub use adapters::{Adapter, AdapterError, adapter};
 pub use correlate::{Decision, IncidentState, IncidentStatus, decide};

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::correlate::{IncidentState, IncidentStatus};
 use super::job::{Job, JobStatus, StoredEvent};
 use super::record::DeliveryRecord;
+use super::id::Id;
 use super::state::{EventAt, EventRef, JobSlot, SourceCounters};
 use super::store::AlertStore;
 use crate::journal::Location;
@@ -32,12 +33,21 @@ impl AlertStore {
             let incident = state.correlator.incident(id)?.clone();
             let events: Vec<(String, EventRef)> =
                 incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
-            let jobs: Vec<JobSlot> =
-                state.incident_jobs.get(id).into_iter().flatten().filter_map(|j| state.jobs.get(j).cloned()).collect();
+            let jobs: Vec<(Id, JobSlot)> = state
+                .incident_jobs
+                .get(id)
+                .into_iter()
+                .flatten()
+                .filter_map(|j| {
+                    let key = Id::new(j);
+                    let slot = state.jobs.get(&key)?.clone();
+                    Some((key, slot))
+                })
+                .collect();
             (incident, events, jobs)
         };
         let events = self.read_events(events);
-        let jobs = jobs.into_iter().filter_map(|slot| self.read_job(slot)).collect();
+        let jobs = jobs.into_iter().filter_map(|(key, slot)| self.read_job(&key, slot)).collect();
         Some((incident, events, jobs))
     }
 
@@ -101,13 +111,14 @@ impl AlertStore {
 
     /// One job (a settled one read from the journal).
     pub fn job(&self, id: &str) -> Option<Job> {
-        let slot = self.lock().jobs.get(id)?.clone();
-        self.read_job(slot)
+        let key = Id::new(id);
+        let slot = self.lock().jobs.get(&key)?.clone();
+        self.read_job(&key, slot)
     }
 
-    fn read_job(&self, slot: JobSlot) -> Option<Job> {
+    fn read_job(&self, key: &Id, slot: JobSlot) -> Option<Job> {
         match slot {
-            JobSlot::Live(job) => Some(self.lock().shown(*job)),
+            JobSlot::Live(_) | JobSlot::Waiting(_) => slot.live(key).map(|job| self.lock().shown(job)),
             JobSlot::Done { location, namespace, .. } => {
                 let record = self.read_logged(location)?;
                 let mut job: Job = serde_json::from_value(record).ok()?;

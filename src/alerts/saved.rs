@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::correlate::Correlator;
 use super::error::{AlertStoreError, LoadError, load_error};
+use super::id::Id;
 use super::state::{Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job};
 use super::threads::Threads;
 use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Location, Opened, Record, ScanError};
@@ -23,7 +24,7 @@ pub(crate) const FORMAT: &str = "akritas.alerts.state.v1";
 pub(crate) struct Saved {
     correlator: Correlator,
     events: Vec<(String, Location, u32)>,
-    jobs: BTreeMap<String, JobSlot>,
+    jobs: BTreeMap<Id, JobSlot>,
     incident_jobs: HashMap<String, Vec<String>>,
     resolved: VecDeque<String>,
     counters: BTreeMap<String, SourceCounters>,
@@ -43,7 +44,7 @@ pub(crate) struct SavedRef<'a> {
     correlator: &'a Correlator,
     #[serde(serialize_with = "stored_events")]
     events: &'a HashMap<String, EventRef>,
-    jobs: &'a BTreeMap<String, JobSlot>,
+    jobs: &'a BTreeMap<Id, JobSlot>,
     incident_jobs: &'a HashMap<String, Vec<String>>,
     resolved: &'a VecDeque<String>,
     counters: &'a BTreeMap<String, SourceCounters>,
@@ -116,10 +117,10 @@ impl Saved {
             correlator.incident(id).is_some_and(|i| i.state == super::correlate::IncidentStatus::Resolved)
         });
         for (id, slot) in self.jobs {
-            match slot {
-                JobSlot::Live(job) => set_job(&mut state, *job, None),
-                done => {
-                    state.jobs.insert(id, done);
+            match slot.live(&id) {
+                Some(job) => set_job(&mut state, job, None),
+                None => {
+                    state.jobs.insert(id, slot);
                 }
             }
         }

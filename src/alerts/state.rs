@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::admission::Admission;
 use super::correlate::{Correlator, Decision, IdKind, IncidentStatus};
 use super::event::Severity;
+use super::id::Id;
 use super::job::{Job, JobStatus};
 use super::record::DeliveryRecord;
 use super::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
@@ -62,12 +63,71 @@ pub(crate) struct EventRef {
     pub(crate) item: u32,
 }
 
-/// A job: whole while it can still change (or its record is being written), else where its
-/// last record is.
+/// A job: compact while it has not started, whole while it can still change (or its record
+/// is being written), else where its last record is.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum JobSlot {
     Live(Box<Job>),
     Done { location: Location, status: JobStatus, namespace: String, incident_id: String },
+    /// Pending or deferred and never attempted: everything else of the job is its default.
+    Waiting(Waiting),
+}
+
+/// A job that has not started, in the fields that are not their default.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Waiting {
+    incident: Id,
+    event: Id,
+    namespace: Box<str>,
+    created: Timestamp,
+    updated: Timestamp,
+    deferred: bool,
+}
+
+impl Waiting {
+    /// The job compact, when it has not started and its times read back as written.
+    fn of(job: &Job) -> Option<Waiting> {
+        let untouched = matches!(job.status, JobStatus::Pending | JobStatus::Deferred)
+            && job.attempts == 0
+            && job.run_id.is_none()
+            && job.error.is_none()
+            && job.error_code.is_none()
+            && job.not_before.is_none()
+            && job.runs.is_empty()
+            && job.result.is_none()
+            && job.deliveries.is_empty();
+        let time = |text: &str| text.parse::<Timestamp>().ok().filter(|t| t.to_string() == text);
+        untouched.then_some(())?;
+        Some(Waiting {
+            incident: Id::new(&job.incident_id),
+            event: Id::new(&job.event_id),
+            namespace: job.namespace.as_str().into(),
+            created: time(&job.created_at)?,
+            updated: time(&job.updated_at)?,
+            deferred: job.status == JobStatus::Deferred,
+        })
+    }
+
+    fn job(&self, id: &Id) -> Job {
+        Job {
+            id: id.text(),
+            incident_id: self.incident.text(),
+            namespace: self.namespace.to_string(),
+            event_id: self.event.text(),
+            status: if self.deferred { JobStatus::Deferred } else { JobStatus::Pending },
+            attempts: 0,
+            created_at: self.created.to_string(),
+            updated_at: self.updated.to_string(),
+            run_id: None,
+            error: None,
+            error_code: None,
+            not_before: None,
+            runs: Vec::new(),
+            result: None,
+            deliveries: Vec::new(),
+            storm_incidents: None,
+        }
+    }
 }
 
 impl JobSlot {
@@ -75,6 +135,26 @@ impl JobSlot {
         match self {
             JobSlot::Live(job) => job.status,
             JobSlot::Done { status, .. } => *status,
+            JobSlot::Waiting(waiting) if waiting.deferred => JobStatus::Deferred,
+            JobSlot::Waiting(_) => JobStatus::Pending,
+        }
+    }
+
+    /// The whole job, unless only its last record's location is kept.
+    pub(crate) fn live(&self, id: &Id) -> Option<Job> {
+        match self {
+            JobSlot::Live(job) => Some((**job).clone()),
+            JobSlot::Waiting(waiting) => Some(waiting.job(id)),
+            JobSlot::Done { .. } => None,
+        }
+    }
+
+    /// The namespace of the job's AlertSource.
+    pub(crate) fn namespace(&self) -> String {
+        match self {
+            JobSlot::Live(job) => job.namespace.clone(),
+            JobSlot::Done { namespace, .. } => namespace.clone(),
+            JobSlot::Waiting(waiting) => waiting.namespace.to_string(),
         }
     }
 }
@@ -101,7 +181,7 @@ impl Default for Bounds {
 pub(crate) struct State {
     pub(crate) correlator: Correlator,
     pub(crate) events: HashMap<String, EventRef>,
-    pub(crate) jobs: BTreeMap<String, JobSlot>,
+    pub(crate) jobs: BTreeMap<Id, JobSlot>,
     pub(crate) incident_jobs: HashMap<String, Vec<String>>,
     /// Resolved incidents, in the order they resolved.
     pub(crate) resolved: VecDeque<String>,
@@ -109,7 +189,7 @@ pub(crate) struct State {
     pub(crate) counters: BTreeMap<String, SourceCounters>,
     /// Jobs a worker may take (pending, or succeeded with notifications to send) by the time
     /// they are due, so that claiming looks at the front only.
-    pub(crate) queue: BTreeSet<(Timestamp, String)>,
+    pub(crate) queue: BTreeSet<(Timestamp, Id)>,
     /// Jobs in status pending.
     pub(crate) pending: usize,
     pub(crate) bounds: Bounds,
@@ -130,11 +210,11 @@ pub(crate) struct State {
     pub(crate) threads: Threads,
     /// Deferred jobs in the order they are promoted (most severe first, then oldest), with
     /// their source `namespace/name`.
-    pub(crate) deferred: BTreeMap<DeferredKey, String>,
+    pub(crate) deferred: BTreeMap<DeferredKey, Arc<str>>,
     /// The place of each deferred job in [`State::deferred`].
-    pub(crate) deferred_at: HashMap<String, DeferredKey>,
+    pub(crate) deferred_at: HashMap<Id, (Reverse<Severity>, Timestamp)>,
     /// Deferred jobs per source.
-    pub(crate) deferred_by_source: HashMap<String, usize>,
+    pub(crate) deferred_by_source: HashMap<Arc<str>, usize>,
     /// Incidents each storm job that can still change stands for.
     pub(crate) storms: HashMap<String, u64>,
     /// The storm job of each source that has not started yet.
@@ -142,7 +222,7 @@ pub(crate) struct State {
 }
 
 /// Where a deferred job waits: most severe first, then oldest, then by id.
-pub(crate) type DeferredKey = (Reverse<Severity>, Timestamp, String);
+pub(crate) type DeferredKey = (Reverse<Severity>, Timestamp, Id);
 
 /// Delivery counters of one alert source.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -251,17 +331,18 @@ fn due_at(job: &Job) -> Option<Timestamp> {
 /// waiting jobs in step (live and at replay alike). With its record's location, a settled
 /// job is kept as that location only.
 pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
-    if let Some(JobSlot::Live(old)) = state.jobs.get(&job.id) {
-        if let Some(due) = due_at(old) {
-            state.queue.remove(&(due, old.id.clone()));
+    let key = Id::new(&job.id);
+    if let Some(old) = state.jobs.get(&key).and_then(|slot| slot.live(&key)) {
+        if let Some(due) = due_at(&old) {
+            state.queue.remove(&(due, key.clone()));
         }
         if old.status == JobStatus::Pending {
             state.pending = state.pending.saturating_sub(1);
         }
     }
-    state.undefer(&job.id);
+    state.undefer(&key);
     if let Some(due) = due_at(&job) {
-        state.queue.insert((due, job.id.clone()));
+        state.queue.insert((due, key.clone()));
     }
     if job.status == JobStatus::Pending {
         state.pending += 1;
@@ -281,37 +362,50 @@ pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
             namespace: job.namespace.clone(),
             incident_id: job.incident_id.clone(),
         },
-        _ => JobSlot::Live(Box::new(job.clone())),
+        _ => match Waiting::of(&job) {
+            Some(waiting) => JobSlot::Waiting(waiting),
+            None => JobSlot::Live(Box::new(job.clone())),
+        },
     };
     if matches!(slot, JobSlot::Done { .. }) {
         state.storms.remove(&job.id);
     }
-    state.jobs.insert(job.id, slot);
+    state.jobs.insert(key, slot);
 }
 
 impl State {
     /// Places a deferred job in the promotion order, by its incident's severity now.
     fn defer(&mut self, job: &Job) {
         let incident = self.correlator.incident(&job.incident_id);
-        let severity = incident.map_or(Severity::Unknown, |i| i.severity);
-        let source = incident.map(|i| format!("{}/{}", job.namespace, i.source)).unwrap_or_default();
+        let severity = Reverse(incident.map_or(Severity::Unknown, |i| i.severity));
+        let name = incident.map(|i| format!("{}/{}", job.namespace, i.source)).unwrap_or_default();
         let created = job.created_at.parse::<Timestamp>().unwrap_or(Timestamp::UNIX_EPOCH);
-        let key = (Reverse(severity), created, job.id.clone());
+        // One copy of each source's name, shared by its deferred jobs.
+        let source = match self.deferred_by_source.get_key_value(name.as_str()) {
+            Some((source, _)) => source.clone(),
+            None => Arc::from(name),
+        };
         *self.deferred_by_source.entry(source.clone()).or_default() += 1;
-        self.deferred.insert(key.clone(), source);
-        self.deferred_at.insert(job.id.clone(), key);
+        let id = Id::new(&job.id);
+        self.deferred.insert((severity, created, id.clone()), source);
+        self.deferred_at.insert(id, (severity, created));
     }
 
     /// Takes a job out of the promotion order, if it was deferred.
-    fn undefer(&mut self, job_id: &str) {
-        let Some(key) = self.deferred_at.remove(job_id) else { return };
-        let Some(source) = self.deferred.remove(&key) else { return };
+    fn undefer(&mut self, job: &Id) {
+        let Some((severity, created)) = self.deferred_at.remove(job) else { return };
+        let Some(source) = self.deferred.remove(&(severity, created, job.clone())) else { return };
         if let Some(count) = self.deferred_by_source.get_mut(&source) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 self.deferred_by_source.remove(&source);
             }
         }
+    }
+
+    /// Deferred jobs of a source `namespace/name`.
+    pub(crate) fn deferred_of(&self, source: &str) -> usize {
+        self.deferred_by_source.get(source).copied().unwrap_or_default()
     }
 
     /// A job as the API shows it: a storm job with the incidents it stands for.
@@ -335,7 +429,8 @@ impl State {
 
     /// A job record was written at `location`: a settled job that has not changed since is kept as its location.
     pub(crate) fn settle_job(&mut self, job: &Job, location: Location) {
-        if let Some(JobSlot::Live(live)) = self.jobs.get(&job.id)
+        let key = Id::new(&job.id);
+        if let Some(JobSlot::Live(live)) = self.jobs.get(&key)
             && live.updated_at == job.updated_at
             && settled(live)
         {
@@ -346,7 +441,7 @@ impl State {
                 namespace: live.namespace.clone(),
                 incident_id: live.incident_id.clone(),
             };
-            self.jobs.insert(job.id.clone(), slot);
+            self.jobs.insert(key, slot);
         }
     }
 
@@ -370,8 +465,9 @@ impl State {
             self.events.remove(event);
         }
         for job in self.incident_jobs.remove(id).unwrap_or_default() {
-            if matches!(self.jobs.get(&job), Some(JobSlot::Done { incident_id, .. }) if incident_id == id) {
-                self.jobs.remove(&job);
+            let key = Id::new(&job);
+            if matches!(self.jobs.get(&key), Some(JobSlot::Done { incident_id, .. }) if incident_id == id) {
+                self.jobs.remove(&key);
             }
         }
     }
@@ -411,10 +507,11 @@ impl State {
         };
         let open = self.correlator.incidents().filter(|i| i.is_open()).flat_map(|i| i.event_ids.iter());
         let live = self.jobs.values().filter_map(|slot| match slot {
-            JobSlot::Live(job) => Some(&job.event_id),
+            JobSlot::Live(job) => Some(job.event_id.clone()),
+            JobSlot::Waiting(waiting) => Some(waiting.event.text()),
             JobSlot::Done { .. } => None,
         });
-        open.chain(live).filter_map(|id| segment(id)).min()
+        open.cloned().chain(live).filter_map(|id| segment(&id)).min()
     }
 }
 
@@ -462,9 +559,8 @@ pub(crate) fn apply(
         }
         JOB => {
             let mut job: Job = serde_json::from_value(record.data.clone())?;
-            let namespace = match state.jobs.get(&job.id) {
-                Some(JobSlot::Live(known)) => known.namespace.clone(),
-                Some(JobSlot::Done { namespace, .. }) => namespace.clone(),
+            let namespace = match state.jobs.get(&Id::new(&job.id)) {
+                Some(slot) => slot.namespace(),
                 None => return Err(RecordError::UnknownJob(job.id)),
             };
             if job.namespace.is_empty() {

@@ -312,10 +312,10 @@ impl AlertStore {
             if jobs.len() >= max {
                 break;
             }
-            if !busy.contains(id)
-                && let Some(super::state::JobSlot::Live(job)) = state.jobs.get(id)
+            if !busy.contains(&id.text())
+                && let Some(job) = state.jobs.get(id).and_then(|slot| slot.live(id))
             {
-                jobs.push(state.shown((**job).clone()));
+                jobs.push(state.shown(job));
             }
         }
         (jobs, None)
@@ -332,13 +332,10 @@ impl AlertStore {
         let state = self.lock();
         state
             .jobs
-            .values()
-            .filter_map(|slot| match slot {
-                super::state::JobSlot::Live(job) => Some(job),
-                super::state::JobSlot::Done { .. } => None,
-            })
+            .iter()
+            .filter_map(|(id, slot)| slot.live(id))
             .filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running) || j.has_pending_deliveries())
-            .map(|job| state.shown((**job).clone()))
+            .map(|job| state.shown(job))
             .collect()
     }
 
@@ -362,11 +359,11 @@ impl AlertStore {
                 if waiting >= admission.limits().max_pending_jobs {
                     break;
                 }
-                if let Some(super::state::JobSlot::Live(job)) = jobs.get(id)
+                if let Some(job) = jobs.get(id).and_then(|slot| slot.live(id))
                     && admission.try_start(source, waiting, now)
                 {
                     waiting += 1;
-                    chosen.push((**job).clone());
+                    chosen.push(job);
                 }
             }
             chosen
@@ -441,7 +438,7 @@ impl AlertStore {
             // the jobs this delivery created before it.
             let now = Instant::now();
             let mut waiting = state.pending;
-            let mut deferred = state.deferred_by_source.get(&source_key).copied().unwrap_or_default();
+            let mut deferred = state.deferred_of(&source_key);
             let mut storm = state.storm_of.get(&source_key).cloned();
             let mut items = Vec::with_capacity(events.len());
             for event in events {

@@ -11,6 +11,8 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::id::Id;
+
 /// The first delivery of a deduplication key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FirstSeen {
@@ -41,49 +43,6 @@ pub(crate) fn digest(dedup_index_key: &str) -> KeyDigest {
     let mut out = [0u8; 16];
     out.copy_from_slice(&full[..16]);
     out
-}
-
-/// An id in 24 bytes: the host's own `xxx_<32 hex digits>` as bytes, anything else as text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Id {
-    Host { prefix: [u8; 3], value: [u8; 16] },
-    Text(Box<str>),
-}
-
-impl Id {
-    fn new(id: &str) -> Id {
-        let host = id.as_bytes().get(..4).filter(|p| p[3] == b'_' && p[..3].iter().all(u8::is_ascii_lowercase));
-        let mut value = [0u8; 16];
-        match (host, id.get(4..)) {
-            (Some(prefix), Some(hex))
-                if hex.len() == 32
-                    && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-                    && hex::decode_to_slice(hex, &mut value).is_ok() =>
-            {
-                Id::Host { prefix: [prefix[0], prefix[1], prefix[2]], value }
-            }
-            _ => Id::Text(id.into()),
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            Id::Host { prefix, value } => format!("{}_{}", String::from_utf8_lossy(prefix), hex::encode(value)),
-            Id::Text(text) => text.to_string(),
-        }
-    }
-}
-
-impl Serialize for Id {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.text())
-    }
-}
-
-impl<'de> Deserialize<'de> for Id {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
-        Ok(Id::new(&String::deserialize(d)?))
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,16 +158,6 @@ mod tests {
         assert_eq!(w.get("k0"), Some(first(9)), "the first delivery stays");
         assert_eq!(w.expire(1159, limits), 1, "k2 (at 1002) is gone");
         assert_eq!(w.get("k0"), Some(first(9)));
-    }
-
-    #[test]
-    fn host_ids_are_kept_compact_and_read_back_exactly() {
-        assert_eq!(std::mem::size_of::<Id>(), 24);
-        for id in ["evt_0123456789abcdef0123456789abcdef", "inc_1", "evt_0123456789ABCDEF0123456789abcdef", "x", ""] {
-            assert_eq!(Id::new(id).text(), id);
-        }
-        assert!(matches!(Id::new("inc_0123456789abcdef0123456789abcdef"), Id::Host { .. }));
-        assert!(matches!(Id::new("evt_0123456789ABCDEF0123456789abcdef"), Id::Text(_)), "upper case stays text");
     }
 
     #[test]
