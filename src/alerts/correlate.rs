@@ -20,12 +20,13 @@
 //!
 //! Keys never include model text: they are hashes of provider fields only.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::event::{Entity, Event, EventState, Severity, hash_parts};
+use super::id::{Id, Key};
 use super::window::DedupWindow;
 pub use super::window::{DedupLimits, FirstSeen};
 
@@ -53,12 +54,53 @@ pub struct IncidentState {
     pub updated_at: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<Timestamp>,
-    pub event_ids: Vec<String>,
-    /// [`member_key`]s of alerts currently firing in this incident.
+    #[schemars(with = "Vec<String>")]
+    pub event_ids: Vec<Id>,
+    /// [`member_key`]s of alerts currently firing in this incident (their first 32 hex digits).
     #[serde(default)]
-    pub firing_members: BTreeSet<String>,
+    #[schemars(with = "Vec<String>")]
+    pub firing_members: Members,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_job: Option<String>,
+}
+
+/// The [`member_key`]s of the alerts firing in an incident, 16 bytes each (the first half of
+/// the key's SHA-256), in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Members(Vec<Key>);
+
+impl Members {
+    /// Adds a member key.
+    pub fn insert(&mut self, member: &str) {
+        let key = Key::of_digest(member);
+        if let Err(at) = self.0.binary_search(&key) {
+            self.0.insert(at, key);
+        }
+    }
+
+    /// Removes a member key.
+    pub fn remove(&mut self, member: &str) {
+        let key = Key::of_digest(member);
+        if let Ok(at) = self.0.binary_search(&key) {
+            self.0.remove(at);
+        }
+    }
+
+    /// Whether no alert fires.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many alerts fire.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether every firing alert (none included) is `member`.
+    pub fn all_are(&self, member: &str) -> bool {
+        let key = Key::of_digest(member);
+        self.0.iter().all(|m| *m == key)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +166,7 @@ pub fn decide(
         (EventState::Firing, Some(incident)) => Decision::JoinIncident { incident_id: incident.id },
         (EventState::Resolved, Some(incident)) => {
             let member = member_key(event);
-            let closes_incident = incident.firing_members.iter().all(|m| *m == member);
+            let closes_incident = incident.firing_members.all_are(&member);
             Decision::ResolveEvent { incident_id: incident.id, closes_incident }
         }
     }
@@ -146,7 +188,7 @@ impl IncidentState {
             updated_at: event.observed_at,
             resolved_at: None,
             event_ids: Vec::new(),
-            firing_members: BTreeSet::new(),
+            firing_members: Members::default(),
             last_job: None,
         };
         incident.record(event, event_id);
@@ -159,10 +201,10 @@ impl IncidentState {
         self.severity = event.severity;
         self.entity = event.entity.clone();
         self.updated_at = event.observed_at;
-        self.event_ids.push(event_id.to_owned());
+        self.event_ids.push(Id::new(event_id));
         match event.state {
             EventState::Firing => {
-                self.firing_members.insert(member_key(event));
+                self.firing_members.insert(&member_key(event));
                 self.state = IncidentStatus::Firing;
                 self.resolved_at = None;
             }
@@ -210,15 +252,15 @@ pub struct Correlator {
     seen: DedupWindow,
     /// Receive time (unix seconds) of the delivery being correlated.
     now: i64,
-    open: BTreeMap<String, String>,
-    incidents: BTreeMap<String, IncidentState>,
+    /// Open incidents by correlation index key.
+    open: HashMap<Key, Id>,
+    incidents: BTreeMap<Id, IncidentState>,
     /// Jobs not started yet, by correlation index key, and the key of each.
-    unstarted: BTreeMap<String, String>,
-    unstarted_keys: BTreeMap<String, String>,
+    unstarted: HashMap<Key, Id>,
+    unstarted_keys: HashMap<Id, Key>,
 }
 
-/// The indexes one correlation step reads and writes: the live [`Correlator`], or a
-/// [`Trial`] that keeps its changes apart.
+/// The indexes one correlation step reads and writes.
 trait Indexes {
     fn first_seen(&self, dedup: &str) -> Option<FirstSeen>;
     fn incident(&self, id: &str) -> Option<IncidentState>;
@@ -279,28 +321,31 @@ impl Indexes for Correlator {
         self.seen.get(dedup)
     }
     fn incident(&self, id: &str) -> Option<IncidentState> {
-        self.incidents.get(id).cloned()
+        self.incidents.get(&Id::new(id)).cloned()
     }
     fn open_incident(&self, correlation: &str) -> Option<IncidentState> {
-        self.open.get(correlation).and_then(|id| self.incidents.get(id)).cloned()
+        self.open.get(&Key::of(correlation)).and_then(|id| self.incidents.get(id)).cloned()
     }
     fn unstarted_job(&self, correlation: &str) -> Option<String> {
-        self.unstarted.get(correlation).cloned()
+        self.unstarted.get(&Key::of(correlation)).map(Id::text)
     }
     fn mark_seen(&mut self, dedup: String, first: FirstSeen) {
         self.seen.insert(&dedup, first, self.now);
     }
     fn put_incident(&mut self, correlation: String, incident: IncidentState) {
+        let key = Key::of(&correlation);
+        let id = Id::new(&incident.id);
         if incident.is_open() {
-            self.open.insert(correlation, incident.id.clone());
-        } else if self.open.get(&correlation) == Some(&incident.id) {
-            self.open.remove(&correlation);
+            self.open.insert(key, id.clone());
+        } else if self.open.get(&key) == Some(&id) {
+            self.open.remove(&key);
         }
-        self.incidents.insert(incident.id.clone(), incident);
+        self.incidents.insert(id, incident);
     }
     fn add_unstarted_job(&mut self, correlation: String, job: String) {
-        self.unstarted_keys.insert(job.clone(), correlation.clone());
-        self.unstarted.insert(correlation, job);
+        let (key, job) = (Key::of(&correlation), Id::new(&job));
+        self.unstarted_keys.insert(job.clone(), key);
+        self.unstarted.insert(key, job);
     }
 }
 
@@ -310,7 +355,7 @@ impl Correlator {
     }
 
     pub fn incident(&self, id: &str) -> Option<&IncidentState> {
-        self.incidents.get(id)
+        self.incidents.get(&Id::new(id))
     }
 
     pub fn incidents(&self) -> impl Iterator<Item = &IncidentState> {
@@ -332,10 +377,12 @@ impl Correlator {
     /// Forgets a resolved incident (its id stays in the dedup window as the incident of
     /// the keys it saw). Returns it.
     pub fn forget(&mut self, id: &str) -> Option<IncidentState> {
-        let incident = self.incidents.remove(id)?;
+        let id = Id::new(id);
+        let incident = self.incidents.remove(&id)?;
         let source = format!("{}/{}", incident.namespace, incident.source);
         let key = correlation_index_key(&source, &incident.correlation_key);
-        if self.open.get(&key).is_some_and(|open| open == id) {
+        let key = Key::of(&key);
+        if self.open.get(&key).is_some_and(|open| *open == id) {
             self.open.remove(&key);
         }
         Some(incident)
@@ -356,8 +403,9 @@ impl Correlator {
 
     /// A job left the waiting state (claimed, or given up): later incidents get their own.
     pub fn job_started(&mut self, job_id: &str) {
-        if let Some(correlation) = self.unstarted_keys.remove(job_id)
-            && self.unstarted.get(&correlation).is_some_and(|j| j == job_id)
+        let job = Id::new(job_id);
+        if let Some(correlation) = self.unstarted_keys.remove(&job)
+            && self.unstarted.get(&correlation).is_some_and(|j| *j == job)
         {
             self.unstarted.remove(&correlation);
         }

@@ -8,13 +8,21 @@ use serde::{Deserialize, Serialize};
 
 /// An id in 24 bytes. Host ids order as their text does.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Id {
-    Host { prefix: [u8; 3], value: [u8; 16] },
+pub enum Id {
+    /// `xxx_<32 hex digits>`.
+    Host {
+        /// `evt`, `inc`, `job`, …
+        prefix: [u8; 3],
+        /// The 32 hex digits.
+        value: [u8; 16],
+    },
+    /// Any other id.
     Text(Box<str>),
 }
 
 impl Id {
-    pub(crate) fn new(id: &str) -> Id {
+    /// The compact form of an id.
+    pub fn new(id: &str) -> Id {
         let host = id.as_bytes().get(..4).filter(|p| p[3] == b'_' && p[..3].iter().all(u8::is_ascii_lowercase));
         let mut value = [0u8; 16];
         match (host, id.get(4..)) {
@@ -29,7 +37,8 @@ impl Id {
         }
     }
 
-    pub(crate) fn text(&self) -> String {
+    /// The id as text.
+    pub fn text(&self) -> String {
         self.to_string()
     }
 }
@@ -49,6 +58,12 @@ impl fmt::Display for Id {
 impl PartialEq<str> for Id {
     fn eq(&self, other: &str) -> bool {
         *self == Id::new(other)
+    }
+}
+
+impl PartialEq<String> for Id {
+    fn eq(&self, other: &String) -> bool {
+        *self == *other.as_str()
     }
 }
 
@@ -86,5 +101,56 @@ mod tests {
         ids.sort();
         compact.sort();
         assert_eq!(compact.iter().map(Id::text).collect::<Vec<_>>(), ids);
+    }
+}
+
+/// A key of an in-memory index (a correlation index key, an alert's member key) as the first
+/// 16 bytes of its SHA-256: the same size whatever the provider's key. Written as 32 hex
+/// digits; read from those, or from the full text older snapshots kept (digested then), or
+/// from a member key's 64 hex digits (their first half is the same digest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub(crate) [u8; 16]);
+
+impl Key {
+    /// The key of a text.
+    pub(crate) fn of(text: &str) -> Key {
+        use sha2::Digest;
+        let full = sha2::Sha256::digest(text.as_bytes());
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        Key(out)
+    }
+
+    /// The key of a hex SHA-256 digest (its first half), or of the text when it is not one.
+    pub(crate) fn of_digest(text: &str) -> Key {
+        let mut out = [0u8; 16];
+        let hex = text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        match hex && hex::decode_to_slice(&text[..32], &mut out).is_ok() {
+            true => Key(out),
+            false => Key::of(text),
+        }
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        let mut out = [0u8; 16];
+        if text.len() == 32 && hex::decode_to_slice(text.as_bytes(), &mut out).is_ok() {
+            return Ok(Key(out));
+        }
+        Ok(Key::of_digest(&text))
     }
 }

@@ -8,6 +8,7 @@ pub mod correlate;
 pub mod delivery;
 mod error;
 pub mod event;
+pub mod id;
 pub mod job;
 mod outbox;
 mod reads;
@@ -21,7 +22,6 @@ mod threads;
 mod told;
 mod window;
 pub mod worker;
-mod id;
 
 pub use adapters::{Adapter, AdapterError, adapter};
 pub use correlate::{Decision, IncidentState, IncidentStatus, decide};

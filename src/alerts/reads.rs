@@ -31,18 +31,14 @@ impl AlertStore {
         let (incident, events, jobs) = {
             let state = self.lock();
             let incident = state.correlator.incident(id)?.clone();
-            let events: Vec<(String, EventRef)> =
+            let events: Vec<(Id, EventRef)> =
                 incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
             let jobs: Vec<(Id, JobSlot)> = state
                 .incident_jobs
-                .get(id)
+                .get(&Id::new(id))
                 .into_iter()
                 .flatten()
-                .filter_map(|j| {
-                    let key = Id::new(j);
-                    let slot = state.jobs.get(&key)?.clone();
-                    Some((key, slot))
-                })
+                .filter_map(|key| Some((key.clone(), state.jobs.get(key)?.clone())))
                 .collect();
             (incident, events, jobs)
         };
@@ -105,8 +101,9 @@ impl AlertStore {
 
     /// One stored event (read from the journal).
     pub fn event(&self, id: &str) -> Option<StoredEvent> {
-        let event = self.lock().events.get(id)?.clone();
-        self.read_events(vec![(id.to_string(), event)]).pop()
+        let key = Id::new(id);
+        let event = self.lock().events.get(&key)?.clone();
+        self.read_events(vec![(key, event)]).pop()
     }
 
     /// One job (a settled one read from the journal).
@@ -131,10 +128,11 @@ impl AlertStore {
     }
 
     /// The events, each record read once, in the order given.
-    fn read_events(&self, wanted: Vec<(String, EventRef)>) -> Vec<StoredEvent> {
+    fn read_events(&self, wanted: Vec<(Id, EventRef)>) -> Vec<StoredEvent> {
         let mut records: BTreeMap<Location, Option<DeliveryRecord>> = BTreeMap::new();
         let mut out = Vec::with_capacity(wanted.len());
         for (id, event) in wanted {
+            let id = id.text();
             let item = event.item as usize;
             let stored = match &event.at {
                 EventAt::Queued(record) => stored_event(&id, record, item, &|n| self.legacy_namespace(n)),

@@ -23,9 +23,9 @@ pub(crate) const FORMAT: &str = "akritas.alerts.state.v1";
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Saved {
     correlator: Correlator,
-    events: Vec<(String, Location, u32)>,
+    events: Vec<(Id, Location, u32)>,
     jobs: BTreeMap<Id, JobSlot>,
-    incident_jobs: HashMap<String, Vec<String>>,
+    incident_jobs: HashMap<Id, Vec<Id>>,
     resolved: VecDeque<String>,
     counters: BTreeMap<String, SourceCounters>,
     /// Absent in snapshots written before incident threads.
@@ -43,9 +43,9 @@ pub(crate) struct Saved {
 pub(crate) struct SavedRef<'a> {
     correlator: &'a Correlator,
     #[serde(serialize_with = "stored_events")]
-    events: &'a HashMap<String, EventRef>,
+    events: &'a HashMap<Id, EventRef>,
     jobs: &'a BTreeMap<Id, JobSlot>,
-    incident_jobs: &'a HashMap<String, Vec<String>>,
+    incident_jobs: &'a HashMap<Id, Vec<Id>>,
     resolved: &'a VecDeque<String>,
     counters: &'a BTreeMap<String, SourceCounters>,
     threads: &'a Threads,
@@ -54,7 +54,7 @@ pub(crate) struct SavedRef<'a> {
 }
 
 /// Events as `(id, location, item)`, the shape [`Saved`] reads.
-fn stored_events<S: serde::Serializer>(events: &&HashMap<String, EventRef>, s: S) -> Result<S::Ok, S::Error> {
+fn stored_events<S: serde::Serializer>(events: &&HashMap<Id, EventRef>, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeSeq;
     let mut seq = s.serialize_seq(Some(events.len()))?;
     for (id, event) in events.iter() {

@@ -180,9 +180,9 @@ impl Default for Bounds {
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) correlator: Correlator,
-    pub(crate) events: HashMap<String, EventRef>,
+    pub(crate) events: HashMap<Id, EventRef>,
     pub(crate) jobs: BTreeMap<Id, JobSlot>,
-    pub(crate) incident_jobs: HashMap<String, Vec<String>>,
+    pub(crate) incident_jobs: HashMap<Id, Vec<Id>>,
     /// Resolved incidents, in the order they resolved.
     pub(crate) resolved: VecDeque<String>,
     /// Per source `namespace/name`: events accepted, duplicates, deliveries rejected (this process).
@@ -265,7 +265,7 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
             None => EventAt::Queued(record.clone()),
         };
         let item_index = u32::try_from(index).unwrap_or(u32::MAX);
-        state.events.insert(outcome.event_id.clone(), EventRef { at: place, item: item_index });
+        state.events.insert(Id::new(&outcome.event_id), EventRef { at: place, item: item_index });
         if outcome.deferred {
             counters.deferred += 1;
         }
@@ -273,7 +273,7 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
             counters.coalesced += 1;
         }
         if let Some(job_id) = &outcome.shared_job {
-            state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
+            state.incident_jobs.entry(Id::new(&outcome.incident_id)).or_default().push(Id::new(job_id));
             if outcome.storm {
                 *state.storms.entry(job_id.clone()).or_default() += 1;
             }
@@ -302,12 +302,12 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
                 storm_incidents: None,
             };
             set_job(state, job, None);
-            state.incident_jobs.entry(outcome.incident_id.clone()).or_default().push(job_id.clone());
+            state.incident_jobs.entry(Id::new(&outcome.incident_id)).or_default().push(Id::new(job_id));
         }
         // The event that resolves an incident is its last: each resolved incident is queued once.
         if let Some(incident) = state.correlator.incident(&outcome.incident_id)
             && incident.state == IncidentStatus::Resolved
-            && incident.event_ids.last() == Some(&outcome.event_id)
+            && incident.event_ids.last().is_some_and(|last| *last == *outcome.event_id)
         {
             state.resolved.push_back(outcome.incident_id.clone());
             state.threads.resolved(&outcome.incident_id);
@@ -419,7 +419,7 @@ impl State {
     /// A queued delivery record was written at `location`: its events are read from there from now on.
     pub(crate) fn settle_delivery(&mut self, record: &Arc<DeliveryRecord>, location: Location) {
         for item in &record.items {
-            if let Some(event) = self.events.get_mut(&item.outcome.event_id)
+            if let Some(event) = self.events.get_mut(&Id::new(&item.outcome.event_id))
                 && matches!(&event.at, EventAt::Queued(queued) if Arc::ptr_eq(queued, record))
             {
                 event.at = EventAt::Stored(location);
@@ -464,8 +464,7 @@ impl State {
         for event in &incident.event_ids {
             self.events.remove(event);
         }
-        for job in self.incident_jobs.remove(id).unwrap_or_default() {
-            let key = Id::new(&job);
+        for key in self.incident_jobs.remove(&Id::new(id)).unwrap_or_default() {
             if matches!(self.jobs.get(&key), Some(JobSlot::Done { incident_id, .. }) if incident_id == id) {
                 self.jobs.remove(&key);
             }
@@ -501,17 +500,18 @@ impl State {
     /// The oldest segment still needed: events of open incidents and of jobs that can still
     /// run, and job records being written. `None` when nothing is needed.
     pub(crate) fn oldest_needed(&self) -> Option<u64> {
-        let segment = |id: &str| match self.events.get(id).map(|e| &e.at) {
+        let segment = |id: &Id| match self.events.get(id).map(|e| &e.at) {
             Some(EventAt::Stored(location)) => Some(location.segment),
             _ => None,
         };
         let open = self.correlator.incidents().filter(|i| i.is_open()).flat_map(|i| i.event_ids.iter());
+        let open = open.filter_map(segment).min();
         let live = self.jobs.values().filter_map(|slot| match slot {
-            JobSlot::Live(job) => Some(job.event_id.clone()),
-            JobSlot::Waiting(waiting) => Some(waiting.event.text()),
+            JobSlot::Live(job) => segment(&Id::new(&job.event_id)),
+            JobSlot::Waiting(waiting) => segment(&waiting.event),
             JobSlot::Done { .. } => None,
         });
-        open.cloned().chain(live).filter_map(|id| segment(&id)).min()
+        live.chain(open).min()
     }
 }
 
