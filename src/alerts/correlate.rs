@@ -1,6 +1,5 @@
 //! Pure deduplication and correlation decisions (upstream §6.4). No I/O and no id generation: the store
-//! looks up its indexes, calls [`decide`], persists, then applies the result with [`IncidentState::open`] /
-//! [`IncidentState::record`]. [`Correlator`] is an in-memory reference implementation of that loop (useful
+//! looks up its indexes, calls [`decide`], persists, then applies the result with [`Incident::record`]. [`Correlator`] is an in-memory reference implementation of that loop (useful
 //! as the store's working copy for one delivery, and in tests).
 //!
 //! Rules:
@@ -21,6 +20,7 @@
 //! Keys never include model text: they are hashes of provider fields only.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -148,42 +148,112 @@ pub fn member_key(event: &Event) -> String {
 }
 
 /// Decide what one (normalised) event does. `seen` takes a [`dedup_index_key`]; `open_incident_for` takes a
-/// [`correlation_index_key`] and must only return incidents that are currently open (firing).
+/// [`correlation_index_key`] and must only return incidents that are currently open (firing), with their id.
 pub fn decide(
     event: &Event,
     seen: impl Fn(&str) -> Option<FirstSeen>,
-    open_incident_for: impl Fn(&str) -> Option<IncidentState>,
+    open_incident_for: impl Fn(&str) -> Option<(String, Incident)>,
 ) -> Decision {
     let source = source_key(event);
     if let Some(first) = seen(&dedup_index_key(&source, &event.deduplication_key)) {
         return Decision::Duplicate { event_id: first.event_id, incident_id: first.incident_id };
     }
     let open = open_incident_for(&correlation_index_key(&source, &event.correlation_key))
-        .filter(|i| i.state == IncidentStatus::Firing);
+        .filter(|(_, i)| i.state == IncidentStatus::Firing);
     match (event.state, open) {
         (EventState::Firing, None) => Decision::NewIncident { state: IncidentStatus::Firing, investigate: true },
         (EventState::Resolved, None) => Decision::NewIncident { state: IncidentStatus::Resolved, investigate: false },
-        (EventState::Firing, Some(incident)) => Decision::JoinIncident { incident_id: incident.id },
-        (EventState::Resolved, Some(incident)) => {
+        (EventState::Firing, Some((incident_id, _))) => Decision::JoinIncident { incident_id },
+        (EventState::Resolved, Some((incident_id, incident))) => {
             let member = member_key(event);
             let closes_incident = incident.firing_members.all_are(&member);
-            Decision::ResolveEvent { incident_id: incident.id, closes_incident }
+            Decision::ResolveEvent { incident_id, closes_incident }
         }
     }
 }
 
-impl IncidentState {
-    /// A new incident for `event` (opened_at = updated_at = observed_at).
-    pub fn open(id: &str, event: &Event, event_id: &str) -> IncidentState {
-        let mut incident = IncidentState {
-            id: id.to_owned(),
-            correlation_key: event.correlation_key.clone(),
-            source: event.source.name.clone(),
-            namespace: event.source.namespace.clone(),
+/// An incident as memory keeps it: what correlation decides on and what listings filter and
+/// sort by. Its name, entity and correlation key are those of its last event, read from the
+/// journal for the whole view ([`Incident::view`]). Reads snapshots of the whole
+/// [`IncidentState`] too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SavedIncident")]
+pub struct Incident {
+    /// Correlation index key ([`correlation_index_key`]) as a digest.
+    pub correlation: Key,
+    /// Name of the AlertSource.
+    pub source: Arc<str>,
+    /// Namespace of the AlertSource.
+    pub namespace: Arc<str>,
+    pub state: IncidentStatus,
+    pub severity: Severity,
+    pub opened_at: Timestamp,
+    pub updated_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    pub event_ids: Vec<Id>,
+    pub firing_members: Members,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_job: Option<Id>,
+}
+
+/// An incident as a snapshot holds it: this version's [`Incident`], or an older whole
+/// [`IncidentState`] (its correlation key then gives the digest).
+#[derive(Deserialize)]
+struct SavedIncident {
+    #[serde(default)]
+    correlation: Option<Key>,
+    #[serde(default)]
+    correlation_key: String,
+    source: Arc<str>,
+    #[serde(default)]
+    namespace: Arc<str>,
+    state: IncidentStatus,
+    severity: Severity,
+    opened_at: Timestamp,
+    updated_at: Timestamp,
+    #[serde(default)]
+    resolved_at: Option<Timestamp>,
+    event_ids: Vec<Id>,
+    #[serde(default)]
+    firing_members: Members,
+    #[serde(default)]
+    last_job: Option<Id>,
+}
+
+impl From<SavedIncident> for Incident {
+    fn from(saved: SavedIncident) -> Incident {
+        let correlation = saved.correlation.unwrap_or_else(|| {
+            let source = format!("{}/{}", saved.namespace, saved.source);
+            Key::of(&correlation_index_key(&source, &saved.correlation_key))
+        });
+        Incident {
+            correlation,
+            source: saved.source,
+            namespace: saved.namespace,
+            state: saved.state,
+            severity: saved.severity,
+            opened_at: saved.opened_at,
+            updated_at: saved.updated_at,
+            resolved_at: saved.resolved_at,
+            event_ids: saved.event_ids,
+            firing_members: saved.firing_members,
+            last_job: saved.last_job,
+        }
+    }
+}
+
+impl Incident {
+    /// A new incident for `event` (opened_at = updated_at = observed_at), its names shared
+    /// through `names`.
+    fn open(event: &Event, event_id: &str, names: &mut Names) -> Incident {
+        let source = source_key(event);
+        let mut incident = Incident {
+            correlation: Key::of(&correlation_index_key(&source, &event.correlation_key)),
+            source: names.get(&event.source.name),
+            namespace: names.get(&event.source.namespace),
             state: IncidentStatus::Firing,
-            name: event.name.clone(),
             severity: event.severity,
-            entity: event.entity.clone(),
             opened_at: event.observed_at,
             updated_at: event.observed_at,
             resolved_at: None,
@@ -197,9 +267,7 @@ impl IncidentState {
 
     /// Update from a non-duplicate event belonging to this incident.
     pub fn record(&mut self, event: &Event, event_id: &str) {
-        self.name = event.name.clone();
         self.severity = event.severity;
-        self.entity = event.entity.clone();
         self.updated_at = event.observed_at;
         self.event_ids.push(Id::new(event_id));
         match event.state {
@@ -220,6 +288,48 @@ impl IncidentState {
 
     pub fn is_open(&self) -> bool {
         self.state == IncidentStatus::Firing
+    }
+
+    /// The whole view of incident `id`, with the name, entity and correlation key of its last
+    /// event (empty when that event cannot be read).
+    pub fn view(&self, id: &str, last: Option<&Event>) -> IncidentState {
+        IncidentState {
+            id: id.to_string(),
+            correlation_key: last.map(|e| e.correlation_key.clone()).unwrap_or_default(),
+            source: self.source.to_string(),
+            namespace: self.namespace.to_string(),
+            state: self.state,
+            name: last.map(|e| e.name.clone()).unwrap_or_default(),
+            severity: self.severity,
+            entity: last.map(|e| e.entity.clone()).unwrap_or_default(),
+            opened_at: self.opened_at,
+            updated_at: self.updated_at,
+            resolved_at: self.resolved_at,
+            event_ids: self.event_ids.clone(),
+            firing_members: self.firing_members.clone(),
+            last_job: self.last_job.as_ref().map(Id::text),
+        }
+    }
+}
+
+impl IncidentState {
+    pub fn is_open(&self) -> bool {
+        self.state == IncidentStatus::Firing
+    }
+}
+
+/// One shared copy of each namespace and source name.
+#[derive(Debug, Clone, Default)]
+struct Names(std::collections::HashSet<Arc<str>>);
+
+impl Names {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(name);
+        self.0.insert(shared.clone());
+        shared
     }
 }
 
@@ -254,99 +364,59 @@ pub struct Correlator {
     now: i64,
     /// Open incidents by correlation index key.
     open: HashMap<Key, Id>,
-    incidents: BTreeMap<Id, IncidentState>,
+    incidents: BTreeMap<Id, Incident>,
     /// Jobs not started yet, by correlation index key, and the key of each.
     unstarted: HashMap<Key, Id>,
     unstarted_keys: HashMap<Id, Key>,
+    #[serde(skip)]
+    names: Names,
 }
 
-/// The indexes one correlation step reads and writes.
-trait Indexes {
-    fn first_seen(&self, dedup: &str) -> Option<FirstSeen>;
-    fn incident(&self, id: &str) -> Option<IncidentState>;
-    fn open_incident(&self, correlation: &str) -> Option<IncidentState>;
-    fn unstarted_job(&self, correlation: &str) -> Option<String>;
-    fn mark_seen(&mut self, dedup: String, first: FirstSeen);
-    /// Stores the incident and keeps the open index of `correlation` in step with its state.
-    fn put_incident(&mut self, correlation: String, incident: IncidentState);
-    fn add_unstarted_job(&mut self, correlation: String, job: String);
-}
-
-/// One event through the rules of this module (both the live ingest and the trial).
+/// One event through the rules of this module.
 fn step(
-    ix: &mut impl Indexes,
+    ix: &mut Correlator,
     event: &Event,
     coalesce: bool,
     storm: Option<&str>,
     mut new_id: impl FnMut(IdKind) -> String,
 ) -> Outcome {
-    let decision = decide(event, |k| ix.first_seen(k), |k| ix.open_incident(k));
+    let decision = decide(event, |k| ix.seen.get(k), |k| ix.open_incident(k));
     let source = source_key(event);
-    let corr = correlation_index_key(&source, &event.correlation_key);
+    let corr = Key::of(&correlation_index_key(&source, &event.correlation_key));
     let (event_id, incident_id, job_id, shared_job) = match &decision {
         Decision::Duplicate { event_id, incident_id } => (event_id.clone(), incident_id.clone(), None, None),
         Decision::NewIncident { investigate, .. } => {
             let event_id = new_id(IdKind::Event);
             let incident_id = new_id(IdKind::Incident);
-            let mut incident = IncidentState::open(&incident_id, event, &event_id);
+            let mut incident = Incident::open(event, &event_id, &mut ix.names);
             let shared_job = (*investigate && coalesce)
-                .then(|| ix.unstarted_job(&corr).or_else(|| storm.map(str::to_string)))
+                .then(|| ix.unstarted.get(&corr).map(Id::text).or_else(|| storm.map(str::to_string)))
                 .flatten();
             let job_id = (*investigate && shared_job.is_none()).then(|| new_id(IdKind::Job));
-            incident.last_job = job_id.clone().or_else(|| shared_job.clone());
+            incident.last_job = job_id.as_deref().or(shared_job.as_deref()).map(Id::new);
             if let Some(job) = &job_id {
-                ix.add_unstarted_job(corr.clone(), job.clone());
+                let job = Id::new(job);
+                ix.unstarted_keys.insert(job.clone(), corr);
+                ix.unstarted.insert(corr, job);
             }
-            ix.put_incident(corr, incident);
+            ix.put_incident(Id::new(&incident_id), incident);
             (event_id, incident_id, job_id, shared_job)
         }
         Decision::JoinIncident { incident_id } | Decision::ResolveEvent { incident_id, .. } => {
             let event_id = new_id(IdKind::Event);
-            if let Some(mut incident) = ix.incident(incident_id) {
+            let id = Id::new(incident_id);
+            if let Some(mut incident) = ix.incidents.get(&id).cloned() {
                 incident.record(event, &event_id);
-                ix.put_incident(corr, incident);
+                ix.put_incident(id, incident);
             }
             (event_id, incident_id.clone(), None, None)
         }
     };
     if !matches!(decision, Decision::Duplicate { .. }) {
         let first = FirstSeen { event_id: event_id.clone(), incident_id: incident_id.clone() };
-        ix.mark_seen(dedup_index_key(&source, &event.deduplication_key), first);
+        ix.seen.insert(&dedup_index_key(&source, &event.deduplication_key), first, ix.now);
     }
     Outcome { decision, event_id, incident_id, job_id, shared_job }
-}
-
-impl Indexes for Correlator {
-    fn first_seen(&self, dedup: &str) -> Option<FirstSeen> {
-        self.seen.get(dedup)
-    }
-    fn incident(&self, id: &str) -> Option<IncidentState> {
-        self.incidents.get(&Id::new(id)).cloned()
-    }
-    fn open_incident(&self, correlation: &str) -> Option<IncidentState> {
-        self.open.get(&Key::of(correlation)).and_then(|id| self.incidents.get(id)).cloned()
-    }
-    fn unstarted_job(&self, correlation: &str) -> Option<String> {
-        self.unstarted.get(&Key::of(correlation)).map(Id::text)
-    }
-    fn mark_seen(&mut self, dedup: String, first: FirstSeen) {
-        self.seen.insert(&dedup, first, self.now);
-    }
-    fn put_incident(&mut self, correlation: String, incident: IncidentState) {
-        let key = Key::of(&correlation);
-        let id = Id::new(&incident.id);
-        if incident.is_open() {
-            self.open.insert(key, id.clone());
-        } else if self.open.get(&key) == Some(&id) {
-            self.open.remove(&key);
-        }
-        self.incidents.insert(id, incident);
-    }
-    fn add_unstarted_job(&mut self, correlation: String, job: String) {
-        let (key, job) = (Key::of(&correlation), Id::new(&job));
-        self.unstarted_keys.insert(job.clone(), key);
-        self.unstarted.insert(key, job);
-    }
 }
 
 impl Correlator {
@@ -354,12 +424,38 @@ impl Correlator {
         Correlator::default()
     }
 
-    pub fn incident(&self, id: &str) -> Option<&IncidentState> {
+    fn open_incident(&self, correlation: &str) -> Option<(String, Incident)> {
+        let id = self.open.get(&Key::of(correlation))?;
+        Some((id.text(), self.incidents.get(id)?.clone()))
+    }
+
+    /// Stores the incident and keeps the open index of its correlation key in step with its state.
+    fn put_incident(&mut self, id: Id, incident: Incident) {
+        let key = incident.correlation;
+        if incident.is_open() {
+            self.open.insert(key, id.clone());
+        } else if self.open.get(&key) == Some(&id) {
+            self.open.remove(&key);
+        }
+        self.incidents.insert(id, incident);
+    }
+
+    pub fn incident(&self, id: &str) -> Option<&Incident> {
         self.incidents.get(&Id::new(id))
     }
 
-    pub fn incidents(&self) -> impl Iterator<Item = &IncidentState> {
-        self.incidents.values()
+    /// The incidents with their ids.
+    pub fn incidents(&self) -> impl Iterator<Item = (&Id, &Incident)> {
+        self.incidents.iter()
+    }
+
+    /// Shares one copy of each name among the incidents (after a snapshot was read).
+    pub fn share_names(&mut self) {
+        let Correlator { incidents, names, .. } = self;
+        for incident in incidents.values_mut() {
+            incident.source = names.get(&incident.source);
+            incident.namespace = names.get(&incident.namespace);
+        }
     }
 
     /// Moves the clock to `now` (unix seconds; a delivery's receive time) and, with `limits`,
@@ -376,14 +472,11 @@ impl Correlator {
 
     /// Forgets a resolved incident (its id stays in the dedup window as the incident of
     /// the keys it saw). Returns it.
-    pub fn forget(&mut self, id: &str) -> Option<IncidentState> {
+    pub fn forget(&mut self, id: &str) -> Option<Incident> {
         let id = Id::new(id);
         let incident = self.incidents.remove(&id)?;
-        let source = format!("{}/{}", incident.namespace, incident.source);
-        let key = correlation_index_key(&source, &incident.correlation_key);
-        let key = Key::of(&key);
-        if self.open.get(&key).is_some_and(|open| *open == id) {
-            self.open.remove(&key);
+        if self.open.get(&incident.correlation).is_some_and(|open| *open == id) {
+            self.open.remove(&incident.correlation);
         }
         Some(incident)
     }
@@ -499,7 +592,28 @@ mod tests {
         let inc = c.incident(&a.incident_id).unwrap();
         assert_eq!(inc.event_ids, [a.event_id, b.event_id]);
         assert_eq!(inc.firing_members.len(), 2);
-        assert_eq!(inc.name, "HighLoad");
+        assert_eq!(inc.view(&a.incident_id, Some(&generic_last())).name, "HighLoad", "the last event names it");
+    }
+
+    fn generic_last() -> Event {
+        generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1")
+    }
+
+    #[test]
+    fn an_incident_of_an_older_snapshot_reads_with_the_digests_of_its_keys() {
+        let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
+        let member = member_key(&e);
+        let old = serde_json::json!({
+            "id": "inc_x", "correlation_key": "db-1", "source": "ops", "namespace": "team-a", "state": "firing",
+            "name": "HighCPU", "severity": "warning", "entity": {"kind": "host", "id": "db-1"},
+            "opened_at": "2026-11-29T22:00:00Z", "updated_at": "2026-11-29T22:00:00Z",
+            "event_ids": ["evt_x"], "firing_members": [member], "last_job": "job_x"
+        });
+        let incident: Incident = serde_json::from_value(old).unwrap();
+        assert_eq!(incident.correlation, Key::of(&correlation_index_key("team-a/ops", "db-1")));
+        assert!(incident.firing_members.all_are(&member), "a member key's first half is its digest");
+        let again: Incident = serde_json::from_value(serde_json::to_value(&incident).unwrap()).unwrap();
+        assert_eq!(again, incident, "this version's snapshot reads back the same");
     }
 
     #[test]
@@ -527,7 +641,7 @@ mod tests {
         let inc = c.incident(&a.incident_id).unwrap();
         assert_eq!(inc.state, IncidentStatus::Resolved);
         assert_eq!(inc.resolved_at.map(|t| t.to_string()).as_deref(), Some("2026-11-29T22:12:00Z"));
-        assert_eq!(inc.last_job, a.job_id, "resolution keeps the investigation link");
+        assert_eq!(inc.last_job, a.job_id.as_deref().map(Id::new), "resolution keeps the investigation link");
     }
 
     #[test]
@@ -565,7 +679,7 @@ mod tests {
     #[test]
     fn decide_is_scoped_by_source_name_and_ignores_closed_incidents() {
         let e = generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1");
-        let mut closed = IncidentState::open("inc_x", &e, "evt_x");
+        let mut closed = Incident::open(&e, "evt_x", &mut Names::default());
         let seen_key = dedup_index_key(&source_key(&e), &e.deduplication_key);
         let d = decide(
             &e,
@@ -574,7 +688,7 @@ mod tests {
         );
         assert_eq!(d, Decision::Duplicate { event_id: "evt_x".into(), incident_id: "inc_x".into() });
         closed.state = IncidentStatus::Resolved;
-        let d = decide(&e, |_| None, |_| Some(closed.clone()));
+        let d = decide(&e, |_| None, |_| Some(("inc_x".into(), closed.clone())));
         assert!(d.investigate());
         assert_eq!(correlation_index_key("ops", "db-1"), "ops\0db-1");
     }
@@ -612,7 +726,7 @@ mod tests {
         let second = c.ingest(&b, true, None, &mut ids);
         assert!(second.job_id.is_some(), "{second:?}");
         assert_ne!(first.incident_id, second.incident_id);
-        assert_eq!(c.incident(&second.incident_id).unwrap().namespace, "team-b");
+        assert_eq!(&*c.incident(&second.incident_id).unwrap().namespace, "team-b");
     }
 
     #[test]
@@ -624,7 +738,7 @@ mod tests {
         let refire = am(&AM_FIRING.replace("2026-11-29T22:41:16Z", "2026-11-29T22:42:00Z"), "2026-11-29T23:31:00Z");
         let shared = c.ingest(&refire[0], true, None, &mut ids);
         assert_eq!((shared.job_id.as_ref(), shared.shared_job.as_ref()), (None, fire.job_id.as_ref()));
-        assert_eq!(c.incident(&shared.incident_id).unwrap().last_job, fire.job_id);
+        assert_eq!(c.incident(&shared.incident_id).unwrap().last_job, fire.job_id.as_deref().map(Id::new));
 
         // Once that job started, the next flap gets its own.
         c.job_started(fire.job_id.as_deref().unwrap());

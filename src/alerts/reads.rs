@@ -1,9 +1,10 @@
 //! Reads of the alert store: listings from the in-memory indexes, and events and settled
 //! jobs read back from the journal by location (grouped, so a big delivery is read once).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use super::correlate::{IncidentState, IncidentStatus};
+use super::correlate::{Incident, IncidentState, IncidentStatus};
+use super::event::Event;
 use super::job::{Job, JobStatus, StoredEvent};
 use super::record::DeliveryRecord;
 use super::id::Id;
@@ -14,15 +15,36 @@ use crate::journal::Location;
 impl AlertStore {
     /// Incidents, newest update first.
     pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
-        self.incidents_where(limit, |_| true)
+        self.incidents_where(limit, |_, _| true)
     }
 
-    /// The most recently updated incidents `visible` accepts.
-    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&IncidentState) -> bool) -> Vec<IncidentState> {
-        let state = self.lock();
-        let mut incidents: Vec<&IncidentState> = state.correlator.incidents().filter(|i| visible(i)).collect();
-        incidents.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
-        incidents.into_iter().take(limit).cloned().collect()
+    /// The most recently updated incidents whose namespace and state `visible` accepts, with
+    /// the name, entity and correlation key of their last event (read from the journal).
+    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&str, IncidentStatus) -> bool) -> Vec<IncidentState> {
+        let (chosen, last) = {
+            let state = self.lock();
+            let mut incidents: Vec<(&Id, &Incident)> =
+                state.correlator.incidents().filter(|(_, i)| visible(&i.namespace, i.state)).collect();
+            incidents.sort_by_key(|(_, i)| std::cmp::Reverse(i.updated_at));
+            incidents.truncate(limit);
+            let last: Vec<(Id, EventRef)> = incidents
+                .iter()
+                .filter_map(|(_, i)| {
+                    let event = i.event_ids.last()?;
+                    Some((event.clone(), state.events.get(event)?.clone()))
+                })
+                .collect();
+            let chosen: Vec<(Id, Incident)> = incidents.into_iter().map(|(id, i)| (id.clone(), i.clone())).collect();
+            (chosen, last)
+        };
+        let events: HashMap<String, Event> = self.read_events(last).into_iter().map(|e| (e.id, e.event)).collect();
+        chosen
+            .into_iter()
+            .map(|(id, incident)| {
+                let last = incident.event_ids.last().and_then(|e| events.get(&e.text()));
+                incident.view(&id.text(), last)
+            })
+            .collect()
     }
 
     /// One incident with its events and jobs (events and settled jobs read from the journal;
@@ -44,7 +66,9 @@ impl AlertStore {
         };
         let events = self.read_events(events);
         let jobs = jobs.into_iter().filter_map(|(key, slot)| self.read_job(&key, slot)).collect();
-        Some((incident, events, jobs))
+        let last = incident.event_ids.last().and_then(|last| events.iter().rev().find(|e| *last == e.id));
+        let view = incident.view(id, last.map(|e| &e.event));
+        Some((view, events, jobs))
     }
 
     /// Counts a rejected delivery of a source (`namespace/name`).
@@ -78,7 +102,7 @@ impl AlertStore {
             *jobs.entry(name).or_default() += 1;
         }
         let mut incidents = BTreeMap::from([("firing", 0), ("resolved", 0)]);
-        for incident in state.correlator.incidents() {
+        for (_, incident) in state.correlator.incidents() {
             let name = match incident.state {
                 IncidentStatus::Firing => "firing",
                 IncidentStatus::Resolved => "resolved",

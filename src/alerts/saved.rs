@@ -112,6 +112,7 @@ impl Saved {
             // Counted by this process only.
             counters.rejected = 0;
         }
+        state.correlator.share_names();
         let correlator = &state.correlator;
         state.threads.reindex(|id| {
             correlator.incident(id).is_some_and(|i| i.state == super::correlate::IncidentStatus::Resolved)

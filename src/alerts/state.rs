@@ -504,7 +504,7 @@ impl State {
             Some(EventAt::Stored(location)) => Some(location.segment),
             _ => None,
         };
-        let open = self.correlator.incidents().filter(|i| i.is_open()).flat_map(|i| i.event_ids.iter());
+        let open = self.correlator.incidents().filter(|(_, i)| i.is_open()).flat_map(|(_, i)| i.event_ids.iter());
         let open = open.filter_map(segment).min();
         let live = self.jobs.values().filter_map(|slot| match slot {
             JobSlot::Live(job) => segment(&Id::new(&job.event_id)),
