@@ -449,6 +449,11 @@ impl Correlator {
         self.incidents.iter()
     }
 
+    /// The one shared copy of a namespace or source name.
+    pub fn share_name(&mut self, name: &str) -> Arc<str> {
+        self.names.get(name)
+    }
+
     /// Shares one copy of each name among the incidents (after a snapshot was read).
     pub fn share_names(&mut self) {
         let Correlator { incidents, names, .. } = self;

@@ -55,11 +55,9 @@ impl AlertStore {
             let incident = state.correlator.incident(id)?.clone();
             let events: Vec<(Id, EventRef)> =
                 incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
-            let jobs: Vec<(Id, JobSlot)> = state
-                .incident_jobs
-                .get(&Id::new(id))
-                .into_iter()
-                .flatten()
+            let jobs: Vec<(Id, JobSlot)> = incident
+                .last_job
+                .iter()
                 .filter_map(|key| Some((key.clone(), state.jobs.get(key)?.clone())))
                 .collect();
             (incident, events, jobs)

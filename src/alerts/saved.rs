@@ -25,7 +25,6 @@ pub(crate) struct Saved {
     correlator: Correlator,
     events: Vec<(Id, Location, u32)>,
     jobs: BTreeMap<Id, JobSlot>,
-    incident_jobs: HashMap<Id, Vec<Id>>,
     resolved: VecDeque<String>,
     counters: BTreeMap<String, SourceCounters>,
     /// Absent in snapshots written before incident threads.
@@ -45,7 +44,6 @@ pub(crate) struct SavedRef<'a> {
     #[serde(serialize_with = "stored_events")]
     events: &'a HashMap<Id, EventRef>,
     jobs: &'a BTreeMap<Id, JobSlot>,
-    incident_jobs: &'a HashMap<Id, Vec<Id>>,
     resolved: &'a VecDeque<String>,
     counters: &'a BTreeMap<String, SourceCounters>,
     threads: &'a Threads,
@@ -77,7 +75,6 @@ impl<'a> SavedRef<'a> {
             correlator: &state.correlator,
             events: &state.events,
             jobs: &state.jobs,
-            incident_jobs: &state.incident_jobs,
             resolved: &state.resolved,
             counters: &state.counters,
             threads: &state.threads,
@@ -98,7 +95,6 @@ impl Saved {
                 .into_iter()
                 .map(|(id, location, item)| (id, EventRef { at: EventAt::Stored(location), item }))
                 .collect(),
-            incident_jobs: self.incident_jobs,
             resolved: self.resolved,
             counters: self.counters,
             threads: self.threads,

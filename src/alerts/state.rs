@@ -78,15 +78,18 @@ pub(crate) enum JobSlot {
 pub(crate) struct Waiting {
     incident: Id,
     event: Id,
-    namespace: Box<str>,
+    namespace: Arc<str>,
     created: Timestamp,
     updated: Timestamp,
     deferred: bool,
+    /// Where a deferred job is in [`State::deferred`]: its incident's severity when deferred.
+    #[serde(default)]
+    rank: Severity,
 }
 
 impl Waiting {
     /// The job compact, when it has not started and its times read back as written.
-    fn of(job: &Job) -> Option<Waiting> {
+    fn of(job: &Job, rank: Severity, names: &mut Correlator) -> Option<Waiting> {
         let untouched = matches!(job.status, JobStatus::Pending | JobStatus::Deferred)
             && job.attempts == 0
             && job.run_id.is_none()
@@ -101,10 +104,11 @@ impl Waiting {
         Some(Waiting {
             incident: Id::new(&job.incident_id),
             event: Id::new(&job.event_id),
-            namespace: job.namespace.as_str().into(),
+            namespace: names.share_name(&job.namespace),
             created: time(&job.created_at)?,
             updated: time(&job.updated_at)?,
             deferred: job.status == JobStatus::Deferred,
+            rank,
         })
     }
 
@@ -182,7 +186,6 @@ pub(crate) struct State {
     pub(crate) correlator: Correlator,
     pub(crate) events: HashMap<Id, EventRef>,
     pub(crate) jobs: BTreeMap<Id, JobSlot>,
-    pub(crate) incident_jobs: HashMap<Id, Vec<Id>>,
     /// Resolved incidents, in the order they resolved.
     pub(crate) resolved: VecDeque<String>,
     /// Per source `namespace/name`: events accepted, duplicates, deliveries rejected (this process).
@@ -211,8 +214,6 @@ pub(crate) struct State {
     /// Deferred jobs in the order they are promoted (most severe first, then oldest), with
     /// their source `namespace/name`.
     pub(crate) deferred: BTreeMap<DeferredKey, Arc<str>>,
-    /// The place of each deferred job in [`State::deferred`].
-    pub(crate) deferred_at: HashMap<Id, (Reverse<Severity>, Timestamp)>,
     /// Deferred jobs per source.
     pub(crate) deferred_by_source: HashMap<Arc<str>, usize>,
     /// Incidents each storm job that can still change stands for.
@@ -272,8 +273,8 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
         if outcome.storm {
             counters.coalesced += 1;
         }
+        // An incident's job is its `last_job`: the one its first event created or shares.
         if let Some(job_id) = &outcome.shared_job {
-            state.incident_jobs.entry(Id::new(&outcome.incident_id)).or_default().push(Id::new(job_id));
             if outcome.storm {
                 *state.storms.entry(job_id.clone()).or_default() += 1;
             }
@@ -302,7 +303,6 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
                 storm_incidents: None,
             };
             set_job(state, job, None);
-            state.incident_jobs.entry(Id::new(&outcome.incident_id)).or_default().push(Id::new(job_id));
         }
         // The event that resolves an incident is its last: each resolved incident is queued once.
         if let Some(incident) = state.correlator.incident(&outcome.incident_id)
@@ -340,16 +340,17 @@ pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
             state.pending = state.pending.saturating_sub(1);
         }
     }
-    state.undefer(&key);
+    let was_deferred = state.jobs.get(&key).and_then(|slot| state.deferred_key(&key, slot));
+    if let Some(place) = was_deferred {
+        state.undefer(&place);
+    }
     if let Some(due) = due_at(&job) {
         state.queue.insert((due, key.clone()));
     }
     if job.status == JobStatus::Pending {
         state.pending += 1;
     }
-    if job.status == JobStatus::Deferred {
-        state.defer(&job);
-    }
+    let rank = if job.status == JobStatus::Deferred { state.defer(&job) } else { Severity::Unknown };
     if !matches!(job.status, JobStatus::Pending | JobStatus::Deferred) || job.attempts > 0 {
         state.correlator.job_started(&job.id);
         // A storm job that started counts no more incidents: the next ones start another.
@@ -362,7 +363,7 @@ pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
             namespace: job.namespace.clone(),
             incident_id: job.incident_id.clone(),
         },
-        _ => match Waiting::of(&job) {
+        _ => match Waiting::of(&job, rank, &mut state.correlator) {
             Some(waiting) => JobSlot::Waiting(waiting),
             None => JobSlot::Live(Box::new(job.clone())),
         },
@@ -374,10 +375,11 @@ pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
 }
 
 impl State {
-    /// Places a deferred job in the promotion order, by its incident's severity now.
-    fn defer(&mut self, job: &Job) {
+    /// Places a deferred job in the promotion order, by its incident's severity now; returns
+    /// that severity.
+    fn defer(&mut self, job: &Job) -> Severity {
         let incident = self.correlator.incident(&job.incident_id);
-        let severity = Reverse(incident.map_or(Severity::Unknown, |i| i.severity));
+        let severity = incident.map_or(Severity::Unknown, |i| i.severity);
         let name = incident.map(|i| format!("{}/{}", job.namespace, i.source)).unwrap_or_default();
         let created = job.created_at.parse::<Timestamp>().unwrap_or(Timestamp::UNIX_EPOCH);
         // One copy of each source's name, shared by its deferred jobs.
@@ -386,15 +388,25 @@ impl State {
             None => Arc::from(name),
         };
         *self.deferred_by_source.entry(source.clone()).or_default() += 1;
-        let id = Id::new(&job.id);
-        self.deferred.insert((severity, created, id.clone()), source);
-        self.deferred_at.insert(id, (severity, created));
+        self.deferred.insert((Reverse(severity), created, Id::new(&job.id)), source);
+        severity
     }
 
-    /// Takes a job out of the promotion order, if it was deferred.
-    fn undefer(&mut self, job: &Id) {
-        let Some((severity, created)) = self.deferred_at.remove(job) else { return };
-        let Some(source) = self.deferred.remove(&(severity, created, job.clone())) else { return };
+    /// Where a deferred job is in the promotion order: from its compact slot, else (a deferred
+    /// job is compact whenever its times read back as written) by a search.
+    fn deferred_key(&self, id: &Id, slot: &JobSlot) -> Option<DeferredKey> {
+        match slot {
+            JobSlot::Waiting(waiting) if waiting.deferred => Some((Reverse(waiting.rank), waiting.created, id.clone())),
+            JobSlot::Live(job) if job.status == JobStatus::Deferred => {
+                self.deferred.keys().find(|(_, _, deferred)| deferred == id).cloned()
+            }
+            _ => None,
+        }
+    }
+
+    /// Takes a job out of the promotion order.
+    fn undefer(&mut self, place: &DeferredKey) {
+        let Some(source) = self.deferred.remove(place) else { return };
         if let Some(count) = self.deferred_by_source.get_mut(&source) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -464,10 +476,10 @@ impl State {
         for event in &incident.event_ids {
             self.events.remove(event);
         }
-        for key in self.incident_jobs.remove(&Id::new(id)).unwrap_or_default() {
-            if matches!(self.jobs.get(&key), Some(JobSlot::Done { incident_id, .. }) if incident_id == id) {
-                self.jobs.remove(&key);
-            }
+        if let Some(key) = incident.last_job
+            && matches!(self.jobs.get(&key), Some(JobSlot::Done { incident_id, .. }) if incident_id == id)
+        {
+            self.jobs.remove(&key);
         }
     }
 
@@ -578,4 +590,14 @@ pub(crate) fn apply(
     }
     state.last = Some(record.checkpoint());
     Ok(())
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use std::mem::size_of;
+        eprintln!("Incident {} JobSlot {} Waiting {} EventRef {} Timestamp {} Location {} OptTs {}",
+            size_of::<super::super::correlate::Incident>(), size_of::<super::JobSlot>(), size_of::<super::Waiting>(),
+            size_of::<super::EventRef>(), size_of::<jiff::Timestamp>(), size_of::<crate::journal::Location>(), size_of::<Option<jiff::Timestamp>>());
+    }
 }
