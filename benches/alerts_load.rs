@@ -12,6 +12,12 @@
 //! - durability: SIGKILL, check that the journal holds every accepted alert, restart on the same data
 //!   directory and re-send a sample of accepted deliveries, each of which must come back as a duplicate.
 //!
+//! With `ALERTS_BENCH_STORM=1` the server keeps its default admission limits (60 new
+//! investigations a minute, 100 deferred per source): the load is a storm, every delivery must
+//! still be stored (202), and the numbers show the investigations deferred and coalesced and the
+//! memory after the restart (`ALERTS_BENCH_STORM=1 ALERTS_BENCH_N=100000 ALERTS_BENCH_MAX_SECONDS=600
+//! ALERTS_BENCH_SECONDS=1` holds 100,000 open incidents).
+//!
 //! Run with `cargo bench --bench alerts_load`. Knobs: `ALERTS_BENCH_N` (20000), `ALERTS_BENCH_CONCURRENCY`
 //! (32), `ALERTS_BENCH_RATE` (500), `ALERTS_BENCH_SECONDS` (10), and `ALERTS_BENCH_MAX_SECONDS` (60), after
 //! which the throughput phase starts no new delivery. A delivery unanswered after 30 s counts as failed.
@@ -66,8 +72,13 @@ struct Server {
 }
 
 impl Server {
-    async fn start(client: &reqwest::Client, data: &Path, resources: &Path, llm_port: u16) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_akritas"))
+    async fn start(client: &reqwest::Client, data: &Path, resources: &Path, llm_port: u16, storm: bool) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_akritas"));
+        if !storm {
+            // Load, not admission: every alert may start an investigation at once.
+            command.env("AKRITAS_ALERT_SOURCE_RATE", "100000").env("AKRITAS_ALERT_PENDING_JOBS", "100000");
+        }
+        let mut child = command
             .arg("serve")
             .arg("--resources")
             .arg(resources)
@@ -78,9 +89,6 @@ impl Server {
             .env("AKRITAS_SKILLS_DIR", "")
             .env("AKRITAS_BASE_URL", format!("http://127.0.0.1:{llm_port}/v1"))
             .env(TOKEN_ENV, TOKEN)
-            // Load, not admission control: every alert may start an investigation.
-            .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
-            .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
             .env_remove("AKRITAS_API_KEY")
             .env_remove("AKRITAS_CONFIG")
             .env("RUST_LOG", "info")
@@ -340,6 +348,17 @@ fn resend_sample(phases: &[&[Reply]]) -> Vec<usize> {
     sample.into_iter().collect()
 }
 
+/// Incidents and jobs by state, and investigations shed, from `/metrics`.
+async fn investigations(client: &reqwest::Client, url: &str) -> String {
+    let text = match client.get(format!("{url}/metrics")).send().await {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(error) => return format!("no metrics: {error}"),
+    };
+    let wanted = ["akritas_incidents{", "akritas_investigation_jobs{", "akritas_alert_investigations_shed_total{"];
+    let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w)) && !l.ends_with(" 0")).collect();
+    lines.join("  ")
+}
+
 fn main() -> ExitCode {
     akritas::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
@@ -352,6 +371,7 @@ async fn run() -> ExitCode {
     let rate = knob("ALERTS_BENCH_RATE", 500);
     let seconds = knob("ALERTS_BENCH_SECONDS", 10);
     let budget = knob("ALERTS_BENCH_MAX_SECONDS", 60);
+    let storm = std::env::var("ALERTS_BENCH_STORM").is_ok_and(|v| v == "1");
 
     let scratch = tempfile::Builder::new().prefix("akritas-alerts-bench-").tempdir().expect("scratch directory");
     let data = scratch.path().join("data");
@@ -371,8 +391,8 @@ async fn run() -> ExitCode {
     });
 
     let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(30)).build().expect("HTTP client");
-    let mut server = Server::start(&client, &data, &resources, llm_port).await;
-    println!("alerts_load: server {} healthy, data {}", server.url, data.display());
+    let mut server = Server::start(&client, &data, &resources, llm_port, storm).await;
+    println!("alerts_load: server {} healthy, data {}, storm {storm}", server.url, data.display());
     let template: Value = serde_json::from_str(FIRING).expect("sample webhook");
     let target = Target {
         client: client.clone(),
@@ -407,6 +427,7 @@ async fn run() -> ExitCode {
     print_unexpected("fixed rate", &timed, 202);
 
     println!("alerts_load: server memory after load  {}", server.memory());
+    println!("alerts_load: investigations after load  {}", investigations(&client, &server.url).await);
     server.print_log("first run");
     server.kill();
 
@@ -428,7 +449,7 @@ async fn run() -> ExitCode {
     );
 
     let restarted = Instant::now();
-    let mut server = Server::start(&client, &data, &resources, llm_port).await;
+    let mut server = Server::start(&client, &data, &resources, llm_port, storm).await;
     let listed = match client.get(format!("{}/api/v1/incidents?limit=1000", server.url)).send().await {
         Ok(response) => response.json::<Value>().await.unwrap_or_default(),
         Err(_) => Value::Null,
@@ -439,6 +460,7 @@ async fn run() -> ExitCode {
         ms(restarted.elapsed()),
         server.memory(),
     );
+    println!("alerts_load: after restart  {}", investigations(&client, &server.url).await);
 
     let target = Target { webhook: format!("{}/api/v1/alerts/{SOURCE}/webhook", server.url), ..target };
     let (resent, _) = closed_loop(&target, resend_sample(&[&bulk, &timed]), connections, None).await;
