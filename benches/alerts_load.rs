@@ -312,17 +312,16 @@ fn rate_by_tenth(replies: &[Reply]) -> String {
 
 /// What the alert journal holds: (lines, delivery records, fingerprints of accepted alerts, incidents).
 fn read_journal(path: &Path) -> (usize, usize, HashSet<String>, HashSet<String>) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
     let (mut lines, mut deliveries) = (0, 0);
     let (mut fingerprints, mut incidents) = (HashSet::new(), HashSet::new());
-    for line in text.lines() {
+    // Every segment, in order (a big run seals several).
+    let scanned = akritas::journal::scan_from(path, None, &mut |record| {
         lines += 1;
-        let record: Value = serde_json::from_str(line).unwrap_or_default();
-        if record["kind"] != "alerts.delivery" {
-            continue;
+        if record.kind != "alerts.delivery" {
+            return Ok::<(), std::convert::Infallible>(());
         }
         deliveries += 1;
-        for item in record.pointer("/data/items").and_then(Value::as_array).into_iter().flatten() {
+        for item in record.data.pointer("/items").and_then(Value::as_array).into_iter().flatten() {
             if item.pointer("/outcome/status").and_then(Value::as_str) == Some("accepted") {
                 let id = item.pointer("/event/source/provider_event_id").and_then(Value::as_str).unwrap_or_default();
                 fingerprints.insert(id.to_string());
@@ -330,6 +329,10 @@ fn read_journal(path: &Path) -> (usize, usize, HashSet<String>, HashSet<String>)
                 incidents.insert(incident.to_string());
             }
         }
+        Ok(())
+    });
+    if let Err(error) = scanned {
+        println!("alerts_load: the journal could not be read whole: {error:?}");
     }
     (lines, deliveries, fingerprints, incidents)
 }
@@ -355,7 +358,8 @@ async fn investigations(client: &reqwest::Client, url: &str) -> String {
         Err(error) => return format!("no metrics: {error}"),
     };
     let wanted = ["akritas_incidents{", "akritas_investigation_jobs{", "akritas_alert_investigations_shed_total{"];
-    let lines: Vec<&str> = text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w)) && !l.ends_with(" 0")).collect();
+    let lines: Vec<&str> =
+        text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w)) && !l.ends_with(" 0")).collect();
     lines.join("  ")
 }
 

@@ -1,26 +1,28 @@
 //! Memory of the alert store's state per open incident, counted by the allocator.
 //!
 //! A storm is written into a fresh alert journal through the store (`ALERTS_MEMORY_INCIDENTS`
-//! open incidents, 100,000 by default, in five-alert Alertmanager groups with the default
-//! admission limits but no bound on deferred jobs, so that every incident keeps a deferred job
-//! of its own: the most one source's storm can hold), the
-//! store is closed, and the same journal is opened again the way `akritas serve` opens it at
-//! start. Prints the bytes the reopened store holds in total and per open incident (with its
-//! deferred job), its counts of jobs by status, and how long the opening took: twice, once
-//! replaying the whole journal and once from the snapshot a clean stop writes.
+//! open incidents, 100,000 by default, in five-alert Alertmanager groups), the store is closed,
+//! and the same journal is opened again the way `akritas serve` opens it at start: once
+//! replaying the whole journal, once from the snapshot a clean stop writes. Twice over:
+//! - with the default admission limits: 60 investigations start, 100 are deferred and the rest
+//!   of the storm shares one storm job, so the bytes are those of the open incidents;
+//! - with no bound on deferred jobs, so that every incident keeps a deferred job of its own.
+//!
+//! Prints the bytes the reopened store holds, per open incident, its jobs by status and how long
+//! the opening took, then the bytes per open incident and per deferred job.
 //!
 //! Run with `cargo bench --bench alerts_memory`. Prints numbers; asserts nothing about size or
-//! time, and exits non-zero only when the reopened store does not hold every incident.
+//! time, and exits non-zero only when a reopened store does not hold every incident.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
+use akritas::alerts::Event;
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::admission::Limits;
 use akritas::alerts::store::{AlertStore, Storage};
-use akritas::alerts::Event;
 use serde_json::Value;
 
 const FIRING: &str = include_str!("../tests/fixtures/alertmanager/alertmanager-webhook.json");
@@ -72,10 +74,7 @@ fn group(template: &Value, index: usize) -> Vec<Event> {
     adapter("alertmanager").expect("adapter").decode(hook.to_string().as_bytes(), &ctx).expect("decode")
 }
 
-/// The default limits, but every incident keeps a deferred job of its own (no storm job): the
-/// most a source's storm can hold.
-fn open(path: &std::path::Path) -> AlertStore {
-    let limits = Limits { max_deferred_per_source: usize::MAX, ..Limits::default() };
+fn open(path: &std::path::Path, limits: Limits) -> AlertStore {
     AlertStore::open_stored(path, limits, Storage::default(), &|_| "ops".into()).expect("open")
 }
 
@@ -106,15 +105,15 @@ fn report(label: &str, store: &AlertStore, before: isize, took: std::time::Durat
     open == incidents
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> ExitCode {
-    let incidents: usize = std::env::var("ALERTS_MEMORY_INCIDENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+/// Writes the storm under `limits`, then opens the journal again twice (replaying it whole,
+/// then from the snapshot a clean stop writes); returns the bytes per open incident held after
+/// the second opening, or `None` when an opening lost incidents.
+async fn scenario(label: &str, limits: Limits, incidents: usize, template: &Value) -> Option<f64> {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("alerts.jsonl");
-    let template: Value = serde_json::from_str(FIRING).expect("fixture");
     let started = Instant::now();
     {
-        let store = std::sync::Arc::new(open(&path));
+        let store = std::sync::Arc::new(open(&path, limits));
         let mut tasks = tokio::task::JoinSet::new();
         let groups = incidents.div_ceil(GROUP);
         let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -138,19 +137,40 @@ async fn main() -> ExitCode {
             refused += done.expect("task");
         }
         println!(
-            "alerts_memory: stored {groups} deliveries of {GROUP} alerts in {:.1} s; {refused} refused",
+            "alerts_memory: {label}: stored {groups} deliveries of {GROUP} alerts in {:.1} s; {refused} refused",
             started.elapsed().as_secs_f64()
         );
     }
     let before = settle().await;
     let started = Instant::now();
-    let store = open(&path);
-    let mut ok = report("replayed from the journal", &store, before, started.elapsed(), incidents);
+    let store = open(&path, limits);
+    let mut ok = report(&format!("{label}, replayed from the journal"), &store, before, started.elapsed(), incidents);
     store.save_snapshot().await;
     drop(store);
     let before = settle().await;
     let started = Instant::now();
-    let store = open(&path);
-    ok &= report("loaded from the snapshot", &store, before, started.elapsed(), incidents);
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    let store = open(&path, limits);
+    ok &= report(&format!("{label}, loaded from the snapshot"), &store, before, started.elapsed(), incidents);
+    let per_incident = (live() - before) as f64 / incidents.max(1) as f64;
+    ok.then_some(per_incident)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let incidents: usize =
+        std::env::var("ALERTS_MEMORY_INCIDENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let template: Value = serde_json::from_str(FIRING).expect("fixture");
+    let storm = scenario("default limits (a storm)", Limits::default(), incidents, &template).await;
+    let unbounded = Limits { max_deferred_per_source: usize::MAX, ..Limits::default() };
+    let deferred = scenario("a deferred job per incident", unbounded, incidents, &template).await;
+    match (storm, deferred) {
+        (Some(storm), Some(deferred)) => {
+            println!(
+                "alerts_memory: {storm:.0} bytes per open incident; {:.0} more per deferred job of its own",
+                deferred - storm
+            );
+            ExitCode::SUCCESS
+        }
+        _ => ExitCode::FAILURE,
+    }
 }

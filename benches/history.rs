@@ -121,7 +121,8 @@ fn journal_files(base: &Path) -> (u64, usize, u64) {
 
 /// Opens the alert store as `serve` would, waiting for a store dropped just before to release the journal.
 fn open_alerts(path: &Path) -> Result<AlertStore, String> {
-    let limits = Limits { source_rate_per_minute: u32::MAX, max_pending_jobs: usize::MAX, max_deferred_per_source: usize::MAX };
+    let limits =
+        Limits { source_rate_per_minute: u32::MAX, max_pending_jobs: usize::MAX, max_deferred_per_source: usize::MAX };
     for _ in 0..600 {
         match AlertStore::open_stored(path, limits, Storage::default(), &|_| NAMESPACE.into()) {
             Err(e) if e.to_string().contains("already open") => std::thread::sleep(Duration::from_millis(100)),

@@ -90,13 +90,17 @@ async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     let started = events.iter().filter(|e| e["job_id"].is_string() && e.get("deferred").is_none()).count();
     let deferred = events.iter().filter(|e| e["deferred"] == true).count();
     let stormed: Vec<&Value> = events.iter().filter(|e| e["storm"] == true).collect();
-    println!("300-alert storm after 13 alerts: {started} started, {deferred} deferred, {} in the storm job", stormed.len());
+    println!(
+        "300-alert storm after 13 alerts: {started} started, {deferred} deferred, {} in the storm job",
+        stormed.len()
+    );
     assert_eq!(started, 47, "the rest of the minute's 60 tokens");
     assert_eq!(deferred, 101, "100 deferred, and the storm job itself");
     assert_eq!(stormed.len(), 153);
     let storm_job = stormed[0]["job_id"].as_str().expect("the first one over the bound opens the storm job");
     assert!(stormed[1..].iter().all(|e| e["shared_job"] == storm_job), "the rest share it");
-    let (incidents, pending, waiting) = (store.tallies().1["firing"], tally(&store, "pending"), tally(&store, "deferred"));
+    let (incidents, pending, waiting) =
+        (store.tallies().1["firing"], tally(&store, "pending"), tally(&store, "deferred"));
     assert_eq!((incidents, pending, waiting), (313, 60, 101));
 
     // Visible on each incident: a deferred job, and the storm job with its count.
@@ -108,7 +112,13 @@ async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     let last = stormed.last().unwrap();
     let detail: Value = client.get(incident(last)).send().await.unwrap().json().await.unwrap();
     assert_eq!(detail["jobs"][0]["id"], storm_job, "{detail}");
-    assert_eq!((&detail["jobs"][0]["status"], &detail["jobs"][0]["storm_incidents"]), (&json!("deferred"), &json!(153)));
+    assert_eq!(
+        (&detail["jobs"][0]["status"], &detail["jobs"][0]["storm_incidents"]),
+        (&json!("deferred"), &json!(153))
+    );
+    let (incident, _, jobs) = store.incident(last["incident_id"].as_str().unwrap()).unwrap();
+    let projected = akritas::operator::projection::incident_status(&incident, &jobs);
+    assert_eq!(projected["job"], json!({"status": "deferred", "stormIncidents": 153}), "the Incident object shows it");
     let (turns, _) = akritas::alerts::request::rebuilt_input(&store, storm_job).unwrap();
     assert!(turns[0].content.contains("\"incidents\": 153"), "the storm investigation is told its size");
 

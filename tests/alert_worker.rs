@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use akritas::alerts::adapters::{DecodeContext, adapter};
+use akritas::alerts::admission::Limits;
 use akritas::alerts::store::{AlertStore, DeliveryStatus, Job, JobStatus};
 use akritas::alerts::worker::{Worker, WorkerSettings};
 use akritas::audit::{AuditLog, Finish, NewRun, RunId, RunStatus};
@@ -106,6 +107,16 @@ fn worker_settings(attempts: u32, backoff: Duration) -> WorkerSettings {
 }
 
 async fn start_rig(data: &std::path::Path, llm: &ScriptedLlm, hook_url: &str, settings: WorkerSettings) -> Rig {
+    start_rig_with(data, llm, hook_url, settings, Limits::default()).await
+}
+
+async fn start_rig_with(
+    data: &std::path::Path,
+    llm: &ScriptedLlm,
+    hook_url: &str,
+    settings: WorkerSettings,
+    limits: Limits,
+) -> Rig {
     let manifests = tempfile::tempdir().unwrap();
     std::fs::write(
         manifests.path().join("receivers.yaml"),
@@ -119,7 +130,7 @@ async fn start_rig(data: &std::path::Path, llm: &ScriptedLlm, hook_url: &str, se
     let (tools, counters) = host::standard_tools();
     let audit = Arc::new(AuditLog::open(&data.join("audit.jsonl")).unwrap());
     let engine = Arc::new(host::engine(llm, host::settings(), tools, catalog.clone(), Some(audit.clone()), None));
-    let store = Arc::new(AlertStore::open(&data.join("alerts.jsonl")).unwrap());
+    let store = Arc::new(AlertStore::open_with(&data.join("alerts.jsonl"), limits, &|_| "default".into()).unwrap());
     let secrets = Arc::new(EnvSecrets::with_lookup(|name: &str| (name == "HOOK_HMAC").then(|| HMAC_SECRET.into())));
     let worker = Worker::new(store.clone(), engine, catalog, secrets, StatusBoard::default(), settings).unwrap();
     worker.recover().await.unwrap();
@@ -144,6 +155,30 @@ async fn wait_job(store: &AlertStore, id: &str, done: impl Fn(&Job) -> bool) -> 
 
 fn finished(job: &Job) -> bool {
     matches!(job.status, JobStatus::Succeeded | JobStatus::Failed) && !job.has_pending_deliveries()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_investigation_is_promoted_and_run_by_the_worker_once_room_comes_back() {
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1"]), 0))).await;
+    let (_hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let limits = Limits { max_pending_jobs: 1, ..Limits::default() };
+    let rig = start_rig_with(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(50)), limits).await;
+    let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
+    let mut two: Value = serde_json::from_str(FIRING).unwrap();
+    let mut second = two["alerts"][0].clone();
+    second["fingerprint"] = json!("0123456789abcdef");
+    second["labels"]["pod"] = json!("cart-2");
+    two["alerts"].as_array_mut().unwrap().push(second);
+    let events = adapter("alertmanager").unwrap().decode(two.to_string().as_bytes(), &context).unwrap();
+    let accepted = rig.store.ingest("ops", "am", events).await.unwrap();
+    let deferred: Vec<bool> = accepted.events.iter().map(|e| e.deferred).collect();
+    assert_eq!(deferred, [false, true], "past alert_pending_jobs the second waits");
+    for event in &accepted.events {
+        let job = wait_job(&rig.store, event.job_id.as_deref().unwrap(), finished).await;
+        assert_eq!((job.status, job.attempts), (JobStatus::Succeeded, 1), "{job:?}");
+    }
+    assert_eq!(rig.store.deferred_jobs(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

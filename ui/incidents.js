@@ -32,14 +32,17 @@ async function fill(section, id) {
   const runs = await Promise.all((detail.runs || []).map((run) => api(`/api/v1/runs/${encodeURIComponent(run)}`).then((r) => r.run, () => ({ id: run }))));
   const incident = detail.incident;
   const jobs = detail.jobs || [];
-  const busy = jobs.some((j) => j.status === "pending" || j.status === "running");
+  const busy = jobs.some((j) => j.status === "deferred" || j.status === "pending" || j.status === "running");
   const entries = [];
   for (const stored of detail.events || []) {
     const e = stored.event;
     entries.push({ at: e.observed_at, kind: "alert", node: [h("strong", {}, `Alert ${e.state}`), " ", e.name, " ", badge(e.severity, `severity ${e.severity}`), h("div", { class: "md" }, markdown(e.summary || "")), e.description ? details("Description", h("div", { class: "md" }, markdown(e.description))) : null, details("Event", jsonBlock(stored))] });
   }
   for (const job of jobs) {
-    entries.push({ at: job.created_at, kind: "job", node: [h("strong", {}, "Investigation job created"), " ", h("code", {}, job.id)] });
+    // A deferred job waits for its source's rate or the pending cap; a storm job stands for many incidents.
+    const waiting = job.status === "deferred" ? [" ", badge("deferred")] : [];
+    const storm = job.storm_incidents ? ` · storm investigation of ${job.storm_incidents} incidents` : "";
+    entries.push({ at: job.created_at, kind: "job", node: [h("strong", {}, "Investigation job created"), " ", h("code", {}, job.id), ...waiting, storm] });
     if (job.updated_at !== job.created_at) entries.push({ at: job.updated_at, kind: "job", node: [h("strong", {}, "Investigation job "), badge(job.status), ` after ${job.attempts} attempt(s)`, job.error ? h("div", { class: "error" }, `${job.error_code || "error"}: ${job.error}`) : null] });
     // Deliveries carry no time of their own: they are finished by the job's last change.
     for (const d of job.deliveries || []) {

@@ -584,12 +584,24 @@ mod tests {
     fn alerts_with_the_same_correlation_key_share_one_incident_and_one_job() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a =
-            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, None, &mut ids);
-        let b =
-            c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, None, &mut ids);
-        let other =
-            c.ingest(&generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"), false, None, &mut ids);
+        let a = c.ingest(
+            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
+            false,
+            None,
+            &mut ids,
+        );
+        let b = c.ingest(
+            &generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"),
+            false,
+            None,
+            &mut ids,
+        );
+        let other = c.ingest(
+            &generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
+            false,
+            None,
+            &mut ids,
+        );
         assert!(a.decision.investigate());
         assert_eq!(b.decision, Decision::JoinIncident { incident_id: a.incident_id.clone() });
         assert_eq!(b.job_id, None);
@@ -625,9 +637,18 @@ mod tests {
     fn incident_closes_when_all_firing_alerts_resolved() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a =
-            c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), false, None, &mut ids);
-        c.ingest(&generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"), false, None, &mut ids);
+        let a = c.ingest(
+            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
+            false,
+            None,
+            &mut ids,
+        );
+        c.ingest(
+            &generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"),
+            false,
+            None,
+            &mut ids,
+        );
         let r1 = c.ingest(
             &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"),
             false,
@@ -759,7 +780,12 @@ mod tests {
     fn a_new_incident_shares_the_storm_job_unless_its_own_key_has_one_waiting() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let db1 = c.ingest(&generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"), true, None, &mut ids);
+        let db1 = c.ingest(
+            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
+            true,
+            None,
+            &mut ids,
+        );
         let storm = c.ingest(
             &generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
             true,
@@ -769,7 +795,12 @@ mod tests {
         assert_eq!((storm.job_id.as_deref(), storm.shared_job.as_deref()), (None, db1.job_id.as_deref()));
         let resolved = generic("db-2", "HighCPU", EventState::Resolved, "2026-11-29T22:02:00Z", "db-2");
         c.ingest(&resolved, true, None, &mut ids);
-        let own = c.ingest(&generic("db-3", "HighCPU", EventState::Firing, "2026-11-29T22:03:00Z", "db-3"), true, None, &mut ids);
+        let own = c.ingest(
+            &generic("db-3", "HighCPU", EventState::Firing, "2026-11-29T22:03:00Z", "db-3"),
+            true,
+            None,
+            &mut ids,
+        );
         let again = c.ingest(
             &generic("db-3", "HighLoad", EventState::Firing, "2026-11-29T22:04:00Z", "db-3"),
             true,
@@ -777,7 +808,12 @@ mod tests {
             &mut ids,
         );
         assert_eq!(again.job_id, None, "joins its open incident");
-        c.ingest(&generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:05:00Z", "db-1"), true, None, &mut ids);
+        c.ingest(
+            &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:05:00Z", "db-1"),
+            true,
+            None,
+            &mut ids,
+        );
         let refire = c.ingest(
             &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:06:00Z", "db-1"),
             true,

@@ -96,7 +96,11 @@ mod tests {
 
     #[test]
     fn host_ids_order_as_their_text() {
-        let mut ids = ["job_f0000000000000000000000000000000", "job_0a000000000000000000000000000000", "evt_ff000000000000000000000000000000"];
+        let mut ids = [
+            "job_f0000000000000000000000000000000",
+            "job_0a000000000000000000000000000000",
+            "evt_ff000000000000000000000000000000",
+        ];
         let mut compact: Vec<Id> = ids.iter().map(|i| Id::new(i)).collect();
         ids.sort();
         compact.sort();

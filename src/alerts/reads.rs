@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::correlate::{Incident, IncidentState, IncidentStatus};
 use super::event::Event;
+use super::id::Id;
 use super::job::{Job, JobStatus, StoredEvent};
 use super::record::DeliveryRecord;
-use super::id::Id;
 use super::state::{EventAt, EventRef, JobSlot, SourceCounters};
 use super::store::AlertStore;
 use crate::journal::Location;
@@ -55,11 +55,8 @@ impl AlertStore {
             let incident = state.correlator.incident(id)?.clone();
             let events: Vec<(Id, EventRef)> =
                 incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
-            let jobs: Vec<(Id, JobSlot)> = incident
-                .last_job
-                .iter()
-                .filter_map(|key| Some((key.clone(), state.jobs.get(key)?.clone())))
-                .collect();
+            let jobs: Vec<(Id, JobSlot)> =
+                incident.last_job.iter().filter_map(|key| Some((key.clone(), state.jobs.get(key)?.clone()))).collect();
             (incident, events, jobs)
         };
         let events = self.read_events(events);

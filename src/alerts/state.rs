@@ -68,7 +68,12 @@ pub(crate) struct EventRef {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum JobSlot {
     Live(Box<Job>),
-    Done { location: Location, status: JobStatus, namespace: String, incident_id: String },
+    Done {
+        location: Location,
+        status: JobStatus,
+        namespace: String,
+        incident_id: String,
+    },
     /// Pending or deferred and never attempted: everything else of the job is its default.
     Waiting(Waiting),
 }
@@ -592,12 +597,66 @@ pub(crate) fn apply(
     Ok(())
 }
 #[cfg(test)]
-mod size_probe {
+mod tests {
+    use std::mem::size_of;
+
+    use super::*;
+
+    /// What memory holds per open incident and per job that has not started stays compact
+    /// (`benches/alerts_memory.rs` counts the bytes of a whole storm).
     #[test]
-    fn sizes() {
-        use std::mem::size_of;
-        eprintln!("Incident {} JobSlot {} Waiting {} EventRef {} Timestamp {} Location {} OptTs {}",
-            size_of::<super::super::correlate::Incident>(), size_of::<super::JobSlot>(), size_of::<super::Waiting>(),
-            size_of::<super::EventRef>(), size_of::<jiff::Timestamp>(), size_of::<crate::journal::Location>(), size_of::<Option<jiff::Timestamp>>());
+    fn incidents_and_waiting_jobs_stay_compact() {
+        assert!(
+            size_of::<super::super::correlate::Incident>() <= 184,
+            "{}",
+            size_of::<super::super::correlate::Incident>()
+        );
+        assert!(size_of::<JobSlot>() <= 104, "{}", size_of::<JobSlot>());
+        assert!(size_of::<EventRef>() <= 40, "{}", size_of::<EventRef>());
+    }
+
+    #[test]
+    fn a_job_that_has_not_started_reads_back_whole_from_its_compact_slot() {
+        let mut state = State::default();
+        let job = Job {
+            id: "job_0123456789abcdef0123456789abcdef".into(),
+            incident_id: "inc_0123456789abcdef0123456789abcdef".into(),
+            namespace: "ops".into(),
+            event_id: "evt_0123456789abcdef0123456789abcdef".into(),
+            status: JobStatus::Deferred,
+            attempts: 0,
+            created_at: "2026-12-03T10:00:00.123456789Z".into(),
+            updated_at: "2026-12-03T10:00:01Z".into(),
+            run_id: None,
+            error: None,
+            error_code: None,
+            not_before: None,
+            runs: Vec::new(),
+            result: None,
+            deliveries: Vec::new(),
+            storm_incidents: None,
+        };
+        set_job(&mut state, job.clone(), None);
+        let key = Id::new(&job.id);
+        assert!(matches!(state.jobs.get(&key), Some(JobSlot::Waiting(_))));
+        assert_eq!(state.jobs[&key].live(&key), Some(job.clone()));
+        assert_eq!(
+            (state.deferred.len(), state.deferred_of("")),
+            (1, 1),
+            "in the promotion order (no incident: no source)"
+        );
+        let promoted = Job { status: JobStatus::Pending, ..job.clone() };
+        set_job(&mut state, promoted.clone(), None);
+        assert_eq!((state.deferred.len(), state.pending), (0, 1));
+        let started = Job { status: JobStatus::Running, attempts: 1, ..promoted };
+        set_job(&mut state, started.clone(), None);
+        assert!(matches!(state.jobs.get(&key), Some(JobSlot::Live(_))), "a started job is kept whole");
+        let odd = Job { id: "job_x".into(), created_at: "2026-12-03T10:00:00+00:00".into(), ..job };
+        set_job(&mut state, odd.clone(), None);
+        assert_eq!(
+            state.jobs[&Id::new("job_x")].live(&Id::new("job_x")),
+            Some(odd),
+            "times that do not read back stay whole"
+        );
     }
 }

@@ -537,8 +537,7 @@ impl AlertStore {
         // when it started is the one its records keep.
         let written = job.clone();
         let data = move |state: &State| serde_json::to_value(state.shown(written)).unwrap_or_default();
-        self.append(JOB, data, move |state| set_job(state, job, None), |state, at| state.settle_job(&settled, at))
-            .await
+        self.append(JOB, data, move |state| set_job(state, job, None), |state, at| state.settle_job(&settled, at)).await
     }
 
     /// Appends one record of `kind`, applied by `apply` under the same lock it is queued in

@@ -319,6 +319,11 @@ pub fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) ->
         status["resolvedAt"] = json!(resolved.to_string());
     }
     if let Some(job) = jobs.last() {
+        let job_status = serde_json::to_value(job.status).unwrap_or(Value::Null);
+        status["job"] = json!({"status": job_status});
+        if let Some(count) = job.storm_incidents {
+            status["job"]["stormIncidents"] = json!(count);
+        }
         if let Some(run) = &job.run_id {
             status["lastRun"] = json!(run);
         }

@@ -74,12 +74,27 @@ pub struct IncidentStatus {
     /// Newest investigation Run id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<String>,
+    /// Where the investigation job is: `deferred` (over the source's rate or the pending
+    /// cap), `pending`, `running`, `succeeded` or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<IncidentJob>,
     /// Outcome of the newest investigation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub investigation: Option<InvestigationSummary>,
     /// Notification outcomes, newest last (bounded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deliveries: Vec<IncidentDelivery>,
+}
+
+/// The investigation job of an incident.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncidentJob {
+    /// `deferred`, `pending`, `running`, `succeeded` or `failed`.
+    pub status: String,
+    /// A storm job: the incidents of its AlertSource it stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storm_incidents: Option<u64>,
 }
 
 /// The descriptive outcome of an investigation.

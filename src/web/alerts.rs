@@ -340,7 +340,9 @@ pub(super) fn visible_incidents(
     limit: usize,
     status: Option<IncidentStatus>,
 ) -> Vec<IncidentState> {
-    store.incidents_where(limit, |namespace, state| caller.sees(namespace) && status.is_none_or(|status| state == status))
+    store.incidents_where(limit, |namespace, state| {
+        caller.sees(namespace) && status.is_none_or(|status| state == status)
+    })
 }
 
 /// Incident `id` with its events, jobs, Runs and deliveries; another namespace's
