@@ -279,10 +279,10 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
             counters.coalesced += 1;
         }
         // An incident's job is its `last_job`: the one its first event created or shares.
-        if let Some(job_id) = &outcome.shared_job {
-            if outcome.storm {
-                *state.storms.entry(job_id.clone()).or_default() += 1;
-            }
+        if let Some(job_id) = &outcome.shared_job
+            && outcome.storm
+        {
+            *state.storms.entry(job_id.clone()).or_default() += 1;
         }
         if let Some(job_id) = &outcome.job_id {
             if outcome.storm {
