@@ -5,6 +5,7 @@
 pub mod adapters;
 pub mod admission;
 pub mod correlate;
+mod deferred;
 pub mod delivery;
 mod error;
 pub mod event;

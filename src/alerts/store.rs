@@ -106,7 +106,7 @@ pub struct AlertStore {
     /// Namespaces given to source names of records older than namespaces, as decided at open.
     legacy: BTreeMap<String, String>,
     /// Held by the one promotion of deferred jobs in progress.
-    promoting: tokio::sync::Mutex<()>,
+    pub(super) promoting: tokio::sync::Mutex<()>,
     /// Held by the one recovery in progress; the time of the last attempt.
     recovery: tokio::sync::Mutex<Option<Instant>>,
     /// The worker's last failure to record a job's state, cleared by its next success.
@@ -337,46 +337,6 @@ impl AlertStore {
             .filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running) || j.has_pending_deliveries())
             .map(|job| state.shown(job))
             .collect()
-    }
-
-    /// Deferred jobs, host-wide.
-    pub fn deferred_jobs(&self) -> usize {
-        self.lock().deferred.len()
-    }
-
-    /// Promotes deferred jobs to pending, most severe first, then oldest, as far as their
-    /// sources' rates and the pending-job cap allow now; returns how many. One promotion runs
-    /// at a time.
-    pub async fn promote_deferred(&self) -> Result<usize, AlertStoreError> {
-        let _one = self.promoting.lock().await;
-        let chosen: Vec<Job> = {
-            let mut state = self.lock();
-            let now = Instant::now();
-            let State { deferred, admission, jobs, pending, .. } = &mut *state;
-            let mut waiting = *pending;
-            let mut chosen = Vec::new();
-            for ((_, _, id), source) in deferred.iter() {
-                if waiting >= admission.limits().max_pending_jobs {
-                    break;
-                }
-                if let Some(job) = jobs.get(id).and_then(|slot| slot.live(id))
-                    && admission.try_start(source, waiting, now)
-                {
-                    waiting += 1;
-                    chosen.push(job);
-                }
-            }
-            chosen
-        };
-        let promoted = chosen.len();
-        for mut job in chosen {
-            job.status = JobStatus::Pending;
-            self.update_job(&job).await?;
-        }
-        if promoted > 0 {
-            self.wake();
-        }
-        Ok(promoted)
     }
 
     /// Resolves when new work may exist (a job was created); a wake-up that comes
