@@ -145,12 +145,13 @@ async fn stdio_tools_permissions_and_calls() {
     let bad = call(&host, "ev.get-sum", serde_json::json!({"a": "two", "b": 1})).await;
     assert_eq!(bad.error.as_ref().map(|e| e.code), Some(ErrorCode::InvalidArguments), "{bad:?}");
 
-    // A tool-level error is still a successful host result (it is evidence).
+    // A result the server marks `isError` is a failed call (never evidence); its text is kept.
     let failed =
         call(&host, "ev.get-resource-reference", serde_json::json!({"resourceType": "Text", "resourceId": 0})).await;
-    assert!(failed.is_ok(), "{failed:?}");
-    assert_eq!(output(&failed)["isError"], true);
-    assert!(first_text(&failed).contains("resourceId"), "{failed:?}");
+    let error = failed.error.as_ref().unwrap_or_else(|| panic!("an isError result is a failed call: {failed:?}"));
+    assert_eq!(error.code, ErrorCode::ToolError);
+    assert!(error.message.contains("reported an error") && error.message.contains("resourceId"), "{failed:?}");
+    assert!(failed.output.is_none());
 
     // The adapter's call timeout is a clean tool_error, and the session survives it.
     let mut slow = stdio("McpAdapter/t/slow", "slow", &[Permission::Read], vec![]);

@@ -302,6 +302,11 @@ fn handler(
                     }
                     Err(message)
                 }
+                // A result the server marks `isError` is a failed call: recorded and shown as
+                // failed and never citable as evidence; the model still reads its (redacted) text.
+                Ok(Ok(result)) if result.is_error == Some(true) => {
+                    Err(format!("the tool reported an error: {}", render_result(&result, max_result_bytes)))
+                }
                 Ok(Ok(result)) => Ok(render_result(&result, max_result_bytes)),
             }
         })
