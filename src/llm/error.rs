@@ -14,8 +14,8 @@ pub enum LlmError {
     /// The whole request (for streams: the whole stream) took longer than the configured timeout.
     #[error("model server did not answer within {after:?}")]
     Timeout { after: Duration },
-    /// Connection refused, reset, TLS failure, ...
-    #[error("cannot reach model server: {0}")]
+    /// Connection refused, reset, TLS failure, ...; the message says where the address is set.
+    #[error("cannot reach model server: {0} (the model server's address is set by --base-url or AKRITAS_BASE_URL)")]
     Transport(String),
     /// The response body (or the total streamed bytes) exceeded `max_response_bytes`.
     #[error("model server response exceeds {limit} bytes")]
@@ -111,6 +111,16 @@ mod tests {
         crate::redact::register("client-key-llm-5b7c");
         let text = excerpt(b"unknown key client-key-llm-5b7c in X-Api-Key", None);
         assert_eq!(text, "unknown key [redacted] in X-Api-Key");
+    }
+
+    #[test]
+    fn an_unreachable_model_server_names_where_its_address_is_set() {
+        let error = LlmError::Transport("error sending request for url (http://127.0.0.1:8080/v1/models)".into());
+        let text = error.to_string();
+        assert!(
+            text.contains("127.0.0.1:8080") && text.contains("--base-url") && text.contains("AKRITAS_BASE_URL"),
+            "{text}"
+        );
     }
 
     #[test]
