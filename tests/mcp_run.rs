@@ -22,22 +22,17 @@ use serde_json::json;
 use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_audited() {
-    let vm = vm::VictoriaMetrics::start().await;
-    let ts = vm::now_ms() - 60_000;
-    vm.import_prometheus(&format!("node_load1{{instance=\"db-7:9100\",job=\"node\"}} 7.25 {ts}\n")).await;
-    vm.wait_for_series("node_load1", 1).await;
-
+/// An McpHost with the bundled VictoriaMetrics server (a child process of this build) as the
+/// McpAdapter `ops/victoriametrics`, pointed at `base_url`, connected; the Catalog it came from.
+async fn connect(base_url: &str) -> (akritas::catalog::CatalogStore, McpHost, tempfile::TempDir) {
     let manifests = tempfile::tempdir().unwrap();
     std::fs::write(
         manifests.path().join("adapter.yaml"),
         format!(
             "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: victoriametrics, namespace: ops}}\nspec:\n  \
-             transport:\n    stdio:\n      command: {}\n      args: [mcp, victoriametrics, --base-url, \"{}\"]\n  \
+             transport:\n    stdio:\n      command: {}\n      args: [mcp, victoriametrics, --base-url, \"{base_url}\"]\n  \
              namespace: mcp.victoriametrics\n  allow: [read]\n  callTimeoutSeconds: 20\n",
             env!("CARGO_BIN_EXE_akritas"),
-            vm.url()
         ),
     )
     .unwrap();
@@ -55,6 +50,17 @@ async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_aud
     })
     .await
     .expect("adapter connected");
+    (catalog, mcp, manifests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_audited() {
+    let vm = vm::VictoriaMetrics::start().await;
+    let ts = vm::now_ms() - 60_000;
+    vm.import_prometheus(&format!("node_load1{{instance=\"db-7:9100\",job=\"node\"}} 7.25 {ts}\n")).await;
+    vm.wait_for_series("node_load1", 1).await;
+
+    let (catalog, mcp, _manifests) = connect(&vm.url()).await;
 
     let query = openai_alias(&ToolName::try_from("mcp.victoriametrics.query").unwrap());
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
@@ -107,31 +113,7 @@ async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_aud
 async fn an_error_result_of_an_mcp_tool_is_a_failed_call_that_no_evidence_can_cite() {
     let address = format!("127.0.0.1:{}", support::free_port()); // nothing listens there
     let stopped = format!("http://{address}");
-    let manifests = tempfile::tempdir().unwrap();
-    std::fs::write(
-        manifests.path().join("adapter.yaml"),
-        format!(
-            "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: victoriametrics, namespace: ops}}\nspec:\n  \
-             transport:\n    stdio:\n      command: {}\n      args: [mcp, victoriametrics, --base-url, \"{stopped}\"]\n  \
-             namespace: mcp.victoriametrics\n  allow: [read]\n  callTimeoutSeconds: 20\n",
-            env!("CARGO_BIN_EXE_akritas"),
-        ),
-    )
-    .unwrap();
-    let catalog = host::catalog_from(manifests.path());
-    let policy = ResourcePolicy { stdio_commands: vec![env!("CARGO_BIN_EXE_akritas").into()], ..Default::default() };
-    let (configs, failures) = from_catalog::adapters(&catalog.current(), &EnvSecrets::process(), &policy);
-    assert!(failures.is_empty(), "{failures:?}");
-    let mcp = McpHost::new(HostOptions::default());
-    let mut changes = mcp.subscribe();
-    mcp.reconcile(configs).await;
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while !mcp.status().iter().all(|s| s.connected) {
-            changes.changed().await.unwrap();
-        }
-    })
-    .await
-    .expect("adapter connected");
+    let (catalog, mcp, _manifests) = connect(&stopped).await;
 
     let query = openai_alias(&ToolName::try_from("mcp.victoriametrics.query").unwrap());
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());

@@ -84,6 +84,35 @@ pub struct Job {
 }
 
 impl Job {
+    /// A job that has not started: pending, or deferred; never attempted.
+    pub(crate) fn waiting(
+        ids: [String; 3],
+        namespace: String,
+        deferred: bool,
+        created_at: String,
+        updated_at: String,
+    ) -> Job {
+        let [id, incident_id, event_id] = ids;
+        Job {
+            id,
+            incident_id,
+            namespace,
+            event_id,
+            status: if deferred { JobStatus::Deferred } else { JobStatus::Pending },
+            attempts: 0,
+            created_at,
+            updated_at,
+            run_id: None,
+            error: None,
+            error_code: None,
+            not_before: None,
+            runs: Vec::new(),
+            result: None,
+            deliveries: Vec::new(),
+            storm_incidents: None,
+        }
+    }
+
     /// Whether a delivery still waits to be attempted.
     pub fn has_pending_deliveries(&self) -> bool {
         self.deliveries.iter().any(|d| d.status == DeliveryStatus::Pending)

@@ -118,24 +118,8 @@ impl Waiting {
     }
 
     fn job(&self, id: &Id) -> Job {
-        Job {
-            id: id.text(),
-            incident_id: self.incident.text(),
-            namespace: self.namespace.to_string(),
-            event_id: self.event.text(),
-            status: if self.deferred { JobStatus::Deferred } else { JobStatus::Pending },
-            attempts: 0,
-            created_at: self.created.to_string(),
-            updated_at: self.updated.to_string(),
-            run_id: None,
-            error: None,
-            error_code: None,
-            not_before: None,
-            runs: Vec::new(),
-            result: None,
-            deliveries: Vec::new(),
-            storm_incidents: None,
-        }
+        let ids = [id.text(), self.incident.text(), self.event.text()];
+        Job::waiting(ids, self.namespace.to_string(), self.deferred, self.created.to_string(), self.updated.to_string())
     }
 }
 
@@ -289,24 +273,8 @@ pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at
                 state.storms.insert(job_id.clone(), 1);
                 state.storm_of.insert(source.clone(), job_id.clone());
             }
-            let job = Job {
-                id: job_id.clone(),
-                incident_id: outcome.incident_id.clone(),
-                namespace: record.namespace.clone(),
-                event_id: outcome.event_id.clone(),
-                status: if outcome.deferred { JobStatus::Deferred } else { JobStatus::Pending },
-                attempts: 0,
-                created_at: now.to_string(),
-                updated_at: now.to_string(),
-                run_id: None,
-                error: None,
-                error_code: None,
-                not_before: None,
-                runs: Vec::new(),
-                result: None,
-                deliveries: Vec::new(),
-                storm_incidents: None,
-            };
+            let ids = [job_id.clone(), outcome.incident_id.clone(), outcome.event_id.clone()];
+            let job = Job::waiting(ids, record.namespace.clone(), outcome.deferred, now.to_string(), now.to_string());
             set_job(state, job, None);
         }
         // The event that resolves an incident is its last: each resolved incident is queued once.
@@ -618,24 +586,13 @@ mod tests {
     #[test]
     fn a_job_that_has_not_started_reads_back_whole_from_its_compact_slot() {
         let mut state = State::default();
-        let job = Job {
-            id: "job_0123456789abcdef0123456789abcdef".into(),
-            incident_id: "inc_0123456789abcdef0123456789abcdef".into(),
-            namespace: "ops".into(),
-            event_id: "evt_0123456789abcdef0123456789abcdef".into(),
-            status: JobStatus::Deferred,
-            attempts: 0,
-            created_at: "2026-12-03T10:00:00.123456789Z".into(),
-            updated_at: "2026-12-03T10:00:01Z".into(),
-            run_id: None,
-            error: None,
-            error_code: None,
-            not_before: None,
-            runs: Vec::new(),
-            result: None,
-            deliveries: Vec::new(),
-            storm_incidents: None,
-        };
+        let ids = [
+            "job_0123456789abcdef0123456789abcdef".to_string(),
+            "inc_0123456789abcdef0123456789abcdef".to_string(),
+            "evt_0123456789abcdef0123456789abcdef".to_string(),
+        ];
+        let created = "2026-12-03T10:00:00.123456789Z".to_string();
+        let job = Job::waiting(ids, "ops".into(), true, created, "2026-12-03T10:00:01Z".into());
         set_job(&mut state, job.clone(), None);
         let key = Id::new(&job.id);
         assert!(matches!(state.jobs.get(&key), Some(JobSlot::Waiting(_))));

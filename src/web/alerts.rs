@@ -2,10 +2,9 @@
 //! `/api/v1/alerts/{source}/webhook` while the name is unambiguous, the Alertmanager
 //! alias) and the incident API. Each AlertSource authenticates its own callers, API
 //! keys play no part; nothing from a payload ever chooses a notification target or a
-//! tool. A delivery over the source's rate or the pending-job cap gets 503 with
-//! `Retry-After` and nothing of it is stored (503, not 429: Alertmanager's webhook
-//! retries only 5xx answers and drops a delivery answered 429). A delivery is never refused for being a
-//! big group. While the alert journal cannot be written (disk full, read-only volume) a
+//! tool. A valid delivery is never refused for load or for being a big group: it is
+//! stored, and investigations over the source's rate or the pending-job cap are
+//! deferred or coalesced into a storm job (`alerts::admission`). While the alert journal cannot be written (disk full, read-only volume) a
 //! delivery gets 507 Insufficient Storage with `Retry-After` and a message naming the
 //! journal's directory; nothing of it is stored, and the next delivery after space
 //! returns is stored without a restart.
