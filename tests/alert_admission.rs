@@ -236,3 +236,22 @@ async fn alerts_of_one_correlation_key_share_one_job_while_it_waits() {
     assert_eq!(tally(&reopened, "pending"), 2);
     assert_eq!(reopened.incident(&item.incident_id).unwrap().0.last_job.as_deref(), Some(job.as_str()));
 }
+
+/// One tenant's storm does not shed another's investigations: rates, deferred jobs and storm
+/// jobs are per AlertSource `namespace/name`, even for sources of one name.
+#[tokio::test]
+async fn a_storm_of_one_namespace_never_defers_or_coalesces_another_namespaces_alerts() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits { source_rate_per_minute: 1, max_pending_jobs: 1000, max_deferred_per_source: 1 };
+    let store = AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "ops".into()).unwrap();
+    let body = unique_alerts("a", 4);
+    let storm = store.ingest("team-a", "gen", adapter("generic").unwrap().decode(body.as_bytes(), &generic()).unwrap());
+    let storm = storm.await.unwrap();
+    let shed: Vec<(bool, bool)> = storm.events.iter().map(|e| (e.deferred, e.storm)).collect();
+    assert_eq!(shed, [(false, false), (true, false), (true, true), (false, true)], "started, deferred, storm, shared");
+    let other = adapter("generic").unwrap().decode(unique_alerts("a", 1).as_bytes(), &generic()).unwrap();
+    let other = store.ingest("team-b", "gen", other).await.unwrap();
+    let event = &other.events[0];
+    assert!(event.job_id.is_some() && !event.deferred && !event.storm, "team-b's alert starts at once: {event:?}");
+    assert_eq!(event.shared_job, None);
+}
