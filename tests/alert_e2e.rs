@@ -53,7 +53,7 @@ fn model(requests: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + 
                 submit.clone(),
                 json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "high",
                        "summary": "db-7 runs at a load of 7.25 (_autovacuum_ backlog)", "impact": "slow checkout",
-                       "evidence": ["tool-call:call-1"], "ruled_out": [],
+                       "evidence": ["tool-call:call-1 \"7.25\""], "ruled_out": [],
                        "affected_components": ["db-7"], "recommended_actions": ["ask @dba to review autovacuum"],
                        "production_writes": 0}),
             )]))
@@ -273,7 +273,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
     assert_eq!(run["status"], "succeeded");
     assert_eq!(run["source"], "alert:alertmanager");
     assert_eq!(run["metadata"]["job_id"], job["id"]);
-    assert_eq!(run["investigation"]["evidence"], json!(["tool-call:call-1"]));
+    assert_eq!(run["investigation"]["evidence"], json!(["tool-call:call-1 \"7.25\""]));
     let planned = run["events"]
         .as_array()
         .unwrap()
@@ -330,7 +330,7 @@ async fn prometheus_alert_is_investigated_with_real_metrics_notified_survives_ki
         "Alert: HighLoad",
         "Severity: critical",
         "Source: alertmanager:am",
-        "\nEvidence\n- tool-call:call-1",
+        "\nEvidence\n- tool-call:call-1 \"7.25\"",
         "Production writes: 0",
     ] {
         assert!(text.contains(line), "{line:?} missing in {text}");

@@ -309,7 +309,7 @@ async fn notified(llm: &ScriptedLlm, script: Vec<u16>) -> (Hook, Job) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_notifications_are_retried_without_a_second_investigation() {
-    let llm = ScriptedLlm::start_with(investigator(result(json!([]), 0))).await;
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1"]), 0))).await;
     let (hook, job) = notified(&llm, vec![503, 502]).await;
     let delivery = &job.deliveries[0];
     assert_eq!((delivery.status, delivery.attempts, delivery.http_status), (DeliveryStatus::Delivered, 3, Some(200)));
@@ -430,7 +430,10 @@ async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incide
 
     let (_, body) = hook.received.lock().unwrap()[0].clone();
     let envelope: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(envelope["incident"]["evidence_coverage"], json!({"claims": 3, "verified": 2, "ratio": 2.0 / 3.0}));
+    assert_eq!(
+        envelope["incident"]["evidence_coverage"],
+        json!({"claims": 3, "verified": 2, "ratio": 2.0 / 3.0, "backs_status": true})
+    );
 
     // The coverage is re-validated from the journal at restart.
     drop(rig);

@@ -438,7 +438,7 @@ async fn a_journaled_result_quoting_a_value_absent_from_the_output_is_refused_at
     )
     .unwrap();
     let recorded = serde_json::to_value(&honest).unwrap();
-    assert_eq!(recorded["evidence_coverage"], json!({"claims": 1, "verified": 1, "ratio": 1.0}));
+    assert_eq!(recorded["evidence_coverage"], json!({"claims": 1, "verified": 1, "ratio": 1.0, "backs_status": true}));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("honest.jsonl");
     journal_with_result(&path, recorded.clone()).await;
@@ -462,4 +462,45 @@ async fn a_journaled_result_quoting_a_value_absent_from_the_output_is_refused_at
         "{error}"
     );
     assert!(!verify.status.success(), "audit verify refuses it too");
+}
+
+#[tokio::test]
+async fn a_confirmed_finding_without_a_verified_quote_is_refused_at_replay_unless_written_before_the_rule() {
+    let confirmed = |evidence: &[String]| {
+        let mut result = result_citing(evidence);
+        result["finding_status"] = json!("confirmed");
+        result
+    };
+    let evidence = akritas::investigation::Evidence::from([("call-1".to_string(), json!({"restarts": 7, "pods": 17}))]);
+    let refused = akritas::investigation::validate(&confirmed(&["tool-call:call-1".into()]).to_string(), &evidence)
+        .expect_err("a cited call without a quoted value does not confirm");
+    assert!(refused.to_string().starts_with("finding_status confirmed needs at least one evidence item quoting"));
+
+    // A record this version wrote (`backs_status`) that was edited to drop its quote.
+    let dir = tempfile::tempdir().unwrap();
+    let mut unbacked = confirmed(&["tool-call:call-1".into()]);
+    unbacked["evidence_coverage"] = json!({"claims": 1, "verified": 0, "ratio": 0.0, "backs_status": true});
+    let path = dir.path().join("unbacked.jsonl");
+    journal_with_result(&path, unbacked.clone()).await;
+    let (replayed, verify) = replay_copy(&path);
+    let error = replayed.err().expect("the unbacked status is refused").to_string();
+    assert!(error.contains("record 3") && error.contains("finding_status confirmed needs"), "{error}");
+    assert!(!verify.status.success(), "audit verify refuses it too");
+
+    // The same result recorded by a version before the rule (coverage without
+    // `backs_status`, or no coverage at all) replays under the rule it was accepted by.
+    for (name, coverage) in
+        [("before-rule", Some(json!({"claims": 1, "verified": 0, "ratio": 0.0}))), ("before-coverage", None)]
+    {
+        let mut old = confirmed(&["tool-call:call-1".into()]);
+        match coverage {
+            Some(coverage) => old["evidence_coverage"] = coverage,
+            None => _ = old.as_object_mut().unwrap().remove("evidence_coverage"),
+        }
+        let path = dir.path().join(format!("{name}.jsonl"));
+        journal_with_result(&path, old).await;
+        let (replayed, verify) = replay_copy(&path);
+        assert!(replayed.is_ok(), "{name}: {:?}", replayed.err());
+        assert!(verify.status.success(), "{name}: {verify:?}");
+    }
 }

@@ -49,7 +49,7 @@ fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
                 submit.clone(),
                 json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "medium",
                        "summary": "db-7 is busy <script>window.pwned=3</script>", "impact": "slow queries",
-                       "evidence": ["tool-call:call-1"], "ruled_out": [], "affected_components": ["db-7"],
+                       "evidence": ["tool-call:call-1 \"7.25\""], "ruled_out": [], "affected_components": ["db-7"],
                        "recommended_actions": ["review autovacuum"], "production_writes": 0}),
             )]))
         } else if offers(request, "akritas_propose_edits") {

@@ -4,6 +4,8 @@
 //! value occurs in that call's stored output, see [`quote`]), and nothing claims a
 //! production write; confidence is descriptive and never affects validity. The
 //! host records the evidence coverage: how many claims carry a verified quote.
+//! A `confirmed` finding needs at least one verified quote and a `suspected` one
+//! at least one cited call; only `inconclusive` stands without evidence.
 
 pub mod quote;
 
@@ -148,6 +150,11 @@ pub struct EvidenceCoverage {
     pub verified: u32,
     /// `verified / claims`, 0 without claims.
     pub ratio: f64,
+    /// The finding status was checked against this evidence (`confirmed` needs a
+    /// verified quote, `suspected` a cited call). Absent in records written before
+    /// the host applied that rule; they replay without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backs_status: bool,
 }
 
 impl EvidenceCoverage {
@@ -155,7 +162,13 @@ impl EvidenceCoverage {
         let claims = u32::try_from(claims).unwrap_or(u32::MAX);
         let verified = u32::try_from(verified).unwrap_or(u32::MAX);
         let ratio = if claims == 0 { 0.0 } else { f64::from(verified) / f64::from(claims) };
-        EvidenceCoverage { claims, verified, ratio }
+        EvidenceCoverage { claims, verified, ratio, backs_status: false }
+    }
+
+    /// Whether two coverages count the same claims and quotes (whatever rule
+    /// each was recorded under).
+    fn counts_equal(&self, other: &EvidenceCoverage) -> bool {
+        (self.claims, self.verified) == (other.claims, other.verified)
     }
 
     /// `2/3 (67%)`.
@@ -171,6 +184,32 @@ impl EvidenceCoverage {
 enum QuoteRule {
     Tokens,
     LegacySubstring,
+}
+
+/// The rules a result is checked by: how quotes compare, and whether the finding
+/// status must be backed by its evidence (every result this version records;
+/// not records written before it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rules {
+    quotes: QuoteRule,
+    backs_status: bool,
+}
+
+impl Rules {
+    const CURRENT: Rules = Rules { quotes: QuoteRule::Tokens, backs_status: true };
+
+    /// The rules a journal record was accepted under, read from what it recorded.
+    fn of_record(recorded: &str) -> Rules {
+        let value = serde_json::from_str::<Value>(recorded).ok().filter(Value::is_object);
+        let Some(coverage) = value.as_ref().map(|v| v.get("evidence_coverage")) else { return Rules::CURRENT };
+        match coverage {
+            None => Rules { quotes: QuoteRule::LegacySubstring, backs_status: false },
+            Some(coverage) => Rules {
+                quotes: QuoteRule::Tokens,
+                backs_status: coverage.get("backs_status").and_then(Value::as_bool).unwrap_or(false),
+            },
+        }
+    }
 }
 
 /// The schema given to the model for the structuring call.
@@ -264,6 +303,21 @@ pub enum InvestigationError {
          the output shows them"
     )]
     QuoteNotInOutput(String),
+    /// A `confirmed` or `suspected` finding without the evidence that status needs.
+    #[error(
+        "finding_status {status} needs {needs}, and the result has {has}; cite it (tool-call:<call id> \"value\") \
+         or choose {instead}"
+    )]
+    UnbackedStatus {
+        /// The finding status.
+        status: &'static str,
+        /// What that status needs.
+        needs: &'static str,
+        /// What the evidence has.
+        has: String,
+        /// The statuses the evidence does support.
+        instead: &'static str,
+    },
     /// A result states a coverage other than the one its evidence gives.
     #[error(
         "evidence_coverage is computed by the host: the result states {stated} but its evidence gives {computed}; \
@@ -281,19 +335,18 @@ pub enum InvestigationError {
 /// calls it may cite (`evidence`), and records its evidence coverage. Every
 /// rejection says why. A stated `evidence_coverage` must equal the computed one.
 pub fn validate(arguments: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
-    check(arguments, evidence, QuoteRule::Tokens)
+    check(arguments, evidence, Rules::CURRENT)
 }
 
-/// [`validate`] for a result read back from the audit journal: a record without
-/// `evidence_coverage` was written before this version and keeps the exact-substring
-/// quote rule it was accepted under.
+/// [`validate`] for a result read back from the audit journal, under the rules it
+/// was accepted by: a record without `evidence_coverage` keeps the exact-substring
+/// quote rule, and one whose coverage lacks `backs_status` was accepted before a
+/// finding status needed evidence.
 pub fn revalidate(recorded: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
-    let legacy =
-        serde_json::from_str::<Value>(recorded).is_ok_and(|v| v.is_object() && v.get("evidence_coverage").is_none());
-    check(recorded, evidence, if legacy { QuoteRule::LegacySubstring } else { QuoteRule::Tokens })
+    check(recorded, evidence, Rules::of_record(recorded))
 }
 
-fn check(arguments: &str, evidence: &Evidence, rule: QuoteRule) -> Result<InvestigationResult, InvestigationError> {
+fn check(arguments: &str, evidence: &Evidence, rules: Rules) -> Result<InvestigationResult, InvestigationError> {
     let value: Value = serde_json::from_str(arguments).map_err(InvestigationError::Json)?;
     let mut result: InvestigationResult = serde_json::from_value(value).map_err(InvestigationError::Schema)?;
     if result.production_writes != 0 {
@@ -316,16 +369,44 @@ fn check(arguments: &str, evidence: &Evidence, rule: QuoteRule) -> Result<Invest
     let mut verified = 0;
     let mut tokenized = BTreeMap::new();
     for reference in &result.evidence {
-        verified += usize::from(check_reference(reference, evidence, rule, &mut tokenized)?);
+        verified += usize::from(check_reference(reference, evidence, rules.quotes, &mut tokenized)?);
     }
-    let computed = EvidenceCoverage::of(result.evidence.len(), verified);
+    let mut computed = EvidenceCoverage::of(result.evidence.len(), verified);
     if let Some(stated) = result.evidence_coverage
-        && stated != computed
+        && !stated.counts_equal(&computed)
     {
         return Err(InvestigationError::CoverageMismatch { stated: stated.describe(), computed: computed.describe() });
     }
+    if rules.backs_status {
+        backed(result.finding_status, &computed)?;
+        computed.backs_status = true;
+    }
     result.evidence_coverage = Some(computed);
     Ok(result)
+}
+
+/// A `confirmed` finding needs at least one verified quote; a `suspected` one at
+/// least one cited successful call. `inconclusive` stands without evidence.
+fn backed(status: FindingStatus, coverage: &EvidenceCoverage) -> Result<(), InvestigationError> {
+    let has = || match coverage.claims {
+        0 => "no evidence".to_string(),
+        claims => format!("{claims} cited call(s) and no quoted value"),
+    };
+    match status {
+        FindingStatus::Confirmed if coverage.verified == 0 => Err(InvestigationError::UnbackedStatus {
+            status: "confirmed",
+            needs: "at least one evidence item quoting a value from a successful call's output",
+            has: has(),
+            instead: if coverage.claims > 0 { "suspected" } else { "inconclusive" },
+        }),
+        FindingStatus::Suspected if coverage.claims == 0 => Err(InvestigationError::UnbackedStatus {
+            status: "suspected",
+            needs: "at least one cited successful call",
+            has: has(),
+            instead: "inconclusive",
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `tool-call:<id>` or `tool-call:<id> "<value>"`: the id must be one of `evidence`
@@ -335,7 +416,7 @@ fn check(arguments: &str, evidence: &Evidence, rule: QuoteRule) -> Result<Invest
 fn check_reference<'a>(
     reference: &str,
     evidence: &'a Evidence,
-    rule: QuoteRule,
+    quotes: QuoteRule,
     tokenized: &mut BTreeMap<&'a str, quote::Tokenized>,
 ) -> Result<bool, InvestigationError> {
     let foreign = || InvestigationError::ForeignReference(reference.to_string());
@@ -350,7 +431,7 @@ fn check_reference<'a>(
     let (id, output) =
         evidence.get_key_value(id).ok_or_else(|| InvestigationError::UnknownCall(reference.to_string()))?;
     let Some(value) = quote else { return Ok(false) };
-    let found = match rule {
+    let found = match quotes {
         QuoteRule::Tokens => {
             tokenized.entry(id.as_str()).or_insert_with(|| quote::Tokenized::new(output)).contains(value)
         }
@@ -521,9 +602,13 @@ mod tests {
             &calls(),
         )
         .unwrap();
-        assert_eq!(accepted.evidence_coverage, Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0 }));
+        assert_eq!(
+            accepted.evidence_coverage,
+            Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0, backs_status: true })
+        );
         assert_eq!(accepted.evidence_coverage.unwrap().describe(), "2/3 (67%)");
-        let none = validate(&result(json!([]), 0), &calls()).unwrap().evidence_coverage.unwrap();
+        let inconclusive = result(json!([]), 0).replace("\"suspected\"", "\"inconclusive\"");
+        let none = validate(&inconclusive, &calls()).unwrap().evidence_coverage.unwrap();
         assert_eq!((none.claims, none.verified, none.ratio), (0, 0, 0.0), "no claims: nothing is backed");
     }
 
@@ -549,5 +634,52 @@ mod tests {
         let replayed = revalidate(&old, &calls()).unwrap();
         assert_eq!(replayed.evidence_coverage.map(|c| c.verified), Some(1));
         assert!(revalidate(&result(json!(["tool-call:call-2 \"9999\""]), 0), &calls()).is_err());
+    }
+
+    fn with_status(status: &str, evidence: Value) -> String {
+        result(evidence, 0).replace("\"suspected\"", &format!("\"{status}\""))
+    }
+
+    #[test]
+    fn a_finding_status_needs_the_evidence_it_claims() {
+        let confirmed_bare = rejection(&with_status("confirmed", json!([])));
+        assert_eq!(
+            confirmed_bare,
+            "finding_status confirmed needs at least one evidence item quoting a value from a successful call's \
+             output, and the result has no evidence; cite it (tool-call:<call id> \"value\") or choose inconclusive"
+        );
+        assert!(
+            rejection(&with_status("confirmed", json!(["tool-call:call-1"])))
+                .contains("the result has 1 cited call(s) and no quoted value; cite it (tool-call:<call id> \"value\") or choose suspected"),
+            "a cited call without a quote does not confirm"
+        );
+        assert!(validate(&with_status("confirmed", json!(["tool-call:call-2 \"1820\""])), &calls()).is_ok());
+        assert!(rejection(&with_status("suspected", json!([]))).starts_with(
+            "finding_status suspected needs at least one cited successful call, and the result has no evidence"
+        ));
+        assert!(validate(&with_status("suspected", json!(["tool-call:call-1"])), &calls()).is_ok());
+        let inconclusive = validate(&with_status("inconclusive", json!([])), &calls()).unwrap();
+        assert!(inconclusive.evidence_coverage.unwrap().backs_status, "recorded as checked by the rule");
+    }
+
+    #[test]
+    fn records_written_before_the_status_rule_replay_under_their_own_rule() {
+        let accepted = validate(&with_status("confirmed", json!(["tool-call:call-2 \"1820\""])), &calls()).unwrap();
+        let recorded = serde_json::to_string(&accepted).unwrap();
+        assert!(recorded.contains("\"backs_status\":true"), "{recorded}");
+        assert_eq!(revalidate(&recorded, &calls()).unwrap(), accepted);
+        let bare = with_status("confirmed", json!([]));
+        let before_rule = bare.replace(
+            "\"production_writes\"",
+            "\"evidence_coverage\": {\"claims\": 0, \"verified\": 0, \"ratio\": 0.0}, \"production_writes\"",
+        );
+        let replayed = revalidate(&before_rule, &calls()).unwrap();
+        assert!(!replayed.evidence_coverage.unwrap().backs_status, "kept the rule it was accepted by");
+        assert!(revalidate(&bare, &calls()).is_ok(), "a record from before coverage keeps the old rule too");
+        let new_record = before_rule.replace("\"ratio\": 0.0}", "\"ratio\": 0.0, \"backs_status\": true}");
+        assert!(
+            revalidate(&new_record, &calls()).unwrap_err().to_string().starts_with("finding_status confirmed needs")
+        );
+        assert!(validate(&before_rule, &calls()).is_err(), "a model cannot opt out by stating a coverage");
     }
 }

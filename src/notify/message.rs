@@ -272,7 +272,7 @@ mod tests {
             affected_components: vec!["api".into()],
             recommended_actions: vec!["scale up".into(), "  ".into()],
             evidence_count: 3,
-            evidence_coverage: Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0 }),
+            evidence_coverage: Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0, backs_status: true }),
             production_writes: 0,
         }
     }

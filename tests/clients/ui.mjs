@@ -150,7 +150,7 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     const times = await page.locator("#incident-timeline li").evaluateAll((items) => items.length);
     check(times >= 5, "the timeline is one list of every entry");
     check((await page.textContent(".investigation")).includes("confirmed"), "the InvestigationResult is shown");
-    check((await page.textContent(".investigation")).includes("Evidence verified0/1 (0%)"), "the evidence coverage the host recorded is shown");
+    check((await page.textContent(".investigation")).includes("Evidence verified1/1 (100%)"), "the evidence coverage the host recorded is shown");
     await inert(page, "incident");
     await page.screenshot({ path: path.join(dir, "incident.png"), fullPage: true });
     const evidence = await page.getAttribute(".investigation a.evidence-link", "href");
