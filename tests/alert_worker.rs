@@ -254,12 +254,30 @@ async fn invented_evidence_or_claimed_writes_fail_the_job_with_the_reason() {
         assert_eq!(job.attempts, 1, "a rejected result is not retried");
         assert_eq!(job.error_code.as_deref(), Some("structure_failed"));
         assert!(job.error.as_deref().unwrap().contains(reason), "{job:?}");
-        assert!(job.result.is_none() && job.deliveries.is_empty());
+        assert!(job.result.is_none());
         let run = rig.audit.get(&RunId::parse(&job.runs[0]).unwrap()).unwrap();
         assert_eq!((run.status, run.error_code.as_deref()), (RunStatus::Failed, Some("structure_failed")));
         assert!(run.investigation.is_none());
-        assert_eq!(hook.count(), 0, "nothing is notified");
+        let told = failure_notices(&hook);
+        assert_eq!(told.len(), 1, "the receiver is told once that the alert was not investigated");
+        assert_eq!(told[0]["incident"]["error_code"], "structure_failed");
+        assert!(told[0]["incident"]["error"].as_str().unwrap().contains(reason), "{}", told[0]);
     }
+}
+
+/// The webhook envelopes a stand-in received for failed investigations; every
+/// envelope it received must be one.
+fn failure_notices(hook: &Hook) -> Vec<Value> {
+    let received = hook.received.lock().unwrap().clone();
+    received
+        .iter()
+        .map(|(headers, body)| {
+            assert_eq!(headers["x-akritas-event"], "incident.investigation_failed");
+            let envelope: Value = serde_json::from_slice(body).unwrap();
+            assert_eq!(envelope["event"], "incident.investigation_failed");
+            envelope
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,9 +309,29 @@ async fn upstream_failures_retry_with_backoff_then_fail_with_a_sanitised_error()
     assert_eq!(times.len(), 3);
     assert!(times[1] - times[0] >= backoff, "first retry after the base backoff");
     assert!(times[2] - times[1] >= backoff * 2, "second retry after twice the backoff");
-    assert_eq!(hook.count(), 0);
     let stored = std::fs::read_to_string(data.path().join("alerts.jsonl")).unwrap();
     assert!(!stored.contains(HMAC_SECRET) && !stored.contains("tok-991"));
+
+    // Only the final failure is told, once, with what failed, why and the last Run.
+    let told = failure_notices(&hook);
+    assert_eq!(told.len(), 1, "retries are not notified; the final failure is, once");
+    let notice = &told[0]["incident"];
+    assert_eq!((notice["error_code"].as_str(), notice["attempts"].as_u64()), (Some("upstream_error"), Some(3)));
+    assert_eq!(notice["run_id"].as_str(), job.run_id.as_deref());
+    assert_eq!(notice["incident_id"].as_str(), Some(job.incident_id.as_str()));
+    assert_eq!(notice["error"].as_str(), job.error.as_deref(), "the sanitised reason");
+    let body = String::from_utf8(hook.received.lock().unwrap()[0].1.clone()).unwrap();
+    assert!(!body.contains(HMAC_SECRET) && !body.contains("tok-991"), "secrets leaked into {body}");
+    assert_eq!(job.deliveries.len(), 1);
+    assert_eq!(job.deliveries[0].status, DeliveryStatus::Delivered);
+
+    // A restart neither investigates again nor tells again.
+    drop(rig);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, backoff)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rig.store.job(&job_id).unwrap().status, JobStatus::Failed);
+    assert_eq!((llm.chat_requests(), hook.count()), (3, 1));
 }
 
 /// One investigation notified through a webhook answering `script`; the job once settled.
@@ -517,5 +555,6 @@ async fn a_quote_that_is_only_part_of_a_value_fails_the_job_with_the_reason() {
         error.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
         "{error}"
     );
-    assert!(job.result.is_none() && hook.count() == 0);
+    assert!(job.result.is_none());
+    assert_eq!(failure_notices(&hook).len(), 1);
 }

@@ -56,10 +56,17 @@ async function fill(section, id) {
   const order = { alert: 0, job: 1, run: 2, delivery: 3 };
   entries.sort((a, b) => String(a.at).localeCompare(String(b.at)) || order[a.kind] - order[b.kind]);
   const succeeded = jobs.filter((j) => j.result);
+  // The last job failed for good: say so first, with whom the host told.
+  const last = jobs[jobs.length - 1];
+  const failed = last && last.status === "failed"
+    ? h("div", { class: "error", id: "not-investigated" }, h("strong", {}, "Not investigated: "), `${last.error_code || "failed"}: ${last.error || ""}`,
+      (last.deliveries || []).length ? ` · receivers told: ${last.deliveries.map((d) => `${d.receiver} (${d.status})`).join(", ")}` : " · no receiver was told")
+    : null;
   replace(section,
     h("h1", {}, incident.name, " ", badge(incident.state)),
     facts([["Incident", h("code", {}, incident.id)], ["Severity", incident.severity], ["Entity", entity(incident.entity)], ["Source", `${incident.namespace}/${incident.source}`], ["Opened", when(incident.opened_at)], ["Updated", when(incident.updated_at)], ["Resolved", when(incident.resolved_at)], ["Events", String((incident.event_ids || []).length)]]),
     busy ? h("p", { class: "muted", id: "investigating" }, "Investigation in progress… this page refreshes itself.") : null,
+    failed,
     succeeded.map((job) => investigation(job.result, job.run_id)),
     h("h2", {}, `Timeline (${entries.length})`),
     h("ol", { class: "timeline", id: "incident-timeline" }, entries.map((e) => h("li", { class: `entry ${e.kind}`, "data-kind": e.kind }, h("span", { class: "time" }, when(e.at)), " ", e.node))));

@@ -96,6 +96,23 @@ pub fn notification(
     }
 }
 
+/// What receivers are told when a job failed for good: what failed, why, and the Run.
+pub fn failed(job: &Job, event: &StoredEvent, public_url: Option<&str>) -> notify::FailedNotice {
+    let e = &event.event;
+    let run_id = job.run_id.clone();
+    notify::FailedNotice {
+        incident_id: job.incident_id.clone(),
+        alert_name: e.name.clone(),
+        source: format!("{}:{}", e.source.kind, e.source.name),
+        severity: e.severity.as_str().to_string(),
+        run_url: run_id.as_deref().and_then(|id| notify::run_url(public_url, id)),
+        run_id,
+        error_code: job.error_code.clone().unwrap_or_else(|| "failed".into()),
+        error: job.error.clone().unwrap_or_else(|| "the investigation failed".into()),
+        attempts: job.attempts,
+    }
+}
+
 /// The delivery target of a receiver, its secrets resolved. Errors are codes or
 /// reference names, never values.
 pub fn target(

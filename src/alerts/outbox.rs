@@ -1,5 +1,6 @@
-//! What the worker sends: a succeeded job's result to every receiver its namespace sees,
-//! and each resolved incident's resolve notice to every receiver told about it.
+//! What the worker sends: a succeeded job's result (or, once, the notice that its
+//! investigation failed) to every receiver its namespace sees, and each resolved
+//! incident's resolve notice to every receiver told about it.
 //!
 //! Telegram and Mattermost receivers get one thread per incident: the first notification
 //! that reaches a receiver is a top-level message whose id is journaled with the incident
@@ -15,8 +16,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::correlate::IncidentState;
-use super::delivery::{key_text, notification, pending_delivery, target};
-use super::store::{Delivery, DeliveryStatus, DueNotice, Job, StoredEvent};
+use super::delivery::{failed, key_text, notification, pending_delivery, target};
+use super::store::{Delivery, DeliveryStatus, DueNotice, Job, JobStatus, StoredEvent};
 use super::worker::{Worker, WorkerError};
 use crate::catalog::ObjectKey;
 use crate::notify::routing::{FilterReason, RouteFacts, filter};
@@ -101,18 +102,30 @@ impl Worker {
         }
     }
 
-    /// Sends the result to every pending delivery of a succeeded job, in parallel,
-    /// and records each outcome. The investigation itself never runs again.
+    /// Sends the result of a succeeded job (or the notice that a job failed) to
+    /// every pending delivery, in parallel, and records each outcome. The
+    /// investigation itself never runs again.
     pub(super) async fn notify(&self, mut job: Job) -> Result<(), WorkerError> {
-        let (Some(result), Some(event)) = (job.result.clone(), self.store.event(&job.event_id)) else {
-            // Cannot happen with a consistent journal; never leave deliveries pending forever.
-            for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
-                delivery.status = DeliveryStatus::Failed;
-                delivery.error = Some("alert_context_missing".into());
+        let public_url = self.settings.public_url.as_deref();
+        let (investigated, failed_notice);
+        let (payload, event) = match (job.status, &job.result, self.store.event(&job.event_id)) {
+            (JobStatus::Succeeded, Some(result), Some(event)) => {
+                investigated = notification(&job, result, &event, public_url);
+                (Payload::Investigated(&investigated), event)
             }
-            return Ok(self.store.update_job(&job).await?);
+            (JobStatus::Failed, _, Some(event)) => {
+                failed_notice = failed(&job, &event, public_url);
+                (Payload::Failed(&failed_notice), event)
+            }
+            _ => {
+                // Cannot happen with a consistent journal; never leave deliveries pending forever.
+                for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
+                    delivery.status = DeliveryStatus::Failed;
+                    delivery.error = Some("alert_context_missing".into());
+                }
+                return Ok(self.store.update_job(&job).await?);
+            }
         };
-        let notification = notification(&job, &result, &event, self.settings.public_url.as_deref());
         let namespace = if job.namespace.is_empty() { DEFAULT_NAMESPACE } else { job.namespace.as_str() }.to_string();
         let incident = self.store.incident(&job.incident_id);
         let events = incident.as_ref().map(|(_, events, _)| events.clone()).unwrap_or_else(|| vec![event.clone()]);
@@ -135,7 +148,6 @@ impl Worker {
             }
         }
         let (client, policy) = (&self.client, self.settings.delivery);
-        let payload = Payload::Investigated(&notification);
         let outcomes = futures_util::future::join_all(sends.iter().map(|(index, target, root)| {
             let delivery = &job.deliveries[*index];
             notify::deliver_threaded(

@@ -152,9 +152,9 @@ impl JobSlot {
     }
 }
 
-/// Whether a job will not change again: failed, or succeeded with every notification tried.
+/// Whether a job will not change again: failed or succeeded, with every notification tried.
 fn settled(job: &Job) -> bool {
-    job.status == JobStatus::Failed || (job.status == JobStatus::Succeeded && !job.has_pending_deliveries())
+    matches!(job.status, JobStatus::Failed | JobStatus::Succeeded) && !job.has_pending_deliveries()
 }
 
 /// What memory may hold.

@@ -2,8 +2,9 @@
 //! pending jobs oldest first, runs the engine with the alert prompt and the forced
 //! structuring call, then notifies every NotificationReceiver. A failed attempt is
 //! retried with exponential backoff up to the configured attempts, then the job is
-//! `failed` with a sanitised reason; a rejected result (invented evidence, claimed
-//! production writes) fails the job at once. Every state change is journaled before
+//! `failed` with a sanitised reason, and every receiver is told once that the alert
+//! was not investigated (what failed, why, the Run); a rejected result (invented
+//! evidence, claimed production writes) fails the job at once. Every state change is journaled before
 //! the next step, so a restart resumes interrupted jobs and unsent notifications
 //! without running an investigation twice after it succeeded. When a state change
 //! cannot be recorded (the alert journal cannot be written), the worker pauses with a bounded
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::delivery::{key_text, pending_delivery, receiver_kind};
 use super::request::{investigation_request, namespace_of};
-use super::store::{AlertStore, AlertStoreError, Job, JobStatus};
+use super::store::{AlertStore, AlertStoreError, Delivery, Job, JobStatus};
 use crate::audit::{AuditError, RunRecord, RunStatus};
 use crate::catalog::CatalogStore;
 use crate::catalog::secrets::SecretResolver;
@@ -254,8 +255,7 @@ impl Worker {
                 job.result = Some(result);
                 job.error = None;
                 job.error_code = None;
-                job.deliveries =
-                    self.receivers(&namespace).into_iter().map(|(key, kind)| pending_delivery(&key, kind)).collect();
+                job.deliveries = self.pending_deliveries(&namespace);
                 completed += 1;
             } else {
                 job.status = JobStatus::Pending;
@@ -278,7 +278,10 @@ impl Worker {
     }
 
     async fn process(&self, job: Job) {
-        let result = if job.status == JobStatus::Succeeded { self.notify(job).await } else { self.attempt(job).await };
+        let result = match job.status {
+            JobStatus::Succeeded | JobStatus::Failed => self.notify(job).await,
+            _ => self.attempt(job).await,
+        };
         self.settle(result);
     }
 
@@ -326,11 +329,7 @@ impl Worker {
                         job.status = JobStatus::Succeeded;
                         job.error = None;
                         job.error_code = None;
-                        job.deliveries = self
-                            .receivers(&namespace_of(&job, &incident))
-                            .into_iter()
-                            .map(|(key, kind)| pending_delivery(&key, kind))
-                            .collect();
+                        job.deliveries = self.pending_deliveries(&namespace_of(&job, &incident));
                         Attempt::Succeeded
                     }
                     None => {
@@ -365,20 +364,23 @@ impl Worker {
             }
             Attempt::Retry | Attempt::Failed => {
                 job.status = JobStatus::Failed;
-                tracing::warn!(component = "akritas_alert_worker", event = "investigation_failed", job_id = %job.id, attempts = job.attempts, error_code = job.error_code.as_deref().unwrap_or(""), error = job.error.as_deref().unwrap_or(""), "alert investigation failed; the job gives up");
-                Ok(self.store.update_job(&job).await?)
+                // The people on call learn once that this alert was not investigated.
+                job.deliveries = self.pending_deliveries(&namespace_of(&job, &incident));
+                tracing::warn!(component = "akritas_alert_worker", event = "investigation_failed", job_id = %job.id, attempts = job.attempts, error_code = job.error_code.as_deref().unwrap_or(""), error = job.error.as_deref().unwrap_or(""), "alert investigation failed; the job gives up and its receivers are told");
+                self.store.update_job(&job).await?;
+                self.notify(job).await
             }
         }
     }
 
-    /// Receivers in the Catalog now that `namespace` sees, as (`namespace/name`, type).
-    fn receivers(&self, namespace: &str) -> Vec<(String, &'static str)> {
+    /// A pending delivery to each receiver in the Catalog now that `namespace` sees.
+    fn pending_deliveries(&self, namespace: &str) -> Vec<Delivery> {
         let catalog = self.catalog.current();
         catalog
             .of_kind(Kind::NotificationReceiver)
             .filter(|(key, _)| self.settings.tenancy.sees(namespace, &key.namespace))
             .filter_map(|(key, entry)| match entry.resource.as_ref() {
-                Resource::NotificationReceiver(r) => Some((key_text(key), receiver_kind(&r.spec))),
+                Resource::NotificationReceiver(r) => Some(pending_delivery(&key_text(key), receiver_kind(&r.spec))),
                 _ => None,
             })
             .collect()

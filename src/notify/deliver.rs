@@ -8,7 +8,8 @@
 use super::chat::mattermost_escape;
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
 use super::message::{
-    Notification, ResolvedNotice, WEBHOOK_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT, mattermost_text,
+    FailedNotice, Notification, ResolvedNotice, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES,
+    WEBHOOK_RESOLVED_EVENT, failed_mattermost_text, failed_telegram_text, failed_webhook_body, mattermost_text,
     resolved_text, resolved_webhook_body, telegram_text, webhook_body,
 };
 use futures_util::future::join_all;
@@ -225,13 +226,16 @@ struct PreparedRequest {
     telegram: bool,
 }
 
-/// What a delivery carries: an investigation's result, or a resolve notice.
+/// What a delivery carries: an investigation's result, a resolve notice, or the
+/// notice that an investigation failed.
 #[derive(Debug, Clone, Copy)]
 pub enum Payload<'a> {
     /// `incident.investigated`.
     Investigated(&'a Notification),
     /// `incident.resolved`.
     Resolved(&'a ResolvedNotice),
+    /// `incident.investigation_failed`.
+    Failed(&'a FailedNotice),
 }
 
 impl Payload<'_> {
@@ -240,6 +244,7 @@ impl Payload<'_> {
         match self {
             Payload::Investigated(n) => telegram_text(n),
             Payload::Resolved(n) => resolved_text(n),
+            Payload::Failed(n) => failed_telegram_text(n),
         }
     }
 
@@ -248,6 +253,7 @@ impl Payload<'_> {
         match self {
             Payload::Investigated(n) => mattermost_text(n),
             Payload::Resolved(n) => mattermost_escape(&resolved_text(n)),
+            Payload::Failed(n) => failed_mattermost_text(n),
         }
     }
 }
@@ -258,6 +264,7 @@ fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<P
             let (envelope, event, run_id) = match payload {
                 Payload::Investigated(n) => (webhook_body(n, delivery_id), WEBHOOK_EVENT, n.run_id.as_deref()),
                 Payload::Resolved(n) => (resolved_webhook_body(n, delivery_id), WEBHOOK_RESOLVED_EVENT, None),
+                Payload::Failed(n) => (failed_webhook_body(n, delivery_id), WEBHOOK_FAILED_EVENT, n.run_id.as_deref()),
             };
             let body = serde_json::to_vec(&envelope).map_err(|_| DeliveryError::EncodePayload)?;
             if body.len() > WEBHOOK_MAX_BODY_BYTES {

@@ -214,6 +214,73 @@ pub fn resolved_webhook_body(n: &ResolvedNotice, delivery_id: &str) -> Value {
     })
 }
 
+/// Webhook envelope `event` of an investigation that failed.
+pub const WEBHOOK_FAILED_EVENT: &str = "incident.investigation_failed";
+
+/// An incident whose investigation failed for good: what the people on call are told,
+/// so that they know the alert was not investigated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailedNotice {
+    pub incident_id: String,
+    /// Name of the alert (the incident's title).
+    pub alert_name: String,
+    /// `type:name` of the AlertSource.
+    pub source: String,
+    pub severity: String,
+    /// The last Run of the job, when one started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_url: Option<String>,
+    /// Stable code of the failure (`upstream_error`, `structure_failed`, `budget_exceeded`, …).
+    pub error_code: String,
+    /// Why, sanitised (no secret the host knows).
+    pub error: String,
+    /// Attempts made.
+    pub attempts: u32,
+}
+
+/// The chat text of a failed investigation, values sanitised like every inserted value.
+fn failed_lines(n: &FailedNotice, value: impl Fn(&str) -> String) -> String {
+    let mut lines = vec![
+        "Akritas could not investigate this incident".to_string(),
+        format!("Alert: {}", value(&n.alert_name)),
+        format!("Severity: {}", value(&n.severity)),
+        format!("Source: {}", value(&n.source)),
+        format!("Group: {}", value(&n.incident_id)),
+        format!("Failure: {}", value(&n.error_code)),
+        format!("Reason: {}", value(&n.error)),
+        format!("Attempts: {}", n.attempts),
+    ];
+    lines.extend(n.run_id.as_deref().map(|id| format!("Run ID: {}", value(id))));
+    lines.extend(n.run_url.as_deref().map(|url| format!("Run: {}", value(url))));
+    lines.push("Look at the alert yourself: nothing was concluded about it.".to_string());
+    lines.join("\n")
+}
+
+/// Plain-text Telegram message of a failed investigation.
+pub fn failed_telegram_text(n: &FailedNotice) -> String {
+    truncate_chars(&failed_lines(n, sanitize_value), TELEGRAM_MAX_RUNES, TRUNCATION_SUFFIX)
+}
+
+/// Mattermost message of a failed investigation (Markdown-escaped values).
+pub fn failed_mattermost_text(n: &FailedNotice) -> String {
+    let text = failed_lines(n, |v| mattermost_escape(&sanitize_value(v)));
+    truncate_chars(&text, MATTERMOST_MAX_RUNES, TRUNCATION_SUFFIX)
+}
+
+/// Webhook envelope of a failed investigation: the shape of [`webhook_body`] with
+/// event `incident.investigation_failed`.
+pub fn failed_webhook_body(n: &FailedNotice, delivery_id: &str) -> Value {
+    json!({
+        "version": 1,
+        "event": WEBHOOK_FAILED_EVENT,
+        "delivery_id": delivery_id,
+        "created_at": rfc3339_nano_utc(SystemTime::now()),
+        "incident": n,
+    })
+}
+
 /// RFC 3339 UTC timestamp with nanoseconds, trailing zeros trimmed like Go's
 /// `time.RFC3339Nano` (e.g. `2026-11-30T06:36:31.5Z`).
 pub fn rfc3339_nano_utc(t: SystemTime) -> String {
@@ -356,5 +423,33 @@ mod tests {
     fn rfc3339_known_dates() {
         assert_eq!(rfc3339_nano_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339_nano_utc(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn a_failed_investigation_says_what_failed_and_why_with_mentions_neutralised() {
+        let notice = FailedNotice {
+            incident_id: "inc_1".into(),
+            alert_name: "HighLoad".into(),
+            source: "alertmanager:am".into(),
+            severity: "critical".into(),
+            run_id: Some("run_1".into()),
+            run_url: Some("https://akritas.example/runs/run_1".into()),
+            error_code: "upstream_error".into(),
+            error: "cannot reach the model server @here".into(),
+            attempts: 3,
+        };
+        let text = failed_telegram_text(&notice);
+        assert!(text.starts_with("Akritas could not investigate this incident\nAlert: HighLoad\n"), "{text}");
+        for line in
+            ["Failure: upstream_error", "Reason: cannot reach the model server ＠here", "Attempts: 3", "Run ID: run_1"]
+        {
+            assert!(text.contains(line), "{line:?} missing in {text}");
+        }
+        assert!(failed_mattermost_text(&notice).contains("Failure: upstream\\_error"));
+        let body = failed_webhook_body(&notice, "d1");
+        assert_eq!(
+            (body["event"].as_str(), body["incident"]["error_code"].as_str()),
+            (Some(WEBHOOK_FAILED_EVENT), Some("upstream_error"))
+        );
     }
 }
