@@ -4,7 +4,7 @@ use akritas_testkit as support;
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{Server, copy_samples, poll, run_to_end, serve_command};
 
 const KEY: &str = "ops-key-0123456789abcdef";
@@ -35,7 +35,35 @@ async fn health_shows_the_sample_catalog() {
     let client = reqwest::Client::new();
     let (status, health) = get_json(&client, &format!("{}/health", server.url), None).await;
     assert_eq!(status, 200);
-    assert_eq!(health["status"], "ok");
+    // Once the host has looked at every resource, the one the samples cannot make
+    // Ready here (the Workspace's path does not exist) makes the host degraded,
+    // counted by kind and reason; the HTTP status stays 200 for probes.
+    let (settled, _) = poll(Duration::from_secs(20), || {
+        let (client, url) = (client.clone(), server.url.clone());
+        async move {
+            let (_, health) = get_json(&client, &format!("{url}/health"), None).await;
+            let pending = health["catalog"]["not_ready"].as_array()?.iter().any(|n| n["in_progress"] == true);
+            (!pending).then_some(health)
+        }
+    })
+    .await
+    .expect("every resource is checked");
+    assert_eq!(settled["status"], "degraded", "{settled:#}");
+    assert_eq!(settled["degraded"][0]["component"], "resources");
+    assert_eq!(
+        settled["degraded"][0]["reason"],
+        "3 of 8 resources are not Ready (AlertSource SecretsUnresolved 1, NotificationReceiver SecretsUnresolved 1, \
+         Workspace PathNotFound 1); their conditions say what to fix: GET /api/v1/resources or `akritas validate`"
+    );
+    let entry = |kind: &str, reason: &str| json!({"kind": kind, "reason": reason, "in_progress": false, "count": 1});
+    assert_eq!(
+        settled["catalog"]["not_ready"],
+        json!([
+            entry("AlertSource", "SecretsUnresolved"),
+            entry("NotificationReceiver", "SecretsUnresolved"),
+            entry("Workspace", "PathNotFound")
+        ])
+    );
     assert_eq!(health["mode"], "standalone");
     assert_eq!(health["authentication"], "disabled");
     assert_eq!(health["catalog"]["version"], 1);

@@ -12,11 +12,16 @@ use super::AppState;
 use super::auth::Caller;
 use crate::catalog::status::{InForce, Problem, ResourceReport};
 use crate::config::Scope;
+use crate::catalog::readiness::in_progress;
+use crate::resources::common::{READY, find_condition, is_ready};
 
 /// `GET /health`.
 #[derive(Serialize, JsonSchema)]
 pub struct Health {
-    /// `ok`, or `degraded` when a journal cannot be written.
+    /// `ok`, or `degraded` when a journal cannot be written or a declared resource
+    /// is not Ready. The HTTP status stays 200 while the host serves, so probes
+    /// that read only the status code are unaffected; alert on this field or on
+    /// `akritas_resources_not_ready` to act on it.
     pub status: &'static str,
     /// The components that are degraded, and why.
     pub degraded: Vec<Degraded>,
@@ -42,7 +47,7 @@ pub struct Health {
 /// A degraded component.
 #[derive(Serialize, JsonSchema)]
 pub struct Degraded {
-    /// `alerts` or `audit`.
+    /// `alerts`, `audit` or `resources`.
     pub component: &'static str,
     /// What failed and what it means for callers.
     pub reason: String,
@@ -61,6 +66,50 @@ pub struct CatalogHealth {
     pub invalid_resources: usize,
     /// Problems not tied to an object.
     pub problems: usize,
+    /// Declared resources that are not Ready, counted by kind, status and reason.
+    pub not_ready: Vec<NotReady>,
+}
+
+/// How many resources of a kind are not Ready for one reason.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct NotReady {
+    /// Resource kind.
+    pub kind: &'static str,
+    /// The `Ready` condition's reason (`CommandNotAllowed`, `SecretsUnresolved`, …).
+    pub reason: String,
+    /// The host is still looking (`Resolving`, `Connecting`, `Checking`,
+    /// `Indexing`): not a problem yet, and not counted as degraded.
+    pub in_progress: bool,
+    /// Resources.
+    pub count: usize,
+}
+
+/// The resources on `reports` that are not Ready, by kind and reason.
+fn not_ready(reports: &[ResourceReport]) -> Vec<NotReady> {
+    let mut counts: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
+    for report in reports.iter().filter(|r| !is_ready(&r.conditions)) {
+        let reason = find_condition(&report.conditions, READY).map_or("Unknown", |c| c.reason.as_str());
+        *counts.entry((report.key.kind.as_str(), reason.to_string())).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((kind, reason), count)| NotReady { kind, in_progress: in_progress(&reason), reason, count })
+        .collect()
+}
+
+/// `2 of 11 resources are not Ready (McpAdapter CommandNotAllowed 1, …); …`, or
+/// `None` when every resource that is not Ready is still being looked at.
+fn not_ready_reason(not_ready: &[NotReady], total: usize) -> Option<String> {
+    let failing: Vec<&NotReady> = not_ready.iter().filter(|n| !n.in_progress).collect();
+    let count: usize = failing.iter().map(|n| n.count).sum();
+    let parts: Vec<String> = failing.iter().map(|n| format!("{} {} {}", n.kind, n.reason, n.count)).collect();
+    (count > 0).then(|| {
+        format!(
+            "{count} of {total} resources are not Ready ({}); their conditions say what to fix: \
+             GET /api/v1/resources or `akritas validate`",
+            parts.join(", ")
+        )
+    })
 }
 
 /// `GET /health`.
@@ -68,7 +117,11 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
     let catalog = state.catalog.current();
     let board = state.board.get();
     let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
+    let not_ready = not_ready(&board.resources);
     let mut degraded = Vec::new();
+    if let Some(reason) = not_ready_reason(&not_ready, board.resources.len()) {
+        degraded.push(Degraded { component: "resources", reason });
+    }
     if let Some(alerts) = &state.alerts
         && let Some(reason) = alerts.degraded()
     {
@@ -106,6 +159,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
             counts: catalog.counts(),
             invalid_resources: invalid,
             problems: board.problems.len(),
+            not_ready,
         },
     })
 }
