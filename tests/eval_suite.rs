@@ -110,7 +110,7 @@ fn load(dir: &Path) -> Vec<Case> {
 async fn eval(llm: &ScriptedLlm, dir: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
     let instructions = support::root().join("instructions/SYSTEM.md");
     tokio::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
-        .args(["eval", dir.to_str().unwrap(), "--base-url", &llm.url, "--model", "scripted-model"])
+        .args(["eval", dir.to_str().unwrap(), "--base-url", &llm.url, "--upstream-model", "scripted-model"])
         .args(["--system-instructions", instructions.to_str().unwrap(), "--concurrency", "4"])
         .args(["--output", output.to_str().unwrap()])
         .args(extra)
@@ -146,6 +146,9 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     all.push(broken);
     all.push(no_result.clone());
     let llm = ScriptedLlm::start_with(responder(all)).await;
+    // A server with several models: without --upstream-model the first would answer.
+    llm.set_models(vec!["first-listed-model".into(), "scripted-model".into()]);
+    llm.set_recording(true);
 
     let results = dir.path().join("results.json");
     let run = eval(&llm, &starter(), &results, &[]).await;
@@ -154,9 +157,18 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     println!("{stdout}");
     assert!(run.status.success(), "{stdout}\n{stderr}");
     let header = stdout.lines().next().unwrap();
-    for column in ["case", "pass", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms"] {
+    for column in ["case", "pass", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms", "model"] {
         assert!(header.contains(column), "{header}");
     }
+    let rows: Vec<&str> = stdout.lines().skip(1).take(cases.len()).collect();
+    assert!(rows.iter().all(|row| row.ends_with("  scripted-model")), "each case line names its model:\n{stdout}");
+    assert_eq!(rows.len(), cases.len());
+    let requests = llm.requests();
+    assert!(
+        !requests.is_empty() && requests.iter().all(|r| r["model"] == "scripted-model"),
+        "--upstream-model is asked for"
+    );
+    llm.set_recording(false);
     assert!(
         stdout.contains(&format!("TOTAL {} cases, {} runs: pass rate 100.0%", cases.len(), cases.len())),
         "{stdout}"
@@ -198,6 +210,7 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
         assert_eq!(attempt["tool_calls"], no_result.calls.len(), "{attempt}");
         assert!(attempt["tokens"].as_u64().unwrap() > 0, "{attempt}");
         assert!(attempt["model_calls"].as_u64().unwrap() >= 3, "{attempt}");
+        assert_eq!(attempt["model"], "scripted-model", "a failed Run still names its model: {attempt}");
     }
 }
 

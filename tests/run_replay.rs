@@ -221,7 +221,7 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
         "--json",
         "--base-url",
         &llm.url,
-        "--model",
+        "--upstream-model",
         "scripted-model",
         "--system-instructions",
         instructions.to_str().unwrap(),

@@ -31,8 +31,9 @@ pub struct EvalArgs {
     /// Write the results as JSON to this file.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// Settings, as for `serve` (`--base-url`, `--model`, `--system-instructions`; `--skills-dir`
-    /// replaces the cases' skills).
+    /// Settings, as for `serve`: `--base-url`, `--upstream-model` (which model the server
+    /// runs; without it, the first of its `GET /models`), `--system-instructions`; `--skills-dir`
+    /// replaces the cases' skills.
     #[command(flatten)]
     pub flags: Box<ServeFlags>,
 }

@@ -64,8 +64,9 @@ pub struct ReplayArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Settings, as for `serve` (`--base-url`, `--model`, `--system-instructions`; `--skills-dir`
-    /// replaces the case's skills).
+    /// Settings, as for `serve`: `--base-url`, `--upstream-model` (which model the server
+    /// runs; without it, the first of its `GET /models`), `--system-instructions`; `--skills-dir`
+    /// replaces the case's skills.
     #[command(flatten)]
     pub flags: Box<ServeFlags>,
 }
@@ -175,7 +176,8 @@ fn print_json(outcome: &ReplayOutcome) -> std::io::Result<()> {
 
 fn print_text(outcome: &ReplayOutcome) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "Case: {} · {}", outcome.case, outcome.status)?;
+    let model = outcome.model.as_deref().unwrap_or("-");
+    writeln!(out, "Case: {} · {} · model {model}", outcome.case, outcome.status)?;
     if let Some(answer) = &outcome.answer {
         writeln!(out, "\n{answer}\n")?;
     }

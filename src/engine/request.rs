@@ -308,11 +308,13 @@ pub struct FailedRun {
     pub usage: Option<BudgetUsage>,
     /// The tool calls it made.
     pub activity: Vec<Activity>,
+    /// The upstream model it asked, once one was chosen.
+    pub model: Option<String>,
 }
 
 impl From<RunError> for FailedRun {
     fn from(error: RunError) -> Self {
-        Self { error, usage: None, activity: Vec::new() }
+        Self { error, usage: None, activity: Vec::new(), model: None }
     }
 }
 

@@ -218,7 +218,7 @@ impl Engine {
             Ok((answer, investigation)) => (
                 Ok(RunOutcome {
                     run_id: run_id.clone(),
-                    model,
+                    model: model.clone(),
                     answer,
                     skills: skills.clone(),
                     activity: state.activity,
@@ -246,8 +246,8 @@ impl Engine {
             }
             // The Run's calls are reported even when its end could not be recorded.
             let activity = outcome.map_or(activity, |run| run.activity);
-            return Err(FailedRun { error: RunError::Audit(error), usage: Some(usage), activity });
+            return Err(FailedRun { error: RunError::Audit(error), usage: Some(usage), activity, model: Some(model) });
         }
-        outcome.map_err(|error| FailedRun { error, usage: Some(usage), activity })
+        outcome.map_err(|error| FailedRun { error, usage: Some(usage), activity, model: Some(model) })
     }
 }

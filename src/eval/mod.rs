@@ -16,7 +16,7 @@ pub fn table(report: &SuiteReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:<9}  {:>5}  {:>7}  {:>8}  {:>7}  {:>6}  {:>7}",
+        "{:<width$}  {:>5}  {:<9}  {:>5}  {:>7}  {:>8}  {:>7}  {:>6}  {:>7}  model",
         "case", "pass", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms"
     );
     for case in &report.cases {
@@ -30,9 +30,14 @@ pub fn table(report: &SuiteReport) -> String {
             format!("{:.0}%", 100.0 * coverages.iter().sum::<f64>() / coverages.len() as f64)
         };
         let name: String = case.case.chars().take(width).collect();
+        // The upstream model each line was answered by, so a mistaken --upstream-model shows.
+        let mut models: Vec<&str> = case.attempts.iter().filter_map(|a| a.model.as_deref()).collect();
+        models.sort_unstable();
+        models.dedup();
+        let model = if models.is_empty() { "-".to_string() } else { models.join(",") };
         let _ = writeln!(
             out,
-            "{name:<width$}  {:>4.0}%  {:<9}  {:>5.1}  {:>7.1}  {:>8}  {:>7.0}  {:>6.1}  {:>7.0}",
+            "{name:<width$}  {:>4.0}%  {:<9}  {:>5.1}  {:>7.1}  {:>8}  {:>7.0}  {:>6.1}  {:>7.0}  {model}",
             100.0 * case.pass_rate(),
             first.map_or("-", |a| a.status.as_str()),
             mean(&|a| a.tool_calls as f64),

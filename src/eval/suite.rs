@@ -53,6 +53,9 @@ pub struct Attempt {
     pub model_calls: u32,
     /// Wall time of the replay.
     pub ms: u64,
+    /// The upstream model that answered (absent when the case could not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// Every expectation's verdict.
     pub checks: Vec<Check>,
 }
@@ -216,6 +219,7 @@ fn attempt(
                 tokens: 0,
                 model_calls: 0,
                 ms,
+                model: None,
                 checks: Vec::new(),
             };
             return (failed, None);
@@ -233,6 +237,7 @@ fn attempt(
         tokens: usage.prompt_tokens + usage.output_tokens,
         model_calls: usage.model_calls,
         ms,
+        model: outcome.model.clone(),
         checks,
     };
     (attempt, outcome.model)

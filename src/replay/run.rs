@@ -191,6 +191,7 @@ pub async fn replay(
             outcome.error = Some(failed.error.to_string());
             outcome.tool_calls = replayed_calls(&failed.activity);
             outcome.usage = failed.usage;
+            outcome.model = failed.model;
         }
     }
     outcome.comparison = compare(case, &outcome);

@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use super::AppState;
 use super::auth::Caller;
+use crate::catalog::readiness::in_progress;
 use crate::catalog::status::{InForce, Problem, ResourceReport};
 use crate::config::Scope;
-use crate::catalog::readiness::in_progress;
 use crate::resources::common::{READY, find_condition, is_ready};
 
 /// `GET /health`.
