@@ -479,6 +479,9 @@ fn check_notes(install: &str) {
         "Secret akritas-api-key (key api-key)",
         "POST /api/v1/alerts/<source>/webhook",
         "POST /api/v1/alertmanager/webhook",
+        "Answers come from the model server http://llm.default.svc:8080/v1 (llm.baseUrl).",
+        "/health says \"degraded\" and counts the\nresources that are not Ready",
+        "config.resource_env is empty: a resource's {env: NAME} secret reference is\nrefused (EnvNotAllowed).",
     ] {
         assert!(notes.contains(needle), "{needle} missing in the notes:\n{notes}");
     }
