@@ -15,6 +15,16 @@ pub enum JournalError {
         #[source]
         source: io::Error,
     },
+    /// Another process (or handle) holds the journal open.
+    #[error(
+        "journal {path} is in use by another Akritas process (a running `akritas serve`, `ask` or `audit`); stop \
+         it, or give this command its own --data-dir",
+        path = path.display()
+    )]
+    Locked {
+        /// The journal.
+        path: PathBuf,
+    },
     /// A complete (newline-terminated) line failed verification.
     #[error(
         "journal {path} is corrupt at line {line} (byte offset {offset}): {reason}; the file was altered or damaged. \

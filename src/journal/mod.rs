@@ -30,7 +30,6 @@ mod writer;
 
 use std::fmt;
 use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
-use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -249,12 +248,7 @@ fn take_lock(layout: &Layout) -> Result<File, JournalError> {
                 attempts += 1;
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(TryLockError::WouldBlock) => {
-                return Err(JournalError::io(
-                    layout.base(),
-                    io::Error::new(io::ErrorKind::WouldBlock, "journal is already open (locked by another handle)"),
-                ));
-            }
+            Err(TryLockError::WouldBlock) => return Err(JournalError::Locked { path: layout.base().to_path_buf() }),
             Err(TryLockError::Error(e)) => return Err(JournalError::io(&path, e)),
         }
     }
