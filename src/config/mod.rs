@@ -60,6 +60,11 @@ fn flag_help(description: &str, env: &str, default: &str) -> String {
     format!("{} [env: {env}] [default: {default}]", description.trim())
 }
 
+/// Help line of `--config`.
+pub fn config_flag_help() -> String {
+    flag_help("Strict JSON config file", CONFIG_ENV, "none")
+}
+
 settings_table! {
     /// Address to listen on
     address: SocketAddr = SocketAddr::from((Ipv4Addr::LOCALHOST, 8090));
