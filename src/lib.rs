@@ -25,6 +25,7 @@ pub mod redact;
 pub mod replay;
 pub mod resources;
 pub mod slots;
+pub mod suggest;
 pub mod telemetry;
 pub mod tenancy;
 pub mod text;

@@ -90,3 +90,25 @@ async fn ask_fails_clearly_when_the_model_fails() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("model server error") && stderr.contains("HTTP 401"), "{stderr}");
 }
+
+/// `ask --help` lists what a one-off question uses (model connection, instructions,
+/// what the Run reads, its budget), not the host's server settings.
+#[test]
+fn ask_help_lists_only_the_flags_ask_uses() {
+    let output = Command::new(env!("CARGO_BIN_EXE_akritas")).args(["ask", "--help"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in ["--config", "--base-url", "--upstream-model", "--upstream-api-key-env", "--max-tokens", "--json"] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+    for flag in
+        ["--alert-retention", "--audit-retention", "--alert-workers", "--dedup-window", "--address", "--api-key "]
+    {
+        assert!(!help.contains(flag), "{flag} listed in:\n{help}");
+    }
+    assert!(help.contains("AKRITAS_"), "{help}");
+    // A server-only flag is refused rather than silently ignored.
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_akritas")).args(["ask", "q", "--alert-workers", "3"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}

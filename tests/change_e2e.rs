@@ -659,6 +659,12 @@ async fn the_cli_previews_and_applies_through_the_api() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("## Host-generated diff") && out.contains("+    - name: orders-v2"), "{out}");
     let id = out.lines().find_map(|l| l.strip_prefix("Approval id: ")).unwrap().split(' ').next().unwrap().to_string();
+    // The printed next step carries the same --url, so it can be pasted as is.
+    let hint = out.lines().find_map(|l| l.strip_prefix("Apply with: ")).unwrap().to_string();
+    assert_eq!(hint, format!("akritas change apply {id} --yes --url {}", server.url));
+    let (code, out, err) = tokio::task::block_in_place(|| cli(&["show", &id], DEV_KEY));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\nState: pending (waiting for approval)\n"), "{out}");
     let (code, _, err) = tokio::task::block_in_place(|| cli(&["apply", &id], OPS_KEY));
     assert_ne!(code, Some(0));
     assert!(err.contains("--yes"), "{err}");
@@ -666,13 +672,57 @@ async fn the_cli_previews_and_applies_through_the_api() {
     assert_ne!(code, Some(0));
     assert!(err.contains("403") && err.contains("admin"), "{err}");
     assert!(!std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
-    let (code, out, err) = tokio::task::block_in_place(|| cli(&["apply", &id, "--yes"], OPS_KEY));
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.contains("applied 1 file(s)"), "{out}");
+    let mut pasted = hint.split(' ');
+    assert_eq!(pasted.next(), Some("akritas"));
+    let output = tokio::task::block_in_place(|| {
+        Command::new(env!("CARGO_BIN_EXE_akritas")).args(pasted).env("AKRITAS_API_KEY", OPS_KEY).output().unwrap()
+    });
+    let (out, err) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(out.starts_with("applied 1 file(s) (Run "), "{out}");
     assert!(std::fs::read_to_string(root.join(PILLAR)).unwrap().contains("orders-v2"));
+    let (code, out, err) = tokio::task::block_in_place(|| cli(&["show", &id], OPS_KEY));
+    assert_eq!(code, Some(0), "{err}");
+    let state = out.split("\nState: ").nth(1).unwrap_or_default();
+    assert!(state.starts_with("applied by ops at ") && state.contains("(Run "), "{out}");
+    assert!(!out.contains("{\"status\""), "{out}");
     let (code, _, err) = tokio::task::block_in_place(|| cli(&["apply", &id, "--yes"], OPS_KEY));
     assert_ne!(code, Some(0));
     assert!(err.contains("404"), "{err}");
+}
+
+/// Starts `router` on a loopback port; returns its base URL.
+async fn stand_in(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    url
+}
+
+/// A `--url` that answers, but not as Akritas (a web page, another service's JSON),
+/// fails the command with what came back and what to check, instead of printing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_refuses_a_url_that_does_not_answer_as_akritas() {
+    let page =
+        stand_in(axum::Router::new().fallback(|| async { axum::response::Html("<html><h1>It works!</h1></html>") }))
+            .await;
+    let other_api = stand_in(axum::Router::new().fallback(|| async { axum::Json(json!({"status": "ok"})) })).await;
+    let id = "0123456789abcdef0123456789abcdef";
+    for (url, args, content_type) in [
+        (&page, vec!["simulate", "--workspace", "w", "--request", "r"], "text/html"),
+        (&other_api, vec!["simulate", "--workspace", "w", "--request", "r"], "application/json"),
+        (&other_api, vec!["show", id], "application/json"),
+        (&other_api, vec!["apply", id, "--yes"], "application/json"),
+    ] {
+        let output = tokio::task::block_in_place(|| {
+            Command::new(env!("CARGO_BIN_EXE_akritas")).arg("change").args(&args).args(["--url", url]).output().unwrap()
+        });
+        let (out, err) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {out}{err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(&format!("{url}/api/v1/")) && err.contains("did not answer as an Akritas host"), "{err}");
+        assert!(err.contains("200 OK") && err.contains(content_type) && err.contains("check that --url"), "{err}");
+    }
 }
 
 /// A preview waiting on a slow model holds no Run slot: with one slot, a chat

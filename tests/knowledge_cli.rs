@@ -104,8 +104,8 @@ fn errors_have_clear_messages_and_exit_codes() {
     let missing = tmp.path().join("missing");
     let runbooks = runbooks_dir();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["index", "search", "cpu", "--index", path(&missing)], "opening index"),
-        (vec!["index", "build", "--corpus", path(&corpus), "--output", idx], "not empty"),
+        (vec!["index", "search", "cpu", "--index", path(&missing)], "run `akritas index build --corpus"),
+        (vec!["index", "build", "--corpus", path(&corpus), "--output", idx], "not empty; add --force"),
         (vec!["corpus", "import", "--input", path(&runbooks), "--output", path(&corpus), "--source", "s"], "not empty"),
     ];
     for (args, message) in cases {
@@ -121,6 +121,64 @@ fn errors_have_clear_messages_and_exit_codes() {
     let out = akritas(&["index", "build", "--corpus", path(&corpus), "--output", path(&tmp.path().join("i2"))]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("was altered"));
+}
+
+/// A missing index is named once, with the command that builds it.
+#[test]
+fn searching_a_missing_index_says_how_to_build_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let missing = tmp.path().join("missing");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    for (dir, why) in [(&missing, "(no such directory)"), (&empty, "(it has no akritas-index.json)")] {
+        for command in [
+            &["index", "search", "cpu", "--index"][..],
+            &["index", "inspect", "--index"],
+            &["index", "list", "--index"],
+        ] {
+            let args: Vec<&str> = command.iter().copied().chain([path(dir)]).collect();
+            let out = akritas(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert_eq!(
+                stderr,
+                format!(
+                    "error: no index at {d} {why}; run `akritas index build --corpus <CORPUS_DIR> --output {d}` \
+                     (or `--input <DIR>` for a directory of raw files) first\n",
+                    d = path(dir)
+                )
+            );
+        }
+    }
+}
+
+/// `--force` replaces an index; it never empties a directory that is not one.
+#[test]
+fn build_force_replaces_an_index_but_not_other_directories() {
+    let (tmp, _corpus, index) = built();
+    let one = tmp.path().join("one");
+    std::fs::create_dir(&one).expect("mkdir");
+    std::fs::copy(runbooks_dir().join("disk-full.md"), one.join("disk-full.md")).expect("copy");
+    let out = ok(&["index", "build", "--input", path(&one), "--output", path(&index), "--force"]);
+    assert!(out.starts_with("index built: documents=1 chunks=1 "), "{out}");
+    let inspect = ok(&["index", "inspect", "--index", path(&index)]);
+    assert!(inspect.contains("documents=1 chunks=1"), "{inspect}");
+    let mut beside: Vec<String> = std::fs::read_dir(tmp.path())
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["corpus", "index", "one"], "no staging or old index left behind");
+    // `one` holds runbooks, not an index: refused, untouched.
+    let out = akritas(&["index", "build", "--input", path(&runbooks_dir()), "--output", path(&one), "--force"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("holds no index this tool wrote") && stderr.contains("nothing in it was changed"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&one).expect("ls").count(), 1);
+    assert!(one.join("disk-full.md").is_file());
 }
 
 #[test]

@@ -55,6 +55,18 @@ fn alert_sources_need_auth_or_an_explicit_opt_out() {
     assert_rejected("AlertSource", json!({"provider": "generic", "auth": {}}), rule);
     assert_rejected(
         "AlertSource",
+        json!({"provider": "generic"}),
+        "spec.auth: required field is missing; set at least one of bearerToken, hmacSecret, secretHeader \
+         (secrets a caller must present), or allowUnauthenticated: true (trusted networks only), for example \
+         `auth: {bearerToken: {env: ALERTMANAGER_TOKEN}}`",
+    );
+    // The example is itself accepted.
+    assert_accepted(
+        "AlertSource",
+        json!({"provider": "generic", "auth": {"bearerToken": {"env": "ALERTMANAGER_TOKEN"}}}),
+    );
+    assert_rejected(
+        "AlertSource",
         json!({"provider": "generic", "auth": {"allowUnauthenticated": true, "hmacSecret": env("H")}}),
         rule,
     );

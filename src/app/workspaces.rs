@@ -352,9 +352,9 @@ impl Workspaces {
         let dir = match self.inner.policy.workspace_dir(declared, standalone) {
             Ok(dir) => dir,
             Err(error @ PathError::Unreadable { .. }) => {
-                return refuse(reasons::PATH_NOT_FOUND, format!("spec.source.path {error}"));
+                return refuse(reasons::PATH_NOT_FOUND, error.at("spec.source.path"));
             }
-            Err(error) => return refuse(reasons::PATH_NOT_ALLOWED, format!("spec.source.path: {error}")),
+            Err(error) => return refuse(reasons::PATH_NOT_ALLOWED, error.at("spec.source.path")),
         };
         let checked = dir.clone();
         let outcome = tokio::task::spawn_blocking(move || git::head(&checked))

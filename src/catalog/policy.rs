@@ -37,12 +37,12 @@ pub struct ResourcePolicy {
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
     /// The directory does not exist or cannot be resolved.
-    #[error("{path}: {source}")]
+    #[error("{path} does not exist or cannot be read ({error})")]
     Unreadable {
         /// The directory as resolved from the resource.
         path: String,
-        /// Why.
-        source: io::Error,
+        /// Why (part of the message, so not also a source).
+        error: io::Error,
     },
     /// The directory is the data directory, inside it, or contains it.
     #[error(
@@ -71,6 +71,17 @@ pub enum PathError {
     },
 }
 
+impl PathError {
+    /// The message for a resource whose `field` (such as `spec.source.path`) named the
+    /// directory: the field, the directory looked for, what is wrong and what to change.
+    pub fn at(&self, field: &str) -> String {
+        match self {
+            PathError::Unreadable { .. } => format!("{field}: {self}; create the directory or correct {field}"),
+            _ => format!("{field}: {self}"),
+        }
+    }
+}
+
 impl ResourcePolicy {
     /// The real location of a directory a resource reads (`standalone`: the resource
     /// came from a manifest directory), if the policy allows reading it: under a
@@ -96,7 +107,7 @@ impl ResourcePolicy {
         setting: &'static str,
     ) -> Result<PathBuf, PathError> {
         let real =
-            dir.canonicalize().map_err(|source| PathError::Unreadable { path: dir.display().to_string(), source })?;
+            dir.canonicalize().map_err(|error| PathError::Unreadable { path: dir.display().to_string(), error })?;
         let data_dir = real_path(&self.data_dir);
         let set = !self.data_dir.as_os_str().is_empty();
         if set && (real.starts_with(&data_dir) || data_dir.starts_with(&real)) {
@@ -183,11 +194,27 @@ mod tests {
         assert!(matches!(error, PathError::OutsideRoots { .. }), "{error}");
         assert!(matches!(policy.readable_dir(&data, false), Err(PathError::DataDir { .. })));
         assert!(matches!(policy.readable_dir(&root, false), Err(PathError::DataDir { .. })), "it contains the data");
-        assert!(matches!(policy.readable_dir(&root.join("nope"), false), Err(PathError::Unreadable { .. })));
+        let missing = policy.readable_dir(&root.join("nope"), false).unwrap_err();
+        assert!(matches!(missing, PathError::Unreadable { .. }), "{missing}");
         // Resource directories count in standalone mode only.
         let policy = ResourcePolicy { resource_dirs: vec![outside.clone()], data_dir: data, ..Default::default() };
         assert!(policy.readable_dir(&outside, true).is_ok());
         let error = policy.readable_dir(&outside, false).unwrap_err().to_string();
         assert!(error.contains("none configured") && error.contains("knowledge_roots"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_directory_is_reported_at_its_field_with_the_path_looked_for() {
+        let policy = ResourcePolicy::default();
+        let missing = policy.workspace_dir(Path::new("/srv/no-such-tree"), false).unwrap_err();
+        assert_eq!(
+            missing.at("spec.source.path"),
+            "spec.source.path: /srv/no-such-tree does not exist or cannot be read (No such file or directory \
+             (os error 2)); create the directory or correct spec.source.path"
+        );
+        let work = tempfile::tempdir().unwrap();
+        let outside = policy.workspace_dir(work.path(), false).unwrap_err();
+        assert!(outside.at("spec.source.path").starts_with("spec.source.path: "), "{outside}");
+        assert!(!outside.at("spec.source.path").contains("create the directory"), "{outside}");
     }
 }

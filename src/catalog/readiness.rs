@@ -49,7 +49,7 @@ pub mod reasons {
     pub const CHECKING: &str = "Checking";
     /// Workspace: HEAD resolves to a commit.
     pub const HEAD_FOUND: &str = "HeadFound";
-    /// Workspace: the path does not exist.
+    /// Workspace or KnowledgeBase: a source path does not exist (or cannot be read).
     pub const PATH_NOT_FOUND: &str = "PathNotFound";
     /// Workspace: the path is not a git working tree with a commit.
     pub const NOT_A_REPOSITORY: &str = "NotARepository";

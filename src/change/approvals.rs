@@ -117,7 +117,8 @@ pub enum ChangeState {
 }
 
 impl ChangeState {
-    fn name(&self) -> &'static str {
+    /// The state as one word (`pending`, `applied`, ...), as `status` spells it.
+    pub fn name(&self) -> &'static str {
         match self {
             ChangeState::Pending => "pending",
             ChangeState::Applying => "applying",

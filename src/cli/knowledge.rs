@@ -94,9 +94,13 @@ pub struct BuildArgs {
     /// Source label for `--input`.
     #[arg(long, value_name = "LABEL", default_value = "local", requires = "input")]
     pub source: String,
-    /// Index directory to write; must be missing or empty.
+    /// Index directory to write; must be missing or empty (see --force).
     #[arg(long, value_name = "DIR")]
     pub output: PathBuf,
+    /// Replace the index already in --output: the new one is built beside it and swapped
+    /// in. A directory that holds no index written by this command is never changed.
+    #[arg(long)]
+    pub force: bool,
     /// Chunk length in characters.
     #[arg(long, value_name = "N", default_value_t = 1200, value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk_chars: u32,
@@ -294,8 +298,19 @@ fn build(args: &BuildArgs) -> anyhow::Result<String> {
         }
         (None, None) => bail!(UsageError("one of --corpus or --input is required".into())),
     };
-    let index = KnowledgeIndex::build_on_disk(&args.output, &docs, params, manifest_sha256)
-        .with_context(|| format!("building index {}", args.output.display()))?;
+    let built = if args.force {
+        KnowledgeIndex::replace_on_disk(&args.output, &docs, params, manifest_sha256)
+    } else {
+        KnowledgeIndex::build_on_disk(&args.output, &docs, params, manifest_sha256)
+    };
+    let index = match built {
+        Err(index::IndexError::OutputNotEmpty(dir)) if !args.force => bail!(
+            "index directory {} is not empty; add --force to replace the index in it, or choose a missing or \
+             empty --output",
+            dir.display()
+        ),
+        built => built.with_context(|| format!("building index {}", args.output.display()))?,
+    };
     let stats = index.stats();
     Ok(format!(
         "index built: documents={} chunks={} content_sha256={} path={}\n",
@@ -306,8 +321,23 @@ fn build(args: &BuildArgs) -> anyhow::Result<String> {
     ))
 }
 
+/// Opens the index in `dir`; when there is none, says how to build it.
 fn open(dir: &Path) -> anyhow::Result<KnowledgeIndex> {
-    KnowledgeIndex::open(dir).with_context(|| format!("opening index {}", dir.display()))
+    match KnowledgeIndex::open(dir) {
+        Err(index::IndexError::Io { path, error })
+            if error.kind() == std::io::ErrorKind::NotFound && path == dir.join(index::META_FILE) =>
+        {
+            let missing =
+                if dir.is_dir() { format!("it has no {}", index::META_FILE) } else { "no such directory".into() };
+            bail!(
+                "no index at {} ({missing}); run `akritas index build --corpus <CORPUS_DIR> --output {}` \
+                 (or `--input <DIR>` for a directory of raw files) first",
+                dir.display(),
+                dir.display()
+            )
+        }
+        opened => opened.with_context(|| format!("opening index {}", dir.display())),
+    }
 }
 
 fn search(args: &SearchArgs) -> anyhow::Result<String> {

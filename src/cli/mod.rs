@@ -32,6 +32,8 @@ pub enum Command {
     /// Run the host: HTTP API, resource watch and (later) alerts, bots and runs.
     Serve(Box<ServeFlags>),
     /// Ask one question: a single Run in-process, printed with its tools and budget.
+    #[command(after_help = "Other settings (tools, audit, limits) are read from --config and the AKRITAS_* \
+                            environment variables, as for `akritas serve`.")]
     Ask(AskArgs),
     /// Inspect the audit journal.
     Audit(AuditArgs),
@@ -64,9 +66,9 @@ pub struct AskArgs {
     /// Print the full result as JSON (tool arguments and results included).
     #[arg(long)]
     pub json: bool,
-    /// Settings, as for `serve`.
+    /// The settings ask takes as flags; the others come from --config or AKRITAS_*.
     #[command(flatten)]
-    pub flags: Box<ServeFlags>,
+    pub flags: Box<ask::AskFlags>,
 }
 
 /// `audit` arguments.
@@ -139,7 +141,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
-        Command::Ask(args) => ask::run(&args.question, &args.flags, args.json),
+        Command::Ask(args) => ask::run(&args.question, &(*args.flags).into_serve_flags(), args.json),
         Command::Audit(AuditArgs { command: AuditCommand::Verify { path, key_env, anchor } }) => match key_env {
             Some(key_env) => verify_seals(&path, &key_env, anchor.as_deref()),
             None => verify_journal(&path),

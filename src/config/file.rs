@@ -96,10 +96,17 @@ pub(crate) fn read(path: &Path, known: &[&str]) -> Result<Vec<(String, Value)>, 
         ));
     }
     if let Some((k, _)) = entries.iter().find(|(k, _)| !known.contains(&k.as_str())) {
-        let mut names: Vec<&str> = known.to_vec();
-        names.push("version");
-        names.sort_unstable();
-        return Err(at(path, format!("$.{k}"), format!("unknown field; known fields are: {}", names.join(", "))));
+        return Err(at(path, format!("$.{k}"), unknown_key(k, known)));
     }
     Ok(entries)
+}
+
+/// Why `key` is refused: the nearest known keys, or where the keys are listed.
+fn unknown_key(key: &str, known: &[&str]) -> String {
+    match crate::suggest::did_you_mean(key, known) {
+        Some(suggestion) => format!("unknown field; {suggestion}"),
+        None => "unknown field; `akritas serve --help` lists the settings (a flag's file key is its name with \
+                 '_' for '-', such as max_tokens for --max-tokens)"
+            .to_string(),
+    }
 }

@@ -19,6 +19,7 @@
 //! value = empty list); a list flag is comma-separated, repeatable, and
 //! replaces the lower layers' list entirely.
 
+mod duration;
 mod error;
 mod file;
 mod flag_field;
@@ -58,6 +59,11 @@ pub fn env_var_name(key: &str) -> String {
 /// Help line of a flag: its description, environment variable and default.
 fn flag_help(description: &str, env: &str, default: &str) -> String {
     format!("{} [env: {env}] [default: {default}]", description.trim())
+}
+
+/// Help line of `--config`.
+pub fn config_flag_help() -> String {
+    flag_help("Strict JSON config file", CONFIG_ENV, "none")
 }
 
 settings_table! {
@@ -265,7 +271,7 @@ settings_table! {
     request_timeout: Duration = Duration::from_secs(600);
         flag "request-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 10m";
-        check value::duration_upto::<86_400, false>;
+        check duration::upto::<86_400, false>;
     /// Concurrent runs, 1-256
     max_concurrent_runs: u32 = 4;
         flag "max-concurrent-runs" [Option<String>] value_name "N";
@@ -285,7 +291,7 @@ settings_table! {
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";
         expect "a duration from 0s to 10m, such as 30s";
-        check value::duration_upto::<600, true>;
+        check duration::upto::<600, true>;
     /// Largest request body in bytes, 1024-67108864
     max_body_bytes: u64 = 1_048_576;
         flag "max-body-bytes" [Option<String>] value_name "BYTES";
@@ -295,7 +301,7 @@ settings_table! {
     body_timeout: Duration = Duration::from_secs(30);
         flag "body-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
-        check value::duration_upto::<600, false>;
+        check duration::upto::<600, false>;
     /// Concurrent MCP sessions at `/mcp`, 1-4096; a new session beyond it gets 503
     mcp_max_sessions: u32 = 64;
         flag "mcp-max-sessions" [Option<String>] value_name "N";
@@ -310,7 +316,7 @@ settings_table! {
     mcp_session_idle_timeout: Duration = Duration::from_secs(300);
         flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 5m";
-        check value::duration_upto::<86_400, false>;
+        check duration::upto::<86_400, false>;
     /// Host names every route accepts in the Host header besides IP addresses, localhost and the public URL's host (DNS-rebinding protection): the names clients use, such as the Service's
     allowed_hosts: Vec<String> = Vec::new();
         flag "allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
@@ -335,7 +341,7 @@ settings_table! {
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
-        check value::duration_upto::<600, false>;
+        check duration::upto::<600, false>;
     /// Alert investigations running at once, 1-64
     alert_workers: u32 = 2;
         flag "alert-workers" [Option<String>] value_name "N";
@@ -350,7 +356,7 @@ settings_table! {
     alert_job_backoff: Duration = Duration::from_secs(30);
         flag "alert-job-backoff" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1h, such as 30s";
-        check value::duration_upto::<3600, false>;
+        check duration::upto::<3600, false>;
     /// New alert investigations one AlertSource may start per minute, 1-100000
     alert_source_rate: u32 = 60;
         flag "alert-source-rate" [Option<String>] value_name "N";
@@ -375,7 +381,7 @@ settings_table! {
     journal_segment_age: Duration = Duration::from_secs(86_400);
         flag "journal-segment-age" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 30d, such as 24h";
-        check value::duration_upto::<2_592_000, false>;
+        check duration::upto::<2_592_000, false>;
     /// Journal records between two snapshots of the state derived from a journal, 100-10000000
     snapshot_records: u64 = 20_000;
         flag "snapshot-records" [Option<String>] value_name "N";
@@ -385,7 +391,7 @@ settings_table! {
     change_approval_ttl: Duration = Duration::from_secs(30 * 60);
         flag "change-approval-ttl" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 7d, such as 30m";
-        check value::duration_upto::<604_800, false>;
+        check duration::upto::<604_800, false>;
     /// Change previews executing at once (each holds no Run slot), 1-64
     change_max_concurrent_previews: u32 = 2;
         flag "change-max-concurrent-previews" [Option<String>] value_name "N";
@@ -405,7 +411,7 @@ settings_table! {
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 365d";
-        check value::duration_upto::<315_576_000, true>;
+        check duration::upto::<315_576_000, true>;
     /// Name of the environment variable holding the audit key (at least 32 bytes): every audit record is then sealed with HMAC-SHA256 so a rewritten journal fails `akritas audit verify --key-env`
     audit_key_env: Option<String> = None;
         flag "audit-key-env" [Option<String>] value_name "ENV_VAR";
@@ -420,12 +426,12 @@ settings_table! {
     alert_retention: Duration = Duration::from_secs(90 * 86_400);
         flag "alert-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 90d";
-        check value::duration_upto::<315_576_000, true>;
+        check duration::upto::<315_576_000, true>;
     /// An alert repeated within this window of its first delivery is a duplicate, > 0 and <= 30d
     dedup_window: Duration = Duration::from_secs(86_400);
         flag "dedup-window" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 30d, such as 24h";
-        check value::duration_upto::<2_592_000, false>;
+        check duration::upto::<2_592_000, false>;
     /// Most deduplication keys remembered (the oldest are forgotten first), 1000-10000000
     dedup_max_keys: u32 = 100_000;
         flag "dedup-max-keys" [Option<String>] value_name "N";
@@ -440,7 +446,7 @@ settings_table! {
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1m, such as 10s";
-        check value::duration_upto::<60, false>;
+        check duration::upto::<60, false>;
     /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried), 1-10
     notification_attempts: u32 = 3;
         flag "notification-attempts" [Option<String>] value_name "N";
@@ -450,12 +456,12 @@ settings_table! {
     record_retention: Duration = Duration::from_secs(7 * 86_400);
         flag "record-retention" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 365d, such as 7d";
-        check value::duration_upto::<31_536_000, false>;
+        check duration::upto::<31_536_000, false>;
     /// Operator mode: a leader that has not renewed its Lease for this long is replaced, > 0 and <= 5m
     lease_duration: Duration = Duration::from_secs(15);
         flag "lease-duration" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 5m, such as 15s";
-        check value::duration_upto::<300, false>;
+        check duration::upto::<300, false>;
     /// Log format: text or json
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";

@@ -41,6 +41,19 @@ macro_rules! settings_table {
             }
         }
 
+        /// The help line of setting `key`'s flag as `akritas serve --help` prints it:
+        /// description, environment variable and built-in default (empty for an unknown key).
+        pub fn flag_help_for(key: &str) -> String {
+            match key {
+                $( stringify!($key) => flag_help(
+                    concat!($($doc),*),
+                    &env_var_name(stringify!($key)),
+                    &SettingValue::to_text(&Settings::default().$key),
+                ), )*
+                _ => String::new(),
+            }
+        }
+
         /// `akritas serve` flags. Each flag overrides its `AKRITAS_*`
         /// environment variable, the config file and the default; an absent
         /// flag leaves the lower layers in effect. The help of each names its
@@ -49,7 +62,7 @@ macro_rules! settings_table {
         #[derive(clap::Args, Debug, Default, Clone)]
         pub struct ServeFlags {
             /// Strict JSON config file
-            #[arg(long, value_name = "PATH", help = flag_help("Strict JSON config file", CONFIG_ENV, "none"))]
+            #[arg(long, value_name = "PATH", help = config_flag_help())]
             pub config: Option<PathBuf>,
             $(
                 $(#[doc = $doc])*
@@ -57,11 +70,7 @@ macro_rules! settings_table {
                     long = $flag
                     $(, value_name = $vn)?
                     $(, value_delimiter = $delim)?,
-                    help = flag_help(
-                        concat!($($doc),*),
-                        &env_var_name(stringify!($key)),
-                        &SettingValue::to_text(&Settings::default().$key),
-                    )
+                    help = flag_help_for(stringify!($key))
                 )]
                 pub $key: $($fty)*,
             )*

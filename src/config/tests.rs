@@ -314,6 +314,53 @@ fn file_requires_version() {
 }
 
 #[test]
+fn durations_print_in_whole_units_that_read_well() {
+    let help = Cli::command().render_long_help().to_string();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (env, shown) in [
+        ("AKRITAS_AUDIT_RETENTION", "365d"),
+        ("AKRITAS_ALERT_RETENTION", "90d"),
+        ("AKRITAS_RECORD_RETENTION", "7d"),
+        ("AKRITAS_JOURNAL_SEGMENT_AGE", "1d"),
+        ("AKRITAS_CHANGE_APPROVAL_TTL", "30m"),
+        ("AKRITAS_LEASE_DURATION", "15s"),
+    ] {
+        assert!(help.contains(&format!("[env: {env}] [default: {shown}]")), "{env}: {help}");
+    }
+    assert!(!help.contains("month"), "{help}");
+    for (d, shown) in [
+        (Duration::ZERO, "0s"),
+        (Duration::from_secs(90_061), "1d 1h 1m 1s"),
+        (Duration::from_secs(315_576_000), "3652d 12h"),
+        (Duration::from_millis(1_500), "1s 500ms"),
+        (Duration::from_nanos(2_000_003), "2ms 3ns"),
+    ] {
+        assert_eq!(value::SettingValue::to_text(&d), shown);
+        assert_eq!(<Duration as value::SettingValue>::from_text(shown, "a duration"), Ok(d));
+    }
+}
+
+/// What `--help` prints as a default is what the setting reads back: each printed
+/// default, given as its environment variable, loads as the default itself.
+#[test]
+fn every_printed_default_reads_back_as_the_default() {
+    let printed: Vec<(String, String)> = KEYS
+        .iter()
+        .filter_map(|key| {
+            let help = flag_help_for(key);
+            let shown = help.rsplit_once("[default: ")?.1.strip_suffix(']')?.to_string();
+            (shown != "none").then(|| (env_var_name(key), shown))
+        })
+        .collect();
+    assert!(printed.len() > 40, "{printed:?}");
+    let pairs: Vec<(&str, &str)> = printed.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut loaded = load_ok(&ServeFlags::default(), &env_of(&pairs));
+    assert_eq!(loaded.origins.len(), printed.len());
+    loaded.origins.clear();
+    assert_eq!(loaded, Settings::default());
+}
+
+#[test]
 fn file_rejects_version_2() {
     let (e, _) = file_err(r#"{"version": 2}"#);
     assert!(e.contains("$.version: must be 1"), "{e}");
@@ -324,10 +371,19 @@ fn file_rejects_version_2() {
 #[test]
 fn file_rejects_unknown_field() {
     let (e, _) = file_err(r#"{"version": 1, "foo": 1}"#);
+    assert!(e.ends_with("$.foo: unknown field; `akritas serve --help` lists the settings (a flag's file key is its name with '_' for '-', such as max_tokens for --max-tokens)"), "{e}");
+}
+
+#[test]
+fn file_suggests_the_nearest_keys_for_a_misspelt_one() {
+    let (e, _) = file_err(r#"{"version": 1, "audit_retension": "30d"}"#);
     assert!(
-        e.contains("$.foo: unknown field; known fields are: address, alert_deferred_jobs, alert_job_attempts"),
+        e.ends_with(r#"$.audit_retension: unknown field; did you mean one of "audit_retention", "alert_retention"?"#),
         "{e}"
     );
+    let (e, _) = file_err(r#"{"version": 1, "max-tokens": 10}"#);
+    assert!(e.ends_with(r#"$.max-tokens: unknown field; did you mean "max_tokens"?"#), "{e}");
+    assert!(!e.contains("address"), "{e}");
 }
 
 #[test]

@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use regex::Regex;
 use serde_json::Value;
@@ -155,15 +154,6 @@ impl SettingValue for SocketAddr {
     }
     fn to_text(&self) -> String {
         self.to_string()
-    }
-}
-
-impl SettingValue for Duration {
-    fn from_text(s: &str, expect: &str) -> Result<Self, String> {
-        humantime::parse_duration(s.trim()).map_err(|_| expected(expect))
-    }
-    fn to_text(&self) -> String {
-        humantime::format_duration(*self).to_string()
     }
 }
 
@@ -404,18 +394,6 @@ pub(crate) fn u32_in<const LO: u32, const HI: u32>(v: u32, expect: &str) -> Resu
 /// Integer range check.
 pub(crate) fn u64_in<const LO: u64, const HI: u64>(v: u64, expect: &str) -> Result<u64, String> {
     if (LO..=HI).contains(&v) { Ok(v) } else { Err(expected(expect)) }
-}
-
-/// Duration of at most `MAX_SECS`; zero only when `ZERO_OK`.
-pub(crate) fn duration_upto<const MAX_SECS: u64, const ZERO_OK: bool>(
-    v: Duration,
-    expect: &str,
-) -> Result<Duration, String> {
-    if (v.is_zero() && !ZERO_OK) || v > Duration::from_secs(MAX_SECS) {
-        Err(format!("{} is out of range; expected {expect}", humantime::format_duration(v)))
-    } else {
-        Ok(v)
-    }
 }
 
 /// Finite temperature in 0.0..=2.0.

@@ -66,12 +66,14 @@ pub enum BaseError {
         name: String,
     },
     /// A directory the policy does not let resources read, or that cannot be resolved.
-    #[error("sources[{index}]: {source}")]
+    #[error("{}", error.at(&format!("spec.sources[{index}].{field}")))]
     Path {
         /// Position of the source in `spec.sources`.
         index: usize,
+        /// The field of that source naming the directory (`directory.path`, `git.path`).
+        field: &'static str,
         /// Why.
-        source: PathError,
+        error: PathError,
     },
     /// Indexing failed.
     #[error(transparent)]
@@ -82,9 +84,10 @@ impl BaseError {
     /// The condition reason of a knowledge base that failed this way.
     pub fn reason(&self) -> &'static str {
         match self {
-            BaseError::Path { source: PathError::DataDir { .. } | PathError::OutsideRoots { .. }, .. } => {
+            BaseError::Path { error: PathError::DataDir { .. } | PathError::OutsideRoots { .. }, .. } => {
                 reasons::PATH_NOT_ALLOWED
             }
+            BaseError::Path { error: PathError::Unreadable { .. }, .. } => reasons::PATH_NOT_FOUND,
             _ => reasons::INDEX_FAILED,
         }
     }
@@ -324,7 +327,7 @@ fn documents(
         if let Some(directory) = &source.directory {
             let root = policy
                 .readable_dir(&resolve(base_dir, &directory.path), base_dir.is_some())
-                .map_err(|source| BaseError::Path { index, source })?;
+                .map_err(|error| BaseError::Path { index, field: "directory.path", error })?;
             let options = ImportOptions {
                 source: name.to_string(),
                 extensions: directory.extensions.clone(),
@@ -370,7 +373,7 @@ fn documents(
                 .ok_or_else(|| BaseError::RemoteWorkspace { index, name: git.workspace.clone() })?;
             let root = policy
                 .readable_dir(&resolve(entry.base_dir.as_deref(), path).join(&git.path), entry.base_dir.is_some())
-                .map_err(|source| BaseError::Path { index, source })?;
+                .map_err(|error| BaseError::Path { index, field: "git.path", error })?;
             let options = ImportOptions { source: name.to_string(), ..ImportOptions::default() };
             let report = corpus::import(&root, &options).map_err(|source| BaseError::Import { index, source })?;
             skipped.extend(report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)));
@@ -432,7 +435,12 @@ mod tests {
             "{err}"
         );
         let err = documents_of(json!([inline, inline, {"directory": {"path": "/nonexistent/runbooks"}}])).unwrap_err();
-        assert!(err.to_string().starts_with("sources[2]: /nonexistent/runbooks: "), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "spec.sources[2].directory.path: /nonexistent/runbooks does not exist or cannot be read (No such file or \
+             directory (os error 2)); create the directory or correct spec.sources[2].directory.path"
+        );
+        assert_eq!(err.reason(), reasons::PATH_NOT_FOUND);
     }
 
     #[test]
@@ -459,7 +467,7 @@ mod tests {
             let error = read(&refused).unwrap_err();
             assert_eq!(error.reason(), reasons::PATH_NOT_ALLOWED, "{error}");
         }
-        assert_eq!(read(&root.join("missing")).unwrap_err().reason(), reasons::INDEX_FAILED);
+        assert_eq!(read(&root.join("missing")).unwrap_err().reason(), reasons::PATH_NOT_FOUND);
     }
 
     #[test]

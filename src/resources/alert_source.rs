@@ -67,6 +67,11 @@ pub struct AlertAuth {
     pub allow_unauthenticated: Option<bool>,
 }
 
+/// How to fill in a missing `spec.auth`: its four mechanisms and a minimal example.
+pub const AUTH_CHOICES: &str = "set at least one of bearerToken, hmacSecret, secretHeader (secrets a caller must \
+     present), or allowUnauthenticated: true (trusted networks only), for example \
+     `auth: {bearerToken: {env: ALERTMANAGER_TOKEN}}`";
+
 /// A header that must carry a secret value.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -97,4 +102,20 @@ pub struct AlertSourceStatus {
     /// Deliveries rejected (authentication or payload).
     #[serde(default)]
     pub rejected: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The choices named for a missing `spec.auth` are exactly the fields of `AlertAuth`.
+    #[test]
+    fn the_auth_choices_name_every_mechanism_of_alert_auth() {
+        let auth = &crate::resources::Kind::AlertSource.schema()["properties"]["spec"]["properties"]["auth"];
+        let fields: Vec<&str> = auth["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(fields.len(), 4, "{fields:?}");
+        for field in fields {
+            assert!(AUTH_CHOICES.split(|c: char| !c.is_ascii_alphanumeric()).any(|word| word == field), "{field}");
+        }
+    }
 }

@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 
 use super::field_error::FieldError;
 
+/// The reason given for a required field that is absent.
+pub const MISSING: &str = "required field is missing";
+
 /// Appends one error per violation found under `path`.
 pub fn check(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
     let Some(schema) = schema.as_object() else { return };
@@ -60,7 +63,7 @@ fn check_object(schema: &Map<String, Value>, value: &Value, path: &str, out: &mu
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for name in required.iter().filter_map(Value::as_str) {
             if !object.contains_key(name) {
-                out.push(FieldError::new(&join(path, name), "required field is missing"));
+                out.push(FieldError::new(&join(path, name), MISSING));
             }
         }
     }

@@ -103,6 +103,11 @@ pub fn validate_object(kind: Kind, value: Value) -> Result<Resource, Vec<FieldEr
     let schema = kind.schema();
     schema_check::check(schema, &value, "", &mut errors);
     if !errors.is_empty() {
+        for error in errors.iter_mut().filter(|e| e.reason == schema_check::MISSING) {
+            if let Some(what) = what_to_write(kind, &error.field) {
+                error.reason = format!("{}; {what}", schema_check::MISSING);
+            }
+        }
         return Err(errors);
     }
     CEL.with(|validator| {
@@ -121,6 +126,15 @@ pub fn validate_object(kind: Kind, value: Value) -> Result<Resource, Vec<FieldEr
     };
     semantic::check(&resource, &mut errors);
     if errors.is_empty() { Ok(resource) } else { Err(errors) }
+}
+
+/// For a missing field whose name alone does not say how to fill it in: the choices
+/// and a minimal example.
+fn what_to_write(kind: Kind, field: &str) -> Option<&'static str> {
+    match (kind, field) {
+        (Kind::AlertSource, "spec.auth") => Some(super::alert_source::AUTH_CHOICES),
+        _ => None,
+    }
 }
 
 fn check_metadata(metadata: Option<&Value>, errors: &mut Vec<FieldError>) {

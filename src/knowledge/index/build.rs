@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use tantivy::indexer::NoMergePolicy;
@@ -44,8 +44,53 @@ pub(super) fn prepare_dir(dir: &Path) -> Result<(), IndexError> {
             Ok(())
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir).map_err(io_err(dir)),
-        Err(e) => Err(IndexError::Io { path: dir.to_owned(), source: e }),
+        Err(e) => Err(IndexError::Io { path: dir.to_owned(), error: e }),
     }
+}
+
+/// Whether `dir` is missing or an empty directory.
+pub(super) fn missing_or_empty(dir: &Path) -> Result<bool, IndexError> {
+    match fs::read_dir(dir) {
+        Ok(mut entries) => Ok(entries.next().is_none()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(IndexError::Io { path: dir.to_owned(), error: e }),
+    }
+}
+
+/// `dir` with symlinks resolved when it holds an index this tool wrote (a readable
+/// metadata file, no subdirectories: tantivy keeps a flat directory), and so may be
+/// replaced whole; anything else is [`IndexError::NotAnIndex`].
+pub(super) fn replaceable(dir: &Path) -> Result<PathBuf, IndexError> {
+    let not_an_index = || IndexError::NotAnIndex(dir.to_owned());
+    let real = dir.canonicalize().map_err(io_err(dir))?;
+    IndexMeta::read(&real).map_err(|_| not_an_index())?;
+    for entry in fs::read_dir(&real).map_err(io_err(&real))? {
+        let entry = entry.map_err(io_err(&real))?;
+        if entry.file_type().map_err(io_err(&entry.path()))?.is_dir() {
+            return Err(not_an_index());
+        }
+    }
+    Ok(real)
+}
+
+/// A hidden sibling of `dir` for this process (`.index.building-1234`).
+pub(super) fn sibling(dir: &Path, what: &str) -> Result<PathBuf, IndexError> {
+    let name = dir.file_name().ok_or_else(|| IndexError::NotAnIndex(dir.to_owned()))?;
+    Ok(dir.with_file_name(format!(".{}.{what}-{}", name.to_string_lossy(), std::process::id())))
+}
+
+/// Puts the index built in `staging` at `dir` (an index checked by [`replaceable`]):
+/// two renames, the old index moved aside and then deleted. When the second rename
+/// fails the old index is put back.
+pub(super) fn swap(dir: &Path, staging: &Path) -> Result<(), IndexError> {
+    let old = sibling(dir, "replaced")?;
+    fs::rename(dir, &old).map_err(io_err(dir))?;
+    if let Err(error) = fs::rename(staging, dir) {
+        let _ = fs::rename(&old, dir);
+        let _ = fs::remove_dir_all(staging);
+        return Err(IndexError::Io { path: dir.to_owned(), error });
+    }
+    fs::remove_dir_all(&old).map_err(io_err(&old))
 }
 
 /// Chunks and indexes `docs`, returning the metadata to keep.

@@ -77,6 +77,32 @@ impl KnowledgeIndex {
         Self::from_parts(index, fields, meta)
     }
 
+    /// Builds an index in `dir` like [`KnowledgeIndex::build_on_disk`], replacing the
+    /// index already there: the new one is built in a sibling directory and swapped in,
+    /// so a failed build leaves the old index whole. A non-empty `dir` that holds no
+    /// index this tool wrote is refused ([`IndexError::NotAnIndex`]) and left as it is.
+    pub fn replace_on_disk(
+        dir: &Path,
+        docs: &[Document],
+        params: ChunkingParams,
+        manifest_sha256: Option<String>,
+    ) -> Result<Self, IndexError> {
+        if build::missing_or_empty(dir)? {
+            return Self::build_on_disk(dir, docs, params, manifest_sha256);
+        }
+        let dir = build::replaceable(dir)?;
+        let staging = build::sibling(&dir, "building")?;
+        if !build::missing_or_empty(&staging)? {
+            return Err(IndexError::OutputNotEmpty(staging));
+        }
+        if let Err(error) = Self::build_on_disk(&staging, docs, params, manifest_sha256) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(error);
+        }
+        build::swap(&dir, &staging)?;
+        Self::open(&dir)
+    }
+
     /// Opens an index written by [`KnowledgeIndex::build_on_disk`].
     pub fn open(dir: &Path) -> Result<Self, IndexError> {
         let meta = IndexMeta::read(dir)?;
@@ -300,6 +326,36 @@ mod tests {
         // A broken metadata file is reported.
         std::fs::write(path.join(META_FILE), b"{").unwrap();
         assert!(matches!(KnowledgeIndex::open(&path), Err(IndexError::Metadata { .. })));
+    }
+
+    #[test]
+    fn replacing_swaps_in_the_new_index_and_never_touches_a_directory_that_is_not_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("idx");
+        let params = ChunkingParams::default();
+        let old = [doc("a.md", "Disk full", "disk usage grows"), doc("b.md", "High CPU", "cpu steal")];
+        KnowledgeIndex::replace_on_disk(&path, &old, params, None).unwrap();
+        let new = [doc("c.md", "Postgres", "too many connections")];
+        let replaced = KnowledgeIndex::replace_on_disk(&path, &new, params, Some("m".into())).unwrap();
+        assert_eq!(replaced.stats().documents, 1);
+        assert_eq!(KnowledgeIndex::open(&path).unwrap().search("connections", 5).unwrap()[0].document_id, "c.md");
+        let siblings = |d: &Path| std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>();
+        assert_eq!(siblings(dir.path()), ["idx"], "nothing left beside the index");
+        // A failed build keeps the old index whole and leaves nothing behind.
+        let blank = [doc("d.md", "D", "--- ... ---")];
+        assert!(matches!(KnowledgeIndex::replace_on_disk(&path, &blank, params, None), Err(IndexError::Empty)));
+        assert_eq!(KnowledgeIndex::open(&path).unwrap().stats().documents, 1);
+        assert_eq!(siblings(dir.path()), ["idx"]);
+        // Not an index: a directory of other files, or an index holding a subdirectory.
+        let notes = dir.path().join("notes");
+        std::fs::create_dir(&notes).unwrap();
+        std::fs::write(notes.join("todo.txt"), b"keep me").unwrap();
+        let refused = KnowledgeIndex::replace_on_disk(&notes, &new, params, None).unwrap_err();
+        assert!(matches!(&refused, IndexError::NotAnIndex(p) if p == &notes), "{refused}");
+        assert_eq!(std::fs::read(notes.join("todo.txt")).unwrap(), b"keep me");
+        std::fs::create_dir(path.join("extra")).unwrap();
+        assert!(matches!(KnowledgeIndex::replace_on_disk(&path, &new, params, None), Err(IndexError::NotAnIndex(_))));
+        assert!(path.join("extra").is_dir());
     }
 
     #[test]

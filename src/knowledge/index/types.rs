@@ -33,15 +33,22 @@ pub enum IndexError {
     #[error("no indexable text in the documents")]
     Empty,
     /// The output directory exists and is not empty.
-    #[error("index directory {0} is not empty")]
+    #[error("index directory {0} is not empty; choose a missing or empty directory")]
     OutputNotEmpty(PathBuf),
+    /// An index was to be replaced in a directory that does not hold one.
+    #[error(
+        "{0} is not empty and holds no index this tool wrote (no readable {META}, or subdirectories); \
+         nothing in it was changed: choose another directory, or empty this one yourself",
+        META = super::META_FILE
+    )]
+    NotAnIndex(PathBuf),
     /// A file system operation failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The path involved.
         path: PathBuf,
-        /// The underlying error.
-        source: io::Error,
+        /// The underlying error (part of the message, so not also a source).
+        error: io::Error,
     },
     /// The metadata file is missing, malformed or does not fit the tantivy index.
     #[error("invalid index {path}: {reason}")]
@@ -172,5 +179,5 @@ impl ListFilter {
 
 /// Wraps an IO error with the path it concerns.
 pub(super) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> IndexError + '_ {
-    move |source| IndexError::Io { path: path.to_owned(), source }
+    move |error| IndexError::Io { path: path.to_owned(), error }
 }
