@@ -543,7 +543,7 @@ fn an_over_long_unterminated_last_line_is_a_torn_tail() {
     drop(write_records(&path, 2));
     let valid = fs::metadata(&path).unwrap().len();
     let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-    io::Write::write_all(&mut file, &vec![b'a'; 100_000]).unwrap();
+    std::io::Write::write_all(&mut file, &vec![b'a'; 100_000]).unwrap();
     drop(file);
     let options = JournalOptions { max_record_bytes: 4096, ..test_options() };
     let (_j, replay) = Journal::open(&path, options).unwrap();
