@@ -1,0 +1,186 @@
+//! The README's first-answer tour, run step for step: the commands are read from the
+//! README's `tour` code blocks and run by bash against the real binary, a scripted
+//! model and a webhook stand-in. Only the addresses change (free ports instead of
+//! 8080, 8090 and 9000), so a tour step that stops working fails here.
+
+use akritas_testkit as support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+use support::Server;
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+
+const ANSWER: &str = "Tour answer: db-7 looks healthy from here.";
+
+/// The README's code blocks whose info string is `<lang> <tag>`, in order.
+fn blocks(readme: &str, tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        let Some(info) = line.strip_prefix("```") else { continue };
+        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+        if info.split_whitespace().nth(1) == Some(tag) {
+            found.push(body.join("\n"));
+        }
+    }
+    found
+}
+
+/// A model that plans no check, answers, and submits an inconclusive result.
+fn model(_: usize, request: &Value) -> Step {
+    let alias = |name: &str| akritas::tools::openai_alias(&akritas::tools::ToolName::try_from(name).unwrap());
+    if offers(request, &alias("local.investigation.submit_plan")) {
+        let plan = json!({"checks": [], "gaps": []});
+        Step::from(Reply::ToolCalls(vec![("p".into(), alias("local.investigation.submit_plan"), plan)]))
+    } else if offers(request, &alias("local.investigation.submit_result")) {
+        let result = json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
+                            "summary": "db-7 load is high; no tool could confirm why", "impact": "", "evidence": [],
+                            "ruled_out": [], "affected_components": ["db-7"],
+                            "recommended_actions": ["look at db-7's load"], "production_writes": 0});
+        Step::from(Reply::ToolCalls(vec![("r".into(), alias("local.investigation.submit_result"), result)]))
+    } else {
+        Step::from(Reply::Content(ANSWER.into()))
+    }
+}
+
+/// Headers and raw body of every request the receiver stand-in got.
+type Received = Arc<Mutex<Vec<(HeaderMap, Bytes)>>>;
+
+async fn receiver() -> (String, Received) {
+    let received: Received = Arc::default();
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/akritas",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| async move {
+            sink.lock().unwrap().push((headers, body));
+            "ok"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/akritas", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, received)
+}
+
+/// The tour's addresses, swapped for this run's.
+struct Swap {
+    llm: String,
+    hook: String,
+    host: String,
+}
+
+impl Swap {
+    fn apply(&self, text: &str) -> String {
+        text.replace("http://127.0.0.1:8080/v1", &self.llm)
+            .replace("http://127.0.0.1:9000/akritas", &self.hook)
+            .replace("127.0.0.1:8090", &self.host)
+    }
+}
+
+/// `bash -euo pipefail` running the env block then `script`, in `dir`, with the
+/// binary first on PATH and its own data directory.
+fn bash(env: &str, script: &str, dir: &Path, data: &Path) -> Command {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_akritas"));
+    let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    let mut command = Command::new("bash");
+    command
+        .args(["-euo", "pipefail", "-c", &format!("{env}\n{script}")])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("AKRITAS_DATA_DIR", data)
+        .env_remove("AKRITAS_API_KEY")
+        .env_remove("AKRITAS_CONFIG")
+        .env_remove("AKRITAS_UPSTREAM_MODEL")
+        .stdin(Stdio::null());
+    command
+}
+
+fn run(mut command: Command) -> String {
+    let output = command.output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the tour step failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    stdout.into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_tour_reaches_a_first_answer_step_for_step() {
+    let root = support::root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let (env, serve, steps) = (blocks(&readme, "tour:env"), blocks(&readme, "tour:serve"), blocks(&readme, "tour"));
+    let (alertmanager, verify) = (blocks(&readme, "tour:alertmanager"), blocks(&readme, "tour:verify"));
+    assert_eq!((env.len(), serve.len(), alertmanager.len(), verify.len()), (1, 1, 1, 1), "the tour's blocks");
+    assert_eq!(steps.len(), 3, "ask, chat, alert");
+    assert!(readme.contains("cargo install --path . --locked"), "the install line");
+
+    let llm = ScriptedLlm::start_with(model).await;
+    let (hook, received) = receiver().await;
+    let host = format!("127.0.0.1:{}", support::free_port());
+    let swap = Swap { llm: llm.url.clone(), hook, host: host.clone() };
+    let env = swap.apply(&env[0]);
+    let data = tempfile::tempdir().unwrap();
+
+    // 2. A first answer from the terminal.
+    let asked = run(bash(&env, &swap.apply(&steps[0]), &root, data.path()));
+    assert!(asked.contains(ANSWER), "{asked}");
+
+    // 3. The host (it logs that it listens; JSON logs so the harness can read them).
+    let mut command = bash(&env, &format!("exec {}", swap.apply(&serve[0])), &root, data.path());
+    command.env("AKRITAS_ADDRESS", &host).env("AKRITAS_LOG_FORMAT", "json").env("RUST_LOG", "info");
+    command.stdout(Stdio::null()).stderr(Stdio::piped());
+    let server = Server::start(command);
+
+    // 4. Chat.
+    let chat = run(bash(&env, &swap.apply(&steps[1]), &root, data.path()));
+    let chat: Value = serde_json::from_str(&chat).unwrap_or_else(|e| panic!("{e}: {chat}"));
+    assert!(chat.to_string().contains(ANSWER), "{chat}");
+
+    // 5. An alert: stored, an incident opened, investigated and delivered, signed.
+    let alerted = run(bash(&env, &swap.apply(&steps[2]), &root, data.path()));
+    assert!(alerted.contains("\"accepted\"") && alerted.contains("HighLoad"), "{alerted}");
+    let (delivery, _) = support::poll(Duration::from_secs(30), || {
+        let received = received.clone();
+        async move { received.lock().unwrap().first().cloned() }
+    })
+    .await
+    .unwrap_or_else(|| panic!("no delivery reached the receiver; log:\n{}", server.log_text()));
+    let (headers, body) = delivery;
+    assert_eq!(headers["x-akritas-event"], "incident.investigated");
+    assert_eq!(headers["authorization"], "Bearer change-me-webhook-token");
+    let envelope: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(envelope["incident"]["title"], "HighLoad", "{envelope}");
+
+    // 6. The signature recipe verifies the body as received (and refuses another).
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::write(scratch.path().join("body.json"), &body).unwrap();
+    let signature = headers["x-akritas-signature"].to_str().unwrap().to_string();
+    let mut check = bash(&env, &verify[0], scratch.path(), data.path());
+    check.env("SIGNATURE", &signature);
+    assert_eq!(run(check).trim(), "verified");
+    std::fs::write(scratch.path().join("body.json"), [&body[..], b" "].concat()).unwrap();
+    let mut forged = bash(&env, &verify[0], scratch.path(), data.path());
+    forged.env("SIGNATURE", &signature);
+    assert!(!forged.output().unwrap().status.success(), "a changed body does not verify");
+
+    // The Alertmanager receiver snippet is a configuration the real amtool accepts.
+    let config = scratch.path().join("alertmanager.yml");
+    std::fs::write(&config, swap.apply(&alertmanager[0])).unwrap();
+    let amtool = Command::new("amtool").arg("check-config").arg(&config).output().expect("amtool is installed");
+    assert!(amtool.status.success(), "{}", String::from_utf8_lossy(&amtool.stderr));
+
+    // With the tour's variables set, only the Workspace the table names is left to fix.
+    let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
+    let not_ready: Vec<(String, String)> = health["catalog"]["not_ready"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["in_progress"] == false)
+        .map(|n| (n["kind"].as_str().unwrap().to_string(), n["reason"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(not_ready, [("Workspace".to_string(), "PathNotFound".to_string())], "{health}");
+}
