@@ -304,19 +304,12 @@ pub enum InvestigationError {
     )]
     QuoteNotInOutput(String),
     /// A `confirmed` or `suspected` finding without the evidence that status needs.
-    #[error(
-        "finding_status {status} needs {needs}, and the result has {has}; cite it (tool-call:<call id> \"value\") \
-         or choose {instead}"
-    )]
+    #[error("{}", unbacked(*status, *claims))]
     UnbackedStatus {
         /// The finding status.
-        status: &'static str,
-        /// What that status needs.
-        needs: &'static str,
-        /// What the evidence has.
-        has: String,
-        /// The statuses the evidence does support.
-        instead: &'static str,
+        status: FindingStatus,
+        /// Evidence items the result cites (none of them with a verified quote).
+        claims: u32,
     },
     /// A result states a coverage other than the one its evidence gives.
     #[error(
@@ -388,25 +381,34 @@ fn check(arguments: &str, evidence: &Evidence, rules: Rules) -> Result<Investiga
 /// A `confirmed` finding needs at least one verified quote; a `suspected` one at
 /// least one cited successful call. `inconclusive` stands without evidence.
 fn backed(status: FindingStatus, coverage: &EvidenceCoverage) -> Result<(), InvestigationError> {
-    let has = || match coverage.claims {
+    let unbacked = match status {
+        FindingStatus::Confirmed => coverage.verified == 0,
+        FindingStatus::Suspected => coverage.claims == 0,
+        FindingStatus::Inconclusive => false,
+    };
+    if unbacked {
+        return Err(InvestigationError::UnbackedStatus { status, claims: coverage.claims });
+    }
+    Ok(())
+}
+
+/// Why a finding status is not backed, what it needs and what to choose instead.
+fn unbacked(status: FindingStatus, claims: u32) -> String {
+    let (name, needs) = match status {
+        FindingStatus::Confirmed => {
+            ("confirmed", "at least one evidence item quoting a value from a successful call's output")
+        }
+        _ => ("suspected", "at least one cited successful call"),
+    };
+    let has = match claims {
         0 => "no evidence".to_string(),
         claims => format!("{claims} cited call(s) and no quoted value"),
     };
-    match status {
-        FindingStatus::Confirmed if coverage.verified == 0 => Err(InvestigationError::UnbackedStatus {
-            status: "confirmed",
-            needs: "at least one evidence item quoting a value from a successful call's output",
-            has: has(),
-            instead: if coverage.claims > 0 { "suspected" } else { "inconclusive" },
-        }),
-        FindingStatus::Suspected if coverage.claims == 0 => Err(InvestigationError::UnbackedStatus {
-            status: "suspected",
-            needs: "at least one cited successful call",
-            has: has(),
-            instead: "inconclusive",
-        }),
-        _ => Ok(()),
-    }
+    let instead = if status == FindingStatus::Confirmed && claims > 0 { "suspected" } else { "inconclusive" };
+    format!(
+        "finding_status {name} needs {needs}, and the result has {has}; cite it (tool-call:<call id> \"value\") or \
+         choose {instead}"
+    )
 }
 
 /// `tool-call:<id>` or `tool-call:<id> "<value>"`: the id must be one of `evidence`
