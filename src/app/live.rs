@@ -70,10 +70,8 @@ async fn reconcile(
     policy: &ResourcePolicy,
 ) -> Vec<(ObjectKey, Check)> {
     let catalog = store.current();
+    // Refused adapters are logged with the other resources that are not Ready.
     let (configs, failures) = from_catalog::adapters(&catalog, secrets, policy);
-    for (key, check) in &failures {
-        tracing::warn!(adapter = %key, reason = check.reason, error = %check.message, "MCP adapter not started");
-    }
     host.reconcile(configs).await;
     failures.into_iter().collect()
 }

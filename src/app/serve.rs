@@ -67,6 +67,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
         }
     };
+    tasks.spawn(crate::catalog::problem_log::run(board.clone(), cancel.clone()));
     let secrets = policy::guarded(secrets, &resource_policy);
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 
