@@ -103,11 +103,12 @@ async fn serve_refusals(server: &Server, expected: usize) -> Vec<String> {
             .filter_map(|r| {
                 let ready = r["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
                 let reason = ready["reason"].as_str()?;
-                (ready["status"] == "False" && reason.ends_with("NotAllowed")).then(|| {
-                    let (source, kind, name) = (&r["source"], &r["kind"], &r["name"]);
-                    let message = ready["message"].as_str().unwrap_or_default();
-                    format!("{} {}/{}: {reason}: {message}", source.as_str()?, kind.as_str()?, name.as_str()?)
-                })?
+                if ready["status"] != "False" || !reason.ends_with("NotAllowed") {
+                    return None;
+                }
+                let message = ready["message"].as_str()?;
+                let (source, kind, name) = (r["source"].as_str()?, r["kind"].as_str()?, r["name"].as_str()?);
+                Some(format!("{source} {kind}/{name}: {reason}: {message}"))
             })
             .collect();
         (lines.len() == expected).then_some(lines)
@@ -152,7 +153,7 @@ async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same
             line.ends_with(&format!(
                 "{}: {}",
                 l["fields"]["reason"].as_str().unwrap_or("?"),
-                l["fields"]["message"].as_str().unwrap_or("?")
+                l["fields"]["error"].as_str().unwrap_or("?")
             ))
         });
         assert!(logged, "{line} is not in serve's log:\n{}", server.log_text());

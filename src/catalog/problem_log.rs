@@ -108,7 +108,7 @@ pub fn emit(notices: &[Notice]) {
     for notice in notices {
         match notice {
             Notice::NotReady { object: (kind, namespace, name), source, reason, message } => {
-                tracing::warn!(%kind, %namespace, %name, %source, %reason, %message, "resource not ready");
+                tracing::warn!(%kind, %namespace, %name, %source, %reason, error = %message, "resource not ready");
             }
             Notice::Ready { object: (kind, namespace, name), source } => {
                 tracing::info!(%kind, %namespace, %name, %source, "resource ready");

@@ -16,8 +16,8 @@ use crate::config::{self, ServeFlags, Settings};
 
 /// The chart's values; its `config:` is the service configuration in a cluster.
 const CHART_VALUES: &str = include_str!("../../charts/akritas/values.yaml");
-/// How the chart's values are named in messages.
-const CHART_LABEL: &str = "charts/akritas/values.yaml (config:)";
+/// Where the chart's values are, for messages.
+const CHART_VALUES_PATH: &str = "charts/akritas/values.yaml";
 
 /// Prints every problem to stdout, warnings and a summary to stderr; exit 1 on any
 /// problem, 2 when the service configuration is invalid.
@@ -50,14 +50,16 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
                         .iter()
                         .map(refusal_line)
                         .filter(|line| !shown.contains(line))
-                        .map(|line| {
-                            format!(
-                                "warning: {line} (in a cluster installed with the Helm chart's values, \
-                                 {CHART_LABEL}: set the named setting under config: in your values, or change the \
-                                 resource)"
-                            )
-                        }),
+                        .map(|line| format!("warning: with the Helm chart's config (config: in {CHART_VALUES_PATH}) serve refuses {line}")),
                 );
+                if !warnings.is_empty() {
+                    warnings.push(
+                        "note: in a cluster installed with the chart, allow these with the setting each warning \
+                         names under config: in your values, or change the resources; with --config FILE, that \
+                         file is checked instead"
+                            .to_string(),
+                    );
+                }
             }
             Err(error) => warnings.push(format!("warning: cannot read the Helm chart's values: {error}")),
         }
@@ -69,7 +71,10 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
         eprintln!("{warning}");
     }
     let valid = parsed.saturating_sub(refused.len());
-    let warned = if warnings.is_empty() { String::new() } else { format!("; {} warnings", warnings.len()) };
+    let warned = match warnings.iter().filter(|w| w.starts_with("warning: ")).count() {
+        0 => String::new(),
+        count => format!("; {count} warnings"),
+    };
     if lines.is_empty() {
         eprintln!("ok: {valid} resources valid{warned}");
         ExitCode::SUCCESS
@@ -94,6 +99,6 @@ fn chart_settings() -> Result<Settings, String> {
         _ => serde_json::Map::new(),
     };
     config.insert("version".into(), config::FILE_VERSION.into());
-    config::from_file_text(Path::new(CHART_LABEL), &serde_json::Value::Object(config).to_string())
+    config::from_file_text(Path::new(CHART_VALUES_PATH), &serde_json::Value::Object(config).to_string())
         .map_err(|e| e.to_string())
 }
