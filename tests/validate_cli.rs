@@ -22,6 +22,7 @@ fn validate_with(args: &[&OsStr]) -> (i32, String, String) {
         .env_remove("AKRITAS_CONFIG")
         .env_remove("AKRITAS_RESOURCE_ENV")
         .env_remove("AKRITAS_STDIO_COMMANDS")
+        .env_remove("AKRITAS_VALIDATOR_COMMANDS")
         .output()
         .unwrap();
     (
@@ -90,7 +91,9 @@ fn missing_directory_is_an_error() {
 const REFUSED: &str = "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {name: shell, namespace: default}\n\
                        spec:\n  transport:\n    stdio:\n      command: /bin/sh\n      args: [-c, id]\n  allow: [read]\n\
                        ---\napiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: am, namespace: default}\n\
-                       spec: {provider: alertmanager, auth: {bearerToken: {env: OTHER_TOKEN}}}\n";
+                       spec: {provider: alertmanager, auth: {bearerToken: {env: OTHER_TOKEN}}}\n\
+                       ---\napiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\n\
+                       metadata: {name: kubeconform, namespace: default}\nspec: {argv: [kubeconform, -strict]}\n";
 
 /// `file:doc-index Kind/name: Reason: message` of each refused resource, from the
 /// conditions serve derives at `/api/v1/resources`.
@@ -128,14 +131,15 @@ async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same
 
     let (code, stdout, stderr) = validate_with(&[dir.as_os_str(), "--config".as_ref(), config.as_os_str()]);
     assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stderr.contains("2 problems; 0 of 2 resources valid"), "{stderr}");
+    assert!(stderr.contains("3 problems; 0 of 3 resources valid"), "{stderr}");
     assert!(!stderr.contains("warning"), "a config file was given: no chart warnings: {stderr}");
-    let validated: Vec<&str> = stdout.lines().collect();
+    let mut validated: Vec<&str> = stdout.lines().collect();
+    validated.sort();
 
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command.arg("--resources").arg(&dir).arg("--config").arg(&config).env_remove("OTHER_TOKEN");
     let server = Server::start(command);
-    let mut served = serve_refusals(&server, 2).await;
+    let mut served = serve_refusals(&server, 3).await;
     served.sort();
     assert_eq!(validated, served, "serve's log:\n{}", server.log_text());
     let d = dir.display();
@@ -145,6 +149,13 @@ async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same
         format!(
             "{d}/refused.yaml:1 AlertSource/am: EnvNotAllowed: spec.auth.bearerToken: environment variable OTHER_TOKEN is not readable by resources; add it (or a prefix such as AKRITAS_TEAM_*) to the resource_env setting, or use another variable"
         )
+    );
+    assert!(
+        validated[2].starts_with(&format!(
+            "{d}/refused.yaml:2 ValidatorProfile/kubeconform: CommandNotAllowed: validator program \"kubeconform\" is not allowed"
+        )),
+        "{}",
+        validated[2]
     );
     // serve logs each of them once, with the same reason and message.
     for line in &validated {

@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use crate::catalog::Catalog;
 use crate::catalog::policy::ResourcePolicy;
+use crate::catalog::readiness::{Check, reasons};
 use crate::catalog::secrets::{EnvAccess, PolicySecrets, SecretError, SecretResolver, SecretValue, resolve_all};
 use crate::catalog::status::{BoardSnapshot, InForce, ResourceReport, StatusBoard};
 use crate::change::validators::ValidatorPolicy;
 use crate::config::Settings;
 use crate::resources::common::SecretRef;
+use crate::resources::{Kind, Resource};
 use crate::tenancy::Tenancy;
 
 /// What resources may start and read, from `stdio_commands`, `resource_env`,
@@ -90,12 +92,18 @@ pub fn install_egress(settings: &Settings) {
     );
 }
 
-/// The valid resources of a loaded Catalog that `serve` refuses under `policy`, each
-/// with the `Ready` condition serve shows for it: their `{env:}` references judged by
-/// `resource_env` and their MCP adapters by `stdio_commands`, `stdio_env` and the rest
-/// of the adapter policy, the way serve judges them. Nothing is read from the
-/// environment and nothing is started; `loaded` is the board after the load.
-pub fn refusals(catalog: &Catalog, loaded: &BoardSnapshot, policy: &ResourcePolicy) -> Vec<ResourceReport> {
+/// The valid resources of a loaded Catalog that `serve` refuses under its policies,
+/// each with the `Ready` condition serve shows for it: their `{env:}` references judged
+/// by `resource_env`, their MCP adapters by `stdio_commands`, `stdio_env` and the rest
+/// of the adapter policy, their validator programs by `validator_commands` and
+/// `validator_env`, the way serve judges them. Nothing is read from the environment and
+/// nothing is started; `loaded` is the board after the load.
+pub fn refusals(
+    catalog: &Catalog,
+    loaded: &BoardSnapshot,
+    policy: &ResourcePolicy,
+    validators: &ValidatorPolicy,
+) -> Vec<ResourceReport> {
     let board = StatusBoard::default();
     board.set(loaded.clone());
     let secrets = guarded(Arc::new(AnyValue), policy);
@@ -106,6 +114,15 @@ pub fn refusals(catalog: &Catalog, loaded: &BoardSnapshot, policy: &ResourcePoli
     let (_, failures) = crate::mcp::from_catalog::adapters(catalog, secrets.as_ref(), policy);
     for (key, check) in &failures {
         board.set_check(key, check.clone());
+    }
+    for (key, entry) in catalog.of_kind(Kind::ValidatorProfile) {
+        let Resource::ValidatorProfile(profile) = entry.resource.as_ref() else { continue };
+        // What the policy refuses; whether the program is installed here says nothing.
+        if let Err(refusal) = validators.check(&key.namespace, &profile.spec.argv, &profile.spec.env)
+            && [reasons::COMMAND_NOT_ALLOWED, reasons::ENV_NOT_ALLOWED].contains(&refusal.reason)
+        {
+            board.set_check(key, Check::failed(refusal.reason, refusal.message));
+        }
     }
     board.get().resources.iter().filter(|r| r.in_force == InForce::Current && r.problem().is_some()).cloned().collect()
 }

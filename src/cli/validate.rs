@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::app::policy::{install_egress, refusals, resource_policy};
+use crate::app::policy::{install_egress, refusals, resource_policy, validator_policy};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::{problem_lines, scan};
 use crate::catalog::merge::{self, LastGood};
@@ -37,16 +37,16 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
     merge::apply(LastGood::default().merge(result), &store, &board);
     let (catalog, loaded) = (store.current(), board.get());
     install_egress(&settings);
-    let refused = refusals(&catalog, &loaded, &resource_policy(&settings));
+    let refused = refusals(&catalog, &loaded, &resource_policy(&settings), &validator_policy(&settings));
     lines.extend(refused.iter().map(refusal_line));
     let mut warnings = Vec::new();
     if settings.config_file.is_none() {
         match chart_settings() {
             Ok(chart) => {
                 let shown: BTreeSet<String> = refused.iter().map(refusal_line).collect();
-                let chart_policy = resource_policy(&Settings { resources: dirs.to_vec(), ..chart });
+                let chart = Settings { resources: dirs.to_vec(), ..chart };
                 warnings.extend(
-                    refusals(&catalog, &loaded, &chart_policy)
+                    refusals(&catalog, &loaded, &resource_policy(&chart), &validator_policy(&chart))
                         .iter()
                         .map(refusal_line)
                         .filter(|line| !shown.contains(line))
