@@ -1,10 +1,30 @@
 //! `akritas validate` over the shipped samples and over deliberately broken manifests.
 
+use akritas_testkit as support;
+
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Server, poll, serve_command};
 
 fn validate(dir: &Path) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_akritas")).arg("validate").arg(dir).output().unwrap();
+    validate_with(&[dir.as_os_str()])
+}
+
+/// `akritas validate ARGS…` without a config file from the environment.
+fn validate_with(args: &[&OsStr]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .arg("validate")
+        .args(args)
+        .env_remove("AKRITAS_CONFIG")
+        .env_remove("AKRITAS_RESOURCE_ENV")
+        .env_remove("AKRITAS_STDIO_COMMANDS")
+        .env_remove("AKRITAS_VALIDATOR_COMMANDS")
+        .output()
+        .unwrap();
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8(output.stdout).unwrap(),
@@ -66,4 +86,104 @@ fn missing_directory_is_an_error() {
     let (code, stdout, _) = validate(&root().join("no-such-dir"));
     assert_eq!(code, 1);
     assert!(stdout.contains("cannot read resource directory"), "{stdout}");
+}
+
+const REFUSED: &str = "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {name: shell, namespace: default}\n\
+                       spec:\n  transport:\n    stdio:\n      command: /bin/sh\n      args: [-c, id]\n  allow: [read]\n\
+                       ---\napiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: am, namespace: default}\n\
+                       spec: {provider: alertmanager, auth: {bearerToken: {env: OTHER_TOKEN}}}\n\
+                       ---\napiVersion: akritas.io/v1alpha1\nkind: ValidatorProfile\n\
+                       metadata: {name: kubeconform, namespace: default}\nspec: {argv: [kubeconform, -strict]}\n";
+
+/// `file:doc-index Kind/name: Reason: message` of each refused resource, from the
+/// conditions serve derives at `/api/v1/resources`.
+async fn serve_refusals(server: &Server, expected: usize) -> Vec<String> {
+    let found = poll(Duration::from_secs(40), || async {
+        let all: Value = reqwest::get(format!("{}/api/v1/resources", server.url)).await.ok()?.json().await.ok()?;
+        let lines: Vec<String> = all["resources"]
+            .as_array()?
+            .iter()
+            .filter_map(|r| {
+                let ready = r["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?;
+                let reason = ready["reason"].as_str()?;
+                if ready["status"] != "False" || !reason.ends_with("NotAllowed") {
+                    return None;
+                }
+                let message = ready["message"].as_str()?;
+                let (source, kind, name) = (r["source"].as_str()?, r["kind"].as_str()?, r["name"].as_str()?);
+                Some(format!("{source} {kind}/{name}: {reason}: {message}"))
+            })
+            .collect();
+        (lines.len() == expected).then_some(lines)
+    })
+    .await;
+    found.map(|(lines, _)| lines).unwrap_or_else(|| panic!("serve did not refuse {expected}:\n{}", server.log_text()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same_reasons() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("resources");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("refused.yaml"), REFUSED).unwrap();
+    let config = work.path().join("config.json");
+    std::fs::write(&config, r#"{"version": 1, "stdio_commands": ["akritas"], "resource_env": ["AKRITAS_*"]}"#).unwrap();
+
+    let (code, stdout, stderr) = validate_with(&[dir.as_os_str(), "--config".as_ref(), config.as_os_str()]);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("3 problems; 0 of 3 resources valid"), "{stderr}");
+    assert!(!stderr.contains("warning"), "a config file was given: no chart warnings: {stderr}");
+    let mut validated: Vec<&str> = stdout.lines().collect();
+    validated.sort();
+
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command.arg("--resources").arg(&dir).arg("--config").arg(&config).env_remove("OTHER_TOKEN");
+    let server = Server::start(command);
+    let mut served = serve_refusals(&server, 3).await;
+    served.sort();
+    assert_eq!(validated, served, "serve's log:\n{}", server.log_text());
+    let d = dir.display();
+    assert!(validated[0].starts_with(&format!("{d}/refused.yaml:0 McpAdapter/shell: CommandNotAllowed: command \"/bin/sh\" is not allowed: the stdio_commands setting allows [akritas]")), "{}", validated[0]);
+    assert_eq!(
+        validated[1],
+        format!(
+            "{d}/refused.yaml:1 AlertSource/am: EnvNotAllowed: spec.auth.bearerToken: environment variable OTHER_TOKEN is not readable by resources; add it (or a prefix such as AKRITAS_TEAM_*) to the resource_env setting, or use another variable"
+        )
+    );
+    assert!(
+        validated[2].starts_with(&format!(
+            "{d}/refused.yaml:2 ValidatorProfile/kubeconform: CommandNotAllowed: validator program \"kubeconform\" is not allowed"
+        )),
+        "{}",
+        validated[2]
+    );
+    // serve logs each of them once, with the same reason and message.
+    for line in &validated {
+        let logged = server.log_text().lines().filter(|l| l.contains("resource not ready")).any(|l| {
+            let l: Value = serde_json::from_str(l).unwrap_or_default();
+            line.ends_with(&format!(
+                "{}: {}",
+                l["fields"]["reason"].as_str().unwrap_or("?"),
+                l["fields"]["error"].as_str().unwrap_or("?")
+            ))
+        });
+        assert!(logged, "{line} is not in serve's log:\n{}", server.log_text());
+    }
+}
+
+#[test]
+fn without_a_config_validate_warns_about_what_the_charts_config_refuses() {
+    let (code, stdout, stderr) = validate(&root().join("config/samples"));
+    assert_eq!(code, 0, "the default policy allows the samples: {stdout}{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert!(!warnings.is_empty(), "{stderr}");
+    assert!(
+        warnings.iter().any(|w| w.contains("AlertSource/alertmanager-main: EnvNotAllowed:")
+            && w.contains("AKRITAS_ALERTMANAGER_TOKEN")
+            && w.contains("resource_env")
+            && w.contains("charts/akritas/values.yaml")),
+        "{stderr}"
+    );
+    assert!(warnings.iter().all(|w| w.contains("EnvNotAllowed") && w.contains("resource_env")), "{stderr}");
+    assert!(stderr.contains(&format!("ok: 8 resources valid; {} warnings", warnings.len())), "{stderr}");
 }

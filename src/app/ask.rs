@@ -8,6 +8,7 @@ use crate::catalog::CatalogStore;
 use crate::catalog::directory::DirectorySource;
 use crate::catalog::merge;
 use crate::catalog::policy::ResourcePolicy;
+use crate::catalog::problem_log::ProblemLog;
 use crate::catalog::secrets::EnvSecrets;
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
@@ -26,7 +27,9 @@ pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
     let skills_dir = assemble::skills_dir(&settings)?;
     if !settings.resources.is_empty() || skills_dir.is_some() {
         let reload = DirectorySource::new(settings.resources.clone(), skills_dir).reload();
-        merge::apply(reload, &store, &StatusBoard::default());
+        let board = StatusBoard::default();
+        merge::apply(reload, &store, &board);
+        crate::catalog::problem_log::emit(&ProblemLog::default().notices(&board.get()));
     }
     let llm = assemble::llm_client(&settings, &instructions)?;
     let audit = assemble::open_audit(&settings)?;

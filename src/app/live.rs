@@ -70,10 +70,8 @@ async fn reconcile(
     policy: &ResourcePolicy,
 ) -> Vec<(ObjectKey, Check)> {
     let catalog = store.current();
+    // Refused adapters are logged with the other resources that are not Ready.
     let (configs, failures) = from_catalog::adapters(&catalog, secrets, policy);
-    for (key, check) in &failures {
-        tracing::warn!(adapter = %key, reason = check.reason, error = %check.message, "MCP adapter not started");
-    }
     host.reconcile(configs).await;
     failures.into_iter().collect()
 }
@@ -242,23 +240,7 @@ pub async fn discovered_facts(
         for (key, entry) in &catalog.entries {
             // Every secret reference must resolve (a rotated or deleted Secret shows here).
             let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
-            let references = crate::resources::common::secret_refs(&spec);
-            let unresolved: Vec<(&str, String)> = references
-                .iter()
-                .filter_map(|(path, reference)| {
-                    let error = secrets.resolve(&key.namespace, reference).err()?;
-                    Some((error.reason(), format!("{path}: {error}")))
-                })
-                .collect();
-            // A refused name is the reason to show: resolving it later will not help.
-            let reason = unresolved
-                .iter()
-                .map(|(reason, _)| *reason)
-                .find(|reason| *reason == reasons::ENV_NOT_ALLOWED)
-                .unwrap_or(reasons::SECRETS_UNRESOLVED);
-            let message = unresolved.iter().map(|(_, message)| message.as_str()).collect::<Vec<_>>().join("; ");
-            let outcome =
-                (!references.is_empty()).then_some(if unresolved.is_empty() { Ok(()) } else { Err((reason, message)) });
+            let outcome = crate::catalog::secrets::resolve_all(&spec, &key.namespace, secrets.as_ref());
             board.set_secrets(key, outcome);
             let (facts, check) = match entry.resource.as_ref() {
                 crate::resources::Resource::Skill(_) => (

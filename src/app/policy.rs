@@ -3,10 +3,15 @@
 
 use std::sync::Arc;
 
+use crate::catalog::Catalog;
 use crate::catalog::policy::ResourcePolicy;
-use crate::catalog::secrets::{EnvAccess, PolicySecrets, SecretResolver};
+use crate::catalog::readiness::{Check, reasons};
+use crate::catalog::secrets::{EnvAccess, PolicySecrets, SecretError, SecretResolver, SecretValue, resolve_all};
+use crate::catalog::status::{BoardSnapshot, InForce, ResourceReport, StatusBoard};
 use crate::change::validators::ValidatorPolicy;
 use crate::config::Settings;
+use crate::resources::common::SecretRef;
+use crate::resources::{Kind, Resource};
 use crate::tenancy::Tenancy;
 
 /// What resources may start and read, from `stdio_commands`, `resource_env`,
@@ -76,4 +81,58 @@ pub fn register_service_secrets(settings: &Settings, lookup: &dyn Fn(&str) -> Op
 /// `inner` behind the policy's `{env:}` rule, registering every value it resolves.
 pub fn guarded(inner: Arc<dyn SecretResolver>, policy: &ResourcePolicy) -> Arc<dyn SecretResolver> {
     Arc::new(PolicySecrets::new(inner, policy.env.clone()))
+}
+
+/// Installs the process's egress policy from `egress_allow` and
+/// `cleartext_credential_hosts` (standalone mode also reaches loopback).
+pub fn install_egress(settings: &Settings) {
+    crate::egress::Egress::install(
+        crate::egress::Egress::new(&settings.egress_allow, !settings.kubernetes)
+            .with_cleartext(&settings.cleartext_credential_hosts),
+    );
+}
+
+/// The valid resources of a loaded Catalog that `serve` refuses under its policies,
+/// each with the `Ready` condition serve shows for it: their `{env:}` references judged
+/// by `resource_env`, their MCP adapters by `stdio_commands`, `stdio_env` and the rest
+/// of the adapter policy, their validator programs by `validator_commands` and
+/// `validator_env`, the way serve judges them. Nothing is read from the environment and
+/// nothing is started; `loaded` is the board after the load.
+pub fn refusals(
+    catalog: &Catalog,
+    loaded: &BoardSnapshot,
+    policy: &ResourcePolicy,
+    validators: &ValidatorPolicy,
+) -> Vec<ResourceReport> {
+    let board = StatusBoard::default();
+    board.set(loaded.clone());
+    let secrets = guarded(Arc::new(AnyValue), policy);
+    for (key, entry) in &catalog.entries {
+        let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
+        board.set_secrets(key, resolve_all(&spec, &key.namespace, secrets.as_ref()));
+    }
+    let (_, failures) = crate::mcp::from_catalog::adapters(catalog, secrets.as_ref(), policy);
+    for (key, check) in &failures {
+        board.set_check(key, check.clone());
+    }
+    for (key, entry) in catalog.of_kind(Kind::ValidatorProfile) {
+        let Resource::ValidatorProfile(profile) = entry.resource.as_ref() else { continue };
+        // What the policy refuses; whether the program is installed here says nothing.
+        if let Err(refusal) = validators.check(&key.namespace, &profile.spec.argv, &profile.spec.env)
+            && [reasons::COMMAND_NOT_ALLOWED, reasons::ENV_NOT_ALLOWED].contains(&refusal.reason)
+        {
+            board.set_check(key, Check::failed(refusal.reason, refusal.message));
+        }
+    }
+    board.get().resources.iter().filter(|r| r.in_force == InForce::Current && r.problem().is_some()).cloned().collect()
+}
+
+/// Resolves every reference to an empty value: what the policy lets through, not what
+/// this environment holds.
+struct AnyValue;
+
+impl SecretResolver for AnyValue {
+    fn resolve(&self, _namespace: &str, _reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        Ok(SecretValue::new(String::new()))
+    }
 }

@@ -30,10 +30,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
         .with_home_namespace(&super::assemble::home_namespace(&settings));
     policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
-    crate::egress::Egress::install(
-        crate::egress::Egress::new(&settings.egress_allow, !settings.kubernetes)
-            .with_cleartext(&settings.cleartext_credential_hosts),
-    );
+    policy::install_egress(&settings);
     let resource_policy = Arc::new(policy::resource_policy(&settings));
     if !keys.enabled() {
         if !settings.address.ip().is_loopback() && !settings.allow_unauthenticated {
@@ -67,6 +64,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
         }
     };
+    tasks.spawn(crate::catalog::problem_log::run(board.clone(), cancel.clone()));
     let secrets = policy::guarded(secrets, &resource_policy);
     let mode = if settings.kubernetes { "operator" } else { "standalone" };
 

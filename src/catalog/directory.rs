@@ -139,16 +139,36 @@ impl DirectorySource {
 /// How often the directories are rescanned even without file events (missed events,
 /// network filesystems).
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(10);
-/// Quiet time after a file event before reloading (editors write in several steps).
-pub const DEBOUNCE: Duration = Duration::from_millis(150);
+/// Quiet time after the last file change before reloading (editors write in several
+/// steps): a burst of changes is one reload.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+/// Longest a stream of changes delays the reload.
+pub const MAX_DELAY: Duration = Duration::from_secs(2);
+
+/// Whether a file event can change what the directories hold: a file or directory
+/// created, written, renamed or removed (or events lost). Opening, reading, closing
+/// and metadata changes cannot; reloading reads every file, so reacting to those
+/// would reload forever.
+pub fn changes_content(event: &notify::Event) -> bool {
+    use notify::EventKind;
+    use notify::event::ModifyKind;
+    match event.kind {
+        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Any => true,
+        EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Name(_) | ModifyKind::Any) => true,
+        EventKind::Modify(ModifyKind::Metadata(_) | ModifyKind::Other) | EventKind::Access(_) => false,
+        EventKind::Other => event.need_rescan(),
+    }
+}
 
 /// Watches the directories and reloads on change until cancelled.
 pub async fn watch(mut source: DirectorySource, store: CatalogStore, board: StatusBoard, cancel: CancellationToken) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+        Ok(event) if changes_content(&event) => {
             let _ = tx.send(());
         }
+        Ok(_) => {}
+        Err(error) => tracing::debug!(%error, "file watch error; the periodic rescan covers it"),
     });
     let _watcher = match watcher {
         Ok(mut watcher) => {
@@ -165,17 +185,18 @@ pub async fn watch(mut source: DirectorySource, store: CatalogStore, board: Stat
         }
     };
     let mut rescan = tokio::time::interval(RESCAN_INTERVAL);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     rescan.tick().await;
     loop {
-        tokio::select! {
+        let trigger = tokio::select! {
             _ = cancel.cancelled() => return,
             event = rx.recv() => {
-                if event.is_none() { return; }
-                tokio::time::sleep(DEBOUNCE).await;
-                while rx.try_recv().is_ok() {}
+                if event.is_none() || !settle(&mut rx, &cancel).await { return; }
+                "change"
             }
-            _ = rescan.tick() => {}
-        }
+            _ = rescan.tick() => "rescan",
+        };
+        tracing::debug!(trigger, "reloading resources");
         let result = tokio::task::spawn_blocking(move || {
             let reload = source.reload();
             (source, reload)
@@ -191,5 +212,54 @@ pub async fn watch(mut source: DirectorySource, store: CatalogStore, board: Stat
                 return;
             }
         }
+        rescan.reset();
+    }
+}
+
+/// Waits until no change arrived for [`DEBOUNCE`] (at most [`MAX_DELAY`]); false when
+/// cancelled or the watcher is gone.
+async fn settle(rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>, cancel: &CancellationToken) -> bool {
+    let limit = tokio::time::Instant::now() + MAX_DELAY;
+    loop {
+        let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(limit);
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            event = rx.recv() => if event.is_none() { return false; },
+            _ = tokio::time::sleep_until(quiet) => return true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, Flag, MetadataKind, ModifyKind, RemoveKind, RenameMode,
+    };
+    use notify::{Event, EventKind};
+
+    use super::*;
+
+    #[test]
+    fn only_events_that_change_content_trigger_a_reload() {
+        let reloads = [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Remove(RemoveKind::File),
+        ];
+        for kind in reloads {
+            assert!(changes_content(&Event::new(kind)), "{kind:?}");
+        }
+        let ignored = [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+            EventKind::Other,
+        ];
+        for kind in ignored {
+            assert!(!changes_content(&Event::new(kind)), "{kind:?}");
+        }
+        assert!(changes_content(&Event::new(EventKind::Other).set_flag(Flag::Rescan)), "lost events: rescan");
     }
 }

@@ -109,16 +109,12 @@ fn report(key: &ObjectKey, source: String, in_force: Option<&Entry>, errors: &[F
     }
 }
 
-/// Applies a reload: publishes the Catalog and the status board, logs what changed.
+/// Applies a reload: publishes the Catalog and the status board, logs a new Catalog
+/// version (the problems it found are logged once per change by
+/// [`super::problem_log`]).
 pub fn apply(reload: Reload, store: &CatalogStore, board: &StatusBoard) -> u64 {
     let before = store.current().version;
     let version = store.publish(reload.entries, reload.config_maps);
-    for report in reload.reports.iter().filter(|r| r.in_force != InForce::Current) {
-        tracing::warn!(object = %report.key, source = %report.source, errors = %report.errors.join("; "), "invalid resource");
-    }
-    for problem in &reload.problems {
-        tracing::warn!(location = %problem.location, error = %problem.error, "unreadable manifest");
-    }
     if version != before {
         tracing::info!(
             catalog_version = version,

@@ -6,6 +6,7 @@ pub mod directory;
 pub mod manifest;
 pub mod merge;
 pub mod policy;
+pub mod problem_log;
 pub mod readiness;
 pub mod scan;
 pub mod secrets;

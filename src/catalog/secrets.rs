@@ -201,6 +201,37 @@ impl SecretResolver for PolicySecrets {
     }
 }
 
+/// Whether every secret reference in a resource's spec resolves (`None`: it has none);
+/// else the reason (a refused name first: resolving it later will not help) and every
+/// failure as `path: error`. What the object's `SecretsResolved` condition shows.
+pub fn resolve_all(
+    spec: &serde_json::Value,
+    namespace: &str,
+    secrets: &dyn SecretResolver,
+) -> Option<Result<(), (&'static str, String)>> {
+    let references = crate::resources::common::secret_refs(spec);
+    if references.is_empty() {
+        return None;
+    }
+    let unresolved: Vec<(&str, String)> = references
+        .iter()
+        .filter_map(|(path, reference)| {
+            let error = secrets.resolve(namespace, reference).err()?;
+            Some((error.reason(), format!("{path}: {error}")))
+        })
+        .collect();
+    if unresolved.is_empty() {
+        return Some(Ok(()));
+    }
+    let reason = unresolved
+        .iter()
+        .map(|(reason, _)| *reason)
+        .find(|reason| *reason == reasons::ENV_NOT_ALLOWED)
+        .unwrap_or(reasons::SECRETS_UNRESOLVED);
+    let message = unresolved.iter().map(|(_, message)| message.as_str()).collect::<Vec<_>>().join("; ");
+    Some(Err((reason, message)))
+}
+
 /// Largest secret value accepted.
 pub const MAX_SECRET_BYTES: usize = 8192;
 

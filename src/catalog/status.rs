@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::ObjectKey;
 use super::readiness::{Check, CheckState, Needs, conditions, reasons};
 use crate::resources::Kind;
-use crate::resources::common::{Condition, ConditionStatus, now_rfc3339, set_condition};
+use crate::resources::common::{Condition, ConditionStatus, find_condition, now_rfc3339, set_condition};
 use crate::text::{ELLIPSIS, truncate_chars};
 
 /// Longest condition message (the full list of problems is in the report's errors).
@@ -54,6 +54,19 @@ pub struct ResourceReport {
     /// What must be observed about the version in force before it is `Ready`.
     #[serde(skip)]
     pub needs: Needs,
+}
+
+impl ResourceReport {
+    /// The `Ready` condition when the object does not work for a known reason: `None`
+    /// when it is `Ready`, and while the check that decides it is still under way.
+    pub fn problem(&self) -> Option<&Condition> {
+        let ready = find_condition(&self.conditions, conditions::READY)?;
+        let pending = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ != conditions::READY && c.status == ConditionStatus::Unknown && c.reason == ready.reason);
+        (ready.status != ConditionStatus::True && !pending).then_some(ready)
+    }
 }
 
 /// A problem that cannot be attributed to a named object (unreadable file,
@@ -105,6 +118,8 @@ struct Board {
 pub struct StatusBoard {
     inner: Arc<RwLock<Board>>,
     write_failures: Arc<Mutex<BTreeMap<Kind, u64>>>,
+    /// Moves whenever a snapshot is set or a condition may have changed.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl StatusBoard {
@@ -129,6 +144,17 @@ impl StatusBoard {
             refresh(report, board.observed.get(&report.key));
         }
         board.snapshot = Arc::new(snapshot);
+        drop(board);
+        self.changed();
+    }
+
+    /// A receiver that sees every change of the snapshot or of its conditions.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|count| *count = count.wrapping_add(1));
     }
 
     /// The latest snapshot.
@@ -150,6 +176,8 @@ impl StatusBoard {
         for report in Arc::make_mut(snapshot).resources.iter_mut().filter(|r| &r.key == key) {
             refresh(report, entry);
         }
+        drop(board);
+        self.changed();
     }
 
     /// Replaces the facts a live component observed about an object (its `status`

@@ -106,6 +106,10 @@ pub struct ValidateArgs {
     /// Directories of manifests (YAML or JSON, searched recursively).
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
+    /// The service configuration, as for `serve`: what it refuses (`stdio_commands`,
+    /// `resource_env`, `stdio_env`, …) is refused here too.
+    #[command(flatten)]
+    pub flags: Box<ServeFlags>,
 }
 
 /// `crds` arguments.
@@ -146,7 +150,7 @@ pub fn run() -> ExitCode {
             Some(key_env) => verify_seals(&path, &key_env, anchor.as_deref()),
             None => verify_journal(&path),
         },
-        Command::Validate(args) => validate::run(&args.dirs),
+        Command::Validate(args) => validate::run(&args.dirs, &args.flags),
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(args) => knowledge::run_corpus(args),
         Command::Index(args) => knowledge::run_index(args),

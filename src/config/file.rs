@@ -80,7 +80,13 @@ pub(crate) fn read(path: &Path, known: &[&str]) -> Result<Vec<(String, Value)>, 
             format!("is not valid UTF-8 (bad byte at offset {}); save it as UTF-8", e.utf8_error().valid_up_to()),
         )
     })?;
-    let Entries(mut entries) = serde_json::from_str::<Entries>(&text).map_err(|e| {
+    parse(path, &text, known)
+}
+
+/// Checks the text of a config file (`path` names it in errors); returns the setting
+/// entries (without `version`) in file order.
+pub(crate) fn parse(path: &Path, text: &str, known: &[&str]) -> Result<Vec<(String, Value)>, ConfigError> {
+    let Entries(mut entries) = serde_json::from_str::<Entries>(text).map_err(|e| {
         file_err(path, format!("is not a single JSON object ({e}); it must hold exactly one JSON object"))
     })?;
 

@@ -503,3 +503,15 @@ pub fn load(flags: &ServeFlags, env: &dyn Fn(&str) -> Option<String>) -> Result<
     s.check_consistency()?;
     Ok(s)
 }
+
+/// The settings a config file's text gives over the defaults, without the environment
+/// or flags (`label` names the file in errors): what a deployment's own config file
+/// means, such as the Helm chart's `config:` values.
+pub fn from_file_text(label: &Path, text: &str) -> Result<Settings, ConfigError> {
+    let mut s = Settings::default();
+    let entries = file::parse(label, text, KEYS)?;
+    apply_file(&mut s, label, &entries)?;
+    s.config_file = Some(label.to_path_buf());
+    s.check_consistency()?;
+    Ok(s)
+}
