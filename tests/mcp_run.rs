@@ -53,6 +53,28 @@ async fn connect(base_url: &str) -> (akritas::catalog::CatalogStore, McpHost, te
     (catalog, mcp, manifests)
 }
 
+/// One chat Run of `question` on `llm` with the adapter's tools, audited into `data`.
+async fn chat_run(
+    llm: &ScriptedLlm,
+    mcp: &McpHost,
+    catalog: akritas::catalog::CatalogStore,
+    question: &str,
+    data: &std::path::Path,
+) -> (akritas::engine::request::RunOutcome, Arc<AuditLog>) {
+    let audit = Arc::new(AuditLog::open(&data.join("audit.jsonl")).unwrap());
+    let engine = host::engine(llm, host::settings(), mcp.registry(), catalog, Some(audit.clone()), None);
+    let outcome = engine
+        .run(RunRequest {
+            source: "chat".into(),
+            actor: "test".into(),
+            turns: vec![Turn { role: Speaker::User, content: question.into() }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    (outcome, audit)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_audited() {
     let vm = vm::VictoriaMetrics::start().await;
@@ -77,17 +99,7 @@ async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_aud
     ])
     .await;
     let data = tempfile::tempdir().unwrap();
-    let audit = Arc::new(AuditLog::open(&data.path().join("audit.jsonl")).unwrap());
-    let engine = host::engine(&llm, host::settings(), mcp.registry(), catalog, Some(audit.clone()), None);
-    let outcome = engine
-        .run(RunRequest {
-            source: "chat".into(),
-            actor: "test".into(),
-            turns: vec![Turn { role: Speaker::User, content: "Why is db-7 loaded?".into() }],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let (outcome, audit) = chat_run(&llm, &mcp, catalog, "Why is db-7 loaded?", data.path()).await;
     let statuses: Vec<(&str, &str)> = outcome.activity.iter().map(|a| (a.name.as_str(), a.status.as_str())).collect();
     assert_eq!(
         statuses,
@@ -129,17 +141,7 @@ async fn an_error_result_of_an_mcp_tool_is_a_failed_call_that_no_evidence_can_ci
     ])
     .await;
     let data = tempfile::tempdir().unwrap();
-    let audit = Arc::new(AuditLog::open(&data.path().join("audit.jsonl")).unwrap());
-    let engine = host::engine(&llm, host::settings(), mcp.registry(), catalog, Some(audit.clone()), None);
-    let outcome = engine
-        .run(RunRequest {
-            source: "chat".into(),
-            actor: "test".into(),
-            turns: vec![Turn { role: Speaker::User, content: "Is the cluster up?".into() }],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let (outcome, audit) = chat_run(&llm, &mcp, catalog, "Is the cluster up?", data.path()).await;
     let call = outcome.activity.iter().find(|a| a.name == "mcp.victoriametrics.query").expect("the query ran");
     assert_eq!(call.status, "tool_error", "the error result is a failed call: {call:?}");
     let error = call.result.error.as_ref().expect("recorded as an error");
