@@ -97,13 +97,6 @@ pub mod reasons {
     pub const CLEARTEXT_CREDENTIAL: &str = crate::egress::CLEARTEXT_CREDENTIAL;
 }
 
-/// Whether a `Ready` reason says the host is still looking (a secret being
-/// resolved, a session being started, a check or an index not yet done) rather
-/// than that something is wrong.
-pub fn in_progress(reason: &str) -> bool {
-    [reasons::RESOLVING, reasons::CONNECTING, reasons::CHECKING, reasons::INDEXING].contains(&reason)
-}
-
 /// The live check a kind has: its condition type and the reason shown until the
 /// first outcome arrives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

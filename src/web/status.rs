@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::AppState;
 use super::auth::Caller;
-use crate::catalog::readiness::in_progress;
 use crate::catalog::status::{InForce, Problem, ResourceReport};
 use crate::config::Scope;
 use crate::resources::common::{READY, find_condition, is_ready};
@@ -84,16 +83,18 @@ pub struct NotReady {
     pub count: usize,
 }
 
-/// The resources on `reports` that are not Ready, by kind and reason.
+/// The resources on `reports` that are not Ready, by kind and reason; a check still
+/// under way ([`ResourceReport::problem`] is none) is `in_progress`.
 fn not_ready(reports: &[ResourceReport]) -> Vec<NotReady> {
-    let mut counts: BTreeMap<(&'static str, String), usize> = BTreeMap::new();
+    let mut counts: BTreeMap<(&'static str, String, bool), usize> = BTreeMap::new();
     for report in reports.iter().filter(|r| !is_ready(&r.conditions)) {
         let reason = find_condition(&report.conditions, READY).map_or("Unknown", |c| c.reason.as_str());
-        *counts.entry((report.key.kind.as_str(), reason.to_string())).or_default() += 1;
+        let in_progress = report.problem().is_none();
+        *counts.entry((report.key.kind.as_str(), reason.to_string(), in_progress)).or_default() += 1;
     }
     counts
         .into_iter()
-        .map(|((kind, reason), count)| NotReady { kind, in_progress: in_progress(&reason), reason, count })
+        .map(|((kind, reason, in_progress), count)| NotReady { kind, reason, in_progress, count })
         .collect()
 }
 
