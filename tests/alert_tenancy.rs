@@ -19,7 +19,7 @@ use akritas::tenancy::Tenancy;
 use akritas::web::auth::ApiKeys;
 use serde_json::{Value, json};
 use support::host;
-use support::scripted_llm::{ScriptedLlm, Step};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
 use tokio_util::sync::CancellationToken;
 
 const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
@@ -141,6 +141,17 @@ fn receiver(namespace: &str, url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_reaches_only_receivers_of_its_namespace_and_shared_ones() {
+    notified_receivers(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_investigation_is_told_only_to_receivers_of_its_namespace_and_shared_ones() {
+    notified_receivers(false).await;
+}
+
+/// An alert of team-a investigated (`succeeds`), or failed by a rejected result: the
+/// outcome goes to team-a's and the shared receiver, never team-b's.
+async fn notified_receivers(succeeds: bool) {
     let ((a, url_a), (b, url_b), (shared, url_shared)) = (hook().await, hook().await, hook().await);
     let manifests = tempfile::tempdir().unwrap();
     let resources = source("team-a", "am", "alertmanager", "TOKEN_A")
@@ -149,7 +160,18 @@ async fn a_result_reaches_only_receivers_of_its_namespace_and_shared_ones() {
         + &receiver("platform", &url_shared);
     std::fs::write(manifests.path().join("resources.yaml"), resources).unwrap();
     let data = tempfile::tempdir().unwrap();
-    let llm = ScriptedLlm::start_with(investigator()).await;
+    // Failing: a `confirmed` result with no evidence, which the host rejects.
+    let (investigate, submit) =
+        (investigator(), akritas::tools::openai_alias(&"local.investigation.submit_result".try_into().unwrap()));
+    let unbacked = json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "high",
+                          "summary": "unbacked", "evidence": [], "production_writes": 0});
+    let llm = ScriptedLlm::start_with(move |n, request: &Value| {
+        if succeeds || !support::scripted_llm::offers(request, &submit) {
+            return investigate(n, request);
+        }
+        Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), unbacked.clone())]))
+    })
+    .await;
     let catalog = host::catalog_from(manifests.path());
     let (tools, _) = host::standard_tools();
     let audit = Arc::new(AuditLog::open(&data.path().join("audit.jsonl")).unwrap());
@@ -176,10 +198,16 @@ async fn a_result_reaches_only_receivers_of_its_namespace_and_shared_ones() {
         .await
         .unwrap_or_else(|| panic!("job did not settle: {:?}", store.job(&id)));
     cancel.cancel();
-    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    let expected = if succeeds { JobStatus::Succeeded } else { JobStatus::Failed };
+    assert_eq!(job.status, expected, "{job:?}");
     let receivers: Vec<&str> = job.deliveries.iter().map(|d| d.receiver.as_str()).collect();
     assert_eq!(receivers, ["platform/hook", "team-a/hook"], "{job:?}");
     assert_eq!((*a.lock().unwrap(), *b.lock().unwrap(), *shared.lock().unwrap()), (1, 0, 1));
+    if !succeeds {
+        let error = job.error.as_deref().unwrap_or_default();
+        assert!(error.contains("finding_status confirmed needs"), "rejected for its missing evidence: {error}");
+        return;
+    }
     let run = audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
     assert_eq!(run.namespace, "team-a", "the investigation runs in the AlertSource's namespace");
     let mut metrics = String::new();
