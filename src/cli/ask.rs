@@ -21,6 +21,8 @@ pub struct AskFlags {
     base_url: Option<String>,
     #[arg(long, value_name = "NAME", help = config::flag_help_for("upstream_model"))]
     upstream_model: Option<String>,
+    #[arg(long, value_name = "MODE", help = config::flag_help_for("model_protocol"))]
+    model_protocol: Option<String>,
     #[arg(long, value_name = "ENV_VAR", help = config::flag_help_for("upstream_api_key_env"))]
     upstream_api_key_env: Option<String>,
     #[arg(long, value_name = "PATH", help = config::flag_help_for("system_instructions"))]
@@ -54,6 +56,7 @@ impl AskFlags {
             config: self.config,
             base_url: self.base_url,
             upstream_model: self.upstream_model,
+            model_protocol: self.model_protocol,
             upstream_api_key_env: self.upstream_api_key_env,
             system_instructions: self.system_instructions,
             response_language: self.response_language,
@@ -138,6 +141,9 @@ fn print_text(outcome: &RunOutcome) -> std::io::Result<()> {
         u.duration_ms,
         l.max_duration_ms
     )?;
+    if let Some(mode) = &outcome.model_protocol {
+        writeln!(out, "Model protocol: {mode}")?;
+    }
     if let Some(id) = &outcome.run_id {
         writeln!(out, "Run: {id}")?;
     }
@@ -172,7 +178,7 @@ mod tests {
             assert_eq!(arg.get_help().map(ToString::to_string), twin.get_help().map(ToString::to_string));
             compared += 1;
         }
-        assert_eq!(compared, 15);
+        assert_eq!(compared, 16);
         let matches = ask
             .try_get_matches_from(["ask", "--base-url", "http://m:1/v1", "--max-tokens", "77", "--resources", "a,b"])
             .unwrap();

@@ -97,7 +97,7 @@ pub fn plan_schema(language: &str, tools: &[(String, Value)], max_checks: usize)
     };
     let branches: Vec<Value> = tools.iter().map(|(name, schema)| check(name, closed(schema, 0))).collect();
     let items = match branches.len() {
-        0 => check("none", json!({"type": "object", "maxProperties": 0})),
+        0 => check("none", json!({"type": "object", "properties": {}, "additionalProperties": false})),
         1 => branches.into_iter().next().unwrap_or_default(),
         _ => json!({"anyOf": branches}),
     };
@@ -308,7 +308,8 @@ fn closed(schema: &Value, depth: usize) -> Value {
                 out.insert("additionalProperties".into(), Value::Bool(false));
             }
             _ => {
-                out.insert("maxProperties".into(), json!(0));
+                out.insert("properties".into(), json!({}));
+                out.insert("additionalProperties".into(), Value::Bool(false));
             }
         }
     }
@@ -521,7 +522,8 @@ mod tests {
         assert_eq!(arguments["properties"]["host"]["maxLength"], MAX_ARGUMENT_CHARS);
         assert_eq!(arguments["properties"]["tags"]["maxItems"], MAX_ARGUMENT_ITEMS);
         assert_eq!(arguments["properties"]["tags"]["items"]["maxLength"], MAX_ARGUMENT_CHARS);
-        assert_eq!(branches[1]["properties"]["arguments"]["maxProperties"], 0, "an open object is closed");
+        let open = &branches[1]["properties"]["arguments"];
+        assert_eq!((&open["properties"], &open["additionalProperties"]), (&json!({}), &json!(false)), "closed");
         assert_eq!(
             plan_schema("en", &tools[..1], 2)["properties"]["checks"]["items"]["properties"]["tool"]["enum"],
             json!(["inventory.host"])

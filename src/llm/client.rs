@@ -6,14 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::error::{LlmError, excerpt, from_reqwest};
-use super::learned::{Learned, ModelFacts, flatten, refuses_tools};
+use super::learned::{Learned, ModelFacts, flatten, refuses_tools, rejects_parameter};
+use super::protocol::{Mode, Protocol};
 use super::reasoning::strip_think;
 use super::stream::{ChatStream, StreamLimits, events_of};
-use super::structured::{Mode, Protocol};
 use super::wire::{
     ChatRequest, ChatResponse, Message, Role, StreamOptions, ToolChoice, WireModels, WireRequest, WireResponse,
 };
@@ -27,16 +26,6 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 const MAX_TOKENS: &str = "max_tokens";
 const MAX_COMPLETION_TOKENS: &str = "max_completion_tokens";
-
-/// Phrases (lower-case) by which servers say a request field is not accepted.
-const UNSUPPORTED_PHRASES: &[&str] = &[
-    "unsupported parameter",
-    "not supported",
-    "unknown parameter",
-    "unrecognized parameter",
-    "extra fields not permitted",
-    "extra inputs are not permitted",
-];
 
 /// Connection settings of an OpenAI-compatible server. `Debug` never shows the API key.
 #[derive(Clone)]
@@ -531,37 +520,6 @@ fn encode_request(
     serde_json::to_vec(&wire).map_err(|err| LlmError::InvalidConfig(format!("cannot encode the request: {err}")))
 }
 
-/// Does this 400/422 body say that `field` is not accepted?
-fn rejects_parameter(body: &[u8], field: &str) -> bool {
-    let text = String::from_utf8_lossy(body);
-    let (message, param, code) = match serde_json::from_str::<Value>(&text) {
-        Ok(value) => envelope_fields(&value),
-        Err(_) => (None, None, None),
-    };
-    // Without a structured message (non-JSON body, FastAPI `detail`, ...), look at the whole body.
-    let message = message.unwrap_or_else(|| text.to_string());
-    // A `param` names the field authoritatively (OpenAI's message also mentions the replacement field).
-    let names_field = match param.as_deref() {
-        Some(param) if !param.is_empty() => param == field,
-        _ => message.contains(field),
-    };
-    let lower = message.to_lowercase();
-    let says_unsupported = code.as_deref() == Some("unsupported_parameter")
-        || UNSUPPORTED_PHRASES.iter().any(|phrase| lower.contains(phrase));
-    names_field && says_unsupported
-}
-
-/// `(message, param, code)` of `{"error":{..}}`, `{"error":"text"}` or a top-level `{"message":..}`.
-fn envelope_fields(value: &Value) -> (Option<String>, Option<String>, Option<String>) {
-    let target = match value.get("error") {
-        Some(Value::String(message)) => return (Some(message.clone()), None, None),
-        Some(error @ Value::Object(_)) => error,
-        _ => value,
-    };
-    let field = |key: &str| target.get(key).and_then(Value::as_str).map(str::to_owned);
-    (field("message"), field("param"), field("code"))
-}
-
 /// One model call for `/metrics`: count and latency by outcome, tokens by kind.
 /// Counts one model call (outcome, latency, reported tokens) in the metrics.
 pub(crate) fn record_call(result: &Result<ChatResponse, LlmError>, took: std::time::Duration) {
@@ -591,7 +549,7 @@ pub(crate) fn record_call(result: &Result<ChatResponse, LlmError>, took: std::ti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn base_url_validation() {
@@ -634,40 +592,6 @@ mod tests {
                 other => panic!("unexpected {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn parameter_rejection_detection() {
-        let openai = json!({"error": {
-            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
-            "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"
-        }})
-        .to_string();
-        assert!(rejects_parameter(openai.as_bytes(), MAX_TOKENS));
-        assert!(!rejects_parameter(openai.as_bytes(), MAX_COMPLETION_TOKENS));
-
-        let by_code =
-            json!({"error": {"message": "bad", "param": "max_completion_tokens", "code": "unsupported_parameter"}});
-        assert!(rejects_parameter(by_code.to_string().as_bytes(), MAX_COMPLETION_TOKENS));
-
-        let string_error = json!({"error": "Unrecognized parameter max_completion_tokens"});
-        assert!(rejects_parameter(string_error.to_string().as_bytes(), MAX_COMPLETION_TOKENS));
-
-        let vllm = json!({"object": "error", "type": "BadRequestError", "code": 400,
-            "message": "max_completion_tokens: Extra inputs are not permitted"});
-        assert!(rejects_parameter(vllm.to_string().as_bytes(), MAX_COMPLETION_TOKENS));
-
-        let fastapi =
-            json!({"detail": [{"loc": ["body", "max_completion_tokens"], "msg": "Extra inputs are not permitted"}]});
-        assert!(rejects_parameter(fastapi.to_string().as_bytes(), MAX_COMPLETION_TOKENS));
-
-        assert!(rejects_parameter(b"unknown parameter: max_tokens", MAX_TOKENS));
-
-        let unrelated = json!({"error": {"message": "max_tokens must be at most 4096", "param": "max_tokens"}});
-        assert!(!rejects_parameter(unrelated.to_string().as_bytes(), MAX_TOKENS));
-        let other_field = json!({"error": {"message": "Unsupported parameter: 'temperature'", "param": "temperature"}});
-        assert!(!rejects_parameter(other_field.to_string().as_bytes(), MAX_TOKENS));
-        assert!(!rejects_parameter(b"", MAX_TOKENS));
     }
 
     #[test]

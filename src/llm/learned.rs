@@ -1,4 +1,4 @@
-//! What a client learned about each model it asked: the structured mode that answered (for
+//! What servers refuse, and what a client learned about each model it asked: the structured mode that answered (for
 //! `model_protocol: auto`) and whether the server refused `tools` for it. Ollama answers any
 //! request carrying `tools` with HTTP 400 "… does not support tools" when the model's template
 //! has none; from then on the client sends no tools for that model, and the conversation's tool
@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use serde::Serialize;
+use serde_json::Value;
 
-use super::structured::Mode;
+use super::protocol::Mode;
 use super::wire::{Message, Role};
 
 /// At most this many models are remembered (a client talks to one or a few).
@@ -47,6 +48,47 @@ impl Learned {
     }
 }
 
+/// Phrases (lower-case) by which servers say a request field is not accepted.
+const UNSUPPORTED_PHRASES: &[&str] = &[
+    "unsupported parameter",
+    "not supported",
+    "unknown parameter",
+    "unrecognized parameter",
+    "extra fields not permitted",
+    "extra inputs are not permitted",
+];
+
+/// Does this 400/422 body say that `field` is not accepted?
+pub(crate) fn rejects_parameter(body: &[u8], field: &str) -> bool {
+    let text = String::from_utf8_lossy(body);
+    let (message, param, code) = match serde_json::from_str::<Value>(&text) {
+        Ok(value) => envelope_fields(&value),
+        Err(_) => (None, None, None),
+    };
+    // Without a structured message (non-JSON body, FastAPI `detail`, ...), look at the whole body.
+    let message = message.unwrap_or_else(|| text.to_string());
+    // A `param` names the field authoritatively (OpenAI's message also mentions the replacement field).
+    let names_field = match param.as_deref() {
+        Some(param) if !param.is_empty() => param == field,
+        _ => message.contains(field),
+    };
+    let lower = message.to_lowercase();
+    let says_unsupported = code.as_deref() == Some("unsupported_parameter")
+        || UNSUPPORTED_PHRASES.iter().any(|phrase| lower.contains(phrase));
+    names_field && says_unsupported
+}
+
+/// `(message, param, code)` of `{"error":{..}}`, `{"error":"text"}` or a top-level `{"message":..}`.
+fn envelope_fields(value: &Value) -> (Option<String>, Option<String>, Option<String>) {
+    let target = match value.get("error") {
+        Some(Value::String(message)) => return (Some(message.clone()), None, None),
+        Some(error @ Value::Object(_)) => error,
+        _ => value,
+    };
+    let field = |key: &str| target.get(key).and_then(Value::as_str).map(str::to_owned);
+    (field("message"), field("param"), field("code"))
+}
+
 /// Does this error body say that the model does not support tools (Ollama's wording, and
 /// llama-server's without `--jinja`)?
 pub(crate) fn refuses_tools(body: &[u8]) -> bool {
@@ -81,6 +123,7 @@ pub fn flatten(messages: &[Message]) -> Vec<Message> {
 mod tests {
     use super::*;
     use crate::llm::ToolCall;
+    use serde_json::json;
 
     #[test]
     fn tool_turns_become_plain_turns() {
@@ -95,6 +138,40 @@ mod tests {
         assert_eq!(flat[2], Message::assistant(r#"Called pod_status with {"pod":"a"} (call call-1)."#));
         assert_eq!(flat[3], Message::user("Tool result (call call-1):\n{\"phase\":\"Running\"}"));
         assert!(flat.iter().all(|m| m.tool_calls.is_empty() && m.role != Role::Tool));
+    }
+
+    #[test]
+    fn parameter_rejection_detection() {
+        let openai = json!({"error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"
+        }})
+        .to_string();
+        assert!(rejects_parameter(openai.as_bytes(), "max_tokens"));
+        assert!(!rejects_parameter(openai.as_bytes(), "max_completion_tokens"));
+
+        let by_code =
+            json!({"error": {"message": "bad", "param": "max_completion_tokens", "code": "unsupported_parameter"}});
+        assert!(rejects_parameter(by_code.to_string().as_bytes(), "max_completion_tokens"));
+
+        let string_error = json!({"error": "Unrecognized parameter max_completion_tokens"});
+        assert!(rejects_parameter(string_error.to_string().as_bytes(), "max_completion_tokens"));
+
+        let vllm = json!({"object": "error", "type": "BadRequestError", "code": 400,
+            "message": "max_completion_tokens: Extra inputs are not permitted"});
+        assert!(rejects_parameter(vllm.to_string().as_bytes(), "max_completion_tokens"));
+
+        let fastapi =
+            json!({"detail": [{"loc": ["body", "max_completion_tokens"], "msg": "Extra inputs are not permitted"}]});
+        assert!(rejects_parameter(fastapi.to_string().as_bytes(), "max_completion_tokens"));
+
+        assert!(rejects_parameter(b"unknown parameter: max_tokens", "max_tokens"));
+
+        let unrelated = json!({"error": {"message": "max_tokens must be at most 4096", "param": "max_tokens"}});
+        assert!(!rejects_parameter(unrelated.to_string().as_bytes(), "max_tokens"));
+        let other_field = json!({"error": {"message": "Unsupported parameter: 'temperature'", "param": "temperature"}});
+        assert!(!rejects_parameter(other_field.to_string().as_bytes(), "max_tokens"));
+        assert!(!rejects_parameter(b"", "max_tokens"));
     }
 
     #[test]

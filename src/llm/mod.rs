@@ -12,6 +12,7 @@
 mod client;
 mod error;
 mod learned;
+mod protocol;
 pub mod reasoning;
 mod stream;
 pub mod structured;

@@ -22,95 +22,13 @@
 //! each caller sends through its own budget and records. Whatever the mode, the answer is
 //! normalised to one call of the submit tool, so callers validate it as they always did.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde_json::{Value, json};
 
 use super::client::LlmClient;
 use super::error::LlmError;
+pub use super::protocol::{Mode, Protocol};
 use super::reasoning::strip_think;
 use super::wire::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolChoice, ToolDefinition};
-
-/// Setting `model_protocol`: how structured answers are asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Protocol {
-    /// Start with the remembered mode (tool_call at first) and fall back as the server shows.
-    #[default]
-    Auto,
-    /// Always this mode.
-    Fixed(Mode),
-}
-
-/// How one structured answer is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Mode {
-    ToolCall,
-    JsonSchema,
-    JsonObject,
-    Text,
-}
-
-impl Mode {
-    /// Every mode, in fallback order.
-    pub const ALL: [Mode; 4] = [Mode::ToolCall, Mode::JsonSchema, Mode::JsonObject, Mode::Text];
-
-    /// Its setting value (`tool_call`, `json_schema`, `json_object`, `text`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::ToolCall => "tool_call",
-            Mode::JsonSchema => "json_schema",
-            Mode::JsonObject => "json_object",
-            Mode::Text => "text",
-        }
-    }
-
-    fn next(self) -> Option<Mode> {
-        let at = Mode::ALL.iter().position(|m| *m == self)?;
-        Mode::ALL.get(at + 1).copied()
-    }
-}
-
-impl serde::Serialize for Mode {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Protocol {
-    /// Its setting value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Auto => "auto",
-            Protocol::Fixed(mode) => mode.as_str(),
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Protocol {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        if value == "auto" {
-            return Ok(Protocol::Auto);
-        }
-        Mode::ALL.into_iter().find(|m| m.as_str() == value).map(Protocol::Fixed).ok_or_else(|| {
-            format!("unknown model protocol {value:?}; choose auto, tool_call, json_schema, json_object or text")
-        })
-    }
-}
 
 /// One structured step: the conversation, and the submit tool whose arguments are the answer.
 #[derive(Debug, Clone)]
@@ -307,8 +225,10 @@ impl Asking {
                 request.parallel_tool_calls = Some(false);
             }
             Mode::JsonSchema => {
+                // `strict` only where OpenAI's strict subset holds (every object closed, every
+                // property required); llama.cpp and Ollama apply the schema as a grammar either way.
                 request.response_format = Some(json!({"type": "json_schema", "json_schema": {
-                    "name": step.name, "strict": true, "schema": step.schema}}));
+                    "name": step.name, "strict": strict_subset(&step.schema), "schema": step.schema}}));
             }
             Mode::JsonObject => request.response_format = Some(json!({"type": "json_object"})),
             Mode::Text => {}
@@ -339,6 +259,28 @@ impl Asking {
 enum Problem {
     NoObject,
     Mismatch { object: Value, reason: String },
+}
+
+/// Whether `schema` is in OpenAI's strict subset: each object schema lists its
+/// properties, requires all of them and allows no others (nested schemas alike).
+fn strict_subset(schema: &Value) -> bool {
+    let Value::Object(map) = schema else { return true };
+    let is_object = map.get("type").and_then(Value::as_str) == Some("object") || map.contains_key("properties");
+    if is_object {
+        let properties = map.get("properties").and_then(Value::as_object);
+        let required: Vec<&str> =
+            map.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let closed = map.get("additionalProperties") == Some(&Value::Bool(false));
+        let all_required = properties.is_some_and(|p| p.keys().all(|key| required.contains(&key.as_str())));
+        if !closed || !all_required {
+            return false;
+        }
+    }
+    let nested = map.get("properties").and_then(Value::as_object).into_iter().flat_map(|p| p.values());
+    let items = map.get("items").into_iter();
+    let options =
+        ["anyOf", "oneOf", "allOf"].iter().filter_map(|key| map.get(*key).and_then(Value::as_array)).flatten();
+    nested.chain(items).chain(options).all(strict_subset)
 }
 
 /// The paragraph that asks for the object, appended to the system message.

@@ -99,6 +99,10 @@ pub struct ChatAnswer {
     /// Why the plan was not used, if it was not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_error: Option<String>,
+    /// How the structured steps (plan, result) were asked for: `tool_call`,
+    /// `json_schema`, `json_object` or `text` (see the `model_protocol` setting).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_protocol: Option<String>,
 }
 
 /// One executed tool call of a chat answer.
@@ -292,6 +296,7 @@ impl ChatAnswer {
             catalog_version: outcome.catalog_version,
             budget: BudgetView { limits: outcome.limits, usage: outcome.usage },
             plan_error: outcome.plan_error,
+            model_protocol: outcome.model_protocol,
         }
     }
 }

@@ -78,7 +78,7 @@ fn a_forced_call_answered_with_prose_falls_back_to_a_json_schema_and_is_remember
     let format = second.response_format.clone().unwrap();
     assert_eq!(format["type"], "json_schema");
     assert_eq!(format["json_schema"]["name"], "local_investigation_submit_plan");
-    assert_eq!(format["json_schema"]["strict"], true);
+    assert_eq!(format["json_schema"]["strict"], true, "this schema is in the strict subset");
     assert_eq!(format["json_schema"]["schema"], step().schema);
     let system = second.messages[0].content.as_deref().unwrap();
     assert!(system.starts_with("Plan the checks.\n\nAnswer with exactly one JSON object: the arguments of "));
@@ -172,4 +172,18 @@ fn the_first_object_is_found_in_prose() {
     assert_eq!(first_object(r#"{"cut": "#), None);
     let many = "{".repeat(10_000);
     assert_eq!(first_object(&many), None, "bounded work on hostile text");
+}
+
+#[test]
+fn strict_is_claimed_only_for_schemas_in_the_strict_subset() {
+    let closed = json!({"type": "object", "additionalProperties": false, "required": ["a"],
+                        "properties": {"a": {"type": "array", "items": {"anyOf": [{"type": "string"},
+                            {"type": "object", "additionalProperties": false, "required": ["b"],
+                             "properties": {"b": {"type": "string"}}}]}}}});
+    assert!(strict_subset(&closed));
+    let mut optional = closed.clone();
+    optional["properties"]["a"]["items"]["anyOf"][1]["properties"]["c"] = json!({"type": "string"});
+    assert!(!strict_subset(&optional), "an optional nested property");
+    assert!(!strict_subset(&json!({"type": "object", "maxProperties": 0})), "an object without additionalProperties");
+    assert!(!strict_subset(&json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})));
 }
