@@ -1,0 +1,207 @@
+//! How each model server answers, as documented by its project: the same [`Answer`] of a
+//! brain rendered the way Ollama, llama-server, vLLM, OpenAI or a reasoning model serves it.
+//!
+//! - **Ollama** (`server/routes.go`, `server/images.go`, `middleware/openai.go`, `openai/openai.go`):
+//!   a request carrying `tools` for a model without the tools capability is refused with HTTP 400
+//!   `{"error":{"message":"registry.ollama.ai/library/<model>:latest does not support tools",
+//!   "type":"invalid_request_error","param":null,"code":null}}` (the `ChatHandler` capability
+//!   check, its message turned into the OpenAI envelope by `NewError`, which types a 400 as
+//!   `invalid_request_error`). `tool_choice` is not read at all, so a forced call may come back
+//!   as prose. `response_format` `json_schema`/`json_object` become its `format`: the content is
+//!   the JSON. `POST /api/show` reports `model_info["<arch>.context_length"]` and, when the
+//!   Modelfile sets it, `num_ctx` in the `parameters` text (`%-30s %#v` per option).
+//! - **llama-server** (`tools/server/README.md`): tools and `response_format` are honoured; a
+//!   forced call may come with prose in `content` before it. `GET /props` carries
+//!   `default_generation_settings.n_ctx`; `GET /v1/models` entries carry `meta.n_ctx_train`.
+//! - **vLLM**: named and `required` `tool_choice` are honoured (guided decoding), as is
+//!   `response_format`; `GET /v1/models` entries carry `max_model_len`.
+//! - **OpenAI**: the reference: everything honoured, nothing extra.
+//! - **Reasoning**: a reasoning model behind a server without a reasoning parser for it: every
+//!   answer's content starts with a `<think>…</think>` block carrying [`THINK_MARKER`], which
+//!   `reasoning_content` repeats; tools and formats honoured otherwise.
+
+use serde_json::{Value, json};
+
+use crate::brain::{Answer, Mode, asked};
+use crate::scripted_llm::Reply;
+
+/// Text inside every think block of [`Personality::Reasoning`]: it must never reach an
+/// answer, a journal or a Run record.
+pub const THINK_MARKER: &str = "THINK-MARKER-9c41d2";
+/// `<arch>.context_length` the Ollama stand-in reports in `model_info` (the model's training window).
+pub const OLLAMA_CONTEXT_LENGTH: u64 = 32768;
+/// `num_ctx` the Ollama stand-in reports in `parameters` (the window requests actually get).
+pub const OLLAMA_NUM_CTX: u64 = 8192;
+/// `default_generation_settings.n_ctx` of the llama-server stand-in (`--ctx-size`).
+pub const LLAMA_N_CTX: u64 = 16384;
+/// `meta.n_ctx_train` of the llama-server stand-in's model.
+pub const LLAMA_N_CTX_TRAIN: u64 = 131072;
+/// `max_model_len` of the vLLM stand-in.
+pub const VLLM_MAX_MODEL_LEN: u64 = 24576;
+
+/// A model server's documented behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Personality {
+    /// Ollama's OpenAI-compatible API; `tools`: whether the model has the tools capability.
+    Ollama { tools: bool },
+    /// llama.cpp's `llama-server` (with `--jinja`).
+    LlamaServer,
+    /// vLLM's OpenAI-compatible server (with a tool-call parser).
+    Vllm,
+    /// OpenAI's API.
+    OpenAi,
+    /// A reasoning model whose think blocks stay in the content.
+    Reasoning,
+}
+
+impl Personality {
+    /// Every personality, for suites that run under each.
+    pub const ALL: [Personality; 6] = [
+        Personality::Ollama { tools: false },
+        Personality::Ollama { tools: true },
+        Personality::LlamaServer,
+        Personality::Vllm,
+        Personality::OpenAi,
+        Personality::Reasoning,
+    ];
+
+    /// The server's reply to a chat request, given what the model means to answer
+    /// (`brain` is not asked when the server refuses the request before any model runs).
+    /// `index` numbers the request, for call ids.
+    pub fn reply(self, index: usize, request: &Value, brain: &dyn Fn(&Value) -> Answer) -> Reply {
+        let offers_tools = request["tools"].as_array().is_some_and(|tools| !tools.is_empty());
+        if self == (Personality::Ollama { tools: false }) && offers_tools {
+            let model = ollama_name(request["model"].as_str().unwrap_or_default());
+            return Reply::Error {
+                status: 400,
+                body: json!({"error": {"message": format!("{model} does not support tools"),
+                                       "type": "invalid_request_error", "param": null, "code": null}}),
+            };
+        }
+        let mode = asked(request).map(|(_, mode)| mode);
+        let call_id = format!("call_{index}");
+        let (content, tool_calls) = match brain(request) {
+            Answer::Structured { alias, arguments } => match mode {
+                Some(Mode::ToolCall) => self.forced_call(call_id, alias, arguments),
+                Some(Mode::JsonSchema | Mode::JsonObject) => (Some(arguments.to_string()), Vec::new()),
+                Some(Mode::Text) | None => (Some(prose_with_object(&arguments)), Vec::new()),
+            },
+            Answer::Text(text) => (Some(text), Vec::new()),
+            Answer::ToolCalls(calls) => (None, calls),
+        };
+        if self == Personality::Reasoning {
+            let thought = format!("{THINK_MARKER}: the user wants this answered; I should be careful.");
+            let content = format!("<think>\n{thought}\n</think>\n\n{}", content.unwrap_or_default());
+            return Reply::Message { content: Some(content), reasoning: Some(thought), tool_calls };
+        }
+        Reply::Message { content, reasoning: None, tool_calls }
+    }
+
+    /// A structured answer to a forced tool call, as this server delivers it.
+    fn forced_call(
+        self,
+        id: String,
+        alias: String,
+        arguments: Value,
+    ) -> (Option<String>, Vec<(String, String, Value)>) {
+        match self {
+            // `tool_choice` is ignored: the model just talks.
+            Personality::Ollama { .. } => (
+                Some(format!("I will use {alias} once I have looked at everything; here is what I found so far.")),
+                Vec::new(),
+            ),
+            Personality::LlamaServer => {
+                (Some(format!("Let me call {alias} with the answer.")), vec![(id, alias, arguments)])
+            }
+            Personality::Vllm | Personality::OpenAi | Personality::Reasoning => (None, vec![(id, alias, arguments)]),
+        }
+    }
+
+    /// The `data` entry of `GET /v1/models` for `id`.
+    pub fn model_entry(self, id: &str) -> Value {
+        match self {
+            Personality::Ollama { .. } => {
+                json!({"id": ollama_short_name(id), "object": "model", "created": 1_767_225_600, "owned_by": "library"})
+            }
+            Personality::LlamaServer => json!({
+                "id": id, "object": "model", "created": 1_767_225_600, "owned_by": "llamacpp",
+                "meta": {"vocab_type": 2, "n_vocab": 151_936, "n_ctx_train": LLAMA_N_CTX_TRAIN, "n_embd": 3584,
+                         "n_params": 7_615_616_512_u64, "size": 4_683_073_536_u64},
+            }),
+            Personality::Vllm => json!({
+                "id": id, "object": "model", "created": 1_767_225_600, "owned_by": "vllm", "root": id,
+                "parent": null, "max_model_len": VLLM_MAX_MODEL_LEN,
+                "permission": [{"id": "modelperm-0", "object": "model_permission", "created": 1_767_225_600,
+                                "allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true,
+                                "allow_search_indices": false, "allow_view": true, "allow_fine_tuning": false,
+                                "organization": "*", "group": null, "is_blocking": false}],
+            }),
+            Personality::OpenAi | Personality::Reasoning => {
+                json!({"id": id, "object": "model", "created": 1_767_225_600, "owned_by": "system"})
+            }
+        }
+    }
+
+    /// Ollama's `POST /api/show` answer for `model` (`None` for other servers: 404).
+    pub fn ollama_show(self, model: &str) -> Option<Value> {
+        let Personality::Ollama { tools } = self else { return None };
+        let capabilities = if tools { json!(["completion", "tools"]) } else { json!(["completion"]) };
+        let parameters =
+            [format!("{:<30} {}", "num_ctx", OLLAMA_NUM_CTX), format!("{:<30} {:?}", "stop", "<|im_end|>")];
+        Some(json!({
+            "modelfile": format!("# Modelfile generated by \"ollama show\"\nFROM {}\n", ollama_name(model)),
+            "parameters": parameters.join("\n"),
+            "template": "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}",
+            "details": {"parent_model": "", "format": "gguf", "family": "qwen2", "families": ["qwen2"],
+                        "parameter_size": "7.6B", "quantization_level": "Q4_K_M"},
+            "model_info": {"general.architecture": "qwen2", "general.parameter_count": 7_615_616_512_u64,
+                           "qwen2.context_length": OLLAMA_CONTEXT_LENGTH, "qwen2.embedding_length": 3584},
+            "capabilities": capabilities,
+            "modified_at": "2026-01-01T00:00:00Z",
+        }))
+    }
+
+    /// llama-server's `GET /props` answer (`None` for other servers: 404).
+    pub fn llama_props(self, model: &str) -> Option<Value> {
+        (self == Personality::LlamaServer).then(|| {
+            json!({
+                "default_generation_settings": {
+                    "id": 0, "id_task": -1, "n_ctx": LLAMA_N_CTX, "speculative": false, "is_processing": false,
+                    "params": {"n_predict": -1, "seed": 4_294_967_295_u64, "temperature": 0.8, "top_k": 40,
+                               "top_p": 0.95, "min_p": 0.05, "max_tokens": -1, "stream": true},
+                },
+                "total_slots": 1,
+                "model_path": format!("/models/{model}.gguf"),
+                "chat_template": "{%- for message in messages %}{{ message.content }}{%- endfor %}",
+                "build_info": "b6000-0000000",
+            })
+        })
+    }
+}
+
+/// How Ollama names a model in its errors: `registry.ollama.ai/library/<name>:<tag>`.
+fn ollama_name(model: &str) -> String {
+    let tagged = if model.rsplit('/').next().is_some_and(|last| last.contains(':')) {
+        model.to_owned()
+    } else {
+        format!("{model}:latest")
+    };
+    match tagged.matches('/').count() {
+        0 => format!("registry.ollama.ai/library/{tagged}"),
+        1 => format!("registry.ollama.ai/{tagged}"),
+        _ => tagged,
+    }
+}
+
+/// How Ollama lists a model: `<name>:<tag>`.
+fn ollama_short_name(model: &str) -> String {
+    if model.contains(':') { model.to_owned() } else { format!("{model}:latest") }
+}
+
+/// A small model's prose around the object it was asked for, in a fenced block.
+fn prose_with_object(arguments: &Value) -> String {
+    let pretty = serde_json::to_string_pretty(arguments).unwrap_or_default();
+    format!(
+        "Sure. Based on what I was given, this is the object:\n\n```json\n{pretty}\n```\n\nTell me if anything is missing."
+    )
+}
