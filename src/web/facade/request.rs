@@ -71,7 +71,9 @@ pub fn model_not_found(id: &str, exposed: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "model_not_found",
-        format!("The model `{id}` does not exist or you do not have access to it: this server exposes only `{exposed}`"),
+        format!(
+            "The model `{id}` does not exist or you do not have access to it: this server exposes only `{exposed}`"
+        ),
     )
     .of_type("invalid_request_error")
     .with("param", "model")
@@ -314,7 +316,10 @@ mod tests {
         assert_eq!(with(json!({"model": "gpt-4o"})).0, "model_not_found");
         assert_eq!(with(json!({"model": "gpt-4o"})).1, json!("model"));
         let unknown = model_not_found("gpt-4o", "akritas").object();
-        assert_eq!((unknown.kind, unknown.message.starts_with("The model `gpt-4o` does not exist")), ("invalid_request_error", true));
+        assert_eq!(
+            (unknown.kind, unknown.message.starts_with("The model `gpt-4o` does not exist")),
+            ("invalid_request_error", true)
+        );
         assert_eq!(
             decode(&Bytes::from(user(json!("hi")).to_string().replace("akritas", "gpt-4o")), "akritas", 4096)
                 .unwrap_err()
