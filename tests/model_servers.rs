@@ -325,7 +325,7 @@ fn serve(llm: &ScriptedLlm, workspace: Option<&Path>) -> Host {
         .env("AKRITAS_BASE_URL", &llm.url)
         .env("AKRITAS_SKILLS_DIR", support::root().join("skills"))
         .env("AKRITAS_RESOURCE_ENV", "default/PERSONA_*")
-        .env("AKRITAS_WORKSPACE_ROOTS", dir.path())
+        .env("AKRITAS_WORKSPACE_ROOTS", workspace.and_then(Path::parent).unwrap_or(dir.path()))
         .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
         .env("PERSONA_AM_TOKEN", AM_TOKEN)
         .env("PERSONA_KEY", API_KEY)
