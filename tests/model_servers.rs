@@ -8,7 +8,8 @@
 //!   to a forced call moves it to `json_schema` for structured steps only; llama-server's prose
 //!   before the call and a reasoning model's think blocks move it nowhere.
 //! - `--model-protocol json_schema|json_object|text` speak their wire contract, and `text`
-//!   repairs an answer without an object with one more turn.
+//!   repairs an answer without an object with one more turn; OpenAI's strict mode accepts the
+//!   schemas `json_schema` sends.
 //! - Through `akritas serve`: a forced call answered in prose falls back, and `/metrics` counts
 //!   it; think blocks reach no answer (native, facade stream), no journal file, no Run record and
 //!   no log line; the change pipeline (discovery and proposal) and the facade's streamed answer
@@ -224,6 +225,14 @@ async fn each_explicit_protocol_speaks_its_wire_contract() {
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_accepts_the_strict_schemas_of_json_schema_mode() {
+    // OpenAI refuses a strict schema with an object that allows additional properties or
+    // leaves a property out of `required`; the stand-in refuses it the same way.
+    let llm = starter_suite_under(Personality::OpenAi, "json_schema").await;
+    assert!(modes(&llm.requests()).iter().all(|m| *m == Mode::JsonSchema));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,10 @@
 //!   `default_generation_settings.n_ctx`; `GET /v1/models` entries carry `meta.n_ctx_train`.
 //! - **vLLM**: named and `required` `tool_choice` are honoured (guided decoding), as is
 //!   `response_format`; `GET /v1/models` entries carry `max_model_len`.
-//! - **OpenAI**: the reference: everything honoured, nothing extra.
+//! - **OpenAI**: everything honoured; a `json_schema` with `strict: true` must be a schema
+//!   strict mode supports: every object sets `additionalProperties: false` and lists each of its
+//!   properties in `required`, else HTTP 400 `Invalid schema for response_format '<name>': In
+//!   context=(...), ...` (`invalid_request_error`, `param: "response_format"`).
 //! - **Reasoning**: a reasoning model behind a server without a reasoning parser for it: every
 //!   answer's content starts with a `<think>…</think>` block carrying [`THINK_MARKER`], which
 //!   `reasoning_content` repeats; tools and formats honoured otherwise.
@@ -76,6 +79,15 @@ impl Personality {
                 status: 400,
                 body: json!({"error": {"message": format!("{model} does not support tools"),
                                        "type": "invalid_request_error", "param": null, "code": null}}),
+            };
+        }
+        if self == Personality::OpenAi
+            && let Some(message) = strict_schema_refusal(&request["response_format"])
+        {
+            return Reply::Error {
+                status: 400,
+                body: json!({"error": {"message": message, "type": "invalid_request_error",
+                                       "param": "response_format", "code": null}}),
             };
         }
         let mode = asked(request).map(|(_, mode)| mode);
@@ -204,4 +216,70 @@ fn prose_with_object(arguments: &Value) -> String {
     format!(
         "Sure. Based on what I was given, this is the object:\n\n```json\n{pretty}\n```\n\nTell me if anything is missing."
     )
+}
+
+/// OpenAI's refusal of a strict `json_schema` response format whose schema strict mode does not
+/// support (the two rules its structured-outputs guide states for every object).
+fn strict_schema_refusal(format: &Value) -> Option<String> {
+    let spec = &format["json_schema"];
+    if format["type"] != "json_schema" || spec["strict"] != true {
+        return None;
+    }
+    let problem = strict_problem(&spec["schema"], &mut Vec::new())?;
+    Some(format!("Invalid schema for response_format '{}': {problem}", spec["name"].as_str().unwrap_or_default()))
+}
+
+fn strict_problem(schema: &Value, context: &mut Vec<String>) -> Option<String> {
+    let here = |context: &[String]| {
+        let items: Vec<String> = context.iter().map(|c| format!("'{c}'")).collect();
+        match items.as_slice() {
+            [one] => format!("In context=({one},)"),
+            _ => format!("In context=({})", items.join(", ")),
+        }
+    };
+    let properties = schema["properties"].as_object();
+    if schema["type"] == "object" || properties.is_some() {
+        if schema["additionalProperties"] != false {
+            return Some(format!(
+                "{}, 'additionalProperties' is required to be supplied and to be false.",
+                here(context)
+            ));
+        }
+        let required: Vec<&str> =
+            schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if let Some(missing) =
+            properties.into_iter().flatten().map(|(key, _)| key).find(|key| !required.contains(&key.as_str()))
+        {
+            return Some(format!(
+                "{}, 'required' is required to be supplied and to be an array including every key in properties. Missing '{missing}'.",
+                here(context)
+            ));
+        }
+    }
+    let mut nested: Vec<(Vec<String>, &Value)> = Vec::new();
+    for (key, value) in properties.into_iter().flatten() {
+        nested.push((vec!["properties".into(), key.clone()], value));
+    }
+    if schema["items"].is_object() {
+        nested.push((vec!["items".into()], &schema["items"]));
+    }
+    for keyword in ["anyOf", "$defs", "definitions"] {
+        match &schema[keyword] {
+            Value::Array(list) => {
+                nested.extend(list.iter().enumerate().map(|(i, v)| (vec![keyword.into(), i.to_string()], v)))
+            }
+            Value::Object(map) => nested.extend(map.iter().map(|(k, v)| (vec![keyword.into(), k.clone()], v))),
+            _ => {}
+        }
+    }
+    for (path, value) in nested {
+        let depth = context.len();
+        context.extend(path);
+        let problem = strict_problem(value, context);
+        context.truncate(depth);
+        if problem.is_some() {
+            return problem;
+        }
+    }
+    None
 }
