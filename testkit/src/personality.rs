@@ -20,8 +20,10 @@
 //!   properties in `required`, else HTTP 400 `Invalid schema for response_format '<name>': In
 //!   context=(...), ...` (`invalid_request_error`, `param: "response_format"`).
 //! - **Reasoning**: a reasoning model behind a server without a reasoning parser for it: every
-//!   answer's content starts with a `<think>…</think>` block carrying [`THINK_MARKER`], which
-//!   `reasoning_content` repeats; tools and formats honoured otherwise.
+//!   answer's content starts with a `<think>…</think>` block carrying [`THINK_MARKER`] (and, for
+//!   a structured answer, a draft of the object with its lists emptied, which fits the schema
+//!   but is not the answer), which `reasoning_content` repeats; tools and formats honoured
+//!   otherwise.
 
 use serde_json::{Value, json};
 
@@ -92,7 +94,12 @@ impl Personality {
         }
         let mode = asked(request).map(|(_, mode)| mode);
         let call_id = format!("call_{index}");
-        let (content, tool_calls) = match brain(request) {
+        let answer = brain(request);
+        let draft_source = match &answer {
+            Answer::Structured { arguments, .. } => Some(arguments.clone()),
+            _ => None,
+        };
+        let (content, tool_calls) = match answer {
             Answer::Structured { alias, arguments } => match mode {
                 Some(Mode::ToolCall) => self.forced_call(call_id, alias, arguments),
                 Some(Mode::JsonSchema | Mode::JsonObject) => (Some(arguments.to_string()), Vec::new()),
@@ -102,7 +109,12 @@ impl Personality {
             Answer::ToolCalls(calls) => (None, calls),
         };
         if self == Personality::Reasoning {
-            let thought = format!("{THINK_MARKER}: the user wants this answered; I should be careful.");
+            // The model drafts the object while thinking: a draft that fits the schema but is
+            // not the answer (its lists emptied).
+            let thought = match draft_source.as_ref().map(draft) {
+                Some(draft) => format!("{THINK_MARKER}: a first draft would be {draft}, but that misses the point."),
+                None => format!("{THINK_MARKER}: the user wants this answered; I should be careful."),
+            };
             let content = format!("<think>\n{thought}\n</think>\n\n{}", content.unwrap_or_default());
             return Reply::Message { content: Some(content), reasoning: Some(thought), tool_calls };
         }
@@ -189,6 +201,17 @@ impl Personality {
             })
         })
     }
+}
+
+/// `arguments` with every top-level list emptied: still the schema's shape, not the answer.
+fn draft(arguments: &Value) -> Value {
+    let mut draft = arguments.clone();
+    for value in draft.as_object_mut().into_iter().flat_map(|o| o.values_mut()) {
+        if value.is_array() {
+            *value = json!([]);
+        }
+    }
+    draft
 }
 
 /// How Ollama names a model in its errors: `registry.ollama.ai/library/<name>:<tag>`.
