@@ -25,7 +25,7 @@ pub enum Answer {
     /// Prose.
     Text(String),
     /// Calls of offered tools: `(id, function name, arguments)`.
-    ToolCalls(Vec<(String, String, Value)>),
+    ToolCalls(Vec<crate::scripted_llm::Call>),
 }
 
 /// A brain: the answer to a chat request body.

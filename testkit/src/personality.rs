@@ -28,7 +28,7 @@
 use serde_json::{Value, json};
 
 use crate::brain::{Answer, Mode, asked};
-use crate::scripted_llm::Reply;
+use crate::scripted_llm::{Call, Reply};
 
 /// Text inside every think block of [`Personality::Reasoning`]: it must never reach an
 /// answer, a journal or a Run record.
@@ -122,12 +122,7 @@ impl Personality {
     }
 
     /// A structured answer to a forced tool call, as this server delivers it.
-    fn forced_call(
-        self,
-        id: String,
-        alias: String,
-        arguments: Value,
-    ) -> (Option<String>, Vec<(String, String, Value)>) {
+    fn forced_call(self, id: String, alias: String, arguments: Value) -> (Option<String>, Vec<Call>) {
         match self {
             // `tool_choice` is ignored: the model just talks.
             Personality::Ollama { .. } => (

@@ -25,16 +25,19 @@ use serde_json::{Value, json};
 use crate::brain::Answer;
 use crate::personality::Personality;
 
+/// One tool call: `(id, function name, arguments)`.
+pub type Call = (String, String, Value);
+
 /// What the server answers to one chat request.
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// Assistant text, finish_reason "stop".
     Content(String),
     /// `(id, function name, arguments)`, finish_reason "tool_calls".
-    ToolCalls(Vec<(String, String, Value)>),
+    ToolCalls(Vec<Call>),
     /// A whole assistant message: content, `reasoning_content` and tool calls together
     /// (finish_reason "tool_calls" when it has calls, else "stop").
-    Message { content: Option<String>, reasoning: Option<String>, tool_calls: Vec<(String, String, Value)> },
+    Message { content: Option<String>, reasoning: Option<String>, tool_calls: Vec<Call> },
     /// A JSON error body with this status (e.g. a 400 `unsupported_parameter` envelope).
     Error { status: u16, body: Value },
     /// Anything: invalid JSON, a huge body, ... (`application/json` if it parses, else `text/plain`).
@@ -325,7 +328,7 @@ fn json_reply(step: Step, id: &str, model: &str) -> Response {
 }
 
 /// A successful reply as (content, reasoning, tool calls).
-fn parts(reply: Reply) -> (Option<String>, Option<String>, Vec<(String, String, Value)>) {
+fn parts(reply: Reply) -> (Option<String>, Option<String>, Vec<Call>) {
     match reply {
         Reply::Content(text) => (Some(text), None, Vec::new()),
         Reply::ToolCalls(calls) => (None, None, calls),
