@@ -73,11 +73,35 @@ struct RawGap {
 }
 
 /// The plan tool's input schema; `language` is the response language tag.
-pub fn plan_schema(language: &str) -> Value {
+/// `tools` are the execution tools (host name, input schema): a check names one
+/// of them (an `enum`, one branch per tool with that tool's argument schema), so
+/// a server that turns the schema into a grammar cannot produce an unknown tool
+/// or an open-ended object. At most `max_checks` checks.
+pub fn plan_schema(language: &str, tools: &[(String, Value)], max_checks: usize) -> Value {
     let text = |what: &str| {
         json!({"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS,
                "description": format!("{what} Write it in the language of BCP 47 tag \"{language}\".")})
     };
+    let check = |tool: &str, arguments: Value| {
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["step", "tool", "arguments", "reason"],
+            "properties": {
+                "step": text("What this check establishes."),
+                "tool": {"type": "string", "enum": [tool], "description": "Exact name of one of the available execution tools."},
+                "arguments": arguments,
+                "reason": text("Why this check matters."),
+            }
+        })
+    };
+    let branches: Vec<Value> = tools.iter().map(|(name, schema)| check(name, closed(schema, 0))).collect();
+    let items = match branches.len() {
+        0 => check("none", json!({"type": "object", "maxProperties": 0})),
+        1 => branches.into_iter().next().unwrap_or_default(),
+        _ => json!({"anyOf": branches}),
+    };
+    let max_checks = if tools.is_empty() { 0 } else { max_checks.min(MAX_PLAN_ITEMS) };
     json!({
         "type": "object",
         "additionalProperties": false,
@@ -85,19 +109,9 @@ pub fn plan_schema(language: &str) -> Value {
         "properties": {
             "checks": {
                 "type": "array",
-                "maxItems": MAX_PLAN_ITEMS,
+                "maxItems": max_checks,
                 "description": "Read-only checks the host will run, in order, with exact arguments.",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["step", "tool", "arguments", "reason"],
-                    "properties": {
-                        "step": text("What this check establishes."),
-                        "tool": {"type": "string", "description": "Exact name of one of the available execution tools."},
-                        "arguments": {"type": "object", "description": "Arguments matching that tool's input schema."},
-                        "reason": text("Why this check matters."),
-                    }
-                }
+                "items": items,
             },
             "gaps": {
                 "type": "array",
@@ -109,7 +123,7 @@ pub fn plan_schema(language: &str) -> Value {
                     "required": ["step", "capability", "reason"],
                     "properties": {
                         "step": text("The step that cannot be performed."),
-                        "capability": {"type": "string", "description": "Dot-separated capability id, for example kubernetes.pods.logs."},
+                        "capability": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS, "description": "Dot-separated capability id, for example kubernetes.pods.logs."},
                         "reason": text("Why the step matters."),
                     }
                 }
@@ -261,6 +275,60 @@ impl PlanError {
             | PlanError::ArgumentsNotObject { .. } => self.to_string(),
         }
     }
+}
+
+/// Longest string argument in the plan schema's grammar, in characters.
+pub const MAX_ARGUMENT_CHARS: usize = 512;
+/// Longest array argument in the plan schema's grammar.
+pub const MAX_ARGUMENT_ITEMS: usize = 32;
+/// Nesting of a tool's argument schema kept in the plan schema; deeper values are left open.
+const MAX_ARGUMENT_DEPTH: usize = 6;
+
+/// A tool's input schema closed for a grammar: objects allow only their declared
+/// properties (none when they declare none), strings and arrays get a maximum
+/// length, nested schemas the same. The host still checks the arguments against
+/// the tool's own schema.
+fn closed(schema: &Value, depth: usize) -> Value {
+    let Value::Object(map) = schema else { return schema.clone() };
+    let mut out = map.clone();
+    if depth >= MAX_ARGUMENT_DEPTH {
+        return Value::Object(out);
+    }
+    let kinds: Vec<&str> = match map.get("type") {
+        Some(Value::String(kind)) => vec![kind.as_str()],
+        Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if kinds.contains(&"object") || map.contains_key("properties") {
+        match out.get_mut("properties") {
+            Some(Value::Object(properties)) if !properties.is_empty() => {
+                for property in properties.values_mut() {
+                    *property = closed(property, depth + 1);
+                }
+                out.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            _ => {
+                out.insert("maxProperties".into(), json!(0));
+            }
+        }
+    }
+    if kinds.contains(&"string") && !map.contains_key("enum") && !map.contains_key("const") {
+        out.entry("maxLength").or_insert(json!(MAX_ARGUMENT_CHARS));
+    }
+    if kinds.contains(&"array") {
+        out.entry("maxItems").or_insert(json!(MAX_ARGUMENT_ITEMS));
+        if let Some(items) = out.get_mut("items") {
+            *items = closed(items, depth + 1);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(options)) = out.get_mut(key) {
+            for option in options {
+                *option = closed(option, depth + 1);
+            }
+        }
+    }
+    Value::Object(out)
 }
 
 /// Validates the plan tool's raw arguments. `check_tool(tool, arguments)` says
@@ -433,8 +501,39 @@ mod tests {
 
     #[test]
     fn schema_names_the_language() {
-        let schema = plan_schema("de");
+        let schema = plan_schema("de", &[], 3);
         assert!(schema.to_string().contains("BCP 47 tag \\\"de\\\""));
+    }
+
+    #[test]
+    fn the_schema_names_each_tool_with_its_closed_arguments() {
+        let host = json!({"type": "object", "properties": {"host": {"type": "string"},
+                          "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["host"]});
+        let tools = [("inventory.host".to_string(), host), ("pg.locks".to_string(), json!({"type": "object"}))];
+        let schema = plan_schema("en", &tools, 40);
+        let checks = &schema["properties"]["checks"];
+        assert_eq!(checks["maxItems"], MAX_PLAN_ITEMS);
+        let branches = checks["items"]["anyOf"].as_array().unwrap();
+        assert_eq!(branches[0]["properties"]["tool"]["enum"], json!(["inventory.host"]));
+        let arguments = &branches[0]["properties"]["arguments"];
+        assert_eq!(arguments["additionalProperties"], false);
+        assert_eq!(arguments["required"], json!(["host"]));
+        assert_eq!(arguments["properties"]["host"]["maxLength"], MAX_ARGUMENT_CHARS);
+        assert_eq!(arguments["properties"]["tags"]["maxItems"], MAX_ARGUMENT_ITEMS);
+        assert_eq!(arguments["properties"]["tags"]["items"]["maxLength"], MAX_ARGUMENT_CHARS);
+        assert_eq!(branches[1]["properties"]["arguments"]["maxProperties"], 0, "an open object is closed");
+        assert_eq!(plan_schema("en", &tools[..1], 2)["properties"]["checks"]["items"]["properties"]["tool"]["enum"],
+                   json!(["inventory.host"]));
+        assert_eq!(plan_schema("en", &tools, 2)["properties"]["checks"]["maxItems"], 2);
+        assert_eq!(plan_schema("en", &[], 5)["properties"]["checks"]["maxItems"], 0);
+
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let plan = |tool: &str, arguments: Value| json!({"gaps": [], "checks": [
+            {"step": "s", "tool": tool, "arguments": arguments, "reason": "r"}]});
+        assert!(validator.is_valid(&plan("inventory.host", json!({"host": "db-7"}))));
+        assert!(!validator.is_valid(&plan("inventory.hosts", json!({"host": "db-7"}))), "unknown tool");
+        assert!(!validator.is_valid(&plan("inventory.host", json!({"host": "db-7", "x": 1}))), "extra argument");
+        assert!(!validator.is_valid(&plan("inventory.host", json!({}))), "missing argument");
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub async fn plan(
     let (step, alias) = submit_tool::step(
         PLAN_TOOL,
         "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
-        plan::plan_schema(&language),
+        plan::plan_schema(&language, &tool_shapes(execution), max_checks),
         messages,
         max_tokens,
     )?;
@@ -76,6 +76,11 @@ pub async fn plan(
     state.history.push(Message::tool(PLAN_CALL_ID.to_string(), text));
     state.record_call(CallKind::Plan, Some(arguments), recorded).await?;
     Ok(checks)
+}
+
+/// Each execution tool's host name and input schema, for the plan schema.
+fn tool_shapes(execution: &Registry) -> Vec<(String, Value)> {
+    execution.definitions().iter().map(|spec| (spec.name.to_string(), spec.input_schema.clone())).collect()
 }
 
 /// The plan as the audit records it: the host-validated structure only (each

@@ -242,6 +242,42 @@ pub fn result_schema() -> Value {
     })
 }
 
+/// The result schema for a Run whose successful calls are `references`
+/// (`tool-call:<id>`): an evidence item may name only those (a `pattern` on the
+/// text form, an `enum` on the object form), and a Run without any cites nothing,
+/// so a server that turns the schema into a grammar cannot invent a reference.
+/// Quotes are still checked against the stored output by [`validate`].
+pub fn result_schema_citing(references: &[String]) -> Value {
+    let mut schema = result_schema();
+    let evidence = &mut schema["properties"]["evidence"];
+    if references.is_empty() {
+        evidence["maxItems"] = json!(0);
+        return schema;
+    }
+    let alternatives: Vec<String> = references.iter().map(|r| escape_pattern(r)).collect();
+    let pattern = format!("^({})( \"[^\"]{{1,{MAX_QUOTE_CHARS}}}\")?$", alternatives.join("|"));
+    evidence["items"] = json!({"anyOf": [
+        {"type": "string", "pattern": pattern, "maxLength": MAX_ITEM_CHARS},
+        {"type": "object", "additionalProperties": false, "required": ["call", "observed"],
+         "properties": {"call": {"type": "string", "enum": references},
+                        "observed": {"type": "string", "minLength": 1, "maxLength": MAX_QUOTE_CHARS}}}
+    ]});
+    schema
+}
+
+/// Longest quoted value the result schema's grammar allows.
+const MAX_QUOTE_CHARS: usize = 200;
+
+/// `text` as a literal in a regular expression.
+fn escape_pattern(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c.is_ascii_alphanumeric() || c == '-' || c == ':' || c == '_' {
+            true => vec![c],
+            false => vec!['\\', c],
+        })
+        .collect()
+}
+
 /// Why a structured result was rejected; each message names the field and the rule.
 #[derive(Debug, thiserror::Error)]
 pub enum InvestigationError {
@@ -491,6 +527,36 @@ fn normalise_list(list: &mut [String], field: &'static str) -> Result<(), Invest
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_schema_for_a_run_cites_only_its_successful_calls() {
+        let references = ["tool-call:call-1".to_string(), "tool-call:call-2.a".to_string()];
+        let schema = super::result_schema_citing(&references);
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let result = |evidence: serde_json::Value| {
+            serde_json::json!({"finding_status": "confirmed", "actionability": "no_action", "confidence": "low",
+                "summary": "s", "impact": "", "evidence": evidence, "ruled_out": [], "affected_components": [],
+                "recommended_actions": [], "production_writes": 0})
+        };
+        for good in [
+            serde_json::json!(["tool-call:call-1"]),
+            serde_json::json!(["tool-call:call-2.a \"OOMKilled\""]),
+            serde_json::json!([{"call": "tool-call:call-1", "observed": "restarts=7"}]),
+        ] {
+            assert!(validator.is_valid(&result(good.clone())), "{good}");
+        }
+        for bad in [
+            serde_json::json!(["tool-call:call-9"]),
+            serde_json::json!(["tool-call:call-2xa"]),
+            serde_json::json!(["tool-call:call-1 OOMKilled"]),
+            serde_json::json!([{"call": "tool-call:call-3", "observed": "x"}]),
+        ] {
+            assert!(!validator.is_valid(&result(bad.clone())), "{bad}");
+        }
+        let none = jsonschema::validator_for(&super::result_schema_citing(&[])).unwrap();
+        assert!(none.is_valid(&result(serde_json::json!([]))));
+        assert!(!none.is_valid(&result(serde_json::json!(["tool-call:call-1"]))));
+    }
+
     use super::*;
 
     fn calls() -> Evidence {

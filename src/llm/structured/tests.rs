@@ -3,7 +3,7 @@ use crate::llm::LlmConfig;
 
 fn client(protocol: Protocol) -> LlmClient {
     let config = LlmConfig { protocol, ..LlmConfig::new("http://127.0.0.1:9/v1") };
-    LlmClient::new(config, reqwest::Client::new()).unwrap()
+    LlmClient::new(config, crate::outbound::client(std::time::Duration::from_secs(1)).unwrap()).unwrap()
 }
 
 fn step() -> Step {
