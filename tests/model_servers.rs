@@ -202,6 +202,8 @@ async fn each_explicit_protocol_speaks_its_wire_contract() {
         let structured: Vec<&Value> = requests.iter().filter(|r| asked(r).is_some()).collect();
         assert!(structured.len() >= 2 * 22, "{protocol}: a plan and a result per case");
         for request in structured {
+            let messages = request["messages"].as_array().unwrap();
+            assert!(messages.iter().all(|m| m["role"] != "assistant"), "{protocol}: a repair turn for a valid answer");
             let (name, asked_mode) = asked(request).unwrap();
             assert_eq!(asked_mode, mode, "{protocol}: {request}");
             assert!(!offers_tools(request), "{protocol}: a structured request offers tools");
@@ -232,6 +234,13 @@ async fn openai_accepts_the_strict_schemas_of_json_schema_mode() {
     // OpenAI refuses a strict schema with an object that allows additional properties or
     // leaves a property out of `required`; the stand-in refuses it the same way.
     let llm = starter_suite_under(Personality::OpenAi, "json_schema").await;
+    assert!(modes(&llm.requests()).iter().all(|m| *m == Mode::JsonSchema));
+    // The change pipeline's schemas: the search plan and the proposal.
+    let trees = tempfile::tempdir().unwrap();
+    let root = nftables(trees.path());
+    let llm = ScriptedLlm::start_as(Personality::OpenAi, operator()).await;
+    let host = serve(&llm, Some(&root), "json_schema");
+    previews(&host, &llm).await;
     assert!(modes(&llm.requests()).iter().all(|m| *m == Mode::JsonSchema));
 }
 
@@ -283,7 +292,7 @@ fn operator() -> impl Fn(&Value) -> Answer + Send + Sync + 'static {
             json!({"checks": checks, "gaps": []})
         } else if target == result {
             json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
-                   "summary": "The checks did not show the cause.", "impact": "", "evidence": [], "ruled_out": [],
+                   "summary": "The checks did not show the cause.", "hypothesis": "", "impact": "", "evidence": [], "ruled_out": [],
                    "affected_components": [], "recommended_actions": [], "production_writes": 0})
         } else if target == "akritas_plan_repository_search" {
             json!({"queries": ["nftables", "orders", "log_dropped"]})
@@ -309,10 +318,10 @@ struct Host {
     _dir: tempfile::TempDir,
 }
 
-/// `akritas serve` on `llm` with the repository's skills (so the Run has knowledge tools), one
-/// admin key, an Alertmanager source and, when given, a Workspace on `workspace`. The model is
-/// discovered from the server's `/v1/models`.
-fn serve(llm: &ScriptedLlm, workspace: Option<&Path>) -> Host {
+/// `akritas serve` on `llm` with `model_protocol: protocol`, the repository's skills (so the Run
+/// has knowledge tools), one admin key, an Alertmanager source and, when given, a Workspace on
+/// `workspace`. The model is discovered from the server's `/v1/models`.
+fn serve(llm: &ScriptedLlm, workspace: Option<&Path>, protocol: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
     let (data, resources) = (dir.path().join("data"), dir.path().join("resources"));
     std::fs::create_dir_all(&resources).unwrap();
@@ -338,7 +347,7 @@ fn serve(llm: &ScriptedLlm, workspace: Option<&Path>) -> Host {
         .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
         .env("PERSONA_AM_TOKEN", AM_TOKEN)
         .env("PERSONA_KEY", API_KEY)
-        .env_remove("AKRITAS_MODEL_PROTOCOL")
+        .env("AKRITAS_MODEL_PROTOCOL", protocol)
         .env_remove("AKRITAS_UPSTREAM_MODEL")
         .args(["--api-key", "ops=PERSONA_KEY:admin", "--resources"])
         .arg(&resources);
@@ -408,7 +417,7 @@ async fn facade_stream(host: &Host) -> (Vec<Value>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_call_answered_in_prose_falls_back_and_is_counted() {
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: true }, operator()).await;
-    let host = serve(&llm, None);
+    let host = serve(&llm, None, "auto");
     let body = chat(&host).await;
     assert_eq!(body["answer"], ANSWER);
     let requests = llm.requests();
@@ -436,7 +445,7 @@ async fn a_forced_call_answered_in_prose_falls_back_and_is_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_of_tools_falls_back_and_is_counted() {
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: false }, operator()).await;
-    let host = serve(&llm, None);
+    let host = serve(&llm, None, "auto");
     assert_eq!(chat(&host).await["answer"], ANSWER);
     let requests = llm.requests();
     assert_eq!(requests[0]["model"], "scripted-model:latest", "the model Ollama lists is the one asked");
@@ -448,7 +457,7 @@ async fn a_refusal_of_tools_falls_back_and_is_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn think_blocks_reach_no_answer_journal_run_record_or_log() {
     let llm = ScriptedLlm::start_as(Personality::Reasoning, operator()).await;
-    let host = serve(&llm, None);
+    let host = serve(&llm, None, "auto");
 
     // A chat, a streamed facade completion, and an alert investigated to a structured result.
     let body = chat(&host).await;
@@ -529,6 +538,40 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The change fixture as a git working tree with one commit, under `dir`.
+fn nftables(dir: &Path) -> PathBuf {
+    let root = dir.join("nftables");
+    support::copy_dir(&support::root().join("tests/fixtures/change/nftables"), &root);
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
+    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
+    root
+}
+
+/// Two previews of the nftables change, each in one proposal attempt: with the file named
+/// (the proposal alone), then without (the search plan, then the proposal).
+async fn previews(host: &Host, llm: &ScriptedLlm) {
+    wait_for(host, "/api/v1/workspaces", |body| {
+        body["workspaces"].as_array()?.iter().any(|w| w["name"] == "nftables" && w["ready"] == true).then_some(())
+    })
+    .await;
+    let request = "Allow orders-v2 through nftables in production.";
+    for files in [json!([PILLAR]), json!([])] {
+        let (status, body) = post(
+            host,
+            "/api/v1/change/simulations",
+            json!({"workspace": "nftables", "request": request, "files": files}),
+        )
+        .await;
+        assert_eq!(status, 200, "files {files}: {body}\n{}", host.server.log_text());
+        assert_eq!(body["result"]["changed_files"], json!([PILLAR]), "{body}");
+        assert!(body["result"]["diff"].as_str().unwrap().contains("+    - name: orders-v2\n"), "{body}");
+        assert_eq!(body["result"]["attempts"], 1, "{body}");
+    }
+    let targets: Vec<String> = llm.requests().iter().filter_map(structured_target).collect();
+    assert!(targets.contains(&"akritas_plan_repository_search".to_string()), "discovery ran: {targets:?}");
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let output = Command::new("git").current_dir(dir).args(args).output().expect("git runs");
     assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
@@ -537,34 +580,10 @@ fn git(dir: &Path, args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_without_tools_proposes_a_change_and_streams_through_the_facade() {
     let trees = tempfile::tempdir().unwrap();
-    let root = trees.path().join("nftables");
-    support::copy_dir(&support::root().join("tests/fixtures/change/nftables"), &root);
-    git(&root, &["init", "-q", "-b", "main"]);
-    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
-    git(&root, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
+    let root = nftables(trees.path());
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: false }, operator()).await;
-    let host = serve(&llm, Some(&root));
-    wait_for(&host, "/api/v1/workspaces", |body| {
-        body["workspaces"].as_array()?.iter().any(|w| w["name"] == "nftables" && w["ready"] == true).then_some(())
-    })
-    .await;
-
-    // Explicit files: the proposal alone; then discovery: the search plan, then the proposal.
-    let request = "Allow orders-v2 through nftables in production.";
-    for files in [json!([PILLAR]), json!([])] {
-        let (status, body) = post(
-            &host,
-            "/api/v1/change/simulations",
-            json!({"workspace": "nftables", "request": request, "files": files}),
-        )
-        .await;
-        assert_eq!(status, 200, "files {files}: {body}\n{}", host.server.log_text());
-        assert_eq!(body["result"]["changed_files"], json!([PILLAR]), "{body}");
-        assert!(body["result"]["diff"].as_str().unwrap().contains("+    - name: orders-v2\n"), "{body}");
-        assert_eq!(body["result"]["attempts"], 1, "the refusal of tools costs no proposal attempt: {body}");
-    }
-    let targets: Vec<String> = llm.requests().iter().filter_map(structured_target).collect();
-    assert!(targets.contains(&"akritas_plan_repository_search".to_string()), "discovery ran: {targets:?}");
+    let host = serve(&llm, Some(&root), "auto");
+    previews(&host, &llm).await;
     assert!(llm.requests().iter().filter(|r| offers_tools(r)).count() <= 1, "tools are refused once");
 
     // The facade's streamed answer from the same model.

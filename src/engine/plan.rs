@@ -522,14 +522,18 @@ mod tests {
         assert_eq!(arguments["properties"]["tags"]["maxItems"], MAX_ARGUMENT_ITEMS);
         assert_eq!(arguments["properties"]["tags"]["items"]["maxLength"], MAX_ARGUMENT_CHARS);
         assert_eq!(branches[1]["properties"]["arguments"]["maxProperties"], 0, "an open object is closed");
-        assert_eq!(plan_schema("en", &tools[..1], 2)["properties"]["checks"]["items"]["properties"]["tool"]["enum"],
-                   json!(["inventory.host"]));
+        assert_eq!(
+            plan_schema("en", &tools[..1], 2)["properties"]["checks"]["items"]["properties"]["tool"]["enum"],
+            json!(["inventory.host"])
+        );
         assert_eq!(plan_schema("en", &tools, 2)["properties"]["checks"]["maxItems"], 2);
         assert_eq!(plan_schema("en", &[], 5)["properties"]["checks"]["maxItems"], 0);
 
         let validator = jsonschema::validator_for(&schema).unwrap();
-        let plan = |tool: &str, arguments: Value| json!({"gaps": [], "checks": [
-            {"step": "s", "tool": tool, "arguments": arguments, "reason": "r"}]});
+        let plan = |tool: &str, arguments: Value| {
+            json!({"gaps": [], "checks": [
+            {"step": "s", "tool": tool, "arguments": arguments, "reason": "r"}]})
+        };
         assert!(validator.is_valid(&plan("inventory.host", json!({"host": "db-7"}))));
         assert!(!validator.is_valid(&plan("inventory.hosts", json!({"host": "db-7"}))), "unknown tool");
         assert!(!validator.is_valid(&plan("inventory.host", json!({"host": "db-7", "x": 1}))), "extra argument");

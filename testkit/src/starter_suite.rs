@@ -102,7 +102,12 @@ fn result(case: &Case, request: &Value) -> Value {
         "actionability": case.expected.actionability,
         "confidence": "medium",
         "summary": format!("{}: see the evidence", case.name),
+        "hypothesis": "",
+        "impact": "",
         "evidence": evidence,
+        "ruled_out": [],
+        "affected_components": [],
+        "recommended_actions": [],
         "production_writes": 0,
     })
 }
