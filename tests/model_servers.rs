@@ -58,12 +58,23 @@ async fn starter_suite_with(
     protocol: &str,
     brain: impl Fn(&Value) -> Answer + Send + Sync + 'static,
 ) -> ScriptedLlm {
+    eval_under(personality, protocol, &starter_suite::dir(), brain).await
+}
+
+/// The cases of `cases` under `personality` with `--model-protocol protocol`: they must pass
+/// `--min-pass 1.0`; returns the server (for its requests).
+async fn eval_under(
+    personality: Personality,
+    protocol: &str,
+    cases: &Path,
+    brain: impl Fn(&Value) -> Answer + Send + Sync + 'static,
+) -> ScriptedLlm {
     let llm = ScriptedLlm::start_as(personality, brain).await;
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("results.json");
     let instructions = support::root().join("instructions/SYSTEM.md");
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
-        .args(["eval", starter_suite::dir().to_str().unwrap(), "--base-url", &llm.url])
+        .args(["eval", cases.to_str().unwrap(), "--base-url", &llm.url])
         .args(["--upstream-model", "scripted-model", "--model-protocol", protocol, "--min-pass", "1.0"])
         .args(["--system-instructions", instructions.to_str().unwrap()])
         .args(["--concurrency", &CONCURRENCY.to_string(), "--output", output.to_str().unwrap()])
@@ -235,6 +246,13 @@ async fn openai_accepts_the_strict_schemas_of_json_schema_mode() {
     // leaves a property out of `required`; the stand-in refuses it the same way.
     let llm = starter_suite_under(Personality::OpenAi, "json_schema").await;
     assert!(modes(&llm.requests()).iter().all(|m| *m == Mode::JsonSchema));
+    // A tool with an optional argument (as the host's own kubernetes.logs has `container`): the
+    // plan schema carries the tool's argument schema.
+    let dir = tempfile::tempdir().unwrap();
+    let mut case = starter_suite::load(&starter_suite::dir()).remove(3);
+    case.tools[0].input_schema["properties"]["container"] = json!({"type": "string"});
+    std::fs::write(dir.path().join("optional-argument.json"), serde_json::to_string(&case).unwrap()).unwrap();
+    eval_under(Personality::OpenAi, "json_schema", dir.path(), starter_suite::brain(vec![case])).await;
     // The change pipeline's schemas: the search plan and the proposal.
     let trees = tempfile::tempdir().unwrap();
     let root = nftables(trees.path());
