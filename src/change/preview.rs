@@ -51,6 +51,8 @@ pub(super) struct Preview<'a> {
     pub(super) params: Params,
     pub(super) timings: Timings,
     pub(super) attempts: Vec<AttemptDiagnostic>,
+    /// The mode of the last structured step (discovery plan, proposal).
+    pub(super) protocol: Option<structured::Mode>,
 }
 
 impl Preview<'_> {
@@ -208,6 +210,7 @@ impl Preview<'_> {
                 metadata: BTreeMap::from([
                     ("queries".into(), json!(queries)),
                     ("files_scanned".into(), json!(scanned)),
+                    ("model_protocol".into(), json!(self.protocol.map(|m| m.as_str()))),
                 ]),
                 ..NewEvent::default()
             })
@@ -315,6 +318,7 @@ impl Preview<'_> {
                     ("attempt".into(), json!(attempt)),
                     ("edits".into(), json!(proposal.edits.len())),
                     ("clarifications".into(), json!(proposal.clarifications.len())),
+                    ("model_protocol".into(), json!(self.protocol.map(|m| m.as_str()))),
                 ]),
                 ..NewEvent::default()
             })
@@ -339,7 +343,6 @@ impl Preview<'_> {
             max_tokens,
             temperature: Some(self.params.temperature),
         };
-        let kind = step.name.clone();
         let (mut asking, mut request) = structured::Asking::start(self.llm, &model, step);
         let answered = loop {
             match asking.receive(self.send(request).await?) {
@@ -348,22 +351,7 @@ impl Preview<'_> {
                 structured::Next::Failed(error) => return Err(ChangeError::Upstream(error.to_string())),
             }
         };
-        let fallbacks: Vec<String> = answered.fallbacks.iter().map(|(from, to)| format!("{from}->{to}")).collect();
-        self.record
-            .event(NewEvent {
-                kind: "structured_step".into(),
-                status: Some(
-                    if answered.response.message.tool_calls.is_empty() { "no_submission" } else { "answered" }.into(),
-                ),
-                metadata: BTreeMap::from([
-                    ("step".into(), json!(kind)),
-                    ("mode".into(), json!(answered.mode.as_str())),
-                    ("requests".into(), json!(answered.requests)),
-                    ("fallbacks".into(), json!(fallbacks)),
-                ]),
-                ..NewEvent::default()
-            })
-            .await;
+        self.protocol = Some(answered.mode);
         Ok(answered.response)
     }
 

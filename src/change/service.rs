@@ -117,6 +117,7 @@ impl ChangeService {
             params,
             timings: Timings::default(),
             attempts: Vec::new(),
+            protocol: None,
         };
         let result = preview.execute(&request, &workspace).await;
         let budget = preview.budget.usage(Instant::now());

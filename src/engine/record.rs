@@ -142,6 +142,8 @@ impl Recorder {
 pub const INPUT_SHA256: &str = "input_sha256";
 /// Metadata key (at the end of a Run) of the structured mode its last structured step used.
 pub const MODEL_PROTOCOL: &str = "model_protocol";
+/// Metadata key (at the end of a Run) of its structured steps' fallbacks, when any.
+pub const MODEL_PROTOCOL_FALLBACKS: &str = "model_protocol_fallbacks";
 /// Metadata key of the SYSTEM.md hash the Run's model requests carried.
 pub const INSTRUCTIONS_SHA256: &str = "instructions_sha256";
 

@@ -245,6 +245,11 @@ impl Engine {
         if let Some(mode) = &protocol {
             finish.metadata.insert(record::MODEL_PROTOCOL.into(), serde_json::json!(mode));
         }
+        if !state.protocol_fallbacks.is_empty() {
+            finish
+                .metadata
+                .insert(record::MODEL_PROTOCOL_FALLBACKS.into(), serde_json::json!(state.protocol_fallbacks));
+        }
         if let Err(error) = state.record.close(finish).await {
             if let Some(id) = &run_id {
                 tracing::error!(run_id = %id, %error, "could not record the end of a Run");

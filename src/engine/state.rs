@@ -113,6 +113,8 @@ pub struct RunState<'a> {
     pub progress: Option<ProgressSink>,
     /// The mode of the last structured step (plan, result), once there was one.
     pub protocol: Option<Mode>,
+    /// Each fallback of its structured steps (`plan: tool_call -> json_schema`).
+    pub protocol_fallbacks: Vec<String>,
 }
 
 impl<'a> RunState<'a> {
@@ -135,6 +137,7 @@ impl<'a> RunState<'a> {
             params,
             progress: None,
             protocol: None,
+            protocol_fallbacks: Vec::new(),
         }
     }
 
@@ -206,9 +209,10 @@ impl<'a> RunState<'a> {
         Ok((Ok(response), request))
     }
 
-    /// One structured step (`step`: plan, result) through the structured-step port,
-    /// each request within the budget. The answer is one call of the submit tool
-    /// when the model gave one, whatever the mode; the mode is recorded on the Run.
+    /// One structured step (`step_kind`: plan, result) through the structured-step
+    /// port, each request within the budget. The answer is one call of the submit
+    /// tool when the model gave one, whatever the mode; the mode and any fallback
+    /// are recorded when the Run ends.
     pub async fn call_structured(&mut self, step_kind: &str, step: structured::Step) -> Result<ChatResponse, Stop> {
         let model = self.llm.model().await.map_err(Stop::Upstream)?;
         let (mut asking, mut request) = Asking::start(self.llm, &model, step);
@@ -221,21 +225,8 @@ impl<'a> RunState<'a> {
             }
         };
         self.protocol = Some(answered.mode);
-        let fallbacks: Vec<String> = answered.fallbacks.iter().map(|(from, to)| format!("{from}->{to}")).collect();
-        let submitted = !answered.response.message.tool_calls.is_empty();
-        self.record
-            .event(crate::audit::NewEvent {
-                kind: "structured_step".into(),
-                status: Some(if submitted { "answered" } else { "no_submission" }.into()),
-                metadata: BTreeMap::from([
-                    ("step".into(), serde_json::json!(step_kind)),
-                    ("mode".into(), serde_json::json!(answered.mode.as_str())),
-                    ("requests".into(), serde_json::json!(answered.requests)),
-                    ("fallbacks".into(), serde_json::json!(fallbacks)),
-                ]),
-                ..Default::default()
-            })
-            .await?;
+        let fallbacks = answered.fallbacks.iter().map(|(from, to)| format!("{step_kind}: {from} -> {to}"));
+        self.protocol_fallbacks.extend(fallbacks);
         Ok(answered.response)
     }
 
