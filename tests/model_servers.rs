@@ -444,6 +444,7 @@ async fn a_forced_call_answered_in_prose_falls_back_and_is_counted() {
     assert_eq!(structured, [(plan.clone(), Mode::ToolCall), (plan.clone(), Mode::JsonSchema)], "the plan fell back");
     let (_, run) = get(&host, &format!("/api/v1/runs/{}", body["run_id"].as_str().unwrap())).await;
     assert_eq!(run["run"]["status"], "succeeded", "{run}");
+    assert_eq!(run["run"]["metadata"]["model_protocol_fallbacks"], json!(["plan: tool_call -> json_schema"]), "{run}");
     assert!(
         run["run"]["events"].as_array().unwrap().iter().any(|e| e["metadata"]["tool"] == "knowledge.list_skills"),
         "the plan reached by the fallback was executed: {run}"
@@ -464,7 +465,10 @@ async fn a_forced_call_answered_in_prose_falls_back_and_is_counted() {
 async fn a_refusal_of_tools_falls_back_and_is_counted() {
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: false }, operator()).await;
     let host = serve(&llm, None, "auto");
-    assert_eq!(chat(&host).await["answer"], ANSWER);
+    let body = chat(&host).await;
+    assert_eq!(body["answer"], ANSWER);
+    let (_, run) = get(&host, &format!("/api/v1/runs/{}", body["run_id"].as_str().unwrap())).await;
+    assert_eq!(run["run"]["metadata"]["model_protocol_fallbacks"], json!(["plan: tool_call -> json_schema"]), "{run}");
     let requests = llm.requests();
     assert_eq!(requests[0]["model"], "scripted-model:latest", "the model Ollama lists is the one asked");
     assert!(offers_tools(&requests[0]) && requests[1..].iter().all(|r| !offers_tools(r)), "tools dropped");
