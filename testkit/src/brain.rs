@@ -28,9 +28,6 @@ pub enum Answer {
     ToolCalls(Vec<crate::scripted_llm::Call>),
 }
 
-/// A brain: the answer to a chat request body.
-pub type Brain = dyn Fn(&Value) -> Answer + Send + Sync;
-
 /// How a request asks for a structured answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

@@ -60,16 +60,6 @@ pub enum Personality {
 }
 
 impl Personality {
-    /// Every personality, for suites that run under each.
-    pub const ALL: [Personality; 6] = [
-        Personality::Ollama { tools: false },
-        Personality::Ollama { tools: true },
-        Personality::LlamaServer,
-        Personality::Vllm,
-        Personality::OpenAi,
-        Personality::Reasoning,
-    ];
-
     /// The server's reply to a chat request, given what the model means to answer
     /// (`brain` is not asked when the server refuses the request before any model runs).
     /// `index` numbers the request, for call ids.
