@@ -5,107 +5,20 @@
 //! calls), run with `--repeat 2`, fails `--min-pass 1.0` and names the case in each repeat;
 //! a case whose Run fails (no result submitted) still reports the calls and tokens it spent.
 //!
-//! The scripted model tests the harness, not intelligence: it finds the case by its
-//! question, plans exactly the case's recorded calls, and submits the finding status
-//! and actionability the case expects, citing the required facts it finds in the
-//! recorded outputs as evidence quotes (which the host then verifies).
+//! The scripted model (the testkit's starter-suite brain, served as OpenAI would) tests the
+//! harness, not intelligence: it finds the case by its question, plans exactly the case's
+//! recorded calls, and submits the finding status and actionability the case expects, citing
+//! the required facts it finds in the recorded outputs as evidence quotes (which the host
+//! then verifies). tests/model_servers.rs runs the same suite under each model server.
 
 use akritas_testkit as support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use akritas::replay::Case;
-use akritas::tools::{ToolName, openai_alias};
 use serde_json::{Value, json};
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
-
-fn alias(name: &str) -> String {
-    openai_alias(&ToolName::try_from(name).unwrap())
-}
-
-fn starter() -> PathBuf {
-    support::root().join("evals/starter")
-}
-
-/// The question of a case as it appears inside a JSON request body.
-fn escaped(text: &str) -> String {
-    let quoted = serde_json::to_string(text).unwrap();
-    quoted[1..quoted.len() - 1].to_string()
-}
-
-/// The case a request is about: its question (planning, answering) or its name (structuring).
-fn case_of<'a>(cases: &'a [Case], request: &str) -> Option<&'a Case> {
-    let question = |c: &Case| c.input.messages[0].content.clone();
-    let found = |c: &Case| {
-        let q = question(c);
-        request.contains(&q) || request.contains(&escaped(&q)) || request.contains(&escaped(&escaped(&q)))
-    };
-    cases
-        .iter()
-        .filter(|c| found(c) || request.contains(&format!("[eval case {}]", c.name)))
-        .max_by_key(|c| question(c).len())
-}
-
-fn responder(cases: Vec<Case>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
-    let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
-    move |_, request| {
-        let text = request.to_string();
-        let Some(case) = case_of(&cases, &text) else {
-            return Step::from(Reply::Content("no case matches this request".into()));
-        };
-        if offers(request, &plan) {
-            let checks: Vec<Value> = case
-                .calls
-                .iter()
-                .map(|c| json!({"step": c.tool, "tool": c.tool, "arguments": c.arguments, "reason": "recorded"}))
-                .collect();
-            return Step::from(Reply::ToolCalls(vec![(
-                "p".into(),
-                plan.clone(),
-                json!({"checks": checks, "gaps": []}),
-            )]));
-        }
-        if offers(request, &submit) && case.name.starts_with("no-result-") {
-            return Step::from(Reply::Content("no result this time".into()));
-        }
-        if offers(request, &submit) {
-            let user = request["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str());
-            let offered: Value = user.and_then(|u| serde_json::from_str(u).ok()).unwrap_or_default();
-            let mut evidence = Vec::new();
-            for item in offered["host_owned_evidence"].as_array().into_iter().flatten() {
-                let (reference, tool) = (item["reference"].as_str().unwrap(), item["tool"].as_str().unwrap());
-                let output = case.calls.iter().find(|c| c.tool == tool).and_then(|c| c.output.clone());
-                let output = output.map(|o| o.to_string()).unwrap_or_default();
-                let quoted: Vec<String> = case
-                    .expected
-                    .required_facts
-                    .iter()
-                    .filter(|f| output.contains(f.as_str()))
-                    .map(|f| format!("{reference} \"{f}\""))
-                    .collect();
-                if quoted.is_empty() {
-                    evidence.push(reference.to_string());
-                }
-                evidence.extend(quoted);
-            }
-            let result = json!({
-                "finding_status": case.expected.finding_status.unwrap(),
-                "actionability": case.expected.actionability.unwrap(),
-                "confidence": "medium",
-                "summary": format!("{}: see the evidence", case.name),
-                "evidence": evidence,
-                "production_writes": 0,
-            });
-            return Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result)]));
-        }
-        let results = request["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "tool").count();
-        Step::from(Reply::Content(format!("[eval case {}] {results} checks read.", case.name)))
-    }
-}
-
-fn load(dir: &Path) -> Vec<Case> {
-    akritas::eval::load_dir(dir).unwrap().into_iter().map(|(_, case)| case).collect()
-}
+use support::personality::Personality;
+use support::scripted_llm::ScriptedLlm;
+use support::starter_suite::{self, brain, load};
 
 async fn eval(llm: &ScriptedLlm, dir: &Path, output: &Path, extra: &[&str]) -> std::process::Output {
     let instructions = support::root().join("instructions/SYSTEM.md");
@@ -123,7 +36,8 @@ async fn eval(llm: &ScriptedLlm, dir: &Path, output: &Path, extra: &[&str]) -> s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
-    let cases = load(&starter());
+    let starter = starter_suite::dir();
+    let cases = load(&starter);
     assert!(cases.len() >= 20, "the starter suite has {} cases", cases.len());
     assert!(cases.iter().all(|c| c.description.is_some()), "every case says what it is about");
 
@@ -145,13 +59,13 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     let mut all = cases.clone();
     all.push(broken);
     all.push(no_result.clone());
-    let llm = ScriptedLlm::start_with(responder(all)).await;
+    let llm = ScriptedLlm::start_as(Personality::OpenAi, brain(all)).await;
     // A server with several models: without --upstream-model the first would answer.
     llm.set_models(vec!["first-listed-model".into(), "scripted-model".into()]);
     llm.set_recording(true);
 
     let results = dir.path().join("results.json");
-    let run = eval(&llm, &starter(), &results, &[]).await;
+    let run = eval(&llm, &starter, &results, &[]).await;
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     println!("{stdout}");

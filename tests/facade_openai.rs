@@ -2,7 +2,8 @@
 //! completes with and without streaming (progress lines and answer chunks arrive
 //! before the Run ends), sends text parts and meets the error envelope; the engine's
 //! progress sink reports a Run in order; a client that goes away mid-stream leaves
-//! the Run recorded to its end; decoding edge cases answer 400 with `param`.
+//! the Run recorded to its end; decoding edge cases answer 400 with `param`, an unknown
+//! model 404 `model_not_found` as OpenAI does (the SDK's NotFoundError).
 
 use akritas_testkit as support;
 
@@ -178,7 +179,7 @@ async fn raw(facade: &Facade, body: reqwest::Body, key: &str) -> (u16, Value) {
 }
 
 #[tokio::test]
-async fn decoding_edge_cases_answer_400_in_the_openai_envelope() {
+async fn decoding_edge_cases_and_an_unknown_model_answer_in_the_openai_envelope() {
     let facade = facade(Duration::ZERO).await;
     let ok = json!({"model": "akritas", "messages": [{"role": "user", "content": "hi"}], "unknown": {"x": 1}});
 
@@ -208,6 +209,16 @@ async fn decoding_edge_cases_answer_400_in_the_openai_envelope() {
     let tool = json!({"model": "akritas", "messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b", "tool_call_id": "c"}]});
     let (status, error) = raw(&facade, tool.to_string().into(), API_KEY).await;
     assert_eq!((status, error["param"].clone()), (400, json!("messages[1].role")));
+    // An unknown model is answered as OpenAI answers it: 404, typed invalid_request_error.
+    let unknown = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "a"}]});
+    let (status, error) = raw(&facade, unknown.to_string().into(), API_KEY).await;
+    assert_eq!(status, 404, "{error}");
+    assert_eq!(
+        (&error["type"], &error["code"], &error["param"]),
+        (&json!("invalid_request_error"), &json!("model_not_found"), &json!("model")),
+        "{error}"
+    );
+    assert!(error["message"].as_str().unwrap().starts_with("The model `gpt-4o` does not exist"), "{error}");
     assert_eq!(facade.llm.chat_requests(), before, "refused requests reach no model");
 
     // The key check speaks the same envelope, `param` included.

@@ -69,7 +69,8 @@ pub fn schema() -> serde_json::Value {
                         "old": {"type": "string", "description": "replace: exact text occurring once in the current file; create: empty"},
                         "new": {"type": "string", "description": "replace: the replacement text; create: the complete file content"}
                     },
-                    "required": ["path", "old", "new"],
+                    // All required (OpenAI's strict mode refuses an optional property).
+                    "required": ["operation", "path", "old", "new"],
                     "additionalProperties": false
                 }
             },
@@ -420,8 +421,12 @@ mod tests {
         assert_eq!(schema["properties"]["edits"]["maxItems"], json!(MAX_EDITS));
         assert_eq!(schema["properties"]["edits"]["items"]["additionalProperties"], json!(false));
         let validator = jsonschema::options().offline().build(&schema).unwrap();
-        assert!(validator.is_valid(&valid()));
-        let mut extra = valid();
+        let mut stated = valid();
+        stated["edits"][0]["operation"] = json!("replace");
+        assert!(validator.is_valid(&stated));
+        // The schema asks for every field (strict mode); the decoder still defaults the operation.
+        assert!(!validator.is_valid(&valid()));
+        let mut extra = stated;
         extra["x"] = json!(1);
         assert!(!validator.is_valid(&extra));
     }

@@ -218,8 +218,10 @@ pub fn result_schema() -> Value {
     json!({
         "type": "object",
         "additionalProperties": false,
-        "required": ["finding_status", "actionability", "confidence", "summary", "impact", "evidence", "ruled_out",
-                     "affected_components", "recommended_actions", "production_writes"],
+        // Every property is required (empty text and lists are allowed): OpenAI's strict mode
+        // refuses a schema with an optional property.
+        "required": ["finding_status", "actionability", "confidence", "summary", "hypothesis", "impact", "evidence",
+                     "ruled_out", "affected_components", "recommended_actions", "production_writes"],
         "properties": {
             "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"]},
             "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping, expected) and the rule needs tuning"},
@@ -534,7 +536,7 @@ mod tests {
         let validator = jsonschema::validator_for(&schema).unwrap();
         let result = |evidence: serde_json::Value| {
             serde_json::json!({"finding_status": "confirmed", "actionability": "no_action", "confidence": "low",
-                "summary": "s", "impact": "", "evidence": evidence, "ruled_out": [], "affected_components": [],
+                "summary": "s", "hypothesis": "", "impact": "", "evidence": evidence, "ruled_out": [], "affected_components": [],
                 "recommended_actions": [], "production_writes": 0})
         };
         for good in [

@@ -25,12 +25,20 @@ pub struct ApiError {
     pub message: String,
     /// Extra fields merged into the error object (for example `run_id`).
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// The object's `type` when it is not the status's usual one.
+    pub kind: Option<&'static str>,
 }
 
 impl ApiError {
     /// A new error.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: serde_json::Map::new() }
+        Self { status, code, message: message.into(), details: serde_json::Map::new(), kind: None }
+    }
+
+    /// Sets the object's `type` (OpenAI types an unknown model, a 404, `invalid_request_error`).
+    pub fn of_type(mut self, kind: &'static str) -> Self {
+        self.kind = Some(kind);
+        self
     }
 
     /// Adds a field to the error object.
@@ -92,7 +100,8 @@ impl ApiError {
         for reserved in ["message", "type", "code"] {
             details.remove(reserved);
         }
-        ErrorObject { message: self.message.clone(), kind: error_type(self.status), code: self.code, details }
+        let kind = self.kind.unwrap_or_else(|| error_type(self.status));
+        ErrorObject { message: self.message.clone(), kind, code: self.code, details }
     }
 }
 

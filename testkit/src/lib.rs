@@ -8,7 +8,9 @@
 //!
 //! - [`Server`], [`serve_command`], [`run_to_end`]: the real `akritas` binary as a process.
 //! - [`host`]: the real router and engine in-process, on a scripted model.
-//! - [`scripted_llm`]: a scripted OpenAI-compatible model server.
+//! - [`scripted_llm`]: a scripted OpenAI-compatible model server; with a [`brain`] behind a
+//!   [`personality`], a stand-in for Ollama, llama-server, vLLM, OpenAI or a reasoning model.
+//! - [`starter_suite`]: the brain that plays the starter eval suite `evals/starter`.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`git_server`]: the real `git http-backend` behind token authentication, and bare-repository helpers.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
@@ -22,6 +24,7 @@
 //! Paths are resolved from the repository root ([`root`]), so the harnesses find
 //! `instructions/`, `config/samples`, `e2e/` and `target/` wherever a test runs.
 
+pub mod brain;
 pub mod clients;
 pub mod everything;
 pub mod git_server;
@@ -29,10 +32,12 @@ pub mod host;
 pub mod kube_api;
 pub mod kubelet;
 pub mod mattermost;
+pub mod personality;
 pub mod prom;
 pub mod raw_http;
 pub mod scripted_llm;
 pub mod sink;
+pub mod starter_suite;
 pub mod telegram;
 pub mod vm;
 

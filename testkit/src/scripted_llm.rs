@@ -3,12 +3,17 @@
 //! `POST /v1/chat/completions` answers from a script (or a responder closure), as JSON or, when the
 //! request has `"stream": true`, as SSE chunks ending in `data: [DONE]`. `GET /v1/models` lists
 //! `scripted-model` (configurable). Runs on its own tokio task on 127.0.0.1:0; stops when dropped.
+//!
+//! [`ScriptedLlm::start_as`] puts a [`Personality`] in front of a [`brain`](crate::brain): the
+//! server then answers as Ollama, llama-server, vLLM, OpenAI or a reasoning model would, its
+//! `/v1/models` entries and its context endpoints (`POST /api/show`, `GET /props`) included.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -17,13 +22,22 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+use crate::brain::Answer;
+use crate::personality::Personality;
+
+/// One tool call: `(id, function name, arguments)`.
+pub type Call = (String, String, Value);
+
 /// What the server answers to one chat request.
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// Assistant text, finish_reason "stop".
     Content(String),
     /// `(id, function name, arguments)`, finish_reason "tool_calls".
-    ToolCalls(Vec<(String, String, Value)>),
+    ToolCalls(Vec<Call>),
+    /// A whole assistant message: content, `reasoning_content` and tool calls together
+    /// (finish_reason "tool_calls" when it has calls, else "stop").
+    Message { content: Option<String>, reasoning: Option<String>, tool_calls: Vec<Call> },
     /// A JSON error body with this status (e.g. a 400 `unsupported_parameter` envelope).
     Error { status: u16, body: Value },
     /// Anything: invalid JSON, a huge body, ... (`application/json` if it parses, else `text/plain`).
@@ -95,6 +109,8 @@ struct Shared {
     recording: AtomicBool,
     models: Mutex<Vec<String>>,
     model_requests: AtomicUsize,
+    /// The server being imitated (`None`: a plain OpenAI-compatible script).
+    personality: Option<Personality>,
 }
 
 /// A running scripted server; `url` is `http://127.0.0.1:PORT/v1`.
@@ -132,17 +148,34 @@ impl ScriptedLlm {
     /// Answers every chat request with `responder(request index, request body)` (unbounded; for
     /// benches, see also [`ScriptedLlm::set_recording`]).
     pub async fn start_with(responder: impl Fn(usize, &Value) -> Step + Send + Sync + 'static) -> ScriptedLlm {
+        Self::serve(Box::new(responder), None).await
+    }
+
+    /// Answers every chat request as `personality` would serve what `brain` means to say
+    /// (see [`crate::personality`]).
+    pub async fn start_as(
+        personality: Personality,
+        brain: impl Fn(&Value) -> Answer + Send + Sync + 'static,
+    ) -> ScriptedLlm {
+        let responder = move |index: usize, request: &Value| Step::from(personality.reply(index, request, &brain));
+        Self::serve(Box::new(responder), Some(personality)).await
+    }
+
+    async fn serve(responder: Box<Responder>, personality: Option<Personality>) -> ScriptedLlm {
         let shared = Arc::new(Shared {
-            responder: Box::new(responder),
+            responder,
             chats: Mutex::new(Vec::new()),
             chat_count: AtomicUsize::new(0),
             recording: AtomicBool::new(true),
             models: Mutex::new(vec!["scripted-model".to_owned()]),
             model_requests: AtomicUsize::new(0),
+            personality,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
+            .route("/api/show", post(ollama_show))
+            .route("/props", get(llama_props))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let address = listener.local_addr().expect("local address");
@@ -189,8 +222,31 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 async fn models(State(shared): State<Arc<Shared>>) -> Response {
     shared.model_requests.fetch_add(1, Ordering::SeqCst);
-    let data: Vec<Value> = lock(&shared.models).iter().map(|id| json!({"id": id, "object": "model"})).collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
+    let entry = |id: &String| match shared.personality {
+        Some(personality) => personality.model_entry(id),
+        None => json!({"id": id, "object": "model"}),
+    };
+    let data: Vec<Value> = lock(&shared.models).iter().map(entry).collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// Ollama's `POST /api/show` (`{"model": ...}`, formerly `{"name": ...}`).
+async fn ollama_show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = request["model"].as_str().or_else(|| request["name"].as_str()).unwrap_or_default();
+    match shared.personality.and_then(|p| p.ollama_show(model)) {
+        Some(show) => Json(show).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// llama-server's `GET /props`.
+async fn llama_props(State(shared): State<Arc<Shared>>) -> Response {
+    let model = lock(&shared.models).first().cloned().unwrap_or_default();
+    match shared.personality.and_then(|p| p.llama_props(&model)) {
+        Some(props) => Json(props).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -231,7 +287,7 @@ fn usage_json(usage: Option<(u64, u64)>) -> Option<Value> {
 /// Non-terminal replies (errors, raw bodies) are the same streamed or not.
 fn error_reply(reply: Reply) -> Result<Response, Reply> {
     match reply {
-        Reply::Error { status: code, body } => Ok((status(code), axum::Json(body)).into_response()),
+        Reply::Error { status: code, body } => Ok((status(code), Json(body)).into_response()),
         Reply::Raw { status: code, body } => {
             let content_type =
                 if serde_json::from_str::<Value>(&body).is_ok() { "application/json" } else { "text/plain" };
@@ -246,20 +302,21 @@ fn json_reply(step: Step, id: &str, model: &str) -> Response {
         Ok(response) => return response,
         Err(reply) => reply,
     };
-    let (message, finish_reason) = match reply {
-        Reply::Content(text) => (json!({"role": "assistant", "content": text}), "stop"),
-        Reply::ToolCalls(calls) => {
-            let calls: Vec<Value> = calls
-                .iter()
-                .map(|(call_id, name, arguments)| {
-                    json!({"id": call_id, "type": "function",
-                           "function": {"name": name, "arguments": arguments.to_string()}})
-                })
-                .collect();
-            (json!({"role": "assistant", "content": null, "tool_calls": calls}), "tool_calls")
-        }
-        Reply::Error { .. } | Reply::Raw { .. } => unreachable!("handled by error_reply"),
-    };
+    let (content, reasoning, calls) = parts(reply);
+    let mut message = json!({"role": "assistant", "content": content});
+    if let Some(reasoning) = reasoning {
+        message["reasoning_content"] = Value::String(reasoning);
+    }
+    let finish_reason = if calls.is_empty() { "stop" } else { "tool_calls" };
+    if !calls.is_empty() {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|(call_id, name, arguments)| {
+                json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
     let mut body = json!({
         "id": id, "object": "chat.completion", "created": 0, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
@@ -267,7 +324,42 @@ fn json_reply(step: Step, id: &str, model: &str) -> Response {
     if let Some(usage) = usage_json(step.usage) {
         body["usage"] = usage;
     }
-    axum::Json(body).into_response()
+    Json(body).into_response()
+}
+
+/// A successful reply as (content, reasoning, tool calls).
+fn parts(reply: Reply) -> (Option<String>, Option<String>, Vec<Call>) {
+    match reply {
+        Reply::Content(text) => (Some(text), None, Vec::new()),
+        Reply::ToolCalls(calls) => (None, None, calls),
+        Reply::Message { content, reasoning, tool_calls } => (content, reasoning, tool_calls),
+        Reply::Error { .. } | Reply::Raw { .. } => unreachable!("handled by error_reply"),
+    }
+}
+
+/// Streamed content as a server tokenizes it: `<think>` and `</think>` are single tokens,
+/// each run of text between them comes in up to three pieces.
+fn content_pieces(text: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let tag = ["<think>", "</think>"].iter().filter_map(|tag| rest.find(tag).map(|at| (at, *tag))).min();
+        match tag {
+            Some((0, tag)) => {
+                pieces.push(tag.to_owned());
+                rest = &rest[tag.len()..];
+            }
+            Some((at, _)) => {
+                pieces.extend(split_chars(&rest[..at], 3));
+                rest = &rest[at..];
+            }
+            None => {
+                pieces.extend(split_chars(rest, 3));
+                rest = "";
+            }
+        }
+    }
+    pieces
 }
 
 /// Splits `text` into at most `parts` non-empty pieces on char boundaries.
@@ -292,28 +384,26 @@ fn stream_reply(step: Step, id: &str, model: &str, include_usage: bool) -> Respo
         })
     };
     let mut chunks = vec![chunk(json!({"role": "assistant"}), None)];
-    let finish_reason = match reply {
-        Reply::Content(text) => {
-            chunks.extend(split_chars(&text, 3).into_iter().map(|piece| chunk(json!({"content": piece}), None)));
-            "stop"
-        }
-        Reply::ToolCalls(calls) => {
-            for (index, (call_id, name, arguments)) in calls.iter().enumerate() {
-                let arguments = arguments.to_string();
-                let mut halves = split_chars(&arguments, 2).into_iter();
-                let first = halves.next().unwrap_or_default();
-                let second = halves.collect::<String>();
-                chunks.push(chunk(
-                    json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                           "function": {"name": name, "arguments": first}}]}),
-                    None,
-                ));
-                chunks.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": second}}]}), None));
-            }
-            "tool_calls"
-        }
-        Reply::Error { .. } | Reply::Raw { .. } => unreachable!("handled by error_reply"),
-    };
+    let (content, reasoning, calls) = parts(reply);
+    for piece in reasoning.as_deref().map(|text| split_chars(text, 2)).unwrap_or_default() {
+        chunks.push(chunk(json!({"reasoning_content": piece}), None));
+    }
+    for piece in content.as_deref().map(content_pieces).unwrap_or_default() {
+        chunks.push(chunk(json!({"content": piece}), None));
+    }
+    for (index, (call_id, name, arguments)) in calls.iter().enumerate() {
+        let arguments = arguments.to_string();
+        let mut halves = split_chars(&arguments, 2).into_iter();
+        let first = halves.next().unwrap_or_default();
+        let second = halves.collect::<String>();
+        chunks.push(chunk(
+            json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                   "function": {"name": name, "arguments": first}}]}),
+            None,
+        ));
+        chunks.push(chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": second}}]}), None));
+    }
+    let finish_reason = if calls.is_empty() { "stop" } else { "tool_calls" };
     chunks.push(chunk(json!({}), Some(finish_reason)));
     if include_usage && let Some(usage) = usage_json(step.usage) {
         chunks.push(json!({

@@ -44,7 +44,6 @@ question = [{"role": "user", "content": "Why is db-7 slow?"}]
 ids = [model.id for model in client.models.list()]
 check(ids == [MODEL], f"model list {ids}")
 check(client.models.retrieve(MODEL).owned_by == "akritas", "retrieve the model")
-expect_error(openai.NotFoundError, lambda: client.models.retrieve("gpt-4o"), 404, "model_not_found", "model")
 
 # Non-streamed completion, with the Run id header.
 raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=question)
@@ -108,13 +107,18 @@ history = [question[0], {"role": "assistant", "content": text}, {"role": "user",
 check(client.chat.completions.create(model=MODEL, messages=history).choices[0].message.content == ANSWER, "history")
 
 # Errors.
-expect_error(
-    openai.BadRequestError,
+# An unknown model is answered as OpenAI answers it: 404 invalid_request_error, NotFoundError.
+body = expect_error(
+    openai.NotFoundError,
     lambda: client.chat.completions.create(model="gpt-4o", messages=question),
-    400,
+    404,
     "model_not_found",
     "model",
 )
+check(body.get("type") == "invalid_request_error", f"unknown model type {body.get('type')!r}")
+check(body["message"].startswith("The model `gpt-4o` does not exist"), f"unknown model message {body['message']!r}")
+body = expect_error(openai.NotFoundError, lambda: client.models.retrieve("gpt-4o"), 404, "model_not_found", "model")
+check(body.get("type") == "invalid_request_error", f"unknown model (retrieve) type {body.get('type')!r}")
 image = [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]
 expect_error(
     openai.BadRequestError,

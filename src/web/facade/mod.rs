@@ -43,13 +43,7 @@ pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Res
     if id == state.info.model {
         return Json(model_object(&id)).into_response();
     }
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "model_not_found",
-        format!("unknown model {id:?}: this server exposes only {:?}", state.info.model),
-    )
-    .with("param", "model")
-    .into_response()
+    request::model_not_found(&id, &state.info.model).into_response()
 }
 
 fn model_object(id: &str) -> Value {

@@ -65,19 +65,27 @@ pub fn invalid(param: Option<&str>, code: &'static str, message: impl Into<Strin
     ApiError::new(StatusCode::BAD_REQUEST, code, message).with("param", param.map_or(Value::Null, Value::from))
 }
 
+/// The OpenAI answer to a model the server does not have: 404 `invalid_request_error`
+/// `model_not_found` on `model` (OpenAI's SDKs raise their NotFoundError for it).
+pub fn model_not_found(id: &str, exposed: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "model_not_found",
+        format!(
+            "The model `{id}` does not exist or you do not have access to it: this server exposes only `{exposed}`"
+        ),
+    )
+    .of_type("invalid_request_error")
+    .with("param", "model")
+}
+
 /// Decodes and checks a body against the exposed model id and the largest
 /// `max_tokens` the host allows.
 pub fn decode(body: &Bytes, model: &str, max_tokens_limit: u32) -> Result<Completion, ApiError> {
     let body: Body = crate::web::body::decode(body).map_err(|error| error.with("param", Value::Null))?;
     match body.model.as_deref() {
         None => return Err(invalid(Some("model"), "missing_required_parameter", "model is required")),
-        Some(id) if id != model => {
-            return Err(invalid(
-                Some("model"),
-                "model_not_found",
-                format!("unknown model {id:?}: this server exposes only {model:?}"),
-            ));
-        }
+        Some(id) if id != model => return Err(model_not_found(id, model)),
         Some(_) => {}
     }
     refuse_tools(&body)?;
@@ -307,6 +315,17 @@ mod tests {
         };
         assert_eq!(with(json!({"model": "gpt-4o"})).0, "model_not_found");
         assert_eq!(with(json!({"model": "gpt-4o"})).1, json!("model"));
+        let unknown = model_not_found("gpt-4o", "akritas").object();
+        assert_eq!(
+            (unknown.kind, unknown.message.starts_with("The model `gpt-4o` does not exist")),
+            ("invalid_request_error", true)
+        );
+        assert_eq!(
+            decode(&Bytes::from(user(json!("hi")).to_string().replace("akritas", "gpt-4o")), "akritas", 4096)
+                .unwrap_err()
+                .status,
+            StatusCode::NOT_FOUND
+        );
         assert_eq!(rejected(json!({"messages": []})).1, json!("model"));
         assert_eq!(with(json!({"max_tokens": 0})).1, json!("max_tokens"));
         assert_eq!(with(json!({"max_tokens": 5000})).2, "max_tokens must be between 1 and 4096, got 5000");
