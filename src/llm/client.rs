@@ -52,6 +52,9 @@ pub struct LlmConfig {
     pub timeout: Duration,
     /// Larger bodies (or total streamed bytes) fail with [`LlmError::ResponseTooLarge`].
     pub max_response_bytes: usize,
+    /// The model's context window in tokens (setting `model_context_tokens`): used when the server
+    /// names none, an upper bound when it does ([`super::window`]). `None`: discovered, or unknown.
+    pub context_tokens: Option<u32>,
     /// Prepended to the first system message of every request (`"<instructions>\n\n<content>"`),
     /// or inserted as a new first system message. The caller's messages are never changed.
     pub system_instructions: Option<Arc<str>>,
@@ -69,6 +72,7 @@ impl LlmConfig {
             model: None,
             timeout: DEFAULT_TIMEOUT,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            context_tokens: None,
             system_instructions: None,
             protocol: Protocol::Auto,
         }
@@ -83,6 +87,7 @@ impl std::fmt::Debug for LlmConfig {
             .field("model", &self.model)
             .field("timeout", &self.timeout)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("context_tokens", &self.context_tokens)
             .field("system_instructions_chars", &self.system_instructions.as_ref().map(|text| text.chars().count()))
             .field("protocol", &self.protocol)
             .finish()
@@ -90,10 +95,12 @@ impl std::fmt::Debug for LlmConfig {
 }
 
 /// Client of one OpenAI-compatible `/v1` endpoint. Cheap to clone (an `Arc` inside); clones share
-/// the discovered model and the negotiated token-limit field.
+/// the discovered model, the negotiated token-limit field and the context window.
 #[derive(Clone)]
 pub struct LlmClient {
     inner: Arc<Inner>,
+    /// Per clone: a request fitted to a small context window carries a shortened copy.
+    system_instructions: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -103,7 +110,7 @@ struct Inner {
     discovered_model: tokio::sync::OnceCell<String>,
     timeout: Duration,
     max_response_bytes: usize,
-    system_instructions: Option<Arc<str>>,
+    window: super::window::WindowCache,
     http: reqwest::Client,
     /// Sticky result of the token-limit negotiation: send `max_completion_tokens` instead of `max_tokens`.
     use_max_completion_tokens: AtomicBool,
@@ -129,14 +136,25 @@ impl std::fmt::Debug for LlmClient {
 impl LlmClient {
     /// Bytes the global system instructions add to every request.
     pub fn system_instructions_len(&self) -> usize {
-        self.inner.system_instructions.as_ref().map_or(0, |text| text.len() + 2)
+        self.system_instructions.as_ref().map_or(0, |text| text.len() + 2)
     }
 
     /// SHA-256 (hex) of the global system instructions, when there are any: what a
     /// Run records so a replay can tell which SYSTEM.md version it ran with.
     pub fn system_instructions_sha256(&self) -> Option<String> {
         use sha2::Digest;
-        self.inner.system_instructions.as_ref().map(|text| hex::encode(sha2::Sha256::digest(text.as_bytes())))
+        self.system_instructions.as_ref().map(|text| hex::encode(sha2::Sha256::digest(text.as_bytes())))
+    }
+
+    /// The global system instructions this client prepends, when there are any.
+    pub fn system_instructions(&self) -> Option<&str> {
+        self.system_instructions.as_deref()
+    }
+
+    /// This client prepending `instructions` instead (same connection, model, negotiated fields
+    /// and context window): how a request fitted to a small window carries a shortened SYSTEM.md.
+    pub fn with_system_instructions(&self, instructions: Option<Arc<str>>) -> Self {
+        Self { inner: Arc::clone(&self.inner), system_instructions: instructions }
     }
 
     /// Validates `config`; `http` is built by the caller (redirect policy, proxies, TLS).
@@ -147,6 +165,9 @@ impl LlmClient {
         }
         if config.max_response_bytes == 0 {
             return Err(LlmError::InvalidConfig("max_response_bytes must be greater than zero".into()));
+        }
+        if config.context_tokens == Some(0) {
+            return Err(LlmError::InvalidConfig("context_tokens must be greater than zero".into()));
         }
         if let Some(key) = &config.api_key {
             if key.trim().is_empty() {
@@ -169,12 +190,13 @@ impl LlmClient {
                 discovered_model: tokio::sync::OnceCell::new(),
                 timeout: config.timeout,
                 max_response_bytes: config.max_response_bytes,
-                system_instructions: config.system_instructions,
+                window: super::window::WindowCache::new(config.context_tokens),
                 http,
                 use_max_completion_tokens: AtomicBool::new(false),
                 protocol: config.protocol,
                 learned: Learned::default(),
             }),
+            system_instructions: config.system_instructions,
         })
     }
 
@@ -228,6 +250,17 @@ impl LlmClient {
     pub async fn model(&self) -> Result<String, LlmError> {
         let deadline = Instant::now() + self.inner.timeout;
         self.model_until(deadline).await
+    }
+
+    /// The model's context window ([`super::window`]): discovered on the first call (the probes
+    /// bounded by the timeout), then cached; `None` when unknown. Never fails.
+    pub async fn context_window(&self) -> Option<super::window::ContextWindow> {
+        self.inner.window.get(self, self.inner.timeout).await
+    }
+
+    /// Lowers the context window of later requests to `tokens`: what a context overflow taught.
+    pub fn learn_context_window(&self, tokens: u32) {
+        self.inner.window.learn(tokens);
     }
 
     /// One non-streamed completion (`"stream": false`).
@@ -375,7 +408,7 @@ impl LlmClient {
 
     /// The caller's messages with the system instructions applied (borrowed when there are none).
     fn effective_messages<'a>(&self, messages: &'a [Message]) -> Cow<'a, [Message]> {
-        let Some(instructions) = self.inner.system_instructions.as_deref() else {
+        let Some(instructions) = self.system_instructions.as_deref() else {
             return Cow::Borrowed(messages);
         };
         let mut messages = messages.to_vec();
@@ -477,6 +510,30 @@ impl LlmClient {
 
     fn transport_error(&self, err: reqwest::Error) -> LlmError {
         from_reqwest(err, self.inner.timeout, self.inner.api_key.as_deref())
+    }
+}
+
+/// The context-window discovery's requests ([`super::window`]).
+impl super::window::Probe for LlmClient {
+    fn base_url(&self) -> &str {
+        LlmClient::base_url(self)
+    }
+
+    async fn model(&self) -> Result<String, LlmError> {
+        LlmClient::model(self).await
+    }
+
+    async fn probe(&self, url: &str, body: Option<&Value>, deadline: Instant) -> Result<Option<Value>, LlmError> {
+        let request = match body {
+            Some(body) => self.inner.http.post(url).json(body),
+            None => self.inner.http.get(url),
+        };
+        let mut response = self.execute(request, deadline).await?;
+        if !response.status().is_success() {
+            return Ok(None);
+        }
+        let body = self.read_body(&mut response, deadline, self.inner.max_response_bytes, false).await?;
+        Ok(serde_json::from_slice(&body).ok())
     }
 }
 

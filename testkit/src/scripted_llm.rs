@@ -2,7 +2,9 @@
 //!
 //! `POST /v1/chat/completions` answers from a script (or a responder closure), as JSON or, when the
 //! request has `"stream": true`, as SSE chunks ending in `data: [DONE]`. `GET /v1/models` lists
-//! `scripted-model` (configurable). Runs on its own tokio task on 127.0.0.1:0; stops when dropped.
+//! `scripted-model` (configurable). `GET /props` (outside `/v1`, as llama-server serves it) answers
+//! what [`ScriptedLlm::set_props`] set, else 404 like any other server. Runs on its own tokio task
+//! on 127.0.0.1:0; stops when dropped.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -95,6 +97,7 @@ struct Shared {
     recording: AtomicBool,
     models: Mutex<Vec<String>>,
     model_requests: AtomicUsize,
+    props: Mutex<Option<Value>>,
 }
 
 /// A running scripted server; `url` is `http://127.0.0.1:PORT/v1`.
@@ -139,10 +142,12 @@ impl ScriptedLlm {
             recording: AtomicBool::new(true),
             models: Mutex::new(vec!["scripted-model".to_owned()]),
             model_requests: AtomicUsize::new(0),
+            props: Mutex::new(None),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
+            .route("/props", get(props))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let address = listener.local_addr().expect("local address");
@@ -155,6 +160,12 @@ impl ScriptedLlm {
     /// Replaces the ids listed by `GET /v1/models` (default `["scripted-model"]`; empty is allowed).
     pub fn set_models(&self, ids: Vec<String>) {
         *lock(&self.shared.models) = ids;
+    }
+
+    /// What `GET /props` answers, as llama-server does (`{"default_generation_settings":
+    /// {"n_ctx": ..}}`); `None` (the default): 404.
+    pub fn set_props(&self, props: Option<Value>) {
+        *lock(&self.shared.props) = props;
     }
 
     /// How many `GET /v1/models` requests were received.
@@ -191,6 +202,13 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
     shared.model_requests.fetch_add(1, Ordering::SeqCst);
     let data: Vec<Value> = lock(&shared.models).iter().map(|id| json!({"id": id, "object": "model"})).collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn props(State(shared): State<Arc<Shared>>) -> Response {
+    match lock(&shared.props).clone() {
+        Some(props) => axum::Json(props).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {

@@ -1,0 +1,584 @@
+//! Fitting one model request into the model's context window (pure).
+//!
+//! A request's size is estimated from its JSON: the messages and tool definitions as serialized,
+//! plus the global system instructions (SYSTEM.md) the client prepends, at [`BYTES_PER_TOKEN`]
+//! bytes a token, rounded up. Three is conservative for English text and JSON in the tokenizers
+//! small models use (Llama, Qwen, SmolLM, Gemma: 3.5 to 4.5 bytes a token), not for text that is
+//! mostly CJK or random bytes; a server that still finds the request too long says so, and the
+//! Run sends it once more, fitted smaller (`engine::context`).
+//!
+//! When the prompt and the completion budget (`max_tokens`) exceed the window, the completion is
+//! first held to a quarter of the window (at least [`MIN_COMPLETION_TOKENS`], at most
+//! `max_tokens`) and the prompt is cut, each step only as far as needed, in this order:
+//! 1. runbook excerpts: the retrieved documents of each search, lowest-ranked first; the
+//!    best-ranked document of each search stays;
+//! 2. tool results (and the planner's copy of the retrieval): the largest first, the older among
+//!    equals, truncated with a marker down to [`MIN_RESULT_BYTES`]; no message is removed, so
+//!    every tool call keeps its result;
+//! 3. skill text: from its end, the last selected skill first;
+//! 4. tool schemas: the tools whose name and description share the fewest words with the
+//!    question go first, in the request's `tools` and in the planner's tool list; one stays in
+//!    each, and the tool a request forces is never removed;
+//! 5. the global system instructions (SYSTEM.md), from their end.
+//!
+//! The completion budget is then what the window leaves (never below the smaller of
+//! `max_tokens` and [`MIN_COMPLETION_TOKENS`]). Never cut: the user's question (the last user
+//! message; in the planner's input its `request`), earlier turns, the host's step prompts
+//! (planning, structuring, proposals) and assistant messages.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::retrieval::SEARCH_TOOL;
+use crate::llm::{ChatRequest, Message, Role, ToolChoice, ToolDefinition};
+
+/// Bytes of request JSON counted as one token.
+pub const BYTES_PER_TOKEN: u64 = 3;
+/// The smallest completion budget fitting leaves (or `max_tokens`, when smaller).
+pub const MIN_COMPLETION_TOKENS: u32 = 256;
+/// A tool result is never cut below this many bytes (marker included).
+pub const MIN_RESULT_BYTES: usize = 256;
+/// Bytes the client adds around SYSTEM.md at most: the separator, or a system message of its own.
+const INSTRUCTIONS_FRAME_BYTES: usize = 32;
+/// Skill text and SYSTEM.md shorter than this after a cut are dropped whole.
+const MIN_TEXT_BYTES: usize = 64;
+/// Appended where skill text or SYSTEM.md was cut.
+const TEXT_MARKER: &str = "\n…[cut by Akritas to fit the model's context window]";
+/// Key of an omitted-document count in a search output.
+const OMITTED_RESULTS: &str = "results_cut_to_fit_context";
+
+/// Keys of the planner's input (`engine::planning`).
+mod planner {
+    pub const REQUEST: &str = "request";
+    pub const RUNBOOKS: &str = "knowledge_search_result";
+    pub const SKILLS: &str = "selected_operational_skills";
+    pub const SKILL_TEXT: &str = "instructions";
+    pub const TOOLS: &str = "available_execution_tools";
+}
+
+/// Words too common to relate a tool to a question.
+const STOP_WORDS: &[&str] = &[
+    "all", "and", "any", "are", "can", "does", "for", "from", "has", "have", "how", "into", "its", "not", "the",
+    "this", "that", "was", "what", "when", "why", "with", "you",
+];
+
+/// What fitting cut from requests, by category (counts and bytes, never content).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Cuts {
+    /// Retrieved runbook documents left out.
+    pub runbook_documents: u32,
+    /// Their bytes.
+    pub runbook_bytes: u64,
+    /// Tool results truncated.
+    pub tool_results: u32,
+    /// Bytes cut from them.
+    pub tool_result_bytes: u64,
+    /// Bytes cut from skill text.
+    pub skill_bytes: u64,
+    /// Tools not offered.
+    pub tools: u32,
+    /// Bytes of their schemas.
+    pub tool_schema_bytes: u64,
+    /// Bytes cut from the global system instructions (SYSTEM.md).
+    pub instruction_bytes: u64,
+    /// Tokens taken off the completion budget (`max_tokens`).
+    pub completion_tokens: u64,
+}
+
+impl Cuts {
+    /// Whether nothing was cut.
+    pub fn is_empty(&self) -> bool {
+        *self == Cuts::default()
+    }
+
+    fn add(&mut self, other: &Cuts) {
+        self.runbook_documents += other.runbook_documents;
+        self.runbook_bytes += other.runbook_bytes;
+        self.tool_results += other.tool_results;
+        self.tool_result_bytes += other.tool_result_bytes;
+        self.skill_bytes += other.skill_bytes;
+        self.tools += other.tools;
+        self.tool_schema_bytes += other.tool_schema_bytes;
+        self.instruction_bytes += other.instruction_bytes;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// How one request was fitted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Fitted {
+    /// The window, in tokens.
+    pub window: u32,
+    /// Estimated prompt tokens before fitting.
+    pub prompt_tokens_before: u64,
+    /// Estimated prompt tokens after.
+    pub prompt_tokens_after: u64,
+    /// `max_tokens` asked for.
+    pub max_tokens_before: u32,
+    /// `max_tokens` sent.
+    pub max_tokens_after: u32,
+    /// What was cut.
+    pub cuts: Cuts,
+}
+
+impl Fitted {
+    /// Whether the request was changed.
+    pub fn changed(&self) -> bool {
+        !self.cuts.is_empty()
+    }
+}
+
+/// What a Run cut to fit its model's context window, over all its requests (a Run re-sends its
+/// conversation, so what every request cuts again is counted again).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ContextCuts {
+    /// The smallest window the Run's requests were fitted to.
+    pub window: Option<u32>,
+    /// Requests that were cut.
+    pub fitted_requests: u32,
+    /// Requests sent once more, smaller, after the server reported a context overflow.
+    pub overflow_retries: u32,
+    /// Totals over the requests.
+    #[serde(flatten)]
+    pub cuts: Cuts,
+}
+
+impl ContextCuts {
+    /// Counts one fitted request (`overflow`: a retry after the server's overflow).
+    pub fn add(&mut self, fitted: &Fitted, overflow: bool) {
+        self.window = Some(self.window.map_or(fitted.window, |window| window.min(fitted.window)));
+        self.fitted_requests += u32::from(fitted.changed());
+        self.overflow_retries += u32::from(overflow);
+        self.cuts.add(&fitted.cuts);
+    }
+
+    /// Whether the Run fitted or retried nothing.
+    pub fn is_empty(&self) -> bool {
+        self.fitted_requests == 0 && self.overflow_retries == 0
+    }
+}
+
+/// Estimated tokens of `bytes` bytes of request JSON.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(BYTES_PER_TOKEN)
+}
+
+/// Estimated prompt tokens of `request` with `instructions` prepended.
+pub fn prompt_tokens(request: &ChatRequest, instructions: Option<&str>) -> u64 {
+    estimate_tokens(prompt_bytes(&request.messages, &request.tools, instructions) + format_bytes(request))
+}
+
+/// Bytes of the request's `response_format` (a JSON schema the server turns into a grammar or
+/// a prompt): counted, never cut.
+fn format_bytes(request: &ChatRequest) -> usize {
+    request.response_format.as_ref().map_or(0, serialized_len)
+}
+
+fn prompt_bytes(messages: &[Message], tools: &[ToolDefinition], instructions: Option<&str>) -> usize {
+    serialized_len(&(messages, tools)) + instructions.map_or(0, |text| serialized_len(&text) + INSTRUCTIONS_FRAME_BYTES)
+}
+
+/// Fits `request` (with `instructions`, the SYSTEM.md the client will prepend) into `window`
+/// tokens, cutting as the module says. `skills_from`: where skill text starts in the first
+/// (system) message, when it carries any.
+pub fn fit(
+    request: &mut ChatRequest,
+    instructions: &mut Option<String>,
+    skills_from: Option<usize>,
+    window: u32,
+) -> Fitted {
+    let asked = request.max_tokens;
+    let before = prompt_tokens(request, instructions.as_deref());
+    let mut fitted = Fitted {
+        window,
+        prompt_tokens_before: before,
+        prompt_tokens_after: before,
+        max_tokens_before: asked,
+        max_tokens_after: asked,
+        cuts: Cuts::default(),
+    };
+    if before + u64::from(asked) <= u64::from(window) {
+        return fitted;
+    }
+    let reserve = asked.min(MIN_COMPLETION_TOKENS.max(window / 4));
+    let budget = usize::try_from(u64::from(window - reserve.min(window)) * BYTES_PER_TOKEN)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(format_bytes(request));
+    let forced = match &request.tool_choice {
+        Some(ToolChoice::Function(name)) => Some(name.clone()),
+        _ => None,
+    };
+    let mut cutter = Cutter::new(&mut request.messages, &mut request.tools, instructions, budget);
+    cutter.runbooks();
+    cutter.tool_results();
+    cutter.skills(skills_from);
+    cutter.tools(forced.as_deref());
+    cutter.instructions();
+    let mut cuts = cutter.finish();
+    let after = prompt_tokens(request, instructions.as_deref());
+    let room = u64::from(window).saturating_sub(after);
+    let completion = u64::from(asked).min(room).max(u64::from(asked.min(MIN_COMPLETION_TOKENS)));
+    request.max_tokens = u32::try_from(completion).unwrap_or(asked);
+    cuts.completion_tokens = u64::from(asked - request.max_tokens);
+    fitted.prompt_tokens_after = after;
+    fitted.max_tokens_after = request.max_tokens;
+    fitted.cuts = cuts;
+    fitted
+}
+
+/// A part of the request that carries text: a message, or the planner's copy of the retrieval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Place {
+    Message(usize),
+    PlannerRunbooks,
+}
+
+/// The planner's input, parsed: the last user message when it is the planner's JSON object.
+struct Planner {
+    index: usize,
+    input: Map<String, Value>,
+}
+
+struct Cutter<'a> {
+    messages: &'a mut Vec<Message>,
+    tools: &'a mut Vec<ToolDefinition>,
+    instructions: &'a mut Option<String>,
+    planner: Option<Planner>,
+    /// Prompt bytes allowed.
+    budget: usize,
+    /// Prompt bytes now.
+    total: usize,
+    /// Original and kept bytes of every truncated tool result.
+    truncated: BTreeMap<Place, (usize, usize)>,
+    cuts: Cuts,
+}
+
+impl<'a> Cutter<'a> {
+    fn new(
+        messages: &'a mut Vec<Message>,
+        tools: &'a mut Vec<ToolDefinition>,
+        instructions: &'a mut Option<String>,
+        budget: usize,
+    ) -> Self {
+        let planner = messages.iter().rposition(|m| m.role == Role::User).and_then(|index| {
+            let input = serde_json::from_str::<Map<String, Value>>(messages[index].content.as_deref()?).ok()?;
+            (input.contains_key(planner::TOOLS) || input.contains_key(planner::RUNBOOKS))
+                .then_some(Planner { index, input })
+        });
+        let mut cutter = Cutter {
+            messages,
+            tools,
+            instructions,
+            planner,
+            budget,
+            total: 0,
+            truncated: BTreeMap::new(),
+            cuts: Cuts::default(),
+        };
+        cutter.measure();
+        cutter
+    }
+
+    fn measure(&mut self) {
+        self.total = prompt_bytes(self.messages, self.tools, self.instructions.as_deref());
+    }
+
+    /// Bytes over the budget.
+    fn over(&self) -> usize {
+        self.total.saturating_sub(self.budget)
+    }
+
+    fn write_planner(&mut self) {
+        if let Some(planner) = &self.planner {
+            let text = Value::Object(planner.input.clone()).to_string();
+            self.messages[planner.index].content = Some(text);
+        }
+    }
+
+    /// Step 1, retrieved documents: lowest-ranked first; the best of each search stays.
+    fn runbooks(&mut self) {
+        let mut searches: Vec<(Place, Value)> = Vec::new();
+        for (index, message) in self.messages.iter().enumerate() {
+            if message.role != Role::Tool {
+                continue;
+            }
+            if let Some(value) = message.content.as_deref().and_then(|text| serde_json::from_str::<Value>(text).ok())
+                && value["name"] == SEARCH_TOOL
+                && value["output"]["results"].is_array()
+            {
+                searches.push((Place::Message(index), value));
+            }
+        }
+        if let Some(value) = self.planner.as_ref().and_then(|p| p.input.get(planner::RUNBOOKS))
+            && value["output"]["results"].is_array()
+        {
+            searches.push((Place::PlannerRunbooks, value.clone()));
+        }
+        let results = |value: &Value| value["output"]["results"].as_array().map_or(0, Vec::len);
+        while self.over() > 0 {
+            let Some(chosen) = (0..searches.len())
+                .filter(|&k| results(&searches[k].1) > 1)
+                .max_by_key(|&k| (results(&searches[k].1), Reverse(k)))
+            else {
+                break;
+            };
+            let (place, value) = &mut searches[chosen];
+            let Some(removed) = value["output"]["results"].as_array_mut().and_then(Vec::pop) else { break };
+            self.cuts.runbook_documents += 1;
+            self.cuts.runbook_bytes += serialized_len(&removed) as u64;
+            let omitted = value["output"][OMITTED_RESULTS].as_u64().unwrap_or(0) + 1;
+            value["output"][OMITTED_RESULTS] = Value::from(omitted);
+            match *place {
+                Place::Message(index) => self.messages[index].content = Some(value.to_string()),
+                Place::PlannerRunbooks => {
+                    if let Some(planner) = &mut self.planner {
+                        planner.input.insert(planner::RUNBOOKS.into(), value.clone());
+                    }
+                    self.write_planner();
+                }
+            }
+            self.measure();
+        }
+    }
+
+    /// The text of a tool result (the planner's retrieval as its JSON text).
+    fn result_text(&self, place: Place) -> Option<String> {
+        match place {
+            Place::Message(index) => self.messages[index].content.clone(),
+            Place::PlannerRunbooks => match self.planner.as_ref()?.input.get(planner::RUNBOOKS)? {
+                Value::String(text) => Some(text.clone()),
+                value => Some(value.to_string()),
+            },
+        }
+    }
+
+    /// Step 2, tool results: the largest first (the older among equals), down to a common size.
+    fn tool_results(&mut self) {
+        let mut places: Vec<Place> = (0..self.messages.len())
+            .filter(|&index| self.messages[index].role == Role::Tool)
+            .map(Place::Message)
+            .collect();
+        if self.planner.as_ref().is_some_and(|p| p.input.contains_key(planner::RUNBOOKS)) {
+            places.push(Place::PlannerRunbooks);
+        }
+        let order = |place: Place, planner: Option<&Planner>| match place {
+            Place::Message(index) => index,
+            Place::PlannerRunbooks => planner.map_or(0, |p| p.index),
+        };
+        while self.over() > 0 {
+            let sizes: Vec<(Place, usize)> =
+                places.iter().map(|&place| (place, self.result_text(place).map_or(0, |t| t.len()))).collect();
+            let planner = self.planner.as_ref();
+            let Some(&(place, size)) = sizes
+                .iter()
+                .filter(|(_, size)| *size > MIN_RESULT_BYTES)
+                .max_by_key(|(place, size)| (*size, Reverse(order(*place, planner))))
+            else {
+                break;
+            };
+            let next = sizes.iter().filter(|(other, _)| *other != place).map(|(_, size)| *size).max().unwrap_or(0);
+            let mut target = MIN_RESULT_BYTES.max(size.saturating_sub(self.over()));
+            if next < size {
+                target = target.max(next);
+            }
+            let Some(text) = self.result_text(place) else { break };
+            let original = self.truncated.get(&place).map_or(text.len(), |(original, _)| *original);
+            let shown = |kept: usize| {
+                format!("\n…[cut by Akritas to fit the model's context window: {kept} of {original} bytes shown]")
+            };
+            let kept = floor_char_boundary(&text, target.saturating_sub(shown(original).len()));
+            let cut = format!("{}{}", &text[..kept], shown(kept));
+            if cut.len() >= text.len() {
+                break;
+            }
+            self.truncated.insert(place, (original, kept));
+            match place {
+                Place::Message(index) => self.messages[index].content = Some(cut),
+                Place::PlannerRunbooks => {
+                    if let Some(planner) = &mut self.planner {
+                        planner.input.insert(planner::RUNBOOKS.into(), Value::String(cut));
+                    }
+                    self.write_planner();
+                }
+            }
+            self.measure();
+        }
+    }
+
+    /// Step 3, skill text: the system message's skills from their end, then the planner's
+    /// skills, the last one first.
+    fn skills(&mut self, skills_from: Option<usize>) {
+        if let (Some(from), Some(first)) = (skills_from, self.messages.first_mut())
+            && first.role == Role::System
+            && let Some(content) = &mut first.content
+            && content.len() > from
+            && content.is_char_boundary(from)
+            && self.total > self.budget
+        {
+            let over = self.total - self.budget;
+            let (kept, text) = cut_text(&content[from..], over);
+            self.cuts.skill_bytes += (content.len() - from - kept) as u64;
+            content.replace_range(from.., &text);
+            self.measure();
+        }
+        let count = self
+            .planner
+            .as_ref()
+            .and_then(|p| p.input.get(planner::SKILLS))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        for index in (0..count).rev() {
+            let over = self.over();
+            if over == 0 {
+                break;
+            }
+            let Some(planner) = &mut self.planner else { break };
+            let Some(text) = planner.input[planner::SKILLS][index][planner::SKILL_TEXT].as_str().map(str::to_owned)
+            else {
+                continue;
+            };
+            let (kept, cut) = cut_text(&text, over);
+            if kept == text.len() {
+                continue;
+            }
+            self.cuts.skill_bytes += (text.len() - kept) as u64;
+            planner.input[planner::SKILLS][index][planner::SKILL_TEXT] = Value::String(cut);
+            self.write_planner();
+            self.measure();
+        }
+    }
+
+    /// Step 4, tool schemas: the least related to the question first; one stays in each list,
+    /// and a forced tool always.
+    fn tools(&mut self, forced: Option<&str>) {
+        if self.over() == 0 {
+            return;
+        }
+        let question = words(&self.question());
+        let related = |text: String| words(&text).intersection(&question).count();
+        // (relevance, list, position, name, bytes); list 0: the request's tools, 1: the planner's.
+        let mut candidates: Vec<(usize, u8, usize, String, usize)> = Vec::new();
+        for (position, tool) in self.tools.iter().enumerate() {
+            if Some(tool.function.name.as_str()) != forced {
+                let text = format!("{} {}", tool.function.name, tool.function.description);
+                candidates.push((related(text), 0, position, tool.function.name.clone(), serialized_len(tool) + 1));
+            }
+        }
+        let listed = self.planner.as_ref().and_then(|p| p.input.get(planner::TOOLS)).and_then(Value::as_array);
+        for (position, tool) in listed.into_iter().flatten().enumerate() {
+            let name = tool["name"].as_str().unwrap_or_default().to_string();
+            let text = format!("{name} {}", tool["description"].as_str().unwrap_or_default());
+            // Inside the planner's message the entry is escaped JSON text.
+            let bytes = serialized_len(&tool.to_string()) - 1;
+            candidates.push((related(text), 1, position, name, bytes));
+        }
+        candidates.sort_by_key(|(relevance, list, position, _, _)| (*relevance, Reverse(*position), *list));
+        let mut planner_changed = false;
+        for (_, list, _, name, bytes) in candidates {
+            if self.over() == 0 {
+                break;
+            }
+            let removed = if list == 0 {
+                let keep_one = self.tools.len() > 1;
+                let at = self.tools.iter().position(|t| t.function.name == name).filter(|_| keep_one);
+                at.map(|at| self.tools.remove(at)).is_some()
+            } else {
+                let listed = self.planner.as_mut().and_then(|p| p.input.get_mut(planner::TOOLS));
+                match listed.and_then(Value::as_array_mut) {
+                    Some(tools) if tools.len() > 1 => {
+                        let at = tools.iter().position(|t| t["name"].as_str() == Some(name.as_str()));
+                        at.map(|at| tools.remove(at)).is_some()
+                    }
+                    _ => false,
+                }
+            };
+            if removed {
+                planner_changed |= list == 1;
+                self.cuts.tools += 1;
+                self.cuts.tool_schema_bytes += bytes as u64;
+                self.total = self.total.saturating_sub(bytes);
+            }
+        }
+        if planner_changed {
+            self.write_planner();
+        }
+        self.measure();
+    }
+
+    /// The question: the planner's `request`, else the last user message.
+    fn question(&self) -> String {
+        if let Some(request) = self.planner.as_ref().and_then(|p| p.input.get(planner::REQUEST)?.as_str()) {
+            return request.to_string();
+        }
+        let last = self.messages.iter().rev().find(|m| m.role == Role::User);
+        last.and_then(|m| m.content.clone()).unwrap_or_default()
+    }
+
+    /// Step 5, the global system instructions: from their end.
+    fn instructions(&mut self) {
+        let over = self.over();
+        let Some(text) = self.instructions.as_mut().filter(|_| over > 0) else { return };
+        let (kept, cut) = cut_text(text, over);
+        self.cuts.instruction_bytes += (text.len() - kept) as u64;
+        *self.instructions = (!cut.is_empty()).then_some(cut);
+        self.measure();
+    }
+
+    fn finish(mut self) -> Cuts {
+        self.cuts.tool_results = u32::try_from(self.truncated.len()).unwrap_or(u32::MAX);
+        self.cuts.tool_result_bytes = self.truncated.values().map(|(original, kept)| (original - kept) as u64).sum();
+        self.cuts
+    }
+}
+
+/// `text` shortened by at least `over` bytes, with a marker (or emptied when little would be
+/// left): the bytes kept and the new text.
+fn cut_text(text: &str, over: usize) -> (usize, String) {
+    // The marker as the request's JSON carries it (its newline escaped).
+    let keep = text.len().saturating_sub(over + serialized_len(TEXT_MARKER) - 2);
+    if keep < MIN_TEXT_BYTES {
+        return (0, String::new());
+    }
+    let kept = floor_char_boundary(text, keep);
+    (kept, format!("{}{TEXT_MARKER}", &text[..kept]))
+}
+
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// Lower-case words of at least three characters, without the commonest.
+fn words(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| word.chars().count() >= 3)
+        .map(str::to_lowercase)
+        .filter(|word| !STOP_WORDS.contains(&word.as_str()))
+        .collect()
+}
+
+/// Length of a value's JSON serialization, without building it.
+fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+#[cfg(test)]
+mod tests;
