@@ -247,7 +247,8 @@ async fn a_context_overflow_is_retried_once_with_a_smaller_request() {
             assert!(total <= learned, "request {n} ({total} tokens) is not fitted to {learned}");
         }
         assert!(sizes[1] < sizes[0], "the retry is smaller");
-        assert_eq!(requests[1]["tools"], requests[0]["tools"], "the same step, once more");
+        let tool = |n: usize| requests[n]["tools"][0]["function"]["name"].clone();
+        assert_eq!(tool(1), tool(0), "the same step, once more");
 
         assert_eq!(cuts["overflow_retries"].as_u64(), Some(1), "{cuts}");
         let record = run_record(&rig, &answer).await;

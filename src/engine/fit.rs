@@ -17,7 +17,8 @@
 //!    every tool call keeps its result;
 //! 3. skill text: from its end, the last selected skill first;
 //! 4. tool schemas: the tools whose name and description share the fewest words with the
-//!    question go first, in the request's `tools` and in the planner's tool list; one stays in
+//!    question go first, in the request's `tools` and in the planner's tool list (with the plan
+//!    schema's branch for the tool, in the submit tool or the `response_format`); one stays in
 //!    each, and the tool a request forces is never removed;
 //! 5. the global system instructions (SYSTEM.md), from their end.
 //!
@@ -30,7 +31,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::retrieval::SEARCH_TOOL;
 use crate::llm::{ChatRequest, Message, Role, ToolChoice, ToolDefinition};
@@ -171,8 +172,8 @@ pub fn prompt_tokens(request: &ChatRequest, instructions: Option<&str>) -> u64 {
     estimate_tokens(prompt_bytes(&request.messages, &request.tools, instructions) + format_bytes(request))
 }
 
-/// Bytes of the request's `response_format` (a JSON schema the server turns into a grammar or
-/// a prompt): counted, never cut.
+/// Bytes of the request's `response_format` (a JSON schema the server turns into a grammar):
+/// counted; only the plan schema's branches of tools not offered are cut from it.
 fn format_bytes(request: &ChatRequest) -> usize {
     request.response_format.as_ref().map_or(0, serialized_len)
 }
@@ -204,14 +205,13 @@ pub fn fit(
         return fitted;
     }
     let reserve = asked.min(MIN_COMPLETION_TOKENS.max(window / 4));
-    let budget = usize::try_from(u64::from(window - reserve.min(window)) * BYTES_PER_TOKEN)
-        .unwrap_or(usize::MAX)
-        .saturating_sub(format_bytes(request));
+    let budget = usize::try_from(u64::from(window - reserve.min(window)) * BYTES_PER_TOKEN).unwrap_or(usize::MAX);
     let forced = match &request.tool_choice {
         Some(ToolChoice::Function(name)) => Some(name.clone()),
         _ => None,
     };
-    let mut cutter = Cutter::new(&mut request.messages, &mut request.tools, instructions, budget);
+    let format = &mut request.response_format;
+    let mut cutter = Cutter::new(&mut request.messages, &mut request.tools, format, instructions, budget);
     cutter.runbooks();
     cutter.tool_results();
     cutter.skills(skills_from);
@@ -245,6 +245,7 @@ struct Planner {
 struct Cutter<'a> {
     messages: &'a mut Vec<Message>,
     tools: &'a mut Vec<ToolDefinition>,
+    format: &'a mut Option<Value>,
     instructions: &'a mut Option<String>,
     planner: Option<Planner>,
     /// Prompt bytes allowed.
@@ -260,6 +261,7 @@ impl<'a> Cutter<'a> {
     fn new(
         messages: &'a mut Vec<Message>,
         tools: &'a mut Vec<ToolDefinition>,
+        format: &'a mut Option<Value>,
         instructions: &'a mut Option<String>,
         budget: usize,
     ) -> Self {
@@ -271,6 +273,7 @@ impl<'a> Cutter<'a> {
         let mut cutter = Cutter {
             messages,
             tools,
+            format,
             instructions,
             planner,
             budget,
@@ -283,7 +286,8 @@ impl<'a> Cutter<'a> {
     }
 
     fn measure(&mut self) {
-        self.total = prompt_bytes(self.messages, self.tools, self.instructions.as_deref());
+        self.total = prompt_bytes(self.messages, self.tools, self.instructions.as_deref())
+            + self.format.as_ref().map_or(0, serialized_len);
     }
 
     /// Bytes over the budget.
@@ -487,13 +491,21 @@ impl<'a> Cutter<'a> {
                 at.map(|at| self.tools.remove(at)).is_some()
             } else {
                 let listed = self.planner.as_mut().and_then(|p| p.input.get_mut(planner::TOOLS));
-                match listed.and_then(Value::as_array_mut) {
+                let removed = match listed.and_then(Value::as_array_mut) {
                     Some(tools) if tools.len() > 1 => {
                         let at = tools.iter().position(|t| t["name"].as_str() == Some(name.as_str()));
                         at.map(|at| tools.remove(at)).is_some()
                     }
                     _ => false,
+                };
+                // The plan schema's branch for the tool goes with it.
+                if removed {
+                    let schemas = self.tools.iter_mut().map(|t| &mut t.function.parameters).chain(self.format.as_mut());
+                    let branches: usize = schemas.map(|schema| drop_branch(schema, &name)).sum();
+                    self.cuts.tool_schema_bytes += branches as u64;
+                    self.total = self.total.saturating_sub(branches);
                 }
+                removed
             };
             if removed {
                 planner_changed |= list == 1;
@@ -531,6 +543,26 @@ impl<'a> Cutter<'a> {
         self.cuts.tool_results = u32::try_from(self.truncated.len()).unwrap_or(u32::MAX);
         self.cuts.tool_result_bytes = self.truncated.values().map(|(original, kept)| (original - kept) as u64).sum();
         self.cuts
+    }
+}
+
+/// Removes, anywhere in `schema`, the `anyOf` branch that stands for the tool `name` (its
+/// `properties.tool.enum` is `[name]`, as the plan schema keys its checks), unless it is the last;
+/// the bytes removed.
+fn drop_branch(schema: &mut Value, name: &str) -> usize {
+    match schema {
+        Value::Object(map) => {
+            let mut removed = 0;
+            if let Some(Value::Array(branches)) = map.get_mut("anyOf")
+                && branches.len() > 1
+                && let Some(at) = branches.iter().position(|b| b["properties"]["tool"]["enum"] == json!([name]))
+            {
+                removed += serialized_len(&branches.remove(at)) + 1;
+            }
+            removed + map.values_mut().map(|value| drop_branch(value, name)).sum::<usize>()
+        }
+        Value::Array(items) => items.iter_mut().map(|item| drop_branch(item, name)).sum(),
+        _ => 0,
     }
 }
 

@@ -244,8 +244,11 @@ fn the_planner_input_is_cut_inside_and_its_request_never() {
         "maximum_execution_checks": 3,
         "response_language": "en",
     });
+    let shapes: Vec<(String, Value)> =
+        tools.iter().map(|t| (t["name"].as_str().unwrap().to_string(), t["input_schema"].clone())).collect();
+    let schema = crate::engine::plan::plan_schema("en", &shapes, 3);
     let mut request = ChatRequest::new(vec![Message::system("Plan."), Message::user(input.to_string())]);
-    request.tools = vec![tool("local_investigation_submit_plan", "Submit the plan.")];
+    request.tools = vec![ToolDefinition::function("local_investigation_submit_plan", "Submit the plan.", schema)];
     request.tool_choice = Some(ToolChoice::Required);
     request.max_tokens = 1024;
     let window = window_cutting(&request, None, 6000);
@@ -265,6 +268,9 @@ fn the_planner_input_is_cut_inside_and_its_request_never() {
     );
     assert_eq!(fitted.cuts.tools, 1);
     assert_eq!(request.tools.len(), 1, "the plan tool stays");
+    let branches = request.tools[0].function.parameters["properties"]["checks"]["items"]["anyOf"].as_array().unwrap();
+    let branches: Vec<&str> = branches.iter().map(|b| b["properties"]["tool"]["enum"][0].as_str().unwrap()).collect();
+    assert_eq!(branches, offered, "the plan schema keeps the branches of the tools offered");
     assert!(fitted.prompt_tokens_after + u64::from(fitted.max_tokens_after) <= u64::from(window));
     assert_eq!(fitted.prompt_tokens_after, prompt_tokens(&request, None));
 }
