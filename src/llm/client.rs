@@ -18,6 +18,8 @@ use super::wire::{
     ChatRequest, ChatResponse, Message, Role, StreamOptions, ToolChoice, WireModels, WireRequest, WireResponse,
 };
 
+mod context;
+
 /// Default [`LlmConfig::max_response_bytes`]: 4 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// Default [`LlmConfig::timeout`].
@@ -52,8 +54,7 @@ pub struct LlmConfig {
     pub timeout: Duration,
     /// Larger bodies (or total streamed bytes) fail with [`LlmError::ResponseTooLarge`].
     pub max_response_bytes: usize,
-    /// The model's context window in tokens (setting `model_context_tokens`): used when the server
-    /// names none, an upper bound when it does ([`super::window`]). `None`: discovered, or unknown.
+    /// The model's context window in tokens, when set (`model_context_tokens`; [`super::window`]).
     pub context_tokens: Option<u32>,
     /// Prepended to the first system message of every request (`"<instructions>\n\n<content>"`),
     /// or inserted as a new first system message. The caller's messages are never changed.
@@ -146,17 +147,6 @@ impl LlmClient {
         self.system_instructions.as_ref().map(|text| hex::encode(sha2::Sha256::digest(text.as_bytes())))
     }
 
-    /// The global system instructions this client prepends, when there are any.
-    pub fn system_instructions(&self) -> Option<&str> {
-        self.system_instructions.as_deref()
-    }
-
-    /// This client prepending `instructions` instead (same connection, model, negotiated fields
-    /// and context window): how a request fitted to a small window carries a shortened SYSTEM.md.
-    pub fn with_system_instructions(&self, instructions: Option<Arc<str>>) -> Self {
-        Self { inner: Arc::clone(&self.inner), system_instructions: instructions }
-    }
-
     /// Validates `config`; `http` is built by the caller (redirect policy, proxies, TLS).
     pub fn new(config: LlmConfig, http: reqwest::Client) -> Result<Self, LlmError> {
         let base_url = validate_base_url(&config.base_url)?;
@@ -165,9 +155,6 @@ impl LlmClient {
         }
         if config.max_response_bytes == 0 {
             return Err(LlmError::InvalidConfig("max_response_bytes must be greater than zero".into()));
-        }
-        if config.context_tokens == Some(0) {
-            return Err(LlmError::InvalidConfig("context_tokens must be greater than zero".into()));
         }
         if let Some(key) = &config.api_key {
             if key.trim().is_empty() {
@@ -250,17 +237,6 @@ impl LlmClient {
     pub async fn model(&self) -> Result<String, LlmError> {
         let deadline = Instant::now() + self.inner.timeout;
         self.model_until(deadline).await
-    }
-
-    /// The model's context window ([`super::window`]): discovered on the first call (the probes
-    /// bounded by the timeout), then cached; `None` when unknown. Never fails.
-    pub async fn context_window(&self) -> Option<super::window::ContextWindow> {
-        self.inner.window.get(self, self.inner.timeout).await
-    }
-
-    /// Lowers the context window of later requests to `tokens`: what a context overflow taught.
-    pub fn learn_context_window(&self, tokens: u32) {
-        self.inner.window.learn(tokens);
     }
 
     /// One non-streamed completion (`"stream": false`).
@@ -510,30 +486,6 @@ impl LlmClient {
 
     fn transport_error(&self, err: reqwest::Error) -> LlmError {
         from_reqwest(err, self.inner.timeout, self.inner.api_key.as_deref())
-    }
-}
-
-/// The context-window discovery's requests ([`super::window`]).
-impl super::window::Probe for LlmClient {
-    fn base_url(&self) -> &str {
-        LlmClient::base_url(self)
-    }
-
-    async fn model(&self) -> Result<String, LlmError> {
-        LlmClient::model(self).await
-    }
-
-    async fn probe(&self, url: &str, body: Option<&Value>, deadline: Instant) -> Result<Option<Value>, LlmError> {
-        let request = match body {
-            Some(body) => self.inner.http.post(url).json(body),
-            None => self.inner.http.get(url),
-        };
-        let mut response = self.execute(request, deadline).await?;
-        if !response.status().is_success() {
-            return Ok(None);
-        }
-        let body = self.read_body(&mut response, deadline, self.inner.max_response_bytes, false).await?;
-        Ok(serde_json::from_slice(&body).ok())
     }
 }
 

@@ -88,6 +88,7 @@ pub(super) struct WindowCache {
 
 impl WindowCache {
     pub(super) fn new(configured: Option<u32>) -> Self {
+        let configured = configured.filter(|tokens| *tokens > 0);
         Self { configured, discovered: tokio::sync::OnceCell::new(), learned: AtomicU32::new(0) }
     }
 

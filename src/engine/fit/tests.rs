@@ -1,7 +1,9 @@
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::cut::{OMITTED_RESULTS, TEXT_MARKER, planner};
 use super::*;
-use crate::llm::ToolCall;
+use crate::engine::retrieval::SEARCH_TOOL;
+use crate::llm::{Role, ToolCall};
 
 const QUESTION: &str = "Why is the postgres database on db-7 slow?";
 
