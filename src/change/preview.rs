@@ -356,9 +356,9 @@ impl Preview<'_> {
         Ok(answered.response)
     }
 
-    /// Sends one request within the Run budget; the inner error is the server's.
-    /// Fitted to the model's context window; a request the server refuses as too long for it
-    /// goes once more, fitted smaller.
+    /// Sends one request within the Run budget, fitted to the model's context window; a request
+    /// the server refuses as too long for it goes once more, fitted smaller. The inner error is
+    /// the server's.
     async fn send(&mut self, mut request: ChatRequest) -> Result<Result<ChatResponse, LlmError>, ChangeError> {
         let llm = self.fit(self.llm, &mut request, None).await;
         match self.send_fitted(&llm, &mut request).await? {
@@ -379,6 +379,7 @@ impl Preview<'_> {
         fitting.llm
     }
 
+    /// Sends one request with `llm` within the Run budget.
     async fn send_fitted(
         &mut self,
         llm: &LlmClient,

@@ -154,9 +154,8 @@ impl<'a> RunState<'a> {
     }
 
     /// Sends one budgeted model request, fitted to the model's context window; gives the
-    /// messages back for reuse, as sent. With
-    /// `stream_to` the request is streamed and the text of its response reported
-    /// there as it arrives (the budget is charged the same way).
+    /// messages back for reuse, as sent. With `stream_to` the request is streamed and the
+    /// text of its response reported there as it arrives (the budget is charged the same way).
     pub async fn call_model(
         &mut self,
         messages: Vec<Message>,
