@@ -53,6 +53,7 @@ pub fn llm_client(settings: &Settings, instructions: &SystemInstructions) -> Res
         api_key,
         model: settings.upstream_model.clone(),
         timeout: settings.request_timeout,
+        context_tokens: settings.model_context_tokens,
         max_response_bytes: crate::llm::DEFAULT_MAX_RESPONSE_BYTES,
         system_instructions: Some(Arc::from(instructions.text())),
         protocol: settings.model_protocol,

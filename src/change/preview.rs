@@ -15,6 +15,7 @@ use super::types::{ChangeSettings, PreviewRequest, ResolvedWorkspace, Timings, m
 use super::{FileChange, ValidatorResult, discovery, git, proposal};
 use crate::audit::NewEvent;
 use crate::engine::budget::{Budget, ReportedUsage};
+use crate::engine::context;
 use crate::llm::structured;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, Message, ToolDefinition};
 
@@ -355,20 +356,47 @@ impl Preview<'_> {
         Ok(answered.response)
     }
 
-    /// Sends one request within the Run budget; the inner error is the server's.
+    /// Sends one request within the Run budget, fitted to the model's context window; a request
+    /// the server refuses as too long for it goes once more, fitted smaller. The inner error is
+    /// the server's.
     async fn send(&mut self, mut request: ChatRequest) -> Result<Result<ChatResponse, LlmError>, ChangeError> {
+        let llm = self.fit(self.llm, &mut request, None).await;
+        match self.send_fitted(&llm, &mut request).await? {
+            Err(error) if error.is_context_overflow() => {
+                let llm = self.fit(&llm, &mut request, Some(&error)).await;
+                self.send_fitted(&llm, &mut request).await
+            }
+            answer => Ok(answer),
+        }
+    }
+
+    /// Fits `request` to the model's context window and records what was cut.
+    async fn fit(&self, llm: &LlmClient, request: &mut ChatRequest, overflow: Option<&LlmError>) -> LlmClient {
+        let fitting = context::fit_request(llm, request, "", overflow).await;
+        if let Some(report) = &fitting.report {
+            self.record.event(context::fitted_event(report)).await;
+        }
+        fitting.llm
+    }
+
+    /// Sends one request with `llm` within the Run budget.
+    async fn send_fitted(
+        &mut self,
+        llm: &LlmClient,
+        request: &mut ChatRequest,
+    ) -> Result<Result<ChatResponse, LlmError>, ChangeError> {
         let max_tokens = request.max_tokens;
         let size = serde_json::to_vec(&(&request.messages, &request.tools, &request.response_format))
             .map(|b| b.len())
             .unwrap_or_default()
-            + self.llm.system_instructions_len();
+            + llm.system_instructions_len();
         request.max_tokens = self
             .budget
             .begin_model_call(size, max_tokens, Instant::now())
             .map_err(|e| ChangeError::Budget(e.to_string()))?;
         let time_left = self.budget.time_left(Instant::now());
         let started = Instant::now();
-        let response = tokio::time::timeout(time_left, self.llm.chat(&request)).await;
+        let response = tokio::time::timeout(time_left, llm.chat(request)).await;
         self.timings.model_ms += millis(started.elapsed());
         match response {
             Ok(Ok(response)) => {
@@ -379,7 +407,8 @@ impl Preview<'_> {
                 Ok(Ok(response))
             }
             Ok(Err(error)) => {
-                let _ = self.budget.finish_model_call(None);
+                // A request refused as too long for the context generated nothing.
+                let _ = self.budget.finish_model_call(error.is_context_overflow().then(ReportedUsage::default));
                 Ok(Err(error))
             }
             Err(_) => {

@@ -24,6 +24,7 @@ mod error;
 mod file;
 mod flag_field;
 mod lists;
+mod optional;
 mod rules;
 #[macro_use]
 mod table;
@@ -269,6 +270,11 @@ settings_table! {
         flag "max-model-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
         check value::u64_in::<1, { u64::MAX }>;
+    /// Context window of the upstream model in tokens, 512-10000000: requests are fitted to it; used when the server names none, an upper bound when it does; empty = discovered from the server, or unknown
+    model_context_tokens: Option<u32> = None;
+        flag "model-context-tokens" [Option<String>] value_name "N";
+        expect "an integer from 512 to 10000000, or empty to discover it";
+        check optional::u32_in::<512, 10_000_000>;
     /// Sampling temperature, 0.0-2.0
     temperature: f64 = 0.2;
         flag "temperature" [Option<String>] value_name "T";

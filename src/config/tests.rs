@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 81);
+    assert_eq!(KEYS.len(), 82);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -677,6 +677,7 @@ fn file_with_every_setting() {
         "max_retrieved_context_bytes": 100,
         "max_context_tokens": 1,
         "max_model_tokens": 1,
+        "model_context_tokens": 2048,
         "temperature": 0,
         "request_timeout": "24h",
         "max_concurrent_runs": 256,
@@ -714,6 +715,7 @@ fn file_with_every_setting() {
     );
     let s = r.unwrap();
     assert_eq!(s.origins.len(), KEYS.len());
+    assert_eq!(s.model_context_tokens, Some(2048));
     assert_eq!(s.public_url.as_deref(), Some("https://ops.example.com"));
     assert_eq!(s.stdio_env, ["GRAFANA_*", "team-a/TEAM_A_TOKEN"]);
     assert_eq!(s.egress_allow, ["169.254.10.0/24", "metadata.internal"]);
@@ -834,4 +836,27 @@ fn the_model_protocol_is_one_of_its_modes() {
     assert_eq!(s.model_protocol.as_str(), "text");
     let e = load_err(&flags(&["--model-protocol", "tools"]), &no_env);
     assert!(e.contains("auto, tool_call, json_schema, json_object or text"), "{e}");
+}
+
+#[test]
+fn model_context_tokens_is_unset_by_default_and_bounded_in_every_layer() {
+    assert_eq!(Settings::default().model_context_tokens, None);
+    assert_eq!(load_ok(&flags(&["--model-context-tokens", "2048"]), &no_env).model_context_tokens, Some(2048));
+    let env = env_of(&[("AKRITAS_MODEL_CONTEXT_TOKENS", "8192")]);
+    assert_eq!(load_ok(&flags(&[]), &env).model_context_tokens, Some(8192));
+    let empty = env_of(&[("AKRITAS_MODEL_CONTEXT_TOKENS", "")]);
+    assert_eq!(load_ok(&flags(&[]), &empty).model_context_tokens, None, "empty: discover it");
+    assert_eq!(load_file(r#"{"version": 1, "model_context_tokens": null}"#).0.unwrap().model_context_tokens, None);
+    assert_eq!(load_file(r#"{"version": 1, "model_context_tokens": 512}"#).0.unwrap().model_context_tokens, Some(512));
+    let expect = "expected an integer from 512 to 10000000, or empty to discover it";
+    for bad in ["511", "10000001", "2k"] {
+        let e = load_err(&flags(&["--model-context-tokens", bad]), &no_env);
+        assert!(e.contains("--model-context-tokens") && e.contains(expect), "{e}");
+    }
+    let (e, _) = file_err(r#"{"version": 1, "model_context_tokens": "4096"}"#);
+    assert!(e.contains("$.model_context_tokens"), "{e}");
+    let (e, _) = file_err(r#"{"version": 1, "model_context_tokens": 100}"#);
+    assert!(e.contains(expect), "{e}");
+    let e = load_err(&flags(&[]), &env_of(&[("AKRITAS_MODEL_CONTEXT_TOKENS", "0")]));
+    assert!(e.contains("AKRITAS_MODEL_CONTEXT_TOKENS"), "{e}");
 }

@@ -3,7 +3,9 @@
 //! sit beside the steps of a Run, its audit bookkeeping and the structuring call.
 
 pub mod budget;
+pub mod context;
 pub mod conversation;
+pub mod fit;
 pub mod instructions;
 pub mod knowledge_tools;
 pub mod plan;

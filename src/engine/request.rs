@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::budget::{BudgetLimits, BudgetUsage, Exhausted};
 use super::conversation::{ConversationError, Speaker, Turn};
+use super::fit::ContextCuts;
 use super::plan::CapabilityGap;
 use super::progress::ProgressSink;
 use crate::audit::{AuditError, RunId, RunRecord, RunStatus};
@@ -238,6 +239,8 @@ pub struct RunOutcome {
     /// How the last structured step (plan, result) was asked for: `tool_call`,
     /// `json_schema`, `json_object` or `text` (none: the Run had no structured step).
     pub model_protocol: Option<String>,
+    /// What fitting the model's context window cut from the Run's requests.
+    pub context_cuts: ContextCuts,
 }
 
 /// What is wrong with a request (the caller's mistake, HTTP 400).

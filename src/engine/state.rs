@@ -8,6 +8,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
+use super::context;
+use super::fit::ContextCuts;
 use super::knowledge_tools;
 use super::plan::CapabilityGap;
 use super::progress::{ProgressSink, RunProgress};
@@ -115,6 +117,8 @@ pub struct RunState<'a> {
     pub protocol: Option<Mode>,
     /// Each fallback of its structured steps (`plan: tool_call -> json_schema`).
     pub protocol_fallbacks: Vec<String>,
+    /// What fitting the model's context window cut so far.
+    pub context: ContextCuts,
 }
 
 impl<'a> RunState<'a> {
@@ -138,6 +142,7 @@ impl<'a> RunState<'a> {
             progress: None,
             protocol: None,
             protocol_fallbacks: Vec::new(),
+            context: ContextCuts::default(),
         }
     }
 
@@ -148,9 +153,9 @@ impl<'a> RunState<'a> {
         }
     }
 
-    /// Sends one budgeted model request; gives the messages back for reuse. With
-    /// `stream_to` the request is streamed and the text of its response reported
-    /// there as it arrives (the budget is charged the same way).
+    /// Sends one budgeted model request, fitted to the model's context window; gives the
+    /// messages back for reuse, as sent. With `stream_to` the request is streamed and the
+    /// text of its response reported there as it arrives (the budget is charged the same way).
     pub async fn call_model(
         &mut self,
         messages: Vec<Message>,
@@ -174,27 +179,48 @@ impl<'a> RunState<'a> {
         Ok((response.map_err(Stop::Upstream)?, request.messages))
     }
 
-    /// Sends one request within the budget (its `max_tokens` capped by what is
-    /// left). The outer error stops the Run; the inner one is the server's.
+    /// Sends one request within the budget, fitted to the model's context window; a request
+    /// the server refuses as too long for it goes once more, fitted smaller. The outer error
+    /// stops the Run; the inner one is the server's.
     async fn send(
         &mut self,
         mut request: ChatRequest,
         stream_to: Option<&ProgressSink>,
     ) -> Result<(Result<ChatResponse, LlmError>, ChatRequest), Stop> {
+        let (record, totals, base) = (&self.record, &mut self.context, &self.base_system);
+        let llm = context::fit_for_run(self.llm, record, totals, base, &mut request, None).await?;
+        match self.send_fitted(&llm, request, stream_to).await? {
+            (Err(error), mut request) if error.is_context_overflow() => {
+                let (record, totals, base) = (&self.record, &mut self.context, &self.base_system);
+                let llm = context::fit_for_run(&llm, record, totals, base, &mut request, Some(&error)).await?;
+                self.send_fitted(&llm, request, stream_to).await
+            }
+            sent => Ok(sent),
+        }
+    }
+
+    /// Sends one request with `llm` within the budget (its `max_tokens` capped by what is left).
+    async fn send_fitted(
+        &mut self,
+        llm: &LlmClient,
+        mut request: ChatRequest,
+        stream_to: Option<&ProgressSink>,
+    ) -> Result<(Result<ChatResponse, LlmError>, ChatRequest), Stop> {
         let size = serialized_len(&(&request.messages, &request.tools, &request.response_format))
-            + self.llm.system_instructions_len();
+            + llm.system_instructions_len();
         request.max_tokens = self.budget.begin_model_call(size, request.max_tokens, Instant::now())?;
         let time_left = self.budget.time_left(Instant::now());
         let call = async {
             match stream_to {
-                Some(sink) => stream_chat(self.llm, &request, sink).await,
-                None => self.llm.chat(&request).await,
+                Some(sink) => stream_chat(llm, &request, sink).await,
+                None => llm.chat(&request).await,
             }
         };
         let response = match tokio::time::timeout(time_left, call).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
-                let _ = self.budget.finish_model_call(None);
+                // A request refused as too long for the context generated nothing.
+                let _ = self.budget.finish_model_call(error.is_context_overflow().then(ReportedUsage::default));
                 return Ok((Err(error), request));
             }
             Err(_) => {

@@ -17,6 +17,8 @@ use super::wire::{
     ChatRequest, ChatResponse, Message, Role, StreamOptions, ToolChoice, WireModels, WireRequest, WireResponse,
 };
 
+mod context;
+
 /// Default [`LlmConfig::max_response_bytes`]: 4 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// Default [`LlmConfig::timeout`].
@@ -41,6 +43,8 @@ pub struct LlmConfig {
     pub timeout: Duration,
     /// Larger bodies (or total streamed bytes) fail with [`LlmError::ResponseTooLarge`].
     pub max_response_bytes: usize,
+    /// The model's context window in tokens, when set (`model_context_tokens`; [`super::window`]).
+    pub context_tokens: Option<u32>,
     /// Prepended to the first system message of every request (`"<instructions>\n\n<content>"`),
     /// or inserted as a new first system message. The caller's messages are never changed.
     pub system_instructions: Option<Arc<str>>,
@@ -58,6 +62,7 @@ impl LlmConfig {
             model: None,
             timeout: DEFAULT_TIMEOUT,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            context_tokens: None,
             system_instructions: None,
             protocol: Protocol::Auto,
         }
@@ -72,6 +77,7 @@ impl std::fmt::Debug for LlmConfig {
             .field("model", &self.model)
             .field("timeout", &self.timeout)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("context_tokens", &self.context_tokens)
             .field("system_instructions_chars", &self.system_instructions.as_ref().map(|text| text.chars().count()))
             .field("protocol", &self.protocol)
             .finish()
@@ -79,10 +85,12 @@ impl std::fmt::Debug for LlmConfig {
 }
 
 /// Client of one OpenAI-compatible `/v1` endpoint. Cheap to clone (an `Arc` inside); clones share
-/// the discovered model and the negotiated token-limit field.
+/// the discovered model, the negotiated token-limit field and the context window.
 #[derive(Clone)]
 pub struct LlmClient {
     inner: Arc<Inner>,
+    /// Per clone: a request fitted to a small context window carries a shortened copy.
+    system_instructions: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -92,7 +100,7 @@ struct Inner {
     discovered_model: tokio::sync::OnceCell<String>,
     timeout: Duration,
     max_response_bytes: usize,
-    system_instructions: Option<Arc<str>>,
+    window: super::window::WindowCache,
     http: reqwest::Client,
     /// Sticky result of the token-limit negotiation: send `max_completion_tokens` instead of `max_tokens`.
     use_max_completion_tokens: AtomicBool,
@@ -118,14 +126,14 @@ impl std::fmt::Debug for LlmClient {
 impl LlmClient {
     /// Bytes the global system instructions add to every request.
     pub fn system_instructions_len(&self) -> usize {
-        self.inner.system_instructions.as_ref().map_or(0, |text| text.len() + 2)
+        self.system_instructions.as_ref().map_or(0, |text| text.len() + 2)
     }
 
     /// SHA-256 (hex) of the global system instructions, when there are any: what a
     /// Run records so a replay can tell which SYSTEM.md version it ran with.
     pub fn system_instructions_sha256(&self) -> Option<String> {
         use sha2::Digest;
-        self.inner.system_instructions.as_ref().map(|text| hex::encode(sha2::Sha256::digest(text.as_bytes())))
+        self.system_instructions.as_ref().map(|text| hex::encode(sha2::Sha256::digest(text.as_bytes())))
     }
 
     /// Validates `config`; `http` is built by the caller (redirect policy, proxies, TLS).
@@ -158,12 +166,13 @@ impl LlmClient {
                 discovered_model: tokio::sync::OnceCell::new(),
                 timeout: config.timeout,
                 max_response_bytes: config.max_response_bytes,
-                system_instructions: config.system_instructions,
+                window: super::window::WindowCache::new(config.context_tokens),
                 http,
                 use_max_completion_tokens: AtomicBool::new(false),
                 protocol: config.protocol,
                 learned: Learned::default(),
             }),
+            system_instructions: config.system_instructions,
         })
     }
 
@@ -364,7 +373,7 @@ impl LlmClient {
 
     /// The caller's messages with the system instructions applied (borrowed when there are none).
     fn effective_messages<'a>(&self, messages: &'a [Message]) -> Cow<'a, [Message]> {
-        let Some(instructions) = self.inner.system_instructions.as_deref() else {
+        let Some(instructions) = self.system_instructions.as_deref() else {
             return Cow::Borrowed(messages);
         };
         let mut messages = messages.to_vec();

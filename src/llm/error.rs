@@ -59,6 +59,49 @@ impl LlmError {
     }
 }
 
+/// Phrases (lower-case) by which model servers say a request does not fit the model's context
+/// window: llama-server (message and error type), vLLM and OpenAI ("maximum context length is N
+/// tokens", vLLM also "maximum model length of N"), OpenAI's error code, and Ollama's runner when
+/// a request asks it not to truncate (by default Ollama drops the oldest messages silently).
+const OVERFLOW_PHRASES: &[&str] = &[
+    "exceeds the available context size",
+    "exceed_context_size_error",
+    "maximum context length",
+    "maximum model length",
+    "context_length_exceeded",
+    "input length exceeds the context length",
+];
+
+/// Where servers name the window in an overflow error, each followed (after at most a few
+/// characters) by the number: llama-server's `"n_ctx":N` and "context size (N tokens)", vLLM and
+/// OpenAI's "maximum context length is N", vLLM's "maximum model length of N".
+const WINDOW_MARKERS: &[&str] =
+    &["\"n_ctx\":", "context size (", "maximum context length is ", "maximum model length of "];
+
+impl LlmError {
+    /// Whether the server refused the request because it does not fit the model's context window
+    /// (HTTP 400, 413 or 422 with one of the servers' phrases): worth one retry, smaller.
+    pub fn is_context_overflow(&self) -> bool {
+        let LlmError::Http { status: 400 | 413 | 422, excerpt } = self else { return false };
+        let lower = excerpt.to_lowercase();
+        OVERFLOW_PHRASES.iter().any(|phrase| lower.contains(phrase))
+    }
+
+    /// The context window, in tokens, that an overflow error names, when it names one.
+    pub fn reported_context_tokens(&self) -> Option<u32> {
+        if !self.is_context_overflow() {
+            return None;
+        }
+        let LlmError::Http { excerpt, .. } = self else { return None };
+        let lower = excerpt.to_lowercase();
+        WINDOW_MARKERS.iter().find_map(|marker| {
+            let after = &lower[lower.find(marker)? + marker.len()..];
+            let digits: String = after.trim_start().chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok().filter(|tokens| *tokens > 0)
+        })
+    }
+}
+
 /// Body text for error messages: lossy UTF-8, key redacted, whitespace collapsed, ≤ 512 chars.
 pub(crate) fn excerpt(body: &[u8], api_key: Option<&str>) -> String {
     let text = redact(&String::from_utf8_lossy(body), api_key);
@@ -121,6 +164,53 @@ mod tests {
             text.contains("127.0.0.1:8080") && text.contains("--base-url") && text.contains("AKRITAS_BASE_URL"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn context_overflows_of_each_server_are_recognised_with_the_window_they_name() {
+        let http = |status, body: &str| LlmError::Http { status, excerpt: excerpt(body.as_bytes(), None) };
+        let cases = [
+            // llama-server, current and older wording.
+            (
+                r#"{"error":{"code":400,"message":"request (3120 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":3120,"n_ctx":2048}}"#,
+                Some(2048),
+            ),
+            (
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"invalid_request_error"}}"#,
+                None,
+            ),
+            // vLLM, two wordings.
+            (
+                r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (3976 in the messages, 1024 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+                Some(4096),
+            ),
+            (
+                r#"{"object":"error","message":"The decoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens.","type":"BadRequestError","code":400}"#,
+                Some(8192),
+            ),
+            // OpenAI.
+            (
+                r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130211 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+                Some(128000),
+            ),
+            // Ollama asked not to truncate.
+            (r#"{"error":"the input length exceeds the context length"}"#, None),
+        ];
+        for (body, window) in cases {
+            let error = http(400, body);
+            assert!(error.is_context_overflow(), "{body}");
+            assert_eq!(error.reported_context_tokens(), window, "{body}");
+        }
+        let not_overflows = [
+            http(400, r#"{"error":{"message":"max_tokens must be at most 4096","param":"max_tokens"}}"#),
+            http(500, "the request exceeds the available context size"),
+            http(400, "model does not support tools"),
+            LlmError::Timeout { after: Duration::from_secs(1) },
+        ];
+        for error in not_overflows {
+            assert!(!error.is_context_overflow(), "{error}");
+            assert_eq!(error.reported_context_tokens(), None);
+        }
     }
 
     #[test]

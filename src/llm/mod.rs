@@ -6,6 +6,8 @@
 //! - The model is configured or discovered (first id of `GET /models`, cached).
 //! - The completion budget is sent as `max_tokens`; a server rejecting it gets one retry with
 //!   `max_completion_tokens` (and vice versa), remembered for the client's later requests.
+//! - The model's context window is discovered from the server or configured ([`window`]); a
+//!   context overflow the server reports is recognised ([`LlmError::is_context_overflow`]).
 //! - Every failure is an [`LlmError`]; none carries the API key, and nothing logs prompts, outputs,
 //!   tool arguments or the key (`tracing::debug!` per request: endpoint, status, duration, model).
 
@@ -16,6 +18,7 @@ mod protocol;
 pub mod reasoning;
 mod stream;
 pub mod structured;
+pub mod window;
 mod wire;
 
 pub(crate) use client::record_call as record_model_call;
@@ -23,6 +26,7 @@ pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConf
 pub use error::{EXCERPT_MAX_CHARS, LlmError};
 pub use learned::{ModelFacts, flatten};
 pub use stream::{ChatStream, SseParser, StreamAccumulator, StreamEvent, collect};
+pub use window::{ContextWindow, WindowSource};
 pub use wire::{
     ChatRequest, ChatResponse, FunctionCall, FunctionDefinition, Message, Role, ToolCall, ToolChoice, ToolDefinition,
     Usage,

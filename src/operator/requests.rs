@@ -203,6 +203,7 @@ mod tests {
                 model: None,
                 timeout: Duration::from_secs(1),
                 max_response_bytes: 1024,
+                context_tokens: None,
                 system_instructions: None,
                 protocol: crate::llm::structured::Protocol::Auto,
             },

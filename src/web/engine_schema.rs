@@ -90,11 +90,44 @@ pub struct CapabilityGapSchema {
     reason: String,
 }
 
+/// What fitting the model's context window cut from a Run's requests
+/// (`engine::fit::ContextCuts`), summed over the requests.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields, rename = "ContextCuts")]
+#[allow(dead_code)]
+pub struct ContextCutsSchema {
+    /// The smallest window, in tokens, the requests were fitted to.
+    window: Option<u32>,
+    /// Requests that were cut.
+    fitted_requests: u32,
+    /// Requests sent once more, smaller, after the server reported a context overflow.
+    overflow_retries: u32,
+    /// Retrieved runbook documents left out.
+    runbook_documents: u32,
+    /// Their bytes.
+    runbook_bytes: u64,
+    /// Tool results truncated.
+    tool_results: u32,
+    /// Bytes cut from them.
+    tool_result_bytes: u64,
+    /// Bytes cut from skill text.
+    skill_bytes: u64,
+    /// Tools not offered.
+    tools: u32,
+    /// Bytes of their schemas.
+    tool_schema_bytes: u64,
+    /// Bytes cut from the global system instructions (SYSTEM.md).
+    instruction_bytes: u64,
+    /// Tokens taken off the completion budget (`max_tokens`).
+    completion_tokens: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::budget::{BudgetLimits, BudgetUsage};
     use crate::engine::conversation::{Speaker, Turn};
+    use crate::engine::fit::ContextCuts;
     use crate::engine::plan::CapabilityGap;
 
     fn conforms<S: JsonSchema>(value: impl serde::Serialize) {
@@ -118,6 +151,10 @@ mod tests {
             max_output_tokens: 7,
         });
         conforms::<BudgetUsageSchema>(BudgetUsage { prompt_tokens: 3, ..BudgetUsage::default() });
+        let cuts = crate::engine::fit::Cuts { tools: 2, completion_tokens: 9, ..Default::default() };
+        let context = ContextCuts { window: Some(2048), fitted_requests: 1, overflow_retries: 1, cuts };
+        conforms::<ContextCutsSchema>(context);
+        conforms::<ContextCutsSchema>(ContextCuts::default());
         conforms::<CapabilityGapSchema>(CapabilityGap {
             step: "1".into(),
             capability: "kubernetes.pods.logs".into(),

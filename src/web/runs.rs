@@ -14,12 +14,13 @@ use serde_json::Value;
 
 use super::auth::Caller;
 use super::body::JsonBytes;
-use super::engine_schema::{BudgetLimitsSchema, BudgetUsageSchema, CapabilityGapSchema, TurnSchema};
+use super::engine_schema::{BudgetLimitsSchema, BudgetUsageSchema, CapabilityGapSchema, ContextCutsSchema, TurnSchema};
 use super::error::ApiError;
 use super::{AppState, IdPath, ListQuery};
 use crate::audit::{AuditLog, RunId, RunRecord};
 use crate::engine::budget::{BudgetLimits, BudgetUsage};
 use crate::engine::conversation::Turn;
+use crate::engine::fit::ContextCuts;
 use crate::engine::plan::CapabilityGap;
 use crate::engine::request::{RunError, RunOutcome, RunRequest};
 use crate::engine::skills::skills_of;
@@ -103,6 +104,10 @@ pub struct ChatAnswer {
     /// `json_schema`, `json_object` or `text` (see the `model_protocol` setting).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_protocol: Option<String>,
+    /// What was cut to fit the model's context window (absent when nothing was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<ContextCutsSchema>")]
+    pub context_cuts: Option<ContextCuts>,
 }
 
 /// One executed tool call of a chat answer.
@@ -297,6 +302,7 @@ impl ChatAnswer {
             budget: BudgetView { limits: outcome.limits, usage: outcome.usage },
             plan_error: outcome.plan_error,
             model_protocol: outcome.model_protocol,
+            context_cuts: Some(outcome.context_cuts).filter(|cuts| !cuts.is_empty()),
         }
     }
 }

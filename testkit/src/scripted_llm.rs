@@ -7,6 +7,7 @@
 //! [`ScriptedLlm::start_as`] puts a [`Personality`] in front of a [`brain`](crate::brain): the
 //! server then answers as Ollama, llama-server, vLLM, OpenAI or a reasoning model would, its
 //! `/v1/models` entries and its context endpoints (`POST /api/show`, `GET /props`) included.
+//! `GET /props` answers what [`ScriptedLlm::set_props`] set, when set (else the personality's, else 404).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -111,6 +112,7 @@ struct Shared {
     model_requests: AtomicUsize,
     /// The server being imitated (`None`: a plain OpenAI-compatible script).
     personality: Option<Personality>,
+    props: Mutex<Option<Value>>,
 }
 
 /// A running scripted server; `url` is `http://127.0.0.1:PORT/v1`.
@@ -170,6 +172,7 @@ impl ScriptedLlm {
             models: Mutex::new(vec!["scripted-model".to_owned()]),
             model_requests: AtomicUsize::new(0),
             personality,
+            props: Mutex::new(None),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -188,6 +191,12 @@ impl ScriptedLlm {
     /// Replaces the ids listed by `GET /v1/models` (default `["scripted-model"]`; empty is allowed).
     pub fn set_models(&self, ids: Vec<String>) {
         *lock(&self.shared.models) = ids;
+    }
+
+    /// What `GET /props` answers, as llama-server does (`{"default_generation_settings":
+    /// {"n_ctx": ..}}`); `None` (the default): 404.
+    pub fn set_props(&self, props: Option<Value>) {
+        *lock(&self.shared.props) = props;
     }
 
     /// How many `GET /v1/models` requests were received.
@@ -242,6 +251,9 @@ async fn ollama_show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response
 
 /// llama-server's `GET /props`.
 async fn llama_props(State(shared): State<Arc<Shared>>) -> Response {
+    if let Some(props) = lock(&shared.props).clone() {
+        return Json(props).into_response();
+    }
     let model = lock(&shared.models).first().cloned().unwrap_or_default();
     match shared.personality.and_then(|p| p.llama_props(&model)) {
         Some(props) => Json(props).into_response(),
