@@ -27,6 +27,7 @@
 //! message; in the planner's input its `request`), earlier turns, the host's step prompts
 //! (planning, structuring, proposals) and assistant messages.
 
+use super::state::serialized_len;
 use serde::Serialize;
 
 use crate::llm::{ChatRequest, Message, ToolChoice, ToolDefinition};
@@ -203,23 +204,6 @@ pub fn fit(
     fitted.max_tokens_after = request.max_tokens;
     fitted.cuts = cuts;
     fitted
-}
-
-/// Length of a value's JSON serialization, without building it.
-fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
 }
 
 #[cfg(test)]

@@ -420,7 +420,7 @@ pub fn definitions(registry: &Registry) -> Vec<ToolDefinition> {
 }
 
 /// Length of a value's JSON serialization, without building it.
-fn serialized_len<T: Serialize>(value: &T) -> usize {
+pub(super) fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
