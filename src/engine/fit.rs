@@ -27,13 +27,29 @@
 //! message; in the planner's input its `request`), earlier turns, the host's step prompts
 //! (planning, structuring, proposals) and assistant messages.
 
-use super::state::serialized_len;
 use serde::Serialize;
 
 use crate::llm::{ChatRequest, Message, ToolChoice, ToolDefinition};
 use cut::Cutter;
 
 mod cut;
+
+/// Length of a value's JSON serialization, without building it.
+pub(super) fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
 
 /// Bytes of request JSON counted as one token.
 pub const BYTES_PER_TOKEN: u64 = 3;

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
 use super::context;
-use super::fit::ContextCuts;
+use super::fit::{ContextCuts, serialized_len};
 use super::knowledge_tools;
 use super::plan::CapabilityGap;
 use super::progress::{ProgressSink, RunProgress};
@@ -419,23 +418,6 @@ pub fn definitions(registry: &Registry) -> Vec<ToolDefinition> {
     registry.openai_definitions().into_iter().filter_map(|d| serde_json::from_value(d).ok()).collect()
 }
 
-/// Length of a value's JSON serialization, without building it.
-pub(super) fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
-}
-
 #[cfg(test)]
 mod tests {
 
@@ -443,12 +425,6 @@ mod tests {
 
     use super::*;
     use crate::engine::budget::Dimension;
-
-    #[test]
-    fn serialized_len_counts_the_json_bytes() {
-        let value = (vec![Message::user("héllo")], json!({"a": [1, 2]}));
-        assert_eq!(serialized_len(&value), serde_json::to_string(&value).unwrap().len());
-    }
 
     #[test]
     fn skills_are_appended_to_the_base_system_message() {

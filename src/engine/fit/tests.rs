@@ -298,3 +298,9 @@ fn a_runs_cuts_add_up_with_the_smallest_window() {
     let json = serde_json::to_value(&total).unwrap();
     assert_eq!(json["runbook_documents"], 3, "the categories sit beside the counts: {json}");
 }
+
+#[test]
+fn serialized_len_counts_the_json_bytes() {
+    let value = (vec![Message::user("héllo")], serde_json::json!({"a": [1, 2]}));
+    assert_eq!(serialized_len(&value), serde_json::to_string(&value).unwrap().len());
+}
