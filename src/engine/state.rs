@@ -421,8 +421,6 @@ pub fn definitions(registry: &Registry) -> Vec<ToolDefinition> {
 #[cfg(test)]
 mod tests {
 
-    use serde_json::json;
-
     use super::*;
     use crate::engine::budget::Dimension;
 
