@@ -16,8 +16,8 @@ pub fn table(report: &SuiteReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:<9}  {:>5}  {:>7}  {:>8}  {:>7}  {:>6}  {:>7}  model",
-        "case", "pass", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms"
+        "{:<width$}  {:>5}  {:>8}  {:<9}  {:>5}  {:>7}  {:>8}  {:>7}  {:>6}  {:>7}  model",
+        "case", "pass", "protocol", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms"
     );
     for case in &report.cases {
         let n = case.attempts.len().max(1);
@@ -37,8 +37,9 @@ pub fn table(report: &SuiteReport) -> String {
         let model = if models.is_empty() { "-".to_string() } else { models.join(",") };
         let _ = writeln!(
             out,
-            "{name:<width$}  {:>4.0}%  {:<9}  {:>5.1}  {:>7.1}  {:>8}  {:>7.0}  {:>6.1}  {:>7.0}  {model}",
+            "{name:<width$}  {:>4.0}%  {:>7.0}%  {:<9}  {:>5.1}  {:>7.1}  {:>8}  {:>7.0}  {:>6.1}  {:>7.0}  {model}",
             100.0 * case.pass_rate(),
+            100.0 * case.protocol_completion(),
             first.map_or("-", |a| a.status.as_str()),
             mean(&|a| a.tool_calls as f64),
             mean(&|a| a.unknown_calls as f64),
@@ -52,10 +53,12 @@ pub fn table(report: &SuiteReport) -> String {
     let coverage = t.evidence_coverage.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * c));
     let _ = writeln!(
         out,
-        "TOTAL {} cases, {} runs: pass rate {:.1}%, evidence coverage {coverage}, tokens {}, model calls {}, wall time {} ms",
+        "TOTAL {} cases, {} runs: pass rate {:.1}%, protocol completion {:.1}%, evidence coverage {coverage}, tokens {}, \
+         model calls {}, wall time {} ms",
         t.cases,
         t.attempts,
         100.0 * t.pass_rate,
+        100.0 * t.protocol_completion,
         t.tokens,
         t.model_calls,
         t.wall_ms

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::case::{Case, CaseError, CaseSkill, SkillVersion};
+use super::protocol::{Protocol, protocol};
 use super::recorded::{NOT_RECORDED, Recording, RecordingError};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::problem_lines;
@@ -111,6 +112,8 @@ pub struct ReplayOutcome {
     /// Budget usage (model calls, tokens, tool calls).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<BudgetUsage>,
+    /// How the plan and the result steps ended.
+    pub protocol: Protocol,
     /// Against the case.
     pub comparison: Comparison,
 }
@@ -149,6 +152,7 @@ pub async fn replay(
         ..RunRequest::default()
     };
     let result = engine.run_traced(request).await;
+    let steps = protocol(&result, case.input.investigate);
     let mut outcome = ReplayOutcome {
         case: case.name.clone(),
         model: None,
@@ -162,6 +166,7 @@ pub async fn replay(
         skills: Vec::new(),
         investigation: None,
         usage: None,
+        protocol: steps,
         comparison: Comparison {
             same_tool_calls: false,
             same_skills: false,
