@@ -55,6 +55,7 @@ pub fn llm_client(settings: &Settings, instructions: &SystemInstructions) -> Res
         timeout: settings.request_timeout,
         max_response_bytes: crate::llm::DEFAULT_MAX_RESPONSE_BYTES,
         system_instructions: Some(Arc::from(instructions.text())),
+        protocol: settings.model_protocol,
     };
     LlmClient::new(config, http).context("configuring the model client (base_url, upstream_api_key_env)")
 }

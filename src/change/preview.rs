@@ -15,7 +15,8 @@ use super::types::{ChangeSettings, PreviewRequest, ResolvedWorkspace, Timings, m
 use super::{FileChange, ValidatorResult, discovery, git, proposal};
 use crate::audit::NewEvent;
 use crate::engine::budget::{Budget, ReportedUsage};
-use crate::llm::{ChatRequest, ChatResponse, LlmClient, Message, ToolChoice, ToolDefinition};
+use crate::llm::structured;
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, Message, ToolDefinition};
 
 /// Proposal attempts per preview (the second one carries a repair hint).
 pub const ATTEMPTS: u32 = 2;
@@ -321,19 +322,57 @@ impl Preview<'_> {
         Ok((proposal, materialised))
     }
 
-    /// One forced tool call within the Run budget.
+    /// One structured step (a forced call of `tool`, or a JSON answer turned into
+    /// one) through the structured-step port, each request within the Run budget.
     async fn call(
         &mut self,
         messages: Vec<Message>,
         tool: ToolDefinition,
         max_tokens: u32,
     ) -> Result<ChatResponse, ChangeError> {
-        let mut request = ChatRequest::new(messages);
-        request.tools = vec![tool];
-        request.tool_choice = Some(ToolChoice::Required);
-        request.parallel_tool_calls = Some(false);
-        request.temperature = Some(self.params.temperature);
-        let size = serde_json::to_vec(&(&request.messages, &request.tools)).map(|b| b.len()).unwrap_or_default()
+        let model = self.llm.model().await.map_err(|e| ChangeError::Upstream(e.to_string()))?;
+        let step = structured::Step {
+            messages,
+            name: tool.function.name,
+            description: tool.function.description,
+            schema: tool.function.parameters,
+            max_tokens,
+            temperature: Some(self.params.temperature),
+        };
+        let kind = step.name.clone();
+        let (mut asking, mut request) = structured::Asking::start(self.llm, &model, step);
+        let answered = loop {
+            match asking.receive(self.send(request).await?) {
+                structured::Next::Ask(next) => request = next,
+                structured::Next::Done(answered) => break answered,
+                structured::Next::Failed(error) => return Err(ChangeError::Upstream(error.to_string())),
+            }
+        };
+        let fallbacks: Vec<String> = answered.fallbacks.iter().map(|(from, to)| format!("{from}->{to}")).collect();
+        self.record
+            .event(NewEvent {
+                kind: "structured_step".into(),
+                status: Some(
+                    if answered.response.message.tool_calls.is_empty() { "no_submission" } else { "answered" }.into(),
+                ),
+                metadata: BTreeMap::from([
+                    ("step".into(), json!(kind)),
+                    ("mode".into(), json!(answered.mode.as_str())),
+                    ("requests".into(), json!(answered.requests)),
+                    ("fallbacks".into(), json!(fallbacks)),
+                ]),
+                ..NewEvent::default()
+            })
+            .await;
+        Ok(answered.response)
+    }
+
+    /// Sends one request within the Run budget; the inner error is the server's.
+    async fn send(&mut self, mut request: ChatRequest) -> Result<Result<ChatResponse, LlmError>, ChangeError> {
+        let max_tokens = request.max_tokens;
+        let size = serde_json::to_vec(&(&request.messages, &request.tools, &request.response_format))
+            .map(|b| b.len())
+            .unwrap_or_default()
             + self.llm.system_instructions_len();
         request.max_tokens = self
             .budget
@@ -349,11 +388,11 @@ impl Preview<'_> {
                     .usage
                     .map(|u| ReportedUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
                 self.budget.finish_model_call(reported).map_err(|e| ChangeError::Budget(e.to_string()))?;
-                Ok(response)
+                Ok(Ok(response))
             }
             Ok(Err(error)) => {
                 let _ = self.budget.finish_model_call(None);
-                Err(ChangeError::Upstream(error.to_string()))
+                Ok(Err(error))
             }
             Err(_) => {
                 let _ = self.budget.finish_model_call(None);

@@ -41,6 +41,8 @@ use std::time::Duration;
 use flag_field::FlagField;
 use value::SettingValue;
 
+use crate::llm::structured::Protocol;
+
 pub use error::{ConfigError, Source};
 pub use file::{FILE_VERSION, MAX_FILE_BYTES};
 pub use types::{ApiKeyRef, LogFormat, SandboxMode, Scope};
@@ -87,6 +89,11 @@ settings_table! {
         flag "upstream-model" [Option<String>] value_name "NAME";
         expect "a model name of at most 256 characters without control characters";
         check value::check_upstream_model;
+    /// How structured answers (plans, results, proposals) are asked for: auto (probe the server, fall back from forced tool calls to a JSON schema as it shows), tool_call, json_schema, json_object or text
+    model_protocol: Protocol = Protocol::Auto;
+        flag "model-protocol" [Option<String>] value_name "MODE";
+        expect "auto, tool_call, json_schema, json_object or text";
+        check value::ok;
     /// Model name this service exposes
     model: String = "akritas".to_string();
         flag "model" [Option<String>] value_name "NAME";

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 80);
+    assert_eq!(KEYS.len(), 81);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -633,6 +633,7 @@ fn file_with_every_setting() {
         "public_url": "https://ops.example.com/",
         "base_url": "http://llm:8080/v1",
         "upstream_model": "",
+        "model_protocol": "json_schema",
         "model": "akritas:v2",
         "upstream_api_key_env": "LLM_KEY",
         "api_keys": [],
@@ -733,6 +734,7 @@ fn file_with_every_setting() {
         (2, 3, 4, 5)
     );
     assert_eq!(s.upstream_model, None);
+    assert_eq!(s.model_protocol.as_str(), "json_schema");
     assert_eq!(s.skills_dir, None);
     assert!(!s.kubernetes_tools);
     assert_eq!(s.kubeconfig.as_deref(), Some("/etc/akritas/kubeconfig"));
@@ -823,4 +825,13 @@ fn what_resources_may_start_or_read_is_checked() {
     let s = load_ok(&flags(&["--stdio-commands", "akritas,/opt/mcp/bin/server", "--resource-env", "VM_*"]), &no_env);
     assert_eq!(s.stdio_commands, ["akritas", "/opt/mcp/bin/server"]);
     assert_eq!(s.resource_env, ["VM_*"]);
+}
+
+#[test]
+fn the_model_protocol_is_one_of_its_modes() {
+    assert_eq!(load_ok(&flags(&[]), &no_env).model_protocol.as_str(), "auto");
+    let s = load_ok(&flags(&["--model-protocol", "text"]), &no_env);
+    assert_eq!(s.model_protocol.as_str(), "text");
+    let e = load_err(&flags(&["--model-protocol", "tools"]), &no_env);
+    assert!(e.contains("auto, tool_call, json_schema, json_object or text"), "{e}");
 }

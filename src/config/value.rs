@@ -180,6 +180,15 @@ impl SettingValue for SandboxMode {
     }
 }
 
+impl SettingValue for crate::llm::structured::Protocol {
+    fn from_text(s: &str, expect: &str) -> Result<Self, String> {
+        s.parse().map_err(|_| expected(expect))
+    }
+    fn to_text(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
 /// An element of a list setting.
 pub(crate) trait ListItem: Sized {
     /// Parses one trimmed, non-empty item given as text.

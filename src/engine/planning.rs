@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlannedCheck};
 use super::record::CallKind;
 use super::skills::SkillEntry;
-use super::state::{RunState, Stop, definitions};
+use super::state::{RunState, Stop};
 use super::submit_tool;
 use crate::language::language_instruction;
-use crate::llm::{Message, ToolChoice};
+use crate::llm::Message;
 use crate::tools::{ErrorCode, Registry, ToolError, ToolResult};
 
 /// Output-token cap of the planning request.
@@ -29,21 +29,20 @@ pub async fn plan(
 ) -> Result<Vec<PlannedCheck>, Stop> {
     let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
     let language = state.params.language.clone();
-    let plan_registry = submit_tool::registry(
-        PLAN_TOOL,
-        "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
-        plan::plan_schema(&language),
-    )?;
-    let alias = plan_registry.alias_of(PLAN_TOOL).unwrap_or_default();
     let input = planner_input(question, retrieved, &state.skills.selected(), execution, max_checks, &language);
     let messages = vec![
         Message::system(format!("{PLANNER_PROMPT}\n\n{}", language_instruction(&language))),
         Message::user(input.to_string()),
     ];
     let max_tokens = state.params.max_tokens.min(PLANNER_MAX_TOKENS);
-    let (response, _) = state
-        .call_model(messages, definitions(&plan_registry), Some(ToolChoice::Required), max_tokens, 0.0, None)
-        .await?;
+    let (step, alias) = submit_tool::step(
+        PLAN_TOOL,
+        "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
+        plan::plan_schema(&language),
+        messages,
+        max_tokens,
+    )?;
+    let response = state.call_structured("plan", step).await?;
     let calls = &response.message.tool_calls;
     let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {
         state.plan_error =

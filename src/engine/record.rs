@@ -140,6 +140,8 @@ impl Recorder {
 
 /// Metadata key of the input's hash (conversation and context, never their text).
 pub const INPUT_SHA256: &str = "input_sha256";
+/// Metadata key (at the end of a Run) of the structured mode its last structured step used.
+pub const MODEL_PROTOCOL: &str = "model_protocol";
 /// Metadata key of the SYSTEM.md hash the Run's model requests carried.
 pub const INSTRUCTIONS_SHA256: &str = "instructions_sha256";
 

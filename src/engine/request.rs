@@ -235,6 +235,9 @@ pub struct RunOutcome {
     pub catalog_version: u64,
     /// The validated structured result, when the request asked for one.
     pub investigation: Option<InvestigationResult>,
+    /// How the last structured step (plan, result) was asked for: `tool_call`,
+    /// `json_schema`, `json_object` or `text` (none: the Run had no structured step).
+    pub model_protocol: Option<String>,
 }
 
 /// What is wrong with a request (the caller's mistake, HTTP 400).
@@ -310,11 +313,13 @@ pub struct FailedRun {
     pub activity: Vec<Activity>,
     /// The upstream model it asked, once one was chosen.
     pub model: Option<String>,
+    /// How its last structured step was asked for, once it had one.
+    pub model_protocol: Option<String>,
 }
 
 impl From<RunError> for FailedRun {
     fn from(error: RunError) -> Self {
-        Self { error, usage: None, activity: Vec::new(), model: None }
+        Self { error, usage: None, activity: Vec::new(), model: None, model_protocol: None }
     }
 }
 

@@ -228,6 +228,7 @@ impl Engine {
                     usage: usage.clone(),
                     catalog_version: catalog.version,
                     investigation,
+                    model_protocol: state.protocol.map(|mode| mode.as_str().to_string()),
                 }),
                 Vec::new(),
             ),
@@ -239,15 +240,32 @@ impl Engine {
             &[("source", &request.source), ("outcome", outcome.as_ref().map_or_else(|e| e.code(), |_| "ok"))],
             1.0,
         );
-        let finish = record::finish(&usage, &skills, catalog.version, outcome.as_ref().err());
+        let mut finish = record::finish(&usage, &skills, catalog.version, outcome.as_ref().err());
+        let protocol = state.protocol.map(|mode| mode.as_str().to_string());
+        if let Some(mode) = &protocol {
+            finish.metadata.insert(record::MODEL_PROTOCOL.into(), serde_json::json!(mode));
+        }
         if let Err(error) = state.record.close(finish).await {
             if let Some(id) = &run_id {
                 tracing::error!(run_id = %id, %error, "could not record the end of a Run");
             }
             // The Run's calls are reported even when its end could not be recorded.
             let activity = outcome.map_or(activity, |run| run.activity);
-            return Err(FailedRun { error: RunError::Audit(error), usage: Some(usage), activity, model: Some(model) });
+            let error = RunError::Audit(error);
+            return Err(FailedRun {
+                error,
+                usage: Some(usage),
+                activity,
+                model: Some(model),
+                model_protocol: protocol,
+            });
         }
-        outcome.map_err(|error| FailedRun { error, usage: Some(usage), activity, model: Some(model) })
+        outcome.map_err(|error| FailedRun {
+            error,
+            usage: Some(usage),
+            activity,
+            model: Some(model),
+            model_protocol: protocol,
+        })
     }
 }

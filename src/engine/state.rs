@@ -16,6 +16,7 @@ use super::request::{Activity, ModelError, Parameters, RunError, StructureError}
 use super::skills::{self, RunSkills, SkillEntry};
 use crate::audit::{AuditError, RunId};
 use crate::investigation::Evidence;
+use crate::llm::structured::{self, Asking, Mode, Next};
 use crate::llm::{
     ChatRequest, ChatResponse, LlmClient, LlmError, Message, StreamAccumulator, StreamEvent, ToolChoice, ToolDefinition,
 };
@@ -110,6 +111,8 @@ pub struct RunState<'a> {
     pub params: Parameters,
     /// Where progress goes as it happens (none: nobody watches).
     pub progress: Option<ProgressSink>,
+    /// The mode of the last structured step (plan, result), once there was one.
+    pub protocol: Option<Mode>,
 }
 
 impl<'a> RunState<'a> {
@@ -131,6 +134,7 @@ impl<'a> RunState<'a> {
             plan_error: None,
             params,
             progress: None,
+            protocol: None,
         }
     }
 
@@ -154,19 +158,32 @@ impl<'a> RunState<'a> {
         stream_to: Option<ProgressSink>,
     ) -> Result<(ChatResponse, Vec<Message>), Stop> {
         let parallel = (!tools.is_empty()).then_some(false);
-        let mut request = ChatRequest {
+        let request = ChatRequest {
             messages,
             tools,
             tool_choice,
             parallel_tool_calls: parallel,
             max_tokens,
             temperature: Some(temperature),
+            response_format: None,
         };
-        let size = serialized_len(&(&request.messages, &request.tools)) + self.llm.system_instructions_len();
-        request.max_tokens = self.budget.begin_model_call(size, max_tokens, Instant::now())?;
+        let (response, request) = self.send(request, stream_to.as_ref()).await?;
+        Ok((response.map_err(Stop::Upstream)?, request.messages))
+    }
+
+    /// Sends one request within the budget (its `max_tokens` capped by what is
+    /// left). The outer error stops the Run; the inner one is the server's.
+    async fn send(
+        &mut self,
+        mut request: ChatRequest,
+        stream_to: Option<&ProgressSink>,
+    ) -> Result<(Result<ChatResponse, LlmError>, ChatRequest), Stop> {
+        let size = serialized_len(&(&request.messages, &request.tools, &request.response_format))
+            + self.llm.system_instructions_len();
+        request.max_tokens = self.budget.begin_model_call(size, request.max_tokens, Instant::now())?;
         let time_left = self.budget.time_left(Instant::now());
         let call = async {
-            match &stream_to {
+            match stream_to {
                 Some(sink) => stream_chat(self.llm, &request, sink).await,
                 None => self.llm.chat(&request).await,
             }
@@ -175,7 +192,7 @@ impl<'a> RunState<'a> {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
                 let _ = self.budget.finish_model_call(None);
-                return Err(Stop::Upstream(error));
+                return Ok((Err(error), request));
             }
             Err(_) => {
                 let _ = self.budget.finish_model_call(None);
@@ -186,7 +203,40 @@ impl<'a> RunState<'a> {
             .usage
             .map(|u| ReportedUsage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
         self.budget.finish_model_call(reported)?;
-        Ok((response, request.messages))
+        Ok((Ok(response), request))
+    }
+
+    /// One structured step (`step`: plan, result) through the structured-step port,
+    /// each request within the budget. The answer is one call of the submit tool
+    /// when the model gave one, whatever the mode; the mode is recorded on the Run.
+    pub async fn call_structured(&mut self, step_kind: &str, step: structured::Step) -> Result<ChatResponse, Stop> {
+        let model = self.llm.model().await.map_err(Stop::Upstream)?;
+        let (mut asking, mut request) = Asking::start(self.llm, &model, step);
+        let answered = loop {
+            let (answer, _) = self.send(request, None).await?;
+            match asking.receive(answer) {
+                Next::Ask(next) => request = next,
+                Next::Done(answered) => break answered,
+                Next::Failed(error) => return Err(Stop::Upstream(error)),
+            }
+        };
+        self.protocol = Some(answered.mode);
+        let fallbacks: Vec<String> = answered.fallbacks.iter().map(|(from, to)| format!("{from}->{to}")).collect();
+        let submitted = !answered.response.message.tool_calls.is_empty();
+        self.record
+            .event(crate::audit::NewEvent {
+                kind: "structured_step".into(),
+                status: Some(if submitted { "answered" } else { "no_submission" }.into()),
+                metadata: BTreeMap::from([
+                    ("step".into(), serde_json::json!(step_kind)),
+                    ("mode".into(), serde_json::json!(answered.mode.as_str())),
+                    ("requests".into(), serde_json::json!(answered.requests)),
+                    ("fallbacks".into(), serde_json::json!(fallbacks)),
+                ]),
+                ..Default::default()
+            })
+            .await?;
+        Ok(answered.response)
     }
 
     /// Executes one call of `name` within the budget under the next host-assigned

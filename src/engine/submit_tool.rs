@@ -1,13 +1,15 @@
-//! Host-side submit tools (the plan, the structured result): offered to the model
-//! in a forced call and never executed. The call's arguments are the payload,
-//! which the host validates itself.
+//! Host-side submit tools (the plan, the structured result): asked for through the
+//! structured-step port (a forced call, or a JSON answer the port turns into one)
+//! and never executed. The call's arguments are the payload, which the host
+//! validates itself.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::llm::ToolCall;
+use crate::llm::structured::Step;
+use crate::llm::{Message, ToolCall};
 use crate::resources::mcp_adapter::Permission;
 use crate::tools::{Registry, RegistryBuilder, RegistryError, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec};
 
@@ -25,6 +27,29 @@ pub fn registry(name: &str, description: &str, schema: Value) -> Result<Registry
         Arc::new(|_arguments: Value| -> ToolFuture { Box::pin(async { Ok("{}".to_string()) }) });
     builder.register(spec, handler)?;
     Ok(builder.build())
+}
+
+/// The structured step asking for the submit tool `name`, and the tool's OpenAI alias
+/// (the name the submission comes back under).
+pub fn step(
+    name: &str,
+    description: &str,
+    schema: Value,
+    messages: Vec<Message>,
+    max_tokens: u32,
+) -> Result<(Step, String), RegistryError> {
+    let registry = registry(name, description, schema)?;
+    let definition = registry.definitions().into_iter().next().expect("the registry holds the submit tool");
+    let alias = registry.alias_of(name).unwrap_or_default();
+    let step = Step {
+        messages,
+        name: alias.clone(),
+        description: description.to_string(),
+        schema: definition.input_schema.clone(),
+        max_tokens,
+        temperature: Some(0.0),
+    };
+    Ok((step, alias))
 }
 
 /// The submission of a forced call: the model's only call, when it is the

@@ -10,8 +10,13 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::error::{LlmError, excerpt, from_reqwest};
+use super::learned::{Learned, ModelFacts, flatten, refuses_tools};
+use super::reasoning::strip_think;
 use super::stream::{ChatStream, StreamLimits, events_of};
-use super::wire::{ChatRequest, ChatResponse, Message, Role, StreamOptions, WireModels, WireRequest, WireResponse};
+use super::structured::{Mode, Protocol};
+use super::wire::{
+    ChatRequest, ChatResponse, Message, Role, StreamOptions, ToolChoice, WireModels, WireRequest, WireResponse,
+};
 
 /// Default [`LlmConfig::max_response_bytes`]: 4 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -50,6 +55,8 @@ pub struct LlmConfig {
     /// Prepended to the first system message of every request (`"<instructions>\n\n<content>"`),
     /// or inserted as a new first system message. The caller's messages are never changed.
     pub system_instructions: Option<Arc<str>>,
+    /// How structured answers are asked for (setting `model_protocol`).
+    pub protocol: Protocol,
 }
 
 impl LlmConfig {
@@ -63,6 +70,7 @@ impl LlmConfig {
             timeout: DEFAULT_TIMEOUT,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             system_instructions: None,
+            protocol: Protocol::Auto,
         }
     }
 }
@@ -76,6 +84,7 @@ impl std::fmt::Debug for LlmConfig {
             .field("timeout", &self.timeout)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("system_instructions_chars", &self.system_instructions.as_ref().map(|text| text.chars().count()))
+            .field("protocol", &self.protocol)
             .finish()
     }
 }
@@ -98,6 +107,9 @@ struct Inner {
     http: reqwest::Client,
     /// Sticky result of the token-limit negotiation: send `max_completion_tokens` instead of `max_tokens`.
     use_max_completion_tokens: AtomicBool,
+    protocol: Protocol,
+    /// Per model: the structured mode that answered, and whether `tools` were refused.
+    learned: Learned,
 }
 
 impl std::fmt::Debug for LlmClient {
@@ -160,8 +172,39 @@ impl LlmClient {
                 system_instructions: config.system_instructions,
                 http,
                 use_max_completion_tokens: AtomicBool::new(false),
+                protocol: config.protocol,
+                learned: Learned::default(),
             }),
         })
+    }
+
+    /// The `model_protocol` setting.
+    pub fn protocol(&self) -> Protocol {
+        self.inner.protocol
+    }
+
+    /// What this client learned about `model` so far.
+    pub fn model_facts(&self, model: &str) -> ModelFacts {
+        self.inner.learned.get(model)
+    }
+
+    /// The structured mode that last answered for `model`.
+    pub fn learned_mode(&self, model: &str) -> Option<Mode> {
+        self.inner.learned.get(model).mode
+    }
+
+    pub(crate) fn remember_mode(&self, model: &str, mode: Mode) {
+        self.inner.learned.update(model, |facts| facts.mode = Some(mode));
+    }
+
+    /// Whether the server refused `tools` for `model` (requests for it then carry none).
+    pub fn tools_refused(&self, model: &str) -> bool {
+        self.inner.learned.get(model).tools_refused
+    }
+
+    /// The model the client asks, when known without a request (configured, or discovered).
+    pub fn known_model(&self) -> Option<String> {
+        self.inner.configured_model.clone().or_else(|| self.inner.discovered_model.get().cloned())
     }
 
     /// The validated base URL (no trailing `/`).
@@ -271,11 +314,14 @@ impl LlmClient {
         stream: bool,
         deadline: Instant,
     ) -> Result<reqwest::Response, LlmError> {
-        let messages = self.effective_messages(&request.messages);
         let mut use_completion_field = self.inner.use_max_completion_tokens.load(Ordering::Relaxed);
         let mut retried = false;
+        let mut retried_without_tools = false;
         loop {
-            let body = encode_request(request, model, &messages, use_completion_field, stream)?;
+            let without_tools = self.tools_refused(model);
+            let messages = self.effective_messages(&request.messages);
+            let messages = if without_tools { Cow::Owned(flatten(&messages)) } else { messages };
+            let body = encode_request(request, model, &messages, use_completion_field, stream, without_tools)?;
             let started = Instant::now();
             let http_request = self
                 .inner
@@ -298,6 +344,17 @@ impl LlmClient {
             }
             let limit = ERROR_BODY_LIMIT.min(self.inner.max_response_bytes);
             let body = self.read_body(&mut response, deadline, limit, true).await?;
+            if !without_tools && !request.tools.is_empty() && matches!(status, 400 | 500) && refuses_tools(&body) {
+                // Remembered for the model: later requests carry no tools. A forced call is not
+                // retried (the structured port falls back); a free one goes again without tools.
+                self.inner.learned.update(model, |facts| facts.tools_refused = true);
+                tracing::info!(model, "the model server refused tools for this model; sending none from now on");
+                let forced = matches!(request.tool_choice, Some(ToolChoice::Required | ToolChoice::Function(_)));
+                if !forced && !retried_without_tools {
+                    retried_without_tools = true;
+                    continue;
+                }
+            }
             let sent_field = if use_completion_field { MAX_COMPLETION_TOKENS } else { MAX_TOKENS };
             if !retried && matches!(status, 400 | 422) && rejects_parameter(&body, sent_field) {
                 retried = true;
@@ -409,7 +466,9 @@ impl LlmClient {
         let Some(message) = choice.message else {
             return Err(LlmError::InvalidResponse("choice has no message".into()));
         };
-        Ok(ChatResponse { message: message.into_message(), finish_reason: choice.finish_reason, usage: response.usage })
+        let mut message = message.into_message();
+        message.content = message.content.map(|content| strip_think(&content));
+        Ok(ChatResponse { message, finish_reason: choice.finish_reason, usage: response.usage })
     }
 
     fn timeout_error(&self) -> LlmError {
@@ -453,8 +512,9 @@ fn encode_request(
     messages: &[Message],
     use_completion_field: bool,
     stream: bool,
+    without_tools: bool,
 ) -> Result<Vec<u8>, LlmError> {
-    let has_tools = !request.tools.is_empty();
+    let has_tools = !request.tools.is_empty() && !without_tools;
     let wire = WireRequest {
         model,
         messages,
@@ -464,6 +524,7 @@ fn encode_request(
         max_tokens: (!use_completion_field).then_some(request.max_tokens),
         max_completion_tokens: use_completion_field.then_some(request.max_tokens),
         temperature: request.temperature,
+        response_format: request.response_format.as_ref(),
         stream,
         stream_options: stream.then_some(StreamOptions { include_usage: true }),
     };
@@ -615,13 +676,15 @@ mod tests {
         request.tool_choice = Some(super::super::wire::ToolChoice::Required);
         request.parallel_tool_calls = Some(false);
         let body: Value =
-            serde_json::from_slice(&encode_request(&request, "m", &request.messages, false, false).unwrap()).unwrap();
+            serde_json::from_slice(&encode_request(&request, "m", &request.messages, false, false, false).unwrap())
+                .unwrap();
         assert_eq!(
             body,
             json!({"model": "m", "messages": [{"role": "user", "content": "q"}], "max_tokens": 1024, "stream": false})
         );
         let body: Value =
-            serde_json::from_slice(&encode_request(&request, "m", &request.messages, true, true).unwrap()).unwrap();
+            serde_json::from_slice(&encode_request(&request, "m", &request.messages, true, true, false).unwrap())
+                .unwrap();
         assert_eq!(body["max_completion_tokens"], 1024);
         assert!(body.get("max_tokens").is_none());
         assert_eq!(body["stream"], true);

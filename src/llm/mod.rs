@@ -11,12 +11,16 @@
 
 mod client;
 mod error;
+mod learned;
+pub mod reasoning;
 mod stream;
+pub mod structured;
 mod wire;
 
 pub(crate) use client::record_call as record_model_call;
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConfig};
 pub use error::{EXCERPT_MAX_CHARS, LlmError};
+pub use learned::{ModelFacts, flatten};
 pub use stream::{ChatStream, SseParser, StreamAccumulator, StreamEvent, collect};
 pub use wire::{
     ChatRequest, ChatResponse, FunctionCall, FunctionDefinition, Message, Role, ToolCall, ToolChoice, ToolDefinition,

@@ -108,6 +108,8 @@ pub(crate) struct ChunkDecoder {
     usage: Option<Usage>,
     done: bool,
     api_key: Option<Arc<str>>,
+    /// Think blocks are not the answer: they never leave the decoder.
+    think: super::reasoning::ThinkFilter,
 }
 
 impl ChunkDecoder {
@@ -135,7 +137,9 @@ impl ChunkDecoder {
         }
         for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
             if let Some(delta) = choice.delta {
-                if let Some(content) = delta.content.filter(|content| !content.is_empty()) {
+                if let Some(content) = delta.content.map(|content| self.think.push(&content))
+                    && !content.is_empty()
+                {
                     out.push_back(StreamEvent::ContentDelta(content));
                 }
                 for (position, call) in delta.tool_calls.into_iter().enumerate() {
@@ -172,6 +176,10 @@ impl ChunkDecoder {
 
     fn finish(&mut self, out: &mut VecDeque<StreamEvent>) {
         self.done = true;
+        let held = self.think.finish();
+        if !held.is_empty() {
+            out.push_back(StreamEvent::ContentDelta(held));
+        }
         out.push_back(StreamEvent::Finished { finish_reason: self.finish_reason.take(), usage: self.usage.take() });
     }
 }

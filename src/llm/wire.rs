@@ -147,6 +147,8 @@ pub struct ChatRequest {
     /// Sent as `max_tokens` or `max_completion_tokens` (negotiated per client).
     pub max_tokens: u32,
     pub temperature: Option<f64>,
+    /// `response_format`, sent as given (`{"type": "json_schema", ...}`); see `structured`.
+    pub response_format: Option<serde_json::Value>,
 }
 
 impl ChatRequest {
@@ -161,6 +163,7 @@ impl ChatRequest {
             parallel_tool_calls: None,
             max_tokens: Self::DEFAULT_MAX_TOKENS,
             temperature: None,
+            response_format: None,
         }
     }
 }
@@ -204,6 +207,8 @@ pub(crate) struct WireRequest<'a> {
     pub max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<&'a serde_json::Value>,
     pub stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,

@@ -204,6 +204,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 max_response_bytes: 1024,
                 system_instructions: None,
+                protocol: crate::llm::structured::Protocol::Auto,
             },
             http,
         )

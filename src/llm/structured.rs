@@ -1,0 +1,433 @@
+//! The structured-step port: every step that needs a structured answer (the investigation plan,
+//! the result, the change proposal, the discovery plan) asks through it, whatever the server
+//! supports. Servers differ: vLLM and OpenAI honour a forced tool call; Ollama ignores
+//! `tool_choice` and refuses `tools` outright for a model whose template has none; llama-server
+//! may write prose before the call. All of them honour a JSON schema as `response_format`.
+//!
+//! Modes ([`Mode`]), in fallback order:
+//! - `tool_call`: the submit tool offered alone with `tool_choice: "required"`;
+//! - `json_schema`: no tools; `response_format: {type: json_schema, strict: true}` (a grammar on
+//!   llama.cpp and Ollama), the answer is the object as `content`;
+//! - `json_object`: `response_format: {type: json_object}` and the schema in the prompt;
+//! - `text`: the schema in the prompt, the first JSON object in the prose is taken, with one
+//!   targeted repair turn when there is none or it does not match the schema (also in the two
+//!   modes before, which a server may not enforce).
+//!
+//! [`Protocol::Auto`] starts with the mode remembered for the model (tool_call at first) and falls
+//! back, for the call and for later ones, when a forced call comes back as prose, or the server
+//! refuses a mode with a 4xx naming it. Fallbacks are counted in `/metrics`
+//! (`akritas_model_protocol_fallbacks_total`). A fixed protocol never falls back.
+//!
+//! The port is sans-IO: [`Asking`] says which request to send next and digests each answer, so
+//! each caller sends through its own budget and records. Whatever the mode, the answer is
+//! normalised to one call of the submit tool, so callers validate it as they always did.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::{Value, json};
+
+use super::client::LlmClient;
+use super::error::LlmError;
+use super::reasoning::strip_think;
+use super::wire::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolChoice, ToolDefinition};
+
+/// Setting `model_protocol`: how structured answers are asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// Start with the remembered mode (tool_call at first) and fall back as the server shows.
+    #[default]
+    Auto,
+    /// Always this mode.
+    Fixed(Mode),
+}
+
+/// How one structured answer is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    ToolCall,
+    JsonSchema,
+    JsonObject,
+    Text,
+}
+
+impl Mode {
+    /// Every mode, in fallback order.
+    pub const ALL: [Mode; 4] = [Mode::ToolCall, Mode::JsonSchema, Mode::JsonObject, Mode::Text];
+
+    /// Its setting value (`tool_call`, `json_schema`, `json_object`, `text`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ToolCall => "tool_call",
+            Mode::JsonSchema => "json_schema",
+            Mode::JsonObject => "json_object",
+            Mode::Text => "text",
+        }
+    }
+
+    fn next(self) -> Option<Mode> {
+        let at = Mode::ALL.iter().position(|m| *m == self)?;
+        Mode::ALL.get(at + 1).copied()
+    }
+}
+
+impl serde::Serialize for Mode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Protocol {
+    /// Its setting value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Auto => "auto",
+            Protocol::Fixed(mode) => mode.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        if value == "auto" {
+            return Ok(Protocol::Auto);
+        }
+        Mode::ALL.into_iter().find(|m| m.as_str() == value).map(Protocol::Fixed).ok_or_else(|| {
+            format!("unknown model protocol {value:?}; choose auto, tool_call, json_schema, json_object or text")
+        })
+    }
+}
+
+/// One structured step: the conversation, and the submit tool whose arguments are the answer.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub messages: Vec<Message>,
+    /// The submit tool's function name (an OpenAI alias: `[A-Za-z0-9_-]`).
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the answer object.
+    pub schema: Value,
+    pub max_tokens: u32,
+    pub temperature: Option<f64>,
+}
+
+/// How a step was answered.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    /// The last response. When an object was taken from `content`, it is one call of the
+    /// submit tool (id `structured_1`) with that object as arguments, and no content.
+    pub response: ChatResponse,
+    /// The mode of the last request.
+    pub mode: Mode,
+    /// `(from, to)` for each fallback during the step.
+    pub fallbacks: Vec<(Mode, Mode)>,
+    /// Requests sent (fallbacks and the repair turn included).
+    pub requests: u32,
+}
+
+/// What to do after an answer.
+#[derive(Debug)]
+pub enum Next {
+    /// Send this request.
+    Ask(ChatRequest),
+    /// The step is answered (which may still be no submission: the caller says why).
+    Done(Answered),
+    /// The server failed in a way no other mode can help.
+    Failed(LlmError),
+}
+
+/// The sans-IO state of one structured step.
+pub struct Asking {
+    llm: LlmClient,
+    model: String,
+    step: Step,
+    mode: Mode,
+    auto: bool,
+    repaired: bool,
+    repair: Vec<Message>,
+    fallbacks: Vec<(Mode, Mode)>,
+    requests: u32,
+    validator: Option<jsonschema::Validator>,
+}
+
+/// Id of the submit call made from a JSON answer.
+pub const STRUCTURED_CALL_ID: &str = "structured_1";
+/// At most this much of a wrong answer is repeated in the repair turn.
+const REPAIR_ECHO_CHARS: usize = 2_000;
+
+impl Asking {
+    /// Starts a step for `model` under the client's protocol, and returns the first request.
+    pub fn start(llm: &LlmClient, model: &str, step: Step) -> (Self, ChatRequest) {
+        let protocol = llm.protocol();
+        let mode = match protocol {
+            Protocol::Fixed(mode) => mode,
+            Protocol::Auto => llm.learned_mode(model).unwrap_or(if llm.tools_refused(model) {
+                Mode::JsonSchema
+            } else {
+                Mode::ToolCall
+            }),
+        };
+        let validator = jsonschema::options().offline().build(&step.schema).ok();
+        let asking = Self {
+            llm: llm.clone(),
+            model: model.to_string(),
+            step,
+            mode,
+            auto: protocol == Protocol::Auto,
+            repaired: false,
+            repair: Vec::new(),
+            fallbacks: Vec::new(),
+            requests: 1,
+            validator,
+        };
+        let request = asking.request();
+        (asking, request)
+    }
+
+    /// The mode of the request last returned.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Digests the answer to the last request.
+    pub fn receive(&mut self, answer: Result<ChatResponse, LlmError>) -> Next {
+        let response = match answer {
+            Ok(response) => response,
+            Err(error) => {
+                return match self.refused(&error) {
+                    true => self.fall_back(),
+                    false => Next::Failed(error),
+                };
+            }
+        };
+        if self.mode == Mode::ToolCall {
+            if !response.message.tool_calls.is_empty() || !self.auto {
+                self.remember();
+                return Next::Done(self.answered(response));
+            }
+            // A forced call answered with prose: the server does not force calls.
+            return self.fall_back();
+        }
+        let content = response.message.content.as_deref().map(strip_think).unwrap_or_default();
+        match self.object_in(&content) {
+            Ok(object) => {
+                self.remember();
+                Next::Done(self.answered(submission(response, &self.step.name, &object)))
+            }
+            Err(problem) if !self.repaired => {
+                self.repaired = true;
+                let echo: String = content.chars().take(REPAIR_ECHO_CHARS).collect();
+                self.repair = vec![Message::assistant(echo), Message::user(repair_prompt(&self.step.name, &problem))];
+                self.ask()
+            }
+            Err(Problem::Mismatch { object, .. }) => {
+                // Still not the schema: the caller's validation says exactly what is wrong.
+                Next::Done(self.answered(submission(response, &self.step.name, &object)))
+            }
+            Err(Problem::NoObject) => Next::Done(self.answered(response)),
+        }
+    }
+
+    fn answered(&self, response: ChatResponse) -> Answered {
+        Answered { response, mode: self.mode, fallbacks: self.fallbacks.clone(), requests: self.requests }
+    }
+
+    fn remember(&self) {
+        if self.auto {
+            self.llm.remember_mode(&self.model, self.mode);
+        }
+    }
+
+    /// Whether the server refused the current mode itself (not the request's content).
+    fn refused(&self, error: &LlmError) -> bool {
+        let LlmError::Http { status: 400 | 404 | 415 | 422 | 501, excerpt } = error else { return false };
+        let text = excerpt.to_ascii_lowercase();
+        let refuses = ["not support", "unsupported", "requires", "not allowed", "not implemented", "invalid"]
+            .iter()
+            .any(|phrase| text.contains(phrase));
+        let names_mode = match self.mode {
+            Mode::ToolCall => text.contains("tool"),
+            Mode::JsonSchema => text.contains("response_format") || text.contains("json_schema"),
+            Mode::JsonObject => text.contains("response_format") || text.contains("json_object"),
+            Mode::Text => false,
+        };
+        self.auto && refuses && names_mode
+    }
+
+    fn fall_back(&mut self) -> Next {
+        let Some(next) = self.mode.next().filter(|_| self.auto) else {
+            return Next::Failed(LlmError::InvalidResponse(format!(
+                "the model server refused structured answers in {} mode",
+                self.mode
+            )));
+        };
+        crate::telemetry::count(
+            "akritas_model_protocol_fallbacks_total",
+            "Structured steps that fell back to another mode, by mode.",
+            &[("from", self.mode.as_str()), ("to", next.as_str())],
+            1.0,
+        );
+        tracing::info!(model = %self.model, from = %self.mode, to = %next, "structured step falls back");
+        self.fallbacks.push((self.mode, next));
+        self.mode = next;
+        self.repaired = false;
+        self.repair.clear();
+        self.ask()
+    }
+
+    fn ask(&mut self) -> Next {
+        self.requests += 1;
+        Next::Ask(self.request())
+    }
+
+    /// The request of the current mode (with the repair turn, once there is one).
+    fn request(&self) -> ChatRequest {
+        let step = &self.step;
+        let mut request = ChatRequest::new(step.messages.clone());
+        request.max_tokens = step.max_tokens;
+        request.temperature = step.temperature;
+        match self.mode {
+            Mode::ToolCall => {
+                request.tools = vec![ToolDefinition::function(&step.name, &step.description, step.schema.clone())];
+                request.tool_choice = Some(ToolChoice::Required);
+                request.parallel_tool_calls = Some(false);
+            }
+            Mode::JsonSchema => {
+                request.response_format = Some(json!({"type": "json_schema", "json_schema": {
+                    "name": step.name, "strict": true, "schema": step.schema}}));
+            }
+            Mode::JsonObject => request.response_format = Some(json!({"type": "json_object"})),
+            Mode::Text => {}
+        }
+        if self.mode != Mode::ToolCall {
+            instruct(&mut request.messages, &instruction(self.mode, step));
+        }
+        request.messages.extend(self.repair.iter().cloned());
+        request
+    }
+
+    /// The first JSON object in `content`, checked against the schema.
+    fn object_in(&self, content: &str) -> Result<Value, Problem> {
+        let object = first_object(content).ok_or(Problem::NoObject)?;
+        let mismatch = self.validator.as_ref().and_then(|validator| {
+            let error = validator.iter_errors(&object).next()?;
+            let path = error.instance_path().as_str();
+            let message: String = error.to_string().chars().take(300).collect();
+            Some(format!("at {}: {message}", if path.is_empty() { "/" } else { path }))
+        });
+        match mismatch {
+            Some(reason) => Err(Problem::Mismatch { object, reason }),
+            None => Ok(object),
+        }
+    }
+}
+
+enum Problem {
+    NoObject,
+    Mismatch { object: Value, reason: String },
+}
+
+/// The paragraph that asks for the object, appended to the system message.
+fn instruction(mode: Mode, step: &Step) -> String {
+    let ask = format!(
+        "Answer with exactly one JSON object: the arguments of `{}` ({}). Write nothing else: no prose, no code fence.",
+        step.name,
+        step.description.trim_end_matches('.')
+    );
+    match mode {
+        Mode::ToolCall | Mode::JsonSchema => ask,
+        Mode::JsonObject | Mode::Text => format!("{ask} It must match this JSON schema: {}", step.schema),
+    }
+}
+
+/// Appends `paragraph` to the first system message (or adds one first).
+fn instruct(messages: &mut Vec<Message>, paragraph: &str) {
+    match messages.iter_mut().find(|m| m.role == Role::System) {
+        Some(system) => {
+            let text = system.content.get_or_insert_with(String::new);
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(paragraph);
+        }
+        None => messages.insert(0, Message::system(paragraph)),
+    }
+}
+
+fn repair_prompt(name: &str, problem: &Problem) -> String {
+    let what = match problem {
+        Problem::NoObject => "it holds no JSON object".to_string(),
+        Problem::Mismatch { reason, .. } => format!("it does not match the schema: {reason}"),
+    };
+    format!(
+        "That answer cannot be used: {what}. Answer again with only the JSON object (the arguments of `{name}`), \
+         nothing before or after it."
+    )
+}
+
+/// `response` as one call of the submit tool with `object` as its arguments.
+fn submission(mut response: ChatResponse, name: &str, object: &Value) -> ChatResponse {
+    response.message.content = None;
+    response.message.tool_calls = vec![ToolCall::function(STRUCTURED_CALL_ID, name, object.to_string())];
+    response
+}
+
+/// At most this many `{` are tried as the start of an object.
+const MAX_STARTS: usize = 64;
+
+/// The first JSON object in `text`: code fences and prose around it are ignored.
+pub fn first_object(text: &str) -> Option<Value> {
+    text.match_indices('{').take(MAX_STARTS).find_map(|(at, _)| {
+        let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
+        match values.next() {
+            Some(Ok(value @ Value::Object(_))) => Some(value),
+            _ => None,
+        }
+    })
+}
+
+/// Learns the mode for the client's model before the first Run needs it (`auto` only): one
+/// tiny structured step, through the same fallbacks. Returns the mode that answered.
+pub async fn probe(llm: &LlmClient) -> Result<Mode, LlmError> {
+    let model = llm.model().await?;
+    let step = Step {
+        messages: vec![Message::system("This is a connectivity check."), Message::user("Report that you are ready.")],
+        name: "akritas_ready".into(),
+        description: "Report readiness".into(),
+        schema: json!({"type": "object", "properties": {"ready": {"type": "boolean"}},
+                       "required": ["ready"], "additionalProperties": false}),
+        max_tokens: 32,
+        temperature: Some(0.0),
+    };
+    let (mut asking, mut request) = Asking::start(llm, &model, step);
+    loop {
+        match asking.receive(llm.chat(&request).await) {
+            Next::Ask(next) => request = next,
+            Next::Done(answered) if !answered.response.message.tool_calls.is_empty() => return Ok(answered.mode),
+            Next::Done(answered) => {
+                return Err(LlmError::InvalidResponse(format!(
+                    "the model answered the readiness check in {} mode without a JSON object",
+                    answered.mode
+                )));
+            }
+            Next::Failed(error) => return Err(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

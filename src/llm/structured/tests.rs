@@ -1,0 +1,175 @@
+use super::*;
+use crate::llm::LlmConfig;
+
+fn client(protocol: Protocol) -> LlmClient {
+    let config = LlmConfig { protocol, ..LlmConfig::new("http://127.0.0.1:9/v1") };
+    LlmClient::new(config, reqwest::Client::new()).unwrap()
+}
+
+fn step() -> Step {
+    Step {
+        messages: vec![Message::system("Plan the checks."), Message::user("why is db-7 slow?")],
+        name: "local_investigation_submit_plan".into(),
+        description: "Submit the plan.".into(),
+        schema: json!({"type": "object", "properties": {"checks": {"type": "array", "maxItems": 2}},
+                       "required": ["checks"], "additionalProperties": false}),
+        max_tokens: 256,
+        temperature: Some(0.0),
+    }
+}
+
+fn text(content: &str) -> Result<ChatResponse, LlmError> {
+    Ok(ChatResponse { message: Message::assistant(content), finish_reason: Some("stop".into()), usage: None })
+}
+
+fn called(arguments: &str) -> Result<ChatResponse, LlmError> {
+    let call = ToolCall::function("c1", "local_investigation_submit_plan", arguments);
+    Ok(ChatResponse {
+        message: Message::assistant_tool_calls(vec![call]),
+        finish_reason: Some("tool_calls".into()),
+        usage: None,
+    })
+}
+
+fn http(status: u16, excerpt: &str) -> Result<ChatResponse, LlmError> {
+    Err(LlmError::Http { status, excerpt: excerpt.into() })
+}
+
+fn asked(next: Next) -> ChatRequest {
+    match next {
+        Next::Ask(request) => request,
+        other => panic!("expected another request, got {other:?}"),
+    }
+}
+
+fn done(next: Next) -> Answered {
+    match next {
+        Next::Done(answered) => answered,
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+fn submitted(answered: &Answered) -> Value {
+    let [call] = answered.response.message.tool_calls.as_slice() else { panic!("{answered:?}") };
+    assert_eq!(call.function.name, "local_investigation_submit_plan");
+    serde_json::from_str(&call.function.arguments).unwrap()
+}
+
+#[test]
+fn protocols_parse_from_their_setting_values() {
+    for value in ["auto", "tool_call", "json_schema", "json_object", "text"] {
+        assert_eq!(value.parse::<Protocol>().unwrap().as_str(), value);
+    }
+    let error = "tools".parse::<Protocol>().unwrap_err();
+    assert!(error.contains("auto, tool_call, json_schema, json_object or text"), "{error}");
+}
+
+#[test]
+fn a_forced_call_answered_with_prose_falls_back_to_a_json_schema_and_is_remembered() {
+    let llm = client(Protocol::Auto);
+    let (mut asking, first) = Asking::start(&llm, "m", step());
+    assert_eq!(first.tool_choice, Some(ToolChoice::Required));
+    assert_eq!(first.tools.len(), 1);
+    assert_eq!(first.response_format, None);
+    assert_eq!(first.messages, step().messages, "a tool call needs no instruction");
+
+    let second = asked(asking.receive(text("I will check db-7 first.")));
+    assert!(second.tools.is_empty() && second.tool_choice.is_none());
+    let format = second.response_format.clone().unwrap();
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["name"], "local_investigation_submit_plan");
+    assert_eq!(format["json_schema"]["strict"], true);
+    assert_eq!(format["json_schema"]["schema"], step().schema);
+    let system = second.messages[0].content.as_deref().unwrap();
+    assert!(system.starts_with("Plan the checks.\n\nAnswer with exactly one JSON object: the arguments of "));
+
+    let answered = done(asking.receive(text(r#"{"checks": []}"#)));
+    assert_eq!(answered.mode, Mode::JsonSchema);
+    assert_eq!(answered.fallbacks, [(Mode::ToolCall, Mode::JsonSchema)]);
+    assert_eq!(answered.requests, 2);
+    assert_eq!(submitted(&answered), json!({"checks": []}));
+    assert_eq!(answered.response.message.content, None);
+
+    assert_eq!(llm.learned_mode("m"), Some(Mode::JsonSchema));
+    let (_, next) = Asking::start(&llm, "m", step());
+    assert!(next.response_format.is_some(), "the next step starts with the mode that worked");
+    let (_, other) = Asking::start(&llm, "other-model", step());
+    assert_eq!(other.tool_choice, Some(ToolChoice::Required), "another model learns on its own");
+}
+
+#[test]
+fn a_server_refusing_a_mode_moves_auto_down_the_ladder_and_fails_a_fixed_protocol() {
+    let llm = client(Protocol::Auto);
+    let (mut asking, _) = Asking::start(&llm, "m", step());
+    let refused_tools = r#"{"error":{"message":"registry.ollama.ai/library/smollm2:latest does not support tools"}}"#;
+    let second = asked(asking.receive(http(400, refused_tools)));
+    assert!(second.response_format.is_some());
+    let third = asked(asking.receive(http(400, "response_format json_schema is not supported by this server")));
+    assert_eq!(third.response_format, Some(json!({"type": "json_object"})));
+    let system = third.messages[0].content.as_deref().unwrap();
+    assert!(system.contains(&format!("It must match this JSON schema: {}", step().schema)), "{system}");
+    let fourth = asked(asking.receive(http(422, "unsupported response_format type json_object")));
+    assert_eq!((fourth.response_format.as_ref(), fourth.tools.len()), (None, 0));
+    assert!(matches!(asking.receive(http(400, "invalid request")), Next::Failed(_)), "nothing after text");
+
+    let (mut unrelated, _) = Asking::start(&client(Protocol::Auto), "m", step());
+    let overflow = "the request exceeds the available context size, try increasing it";
+    assert!(matches!(unrelated.receive(http(400, overflow)), Next::Failed(_)), "not a refusal of the mode");
+
+    let fixed = client(Protocol::Fixed(Mode::ToolCall));
+    let (mut asking, _) = Asking::start(&fixed, "m", step());
+    assert!(matches!(asking.receive(http(400, refused_tools)), Next::Failed(_)));
+    let (mut asking, _) = Asking::start(&fixed, "m", step());
+    let answered = done(asking.receive(text("prose")));
+    assert!(answered.response.message.tool_calls.is_empty(), "the caller says no plan was submitted");
+    assert_eq!(fixed.learned_mode("m"), None);
+}
+
+#[test]
+fn text_answers_give_their_first_object_and_one_repair_turn() {
+    let llm = client(Protocol::Fixed(Mode::Text));
+    let (mut asking, first) = Asking::start(&llm, "m", step());
+    assert_eq!((first.response_format.as_ref(), first.tools.len()), (None, 0));
+    let answered = done(asking.receive(text(
+        "<think>MARKER {\"checks\": [1, 2, 3]}</think>Sure! Here it is:\n```json\n{\"checks\": [\"a\"]}\n```\nDone.",
+    )));
+    assert_eq!(submitted(&answered), json!({"checks": ["a"]}), "think blocks are never the answer");
+    assert_eq!(answered.requests, 1);
+
+    let (mut asking, _) = Asking::start(&llm, "m", step());
+    let repair = asked(asking.receive(text("I cannot do that.")));
+    let n = repair.messages.len();
+    assert_eq!(repair.messages[n - 2], Message::assistant("I cannot do that."));
+    let prompt = repair.messages[n - 1].content.as_deref().unwrap();
+    assert!(prompt.starts_with("That answer cannot be used: it holds no JSON object."), "{prompt}");
+    let answered = done(asking.receive(text("Still no.")));
+    assert!(answered.response.message.tool_calls.is_empty());
+    assert_eq!(answered.requests, 2);
+
+    let (mut asking, _) = Asking::start(&llm, "m", step());
+    let repair = asked(asking.receive(text(r#"{"checks": [1, 2, 3]}"#)));
+    let prompt = repair.messages.last().unwrap().content.as_deref().unwrap();
+    assert!(prompt.contains("does not match the schema: at /checks:"), "{prompt}");
+    let answered = done(asking.receive(text(r#"{"checks": [1, 2, 3, 4]}"#)));
+    assert_eq!(submitted(&answered), json!({"checks": [1, 2, 3, 4]}), "the caller's validation says why");
+}
+
+#[test]
+fn a_tool_call_answer_is_taken_as_it_is() {
+    let llm = client(Protocol::Auto);
+    let (mut asking, _) = Asking::start(&llm, "m", step());
+    let answered = done(asking.receive(called(r#"{"checks": []}"#)));
+    assert_eq!((answered.mode, answered.requests), (Mode::ToolCall, 1));
+    assert_eq!(answered.response.message.tool_calls[0].id, "c1");
+    assert_eq!(llm.learned_mode("m"), Some(Mode::ToolCall));
+}
+
+#[test]
+fn the_first_object_is_found_in_prose() {
+    assert_eq!(first_object(r#"x {"a": {"b": 1}} y {"c": 2}"#), Some(json!({"a": {"b": 1}})));
+    assert_eq!(first_object(r#"set {not json} then {"ok": true}"#), Some(json!({"ok": true})));
+    assert_eq!(first_object("[1, 2]"), None);
+    assert_eq!(first_object(r#"{"cut": "#), None);
+    let many = "{".repeat(10_000);
+    assert_eq!(first_object(&many), None, "bounded work on hostile text");
+}
