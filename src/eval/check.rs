@@ -134,6 +134,7 @@ mod tests {
         ReplayOutcome {
             case: "c".into(),
             model: None,
+            model_protocol: None,
             instructions_sha256: None,
             status: "succeeded".into(),
             error: None,

@@ -63,6 +63,10 @@ pub struct Attempt {
     /// The upstream model that answered (absent when the case could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// How the Run's last structured step was asked for (`tool_call`, `json_schema`,
+    /// `json_object`, `text`; absent when it had none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_protocol: Option<String>,
     /// Every expectation's verdict.
     pub checks: Vec<Check>,
 }
@@ -243,6 +247,7 @@ fn attempt(
                 model_calls: 0,
                 ms,
                 model: None,
+                model_protocol: None,
                 checks: Vec::new(),
             };
             return (failed, None);
@@ -263,6 +268,7 @@ fn attempt(
         model_calls: usage.model_calls,
         ms,
         model: outcome.model.clone(),
+        model_protocol: outcome.model_protocol.clone(),
         checks,
     };
     (attempt, outcome.model)
@@ -288,6 +294,7 @@ mod tests {
             model_calls: 3,
             ms: 1000,
             model: Some("m".into()),
+            model_protocol: Some("json_schema".into()),
             checks: Vec::new(),
         }
     }
@@ -313,7 +320,10 @@ mod tests {
         assert_eq!(protocol_column, ["protocol", "100%", "0%", "0%", "100%", "cases,"], "{table}");
         assert!(table.contains("pass rate 0.0%, protocol completion 50.0%"), "{table}");
         let json = serde_json::to_value(&report).unwrap();
-        assert_eq!(json["cases"][1]["attempts"][0]["protocol"], serde_json::json!({"plan": "accepted", "result": "unparsed"}));
+        assert_eq!(
+            json["cases"][1]["attempts"][0]["protocol"],
+            serde_json::json!({"plan": "accepted", "result": "unparsed"})
+        );
         assert_eq!(json["cases"][1]["attempts"][0]["protocol_complete"], false);
     }
 }

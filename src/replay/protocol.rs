@@ -138,11 +138,12 @@ mod tests {
             usage: BudgetUsage::default(),
             catalog_version: 1,
             investigation: investigation.then(|| serde_json::from_value(result).unwrap()),
+            model_protocol: Some("json_schema".into()),
         })
     }
 
     fn failed(activity: Vec<Activity>, error: RunError) -> Result<RunOutcome, FailedRun> {
-        Err(FailedRun { error, usage: None, activity, model: None })
+        Err(FailedRun { error, usage: None, activity, model: None, model_protocol: None })
     }
 
     fn structure(error: StructureError) -> RunError {

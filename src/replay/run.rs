@@ -87,6 +87,10 @@ pub struct ReplayOutcome {
     pub case: String,
     /// Model id that answered.
     pub model: Option<String>,
+    /// How the Run's last structured step was asked for (`tool_call`, `json_schema`,
+    /// `json_object`, `text`; absent before its first one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_protocol: Option<String>,
     /// SHA-256 of the SYSTEM.md the model requests carried.
     pub instructions_sha256: Option<String>,
     /// `succeeded` or `failed`.
@@ -156,6 +160,7 @@ pub async fn replay(
     let mut outcome = ReplayOutcome {
         case: case.name.clone(),
         model: None,
+        model_protocol: None,
         instructions_sha256,
         status: "succeeded".into(),
         error: None,
@@ -186,6 +191,7 @@ pub async fn replay(
                 })
                 .collect();
             outcome.model = Some(run.model);
+            outcome.model_protocol = run.model_protocol;
             outcome.answer = Some(run.answer);
             outcome.investigation = run.investigation;
             outcome.usage = Some(run.usage);
@@ -197,6 +203,7 @@ pub async fn replay(
             outcome.tool_calls = replayed_calls(&failed.activity);
             outcome.usage = failed.usage;
             outcome.model = failed.model;
+            outcome.model_protocol = failed.model_protocol;
         }
     }
     outcome.comparison = compare(case, &outcome);
