@@ -93,24 +93,27 @@ build_llama_server() {
   log "built llama-server in $((SECONDS - started)) s"
 }
 
-# Ollama built from its Go module (about 7 minutes on 2 cores); prints the binary's path. Its
-# CPU backends are in "$(ollama_dir)/src/build/lib/ollama" (OLLAMA_LIBRARY_PATH).
+# Ollama built from its Go module (about 7 minutes on 2 cores); prints the binary's path. The
+# binary stays in the source tree: Ollama starts its model runners with the ggml CPU backends
+# of `<binary's dir>/build/lib/ollama` (or `../lib/ollama`) and overrides OLLAMA_LIBRARY_PATH
+# for them; a binary elsewhere runs without them, on ggml's generic C code (no SIMD: about
+# 15 prompt tokens a second for SmolLM2-135M on 2 cores, 100 times slower).
 ollama_dir() { echo "$real_model_dir/ollama-$OLLAMA_VERSION"; }
 
 ollama_bin() {
   local dir
   dir="$(ollama_dir)"
-  if [ ! -x "$dir/ollama" ]; then
+  if [ ! -x "$dir/src/ollama" ]; then
     local sdist
     sdist="$(sdist_dir)"
     locked ollama build_ollama "$dir" "$sdist"
   fi
-  echo "$dir/ollama"
+  echo "$dir/src/ollama"
 }
 
 build_ollama() {
   local dir="$1" sdist="$2" started=$SECONDS module
-  [ -x "$dir/ollama" ] && return
+  [ -x "$dir/src/ollama" ] && return
   log "building Ollama $OLLAMA_VERSION from its Go module ..."
   module="$(go mod download -json "github.com/ollama/ollama@$OLLAMA_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
   if [ ! -f "$dir/src/.copied" ]; then
@@ -127,8 +130,8 @@ build_ollama() {
   # The module zip leaves out llama.cpp's vendor/ headers (nlohmann/json, ...): the sdist has them.
   (cd "$dir/src" && CGO_CPPFLAGS="-I$sdist/vendor/llama.cpp/vendor" GOFLAGS=-buildvcs=false nice -n 10 \
     go build -p 2 -trimpath -ldflags "-s -w -X github.com/ollama/ollama/version.Version=${OLLAMA_VERSION#v}" \
-    -o "$dir/.ollama.tmp" .) >>"$dir/build.log" 2>&1 || { tail -n 30 "$dir/build.log" >&2; return 1; }
-  mv "$dir/.ollama.tmp" "$dir/ollama"
+    -o .ollama.tmp .) >>"$dir/build.log" 2>&1 || { tail -n 30 "$dir/build.log" >&2; return 1; }
+  mv "$dir/src/.ollama.tmp" "$dir/src/ollama"
   log "built Ollama in $((SECONDS - started)) s"
 }
 
@@ -242,8 +245,7 @@ start_ollama() {
   local port="$1" log_file="$2" bin home="$real_model_dir/ollama-home"
   bin="$(ollama_bin)"
   mkdir -p "$home"
-  HOME="$home" OLLAMA_HOST="127.0.0.1:$port" OLLAMA_MODELS="$home/models" \
-    OLLAMA_LIBRARY_PATH="$(ollama_dir)/src/build/lib/ollama" OLLAMA_NUM_PARALLEL="$SLOTS" \
+  HOME="$home" OLLAMA_HOST="127.0.0.1:$port" OLLAMA_MODELS="$home/models" OLLAMA_NUM_PARALLEL="$SLOTS" \
     OLLAMA_MAX_LOADED_MODELS=1 OLLAMA_KEEP_ALIVE=1h OLLAMA_NOPRUNE=1 \
     nice -n 5 "$bin" serve >"$log_file" 2>&1 &
   server_pid=$!
