@@ -21,7 +21,7 @@ cd "$repo"
 
 limit="${SMOKE_TIMEOUT:-900}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/akritas-ollama-smoke.XXXXXX")"
-trap 'stop_started; rm -rf "$work"' EXIT
+trap stop_started EXIT
 
 fail() {
   echo "ollama smoke: FAILED: $*" >&2
@@ -29,6 +29,7 @@ fail() {
   for file in serve.log ollama.log; do
     [ -f "$work/$file" ] && { echo "--- last lines of $file" >&2; tail -n 40 "$work/$file" >&2; }
   done
+  echo "(the logs, the host's data directory and the API answers are kept in $work)" >&2
   exit 1
 }
 
@@ -69,12 +70,19 @@ judge_run() { # run id, investigation (true/false)
   curl -fsS --max-time 10 "http://$host/api/v1/runs/$1" >"$work/run.json" || return 1
   python3 - "$work/run.json" "$2" <<'EOF'
 import json, sys
-run = json.load(open(sys.argv[1]))
+run = json.load(open(sys.argv[1]))["run"]
 investigation = sys.argv[2] == "true"
 meta = run.get("metadata", {})
-mode = run.get("model_protocol") or meta.get("model_protocol") or "-"
-plans = [e for e in run.get("events", []) if e.get("metadata", {}).get("call_kind") == "plan"]
-plan = plans[0]["status"] if plans else "none submitted"
+events = run.get("events", [])
+# Each structured step: how it was asked for and whether a submission came back.
+steps = ", ".join(
+    f"{e['metadata'].get('step')} {e['metadata'].get('mode')} {e.get('status')} ({e['metadata'].get('requests')} requests)"
+    for e in events if e.get("type") == "structured_step") or "none"
+plans = [e for e in events if e.get("metadata", {}).get("call_kind") == "plan"]
+plan = "none submitted"
+if plans:
+    refused = ((plans[0].get("result") or {}).get("error") or {}).get("message")
+    plan = f"refused ({refused})" if refused else "accepted"
 error = run.get("error") or ""
 # What the host says when no result could be parsed, as against a result refused for its content.
 unparsed = ("did not submit exactly one result", "result is not valid JSON", "result does not match the schema")
@@ -86,7 +94,8 @@ elif investigation:
     result, complete = "none", False
 else:
     result, complete = "-", run.get("status") == "succeeded"
-print(f"  run {run['id']}: status {run['status']}, mode {mode}, plan {plan}, result {result}; "
+print(f"  run {run['id']}: status {run['status']}, mode {meta.get('model_protocol', '-')}; steps: {steps}")
+print(f"  plan {plan}, result {result}; "
       f"{meta.get('model_calls', '?')} model calls, {meta.get('prompt_tokens', '?')}+{meta.get('completion_tokens', '?')} "
       f"tokens, {meta.get('tool_calls', '?')} tool calls, {meta.get('duration_ms', 0) / 1000:.0f} s")
 if error:
@@ -145,3 +154,4 @@ log "investigation job $job_status${job_error:+ ($job_error)} in $((SECONDS - t)
 [ -n "$alert_run" ] || fail "the investigation job has no Run: $(head -c 600 "$work/incident.json")"
 judge_run "$alert_run" true || fail "the investigation did not complete the protocol"
 log "ollama smoke passed in $((SECONDS - started)) s"
+rm -rf "$work"

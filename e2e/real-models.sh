@@ -43,6 +43,9 @@ export PATH="$PATH:/usr/local/go/bin"
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+
 # Runs "$@" holding the cache's lock NAME, so two scripts sharing REAL_MODEL_DIR build once.
 locked() {
   local name="$1"
@@ -86,9 +89,10 @@ build_llama_server() {
   local src="$1" started=$SECONDS
   [ -x "$src/build/bin/llama-server" ] && return
   log "building llama-server from llama-cpp-python $LLAMA_CPP_PYTHON_VERSION ..."
-  nice -n 10 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-  nice -n 10 cmake --build "$src/build" --target llama-server -j 2 >"$src/build/build.log" 2>&1 ||
+  mkdir -p "$src/build"
+  { nice -n 10 cmake -S "$src" -B "$src/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF &&
+    nice -n 10 cmake --build "$src/build" --target llama-server -j 2; } >"$src/build/build.log" 2>&1 ||
     { tail -n 30 "$src/build/build.log" >&2; return 1; }
   log "built llama-server in $((SECONDS - started)) s"
 }
@@ -124,8 +128,8 @@ build_ollama() {
     touch "$dir/src/.copied"
   fi
   # The ggml CPU backends (one per CPU feature level, loaded at run time).
-  nice -n 10 cmake -S "$dir/src" -B "$dir/src/build" -G Ninja >/dev/null
-  nice -n 10 cmake --build "$dir/src/build" -j 2 >"$dir/build.log" 2>&1 ||
+  { nice -n 10 cmake -S "$dir/src" -B "$dir/src/build" "${generator[@]}" &&
+    nice -n 10 cmake --build "$dir/src/build" -j 2; } >"$dir/build.log" 2>&1 ||
     { tail -n 30 "$dir/build.log" >&2; return 1; }
   # The module zip leaves out llama.cpp's vendor/ headers (nlohmann/json, ...): the sdist has them.
   (cd "$dir/src" && CGO_CPPFLAGS="-I$sdist/vendor/llama.cpp/vendor" GOFLAGS=-buildvcs=false nice -n 10 \
