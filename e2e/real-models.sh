@@ -228,7 +228,9 @@ stop_started() {
 # Starts llama-server with MODEL (smollm2 or gemma3) on PORT, logging to LOG; sets server_pid.
 # SmolLM2's own chat template drops `tools`, so SmolLM2 is rendered with the Qwen2.5 template
 # vendored with llama.cpp: the same ChatML tokens plus Hermes-style `<tool_call>` blocks that
-# llama-server parses. Gemma 3 keeps the template in its GGUF.
+# llama-server parses. Gemma 3 keeps the template in its GGUF. `--repeat-penalty 1.1` is Ollama's
+# default sampling: without it (llama-server's default is 1.0, off) both models fall into loops
+# at temperature 0 ("Aeran", "Aeran", … until max_tokens) and a JSON answer never closes.
 start_llama() {
   local model="$1" port="$2" log_file="$3" server gguf template=()
   server="$(llama_server)"
@@ -237,7 +239,7 @@ start_llama() {
     template=(--chat-template-file "$(sdist_dir)/vendor/llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja")
   fi
   nice -n 5 "$server" -m "$gguf" --jinja "${template[@]}" --host 127.0.0.1 --port "$port" \
-    -c $((CONTEXT_PER_SLOT * SLOTS)) -np "$SLOTS" -t 2 >"$log_file" 2>&1 &
+    -c $((CONTEXT_PER_SLOT * SLOTS)) -np "$SLOTS" -t 2 --repeat-penalty 1.1 >"$log_file" 2>&1 &
   server_pid=$!
   started_pids+=("$server_pid")
   wait_http "http://127.0.0.1:$port/health" 180 "$server_pid"

@@ -115,10 +115,10 @@ mod tests {
         }
     }
 
-    fn outcome(activity: Vec<Activity>, investigation: bool) -> Result<RunOutcome, FailedRun> {
+    fn outcome(activity: Vec<Activity>, investigation: bool) -> RunOutcome {
         let result = json!({"finding_status": "inconclusive", "actionability": "requires_human",
                             "confidence": "low", "summary": "s", "evidence": [], "production_writes": 0});
-        Ok(RunOutcome {
+        RunOutcome {
             run_id: None,
             model: "m".into(),
             answer: "a".into(),
@@ -139,11 +139,11 @@ mod tests {
             catalog_version: 1,
             investigation: investigation.then(|| serde_json::from_value(result).unwrap()),
             model_protocol: Some("json_schema".into()),
-        })
+        }
     }
 
-    fn failed(activity: Vec<Activity>, error: RunError) -> Result<RunOutcome, FailedRun> {
-        Err(FailedRun { error, usage: None, activity, model: None, model_protocol: None })
+    fn failed(activity: Vec<Activity>, error: RunError) -> FailedRun {
+        FailedRun { error, usage: None, activity, model: None, model_protocol: None }
     }
 
     fn structure(error: StructureError) -> RunError {
@@ -157,24 +157,25 @@ mod tests {
     #[test]
     fn a_plan_counts_only_when_the_host_accepted_it() {
         let plan = |error| vec![call(PLAN_TOOL, error), call("inventory.host", None)];
-        assert_eq!(protocol(&outcome(plan(None), false), false).plan, PlanStep::Accepted);
-        let rejected = outcome(plan(Some(ErrorCode::InvalidArguments)), false);
-        assert_eq!(protocol(&rejected, false).plan, PlanStep::Rejected);
-        assert!(!protocol(&rejected, false).complete());
-        let none = outcome(vec![call("inventory.host", None)], false);
-        assert_eq!(protocol(&none, false), Protocol { plan: PlanStep::Missing, result: None });
-        assert!(protocol(&outcome(plan(None), false), false).complete(), "a chat needs no result");
+        let accepted = protocol(&Ok(outcome(plan(None), false)), false);
+        assert_eq!(accepted, Protocol { plan: PlanStep::Accepted, result: None });
+        assert!(accepted.complete(), "a chat needs no result");
+        let rejected = protocol(&Ok(outcome(plan(Some(ErrorCode::InvalidArguments)), false)), false);
+        assert_eq!((rejected.plan, rejected.complete()), (PlanStep::Rejected, false));
+        let none = protocol(&Ok(outcome(vec![call("inventory.host", None)], false)), false);
+        assert_eq!((none.plan, none.complete()), (PlanStep::Missing, false));
     }
 
     #[test]
     fn a_result_refused_for_its_content_completes_the_protocol_and_an_unparsed_one_does_not() {
         let plan = || vec![call(PLAN_TOOL, None)];
-        let accepted = protocol(&outcome(plan(), true), true);
+        let ended = |error: RunError, investigate| protocol(&Err(failed(plan(), error)), investigate);
+        let accepted = protocol(&Ok(outcome(plan(), true)), true);
         assert_eq!((accepted.result, accepted.complete()), (Some(ResultStep::Accepted), true));
 
         let unverified = r#"{"finding_status": "confirmed", "actionability": "requires_human", "confidence": "high",
                              "summary": "s", "evidence": ["tool-call:call-9 \"x\""], "production_writes": 0}"#;
-        let content = protocol(&failed(plan(), structure(invalid(unverified))), true);
+        let content = ended(structure(invalid(unverified)), true);
         assert_eq!((content.result, content.complete()), (Some(ResultStep::Rejected), true));
 
         for error in [
@@ -182,14 +183,13 @@ mod tests {
             invalid("I think the pod is out of memory."),
             invalid(r#"{"summary": "no status"}"#),
         ] {
-            let unparsed = protocol(&failed(plan(), structure(error)), true);
+            let unparsed = ended(structure(error), true);
             assert_eq!((unparsed.result, unparsed.complete()), (Some(ResultStep::Unparsed), false));
         }
 
         let refused = LlmError::Http { status: 400, excerpt: "model does not support tools".into() };
-        let upstream = RunError::Upstream { run_id: None, error: refused };
-        let stopped = protocol(&failed(plan(), upstream), true);
+        let stopped = ended(RunError::Upstream { run_id: None, error: refused }, true);
         assert_eq!((stopped.result, stopped.complete()), (Some(ResultStep::NotReached), false));
-        assert_eq!(protocol(&failed(plan(), structure(invalid(unverified))), false).result, None);
+        assert_eq!(ended(structure(invalid(unverified)), false).result, None);
     }
 }
