@@ -71,7 +71,9 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     println!("{stdout}");
     assert!(run.status.success(), "{stdout}\n{stderr}");
     let header = stdout.lines().next().unwrap();
-    for column in ["case", "pass", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms", "model"] {
+    for column in
+        ["case", "pass", "protocol", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms", "mode", "model"]
+    {
         assert!(header.contains(column), "{header}");
     }
     let rows: Vec<&str> = stdout.lines().skip(1).take(cases.len()).collect();
@@ -84,11 +86,20 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     );
     llm.set_recording(false);
     assert!(
-        stdout.contains(&format!("TOTAL {} cases, {} runs: pass rate 100.0%", cases.len(), cases.len())),
+        stdout.contains(&format!(
+            "TOTAL {} cases, {} runs: pass rate 100.0%, protocol completion 100.0%",
+            cases.len(),
+            cases.len()
+        )),
         "{stdout}"
     );
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     assert_eq!(json["totals"]["pass_rate"], 1.0, "{json}");
+    assert_eq!(json["totals"]["protocol_completion"], 1.0, "{json}");
+    for attempt in json["cases"].as_array().unwrap().iter().map(|c| &c["attempts"][0]) {
+        assert_eq!(attempt["protocol"], json!({"plan": "accepted", "result": "accepted"}), "{attempt}");
+        assert_eq!(attempt["model_protocol"], "tool_call", "the scripted model answers forced calls: {attempt}");
+    }
     assert_eq!(json["cases"].as_array().unwrap().len(), cases.len());
     assert!(json["totals"]["model_calls"].as_u64().unwrap() >= 3 * cases.len() as u64, "{json}");
     assert!(json["totals"]["evidence_coverage"].as_f64().unwrap() > 0.5, "{json}");
@@ -102,7 +113,7 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     println!("{stdout}");
     assert_eq!(run.status.code(), Some(1), "{stdout}\n{stderr}");
-    assert!(stdout.contains("TOTAL 3 cases, 6 runs: pass rate 33.3%"), "{stdout}");
+    assert!(stdout.contains("TOTAL 3 cases, 6 runs: pass rate 33.3%, protocol completion 66.7%"), "{stdout}");
     for repeat in [1, 2] {
         assert!(
             stdout.contains(&format!(
@@ -125,6 +136,9 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
         assert!(attempt["tokens"].as_u64().unwrap() > 0, "{attempt}");
         assert!(attempt["model_calls"].as_u64().unwrap() >= 3, "{attempt}");
         assert_eq!(attempt["model"], "scripted-model", "a failed Run still names its model: {attempt}");
+        // Prose instead of the result: the plan ran, but no result reached validation.
+        assert_eq!(attempt["protocol"], json!({"plan": "accepted", "result": "unparsed"}), "{attempt}");
+        assert_eq!(attempt["protocol_complete"], false, "{attempt}");
     }
 }
 

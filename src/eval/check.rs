@@ -134,6 +134,7 @@ mod tests {
         ReplayOutcome {
             case: "c".into(),
             model: None,
+            model_protocol: None,
             instructions_sha256: None,
             status: "succeeded".into(),
             error: None,
@@ -149,6 +150,10 @@ mod tests {
             skills: Vec::new(),
             investigation: Some(serde_json::from_value(result).unwrap()),
             usage: None,
+            protocol: crate::replay::Protocol {
+                plan: crate::replay::PlanStep::Accepted,
+                result: Some(crate::replay::ResultStep::Accepted),
+            },
             comparison: crate::replay::run::Comparison {
                 same_tool_calls: true,
                 same_skills: true,

@@ -16,8 +16,8 @@ pub fn table(report: &SuiteReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:<9}  {:>5}  {:>7}  {:>8}  {:>7}  {:>6}  {:>7}  model",
-        "case", "pass", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms"
+        "{:<width$}  {:>5}  {:>8}  {:<9}  {:>5}  {:>7}  {:>8}  {:>7}  {:>6}  {:>7}  {:<11}  model",
+        "case", "pass", "protocol", "status", "tools", "unknown", "coverage", "tokens", "calls", "ms", "mode"
     );
     for case in &report.cases {
         let n = case.attempts.len().max(1);
@@ -30,15 +30,15 @@ pub fn table(report: &SuiteReport) -> String {
             format!("{:.0}%", 100.0 * coverages.iter().sum::<f64>() / coverages.len() as f64)
         };
         let name: String = case.case.chars().take(width).collect();
-        // The upstream model each line was answered by, so a mistaken --upstream-model shows.
-        let mut models: Vec<&str> = case.attempts.iter().filter_map(|a| a.model.as_deref()).collect();
-        models.sort_unstable();
-        models.dedup();
-        let model = if models.is_empty() { "-".to_string() } else { models.join(",") };
+        // The structured mode the server was asked in, and the upstream model each line was
+        // answered by (so a mistaken --upstream-model shows).
+        let mode = distinct(case.attempts.iter().map(|a| a.model_protocol.as_deref()));
+        let model = distinct(case.attempts.iter().map(|a| a.model.as_deref()));
         let _ = writeln!(
             out,
-            "{name:<width$}  {:>4.0}%  {:<9}  {:>5.1}  {:>7.1}  {:>8}  {:>7.0}  {:>6.1}  {:>7.0}  {model}",
+            "{name:<width$}  {:>4.0}%  {:>7.0}%  {:<9}  {:>5.1}  {:>7.1}  {:>8}  {:>7.0}  {:>6.1}  {:>7.0}  {mode:<11}  {model}",
             100.0 * case.pass_rate(),
+            100.0 * case.protocol_completion(),
             first.map_or("-", |a| a.status.as_str()),
             mean(&|a| a.tool_calls as f64),
             mean(&|a| a.unknown_calls as f64),
@@ -52,15 +52,25 @@ pub fn table(report: &SuiteReport) -> String {
     let coverage = t.evidence_coverage.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * c));
     let _ = writeln!(
         out,
-        "TOTAL {} cases, {} runs: pass rate {:.1}%, evidence coverage {coverage}, tokens {}, model calls {}, wall time {} ms",
+        "TOTAL {} cases, {} runs: pass rate {:.1}%, protocol completion {:.1}%, evidence coverage {coverage}, tokens {}, \
+         model calls {}, wall time {} ms",
         t.cases,
         t.attempts,
         100.0 * t.pass_rate,
+        100.0 * t.protocol_completion,
         t.tokens,
         t.model_calls,
         t.wall_ms
     );
     out
+}
+
+/// The distinct values, sorted and joined by commas (`-` for none).
+fn distinct<'a>(values: impl Iterator<Item = Option<&'a str>>) -> String {
+    let mut values: Vec<&str> = values.flatten().collect();
+    values.sort_unstable();
+    values.dedup();
+    if values.is_empty() { "-".to_string() } else { values.join(",") }
 }
 
 /// The failed checks of every failing case, one line each.

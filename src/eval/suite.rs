@@ -12,7 +12,7 @@ use super::check::{Check, checks, evidence_coverage};
 use crate::engine::request::EngineSettings;
 use crate::llm::LlmClient;
 use crate::replay::case::{Case, read_text};
-use crate::replay::{SkillSource, replay};
+use crate::replay::{Protocol, SkillSource, replay};
 
 /// Most cases in a suite.
 pub const MAX_CASES: usize = 1000;
@@ -47,6 +47,13 @@ pub struct Attempt {
     /// Evidence items with a quote / all evidence items.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<f64>,
+    /// The Run followed the structured protocol to its end ([`Protocol::complete`]):
+    /// a plan the host executed and, for an investigation, a result that reached
+    /// the host's validation, whether or not the result was right.
+    pub protocol_complete: bool,
+    /// How its plan and result steps ended (absent when the case could not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
     /// Prompt and output tokens.
     pub tokens: u64,
     /// Model requests.
@@ -56,6 +63,10 @@ pub struct Attempt {
     /// The upstream model that answered (absent when the case could not run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// How the Run's last structured step was asked for (`tool_call`, `json_schema`,
+    /// `json_object`, `text`; absent when it had none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_protocol: Option<String>,
     /// Every expectation's verdict.
     pub checks: Vec<Check>,
 }
@@ -79,6 +90,11 @@ impl CaseReport {
     pub fn pass_rate(&self) -> f64 {
         rate(self.attempts.iter().filter(|a| a.pass).count(), self.attempts.len())
     }
+
+    /// Protocol-complete repeats / repeats.
+    pub fn protocol_completion(&self) -> f64 {
+        rate(self.attempts.iter().filter(|a| a.protocol_complete).count(), self.attempts.len())
+    }
 }
 
 /// Totals over every repeat of every case.
@@ -90,6 +106,8 @@ pub struct Totals {
     pub attempts: usize,
     /// Passing repeats / repeats.
     pub pass_rate: f64,
+    /// Protocol-complete repeats / repeats.
+    pub protocol_completion: f64,
     /// Mean evidence coverage over repeats with evidence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<f64>,
@@ -186,18 +204,25 @@ pub async fn run_suite(
         model = model.or(answered_by);
         reports[index].attempts.push(attempt);
     }
+    let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let totals = totals(&reports, cases.len() * repeat as usize, wall_ms);
+    SuiteReport { model, cases: reports, totals }
+}
+
+/// The totals over `runs` repeats (those that ended abnormally count as failed).
+fn totals(reports: &[CaseReport], runs: usize, wall_ms: u64) -> Totals {
     let attempts: Vec<&Attempt> = reports.iter().flat_map(|r| &r.attempts).collect();
     let coverages: Vec<f64> = attempts.iter().filter_map(|a| a.evidence_coverage).collect();
-    let totals = Totals {
+    Totals {
         cases: reports.len(),
         attempts: attempts.len(),
-        pass_rate: rate(attempts.iter().filter(|a| a.pass).count(), cases.len() * repeat as usize),
+        pass_rate: rate(attempts.iter().filter(|a| a.pass).count(), runs),
+        protocol_completion: rate(attempts.iter().filter(|a| a.protocol_complete).count(), runs),
         evidence_coverage: (!coverages.is_empty()).then(|| coverages.iter().sum::<f64>() / coverages.len() as f64),
         tokens: attempts.iter().map(|a| a.tokens).sum(),
         model_calls: attempts.iter().map(|a| u64::from(a.model_calls)).sum(),
-        wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    };
-    SuiteReport { model, cases: reports, totals }
+        wall_ms,
+    }
 }
 
 /// One repeat's attempt (and the model that answered).
@@ -216,10 +241,13 @@ fn attempt(
                 tool_calls: 0,
                 unknown_calls: 0,
                 evidence_coverage: None,
+                protocol_complete: false,
+                protocol: None,
                 tokens: 0,
                 model_calls: 0,
                 ms,
                 model: None,
+                model_protocol: None,
                 checks: Vec::new(),
             };
             return (failed, None);
@@ -234,11 +262,68 @@ fn attempt(
         tool_calls: outcome.tool_calls.len(),
         unknown_calls: outcome.unknown_calls,
         evidence_coverage: evidence_coverage(&outcome),
+        protocol_complete: outcome.protocol.complete(),
+        protocol: Some(outcome.protocol),
         tokens: usage.prompt_tokens + usage.output_tokens,
         model_calls: usage.model_calls,
         ms,
         model: outcome.model.clone(),
+        model_protocol: outcome.model_protocol.clone(),
         checks,
     };
     (attempt, outcome.model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::{PlanStep, ResultStep};
+
+    fn attempt(plan: PlanStep, result: ResultStep) -> Attempt {
+        let protocol = Protocol { plan, result: Some(result) };
+        Attempt {
+            pass: false,
+            status: "failed".into(),
+            error: None,
+            tool_calls: 1,
+            unknown_calls: 0,
+            evidence_coverage: None,
+            protocol_complete: protocol.complete(),
+            protocol: Some(protocol),
+            tokens: 100,
+            model_calls: 3,
+            ms: 1000,
+            model: Some("m".into()),
+            model_protocol: Some("json_schema".into()),
+            checks: Vec::new(),
+        }
+    }
+
+    fn case(name: &str, attempts: Vec<Attempt>) -> CaseReport {
+        CaseReport { case: name.into(), file: format!("{name}.yaml"), description: None, attempts }
+    }
+
+    #[test]
+    fn protocol_completion_counts_results_refused_for_content_but_not_unparsed_ones() {
+        let reports = vec![
+            case("refused", vec![attempt(PlanStep::Accepted, ResultStep::Rejected)]),
+            case("prose", vec![attempt(PlanStep::Accepted, ResultStep::Unparsed)]),
+            case("no-plan", vec![attempt(PlanStep::Missing, ResultStep::Accepted)]),
+            case("accepted", vec![attempt(PlanStep::Accepted, ResultStep::Accepted)]),
+        ];
+        let totals = totals(&reports, 4, 10);
+        assert_eq!(totals.protocol_completion, 0.5);
+        let report = SuiteReport { model: None, cases: reports, totals };
+        let table = crate::eval::table(&report);
+        let protocol_column: Vec<&str> =
+            table.lines().map(|line| line.split_whitespace().nth(2).unwrap_or_default()).collect();
+        assert_eq!(protocol_column, ["protocol", "100%", "0%", "0%", "100%", "cases,"], "{table}");
+        assert!(table.contains("pass rate 0.0%, protocol completion 50.0%"), "{table}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["cases"][1]["attempts"][0]["protocol"],
+            serde_json::json!({"plan": "accepted", "result": "unparsed"})
+        );
+        assert_eq!(json["cases"][1]["attempts"][0]["protocol_complete"], false);
+    }
 }

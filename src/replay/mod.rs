@@ -6,9 +6,11 @@
 
 pub mod case;
 pub mod export;
+pub mod protocol;
 pub mod recorded;
 pub mod run;
 
 pub use case::{Case, CaseError};
 pub use export::{ExportCatalog, ExportError, export};
+pub use protocol::{PlanStep, Protocol, ResultStep};
 pub use run::{ReplayError, ReplayOutcome, SkillSource, replay};

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::case::{Case, CaseError, CaseSkill, SkillVersion};
+use super::protocol::{Protocol, protocol};
 use super::recorded::{NOT_RECORDED, Recording, RecordingError};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::problem_lines;
@@ -86,6 +87,10 @@ pub struct ReplayOutcome {
     pub case: String,
     /// Model id that answered.
     pub model: Option<String>,
+    /// How the Run's last structured step was asked for (`tool_call`, `json_schema`,
+    /// `json_object`, `text`; absent before its first one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_protocol: Option<String>,
     /// SHA-256 of the SYSTEM.md the model requests carried.
     pub instructions_sha256: Option<String>,
     /// `succeeded` or `failed`.
@@ -111,6 +116,8 @@ pub struct ReplayOutcome {
     /// Budget usage (model calls, tokens, tool calls).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<BudgetUsage>,
+    /// How the plan and the result steps ended.
+    pub protocol: Protocol,
     /// Against the case.
     pub comparison: Comparison,
 }
@@ -149,9 +156,11 @@ pub async fn replay(
         ..RunRequest::default()
     };
     let result = engine.run_traced(request).await;
+    let steps = protocol(&result, case.input.investigate);
     let mut outcome = ReplayOutcome {
         case: case.name.clone(),
         model: None,
+        model_protocol: None,
         instructions_sha256,
         status: "succeeded".into(),
         error: None,
@@ -162,6 +171,7 @@ pub async fn replay(
         skills: Vec::new(),
         investigation: None,
         usage: None,
+        protocol: steps,
         comparison: Comparison {
             same_tool_calls: false,
             same_skills: false,
@@ -181,6 +191,7 @@ pub async fn replay(
                 })
                 .collect();
             outcome.model = Some(run.model);
+            outcome.model_protocol = run.model_protocol;
             outcome.answer = Some(run.answer);
             outcome.investigation = run.investigation;
             outcome.usage = Some(run.usage);
@@ -192,6 +203,7 @@ pub async fn replay(
             outcome.tool_calls = replayed_calls(&failed.activity);
             outcome.usage = failed.usage;
             outcome.model = failed.model;
+            outcome.model_protocol = failed.model_protocol;
         }
     }
     outcome.comparison = compare(case, &outcome);

