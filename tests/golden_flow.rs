@@ -217,3 +217,53 @@ async fn a_run_cannot_call_a_tool_outside_its_read_only_catalog() {
     let last = llm.requests()[2]["messages"].as_array().unwrap().last().unwrap().clone();
     assert!(last["content"].as_str().unwrap().contains("unknown_tool"));
 }
+
+/// A plan the host refuses gets one repair turn that names the broken rule; both submissions
+/// are recorded, the conversation keeps only the accepted one, and its checks run.
+#[tokio::test]
+async fn a_refused_plan_is_repaired_once_and_its_checks_run() {
+    let mut refused = plan();
+    refused["gaps"][0]["capability"] = json!("kernel messages of the host");
+    let llm = ScriptedLlm::start(vec![
+        Step::from(Reply::ToolCalls(vec![("plan-1".into(), alias("local.investigation.submit_plan"), refused)])),
+        Step::from(Reply::ToolCalls(vec![("plan-2".into(), alias("local.investigation.submit_plan"), plan())])),
+        Step::from(Reply::Content("db-7 is busy.".into())),
+    ])
+    .await;
+    let (tools, counters) = host::standard_tools();
+    let catalog = host::catalog_from(&support::root().join("config/samples"));
+    let engine = host::engine(&llm, host::settings(), tools, catalog, None, None);
+    let request = akritas::engine::request::RunRequest {
+        source: "chat".into(),
+        actor: "test".into(),
+        turns: vec![akritas::engine::conversation::Turn {
+            role: akritas::engine::conversation::Speaker::User,
+            content: QUESTION.into(),
+        }],
+        ..Default::default()
+    };
+    let outcome = engine.run(request).await.unwrap();
+    let statuses: Vec<(&str, &str)> = outcome.activity.iter().map(|a| (a.id.as_str(), a.status.as_str())).collect();
+    assert_eq!(
+        statuses,
+        [
+            ("call_akritas_investigation_plan", "invalid_arguments"),
+            ("call_akritas_investigation_plan_2", "ok"),
+            ("call-1", "ok"),
+            ("call-2", "ok"),
+        ]
+    );
+    assert_eq!(counters.inventory.load(Ordering::SeqCst), 1);
+    assert_eq!(counters.processes.load(Ordering::SeqCst), 1);
+    assert_eq!(outcome.gaps.len(), 1);
+    assert_eq!(outcome.plan_error, None);
+
+    let requests = llm.requests();
+    let repair = requests[1]["messages"].as_array().unwrap();
+    let last = repair.last().unwrap()["content"].as_str().unwrap();
+    assert!(last.contains("gaps[0].capability") && last.contains("not a dot-separated capability id"), "{last}");
+    let answer = requests[2]["messages"].as_array().unwrap();
+    let plan_turns: Vec<&str> =
+        answer.iter().filter(|m| m["role"] == "tool").map(|m| m["tool_call_id"].as_str().unwrap()).collect();
+    assert_eq!(plan_turns, ["call_akritas_investigation_plan_2", "call-1", "call-2"]);
+}

@@ -148,6 +148,11 @@ impl Budget {
         Duration::from_millis(self.limits.max_duration_ms.saturating_sub(self.elapsed_ms(now)))
     }
 
+    /// Model calls left.
+    pub fn model_calls_left(&self) -> u32 {
+        self.limits.max_model_calls.saturating_sub(self.usage.model_calls)
+    }
+
     /// Tool calls left.
     pub fn tool_calls_left(&self) -> u32 {
         self.limits.max_tool_calls.saturating_sub(self.usage.tool_calls)

@@ -72,12 +72,54 @@ struct RawGap {
     reason: String,
 }
 
+/// How many checks and gaps the plan schema admits. The host's validation allows more
+/// ([`MAX_PLAN_ITEMS`]); the schema is what a grammar-constrained server lets the model write,
+/// so it never admits a plan longer than the completion budget can hold (a weak model under a
+/// grammar fills arrays to their bound, and a plan cut off at `max_tokens` is no plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanRoom {
+    /// At least this many checks (1 for an investigation with tools: it cannot cite evidence
+    /// without one).
+    pub min_checks: usize,
+    /// At most this many checks.
+    pub max_checks: usize,
+    /// At most this many gaps.
+    pub max_gaps: usize,
+}
+
+/// Output tokens counted for one plan item (a short step and reason, a tool name and its
+/// arguments; an item at every bound takes about twice as many).
+pub const TOKENS_PER_PLAN_ITEM: u32 = 100;
+/// Gaps the schema admits whatever the checks take.
+const MIN_GAPS_ROOM: usize = 2;
+
+impl PlanRoom {
+    /// The room for a Run that may make `max_checks` checks, answering within `max_tokens`:
+    /// as many items as fit (at least two), checks first, then gaps (at least two).
+    pub fn fitting(max_checks: usize, max_tokens: u32, investigate: bool) -> Self {
+        let items = usize::try_from(max_tokens / TOKENS_PER_PLAN_ITEM).unwrap_or(usize::MAX).clamp(2, MAX_PLAN_ITEMS);
+        let max_checks = max_checks.min(items);
+        let max_gaps = items.saturating_sub(max_checks).max(MIN_GAPS_ROOM);
+        Self { min_checks: usize::from(investigate && max_checks > 0), max_checks, max_gaps }
+    }
+
+    /// Room for `max_checks` checks and every gap the host accepts.
+    pub fn unbounded(max_checks: usize) -> Self {
+        Self { min_checks: 0, max_checks: max_checks.min(MAX_PLAN_ITEMS), max_gaps: MAX_PLAN_ITEMS }
+    }
+}
+
+/// A capability id as the schema asks for it: lower-case words joined by dots (the host's
+/// validation also takes upper case, `_` and `-`).
+pub const CAPABILITY_PATTERN: &str = "^[a-z0-9]+([._-][a-z0-9]+)*$";
+
 /// The plan tool's input schema; `language` is the response language tag.
 /// `tools` are the execution tools (host name, input schema): a check names one
 /// of them (an `enum`, one branch per tool with that tool's argument schema), so
 /// a server that turns the schema into a grammar cannot produce an unknown tool
-/// or an open-ended object. At most `max_checks` checks.
-pub fn plan_schema(language: &str, tools: &[(String, Value)], max_checks: usize) -> Value {
+/// or an open-ended object. The lists are bounded by `room`; without tools there are
+/// no checks.
+pub fn plan_schema(language: &str, tools: &[(String, Value)], room: PlanRoom) -> Value {
     let text = |what: &str| {
         json!({"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS,
                "description": format!("{what} Write it in the language of BCP 47 tag \"{language}\".")})
@@ -101,7 +143,11 @@ pub fn plan_schema(language: &str, tools: &[(String, Value)], max_checks: usize)
         1 => branches.into_iter().next().unwrap_or_default(),
         _ => json!({"anyOf": branches}),
     };
-    let max_checks = if tools.is_empty() { 0 } else { max_checks.min(MAX_PLAN_ITEMS) };
+    let (min_checks, max_checks) = if tools.is_empty() {
+        (0, 0)
+    } else {
+        (room.min_checks.min(room.max_checks), room.max_checks.min(MAX_PLAN_ITEMS))
+    };
     json!({
         "type": "object",
         "additionalProperties": false,
@@ -109,13 +155,14 @@ pub fn plan_schema(language: &str, tools: &[(String, Value)], max_checks: usize)
         "properties": {
             "checks": {
                 "type": "array",
+                "minItems": min_checks,
                 "maxItems": max_checks,
                 "description": "Read-only checks the host will run, in order, with exact arguments.",
                 "items": items,
             },
             "gaps": {
                 "type": "array",
-                "maxItems": MAX_PLAN_ITEMS,
+                "maxItems": room.max_gaps.min(MAX_PLAN_ITEMS),
                 "description": "Steps no available tool can perform.",
                 "items": {
                     "type": "object",
@@ -123,7 +170,7 @@ pub fn plan_schema(language: &str, tools: &[(String, Value)], max_checks: usize)
                     "required": ["step", "capability", "reason"],
                     "properties": {
                         "step": text("The step that cannot be performed."),
-                        "capability": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS, "description": "Dot-separated capability id, for example kubernetes.pods.logs."},
+                        "capability": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS, "pattern": CAPABILITY_PATTERN, "description": "Dot-separated capability id, for example kubernetes.pods.logs."},
                         "reason": text("Why the step matters."),
                     }
                 }
@@ -501,8 +548,43 @@ mod tests {
     }
 
     #[test]
+    fn the_room_fits_the_completion_budget_and_an_investigation_needs_a_check() {
+        assert_eq!(PlanRoom::fitting(7, 512, true), PlanRoom { min_checks: 1, max_checks: 5, max_gaps: 2 });
+        assert_eq!(PlanRoom::fitting(3, 1024, false), PlanRoom { min_checks: 0, max_checks: 3, max_gaps: 7 });
+        assert_eq!(PlanRoom::fitting(0, 1024, true), PlanRoom { min_checks: 0, max_checks: 0, max_gaps: 10 });
+        assert_eq!(PlanRoom::fitting(40, 100_000, false).max_checks, MAX_PLAN_ITEMS);
+        assert_eq!(PlanRoom::fitting(7, 50, true), PlanRoom { min_checks: 1, max_checks: 2, max_gaps: 2 });
+
+        let tools = [("inventory.host".to_string(), json!({"type": "object"}))];
+        let schema = plan_schema("en", &tools, PlanRoom::fitting(7, 512, true));
+        assert_eq!(
+            (&schema["properties"]["checks"]["minItems"], &schema["properties"]["checks"]["maxItems"]),
+            (&json!(1), &json!(5))
+        );
+        assert_eq!(schema["properties"]["gaps"]["maxItems"], 2);
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(!validator.is_valid(&json!({"checks": [], "gaps": []})), "an investigation plans a check");
+        assert_eq!(plan_schema("en", &[], PlanRoom::fitting(7, 512, true))["properties"]["checks"]["minItems"], 0);
+    }
+
+    #[test]
+    fn the_schema_admits_only_capability_ids_the_host_accepts() {
+        let schema = plan_schema("en", &[], PlanRoom::unbounded(0));
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let gap =
+            |capability: &str| json!({"checks": [], "gaps": [{"step": "s", "capability": capability, "reason": "r"}]});
+        for good in ["kubernetes.pods.logs", "status", "pg.lock_waits", "a-b.c2"] {
+            assert!(validator.is_valid(&gap(good)), "{good}");
+            assert!(validate(gap(good), 0).is_ok(), "{good}");
+        }
+        for bad in ["recent events of a namespace object.", "pods.", ".pods", "a..b", ""] {
+            assert!(!validator.is_valid(&gap(bad)), "{bad}");
+        }
+    }
+
+    #[test]
     fn schema_names_the_language() {
-        let schema = plan_schema("de", &[], 3);
+        let schema = plan_schema("de", &[], PlanRoom::unbounded(3));
         assert!(schema.to_string().contains("BCP 47 tag \\\"de\\\""));
     }
 
@@ -511,7 +593,7 @@ mod tests {
         let host = json!({"type": "object", "properties": {"host": {"type": "string"},
                           "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["host"]});
         let tools = [("inventory.host".to_string(), host), ("pg.locks".to_string(), json!({"type": "object"}))];
-        let schema = plan_schema("en", &tools, 40);
+        let schema = plan_schema("en", &tools, PlanRoom::unbounded(40));
         let checks = &schema["properties"]["checks"];
         assert_eq!(checks["maxItems"], MAX_PLAN_ITEMS);
         let branches = checks["items"]["anyOf"].as_array().unwrap();
@@ -525,11 +607,12 @@ mod tests {
         let open = &branches[1]["properties"]["arguments"];
         assert_eq!((&open["properties"], &open["additionalProperties"]), (&json!({}), &json!(false)), "closed");
         assert_eq!(
-            plan_schema("en", &tools[..1], 2)["properties"]["checks"]["items"]["properties"]["tool"]["enum"],
+            plan_schema("en", &tools[..1], PlanRoom::unbounded(2))["properties"]["checks"]["items"]["properties"]["tool"]
+                ["enum"],
             json!(["inventory.host"])
         );
-        assert_eq!(plan_schema("en", &tools, 2)["properties"]["checks"]["maxItems"], 2);
-        assert_eq!(plan_schema("en", &[], 5)["properties"]["checks"]["maxItems"], 0);
+        assert_eq!(plan_schema("en", &tools, PlanRoom::unbounded(2))["properties"]["checks"]["maxItems"], 2);
+        assert_eq!(plan_schema("en", &[], PlanRoom::unbounded(5))["properties"]["checks"]["maxItems"], 0);
 
         let validator = jsonschema::validator_for(&schema).unwrap();
         let plan = |tool: &str, arguments: Value| {

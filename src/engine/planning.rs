@@ -1,13 +1,13 @@
-//! The planning step (ARCHITECTURE.md §4, step 4): one forced request in which the
-//! model may call only the plan tool, given the authorized read-only tools and
-//! their schemas. The host validates the plan strictly and keeps its checks; a
-//! missing or rejected plan is recorded on the Run, not fatal.
+//! The planning step: one structured request (through the structured-step port) in which
+//! the model may only submit the plan, given the authorized read-only tools and their
+//! schemas. The host validates the plan strictly and keeps its checks; a rejected plan gets
+//! one repair turn, and a missing or still rejected plan is recorded on the Run, not fatal.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlannedCheck};
+use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlanRoom, PlannedCheck};
 use super::record::CallKind;
 use super::skills::SkillEntry;
 use super::state::{RunState, Stop};
@@ -20,62 +20,97 @@ use crate::tools::{ErrorCode, Registry, ToolError, ToolResult};
 pub const PLANNER_MAX_TOKENS: u32 = 2048;
 
 /// Asks for the plan and returns the checks to execute (none when the plan was
-/// missing or rejected; `state.plan_error` then says why).
+/// missing or rejected; `state.plan_error` then says why). A plan the host refuses gets one
+/// repair turn naming the rule it broke, when the budget leaves room for it and for the
+/// steps after; each submission is recorded.
 pub async fn plan(
     state: &mut RunState<'_>,
     execution: &Registry,
     question: &str,
     retrieved: &Value,
+    investigate: bool,
 ) -> Result<Vec<PlannedCheck>, Stop> {
-    let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
     let language = state.params.language.clone();
+    let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
     let input = planner_input(question, retrieved, &state.skills.selected(), execution, max_checks, &language);
-    let messages = vec![
+    let mut messages = vec![
         Message::system(format!("{PLANNER_PROMPT}\n\n{}", language_instruction(&language))),
         Message::user(input.to_string()),
     ];
     let max_tokens = state.params.max_tokens.min(PLANNER_MAX_TOKENS);
-    let (step, alias) = submit_tool::step(
-        PLAN_TOOL,
-        "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
-        plan::plan_schema(&language, &tool_shapes(execution), max_checks),
-        messages,
-        max_tokens,
-    )?;
-    let response = state.call_structured("plan", step).await?;
-    let calls = &response.message.tool_calls;
-    let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {
-        state.plan_error =
-            Some(format!("the model did not submit exactly one plan (it made {} tool calls)", calls.len()));
-        return Ok(Vec::new());
-    };
-    let raw_arguments = &submitted.function.arguments;
-    state.budget.begin_tool_call(Instant::now())?;
-    let started = Instant::now();
-    let validated =
-        plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| execution.check_arguments(tool, arguments));
-    let duration = started.elapsed();
-    // The model reads the full rejection; the audit keeps what the host validated.
-    let text = plan_call_result(&validated, duration, PlanError::to_string).to_json_string();
-    let recorded = plan_call_result(&validated, duration, PlanError::audit_reason);
-    let arguments = validated.as_ref().map_or_else(|_| json!({}), recorded_plan);
-    let checks = match validated {
-        Ok(plan) => {
-            state.gaps = plan.gaps;
-            plan.checks
-        }
-        Err(error) => {
+    for attempt in 1..=MAX_PLAN_ATTEMPTS {
+        let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
+        let room = PlanRoom::fitting(max_checks, max_tokens, investigate);
+        let (step, alias) = submit_tool::step(
+            PLAN_TOOL,
+            "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
+            plan::plan_schema(&language, &tool_shapes(execution), room),
+            messages.clone(),
+            max_tokens,
+        )?;
+        let response = state.call_structured("plan", step).await?;
+        let calls = &response.message.tool_calls;
+        let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {
+            state.plan_error =
+                Some(format!("the model did not submit exactly one plan (it made {} tool calls)", calls.len()));
+            return Ok(Vec::new());
+        };
+        let submitted = submitted.clone();
+        let raw_arguments = &submitted.function.arguments;
+        state.budget.begin_tool_call(Instant::now())?;
+        let started = Instant::now();
+        let validated = plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| {
+            execution.check_arguments(tool, arguments)
+        });
+        let duration = started.elapsed();
+        let id = plan_call_id(attempt);
+        // The model reads the full rejection; the audit keeps what the host validated.
+        let text = plan_call_result(&validated, &id, duration, PlanError::to_string).to_json_string();
+        let recorded = plan_call_result(&validated, &id, duration, PlanError::audit_reason);
+        let arguments = validated.as_ref().map_or_else(|_| json!({}), recorded_plan);
+        state.budget.record_tool_result(text.len())?;
+        state.record_call(CallKind::Plan, Some(arguments), recorded).await?;
+        let error = match validated {
+            Ok(plan) => {
+                state.plan_error = None;
+                state.gaps = plan.gaps;
+                push_plan_turns(state, submitted, id, text);
+                return Ok(plan.checks);
+            }
+            Err(error) => error,
+        };
+        if attempt == MAX_PLAN_ATTEMPTS || !room_for_repair(state, investigate) {
             state.plan_error = Some(error.to_string());
-            Vec::new()
+            push_plan_turns(state, submitted, id, text);
+            return Ok(Vec::new());
         }
-    };
-    state.budget.record_tool_result(text.len())?;
-    let mut call = submitted.clone();
-    call.id = PLAN_CALL_ID.into();
+        messages.push(Message::assistant(raw_arguments.clone()));
+        messages.push(Message::user(format!(
+            "The host refused that plan: {error}. Submit the corrected plan; change only what this names."
+        )));
+    }
+    Ok(Vec::new())
+}
+
+/// Plan submissions a Run may make: the first and one repair.
+const MAX_PLAN_ATTEMPTS: usize = 2;
+
+/// The call id of the `attempt`th plan submission (1-based).
+fn plan_call_id(attempt: usize) -> String {
+    if attempt == 1 { PLAN_CALL_ID.to_string() } else { format!("{PLAN_CALL_ID}_{attempt}") }
+}
+
+/// A repair needs a model call and a tool call, and must leave the answer (and, for an
+/// investigation, the result) a model call each and the checks a tool call.
+fn room_for_repair(state: &RunState<'_>, investigate: bool) -> bool {
+    state.budget.model_calls_left() >= 2 + u32::from(investigate) && state.budget.tool_calls_left() >= 2
+}
+
+/// The conversation keeps the plan the host settled on (or refused last) and its result.
+fn push_plan_turns(state: &mut RunState<'_>, mut call: crate::llm::ToolCall, id: String, text: String) {
+    call.id = id.clone();
     state.history.push(Message::assistant_tool_calls(vec![call]));
-    state.history.push(Message::tool(PLAN_CALL_ID.to_string(), text));
-    state.record_call(CallKind::Plan, Some(arguments), recorded).await?;
-    Ok(checks)
+    state.history.push(Message::tool(id, text));
 }
 
 /// Each execution tool's host name and input schema, for the plan schema.
@@ -129,6 +164,7 @@ fn planner_input(
 /// it) when rejected (invalid arguments).
 fn plan_call_result(
     validated: &Result<Plan, PlanError>,
+    id: &str,
     duration: Duration,
     reason: fn(&PlanError) -> String,
 ) -> ToolResult {
@@ -136,7 +172,7 @@ fn plan_call_result(
         Ok(plan) => (Some(json!({"checks": plan.checks.len(), "gaps": plan.gaps.len()})), None),
         Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: reason(error) })),
     };
-    ToolResult { id: PLAN_CALL_ID.into(), name: PLAN_TOOL.into(), output, error, duration }
+    ToolResult { id: id.into(), name: PLAN_TOOL.into(), output, error, duration }
 }
 
 #[cfg(test)]
@@ -170,7 +206,7 @@ mod tests {
     fn an_accepted_plan_is_recorded_by_its_size() {
         let gap = CapabilityGap { step: "logs".into(), capability: "kubernetes.pods.logs".into(), reason: "r".into() };
         let plan = Plan { checks: Vec::new(), gaps: vec![gap] };
-        let result = plan_call_result(&Ok(plan), Duration::from_millis(1), PlanError::to_string);
+        let result = plan_call_result(&Ok(plan), PLAN_CALL_ID, Duration::from_millis(1), PlanError::to_string);
         assert_eq!((result.id.as_str(), result.name.as_str()), (PLAN_CALL_ID, PLAN_TOOL));
         assert_eq!(result.output, Some(json!({"checks": 0, "gaps": 1})));
         assert!(result.error.is_none());
@@ -180,7 +216,7 @@ mod tests {
     fn a_rejected_plan_is_a_failed_call_with_the_reason() {
         let rejected = plan::validate_plan("[]", 3, &|_: &str, _: &Value| Ok::<(), String>(()));
         let reason = rejected.as_ref().unwrap_err().to_string();
-        let result = plan_call_result(&rejected, Duration::ZERO, PlanError::to_string);
+        let result = plan_call_result(&rejected, PLAN_CALL_ID, Duration::ZERO, PlanError::to_string);
         let error = result.error.expect("an error");
         assert_eq!(error.code, ErrorCode::InvalidArguments);
         assert_eq!(error.message, reason);

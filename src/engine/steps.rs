@@ -67,7 +67,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
 
     // Forced planning, then every planned check.
     if state.budget.tool_calls_left() > 0 {
-        let checks = planning::plan(state, &execution, &question, &retrieved).await?;
+        let checks = planning::plan(state, &execution, &question, &retrieved, request.investigate).await?;
         let planned = checks.iter().map(|check| check.tool.to_string()).collect();
         state.report(RunProgress::Plan { checks: planned }).await;
         for check in checks {

@@ -68,9 +68,10 @@ pub fn protocol(run: &Result<RunOutcome, FailedRun>, investigate: bool) -> Proto
     Protocol { plan: plan_of(activity), result: investigate.then_some(result) }
 }
 
-/// The plan call among the Run's calls: `ok` when the host accepted it.
+/// The last plan call among the Run's calls (a refused plan may be repaired once): `ok` when
+/// the host accepted it.
 fn plan_of(activity: &[Activity]) -> PlanStep {
-    match activity.iter().find(|a| a.name == PLAN_TOOL) {
+    match activity.iter().rev().find(|a| a.name == PLAN_TOOL) {
         Some(call) if call.result.is_ok() => PlanStep::Accepted,
         Some(_) => PlanStep::Rejected,
         None => PlanStep::Missing,
@@ -139,6 +140,7 @@ mod tests {
             catalog_version: 1,
             investigation: investigation.then(|| serde_json::from_value(result).unwrap()),
             model_protocol: Some("json_schema".into()),
+            context_cuts: Default::default(),
         }
     }
 

@@ -248,7 +248,7 @@ fn the_planner_input_is_cut_inside_and_its_request_never() {
     });
     let shapes: Vec<(String, Value)> =
         tools.iter().map(|t| (t["name"].as_str().unwrap().to_string(), t["input_schema"].clone())).collect();
-    let schema = crate::engine::plan::plan_schema("en", &shapes, 3);
+    let schema = crate::engine::plan::plan_schema("en", &shapes, crate::engine::plan::PlanRoom::unbounded(3));
     let mut request = ChatRequest::new(vec![Message::system("Plan."), Message::user(input.to_string())]);
     request.tools = vec![ToolDefinition::function("local_investigation_submit_plan", "Submit the plan.", schema)];
     request.tool_choice = Some(ToolChoice::Required);
