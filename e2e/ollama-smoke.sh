@@ -9,7 +9,10 @@
 #   2. one Alertmanager alert (tests/fixtures/alertmanager/alertmanager-webhook.json) must be
 #      investigated to the end of the protocol: a structured result the host accepted, or one
 #      it refused for its content (an unverified quote, a status its evidence does not back),
-#      both count; no result it could parse, or a model-server error, does not.
+#      both count; no result it could parse, or a model-server error, does not;
+#   3. `akritas ask` against SmolLM2 with a template that has tools (Ollama then accepts `tools`
+#      and ignores `tool_choice`): the forced plan call answered with prose must fall back to a
+#      JSON schema, and the plan be accepted.
 # Prints each Run's protocol mode, steps and timings; exits 1 with the logs' tails otherwise.
 #
 #   AKRITAS_BIN     the akritas binary (default: `cargo build --bin akritas`, then its path)
@@ -74,15 +77,16 @@ run = json.load(open(sys.argv[1]))["run"]
 investigation = sys.argv[2] == "true"
 meta = run.get("metadata", {})
 events = run.get("events", [])
-# Each structured step: how it was asked for and whether a submission came back.
-steps = ", ".join(
-    f"{e['metadata'].get('step')} {e['metadata'].get('mode')} {e.get('status')} ({e['metadata'].get('requests')} requests)"
-    for e in events if e.get("type") == "structured_step") or "none"
+# The structured steps' fallbacks (`plan: tool_call -> json_schema`), if any.
+fallbacks = ", ".join(meta.get("model_protocol_fallbacks") or []) or "none"
+# The last plan submission (a refused plan gets one repair turn).
 plans = [e for e in events if e.get("metadata", {}).get("call_kind") == "plan"]
 plan = "none submitted"
 if plans:
-    refused = ((plans[0].get("result") or {}).get("error") or {}).get("message")
+    refused = ((plans[-1].get("result") or {}).get("error") or {}).get("message")
     plan = f"refused ({refused})" if refused else "accepted"
+    if len(plans) > 1:
+        plan += f" after {len(plans) - 1} refused"
 error = run.get("error") or ""
 # What the host says when no result could be parsed, as against a result refused for its content.
 unparsed = ("did not submit exactly one result", "result is not valid JSON", "result does not match the schema")
@@ -94,7 +98,7 @@ elif investigation:
     result, complete = "none", False
 else:
     result, complete = "-", run.get("status") == "succeeded"
-print(f"  run {run['id']}: status {run['status']}, mode {meta.get('model_protocol', '-')}; steps: {steps}")
+print(f"  run {run['id']}: status {run['status']}, mode {meta.get('model_protocol', '-')}, fallbacks: {fallbacks}")
 print(f"  plan {plan}, result {result}; "
       f"{meta.get('model_calls', '?')} model calls, {meta.get('prompt_tokens', '?')}+{meta.get('completion_tokens', '?')} "
       f"tokens, {meta.get('tool_calls', '?')} tool calls, {meta.get('duration_ms', 0) / 1000:.0f} s")
@@ -153,5 +157,27 @@ read -r job_status alert_run job_error <<<"$job_state"
 log "investigation job $job_status${job_error:+ ($job_error)} in $((SECONDS - t)) s"
 [ -n "$alert_run" ] || fail "the investigation job has no Run: $(head -c 600 "$work/incident.json")"
 judge_run "$alert_run" true || fail "the investigation did not complete the protocol"
+# 3. A forced call answered with prose falls back. SmolLM2 with a template that has tools: Ollama
+# reports the "tools" capability and accepts `tools`, so the host first asks for the plan as a
+# forced call; Ollama ignores `tool_choice`, the model writes prose, and the step must fall back
+# to a JSON schema and be accepted.
+ollama_load smollm2-tools "$ollama_port" || fail "ollama create did not load SmolLM2 with the tools template"
+log "ask (akritas-smollm2-tools): Is db-7 healthy?"
+t=$SECONDS
+env -u AKRITAS_API_KEY -u AKRITAS_CONFIG "$akritas" ask --json --resources config/samples \
+  --data-dir "$work/ask-data" --base-url "http://127.0.0.1:$ollama_port/v1" \
+  --upstream-model akritas-smollm2-tools --model-protocol auto --max-tokens 512 \
+  "Is db-7 healthy?" >"$work/ask.json" 2>"$work/ask.log" || fail "akritas ask failed: $(tail -n 5 "$work/ask.log")"
+python3 - "$work/ask.json" <<'EOF2' || fail "the forced call did not fall back: $(head -c 800 "$work/ask.json")"
+import json, sys
+answer = json.load(open(sys.argv[1]))
+fallbacks = answer.get("model_protocol_fallbacks") or []
+plans = [a for a in answer.get("activity", []) if a.get("name") == "local.investigation.submit_plan"]
+print(f"  mode {answer.get('model_protocol')}, fallbacks: {', '.join(fallbacks) or 'none'}; "
+      f"plan {plans[-1]['status'] if plans else 'none'}")
+ok = any(f.startswith("plan: tool_call -> ") for f in fallbacks) and plans and plans[-1]["status"] == "ok"
+sys.exit(0 if ok else 1)
+EOF2
+log "ask answered in $((SECONDS - t)) s"
 log "ollama smoke passed in $((SECONDS - started)) s"
 rm -rf "$work"

@@ -261,11 +261,16 @@ start_ollama() {
 
 # Loads MODEL into the Ollama on PORT as `akritas-MODEL` from its GGUF, with a context of
 # CONTEXT_PER_SLOT tokens (Ollama's default is 4,096, and it silently cuts longer prompts).
+# `smollm2-tools` is SmolLM2 with e2e/ollama/chatml-tools.gotmpl as its template: Ollama then
+# reports the "tools" capability and accepts `tools` (but ignores `tool_choice`).
 ollama_load() {
   local model="$1" port="$2" gguf dir
-  gguf="$(model_path "$model")"
+  gguf="$(model_path "${model%-tools}")"
   dir="$(mktemp -d)"
   printf 'FROM %s\nPARAMETER num_ctx %s\n' "$gguf" "$CONTEXT_PER_SLOT" >"$dir/Modelfile"
+  if [ "$model" != "${model%-tools}" ]; then
+    printf 'TEMPLATE """%s"""\n' "$(cat "$repo/e2e/ollama/chatml-tools.gotmpl")" >>"$dir/Modelfile"
+  fi
   HOME="$real_model_dir/ollama-home" OLLAMA_HOST="127.0.0.1:$port" \
     timeout 300 "$(ollama_bin)" create "akritas-$model" -f "$dir/Modelfile" >"$dir/create.log" 2>&1 ||
     { cat "$dir/create.log" >&2; rm -rf "$dir"; return 1; }
@@ -370,7 +375,7 @@ main() {
       llama:*) llama_server >/dev/null ;;
       ollama:*) ollama_bin >/dev/null ;;
     esac
-    model_path "${pair#*:}" >/dev/null
+    model_path "$(p="${pair#*:}"; echo "${p%-tools}")" >/dev/null
   done
   akritas="$(akritas_bin)"
   for pair in "${pairs[@]}"; do

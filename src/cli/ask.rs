@@ -143,6 +143,9 @@ fn print_text(outcome: &RunOutcome) -> std::io::Result<()> {
     )?;
     if let Some(mode) = &outcome.model_protocol {
         writeln!(out, "Model protocol: {mode}")?;
+        for fallback in &outcome.model_protocol_fallbacks {
+            writeln!(out, "Model protocol fallback: {fallback}")?;
+        }
     }
     if let Some(id) = &outcome.run_id {
         writeln!(out, "Run: {id}")?;

@@ -239,6 +239,8 @@ pub struct RunOutcome {
     /// How the last structured step (plan, result) was asked for: `tool_call`,
     /// `json_schema`, `json_object` or `text` (none: the Run had no structured step).
     pub model_protocol: Option<String>,
+    /// Each fallback of the structured steps (`plan: tool_call -> json_schema`).
+    pub model_protocol_fallbacks: Vec<String>,
     /// What fitting the model's context window cut from the Run's requests.
     pub context_cuts: ContextCuts,
 }

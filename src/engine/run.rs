@@ -229,6 +229,7 @@ impl Engine {
                     catalog_version: catalog.version,
                     investigation,
                     model_protocol: state.protocol.map(|mode| mode.as_str().to_string()),
+                    model_protocol_fallbacks: state.protocol_fallbacks.clone(),
                     context_cuts: state.context,
                 }),
                 Vec::new(),

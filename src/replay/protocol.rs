@@ -140,6 +140,7 @@ mod tests {
             catalog_version: 1,
             investigation: investigation.then(|| serde_json::from_value(result).unwrap()),
             model_protocol: Some("json_schema".into()),
+            model_protocol_fallbacks: Vec::new(),
             context_cuts: Default::default(),
         }
     }

@@ -104,6 +104,10 @@ pub struct ChatAnswer {
     /// `json_schema`, `json_object` or `text` (see the `model_protocol` setting).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_protocol: Option<String>,
+    /// Each fallback of the structured steps (`plan: tool_call -> json_schema`; absent when
+    /// the first mode answered).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub model_protocol_fallbacks: Vec<String>,
     /// What was cut to fit the model's context window (absent when nothing was).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<ContextCutsSchema>")]
@@ -302,6 +306,7 @@ impl ChatAnswer {
             budget: BudgetView { limits: outcome.limits, usage: outcome.usage },
             plan_error: outcome.plan_error,
             model_protocol: outcome.model_protocol,
+            model_protocol_fallbacks: outcome.model_protocol_fallbacks,
             context_cuts: Some(outcome.context_cuts).filter(|cuts| !cuts.is_empty()),
         }
     }
