@@ -344,7 +344,7 @@ impl Preview<'_> {
             max_tokens,
             temperature: Some(self.params.temperature),
         };
-        let (mut asking, mut request) = structured::Asking::start(self.llm, &model, step);
+        let (mut asking, mut request) = structured::Asking::begin(self.llm, &model, step).await;
         let answered = loop {
             match asking.receive(self.send(request).await?) {
                 structured::Next::Ask(next) => request = next,

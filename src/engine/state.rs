@@ -240,7 +240,7 @@ impl<'a> RunState<'a> {
     /// are recorded when the Run ends.
     pub async fn call_structured(&mut self, step_kind: &str, step: structured::Step) -> Result<ChatResponse, Stop> {
         let model = self.llm.model().await.map_err(Stop::Upstream)?;
-        let (mut asking, mut request) = Asking::start(self.llm, &model, step);
+        let (mut asking, mut request) = Asking::begin(self.llm, &model, step).await;
         let answered = loop {
             let (answer, _) = self.send(request, None).await?;
             match asking.receive(answer) {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::error::{LlmError, excerpt, from_reqwest};
 use super::learned::{Learned, ModelFacts, flatten, refuses_tools, rejects_parameter};
-use super::protocol::{Mode, Protocol};
+use super::protocol::{Mode, ModeSource, Protocol};
 use super::reasoning::strip_think;
 use super::stream::{ChatStream, StreamLimits, events_of};
 use super::wire::{
@@ -18,6 +18,7 @@ use super::wire::{
 };
 
 mod context;
+mod probe;
 
 /// Default [`LlmConfig::max_response_bytes`]: 4 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -101,6 +102,8 @@ struct Inner {
     timeout: Duration,
     max_response_bytes: usize,
     window: super::window::WindowCache,
+    /// Per model: what the server said about itself (the context window, what it is).
+    discoveries: super::discovery::Discoveries,
     http: reqwest::Client,
     /// Sticky result of the token-limit negotiation: send `max_completion_tokens` instead of `max_tokens`.
     use_max_completion_tokens: AtomicBool,
@@ -167,6 +170,7 @@ impl LlmClient {
                 timeout: config.timeout,
                 max_response_bytes: config.max_response_bytes,
                 window: super::window::WindowCache::new(config.context_tokens),
+                discoveries: super::discovery::Discoveries::default(),
                 http,
                 use_max_completion_tokens: AtomicBool::new(false),
                 protocol: config.protocol,
@@ -181,18 +185,27 @@ impl LlmClient {
         self.inner.protocol
     }
 
-    /// What this client learned about `model` so far.
+    /// What holds for `model`'s structured steps now: under `auto`, what this client learned
+    /// (seeded by the server identification); a fixed protocol's mode, from the setting.
     pub fn model_facts(&self, model: &str) -> ModelFacts {
-        self.inner.learned.get(model)
+        let learned = self.inner.learned.get(model);
+        match self.inner.protocol {
+            Protocol::Auto => learned,
+            Protocol::Fixed(mode) => ModelFacts { mode: Some(mode), source: Some(ModeSource::Setting), ..learned },
+        }
     }
 
-    /// The structured mode that last answered for `model`.
+    /// The structured mode remembered for `model` under `auto` (answered, or seeded by the server
+    /// identification).
     pub fn learned_mode(&self, model: &str) -> Option<Mode> {
         self.inner.learned.get(model).mode
     }
 
-    pub(crate) fn remember_mode(&self, model: &str, mode: Mode) {
-        self.inner.learned.update(model, |facts| facts.mode = Some(mode));
+    pub(crate) fn remember_mode(&self, model: &str, mode: Mode, source: ModeSource) {
+        self.inner.learned.update(model, |facts| {
+            facts.mode = Some(mode);
+            facts.source = Some(source);
+        });
     }
 
     /// Whether the server refused `tools` for `model` (requests for it then carry none).

@@ -1,5 +1,6 @@
-//! What servers refuse, and what a client learned about each model it asked: the structured mode that answered (for
-//! `model_protocol: auto`) and whether the server refused `tools` for it. Ollama answers any
+//! What servers refuse, and what a client learned about each model it asked: the structured mode
+//! its steps start with (for `model_protocol: auto`: what the server identification said, else the
+//! mode that answered) and whether the server refused `tools` for it. Ollama answers any
 //! request carrying `tools` with HTTP 400 "… does not support tools" when the model's template
 //! has none; from then on the client sends no tools for that model, and the conversation's tool
 //! exchanges go as plain turns ([`flatten`]) so the model still reads what the host ran.
@@ -10,7 +11,8 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::protocol::Mode;
+use super::protocol::{Mode, ModeSource};
+use super::server::ServerFacts;
 use super::wire::{Message, Role};
 
 /// At most this many models are remembered (a client talks to one or a few).
@@ -19,10 +21,27 @@ const MAX_MODELS: usize = 64;
 /// What is known of one model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ModelFacts {
-    /// The structured mode that last answered, once one did.
+    /// The structured mode its steps start with: the one that last answered, or the one the
+    /// server identification chose.
     pub mode: Option<Mode>,
-    /// The server refused `tools` for this model.
+    /// Where `mode` comes from.
+    pub source: Option<ModeSource>,
+    /// The server refused `tools` for this model (or says it would).
     pub tools_refused: bool,
+}
+
+impl ModelFacts {
+    /// Takes what the server identification says: a model without tools refuses them, and the
+    /// server's start mode stands unless a mode was learned already.
+    pub(crate) fn seed(&mut self, server: ServerFacts) {
+        self.tools_refused |= server.refuses_tools();
+        if self.mode.is_none()
+            && let Some(mode) = server.start_mode()
+        {
+            self.mode = Some(mode);
+            self.source = Some(ModeSource::Probe);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -183,11 +202,33 @@ mod tests {
     }
 
     #[test]
+    fn the_server_identification_seeds_what_nothing_taught_yet() {
+        use crate::llm::server::ServerKind;
+        let ollama = |tools| ServerFacts { kind: ServerKind::Ollama, tools };
+        let mut facts = ModelFacts::default();
+        facts.seed(ollama(Some(false)));
+        let seeded = ModelFacts { mode: Some(Mode::JsonSchema), source: Some(ModeSource::Probe), tools_refused: true };
+        assert_eq!(facts, seeded);
+        let mut facts = ModelFacts::default();
+        facts.seed(ollama(Some(true)));
+        assert_eq!((facts.mode, facts.tools_refused), (Some(Mode::JsonSchema), false), "tools stay allowed");
+        let mut facts = ModelFacts::default();
+        facts.seed(ServerFacts { kind: ServerKind::Other, tools: None });
+        assert_eq!(facts, ModelFacts::default(), "an unknown server seeds nothing");
+        // A mode a fallback taught stands; a refusal of tools is always news.
+        let learned =
+            ModelFacts { mode: Some(Mode::JsonObject), source: Some(ModeSource::Fallback), tools_refused: false };
+        let mut facts = learned;
+        facts.seed(ollama(Some(false)));
+        assert_eq!(facts, ModelFacts { tools_refused: true, ..learned });
+    }
+
+    #[test]
     fn models_are_remembered_apart_and_bounded() {
         let learned = Learned::default();
         learned.update("a", |f| f.tools_refused = true);
         learned.update("b", |f| f.mode = Some(Mode::JsonSchema));
-        assert_eq!(learned.get("a"), ModelFacts { mode: None, tools_refused: true });
+        assert_eq!(learned.get("a"), ModelFacts { mode: None, source: None, tools_refused: true });
         assert_eq!(learned.get("b").mode, Some(Mode::JsonSchema));
         for n in 0..100 {
             learned.update(&format!("m{n}"), |f| f.tools_refused = true);

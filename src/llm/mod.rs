@@ -8,14 +8,18 @@
 //!   `max_completion_tokens` (and vice versa), remembered for the client's later requests.
 //! - The model's context window is discovered from the server or configured ([`window`]); a
 //!   context overflow the server reports is recognised ([`LlmError::is_context_overflow`]).
+//! - The same discovery tells what the server is ([`ServerKind`]), which under
+//!   `model_protocol: auto` picks the mode structured steps start with ([`structured`]).
 //! - Every failure is an [`LlmError`]; none carries the API key, and nothing logs prompts, outputs,
 //!   tool arguments or the key (`tracing::debug!` per request: endpoint, status, duration, model).
 
 mod client;
+mod discovery;
 mod error;
 mod learned;
 mod protocol;
 pub mod reasoning;
+mod server;
 mod stream;
 pub mod structured;
 pub mod window;
@@ -23,8 +27,10 @@ mod wire;
 
 pub(crate) use client::record_call as record_model_call;
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConfig};
+pub use discovery::PROBE_TIMEOUT;
 pub use error::{EXCERPT_MAX_CHARS, LlmError};
 pub use learned::{ModelFacts, flatten};
+pub use server::{ServerFacts, ServerKind};
 pub use stream::{ChatStream, SseParser, StreamAccumulator, StreamEvent, collect};
 pub use window::{ContextWindow, WindowSource};
 pub use wire::{

@@ -6,7 +6,8 @@ use std::str::FromStr;
 /// Setting `model_protocol`: how structured answers are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Protocol {
-    /// Start with the remembered mode (tool_call at first) and fall back as the server shows.
+    /// Start with the remembered mode (what the server is says which, else tool_call) and fall
+    /// back as the server shows.
     #[default]
     Auto,
     /// Always this mode.
@@ -14,7 +15,8 @@ pub enum Protocol {
 }
 
 /// How one structured answer is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
     ToolCall,
     JsonSchema,
@@ -43,10 +45,18 @@ impl Mode {
     }
 }
 
-impl serde::Serialize for Mode {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
+/// Where the mode a model's structured steps start with comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModeSource {
+    /// The server identification (`auto`): what the server is says which mode works.
+    Probe,
+    /// The server refused or ignored the mode before (`auto`): the one it fell back to.
+    Fallback,
+    /// `auto`'s first mode, `tool_call`, which answered.
+    Default,
+    /// A fixed `model_protocol`.
+    Setting,
 }
 
 impl fmt::Display for Mode {

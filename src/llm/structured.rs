@@ -13,10 +13,12 @@
 //!   targeted repair turn when there is none or it does not match the schema (also in the two
 //!   modes before, which a server may not enforce).
 //!
-//! [`Protocol::Auto`] starts with the mode remembered for the model (tool_call at first) and falls
-//! back, for the call and for later ones, when a forced call comes back as prose, or the server
-//! refuses a mode with a 4xx naming it. Fallbacks are counted in `/metrics`
-//! (`akritas_model_protocol_fallbacks_total`). A fixed protocol never falls back.
+//! [`Protocol::Auto`] starts with the mode remembered for the model: before the first step, what
+//! the server is ([`LlmClient::server`], told without a completion: Ollama and llama-server start
+//! with `json_schema`, vLLM with `tool_call`), else `tool_call`. It falls back, for the call and for
+//! later ones, when a forced call comes back as prose, or the server refuses a mode with a 4xx
+//! naming it. Fallbacks are counted in `/metrics` (`akritas_model_protocol_fallbacks_total`). A
+//! fixed protocol never probes the server for a mode and never falls back.
 //!
 //! The port is sans-IO: [`Asking`] says which request to send next and digests each answer, so
 //! each caller sends through its own budget and records. Whatever the mode, the answer is
@@ -26,7 +28,7 @@ use serde_json::{Value, json};
 
 use super::client::LlmClient;
 use super::error::LlmError;
-pub use super::protocol::{Mode, Protocol};
+pub use super::protocol::{Mode, ModeSource, Protocol};
 use super::reasoning::strip_think;
 use super::wire::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolChoice, ToolDefinition};
 
@@ -74,6 +76,8 @@ pub struct Asking {
     model: String,
     step: Step,
     mode: Mode,
+    /// Where the first mode came from.
+    source: ModeSource,
     auto: bool,
     repaired: bool,
     repair: Vec<Message>,
@@ -88,16 +92,25 @@ pub const STRUCTURED_CALL_ID: &str = "structured_1";
 const REPAIR_ECHO_CHARS: usize = 2_000;
 
 impl Asking {
-    /// Starts a step for `model` under the client's protocol, and returns the first request.
+    /// Starts a step for `model` once the client knows what it can of the server: under `auto`,
+    /// the server identification (once per model, bounded by [`super::PROBE_TIMEOUT`]) seeds the
+    /// first mode. Returns the first request.
+    pub async fn begin(llm: &LlmClient, model: &str, step: Step) -> (Self, ChatRequest) {
+        if llm.protocol() == Protocol::Auto {
+            llm.server().await;
+        }
+        Self::start(llm, model, step)
+    }
+
+    /// Starts a step for `model` with what the client knows now ([`LlmClient::model_facts`]), and
+    /// returns the first request.
     pub fn start(llm: &LlmClient, model: &str, step: Step) -> (Self, ChatRequest) {
-        let protocol = llm.protocol();
-        let mode = match protocol {
-            Protocol::Fixed(mode) => mode,
-            Protocol::Auto => llm.learned_mode(model).unwrap_or(if llm.tools_refused(model) {
-                Mode::JsonSchema
-            } else {
-                Mode::ToolCall
-            }),
+        let facts = llm.model_facts(model);
+        let (mode, source) = match facts.mode {
+            Some(mode) => (mode, facts.source.unwrap_or(ModeSource::Default)),
+            // A model that refused tools before anything answered starts after the tool call.
+            None if facts.tools_refused => (Mode::JsonSchema, ModeSource::Fallback),
+            None => (Mode::ToolCall, ModeSource::Default),
         };
         let validator = jsonschema::options().offline().build(&step.schema).ok();
         let asking = Self {
@@ -105,7 +118,8 @@ impl Asking {
             model: model.to_string(),
             step,
             mode,
-            auto: protocol == Protocol::Auto,
+            source,
+            auto: llm.protocol() == Protocol::Auto,
             repaired: false,
             repair: Vec::new(),
             fallbacks: Vec::new(),
@@ -166,7 +180,8 @@ impl Asking {
 
     fn remember(&self) {
         if self.auto {
-            self.llm.remember_mode(&self.model, self.mode);
+            let source = if self.fallbacks.is_empty() { self.source } else { ModeSource::Fallback };
+            self.llm.remember_mode(&self.model, self.mode, source);
         }
     }
 
@@ -340,35 +355,6 @@ pub fn first_object(text: &str) -> Option<Value> {
             _ => None,
         }
     })
-}
-
-/// Learns the mode for the client's model before the first Run needs it (`auto` only): one
-/// tiny structured step, through the same fallbacks. Returns the mode that answered.
-pub async fn probe(llm: &LlmClient) -> Result<Mode, LlmError> {
-    let model = llm.model().await?;
-    let step = Step {
-        messages: vec![Message::system("This is a connectivity check."), Message::user("Report that you are ready.")],
-        name: "akritas_ready".into(),
-        description: "Report readiness".into(),
-        schema: json!({"type": "object", "properties": {"ready": {"type": "boolean"}},
-                       "required": ["ready"], "additionalProperties": false}),
-        max_tokens: 32,
-        temperature: Some(0.0),
-    };
-    let (mut asking, mut request) = Asking::start(llm, &model, step);
-    loop {
-        match asking.receive(llm.chat(&request).await) {
-            Next::Ask(next) => request = next,
-            Next::Done(answered) if !answered.response.message.tool_calls.is_empty() => return Ok(answered.mode),
-            Next::Done(answered) => {
-                return Err(LlmError::InvalidResponse(format!(
-                    "the model answered the readiness check in {} mode without a JSON object",
-                    answered.mode
-                )));
-            }
-            Next::Failed(error) => return Err(error),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
 //! The model's context window: what the server says it is, what the operator set, or what an
 //! overflow taught ([`super::LlmClient::context_window`]).
 //!
-//! Discovered once per client (a client asks one model), by probes run side by side, each
-//! bounded by the client's timeout and at most [`PROBE_TIMEOUT`]; discovery never fails a call.
-//! `<root>` is the base URL without its `/v1`.
+//! The server is asked once per client and model, by the probes of [`super::discovery`] (which
+//! also tell what the server is); discovery never fails a call. What each server says:
 //! - llama-server: `GET <root>/props`, `default_generation_settings.n_ctx` (the window of one
 //!   slot, which is what one request gets).
 //! - Ollama: `POST <root>/api/show {"model"}` says it is Ollama; the window is the model's
@@ -20,16 +19,9 @@
 //! the client's later requests.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{Value, json};
-use tokio::time::Instant;
-
-use super::error::LlmError;
-
-/// Longest wait for one discovery probe (the client's timeout may be much longer).
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+use serde_json::Value;
 /// Ollama's context window when neither the model nor the server says otherwise: the smallest of
 /// the VRAM-based defaults of Ollama v0.17 (4096 below 24 GiB of VRAM, then 32768 and 262144).
 pub const OLLAMA_DEFAULT_NUM_CTX: u32 = 4096;
@@ -66,22 +58,10 @@ pub(super) enum Discovered {
     Assumed(u32),
 }
 
-/// What discovery asks of the client (implemented by [`super::LlmClient`]).
-pub(super) trait Probe {
-    /// The validated base URL, ending in `/v1`.
-    fn base_url(&self) -> &str;
-    /// The model the client asks.
-    async fn model(&self) -> Result<String, LlmError>;
-    /// `GET` `url` (or `POST` `body` as JSON): the JSON of a successful answer, `None` for another
-    /// status or a body that is not JSON.
-    async fn probe(&self, url: &str, body: Option<&Value>, deadline: Instant) -> Result<Option<Value>, LlmError>;
-}
-
-/// The per-client cache: the setting, the discovery (once), and a window learned from overflows.
+/// The per-client window state: the setting, and a window learned from overflows.
 #[derive(Debug)]
 pub(super) struct WindowCache {
     configured: Option<u32>,
-    discovered: tokio::sync::OnceCell<Option<Discovered>>,
     /// 0: nothing learned.
     learned: AtomicU32,
 }
@@ -89,23 +69,11 @@ pub(super) struct WindowCache {
 impl WindowCache {
     pub(super) fn new(configured: Option<u32>) -> Self {
         let configured = configured.filter(|tokens| *tokens > 0);
-        Self { configured, discovered: tokio::sync::OnceCell::new(), learned: AtomicU32::new(0) }
+        Self { configured, learned: AtomicU32::new(0) }
     }
 
-    /// The window: discovered once (a server that could not be reached at all is asked again
-    /// next time), combined with the setting and what overflows taught.
-    pub(super) async fn get(&self, client: &impl Probe, timeout: Duration) -> Option<ContextWindow> {
-        let discovered = self
-            .discovered
-            .get_or_try_init(|| async {
-                let deadline = Instant::now() + timeout.min(PROBE_TIMEOUT);
-                let model = tokio::time::timeout_at(deadline, client.model()).await.map_err(|_| ())?.map_err(|_| ())?;
-                discover(client, &model, deadline).await.ok_or(())
-            })
-            .await
-            .ok()
-            .copied()
-            .flatten();
+    /// The window: what discovery found, combined with the setting and what overflows taught.
+    pub(super) fn get(&self, discovered: Option<Discovered>) -> Option<ContextWindow> {
         let learned = Some(self.learned.load(Ordering::Relaxed)).filter(|tokens| *tokens > 0);
         combine(self.configured, discovered, learned)
     }
@@ -135,53 +103,25 @@ fn combine(configured: Option<u32>, discovered: Option<Discovered>, learned: Opt
     }
 }
 
-/// Asks llama-server, Ollama and vLLM side by side; `None` when the server could not be reached
-/// by any probe (worth asking again), `Some(None)` when it answered but named no window.
-async fn discover(client: &impl Probe, model: &str, deadline: Instant) -> Option<Option<Discovered>> {
-    let base = client.base_url();
-    let root = base.strip_suffix("/v1").unwrap_or(base);
-    let (props_url, models_url) = (format!("{root}/props"), format!("{base}/models"));
-    let props = client.probe(&props_url, None, deadline);
-    let ollama = async {
-        let show = client.probe(&format!("{root}/api/show"), Some(&json!({"model": model})), deadline).await?;
-        let ps = match &show {
-            Some(show) if is_ollama_show(show) => client.probe(&format!("{root}/api/ps"), None, deadline).await?,
-            _ => None,
-        };
-        Ok::<_, LlmError>(show.and_then(|show| ollama_window(&show, ps.as_ref(), model)))
-    };
-    let models = client.probe(&models_url, None, deadline);
-    let (props, ollama, models) = tokio::join!(props, ollama, models);
-    let unreachable = |error: Option<&LlmError>| matches!(error, Some(LlmError::Transport(_)));
-    if unreachable(props.as_ref().err()) && unreachable(ollama.as_ref().err()) && unreachable(models.as_ref().err()) {
-        return None;
-    }
-    let from_props = props.ok().flatten().and_then(|props| llama_server_window(&props)).map(Discovered::Reported);
-    let from_models = models.ok().flatten().and_then(|models| listed_window(&models, model)).map(Discovered::Reported);
-    let found = from_props.or(ollama.ok().flatten()).or(from_models);
-    tracing::debug!(?found, "context window discovery");
-    Some(found)
-}
-
 /// llama-server's `/props`: the window of one slot.
-fn llama_server_window(props: &Value) -> Option<u32> {
+pub(super) fn llama_server_window(props: &Value) -> Option<u32> {
     positive(&props["default_generation_settings"]["n_ctx"])
 }
 
 /// `GET /v1/models`: vLLM's `max_model_len` (OpenRouter's `context_length`) of `model`.
-fn listed_window(models: &Value, model: &str) -> Option<u32> {
+pub(super) fn listed_window(models: &Value, model: &str) -> Option<u32> {
     let entry = models["data"].as_array()?.iter().find(|entry| entry["id"].as_str() == Some(model))?;
     positive(&entry["max_model_len"]).or_else(|| positive(&entry["context_length"]))
 }
 
 /// Whether an `/api/show` answer is Ollama's.
-fn is_ollama_show(show: &Value) -> bool {
+pub(super) fn is_ollama_show(show: &Value) -> bool {
     show.get("model_info").is_some_and(Value::is_object) || show.get("parameters").is_some_and(Value::is_string)
 }
 
 /// Ollama: the loaded model's window, else `num_ctx` of its parameters, else the default; each
 /// at most what the model was trained for.
-fn ollama_window(show: &Value, ps: Option<&Value>, model: &str) -> Option<Discovered> {
+pub(super) fn ollama_window(show: &Value, ps: Option<&Value>, model: &str) -> Option<Discovered> {
     if !is_ollama_show(show) {
         return None;
     }
@@ -219,6 +159,7 @@ fn positive(value: &Value) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn llama_server_props_name_the_window_of_a_slot() {

@@ -187,3 +187,48 @@ fn strict_is_claimed_only_for_schemas_in_the_strict_subset() {
     assert!(!strict_subset(&json!({"type": "object", "maxProperties": 0})), "an object without additionalProperties");
     assert!(!strict_subset(&json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})));
 }
+
+#[test]
+fn the_first_mode_says_where_it_came_from_and_an_answer_keeps_it() {
+    // Seeded by the server identification: kept while it answers.
+    let llm = client(Protocol::Auto);
+    llm.remember_mode("m", Mode::JsonSchema, ModeSource::Probe);
+    let (mut asking, first) = Asking::start(&llm, "m", step());
+    assert_eq!((asking.mode(), first.tools.len()), (Mode::JsonSchema, 0));
+    assert!(first.response_format.is_some());
+    done(asking.receive(text(r#"{"checks": []}"#)));
+    assert_eq!(
+        (llm.model_facts("m").mode, llm.model_facts("m").source),
+        (Some(Mode::JsonSchema), Some(ModeSource::Probe))
+    );
+
+    // Nothing known: tool_call, the default; a fallback is remembered as one.
+    let (mut asking, _) = Asking::start(&llm, "n", step());
+    done(asking.receive(called(r#"{"checks": []}"#)));
+    assert_eq!(llm.model_facts("n").source, Some(ModeSource::Default));
+    let (mut asking, _) = Asking::start(&llm, "n", step());
+    asked(asking.receive(text("prose")));
+    done(asking.receive(text(r#"{"checks": []}"#)));
+    let facts = llm.model_facts("n");
+    assert_eq!((facts.mode, facts.source), (Some(Mode::JsonSchema), Some(ModeSource::Fallback)));
+
+    // A fixed protocol's mode is the setting's, whatever was learned.
+    let fixed = client(Protocol::Fixed(Mode::JsonObject));
+    fixed.remember_mode("m", Mode::ToolCall, ModeSource::Probe);
+    let (asking, first) = Asking::start(&fixed, "m", step());
+    assert_eq!((asking.mode(), first.response_format), (Mode::JsonObject, Some(json!({"type": "json_object"}))));
+    let facts = fixed.model_facts("m");
+    assert_eq!((facts.mode, facts.source), (Some(Mode::JsonObject), Some(ModeSource::Setting)));
+}
+
+#[tokio::test]
+async fn a_step_begins_without_a_mode_from_a_server_that_cannot_be_reached() {
+    // Nothing listens on port 9: the identification finds nothing, and the step starts at once
+    // with a tool call (auto) or the setting's mode.
+    let llm = client(Protocol::Auto);
+    let (asking, first) = Asking::begin(&llm, "m", step()).await;
+    assert_eq!((asking.mode(), first.tool_choice), (Mode::ToolCall, Some(ToolChoice::Required)));
+    assert_eq!(llm.model_facts("m"), crate::llm::ModelFacts::default());
+    let (asking, _) = Asking::begin(&client(Protocol::Fixed(Mode::Text)), "m", step()).await;
+    assert_eq!(asking.mode(), Mode::Text);
+}
