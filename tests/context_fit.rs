@@ -19,8 +19,9 @@ use akritas::resources::mcp_adapter::Permission;
 use akritas::tools::{RegistryBuilder, ToolLimits, ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
 use serde_json::{Value, json};
+use support::brain::{Mode, asked};
 use support::host;
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
 
 const WINDOW: u64 = 2048;
 const QUESTION: &str = "Why is the postgres database on db-7 slow, and are its connections saturated?";
@@ -29,17 +30,19 @@ fn alias(name: &str) -> String {
     openai_alias(&ToolName::try_from(name).unwrap())
 }
 
-/// A model that plans two checks of db-7, then answers.
+/// A model that plans two checks of db-7 (as a tool call, or as JSON when the plan is asked for
+/// so: llama-server's `/props` makes the host start with a JSON schema), then answers.
 fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let plan = alias("local.investigation.submit_plan");
     move |_, request| {
-        if offers(request, &plan) {
-            let check =
-                |tool: &str| json!({"step": "Read it", "tool": tool, "arguments": {"host": "db-7"}, "reason": "r"});
-            let checks = json!({"checks": [check("inventory.host"), check("postgres.activity")], "gaps": []});
-            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), checks)]))
-        } else {
-            Step::from(Reply::Content("db-7 has 3 active queries; the longest runs for 1820 s.".into()))
+        let check = |tool: &str| json!({"step": "Read it", "tool": tool, "arguments": {"host": "db-7"}, "reason": "r"});
+        let checks = json!({"checks": [check("inventory.host"), check("postgres.activity")], "gaps": []});
+        match asked(request) {
+            Some((alias, Mode::ToolCall)) if alias == plan => {
+                Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), checks)]))
+            }
+            Some((alias, _)) if alias == plan => Step::from(Reply::Content(checks.to_string())),
+            _ => Step::from(Reply::Content("db-7 has 3 active queries; the longest runs for 1820 s.".into())),
         }
     }
 }

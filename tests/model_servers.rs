@@ -3,17 +3,21 @@
 //! do (testkit `personality`), each rendering the same brain.
 //!
 //! - The 22-case starter suite passes `--model-protocol auto --min-pass 1.0` under each server,
-//!   and the requests show how the host got there: Ollama's "does not support tools" 400 moves
-//!   it to `json_schema` with tools dropped and tool exchanges flattened; Ollama's prose answer
-//!   to a forced call moves it to `json_schema` for structured steps only; llama-server's prose
-//!   before the call and a reasoning model's think blocks move it nowhere.
+//!   and the requests show how the host got there: it asks the server what it is before the
+//!   first structured step (no completion spent), so under Ollama and llama-server the first
+//!   structured request is already a `json_schema` one, and a model Ollama says has no tools is
+//!   never sent any (no 400); under vLLM structured steps are forced tool calls; a reasoning
+//!   model's think blocks move it nowhere. `--model-protocol tool_call` still takes
+//!   llama-server's call with prose before it.
 //! - `--model-protocol json_schema|json_object|text` speak their wire contract, and `text`
 //!   repairs an answer without an object with one more turn; OpenAI's strict mode accepts the
 //!   schemas `json_schema` sends.
-//! - Through `akritas serve`: a forced call answered in prose falls back, and `/metrics` counts
-//!   it; think blocks reach no answer (native, facade stream), no journal file, no Run record and
-//!   no log line; the change pipeline (discovery and proposal) and the facade's streamed answer
-//!   work against a model without tools.
+//! - Through `akritas serve`: `/health` shows the protocol the probe at start chose, without a
+//!   secret; behind a proxy that hides what the server is, Ollama's "does not support tools" 400
+//!   and its prose answer to a forced call fall back, and `/metrics` counts it; think blocks reach
+//!   no answer (native, facade stream), no journal file, no Run record and no log line; the
+//!   change pipeline (discovery and proposal) and the facade's streamed answer work against a
+//!   model without tools.
 
 use akritas_testkit as support;
 
@@ -32,6 +36,8 @@ use support::starter_suite;
 /// Cases `akritas eval` runs at once (also how many Runs may ask before the host learns).
 const CONCURRENCY: usize = 4;
 const API_KEY: &str = "persona-admin-key-0123456789";
+/// The upstream model server's key (the scripted server takes any).
+const UPSTREAM_KEY: &str = "sk-persona-upstream-0123456789";
 const AM_TOKEN: &str = "persona-am-token-0123456789";
 const ANSWER: &str = "db-7 is saturated by an autovacuum worker; nothing needs restarting.";
 const QUESTION: &str = "Why is db-7 slow?";
@@ -127,18 +133,17 @@ fn roles(request: &Value) -> String {
 async fn the_starter_suite_passes_on_ollama_without_tools() {
     let llm = starter_suite_under(Personality::Ollama { tools: false }, "auto").await;
     let requests = llm.requests();
-    // Each refused request carried tools; once refused, the host stops sending them for the
-    // model: only Runs that asked before the first refusal came back may have sent them.
+    // Ollama said the model has no tools before anything was asked: no request carried any, so
+    // none was refused with a 400.
     let carrying = requests.iter().filter(|r| offers_tools(r)).count();
-    assert!(carrying >= 1, "the host starts with a tool call");
-    assert!(carrying <= CONCURRENCY, "{carrying} requests carried tools after Ollama refused them for the model");
-    // Structured steps moved to json_schema, the first fallback after a refused tool call.
+    assert_eq!(carrying, 0, "{carrying} requests carried tools Ollama says the model does not take");
+    // Every structured step, the first included, asked for a JSON schema.
     let modes = modes(&requests);
-    assert_eq!(count(&modes, Mode::JsonSchema), modes.len() - count(&modes, Mode::ToolCall), "{modes:?}");
-    assert!(count(&modes, Mode::JsonSchema) >= 2 * 22, "a plan and a result per case: {modes:?}");
+    assert_eq!(modes.first(), Some(&Mode::JsonSchema), "{modes:?}");
+    assert_eq!(count(&modes, Mode::JsonSchema), modes.len(), "{modes:?}");
+    assert!(modes.len() >= 2 * 22, "a plan and a result per case: {modes:?}");
     // The answer steps saw the plans and the checks as flattened text, never as tool messages.
-    let without_tools: Vec<&Value> = requests.iter().filter(|r| !offers_tools(r)).collect();
-    for request in &without_tools {
+    for request in &requests {
         let messages = request["messages"].as_array().unwrap();
         assert!(
             messages.iter().all(|m| m["role"] != "tool" && m.get("tool_calls").is_none_or(Value::is_null)),
@@ -146,7 +151,7 @@ async fn the_starter_suite_passes_on_ollama_without_tools() {
             roles(request)
         );
     }
-    let flattened = without_tools.iter().find(|r| {
+    let flattened = requests.iter().find(|r| {
         let messages = r["messages"].as_array().unwrap();
         let call = messages.iter().any(|m| {
             m["role"] == "assistant"
@@ -170,11 +175,10 @@ async fn the_starter_suite_passes_on_ollama_that_ignores_tool_choice() {
     let llm = starter_suite_under(Personality::Ollama { tools: true }, "auto").await;
     let requests = llm.requests();
     let modes = modes(&requests);
-    // Forced calls came back as prose until the host remembered json_schema for the model.
-    let forced = count(&modes, Mode::ToolCall);
-    assert!((1..=CONCURRENCY).contains(&forced), "{forced} forced calls: {modes:?}");
-    assert_eq!(count(&modes, Mode::JsonSchema), modes.len() - forced, "{modes:?}");
-    // Tools themselves were never refused: the adaptive steps still offer the checks.
+    // Ollama ignores tool_choice: no structured step forced a call, the first one included.
+    assert_eq!(modes.first(), Some(&Mode::JsonSchema), "{modes:?}");
+    assert_eq!(count(&modes, Mode::JsonSchema), modes.len(), "{modes:?}");
+    // The model takes tools: the adaptive steps still offer the checks.
     assert!(
         requests.iter().any(|r| structured_target(r).is_none() && offers_tools(r)),
         "the answer steps stopped offering tools although the server supports them"
@@ -183,15 +187,23 @@ async fn the_starter_suite_passes_on_ollama_that_ignores_tool_choice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_starter_suite_passes_on_llama_server_with_prose_before_the_call() {
+    // Told from its /props, llama-server gets a JSON schema from the first structured step.
     let llm = starter_suite_under(Personality::LlamaServer, "auto").await;
-    let modes = modes(&llm.requests());
-    assert!(modes.iter().all(|m| *m == Mode::ToolCall), "a call with prose before it is still the call: {modes:?}");
+    let auto = modes(&llm.requests());
+    assert!(!auto.is_empty() && auto.iter().all(|m| *m == Mode::JsonSchema), "{auto:?}");
+    // Asked for a tool call, its prose before the call is no reason to fall back.
+    let llm = starter_suite_under(Personality::LlamaServer, "tool_call").await;
+    let forced = modes(&llm.requests());
+    assert!(forced.iter().all(|m| *m == Mode::ToolCall), "a call with prose before it is still the call: {forced:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_starter_suite_passes_on_vllm() {
     let llm = starter_suite_under(Personality::Vllm, "auto").await;
-    let modes = modes(&llm.requests());
+    let requests = llm.requests();
+    let first = requests.iter().find(|r| asked(r).is_some()).expect("a structured request");
+    assert_eq!(first["tool_choice"], "required", "the first structured request forces the call: {first}");
+    let modes = modes(&requests);
     assert!(modes.iter().all(|m| *m == Mode::ToolCall), "{modes:?}");
 }
 
@@ -260,6 +272,14 @@ async fn openai_accepts_the_strict_schemas_of_json_schema_mode() {
     let host = serve(&llm, Some(&root), "json_schema");
     previews(&host, &llm).await;
     assert!(modes(&llm.requests()).iter().all(|m| *m == Mode::JsonSchema));
+    // A fixed protocol's mode is the setting's.
+    let (_, health) = get(&host, "/health").await;
+    let protocol = &health["model_protocol"];
+    assert_eq!(
+        (&protocol["setting"], &protocol["mode"], &protocol["source"]),
+        (&json!("json_schema"), &json!("json_schema"), &json!("setting")),
+        "{health}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,6 +385,7 @@ fn serve(llm: &ScriptedLlm, workspace: Option<&Path>, protocol: &str) -> Host {
         .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
         .env("PERSONA_AM_TOKEN", AM_TOKEN)
         .env("PERSONA_KEY", API_KEY)
+        .env("OPENAI_API_KEY", UPSTREAM_KEY)
         .env("AKRITAS_MODEL_PROTOCOL", protocol)
         .env_remove("AKRITAS_UPSTREAM_MODEL")
         .args(["--api-key", "ops=PERSONA_KEY:admin", "--resources"])
@@ -434,7 +455,9 @@ async fn facade_stream(host: &Host) -> (Vec<Value>, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_call_answered_in_prose_falls_back_and_is_counted() {
+    // Behind a proxy that forwards only /v1, Ollama cannot be told from its answers.
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: true }, operator()).await;
+    llm.set_native_api(false);
     let host = serve(&llm, None, "auto");
     let body = chat(&host).await;
     assert_eq!(body["answer"], ANSWER);
@@ -459,11 +482,19 @@ async fn a_forced_call_answered_in_prose_falls_back_and_is_counted() {
     let later: Vec<Mode> = llm.requests()[before..].iter().filter_map(asked).map(|(_, m)| m).collect();
     assert_eq!(later, [Mode::JsonSchema]);
     assert_eq!(metric(&metrics(&host).await, FALLBACKS, &[]), 1.0, "no second fallback");
+    let (_, health) = get(&host, "/health").await;
+    let protocol = &health["model_protocol"];
+    assert_eq!(
+        (&protocol["server"], &protocol["mode"], &protocol["source"]),
+        (&json!("other"), &json!("json_schema"), &json!("fallback")),
+        "{health}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_of_tools_falls_back_and_is_counted() {
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: false }, operator()).await;
+    llm.set_native_api(false);
     let host = serve(&llm, None, "auto");
     let body = chat(&host).await;
     assert_eq!(body["answer"], ANSWER);
@@ -474,6 +505,41 @@ async fn a_refusal_of_tools_falls_back_and_is_counted() {
     assert!(offers_tools(&requests[0]) && requests[1..].iter().all(|r| !offers_tools(r)), "tools dropped");
     let text = metrics(&host).await;
     assert_eq!(metric(&text, FALLBACKS, &["from=\"tool_call\"", "to=\"json_schema\""]), 1.0, "{text}");
+    let (_, health) = get(&host, "/health").await;
+    assert_eq!(health["model_protocol"]["tools_refused"], true, "{health}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_identifies_ollama_at_start_and_asks_json_schema_first_without_tools() {
+    let llm = ScriptedLlm::start_as(Personality::Ollama { tools: false }, operator()).await;
+    let host = serve(&llm, None, "auto");
+    // The probe at start: /health shows what it chose before any Run, and no completion was spent.
+    let protocol = wait_for(&host, "/health", |health| {
+        let protocol = &health["model_protocol"];
+        protocol["mode"].is_string().then(|| protocol.clone())
+    })
+    .await;
+    assert_eq!(
+        protocol,
+        json!({"setting": "auto", "model": "scripted-model:latest", "server": "ollama", "mode": "json_schema",
+               "source": "probe", "tools_refused": true})
+    );
+    assert!(llm.requests().is_empty(), "the probe asked for a completion");
+    let (_, health) = get(&host, "/health").await;
+    let text = health.to_string();
+    assert!(!text.contains(UPSTREAM_KEY) && !text.contains(API_KEY) && !text.contains(AM_TOKEN), "{text}");
+
+    // The first structured request is already a JSON schema, and no request carries tools.
+    let body = chat(&host).await;
+    assert_eq!(body["answer"], ANSWER);
+    let requests = llm.requests();
+    let first = requests.iter().find_map(asked).expect("a structured request");
+    assert_eq!(first, (alias("local.investigation.submit_plan"), Mode::JsonSchema));
+    assert!(requests.iter().all(|r| !offers_tools(r)), "a request carried the tools Ollama refuses (a 400)");
+    let (_, run) = get(&host, &format!("/api/v1/runs/{}", body["run_id"].as_str().unwrap())).await;
+    assert_eq!(run["run"]["metadata"]["model_protocol"], "json_schema", "{run}");
+    assert!(run["run"]["metadata"].get("model_protocol_fallbacks").is_none(), "{run}");
+    assert_eq!(metric(&metrics(&host).await, FALLBACKS, &[]), 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,7 +672,7 @@ async fn a_model_without_tools_proposes_a_change_and_streams_through_the_facade(
     let llm = ScriptedLlm::start_as(Personality::Ollama { tools: false }, operator()).await;
     let host = serve(&llm, Some(&root), "auto");
     previews(&host, &llm).await;
-    assert!(llm.requests().iter().filter(|r| offers_tools(r)).count() <= 1, "tools are refused once");
+    assert!(llm.requests().iter().all(|r| !offers_tools(r)), "Ollama said the model takes no tools");
 
     // The facade's streamed answer from the same model.
     let (events, text) = facade_stream(&host).await;

@@ -16,6 +16,8 @@ use crate::catalog::secrets::{EnvSecrets, SecretResolver};
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
+use crate::llm::LlmClient;
+use crate::llm::structured::Protocol;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 use crate::operator::projection::{self, ProjectionSettings};
 use crate::operator::requests;
@@ -72,6 +74,9 @@ pub async fn serve(settings: Settings) -> Result<()> {
     // Open MCP sessions (their SSE streams) end with the server, not after the grace period.
     info.mcp.shutdown = cancel.child_token();
     let llm = assemble::llm_client(&settings, &instructions)?;
+    if settings.model_protocol == Protocol::Auto {
+        tasks.spawn(identify_model_server(llm.clone(), cancel.clone()));
+    }
     let audit = {
         let settings = settings.clone();
         tokio::task::spawn_blocking(move || assemble::open_audit(&settings))
@@ -283,6 +288,20 @@ fn alert_storage(settings: &Settings) -> crate::alerts::store::Storage {
 
 /// Writes each minute's summary of the MCP reads over a key's limit, and at shutdown the
 /// current minute's.
+/// Asks the model server what it is (no completion spent) while the host starts, so that
+/// `/health` shows the model's protocol early (`auto` only). Nothing waits for it: a server that
+/// is down leaves it to the first structured step.
+async fn identify_model_server(llm: LlmClient, cancel: CancellationToken) {
+    tokio::select! {
+        server = llm.server() => {
+            if server.is_none() {
+                tracing::info!("the model server could not be identified at start; the first structured step asks again");
+            }
+        }
+        () = cancel.cancelled() => {}
+    }
+}
+
 async fn flush_reads(audit: Arc<crate::audit::AuditLog>, cancel: CancellationToken) {
     loop {
         let all = tokio::select! {

@@ -89,6 +89,11 @@ impl Engine {
         &self.tenancy
     }
 
+    /// The model client Runs ask.
+    pub fn llm(&self) -> &LlmClient {
+        &self.llm
+    }
+
     /// The authorized read-only tools a Run of `namespace` gets now (a Run keeps
     /// the set it started with): the tools visible everywhere, the built-in scoped
     /// tools bound to that namespace, those of its own namespace and those of the

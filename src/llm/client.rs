@@ -188,11 +188,7 @@ impl LlmClient {
     /// What holds for `model`'s structured steps now: under `auto`, what this client learned
     /// (seeded by the server identification); a fixed protocol's mode, from the setting.
     pub fn model_facts(&self, model: &str) -> ModelFacts {
-        let learned = self.inner.learned.get(model);
-        match self.inner.protocol {
-            Protocol::Auto => learned,
-            Protocol::Fixed(mode) => ModelFacts { mode: Some(mode), source: Some(ModeSource::Setting), ..learned },
-        }
+        self.inner.learned.get(model).under(self.inner.protocol)
     }
 
     /// The structured mode remembered for `model` under `auto` (answered, or seeded by the server

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::protocol::{Mode, ModeSource};
+use super::protocol::{Mode, ModeSource, Protocol};
 use super::server::ServerFacts;
 use super::wire::{Message, Role};
 
@@ -31,6 +31,14 @@ pub struct ModelFacts {
 }
 
 impl ModelFacts {
+    /// These facts as they hold under `protocol`: a fixed protocol's mode is the setting's.
+    pub fn under(self, protocol: Protocol) -> Self {
+        match protocol {
+            Protocol::Auto => self,
+            Protocol::Fixed(mode) => Self { mode: Some(mode), source: Some(ModeSource::Setting), ..self },
+        }
+    }
+
     /// Takes what the server identification says: a model without tools refuses them, and the
     /// server's start mode stands unless a mode was learned already.
     pub(crate) fn seed(&mut self, server: ServerFacts) {

@@ -12,6 +12,8 @@ use super::AppState;
 use super::auth::Caller;
 use crate::catalog::status::{InForce, Problem, ResourceReport};
 use crate::config::Scope;
+use crate::llm::structured::{Mode, ModeSource};
+use crate::llm::{LlmClient, ModelFacts, ServerKind};
 use crate::resources::common::{READY, find_condition, is_ready};
 
 /// `GET /health`.
@@ -39,8 +41,47 @@ pub struct Health {
     /// How validators are confined: `landlock ABI N …`, `off: …` (an explicit
     /// `validator_sandbox: off`) or `unavailable: …` (validators do not run).
     pub validator_sandbox: String,
+    /// How structured answers are asked of the upstream model.
+    pub model_protocol: ModelProtocolHealth,
     /// The Catalog in force.
     pub catalog: CatalogHealth,
+}
+
+/// How structured answers (plans, results, proposals) are asked of the upstream model: the
+/// setting, and what the host knows of the model.
+#[derive(Serialize, JsonSchema)]
+pub struct ModelProtocolHealth {
+    /// The `model_protocol` setting: `auto`, or the one mode it fixes.
+    pub setting: &'static str,
+    /// The upstream model: configured, or discovered (`null` until the server listed one).
+    pub model: Option<String>,
+    /// What the model server is, once identified (`auto` identifies it at start; a fixed
+    /// protocol at the first request).
+    pub server: Option<ServerKind>,
+    /// The mode the model's next structured step starts with (`null` under `auto` until the
+    /// server is identified or a step answered: then `tool_call`, falling back as needed).
+    pub mode: Option<Mode>,
+    /// Where `mode` comes from: `probe` (what the server is), `fallback` (the server refused or
+    /// ignored the mode before), `default` (auto's first mode answered) or `setting`.
+    pub source: Option<ModeSource>,
+    /// The server refused `tools` for the model, or says it would: requests carry none.
+    pub tools_refused: bool,
+}
+
+impl ModelProtocolHealth {
+    fn of(llm: &LlmClient) -> Self {
+        let model = llm.known_model();
+        let facts = model.as_deref().map_or_else(ModelFacts::default, |model| llm.model_facts(model));
+        let facts = facts.under(llm.protocol());
+        Self {
+            setting: llm.protocol().as_str(),
+            server: model.as_deref().and_then(|model| llm.known_server(model)),
+            model,
+            mode: facts.mode,
+            source: facts.source,
+            tools_refused: facts.tools_refused,
+        }
+    }
 }
 
 /// A degraded component.
@@ -154,6 +195,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
         authentication: if state.keys.enabled() { "api-key" } else { "disabled" },
         system_instructions_sha256: state.info.instructions_sha256.clone(),
         validator_sandbox: state.info.validator_sandbox.clone(),
+        model_protocol: ModelProtocolHealth::of(state.engine.llm()),
         catalog: CatalogHealth {
             version: catalog.version,
             hash: catalog.hash.clone(),

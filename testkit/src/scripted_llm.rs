@@ -8,6 +8,8 @@
 //! server then answers as Ollama, llama-server, vLLM, OpenAI or a reasoning model would, its
 //! `/v1/models` entries and its context endpoints (`POST /api/show`, `GET /props`) included.
 //! `GET /props` answers what [`ScriptedLlm::set_props`] set, when set (else the personality's, else 404).
+//! [`ScriptedLlm::set_native_api`] turns `POST /api/show` and `GET /props` off, as a proxy that
+//! forwards only `/v1` does.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -113,6 +115,8 @@ struct Shared {
     /// The server being imitated (`None`: a plain OpenAI-compatible script).
     personality: Option<Personality>,
     props: Mutex<Option<Value>>,
+    /// Whether the server's own endpoints (`/api/show`, `/props`) answer.
+    native: AtomicBool,
 }
 
 /// A running scripted server; `url` is `http://127.0.0.1:PORT/v1`.
@@ -173,6 +177,7 @@ impl ScriptedLlm {
             model_requests: AtomicUsize::new(0),
             personality,
             props: Mutex::new(None),
+            native: AtomicBool::new(true),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -197,6 +202,12 @@ impl ScriptedLlm {
     /// {"n_ctx": ..}}`); `None` (the default): 404.
     pub fn set_props(&self, props: Option<Value>) {
         *lock(&self.shared.props) = props;
+    }
+
+    /// Whether `POST /api/show` and `GET /props` answer (default); off, they answer 404 as
+    /// behind a proxy that forwards only `/v1`, and the server cannot be told from its answers.
+    pub fn set_native_api(&self, on: bool) {
+        self.shared.native.store(on, Ordering::SeqCst);
     }
 
     /// How many `GET /v1/models` requests were received.
@@ -243,7 +254,8 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
 async fn ollama_show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = request["model"].as_str().or_else(|| request["name"].as_str()).unwrap_or_default();
-    match shared.personality.and_then(|p| p.ollama_show(model)) {
+    let native = shared.native.load(Ordering::SeqCst);
+    match shared.personality.filter(|_| native).and_then(|p| p.ollama_show(model)) {
         Some(show) => Json(show).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
@@ -251,6 +263,9 @@ async fn ollama_show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response
 
 /// llama-server's `GET /props`.
 async fn llama_props(State(shared): State<Arc<Shared>>) -> Response {
+    if !shared.native.load(Ordering::SeqCst) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
     if let Some(props) = lock(&shared.props).clone() {
         return Json(props).into_response();
     }
