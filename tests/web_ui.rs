@@ -10,11 +10,13 @@
 use akritas_testkit as support;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use akritas::tools::{ToolName, openai_alias};
 use serde_json::{Value, json};
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::brain::{Mode, asked};
+use support::scripted_llm::{Reply, ScriptedLlm, Step};
 use support::{Server, serve_command};
 
 const API_KEY: &str = "ui-test-key-0123456789abcdef";
@@ -29,40 +31,45 @@ fn alias(name: &str) -> String {
     openai_alias(&ToolName::try_from(name).unwrap())
 }
 
-/// Plans one `knowledge.list_skills` check, answers with [`HOSTILE_ANSWER`], and submits
-/// an InvestigationResult citing the check when asked to structure one.
+/// Plans one `mcp.victoriametrics.query` check, answers with [`HOSTILE_ANSWER`], submits an
+/// InvestigationResult citing the check when asked to structure one, and proposes the
+/// nftables edit. The first plan comes back as prose, as from a server that ignores
+/// `tool_choice`: the host falls back to a JSON schema (the Run facts show it), and the
+/// structured answers come as JSON from then on.
 fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
+    let first_plan = AtomicBool::new(true);
     move |_, request| {
-        if offers(request, &plan) {
-            Step::from(Reply::ToolCalls(vec![(
-                "p".into(),
-                plan.clone(),
-                json!({"checks": [{"step": "Read the load of db-7", "tool": "mcp.victoriametrics.query",
-                                   "arguments": {"query": "node_load1{instance=\"db-7:9100\"}"},
-                                   "reason": "confirm what the alert reports"}],
-                       "gaps": [{"step": "Read kernel messages", "capability": "linux.kernel.logs", "reason": "rule out throttling"}]}),
-            )]))
-        } else if offers(request, &submit) {
-            Step::from(Reply::ToolCalls(vec![(
-                "r".into(),
-                submit.clone(),
-                json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "medium",
-                       "summary": "db-7 is busy <script>window.pwned=3</script>", "impact": "slow queries",
-                       "evidence": ["tool-call:call-1 \"7.25\""], "ruled_out": [], "affected_components": ["db-7"],
-                       "recommended_actions": ["review autovacuum"], "production_writes": 0}),
-            )]))
-        } else if offers(request, "akritas_propose_edits") {
+        let Some((target, mode)) = asked(request) else {
+            return Step::from(Reply::Content(HOSTILE_ANSWER.into()));
+        };
+        let (id, arguments) = if target == plan {
+            if first_plan.swap(false, Ordering::SeqCst) {
+                return Step::from(Reply::Content("I will read the load of db-7 first.".into()));
+            }
+            let plan = json!({"checks": [{"step": "Read the load of db-7", "tool": "mcp.victoriametrics.query",
+                                          "arguments": {"query": "node_load1{instance=\"db-7:9100\"}"},
+                                          "reason": "confirm what the alert reports"}],
+                              "gaps": [{"step": "Read kernel messages", "capability": "linux.kernel.logs", "reason": "rule out throttling"}]});
+            ("p", plan)
+        } else if target == submit {
+            let result = json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "medium",
+                                "summary": "db-7 is busy <script>window.pwned=3</script>", "impact": "slow queries",
+                                "evidence": ["tool-call:call-1 \"7.25\""], "ruled_out": [], "affected_components": ["db-7"],
+                                "recommended_actions": ["review autovacuum"], "production_writes": 0});
+            ("r", result)
+        } else if target == "akritas_propose_edits" {
             let edit = json!({"operation": "replace", "path": PILLAR, "old": OLD_LINES, "new": NEW_LINES});
-            Step::from(Reply::ToolCalls(vec![(
-                "call-1".into(),
-                "akritas_propose_edits".into(),
-                json!({"analysis": "orders-v2 is **missing** <script>window.pwned=5</script>", "edits": [edit],
-                       "checks": ["nft -c on a canary"], "risks": ["orders-v2 becomes reachable"],
-                       "rollback": "Revert the pillar change.", "clarifications": []}),
-            )]))
+            let proposal = json!({"analysis": "orders-v2 is **missing** <script>window.pwned=5</script>", "edits": [edit],
+                                  "checks": ["nft -c on a canary"], "risks": ["orders-v2 becomes reachable"],
+                                  "rollback": "Revert the pillar change.", "clarifications": []});
+            ("call-1", proposal)
         } else {
-            Step::from(Reply::Content(HOSTILE_ANSWER.into()))
+            return Step::from(Reply::Content(HOSTILE_ANSWER.into()));
+        };
+        match mode {
+            Mode::ToolCall => Step::from(Reply::ToolCalls(vec![(id.into(), target, arguments)])),
+            Mode::JsonSchema | Mode::JsonObject | Mode::Text => Step::from(Reply::Content(arguments.to_string())),
         }
     }
 }

@@ -24,6 +24,15 @@ function duration(run) {
   return Number.isFinite(ms) ? `${ms} ms` : "";
 }
 
+/** The structured mode of the Run's last structured step, with how many of its steps fell back. */
+function protocol(meta) {
+  if (!meta.model_protocol) return "";
+  const fallbacks = Array.isArray(meta.model_protocol_fallbacks) ? meta.model_protocol_fallbacks : [];
+  if (!fallbacks.length) return String(meta.model_protocol);
+  const count = `${fallbacks.length} fallback${fallbacks.length === 1 ? "" : "s"}`;
+  return h("span", { title: fallbacks.map(String).join("\n") }, `${meta.model_protocol} (${count})`);
+}
+
 /** One Run. */
 export async function runView(id) {
   const { run } = await api(`/api/v1/runs/${encodeURIComponent(id)}`);
@@ -34,7 +43,7 @@ export async function runView(id) {
     h("h1", {}, "Run ", h("code", {}, run.id)),
     facts([
       ["Status", badge(run.status)], ["Source", run.source], ["Actor", run.actor], ["Namespace", run.namespace],
-      ["Model", run.model], ["Catalog version", String(run.catalog_version)], ["Started", when(run.started_at)],
+      ["Model", run.model], ["Model protocol", protocol(meta)], ["Catalog version", String(run.catalog_version)], ["Started", when(run.started_at)],
       ["Finished", when(run.completed_at)], ["Duration", duration(run)],
       ["Job", meta.job_id ? String(meta.job_id) : ""], ["Incident", meta.incident_id ? h("a", { href: `/incidents/${meta.incident_id}` }, String(meta.incident_id)) : ""],
       ["Policy", "Read-only diagnostics"],

@@ -125,6 +125,12 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     await page.click(".run-panel .run-link");
     await page.waitForSelector("details#call-1");
     check(new URL(page.url()).pathname === `/runs/${runId}`, "the Run link opens the Run detail");
+    const protocol = await page.evaluate(() => {
+      const label = [...document.querySelectorAll(".run dl.facts dt")].find((dt) => dt.textContent === "Model protocol");
+      return label ? [label.nextElementSibling.textContent, label.nextElementSibling.firstElementChild?.title] : null;
+    });
+    check(protocol && protocol[0] === "json_schema (1 fallback)" && protocol[1] === "plan: tool_call -> json_schema",
+      `the Run facts show the model protocol and the plan's fallback (${JSON.stringify(protocol)})`);
     await page.click("details#call-1 > summary");
     const result = await page.textContent("details#call-1");
     check(result.includes("mcp.victoriametrics.query") && result.includes("7.25"), "the Run detail shows the raw tool result");
