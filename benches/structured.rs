@@ -17,7 +17,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use akritas::engine::plan::{PLANNER_PROMPT, plan_schema};
+use akritas::engine::plan::{PLANNER_PROMPT, PlanRoom, plan_schema};
 use akritas::llm::structured::{Asking, Mode, Next, Protocol, Step};
 use akritas::llm::{ChatResponse, LlmClient, LlmConfig, Message, ToolCall};
 use serde_json::{Value, json};
@@ -93,7 +93,7 @@ fn step() -> Step {
         messages: vec![Message::system(PLANNER_PROMPT), Message::user(request.to_string())],
         name: NAME.into(),
         description: "Submit the investigation plan.".into(),
-        schema: plan_schema("en", &tools(), 8),
+        schema: plan_schema("en", &tools(), PlanRoom::fitting(8, 1024, true)),
         max_tokens: 1024,
         temperature: Some(0.0),
     }

