@@ -106,7 +106,7 @@ pub struct ChatAnswer {
     pub model_protocol: Option<String>,
     /// Each fallback of the structured steps (`plan: tool_call -> json_schema`; absent when
     /// the first mode answered).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub model_protocol_fallbacks: Vec<String>,
     /// What was cut to fit the model's context window (absent when nothing was).
     #[serde(skip_serializing_if = "Option::is_none")]
