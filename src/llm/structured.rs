@@ -7,7 +7,8 @@
 //! Modes ([`Mode`]), in fallback order:
 //! - `tool_call`: the submit tool offered alone with `tool_choice: "required"`;
 //! - `json_schema`: no tools; `response_format: {type: json_schema, strict: true}` (a grammar on
-//!   llama.cpp and Ollama), the answer is the object as `content`;
+//!   llama.cpp and Ollama, so its `maxLength`/`maxItems` are kept within what llama.cpp parses),
+//!   the answer is the object as `content`;
 //! - `json_object`: `response_format: {type: json_object}` and the schema in the prompt;
 //! - `text`: the schema in the prompt, the first JSON object in the prose is taken, with one
 //!   targeted repair turn when there is none or it does not match the schema (also in the two
@@ -235,7 +236,8 @@ impl Asking {
         request.temperature = step.temperature;
         match self.mode {
             Mode::ToolCall => {
-                request.tools = vec![ToolDefinition::function(&step.name, &step.description, step.schema.clone())];
+                let schema = grammar_bounded(&step.schema);
+                request.tools = vec![ToolDefinition::function(&step.name, &step.description, schema)];
                 request.tool_choice = Some(ToolChoice::Required);
                 request.parallel_tool_calls = Some(false);
             }
@@ -243,7 +245,7 @@ impl Asking {
                 // `strict` only where OpenAI's strict subset holds (every object closed, every
                 // property required); llama.cpp and Ollama apply the schema as a grammar either way.
                 request.response_format = Some(json!({"type": "json_schema", "json_schema": {
-                    "name": step.name, "strict": strict_subset(&step.schema), "schema": step.schema}}));
+                    "name": step.name, "strict": strict_subset(&step.schema), "schema": grammar_bounded(&step.schema)}}));
             }
             Mode::JsonObject => request.response_format = Some(json!({"type": "json_object"})),
             Mode::Text => {}
@@ -274,6 +276,36 @@ impl Asking {
 enum Problem {
     NoObject,
     Mismatch { object: Value, reason: String },
+}
+
+/// The largest repetition bound llama.cpp's grammars take (`MAX_REPETITION_THRESHOLD`): a
+/// schema whose `maxLength` or `maxItems` is larger fails to parse on llama-server, and crashes
+/// Ollama v0.17.4's runner (HTTP 500 "model runner has unexpectedly stopped").
+const GRAMMAR_MAX_REPETITIONS: u64 = 2000;
+
+/// `schema` as sent to a server that may turn it into a grammar: each `maxLength` and `maxItems`
+/// above [`GRAMMAR_MAX_REPETITIONS`] comes down to it. Only tighter, so whatever a server lets
+/// the model write still meets the step's own schema, which answers are checked against.
+fn grammar_bounded(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    let bounded = match (key.as_str(), value.as_u64()) {
+                        ("maxLength" | "maxItems", Some(n)) if n > GRAMMAR_MAX_REPETITIONS => {
+                            json!(GRAMMAR_MAX_REPETITIONS)
+                        }
+                        // Values, not schemas.
+                        ("enum" | "const" | "default" | "examples", _) => value.clone(),
+                        _ => grammar_bounded(value),
+                    };
+                    (key.clone(), bounded)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(grammar_bounded).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Whether `schema` is in OpenAI's strict subset: each object schema lists its

@@ -232,3 +232,30 @@ async fn a_step_begins_without_a_mode_from_a_server_that_cannot_be_reached() {
     let (asking, _) = Asking::begin(&client(Protocol::Fixed(Mode::Text)), "m", step()).await;
     assert_eq!(asking.mode(), Mode::Text);
 }
+
+#[test]
+fn a_schema_sent_for_a_grammar_keeps_its_bounds_within_what_llama_cpp_parses() {
+    // The investigation result's 4096-character summary and a tool's 16384-character query
+    // made Ollama v0.17.4's runner crash ("number of repetitions exceeds sane defaults").
+    let schema = json!({"type": "object", "additionalProperties": false, "required": ["summary", "checks"],
+        "properties": {
+            "summary": {"type": "string", "maxLength": 4096},
+            "checks": {"type": "array", "maxItems": 5000, "items": {"anyOf": [
+                {"type": "object", "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 16384}}},
+                {"type": "string", "maxLength": 240, "enum": [{"maxLength": 9999}]}]}}}});
+    let step = Step { schema: schema.clone(), ..step() };
+    let bounded = json!({"type": "object", "additionalProperties": false, "required": ["summary", "checks"],
+        "properties": {
+            "summary": {"type": "string", "maxLength": 2000},
+            "checks": {"type": "array", "maxItems": 2000, "items": {"anyOf": [
+                {"type": "object", "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 2000}}},
+                {"type": "string", "maxLength": 240, "enum": [{"maxLength": 9999}]}]}}}});
+    let (_, forced) = Asking::start(&client(Protocol::Fixed(Mode::ToolCall)), "m", step.clone());
+    assert_eq!(forced.tools[0].function.parameters, bounded);
+    let (mut asking, first) = Asking::start(&client(Protocol::Fixed(Mode::JsonSchema)), "m", step);
+    assert_eq!(first.response_format.unwrap()["json_schema"]["schema"], bounded);
+    // Answers are still checked against the step's own schema.
+    let long = "x".repeat(3000);
+    let answered = done(asking.receive(text(&json!({"summary": long, "checks": []}).to_string())));
+    assert_eq!(submitted(&answered)["summary"].as_str().map(str::len), Some(3000));
+}
