@@ -1,10 +1,13 @@
 //! What kind of model server answers, told from the answers the context-window discovery gets
 //! anyway ([`super::discovery`]): no completion is spent. Under `model_protocol: auto` it says
 //! which mode a model's structured steps start with ([`ServerFacts::start_mode`]):
-//! - **Ollama** (`POST /api/show` answered as Ollama does): `json_schema`, since its OpenAI layer
-//!   ignores `tool_choice` (ollama/ollama#17921). Its `capabilities` without `"tools"` (v0.17.4
-//!   says `["completion"]` for SmolLM2, `["completion","tools"]` for a template with tools)
-//!   mean every request carrying `tools` is refused with a 400, so none are sent for the model.
+//! - **Ollama** (`POST /api/show` answered as Ollama does): its `capabilities` without `"tools"`
+//!   (v0.17.4 says `["completion"]` for SmolLM2, `["completion","tools"]` for a template with
+//!   tools) mean every request carrying `tools` is refused with a 400, so none are sent for the
+//!   model and its structured steps start with `json_schema`. A model whose template has tools
+//!   starts with `tool_call`, the format it was trained to call tools in: Ollama parses its
+//!   calls but ignores `tool_choice` (ollama/ollama#17921), so the first forced call answered
+//!   with prose falls back to `json_schema`, which is then kept for the model.
 //! - **llama-server** (`GET /props` answered): `json_schema`, since its grammar for a required
 //!   tool call lets prose come before the call.
 //! - **vLLM** (`GET /v1/models` entries `owned_by: "vllm"` or with `max_model_len`): `tool_call`,
@@ -41,6 +44,7 @@ impl ServerFacts {
     /// The mode a model's structured steps start with under `auto`, when the kind says one.
     pub fn start_mode(self) -> Option<Mode> {
         match self.kind {
+            ServerKind::Ollama if self.tools == Some(true) => Some(Mode::ToolCall),
             ServerKind::Ollama | ServerKind::LlamaServer => Some(Mode::JsonSchema),
             ServerKind::Vllm => Some(Mode::ToolCall),
             ServerKind::Other => None,
@@ -128,12 +132,12 @@ mod tests {
     }
 
     #[test]
-    fn ollama_with_the_tools_capability_takes_tools_but_starts_with_a_json_schema() {
+    fn ollama_with_the_tools_capability_takes_tools_and_starts_with_a_tool_call() {
         let show = fixture("ollama-show-tools");
         let facts = identify(None, Some(&show), Some(&ollama_models()), "smollm2-tools");
         assert_eq!(facts, ServerFacts { kind: ServerKind::Ollama, tools: Some(true) });
         assert!(!facts.refuses_tools());
-        assert_eq!(facts.start_mode(), Some(Mode::JsonSchema), "Ollama ignores tool_choice");
+        assert_eq!(facts.start_mode(), Some(Mode::ToolCall), "the model's own tool format first");
         // An Ollama that predates `capabilities` says nothing about tools.
         let mut old = show;
         old.as_object_mut().unwrap().remove("capabilities");

@@ -217,6 +217,8 @@ impl Asking {
         );
         tracing::info!(model = %self.model, from = %self.mode, to = %next, "structured step falls back");
         self.fallbacks.push((self.mode, next));
+        // Steps that start from now on skip the mode that failed, without waiting for this one.
+        self.llm.remember_mode(&self.model, next, ModeSource::Fallback);
         self.mode = next;
         self.repaired = false;
         self.repair.clear();
