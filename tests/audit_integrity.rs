@@ -179,11 +179,16 @@ fn question() -> RunRequest {
     }
 }
 
+/// A Run whose model submits `plan` (and, when the host refuses it, the same plan again in
+/// its one repair turn), then answers.
 async fn run_with_plan(plan: Value) -> (String, Result<akritas::engine::request::RunOutcome, RunError>) {
-    let llm = ScriptedLlm::start(vec![
-        Step::from(Reply::ToolCalls(vec![("p".into(), alias("local.investigation.submit_plan"), plan)])),
-        Step::from(Reply::Content("db-7 is busy.".into())),
-    ])
+    let submit = alias("local.investigation.submit_plan");
+    let llm = ScriptedLlm::start_with(move |_, request| {
+        if offers(request, &submit) {
+            return Step::from(Reply::ToolCalls(vec![("p".into(), submit.clone(), plan.clone())]));
+        }
+        Step::from(Reply::Content("db-7 is busy.".into()))
+    })
     .await;
     let data = tempfile::tempdir().unwrap();
     let audit = Arc::new(AuditLog::open(&data.path().join("audit.jsonl")).unwrap());
@@ -230,6 +235,8 @@ async fn a_rejected_plan_keeps_its_text_out_of_the_journal() {
     let (journal, outcome) = run_with_plan(json!({"checks": [check], "gaps": []})).await;
     let outcome = outcome.unwrap();
     assert!(outcome.plan_error.is_some(), "the plan is rejected");
+    let refused = outcome.activity.iter().filter(|a| a.status == "invalid_arguments").count();
+    assert_eq!(refused, 2, "the plan and its repair are both refused");
     assert!(!journal.contains(MARKER), "the journal holds plan text:\n{journal}");
 }
 

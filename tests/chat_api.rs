@@ -275,6 +275,8 @@ async fn an_invalid_plan_runs_no_checks_and_the_run_continues() {
     let api = api(
         vec![
             plan(json!({"checks": [{"step": "Restart it", "tool": "ops.restart", "arguments": {"host": "db-7"}, "reason": "fix"}], "gaps": []})),
+            // The repair turn names the rule; the model insists.
+            plan(json!({"checks": [{"step": "Restart it", "tool": "ops.restart", "arguments": {"host": "db-7"}, "reason": "fix"}], "gaps": []})),
             Step::from(Reply::Content("No checks ran.".into())),
         ],
         host::settings(),
@@ -284,8 +286,8 @@ async fn an_invalid_plan_runs_no_checks_and_the_run_continues() {
         api.post("/api/v1/chat", json!({"messages": [{"role": "user", "content": "fix db-7"}], "debug": true})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["plan_error"], "checks[0]: \"ops.restart\" is not an available execution tool");
-    assert_eq!(body["activity"].as_array().unwrap().len(), 1);
-    assert_eq!(body["activity"][0]["status"], "invalid_arguments");
+    assert_eq!(body["activity"].as_array().unwrap().len(), 2);
+    assert!(body["activity"].as_array().unwrap().iter().all(|a| a["status"] == "invalid_arguments"), "{body}");
 }
 
 #[tokio::test]

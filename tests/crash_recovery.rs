@@ -101,7 +101,7 @@ fn model(counts: Arc<Mutex<ModelCounts>>) -> impl Fn(usize, &Value) -> Step + Se
             } else if let Some(alert) = number_after(&text, "CrashAlert") {
                 *counts.by_alert.entry(alert).or_default() += 1;
             }
-            Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": ["no tools here"]}))])
+            Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))])
         } else if offers(request, &submit) {
             Reply::ToolCalls(vec![(
                 "r".into(),
