@@ -286,8 +286,6 @@ fn alert_storage(settings: &Settings) -> crate::alerts::store::Storage {
     }
 }
 
-/// Writes each minute's summary of the MCP reads over a key's limit, and at shutdown the
-/// current minute's.
 /// Asks the model server what it is (no completion spent) while the host starts, so that
 /// `/health` shows the model's protocol early (`auto` only). Nothing waits for it: a server that
 /// is down leaves it to the first structured step.
@@ -302,6 +300,8 @@ async fn identify_model_server(llm: LlmClient, cancel: CancellationToken) {
     }
 }
 
+/// Writes each minute's summary of the MCP reads over a key's limit, and at shutdown the
+/// current minute's.
 async fn flush_reads(audit: Arc<crate::audit::AuditLog>, cancel: CancellationToken) {
     loop {
         let all = tokio::select! {

@@ -84,7 +84,8 @@ pub struct Asking {
     repair: Vec<Message>,
     fallbacks: Vec<(Mode, Mode)>,
     requests: u32,
-    validator: Option<jsonschema::Validator>,
+    /// The schema compiled, once a JSON answer is to be checked (a tool call answer never is).
+    validator: std::cell::OnceCell<Option<jsonschema::Validator>>,
 }
 
 /// Id of the submit call made from a JSON answer.
@@ -113,7 +114,6 @@ impl Asking {
             None if facts.tools_refused => (Mode::JsonSchema, ModeSource::Fallback),
             None => (Mode::ToolCall, ModeSource::Default),
         };
-        let validator = jsonschema::options().offline().build(&step.schema).ok();
         let asking = Self {
             llm: llm.clone(),
             model: model.to_string(),
@@ -125,7 +125,7 @@ impl Asking {
             repair: Vec::new(),
             fallbacks: Vec::new(),
             requests: 1,
-            validator,
+            validator: std::cell::OnceCell::new(),
         };
         let request = asking.request();
         (asking, request)
@@ -246,8 +246,10 @@ impl Asking {
             Mode::JsonSchema => {
                 // `strict` only where OpenAI's strict subset holds (every object closed, every
                 // property required); llama.cpp and Ollama apply the schema as a grammar either way.
-                request.response_format = Some(json!({"type": "json_schema", "json_schema": {
-                    "name": step.name, "strict": strict_subset(&step.schema), "schema": grammar_bounded(&step.schema)}}));
+                let mut format = json!({"type": "json_schema", "json_schema": {
+                    "name": step.name, "strict": strict_subset(&step.schema)}});
+                format["json_schema"]["schema"] = grammar_bounded(&step.schema);
+                request.response_format = Some(format);
             }
             Mode::JsonObject => request.response_format = Some(json!({"type": "json_object"})),
             Mode::Text => {}
@@ -262,7 +264,8 @@ impl Asking {
     /// The first JSON object in `content`, checked against the schema.
     fn object_in(&self, content: &str) -> Result<Value, Problem> {
         let object = first_object(content).ok_or(Problem::NoObject)?;
-        let mismatch = self.validator.as_ref().and_then(|validator| {
+        let validator = self.validator.get_or_init(|| jsonschema::options().offline().build(&self.step.schema).ok());
+        let mismatch = validator.as_ref().and_then(|validator| {
             let error = validator.iter_errors(&object).next()?;
             let path = error.instance_path().as_str();
             let message: String = error.to_string().chars().take(300).collect();

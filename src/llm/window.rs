@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::Serialize;
 use serde_json::Value;
+
 /// Ollama's context window when neither the model nor the server says otherwise: the smallest of
 /// the VRAM-based defaults of Ollama v0.17 (4096 below 24 GiB of VRAM, then 32768 and 262144).
 pub const OLLAMA_DEFAULT_NUM_CTX: u32 = 4096;
