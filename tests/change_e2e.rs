@@ -505,7 +505,10 @@ async fn nothing_but_an_admin_key_reaches_apply() {
         (Some("plan"), Some("failed")),
         "{alert_run}"
     );
-    assert_eq!(alert_run["metadata"]["tool_calls"], 2, "nothing but the refused plan and its refused repair ran: {alert_run}");
+    assert_eq!(
+        alert_run["metadata"]["tool_calls"], 2,
+        "nothing but the refused plan and its refused repair ran: {alert_run}"
+    );
     assert_eq!(pending().await, "pending");
 
     // The OpenAI facade is a read-only Run like the chat above (its tools are checked
