@@ -24,15 +24,19 @@ pub(super) struct SessionGate {
 /// so racing `initialize` requests never exceed a cap.
 #[derive(Default)]
 struct SessionBook {
-    /// The API key that opened each session (sessions the manager closed are pruned).
-    owners: std::collections::HashMap<String, String>,
+    /// The API key that opened each session, and when it was booked (sessions the manager
+    /// closed are pruned).
+    owners: std::collections::HashMap<String, (String, u64)>,
+    /// Bookings so far: a session booked after a look at the manager's live sessions is
+    /// never pruned for missing from that look.
+    booked: u64,
     /// Opens under way, by API key.
     opening: std::collections::HashMap<String, usize>,
 }
 
 impl SessionBook {
     fn held(&self, key: &str) -> usize {
-        self.owners.values().filter(|owner| *owner == key).count() + self.opening.get(key).copied().unwrap_or(0)
+        self.owners.values().filter(|(owner, _)| owner == key).count() + self.opening.get(key).copied().unwrap_or(0)
     }
 
     fn done_opening(&mut self, key: &str) {
@@ -56,10 +60,12 @@ impl SessionGate {
 
     /// Reserves an open for `key`, or says which cap is full.
     async fn reserve(&self, key: &str) -> Result<OpenReservation, Response> {
+        let seen = self.book().booked;
         let live: std::collections::HashSet<String> =
             self.manager.sessions.read().await.keys().map(|id| id.to_string()).collect();
         let mut book = self.book();
-        book.owners.retain(|id, _| live.contains(id.as_str()));
+        // A session booked since the look may be missing from it: only older ones are pruned.
+        book.owners.retain(|id, (_, booked)| *booked >= seen || live.contains(id.as_str()));
         let open = live.len() + book.opening.values().sum::<usize>();
         let refused = if open >= self.max {
             Some((
@@ -104,7 +110,10 @@ struct OpenReservation {
 impl OpenReservation {
     /// The open succeeded: the session is now held by the key.
     fn opened(self, session: &str) {
-        self.gate.book().owners.insert(session.to_string(), self.key.clone());
+        let mut book = self.gate.book();
+        let booked = book.booked;
+        book.booked += 1;
+        book.owners.insert(session.to_string(), (self.key.clone(), booked));
     }
 }
 
@@ -123,7 +132,7 @@ pub(super) async fn gate_sessions(State(gate): State<SessionGate>, request: Requ
     let key = request.extensions().get::<Caller>().map(|caller| caller.name.clone()).unwrap_or_default();
     let session = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
     if let Some(session) = &session
-        && gate.book().owners.get(session).is_some_and(|owner| *owner != key)
+        && gate.book().owners.get(session).is_some_and(|(owner, _)| *owner != key)
     {
         return super::error::ApiError::not_found(
             "no MCP session with this Mcp-Session-Id for this API key; send initialize to open one",
