@@ -250,19 +250,10 @@ async fn the_nftables_change_is_previewed_validated_and_applied_exactly_once() {
     assert!(!server.log_text().contains(&id), "the approval id is in the log");
     let audit = std::fs::read_to_string(host.data.join("audit/akritas.jsonl")).unwrap();
     assert!(!audit.contains(&id), "the approval id is not in the audit journal");
-    for entry in walk(&host.data) {
+    for entry in support::files_under(&host.data) {
         let bytes = std::fs::read(&entry).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(&id), "{} holds the raw approval id", entry.display());
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
-    }
-    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,7 +534,7 @@ async fn nothing_but_an_admin_key_reaches_apply() {
 #[test]
 fn only_the_admin_route_constructs_an_approver() {
     let mut builders = Vec::new();
-    for file in walk(&support::root().join("src")) {
+    for file in support::files_under(&support::root().join("src")) {
         let text = std::fs::read_to_string(&file).unwrap();
         if text.replace("struct Approver {", "").contains("Approver {") {
             builders.push(file.strip_prefix(support::root()).unwrap().display().to_string());
@@ -608,7 +599,7 @@ async fn a_git_workspace_publishes_the_approved_change_as_a_branch() {
     // The host's checkout was not written, and the token is nowhere on disk or in the log.
     let checkout = host.data.join("workspaces/default/gitops");
     assert_eq!(std::fs::read_to_string(checkout.join(PILLAR)).unwrap(), pillar);
-    for file in walk(&host.data) {
+    for file in support::files_under(&host.data) {
         let bytes = std::fs::read(&file).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN), "{} holds the token", file.display());
     }

@@ -601,7 +601,7 @@ async fn think_blocks_reach_no_answer_journal_run_record_or_log() {
     let (_, investigated) = get(&host, &format!("/api/v1/runs/{investigation}")).await;
     assert_eq!(investigated["run"]["investigation"]["finding_status"], "inconclusive", "{investigated}");
 
-    let files = walk(&host.data);
+    let files = support::files_under(&host.data);
     assert!(files.iter().any(|f| f.extension().is_some_and(|e| e == "jsonl")), "journals exist: {files:?}");
     for file in files {
         let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
@@ -622,15 +622,6 @@ async fn wait_for<T>(host: &Host, path: &str, pick: impl Fn(&Value) -> Option<T>
         assert!(Instant::now() < deadline, "timed out waiting at {path}: {body}\n{}", host.server.log_text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
-    }
-    files
 }
 
 /// The change fixture as a git working tree with one commit, under `dir`.

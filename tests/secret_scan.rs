@@ -340,7 +340,7 @@ async fn planted_secrets_never_leave_the_process() {
     for (n, body) in client.bodies.iter().enumerate() {
         places.push((format!("response {n}"), body.clone()));
     }
-    for entry in walk(&data) {
+    for entry in support::files_under(&data) {
         let bytes = std::fs::read(&entry).unwrap();
         places.push((entry.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()));
     }
@@ -384,13 +384,4 @@ async fn planted_secrets_never_leave_the_process() {
         assert_eq!(resolved.map(|c| c["status"].clone()), Some(json!("False")), "{resource}");
     }
     assert_eq!(steals.load(Ordering::SeqCst), 0, "no request may reach an adapter that asked for the service's keys");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
-    }
-    files
 }
