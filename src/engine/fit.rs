@@ -8,8 +8,8 @@
 //! Run sends it once more, fitted smaller (`engine::context`).
 //!
 //! When the prompt and the completion budget (`max_tokens`) exceed the window, the completion is
-//! first held to a quarter of the window (at least [`MIN_COMPLETION_TOKENS`], at most
-//! `max_tokens`) and the prompt is cut, each step only as far as needed, in this order:
+//! first held to a quarter of the window (at least the floor below, at most `max_tokens`) and the
+//! prompt is cut, each step only as far as needed, in this order:
 //! 1. runbook excerpts: the retrieved documents of each search, lowest-ranked first; the
 //!    best-ranked document of each search stays;
 //! 2. tool results (and the planner's copy of the retrieval): the largest first, the older among
@@ -22,8 +22,12 @@
 //!    each, and the tool a request forces is never removed;
 //! 5. the global system instructions (SYSTEM.md), from their end.
 //!
-//! The completion budget is then what the window leaves (never below the smaller of
-//! `max_tokens` and [`MIN_COMPLETION_TOKENS`]). Never cut: the user's question (the last user
+//! The completion budget is then what the window leaves, never below the smaller of `max_tokens`
+//! and the floor: [`MIN_COMPLETION_TOKENS`], or the request's `min_completion_tokens` when larger
+//! (a structured step's answer, `llm::structured::MIN_ANSWER_TOKENS`). When the prompt cannot be
+//! cut that far, the floor still holds: an answer cut off fails for sure, a request over the
+//! estimate may still fit (the estimate is conservative), and a server that finds it too long
+//! says so. Never cut: the user's question (the last user
 //! message; in the planner's input its `request`), earlier turns, the host's step prompts
 //! (planning, structuring, proposals) and assistant messages.
 
@@ -197,7 +201,8 @@ pub fn fit(
     if before + u64::from(asked) <= u64::from(window) {
         return fitted;
     }
-    let reserve = asked.min(MIN_COMPLETION_TOKENS.max(window / 4));
+    let floor = asked.min(MIN_COMPLETION_TOKENS.max(request.min_completion_tokens));
+    let reserve = asked.min(floor.max(window / 4));
     let budget = usize::try_from(u64::from(window - reserve.min(window)) * BYTES_PER_TOKEN).unwrap_or(usize::MAX);
     let forced = match &request.tool_choice {
         Some(ToolChoice::Function(name)) => Some(name.clone()),
@@ -213,7 +218,7 @@ pub fn fit(
     let mut cuts = cutter.finish();
     let after = prompt_tokens(request, instructions.as_deref());
     let room = u64::from(window).saturating_sub(after);
-    let completion = u64::from(asked).min(room).max(u64::from(asked.min(MIN_COMPLETION_TOKENS)));
+    let completion = u64::from(asked).min(room).max(u64::from(floor));
     request.max_tokens = u32::try_from(completion).unwrap_or(asked);
     cuts.completion_tokens = u64::from(asked - request.max_tokens);
     fitted.prompt_tokens_after = after;

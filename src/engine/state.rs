@@ -173,6 +173,7 @@ impl<'a> RunState<'a> {
             max_tokens,
             temperature: Some(temperature),
             response_format: None,
+            min_completion_tokens: 0,
         };
         let (response, request) = self.send(request, stream_to.as_ref()).await?;
         Ok((response.map_err(Stop::Upstream)?, request.messages))

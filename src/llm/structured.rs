@@ -33,6 +33,13 @@ pub use super::protocol::{Mode, ModeSource, Protocol};
 use super::reasoning::strip_think;
 use super::wire::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolChoice, ToolDefinition};
 
+/// The completion budget a structured answer keeps when its request is fitted to a small context
+/// window (or the step's `max_tokens`, when smaller): a result with a summary, a few evidence
+/// quotes and next steps takes 300 to 450 tokens in the tokenizers of small models, and a JSON
+/// answer cut off is no answer. Measured on Ollama with SmolLM2-135M in an 8,192-token window:
+/// fitting had taken an alert's result step down to 256 tokens, and the result was cut mid-string.
+pub const MIN_ANSWER_TOKENS: u32 = 512;
+
 /// One structured step: the conversation, and the submit tool whose arguments are the answer.
 #[derive(Debug, Clone)]
 pub struct Step {
@@ -235,6 +242,7 @@ impl Asking {
         let step = &self.step;
         let mut request = ChatRequest::new(step.messages.clone());
         request.max_tokens = step.max_tokens;
+        request.min_completion_tokens = MIN_ANSWER_TOKENS;
         request.temperature = step.temperature;
         match self.mode {
             Mode::ToolCall => {

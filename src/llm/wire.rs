@@ -149,6 +149,11 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// `response_format`, sent as given (`{"type": "json_schema", ...}`); see `structured`.
     pub response_format: Option<serde_json::Value>,
+    /// Not sent: the smallest `max_tokens` an answer needs (a structured step's, whose JSON cut
+    /// off is no answer at all). Fitting to the context window cuts the prompt before it lowers
+    /// `max_tokens` below this (or below `max_tokens` itself, when that is smaller); 0 leaves
+    /// fitting its general floor.
+    pub min_completion_tokens: u32,
 }
 
 impl ChatRequest {
@@ -164,6 +169,7 @@ impl ChatRequest {
             max_tokens: Self::DEFAULT_MAX_TOKENS,
             temperature: None,
             response_format: None,
+            min_completion_tokens: 0,
         }
     }
 }

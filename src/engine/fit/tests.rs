@@ -232,6 +232,35 @@ fn the_completion_gets_what_the_window_leaves_and_never_less_than_the_floor() {
 }
 
 #[test]
+fn a_structured_answer_keeps_its_floor_and_the_prompt_is_cut_for_it() {
+    // A result step in a small window: everything cuttable goes before its budget does.
+    let structured = |min_completion_tokens| {
+        let mut request = conversation(3000, 3, &[6000, 6000]);
+        request.max_tokens = 512;
+        request.min_completion_tokens = min_completion_tokens;
+        request
+    };
+    // Under 2,048 tokens a quarter of the window is less than the structured floor.
+    let window = 1600;
+    let mut plain = structured(0);
+    let fitted_plain = fit(&mut plain, &mut None, SKILLS_FROM, window);
+    let mut request = structured(512);
+    let fitted = fit(&mut request, &mut None, SKILLS_FROM, window);
+    assert!(fitted_plain.max_tokens_after < 512, "{fitted_plain:?}");
+    assert_eq!(fitted.max_tokens_after, 512, "{fitted:?}");
+    assert!(fitted.prompt_tokens_after < fitted_plain.prompt_tokens_after, "{fitted:?} {fitted_plain:?}");
+    assert!(fitted.prompt_tokens_after + 512 <= u64::from(window), "{fitted:?}");
+
+    // A prompt that cannot be cut that far: the floor still holds (a cut-off answer is none).
+    let mut request = ChatRequest::new(vec![Message::system("s"), Message::user("q".repeat(9000))]);
+    request.max_tokens = 1024;
+    request.min_completion_tokens = 512;
+    assert_eq!(fit(&mut request, &mut None, None, 1000).max_tokens_after, 512);
+    request.max_tokens = 300;
+    assert_eq!(fit(&mut request, &mut None, None, 1000).max_tokens_after, 300, "never raised");
+}
+
+#[test]
 fn the_planner_input_is_cut_inside_and_its_request_never() {
     let tools: Vec<Value> = ["postgres.activity", "dns.lookup", "mail.queue", "disk.usage"]
         .iter()

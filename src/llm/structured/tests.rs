@@ -72,9 +72,11 @@ fn a_forced_call_answered_with_prose_falls_back_to_a_json_schema_and_is_remember
     assert_eq!(first.tools.len(), 1);
     assert_eq!(first.response_format, None);
     assert_eq!(first.messages, step().messages, "a tool call needs no instruction");
+    assert_eq!(first.min_completion_tokens, MIN_ANSWER_TOKENS, "fitting keeps room for the answer");
 
     let second = asked(asking.receive(text("I will check db-7 first.")));
     assert!(second.tools.is_empty() && second.tool_choice.is_none());
+    assert_eq!(second.min_completion_tokens, MIN_ANSWER_TOKENS);
     let format = second.response_format.clone().unwrap();
     assert_eq!(format["type"], "json_schema");
     assert_eq!(format["json_schema"]["name"], "local_investigation_submit_plan");
