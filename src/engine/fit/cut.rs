@@ -89,8 +89,7 @@ impl<'a> Cutter<'a> {
     }
 
     fn measure(&mut self) {
-        self.total = prompt_bytes(self.messages, self.tools, self.instructions.as_deref())
-            + self.format.as_ref().map_or(0, serialized_len);
+        self.total = prompt_bytes(self.messages, self.tools, self.instructions.as_deref());
     }
 
     /// Bytes over the budget.
@@ -301,10 +300,14 @@ impl<'a> Cutter<'a> {
                     }
                     _ => false,
                 };
-                // The plan schema's branch for the tool goes with it.
+                // The plan schema's branch for the tool goes with it: from the submit tool
+                // (prompt) and from the `response_format` (a grammar, not counted).
                 if removed {
-                    let schemas = self.tools.iter_mut().map(|t| &mut t.function.parameters).chain(self.format.as_mut());
+                    let schemas = self.tools.iter_mut().map(|t| &mut t.function.parameters);
                     let branches: usize = schemas.map(|schema| drop_branch(schema, &name)).sum();
+                    if let Some(format) = self.format.as_mut() {
+                        drop_branch(format, &name);
+                    }
                     self.cuts.tool_schema_bytes += branches as u64;
                     self.total = self.total.saturating_sub(branches);
                 }

@@ -95,9 +95,12 @@ fn the_estimate_is_the_json_bytes_with_the_instructions_over_three() {
     assert_eq!(prompt_tokens(&request, None), (json.len() as u64).div_ceil(3));
     let with = prompt_tokens(&request, Some("abc"));
     assert_eq!(with, ((json.len() + 5 + INSTRUCTIONS_FRAME_BYTES) as u64).div_ceil(3));
+    // A response format is a grammar on the server's side, not prompt text.
     let mut formatted = request.clone();
-    formatted.response_format = Some(json!({"type": "json_object"}));
-    assert_eq!(prompt_tokens(&formatted, None), ((json.len() + 22) as u64).div_ceil(3), "a response format counts");
+    let schema =
+        json!({"type": "object", "properties": {"checks": {"type": "array", "description": "x".repeat(9000)}}});
+    formatted.response_format = Some(json!({"type": "json_schema", "json_schema": {"name": "plan", "schema": schema}}));
+    assert_eq!(prompt_tokens(&formatted, None), prompt_tokens(&request, None));
 }
 
 #[test]
