@@ -1,4 +1,4 @@
-//! A long history and a restart of the real `akritas serve` binary (issue 13): the alert journal
+//! A long history and a restart of the real `akritas serve` binary: the alert journal
 //! with 1,000,000 Alertmanager deliveries of 50,000 incidents and the audit journal with 100,000
 //! Runs with tool results, then a restart on that data directory.
 //!
@@ -16,7 +16,9 @@
 //! 3. Old Run detail: `GET /api/v1/runs/{id}` of an early Run, 50 times.
 //! 4. Steady state over HTTP (32 connections, closed loop): 20,000 deliveries, every tenth a new
 //!    firing alert and the rest re-sent duplicates of recent incidents; then VmRSS/VmHWM.
-//! 5. A summary against the issue's targets, printed, never asserted.
+//! 5. A summary against the targets (`TARGET_*`: resident memory under 120 MiB, start-up under
+//!    10 s, old Run detail p95 under 20 ms, ingest of at least 2,700 alerts/s), printed, never
+//!    asserted.
 //!
 //! Run with `TMPDIR=/some/big/disk cargo bench --bench history` (the full size writes a few GB).
 //! Knobs: `HISTORY_DELIVERIES_INCIDENTS` (50000), `HISTORY_REPEATS` (18), `HISTORY_RUNS` (100000),

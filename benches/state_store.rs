@@ -1,4 +1,4 @@
-//! Derived-state store for issue 13: one snapshot file (serde_json, tmp + fsync + rename) against redb.
+//! Derived-state store: one snapshot file (serde_json, tmp + fsync + rename) against redb.
 //!
 //! Size: one self-contained file on purpose (the bench must not share code with the product it informs); the
 //! model, the two approaches and the driver read best together.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Crash-recovery run (issue 13): `akritas serve` under mixed load (Alertmanager
+# Crash-recovery run: `akritas serve` under mixed load (Alertmanager
 # deliveries, chats, follow-ups, alert investigations and notifications) is SIGKILLed
 # at random points N times and restarted on the same data directory; then every
 # acknowledged request is checked exactly once through the API and the journals

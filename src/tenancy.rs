@@ -1,4 +1,4 @@
-//! Tenancy (ARCHITECTURE.md §5): a resource is input from whoever may create it in
+//! Tenancy (docs/architecture.md, Tenancy): a resource is input from whoever may create it in
 //! its namespace, so it affects only Runs, Incidents, receivers, tools, skills and
 //! knowledge of its own namespace, unless the service configuration shares that
 //! namespace with every other. A Run carries the namespace of what caused it.

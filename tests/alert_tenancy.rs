@@ -1,4 +1,4 @@
-//! Tenancy of the alert pipeline (ARCHITECTURE.md §5): an AlertSource affects only
+//! Tenancy of the alert pipeline (docs/architecture.md, Tenancy): an AlertSource affects only
 //! Incidents, Runs and receivers of its own namespace (plus shared namespaces), and
 //! the Alertmanager alias is authenticated by the AlertSource alone.
 

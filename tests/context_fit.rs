@@ -1,4 +1,4 @@
-//! Small context windows (issue 30): a model with a 2,048-token window — set by
+//! Small context windows: a model with a 2,048-token window — set by
 //! `model_context_tokens`, or reported by llama-server's `/props` — gets every request of a Run
 //! fitted to it although the Run has a large runbook base, a long skill, many tools and a large
 //! tool result, and what was cut is on the Run (API answer and audit). A context overflow the

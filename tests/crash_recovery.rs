@@ -1,4 +1,4 @@
-//! Crash recovery under mixed load (issue 13). The real `akritas serve` (standalone, API
+//! Crash recovery under mixed load. The real `akritas serve` (standalone, API
 //! key on) takes Alertmanager deliveries (new alerts, re-sent duplicates, resolutions),
 //! chats and follow-ups while it investigates every new incident with the scripted model
 //! and notifies two webhook receivers. It is SIGKILLed at random points — a seeded

@@ -1,4 +1,4 @@
-//! `akritas eval` (issue 18) on the starter suite `evals/starter`, against a scripted
+//! `akritas eval` on the starter suite `evals/starter`, against a scripted
 //! OpenAI-compatible model: the real binary replays every case (tools answered from
 //! its recording), prints the table and the totals, writes the JSON results and
 //! exits 0; a directory with a deliberately broken case (a required tool no plan

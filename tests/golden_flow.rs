@@ -1,4 +1,4 @@
-//! The upstream golden flow over HTTP: an alert-like chat, planned checks, skill
+//! The golden flow over HTTP: an alert-like chat, planned checks, skill
 //! selection from inventory, one adaptive call, the answer — with the exact model
 //! calls and tool-call ids recorded in the Run, and exactly what the model was sent.
 

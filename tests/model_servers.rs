@@ -1,4 +1,4 @@
-//! The host against the model servers it meets in the field (issue 30): stand-ins that answer
+//! The host against the model servers it meets in the field: stand-ins that answer
 //! as Ollama (with and without the tools capability), llama-server, vLLM and a reasoning model
 //! do (testkit `personality`), each rendering the same brain.
 //!

@@ -1,5 +1,5 @@
 //! What a resource may start or read is decided by the service configuration, never by
-//! the resource (ARCHITECTURE.md §5, Tenancy): driven through the real `akritas serve`
+//! the resource (docs/architecture.md, Tenancy): driven through the real `akritas serve`
 //! in standalone mode, reading the conditions it derives at `/api/v1/resources`.
 
 use akritas_testkit as support;

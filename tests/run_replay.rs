@@ -1,4 +1,4 @@
-//! Export and replay (issue 18): a finished Run exported through
+//! Export and replay: a finished Run exported through
 //! `GET /api/v1/runs/{id}/export` replays on the same scripted model with the same
 //! tool calls and answer, tools answered from the recording (the real tools are not
 //! called again); a changed SKILL.md changes the plan, the extra call is answered

@@ -1,4 +1,4 @@
-//! Tenancy (ARCHITECTURE.md §5): a Run uses only the tools, skills and knowledge of
+//! Tenancy (docs/architecture.md, Tenancy): a Run uses only the tools, skills and knowledge of
 //! its own namespace and of the shared namespaces; API keys act in their namespace,
 //! read only its Runs and do only what their scopes allow.
 

@@ -1,5 +1,5 @@
-//! Attacks on the validator sandbox (ARCHITECTURE.md §5): what a validator, or a file
-//! the model wrote for one to execute, tries against the host. Each test runs real
+//! Attacks on the validator sandbox (docs/architecture.md, `change::sandbox`): what a
+//! validator, or a file the model wrote for one to execute, tries against the host. Each test runs real
 //! programs through `validators::run` in the default sandbox (Landlock, the network
 //! filter, the process controls) and checks the host afterwards.
 

@@ -1,5 +1,6 @@
-//! Admission of new investigations (every input bounded, ARCHITECTURE.md §5). A valid
-//! delivery is always stored and correlated; only its investigations are shed:
+//! Admission of new investigations (every input bounded: an invariant in
+//! docs/architecture.md). A valid delivery is always stored and correlated; only its
+//! investigations are shed:
 //! - a new job starts `pending` when its AlertSource has a token (`alert_source_rate` new
 //!   investigations per minute, also the burst) and fewer than `alert_pending_jobs` jobs wait
 //!   for a worker host-wide;

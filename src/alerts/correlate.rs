@@ -1,4 +1,4 @@
-//! Pure deduplication and correlation decisions (upstream §6.4). No I/O and no id generation: the store
+//! Pure deduplication and correlation decisions. No I/O and no id generation: the store
 //! looks up its indexes, calls [`decide`], persists, then applies the result with [`Incident::record`]. [`Correlator`] is an in-memory reference implementation of that loop (useful
 //! as the store's working copy for one delivery, and in tests).
 //!

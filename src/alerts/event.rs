@@ -1,4 +1,4 @@
-//! Canonical, provider-independent alert event (upstream §6.1, `schema_version` 1).
+//! Canonical, provider-independent alert event (`schema_version` 1).
 //!
 //! Adapters build an [`Event`] from a provider payload and then call [`Event::normalize`], which trims and
 //! rune-bounds every string, sanitises maps and links, fills default times, validates, and derives the
@@ -209,7 +209,7 @@ impl Event {
         }
     }
 
-    /// Trim and bound every field, sanitise maps/links, validate, and derive missing keys (upstream §6.1).
+    /// Trim and bound every field, sanitise maps/links, validate, and derive missing keys.
     pub fn normalize(mut self) -> Result<Event, ValidationError> {
         self.schema_version = SCHEMA_VERSION;
         self.source.kind = self.source.kind.trim().to_owned();

@@ -1,6 +1,6 @@
-//! Alert pipeline: canonical event model (upstream §6.1), provider adapters (§6.2),
-//! deduplication/correlation decisions (§6.4) — all pure — then the durable store,
-//! the investigation worker and what it delivers.
+//! Alert pipeline: canonical event model, provider adapters, deduplication and
+//! correlation decisions — all pure — then the durable store, the investigation
+//! worker and what it delivers.
 
 pub mod adapters;
 pub mod admission;

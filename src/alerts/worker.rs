@@ -1,4 +1,4 @@
-//! The investigation worker (upstream §6.6 with quirk 5 fixed): a bounded pool claims
+//! The investigation worker: a bounded pool claims
 //! pending jobs oldest first, runs the engine with the alert prompt and the forced
 //! structuring call, then notifies every NotificationReceiver. A failed attempt is
 //! retried with exponential backoff up to the configured attempts, then the job is

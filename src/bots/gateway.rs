@@ -1,6 +1,6 @@
 //! The bot gateway: a bounded queue of accepted messages, worked off with the messages of one
-//! session strictly in order and different sessions concurrently (upstream §9.2, with the
-//! dedup ids, sessions and unanswered messages kept durable by [`SessionStore`]).
+//! session strictly in order and different sessions concurrently; the dedup ids, sessions and
+//! unanswered messages are kept durable by [`SessionStore`].
 //!
 //! The gateway reaches the outside world only through [`Responder`] (the read-only engine),
 //! [`Replier`] (the provider API) and [`IncidentLookup`] (the incident store). A message is

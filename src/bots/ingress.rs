@@ -1,6 +1,6 @@
-//! Decoding what Telegram and Mattermost send into one [`Inbound`] message (upstream §9.4),
-//! with the secret checked first: a caller without the secret learns nothing about how its
-//! body would have been read (quirk 6 of the Go version, which decoded first).
+//! Decoding what Telegram and Mattermost send into one [`Inbound`] message, with the secret
+//! checked first: a caller without the secret learns nothing about how its body would have
+//! been read (the Go version decoded the body before it checked the secret).
 
 use std::collections::{BTreeMap, BTreeSet};
 

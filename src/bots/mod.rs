@@ -3,8 +3,9 @@
 //! the bounded, per-conversation ordered queue that answers messages ([`gateway`]).
 //!
 //! The gateway talks to the engine, the provider APIs and the incident store only through
-//! the traits in [`gateway`]; the HTTP routes, the Telegram poller and the provider clients
-//! live elsewhere and call [`Gateway::submit`].
+//! the traits in [`gateway`]. [`host`] runs the bots: the receivers, the webhook entry point
+//! the HTTP routes (`web::bots`) call, the Telegram poller and the production implementations
+//! of those traits; messages reach the gateway through [`Gateway::submit`].
 
 pub mod commands;
 pub mod gateway;

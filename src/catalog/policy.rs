@@ -1,4 +1,4 @@
-//! What a resource may start or read (ARCHITECTURE.md §5, Tenancy): decided by the
+//! What a resource may start or read (docs/architecture.md, Tenancy): decided by the
 //! service configuration, never by the resource. The app builds one
 //! [`ResourcePolicy`] from the settings (`stdio_commands`, `resource_env`,
 //! `knowledge_roots`, `shared_namespaces`, `data_dir`, the resource directories);

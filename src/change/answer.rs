@@ -1,4 +1,4 @@
-//! The Markdown answer of a preview (upstream §7.9) and the host-validation lines.
+//! The Markdown answer of a preview and the host-validation lines.
 
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! The host-built unified diff (§7.6): one hunk per changed file, from the first to
+//! The host-built unified diff: one hunk per changed file, from the first to
 //! the last differing line with three lines of context, in the form `git apply`
 //! accepts. The diff is what an approval is bound to (its [`sha256`]). Pure.
 

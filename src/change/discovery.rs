@@ -1,4 +1,4 @@
-//! Automatic discovery when a preview names no files (§7.3): the model plans a few
+//! Automatic discovery when a preview names no files: the model plans a few
 //! lexical queries, the host scans the workspace (bounded, root-confined, symlinks,
 //! secret-looking and binary files skipped), ranks text files by the request's and
 //! the queries' terms, and takes the best ones that fit in a snapshot.

@@ -1,4 +1,4 @@
-//! Exact-replacement materialisation (§7.5): the proposal's edits applied in
+//! Exact-replacement materialisation: the proposal's edits applied in
 //! memory, in order, each to the *current* content of its file. A replacement's old
 //! text must occur exactly once; a create names a new file under an existing
 //! directory of the workspace. The result is the final content of every changed file.

@@ -1,4 +1,4 @@
-//! The structured proposal (§7.4): the forced `akritas_propose_edits` call's system
+//! The structured proposal: the forced `akritas_propose_edits` call's system
 //! prompt, its strict schema, the user message built from the snapshot, the strict
 //! decoding and rule checks of its arguments, and the per-attempt diagnostics with
 //! targeted repair instructions for the second attempt. Pure functions.

@@ -3,7 +3,7 @@
 //!
 //! Every model call of a preview is charged to the preview's own Run budget, and a
 //! preview never holds an engine Run slot: a slow preview (discovery, two proposal
-//! attempts, validators) never blocks chats or investigations (quirk 11). Previews
+//! attempts, validators) never blocks chats or investigations. Previews
 //! at once are bounded by their own semaphore.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
-//! The snapshot a preview works from: the change request and the files it names
-//! (§7.2), each read once, bounded, UTF-8 without NUL, and confined to the root.
+//! The snapshot a preview works from: the change request and the files it names,
+//! each read once, bounded, UTF-8 without NUL, and confined to the root.
 //!
 //! Reading is blocking: callers run [`load`] and [`read_file`] in `spawn_blocking`.
 

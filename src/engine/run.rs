@@ -1,5 +1,5 @@
-//! The run loop (ARCHITECTURE.md §4): every chat, follow-up, bot message, facade
-//! call and alert goes through [`Engine::run`]. The host owns the budget, decides
+//! The run loop (docs/architecture.md, the path of a Run): every chat, follow-up, bot
+//! message, facade call and alert goes through [`Engine::run`]. The host owns the budget, decides
 //! which tools exist, executes every call itself and records what it did. The
 //! steps live in their own modules; this one admits a Run, opens and closes its
 //! record, and maps how it ended.

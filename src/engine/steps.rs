@@ -1,5 +1,5 @@
-//! The steps of a Run up to its answer (ARCHITECTURE.md §4, steps 2–7): the
-//! messages, skills named in the request, automatic retrieval, the forced plan and
+//! The steps of a Run up to its answer (docs/architecture.md, the path of a Run, steps
+//! 2–6): the messages, skills named in the request, automatic retrieval, the forced plan and
 //! its checks, then the adaptive tool loop over the same read-only catalog.
 
 use std::collections::BTreeMap;

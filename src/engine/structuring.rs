@@ -1,7 +1,8 @@
-//! The forced structuring call of an alert investigation (ARCHITECTURE.md §4,
-//! step 8): the answer and the host-owned evidence references go in; exactly one
-//! `local.investigation.submit_result` call must come back, and its arguments must
-//! cite only successful execution-tool calls of this Run, by their host ids.
+//! The forced structuring call of an alert investigation (docs/architecture.md, the
+//! path of a Run, step 7): the answer and the host-owned evidence references go in;
+//! exactly one `local.investigation.submit_result` call must come back, and its
+//! arguments must cite only successful execution-tool calls of this Run, by their host
+//! ids.
 
 use serde_json::{Value, json};
 

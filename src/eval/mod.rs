@@ -1,4 +1,4 @@
-//! Evals (issue 18): a directory of cases (exported or hand-written) replayed
+//! Evals: a directory of cases (exported or hand-written) replayed
 //! against a model with tools answered from each case's recording, every
 //! expectation checked, a table per case and the totals.
 

@@ -1,6 +1,6 @@
 //! Which namespaces a Run may read with the Kubernetes tools.
 //!
-//! A Run carries the namespace of what caused it (tenancy, ARCHITECTURE.md §5). A Run
+//! A Run carries the namespace of what caused it (docs/architecture.md, Tenancy). A Run
 //! of a tenant namespace reads Kubernetes objects of that namespace only, and no
 //! cluster-scoped object. A Run of a *cluster reader* namespace (the home namespace,
 //! the shared namespaces and `kubernetes_cluster_namespaces`: resources there come

@@ -1,4 +1,4 @@
-//! Chat replies through the provider APIs (upstream §9.2, §9.3): the text rules every
+//! Chat replies through the provider APIs: the text rules every
 //! bot reply goes through ([`sanitise`], [`mattermost_escape`], [`split`]) and thin
 //! clients for the Telegram Bot API ([`TelegramApi`]) and the Mattermost REST API
 //! ([`MattermostApi`]).

@@ -1,4 +1,4 @@
-//! Pure formatting of outbound incident notifications (upstream §9.1).
+//! Pure formatting of outbound incident notifications.
 //!
 //! Chat texts never contain the raw model answer or tool payloads: only the
 //! structured fields of [`Notification`]. Every inserted value has its

@@ -1,4 +1,4 @@
-//! Outbound incident notifications (upstream §9.1): pure formatting in
+//! Outbound incident notifications: pure formatting in
 //! [`message`], HTTP delivery with retries in [`deliver`]; bot replies through the
 //! Telegram and Mattermost APIs, and the text rules they follow, in [`chat`].
 

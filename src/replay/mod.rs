@@ -1,4 +1,4 @@
-//! Export and replay (issue 18): a finished Run becomes a case (its input, the
+//! Export and replay: a finished Run becomes a case (its input, the
 //! catalog it ran with, every tool call with its recorded result, the outcome), and
 //! a case runs again through the real engine against any model, prompt or skill
 //! version, with tools answered from the recording: offline and deterministic on

@@ -1,5 +1,5 @@
 //! Fuzz targets on the stable toolchain: in-process, proptest-driven, structure-aware
-//! harnesses for every parser of untrusted input (issue 13). Each target mutates the
+//! harnesses for every parser of untrusted input. Each target mutates the
 //! seed corpus (the test fixtures and `tests/fixtures/fuzz/<target>/`) and checks its
 //! property: no panic, no hang, an accepted input satisfies the parser's bounds and
 //! invariants, a rejected one has a typed error with a message, valid seeds stay valid.

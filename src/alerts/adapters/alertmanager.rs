@@ -18,7 +18,7 @@ struct Webhook {
     group_key: String,
     #[serde(default)]
     truncated_alerts: i64,
-    /// Group status is not checked by the adapter (upstream behaviour).
+    /// Group status is not checked (nor was it by the Go version): each alert's own status decides.
     #[serde(default, rename = "status")]
     _status: String,
     #[serde(default)]
@@ -96,7 +96,7 @@ fn parse_time(field: String, raw: &str) -> Result<Option<Timestamp>, AdapterErro
     parse_rfc3339(raw).map(Some).ok_or_else(|| AdapterError::payload(field, "must be an RFC 3339 timestamp"))
 }
 
-/// Map one Alertmanager-shaped alert to a normalised event (upstream §6.2 `alertmanager` rules).
+/// Map one Alertmanager-shaped alert to a normalised event.
 pub(crate) fn map_alert(
     index: usize,
     alert: &AmAlert<'_>,

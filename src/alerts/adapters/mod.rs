@@ -1,4 +1,4 @@
-//! Provider adapters (upstream §6.2): one module per provider, registered in [`adapter`].
+//! Provider adapters: one module per provider, registered in [`adapter`].
 //!
 //! Every adapter turns a raw webhook body into one or more normalised [`Event`]s: as many as the body carries
 //! (the body limit bounds them; the store records what it cannot keep, never a 4xx for a big group). Source

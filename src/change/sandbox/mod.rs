@@ -1,6 +1,6 @@
 //! The sandbox programs of a change run in (validators and their `--version`
 //! preflight): whatever a model wrote into the copy, and whatever a tenant declared,
-//! runs without the host's rights (ARCHITECTURE.md §5).
+//! runs without the host's rights (an invariant in docs/architecture.md).
 //!
 //! * **Files** (Landlock): read and execute only the system directories
 //!   (`/usr /bin /sbin /lib* /etc /opt`, plus `validator_read_paths`); read and write
