@@ -45,7 +45,7 @@ fn inventory_call(id: &str) -> Step {
 struct Setup {
     engine: Engine,
     audit: Arc<AuditLog>,
-    _llm: ScriptedLlm,
+    llm: ScriptedLlm,
     _dir: tempfile::TempDir,
 }
 
@@ -55,7 +55,7 @@ async fn setup(steps: Vec<Step>, settings: EngineSettings, retriever: Option<Arc
     let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());
     let (tools, _) = host::standard_tools();
     let engine = host::engine(&llm, settings, tools, CatalogStore::new(), Some(audit.clone()), retriever);
-    Setup { engine, audit, _llm: llm, _dir: dir }
+    Setup { engine, audit, llm, _dir: dir }
 }
 
 /// Runs and checks that the Run failed on `dimension`, recorded with its reason.
@@ -155,4 +155,37 @@ async fn retrieval_is_recorded_and_given_to_the_model() {
         json!("akritas/runbooks@abc123"),
         "the Run records the version searched"
     );
+}
+
+/// An empty reply is asked again once, when the budget leaves a call for it; the Run records it.
+#[tokio::test]
+async fn an_empty_reply_is_asked_again_once_within_the_budget() {
+    let empty = || Step::from(Reply::Content(String::new()));
+    let setup =
+        setup(vec![empty_plan(), empty(), Step::from(Reply::Content("Answer.".into()))], host::settings(), None).await;
+    let outcome = setup.engine.run(request()).await.unwrap();
+    assert_eq!(outcome.answer, "Answer.");
+    let requests = setup.llm.requests();
+    assert_eq!(requests.len(), 3);
+    let last = requests[2]["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "user");
+    assert!(last["content"].as_str().unwrap().starts_with("(Akritas) Your last reply was empty"), "{last}");
+    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    assert_eq!(run.events.iter().filter(|e| e.kind == "empty_reply").count(), 1);
+
+    // Once only: a second empty reply fails the Run, saying why.
+    let steps = vec![empty_plan(), empty(), empty(), Step::from(Reply::Content("late".into()))];
+    let setup = self::setup(steps, host::settings(), None).await;
+    let error = setup.engine.run(request()).await.unwrap_err();
+    assert_eq!(error.to_string(), "model error: the model returned neither an answer nor tool calls");
+    assert_eq!(setup.llm.requests().len(), 3);
+
+    // No call left for it: the Run fails at once.
+    let mut settings = host::settings();
+    settings.limits.max_model_calls = 2;
+    let setup =
+        self::setup(vec![empty_plan(), empty(), Step::from(Reply::Content("late".into()))], settings, None).await;
+    let error = setup.engine.run(request()).await.unwrap_err();
+    assert_eq!(error.to_string(), "model error: the model returned neither an answer nor tool calls");
+    assert_eq!(setup.llm.requests().len(), 2);
 }

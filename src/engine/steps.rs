@@ -17,6 +17,7 @@ use super::request::{ModelError, RunRequest};
 use super::retrieval::{PREFETCH_CALL_ID, Prefetch, Retriever};
 use super::skills::{self, RunSkills, SkillEntry};
 use super::state::{RunState, Stop, definitions};
+use crate::audit::NewEvent;
 use crate::language::language_instruction;
 use crate::llm::{self, Message, ToolChoice};
 use crate::tenancy::Scope;
@@ -77,6 +78,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     }
 
     // Adaptive loop.
+    let mut nudged = false;
     loop {
         let tools = if state.budget.tool_calls_left() > 0 { definitions(&execution) } else { Vec::new() };
         let choice = (!tools.is_empty()).then_some(ToolChoice::Auto);
@@ -89,10 +91,21 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         let calls = response.message.tool_calls;
         if calls.is_empty() {
             let answer = response.message.content.unwrap_or_default();
-            if answer.trim().is_empty() {
+            if !answer.trim().is_empty() {
+                return Ok(answer.trim().to_string());
+            }
+            // An empty reply (a small model's, or a tool call the server could not parse and
+            // dropped) is asked once more, when the budget leaves a call for the answer (and
+            // one for the structured result after it).
+            if nudged || state.budget.model_calls_left() < 1 + u32::from(request.investigate) {
                 return Err(ModelError::NoAnswer.into());
             }
-            return Ok(answer.trim().to_string());
+            nudged = true;
+            tracing::info!("the model's reply was empty; it is asked once more for an answer");
+            let event = NewEvent { kind: EMPTY_REPLY.into(), status: Some("asked_again".into()), ..Default::default() };
+            state.record.event(event).await?;
+            state.history.push(Message::user(EMPTY_REPLY_NUDGE));
+            continue;
         }
         let (assistant, prepared) = prepare_calls(calls, state.activity.len());
         state.history.push(assistant);
@@ -106,6 +119,12 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         state.add_skills(&loaded, "loaded").await?;
     }
 }
+
+/// Event kind of an empty reply asked again.
+pub const EMPTY_REPLY: &str = "empty_reply";
+/// The turn added after an empty reply.
+pub const EMPTY_REPLY_NUDGE: &str = "(Akritas) Your last reply was empty: it held neither an answer nor a tool call. \
+Answer the question now, in plain text, from what the tools returned above.";
 
 /// The base system message (client context first, then the language
 /// instruction) and the turns after the client's system message.
