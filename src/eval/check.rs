@@ -152,6 +152,7 @@ mod tests {
             usage: None,
             protocol: crate::replay::Protocol {
                 plan: crate::replay::PlanStep::Accepted,
+                plan_refused: None,
                 result: Some(crate::replay::ResultStep::Accepted),
             },
             comparison: crate::replay::run::Comparison {

@@ -280,7 +280,7 @@ mod tests {
     use crate::replay::{PlanStep, ResultStep};
 
     fn attempt(plan: PlanStep, result: ResultStep) -> Attempt {
-        let protocol = Protocol { plan, result: Some(result) };
+        let protocol = Protocol { plan, plan_refused: None, result: Some(result) };
         Attempt {
             pass: false,
             status: "failed".into(),

@@ -38,10 +38,13 @@ pub enum ResultStep {
 }
 
 /// The structured steps of one Run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Protocol {
     /// The plan.
     pub plan: PlanStep,
+    /// Why the host refused the last plan, as the audit records it (no text the model wrote).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_refused: Option<String>,
     /// The result, when the Run was asked for one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultStep>,
@@ -65,16 +68,17 @@ pub fn protocol(run: &Result<RunOutcome, FailedRun>, investigate: bool) -> Proto
         }
         Err(failed) => (&failed.activity, result_of_error(&failed.error)),
     };
-    Protocol { plan: plan_of(activity), result: investigate.then_some(result) }
+    let (plan, plan_refused) = plan_of(activity);
+    Protocol { plan, plan_refused, result: investigate.then_some(result) }
 }
 
 /// The last plan call among the Run's calls (a refused plan may be repaired once): `ok` when
-/// the host accepted it.
-fn plan_of(activity: &[Activity]) -> PlanStep {
+/// the host accepted it; else why it was refused.
+fn plan_of(activity: &[Activity]) -> (PlanStep, Option<String>) {
     match activity.iter().rev().find(|a| a.name == PLAN_TOOL) {
-        Some(call) if call.result.is_ok() => PlanStep::Accepted,
-        Some(_) => PlanStep::Rejected,
-        None => PlanStep::Missing,
+        Some(call) if call.result.is_ok() => (PlanStep::Accepted, None),
+        Some(call) => (PlanStep::Rejected, call.result.error.as_ref().map(|error| error.message.clone())),
+        None => (PlanStep::Missing, None),
     }
 }
 
@@ -161,10 +165,11 @@ mod tests {
     fn a_plan_counts_only_when_the_host_accepted_it() {
         let plan = |error| vec![call(PLAN_TOOL, error), call("inventory.host", None)];
         let accepted = protocol(&Ok(outcome(plan(None), false)), false);
-        assert_eq!(accepted, Protocol { plan: PlanStep::Accepted, result: None });
+        assert_eq!(accepted, Protocol { plan: PlanStep::Accepted, plan_refused: None, result: None });
         assert!(accepted.complete(), "a chat needs no result");
         let rejected = protocol(&Ok(outcome(plan(Some(ErrorCode::InvalidArguments)), false)), false);
         assert_eq!((rejected.plan, rejected.complete()), (PlanStep::Rejected, false));
+        assert_eq!(rejected.plan_refused.as_deref(), Some("refused"), "the refusal says why");
         let none = protocol(&Ok(outcome(vec![call("inventory.host", None)], false)), false);
         assert_eq!((none.plan, none.complete()), (PlanStep::Missing, false));
     }
