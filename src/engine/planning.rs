@@ -169,7 +169,13 @@ fn plan_call_result(
     reason: fn(&PlanError) -> String,
 ) -> ToolResult {
     let (output, error) = match validated {
-        Ok(plan) => (Some(json!({"checks": plan.checks.len(), "gaps": plan.gaps.len()})), None),
+        Ok(plan) => {
+            let mut output = json!({"checks": plan.checks.len(), "gaps": plan.gaps.len()});
+            if !plan.set_aside.is_empty() {
+                output["set_aside_as_redundant"] = json!(plan.set_aside);
+            }
+            (Some(output), None)
+        }
         Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: reason(error) })),
     };
     ToolResult { id: id.into(), name: PLAN_TOOL.into(), output, error, duration }
@@ -205,7 +211,7 @@ mod tests {
     #[test]
     fn an_accepted_plan_is_recorded_by_its_size() {
         let gap = CapabilityGap { step: "logs".into(), capability: "kubernetes.pods.logs".into(), reason: "r".into() };
-        let plan = Plan { checks: Vec::new(), gaps: vec![gap] };
+        let plan = Plan { checks: Vec::new(), gaps: vec![gap], ..Plan::default() };
         let result = plan_call_result(&Ok(plan), PLAN_CALL_ID, Duration::from_millis(1), PlanError::to_string);
         assert_eq!((result.id.as_str(), result.name.as_str()), (PLAN_CALL_ID, PLAN_TOOL));
         assert_eq!(result.output, Some(json!({"checks": 0, "gaps": 1})));

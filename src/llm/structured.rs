@@ -276,6 +276,8 @@ impl Asking {
         let mismatch = validator.as_ref().and_then(|validator| {
             let error = validator.iter_errors(&object).next()?;
             let path = error.instance_path().as_str();
+            // Where and which rule, never the value (model text may repeat tool output).
+            tracing::debug!(step = %self.step.name, at = path, rule = error.kind().keyword(), "structured answer does not match its schema");
             let message: String = error.to_string().chars().take(300).collect();
             Some(format!("at {}: {message}", if path.is_empty() { "/" } else { path }))
         });
