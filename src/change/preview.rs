@@ -341,6 +341,7 @@ impl Preview<'_> {
             name: tool.function.name,
             description: tool.function.description,
             schema: tool.function.parameters,
+            grammar: None,
             max_tokens,
             temperature: Some(self.params.temperature),
         };

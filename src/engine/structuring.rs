@@ -29,13 +29,14 @@ pub async fn structure(state: &mut RunState<'_>, answer: &str) -> Result<Investi
         .iter()
         .filter_map(|offered| offered["reference"].as_str().map(str::to_string))
         .collect();
-    let (step, alias) = submit_tool::step(
+    let (mut step, alias) = submit_tool::step(
         RESULT_TOOL,
         "Submit the structured investigation result.",
         investigation::result_schema_citing(&references),
         messages,
         state.params.max_tokens,
     )?;
+    step.grammar = Some(investigation::result_grammar(&references, step.max_tokens));
     let response = state.call_structured("result", step).await?;
     let calls = &response.message.tool_calls;
     let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {

@@ -46,6 +46,7 @@ pub fn step(
         name: alias.clone(),
         description: description.to_string(),
         schema: definition.input_schema.clone(),
+        grammar: None,
         max_tokens,
         temperature: Some(0.0),
     };

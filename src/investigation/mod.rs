@@ -8,6 +8,9 @@
 //! at least one cited call; only `inconclusive` stands without evidence.
 
 pub mod quote;
+mod room;
+
+pub use room::result_grammar;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -250,19 +253,24 @@ pub fn result_schema() -> Value {
 /// so a server that turns the schema into a grammar cannot invent a reference.
 /// Quotes are still checked against the stored output by [`validate`].
 pub fn result_schema_citing(references: &[String]) -> Value {
-    let mut schema = result_schema();
+    cite(result_schema(), references, MAX_QUOTE_CHARS)
+}
+
+/// `schema` (a result schema) with its evidence items limited to `references`, each quoting
+/// at most `quote_chars` characters.
+fn cite(mut schema: Value, references: &[String], quote_chars: usize) -> Value {
     let evidence = &mut schema["properties"]["evidence"];
     if references.is_empty() {
         evidence["maxItems"] = json!(0);
         return schema;
     }
     let alternatives: Vec<String> = references.iter().map(|r| escape_pattern(r)).collect();
-    let pattern = format!("^({})( \"[^\"]{{1,{MAX_QUOTE_CHARS}}}\")?$", alternatives.join("|"));
+    let pattern = format!("^({})( \"[^\"]{{1,{quote_chars}}}\")?$", alternatives.join("|"));
     evidence["items"] = json!({"anyOf": [
         {"type": "string", "pattern": pattern, "maxLength": MAX_ITEM_CHARS},
         {"type": "object", "additionalProperties": false, "required": ["call", "observed"],
          "properties": {"call": {"type": "string", "enum": references},
-                        "observed": {"type": "string", "minLength": 1, "maxLength": MAX_QUOTE_CHARS}}}
+                        "observed": {"type": "string", "minLength": 1, "maxLength": quote_chars}}}
     ]});
     schema
 }

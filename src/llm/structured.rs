@@ -49,6 +49,9 @@ pub struct Step {
     pub description: String,
     /// JSON schema of the answer object.
     pub schema: Value,
+    /// A tighter schema sent in its place (`tool_call` and `json_schema`), for a server that
+    /// turns it into a grammar: whatever it admits also meets `schema`, which checks the answer.
+    pub grammar: Option<Value>,
     pub max_tokens: u32,
     pub temperature: Option<f64>,
 }
@@ -246,7 +249,7 @@ impl Asking {
         request.temperature = step.temperature;
         match self.mode {
             Mode::ToolCall => {
-                let schema = grammar_bounded(&step.schema);
+                let schema = grammar_bounded(step.grammar.as_ref().unwrap_or(&step.schema));
                 request.tools = vec![ToolDefinition::function(&step.name, &step.description, schema)];
                 request.tool_choice = Some(ToolChoice::Required);
                 request.parallel_tool_calls = Some(false);
@@ -256,7 +259,7 @@ impl Asking {
                 // property required); llama.cpp and Ollama apply the schema as a grammar either way.
                 let mut format = json!({"type": "json_schema", "json_schema": {
                     "name": step.name, "strict": strict_subset(&step.schema)}});
-                format["json_schema"]["schema"] = grammar_bounded(&step.schema);
+                format["json_schema"]["schema"] = grammar_bounded(step.grammar.as_ref().unwrap_or(&step.schema));
                 request.response_format = Some(format);
             }
             Mode::JsonObject => request.response_format = Some(json!({"type": "json_object"})),

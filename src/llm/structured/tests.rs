@@ -13,6 +13,7 @@ fn step() -> Step {
         description: "Submit the plan.".into(),
         schema: json!({"type": "object", "properties": {"checks": {"type": "array", "maxItems": 2}},
                        "required": ["checks"], "additionalProperties": false}),
+        grammar: None,
         max_tokens: 256,
         temperature: Some(0.0),
     }
@@ -154,6 +155,20 @@ fn text_answers_give_their_first_object_and_one_repair_turn() {
     assert!(prompt.contains("does not match the schema: at /checks:"), "{prompt}");
     let answered = done(asking.receive(text(r#"{"checks": [1, 2, 3, 4]}"#)));
     assert_eq!(submitted(&answered), json!({"checks": [1, 2, 3, 4]}), "the caller's validation says why");
+}
+
+#[test]
+fn a_grammar_is_sent_in_place_of_the_schema_and_the_schema_checks_the_answer() {
+    let grammar = json!({"type": "object", "properties": {"checks": {"type": "array", "maxItems": 1}},
+                         "required": ["checks"], "additionalProperties": false});
+    let sized = || Step { grammar: Some(grammar.clone()), ..step() };
+    let (_, first) = Asking::start(&client(Protocol::Fixed(Mode::ToolCall)), "m", sized());
+    assert_eq!(first.tools[0].function.parameters, grammar);
+    let (mut asking, first) = Asking::start(&client(Protocol::Fixed(Mode::JsonSchema)), "m", sized());
+    assert_eq!(first.response_format.unwrap()["json_schema"]["schema"], grammar);
+    // Two checks: more than the grammar admits, within the step's schema, so no repair turn.
+    let answered = done(asking.receive(text(r#"{"checks": [1, 2]}"#)));
+    assert_eq!((answered.requests, submitted(&answered)), (1, json!({"checks": [1, 2]})));
 }
 
 #[test]

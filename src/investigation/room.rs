@@ -1,0 +1,166 @@
+//! The result schema sized to the completion budget, for a server that turns it into a
+//! grammar (llama-server, Ollama; the structured step sends it in place of the result schema,
+//! which still checks the answer). A weak model under a grammar does not stop writing: it fills
+//! each string to its `maxLength` and each list to its `maxItems`, and a result cut off at
+//! `max_tokens` is no result (measured: SmolLM2-135M in llama-server with 512 tokens filled 21 of
+//! 81 completions to the last token, and 4 of 22 results never parsed). Here every text and list
+//! is bounded so that the longest answer the grammar admits fits the budget: the longer the
+//! budget, the more room, up to the host's own bounds.
+
+use serde_json::{Value, json};
+
+use super::{MAX_ITEM_CHARS, MAX_ITEMS, MAX_QUOTE_CHARS, MAX_TEXT_CHARS, cite, result_schema};
+
+/// Characters of JSON counted for one completion token: English text and JSON take 3 to 4 in
+/// the tokenizers of small models, digits and punctuation fewer.
+const CHARS_PER_TOKEN: usize = 2;
+/// The keys, enum values and punctuation of a result with every field present.
+const SKELETON_CHARS: usize = 240;
+
+/// The bounds of one result answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ResultRoom {
+    summary: usize,
+    hypothesis: usize,
+    impact: usize,
+    evidence_items: usize,
+    quote_chars: usize,
+    /// Items and characters of each of `ruled_out`, `affected_components`, `recommended_actions`.
+    lists: [(usize, usize); 3],
+}
+
+impl ResultRoom {
+    /// The room for an answer of at most `max_tokens` tokens citing references of at most
+    /// `reference_chars` characters.
+    fn fitting(max_tokens: u32, reference_chars: usize) -> Self {
+        let chars = usize::try_from(max_tokens).unwrap_or(usize::MAX).saturating_mul(CHARS_PER_TOKEN);
+        let content = chars.saturating_sub(SKELETON_CHARS);
+        let share = |percent: usize| content / 100 * percent;
+        let text = |percent: usize, floor: usize| share(percent).clamp(floor, MAX_TEXT_CHARS);
+        // An evidence item in its longer, object form: `{"call":"<reference>","observed":"<quote>"},`.
+        let evidence_items = (share(25) / 70).clamp(1, 16).min(MAX_ITEMS);
+        let per_item = share(25) / evidence_items;
+        let quote_chars = per_item.saturating_sub(reference_chars + 26).clamp(16, MAX_QUOTE_CHARS);
+        // A list item with its quotes and comma.
+        let list = |percent: usize| {
+            let items = (share(percent) / 80).clamp(1, 8).min(MAX_ITEMS);
+            (items, (share(percent) / items).saturating_sub(3).clamp(24, MAX_ITEM_CHARS))
+        };
+        // 95 of 100 shares: the rest is slack for the separators between fields.
+        ResultRoom {
+            summary: text(24, 80),
+            hypothesis: text(14, 40),
+            impact: text(10, 40),
+            evidence_items,
+            quote_chars,
+            lists: [list(7), list(6), list(9)],
+        }
+    }
+}
+
+/// The result schema for a Run citing `references`, bounded to what `max_tokens` can hold.
+pub fn result_grammar(references: &[String], max_tokens: u32) -> Value {
+    let longest = references.iter().map(String::len).max().unwrap_or(0);
+    let room = ResultRoom::fitting(max_tokens, longest);
+    let mut schema = cite(result_schema(), references, room.quote_chars);
+    let properties = &mut schema["properties"];
+    for (field, chars) in [("summary", room.summary), ("hypothesis", room.hypothesis), ("impact", room.impact)] {
+        properties[field]["maxLength"] = json!(chars);
+    }
+    if !references.is_empty() {
+        properties["evidence"]["maxItems"] = json!(room.evidence_items);
+        // The text form's own bound: the longest reference and quote (the pattern holds the quote).
+        properties["evidence"]["items"]["anyOf"][0]["maxLength"] = json!(longest + room.quote_chars + 3);
+    }
+    for (field, (items, chars)) in
+        ["ruled_out", "affected_components", "recommended_actions"].into_iter().zip(room.lists)
+    {
+        properties[field]["maxItems"] = json!(items);
+        properties[field]["items"]["maxLength"] = json!(chars);
+    }
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The longest JSON text an instance of `schema` can take, from its bounds (a pattern
+    /// string by its `maxLength`).
+    fn longest(schema: &Value) -> usize {
+        if let Some(options) = schema["enum"].as_array() {
+            return options.iter().map(|o| o.to_string().len()).max().unwrap_or(0);
+        }
+        if let Some(options) = schema["anyOf"].as_array() {
+            return options.iter().map(longest).max().unwrap_or(0);
+        }
+        match schema["type"].as_str() {
+            Some("string") => schema["maxLength"].as_u64().map_or(usize::MAX / 4, |n| n as usize) + 2,
+            Some("integer") => 20,
+            Some("array") => {
+                let items = schema["maxItems"].as_u64().map_or(usize::MAX / 4, |n| n as usize);
+                2 + items * (longest(&schema["items"]) + 1)
+            }
+            Some("object") => {
+                let properties = schema["properties"].as_object().unwrap();
+                2 + properties.iter().map(|(key, value)| key.len() + 4 + longest(value)).sum::<usize>()
+            }
+            other => panic!("unexpected type {other:?}"),
+        }
+    }
+
+    fn references(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("tool-call:call-{i}")).collect()
+    }
+
+    #[test]
+    fn the_longest_answer_fits_the_budget() {
+        for max_tokens in [256, 512, 1024, 4096] {
+            for cited in [0, 1, 6] {
+                let schema = result_grammar(&references(cited), max_tokens);
+                let chars = longest(&schema);
+                // Under about 512 tokens the floors (80 characters of summary, ...) take more.
+                let budget = (max_tokens as usize * CHARS_PER_TOKEN).max(1024);
+                assert!(chars <= budget, "{max_tokens} tokens, {cited} references: {chars} characters");
+            }
+        }
+        // The full schema admits far more than 512 tokens.
+        assert!(longest(&super::super::result_schema_citing(&references(3))) > 100_000);
+    }
+
+    #[test]
+    fn more_budget_gives_more_room_up_to_the_hosts_bounds() {
+        let small = ResultRoom::fitting(512, 20);
+        let large = ResultRoom::fitting(4096, 20);
+        assert!(small.summary >= 80 && small.summary < large.summary);
+        assert!(small.evidence_items >= 1 && small.evidence_items < large.evidence_items);
+        let cited = |room: ResultRoom| room.evidence_items * room.quote_chars;
+        assert!(small.quote_chars >= 16 && cited(small) < cited(large));
+        let huge = ResultRoom::fitting(1_000_000, 20);
+        assert_eq!((huge.summary, huge.quote_chars), (MAX_TEXT_CHARS, MAX_QUOTE_CHARS));
+        assert!(huge.lists.iter().all(|&(items, chars)| items <= MAX_ITEMS && chars <= MAX_ITEM_CHARS));
+    }
+
+    #[test]
+    fn an_answer_the_sized_schema_admits_meets_the_full_one() {
+        let refs = references(2);
+        let sized = result_grammar(&refs, 512);
+        let full = super::super::result_schema_citing(&refs);
+        let answer = json!({
+            "finding_status": "suspected", "actionability": "requires_human", "confidence": "low",
+            "summary": "s".repeat(sized["properties"]["summary"]["maxLength"].as_u64().unwrap() as usize),
+            "hypothesis": "", "impact": "",
+            "evidence": ["tool-call:call-2 \"restarts=7\"", {"call": "tool-call:call-1", "observed": "OOMKilled"}],
+            "ruled_out": [], "affected_components": ["cart"], "recommended_actions": ["raise the limit"],
+            "production_writes": 0
+        });
+        let errors: Vec<String> =
+            jsonschema::validator_for(&sized).unwrap().iter_errors(&answer).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(jsonschema::is_valid(&full, &answer));
+        let long = json!({"summary": "s".repeat(MAX_TEXT_CHARS)});
+        let mut too_long = answer.clone();
+        too_long["summary"] = long["summary"].clone();
+        assert!(!jsonschema::is_valid(&sized, &too_long) && jsonschema::is_valid(&full, &too_long));
+    }
+}
