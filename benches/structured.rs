@@ -94,6 +94,7 @@ fn step() -> Step {
         name: NAME.into(),
         description: "Submit the investigation plan.".into(),
         schema: plan_schema("en", &tools(), PlanRoom::fitting(8, 1024, true)),
+        grammar: None,
         max_tokens: 1024,
         temperature: Some(0.0),
     }
