@@ -76,9 +76,7 @@ impl AskFlags {
 
 /// Runs the question; exit 0 with an answer, 1 on any failure (message on stderr).
 pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::redact::RedactedStderr).try_init();
+    super::log_to_stderr();
     let settings = match config::load(flags, &|name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(error) => {

@@ -40,6 +40,7 @@ pub struct EvalArgs {
 
 /// Runs `akritas eval`.
 pub fn run(args: EvalArgs) -> ExitCode {
+    super::log_to_stderr();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -141,6 +141,14 @@ pub enum McpServer {
 }
 
 /// Parses the process arguments and runs the command.
+/// Logs of a one-shot command (`ask`, `eval`) to stderr, secrets redacted: warnings, or what
+/// `RUST_LOG` asks for.
+fn log_to_stderr() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::redact::RedactedStderr).try_init();
+}
+
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
