@@ -48,9 +48,6 @@ pub struct Plan {
     pub gaps: Vec<CapabilityGap>,
     /// Items the host left out as redundant rather than refusing the plan for them.
     pub set_aside: SetAside,
-    /// Lists the plan left out, read as empty (`checks`, `gaps`): a server whose grammar does
-    /// not hold the model to `required` lets it omit one (measured: Gemma 3 on Ollama v0.17.4).
-    pub absent: Vec<&'static str>,
 }
 
 /// Redundant plan items, left out: nothing in them could change what the host executes.
@@ -77,12 +74,6 @@ impl SetAside {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPlan {
-    checks: Option<Vec<RawCheck>>,
-    gaps: Option<Vec<RawGap>>,
-}
-
-/// A plan's lists, an absent one empty.
-struct RawLists {
     checks: Vec<RawCheck>,
     gaps: Vec<RawGap>,
 }
@@ -390,17 +381,10 @@ pub fn validate_plan<E: std::fmt::Display>(
 ) -> Result<Plan, PlanError> {
     let value: Value = serde_json::from_str(arguments).map_err(PlanError::Json)?;
     let raw: RawPlan = serde_json::from_value(value).map_err(PlanError::Shape)?;
-    let absent: Vec<&'static str> = [("checks", raw.checks.is_none()), ("gaps", raw.gaps.is_none())]
-        .into_iter()
-        .filter(|(_, a)| *a)
-        .map(|(n, _)| n)
-        .collect();
-    let raw = (raw.checks.unwrap_or_default(), raw.gaps.unwrap_or_default());
-    let raw = RawLists { checks: raw.0, gaps: raw.1 };
     if raw.checks.len() + raw.gaps.len() > MAX_PLAN_ITEMS {
         return Err(PlanError::TooManyItems(raw.checks.len() + raw.gaps.len()));
     }
-    let mut plan = Plan { absent, ..Plan::default() };
+    let mut plan = Plan::default();
     let mut seen_checks = BTreeSet::new();
     for (index, check) in raw.checks.into_iter().enumerate() {
         let at = At { list: "checks", index };
@@ -508,15 +492,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_absent_list_is_read_as_empty_and_said() {
-        let plan = validate(json!({"checks": [check("a", "inventory.host")]}), 2).unwrap();
-        assert_eq!((plan.checks.len(), plan.gaps.len(), plan.absent.clone()), (1, 0, vec!["gaps"]));
-        let plan = validate(json!({}), 2).unwrap();
-        assert_eq!(plan.absent, ["checks", "gaps"]);
-        assert!(validate(json!({"checks": [check("a", "inventory.host")], "gaps": []}), 2).unwrap().absent.is_empty());
-    }
-
     fn four_hosts() -> Vec<Value> {
         let check =
             |host: &str| json!({"step": host, "tool": "inventory.host", "arguments": {"host": host}, "reason": "r"});
@@ -542,6 +517,7 @@ mod tests {
     #[test]
     fn rejects_each_rule() {
         let cases = [
+            (json!({"checks": []}), "plan is not valid: missing field `gaps`"),
             (
                 json!({"checks": [], "gaps": [], "extra": 1}),
                 "plan is not valid: unknown field `extra`, expected `checks` or `gaps`",

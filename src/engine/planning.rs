@@ -174,9 +174,6 @@ fn plan_call_result(
             if !plan.set_aside.is_empty() {
                 output["set_aside_as_redundant"] = json!(plan.set_aside);
             }
-            if !plan.absent.is_empty() {
-                output["absent_read_as_empty"] = json!(plan.absent);
-            }
             (Some(output), None)
         }
         Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: reason(error) })),
