@@ -140,7 +140,6 @@ pub enum McpServer {
     Probe(mcp_probe::McpProbeArgs),
 }
 
-/// Parses the process arguments and runs the command.
 /// Logs of a one-shot command (`ask`, `eval`) to stderr, secrets redacted: warnings, or what
 /// `RUST_LOG` asks for.
 fn log_to_stderr() {
@@ -149,6 +148,7 @@ fn log_to_stderr() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::redact::RedactedStderr).try_init();
 }
 
+/// Parses the process arguments and runs the command.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

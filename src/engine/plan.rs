@@ -398,7 +398,7 @@ pub fn validate_plan<E: std::fmt::Display>(
             return Err(PlanError::ArgumentsNotObject { at });
         }
         check_tool(&tool, &check.arguments).map_err(|e| PlanError::Unavailable { at, reason: e.to_string() })?;
-        // serde_json's maps are sorted, so equal arguments serialize alike.
+        // serde_json's maps are sorted (no `preserve_order`), so equal arguments serialize alike.
         if !seen_checks.insert((tool.to_lowercase(), check.arguments.to_string())) {
             plan.set_aside.duplicate_checks += 1;
             continue;
