@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+mod room;
+pub use room::plan_grammar;
+
 /// Host name of the plan tool.
 pub const PLAN_TOOL: &str = "local.investigation.submit_plan";
 /// Call id the host gives the plan call.

@@ -41,13 +41,14 @@ pub async fn plan(
     for attempt in 1..=MAX_PLAN_ATTEMPTS {
         let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
         let room = PlanRoom::fitting(max_checks, max_tokens, investigate);
-        let (step, alias) = submit_tool::step(
+        let (mut step, alias) = submit_tool::step(
             PLAN_TOOL,
             "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
             plan::plan_schema(&language, &tool_shapes(execution), room),
             messages.clone(),
             max_tokens,
         )?;
+        step.grammar = Some(plan::plan_grammar(&step.schema, step.max_tokens));
         let response = state.call_structured("plan", step).await?;
         let calls = &response.message.tool_calls;
         let Some(submitted) = submit_tool::sole_submission(calls, &alias) else {

@@ -9,11 +9,10 @@
 
 use serde_json::{Value, json};
 
+use crate::llm::grammar::CHARS_PER_TOKEN;
+
 use super::{MAX_ITEM_CHARS, MAX_ITEMS, MAX_QUOTE_CHARS, MAX_TEXT_CHARS, cite, result_schema};
 
-/// Characters of JSON counted for one completion token: English text and JSON take 3 to 4 in
-/// the tokenizers of small models, digits and punctuation fewer.
-const CHARS_PER_TOKEN: usize = 2;
 /// The keys, enum values and punctuation of a result with every field present.
 const SKELETON_CHARS: usize = 240;
 
@@ -84,30 +83,7 @@ pub fn result_grammar(references: &[String], max_tokens: u32) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The longest JSON text an instance of `schema` can take, from its bounds (a pattern
-    /// string by its `maxLength`).
-    fn longest(schema: &Value) -> usize {
-        if let Some(options) = schema["enum"].as_array() {
-            return options.iter().map(|o| o.to_string().len()).max().unwrap_or(0);
-        }
-        if let Some(options) = schema["anyOf"].as_array() {
-            return options.iter().map(longest).max().unwrap_or(0);
-        }
-        match schema["type"].as_str() {
-            Some("string") => schema["maxLength"].as_u64().map_or(usize::MAX / 4, |n| n as usize) + 2,
-            Some("integer") => 20,
-            Some("array") => {
-                let items = schema["maxItems"].as_u64().map_or(usize::MAX / 4, |n| n as usize);
-                2 + items * (longest(&schema["items"]) + 1)
-            }
-            Some("object") => {
-                let properties = schema["properties"].as_object().unwrap();
-                2 + properties.iter().map(|(key, value)| key.len() + 4 + longest(value)).sum::<usize>()
-            }
-            other => panic!("unexpected type {other:?}"),
-        }
-    }
+    use crate::llm::grammar::longest_admitted as longest;
 
     fn references(n: usize) -> Vec<String> {
         (1..=n).map(|i| format!("tool-call:call-{i}")).collect()

@@ -16,6 +16,7 @@
 mod client;
 mod discovery;
 mod error;
+pub mod grammar;
 mod learned;
 mod protocol;
 pub mod reasoning;

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 use super::client::LlmClient;
 use super::error::LlmError;
+use super::grammar::{grammar_bounded, outline};
 pub use super::protocol::{Mode, ModeSource, Protocol};
 use super::reasoning::strip_think;
 use super::wire::{ChatRequest, ChatResponse, Message, Role, ToolCall, ToolChoice, ToolDefinition};
@@ -102,6 +103,8 @@ pub struct Asking {
 pub const STRUCTURED_CALL_ID: &str = "structured_1";
 /// At most this much of a wrong answer is repeated in the repair turn.
 const REPAIR_ECHO_CHARS: usize = 2_000;
+/// At most this much of an answer cut off at the token limit is repeated in the repair turn.
+const CUT_OFF_ECHO_CHARS: usize = 400;
 
 impl Asking {
     /// Starts a step for `model` once the client knows what it can of the server: under `auto`,
@@ -166,22 +169,28 @@ impl Asking {
             return self.fall_back();
         }
         let content = response.message.content.as_deref().map(strip_think).unwrap_or_default();
-        match self.object_in(&content) {
+        // Ollama ends an answer that repeats one token 31 times with no finish reason at all.
+        let cut_off = !matches!(response.finish_reason.as_deref(), Some("stop" | "tool_calls"));
+        match self.object_in(&content, cut_off) {
             Ok(object) => {
                 self.remember();
                 Next::Done(self.answered(submission(response, &self.step.name, &object)))
             }
             Err(problem) if !self.repaired => {
                 self.repaired = true;
-                let echo: String = content.chars().take(REPAIR_ECHO_CHARS).collect();
-                self.repair = vec![Message::assistant(echo), Message::user(repair_prompt(&self.step.name, &problem))];
+                // A cut-off answer is echoed only in part: a weak model given all of it writes it again.
+                let echo_chars =
+                    if matches!(problem, Problem::CutOff) { CUT_OFF_ECHO_CHARS } else { REPAIR_ECHO_CHARS };
+                let echo: String = content.chars().take(echo_chars).collect();
+                let prompt = repair_prompt(&self.step.name, &problem, self.step.max_tokens);
+                self.repair = vec![Message::assistant(echo), Message::user(prompt)];
                 self.ask()
             }
             Err(Problem::Mismatch { object, .. }) => {
                 // Still not the schema: the caller's validation says exactly what is wrong.
                 Next::Done(self.answered(submission(response, &self.step.name, &object)))
             }
-            Err(Problem::NoObject) => Next::Done(self.answered(response)),
+            Err(Problem::NoObject | Problem::CutOff) => Next::Done(self.answered(response)),
         }
     }
 
@@ -272,8 +281,15 @@ impl Asking {
         request
     }
 
-    /// The first JSON object in `content`, checked against the schema.
-    fn object_in(&self, content: &str) -> Result<Value, Problem> {
+    /// The first JSON object in `content`, checked against the schema. An answer that stopped
+    /// for another reason than its end (`cut_off`: the token limit, or a server's loop guard)
+    /// before its first object closed has none: an object inside it (a check's arguments, say)
+    /// is not the answer.
+    fn object_in(&self, content: &str, cut_off: bool) -> Result<Value, Problem> {
+        if cut_off && ends_inside_first_object(content) {
+            tracing::debug!(step = %self.step.name, max_tokens = self.step.max_tokens, "structured answer cut off at the token limit");
+            return Err(Problem::CutOff);
+        }
         let object = first_object(content).ok_or(Problem::NoObject)?;
         let validator = self.validator.get_or_init(|| jsonschema::options().offline().build(&self.step.schema).ok());
         let mismatch = validator.as_ref().and_then(|validator| {
@@ -293,37 +309,12 @@ impl Asking {
 
 enum Problem {
     NoObject,
-    Mismatch { object: Value, reason: String },
-}
-
-/// The largest repetition bound llama.cpp's grammars take (`MAX_REPETITION_THRESHOLD`): a
-/// schema whose `maxLength` or `maxItems` is larger fails to parse on llama-server, and crashes
-/// Ollama v0.17.4's runner (HTTP 500 "model runner has unexpectedly stopped").
-const GRAMMAR_MAX_REPETITIONS: u64 = 2000;
-
-/// `schema` as sent to a server that may turn it into a grammar: each `maxLength` and `maxItems`
-/// above [`GRAMMAR_MAX_REPETITIONS`] comes down to it. Only tighter, so whatever a server lets
-/// the model write still meets the step's own schema, which answers are checked against.
-fn grammar_bounded(schema: &Value) -> Value {
-    match schema {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| {
-                    let bounded = match (key.as_str(), value.as_u64()) {
-                        ("maxLength" | "maxItems", Some(n)) if n > GRAMMAR_MAX_REPETITIONS => {
-                            json!(GRAMMAR_MAX_REPETITIONS)
-                        }
-                        // Values, not schemas.
-                        ("enum" | "const" | "default" | "examples", _) => value.clone(),
-                        _ => grammar_bounded(value),
-                    };
-                    (key.clone(), bounded)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(grammar_bounded).collect()),
-        other => other.clone(),
-    }
+    /// The answer stopped (at the token limit, or cut by the server) before its object closed.
+    CutOff,
+    Mismatch {
+        object: Value,
+        reason: String,
+    },
 }
 
 /// Whether `schema` is in OpenAI's strict subset: each object schema lists its
@@ -356,7 +347,12 @@ fn instruction(mode: Mode, step: &Step) -> String {
         step.description.trim_end_matches('.')
     );
     match mode {
-        Mode::ToolCall | Mode::JsonSchema => ask,
+        Mode::ToolCall => ask,
+        // The grammar gives the keys, not what they mean.
+        Mode::JsonSchema => match outline(&step.schema) {
+            fields if fields.is_empty() => ask,
+            fields => format!("{ask} Its fields:\n{fields}"),
+        },
         Mode::JsonObject | Mode::Text => format!("{ask} It must match this JSON schema: {}", step.schema),
     }
 }
@@ -375,9 +371,15 @@ fn instruct(messages: &mut Vec<Message>, paragraph: &str) {
     }
 }
 
-fn repair_prompt(name: &str, problem: &Problem) -> String {
+fn repair_prompt(name: &str, problem: &Problem, max_tokens: u32) -> String {
     let what = match problem {
         Problem::NoObject => "it holds no JSON object".to_string(),
+        Problem::CutOff => {
+            return format!(
+                "That answer stopped before its JSON object closed (the limit is {max_tokens} tokens). Answer again with \
+                 a shorter JSON object (the arguments of `{name}`): a few plain words per text, only the items that matter."
+            );
+        }
         Problem::Mismatch { reason, .. } => format!("it does not match the schema: {reason}"),
     };
     format!(
@@ -391,6 +393,13 @@ fn submission(mut response: ChatResponse, name: &str, object: &Value) -> ChatRes
     response.message.content = None;
     response.message.tool_calls = vec![ToolCall::function(STRUCTURED_CALL_ID, name, object.to_string())];
     response
+}
+
+/// Whether `text` ends inside the JSON value its first `{` opens.
+fn ends_inside_first_object(text: &str) -> bool {
+    let Some(at) = text.find('{') else { return false };
+    let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
+    matches!(values.next(), Some(Err(error)) if error.is_eof())
 }
 
 /// At most this many `{` are tried as the start of an object.

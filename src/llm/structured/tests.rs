@@ -172,6 +172,46 @@ fn a_grammar_is_sent_in_place_of_the_schema_and_the_schema_checks_the_answer() {
 }
 
 #[test]
+fn a_json_schema_request_says_what_the_fields_mean() {
+    // Under a grammar the model sees the keys it may write, not their descriptions.
+    let described = json!({"type": "object", "required": ["checks"], "additionalProperties": false, "properties": {
+        "checks": {"type": "array", "maxItems": 2, "description": "Read-only checks to run. In order.",
+                   "items": {"type": "string", "description": "A check."}}}});
+    let (_, request) =
+        Asking::start(&client(Protocol::Fixed(Mode::JsonSchema)), "m", Step { schema: described, ..step() });
+    let system = request.messages[0].content.as_deref().unwrap();
+    assert!(system.ends_with("Its fields:\nchecks: Read-only checks to run.\nchecks[]: A check."), "{system}");
+}
+
+fn cut_off(content: &str) -> Result<ChatResponse, LlmError> {
+    Ok(ChatResponse { message: Message::assistant(content), finish_reason: Some("length".into()), usage: None })
+}
+
+#[test]
+fn an_answer_cut_off_at_the_token_limit_is_asked_again_shorter_and_an_object_inside_it_is_not_the_answer() {
+    // Measured on Ollama with Gemma 3 270M: the plan ran to the last token inside a check, and
+    // the first whole object in it was that check's arguments.
+    let long = format!(r#"{{"checks": [{{"arguments": {{"namespace": "shop"}}, "step": "{}"#, "0".repeat(3_000));
+    let (mut asking, _) = Asking::start(&client(Protocol::Fixed(Mode::JsonSchema)), "m", step());
+    let repair = asked(asking.receive(cut_off(&long)));
+    let [.., echo, prompt] = repair.messages.as_slice() else { panic!() };
+    assert!(echo.content.as_deref().unwrap().chars().count() <= CUT_OFF_ECHO_CHARS, "only the start is echoed");
+    let prompt = prompt.content.as_deref().unwrap();
+    assert!(prompt.contains("stopped before its JSON object closed (the limit is 256 tokens)"), "{prompt}");
+    // Ollama's loop guard ends an answer with no finish reason: cut off again, so no
+    // submission, and the caller reports the missing answer.
+    let stopped = Ok(ChatResponse { message: Message::assistant(long.as_str()), finish_reason: None, usage: None });
+    let answered = done(asking.receive(stopped));
+    assert!(answered.response.message.tool_calls.is_empty());
+    assert_eq!(answered.requests, 2);
+
+    // A whole object that reached the limit just as it closed is an answer.
+    let (mut asking, _) = Asking::start(&client(Protocol::Fixed(Mode::JsonSchema)), "m", step());
+    let answered = done(asking.receive(cut_off(r#"{"checks": [1]}"#)));
+    assert_eq!(submitted(&answered), json!({"checks": [1]}));
+}
+
+#[test]
 fn a_tool_call_answer_is_taken_as_it_is() {
     let llm = client(Protocol::Auto);
     let (mut asking, _) = Asking::start(&llm, "m", step());
