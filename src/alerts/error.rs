@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::state::RecordError;
-use crate::journal::{JournalError, ScanError};
+use crate::journal::JournalError;
 
 /// Alert store failures.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub(super) fn inconsistent(path: &Path, (seq, reason): (u64, RecordError)) -> Al
 pub(super) fn load_error(path: &Path, error: LoadError) -> AlertStoreError {
     match error {
         LoadError::Journal(e) => e.into(),
-        LoadError::Record(seq, reason) => inconsistent(path, (seq, reason)),
+        LoadError::Replay { seq, reason } => inconsistent(path, (seq, reason)),
         LoadError::NoSnapshot { first_seq } => {
             AlertStoreError::NoSnapshot { path: path.display().to_string(), first_seq }
         }
@@ -56,20 +56,4 @@ pub(super) fn load_error(path: &Path, error: LoadError) -> AlertStoreError {
 }
 
 /// Why loading failed.
-pub(crate) enum LoadError {
-    Journal(JournalError),
-    Record(u64, RecordError),
-    /// Retention removed the start of the journal and no snapshot after it can be used.
-    NoSnapshot {
-        first_seq: u64,
-    },
-}
-
-impl From<ScanError<(u64, RecordError)>> for LoadError {
-    fn from(error: ScanError<(u64, RecordError)>) -> Self {
-        match error {
-            ScanError::Journal(e) => LoadError::Journal(e),
-            ScanError::Visit((seq, e)) => LoadError::Record(seq, e),
-        }
-    }
-}
+pub(crate) type LoadError = crate::journal::snapshot::RestoreError<RecordError>;

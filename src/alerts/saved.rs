@@ -14,7 +14,8 @@ use super::error::{AlertStoreError, LoadError, load_error};
 use super::id::Id;
 use super::state::{Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job};
 use super::threads::Threads;
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Location, Opened, Record, ScanError};
+use crate::journal::snapshot::Reader;
+use crate::journal::{self, Checkpoint, Journal, JournalOptions, Location, Opened, Record};
 
 /// Shape and version of the snapshot file.
 pub(crate) const FORMAT: &str = "akritas.alerts.state.v1";
@@ -125,17 +126,8 @@ impl Saved {
     }
 }
 
-/// A visitor of records that fails with the record's seq and why.
-type Visit<'v> = dyn FnMut(Record) -> Result<(), (u64, RecordError)> + 'v;
-/// Reads the journal from a checkpoint (or the start) into a visitor.
-type Reader<'r, T> = dyn FnMut(Option<&Checkpoint>, &mut Visit<'_>) -> Result<T, ScanError<(u64, RecordError)>> + 'r;
-
 /// How many records the last load replayed, and whether it started from a snapshot.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Loaded {
-    pub(crate) replayed: u64,
-    pub(crate) from_snapshot: bool,
-}
+pub(crate) type Loaded = journal::snapshot::Restored;
 
 /// Reads the state: the snapshot (if any and it matches the journal) and the records after it.
 /// `open` reads the journal (opening it for writing, or only reading it).
@@ -144,38 +136,12 @@ fn load<T>(
     use_snapshot: bool,
     bounds: Bounds,
     legacy: &dyn Fn(&str) -> String,
-    open: &mut Reader<'_, T>,
+    open: &mut Reader<'_, T, RecordError>,
 ) -> Result<(T, State, Loaded), LoadError> {
-    // Once retention removed the start of the journal, only a snapshot rebuilds the state.
-    let anchored = journal::anchor(path).map_err(LoadError::Journal)?.map(|a| a.first_seq);
-    let snapshot =
-        if use_snapshot || anchored.is_some() { journal::snapshot::read::<Saved>(path, FORMAT) } else { None };
-    if let Some((checkpoint, saved)) = snapshot {
-        let mut state = saved.restore(bounds, checkpoint.clone());
-        let mut replayed = 0;
-        let outcome = open(Some(&checkpoint), &mut |record| {
-            replayed += 1;
-            apply(&mut state, &record, legacy).map_err(|e| (record.seq, e))
-        });
-        match outcome {
-            Ok(opened) => return Ok((opened, state, Loaded { replayed, from_snapshot: true })),
-            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
-                tracing::warn!(path = %path.display(), %reason, "the alert snapshot does not match the journal; replaying the journal from the start");
-                journal::snapshot::discard(path);
-            }
-            Err(other) => return Err(other.into()),
-        }
-    }
-    if let Some(first_seq) = anchored {
-        return Err(LoadError::NoSnapshot { first_seq });
-    }
-    let mut state = State { bounds, ..State::default() };
-    let mut replayed = 0;
-    let opened = open(None, &mut |record| {
-        replayed += 1;
-        apply(&mut state, &record, legacy).map_err(|e| (record.seq, e))
-    })?;
-    Ok((opened, state, Loaded { replayed, from_snapshot: false }))
+    let restore = |saved: Saved, checkpoint| saved.restore(bounds, checkpoint);
+    let empty = || State { bounds, ..State::default() };
+    let apply = |state: &mut State, record: &Record| apply(state, record, legacy);
+    journal::snapshot::restore(path, FORMAT, use_snapshot, restore, empty, apply, open)
 }
 
 /// Opens the journal for writing and loads the state.

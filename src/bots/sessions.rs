@@ -18,8 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::ingress::{Inbound, Provider};
-use crate::journal::snapshot::RestoreError;
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record};
+use crate::journal::durable::{Durable, Replayed, State, StoreError, StoreName};
+use crate::journal::{JournalOptions, Record};
 
 const ACCEPTED: &str = "bots.accepted";
 const TURN: &str = "bots.turn";
@@ -130,36 +130,14 @@ impl fmt::Debug for SessionOptions {
 }
 
 /// What the session store could not do.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    /// The journal could not be opened, read or written.
-    #[error("the bot session journal failed: {0}")]
-    Journal(#[from] JournalError),
-    /// A journal record this version cannot replay.
-    #[error(
-        "the bot session journal {} has a record (seq {seq}) this version cannot read: {reason}; restore the journal from backup or move it aside (bot conversations and dedup ids in it are then lost)",
-        path.display()
-    )]
-    Replay {
-        /// The journal.
-        path: PathBuf,
-        /// The record's seq.
-        seq: u64,
-        /// Why.
-        reason: String,
-    },
-    /// The journal's start was removed and no snapshot holds what it said.
-    #[error(
-        "the bot session journal {} starts at seq {first_seq} but its snapshot is missing or unreadable; restore the snapshot from backup or move the journal aside (bot conversations and dedup ids in it are then lost)",
-        path.display()
-    )]
-    NoSnapshot {
-        /// The journal.
-        path: PathBuf,
-        /// Its first kept record.
-        first_seq: u64,
-    },
-}
+pub type SessionError = StoreError;
+
+/// The session store in errors and logs.
+const NAME: StoreName = StoreName {
+    journal: "bot session journal",
+    lost: "bot conversations and dedup ids in it",
+    component: "akritas_bots",
+};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Session {
@@ -194,8 +172,6 @@ struct Book {
     /// Accepted, unanswered events by the seq of their `bots.accepted` record.
     pending: BTreeMap<u64, Inbound>,
     pending_ids: HashMap<String, u64>,
-    last: Option<Checkpoint>,
-    since_snapshot: u64,
 }
 
 fn field<'r>(record: &'r Record, name: &str) -> Result<&'r serde_json::Value, String> {
@@ -207,7 +183,7 @@ fn parse<T: serde::de::DeserializeOwned>(record: &Record, name: &str) -> Result<
 }
 
 impl Book {
-    fn new(limits: Limits, saved: Saved, last: Option<Checkpoint>) -> Self {
+    fn new(limits: Limits, saved: Saved) -> Self {
         let mut book = Book {
             limits,
             sessions: saved.sessions.into_iter().collect(),
@@ -215,8 +191,6 @@ impl Book {
             seen: HashSet::new(),
             pending: BTreeMap::new(),
             pending_ids: HashMap::new(),
-            last,
-            since_snapshot: 0,
         };
         for id in saved.dedup {
             book.remember(id);
@@ -226,14 +200,6 @@ impl Book {
             book.pending.insert(seq, inbound);
         }
         book
-    }
-
-    fn saved(&self) -> Saved {
-        Saved {
-            sessions: self.sessions.iter().map(|(k, s)| (k.clone(), s.clone())).collect(),
-            dedup: self.dedup.iter().cloned().collect(),
-            pending: self.pending.iter().map(|(seq, i)| (*seq, i.clone())).collect(),
-        }
     }
 
     fn remember(&mut self, id: String) {
@@ -278,8 +244,12 @@ impl Book {
             session.turns.pop_front();
         }
     }
+}
 
-    /// Applies one journal record.
+impl Replayed for Book {
+    const FORMAT: &'static str = FORMAT;
+    type Saved = Saved;
+
     fn apply(&mut self, record: &Record) -> Result<(), String> {
         let at: Timestamp = record.time.parse().map_err(|e| format!("bad time: {e}"))?;
         match record.kind.as_str() {
@@ -307,19 +277,21 @@ impl Book {
             other => return Err(format!("unknown record kind {other:?}")),
         }
         self.prune(at);
-        self.last = Some(record.checkpoint());
-        self.since_snapshot += 1;
         Ok(())
+    }
+
+    fn saved(&mut self) -> Saved {
+        Saved {
+            sessions: self.sessions.iter().map(|(k, s)| (k.clone(), s.clone())).collect(),
+            dedup: self.dedup.iter().cloned().collect(),
+            pending: self.pending.iter().map(|(seq, i)| (*seq, i.clone())).collect(),
+        }
     }
 }
 
 struct Inner {
-    journal: Journal,
-    path: PathBuf,
+    store: Durable<Book>,
     options: SessionOptions,
-    book: Mutex<Book>,
-    /// Held across each append and the change it records, so memory follows journal order.
-    writer: tokio::sync::Mutex<()>,
 }
 
 /// The durable store of bot sessions and dedup ids. Cheap to clone.
@@ -330,7 +302,7 @@ pub struct SessionStore {
 
 impl fmt::Debug for SessionStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SessionStore").field("path", &self.inner.path).finish_non_exhaustive()
+        f.debug_struct("SessionStore").field("path", &self.inner.store.path()).finish_non_exhaustive()
     }
 }
 
@@ -352,33 +324,25 @@ impl SessionStore {
             segment_age: Some(Duration::from_secs(24 * 3600)),
             ..JournalOptions::default()
         };
-        let restored = journal::snapshot::open_restored(
+        let store = Durable::open(
             path,
-            FORMAT,
             journal_options,
-            |saved: Saved, checkpoint| Book::new(limits, saved, Some(checkpoint)),
-            || Book::new(limits, Saved::default(), None),
-            |book, record| book.apply(record),
-        );
-        let (journal, mut book) = restored.map_err(|e| match e {
-            RestoreError::Journal(e) => SessionError::Journal(e),
-            RestoreError::Replay { seq, reason } => SessionError::Replay { path: path.to_owned(), seq, reason },
-            RestoreError::NoSnapshot { first_seq } => SessionError::NoSnapshot { path: path.to_owned(), first_seq },
-        })?;
-        book.prune((options.clock)());
-        tracing::info!(component = "akritas_bots", path = %path.display(), sessions = book.sessions.len(), pending = book.pending.len(), "bot session store loaded");
-        let inner = Inner {
-            journal,
-            path: path.to_owned(),
-            options,
-            book: Mutex::new(book),
-            writer: tokio::sync::Mutex::new(()),
-        };
+            NAME,
+            options.snapshot_every,
+            |saved| Book::new(limits, saved),
+            || Book::new(limits, Saved::default()),
+        )?;
+        {
+            let mut book = store.state();
+            book.prune((options.clock)());
+            tracing::info!(component = NAME.component, path = %path.display(), sessions = book.sessions.len(), pending = book.pending.len(), "bot session store loaded");
+        }
+        let inner = Inner { store, options };
         Ok(SessionStore { inner: Arc::new(inner) })
     }
 
-    fn book(&self) -> MutexGuard<'_, Book> {
-        self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
+    fn book(&self) -> State<'_, Book> {
+        self.inner.store.state()
     }
 
     fn now(&self) -> Timestamp {
@@ -390,22 +354,6 @@ impl SessionStore {
         self.book().limits.messages
     }
 
-    /// Appends a record (recovering the journal first after a failed write), then applies it.
-    /// The caller holds the writer lock.
-    async fn record(&self, kind: &str, data: serde_json::Value) -> Result<(), SessionError> {
-        if self.inner.journal.failure().is_some() {
-            self.inner.journal.recover().await?;
-        }
-        let record = self.inner.journal.append(kind, &data).await?;
-        self.book().apply(&record).map_err(|reason| SessionError::Replay {
-            path: self.inner.path.clone(),
-            seq: record.seq,
-            reason,
-        })?;
-        self.maintain().await;
-        Ok(())
-    }
-
     /// Whether `event_id` was already accepted (within the dedup window).
     pub fn is_duplicate(&self, event_id: &str) -> bool {
         let book = self.book();
@@ -415,11 +363,11 @@ impl SessionStore {
     /// Durably accepts `inbound`: its id joins the dedup window and it is pending until
     /// answered. Returns `false` (writing nothing) for an id already accepted.
     pub async fn accept(&self, inbound: &Inbound) -> Result<bool, SessionError> {
-        let _writer = self.inner.writer.lock().await;
+        let writer = self.inner.store.writer().await;
         if self.is_duplicate(&inbound.event_id) {
             return Ok(false);
         }
-        self.record(ACCEPTED, json!({ "event_id": inbound.event_id, "inbound": inbound })).await?;
+        writer.record(ACCEPTED, &json!({ "event_id": inbound.event_id, "inbound": inbound })).await?;
         Ok(true)
     }
 
@@ -451,47 +399,29 @@ impl SessionStore {
         user: &str,
         assistant: &str,
     ) -> Result<(), SessionError> {
-        let _writer = self.inner.writer.lock().await;
+        let writer = self.inner.store.writer().await;
         if user.len() + assistant.len() > self.book().limits.bytes {
-            return self.record(DONE, json!({ "event_id": event_id })).await;
+            return writer.record(DONE, &json!({ "event_id": event_id })).await;
         }
         let data = json!({ "key": key, "event_id": event_id, "user": user, "assistant": assistant });
-        self.record(TURN, data).await
+        writer.record(TURN, &data).await
     }
 
     /// Forgets a session (`/new`); `event_id` is answered.
     pub async fn reset(&self, key: &SessionKey, event_id: &str) -> Result<(), SessionError> {
-        let _writer = self.inner.writer.lock().await;
-        self.record(RESET, json!({ "key": key, "event_id": event_id })).await
+        let writer = self.inner.store.writer().await;
+        writer.record(RESET, &json!({ "key": key, "event_id": event_id })).await
     }
 
     /// Records that `event_id` was answered without changing a session.
     pub async fn done(&self, event_id: &str) -> Result<(), SessionError> {
-        let _writer = self.inner.writer.lock().await;
-        self.record(DONE, json!({ "event_id": event_id })).await
+        let writer = self.inner.store.writer().await;
+        writer.record(DONE, &json!({ "event_id": event_id })).await
     }
 
     /// Forgets sessions past their TTL (also done on every access).
     pub fn prune_expired(&self) {
         let now = self.now();
         self.book().prune(now);
-    }
-
-    /// Every `snapshot_every` records: writes the state as a snapshot and deletes the journal
-    /// segments before it. Failures are logged (the next pass retries); the journal stays the
-    /// record of truth. The caller holds the writer lock.
-    async fn maintain(&self) {
-        let (checkpoint, saved) = {
-            let mut book = self.book();
-            if book.since_snapshot < self.inner.options.snapshot_every.max(1) {
-                return;
-            }
-            let Some(checkpoint) = book.last.clone() else { return };
-            book.since_snapshot = 0;
-            (checkpoint, book.saved())
-        };
-        if let Err(error) = journal::snapshot::compact(&self.inner.journal, FORMAT, checkpoint, saved).await {
-            tracing::warn!(component = "akritas_bots", path = %self.inner.path.display(), %error, "bot session journal compaction failed");
-        }
     }
 }

@@ -17,8 +17,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -27,8 +27,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{FileChange, ValidatorResult};
-use crate::journal::snapshot::RestoreError;
-use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record};
+use crate::journal::durable::{Durable, Replayed, State, StoreError, StoreName};
+use crate::journal::{JournalOptions, Record};
 
 /// Record of a new pending change.
 const PENDING: &str = "change.pending";
@@ -185,33 +185,9 @@ pub enum ApprovalError {
         /// The limit.
         limit: usize,
     },
-    /// The journal could not be opened, read or written.
-    #[error("the approval journal failed: {0}")]
-    Journal(#[from] JournalError),
-    /// A journal record this version cannot replay.
-    #[error(
-        "the approval journal {} has a record (seq {seq}) this version cannot read: {reason}; restore the journal from backup or move it aside (the approvals in it are then lost)",
-        path.display()
-    )]
-    Replay {
-        /// The journal.
-        path: PathBuf,
-        /// The record's seq.
-        seq: u64,
-        /// Why.
-        reason: String,
-    },
-    /// The journal's start was removed and no snapshot holds what it said.
-    #[error(
-        "the approval journal {} starts at seq {first_seq} but its snapshot is missing or unreadable; restore the snapshot from backup or move the journal aside (the approvals in it are then lost)",
-        path.display()
-    )]
-    NoSnapshot {
-        /// The journal.
-        path: PathBuf,
-        /// Its first kept record.
-        first_seq: u64,
-    },
+    /// The journal failed, or holds what this version cannot read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// No change has this id (or it was forgotten).
     #[error("pending change not found")]
     NotFound,
@@ -275,16 +251,21 @@ impl Entry {
     }
 }
 
-/// What the store holds in memory, and the journal record it reflects.
-#[derive(Default)]
+/// The approval store in errors and logs.
+const NAME: StoreName =
+    StoreName { journal: "approval journal", lost: "the approvals in it", component: "akritas_change" };
+
+/// What the store holds in memory.
 struct Book {
     entries: HashMap<String, Entry>,
-    last: Option<Checkpoint>,
-    since_snapshot: u64,
+    /// Retention before a snapshot runs at this clock's time.
+    clock: Clock,
 }
 
-impl Book {
-    /// Applies one journal record.
+impl Replayed for Book {
+    const FORMAT: &'static str = FORMAT;
+    type Saved = HashMap<String, Entry>;
+
     fn apply(&mut self, record: &Record) -> Result<(), String> {
         let hash = record.data.get("id_sha256").and_then(|h| h.as_str()).ok_or("no id_sha256")?.to_owned();
         match record.kind.as_str() {
@@ -317,11 +298,16 @@ impl Book {
             }
             other => return Err(format!("unknown record kind {other:?}")),
         }
-        self.last = Some(record.checkpoint());
-        self.since_snapshot += 1;
         Ok(())
     }
 
+    fn saved(&mut self) -> Self::Saved {
+        self.prune((self.clock)());
+        self.entries.clone()
+    }
+}
+
+impl Book {
     /// Forgets changes settled more than seven days ago and the oldest settled past
     /// [`MAX_SETTLED`]; drops the file contents of settled ones.
     fn prune(&mut self, now: Timestamp) {
@@ -373,14 +359,8 @@ struct Tuning {
 const TUNING: Tuning = Tuning { segment_bytes: SEGMENT_BYTES, snapshot_every: SNAPSHOT_EVERY };
 
 struct Inner {
-    journal: Journal,
-    path: PathBuf,
+    store: Durable<Book>,
     options: ApprovalOptions,
-    tuning: Tuning,
-    book: Mutex<Book>,
-    /// Held across each append and the state change it records, so the journal order is
-    /// the order of decisions and a snapshot reflects exactly the journal up to its checkpoint.
-    writer: tokio::sync::Mutex<()>,
 }
 
 /// The durable store of pending changes. Cheap to clone.
@@ -391,7 +371,7 @@ pub struct ApprovalStore {
 
 impl fmt::Debug for ApprovalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApprovalStore").field("path", &self.inner.path).finish_non_exhaustive()
+        f.debug_struct("ApprovalStore").field("path", &self.inner.store.path()).finish_non_exhaustive()
     }
 }
 
@@ -416,30 +396,21 @@ impl ApprovalStore {
             segment_age: Some(Duration::from_secs(24 * 3600)),
             mac_key: None,
         };
-        let restored = journal::snapshot::open_restored(
+        let store = Durable::open(
             path,
-            FORMAT,
             journal_options,
-            |entries: HashMap<String, Entry>, checkpoint| Book { entries, last: Some(checkpoint), since_snapshot: 0 },
-            Book::default,
-            |book, record| book.apply(record),
-        );
-        let (journal, mut book) = restored.map_err(|e| match e {
-            RestoreError::Journal(e) => ApprovalError::Journal(e),
-            RestoreError::Replay { seq, reason } => ApprovalError::Replay { path: path.to_owned(), seq, reason },
-            RestoreError::NoSnapshot { first_seq } => ApprovalError::NoSnapshot { path: path.to_owned(), first_seq },
-        })?;
-        let now = (options.clock)();
-        book.prune(now);
-        tracing::info!(component = "akritas_change", path = %path.display(), pending = book.pending(now), kept = book.entries.len(), "approval store loaded");
-        let inner = Inner {
-            journal,
-            path: path.to_owned(),
-            options,
-            tuning,
-            book: Mutex::new(book),
-            writer: tokio::sync::Mutex::new(()),
-        };
+            NAME,
+            tuning.snapshot_every,
+            |entries| Book { entries, clock: options.clock.clone() },
+            || Book { entries: HashMap::new(), clock: options.clock.clone() },
+        )?;
+        {
+            let now = (options.clock)();
+            let mut book = store.state();
+            book.prune(now);
+            tracing::info!(component = NAME.component, path = %path.display(), pending = book.pending(now), kept = book.entries.len(), "approval store loaded");
+        }
+        let inner = Inner { store, options };
         Ok(ApprovalStore { inner: Arc::new(inner) })
     }
 
@@ -448,34 +419,19 @@ impl ApprovalStore {
         hex::encode(Sha256::digest(id.as_bytes()))
     }
 
-    fn book(&self) -> MutexGuard<'_, Book> {
-        self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
+    fn book(&self) -> State<'_, Book> {
+        self.inner.store.state()
     }
 
     fn now(&self) -> Timestamp {
         (self.inner.options.clock)()
     }
 
-    /// Appends a record (recovering the journal first after a failed write), then applies
-    /// it to memory. The caller holds the writer lock.
-    async fn record(&self, kind: &str, data: serde_json::Value) -> Result<(), ApprovalError> {
-        if self.inner.journal.failure().is_some() {
-            self.inner.journal.recover().await?;
-        }
-        let record = self.inner.journal.append(kind, &data).await?;
-        let mut book = self.book();
-        book.apply(&record).map_err(|reason| ApprovalError::Replay {
-            path: self.inner.path.clone(),
-            seq: record.seq,
-            reason,
-        })
-    }
-
     /// Stores `change` (setting its creation and expiry times) and returns its approval id,
     /// which is not stored anywhere: only its hash is. Refuses when `max_pending` changes
     /// already wait.
     pub async fn insert(&self, mut change: PendingChange) -> Result<String, ApprovalError> {
-        let _writer = self.inner.writer.lock().await;
+        let writer = self.inner.store.writer().await;
         let now = self.now();
         {
             let mut book = self.book();
@@ -495,8 +451,7 @@ impl ApprovalStore {
         change.expires_at = expires.to_string();
         let id = hex::encode(rand::random::<[u8; 16]>());
         let hash = Self::id_hash(&id);
-        self.record(PENDING, json!({ "id_sha256": hash, "change": change })).await?;
-        self.maintain().await;
+        writer.record(PENDING, &json!({ "id_sha256": hash, "change": change })).await?;
         Ok(id)
     }
 
@@ -518,7 +473,7 @@ impl ApprovalStore {
             return Err(TakeError::NotFound);
         }
         let hash = Self::id_hash(id);
-        let _writer = self.inner.writer.lock().await;
+        let writer = self.inner.store.writer().await;
         let now = self.now();
         let change = {
             let book = self.book();
@@ -531,8 +486,7 @@ impl ApprovalStore {
         };
         let data =
             json!({ "id_sha256": hash, "state": ChangeState::Applying, "at": now.to_string(), "approver": approver });
-        self.record(STATE, data).await?;
-        self.maintain().await;
+        writer.record(STATE, &data).await.map_err(ApprovalError::from)?;
         Ok(change)
     }
 
@@ -546,7 +500,7 @@ impl ApprovalStore {
             return Err(ApprovalError::NotFound);
         }
         let hash = Self::id_hash(id);
-        let _writer = self.inner.writer.lock().await;
+        let writer = self.inner.store.writer().await;
         let now = self.now();
         {
             let book = self.book();
@@ -555,28 +509,8 @@ impl ApprovalStore {
                 return Err(ApprovalError::Transition { from: entry.effective(now).name(), to: state.name() });
             }
         }
-        self.record(STATE, json!({ "id_sha256": hash, "state": state, "at": now.to_string() })).await?;
-        self.maintain().await;
+        writer.record(STATE, &json!({ "id_sha256": hash, "state": state, "at": now.to_string() })).await?;
         Ok(())
-    }
-
-    /// Every [`SNAPSHOT_EVERY`] records: writes the state as a snapshot and deletes the
-    /// journal segments before it. Failures are logged (the next pass retries); the
-    /// journal stays the record of truth. The caller holds the writer lock.
-    async fn maintain(&self) {
-        let (checkpoint, entries) = {
-            let mut book = self.book();
-            if book.since_snapshot < self.inner.tuning.snapshot_every {
-                return;
-            }
-            let Some(checkpoint) = book.last.clone() else { return };
-            book.prune(self.now());
-            book.since_snapshot = 0;
-            (checkpoint, book.entries.clone())
-        };
-        if let Err(error) = journal::snapshot::compact(&self.inner.journal, FORMAT, checkpoint, entries).await {
-            tracing::warn!(component = "akritas_change", path = %self.inner.path.display(), %error, "approval journal compaction failed");
-        }
     }
 }
 
@@ -586,6 +520,7 @@ mod tests {
 
     use super::*;
     use crate::change::Operation;
+    use crate::journal;
 
     /// A clock tests move by hand.
     fn clock() -> (Arc<AtomicI64>, Clock) {

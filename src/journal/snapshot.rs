@@ -190,9 +190,10 @@ pub async fn pass_barrier(drained: &tokio::sync::Notify, held: impl FnOnce() -> 
     }
 }
 
-/// Why [`open_restored`] could not open a journal.
+/// Why [`open_restored`] or [`restore`] could not rebuild a state; `E` is why a record
+/// could not be applied.
 #[derive(Debug)]
-pub enum RestoreError {
+pub enum RestoreError<E = String> {
     /// The journal failed.
     Journal(super::JournalError),
     /// Record `seq` could not be applied (`reason`).
@@ -200,7 +201,7 @@ pub enum RestoreError {
         /// Its sequence number.
         seq: u64,
         /// Why.
-        reason: String,
+        reason: E,
     },
     /// Retention removed the start of the journal and no usable snapshot is left.
     NoSnapshot {
@@ -209,11 +210,80 @@ pub enum RestoreError {
     },
 }
 
-/// Opens the journal at `path` and rebuilds its state: from the snapshot (`restore`)
-/// plus the records after it when the snapshot matches the journal, else from nothing
-/// (`empty`) by replaying every record; each record goes through `apply`. A snapshot
-/// that does not match is discarded (and the journal replayed) while the journal still
-/// starts at its first record; after retention it is an error. Blocking.
+impl<E> From<super::ScanError<(u64, E)>> for RestoreError<E> {
+    fn from(error: super::ScanError<(u64, E)>) -> Self {
+        match error {
+            super::ScanError::Journal(e) => RestoreError::Journal(e),
+            super::ScanError::Visit((seq, reason)) => RestoreError::Replay { seq, reason },
+        }
+    }
+}
+
+/// How [`restore`] rebuilt a state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Restored {
+    /// Records applied after the snapshot (or from the start).
+    pub replayed: u64,
+    /// Whether it started from a snapshot.
+    pub from_snapshot: bool,
+}
+
+/// A visitor of records that fails with the record's seq and why.
+pub type Visit<'v, E> = dyn FnMut(super::Record) -> Result<(), (u64, E)> + 'v;
+
+/// Reads a journal from a checkpoint (or its start) into a visitor: opening it for writing
+/// ([`super::Journal::open_from`]) or only reading it ([`super::scan_from`]).
+pub type Reader<'r, T, E> =
+    dyn FnMut(Option<&Checkpoint>, &mut Visit<'_, E>) -> Result<T, super::ScanError<(u64, E)>> + 'r;
+
+/// Rebuilds the state of the journal at `path`: from its snapshot (`restore`; only when
+/// `use_snapshot`, or when retention removed the journal's start) plus the records after it
+/// when the snapshot matches the journal, else from nothing (`empty`) and every record; each
+/// record goes through `apply`, and `read` reads the journal. A snapshot that does not match
+/// is discarded (and the journal replayed) while the journal still starts at its first
+/// record; after retention it is an error. Blocking.
+pub fn restore<S: DeserializeOwned, B, T, E>(
+    path: &Path,
+    format: &str,
+    use_snapshot: bool,
+    restore: impl FnOnce(S, Checkpoint) -> B,
+    empty: impl FnOnce() -> B,
+    apply: impl Fn(&mut B, &super::Record) -> Result<(), E>,
+    read: &mut Reader<'_, T, E>,
+) -> Result<(T, B, Restored), RestoreError<E>> {
+    use super::{JournalError, ScanError};
+    let anchored = super::anchor(path).map_err(RestoreError::Journal)?.map(|a| a.first_seq);
+    let snapshot = if use_snapshot || anchored.is_some() { self::read::<S>(path, format) } else { None };
+    if let Some((checkpoint, saved)) = snapshot {
+        let mut state = restore(saved, checkpoint.clone());
+        let mut replayed = 0;
+        let outcome = read(Some(&checkpoint), &mut |record| {
+            replayed += 1;
+            apply(&mut state, &record).map_err(|reason| (record.seq, reason))
+        });
+        match outcome {
+            Ok(opened) => return Ok((opened, state, Restored { replayed, from_snapshot: true })),
+            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
+                tracing::warn!(path = %path.display(), %reason, "the snapshot does not match its journal; replaying the journal from the start");
+                discard(path);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(first_seq) = anchored {
+        return Err(RestoreError::NoSnapshot { first_seq });
+    }
+    let mut state = empty();
+    let mut replayed = 0;
+    let opened = read(None, &mut |record| {
+        replayed += 1;
+        apply(&mut state, &record).map_err(|reason| (record.seq, reason))
+    })?;
+    Ok((opened, state, Restored { replayed, from_snapshot: false }))
+}
+
+/// Opens the journal at `path` for writing and rebuilds its state with [`restore`], from the
+/// snapshot when there is one. Blocking.
 pub fn open_restored<S: DeserializeOwned, B>(
     path: &Path,
     format: &str,
@@ -222,31 +292,11 @@ pub fn open_restored<S: DeserializeOwned, B>(
     empty: impl FnOnce() -> B,
     apply: impl Fn(&mut B, &super::Record) -> Result<(), String>,
 ) -> Result<(super::Journal, B), RestoreError> {
-    use super::{Journal, JournalError, ScanError};
-    let replay_error = |e: ScanError<(u64, String)>| match e {
-        ScanError::Journal(e) => RestoreError::Journal(e),
-        ScanError::Visit((seq, reason)) => RestoreError::Replay { seq, reason },
+    let mut open = |from: Option<&Checkpoint>, visit: &mut Visit<'_, String>| {
+        super::Journal::open_from(path, options.clone(), from, visit)
     };
-    let anchored = super::anchor(path).map_err(RestoreError::Journal)?.map(|a| a.first_seq);
-    if let Some((checkpoint, saved)) = read::<S>(path, format) {
-        let mut state = restore(saved, checkpoint.clone());
-        let mut visit = |r: super::Record| apply(&mut state, &r).map_err(|reason| (r.seq, reason));
-        match Journal::open_from(path, options.clone(), Some(&checkpoint), &mut visit) {
-            Ok((journal, _)) => return Ok((journal, state)),
-            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
-                tracing::warn!(path = %path.display(), %reason, "the snapshot does not match its journal; replaying the journal from the start");
-                discard(path);
-            }
-            Err(e) => return Err(replay_error(e)),
-        }
-    }
-    if let Some(first_seq) = anchored {
-        return Err(RestoreError::NoSnapshot { first_seq });
-    }
-    let mut state = empty();
-    let mut visit = |r: super::Record| apply(&mut state, &r).map_err(|reason| (r.seq, reason));
-    let (journal, _) = Journal::open_from(path, options, None, &mut visit).map_err(replay_error)?;
-    Ok((journal, state))
+    let (opened, state, _) = self::restore(path, format, true, restore, empty, apply, &mut open)?;
+    Ok((opened.0, state))
 }
 
 /// Compacts a journal whose whole state is `state` at `checkpoint`: writes the snapshot
