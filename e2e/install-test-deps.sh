@@ -17,6 +17,9 @@ command -v yamllint >/dev/null 2>&1 || need_apt+=(yamllint)
 # The web UI's browser tests drive Debian's Chromium with playwright-core.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+# The Ollama smoke builds Ollama's ggml CPU backends (e2e/real-models.sh).
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

