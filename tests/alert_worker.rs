@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
 const HMAC_SECRET: &str = "receiver-hmac-secret-0123";
+const TG_TOKEN: &str = "123456:receiver-token-0123";
 
 /// A model that plans one `postgres.activity` check, answers, then submits `result`.
 fn investigator(result: Value) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
@@ -117,21 +118,37 @@ async fn start_rig_with(
     settings: WorkerSettings,
     limits: Limits,
 ) -> Rig {
-    let manifests = tempfile::tempdir().unwrap();
-    std::fs::write(
-        manifests.path().join("receivers.yaml"),
-        format!(
-            "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: incident-hook, namespace: ops}}\n\
-             spec: {{type: webhook, webhook: {{url: \"{hook_url}\", hmacSecret: {{env: HOOK_HMAC}}}}}}\n"
-        ),
+    start_rig_receiving(data, llm, &hook_receiver(hook_url), settings, limits).await
+}
+
+/// The `incident-hook` webhook receiver of namespace `ops`.
+fn hook_receiver(hook_url: &str) -> String {
+    format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: incident-hook, namespace: ops}}\n\
+         spec: {{type: webhook, webhook: {{url: \"{hook_url}\", hmacSecret: {{env: HOOK_HMAC}}}}}}\n"
     )
-    .unwrap();
+}
+
+/// A rig whose receivers are the manifests `receivers` (secrets `HOOK_HMAC`, `TG_TOKEN`).
+async fn start_rig_receiving(
+    data: &std::path::Path,
+    llm: &ScriptedLlm,
+    receivers: &str,
+    settings: WorkerSettings,
+    limits: Limits,
+) -> Rig {
+    let manifests = tempfile::tempdir().unwrap();
+    std::fs::write(manifests.path().join("receivers.yaml"), receivers).unwrap();
     let catalog = host::catalog_from(manifests.path());
     let (tools, counters) = host::standard_tools();
     let audit = Arc::new(AuditLog::open(&data.join("audit.jsonl")).unwrap());
     let engine = Arc::new(host::engine(llm, host::settings(), tools, catalog.clone(), Some(audit.clone()), None));
     let store = Arc::new(AlertStore::open_with(&data.join("alerts.jsonl"), limits, &|_| "default".into()).unwrap());
-    let secrets = Arc::new(EnvSecrets::with_lookup(|name: &str| (name == "HOOK_HMAC").then(|| HMAC_SECRET.into())));
+    let secrets = Arc::new(EnvSecrets::with_lookup(|name: &str| match name {
+        "HOOK_HMAC" => Some(HMAC_SECRET.into()),
+        "TG_TOKEN" => Some(TG_TOKEN.into()),
+        _ => None,
+    }));
     let worker = Worker::new(store.clone(), engine, catalog, secrets, StatusBoard::default(), settings).unwrap();
     worker.recover().await.unwrap();
     let cancel = CancellationToken::new();
@@ -557,4 +574,59 @@ async fn a_quote_that_is_only_part_of_a_value_fails_the_job_with_the_reason() {
     );
     assert!(job.result.is_none());
     assert_eq!(failure_notices(&hook).len(), 1);
+}
+
+/// A webhook that answers 200 only once `released` says `true`.
+async fn held_hook(released: tokio::sync::watch::Receiver<bool>) -> String {
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            let mut released = released.clone();
+            async move {
+                let _ = released.wait_for(|released| *released).await;
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_thread_is_linked_to_its_incident_once_its_message_is_out_not_after_the_slowest_receiver() {
+    // A person may reply to the Telegram notification while a webhook receiver is still
+    // being retried: the reply must find the incident. The webhook here answers only when
+    // released, so the link can be seen only if it does not wait for the webhook.
+    let dir = tempfile::tempdir().unwrap();
+    let telegram = support::telegram::TelegramStandIn::start(TG_TOKEN).await;
+    let (release, released) = tokio::sync::watch::channel(false);
+    let hook_url = held_hook(released).await;
+    let receivers = format!(
+        "{}---\napiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: oncall-chat, namespace: ops}}\n\
+         spec: {{type: telegram, telegram: {{botToken: {{env: TG_TOKEN}}, chatId: \"-100777\", baseUrl: \"{}\"}}}}\n",
+        hook_receiver(&hook_url),
+        telegram.url
+    );
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1"]), 0))).await;
+    let mut settings = worker_settings(1, Duration::from_millis(10));
+    settings.delivery.timeout = Duration::from_secs(30);
+    let rig = start_rig_receiving(dir.path(), &llm, &receivers, settings, Limits::default()).await;
+    let job_id = ingest(&rig.store).await;
+    let sent = support::poll(Duration::from_secs(20), || async { telegram.sent().into_iter().next() }).await;
+    assert!(sent.is_some(), "the Telegram notification was not sent");
+    let job = rig.store.job(&job_id).unwrap();
+    let linked = support::poll(Duration::from_secs(10), || async {
+        // The stand-in numbers its messages from 1; this is its only one.
+        rig.store.incident_for_thread("ops", "oncall-chat", "1")
+    })
+    .await;
+    assert_eq!(linked.map(|(incident, _)| incident), Some(job.incident_id.clone()));
+    assert!(rig.store.job(&job_id).unwrap().has_pending_deliveries(), "the webhook is still held");
+    release.send(true).unwrap();
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    assert!(job.deliveries.iter().all(|d| d.status == DeliveryStatus::Delivered), "{:?}", job.deliveries);
 }

@@ -427,8 +427,9 @@ async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
         })
     })
     .await;
-    // The host journals the thread before it records the job's deliveries: a person's reply
-    // comes after that (a reply racing the journal write would have no incident context).
+    // The host journals a new thread as soon as its message is out, and before it records the
+    // job's deliveries: once those are recorded, the thread is linked to its incident (the
+    // link not waiting for the slowest receiver is tests/alert_worker.rs's).
     wait("the deliveries recorded", || async {
         let incidents: Value =
             reqwest::get(format!("{}/api/v1/incidents", server.url)).await.ok()?.json().await.ok()?;
@@ -439,10 +440,9 @@ async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
         (!deliveries.is_empty() && deliveries.iter().all(|d| d["delivery"]["status"] != "pending")).then_some(())
     })
     .await;
-    // The stand-in numbers the messages it accepts from 1: find the id it gave the root.
-    let sent = telegram.sent();
-    let index = sent.iter().position(|m| *m == root).unwrap();
-    let root_message_id = i64::try_from(index + 1).unwrap();
+    // The id the stand-in gave the root (not its place among the requests: the other
+    // receiver's notification is sent at the same time, and either may be numbered first).
+    let root_message_id = telegram.message_id_of(&root).unwrap();
     let reply = text_update(90, CHAT, USER, 30, "What should I check first?", None, Some(root_message_id));
     assert_eq!(reply["message"]["reply_to_message"]["message_id"], root_message_id, "{reply}");
     telegram.push_update(reply);

@@ -147,31 +147,39 @@ impl Worker {
                 sends.push((index, target, root));
             }
         }
-        let (client, policy) = (&self.client, self.settings.delivery);
+        let (client, policy, incident_id) = (&self.client, self.settings.delivery, &job.incident_id);
         let outcomes = futures_util::future::join_all(sends.iter().map(|(index, target, root)| {
             let delivery = &job.deliveries[*index];
-            notify::deliver_threaded(
-                client,
-                &delivery.receiver,
-                target,
-                payload,
-                root.as_deref(),
-                &delivery.delivery_id,
-                policy,
-            )
+            async move {
+                let receiver = &delivery.receiver;
+                let sent = notify::deliver_threaded(
+                    client,
+                    receiver,
+                    target,
+                    payload,
+                    root.as_deref(),
+                    &delivery.delivery_id,
+                    policy,
+                )
+                .await;
+                // A new thread is linked to its incident as soon as its own message is out, not
+                // after the slowest receiver's retries: a reply in it meanwhile has the incident
+                // as context. It is journaled before the job, so a restart replies in it too.
+                let linked = match sent.outcome.delivered && root.is_none() {
+                    true => self.store.record_notified(incident_id, receiver, sent.message_id.clone()).await,
+                    false => Ok(()),
+                };
+                (sent.outcome, linked)
+            }
         }))
         .await;
-        for ((index, _, root), sent) in sends.iter().zip(outcomes) {
+        for ((index, _, _), (outcome, linked)) in sends.iter().zip(outcomes) {
+            linked?;
             let delivery = &mut job.deliveries[*index];
-            let outcome = sent.outcome;
             delivery.status = if outcome.delivered { DeliveryStatus::Delivered } else { DeliveryStatus::Failed };
             delivery.attempts += outcome.attempts;
             delivery.http_status = outcome.http_status;
             delivery.error = outcome.error;
-            if outcome.delivered && root.is_none() {
-                // The thread is journaled before the job, so a restart replies in it.
-                self.store.record_notified(&job.incident_id, &delivery.receiver, sent.message_id).await?;
-            }
         }
         for delivery in &job.deliveries {
             self.report_delivery(delivery);

@@ -121,6 +121,15 @@ impl TelegramStandIn {
         self.requests().into_iter().filter(|r| r.authorized && r.method == "sendMessage").map(|r| r.body).collect()
     }
 
+    /// The id this stand-in gave the message `sent` (a body from [`Self::sent`]): ids follow the
+    /// order messages were accepted in, which under concurrent sends is not the order their
+    /// requests arrived in.
+    pub fn message_id_of(&self, sent: &Value) -> Option<i64> {
+        let (chat, text) = (chat_id(sent)?, sent.get("text")?.as_str()?);
+        let state = self.shared.state.lock().unwrap();
+        state.messages.iter().filter(|((c, _), t)| *c == chat && t.as_str() == text).map(|((_, id), _)| *id).min()
+    }
+
     /// Updates still held (not yet confirmed by an offset).
     pub fn pending_updates(&self) -> usize {
         self.shared.state.lock().unwrap().updates.len()
