@@ -5,8 +5,9 @@
 //! [`ROUTES`] is the route table: every route × API keys on (no header, wrong key, right
 //! key) and off, the alert webhooks authenticated by each AlertSource's own credentials,
 //! body limits with and without `Content-Length`, and the JSON error envelope. The table is
-//! checked against README's HTTP table and against every `.route("…")` in `src/web`, and
-//! paths outside it must reach the 404 fallback, so a route cannot be added silently.
+//! checked against the route table of docs/http-api.md and against every `.route("…")` in
+//! `src/web`, and paths outside it must reach the 404 fallback, so a route cannot be added
+//! silently.
 //!
 //! Everything here builds in-process. What needs a process stays in `serve_http.rs` and
 //! friends: binding and refusing non-loopback addresses without keys, signals and draining,
@@ -56,7 +57,7 @@ enum Auth {
     Source,
 }
 
-/// One route of `web::router`, spelled as README's HTTP table spells it.
+/// One route of `web::router`, spelled as the route table of docs/http-api.md spells it.
 struct Route {
     method: Method,
     path: &'static str,
@@ -603,7 +604,7 @@ async fn errors_use_one_json_envelope() {
     oversized.error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "body_too_large", "declared length");
 }
 
-/// README: "Errors use one JSON envelope". axum's own extractor rejections bypass it today:
+/// docs/http-api.md: "Errors use one JSON envelope". axum's own extractor rejections bypass it today:
 /// a streamed body over the limit (`Bytes`) and a query string that does not deserialize
 /// (`Query`) are answered in plain text. Run with `--ignored` once `src/web` maps them.
 #[tokio::test]
@@ -732,10 +733,10 @@ async fn standby_serves_health_resources_tools_metrics_and_the_ui_and_sends_the_
     }
 }
 
-/// `(method, path, auth)` of every route in README's HTTP table.
-fn readme_routes() -> BTreeSet<(String, String, &'static str)> {
-    let readme = std::fs::read_to_string(akritas_testkit::root().join("README.md")).unwrap();
-    let table = readme.split("### HTTP").nth(1).expect("README has an HTTP section");
+/// `(method, path, auth)` of every route in the route table of docs/http-api.md.
+fn documented_routes() -> BTreeSet<(String, String, &'static str)> {
+    let page = std::fs::read_to_string(akritas_testkit::root().join("docs/http-api.md")).unwrap();
+    let table = page.split("\n## Routes\n").nth(1).expect("docs/http-api.md has a Routes section");
     let method_path = regex::Regex::new(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`?]*)[^`]*`").unwrap();
     let mut routes = BTreeSet::new();
     for row in table.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).skip(2) {
@@ -745,7 +746,7 @@ fn readme_routes() -> BTreeSet<(String, String, &'static str)> {
             "key" => "key",
             other if other.starts_with("key (") => "key",
             other if other.contains("AlertSource") || other.contains("receiver's own") => "source",
-            other => panic!("README HTTP table: unknown auth {other:?} in {row}"),
+            other => panic!("docs/http-api.md route table: unknown auth {other:?} in {row}"),
         };
         for found in method_path.captures_iter(cells[1]) {
             routes.insert((found[1].to_string(), found[2].to_string(), auth));
@@ -755,7 +756,7 @@ fn readme_routes() -> BTreeSet<(String, String, &'static str)> {
 }
 
 #[test]
-fn the_route_table_matches_readme() {
+fn the_route_table_matches_the_http_api_page() {
     let table: BTreeSet<(String, String, &str)> = ROUTES
         .iter()
         .map(|r| {
@@ -767,7 +768,7 @@ fn the_route_table_matches_readme() {
             (r.method.to_string(), r.path.to_string(), auth)
         })
         .collect();
-    assert_eq!(table, readme_routes(), "README's HTTP table and ROUTES disagree");
+    assert_eq!(table, documented_routes(), "the route table of docs/http-api.md and ROUTES disagree");
 }
 
 /// The OpenAPI document names exactly the routes the router serves under `/api/v1`

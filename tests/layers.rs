@@ -468,6 +468,47 @@ fn every_module_has_a_layer() {
     assert!(unknown.is_empty(), "modules missing from LAYERS in tests/layers.rs: {unknown:?}");
 }
 
+/// The Layout of docs/architecture.md names every entry of `src/` (a module directory or
+/// file, `lib.rs`, `main.rs`), and each module under the layer LAYERS gives it.
+#[test]
+fn the_architecture_layout_lists_every_module_in_its_layer() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md"))
+        .expect("docs/architecture.md");
+    let layout = doc.split("\n## Layout\n").nth(1).expect("docs/architecture.md has a Layout section");
+    let block = layout.split("```").nth(1).expect("the Layout's code block");
+    let mut listed: BTreeMap<String, Option<usize>> = BTreeMap::new();
+    let mut layer = None;
+    for line in block.lines() {
+        let mut words = line.split_whitespace().peekable();
+        if words.peek() == Some(&"layer") {
+            words.next();
+            layer = Some(words.next().and_then(|n| n.parse::<usize>().ok()).expect("layer N"));
+        } else if !line.starts_with(' ') {
+            layer = None;
+        }
+        if let Some(entry) = words.next().and_then(|w| w.strip_prefix("src/")) {
+            listed.insert(entry.trim_end_matches('/').to_string(), layer);
+        }
+    }
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(src_dir()).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !path.is_dir() && !name.ends_with(".rs") {
+            continue;
+        }
+        let module = name.trim_end_matches(".rs");
+        match listed.get(&name) {
+            None => missing.push(format!("src/{name}{}", if path.is_dir() { "/" } else { "" })),
+            Some(shown) if layer_of(module).is_some() => {
+                assert_eq!(*shown, layer_of(module), "docs/architecture.md shows src/{name} in another layer")
+            }
+            Some(_) => {}
+        }
+    }
+    assert!(missing.is_empty(), "docs/architecture.md's Layout misses {missing:?}");
+}
+
 #[test]
 fn modules_import_only_from_their_layer_or_below() {
     let g = graph();

@@ -407,12 +407,19 @@ fn serve_help_shows_each_flags_environment_variable_and_default() {
     }
 }
 
+/// Every setting has its row in docs/configuration.md's table of keys.
 #[test]
-fn readme_documents_every_setting() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+fn the_configuration_page_documents_every_setting() {
+    let page = std::fs::read_to_string(root().join("docs/configuration.md")).unwrap();
     for key in akritas::config::KEYS {
-        assert!(readme.contains(&format!("| `{key}` |")), "README configuration table misses {key}");
+        assert!(page.contains(&format!("| `{key}` |")), "docs/configuration.md's table of keys misses {key}");
     }
+}
+
+/// The README's test command is the one `.ci/run` runs.
+#[test]
+fn readme_and_ci_run_the_same_test_command() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     let command = "e2e/install-test-deps.sh && cargo test --locked";
     assert!(readme.contains(command) && ci.contains(&format!("\n{command}\n")), "README and .ci/run disagree");

@@ -121,7 +121,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         let limits = crate::alerts::admission::Limits::from_settings(&settings);
         let catalog = store.current();
         // Records written before namespaces name a source by name only: the namespace of
-        // the one AlertSource of that name now, else `default` (README, alert journal).
+        // the one AlertSource of that name now, else `default` (docs/alerts.md).
         let legacy_namespace = move |name: &str| {
             let mut namespaces = catalog.of_kind(Kind::AlertSource).filter(|(key, _)| key.name == name);
             match (namespaces.next(), namespaces.next()) {

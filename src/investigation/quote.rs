@@ -2,7 +2,7 @@
 //! compared as tokens so that formatting differences do not matter and partial
 //! tokens never match.
 //!
-//! Rules (README "Evidence values"):
+//! Rules (docs/alerts.md, "Evidence values"):
 //! - Text is split into words, numbers and punctuation; whitespace runs and `"`
 //!   are insignificant, `:` and `=` are the same separator.
 //! - A quote matches a contiguous run of whole tokens: `7` never matches `17`,

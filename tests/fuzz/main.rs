@@ -6,7 +6,7 @@
 //!
 //! Smoke run (the default test run): `cargo test --locked --test fuzz`.
 //! Long run: `AKRITAS_FUZZ_CASES=200000 AKRITAS_FUZZ_SEED=random cargo test --release
-//! --locked --test fuzz -- --nocapture` (README, "Fuzzing").
+//! --locked --test fuzz -- --nocapture` (docs/benchmarks.md, "Fuzzing").
 
 mod alerts;
 mod config;
