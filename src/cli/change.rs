@@ -21,7 +21,7 @@ pub struct ChangeArgs {
     #[command(subcommand)]
     pub command: ChangeCommand,
     /// Base URL of the Akritas host.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8080", env = "AKRITAS_URL")]
+    #[arg(long, global = true, default_value = crate::config::DEFAULT_API_URL, env = "AKRITAS_URL")]
     pub url: String,
     /// Environment variable holding the API key (empty value: no key).
     #[arg(long, global = true, default_value = DEFAULT_KEY_ENV)]
@@ -221,8 +221,9 @@ fn not_akritas(url: &str, status: reqwest::StatusCode, content_type: &str, field
     format!(
         "{url} did not answer as an Akritas host: it answered {status} ({content_type}) with {excerpt}, \
          not a JSON body with {}; check that --url (or AKRITAS_URL) is the base URL of the Akritas API, \
-         such as http://127.0.0.1:8080",
-        fields.join(" and ")
+         such as {}",
+        fields.join(" and "),
+        crate::config::DEFAULT_API_URL
     )
 }
 
@@ -350,7 +351,7 @@ mod tests {
             message,
             "http://127.0.0.1:9/api/v1/workspaces did not answer as an Akritas host: it answered 200 OK \
              (text/html; charset=utf-8) with \"<html> <h1>It works!</h1> </html>\", not a JSON body with workspaces; \
-             check that --url (or AKRITAS_URL) is the base URL of the Akritas API, such as http://127.0.0.1:8080"
+             check that --url (or AKRITAS_URL) is the base URL of the Akritas API, such as http://127.0.0.1:8090"
         );
     }
 }

@@ -39,7 +39,7 @@ pub struct ExportArgs {
     /// The Run id (`run_…`).
     pub id: String,
     /// Base URL of the Akritas host.
-    #[arg(long, default_value = "http://127.0.0.1:8080", env = "AKRITAS_URL")]
+    #[arg(long, default_value = crate::config::DEFAULT_API_URL, env = "AKRITAS_URL")]
     pub url: String,
     /// Environment variable holding the API key (empty value: no key).
     #[arg(long, default_value = "AKRITAS_API_KEY")]

@@ -54,6 +54,12 @@ pub const CONFIG_ENV: &str = "AKRITAS_CONFIG";
 /// Prefix of all setting environment variables.
 pub const ENV_PREFIX: &str = "AKRITAS_";
 
+/// Port `serve` listens on by default.
+pub const DEFAULT_PORT: u16 = 8090;
+/// The base URL of a host `serve` started with its default address: what every client command
+/// (`akritas change`, `akritas run export`) talks to unless told otherwise.
+pub const DEFAULT_API_URL: &str = "http://127.0.0.1:8090";
+
 /// The environment variable for setting `key`: `AKRITAS_` + upper snake case.
 pub fn env_var_name(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
@@ -71,7 +77,7 @@ pub fn config_flag_help() -> String {
 
 settings_table! {
     /// Address to listen on
-    address: SocketAddr = SocketAddr::from((Ipv4Addr::LOCALHOST, 8090));
+    address: SocketAddr = SocketAddr::from((Ipv4Addr::LOCALHOST, DEFAULT_PORT));
         flag "address" [Option<String>] value_name "ADDR";
         expect "a socket address such as 127.0.0.1:8090";
         check value::ok;

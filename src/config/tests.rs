@@ -114,6 +114,7 @@ fn defaults_only() {
     let s = load_ok(&ServeFlags::default(), &no_env);
     assert_eq!(s, Settings::default());
     assert_eq!(s.address.to_string(), "127.0.0.1:8090");
+    assert_eq!(format!("http://{}", s.address), DEFAULT_API_URL, "client commands talk to the default address");
     assert_eq!(s.base_url, "http://127.0.0.1:8080/v1");
     assert_eq!(s.model, "akritas");
     assert_eq!(s.api_keys, vec![key("default", "AKRITAS_API_KEY")]);
