@@ -11,7 +11,7 @@
 
 use axum::Json;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hmac::{Hmac, Mac};
 use schemars::JsonSchema;
@@ -128,7 +128,7 @@ pub async fn webhook_namespaced(
 ) -> Response {
     let body = body.0;
     let key = ObjectKey { kind: Kind::AlertSource, namespace, name: source };
-    ingest(&state, &key, &headers, &body).await
+    answer(ingest(&state, &key, &headers, &body).await)
 }
 
 /// `POST /api/v1/alerts/{source}/webhook`: `source` is the AlertSource name, or
@@ -147,19 +147,85 @@ pub async fn webhook(
         .map(|(key, _)| key)
         .filter(|key| key.name == source || format!("{}.{}", key.namespace, key.name) == source)
         .collect();
-    let key = match candidates.as_slice() {
-        [key] => (*key).clone(),
-        [] => return ApiError::not_found(format!("no alert source {source:?}")).into_response(),
-        several => return ambiguous(&format!("alert source {source:?} exists in several namespaces"), several),
+    let outcome = match candidates.as_slice() {
+        [key] => ingest(&state, key, &headers, &body).await,
+        [] => Err(Refused::NoSource(format!("no alert source {source:?}"))),
+        several => Err(ambiguous(&format!("alert source {source:?} exists in several namespaces"), several)),
     };
-    ingest(&state, &key, &headers, &body).await
+    answer(outcome)
 }
 
-/// 409 naming the namespaced route of every candidate.
-fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Response {
-    let routes: Vec<String> = candidates.iter().map(|key| webhook_path(key)).collect();
-    ApiError::new(StatusCode::CONFLICT, "ambiguous_source", format!("{what}; post to one of {}", routes.join(", ")))
-        .into_response()
+/// A 409 naming the namespaced route of every candidate.
+fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Refused {
+    Refused::Ambiguous { what: what.to_string(), routes: candidates.iter().map(|key| webhook_path(key)).collect() }
+}
+
+/// Why a delivery was not taken. Each answer is decided in one place: `From<Refused> for ApiError`.
+#[derive(Debug)]
+enum Refused {
+    /// Alert ingestion is off on this host.
+    Disabled,
+    /// No such source (what was asked for).
+    NoSource(String),
+    /// Several sources match: the routes to post to instead.
+    Ambiguous { what: String, routes: Vec<String> },
+    /// The caller's credentials are missing or wrong.
+    Unauthorized(&'static str),
+    /// The source's own credentials cannot be resolved here.
+    Misconfigured,
+    /// The provider has no adapter.
+    UnsupportedProvider(&'static str),
+    /// The body is not the provider's payload.
+    InvalidPayload(String),
+    /// The journal cannot be written (its directory and what to do): nothing was stored.
+    Storage(String),
+    /// The journal cannot record deliveries now.
+    StoreUnavailable,
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Disabled => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "alerts_disabled",
+                "alert ingestion is disabled on this host",
+            ),
+            Refused::NoSource(what) => ApiError::not_found(what),
+            Refused::Ambiguous { what, routes } => ApiError::new(
+                StatusCode::CONFLICT,
+                "ambiguous_source",
+                format!("{what}; post to one of {}", routes.join(", ")),
+            ),
+            Refused::Unauthorized(why) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why),
+            Refused::Misconfigured => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "source_misconfigured",
+                "the alert source's credentials are not available on this host",
+            ),
+            Refused::UnsupportedProvider(provider) => ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "unsupported_provider",
+                format!("provider {provider} has no adapter"),
+            ),
+            Refused::InvalidPayload(error) => ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", error),
+            Refused::Storage(reason) => ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                format!("nothing of this delivery was stored; retry later. {reason}"),
+            )
+            .retry_after(STORAGE_RETRY_AFTER),
+            Refused::StoreUnavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the alert journal cannot record deliveries; retry later",
+            ),
+        }
+    }
+}
+
+fn answer(outcome: Result<Response, Refused>) -> Response {
+    outcome.unwrap_or_else(|refused| ApiError::from(refused).into_response())
 }
 
 /// `POST /api/v1/alertmanager/webhook`: the home namespace's AlertSource with provider
@@ -175,109 +241,71 @@ pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMa
         .filter(|(_, e)| matches!(e.resource.as_ref(), Resource::AlertSource(s) if s.spec.provider == AlertProvider::Alertmanager))
         .map(|(k, _)| k)
         .collect();
-    if let Some(home) = sources.iter().find(|key| key.namespace == state.keys.home()) {
-        return ingest(&state, home, &headers, &body).await;
-    }
-    match sources.as_slice() {
-        [key] => ingest(&state, key, &headers, &body).await,
-        [] => ApiError::not_found("no AlertSource with provider alertmanager is configured").into_response(),
-        several => ambiguous("several Alertmanager sources exist outside the home namespace", several),
-    }
+    let home = sources.iter().find(|key| key.namespace == state.keys.home());
+    let outcome = match (home, sources.as_slice()) {
+        (Some(key), _) | (None, [key]) => ingest(&state, key, &headers, &body).await,
+        (None, []) => Err(Refused::NoSource("no AlertSource with provider alertmanager is configured".into())),
+        (None, several) => Err(ambiguous("several Alertmanager sources exist outside the home namespace", several)),
+    };
+    answer(outcome)
 }
 
-async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[u8]) -> Response {
-    let Some(store) = &state.alerts else {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "alerts_disabled",
-            "alert ingestion is disabled on this host",
-        )
-        .into_response();
-    };
+/// Takes one delivery for the AlertSource `key`: authenticated by the source, decoded by its
+/// provider's adapter, stored (202 when an event was accepted, else 200).
+async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[u8]) -> Result<Response, Refused> {
+    let store = state.alerts.as_ref().ok_or(Refused::Disabled)?;
     let catalog = state.catalog.current();
     let Some(Resource::AlertSource(source)) = catalog.entries.get(key).map(|e| e.resource.as_ref()) else {
-        return ApiError::not_found(format!("no alert source {}/{}", key.namespace, key.name)).into_response();
+        return Err(Refused::NoSource(format!("no alert source {}/{}", key.namespace, key.name)));
     };
     let source_key = format!("{}/{}", key.namespace, key.name);
-    match authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref()) {
-        Ok(()) => {}
-        Err(AuthFailure::Unauthorized(why)) => {
-            store.record_rejected(&source_key);
-            publish_status(state, key);
-            tracing::warn!(source = %key, why, "alert delivery rejected");
-            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why).into_response();
+    let rejected = || {
+        store.record_rejected(&source_key);
+        publish_status(state, key);
+    };
+    authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref()).map_err(|failure| {
+        match failure {
+            AuthFailure::Unauthorized(why) => {
+                rejected();
+                tracing::warn!(source = %key, why, "alert delivery rejected");
+                Refused::Unauthorized(why)
+            }
+            AuthFailure::Misconfigured(why) => {
+                tracing::error!(source = %key, %why, "alert source cannot authenticate callers");
+                Refused::Misconfigured
+            }
         }
-        Err(AuthFailure::Misconfigured(why)) => {
-            tracing::error!(source = %key, %why, "alert source cannot authenticate callers");
-            return ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "source_misconfigured",
-                "the alert source's credentials are not available on this host",
-            )
-            .into_response();
-        }
-    }
+    })?;
     let provider = provider_name(source.spec.provider);
-    let Some(decoder) = adapter(provider) else {
-        return ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "unsupported_provider",
-            format!("provider {provider} has no adapter"),
-        )
-        .into_response();
-    };
+    let decoder = adapter(provider).ok_or(Refused::UnsupportedProvider(provider))?;
     let context = DecodeContext { source_type: provider, source_name: &key.name, observed_at: jiff::Timestamp::now() };
-    let decoded = match decoder.decode_delivery(body, &context) {
-        Ok(decoded) => decoded,
-        Err(error) => {
-            store.record_rejected(&source_key);
-            publish_status(state, key);
-            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", error.to_string()).into_response();
-        }
-    };
-    match store.ingest_delivery(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await {
-        Ok(accepted) => {
-            publish_status(state, key);
-            let status = if accepted.events.iter().any(|e| e.status == "accepted") {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::OK
-            };
-            (status, Json(accepted)).into_response()
-        }
-        Err(AlertStoreError::Unavailable(reason)) => insufficient_storage(key, &reason),
-        Err(AlertStoreError::Journal(error)) if error.is_unwritable() => insufficient_storage(key, &error.to_string()),
-        Err(
-            error @ (AlertStoreError::Journal(_)
-            | AlertStoreError::Inconsistent { .. }
-            | AlertStoreError::NoSnapshot { .. }),
-        ) => {
+    let decoded = decoder.decode_delivery(body, &context).map_err(|error| {
+        rejected();
+        Refused::InvalidPayload(error.to_string())
+    })?;
+    let stored = store.ingest_delivery(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await;
+    let accepted = stored.map_err(|error| match error {
+        AlertStoreError::Unavailable(reason) => storage_full(key, reason),
+        AlertStoreError::Journal(error) if error.is_unwritable() => storage_full(key, error.to_string()),
+        error => {
             tracing::error!(source = %key, %error, "alert delivery not stored");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                "the alert journal cannot record deliveries; retry later",
-            )
-            .into_response()
+            Refused::StoreUnavailable
         }
-    }
+    })?;
+    publish_status(state, key);
+    let status =
+        if accepted.events.iter().any(|e| e.status == "accepted") { StatusCode::ACCEPTED } else { StatusCode::OK };
+    Ok((status, Json(accepted)).into_response())
+}
+
+/// The journal cannot be written: `reason` names its directory and what to do.
+fn storage_full(key: &ObjectKey, reason: String) -> Refused {
+    tracing::error!(source = %key, %reason, "alert delivery not stored: the alert journal cannot be written");
+    Refused::Storage(reason)
 }
 
 /// Seconds a sender is asked to wait while the journal cannot be written.
 const STORAGE_RETRY_AFTER: &str = "10";
-
-/// 507 with `Retry-After`: the journal cannot be written; `reason` names its directory and what to do.
-fn insufficient_storage(key: &ObjectKey, reason: &str) -> Response {
-    tracing::error!(source = %key, %reason, "alert delivery not stored: the alert journal cannot be written");
-    let mut response = ApiError::new(
-        StatusCode::INSUFFICIENT_STORAGE,
-        "insufficient_storage",
-        format!("nothing of this delivery was stored; retry later. {reason}"),
-    )
-    .into_response();
-    response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static(STORAGE_RETRY_AFTER));
-    response
-}
 
 /// The path a provider posts to for this source.
 pub fn webhook_path(key: &ObjectKey) -> String {

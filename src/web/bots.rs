@@ -95,10 +95,9 @@ async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: 
         }
         Err(WebhookError::Busy(error)) => {
             crate::slots::count_refusal("bot_queue", "bot queue", "");
-            let mut response =
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "bot_queue_full", error.to_string()).into_response();
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-            response
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "bot_queue_full", error.to_string())
+                .retry_after("2")
+                .into_response()
         }
     }
 }

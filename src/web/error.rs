@@ -27,12 +27,20 @@ pub struct ApiError {
     pub details: serde_json::Map<String, serde_json::Value>,
     /// The object's `type` when it is not the status's usual one.
     pub kind: Option<&'static str>,
+    /// Seconds the client should wait before retrying, sent as `Retry-After`.
+    pub retry_after: Option<&'static str>,
 }
 
 impl ApiError {
     /// A new error.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: serde_json::Map::new(), kind: None }
+        Self { status, code, message: message.into(), details: serde_json::Map::new(), kind: None, retry_after: None }
+    }
+
+    /// Asks the client to wait `seconds` before retrying (`Retry-After`).
+    pub fn retry_after(mut self, seconds: &'static str) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// Sets the object's `type` (OpenAI types an unknown model, a 404, `invalid_request_error`).
@@ -108,7 +116,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let error = self.object();
-        (self.status, Json(ErrorEnvelope { error })).into_response()
+        let mut response = (self.status, Json(ErrorEnvelope { error })).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static(seconds));
+        }
+        response
     }
 }
 

@@ -270,7 +270,7 @@ impl AkritasMcp {
                 }))
             }
             Err(error) => {
-                let api = super::runs::run_error(error);
+                let api = super::error::ApiError::from(error);
                 let mut body = json!({"code": api.code, "message": api.message});
                 if let Some(run_id) = api.details.get("run_id") {
                     body["run_id"] = run_id.clone();

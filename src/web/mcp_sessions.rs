@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -92,9 +92,7 @@ impl SessionGate {
         };
         if let Some((status, code, setting, message)) = refused {
             crate::slots::count_refusal("mcp_sessions", setting, "");
-            let mut response = super::error::ApiError::new(status, code, message).into_response();
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            return Err(response);
+            return Err(super::error::ApiError::new(status, code, message).retry_after("5").into_response());
         }
         *book.opening.entry(key.to_string()).or_default() += 1;
         Ok(OpenReservation { gate: self.clone(), key: key.to_string() })

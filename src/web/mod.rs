@@ -317,7 +317,7 @@ pub fn standby_router(state: AppState) -> Router {
 }
 
 async fn standby(request: Request) -> Response {
-    let mut response = ApiError::new(
+    ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "standby",
         format!(
@@ -326,9 +326,8 @@ async fn standby(request: Request) -> Response {
             request.uri().path()
         ),
     )
-    .into_response();
-    response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("2"));
-    response
+    .retry_after("2")
+    .into_response()
 }
 
 /// Path of the routes that name one object by id.

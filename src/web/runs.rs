@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -256,28 +256,8 @@ pub async fn follow_up(
 fn respond(result: Result<RunOutcome, RunError>, debug: bool) -> Response {
     match result {
         Ok(outcome) => Json(ChatAnswer::new(outcome, debug)).into_response(),
-        Err(error) => {
-            let retry_after = retry_after(&error);
-            with_retry_after(run_error(error).into_response(), retry_after)
-        }
+        Err(error) => ApiError::from(error).into_response(),
     }
-}
-
-/// Seconds a client should wait before retrying a Run that failed this way.
-pub fn retry_after(error: &RunError) -> Option<&'static str> {
-    match error {
-        RunError::Busy(_) => Some("5"),
-        RunError::Audit(audit) if audit.is_unwritable() => Some("10"),
-        _ => None,
-    }
-}
-
-/// The response with a `Retry-After` header when `seconds` is set.
-pub fn with_retry_after(mut response: Response, seconds: Option<&'static str>) -> Response {
-    if let Some(seconds) = seconds {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
-    }
-    response
 }
 
 impl ChatAnswer {
@@ -312,28 +292,38 @@ impl ChatAnswer {
     }
 }
 
-/// Maps a Run failure to its HTTP answer.
-pub fn run_error(error: RunError) -> ApiError {
-    let status = match &error {
-        RunError::Invalid(_) => StatusCode::BAD_REQUEST,
-        // The audit journal cannot be written (disk full, read-only volume): nothing was recorded.
-        RunError::Audit(audit) if audit.is_unwritable() => StatusCode::INSUFFICIENT_STORAGE,
-        RunError::Busy(_) | RunError::Audit(_) => StatusCode::SERVICE_UNAVAILABLE,
-        RunError::Budget { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-        RunError::Upstream { .. } | RunError::Model { .. } | RunError::Structure { .. } => StatusCode::BAD_GATEWAY,
-        RunError::UnknownRun => StatusCode::NOT_FOUND,
-        RunError::RunBusy(_) => StatusCode::CONFLICT,
-    };
-    let mut api = ApiError::new(status, error.code(), error.to_string());
-    if let Some(id) = error.run_id() {
-        api = api.with("run_id", id.as_str());
+/// A failed Run's answer, decided here for every route: input errors 400, busy 503 and audit
+/// unwritable 507 with `Retry-After`, budget 422 (with the dimension and usage), the model
+/// server 502, an unknown Run 404, a Run answering another follow-up 409.
+impl From<RunError> for ApiError {
+    fn from(error: RunError) -> Self {
+        let status = match &error {
+            RunError::Invalid(_) => StatusCode::BAD_REQUEST,
+            // The audit journal cannot be written (disk full, read-only volume): nothing was recorded.
+            RunError::Audit(audit) if audit.is_unwritable() => StatusCode::INSUFFICIENT_STORAGE,
+            RunError::Busy(_) | RunError::Audit(_) => StatusCode::SERVICE_UNAVAILABLE,
+            RunError::Budget { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            RunError::Upstream { .. } | RunError::Model { .. } | RunError::Structure { .. } => StatusCode::BAD_GATEWAY,
+            RunError::UnknownRun => StatusCode::NOT_FOUND,
+            RunError::RunBusy(_) => StatusCode::CONFLICT,
+        };
+        let retry_after = match &error {
+            RunError::Busy(_) => Some("5"),
+            RunError::Audit(audit) if audit.is_unwritable() => Some("10"),
+            _ => None,
+        };
+        let mut api = ApiError::new(status, error.code(), error.to_string());
+        api.retry_after = retry_after;
+        if let Some(id) = error.run_id() {
+            api = api.with("run_id", id.as_str());
+        }
+        if let RunError::Budget { exhausted, usage, .. } = &error {
+            api = api
+                .with("dimension", exhausted.dimension.as_str())
+                .with("usage", serde_json::to_value(usage).unwrap_or(Value::Null));
+        }
+        api
     }
-    if let RunError::Budget { exhausted, usage, .. } = &error {
-        api = api
-            .with("dimension", exhausted.dimension.as_str())
-            .with("usage", serde_json::to_value(usage).unwrap_or(Value::Null));
-    }
-    api
 }
 
 /// `GET /api/v1/runs?limit=`.

@@ -20,7 +20,6 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
-use super::runs;
 use crate::audit::RunId;
 use crate::engine::budget::BudgetUsage;
 use crate::engine::progress;
@@ -129,20 +128,18 @@ fn usage(usage: &BudgetUsage) -> Value {
 /// A failed Run in the OpenAI envelope: input errors 400 naming the parameter, busy
 /// 503 and audit unwritable 507 with `Retry-After`, budget 422, model server 502.
 fn run_failure(error: RunError) -> Response {
-    let (api, retry_after) = failure(error);
-    runs::with_retry_after(api.into_response(), retry_after)
+    failure(error).into_response()
 }
 
 /// The error of a failed Run and how long to wait before retrying it.
-fn failure(error: RunError) -> (ApiError, Option<&'static str>) {
+fn failure(error: RunError) -> ApiError {
     let param = match &error {
         RunError::Invalid(RequestError::MaxTokens { .. }) => Value::from("max_tokens"),
         RunError::Invalid(RequestError::Temperature(_)) => Value::from("temperature"),
         RunError::Invalid(_) => Value::from("messages"),
         _ => Value::Null,
     };
-    let retry_after = runs::retry_after(&error);
-    (runs::run_error(error).with("param", param), retry_after)
+    ApiError::from(error).with("param", param)
 }
 
 fn internal_failure() -> ApiError {

@@ -166,7 +166,7 @@ impl Streamer {
                 end.extend_from_slice(b"data: [DONE]\n\n");
                 return Bytes::from(end);
             }
-            Ok(Err(error)) => super::failure(error).0,
+            Ok(Err(error)) => super::failure(error),
             Err(_) => super::internal_failure(),
         };
         event(&json!({"error": error.object()}))
