@@ -58,20 +58,6 @@ pub enum ChangeError {
 }
 
 impl ChangeError {
-    /// HTTP status.
-    pub fn status(&self) -> u16 {
-        match self {
-            Self::Invalid(_) => 400,
-            Self::NotFound(_) => 404,
-            Self::NotReady(_) | Self::Stale(_) | Self::Conflict(_) => 409,
-            Self::Busy(_) => 503,
-            Self::TooManyPending(_) => 429,
-            Self::Upstream(_) | Self::Proposal { .. } | Self::Budget(_) | Self::Git(_) => 502,
-            Self::Audit(_) => 507,
-            Self::Approval(_) | Self::Write(_) | Self::Interrupted => 500,
-        }
-    }
-
     /// Stable code.
     pub fn code(&self) -> &'static str {
         match self {

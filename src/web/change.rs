@@ -44,15 +44,34 @@ fn service(state: &AppState) -> Result<&Arc<ChangeService>, ApiError> {
     })
 }
 
-/// The envelope of a change failure; a failed proposal carries its per-attempt diagnostics.
-pub fn change_error(error: ChangeError) -> ApiError {
-    let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let code = error.code();
-    match error {
-        ChangeError::Proposal { message, diagnostics } => {
-            ApiError::new(status, code, message).with("details", json!(diagnostics))
+/// A change failure's answer, decided here for every route: a bad request 400, an unknown
+/// Workspace or change 404, a Workspace not ready or a stale or conflicting preview 409, too
+/// many pending changes 429, busy 503, the model server or git 502, the audit 507, the
+/// approval store, a failed write or an interrupted task 500. A failed proposal carries its
+/// per-attempt diagnostics.
+impl From<ChangeError> for ApiError {
+    fn from(error: ChangeError) -> Self {
+        let status = match &error {
+            ChangeError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ChangeError::NotFound(_) => StatusCode::NOT_FOUND,
+            ChangeError::NotReady(_) | ChangeError::Stale(_) | ChangeError::Conflict(_) => StatusCode::CONFLICT,
+            ChangeError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ChangeError::TooManyPending(_) => StatusCode::TOO_MANY_REQUESTS,
+            ChangeError::Upstream(_) | ChangeError::Proposal { .. } | ChangeError::Budget(_) | ChangeError::Git(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            ChangeError::Audit(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ChangeError::Approval(_) | ChangeError::Write(_) | ChangeError::Interrupted => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        let code = error.code();
+        match error {
+            ChangeError::Proposal { message, diagnostics } => {
+                ApiError::new(status, code, message).with("details", json!(diagnostics))
+            }
+            other => ApiError::new(status, code, other.to_string()),
         }
-        other => ApiError::new(status, code, other.to_string()),
     }
 }
 
@@ -106,7 +125,7 @@ pub async fn fetch(
     if !caller.sees(&namespace) {
         return Err(ApiError::not_found(format!("Workspace {namespace}/{name} not found")));
     }
-    let head = service.fetch(&namespace, &name).await.map_err(change_error)?;
+    let head = service.fetch(&namespace, &name).await?;
     Ok(Json(head))
 }
 
@@ -125,7 +144,7 @@ pub async fn simulate(
         return Err(ApiError::not_found(format!("Workspace {namespace}/{} not found", request.workspace.trim())));
     }
     let who = Requester { namespace: caller.namespace.clone(), source: "api".into(), actor: caller.name.clone() };
-    let outcome = service.preview(request, who).await.map_err(change_error)?;
+    let outcome = service.preview(request, who).await?;
     Ok((StatusCode::OK, [("x-akritas-run-id", outcome.run_id.clone())], Json(outcome)).into_response())
 }
 
@@ -165,6 +184,6 @@ pub async fn apply(
     if !body.confirm {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "confirm_required", "explicit confirm=true is required"));
     }
-    let outcome = service.apply(&id, Approver { name: caller.name.clone() }).await.map_err(change_error)?;
+    let outcome = service.apply(&id, Approver { name: caller.name.clone() }).await?;
     Ok((StatusCode::OK, [("x-akritas-run-id", outcome.run_id.clone())], Json(outcome)).into_response())
 }
