@@ -17,6 +17,7 @@ pub mod record;
 pub mod request;
 mod saved;
 mod snapshots;
+pub mod source_status;
 mod state;
 pub mod store;
 mod threads;

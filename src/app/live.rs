@@ -188,7 +188,7 @@ pub async fn alert_sources(
     loop {
         let catalog = store.current();
         for (key, _) in catalog.of_kind(Kind::AlertSource) {
-            board.merge_runtime(key.clone(), crate::web::alerts::source_status(&alerts, key));
+            crate::alerts::source_status::publish(&alerts, &board, key);
         }
         board.retain_runtime(|key| key.kind != Kind::AlertSource || catalog.entries.contains_key(key));
         tokio::select! {

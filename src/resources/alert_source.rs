@@ -102,6 +102,12 @@ pub struct AlertSourceStatus {
     /// Deliveries rejected (authentication or payload).
     #[serde(default)]
     pub rejected: u64,
+    /// Alerts the provider said it left out of its deliveries (Alertmanager's `truncatedAlerts`).
+    #[serde(default)]
+    pub truncated_alerts: u64,
+    /// Events accepted but not stored, over the host's per-delivery bound.
+    #[serde(default)]
+    pub truncated_by_host: u64,
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ use hmac::{Hmac, Mac};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -27,6 +26,7 @@ use super::error::ApiError;
 use super::{AppState, IdPath, ListQuery};
 use crate::alerts::adapters::{DecodeContext, adapter};
 use crate::alerts::correlate::{IncidentState, IncidentStatus};
+use crate::alerts::source_status::webhook_path;
 use crate::alerts::store::{AlertStore, AlertStoreError, IncidentDetail, Job, StoredEvent};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::SecretResolver;
@@ -307,28 +307,11 @@ fn storage_full(key: &ObjectKey, reason: String) -> Refused {
 /// Seconds a sender is asked to wait while the journal cannot be written.
 const STORAGE_RETRY_AFTER: &str = "10";
 
-/// The path a provider posts to for this source.
-pub fn webhook_path(key: &ObjectKey) -> String {
-    format!("/api/v1/alerts/{}/{}/webhook", key.namespace, key.name)
-}
-
 /// Publishes an AlertSource's runtime status (webhook path and counters).
-pub fn publish_status(state: &AppState, key: &ObjectKey) {
-    let Some(store) = &state.alerts else { return };
-    state.board.merge_runtime(key.clone(), source_status(store, key));
-}
-
-/// The runtime status of an AlertSource.
-pub fn source_status(store: &crate::alerts::store::AlertStore, key: &ObjectKey) -> serde_json::Value {
-    let counters = store.counters(&format!("{}/{}", key.namespace, key.name));
-    json!({
-        "webhookPath": webhook_path(key),
-        "accepted": counters.accepted,
-        "duplicate": counters.duplicate,
-        "rejected": counters.rejected,
-        "truncatedAlerts": counters.truncated_by_provider,
-        "truncatedByHost": counters.truncated_by_host,
-    })
+fn publish_status(state: &AppState, key: &ObjectKey) {
+    if let Some(store) = &state.alerts {
+        crate::alerts::source_status::publish(store, &state.board, key);
+    }
 }
 
 /// Largest `limit` of an incident listing.
