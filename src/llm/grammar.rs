@@ -112,7 +112,8 @@ const OUTLINE_DEPTH: usize = 4;
 /// What each described field of `schema` means, one line per field (`checks[].step: What this
 /// check establishes.`), shallow fields first: a model answering under a grammar is shown
 /// neither the schema nor its descriptions, only the keys the grammar lets it write. Branches
-/// (`anyOf`, `oneOf`) are merged by path; only the first sentence of a description is kept.
+/// (`anyOf`, `oneOf`) are merged by path; only the first sentence of a description is kept, at
+/// most 160 characters of it (a tool's argument descriptions come from its MCP server).
 pub fn outline(schema: &Value) -> String {
     let mut fields: Vec<(String, String)> = Vec::new();
     let mut level = vec![(String::new(), schema)];
@@ -147,9 +148,12 @@ fn branches(schema: &Value) -> Vec<&Value> {
     std::iter::once(schema).chain(options).collect()
 }
 
+/// Characters of one field's description an outline keeps.
+const OUTLINE_DESCRIPTION_CHARS: usize = 160;
+
 fn first_sentence(text: &str) -> String {
     let end = text.find(". ").map_or(text.len(), |at| at + 1);
-    text[..end].trim().to_string()
+    crate::text::truncate_chars(text[..end].trim(), OUTLINE_DESCRIPTION_CHARS, crate::text::ELLIPSIS)
 }
 
 #[cfg(test)]
@@ -191,5 +195,7 @@ mod tests {
             "checks: Checks to run.\nchecks[].step: What this check establishes.\nchecks[].tool: Exact tool name.",
             "undescribed fields are left out, and a field of several branches is listed once"
         );
+        let long = json!({"type": "object", "properties": {"q": {"type": "string", "description": "x".repeat(5_000)}}});
+        assert!(outline(&long).chars().count() <= "q: ".len() + OUTLINE_DESCRIPTION_CHARS, "a description is bounded");
     }
 }

@@ -319,9 +319,7 @@ pub const MAX_INCIDENTS: usize = crate::audit::MAX_LIST;
 
 /// The alert store, or 503 when alert ingestion is disabled.
 pub(super) fn store(state: &AppState) -> Result<&std::sync::Arc<crate::alerts::store::AlertStore>, ApiError> {
-    state.alerts.as_ref().ok_or_else(|| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "alerts_disabled", "alert ingestion is disabled on this host")
-    })
+    state.alerts.as_ref().ok_or_else(|| Refused::Disabled.into())
 }
 
 /// `GET /api/v1/incidents`.
