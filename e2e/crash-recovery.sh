@@ -16,4 +16,4 @@ export AKRITAS_CRASH_KILLS="${1:-100}"
 if [ -n "${2:-}" ]; then
   export AKRITAS_CRASH_SEED="$2"
 fi
-exec cargo test --locked --test crash_recovery -- --nocapture
+exec cargo test --locked --test fast crash_recovery:: -- --nocapture

@@ -2,7 +2,7 @@
 //! store refuses every change) must not spin the investigation worker: it backs off,
 //! and `/health` says the alert pipeline is degraded and why; once writes succeed
 //! again the store recovers without a restart. The journal write is made to fail for
-//! real with `RLIMIT_FSIZE`, which is process-wide, so this file holds one test.
+//! real with `RLIMIT_FSIZE`, which is process-wide, so the test runs in its own process.
 
 use akritas_testkit as support;
 
@@ -45,8 +45,15 @@ fn events(starts_at: &str) -> Vec<akritas::alerts::Event> {
     adapter("alertmanager").unwrap().decode(body.as_bytes(), &context).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
+#[test]
+fn a_poisoned_journal_backs_the_worker_off_and_health_says_degraded() {
+    if support::in_own_process(module_path!(), "a_poisoned_journal_backs_the_worker_off_and_health_says_degraded") {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        runtime.block_on(a_poisoned_journal());
+    }
+}
+
+async fn a_poisoned_journal() {
     let data = tempfile::tempdir().unwrap();
     let llm = ScriptedLlm::start(vec![]).await;
     let catalog = host::catalog_from(data.path());

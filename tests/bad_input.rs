@@ -1245,8 +1245,16 @@ fn content_types(ids: &Ids) -> Cases {
     cases
 }
 
-#[tokio::test]
-async fn every_bad_request_gets_its_precise_error_and_changes_nothing() {
+/// In its own process: the `/metrics` text it compares holds process-wide series (journal
+/// segments, model calls) that the other tests of the tier binary move.
+#[test]
+fn every_bad_request_gets_its_precise_error_and_changes_nothing() {
+    if akritas_testkit::in_own_process(module_path!(), "every_bad_request_gets_its_precise_error_and_changes_nothing") {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(every_bad_request());
+    }
+}
+
+async fn every_bad_request() {
     let host = start().await;
     let groups = [
         api_keys(&host.ids),

@@ -266,3 +266,34 @@ pub fn percentile<T: Ord + Copy + Default>(values: &mut [T], q: f64) -> T {
     values.sort_unstable();
     values.get(((values.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default()
 }
+
+/// Environment variable that marks a child process started by [`in_own_process`] and names
+/// the one test it runs.
+const OWN_PROCESS_ENV: &str = "AKRITAS_TEST_OWN_PROCESS";
+
+/// For a test that changes process-wide state (a resource limit, a signal disposition), which
+/// would reach every other test of its tier binary: returns `true` in a child process of the
+/// same test binary that runs this test alone, where the caller runs the test's body; in the
+/// calling process, runs that child, fails unless it ran exactly this test and it passed, and
+/// returns `false`. `module` is the caller's `module_path!()` and `test` its function name.
+pub fn in_own_process(module: &str, test: &str) -> bool {
+    // `module_path!()` starts with the tier crate's name, which the harness leaves out.
+    let path = format!("{}::{test}", module.split_once("::").map_or(module, |(_, rest)| rest));
+    if std::env::var(OWN_PROCESS_ENV).is_ok_and(|running| running == path) {
+        return true;
+    }
+    let output = std::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args([path.as_str(), "--exact", "--nocapture", "--test-threads", "1"])
+        .env(OWN_PROCESS_ENV, &path)
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed;"),
+        "{path} in its own process ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    print!("{stdout}");
+    false
+}
