@@ -481,8 +481,39 @@ fn check_notes(install: &str) {
         "POST /api/v1/alertmanager/webhook",
         "Answers come from the model server http://llm.default.svc:8080/v1 (llm.baseUrl).",
         "/health says \"degraded\" and counts the\nresources that are not Ready",
-        "config.resource_env is empty: a resource's {env: NAME} secret reference is\nrefused (EnvNotAllowed).",
+        "config.operator.resource_env is empty: a resource's {env: NAME} secret reference is\nrefused (EnvNotAllowed).",
     ] {
         assert!(notes.contains(needle), "{needle} missing in the notes:\n{notes}");
     }
+}
+
+/// The settings of the rendered ConfigMap's `config.json`, as the host reads them.
+fn rendered_settings(args: &[&str]) -> akritas::config::Settings {
+    let rendered = helm(&[&["template", "ops", "charts/akritas", "--namespace", "akritas-system"][..], args].concat());
+    let objects = objects(&rendered);
+    let text = object(&objects, "ConfigMap", "ops-akritas-config")["data"]["config.json"].as_str().unwrap().to_owned();
+    akritas::config::from_file_text(std::path::Path::new("config.json"), &text)
+        .unwrap_or_else(|e| panic!("the rendered config does not load: {e}\n{text}"))
+}
+
+/// The chart writes the config file in sections; values written before the sections (a
+/// top-level `config.allowed_hosts`) still render a file the host reads, with a warning
+/// per key and without the chart's own `server.allowed_hosts` colliding with the old key.
+#[test]
+fn the_rendered_config_is_in_sections_and_older_flat_values_still_load() {
+    let settings = rendered_settings(&[]);
+    assert!(settings.deprecated.is_empty(), "{:?}", settings.deprecated);
+    assert!(settings.resource_env.is_empty());
+    assert_eq!(
+        settings.allowed_hosts,
+        ["ops-akritas", "ops-akritas.akritas-system.svc", "ops-akritas.akritas-system.svc.cluster.local"]
+    );
+    let ours = rendered_settings(&["--set", "config.server.allowed_hosts={akritas.example.com}"]);
+    assert_eq!(ours.allowed_hosts, ["akritas.example.com"]);
+
+    let older =
+        rendered_settings(&["--set", "config.allowed_hosts={akritas.example.com}", "--set", "config.max_tokens=300"]);
+    assert_eq!((older.allowed_hosts.as_slice(), older.max_tokens), (&["akritas.example.com".to_string()][..], 300));
+    let moved: Vec<&str> = older.deprecated.iter().filter_map(|d| d.split('(').nth(1)).collect();
+    assert_eq!(moved, ["server.allowed_hosts)", "budget.max_tokens)"], "{:?}", older.deprecated);
 }

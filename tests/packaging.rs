@@ -14,7 +14,9 @@ fn root() -> PathBuf {
 
 fn load_example(name: &str) -> akritas::config::Settings {
     let flags = ServeFlags { config: Some(root().join("config/examples").join(name)), ..ServeFlags::default() };
-    load(&flags, &|_| None).unwrap_or_else(|e| panic!("{name}: {e}"))
+    let settings = load(&flags, &|_| None).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(settings.deprecated.is_empty(), "{name} uses the sections: {:?}", settings.deprecated);
+    settings
 }
 
 #[test]

@@ -495,3 +495,37 @@ async fn rebinding_cross_site_posts_unlabelled_bodies_and_anonymous_applies_are_
     let body: Value = response.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("nothing is ever applied"), "{body}");
 }
+
+/// A config file written before the file had sections (`tests/fixtures/config/server-flat.json`
+/// is `config/examples/server.json` as it was) still starts the host: every setting takes
+/// effect, and the log warns once per key, naming the section it moved to.
+#[tokio::test]
+async fn an_old_flat_config_file_still_starts_the_host_with_a_warning_per_key() {
+    let fixture = support::root().join("tests/fixtures/config/server-flat.json");
+    let server = Server::start({
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        c.current_dir(support::root()).arg("--config").arg(&fixture).env_remove("AKRITAS_SYSTEM_INSTRUCTIONS");
+        c
+    });
+    let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
+    assert!(health["catalog"]["version"].is_number(), "the host serves: {health}");
+    let resources: Value =
+        reqwest::get(format!("{}/api/v1/resources", server.url)).await.unwrap().json().await.unwrap();
+    assert!(resources.to_string().contains("AlertSource"), "resources: [config/samples] took effect: {resources}");
+    let log = server.log_text();
+    let warnings: Vec<Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| {
+            line["level"] == "WARN" && line["fields"]["message"].as_str().unwrap_or("").contains("is deprecated")
+        })
+        .collect();
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let flat = file.as_object().unwrap().len() - 1;
+    assert_eq!(warnings.len(), flat, "one warning per flat key (all but version): {log}");
+    let max_tokens = format!(
+        "{}: the top-level key \"max_tokens\" is deprecated; move it into the section \"budget\" (budget.max_tokens)",
+        fixture.display()
+    );
+    assert!(warnings.iter().any(|w| w["fields"]["message"] == max_tokens.as_str()), "{warnings:#?}");
+}

@@ -127,7 +127,18 @@ async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("refused.yaml"), REFUSED).unwrap();
     let config = work.path().join("config.json");
-    std::fs::write(&config, r#"{"version": 1, "stdio_commands": ["akritas"], "resource_env": ["AKRITAS_*"]}"#).unwrap();
+    let flat = r#"{"version": 1, "stdio_commands": ["akritas"], "resource_env": ["AKRITAS_*"]}"#;
+    std::fs::write(&config, flat).unwrap();
+    let (code, _, stderr) = validate_with(&[dir.as_os_str(), "--config".as_ref(), config.as_os_str()]);
+    assert_eq!(code, 1, "{stderr}");
+    let moved = [("stdio_commands", "mcp"), ("resource_env", "operator")].map(|(key, section)| {
+        format!("warning: {}: the top-level key \"{key}\" is deprecated; move it into the section \"{section}\" ({section}.{key})", config.display())
+    });
+    assert!(moved.iter().all(|line| stderr.lines().any(|l| l == line)), "a flat file is read with warnings: {stderr}");
+    assert!(stderr.contains("3 problems; 0 of 3 resources valid; 2 warnings"), "{stderr}");
+    let sections =
+        r#"{"version": 1, "mcp": {"stdio_commands": ["akritas"]}, "operator": {"resource_env": ["AKRITAS_*"]}}"#;
+    std::fs::write(&config, sections).unwrap();
 
     let (code, stdout, stderr) = validate_with(&[dir.as_os_str(), "--config".as_ref(), config.as_os_str()]);
     assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");

@@ -17,6 +17,9 @@ pub fn run(flags: &ServeFlags) -> ExitCode {
         }
     };
     init_tracing(settings.log_format);
+    for warning in &settings.deprecated {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -39,7 +39,7 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
     install_egress(&settings);
     let refused = refusals(&catalog, &loaded, &resource_policy(&settings), &validator_policy(&settings));
     lines.extend(refused.iter().map(refusal_line));
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = settings.deprecated.iter().map(|d| format!("warning: {d}")).collect();
     if settings.config_file.is_none() {
         match chart_settings() {
             Ok(chart) => {

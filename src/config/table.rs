@@ -8,6 +8,7 @@ macro_rules! settings_table {
             flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? $(delimiter $delim:literal)? ;
             expect $expect:literal ;
             check $check:expr ;
+            section $section:literal ;
     )*) => {
         /// Resolved service settings. Use [`Settings::origin`] to learn where
         /// each value came from.
@@ -18,6 +19,9 @@ macro_rules! settings_table {
             pub config_file: Option<PathBuf>,
             /// Source of every non-default setting, by key.
             pub origins: BTreeMap<&'static str, Source>,
+            /// One warning per setting the config file still gives at its top level, naming
+            /// the section it moved to.
+            pub deprecated: Vec<String>,
         }
 
         impl Default for Settings {
@@ -26,12 +30,21 @@ macro_rules! settings_table {
                     $( $key: $default, )*
                     config_file: None,
                     origins: BTreeMap::new(),
+                    deprecated: Vec::new(),
                 }
             }
         }
 
         /// All setting keys (snake case, as in the config file).
         pub const KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// The config file section of setting `key` (`max_tokens` is in `budget`).
+        pub fn section_of(key: &str) -> Option<&'static str> {
+            match key {
+                $( stringify!($key) => Some($section), )*
+                _ => None,
+            }
+        }
 
         /// The command-line flag for setting `key` (e.g. `--max-tokens`).
         pub fn flag_name(key: &str) -> Option<&'static str> {
@@ -79,12 +92,11 @@ macro_rules! settings_table {
         fn apply_file(
             s: &mut Settings,
             path: &Path,
-            entries: &[(String, serde_json::Value)],
+            entries: &[file::Entry],
         ) -> Result<(), ConfigError> {
-            for (k, raw) in entries {
-                match k.as_str() {
+            for file::Entry { key, value: raw, pointer: ptr } in entries {
+                match key.as_str() {
                     $( stringify!($key) => {
-                        let ptr = concat!("$.", stringify!($key));
                         let v = <$ty as SettingValue>::from_json(raw, $expect)
                             .and_then(|v| ($check)(v, $expect).map_err(|p| {
                                 value::JsonErr::new(format!("{p}, got {}", value::show(raw)))
@@ -97,7 +109,7 @@ macro_rules! settings_table {
                         s.$key = v;
                         s.origins.insert(
                             stringify!($key),
-                            Source::File(path.to_path_buf(), ptr.to_string()),
+                            Source::File(path.to_path_buf(), ptr.clone()),
                         );
                     } )*
                     _ => {}

@@ -372,18 +372,27 @@ fn file_rejects_version_2() {
 #[test]
 fn file_rejects_unknown_field() {
     let (e, _) = file_err(r#"{"version": 1, "foo": 1}"#);
-    assert!(e.ends_with("$.foo: unknown field; `akritas serve --help` lists the settings (a flag's file key is its name with '_' for '-', such as max_tokens for --max-tokens)"), "{e}");
+    assert!(
+        e.ends_with(
+            "$.foo: unknown field; `akritas serve --help` lists the settings and docs/configuration.md their \
+             sections (a flag's file key is its name with '_' for '-' in its section, such as budget.max_tokens \
+             for --max-tokens)"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn file_suggests_the_nearest_keys_for_a_misspelt_one() {
     let (e, _) = file_err(r#"{"version": 1, "audit_retension": "30d"}"#);
     assert!(
-        e.ends_with(r#"$.audit_retension: unknown field; did you mean one of "audit_retention", "alert_retention"?"#),
+        e.ends_with(
+            r#"$.audit_retension: unknown field; did you mean one of "storage.audit_retention", "alerts.alert_retention"?"#
+        ),
         "{e}"
     );
     let (e, _) = file_err(r#"{"version": 1, "max-tokens": 10}"#);
-    assert!(e.ends_with(r#"$.max-tokens: unknown field; did you mean "max_tokens"?"#), "{e}");
+    assert!(e.ends_with(r#"$.max-tokens: unknown field; did you mean "budget.max_tokens"?"#), "{e}");
     assert!(!e.contains("address"), "{e}");
 }
 
