@@ -87,494 +87,412 @@ settings_table! {
     address: SocketAddr = SocketAddr::from((Ipv4Addr::LOCALHOST, DEFAULT_PORT));
         flag "address" [Option<String>] value_name "ADDR";
         expect "a socket address such as 127.0.0.1:8090";
-        check value::ok;
-        section "server";
+        check value::ok; section "server";
     /// Externally visible base URL of this service, absolute http(s), no query or fragment
     public_url: Option<String> = None;
         flag "public-url" [Option<String>] value_name "URL";
         expect "an absolute http(s) URL such as https://akritas.example.com";
-        check value::check_public_url;
-        section "server";
+        check value::check_public_url; section "server";
     /// Upstream OpenAI-compatible API base URL, ending in /v1
     base_url: String = "http://127.0.0.1:8080/v1".to_string();
         flag "base-url" [Option<String>] value_name "URL";
         expect "an absolute http(s) URL ending in /v1 such as http://127.0.0.1:8080/v1";
-        check value::check_base_url;
-        section "model";
+        check value::check_base_url; section "model";
     /// Model name sent upstream; empty = the requested model
     upstream_model: Option<String> = None;
         flag "upstream-model" [Option<String>] value_name "NAME";
         expect "a model name of at most 256 characters without control characters";
-        check value::check_upstream_model;
-        section "model";
+        check value::check_upstream_model; section "model";
     /// How structured answers (plans, results, proposals) are asked for: auto (probe the server, fall back from forced tool calls to a JSON schema as it shows), tool_call, json_schema, json_object or text
     model_protocol: Protocol = Protocol::Auto;
         flag "model-protocol" [Option<String>] value_name "MODE";
         expect "auto, tool_call, json_schema, json_object or text";
-        check value::ok;
-        section "model";
+        check value::ok; section "model";
     /// Model name this service exposes
     model: String = "akritas".to_string();
         flag "model" [Option<String>] value_name "NAME";
         expect "1-128 characters matching ^[A-Za-z0-9][A-Za-z0-9._:/-]*$";
-        check value::check_model;
-        section "model";
+        check value::check_model; section "model";
     /// Name of the environment variable holding the upstream API key
     upstream_api_key_env: String = "OPENAI_API_KEY".to_string();
         flag "upstream-api-key-env" [Option<String>] value_name "ENV_VAR";
         expect "an environment variable name such as OPENAI_API_KEY";
-        check value::check_env_name;
-        section "model";
+        check value::check_env_name; section "model";
     /// Client API keys as NAME=ENV_VAR[:SCOPE+SCOPE][@NAMESPACE] (repeatable or comma-separated; secret read from ENV_VAR; scopes metrics, read, chat, admin, default admin)
     api_keys: Vec<ApiKeyRef> = vec![ApiKeyRef::admin("default", "AKRITAS_API_KEY")];
         flag "api-key" [Vec<String>] value_name "NAME=ENV_VAR[:SCOPES][@NAMESPACE]" delimiter ',';
         expect "at most 32 NAME=ENV_VAR[:SCOPE+SCOPE][@NAMESPACE] entries with unique names";
-        check value::check_api_keys;
-        section "server";
+        check value::check_api_keys; section "server";
     /// Serve without client authentication
     allow_unauthenticated: bool = false;
         flag "allow-unauthenticated" [bool];
         expect "true or false (or 1 or 0)";
-        check value::ok;
-        section "server";
+        check value::ok; section "server";
     /// System instructions file
     system_instructions: PathBuf = PathBuf::from("instructions/SYSTEM.md");
         flag "system-instructions" [Option<String>] value_name "PATH";
         expect "a non-empty path";
-        check value::non_empty_path;
-        section "model";
+        check value::non_empty_path; section "model";
     /// Response language as a BCP 47 tag
     response_language: String = "en".to_string();
         flag "response-language" [Option<String>] value_name "TAG";
         expect "a BCP 47 language tag such as en, en-US or zh-Hant-TW";
-        check value::check_language;
-        section "model";
+        check value::check_language; section "model";
     /// Directory of resource manifests, standalone mode (repeatable or comma-separated)
     resources: Vec<PathBuf> = Vec::new();
         flag "resources" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 non-empty directory paths";
-        check lists::check_resources;
-        section "operator";
+        check lists::check_resources; section "operator";
     /// Operator mode: read resources from the Kubernetes API
     kubernetes: bool = false;
         flag "kubernetes" [bool];
         expect "true or false (or 1 or 0)";
-        check value::ok;
-        section "operator";
+        check value::ok; section "operator";
     /// Namespace watched in operator mode; empty = every namespace Akritas may read
     namespace: Option<String> = None;
         flag "namespace" [Option<String>] value_name "NAME";
         expect "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)";
-        check lists::check_namespace;
-        section "operator";
+        check lists::check_namespace; section "operator";
     /// Operator mode: namespaces watched (repeatable or comma-separated), with `namespace`; none = every namespace Akritas may read
     namespaces: Vec<String> = Vec::new();
         flag "namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
-        check lists::check_namespaces;
-        section "operator";
+        check lists::check_namespaces; section "operator";
     /// Namespaces whose tools, skills, knowledge and receivers every namespace uses (repeatable or comma-separated)
     shared_namespaces: Vec<String> = Vec::new();
         flag "shared-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
-        check lists::check_namespaces;
-        section "operator";
+        check lists::check_namespaces; section "operator";
     /// Built-in read-only Kubernetes tools (`kubernetes.*`): in operator mode, and standalone when `kubeconfig` is set
     kubernetes_tools: bool = true;
         flag "kubernetes-tools" [Option<String>] value_name "BOOL";
         expect "true or false (or 1 or 0)";
-        check value::ok;
-        section "kubernetes";
+        check value::ok; section "kubernetes";
     /// Standalone mode: kubeconfig file the Kubernetes tools read the cluster with (its current context)
     kubeconfig: Option<String> = None;
         flag "kubeconfig" [Option<String>] value_name "PATH";
         expect "a path to a kubeconfig file";
-        check lists::check_optional_path;
-        section "kubernetes";
+        check lists::check_optional_path; section "kubernetes";
     /// Namespaces whose Runs the Kubernetes tools let read every namespace they reach and Nodes (with the home namespace and `shared_namespaces`); other Runs read their own namespace only
     kubernetes_cluster_namespaces: Vec<String> = Vec::new();
         flag "kubernetes-cluster-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
-        check lists::check_namespaces;
-        section "kubernetes";
+        check lists::check_namespaces; section "kubernetes";
     /// Commands an McpAdapter may start over stdio: absolute paths, or `akritas` for this binary (which may only run `akritas mcp ...`)
     stdio_commands: Vec<String> = vec!["akritas".to_string()];
         flag "stdio-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
         expect "at most 64 entries, each `akritas` or an absolute path";
-        check lists::check_stdio_commands;
-        section "mcp";
+        check lists::check_stdio_commands; section "mcp";
     /// Variables an McpAdapter's stdio `env` may set in its child; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; `LD_*`/`DYLD_*` never
     stdio_env: Vec<String> = Vec::new();
         flag "stdio-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
         expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
-        check lists::check_env_patterns;
-        section "mcp";
+        check lists::check_env_patterns; section "mcp";
     /// Programs a ValidatorProfile may run (argv[0]): names looked up on the service's PATH, or absolute paths; nothing else runs, not even for its --version
     validator_commands: Vec<String> = vec!["yamllint".to_string()];
         flag "validator-commands" [Vec<String>] value_name "COMMAND" delimiter ',';
         expect "at most 64 entries, each a program name or an absolute path";
-        check lists::check_validator_commands;
-        section "change";
+        check lists::check_validator_commands; section "change";
     /// Environment variables a ValidatorProfile's env may pass to its program; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; the service's own keys never match
     validator_env: Vec<String> = Vec::new();
         flag "validator-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
         expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
-        check lists::check_env_patterns;
-        section "change";
+        check lists::check_env_patterns; section "change";
     /// How validators are confined: landlock (files, network, processes; without Landlock they do not run) or off (process limits only)
     validator_sandbox: SandboxMode = SandboxMode::Landlock;
         flag "validator-sandbox" [Option<String>] value_name "MODE";
         expect "landlock or off";
-        check value::ok;
-        section "change";
+        check value::ok; section "change";
     /// Directories validators may read and execute besides /usr, /bin, /sbin, /lib*, /etc and /opt (never the data directory)
     validator_read_paths: Vec<PathBuf> = Vec::new();
         flag "validator-read-paths" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
-        check lists::check_roots;
-        section "change";
+        check lists::check_roots; section "change";
     /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; the service's own keys never match
     resource_env: Vec<String> = vec!["AKRITAS_*".to_string()];
         flag "resource-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
         expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
-        check lists::check_env_patterns;
-        section "operator";
+        check lists::check_env_patterns; section "operator";
     /// Directories a KnowledgeBase directory may be under (standalone mode also allows the resource directories)
     knowledge_roots: Vec<PathBuf> = Vec::new();
         flag "knowledge-roots" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
-        check lists::check_roots;
-        section "operator";
+        check lists::check_roots; section "operator";
     /// Directories a path Workspace may be under (standalone mode also allows the resource directories); never the data directory
     workspace_roots: Vec<PathBuf> = Vec::new();
         flag "workspace-roots" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
-        check lists::check_roots;
-        section "operator";
+        check lists::check_roots; section "operator";
     /// Directory of SKILL.md skills (`<dir>/<name>/SKILL.md`); empty disables
     skills_dir: Option<String> = Some("skills".to_string());
         flag "skills-dir" [Option<String>] value_name "DIR";
         expect "a directory path, or empty to disable";
-        check value::ok;
-        section "operator";
+        check value::ok; section "operator";
     /// Data directory
     data_dir: PathBuf = PathBuf::from("data");
         flag "data-dir" [Option<String>] value_name "DIR";
         expect "a non-empty path";
-        check value::non_empty_path;
-        section "storage";
+        check value::non_empty_path; section "storage";
     /// Number of search results to retrieve, 1-50
     search_top_k: u32 = 5;
         flag "search-top-k" [Option<String>] value_name "N";
         expect "an integer from 1 to 50";
-        check value::u32_in::<1, 50>;
-        section "budget";
+        check value::u32_in::<1, 50>; section "budget";
     /// Characters kept per search result, 1-100000
     result_runes: u32 = 800;
         flag "result-runes" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
-        check value::u32_in::<1, 100_000>;
-        section "budget";
+        check value::u32_in::<1, 100_000>; section "budget";
     /// Default completion token budget
     max_tokens: u32 = 1024;
         flag "max-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
-        check value::u32_in::<1, { u32::MAX }>;
-        section "budget";
+        check value::u32_in::<1, { u32::MAX }>; section "budget";
     /// Largest completion token budget a request may ask for, >= max-tokens
     max_tokens_limit: u32 = 4096;
         flag "max-tokens-limit" [Option<String>] value_name "N";
         expect "a positive integer";
-        check value::u32_in::<1, { u32::MAX }>;
-        section "budget";
+        check value::u32_in::<1, { u32::MAX }>; section "budget";
     /// Tool calls per run, 0-1000
     max_tool_calls: u32 = 8;
         flag "max-tool-calls" [Option<String>] value_name "N";
         expect "an integer from 0 to 1000";
-        check value::u32_in::<0, 1000>;
-        section "budget";
+        check value::u32_in::<0, 1000>; section "budget";
     /// Model iterations per run, 1-1000
     max_iterations: u32 = 12;
         flag "max-iterations" [Option<String>] value_name "N";
         expect "an integer from 1 to 1000";
-        check value::u32_in::<1, 1000>;
-        section "budget";
+        check value::u32_in::<1, 1000>; section "budget";
     /// Largest tool result in bytes
     max_tool_result_bytes: u64 = 2_097_152;
         flag "max-tool-result-bytes" [Option<String>] value_name "BYTES";
         expect "a positive integer (bytes)";
-        check value::u64_in::<1, { u64::MAX }>;
-        section "budget";
+        check value::u64_in::<1, { u64::MAX }>; section "budget";
     /// Retrieved context per request in bytes, <= max-tool-result-bytes
     max_retrieved_context_bytes: u64 = 131_072;
         flag "max-retrieved-context-bytes" [Option<String>] value_name "BYTES";
         expect "a positive integer (bytes)";
-        check value::u64_in::<1, { u64::MAX }>;
-        section "budget";
+        check value::u64_in::<1, { u64::MAX }>; section "budget";
     /// Context tokens per request
     max_context_tokens: u64 = 40_000;
         flag "max-context-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
-        check value::u64_in::<1, { u64::MAX }>;
-        section "budget";
+        check value::u64_in::<1, { u64::MAX }>; section "budget";
     /// Context window of the upstream model in tokens
     max_model_tokens: u64 = 16_384;
         flag "max-model-tokens" [Option<String>] value_name "N";
         expect "a positive integer";
-        check value::u64_in::<1, { u64::MAX }>;
-        section "model";
+        check value::u64_in::<1, { u64::MAX }>; section "model";
     /// Context window of the upstream model in tokens, 512-10000000: requests are fitted to it; used when the server names none, an upper bound when it does; empty = discovered from the server, or unknown
     model_context_tokens: Option<u32> = None;
         flag "model-context-tokens" [Option<String>] value_name "N";
         expect "an integer from 512 to 10000000, or empty to discover it";
-        check optional::u32_in::<512, 10_000_000>;
-        section "model";
+        check optional::u32_in::<512, 10_000_000>; section "model";
     /// Sampling temperature, 0.0-2.0
     temperature: f64 = 0.2;
         flag "temperature" [Option<String>] value_name "T";
         expect "a number from 0.0 to 2.0";
-        check value::check_temperature;
-        section "model";
+        check value::check_temperature; section "model";
     /// Timeout of one request, > 0 and <= 24h
     request_timeout: Duration = Duration::from_secs(600);
         flag "request-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 10m";
-        check duration::upto::<86_400, false>;
-        section "model";
+        check duration::upto::<86_400, false>; section "model";
     /// Concurrent runs, 1-256
     max_concurrent_runs: u32 = 4;
         flag "max-concurrent-runs" [Option<String>] value_name "N";
         expect "an integer from 1 to 256";
-        check value::u32_in::<1, 256>;
-        section "budget";
+        check value::u32_in::<1, 256>; section "budget";
     /// Run slots of max_concurrent_runs kept for alert investigations, 0-255 (at most max_concurrent_runs - 1 take effect): chat, facade, MCP and bot Runs never hold them
     alert_reserved_runs: u32 = 1;
         flag "alert-reserved-runs" [Option<String>] value_name "N";
         expect "an integer from 0 to 255";
-        check value::u32_in::<0, 255>;
-        section "budget";
+        check value::u32_in::<0, 255>; section "budget";
     /// Chat, facade, MCP and bot Runs of one namespace at once, 1-256; further ones wait like a full host
     max_runs_per_namespace: u32 = 2;
         flag "max-runs-per-namespace" [Option<String>] value_name "N";
         expect "an integer from 1 to 256";
-        check value::u32_in::<1, 256>;
-        section "budget";
+        check value::u32_in::<1, 256>; section "budget";
     /// Wait for a free run slot, <= 10m; 0s fails at once when saturated
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";
         expect "a duration from 0s to 10m, such as 30s";
-        check duration::upto::<600, true>;
-        section "budget";
+        check duration::upto::<600, true>; section "budget";
     /// Largest request body in bytes, 1024-67108864
     max_body_bytes: u64 = 1_048_576;
         flag "max-body-bytes" [Option<String>] value_name "BYTES";
         expect "an integer from 1024 to 67108864 (bytes)";
-        check value::u64_in::<1024, 67_108_864>;
-        section "server";
+        check value::u64_in::<1024, 67_108_864>; section "server";
     /// Longest pause while a request body arrives before the request is refused with 408, > 0 and <= 10m
     body_timeout: Duration = Duration::from_secs(30);
         flag "body-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
-        check duration::upto::<600, false>;
-        section "server";
+        check duration::upto::<600, false>; section "server";
     /// Concurrent MCP sessions at `/mcp`, 1-4096; a new session beyond it gets 503
     mcp_max_sessions: u32 = 64;
         flag "mcp-max-sessions" [Option<String>] value_name "N";
         expect "an integer from 1 to 4096";
-        check value::u32_in::<1, 4096>;
-        section "mcp";
+        check value::u32_in::<1, 4096>; section "mcp";
     /// MCP sessions one API key may hold open at `/mcp` at once, 1-4096; a further initialize gets 429
     mcp_max_sessions_per_key: u32 = 16;
         flag "mcp-max-sessions-per-key" [Option<String>] value_name "N";
         expect "an integer from 1 to 4096";
-        check value::u32_in::<1, 4096>;
-        section "mcp";
+        check value::u32_in::<1, 4096>; section "mcp";
     /// Idle time after which an MCP session at `/mcp` is closed, > 0 and <= 24h
     mcp_session_idle_timeout: Duration = Duration::from_secs(300);
         flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 5m";
-        check duration::upto::<86_400, false>;
-        section "mcp";
+        check duration::upto::<86_400, false>; section "mcp";
     /// Host names every route accepts in the Host header besides IP addresses, localhost and the public URL's host (DNS-rebinding protection): the names clients use, such as the Service's
     allowed_hosts: Vec<String> = Vec::new();
         flag "allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
         expect "at most 64 host names or host:port values";
-        check lists::check_hosts;
-        section "server";
+        check lists::check_hosts; section "server";
     /// Host names `/mcp` accepts in the Host header besides loopback and the public URL's host (DNS-rebinding protection)
     mcp_allowed_hosts: Vec<String> = Vec::new();
         flag "mcp-allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
         expect "at most 64 host names or host:port values";
-        check lists::check_hosts;
-        section "mcp";
+        check lists::check_hosts; section "mcp";
     /// Networks (CIDR or address) and host names that URLs declared by resources may reach although they are link-local, unspecified, multicast or (operator mode) loopback or this pod's own; standalone mode reaches loopback without an entry
     egress_allow: Vec<String> = Vec::new();
         flag "egress-allow" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
         expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
-        check lists::check_egress;
-        section "server";
+        check lists::check_egress; section "server";
     /// Networks (CIDR or address) and host names to which credentials declared by resources (webhook bearers, bot tokens, MCP headers from secrets, git tokens) may travel over plain http; loopback always may, every other host needs https
     cleartext_credential_hosts: Vec<String> = Vec::new();
         flag "cleartext-credential-hosts" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
         expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
-        check lists::check_egress;
-        section "server";
+        check lists::check_egress; section "server";
     /// Grace period for shutdown, > 0 and <= 10m
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
-        check duration::upto::<600, false>;
-        section "server";
+        check duration::upto::<600, false>; section "server";
     /// Alert investigations running at once, 1-64
     alert_workers: u32 = 2;
         flag "alert-workers" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>;
-        section "alerts";
+        check value::u32_in::<1, 64>; section "alerts";
     /// Attempts per alert investigation before the job fails, 1-20
     alert_job_attempts: u32 = 3;
         flag "alert-job-attempts" [Option<String>] value_name "N";
         expect "an integer from 1 to 20";
-        check value::u32_in::<1, 20>;
-        section "alerts";
+        check value::u32_in::<1, 20>; section "alerts";
     /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x, > 0 and <= 1h
     alert_job_backoff: Duration = Duration::from_secs(30);
         flag "alert-job-backoff" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1h, such as 30s";
-        check duration::upto::<3600, false>;
-        section "alerts";
+        check duration::upto::<3600, false>; section "alerts";
     /// New alert investigations one AlertSource may start per minute, 1-100000
     alert_source_rate: u32 = 60;
         flag "alert-source-rate" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
-        check value::u32_in::<1, 100_000>;
-        section "alerts";
+        check value::u32_in::<1, 100_000>; section "alerts";
     /// Alert investigations waiting for a worker host-wide; more new ones are deferred, 1-100000
     alert_pending_jobs: u32 = 1000;
         flag "alert-pending-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
-        check value::u32_in::<1, 100_000>;
-        section "alerts";
+        check value::u32_in::<1, 100_000>; section "alerts";
     /// Deferred alert investigations per AlertSource; past it a storm shares one storm investigation, 1-10000
     alert_deferred_jobs: u32 = 100;
         flag "alert-deferred-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 10000";
-        check value::u32_in::<1, 10_000>;
-        section "alerts";
+        check value::u32_in::<1, 10_000>; section "alerts";
     /// A journal segment is sealed and a new one started past this size, 64 KiB-4 GiB
     journal_segment_bytes: u64 = 64 << 20;
         flag "journal-segment-bytes" [Option<String>] value_name "BYTES";
         expect "an integer from 65536 to 4294967296 (bytes)";
-        check value::u64_in::<65_536, 4_294_967_296>;
-        section "storage";
+        check value::u64_in::<65_536, 4_294_967_296>; section "storage";
     /// A journal segment is sealed once its first record is this old, > 0 and <= 30d
     journal_segment_age: Duration = Duration::from_secs(86_400);
         flag "journal-segment-age" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 30d, such as 24h";
-        check duration::upto::<2_592_000, false>;
-        section "storage";
+        check duration::upto::<2_592_000, false>; section "storage";
     /// Journal records between two snapshots of the state derived from a journal, 100-10000000
     snapshot_records: u64 = 20_000;
         flag "snapshot-records" [Option<String>] value_name "N";
         expect "an integer from 100 to 10000000";
-        check value::u64_in::<100, 10_000_000>;
-        section "storage";
+        check value::u64_in::<100, 10_000_000>; section "storage";
     /// A change preview's approval expires this long after it was issued, > 0 and <= 7d
     change_approval_ttl: Duration = Duration::from_secs(30 * 60);
         flag "change-approval-ttl" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 7d, such as 30m";
-        check duration::upto::<604_800, false>;
-        section "change";
+        check duration::upto::<604_800, false>; section "change";
     /// Change previews executing at once (each holds no Run slot), 1-64
     change_max_concurrent_previews: u32 = 2;
         flag "change-max-concurrent-previews" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>;
-        section "change";
+        check value::u32_in::<1, 64>; section "change";
     /// Change previews of one namespace at once, 1-64; further ones wait like a full host
     change_max_previews_per_namespace: u32 = 1;
         flag "change-max-previews-per-namespace" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>;
-        section "change";
+        check value::u32_in::<1, 64>; section "change";
     /// Changes of one namespace waiting for approval at once (64 host-wide), 1-64; a further preview of that namespace gets 429
     change_max_pending_per_namespace: u32 = 16;
         flag "change-max-pending-per-namespace" [Option<String>] value_name "N";
         expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>;
-        section "change";
+        check value::u32_in::<1, 64>; section "change";
     /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything, <= 10y
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 365d";
-        check duration::upto::<315_576_000, true>;
-        section "storage";
+        check duration::upto::<315_576_000, true>; section "storage";
     /// Name of the environment variable holding the audit key (at least 32 bytes): every audit record is then sealed with HMAC-SHA256 so a rewritten journal fails `akritas audit verify --key-env`
     audit_key_env: Option<String> = None;
         flag "audit-key-env" [Option<String>] value_name "ENV_VAR";
         expect "an environment variable name such as AKRITAS_AUDIT_KEY";
-        check lists::check_optional_env_name;
-        section "storage";
+        check lists::check_optional_env_name; section "storage";
     /// A file outside the data directory where the audit journal's head (seq, hash, seal) is written at least every 30 s, so a journal cut behind it fails `akritas audit verify --anchor`
     audit_anchor_file: Option<String> = None;
         flag "audit-anchor-file" [Option<String>] value_name "PATH";
         expect "a path outside the data directory";
-        check lists::check_optional_path;
-        section "storage";
+        check lists::check_optional_path; section "storage";
     /// Alert journal segments older than this are deleted unless an open incident or a waiting job needs them; 0s keeps everything, <= 10y
     alert_retention: Duration = Duration::from_secs(90 * 86_400);
         flag "alert-retention" [Option<String>] value_name "DURATION";
         expect "a duration from 0s (keep everything) to 10y, such as 90d";
-        check duration::upto::<315_576_000, true>;
-        section "alerts";
+        check duration::upto::<315_576_000, true>; section "alerts";
     /// An alert repeated within this window of its first delivery is a duplicate, > 0 and <= 30d
     dedup_window: Duration = Duration::from_secs(86_400);
         flag "dedup-window" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 30d, such as 24h";
-        check duration::upto::<2_592_000, false>;
-        section "alerts";
+        check duration::upto::<2_592_000, false>; section "alerts";
     /// Most deduplication keys remembered (the oldest are forgotten first), 1000-10000000
     dedup_max_keys: u32 = 100_000;
         flag "dedup-max-keys" [Option<String>] value_name "N";
         expect "an integer from 1000 to 10000000";
-        check value::u32_in::<1000, 10_000_000>;
-        section "alerts";
+        check value::u32_in::<1000, 10_000_000>; section "alerts";
     /// Resolved incidents kept in memory for listings (the oldest are forgotten first; their journal records stay), 100-10000000
     resolved_incidents_kept: u32 = 10_000;
         flag "resolved-incidents-kept" [Option<String>] value_name "N";
         expect "an integer from 100 to 10000000";
-        check value::u32_in::<100, 10_000_000>;
-        section "alerts";
+        check value::u32_in::<100, 10_000_000>; section "alerts";
     /// Timeout of one notification attempt, > 0 and <= 1m
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1m, such as 10s";
-        check duration::upto::<60, false>;
-        section "alerts";
+        check duration::upto::<60, false>; section "alerts";
     /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried), 1-10
     notification_attempts: u32 = 3;
         flag "notification-attempts" [Option<String>] value_name "N";
         expect "an integer from 1 to 10";
-        check value::u32_in::<1, 10>;
-        section "alerts";
+        check value::u32_in::<1, 10>; section "alerts";
     /// Operator mode: finished Run and resolved Incident objects are deleted after this, > 0 and <= 365d
     record_retention: Duration = Duration::from_secs(7 * 86_400);
         flag "record-retention" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 365d, such as 7d";
-        check duration::upto::<31_536_000, false>;
-        section "storage";
+        check duration::upto::<31_536_000, false>; section "storage";
     /// Operator mode: a leader that has not renewed its Lease for this long is replaced, > 0 and <= 5m
     lease_duration: Duration = Duration::from_secs(15);
         flag "lease-duration" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 5m, such as 15s";
-        check duration::upto::<300, false>;
-        section "operator";
+        check duration::upto::<300, false>; section "operator";
     /// Log format: text or json
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";
         expect "text or json";
-        check value::ok;
-        section "server";
+        check value::ok; section "server";
 }
 
 /// Resolves [`Settings`] from `flags`, the environment (`env`, e.g.
