@@ -272,6 +272,16 @@ pub fn namespace_schema() -> Value {
         "description": "Namespace; default: the Run's own namespace."})
 }
 
+/// Schema of a tool's arguments: an object of `properties` (a JSON object) with no other
+/// property, `required` naming the ones that must be there.
+pub fn arguments_schema(required: &[&str], properties: Value) -> Value {
+    let mut schema = serde_json::json!({"type": "object", "additionalProperties": false, "properties": properties});
+    if !required.is_empty() {
+        schema["required"] = serde_json::json!(required);
+    }
+    schema
+}
+
 /// Schema of an object name argument.
 pub fn name_schema(description: &str) -> Value {
     serde_json::json!({"type": "string", "minLength": 1, "maxLength": 253, "description": description})

@@ -41,15 +41,14 @@ const MAX_IMAGES: usize = 8;
 const REVISION: &str = "deployment.kubernetes.io/revision";
 
 pub fn schema() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
+    api::arguments_schema(
+        &[],
+        json!({
             "namespace": api::namespace_schema(),
             "sinceMinutes": {"type": "integer", "minimum": 1, "maximum": MAX_MINUTES,
                 "description": "The window, in minutes before now; default 60."},
-        }
-    })
+        }),
+    )
 }
 
 /// One object as read for change detection.

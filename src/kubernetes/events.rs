@@ -35,10 +35,9 @@ const MAX_PAGES: usize = 2;
 const MESSAGE_BYTES: usize = 512;
 
 pub fn schema() -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
+    api::arguments_schema(
+        &[],
+        json!({
             "namespace": api::namespace_schema(),
             "kind": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9]{0,62}$",
                 "description": "Kind of the object the events are about, such as Pod, Deployment, Node."},
@@ -46,8 +45,8 @@ pub fn schema() -> Value {
             "type": {"type": "string", "enum": ["Normal", "Warning"]},
             "sinceMinutes": {"type": "integer", "minimum": 1, "maximum": 10080,
                 "description": "Only events last seen in this many minutes."},
-        }
-    })
+        }),
+    )
 }
 
 /// One stored Event, whichever API it was read from.

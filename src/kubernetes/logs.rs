@@ -29,11 +29,9 @@ const PATTERN_BYTES: usize = 256;
 const REGEX_SIZE: usize = 1 << 20;
 
 pub fn schema(limits: &api::Limits) -> Value {
-    json!({
-        "type": "object",
-        "required": ["name"],
-        "additionalProperties": false,
-        "properties": {
+    api::arguments_schema(
+        &["name"],
+        json!({
             "name": api::name_schema("Pod name."),
             "namespace": api::namespace_schema(),
             "container": {"type": "string", "minLength": 1, "maxLength": 253,
@@ -48,8 +46,8 @@ pub fn schema(limits: &api::Limits) -> Value {
                 "description": "Keep only lines containing this text."},
             "regex": {"type": "string", "minLength": 1, "maxLength": PATTERN_BYTES,
                 "description": "Keep only lines matching this regular expression (Rust syntax)."},
-        }
-    })
+        }),
+    )
 }
 
 /// How lines are kept.

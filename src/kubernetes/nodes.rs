@@ -32,12 +32,7 @@ const MAX_PAGES: usize = 4;
 const MESSAGE_BYTES: usize = 512;
 
 pub fn schema() -> Value {
-    json!({
-        "type": "object",
-        "required": ["name"],
-        "additionalProperties": false,
-        "properties": {"name": api::name_schema("Node name.")}
-    })
+    api::arguments_schema(&["name"], json!({"name": api::name_schema("Node name.")}))
 }
 
 /// `kubernetes.node_status`.

@@ -36,7 +36,7 @@ fn kind_properties() -> Map<String, Value> {
 pub fn get_schema() -> Value {
     let mut properties = kind_properties();
     properties.insert("name".into(), api::name_schema("Object name."));
-    json!({"type": "object", "required": ["kind", "name"], "additionalProperties": false, "properties": properties})
+    api::arguments_schema(&["kind", "name"], Value::Object(properties))
 }
 
 pub fn list_schema(limits: &api::Limits) -> Value {
@@ -46,7 +46,7 @@ pub fn list_schema(limits: &api::Limits) -> Value {
     properties.insert("fieldSelector".into(), json!({"type": "string", "maxLength": 1024}));
     properties.insert("limit".into(), json!({"type": "integer", "minimum": 1, "maximum": limits.list_max}));
     properties.insert("continue".into(), json!({"type": "string", "maxLength": 4096}));
-    json!({"type": "object", "required": ["kind"], "additionalProperties": false, "properties": properties})
+    api::arguments_schema(&["kind"], Value::Object(properties))
 }
 
 /// `kubernetes.get`.

@@ -33,15 +33,13 @@ const MAX_ENV_NAMES: usize = 30;
 const SUMMARY_BYTES: usize = 1024;
 
 pub fn schema() -> Value {
-    json!({
-        "type": "object",
-        "required": ["name"],
-        "additionalProperties": false,
-        "properties": {
+    api::arguments_schema(
+        &["name"],
+        json!({
             "name": api::name_schema("Pod name."),
             "namespace": api::namespace_schema(),
-        }
-    })
+        }),
+    )
 }
 
 /// `kubernetes.pod_status`.

@@ -39,16 +39,14 @@ const MESSAGE_BYTES: usize = 512;
 const MAX_CONDITIONS: usize = 10;
 
 pub fn schema() -> Value {
-    json!({
-        "type": "object",
-        "required": ["kind", "name"],
-        "additionalProperties": false,
-        "properties": {
+    api::arguments_schema(
+        &["kind", "name"],
+        json!({
             "kind": {"type": "string", "enum": ["Deployment", "StatefulSet", "DaemonSet"]},
             "name": api::name_schema("Name of the Deployment, StatefulSet or DaemonSet."),
             "namespace": api::namespace_schema(),
-        }
-    })
+        }),
+    )
 }
 
 /// `kubernetes.rollout_history`.
