@@ -540,6 +540,12 @@ mod tests {
         }
     }
 
+    /// A generic event about host `host` (its correlation key too) observed `minute` minutes
+    /// after 22:00 on the test day.
+    fn on(host: &str, name: &str, state: EventState, minute: u32) -> Event {
+        generic(host, name, state, &format!("2026-11-29T22:{minute:02}:00Z"), host)
+    }
+
     fn generic(entity: &str, name: &str, state: EventState, observed: &str, corr: &str) -> Event {
         let mut e = Event::new(
             "generic",
@@ -584,24 +590,9 @@ mod tests {
     fn alerts_with_the_same_correlation_key_share_one_incident_and_one_job() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a = c.ingest(
-            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
-            false,
-            None,
-            &mut ids,
-        );
-        let b = c.ingest(
-            &generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"),
-            false,
-            None,
-            &mut ids,
-        );
-        let other = c.ingest(
-            &generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
-            false,
-            None,
-            &mut ids,
-        );
+        let a = c.ingest(&on("db-1", "HighCPU", EventState::Firing, 0), false, None, &mut ids);
+        let b = c.ingest(&on("db-1", "HighLoad", EventState::Firing, 1), false, None, &mut ids);
+        let other = c.ingest(&on("db-2", "HighCPU", EventState::Firing, 1), false, None, &mut ids);
         assert!(a.decision.investigate());
         assert_eq!(b.decision, Decision::JoinIncident { incident_id: a.incident_id.clone() });
         assert_eq!(b.job_id, None);
@@ -637,32 +628,12 @@ mod tests {
     fn incident_closes_when_all_firing_alerts_resolved() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let a = c.ingest(
-            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
-            false,
-            None,
-            &mut ids,
-        );
-        c.ingest(
-            &generic("db-1", "HighLoad", EventState::Firing, "2026-11-29T22:01:00Z", "db-1"),
-            false,
-            None,
-            &mut ids,
-        );
-        let r1 = c.ingest(
-            &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:10:00Z", "db-1"),
-            false,
-            None,
-            &mut ids,
-        );
+        let a = c.ingest(&on("db-1", "HighCPU", EventState::Firing, 0), false, None, &mut ids);
+        c.ingest(&on("db-1", "HighLoad", EventState::Firing, 1), false, None, &mut ids);
+        let r1 = c.ingest(&on("db-1", "HighCPU", EventState::Resolved, 10), false, None, &mut ids);
         assert_eq!(r1.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: false });
         assert!(c.incident(&a.incident_id).unwrap().is_open());
-        let r2 = c.ingest(
-            &generic("db-1", "HighLoad", EventState::Resolved, "2026-11-29T22:12:00Z", "db-1"),
-            false,
-            None,
-            &mut ids,
-        );
+        let r2 = c.ingest(&on("db-1", "HighLoad", EventState::Resolved, 12), false, None, &mut ids);
         assert_eq!(r2.decision, Decision::ResolveEvent { incident_id: a.incident_id.clone(), closes_incident: true });
         let inc = c.incident(&a.incident_id).unwrap();
         assert_eq!(inc.state, IncidentStatus::Resolved);
@@ -780,46 +751,16 @@ mod tests {
     fn a_new_incident_shares_the_storm_job_unless_its_own_key_has_one_waiting() {
         let mut c = Correlator::new();
         let mut ids = ids();
-        let db1 = c.ingest(
-            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:00:00Z", "db-1"),
-            true,
-            None,
-            &mut ids,
-        );
-        let storm = c.ingest(
-            &generic("db-2", "HighCPU", EventState::Firing, "2026-11-29T22:01:00Z", "db-2"),
-            true,
-            db1.job_id.as_deref(),
-            &mut ids,
-        );
+        let db1 = c.ingest(&on("db-1", "HighCPU", EventState::Firing, 0), true, None, &mut ids);
+        let storm = c.ingest(&on("db-2", "HighCPU", EventState::Firing, 1), true, db1.job_id.as_deref(), &mut ids);
         assert_eq!((storm.job_id.as_deref(), storm.shared_job.as_deref()), (None, db1.job_id.as_deref()));
         let resolved = generic("db-2", "HighCPU", EventState::Resolved, "2026-11-29T22:02:00Z", "db-2");
         c.ingest(&resolved, true, None, &mut ids);
-        let own = c.ingest(
-            &generic("db-3", "HighCPU", EventState::Firing, "2026-11-29T22:03:00Z", "db-3"),
-            true,
-            None,
-            &mut ids,
-        );
-        let again = c.ingest(
-            &generic("db-3", "HighLoad", EventState::Firing, "2026-11-29T22:04:00Z", "db-3"),
-            true,
-            db1.job_id.as_deref(),
-            &mut ids,
-        );
+        let own = c.ingest(&on("db-3", "HighCPU", EventState::Firing, 3), true, None, &mut ids);
+        let again = c.ingest(&on("db-3", "HighLoad", EventState::Firing, 4), true, db1.job_id.as_deref(), &mut ids);
         assert_eq!(again.job_id, None, "joins its open incident");
-        c.ingest(
-            &generic("db-1", "HighCPU", EventState::Resolved, "2026-11-29T22:05:00Z", "db-1"),
-            true,
-            None,
-            &mut ids,
-        );
-        let refire = c.ingest(
-            &generic("db-1", "HighCPU", EventState::Firing, "2026-11-29T22:06:00Z", "db-1"),
-            true,
-            own.job_id.as_deref(),
-            &mut ids,
-        );
+        c.ingest(&on("db-1", "HighCPU", EventState::Resolved, 5), true, None, &mut ids);
+        let refire = c.ingest(&on("db-1", "HighCPU", EventState::Firing, 6), true, own.job_id.as_deref(), &mut ids);
         assert_eq!(refire.shared_job, db1.job_id, "its own key's waiting job comes first");
     }
 }
