@@ -43,6 +43,7 @@ mod resource_watch;
 mod run_budget;
 mod run_replay;
 mod serve_http;
+mod storage_compat;
 mod tenancy;
 mod tiers;
 mod validate_cli;

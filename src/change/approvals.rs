@@ -466,6 +466,13 @@ impl ApprovalStore {
         book.entries.get(&Self::id_hash(id)).map(|e| (e.change.clone(), e.effective(now)))
     }
 
+    /// Every kept change's state now, keyed by the hash of its approval id ([`Self::id_hash`];
+    /// the id itself is never stored): what a copy or an upgrade of the journal must keep.
+    pub fn states(&self) -> std::collections::BTreeMap<String, &'static str> {
+        let now = self.now();
+        self.book().entries.iter().map(|(hash, entry)| (hash.clone(), entry.effective(now).name())).collect()
+    }
+
     /// Takes the pending change `id` for apply by `approver`: durably records it as
     /// `applying` before returning it, so it can be taken once only, even across a crash.
     pub async fn take(&self, id: &str, approver: &str) -> Result<PendingChange, TakeError> {

@@ -29,7 +29,7 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the host: HTTP API, resource watch and (later) alerts, bots and runs.
+    /// Run the host: HTTP API, resource watch, alerts, bots, Runs and the change pipeline.
     Serve(Box<ServeFlags>),
     /// Ask one question: a single Run in-process, printed with its tools and budget.
     #[command(after_help = "Other settings (tools, audit, limits) are read from --config and the AKRITAS_* \
