@@ -24,6 +24,7 @@ pub mod outbound;
 pub mod redact;
 pub mod replay;
 pub mod resources;
+pub mod severity;
 pub mod slots;
 pub mod suggest;
 pub mod telemetry;

@@ -12,7 +12,19 @@ use std::path::{Path, PathBuf};
 
 /// Leaves first. A module imports only from its own layer (without cycles) or lower.
 const LAYERS: &[&[&str]] = &[
-    &["resources", "text", "suggest", "language", "outbound", "tenancy", "telemetry", "redact", "egress", "slots"],
+    &[
+        "resources",
+        "text",
+        "suggest",
+        "language",
+        "outbound",
+        "tenancy",
+        "telemetry",
+        "redact",
+        "egress",
+        "slots",
+        "severity",
+    ],
     &["journal", "llm", "tools", "catalog", "config", "investigation"],
     &["audit", "engine", "mcp", "knowledge", "kubernetes", "victoriametrics"],
     &["alerts", "notify", "change", "bots", "replay", "eval"],

@@ -2,9 +2,12 @@
 //! API, Mattermost API v4 and the Akritas webhook wire formats and record every
 //! request they receive.
 
+use akritas::investigation::{Actionability, Confidence, FindingStatus};
 use akritas::notify::{
     AlertStatus, DeliveryOutcome, Notification, RetryPolicy, Target, deliver, deliver_all, run_url, signature_header,
 };
+use akritas::resources::notification_receiver::ReceiverType;
+use akritas::severity::Severity;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -178,12 +181,12 @@ fn notification() -> Notification {
         run_url: run_url(Some("https://akritas.test"), "run-7"),
         source: "alertmanager:prod".into(),
         title: "HighCPU".into(),
-        severity: "critical".into(),
+        severity: Severity::Critical,
         status: AlertStatus::Firing,
         entity: "deployment:shop/api".into(),
-        finding: "suspected".into(),
-        confidence: "high".into(),
-        actionability: "actionable".into(),
+        finding: FindingStatus::Suspected,
+        confidence: Confidence::High,
+        actionability: Actionability::RequiresHuman,
         summary: "*CPU* saturated, ping @channel".into(),
         impact: "checkout errors for 3% of users".into(),
         evidence: vec!["tool-call:call_akritas_planned_1".into()],
@@ -231,7 +234,7 @@ async fn webhook_signed_envelope_with_bearer() {
     let o = deliver(&client(), "incident-automation", &webhook_target(&base), &n, "d-1", fast()).await;
     assert!(o.delivered, "{o:?}");
     assert_eq!((o.http_status, o.attempts, o.error.as_deref()), (Some(204), 1, None));
-    assert_eq!(o.kind, "webhook");
+    assert_eq!(o.kind, ReceiverType::Webhook);
     let reqs = stand.requests();
     assert_eq!(reqs.len(), 1);
     let r = &reqs[0];

@@ -2,8 +2,6 @@
 //! the alert and its structured result, and each NotificationReceiver's target
 //! with its secrets resolved.
 
-use serde_json::Value;
-
 use super::event::EventState;
 use super::store::{Delivery, DeliveryStatus, Job, StoredEvent};
 use crate::catalog::ObjectKey;
@@ -66,8 +64,6 @@ pub fn notification(
     public_url: Option<&str>,
 ) -> Notification {
     let e = &event.event;
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let result_json = serde_json::to_value(result).unwrap_or(Value::Null);
     let run_id = job.run_id.clone();
     Notification {
         incident_id: job.incident_id.clone(),
@@ -75,15 +71,15 @@ pub fn notification(
         run_id,
         source: format!("{}:{}", e.source.kind, e.source.name),
         title: e.name.clone(),
-        severity: e.severity.as_str().to_string(),
+        severity: e.severity,
         status: match e.state {
             EventState::Firing => AlertStatus::Firing,
             EventState::Resolved => AlertStatus::Resolved,
         },
         entity: format!("{}:{}", e.entity.kind, e.entity.id),
-        finding: text(&result_json["finding_status"]),
-        confidence: text(&result_json["confidence"]),
-        actionability: text(&result_json["actionability"]),
+        finding: result.finding_status,
+        confidence: result.confidence,
+        actionability: result.actionability,
         summary: result.summary.clone(),
         impact: result.impact.clone(),
         evidence: result.evidence.clone(),
@@ -104,7 +100,7 @@ pub fn failed(job: &Job, event: &StoredEvent, public_url: Option<&str>) -> notif
         incident_id: job.incident_id.clone(),
         alert_name: e.name.clone(),
         source: format!("{}:{}", e.source.kind, e.source.name),
-        severity: e.severity.as_str().to_string(),
+        severity: e.severity,
         run_url: run_id.as_deref().and_then(|id| notify::run_url(public_url, id)),
         run_id,
         error_code: job.error_code.clone().unwrap_or_else(|| "failed".into()),
@@ -156,7 +152,7 @@ pub fn target(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::catalog::secrets::EnvSecrets;

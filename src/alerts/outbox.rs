@@ -131,7 +131,7 @@ impl Worker {
         let events = incident.as_ref().map(|(_, events, _)| events.clone()).unwrap_or_else(|| vec![event.clone()]);
         let labels = common_labels(&events);
         let facts = RouteFacts {
-            severity: event.event.severity.as_str(),
+            severity: event.event.severity,
             severity_label: event.event.labels.get("severity").map(String::as_str),
             alert_source: incident.as_ref().map_or(event.event.source.name.as_str(), |(i, _, _)| i.source.as_str()),
             namespace: &namespace,
@@ -218,7 +218,7 @@ impl Worker {
         let labels = common_labels(&events);
         let first = events.first();
         let facts = RouteFacts {
-            severity: incident.severity.as_str(),
+            severity: incident.severity,
             severity_label: first.and_then(|e| e.event.labels.get("severity")).map(String::as_str),
             alert_source: &incident.source,
             namespace: &incident.namespace,
@@ -277,7 +277,7 @@ fn resolved_notice(incident: &IncidentState, first: Option<&StoredEvent>) -> Res
         alert_name: incident.name.clone(),
         source: first
             .map_or_else(|| incident.source.clone(), |e| format!("{}:{}", e.event.source.kind, e.event.source.name)),
-        severity: incident.severity.as_str().to_string(),
+        severity: incident.severity,
         alert_status: notify::AlertStatus::Resolved,
         resolved_at: incident.resolved_at.unwrap_or(incident.updated_at).to_string(),
     }

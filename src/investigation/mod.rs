@@ -72,6 +72,40 @@ pub enum Confidence {
     Low,
 }
 
+impl FindingStatus {
+    /// The status as the result's JSON spells it (`confirmed`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingStatus::Confirmed => "confirmed",
+            FindingStatus::Suspected => "suspected",
+            FindingStatus::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+impl Actionability {
+    /// The actionability as the result's JSON spells it (`proposal_possible`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actionability::ProposalPossible => "proposal_possible",
+            Actionability::RequiresHuman => "requires_human",
+            Actionability::NoAction => "no_action",
+            Actionability::NotActionable => "not_actionable",
+        }
+    }
+}
+
+impl Confidence {
+    /// The confidence as the result's JSON spells it (`high`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::High => "high",
+            Confidence::Medium => "medium",
+            Confidence::Low => "low",
+        }
+    }
+}
+
 /// The structured result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -537,6 +571,24 @@ fn normalise_list(list: &mut [String], field: &'static str) -> Result<(), Invest
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_label_is_spelt_as_its_json() {
+        for status in [FindingStatus::Confirmed, FindingStatus::Suspected, FindingStatus::Inconclusive] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
+        for actionability in [
+            Actionability::ProposalPossible,
+            Actionability::RequiresHuman,
+            Actionability::NoAction,
+            Actionability::NotActionable,
+        ] {
+            assert_eq!(serde_json::to_value(actionability).unwrap(), actionability.as_str());
+        }
+        for confidence in [Confidence::High, Confidence::Medium, Confidence::Low] {
+            assert_eq!(serde_json::to_value(confidence).unwrap(), confidence.as_str());
+        }
+    }
+
     #[test]
     fn the_schema_for_a_run_cites_only_its_successful_calls() {
         let references = ["tool-call:call-1".to_string(), "tool-call:call-2.a".to_string()];

@@ -16,6 +16,8 @@ use futures_util::future::join_all;
 use hmac::{Hmac, Mac};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
 use sha2::Sha256;
+
+use crate::resources::notification_receiver::ReceiverType;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -75,12 +77,12 @@ impl fmt::Debug for Target {
 }
 
 impl Target {
-    /// `webhook` | `telegram` | `mattermost`.
-    pub fn kind(&self) -> &'static str {
+    /// The receiver type this target delivers to.
+    pub fn kind(&self) -> ReceiverType {
         match self {
-            Target::Webhook { .. } => "webhook",
-            Target::Telegram { .. } => "telegram",
-            Target::Mattermost { .. } => "mattermost",
+            Target::Webhook { .. } => ReceiverType::Webhook,
+            Target::Telegram { .. } => ReceiverType::Telegram,
+            Target::Mattermost { .. } => ReceiverType::Mattermost,
         }
     }
 
@@ -162,7 +164,7 @@ impl DeliveryError {
 pub struct DeliveryOutcome {
     pub receiver: String,
     /// `webhook` | `telegram` | `mattermost`.
-    pub kind: String,
+    pub kind: ReceiverType,
     pub delivery_id: String,
     pub delivered: bool,
     /// Status of the last HTTP response received, if any.
@@ -178,7 +180,7 @@ impl DeliveryOutcome {
     pub fn pending(receiver: &str, target: &Target, delivery_id: &str) -> Self {
         DeliveryOutcome {
             receiver: receiver.to_string(),
-            kind: target.kind().to_string(),
+            kind: target.kind(),
             delivery_id: delivery_id.to_string(),
             delivered: false,
             http_status: None,

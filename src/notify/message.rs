@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::chat::{MATTERMOST_LIMIT, TELEGRAM_LIMIT, mattermost_escape};
-use crate::investigation::EvidenceCoverage;
+use crate::investigation::{Actionability, Confidence, EvidenceCoverage, FindingStatus};
+use crate::severity::Severity;
 use crate::text::truncate_chars;
 
 /// Telegram `sendMessage` text limit used by upstream (runes).
@@ -52,12 +53,12 @@ pub struct Notification {
     pub run_url: Option<String>,
     pub source: String,
     pub title: String,
-    pub severity: String,
+    pub severity: Severity,
     pub status: AlertStatus,
     pub entity: String,
-    pub finding: String,
-    pub confidence: String,
-    pub actionability: String,
+    pub finding: FindingStatus,
+    pub confidence: Confidence,
+    pub actionability: Actionability,
     pub summary: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub impact: String,
@@ -100,9 +101,9 @@ fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     let mut lines: Vec<String> = vec![
         "Akritas incident investigation".to_string(),
         format!("Alert status: {}", n.status.as_str()),
-        format!("Finding: {}", value(&n.finding)),
-        format!("Actionability: {}", value(&n.actionability)),
-        format!("Confidence: {}", value(&n.confidence)),
+        format!("Finding: {}", value(n.finding.as_str())),
+        format!("Actionability: {}", value(n.actionability.as_str())),
+        format!("Confidence: {}", value(n.confidence.as_str())),
     ];
     let mut optional = |label: &str, v: Option<&str>| {
         if let Some(v) = v.map(&value).filter(|v| !v.is_empty()) {
@@ -111,7 +112,7 @@ fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     };
     optional("Run ID", n.run_id.as_deref());
     optional("Alert", Some(&n.title));
-    optional("Severity", Some(&n.severity));
+    optional("Severity", Some(n.severity.as_str()));
     optional("Source", Some(&n.source));
     optional("Entity", Some(&n.entity));
     optional("Run", n.run_url.as_deref());
@@ -184,7 +185,7 @@ pub struct ResolvedNotice {
     pub alert_name: String,
     /// `type:name` of the AlertSource.
     pub source: String,
-    pub severity: String,
+    pub severity: Severity,
     /// Always `resolved`.
     pub alert_status: AlertStatus,
     /// RFC 3339 time the incident resolved.
@@ -226,7 +227,7 @@ pub struct FailedNotice {
     pub alert_name: String,
     /// `type:name` of the AlertSource.
     pub source: String,
-    pub severity: String,
+    pub severity: Severity,
     /// The last Run of the job, when one started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
@@ -245,7 +246,7 @@ fn failed_lines(n: &FailedNotice, value: impl Fn(&str) -> String) -> String {
     let mut lines = vec![
         "Akritas could not investigate this incident".to_string(),
         format!("Alert: {}", value(&n.alert_name)),
-        format!("Severity: {}", value(&n.severity)),
+        format!("Severity: {}", value(n.severity.as_str())),
         format!("Source: {}", value(&n.source)),
         format!("Group: {}", value(&n.incident_id)),
         format!("Failure: {}", value(&n.error_code)),
@@ -326,12 +327,12 @@ mod tests {
             run_url: run_url(Some("https://akritas.test/"), "run-1"),
             source: "alertmanager:prod".into(),
             title: "HighCPU".into(),
-            severity: "critical".into(),
+            severity: Severity::Critical,
             status: AlertStatus::Firing,
             entity: "deployment:shop/api".into(),
-            finding: "suspected".into(),
-            confidence: "medium".into(),
-            actionability: "actionable".into(),
+            finding: FindingStatus::Suspected,
+            confidence: Confidence::Medium,
+            actionability: Actionability::RequiresHuman,
             summary: "CPU   is\n\thigh".into(),
             impact: String::new(),
             evidence: vec!["tool-call:call_1".into()],
@@ -431,7 +432,7 @@ mod tests {
             incident_id: "inc_1".into(),
             alert_name: "HighLoad".into(),
             source: "alertmanager:am".into(),
-            severity: "critical".into(),
+            severity: Severity::Critical,
             run_id: Some("run_1".into()),
             run_url: Some("https://akritas.example/runs/run_1".into()),
             error_code: "upstream_error".into(),

@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::resources::notification_receiver::{QuietWindow, Routing, Weekday, clock_minutes, offset_seconds};
+use crate::severity::Severity;
 
 /// What routing looks at in an incident.
 #[derive(Clone, Debug)]
 pub struct RouteFacts<'a> {
-    /// Normalised severity (`critical`, `warning`, `info`, `unknown`).
-    pub severity: &'a str,
+    /// Normalised severity.
+    pub severity: Severity,
     /// The raw `severity` label, when the alert had one.
     pub severity_label: Option<&'a str>,
     /// Name of the AlertSource.
@@ -57,7 +58,8 @@ pub fn filter(routing: Option<&Routing>, facts: &RouteFacts<'_>, now: Timestamp)
     let routing = routing?;
     let severity_ok = routing.severities.is_empty()
         || routing.severities.iter().any(|s| {
-            s.eq_ignore_ascii_case(facts.severity) || facts.severity_label.is_some_and(|l| s.eq_ignore_ascii_case(l))
+            s.eq_ignore_ascii_case(facts.severity.as_str())
+                || facts.severity_label.is_some_and(|l| s.eq_ignore_ascii_case(l))
         });
     if !severity_ok {
         return Some(FilterReason::Severity);
@@ -145,7 +147,7 @@ mod tests {
     fn filters_name_the_first_reason() {
         let labels: BTreeMap<String, String> = [("team".to_string(), "db".to_string())].into();
         let facts = RouteFacts {
-            severity: "critical",
+            severity: Severity::Critical,
             severity_label: Some("page"),
             alert_source: "am",
             namespace: "ops",

@@ -185,6 +185,23 @@ pub enum ReceiverType {
     Mattermost,
 }
 
+impl ReceiverType {
+    /// The type as `spec.type` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReceiverType::Webhook => "webhook",
+            ReceiverType::Telegram => "telegram",
+            ReceiverType::Mattermost => "mattermost",
+        }
+    }
+}
+
+impl std::fmt::Display for ReceiverType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// JSON POST of each finished investigation.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
