@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use akritas::change::git::{self, Credentials, GitError, Limits, Remote, TransportError};
 use akritas::change::{FileChange, Operation};
+use akritas::resources::workspace::WorkspaceStatus;
 use akritas_testkit::git_server::{GitServer, bare_repo, commit_files, git};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -578,16 +579,16 @@ async fn the_manager_clones_fetches_on_demand_and_keeps_the_checkout_when_a_fetc
     let head = workspaces.fetch_now("ops", "infra").await.unwrap();
     assert_eq!(head.commit, second);
     assert_eq!(std::fs::read_to_string(local.dir.join("a.txt")).unwrap(), "two\n");
-    let facts = board.runtime(&key).unwrap();
-    assert_eq!(facts["headCommit"], second.as_str());
-    assert!(facts["lastFetch"].is_string() && facts.get("lastError").is_none(), "{facts}");
+    let facts: WorkspaceStatus = board.facts_of(&key).unwrap();
+    assert_eq!(facts.head_commit.as_deref(), Some(second.as_str()));
+    assert!(facts.last_fetch.is_some() && facts.last_error.is_none(), "{facts:?}");
 
     drop(server);
     let error = workspaces.fetch_now("ops", "infra").await.unwrap_err();
     assert!(matches!(error, GitError::Transport(TransportError::Unreachable { .. })), "{error:?}");
-    let facts = board.runtime(&key).unwrap();
-    assert_eq!(facts["headCommit"], second.as_str(), "the previous checkout stays in use");
-    assert!(facts["lastError"].as_str().unwrap().contains("cannot reach"), "{facts}");
+    let facts: WorkspaceStatus = board.facts_of(&key).unwrap();
+    assert_eq!(facts.head_commit.as_deref(), Some(second.as_str()), "the previous checkout stays in use");
+    assert!(facts.last_error.as_deref().unwrap().contains("cannot reach"), "{facts:?}");
     assert_eq!(condition(&board, "Ready").0, "True", "a fetch failure after a clone keeps the workspace usable");
     let (status, reason, message) = condition(&board, "Checked");
     assert_eq!((status.as_str(), reason.as_str()), ("True", "FetchFailed"));

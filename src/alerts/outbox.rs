@@ -13,8 +13,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::correlate::IncidentState;
 use super::delivery::{failed, key_text, notification, pending_delivery, target};
 use super::store::{Delivery, DeliveryStatus, DueNotice, Job, JobStatus, StoredEvent};
@@ -23,6 +21,7 @@ use crate::catalog::ObjectKey;
 use crate::notify::routing::{FilterReason, RouteFacts, filter};
 use crate::notify::{self, Payload, ResolvedNotice, Target};
 use crate::resources::notification_receiver::NotificationReceiverSpec;
+use crate::resources::notification_receiver::{DeliveryRecord, NotificationReceiverStatus};
 use crate::resources::{Kind, Resource};
 use crate::tenancy::DEFAULT_NAMESPACE;
 
@@ -257,8 +256,12 @@ impl Worker {
             (None, Some(reason)) => format!("filtered by routing: {reason}"),
             (None, None) => format!("delivery {}", delivery.delivery_id),
         };
-        let last = json!({"time": crate::resources::common::now_rfc3339(), "outcome": outcome, "message": message});
-        self.board.merge_runtime(key, json!({"lastDelivery": last}));
+        let last = DeliveryRecord {
+            time: crate::resources::common::now_rfc3339(),
+            outcome: outcome.to_string(),
+            message: Some(message),
+        };
+        self.board.update_facts(&key, |status: &mut NotificationReceiverStatus| status.last_delivery = Some(last));
     }
 }
 

@@ -1,9 +1,6 @@
 //! The runtime status of an AlertSource, published by the alerts layer: where its provider
-//! posts and what its deliveries counted. Built from the typed [`AlertSourceStatus`], so every
-//! key it publishes is a field of the AlertSource CRD's status (a key the CRD lacked would be
-//! pruned from the Kubernetes object without a word).
-
-use serde_json::Value;
+//! posts and what its deliveries counted, as the typed [`AlertSourceStatus`] the AlertSource
+//! CRD's status is generated from.
 
 use super::store::AlertStore;
 use crate::catalog::ObjectKey;
@@ -16,9 +13,9 @@ pub fn webhook_path(key: &ObjectKey) -> String {
 }
 
 /// The runtime part of the AlertSource `key`'s status (its conditions come from the catalog).
-pub fn status(store: &AlertStore, key: &ObjectKey) -> Value {
+pub fn status(store: &AlertStore, key: &ObjectKey) -> AlertSourceStatus {
     let counters = store.counters(&format!("{}/{}", key.namespace, key.name));
-    let status = AlertSourceStatus {
+    AlertSourceStatus {
         conditions: Vec::new(),
         webhook_path: Some(webhook_path(key)),
         accepted: counters.accepted,
@@ -26,17 +23,12 @@ pub fn status(store: &AlertStore, key: &ObjectKey) -> Value {
         rejected: counters.rejected,
         truncated_alerts: counters.truncated_by_provider,
         truncated_by_host: counters.truncated_by_host,
-    };
-    let mut value = serde_json::to_value(status).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.remove("conditions");
     }
-    value
 }
 
 /// Publishes the runtime status of the AlertSource `key` on `board`.
 pub fn publish(store: &AlertStore, board: &StatusBoard, key: &ObjectKey) {
-    board.merge_runtime(key.clone(), status(store, key));
+    board.set_facts(key, status(store, key));
 }
 
 #[cfg(test)]
@@ -49,10 +41,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap();
         let key = ObjectKey { kind: Kind::AlertSource, namespace: "ops".into(), name: "am".into() };
-        let published = status(&store, &key);
+        let published = serde_json::to_value(status(&store, &key)).unwrap();
         let schema = Kind::AlertSource.schema();
         let fields = schema["properties"]["status"]["properties"].as_object().expect("the CRD has a status schema");
-        let keys: Vec<&String> = published.as_object().unwrap().keys().collect();
+        let keys: Vec<&String> = published.as_object().unwrap().keys().filter(|k| *k != "conditions").collect();
         assert_eq!(keys.len(), 6, "{published}");
         for key in keys {
             assert!(fields.contains_key(key), "the AlertSource CRD's status has no {key}");

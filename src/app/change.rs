@@ -20,6 +20,7 @@ use crate::change::validators::CopyLimits;
 use crate::resources::Kind;
 use crate::resources::Resource;
 use crate::resources::common::is_ready;
+use crate::resources::workspace::WorkspaceStatus;
 
 /// Workspaces as the change pipeline sees them.
 pub struct Directory {
@@ -112,7 +113,7 @@ impl WorkspaceDirectory for Directory {
             .filter_map(|(key, entry)| {
                 let Resource::Workspace(workspace) = entry.resource.as_ref() else { return None };
                 let (ready, message) = self.ready(key);
-                let runtime = self.board.runtime(key).unwrap_or_default();
+                let facts: WorkspaceStatus = self.board.facts_of(key).unwrap_or_default();
                 let spec = &workspace.spec;
                 let source = match &spec.source.git {
                     Some(git) => SourceView::Git { url: git.url.clone(), reference: git.reference.clone() },
@@ -127,9 +128,9 @@ impl WorkspaceDirectory for Directory {
                     validator_profiles: spec.validator_profiles.clone(),
                     ready,
                     message,
-                    head_commit: runtime.get("headCommit").cloned(),
-                    last_fetch: runtime.get("lastFetch").cloned(),
-                    last_error: runtime.get("lastError").cloned(),
+                    head_commit: facts.head_commit,
+                    last_fetch: facts.last_fetch,
+                    last_error: facts.last_error,
                 })
             })
             .collect()

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::policy::ResourcePolicy;
@@ -16,6 +15,10 @@ use crate::knowledge::bases::KnowledgeBases;
 use crate::mcp::from_catalog;
 use crate::mcp::{AdapterPhase, McpHost};
 use crate::resources::Kind;
+use crate::resources::knowledge_base::KnowledgeBaseStatus;
+use crate::resources::mcp_adapter::McpAdapterStatus;
+use crate::resources::skill::SkillStatus;
+use crate::resources::validator_profile::ValidatorProfileStatus;
 
 /// The MCP adapters' dependencies: where adapters come from and what they may start.
 pub struct McpSources {
@@ -89,7 +92,9 @@ fn publish(
     for (key, _) in catalog.of_kind(Kind::McpAdapter) {
         let name = key.to_string();
         let (facts, check) = match (statuses.iter().find(|s| s.key == name), failures.iter().find(|(k, _)| k == key)) {
-            (_, Some((_, check))) => (json!({"tools": [], "authorizedTools": 0}), check.clone()),
+            (_, Some((_, check))) => {
+                (McpAdapterStatus { authorized_tools: Some(0), ..Default::default() }, check.clone())
+            }
             (Some(status), None) => {
                 let authorized = status.tools.iter().filter(|t| t.authorized).count();
                 let check = match status.phase {
@@ -103,14 +108,15 @@ fn publish(
                         format!("{}; retrying", status.last_error.as_deref().unwrap_or("the session ended")),
                     ),
                 };
-                (json!({"tools": status.tools, "authorizedTools": authorized}), check)
+                let authorized_tools = Some(u32::try_from(authorized).unwrap_or(u32::MAX));
+                (McpAdapterStatus { tools: status.tools.clone(), authorized_tools, ..Default::default() }, check)
             }
-            (None, None) => (json!({}), Check::pending(reasons::CONNECTING, "starting the session")),
+            (None, None) => (McpAdapterStatus::default(), Check::pending(reasons::CONNECTING, "starting the session")),
         };
-        board.set_runtime(key.clone(), facts);
+        board.set_facts(key, facts);
         board.set_check(key, check);
     }
-    board.retain_runtime(|key| key.kind != Kind::McpAdapter || catalog.entries.contains_key(key));
+    board.retain_observed(|key| key.kind != Kind::McpAdapter || catalog.entries.contains_key(key));
 }
 
 /// How often knowledge-base sources are re-read for changed files.
@@ -145,24 +151,24 @@ pub async fn knowledge_bases(
         for item in refreshed {
             let (facts, check) = match &item.outcome {
                 Ok(stats) => (
-                    json!({
-                        "documents": stats.documents,
-                        "chunks": stats.chunks,
-                        "indexSha256": stats.content_sha256,
-                        "skipped": item.skipped,
-                    }),
+                    KnowledgeBaseStatus {
+                        documents: Some(stats.documents as u64),
+                        chunks: Some(stats.chunks as u64),
+                        index_sha256: Some(stats.content_sha256.clone()),
+                        ..KnowledgeBaseStatus::skipping(&item.skipped)
+                    },
                     Check::passed(reasons::INDEXED, format!("{} documents, {} chunks", stats.documents, stats.chunks)),
                 ),
                 Err(error) => {
                     tracing::warn!(knowledge_base = %item.key, %error, "knowledge base not indexed");
-                    (json!({"skipped": item.skipped}), Check::failed(error.reason(), error.to_string()))
+                    (KnowledgeBaseStatus::skipping(&item.skipped), Check::failed(error.reason(), error.to_string()))
                 }
             };
-            board.set_runtime(item.key.clone(), facts);
+            board.set_facts(&item.key, facts);
             board.set_check(&item.key, check);
         }
         let catalog = store.current();
-        board.retain_runtime(|key| key.kind != Kind::KnowledgeBase || catalog.entries.contains_key(key));
+        board.retain_observed(|key| key.kind != Kind::KnowledgeBase || catalog.entries.contains_key(key));
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = catalog_changes.changed() => if changed.is_err() { return; },
@@ -190,7 +196,7 @@ pub async fn alert_sources(
         for (key, _) in catalog.of_kind(Kind::AlertSource) {
             crate::alerts::source_status::publish(&alerts, &board, key);
         }
-        board.retain_runtime(|key| key.kind != Kind::AlertSource || catalog.entries.contains_key(key));
+        board.retain_observed(|key| key.kind != Kind::AlertSource || catalog.entries.contains_key(key));
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = catalog_changes.changed() => if changed.is_err() { return; },
@@ -242,26 +248,30 @@ pub async fn discovered_facts(
             let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
             let outcome = crate::catalog::secrets::resolve_all(&spec, &key.namespace, secrets.as_ref());
             board.set_secrets(key, outcome);
-            let (facts, check) = match entry.resource.as_ref() {
-                crate::resources::Resource::Skill(_) => (
-                    catalog
-                        .skill_content(key)
-                        .map(|content| json!({"contentSha256": hex::encode(Sha256::digest(content.as_bytes()))})),
-                    None,
-                ),
+            let check = match entry.resource.as_ref() {
+                crate::resources::Resource::Skill(_) => {
+                    if let Some(content) = catalog.skill_content(key) {
+                        let sha256 = hex::encode(Sha256::digest(content.as_bytes()));
+                        board.update_facts(key, |status: &mut SkillStatus| status.content_sha256 = Some(sha256));
+                    }
+                    None
+                }
                 crate::resources::Resource::NotificationReceiver(receiver) => {
-                    (None, Some(receiver_egress(&receiver.spec, &key.namespace, secrets.as_ref())))
+                    Some(receiver_egress(&receiver.spec, &key.namespace, secrets.as_ref()))
                 }
                 crate::resources::Resource::ValidatorProfile(profile) => {
-                    let (facts, check) =
+                    let (found, check) =
                         preflight(&validators, &key.namespace, &profile.spec.argv, &profile.spec.env).await;
-                    (facts, Some(check))
+                    if let Some((program, version)) = found {
+                        board.update_facts(key, |status: &mut ValidatorProfileStatus| {
+                            status.resolved_program = Some(program);
+                            status.version = version;
+                        });
+                    }
+                    Some(check)
                 }
-                _ => (None, None),
+                _ => None,
             };
-            if let Some(facts) = facts {
-                board.merge_runtime(key.clone(), facts);
-            }
             if let Some(check) = check {
                 board.set_check(key, check);
             }
@@ -320,7 +330,7 @@ async fn preflight(
     namespace: &str,
     argv: &[String],
     env: &[String],
-) -> (Option<serde_json::Value>, Check) {
+) -> (Option<(String, Option<String>)>, Check) {
     let resolved = match policy.check(namespace, argv, env) {
         Ok(resolved) => resolved,
         Err(refusal) => return (None, Check::failed(refusal.reason, refusal.message)),
@@ -334,5 +344,5 @@ async fn preflight(
         }
     };
     let check = Check::passed(reasons::PROGRAM_FOUND, format!("{program} is {}", resolved.display()));
-    (Some(json!({"resolvedProgram": resolved.display().to_string(), "version": version})), check)
+    (Some((resolved.display().to_string(), version)), check)
 }

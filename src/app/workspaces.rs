@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +26,7 @@ use crate::catalog::status::StatusBoard;
 use crate::catalog::{Catalog, CatalogStore, ObjectKey};
 use crate::change::git::{self, Credentials, GitError, Head, Remote};
 use crate::resources::common::{SecretRef, now_rfc3339};
+use crate::resources::workspace::WorkspaceStatus;
 use crate::resources::{Kind, Resource};
 
 /// How often `path` workspaces are checked again for a new HEAD.
@@ -148,7 +148,7 @@ impl Workspaces {
             let catalog = store.current();
             self.reconcile(&catalog, &mut followers, &cancel);
             self.check_paths().await;
-            self.inner.board.retain_runtime(|key| key.kind != Kind::Workspace || catalog.entries.contains_key(key));
+            self.inner.board.retain_observed(|key| key.kind != Kind::Workspace || catalog.entries.contains_key(key));
             while followers.try_join_next().is_some() {}
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -345,7 +345,7 @@ impl Workspaces {
             let mut observed = observed.lock().unwrap_or_else(|p| p.into_inner());
             observed.head = None;
             observed.resolved = None;
-            board.set_runtime(key.clone(), json!({}));
+            board.set_facts(key, WorkspaceStatus::default());
             board.set_check(key, Check::failed(reason, message.clone()));
             Err(GitError::Io { dir: declared.to_path_buf(), message })
         };
@@ -365,7 +365,7 @@ impl Workspaces {
                 let mut observed = observed.lock().unwrap_or_else(|p| p.into_inner());
                 observed.head = Some(head.clone());
                 observed.resolved = Some(dir);
-                board.set_runtime(key.clone(), json!({"headCommit": head.commit}));
+                board.set_facts(key, WorkspaceStatus { head_commit: Some(head.commit.clone()), ..Default::default() });
                 board.set_check(key, Check::passed(reasons::HEAD_FOUND, format!("HEAD at {}", head.commit)));
             }
             Err(error) => return refuse(reasons::NOT_A_REPOSITORY, error.to_string()),
@@ -374,16 +374,13 @@ impl Workspaces {
     }
 
     fn publish_git(&self, key: &ObjectKey, observed: &Observed) {
-        let mut facts = Map::new();
-        let mut put = |name: &str, value: &Option<String>| {
-            if let Some(value) = value {
-                facts.insert(name.to_string(), Value::String(value.clone()));
-            }
+        let facts = WorkspaceStatus {
+            head_commit: observed.head.as_ref().map(|h| h.commit.clone()),
+            last_fetch: observed.last_fetch.clone(),
+            last_error: observed.last_error.clone(),
+            ..Default::default()
         };
-        put("headCommit", &observed.head.as_ref().map(|h| h.commit.clone()));
-        put("lastFetch", &observed.last_fetch);
-        put("lastError", &observed.last_error);
-        self.inner.board.set_runtime(key.clone(), Value::Object(facts));
+        self.inner.board.set_facts(key, facts);
         let check = match (&observed.head, &observed.last_error) {
             (Some(head), None) => {
                 Check::passed(reasons::CLONED, format!("{} checked out at {}", head.reference, head.commit))

@@ -3,6 +3,7 @@
 //! Catalog at the start of their work and keep that `Arc` for its duration.
 
 pub mod directory;
+pub mod facts;
 pub mod manifest;
 pub mod merge;
 pub mod policy;

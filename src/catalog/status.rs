@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::ObjectKey;
+use super::facts::{Facts, KindFacts};
 use super::readiness::{Check, CheckState, Needs, conditions, reasons};
 use crate::resources::Kind;
 use crate::resources::common::{Condition, ConditionStatus, find_condition, now_rfc3339, set_condition};
@@ -99,7 +100,7 @@ pub struct BoardSnapshot {
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Observed {
     /// Facts shown in its status (tools, content hash, head commit, index size, …).
-    facts: Map<String, Value>,
+    facts: Option<Facts>,
     /// Whether its secret references resolve (`None`: not resolved yet); why not.
     secrets: Option<Result<(), (&'static str, String)>>,
     /// The outcome of its live check (`None`: none reported yet).
@@ -181,15 +182,21 @@ impl StatusBoard {
     }
 
     /// Replaces the facts a live component observed about an object (its `status`
-    /// fields: tools, index size, …).
-    pub fn set_runtime(&self, key: ObjectKey, status: Value) {
-        self.observe(&key, |observed| observed.facts = into_map(status));
+    /// fields: tools, index size, …), typed by the object's kind.
+    pub fn set_facts<F: KindFacts>(&self, key: &ObjectKey, facts: F) {
+        debug_assert_eq!(key.kind, F::KIND, "{key}: facts of another kind");
+        self.observe(key, |observed| observed.facts = Some(facts.wrap()));
     }
 
-    /// Merges top-level fields into an object's facts (several components report
+    /// Changes some of an object's facts, keeping the others (several components report
     /// facts about the same object).
-    pub fn merge_runtime(&self, key: ObjectKey, fields: Value) {
-        self.observe(&key, |observed| observed.facts.extend(into_map(fields)));
+    pub fn update_facts<F: KindFacts>(&self, key: &ObjectKey, change: impl FnOnce(&mut F)) {
+        debug_assert_eq!(key.kind, F::KIND, "{key}: facts of another kind");
+        self.observe(key, |observed| {
+            let mut facts = observed.facts.as_ref().and_then(F::of).cloned().unwrap_or_default();
+            change(&mut facts);
+            observed.facts = Some(facts.wrap());
+        });
     }
 
     /// Records whether the object's secret references resolve (`None`: it has none);
@@ -204,13 +211,18 @@ impl StatusBoard {
     }
 
     /// Forgets what was observed about objects no longer present.
-    pub fn retain_runtime(&self, keep: impl Fn(&ObjectKey) -> bool) {
+    pub fn retain_observed(&self, keep: impl Fn(&ObjectKey) -> bool) {
         self.write().observed.retain(|key, _| keep(key));
     }
 
-    /// The facts observed about one object.
-    pub fn runtime(&self, key: &ObjectKey) -> Option<Value> {
-        self.read().observed.get(key).map(|o| Value::Object(o.facts.clone()))
+    /// The facts observed about one object, as its status shows them (no conditions).
+    pub fn facts(&self, key: &ObjectKey) -> Option<Map<String, Value>> {
+        self.read().observed.get(key)?.facts.as_ref().map(Facts::to_map)
+    }
+
+    /// The facts observed about one object, typed.
+    pub fn facts_of<F: KindFacts>(&self, key: &ObjectKey) -> Option<F> {
+        self.read().observed.get(key)?.facts.as_ref().and_then(F::of).cloned()
     }
 
     /// Counts a status write that failed (operator mode), by kind.
@@ -222,13 +234,6 @@ impl StatusBoard {
     pub fn write_failures(&self) -> Vec<(Kind, u64)> {
         let counts = self.write_failures.lock().unwrap_or_else(|p| p.into_inner());
         Kind::ALL.iter().map(|kind| (*kind, counts.get(kind).copied().unwrap_or(0))).collect()
-    }
-}
-
-fn into_map(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
     }
 }
 
@@ -462,13 +467,17 @@ mod tests {
 
     #[test]
     fn facts_are_kept_apart_from_conditions() {
+        use crate::resources::alert_source::AlertSourceStatus;
         let board = board_with(Kind::AlertSource, Needs::default());
         let key = key(Kind::AlertSource);
-        board.merge_runtime(key.clone(), serde_json::json!({"accepted": 1}));
-        board.merge_runtime(key.clone(), serde_json::json!({"rejected": 2}));
-        assert_eq!(board.runtime(&key), Some(serde_json::json!({"accepted": 1, "rejected": 2})));
-        board.retain_runtime(|_| false);
-        assert_eq!(board.runtime(&key), None);
+        board.update_facts(&key, |s: &mut AlertSourceStatus| s.accepted = 1);
+        board.update_facts(&key, |s: &mut AlertSourceStatus| s.rejected = 2);
+        let shown = board.facts(&key).map(Value::Object).unwrap();
+        assert_eq!((shown["accepted"].clone(), shown["rejected"].clone()), (1.into(), 2.into()));
+        assert!(shown.get("conditions").is_none(), "{shown}");
+        assert_eq!(board.facts_of::<AlertSourceStatus>(&key).map(|s| s.accepted), Some(1));
+        board.retain_observed(|_| false);
+        assert_eq!(board.facts(&key), None);
         board.count_write_failure(Kind::Run);
         assert!(board.write_failures().contains(&(Kind::Run, 1)));
         assert!(board.write_failures().contains(&(Kind::Skill, 0)));

@@ -72,11 +72,11 @@ pub struct WorkspaceView {
     /// Why it is not ready, or its condition's message.
     pub message: Option<String>,
     /// Head commit last seen.
-    pub head_commit: Option<Value>,
+    pub head_commit: Option<String>,
     /// RFC 3339 time of the last fetch.
-    pub last_fetch: Option<Value>,
+    pub last_fetch: Option<String>,
     /// Why the last fetch failed.
-    pub last_error: Option<Value>,
+    pub last_error: Option<String>,
 }
 
 /// Where a Workspace's tree comes from.

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resources::mcp_adapter::Permission;
-
 /// Bound on an error message kept in status ([`AdapterStatus::last_error`], tool reasons).
 pub(crate) const MAX_ERROR_BYTES: usize = 1024;
 
@@ -52,18 +50,8 @@ impl Default for HostOptions {
 }
 
 /// One remote tool as the host sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DiscoveredTool {
-    /// Host tool name `<namespace>.<remote name>` (bounded; may be invalid when not authorized).
-    pub name: String,
-    pub remote_name: String,
-    pub permission: Permission,
-    pub authorized: bool,
-    /// Why the tool is not authorized.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
+/// One tool of an adapter as the host sees it: the same value its MCP adapter's status shows.
+pub use crate::resources::mcp_adapter::DiscoveredTool;
 
 /// Where an adapter's supervisor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +85,7 @@ pub struct AdapterStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::mcp_adapter::Permission;
 
     #[test]
     fn backoff_doubles_up_to_its_maximum() {

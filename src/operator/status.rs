@@ -39,14 +39,9 @@ pub struct ObjectStatus {
 }
 
 impl ObjectStatus {
-    /// The status of a reported object with its discovered facts, for a generation.
-    pub fn new(report: &ResourceReport, facts: &Value, generation: i64) -> Self {
-        let schema = &report.key.kind.schema()["properties"]["status"];
-        let mut facts = match prune(facts, schema) {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
-        facts.remove("conditions");
+    /// The status of a reported object with its discovered facts (the typed facts of its
+    /// kind, so only fields its CRD declares), for a generation.
+    pub fn new(report: &ResourceReport, facts: Map<String, Value>, generation: i64) -> Self {
         let conditions = report
             .conditions
             .iter()
@@ -121,7 +116,7 @@ impl Writer {
             if !self.backoff.due(key, now) {
                 continue;
             }
-            let status = ObjectStatus::new(report, &board.runtime(key).unwrap_or_default(), generation);
+            let status = ObjectStatus::new(report, board.facts(key).unwrap_or_default(), generation);
             let previous = self.written.get(key);
             if previous == Some(&status) {
                 continue;
@@ -156,24 +151,6 @@ async fn write(client: &Client, key: &ObjectKey, status: &ObjectStatus) -> kube:
     api.patch_status(&key.name, &params, &Patch::Apply(&patch)).await.map(|_| ())
 }
 
-/// Keeps only what the status schema declares (server-side apply refuses
-/// undeclared fields), recursively through objects and arrays.
-pub fn prune(value: &Value, schema: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let properties = schema["properties"].as_object();
-            let kept = map
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .filter_map(|(k, v)| properties.and_then(|p| p.get(k)).map(|s| (k.clone(), prune(v, s))))
-                .collect();
-            Value::Object(kept)
-        }
-        Value::Array(items) => Value::Array(items.iter().map(|i| prune(i, &schema["items"])).collect()),
-        other => other.clone(),
-    }
-}
-
 async fn publish_event(recorder: &Recorder, key: &ObjectKey, status: &ObjectStatus) {
     let Some(ready) = status.ready() else { return };
     let reference = ObjectReference {
@@ -204,6 +181,8 @@ mod tests {
     use crate::catalog::status::{BoardSnapshot, InForce};
     use crate::operator::mock::{Expect, client, status};
     use crate::resources::Kind;
+    use crate::resources::mcp_adapter::{DiscoveredTool, McpAdapterStatus, Permission};
+    use crate::resources::skill::SkillStatus;
 
     const PATH: &str = "/apis/akritas.io/v1alpha1/namespaces/ops/skills/pg/status";
     const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/ops/events";
@@ -251,7 +230,7 @@ mod tests {
     #[tokio::test]
     async fn the_status_is_applied_as_the_field_manager_with_the_scanned_generation() {
         let (board, generations) = board(report(Kind::Skill, Needs::default()));
-        board.merge_runtime(key(Kind::Skill), json!({"contentSha256": "ab", "secretsError": "", "other": 1}));
+        board.update_facts(&key(Kind::Skill), |status: &mut SkillStatus| status.content_sha256 = Some("ab".into()));
         let (client, server) = client(vec![patch(200, skill()), event()]);
         let mut writer = Writer::default();
         writer.write_all(&client, &recorder(&client), &board, &generations, Instant::now()).await;
@@ -260,7 +239,7 @@ mod tests {
         let body = &seen[0].body;
         assert_eq!((body["apiVersion"].as_str(), body["kind"].as_str()), (Some(API_VERSION), Some("Skill")));
         assert_eq!(body["status"]["contentSha256"], "ab");
-        assert_eq!(body["status"].as_object().unwrap().len(), 2, "only declared facts: {body}");
+        assert_eq!(body["status"].as_object().unwrap().len(), 2, "the facts and the conditions: {body}");
         let ready = &body["status"]["conditions"][0];
         assert_eq!(
             (ready["type"].as_str(), ready["status"].as_str(), ready["reason"].as_str()),
@@ -306,22 +285,30 @@ mod tests {
     }
 
     #[test]
-    fn an_adapter_status_carries_its_connection_and_keeps_to_the_schema() {
+    fn an_adapter_status_carries_its_tools_and_their_authorization() {
         let (board, _) =
             board(report(Kind::McpAdapter, Needs { check: live_check(Kind::McpAdapter), ..Needs::default() }));
-        board.set_runtime(
-            key(Kind::McpAdapter),
-            json!({"authorizedTools": 1, "connected": true,
-                   "tools": [{"name": "mcp.vm.query", "remoteName": "query", "permission": "read", "authorized": true}]}),
+        let tool = DiscoveredTool {
+            name: "mcp.vm.query".into(),
+            remote_name: "query".into(),
+            permission: Permission::Read,
+            authorized: true,
+            reason: None,
+        };
+        board.set_facts(
+            &key(Kind::McpAdapter),
+            McpAdapterStatus { tools: vec![tool], authorized_tools: Some(1), ..Default::default() },
         );
         board.set_check(&key(Kind::McpAdapter), Check::passed(reasons::CONNECTED, "1 tool, 1 authorized"));
         let snapshot = board.get();
-        let facts = board.runtime(&key(Kind::McpAdapter)).unwrap();
-        let status = ObjectStatus::new(&snapshot.resources[0], &facts, 2);
+        let facts = board.facts(&key(Kind::McpAdapter)).unwrap();
+        let status = ObjectStatus::new(&snapshot.resources[0], facts, 2);
         let value = serde_json::to_value(&status).unwrap();
         assert_eq!(value["authorizedTools"], 1);
-        assert_eq!(value["tools"], json!([{"name": "mcp.vm.query", "permission": "read", "authorized": true}]));
-        assert!(value.get("connected").is_none());
+        assert_eq!(
+            value["tools"],
+            json!([{"name": "mcp.vm.query", "remoteName": "query", "permission": "read", "authorized": true}])
+        );
         let types: Vec<(&str, &str)> = value["conditions"]
             .as_array()
             .unwrap()

@@ -152,13 +152,43 @@ pub struct KnowledgeBaseStatus {
     /// `Ready` and friends.
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// Documents indexed.
-    #[serde(default)]
-    pub documents: u64,
-    /// Chunks indexed.
-    #[serde(default)]
-    pub chunks: u64,
+    /// Documents indexed (absent until an index is built).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<u64>,
+    /// Chunks indexed (absent until an index is built).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<u64>,
     /// SHA-256 of the index content.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index_sha256: Option<String>,
+    /// Files the last import skipped, each with why (the first [`MAX_SKIPPED_SHOWN`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), inner(length(max = 512)))]
+    pub skipped: Vec<String>,
+    /// How many files the last import skipped.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_files: u64,
+}
+
+/// Most skipped files a KnowledgeBase's status lists.
+pub const MAX_SKIPPED_SHOWN: usize = 20;
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+impl KnowledgeBaseStatus {
+    /// A status that says which files the import skipped (the first [`MAX_SKIPPED_SHOWN`],
+    /// each cut to 512 characters) and how many.
+    pub fn skipping(skipped: &[String]) -> Self {
+        KnowledgeBaseStatus {
+            skipped: skipped
+                .iter()
+                .take(MAX_SKIPPED_SHOWN)
+                .map(|s| crate::text::truncate_chars(s, 512, crate::text::ELLIPSIS))
+                .collect(),
+            skipped_files: skipped.len() as u64,
+            ..Default::default()
+        }
+    }
 }

@@ -128,13 +128,19 @@ pub struct McpAdapterStatus {
 }
 
 /// One tool as the host sees it.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoveredTool {
-    /// Host tool name `<namespace>.<remote name>`.
+    /// Host tool name `<namespace>.<remote name>` (bounded; may be invalid when not authorized).
     pub name: String,
+    /// The tool's name on the MCP server.
+    #[serde(default)]
+    pub remote_name: String,
     /// Permission derived from the tool's annotations.
     pub permission: Permission,
     /// Whether the host may offer it to the model.
     pub authorized: bool,
+    /// Why the tool is not authorized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

@@ -246,7 +246,7 @@ pub async fn resources(State(state): State<AppState>, Extension(caller): Extensi
         .filter(|report| visible(&report.key.namespace))
         .map(|report| ResourceView {
             report: report.clone(),
-            status: state.board.runtime(&report.key).filter(|s| s.as_object().is_some_and(|m| !m.is_empty())),
+            status: state.board.facts(&report.key).filter(|facts| !facts.is_empty()).map(serde_json::Value::Object),
         })
         .collect();
     Json(Resources {
