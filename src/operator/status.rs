@@ -137,11 +137,33 @@ impl Writer {
                 Err(error) => {
                     board.count_write_failure(key.kind);
                     let wait = self.backoff.failed(key.clone(), now);
-                    tracing::warn!(object = %key, %error, retry_in_s = wait.as_secs(), "status not written; retrying later");
+                    match outdated_crd(&error) {
+                        Some(field) => tracing::error!(
+                            object = %key, %error, retry_in_s = wait.as_secs(),
+                            "status not written: the installed {} CRD has no {field}, so it is older than this version; \
+                             apply this version's CRDs (`akritas crds | kubectl apply --server-side -f -`, or the chart's \
+                             crds/, which `helm upgrade` does not update)",
+                            key.kind.as_str()
+                        ),
+                        None => {
+                            tracing::warn!(object = %key, %error, retry_in_s = wait.as_secs(), "status not written; retrying later")
+                        }
+                    }
                 }
             }
         }
     }
+}
+
+/// The status field the API server refused because the installed CRD does not declare it
+/// (server-side apply answers `.status.x: field not declared in schema`): a CRD older than
+/// the binary.
+fn outdated_crd(error: &kube::Error) -> Option<String> {
+    let kube::Error::Api(response) = error else { return None };
+    let message = &response.message;
+    let end = message.find(": field not declared in schema")?;
+    let start = message[..end].rfind(|c: char| c.is_whitespace()).map_or(0, |i| i + 1);
+    Some(message[start..end].to_owned())
 }
 
 async fn write(client: &Client, key: &ObjectKey, status: &ObjectStatus) -> kube::Result<()> {
@@ -282,6 +304,19 @@ mod tests {
         assert!(writer.written.is_empty());
         assert_eq!(server.await.unwrap().len(), 1);
         assert!(board.write_failures().contains(&(Kind::Skill, 0)));
+    }
+
+    #[test]
+    fn a_status_field_an_older_crd_lacks_is_named() {
+        let refused = |message: &str| {
+            let status = json!({"status": "Failure", "message": message, "reason": "BadRequest", "code": 400});
+            kube::Error::Api(Box::new(serde_json::from_value(status).unwrap()))
+        };
+        let error = refused(
+            "failed to create typed patch object (akritas.io/v1alpha1, Kind=KnowledgeBase): .status.skipped: field not declared in schema",
+        );
+        assert_eq!(outdated_crd(&error).as_deref(), Some(".status.skipped"));
+        assert_eq!(outdated_crd(&refused("the object has been modified")), None);
     }
 
     #[test]
