@@ -123,7 +123,7 @@ async fn a_delivery_over_one_record_is_kept_in_several_and_replays_whole() {
     let journal = dir.path().join("alerts.jsonl");
     // 2,000 alerts with 2 KiB descriptions: about 6 MB of events, over the 4 MiB record limit.
     let store = AlertStore::open(&journal).unwrap();
-    let accepted = store.ingest_delivery("ops", "am", events(2_000, 2048), 5).await.unwrap();
+    let accepted = store.ingest_batch("ops", "am", events(2_000, 2048), 5).await.unwrap();
     assert_eq!(accepted.events.len(), 2_000);
     drop(store);
 

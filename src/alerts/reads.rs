@@ -7,7 +7,7 @@ use super::correlate::{Incident, IncidentState, IncidentStatus};
 use super::event::Event;
 use super::id::Id;
 use super::job::{Job, JobStatus, StoredEvent};
-use super::record::DeliveryRecord;
+use super::record::BatchRecord;
 use super::state::{EventAt, EventRef, JobSlot, SourceCounters};
 use super::store::AlertStore;
 use crate::journal::Location;
@@ -148,7 +148,7 @@ impl AlertStore {
 
     /// The events, each record read once, in the order given.
     fn read_events(&self, wanted: Vec<(Id, EventRef)>) -> Vec<StoredEvent> {
-        let mut records: BTreeMap<Location, Option<DeliveryRecord>> = BTreeMap::new();
+        let mut records: BTreeMap<Location, Option<BatchRecord>> = BTreeMap::new();
         let mut out = Vec::with_capacity(wanted.len());
         for (id, event) in wanted {
             let id = id.text();
@@ -180,12 +180,7 @@ impl AlertStore {
 }
 
 /// Item `item` of a delivery record as a stored event.
-fn stored_event(
-    id: &str,
-    record: &DeliveryRecord,
-    item: usize,
-    legacy: &dyn Fn(&str) -> String,
-) -> Option<StoredEvent> {
+fn stored_event(id: &str, record: &BatchRecord, item: usize, legacy: &dyn Fn(&str) -> String) -> Option<StoredEvent> {
     let found = record.items.get(item).filter(|i| i.outcome.event_id == id)?;
     let mut event = found.event.clone();
     event.source.namespace =

@@ -1,5 +1,7 @@
-//! The journal record of a delivery, and how a big delivery is kept: whole, in as many
-//! records as its events need (each under the journal's line limit), up to a per-delivery
+//! The journal record of a batch (the alerts one webhook request carried; the journal and
+//! the API keep its `delivery_id`/`dlv_` names for compatibility, while "delivery" in the
+//! code means an outbound notification), and how a big batch is kept: whole, in as many
+//! records as its events need (each under the journal's line limit), up to a per-batch
 //! bound on events and bytes past which the rest is counted as truncated, never refused.
 //! Pure: sizes are computed from the values.
 
@@ -12,19 +14,19 @@ use super::window::DedupLimits;
 /// Delivery record version: 2 adds the source namespace and job sharing; 3 the bounded
 /// dedup window (`dedup`: the limits the delivery was decided under).
 pub(crate) const RECORD_VERSION: u32 = 3;
-/// Upper bound of the ids and outcome a delivery record adds per event.
+/// Upper bound of the ids and outcome a batch record adds per event.
 const RECORD_OVERHEAD_PER_EVENT: usize = 384;
 /// Room left in each record for the journal envelope and the record's own fields.
 const RECORD_ENVELOPE: usize = 16 << 10;
-/// Most events one delivery stores; more are accepted and counted as truncated by the host.
-pub const MAX_DELIVERY_EVENTS: usize = 10_000;
-/// Most bytes (events with their outcome, as journaled) one delivery stores; the events past
+/// Most events one batch stores; more are accepted and counted as truncated by the host.
+pub const MAX_BATCH_EVENTS: usize = 10_000;
+/// Most bytes (events with their outcome, as journaled) one batch stores; the events past
 /// it are accepted and counted as truncated by the host.
-pub const MAX_DELIVERY_BYTES: usize = 32 << 20;
+pub const MAX_BATCH_BYTES: usize = 32 << 20;
 
-/// One delivery, or one part of a delivery that needs several records.
+/// One batch, or one part of a batch that needs several records.
 #[derive(Serialize, Deserialize)]
-pub(crate) struct DeliveryRecord {
+pub(crate) struct BatchRecord {
     /// Absent (1) in journals written before namespaces.
     #[serde(default = "first_version")]
     pub(crate) version: u32,
@@ -37,39 +39,39 @@ pub(crate) struct DeliveryRecord {
     /// RFC 3339 time the host received it.
     #[serde(default)]
     pub(crate) received_at: String,
-    /// Which part of the delivery this record is, when it needed several.
+    /// Which part of the batch this record is, when it needed several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) part: Option<Part>,
-    /// What the delivery did not carry or the host did not keep (first part only).
+    /// What the batch did not carry or the host did not keep (first part only).
     #[serde(default, skip_serializing_if = "Truncation::is_none")]
     pub(crate) truncated: Truncation,
-    /// The dedup window's limits when the delivery was decided (version 3; first part only).
+    /// The dedup window's limits when the batch was decided (version 3; first part only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) dedup: Option<DedupLimits>,
-    pub(crate) items: Vec<DeliveryItem>,
+    pub(crate) items: Vec<BatchItem>,
 }
 
-impl DeliveryRecord {
-    /// Whether this is the delivery's first (or only) record.
+impl BatchRecord {
+    /// Whether this is the batch's first (or only) record.
     pub(crate) fn is_first_part(&self) -> bool {
         self.part.is_none_or(|p| p.index <= 1)
     }
 }
 
-/// `index` (from 1) of `of` records of one delivery.
+/// `index` (from 1) of `of` records of one batch.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub(crate) struct Part {
     pub(crate) index: u32,
     pub(crate) of: u32,
 }
 
-/// Alerts of a delivery that are not stored, and why.
+/// Alerts of a batch that are not stored, and why.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Truncation {
     /// Alerts the provider left out of the payload (Alertmanager's `truncatedAlerts`).
     #[serde(default)]
     pub by_provider: u64,
-    /// Events this host accepted but did not store, over [`MAX_DELIVERY_EVENTS`] or [`MAX_DELIVERY_BYTES`].
+    /// Events this host accepted but did not store, over [`MAX_BATCH_EVENTS`] or [`MAX_BATCH_BYTES`].
     #[serde(default)]
     pub by_host: u64,
 }
@@ -82,7 +84,7 @@ impl Truncation {
 }
 
 #[derive(Serialize, Deserialize)]
-pub(crate) struct DeliveryItem {
+pub(crate) struct BatchItem {
     pub(crate) outcome: ItemOutcome,
     pub(crate) event: Event,
 }
@@ -91,14 +93,14 @@ fn first_version() -> u32 {
     1
 }
 
-/// Keeps the longest prefix of `events` within [`MAX_DELIVERY_EVENTS`] and
-/// [`MAX_DELIVERY_BYTES`]; returns how many were dropped.
+/// Keeps the longest prefix of `events` within [`MAX_BATCH_EVENTS`] and
+/// [`MAX_BATCH_BYTES`]; returns how many were dropped.
 pub(crate) fn keep_storable(events: &mut Vec<Event>) -> u64 {
     let mut bytes = 0usize;
     let mut keep = 0usize;
-    for event in events.iter().take(MAX_DELIVERY_EVENTS) {
+    for event in events.iter().take(MAX_BATCH_EVENTS) {
         bytes = bytes.saturating_add(event_size(event));
-        if bytes > MAX_DELIVERY_BYTES {
+        if bytes > MAX_BATCH_BYTES {
             break;
         }
         keep += 1;
@@ -116,14 +118,14 @@ fn event_size(event: &Event) -> usize {
 /// Splits `record` into parts whose data each fit a journal line of `max_record_bytes`,
 /// items in order; one record (without `part`) when it fits whole. One event always fits:
 /// its fields are bounded far below the line limit.
-pub(crate) fn split(mut record: DeliveryRecord, max_record_bytes: usize) -> Vec<DeliveryRecord> {
+pub(crate) fn split(mut record: BatchRecord, max_record_bytes: usize) -> Vec<BatchRecord> {
     let budget = max_record_bytes.saturating_sub(RECORD_ENVELOPE);
     let sizes: Vec<usize> =
         record.items.iter().map(|i| serde_json::to_string(i).map(|t| t.len() + 1).unwrap_or(budget)).collect();
     if sizes.iter().sum::<usize>() <= budget {
         return vec![record];
     }
-    let mut groups: Vec<Vec<DeliveryItem>> = vec![Vec::new()];
+    let mut groups: Vec<Vec<BatchItem>> = vec![Vec::new()];
     let mut used = 0usize;
     for (item, size) in record.items.drain(..).zip(sizes) {
         let current = groups.last_mut().filter(|g| g.is_empty() || used + size <= budget);
@@ -140,7 +142,7 @@ pub(crate) fn split(mut record: DeliveryRecord, max_record_bytes: usize) -> Vec<
     groups
         .into_iter()
         .enumerate()
-        .map(|(i, items)| DeliveryRecord {
+        .map(|(i, items)| BatchRecord {
             version: record.version,
             delivery_id: record.delivery_id.clone(),
             source: record.source.clone(),
@@ -176,11 +178,11 @@ mod tests {
         adapter("alertmanager").unwrap().decode(body.to_string().as_bytes(), &ctx).unwrap()
     }
 
-    fn record(events: Vec<Event>) -> DeliveryRecord {
+    fn record(events: Vec<Event>) -> BatchRecord {
         let items = events
             .into_iter()
             .enumerate()
-            .map(|(i, event)| DeliveryItem {
+            .map(|(i, event)| BatchItem {
                 outcome: ItemOutcome {
                     status: "accepted".into(),
                     event_id: format!("evt_{i:032x}"),
@@ -193,7 +195,7 @@ mod tests {
                 event,
             })
             .collect();
-        DeliveryRecord {
+        BatchRecord {
             version: RECORD_VERSION,
             delivery_id: "dlv_1".into(),
             source: "am".into(),
@@ -207,14 +209,14 @@ mod tests {
     }
 
     #[test]
-    fn a_delivery_that_fits_stays_one_record() {
+    fn a_batch_that_fits_stays_one_record() {
         let parts = split(record(events(10)), 4 << 20);
         assert_eq!(parts.len(), 1);
         assert_eq!(parts[0].part, None);
     }
 
     #[test]
-    fn a_big_delivery_splits_in_order_into_records_under_the_limit() {
+    fn a_big_batch_splits_in_order_into_records_under_the_limit() {
         let limit = 256 << 10;
         let parts = split(record(events(1_000)), limit);
         assert!(parts.len() > 1, "{} parts", parts.len());
@@ -228,10 +230,10 @@ mod tests {
     }
 
     #[test]
-    fn past_the_per_delivery_bound_events_are_counted_not_refused() {
-        let mut many = vec![events(1).remove(0); MAX_DELIVERY_EVENTS + 5];
+    fn past_the_per_batch_bound_events_are_counted_not_refused() {
+        let mut many = vec![events(1).remove(0); MAX_BATCH_EVENTS + 5];
         assert_eq!(keep_storable(&mut many), 5);
-        assert_eq!(many.len(), MAX_DELIVERY_EVENTS);
+        assert_eq!(many.len(), MAX_BATCH_EVENTS);
         let mut few = events(3);
         assert_eq!(keep_storable(&mut few), 0);
         let mut event = events(1).remove(0);

@@ -19,7 +19,7 @@ use super::correlate::{Correlator, Decision, IdKind, IncidentStatus};
 use super::event::Severity;
 use super::id::Id;
 use super::job::{Job, JobStatus};
-use super::record::DeliveryRecord;
+use super::record::BatchRecord;
 use super::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
 use crate::journal::{Checkpoint, Location, Record};
 
@@ -51,7 +51,7 @@ pub enum RecordError {
 #[derive(Clone)]
 pub(crate) enum EventAt {
     /// In a delivery record queued for the journal and not yet written.
-    Queued(Arc<DeliveryRecord>),
+    Queued(Arc<BatchRecord>),
     /// In the journal.
     Stored(Location),
 }
@@ -234,9 +234,9 @@ pub struct SourceCounters {
     pub truncated_by_host: u64,
 }
 
-/// Applies a delivery (or one part of it) whose correlation has run: `at` is where the
-/// record is once written (`None` while it is queued; [`State::settle_delivery`] follows).
-pub(crate) fn apply_delivery(state: &mut State, record: &Arc<DeliveryRecord>, at: Option<Location>) {
+/// Applies a batch (or one part of it) whose correlation has run: `at` is where the
+/// record is once written (`None` while it is queued; [`State::settle_batch`] follows).
+pub(crate) fn apply_batch(state: &mut State, record: &Arc<BatchRecord>, at: Option<Location>) {
     let now = record.received_at.as_str();
     let source = format!("{}/{}", record.namespace, record.source);
     let counters = state.counters.entry(source.clone()).or_default();
@@ -401,8 +401,8 @@ impl State {
         job
     }
 
-    /// A queued delivery record was written at `location`: its events are read from there from now on.
-    pub(crate) fn settle_delivery(&mut self, record: &Arc<DeliveryRecord>, location: Location) {
+    /// A queued batch record was written at `location`: its events are read from there from now on.
+    pub(crate) fn settle_batch(&mut self, record: &Arc<BatchRecord>, location: Location) {
         for item in &record.items {
             if let Some(event) = self.events.get_mut(&Id::new(&item.outcome.event_id))
                 && matches!(&event.at, EventAt::Queued(queued) if Arc::ptr_eq(queued, record))
@@ -509,7 +509,7 @@ pub(crate) fn apply(
 ) -> Result<(), RecordError> {
     match record.kind.as_str() {
         DELIVERY => {
-            let mut delivery: DeliveryRecord = serde_json::from_value(record.data.clone())?;
+            let mut delivery: BatchRecord = serde_json::from_value(record.data.clone())?;
             if delivery.namespace.is_empty() {
                 delivery.namespace = legacy_namespace(&delivery.source);
             }
@@ -540,7 +540,7 @@ pub(crate) fn apply(
                     return Err(RecordError::NotAsRecorded(recorded.event_id.clone()));
                 }
             }
-            apply_delivery(state, &Arc::new(delivery), Some(record.location));
+            apply_batch(state, &Arc::new(delivery), Some(record.location));
         }
         JOB => {
             let mut job: Job = serde_json::from_value(record.data.clone())?;

@@ -43,20 +43,20 @@ pub use super::error::AlertStoreError;
 use super::error::load_error;
 use super::event::Event;
 pub use super::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
-use super::record::{DeliveryItem, DeliveryRecord, RECORD_VERSION, Truncation, keep_storable, split};
+use super::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, keep_storable, split};
 use super::saved;
 pub use super::saved::verify;
-use super::state::{Bounds, DELIVERY, JOB, State, apply_delivery, set_job};
+use super::state::{Bounds, DELIVERY, JOB, State, apply_batch, set_job};
 pub use super::state::{RecordError, SourceCounters};
 pub use super::threads::{DueNotice, Told};
 use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The outcome of a delivery.
+/// The outcome of a batch (one webhook request's alerts).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Accepted {
-    /// `dlv_…`.
+    /// `dlv_…`: the batch's id (named `delivery_id` on the API and in the journal, as ever).
     pub delivery_id: String,
     /// One per event stored, in order.
     pub events: Vec<ItemOutcome>,
@@ -356,15 +356,15 @@ impl AlertStore {
     /// the source's rate or the pending-job cap is deferred, and past the source's bound of
     /// deferred jobs its incident shares the source's storm job ([`super::admission`]).
     pub async fn ingest(&self, namespace: &str, source: &str, events: Vec<Event>) -> Result<Accepted, AlertStoreError> {
-        self.ingest_delivery(namespace, source, events, 0).await
+        self.ingest_batch(namespace, source, events, 0).await
     }
 
-    /// [`AlertStore::ingest`] of a delivery from which the provider left out
-    /// `truncated_by_provider` alerts. Events past the per-delivery bound
-    /// ([`super::record::MAX_DELIVERY_EVENTS`], [`super::record::MAX_DELIVERY_BYTES`])
-    /// are not stored and counted as truncated by the host; a delivery is never refused
+    /// [`AlertStore::ingest`] of a batch from which the provider left out
+    /// `truncated_by_provider` alerts. Events past the per-batch bound
+    /// ([`super::record::MAX_BATCH_EVENTS`], [`super::record::MAX_BATCH_BYTES`])
+    /// are not stored and counted as truncated by the host; a batch is never refused
     /// for its size.
-    pub async fn ingest_delivery(
+    pub async fn ingest_batch(
         &self,
         namespace: &str,
         source: &str,
@@ -440,9 +440,9 @@ impl AlertStore {
                     deferred: deferred_job,
                     storm: storm_job,
                 };
-                items.push(DeliveryItem { outcome: item, event });
+                items.push(BatchItem { outcome: item, event });
             }
-            let record = DeliveryRecord {
+            let record = BatchRecord {
                 version: RECORD_VERSION,
                 delivery_id: delivery_id.clone(),
                 source: source.to_string(),
@@ -463,7 +463,7 @@ impl AlertStore {
                     Ok(queued) => {
                         let part = Arc::new(part);
                         state.in_flight += 1;
-                        apply_delivery(&mut state, &part, None);
+                        apply_batch(&mut state, &part, None);
                         outcomes.extend(part.items.iter().map(|i| i.outcome.clone()));
                         pending.push((queued, part));
                     }
@@ -477,7 +477,7 @@ impl AlertStore {
         };
         for (queued, part) in pending {
             match queued.committed().await {
-                Ok(record) => self.settled(generation, &record, |state| state.settle_delivery(&part, record.location)),
+                Ok(record) => self.settled(generation, &record, |state| state.settle_batch(&part, record.location)),
                 Err(error) => return Err(self.fail(generation, error)),
             }
         }

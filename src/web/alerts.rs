@@ -279,11 +279,11 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
     let provider = provider_name(source.spec.provider);
     let decoder = adapter(provider).ok_or(Refused::UnsupportedProvider(provider))?;
     let context = DecodeContext { source_type: provider, source_name: &key.name, observed_at: jiff::Timestamp::now() };
-    let decoded = decoder.decode_delivery(body, &context).map_err(|error| {
+    let decoded = decoder.decode_batch(body, &context).map_err(|error| {
         rejected();
         Refused::InvalidPayload(error.to_string())
     })?;
-    let stored = store.ingest_delivery(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await;
+    let stored = store.ingest_batch(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await;
     let accepted = stored.map_err(|error| match error {
         AlertStoreError::Unavailable(reason) => storage_full(key, reason),
         AlertStoreError::Journal(error) if error.is_unwritable() => storage_full(key, error.to_string()),

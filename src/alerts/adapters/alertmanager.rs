@@ -164,10 +164,10 @@ impl Adapter for AlertmanagerAdapter {
     }
 
     fn decode(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Vec<Event>, AdapterError> {
-        self.decode_delivery(body, ctx).map(|decoded| decoded.events)
+        self.decode_batch(body, ctx).map(|decoded| decoded.events)
     }
 
-    fn decode_delivery(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Decoded, AdapterError> {
+    fn decode_batch(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Decoded, AdapterError> {
         check_body(body)?;
         let hook: Webhook = serde_json::from_slice(body).map_err(json_error)?;
         if hook.version != "4" {
@@ -359,7 +359,7 @@ mod tests {
         let alert = v["alerts"][0].clone();
         v["alerts"] = serde_json::Value::Array(vec![alert; 1_000]);
         v["truncatedAlerts"] = 250.into();
-        let decoded = AlertmanagerAdapter.decode_delivery(v.to_string().as_bytes(), &ctx()).unwrap();
+        let decoded = AlertmanagerAdapter.decode_batch(v.to_string().as_bytes(), &ctx()).unwrap();
         assert_eq!((decoded.events.len(), decoded.truncated_by_provider), (1_000, 250));
 
         let mut v = json(FIRING);

@@ -68,11 +68,11 @@ pub trait Adapter: Send + Sync {
     /// Provider / source type name (`alertmanager`, `grafana`, `generic`, `uptime-kuma`, `pingdom`).
     fn provider(&self) -> &'static str;
 
-    /// Decode and normalise one delivery body.
+    /// Decode and normalise one webhook body (a batch of alerts).
     fn decode(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Vec<Event>, AdapterError>;
 
     /// [`Adapter::decode`] with what the provider says it left out.
-    fn decode_delivery(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Decoded, AdapterError> {
+    fn decode_batch(&self, body: &[u8], ctx: &DecodeContext<'_>) -> Result<Decoded, AdapterError> {
         Ok(Decoded { events: self.decode(body, ctx)?, truncated_by_provider: 0 })
     }
 }
