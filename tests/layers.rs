@@ -598,3 +598,25 @@ fn the_checker_finds_what_it_looks_for() {
     assert!(!code.contains("cli"));
     assert_eq!(files, ["more"]);
 }
+
+/// Inside `alerts`, intake decides without I/O and knows neither the store nor the worker;
+/// the store knows nothing of the worker.
+#[test]
+fn alerts_intake_and_store_do_not_reach_later_stages() {
+    let alerts = src_dir().join("alerts");
+    let rules = [("intake", &["store", "worker"][..]), ("store", &["worker"][..])];
+    let mut offenders = Vec::new();
+    for (stage, later) in rules {
+        let mut files = Vec::new();
+        rust_files(&alerts.join(stage), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for next in later {
+                if text.contains(&format!("crate::alerts::{next}")) || text.contains(&format!("alerts::{{{next}")) {
+                    offenders.push(format!("{} uses alerts::{next}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{offenders:#?}");
+}

@@ -1,30 +1,16 @@
-//! Alert pipeline: canonical event model, provider adapters, deduplication and
-//! correlation decisions — all pure — then the durable store, the investigation
-//! worker and what it delivers.
+//! Alert pipeline, in three parts: [`intake`] decides what a webhook's alerts are and what
+//! becomes of them (canonical event, provider adapters, deduplication, correlation, admission)
+//! without I/O; [`store`] makes those decisions durable (the alert journal, its state,
+//! snapshots and reads); [`worker`] investigates the pending jobs and sends what they found.
 
-pub mod adapters;
-pub mod admission;
-pub mod correlate;
-mod deferred;
-pub mod delivery;
-mod error;
-pub mod event;
-pub mod id;
-pub mod job;
-mod outbox;
-mod reads;
-pub mod record;
-pub mod request;
-mod saved;
-mod snapshots;
-pub mod source_status;
-mod state;
+pub mod intake;
 pub mod store;
-mod threads;
-mod told;
-mod window;
 pub mod worker;
 
-pub use adapters::{Adapter, AdapterError, adapter};
-pub use correlate::{Decision, IncidentState, IncidentStatus, decide};
-pub use event::{Entity, Event, EventState, Link, Severity, Source};
+pub use intake::{adapters, admission, correlate, event, id};
+pub use store::{job, record};
+pub use worker::{delivery, request, source_status};
+
+pub use intake::adapters::{Adapter, AdapterError, adapter};
+pub use intake::correlate::{Decision, IncidentState, IncidentStatus, decide};
+pub use intake::event::{Entity, Event, EventState, Link, Severity, Source};

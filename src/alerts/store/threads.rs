@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::job::Delivery;
+use crate::alerts::store::job::Delivery;
 
 /// Journal kind of the first notification of an incident to a receiver.
 pub(crate) const NOTIFIED: &str = "alerts.notified";

@@ -25,10 +25,10 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::event::{Entity, Event, EventState, Severity, hash_parts};
-use super::id::{Id, Key};
-use super::window::DedupWindow;
-pub use super::window::{DedupLimits, FirstSeen};
+use crate::alerts::intake::event::{Entity, Event, EventState, Severity, hash_parts};
+use crate::alerts::intake::id::{Id, Key};
+use crate::alerts::intake::window::DedupWindow;
+pub use crate::alerts::intake::window::{DedupLimits, FirstSeen};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -515,8 +515,8 @@ mod tests {
     use super::*;
     use crate::alerts::adapters::{DecodeContext, adapter};
 
-    const AM_FIRING: &str = include_str!("../../tests/fixtures/alertmanager/alertmanager-webhook.json");
-    const AM_RESOLVED: &str = include_str!("../../tests/fixtures/alertmanager/alertmanager-webhook-resolved.json");
+    const AM_FIRING: &str = include_str!("../../../tests/fixtures/alertmanager/alertmanager-webhook.json");
+    const AM_RESOLVED: &str = include_str!("../../../tests/fixtures/alertmanager/alertmanager-webhook-resolved.json");
 
     fn am(body: &str, observed: &str) -> Vec<Event> {
         let ctx = DecodeContext {

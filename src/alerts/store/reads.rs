@@ -3,13 +3,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::correlate::{Incident, IncidentState, IncidentStatus};
-use super::event::Event;
-use super::id::Id;
-use super::job::{Job, JobStatus, StoredEvent};
-use super::record::BatchRecord;
-use super::state::{EventAt, EventRef, JobSlot, SourceCounters};
-use super::store::AlertStore;
+use crate::alerts::intake::correlate::{Incident, IncidentState, IncidentStatus};
+use crate::alerts::intake::event::Event;
+use crate::alerts::intake::id::Id;
+use crate::alerts::store::AlertStore;
+use crate::alerts::store::job::{Job, JobStatus, StoredEvent};
+use crate::alerts::store::record::BatchRecord;
+use crate::alerts::store::state::{EventAt, EventRef, JobSlot, SourceCounters};
 use crate::journal::Location;
 
 impl AlertStore {

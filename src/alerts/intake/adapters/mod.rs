@@ -8,7 +8,7 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::event::{Event, ValidationError};
+use crate::alerts::intake::event::{Event, ValidationError};
 
 pub mod alertmanager;
 pub mod generic;
@@ -111,7 +111,7 @@ pub(crate) fn check_count(count: usize) -> Result<(), AdapterError> {
 }
 
 pub(crate) fn json_error(err: serde_json::Error) -> AdapterError {
-    AdapterError::InvalidJson(super::event::bound(&err.to_string(), 512))
+    AdapterError::InvalidJson(crate::alerts::intake::event::bound(&err.to_string(), 512))
 }
 
 /// RFC 3339 (any offset, optional fraction), normalised to UTC.
@@ -136,7 +136,7 @@ pub(crate) fn scalar_text(v: Option<&Value>) -> Option<String> {
 }
 
 pub(crate) fn is_http_url(s: &str) -> bool {
-    super::event::is_absolute_http_url(s.trim())
+    crate::alerts::intake::event::is_absolute_http_url(s.trim())
 }
 
 #[cfg(test)]

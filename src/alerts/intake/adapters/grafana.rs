@@ -114,7 +114,7 @@ mod tests {
     use super::*;
     use crate::alerts::event::{EventState, Severity};
 
-    const FIRING: &str = include_str!("../../../tests/fixtures/grafana/grafana-webhook-firing.json");
+    const FIRING: &str = include_str!("../../../../tests/fixtures/grafana/grafana-webhook-firing.json");
 
     fn ctx() -> DecodeContext<'static> {
         DecodeContext {

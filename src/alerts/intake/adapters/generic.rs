@@ -160,7 +160,7 @@ impl Adapter for GenericAdapter {
 mod tests {
     use super::*;
 
-    const BATCH: &str = include_str!("../../../tests/fixtures/generic/generic-batch.json");
+    const BATCH: &str = include_str!("../../../../tests/fixtures/generic/generic-batch.json");
 
     fn ctx() -> DecodeContext<'static> {
         DecodeContext {

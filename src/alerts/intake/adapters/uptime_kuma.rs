@@ -78,8 +78,8 @@ impl Adapter for UptimeKumaAdapter {
 mod tests {
     use super::*;
 
-    const DOWN: &str = include_str!("../../../tests/fixtures/uptime_kuma/uptime-kuma-down.json");
-    const UP: &str = include_str!("../../../tests/fixtures/uptime_kuma/uptime-kuma-up.json");
+    const DOWN: &str = include_str!("../../../../tests/fixtures/uptime_kuma/uptime-kuma-down.json");
+    const UP: &str = include_str!("../../../../tests/fixtures/uptime_kuma/uptime-kuma-up.json");
 
     fn ctx() -> DecodeContext<'static> {
         DecodeContext {

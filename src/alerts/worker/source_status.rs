@@ -2,7 +2,7 @@
 //! posts and what its deliveries counted, as the typed [`AlertSourceStatus`] the AlertSource
 //! CRD's status is generated from.
 
-use super::store::AlertStore;
+use crate::alerts::store::AlertStore;
 use crate::catalog::ObjectKey;
 use crate::catalog::status::StatusBoard;
 use crate::resources::alert_source::AlertSourceStatus;

@@ -1,11 +1,11 @@
 //! The alert store's reads and records of incident threads and resolve notices
-//! ([`super::threads`]).
+//! ([`crate::alerts::store::threads`]).
 
 use std::collections::BTreeMap;
 
-use super::job::Delivery;
-use super::store::{AlertStore, AlertStoreError};
-use super::threads::{DueNotice, NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Told};
+use crate::alerts::store::job::Delivery;
+use crate::alerts::store::threads::{DueNotice, NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Told};
+use crate::alerts::store::{AlertStore, AlertStoreError};
 
 impl AlertStore {
     /// The incident whose thread, in the receiver `namespace/receiver`, starts at the message

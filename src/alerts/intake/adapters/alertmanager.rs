@@ -217,11 +217,11 @@ impl Adapter for AlertmanagerAdapter {
 mod tests {
     use super::*;
 
-    const FIRING: &str = include_str!("../../../tests/fixtures/alertmanager/alertmanager-webhook.json");
-    const RESOLVED: &str = include_str!("../../../tests/fixtures/alertmanager/alertmanager-webhook-resolved.json");
+    const FIRING: &str = include_str!("../../../../tests/fixtures/alertmanager/alertmanager-webhook.json");
+    const RESOLVED: &str = include_str!("../../../../tests/fixtures/alertmanager/alertmanager-webhook-resolved.json");
     const FROM_RULE: &str =
-        include_str!("../../../tests/fixtures/alertmanager/alertmanager-webhook-from-prometheus-rule.json");
-    const POST_V2: &str = include_str!("../../../tests/fixtures/alertmanager/alertmanager-post-alerts-v2.json");
+        include_str!("../../../../tests/fixtures/alertmanager/alertmanager-webhook-from-prometheus-rule.json");
+    const POST_V2: &str = include_str!("../../../../tests/fixtures/alertmanager/alertmanager-post-alerts-v2.json");
 
     fn ctx() -> DecodeContext<'static> {
         DecodeContext {

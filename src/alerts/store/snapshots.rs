@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::saved::{FORMAT, SavedRef};
-use super::state::State;
-use super::store::AlertStore;
+use crate::alerts::store::AlertStore;
+use crate::alerts::store::saved::{FORMAT, SavedRef};
+use crate::alerts::store::state::State;
 use crate::journal::snapshot::{self, Pending};
 use crate::journal::{Journal, Record, Retention};
 

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::correlate::IncidentState;
-use super::store::{AlertStore, Job, StoredEvent};
+use crate::alerts::intake::correlate::IncidentState;
+use crate::alerts::store::{AlertStore, Job, StoredEvent};
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::request::RunRequest;
 use crate::tenancy::DEFAULT_NAMESPACE;

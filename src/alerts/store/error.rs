@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::state::RecordError;
+use crate::alerts::store::state::RecordError;
 use crate::journal::JournalError;
 
 /// Alert store failures.

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::event::Event;
-use super::job::ItemOutcome;
-use super::window::DedupLimits;
+use crate::alerts::intake::event::Event;
+use crate::alerts::intake::window::DedupLimits;
+use crate::alerts::store::job::ItemOutcome;
 
 /// Delivery record version: 2 adds the source namespace and job sharing; 3 the bounded
 /// dedup window (`dedup`: the limits the delivery was decided under).
@@ -161,7 +161,7 @@ mod tests {
     use super::*;
     use crate::alerts::adapters::{DecodeContext, adapter};
 
-    const FIRING: &str = include_str!("../../tests/fixtures/alertmanager/alertmanager-webhook.json");
+    const FIRING: &str = include_str!("../../../tests/fixtures/alertmanager/alertmanager-webhook.json");
 
     fn events(n: usize) -> Vec<Event> {
         let mut body: serde_json::Value = serde_json::from_str(FIRING).unwrap();

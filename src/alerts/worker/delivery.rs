@@ -2,8 +2,8 @@
 //! the alert and its structured result, and each NotificationReceiver's target
 //! with its secrets resolved.
 
-use super::event::EventState;
-use super::store::{Delivery, DeliveryStatus, Job, StoredEvent};
+use crate::alerts::intake::event::EventState;
+use crate::alerts::store::{Delivery, DeliveryStatus, Job, StoredEvent};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::{SecretError, SecretResolver};
 use crate::investigation::InvestigationResult;

@@ -8,15 +8,15 @@
 //! AlertSource of that name in the Catalog now, else `default`. Records of that
 //! version also replay without job sharing, as they were decided.
 //!
-//! Admission ([`super::admission`]) runs under the same lock as the decision and never
+//! Admission ([`crate::alerts::intake::admission`]) runs under the same lock as the decision and never
 //! refuses a delivery: it decides whether each new investigation job starts pending, is
 //! deferred, or is coalesced into its source's storm job, and the record keeps that decision.
 //!
-//! A big delivery is kept whole in as many records as it needs ([`super::record`]).
+//! A big delivery is kept whole in as many records as it needs ([`crate::alerts::store::record`]).
 //!
-//! Memory holds indexes ([`super::state`]); events and settled jobs are read back from the
+//! Memory holds indexes ([`crate::alerts::store::state`]); events and settled jobs are read back from the
 //! journal by location. Every `snapshot_records` records, at a moment when nothing is in
-//! flight, the state is written as a snapshot ([`super::saved`]) and retention deletes the
+//! flight, the state is written as a snapshot ([`crate::alerts::store::saved`]) and retention deletes the
 //! journal segments older than `alert_retention` that neither the snapshot, an open incident
 //! nor a job that can still run needs. A start loads the snapshot and replays only the
 //! records after it.
@@ -27,6 +27,17 @@
 //! delivery, job update or `/health` at most once a second, gets the journal writing again
 //! and rebuilds the state from what the journal holds. No restart is needed.
 
+pub(in crate::alerts) mod deferred;
+pub(in crate::alerts) mod error;
+pub mod job;
+pub(in crate::alerts) mod reads;
+pub mod record;
+pub(in crate::alerts) mod saved;
+pub(in crate::alerts) mod snapshots;
+pub(in crate::alerts) mod state;
+pub(in crate::alerts) mod threads;
+pub(in crate::alerts) mod told;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -36,19 +47,18 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::admission::{Admission, Limits, Start};
-pub use super::correlate::DedupLimits;
-use super::correlate::{Decision, IdKind, IncidentState};
-pub use super::error::AlertStoreError;
-use super::error::load_error;
-use super::event::Event;
-pub use super::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
-use super::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, keep_storable, split};
-use super::saved;
-pub use super::saved::verify;
-use super::state::{Bounds, DELIVERY, JOB, State, apply_batch, set_job};
-pub use super::state::{RecordError, SourceCounters};
-pub use super::threads::{DueNotice, Told};
+use crate::alerts::intake::admission::{Admission, Limits, Start};
+pub use crate::alerts::intake::correlate::DedupLimits;
+use crate::alerts::intake::correlate::{Decision, IdKind, IncidentState};
+use crate::alerts::intake::event::Event;
+pub use crate::alerts::store::error::AlertStoreError;
+use crate::alerts::store::error::load_error;
+pub use crate::alerts::store::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
+use crate::alerts::store::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, keep_storable, split};
+pub use crate::alerts::store::saved::verify;
+use crate::alerts::store::state::{Bounds, DELIVERY, JOB, State, apply_batch, set_job};
+pub use crate::alerts::store::state::{RecordError, SourceCounters};
+pub use crate::alerts::store::threads::{DueNotice, Told};
 use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
@@ -354,14 +364,14 @@ impl AlertStore {
     /// `namespace/source`, records them (one fsynced record, or several for a big
     /// delivery) and returns the per-event outcome. Never refused for load: a new job over
     /// the source's rate or the pending-job cap is deferred, and past the source's bound of
-    /// deferred jobs its incident shares the source's storm job ([`super::admission`]).
+    /// deferred jobs its incident shares the source's storm job ([`crate::alerts::intake::admission`]).
     pub async fn ingest(&self, namespace: &str, source: &str, events: Vec<Event>) -> Result<Accepted, AlertStoreError> {
         self.ingest_batch(namespace, source, events, 0).await
     }
 
     /// [`AlertStore::ingest`] of a batch from which the provider left out
     /// `truncated_by_provider` alerts. Events past the per-batch bound
-    /// ([`super::record::MAX_BATCH_EVENTS`], [`super::record::MAX_BATCH_BYTES`])
+    /// ([`crate::alerts::store::record::MAX_BATCH_EVENTS`], [`crate::alerts::store::record::MAX_BATCH_BYTES`])
     /// are not stored and counted as truncated by the host; a batch is never refused
     /// for its size.
     pub async fn ingest_batch(

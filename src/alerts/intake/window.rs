@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::id::Id;
+use crate::alerts::intake::id::Id;
 
 /// The first delivery of a deduplication key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,7 +110,8 @@ mod entries {
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    use super::{Entry, KeyDigest};
+    use super::Entry;
+    use super::KeyDigest;
 
     pub(super) fn serialize<S: Serializer>(map: &HashMap<KeyDigest, Entry>, s: S) -> Result<S::Ok, S::Error> {
         let mut list: Vec<(String, &Entry)> = map.iter().map(|(k, v)| (hex::encode(k), v)).collect();

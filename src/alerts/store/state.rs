@@ -14,13 +14,13 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::admission::Admission;
-use super::correlate::{Correlator, Decision, IdKind, IncidentStatus};
-use super::event::Severity;
-use super::id::Id;
-use super::job::{Job, JobStatus};
-use super::record::BatchRecord;
-use super::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
+use crate::alerts::intake::admission::Admission;
+use crate::alerts::intake::correlate::{Correlator, Decision, IdKind, IncidentStatus};
+use crate::alerts::intake::event::Severity;
+use crate::alerts::intake::id::Id;
+use crate::alerts::store::job::{Job, JobStatus};
+use crate::alerts::store::record::BatchRecord;
+use crate::alerts::store::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
 use crate::journal::{Checkpoint, Location, Record};
 
 /// Journal kind of a delivery.
@@ -575,9 +575,9 @@ mod tests {
     #[test]
     fn incidents_and_waiting_jobs_stay_compact() {
         assert!(
-            size_of::<super::super::correlate::Incident>() <= 184,
+            size_of::<crate::alerts::intake::correlate::Incident>() <= 184,
             "{}",
-            size_of::<super::super::correlate::Incident>()
+            size_of::<crate::alerts::intake::correlate::Incident>()
         );
         assert!(size_of::<JobSlot>() <= 104, "{}", size_of::<JobSlot>());
         assert!(size_of::<EventRef>() <= 40, "{}", size_of::<EventRef>());

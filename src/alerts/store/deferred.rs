@@ -1,11 +1,11 @@
-//! Deferred investigations ([`super::admission`]): promoted to pending, most severe first,
+//! Deferred investigations ([`crate::alerts::intake::admission`]): promoted to pending, most severe first,
 //! then oldest, as their sources' rates and the pending-job cap allow. The worker asks every
 //! second while any wait.
 
 use std::time::Instant;
 
-use super::state::State;
-use super::store::{AlertStore, AlertStoreError, Job, JobStatus};
+use crate::alerts::store::state::State;
+use crate::alerts::store::{AlertStore, AlertStoreError, Job, JobStatus};
 
 impl AlertStore {
     /// Deferred jobs, host-wide.

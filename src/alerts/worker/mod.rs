@@ -14,6 +14,11 @@
 //! result goes only to NotificationReceivers that namespace sees (its own and the
 //! shared namespaces).
 
+pub mod delivery;
+pub(in crate::alerts) mod outbox;
+pub mod request;
+pub mod source_status;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,9 +29,9 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::delivery::{key_text, pending_delivery, receiver_kind};
-use super::request::{investigation_request, namespace_of};
-use super::store::{AlertStore, AlertStoreError, Delivery, Job, JobStatus};
+use crate::alerts::store::{AlertStore, AlertStoreError, Delivery, Job, JobStatus};
+use crate::alerts::worker::delivery::{key_text, pending_delivery, receiver_kind};
+use crate::alerts::worker::request::{investigation_request, namespace_of};
 use crate::audit::{AuditError, RunRecord, RunStatus};
 use crate::catalog::CatalogStore;
 use crate::catalog::secrets::SecretResolver;

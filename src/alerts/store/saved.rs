@@ -9,11 +9,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::correlate::Correlator;
-use super::error::{AlertStoreError, LoadError, load_error};
-use super::id::Id;
-use super::state::{Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job};
-use super::threads::Threads;
+use crate::alerts::intake::correlate::Correlator;
+use crate::alerts::intake::id::Id;
+use crate::alerts::store::error::{AlertStoreError, LoadError, load_error};
+use crate::alerts::store::state::{
+    Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job,
+};
+use crate::alerts::store::threads::Threads;
 use crate::journal::snapshot::Reader;
 use crate::journal::{self, Checkpoint, Journal, JournalOptions, Location, Opened, Record};
 
@@ -112,7 +114,9 @@ impl Saved {
         state.correlator.share_names();
         let correlator = &state.correlator;
         state.threads.reindex(|id| {
-            correlator.incident(id).is_some_and(|i| i.state == super::correlate::IncidentStatus::Resolved)
+            correlator
+                .incident(id)
+                .is_some_and(|i| i.state == crate::alerts::intake::correlate::IncidentStatus::Resolved)
         });
         for (id, slot) in self.jobs {
             match slot.live(&id) {

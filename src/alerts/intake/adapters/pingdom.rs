@@ -99,8 +99,8 @@ impl Adapter for PingdomAdapter {
 mod tests {
     use super::*;
 
-    const DOWN: &str = include_str!("../../../tests/fixtures/pingdom/pingdom-down.json");
-    const UP: &str = include_str!("../../../tests/fixtures/pingdom/pingdom-up.json");
+    const DOWN: &str = include_str!("../../../../tests/fixtures/pingdom/pingdom-down.json");
+    const UP: &str = include_str!("../../../../tests/fixtures/pingdom/pingdom-up.json");
 
     fn ctx() -> DecodeContext<'static> {
         DecodeContext {

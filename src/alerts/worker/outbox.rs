@@ -13,10 +13,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::correlate::IncidentState;
-use super::delivery::{failed, key_text, notification, pending_delivery, target};
-use super::store::{Delivery, DeliveryStatus, DueNotice, Job, JobStatus, StoredEvent};
-use super::worker::{Worker, WorkerError};
+use crate::alerts::intake::correlate::IncidentState;
+use crate::alerts::store::{Delivery, DeliveryStatus, DueNotice, Job, JobStatus, StoredEvent};
+use crate::alerts::worker::delivery::{failed, key_text, notification, pending_delivery, target};
+use crate::alerts::worker::{Worker, WorkerError};
 use crate::catalog::ObjectKey;
 use crate::notify::routing::{FilterReason, RouteFacts, filter};
 use crate::notify::{self, Payload, ResolvedNotice, Target};
@@ -203,8 +203,9 @@ impl Worker {
 
     /// Sends one resolve notice; the delivery says what happened.
     async fn send_notice(&self, due: &DueNotice) -> Delivery {
-        let kind =
-            self.receiver_spec(&due.receiver).map_or("webhook", |(_, spec)| super::delivery::receiver_kind(&spec));
+        let kind = self
+            .receiver_spec(&due.receiver)
+            .map_or("webhook", |(_, spec)| crate::alerts::worker::delivery::receiver_kind(&spec));
         let mut delivery = pending_delivery(&due.receiver, kind);
         // The same id on every attempt, also after a crash between sending and recording:
         // a receiver sees a re-sent notice under the id it already has.

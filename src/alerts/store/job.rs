@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::event::Event;
+use crate::alerts::intake::event::Event;
 use crate::investigation::InvestigationResult;
 
 /// An event as stored, with the ids the host gave it.
