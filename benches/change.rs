@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use akritas::audit::AuditLog;
 use akritas::change::ValidatorSpec;
-use akritas::change::approvals::{ApprovalOptions, ApprovalStore};
+use akritas::change::approvals::{ApprovalId, ApprovalOptions, ApprovalStore};
 use akritas::change::service::{
     Approver, ChangeError, ChangeService, ChangeSettings, FetchedHead, PreviewRequest, Requester, ResolvedWorkspace,
     WorkspaceDirectory, WorkspaceView,
@@ -194,7 +194,8 @@ async fn run() {
             temperature: None,
         };
         let outcome = service.preview(request, who.clone()).await.expect("preview");
-        let id = outcome.approval.as_ref().and_then(|a| a["id"].as_str()).expect("approval").to_string();
+        let id =
+            outcome.approval.as_ref().and_then(|a| a["id"].as_str()).and_then(ApprovalId::parse).expect("approval");
         let started = Instant::now();
         service.apply(&id, Approver { name: "bench".into() }).await.expect("apply");
         applied.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));

@@ -221,7 +221,7 @@ impl Fixture {
         let text = |value: &Value| value.as_str().unwrap().to_string();
         let ids = Ids {
             run: run.as_str().to_string(),
-            change: change_id,
+            change: change_id.as_str().to_string(),
             incident: text(&event["incident_id"]),
             event: text(&event["event_id"]),
             job: text(&event["job_id"]),

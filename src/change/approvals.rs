@@ -375,6 +375,40 @@ impl fmt::Debug for ApprovalStore {
     }
 }
 
+/// An approval id: 32 random lowercase hex digits, shown once to whoever previewed the
+/// change and presented to apply it. A bearer secret: the store keeps only its hash, and its
+/// `Debug` form never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ApprovalId(String);
+
+impl ApprovalId {
+    /// The id in `text`, when it has the shape of one.
+    pub fn parse(text: &str) -> Option<Self> {
+        valid_id(text).then(|| ApprovalId(text.to_owned()))
+    }
+
+    fn generate() -> Self {
+        ApprovalId(hex::encode(rand::random::<[u8; 16]>()))
+    }
+
+    /// The id itself, for the one answer that shows it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `sha256(id)` as lowercase hex: the key the store keeps instead of the id.
+    pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.0.as_bytes()))
+    }
+}
+
+impl fmt::Debug for ApprovalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApprovalId(…)")
+    }
+}
+
 /// Whether `id` has the shape of an approval id: 32 lowercase hex digits.
 pub fn valid_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -414,11 +448,6 @@ impl ApprovalStore {
         Ok(ApprovalStore { inner: Arc::new(inner) })
     }
 
-    /// `sha256(id)` as lowercase hex: the key the store keeps instead of the id.
-    pub fn id_hash(id: &str) -> String {
-        hex::encode(Sha256::digest(id.as_bytes()))
-    }
-
     fn book(&self) -> State<'_, Book> {
         self.inner.store.state()
     }
@@ -430,7 +459,7 @@ impl ApprovalStore {
     /// Stores `change` (setting its creation and expiry times) and returns its approval id,
     /// which is not stored anywhere: only its hash is. Refuses when `max_pending` changes
     /// already wait.
-    pub async fn insert(&self, mut change: PendingChange) -> Result<String, ApprovalError> {
+    pub async fn insert(&self, mut change: PendingChange) -> Result<ApprovalId, ApprovalError> {
         let writer = self.inner.store.writer().await;
         let now = self.now();
         {
@@ -449,24 +478,21 @@ impl ApprovalStore {
         let expires = now.checked_add(ttl).map_err(|e| ApprovalError::Time(e.to_string()))?;
         change.created_at = now.to_string();
         change.expires_at = expires.to_string();
-        let id = hex::encode(rand::random::<[u8; 16]>());
-        let hash = Self::id_hash(&id);
+        let id = ApprovalId::generate();
+        let hash = id.hash();
         writer.record(PENDING, &json!({ "id_sha256": hash, "change": change })).await?;
         Ok(id)
     }
 
     /// The change with approval id `id` and its state now (an expired pending change is
     /// [`ChangeState::Expired`]); `None` for an unknown or malformed id.
-    pub fn get(&self, id: &str) -> Option<(PendingChange, ChangeState)> {
-        if !valid_id(id) {
-            return None;
-        }
+    pub fn get(&self, id: &ApprovalId) -> Option<(PendingChange, ChangeState)> {
         let now = self.now();
         let book = self.book();
-        book.entries.get(&Self::id_hash(id)).map(|e| (e.change.clone(), e.effective(now)))
+        book.entries.get(&id.hash()).map(|e| (e.change.clone(), e.effective(now)))
     }
 
-    /// Every kept change's state now, keyed by the hash of its approval id ([`Self::id_hash`];
+    /// Every kept change's state now, keyed by the hash of its approval id ([`ApprovalId::hash`];
     /// the id itself is never stored): what a copy or an upgrade of the journal must keep.
     pub fn states(&self) -> std::collections::BTreeMap<String, &'static str> {
         let now = self.now();
@@ -475,11 +501,8 @@ impl ApprovalStore {
 
     /// Takes the pending change `id` for apply by `approver`: durably records it as
     /// `applying` before returning it, so it can be taken once only, even across a crash.
-    pub async fn take(&self, id: &str, approver: &str) -> Result<PendingChange, TakeError> {
-        if !valid_id(id) {
-            return Err(TakeError::NotFound);
-        }
-        let hash = Self::id_hash(id);
+    pub async fn take(&self, id: &ApprovalId, approver: &str) -> Result<PendingChange, TakeError> {
+        let hash = id.hash();
         let writer = self.inner.store.writer().await;
         let now = self.now();
         let change = {
@@ -499,14 +522,11 @@ impl ApprovalStore {
 
     /// Records how the apply of a taken change ended: [`ChangeState::Applied`] or
     /// [`ChangeState::Failed`], durably.
-    pub async fn finish(&self, id: &str, state: ChangeState) -> Result<(), ApprovalError> {
+    pub async fn finish(&self, id: &ApprovalId, state: ChangeState) -> Result<(), ApprovalError> {
         if !matches!(state, ChangeState::Applied { .. } | ChangeState::Failed { .. }) {
             return Err(ApprovalError::Transition { from: "applying", to: state.name() });
         }
-        if !valid_id(id) {
-            return Err(ApprovalError::NotFound);
-        }
-        let hash = Self::id_hash(id);
+        let hash = id.hash();
         let writer = self.inner.store.writer().await;
         let now = self.now();
         {
@@ -637,13 +657,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, clock) = clock();
         let store = ApprovalStore::open(&dir.path().join("a.jsonl"), options(clock)).unwrap();
-        let id = store.insert(change("nft")).await.unwrap();
+        let issued = store.insert(change("nft")).await.unwrap();
+        let id = issued.as_str();
         assert_eq!(id.len(), 32);
-        assert!(valid_id(&id), "{id}");
-        for bad in ["", "../etc", &id.to_uppercase(), &id[..31], &format!("{id}0"), &"0".repeat(32)] {
-            assert!(matches!(store.take(bad, "bob").await, Err(TakeError::NotFound)), "{bad}");
+        assert!(valid_id(id), "{id}");
+        assert_eq!(format!("{issued:?}"), "ApprovalId(…)", "Debug never shows the secret");
+        for bad in ["", "../etc", &id.to_uppercase(), &id[..31], &format!("{id}0")] {
+            assert!(ApprovalId::parse(bad).is_none(), "{bad}");
         }
-        assert!(store.get(&id.to_uppercase()).is_none());
+        let unknown = ApprovalId::parse(&"0".repeat(32)).unwrap();
+        assert!(matches!(store.take(&unknown, "bob").await, Err(TakeError::NotFound)));
+        assert!(store.get(&unknown).is_none());
     }
 
     #[tokio::test]
@@ -678,8 +702,8 @@ mod tests {
         store.finish(&id, applied()).await.unwrap();
         assert!(journal::snapshot::snapshot_path(&path).exists(), "a snapshot was written too");
         let bytes = String::from_utf8_lossy(&stored_bytes(dir.path())).into_owned();
-        assert!(!bytes.contains(&id), "the approval id was written to disk");
-        assert!(bytes.contains(&ApprovalStore::id_hash(&id)));
+        assert!(!bytes.contains(id.as_str()), "the approval id was written to disk");
+        assert!(bytes.contains(&id.hash()));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,12 +774,14 @@ mod tests {
         let (_, clock) = clock();
         let tuning = Tuning { segment_bytes: 4096, snapshot_every: 4 };
         let store = ApprovalStore::open_tuned(&path, options(clock.clone()), tuning).unwrap();
-        let mut last = String::new();
+        let mut last = None;
         for _ in 0..60 {
-            last = store.insert(change("nft")).await.unwrap();
-            store.take(&last, "bob").await.unwrap();
-            store.finish(&last, applied()).await.unwrap();
+            let id = store.insert(change("nft")).await.unwrap();
+            store.take(&id, "bob").await.unwrap();
+            store.finish(&id, applied()).await.unwrap();
+            last = Some(id);
         }
+        let last = last.unwrap();
         let pending = store.insert(change("kept")).await.unwrap();
         let files = std::fs::read_dir(dir.path()).unwrap().count();
         assert!(files < 12, "{files} files: old segments were not removed");

@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::approvals::{ApprovalError, ApprovalStore, ChangeState, PendingChange, TakeError};
+use super::approvals::{ApprovalError, ApprovalId, ApprovalStore, ChangeState, PendingChange, TakeError};
 pub use super::error::ChangeError;
 pub use super::preview::ATTEMPTS;
 use super::preview::{Params, Prepared, Preview};
@@ -73,7 +73,7 @@ impl ChangeService {
     }
 
     /// A pending or finished change by its approval id: its preview and state.
-    pub fn get(&self, id: &str) -> Option<(String, ChangeView)> {
+    pub fn get(&self, id: &ApprovalId) -> Option<(String, ChangeView)> {
         let (change, state) = self.approvals.get(id)?;
         let mut preview = change.summary.as_object().cloned().unwrap_or_default();
         preview.remove("state");
@@ -270,7 +270,7 @@ impl ChangeService {
 
     /// Applies a pending change once: re-verifies every original byte, then writes
     /// atomically (or publishes a branch). The approval is consumed whatever happens.
-    pub async fn apply(&self, id: &str, approver: Approver) -> Result<ApplyOutcome, ChangeError> {
+    pub async fn apply(&self, id: &ApprovalId, approver: Approver) -> Result<ApplyOutcome, ChangeError> {
         let change = self.approvals.take(id, &approver.name).await.map_err(|e| match e {
             TakeError::Store(error) => ChangeError::Approval(error.to_string()),
             other => ChangeError::NotFound(other.to_string()),

@@ -18,6 +18,7 @@ use super::body::{JsonBytes, decode, require_json};
 use super::error::ApiError;
 use super::{AppState, IdPath};
 use crate::change::ChangeError;
+use crate::change::approvals::{ApprovalId, TakeError};
 use crate::change::service::{
     Approver, ChangeService, ChangeView, FetchedHead, PreviewRequest, Requester, WorkspaceView,
 };
@@ -155,7 +156,7 @@ pub async fn simulation(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<ChangeView>, ApiError> {
     let service = service(&state)?;
-    match service.get(&id) {
+    match ApprovalId::parse(&id).and_then(|id| service.get(&id)) {
         Some((namespace, view)) if caller.sees(&namespace) => Ok(Json(view)),
         _ => Err(ApiError::not_found("pending change not found")),
     }
@@ -184,6 +185,7 @@ pub async fn apply(
     if !body.confirm {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "confirm_required", "explicit confirm=true is required"));
     }
+    let id = ApprovalId::parse(&id).ok_or_else(|| ChangeError::NotFound(TakeError::NotFound.to_string()))?;
     let outcome = service.apply(&id, Approver { name: caller.name.clone() }).await?;
     Ok((StatusCode::OK, [("x-akritas-run-id", outcome.run_id.clone())], Json(outcome)).into_response())
 }
