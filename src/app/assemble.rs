@@ -9,7 +9,6 @@ use crate::audit::{AuditLog, AuditStorage};
 use crate::catalog::CatalogStore;
 use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
-use crate::engine::request::EngineSettings;
 use crate::engine::retrieval::Retriever;
 use crate::engine::run::Engine;
 use crate::journal::JournalOptions;
@@ -103,7 +102,7 @@ pub fn engine(
 ) -> Engine {
     let tools = RegistryBuilder::new(ToolLimits::default()).build();
     let retriever: Arc<dyn Retriever> = Arc::new(knowledge.clone());
-    Engine::new(EngineSettings::from_settings(settings), llm, tools, Some(audit), catalog, Some(retriever))
+    Engine::new(crate::app::narrow::engine(settings), llm, tools, Some(audit), catalog, Some(retriever))
         .with_tenancy(Tenancy::new(settings.shared_namespaces.iter().cloned()))
 }
 

@@ -182,7 +182,7 @@ pub async fn service(
         .await
         .context("opening the change approval journal")?
         .context("opening the change approval journal")?;
-    let engine = crate::engine::request::EngineSettings::from_settings(settings);
+    let engine = crate::app::narrow::engine(settings);
     let change = ChangeSettings {
         limits: engine.limits,
         default_max_tokens: engine.default_max_tokens.max(PROPOSAL_MIN_TOKENS).min(engine.max_tokens_limit),

@@ -80,15 +80,9 @@ async fn stand_by(
     let (secrets, _) = sources::operator(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
     let llm = assemble::llm_client(settings, instructions)?;
     let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
-    let engine = crate::engine::run::Engine::new(
-        crate::engine::request::EngineSettings::from_settings(settings),
-        llm,
-        tools,
-        None,
-        store.clone(),
-        None,
-    )
-    .with_tenancy(crate::tenancy::Tenancy::new(settings.shared_namespaces.iter().cloned()));
+    let engine =
+        crate::engine::run::Engine::new(crate::app::narrow::engine(settings), llm, tools, None, store.clone(), None)
+            .with_tenancy(crate::tenancy::Tenancy::new(settings.shared_namespaces.iter().cloned()));
     let state = AppState {
         catalog: store,
         board,

@@ -10,6 +10,7 @@ pub mod change;
 pub mod kube_tools;
 pub mod leader;
 pub mod live;
+pub mod narrow;
 pub mod policy;
 pub mod process;
 pub mod serve;

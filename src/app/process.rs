@@ -24,7 +24,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         instructions_sha256: instructions.sha256(),
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
         body_timeout: settings.body_timeout,
-        mcp: crate::web::mcp_server::McpLimits::from_settings(settings),
+        mcp: crate::app::narrow::mcp(settings),
         validator_sandbox: crate::change::sandbox::Sandbox::new(
             settings.validator_sandbox,
             &settings.validator_read_paths,
@@ -38,7 +38,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
 /// The names every route answers to: `allowed_hosts`, `mcp_allowed_hosts` and the
 /// `public_url`'s authority (addresses and `localhost` always).
 fn edge(settings: &Settings) -> crate::web::edge::Edge {
-    let mcp = crate::web::mcp_server::McpLimits::from_settings(settings);
+    let mcp = crate::app::narrow::mcp(settings);
     let allowed_hosts =
         settings.allowed_hosts.iter().chain(&mcp.allowed_hosts).map(|h| h.to_ascii_lowercase()).collect();
     let public_authority = settings

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::process::{host_info, pod_namespace, shutdown_on_signal};
 use super::{assemble, leader, live, policy, sources};
-use crate::alerts::worker::{Worker, WorkerSettings};
+use crate::alerts::worker::Worker;
 use crate::catalog::CatalogStore;
 use crate::catalog::secrets::{EnvSecrets, SecretResolver};
 use crate::catalog::status::StatusBoard;
@@ -118,7 +118,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     tasks.spawn(live::mcp_adapters(mcp.clone(), mcp_sources, board.clone(), engine.clone(), cancel.clone()));
     let alerts = {
         let path = settings.data_dir.join("alerts").join("alerts.jsonl");
-        let limits = crate::alerts::admission::Limits::from_settings(&settings);
+        let limits = crate::app::narrow::admission(&settings);
         let catalog = store.current();
         // Records written before namespaces name a source by name only: the namespace of
         // the one AlertSource of that name now, else `default` (docs/alerts.md).
@@ -146,7 +146,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         store.clone(),
         secrets.clone(),
         board.clone(),
-        WorkerSettings::from_settings(&settings),
+        crate::app::narrow::worker(&settings),
     )
     .context("building the alert worker")?;
     worker.recover().await.context("recovering interrupted alert jobs")?;

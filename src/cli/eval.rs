@@ -9,7 +9,6 @@ use clap::Args;
 use crate::app::assemble;
 use crate::config::{self, ServeFlags};
 use crate::engine::instructions::SystemInstructions;
-use crate::engine::request::EngineSettings;
 use crate::eval::suite::{MAX_CONCURRENCY, MAX_REPEAT};
 use crate::eval::{SuiteOptions, failures, load_dir, run_suite, table};
 
@@ -73,7 +72,7 @@ async fn eval(args: &EvalArgs) -> Result<ExitCode, String> {
     let llm = assemble::llm_client(&settings, &instructions).map_err(|e| format!("{e:#}"))?;
     let skills = super::run::skill_source(&settings);
     let options = SuiteOptions { repeat: args.repeat, concurrency: args.concurrency };
-    let report = run_suite(cases, llm, EngineSettings::from_settings(&settings), skills, &options).await;
+    let report = run_suite(cases, llm, crate::app::narrow::engine(&settings), skills, &options).await;
     print!("{}", table(&report));
     for line in failures(&report) {
         println!("{line}");

@@ -13,7 +13,6 @@ use clap::{Args, Subcommand};
 use crate::app::assemble;
 use crate::config::{self, ServeFlags, Source};
 use crate::engine::instructions::SystemInstructions;
-use crate::engine::request::EngineSettings;
 use crate::replay::{Case, ReplayOutcome, SkillSource};
 
 /// `run` arguments.
@@ -147,7 +146,7 @@ async fn replay(args: &ReplayArgs) -> Result<ExitCode, String> {
     let instructions = SystemInstructions::load(&settings.system_instructions).map_err(|e| e.to_string())?;
     let llm = assemble::llm_client(&settings, &instructions).map_err(|e| format!("{e:#}"))?;
     let skills = skill_source(&settings);
-    let outcome = crate::replay::replay(&case, llm, EngineSettings::from_settings(&settings), &skills)
+    let outcome = crate::replay::replay(&case, llm, crate::app::narrow::engine(&settings), &skills)
         .await
         .map_err(|e| e.to_string())?;
     let printed = if args.json { print_json(&outcome) } else { print_text(&outcome) };

@@ -24,7 +24,7 @@ pub const MAX_FOLLOW_UP_CHARS: usize = 16384;
 /// Largest Run JSON given to a follow-up.
 pub const MAX_FOLLOW_UP_RUN_BYTES: usize = 128 * 1024;
 
-/// Engine settings taken from the service configuration.
+/// Engine settings (`app::narrow::engine` builds them from the service configuration).
 #[derive(Clone, Debug)]
 pub struct EngineSettings {
     /// Budget of every Run.
@@ -47,32 +47,6 @@ pub struct EngineSettings {
     pub queue_timeout: Duration,
     /// Top-k for automatic retrieval.
     pub search_top_k: usize,
-}
-
-impl EngineSettings {
-    /// From the resolved service settings.
-    pub fn from_settings(settings: &crate::config::Settings) -> Self {
-        Self {
-            limits: BudgetLimits {
-                max_duration_ms: u64::try_from(settings.request_timeout.as_millis()).unwrap_or(u64::MAX),
-                max_model_calls: settings.max_iterations,
-                max_tool_calls: settings.max_tool_calls,
-                max_tool_result_bytes: settings.max_tool_result_bytes,
-                max_retrieved_context_bytes: settings.max_retrieved_context_bytes,
-                max_context_tokens: settings.max_context_tokens,
-                max_output_tokens: settings.max_model_tokens,
-            },
-            default_max_tokens: settings.max_tokens,
-            max_tokens_limit: settings.max_tokens_limit,
-            temperature: settings.temperature,
-            response_language: settings.response_language.clone(),
-            max_concurrent_runs: settings.max_concurrent_runs as usize,
-            alert_reserved_runs: settings.alert_reserved_runs as usize,
-            max_runs_per_namespace: settings.max_runs_per_namespace as usize,
-            queue_timeout: settings.run_queue_timeout,
-            search_top_k: settings.search_top_k as usize,
-        }
-    }
 }
 
 /// A request to run.

@@ -212,7 +212,7 @@ mod tests {
         .unwrap();
         let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
         Arc::new(Engine::new(
-            crate::engine::request::EngineSettings::from_settings(&settings),
+            crate::app::narrow::engine(&settings),
             llm,
             tools,
             None,

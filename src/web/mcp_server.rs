@@ -31,7 +31,7 @@ use super::auth::Caller;
 use super::mcp_sessions::{SessionGate, gate_sessions};
 use crate::alerts::IncidentStatus;
 use crate::audit::ReadRecord;
-use crate::config::{Scope, Settings};
+use crate::config::Scope;
 use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::knowledge_tools::MAX_TOP_K;
 use crate::engine::request::RunRequest;
@@ -69,29 +69,6 @@ impl Default for McpLimits {
             max_sessions_per_key: 16,
             idle_timeout: Duration::from_secs(300),
             allowed_hosts: Vec::new(),
-            shutdown: CancellationToken::new(),
-        }
-    }
-}
-
-impl McpLimits {
-    /// The limits the settings configure.
-    pub fn from_settings(settings: &Settings) -> Self {
-        let mut allowed_hosts = settings.mcp_allowed_hosts.clone();
-        // `public_url` is normalised: scheme://authority[/path].
-        if let Some(authority) = settings
-            .public_url
-            .as_deref()
-            .and_then(|url| url.split("://").nth(1))
-            .and_then(|rest| rest.split('/').next())
-        {
-            allowed_hosts.push(authority.to_string());
-        }
-        Self {
-            max_sessions: settings.mcp_max_sessions as usize,
-            max_sessions_per_key: settings.mcp_max_sessions_per_key as usize,
-            idle_timeout: settings.mcp_session_idle_timeout,
-            allowed_hosts,
             shutdown: CancellationToken::new(),
         }
     }
@@ -516,7 +493,7 @@ mod tests {
             ..Default::default()
         };
         let settings = crate::config::load(&flags, &|_| None).unwrap();
-        let limits = McpLimits::from_settings(&settings);
+        let limits = crate::app::narrow::mcp(&settings);
         assert_eq!(limits.allowed_hosts, ["akritas.ops.svc", "akritas.example.com:8443"]);
     }
 

@@ -32,17 +32,6 @@ impl Default for Limits {
     }
 }
 
-impl Limits {
-    /// From the service configuration.
-    pub fn from_settings(settings: &crate::config::Settings) -> Self {
-        Limits {
-            source_rate_per_minute: settings.alert_source_rate.max(1),
-            max_pending_jobs: settings.alert_pending_jobs.max(1) as usize,
-            max_deferred_per_source: settings.alert_deferred_jobs.max(1) as usize,
-        }
-    }
-}
-
 /// How a new investigation job of a source starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Start {

@@ -56,7 +56,7 @@ const STORE_RETRY_BASE: Duration = Duration::from_secs(1);
 /// Longest pause after failures to record a job state.
 const STORE_RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// Worker settings.
+/// Worker settings (`app::narrow::worker` builds them from the service configuration).
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {
     /// Investigations at once.
@@ -71,24 +71,6 @@ pub struct WorkerSettings {
     pub delivery: RetryPolicy,
     /// Which receivers' namespaces an incident's namespace sees.
     pub tenancy: Tenancy,
-}
-
-impl WorkerSettings {
-    /// From the service configuration.
-    pub fn from_settings(settings: &crate::config::Settings) -> Self {
-        WorkerSettings {
-            concurrency: settings.alert_workers.max(1) as usize,
-            max_attempts: settings.alert_job_attempts.max(1),
-            backoff: settings.alert_job_backoff,
-            public_url: settings.public_url.clone(),
-            delivery: RetryPolicy {
-                attempts: settings.notification_attempts.max(1),
-                base_delay: Duration::from_millis(500),
-                timeout: settings.notification_timeout,
-            },
-            tenancy: Tenancy::new(settings.shared_namespaces.iter().cloned()),
-        }
-    }
 }
 
 /// Why the worker could not start, or could not record the state of a job.
