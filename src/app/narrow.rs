@@ -79,3 +79,24 @@ pub fn mcp(settings: &Settings) -> McpLimits {
         shutdown: tokio_util::sync::CancellationToken::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer's own `Default` is what the default configuration gives it.
+    #[test]
+    fn the_layers_defaults_are_the_configurations() {
+        let settings = Settings::default();
+        let (ours, theirs) = (admission(&settings), admission::Limits::default());
+        assert_eq!(
+            (ours.source_rate_per_minute, ours.max_pending_jobs, ours.max_deferred_per_source),
+            (theirs.source_rate_per_minute, theirs.max_pending_jobs, theirs.max_deferred_per_source)
+        );
+        let (ours, theirs) = (mcp(&settings), McpLimits::default());
+        assert_eq!(
+            (ours.max_sessions, ours.max_sessions_per_key, ours.idle_timeout, ours.allowed_hosts),
+            (theirs.max_sessions, theirs.max_sessions_per_key, theirs.idle_timeout, theirs.allowed_hosts)
+        );
+    }
+}

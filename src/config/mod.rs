@@ -61,6 +61,25 @@ pub const ENV_PREFIX: &str = "AKRITAS_";
 pub const SECTIONS: [&str; 9] =
     ["server", "model", "budget", "alerts", "storage", "operator", "mcp", "change", "kubernetes"];
 
+/// Defaults that a lower layer's own settings also start from (its `Default`, for tests and
+/// callers without a configuration): declared here once.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// `mcp_max_sessions`.
+    pub const MCP_MAX_SESSIONS: u32 = 64;
+    /// `mcp_max_sessions_per_key`.
+    pub const MCP_MAX_SESSIONS_PER_KEY: u32 = 16;
+    /// `mcp_session_idle_timeout`.
+    pub const MCP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// `alert_source_rate`.
+    pub const ALERT_SOURCE_RATE: u32 = 60;
+    /// `alert_pending_jobs`.
+    pub const ALERT_PENDING_JOBS: u32 = 1000;
+    /// `alert_deferred_jobs`.
+    pub const ALERT_DEFERRED_JOBS: u32 = 100;
+}
+
 /// Port `serve` listens on by default.
 pub const DEFAULT_PORT: u16 = 8090;
 /// The base URL of a host `serve` started with its default address: what every client command
@@ -329,17 +348,17 @@ settings_table! {
         expect "a duration above 0 and at most 10m, such as 30s";
         check duration::upto::<600, false>; section "server";
     /// Concurrent MCP sessions at `/mcp`, 1-4096; a new session beyond it gets 503
-    mcp_max_sessions: u32 = 64;
+    mcp_max_sessions: u32 = defaults::MCP_MAX_SESSIONS;
         flag "mcp-max-sessions" [Option<String>] value_name "N";
         expect "an integer from 1 to 4096";
         check value::u32_in::<1, 4096>; section "mcp";
     /// MCP sessions one API key may hold open at `/mcp` at once, 1-4096; a further initialize gets 429
-    mcp_max_sessions_per_key: u32 = 16;
+    mcp_max_sessions_per_key: u32 = defaults::MCP_MAX_SESSIONS_PER_KEY;
         flag "mcp-max-sessions-per-key" [Option<String>] value_name "N";
         expect "an integer from 1 to 4096";
         check value::u32_in::<1, 4096>; section "mcp";
     /// Idle time after which an MCP session at `/mcp` is closed, > 0 and <= 24h
-    mcp_session_idle_timeout: Duration = Duration::from_secs(300);
+    mcp_session_idle_timeout: Duration = defaults::MCP_SESSION_IDLE_TIMEOUT;
         flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 5m";
         check duration::upto::<86_400, false>; section "mcp";
@@ -384,17 +403,17 @@ settings_table! {
         expect "a duration above 0 and at most 1h, such as 30s";
         check duration::upto::<3600, false>; section "alerts";
     /// New alert investigations one AlertSource may start per minute, 1-100000
-    alert_source_rate: u32 = 60;
+    alert_source_rate: u32 = defaults::ALERT_SOURCE_RATE;
         flag "alert-source-rate" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>; section "alerts";
     /// Alert investigations waiting for a worker host-wide; more new ones are deferred, 1-100000
-    alert_pending_jobs: u32 = 1000;
+    alert_pending_jobs: u32 = defaults::ALERT_PENDING_JOBS;
         flag "alert-pending-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 100000";
         check value::u32_in::<1, 100_000>; section "alerts";
     /// Deferred alert investigations per AlertSource; past it a storm shares one storm investigation, 1-10000
-    alert_deferred_jobs: u32 = 100;
+    alert_deferred_jobs: u32 = defaults::ALERT_DEFERRED_JOBS;
         flag "alert-deferred-jobs" [Option<String>] value_name "N";
         expect "an integer from 1 to 10000";
         check value::u32_in::<1, 10_000>; section "alerts";

@@ -65,9 +65,9 @@ pub struct McpLimits {
 impl Default for McpLimits {
     fn default() -> Self {
         Self {
-            max_sessions: 64,
-            max_sessions_per_key: 16,
-            idle_timeout: Duration::from_secs(300),
+            max_sessions: crate::config::defaults::MCP_MAX_SESSIONS as usize,
+            max_sessions_per_key: crate::config::defaults::MCP_MAX_SESSIONS_PER_KEY as usize,
+            idle_timeout: crate::config::defaults::MCP_SESSION_IDLE_TIMEOUT,
             allowed_hosts: Vec::new(),
             shutdown: CancellationToken::new(),
         }

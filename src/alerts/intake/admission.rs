@@ -28,7 +28,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { source_rate_per_minute: 60, max_pending_jobs: 1000, max_deferred_per_source: 100 }
+        use crate::config::defaults;
+        Limits {
+            source_rate_per_minute: defaults::ALERT_SOURCE_RATE,
+            max_pending_jobs: defaults::ALERT_PENDING_JOBS as usize,
+            max_deferred_per_source: defaults::ALERT_DEFERRED_JOBS as usize,
+        }
     }
 }
 
