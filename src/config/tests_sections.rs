@@ -105,3 +105,35 @@ fn a_setting_in_the_wrong_section_twice_or_unknown_is_refused_with_the_fix() {
     let e = refused(r#"{"version": 1, "model": ["a"]}"#);
     assert!(e.contains("$.model: "), "a flat model that is not a name is a bad value of the setting: {e}");
 }
+
+/// A range a setting's `check` enforces is the range its `expect` text (the message a bad
+/// value gets, and the help) states: the settings table says each bound twice, and this holds
+/// the two together.
+#[test]
+fn every_integer_range_check_matches_its_expected_text() {
+    let table = include_str!("mod.rs");
+    let number = |text: &str| text.replace('_', "").parse::<u64>().unwrap();
+    let mut checked = 0;
+    let entries: Vec<&str> = table.split("\n    /// ").collect();
+    for entry in entries {
+        let Some(check) = entry.split("check value::u").nth(1) else { continue };
+        let Some(bounds) = check.split_once("::<").and_then(|(_, rest)| rest.split_once(">")).map(|(b, _)| b) else {
+            continue;
+        };
+        let (lo, hi) = bounds.split_once(", ").unwrap();
+        let expect = entry.split("expect \"").nth(1).and_then(|e| e.split('"').next()).unwrap();
+        if hi.contains("::MAX") {
+            assert!(lo == "1" && expect.starts_with("a positive integer"), "{bounds} but the text says {expect:?}");
+            checked += 1;
+            continue;
+        }
+        let stated: Vec<u64> =
+            expect.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+        assert!(
+            stated.starts_with(&[number(lo), number(hi)]),
+            "the check allows {lo} to {hi} but the text says {expect:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 20, "{checked} range checks found");
+}
