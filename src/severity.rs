@@ -28,7 +28,7 @@ impl Severity {
         }
     }
 
-    /// Upstream `NormalizeSeverity`: critical/crit/emergency/fatal/down/error → critical;
+    /// A provider's severity word, normalised: critical/crit/emergency/fatal/down/error → critical;
     /// warning/warn/degraded/minor → warning; info/informational/notice/up/ok → info; else unknown.
     pub fn normalize(raw: &str) -> Severity {
         match raw.trim().to_ascii_lowercase().as_str() {

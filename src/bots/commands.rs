@@ -1,4 +1,4 @@
-//! Bot commands (the Go version's, plus `/incident ID`): parsed from the message text, answered
+//! Bot commands (`/start` or `/help`, `/new` or `/reset`, `/status`, `/ask`, `/incident ID`): parsed from the message text, answered
 //! with fixed texts and never sent to the model.
 
 /// What a message asks for.

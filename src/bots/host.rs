@@ -31,7 +31,7 @@ pub const POLL_SECONDS: u32 = 30;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Longest wait for Mattermost to say which thread a post is in.
 const THREAD_LOOKUP: Duration = Duration::from_secs(3);
-/// Largest webhook body accepted (the Go version's bound).
+/// Largest webhook body accepted.
 pub const MAX_WEBHOOK_BYTES: usize = 64 * 1024;
 
 /// One receiver that takes messages.

@@ -1,6 +1,6 @@
 //! Decoding what Telegram and Mattermost send into one [`Inbound`] message, with the secret
 //! checked first: a caller without the secret learns nothing about how its body would have
-//! been read (the Go version decoded the body before it checked the secret).
+//! been read.
 
 use std::collections::{BTreeMap, BTreeSet};
 

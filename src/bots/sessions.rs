@@ -81,7 +81,7 @@ impl Turn {
 /// Time source of the store.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
-/// Bounds of the store (upstream defaults) and its journal tuning.
+/// Bounds of the store and its journal tuning.
 #[derive(Clone)]
 pub struct SessionOptions {
     /// Most messages (a turn is two) a session keeps.

@@ -100,7 +100,7 @@ impl Target {
 /// Retry policy: up to `attempts` tries (min 1), exponential backoff starting at
 /// `base_delay`, each attempt bounded by `timeout` (request + response body).
 /// Only connect errors, timeouts, 429 and 5xx are retried.
-/// `attempts: 1` reproduces upstream (no retries).
+/// `attempts: 1` means a single try, no retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     pub attempts: u32,

@@ -14,15 +14,15 @@ use crate::investigation::{Actionability, Confidence, EvidenceCoverage, FindingS
 use crate::severity::Severity;
 use crate::text::truncate_chars;
 
-/// Telegram `sendMessage` text limit used by upstream (runes).
+/// Telegram `sendMessage` text limit (runes).
 pub const TELEGRAM_MAX_RUNES: usize = TELEGRAM_LIMIT;
-/// Mattermost post limit used by upstream (runes).
+/// Mattermost post limit (runes).
 pub const MATTERMOST_MAX_RUNES: usize = MATTERMOST_LIMIT;
 /// Suffix appended to truncated texts; the total length stays exactly at the limit.
 pub const TRUNCATION_SUFFIX: &str = "\n… truncated by Akritas";
 /// Webhook envelope `event`.
 pub const WEBHOOK_EVENT: &str = "incident.investigated";
-/// Maximum serialized webhook envelope size (upstream: 512 KiB).
+/// Maximum serialized webhook envelope size (512 KiB).
 pub const WEBHOOK_MAX_BODY_BYTES: usize = 512 * 1024;
 
 /// Alert state of the incident the notification is about.

@@ -13,7 +13,7 @@
 //! - firing, open incident → joins it (no job);
 //! - resolved, open incident → recorded on it; the incident closes once none of its alerts is still firing
 //!   (an incident tracks its firing alerts by [`member_key`]; with per-alert correlation keys — Alertmanager
-//!   fingerprint, Uptime Kuma monitor, Pingdom check — this equals upstream's "a resolved event closes it");
+//!   fingerprint, Uptime Kuma monitor, Pingdom check — a resolved event closes its incident);
 //! - resolved, no open incident → new incident that is already resolved (no job);
 //! - firing after close → the closed incident is not reopened; a new incident + job is created.
 //!

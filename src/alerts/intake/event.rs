@@ -46,7 +46,7 @@ impl EventState {
         }
     }
 
-    /// Upstream state vocabulary: firing/triggered/down/failed/alert/open → firing;
+    /// The state vocabulary of providers: firing/triggered/down/failed/alert/open → firing;
     /// resolved/up/ok/recovered/closed → resolved; anything else is rejected (`None`).
     pub fn parse_lenient(raw: &str) -> Option<EventState> {
         match raw.trim().to_ascii_lowercase().as_str() {

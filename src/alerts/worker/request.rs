@@ -92,7 +92,7 @@ pub fn rebuilt_input(store: &AlertStore, job_id: &str) -> Option<(Vec<Turn>, BTr
     Some((request.turns, request.context))
 }
 
-/// The alert prompt (the Go version's, paraphrased).
+/// The alert prompt.
 pub const ALERT_PROMPT: &str = "A provider-independent alert was received. Investigate it with the runbooks, the \
 selected skills, the inventory and the authorized read-only tools. For a firing alert determine the likely cause, the \
 impact, the hypotheses confirmed and ruled out, and the next steps; run the checks that help. Keep the evidence (what \

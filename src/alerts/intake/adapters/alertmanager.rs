@@ -18,7 +18,7 @@ struct Webhook {
     group_key: String,
     #[serde(default)]
     truncated_alerts: i64,
-    /// Group status is not checked (nor was it by the Go version): each alert's own status decides.
+    /// Group status is not checked: each alert's own status decides.
     #[serde(default, rename = "status")]
     _status: String,
     #[serde(default)]

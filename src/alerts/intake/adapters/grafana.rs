@@ -1,7 +1,7 @@
 //! Grafana unified-alerting webhook (Alertmanager-shaped, `version` "1"). Decoded leniently: Grafana adds
 //! fields between releases (`orgId`, `state`, `title`, `message`, per-alert `values`, `valueString`,
 //! `dashboardURL`, `panelURL`, `silenceURL`, `imageURL`, …), so unknown fields are ignored.
-//! Not an upstream adapter: an Akritas extension reusing the Alertmanager mapping.
+//! It reuses the Alertmanager mapping.
 
 use std::collections::BTreeMap;
 

@@ -51,7 +51,7 @@ impl Adapter for PingdomAdapter {
         };
         let severity = match state {
             EventState::Resolved => Severity::Info,
-            // Upstream quirk kept: Pingdom's `HIGH` is not in the vocabulary, so it maps to warning.
+            // Pingdom's `HIGH` is not in the severity vocabulary, so it maps to warning.
             EventState::Firing => match Severity::normalize(text(&root, "importance_level").unwrap_or("")) {
                 Severity::Unknown => Severity::Warning,
                 s => s,
@@ -117,7 +117,7 @@ mod tests {
         assert_eq!(e.entity.kind, "check");
         assert_eq!(e.entity.id, "12345");
         assert_eq!(e.entity.display_name.as_deref(), Some("shop.example.invalid"));
-        assert_eq!(e.severity, Severity::Warning, "HIGH maps to warning (upstream quirk)");
+        assert_eq!(e.severity, Severity::Warning, "HIGH maps to warning");
         assert_eq!(e.summary, "Shop checkout is down: Connection timed out");
         assert_eq!(e.description.as_deref(), Some("HTTP request timed out after 30 seconds"));
         assert_eq!(e.started_at.to_string(), "2026-11-29T22:41:01Z");
