@@ -1,5 +1,5 @@
 //! The fast tier: every integration test that needs nothing but this crate, git and python3 (a
-//! validator command in two tests). No Alertmanager, Prometheus, VictoriaMetrics, Kubernetes
+//! validator command in the sandbox tests). No Alertmanager, Prometheus, VictoriaMetrics, Kubernetes
 //! binaries, Node, Chromium, Python clients or model servers: `cargo test` runs it on a bare
 //! machine. One binary links the crate once; each file below is a module, named as before.
 //! `tiers.rs` (a module here) fails when a module of this tier reaches a harness that
@@ -20,7 +20,6 @@ mod audit_storage;
 mod bad_input;
 mod bot_gateway;
 mod bot_providers;
-mod change_e2e;
 mod chat_api;
 mod context_fit;
 mod crash_recovery;

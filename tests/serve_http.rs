@@ -27,16 +27,19 @@ fn find<'a>(resources: &'a Value, kind: &str, name: &str) -> Option<&'a Value> {
 #[tokio::test]
 async fn health_shows_the_sample_catalog() {
     let samples = copy_samples();
+    // The sample ValidatorProfile's program (yamllint) is not on this PATH, whatever the
+    // machine has: its readiness is the same everywhere (tests/change_e2e.rs runs the real one).
+    let bare_path = tempfile::tempdir().unwrap();
     let server = Server::start({
         let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
-        c.arg("--resources").arg(samples.path());
+        c.arg("--resources").arg(samples.path()).env("PATH", bare_path.path());
         c
     });
     let client = reqwest::Client::new();
     let (status, health) = get_json(&client, &format!("{}/health", server.url), None).await;
     assert_eq!(status, 200);
-    // Once the host has looked at every resource, the one the samples cannot make
-    // Ready here (the Workspace's path does not exist) makes the host degraded,
+    // Once the host has looked at every resource, those the samples cannot make Ready
+    // here (the Workspace's path does not exist, nor the validator's program) make the host degraded,
     // counted by kind and reason; the HTTP status stays 200 for probes.
     let (settled, _) = poll(Duration::from_secs(20), || {
         let (client, url) = (client.clone(), server.url.clone());
@@ -52,8 +55,8 @@ async fn health_shows_the_sample_catalog() {
     assert_eq!(settled["degraded"][0]["component"], "resources");
     assert_eq!(
         settled["degraded"][0]["reason"],
-        "3 of 8 resources are not Ready (AlertSource SecretsUnresolved 1, NotificationReceiver SecretsUnresolved 1, \
-         Workspace PathNotFound 1); their conditions say what to fix: GET /api/v1/resources or `akritas validate`"
+        "4 of 8 resources are not Ready (AlertSource SecretsUnresolved 1, NotificationReceiver SecretsUnresolved 1, \
+         ValidatorProfile ProgramNotFound 1, Workspace PathNotFound 1); their conditions say what to fix: GET /api/v1/resources or `akritas validate`"
     );
     let entry = |kind: &str, reason: &str| json!({"kind": kind, "reason": reason, "in_progress": false, "count": 1});
     assert_eq!(
@@ -61,6 +64,7 @@ async fn health_shows_the_sample_catalog() {
         json!([
             entry("AlertSource", "SecretsUnresolved"),
             entry("NotificationReceiver", "SecretsUnresolved"),
+            entry("ValidatorProfile", "ProgramNotFound"),
             entry("Workspace", "PathNotFound")
         ])
     );
@@ -106,9 +110,11 @@ async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
     let workspace = samples.path().join("workspace.yaml");
     let manifest = std::fs::read_to_string(&workspace).unwrap();
     std::fs::write(&workspace, manifest.replace("/srv/workspaces/infra-config", missing.to_str().unwrap())).unwrap();
+    // Without yamllint on PATH, as in `health_shows_the_sample_catalog`.
+    let bare_path = tempfile::tempdir().unwrap();
     let server = Server::start({
         let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
-        c.arg("--resources").arg(samples.path());
+        c.arg("--resources").arg(samples.path()).env("PATH", bare_path.path());
         c.env("AKRITAS_ALERTMANAGER_TOKEN", "sample-token-0123456789");
         for unset in
             ["AKRITAS_INCIDENT_WEBHOOK_URL", "AKRITAS_INCIDENT_WEBHOOK_TOKEN", "AKRITAS_INCIDENT_WEBHOOK_HMAC_SECRET"]
@@ -161,15 +167,11 @@ async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
     assert_eq!(state(skill, "Ready").1, "Ready");
     let base = find(&body, "KnowledgeBase", "runbooks").unwrap();
     assert_eq!(state(base, "Indexed").0, "True");
-    // A validator is Ready once its program is found and runs (the preflight may still be running).
+    // A validator whose program is not found is not Ready, and says so.
     let validator = find(&body, "ValidatorProfile", "yamllint").unwrap();
-    assert!(condition(validator, "ProgramFound").is_some());
+    assert_eq!(state(validator, "ProgramFound").0, "False");
     let ready = state(validator, "Ready");
-    let found = state(validator, "ProgramFound");
-    match ready.0.as_str() {
-        "True" => assert_eq!((ready.1.as_str(), found.0.as_str()), ("Ready", "True")),
-        _ => assert!(["Checking", "ProgramNotFound"].contains(&ready.1.as_str()), "{ready:?}"),
-    }
+    assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "ProgramNotFound"), "{ready:?}");
 
     // Health counts invalid manifests; metrics count what does not work.
     let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;

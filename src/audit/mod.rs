@@ -256,8 +256,8 @@ struct Shared {
     writers: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
     /// Runs something in this process is executing on (the Run itself or a follow-up).
     active: Mutex<HashSet<RunId>>,
-    /// Wakes the appends held back while a snapshot waits for those in flight.
-    drained: tokio::sync::Notify,
+    /// Where appends wait while a due snapshot waits for those in flight.
+    barrier: crate::journal::pace::Barrier,
     /// Each key's reads of the current minute (`reads`).
     reads: reads::ReadBudget,
 }
@@ -308,7 +308,7 @@ impl AuditLog {
             snapshot_task: Mutex::new(None),
             writers: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
-            drained: tokio::sync::Notify::new(),
+            barrier: crate::journal::pace::Barrier::default(),
             reads: reads::ReadBudget::default(),
         };
         Ok(AuditLog { shared: Arc::new(shared) })

@@ -14,9 +14,9 @@ use std::time::Duration;
 use super::index::{self, Index};
 use super::replay::RecordError;
 use super::{AuditError, AuditLog, Shared, lock};
-use crate::journal::{
-    self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, ScanError, VerifyReport,
-};
+use crate::journal::pace::{Barrier, Pace};
+use crate::journal::snapshot::{self, Restore, RestoreError, Visit};
+use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, VerifyReport};
 
 /// Format of the audit's snapshot file.
 const SNAPSHOT_FORMAT: &str = "akritas.audit.index.v1";
@@ -52,37 +52,11 @@ pub struct StartReport {
     pub removed_runs: u64,
 }
 
-/// The index and what decides when it may be snapshotted.
+/// The index and when it may be snapshotted.
 #[derive(Default)]
 pub(super) struct Live {
     pub(super) index: Index,
-    /// Appends counted from before they are queued until applied (or known not written).
-    in_flight: u64,
-    /// Records applied since the last snapshot.
-    since_snapshot: u64,
-    /// The highest-seq record applied.
-    last: Option<Checkpoint>,
-    /// A record may be in the journal without being in the index: no more snapshots
-    /// (the next start replays from the last good one).
-    broken: bool,
-    /// A snapshot is being written.
-    snapshotting: bool,
-    /// A snapshot is due and waits for the appends in flight: new appends wait (briefly).
-    barrier: bool,
-}
-
-impl Live {
-    /// Takes the right to snapshot now, if the index reflects exactly the records up to one
-    /// checkpoint and `due` says so; returns that checkpoint and a copy of the index.
-    fn claim(&mut self, due: impl Fn(u64) -> bool) -> Option<(Checkpoint, Index)> {
-        if self.in_flight > 0 || self.snapshotting || self.broken || !due(self.since_snapshot) {
-            return None;
-        }
-        let checkpoint = self.last.clone()?;
-        self.snapshotting = true;
-        self.since_snapshot = 0;
-        Some((checkpoint, self.index.clone()))
-    }
+    pace: Pace,
 }
 
 /// An append counted as in flight; dropped without [`Shared::apply_record`] it marks the
@@ -96,16 +70,14 @@ impl InFlight {
     /// The append failed before anything was stored.
     pub(super) fn not_written(mut self) {
         self.open = false;
-        self.shared.live().in_flight -= 1;
+        self.shared.live().pace.not_written();
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.open {
-            let mut live = self.shared.live();
-            live.in_flight -= 1;
-            live.broken = true;
+            self.shared.live().pace.lost();
         }
     }
 }
@@ -115,70 +87,56 @@ pub(super) fn not_stored(error: &JournalError) -> bool {
     error.is_unwritable() || matches!(error, JournalError::RecordTooLarge { .. } | JournalError::InvalidKind(_))
 }
 
-type Replayed = (Journal, Index, StartReport, Option<Checkpoint>);
-
-/// Opens the journal and applies the records after `from` to `index`.
-fn replay(
-    path: &Path,
-    options: &JournalOptions,
-    from: Option<&Checkpoint>,
-    mut index: Index,
-) -> Result<Replayed, AuditError> {
-    let load_run = |locations: &[journal::Location]| index::load_run(locations, &|at| journal::read_record(path, at));
-    let (mut replayed, mut last) = (0, None);
-    let mut visit = |record: Record| -> Result<(), (u64, RecordError)> {
-        index.apply(&record, &load_run).map_err(|reason| (record.seq, reason))?;
-        replayed += 1;
-        last = Some(record.checkpoint());
-        Ok(())
-    };
-    let (journal, opened) =
-        Journal::open_from(path, options.clone(), from, &mut visit).map_err(|e| scan_error(path, e))?;
-    for record in &opened.recovered {
-        tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered (a torn tail after a crash, or writes resumed after a failed write)");
-    }
-    let report = StartReport { snapshot: from.map(|c| c.seq), replayed, removed_runs: 0 };
-    Ok((journal, index, report, last))
-}
-
-fn scan_error(path: &Path, error: ScanError<(u64, RecordError)>) -> AuditError {
+fn restore_error(path: &Path, error: RestoreError<RecordError>) -> AuditError {
     match error {
-        ScanError::Journal(error) => AuditError::Journal(error),
-        ScanError::Visit((seq, reason)) => AuditError::Inconsistent { path: path.display().to_string(), seq, reason },
+        RestoreError::Journal(error) => AuditError::Journal(error),
+        RestoreError::Replay { seq, reason } => {
+            AuditError::Inconsistent { path: path.display().to_string(), seq, reason }
+        }
+        // The index starts at the first kept record, so a start without a snapshot replays.
+        RestoreError::NoSnapshot { first_seq } => AuditError::Journal(JournalError::Corrupt {
+            path: path.to_owned(),
+            line: 0,
+            offset: 0,
+            reason: format!("the journal starts at seq {first_seq} and no snapshot holds what it said"),
+        }),
     }
 }
 
 /// Opens the journal at `path`: the snapshot's index and the records after it, or (no
-/// snapshot, or one the journal does not match) every record.
+/// snapshot, or one the journal does not match) every record kept.
 pub(super) fn open(path: &Path, storage: &AuditStorage) -> Result<(Journal, Live, StartReport), AuditError> {
-    let first_kept = journal::anchor(path)?.map_or(1, |anchor| anchor.first_seq);
-    let fresh = || Index::default().trimmed(first_kept > 1);
-    let snapshot = journal::snapshot::read::<Index>(path, SNAPSHOT_FORMAT);
-    let (journal, mut index, mut report, last) = match snapshot {
-        Some((checkpoint, index)) => {
-            let index = index.rebuilt().trimmed(first_kept > 1);
-            match replay(path, &storage.journal, Some(&checkpoint), index) {
-                Err(AuditError::Journal(error @ JournalError::CheckpointMismatch { .. })) => {
-                    tracing::warn!(path = %path.display(), %error, "the audit snapshot does not match the journal; replaying the journal from the start");
-                    journal::snapshot::discard(path);
-                    replay(path, &storage.journal, None, fresh())?
-                }
-                other => other?,
-            }
-        }
-        None => replay(path, &storage.journal, None, fresh())?,
+    let trimmed = journal::anchor(path)?.is_some_and(|anchor| anchor.first_seq > 1);
+    let load_run = |locations: &[journal::Location]| index::load_run(locations, &|at| journal::read_record(path, at));
+    let how = Restore { format: SNAPSHOT_FORMAT, use_snapshot: true, from_kept: true };
+    let restore = |index: Index, at| Live { index: index.rebuilt().trimmed(trimmed), pace: Pace::opened(Some(at), 0) };
+    let empty = || Live { index: Index::default().trimmed(trimmed), pace: Pace::default() };
+    let apply = |live: &mut Live, record: &Record| {
+        live.index.apply(record, &load_run)?;
+        live.pace.replayed(record.checkpoint());
+        Ok(())
     };
-    report.removed_runs = index.prune(first_kept);
+    let mut read = |from: Option<&Checkpoint>, visit: &mut Visit<'_, RecordError>| {
+        Journal::open_from(path, storage.journal.clone(), from, visit)
+    };
+    let ((journal, opened), mut live, restored) =
+        snapshot::restore(path, how, restore, empty, apply, &mut read).map_err(|e| restore_error(path, e))?;
+    for record in &opened.recovered {
+        tracing::warn!(path = %path.display(), seq = record.seq, kind = %record.kind, data = %record.data, "audit journal recovered (a torn tail after a crash, or writes resumed after a failed write)");
+    }
+    let first_kept = journal::anchor(path)?.map_or(1, |anchor| anchor.first_seq);
+    let report = StartReport {
+        snapshot: restored.snapshot,
+        replayed: restored.replayed,
+        removed_runs: live.index.prune(first_kept),
+    };
     count_removed(path, report.removed_runs);
-    let mut live = Live { index, last, ..Live::default() };
-    if storage.snapshot_records > 0
-        && report.replayed >= storage.snapshot_records
-        && let Some((checkpoint, index)) = live.claim(|_| true)
-    {
-        if let Err(error) = journal::snapshot::write(path, SNAPSHOT_FORMAT, &checkpoint, &index) {
+    live.pace = Pace::opened(live.pace.last().cloned(), report.replayed);
+    if let Some(checkpoint) = live.pace.due(storage.snapshot_records, || true, &Barrier::default()) {
+        if let Err(error) = snapshot::write(path, SNAPSHOT_FORMAT, &checkpoint, &live.index) {
             tracing::warn!(path = %path.display(), %error, "could not write the audit snapshot; the next start replays more");
         }
-        live.snapshotting = false;
+        live.pace.saved();
     }
     tracing::info!(path = %path.display(), runs = live.index.len(), replayed = report.replayed, snapshot = ?report.snapshot, index_bytes = live.index.approx_bytes(), "audit journal opened");
     Ok((journal, live, report))
@@ -204,12 +162,12 @@ impl Shared {
     /// Holds a new append back while a due snapshot waits for the appends in flight to
     /// settle; at most a second.
     pub(super) async fn pass_barrier(&self) {
-        journal::snapshot::pass_barrier(&self.drained, || self.live().barrier).await;
+        self.barrier.pass(|| self.live().pace.raised()).await;
     }
 
     /// Counts an append about to be queued.
     pub(super) fn begin(self: &Arc<Self>) -> InFlight {
-        self.live().in_flight += 1;
+        self.live().pace.queued();
         InFlight { shared: self.clone(), open: true }
     }
 
@@ -225,25 +183,12 @@ impl Shared {
         let mut live = self.live();
         let applied = live.index.apply(record, &load);
         pending.open = false;
-        live.in_flight -= 1;
-        if applied.is_ok() {
-            live.since_snapshot += 1;
-            if live.last.as_ref().is_none_or(|last| last.seq < record.seq) {
-                live.last = Some(record.checkpoint());
-            }
-        } else {
-            live.broken = true;
+        match applied {
+            Ok(()) => live.pace.applied(record.checkpoint()),
+            Err(_) => live.pace.lost(),
         }
-        let every = self.storage.snapshot_records;
-        let due = if every > 0 { live.claim(|since| since >= every) } else { None };
-        if due.is_some() {
-            if std::mem::take(&mut live.barrier) {
-                self.drained.notify_waiters();
-            }
-        } else if every > 0 && live.since_snapshot >= every && !live.snapshotting && !live.broken {
-            // Under constant load the appends in flight never all settle by themselves.
-            live.barrier = true;
-        }
+        let due = live.pace.due(self.storage.snapshot_records, || true, &self.barrier);
+        let due = due.map(|checkpoint| (checkpoint, live.index.clone()));
         drop(live);
         if let Some((checkpoint, index)) = due {
             match tokio::runtime::Handle::try_current() {
@@ -252,7 +197,7 @@ impl Shared {
                     let task = runtime.spawn(async move { shared.persist(checkpoint, index).await });
                     *lock(&self.snapshot_task) = Some(task);
                 }
-                Err(_) => self.live().snapshotting = false,
+                Err(_) => self.live().pace.saved(),
             }
         }
         applied.map_err(|reason| AuditError::Inconsistent {
@@ -267,8 +212,7 @@ impl Shared {
         let path = self.journal.path().to_owned();
         let seq = checkpoint.seq;
         let at = checkpoint.clone();
-        let written =
-            tokio::task::spawn_blocking(move || journal::snapshot::write(&path, SNAPSHOT_FORMAT, &at, &index)).await;
+        let written = tokio::task::spawn_blocking(move || snapshot::write(&path, SNAPSHOT_FORMAT, &at, &index)).await;
 
         match written {
             Ok(Ok(bytes)) => {
@@ -284,7 +228,7 @@ impl Shared {
             }
             Err(error) => tracing::warn!(%error, "the audit snapshot task stopped"),
         }
-        self.live().snapshotting = false;
+        self.live().pace.saved();
     }
 
     /// Deletes the segments older than `max_age` before the one holding the snapshot's
@@ -312,7 +256,11 @@ impl AuditLog {
     /// a snapshot already being written.
     pub async fn snapshot(&self) -> Option<u64> {
         self.snapshot_settled().await;
-        let (checkpoint, index) = self.shared.live().claim(|since| since > 0)?;
+        let (checkpoint, index) = {
+            let mut live = self.shared.live();
+            let checkpoint = live.pace.now(|| true, &self.shared.barrier)?;
+            (checkpoint, live.index.clone())
+        };
         let seq = checkpoint.seq;
         self.shared.clone().persist(checkpoint, index).await;
         Some(seq)
@@ -352,5 +300,5 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
     let mut index = Index::default().trimmed(first_kept > 1);
     let load_run = |locations: &[journal::Location]| index::load_run(locations, &|at| journal::read_record(path, at));
     let mut visit = |record: Record| index.apply(&record, &load_run).map_err(|reason| (record.seq, reason));
-    journal::scan_from(path, None, &mut visit).map_err(|e| scan_error(path, e))
+    journal::scan_from(path, None, &mut visit).map_err(|e| restore_error(path, e.into()))
 }

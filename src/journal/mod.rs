@@ -22,6 +22,7 @@ pub mod durable;
 mod error;
 mod format;
 mod keyed;
+pub mod pace;
 mod scan;
 mod segments;
 pub mod snapshot;

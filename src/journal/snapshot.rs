@@ -177,19 +177,6 @@ fn metric_name(journal: &Path) -> String {
     super::writer::metric_name(journal)
 }
 
-/// Holds a writer back while a due snapshot waits for the writes in flight to settle (under
-/// constant load they would never all settle at once): waits for `drained`, at most a second,
-/// when `held()` says so. `drained` is registered before `held` is asked, so a wake-up between
-/// the two is not missed.
-pub async fn pass_barrier(drained: &tokio::sync::Notify, held: impl FnOnce() -> bool) {
-    let notified = drained.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
-    if held() {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), notified).await;
-    }
-}
-
 /// Why [`open_restored`] or [`restore`] could not rebuild a state; `E` is why a record
 /// could not be applied.
 #[derive(Debug)]
@@ -224,8 +211,29 @@ impl<E> From<super::ScanError<(u64, E)>> for RestoreError<E> {
 pub struct Restored {
     /// Records applied after the snapshot (or from the start).
     pub replayed: u64,
+    /// The seq of the snapshot's checkpoint it started from, if it did.
+    pub snapshot: Option<u64>,
+}
+
+impl Restored {
     /// Whether it started from a snapshot.
-    pub from_snapshot: bool,
+    pub fn from_snapshot(&self) -> bool {
+        self.snapshot.is_some()
+    }
+}
+
+/// Which snapshot [`restore`] reads, and what it does without a matching one.
+#[derive(Clone, Copy, Debug)]
+pub struct Restore<'a> {
+    /// Shape and version of the snapshot (a snapshot of another format is not read).
+    pub format: &'a str,
+    /// Whether to start from the snapshot while the journal still starts at its first record
+    /// (a check replays every record instead).
+    pub use_snapshot: bool,
+    /// Whether the state can start at the journal's first kept record: after retention
+    /// removed the journal's start, with no matching snapshot, every kept record is replayed
+    /// instead of failing with [`RestoreError::NoSnapshot`].
+    pub from_kept: bool,
 }
 
 /// A visitor of records that fails with the record's seq and why.
@@ -241,11 +249,11 @@ pub type Reader<'r, T, E> =
 /// when the snapshot matches the journal, else from nothing (`empty`) and every record; each
 /// record goes through `apply`, and `read` reads the journal. A snapshot that does not match
 /// is discarded (and the journal replayed) while the journal still starts at its first
-/// record; after retention it is an error. Blocking.
+/// record, or when the state can start at a later one (`from_kept`); otherwise, after
+/// retention, it is an error. Blocking.
 pub fn restore<S: DeserializeOwned, B, T, E>(
     path: &Path,
-    format: &str,
-    use_snapshot: bool,
+    how: Restore<'_>,
     restore: impl FnOnce(S, Checkpoint) -> B,
     empty: impl FnOnce() -> B,
     apply: impl Fn(&mut B, &super::Record) -> Result<(), E>,
@@ -253,7 +261,7 @@ pub fn restore<S: DeserializeOwned, B, T, E>(
 ) -> Result<(T, B, Restored), RestoreError<E>> {
     use super::{JournalError, ScanError};
     let anchored = super::anchor(path).map_err(RestoreError::Journal)?.map(|a| a.first_seq);
-    let snapshot = if use_snapshot || anchored.is_some() { self::read::<S>(path, format) } else { None };
+    let snapshot = if how.use_snapshot || anchored.is_some() { self::read::<S>(path, how.format) } else { None };
     if let Some((checkpoint, saved)) = snapshot {
         let mut state = restore(saved, checkpoint.clone());
         let mut replayed = 0;
@@ -262,15 +270,17 @@ pub fn restore<S: DeserializeOwned, B, T, E>(
             apply(&mut state, &record).map_err(|reason| (record.seq, reason))
         });
         match outcome {
-            Ok(opened) => return Ok((opened, state, Restored { replayed, from_snapshot: true })),
-            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. })) if anchored.is_none() => {
+            Ok(opened) => return Ok((opened, state, Restored { replayed, snapshot: Some(checkpoint.seq) })),
+            Err(ScanError::Journal(JournalError::CheckpointMismatch { reason, .. }))
+                if anchored.is_none() || how.from_kept =>
+            {
                 tracing::warn!(path = %path.display(), %reason, "the snapshot does not match its journal; replaying the journal from the start");
                 discard(path);
             }
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some(first_seq) = anchored {
+    if let Some(first_seq) = anchored.filter(|_| !how.from_kept) {
         return Err(RestoreError::NoSnapshot { first_seq });
     }
     let mut state = empty();
@@ -279,7 +289,7 @@ pub fn restore<S: DeserializeOwned, B, T, E>(
         replayed += 1;
         apply(&mut state, &record).map_err(|reason| (record.seq, reason))
     })?;
-    Ok((opened, state, Restored { replayed, from_snapshot: false }))
+    Ok((opened, state, Restored { replayed, snapshot: None }))
 }
 
 /// Opens the journal at `path` for writing and rebuilds its state with [`restore`], from the
@@ -295,7 +305,8 @@ pub fn open_restored<S: DeserializeOwned, B>(
     let mut open = |from: Option<&Checkpoint>, visit: &mut Visit<'_, String>| {
         super::Journal::open_from(path, options.clone(), from, visit)
     };
-    let (opened, state, _) = self::restore(path, format, true, restore, empty, apply, &mut open)?;
+    let how = Restore { format, use_snapshot: true, from_kept: false };
+    let (opened, state, _) = self::restore(path, how, restore, empty, apply, &mut open)?;
     Ok((opened.0, state))
 }
 

@@ -40,7 +40,6 @@ pub(in crate::alerts) mod told;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,6 +58,7 @@ pub use crate::alerts::store::saved::verify;
 use crate::alerts::store::state::{Bounds, DELIVERY, JOB, State, apply_batch, set_job};
 pub use crate::alerts::store::state::{RecordError, SourceCounters};
 pub use crate::alerts::store::threads::{DueNotice, Told};
+use crate::journal::pace::{Barrier, Pace};
 use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
@@ -109,8 +109,6 @@ pub struct AlertStore {
     pub(super) path: PathBuf,
     pub(super) storage: Storage,
     pub(super) state: Arc<Mutex<State>>,
-    /// Held while a snapshot (and retention after it) is being written.
-    pub(super) saving: Arc<AtomicBool>,
     /// What the opening replayed.
     pub(super) loaded: saved::Loaded,
     /// Namespaces given to source names of records older than namespaces, as decided at open.
@@ -122,8 +120,8 @@ pub struct AlertStore {
     /// The worker's last failure to record a job's state, cleared by its next success.
     worker_problem: Mutex<Option<String>>,
     work: tokio::sync::Notify,
-    /// Wakes the writers held back while a snapshot waits for the records in flight.
-    pub(super) drained: tokio::sync::Notify,
+    /// Where writers wait while a due snapshot waits for the records in flight.
+    pub(super) barrier: Barrier,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -165,26 +163,25 @@ impl AlertStore {
             component = "akritas_alerts",
             event = "journal_loaded",
             replayed = loaded.replayed,
-            from_snapshot = loaded.from_snapshot,
+            from_snapshot = loaded.from_snapshot(),
             incidents = state.correlator.incidents().count(),
             "alert state loaded"
         );
         state.admission = Admission::new(limits);
         // The tail just replayed is not in the snapshot yet.
-        state.since_snapshot = loaded.replayed;
+        state.pace = Pace::opened(state.pace.last().cloned(), loaded.replayed);
         let store = AlertStore {
             journal,
             path: path.to_owned(),
             storage,
             state: Arc::new(Mutex::new(state)),
-            saving: Arc::new(AtomicBool::new(false)),
             loaded,
             legacy: legacy.into_inner(),
             promoting: tokio::sync::Mutex::new(()),
             recovery: tokio::sync::Mutex::new(None),
             worker_problem: Mutex::new(None),
             work: tokio::sync::Notify::new(),
-            drained: tokio::sync::Notify::new(),
+            barrier: Barrier::default(),
         };
         Ok(store)
     }
@@ -196,7 +193,7 @@ impl AlertStore {
 
     /// Records the opening replayed, and whether it started from a snapshot.
     pub fn replayed_at_open(&self) -> (u64, bool) {
-        (self.loaded.replayed, self.loaded.from_snapshot)
+        (self.loaded.replayed, self.loaded.from_snapshot())
     }
 
     /// Namespace of a source name in records written before namespaces.
@@ -267,6 +264,7 @@ impl AlertStore {
             fresh.counters.entry(source.clone()).or_default().rejected = old.rejected;
         }
         fresh.generation = state.generation + 1;
+        fresh.pace = state.pace.rebuilt(fresh.pace);
         *state = fresh;
         drop(state);
         // What the worker could not record is undone; it says so again if it still cannot.
@@ -275,7 +273,7 @@ impl AlertStore {
             component = "akritas_alerts",
             event = "journal_recovered",
             replayed = loaded.replayed,
-            from_snapshot = loaded.from_snapshot,
+            from_snapshot = loaded.from_snapshot(),
             "the alert journal writes again; state rebuilt from it"
         );
         self.wake();
@@ -472,7 +470,7 @@ impl AlertStore {
                 match self.journal.enqueue(DELIVERY, &data) {
                     Ok(queued) => {
                         let part = Arc::new(part);
-                        state.in_flight += 1;
+                        state.pace.queued();
                         apply_batch(&mut state, &part, None);
                         outcomes.extend(part.items.iter().map(|i| i.outcome.clone()));
                         pending.push((queued, part));
@@ -529,7 +527,7 @@ impl AlertStore {
                 return Err(Self::unavailable(reason));
             }
             let pending = self.journal.enqueue(kind, &data(&state))?;
-            state.in_flight += 1;
+            state.pace.queued();
             apply(&mut state);
             (pending, state.generation)
         };

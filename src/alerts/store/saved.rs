@@ -16,6 +16,7 @@ use crate::alerts::store::state::{
     Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job,
 };
 use crate::alerts::store::threads::Threads;
+use crate::journal::pace::Pace;
 use crate::journal::snapshot::Reader;
 use crate::journal::{self, Checkpoint, Journal, JournalOptions, Location, Opened, Record};
 
@@ -67,14 +68,15 @@ fn stored_events<S: serde::Serializer>(events: &&HashMap<Id, EventRef>, s: S) ->
 }
 
 impl<'a> SavedRef<'a> {
-    /// The state and the checkpoint it reflects, when it reflects exactly the journal up to
-    /// one record: nothing in flight (so every event is stored).
-    pub(crate) fn of(state: &'a State) -> Option<(Checkpoint, SavedRef<'a>)> {
-        if state.in_flight > 0 || state.events.values().any(|e| matches!(e.at, EventAt::Queued(_))) {
-            return None;
-        }
-        let checkpoint = state.last.clone()?;
-        let saved = SavedRef {
+    /// Whether every event is stored: with nothing in flight, the state then reflects exactly
+    /// the journal up to one record.
+    pub(crate) fn settled(events: &HashMap<Id, EventRef>) -> bool {
+        !events.values().any(|e| matches!(e.at, EventAt::Queued(_)))
+    }
+
+    /// The state as a snapshot writes it.
+    pub(crate) fn of(state: &'a State) -> SavedRef<'a> {
+        SavedRef {
             correlator: &state.correlator,
             events: &state.events,
             jobs: &state.jobs,
@@ -83,8 +85,7 @@ impl<'a> SavedRef<'a> {
             threads: &state.threads,
             storms: &state.storms,
             storm_of: &state.storm_of,
-        };
-        Some((checkpoint, saved))
+        }
     }
 }
 
@@ -104,7 +105,7 @@ impl Saved {
             storms: self.storms,
             storm_of: self.storm_of,
             bounds,
-            last: Some(checkpoint),
+            pace: Pace::opened(Some(checkpoint), 0),
             ..State::default()
         };
         for counters in state.counters.values_mut() {
@@ -145,7 +146,8 @@ fn load<T>(
     let restore = |saved: Saved, checkpoint| saved.restore(bounds, checkpoint);
     let empty = || State { bounds, ..State::default() };
     let apply = |state: &mut State, record: &Record| apply(state, record, legacy);
-    journal::snapshot::restore(path, FORMAT, use_snapshot, restore, empty, apply, open)
+    let how = journal::snapshot::Restore { format: FORMAT, use_snapshot, from_kept: false };
+    journal::snapshot::restore(path, how, restore, empty, apply, open)
 }
 
 /// Opens the journal for writing and loads the state.

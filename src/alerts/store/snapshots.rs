@@ -2,7 +2,6 @@
 //! nothing is in flight, and at a clean stop), and retention after them.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,28 +37,21 @@ impl AlertStore {
     /// Writes a snapshot now, for a clean stop, when records were applied since the last one
     /// and nothing is in flight (and no snapshot is being written). Returns whether it wrote one.
     pub async fn save_snapshot(&self) -> bool {
-        if self.saving.swap(true, Ordering::AcqRel) {
-            return false;
-        }
         let pending = {
             let mut state = self.lock();
-            let pending = match SavedRef::of(&state) {
-                Some((checkpoint, saved)) if state.since_snapshot > 0 => {
-                    serialize_held(&self.path, &checkpoint, &saved)
-                }
-                _ => None,
+            let state = &mut *state;
+            let Some(checkpoint) = state.pace.now(|| SavedRef::settled(&state.events), &self.barrier) else {
+                return false;
             };
-            if pending.is_some() {
-                state.since_snapshot = 0;
+            let pending = serialize_held(&self.path, &checkpoint, &SavedRef::of(state));
+            if pending.is_none() {
+                state.pace.saved();
             }
             pending
         };
-        let Some(pending) = pending else {
-            self.saving.store(false, Ordering::Release);
-            return false;
-        };
+        let Some(pending) = pending else { return false };
         let written = tokio::task::spawn_blocking(move || pending.commit()).await;
-        self.saving.store(false, Ordering::Release);
+        self.lock().pace.saved();
         match written {
             Ok(Ok(_)) => true,
             Ok(Err(error)) => {
@@ -73,7 +65,7 @@ impl AlertStore {
     /// Holds a new write back while a due snapshot waits for the records in flight to settle
     /// (under constant load they would never all be settled at once); at most a second.
     pub(super) async fn pass_snapshot_barrier(&self) {
-        snapshot::pass_barrier(&self.drained, || self.lock().barrier).await;
+        self.barrier.pass(|| self.lock().pace.raised()).await;
     }
 
     /// A record queued by this generation is written: applies `settle`, notes the newest
@@ -85,41 +77,29 @@ impl AlertStore {
             return;
         }
         settle(&mut state);
-        state.in_flight = state.in_flight.saturating_sub(1);
-        state.since_snapshot += 1;
-        if state.last.as_ref().is_none_or(|last| last.seq < record.seq) {
-            state.last = Some(record.checkpoint());
-        }
-        if state.since_snapshot < self.storage.snapshot_records || self.saving.load(Ordering::Acquire) {
-            return;
-        }
-        let Some((checkpoint, saved)) = SavedRef::of(&state) else {
-            // Let what is in flight settle before more is queued.
-            state.barrier = true;
+        let state = &mut *state;
+        state.pace.applied(record.checkpoint());
+        let every = self.storage.snapshot_records;
+        let Some(checkpoint) = state.pace.due(every, || SavedRef::settled(&state.events), &self.barrier) else {
             return;
         };
-        let pending = serialize_held(&self.path, &checkpoint, &saved);
-        state.since_snapshot = 0;
-        if std::mem::take(&mut state.barrier) {
-            self.drained.notify_waiters();
-        }
-        let Some(pending) = pending else { return };
+        let Some(pending) = serialize_held(&self.path, &checkpoint, &SavedRef::of(state)) else {
+            state.pace.saved();
+            return;
+        };
         // The checkpoint's own segment stays: a start checks the checkpoint's record.
         let keep_from = state.oldest_needed().unwrap_or(u64::MAX).min(checkpoint.location.segment);
-        drop(state);
-        self.saving.store(true, Ordering::Release);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            state.pace.saved();
+            return;
+        };
         let job = SaveJob {
             path: self.path.clone(),
             journal: self.journal.clone(),
             retention: self.storage.retention,
-            saving: self.saving.clone(),
             state: self.state.clone(),
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(job.run(pending, keep_from));
-        } else {
-            self.saving.store(false, Ordering::Release);
-        }
+        runtime.spawn(job.run(pending, keep_from));
     }
 }
 
@@ -128,11 +108,14 @@ struct SaveJob {
     path: PathBuf,
     journal: Journal,
     retention: Option<Duration>,
-    saving: Arc<AtomicBool>,
     state: Arc<Mutex<State>>,
 }
 
 impl SaveJob {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     async fn run(self, pending: Pending, keep_from: u64) {
         let written = tokio::task::spawn_blocking(move || pending.commit()).await;
         match written {
@@ -146,8 +129,7 @@ impl SaveJob {
             match self.journal.retain(Retention { max_age, keep_from }).await {
                 Ok(removed) if removed.segments > 0 => {
                     tracing::info!(path = %self.path.display(), segments = removed.segments, records = removed.records, "alert journal retention removed old segments");
-                    let forgotten =
-                        self.state.lock().unwrap_or_else(|p| p.into_inner()).forget_before(removed.first_kept);
+                    let forgotten = self.lock().forget_before(removed.first_kept);
                     crate::telemetry::count(
                         "akritas_alert_incidents_removed_total",
                         "Resolved incidents forgotten because retention deleted their journal records.",
@@ -159,6 +141,6 @@ impl SaveJob {
                 Err(error) => tracing::warn!(path = %self.path.display(), %error, "alert journal retention failed"),
             }
         }
-        self.saving.store(false, Ordering::Release);
+        self.lock().pace.saved();
     }
 }

@@ -21,7 +21,8 @@ use crate::alerts::intake::id::Id;
 use crate::alerts::store::job::{Job, JobStatus};
 use crate::alerts::store::record::BatchRecord;
 use crate::alerts::store::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
-use crate::journal::{Checkpoint, Location, Record};
+use crate::journal::pace::Pace;
+use crate::journal::{Location, Record};
 
 /// Journal kind of a delivery.
 pub(crate) const DELIVERY: &str = "alerts.delivery";
@@ -190,14 +191,8 @@ pub(crate) struct State {
     pub(crate) unavailable: Option<String>,
     /// Bumped by every rebuild; a failure of an append queued before it is already undone.
     pub(crate) generation: u64,
-    /// Records queued and not yet settled (their outcome applied).
-    pub(crate) in_flight: u64,
-    /// The newest record the state reflects once nothing is in flight.
-    pub(crate) last: Option<Checkpoint>,
-    /// Records applied since the last snapshot.
-    pub(crate) since_snapshot: u64,
-    /// A snapshot is due and waits for the records in flight: new writes wait (briefly).
-    pub(crate) barrier: bool,
+    /// Records queued and not yet settled, and when a snapshot may be written.
+    pub(crate) pace: Pace,
     /// Receivers told about each incident: threads and resolve notices.
     pub(crate) threads: Threads,
     /// Deferred jobs in the order they are promoted (most severe first, then oldest), with
@@ -561,7 +556,7 @@ pub(crate) fn apply(
         NOTICE => state.threads.noticed(serde_json::from_value::<NoticeRecord>(record.data.clone())?),
         other => return Err(RecordError::UnknownKind(other.to_string())),
     }
-    state.last = Some(record.checkpoint());
+    state.pace.replayed(record.checkpoint());
     Ok(())
 }
 #[cfg(test)]
