@@ -37,8 +37,9 @@ use std::time::Duration;
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::admission::Limits;
 use akritas::alerts::event::Event;
-use akritas::alerts::store::{AlertStore, JobStatus, Storage};
+use akritas::alerts::store::{AlertStore, Storage};
 use akritas::audit::{AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus};
+use akritas_testkit::jobs::give_up;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -181,9 +182,8 @@ async fn fill_alerts(path: &Path, incidents: usize, repeats: usize) -> Result<f6
                             if step == 0 && item.job_id.is_some() { "accepted+job" } else { item.status.as_str() };
                         *outcomes.entry(kind.to_string()).or_default() += 1;
                         if let (0, Some(job_id)) = (step, &item.job_id) {
-                            let mut job = store.job(job_id).ok_or(format!("job {job_id} not found after ingest"))?;
-                            (job.status, job.attempts, job.error) = (JobStatus::Failed, 1, Some("bench".into()));
-                            store.update_job(&job).await.map_err(|e| e.to_string())?;
+                            let job = store.job(job_id).ok_or(format!("job {job_id} not found after ingest"))?;
+                            give_up(&store, job, "bench").await.map_err(|e| e.to_string())?;
                         }
                     }
                 }

@@ -182,9 +182,7 @@ async fn deferred_investigations_start_most_severe_first_then_oldest() {
     let mut running = jobs[0].1.clone();
     for _ in 0..4 {
         let mut job = store.job(&running).unwrap();
-        job.status = akritas::alerts::store::JobStatus::Running;
-        job.attempts = 1;
-        store.update_job(&job).await.unwrap();
+        store.step(&mut job, akritas::alerts::store::Step::Start).await.unwrap();
         assert_eq!(store.promote_deferred().await.unwrap(), 1, "room for one");
         let promoted = store.due_jobs(jiff::Timestamp::now(), &Default::default(), 10).0;
         running = promoted[0].id.clone();

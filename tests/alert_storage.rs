@@ -10,8 +10,9 @@ use std::time::Duration;
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::admission::Limits;
 use akritas::alerts::event::Event;
-use akritas::alerts::store::{AlertStore, DedupLimits, JobStatus, Storage};
+use akritas::alerts::store::{AlertStore, DedupLimits, Storage};
 use akritas::journal::JournalOptions;
+use akritas_testkit::jobs::give_up;
 use serde_json::{Value, json};
 
 fn alerts(list: &[(&str, &str)]) -> Vec<Event> {
@@ -93,10 +94,7 @@ async fn a_restart_loads_the_snapshot_and_replays_only_the_tail() {
         }
         if i % 5 == 0 {
             let (_, _, jobs) = store.incident(&store.incidents(1)[0].id).unwrap();
-            let mut job = jobs[0].clone();
-            job.status = JobStatus::Failed;
-            job.error = Some("model unavailable".into());
-            store.update_job(&job).await.unwrap();
+            give_up(&store, jobs[0].clone(), "model unavailable").await.unwrap();
         }
     }
     eventually("a snapshot", || snapshot_of(&path).exists()).await;
@@ -187,33 +185,27 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     let path = dir.path().join("alerts.jsonl");
     let retained = Storage { retention: Some(Duration::ZERO), ..storage(8 << 10, 60) };
     let store = open(&path, retained.clone());
-    let settle = |store: &AlertStore, incident: &str| {
-        let (_, _, jobs) = store.incident(incident).unwrap();
-        jobs.into_iter().next().map(|mut job| {
-            job.status = JobStatus::Failed;
-            job
-        })
-    };
+    let settle = |store: &AlertStore, incident: &str| store.incident(incident).unwrap().2.into_iter().next();
     let mut early = Vec::new();
     for i in 0..80 {
         let key = format!("old-{i}");
         let fired = store.ingest("ops", "gen", alerts(&[("firing", &key)])).await.unwrap();
         store.ingest("ops", "gen", alerts(&[("resolved", &key)])).await.unwrap();
         if let Some(job) = settle(&store, &fired.events[0].incident_id) {
-            store.update_job(&job).await.unwrap();
+            give_up(&store, job, "model unavailable").await.unwrap();
         }
         early.push(fired.events[0].clone());
     }
     let open_one = store.ingest("ops", "gen", alerts(&[("firing", "kept-open")])).await.unwrap();
     if let Some(job) = settle(&store, &open_one.events[0].incident_id) {
-        store.update_job(&job).await.unwrap();
+        give_up(&store, job, "model unavailable").await.unwrap();
     }
     for i in 0..80 {
         let key = format!("new-{i}");
         let fired = store.ingest("ops", "gen", alerts(&[("firing", &key)])).await.unwrap();
         store.ingest("ops", "gen", alerts(&[("resolved", &key)])).await.unwrap();
         if let Some(job) = settle(&store, &fired.events[0].incident_id) {
-            store.update_job(&job).await.unwrap();
+            give_up(&store, job, "model unavailable").await.unwrap();
         }
     }
     let anchor = path.with_file_name("alerts.jsonl.anchor");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::admission::Limits;
-use akritas::alerts::store::{AlertStore, DeliveryStatus, Job, JobStatus};
+use akritas::alerts::store::{self, AlertStore, DeliveryStatus, Job, JobStatus};
 use akritas::alerts::worker::{Worker, WorkerSettings};
 use akritas::audit::{AuditLog, Finish, NewRun, RunId, RunStatus};
 use akritas::catalog::secrets::EnvSecrets;
@@ -397,8 +397,7 @@ async fn a_run_that_succeeded_before_a_crash_completes_its_job_without_a_second_
         let store = AlertStore::open(&data.path().join("alerts.jsonl")).unwrap();
         let job_id = ingest(&store).await;
         let mut job = store.job(&job_id).unwrap();
-        (job.status, job.attempts) = (JobStatus::Running, 1);
-        store.update_job(&job).await.unwrap();
+        store.step(&mut job, store::Step::Start).await.unwrap();
         let audit = AuditLog::open(&data.path().join("audit.jsonl")).unwrap();
         let run = audit
             .start(NewRun {

@@ -29,6 +29,7 @@ pub mod clients;
 pub mod everything;
 pub mod git_server;
 pub mod host;
+pub mod jobs;
 pub mod kube_api;
 pub mod kubelet;
 pub mod mattermost;

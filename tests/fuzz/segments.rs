@@ -11,7 +11,7 @@ use std::time::Duration;
 use akritas::alerts::adapter;
 use akritas::alerts::adapters::DecodeContext;
 use akritas::alerts::admission::Limits;
-use akritas::alerts::store::{self, AlertStore, JobStatus, Storage};
+use akritas::alerts::store::{self, AlertStore, Storage};
 use akritas::journal::JournalOptions;
 use serde_json::{Value, json};
 
@@ -63,8 +63,7 @@ async fn write(path: &Path) {
             let events = adapter("generic").expect("adapter").decode(body.to_string().as_bytes(), &context).unwrap();
             let accepted = store.ingest("default", "gen", events).await.expect("ingest");
             if let Some(job) = accepted.events[0].job_id.as_deref().and_then(|id| store.job(id)) {
-                let settled = akritas::alerts::store::Job { status: JobStatus::Failed, ..job };
-                store.update_job(&settled).await.expect("job");
+                akritas_testkit::jobs::give_up(&store, job, "settled by the test").await.expect("job");
             }
         }
     }

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::alerts::store::state::State;
-use crate::alerts::store::{AlertStore, AlertStoreError, Job, JobStatus};
+use crate::alerts::store::{AlertStore, AlertStoreError, Job, Step};
 
 impl AlertStore {
     /// Deferred jobs, host-wide.
@@ -39,8 +39,7 @@ impl AlertStore {
         };
         let promoted = chosen.len();
         for mut job in chosen {
-            job.status = JobStatus::Pending;
-            self.update_job(&job).await?;
+            self.step(&mut job, Step::Promote).await?;
         }
         if promoted > 0 {
             self.wake();

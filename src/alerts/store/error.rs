@@ -38,6 +38,9 @@ pub enum AlertStoreError {
     /// A journal write failed and the store has not recovered yet; nothing of the request was stored.
     #[error("{0}")]
     Unavailable(String),
+    /// A job step its status does not allow; nothing was stored.
+    #[error(transparent)]
+    IllegalStep(#[from] crate::alerts::store::job::IllegalStep),
 }
 
 pub(super) fn inconsistent(path: &Path, (seq, reason): (u64, RecordError)) -> AlertStoreError {

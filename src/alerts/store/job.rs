@@ -117,6 +117,154 @@ impl Job {
     pub fn has_pending_deliveries(&self) -> bool {
         self.deliveries.iter().any(|d| d.status == DeliveryStatus::Pending)
     }
+
+    /// Attaches Runs made for this job that it does not list yet.
+    pub fn attach_runs(&mut self, runs: impl IntoIterator<Item = String>) {
+        for run in runs {
+            if !self.runs.contains(&run) {
+                self.runs.push(run);
+            }
+        }
+    }
+
+    /// Takes `step`, if the job's status allows it. The only way a job's status changes
+    /// after it was created; [`crate::alerts::store::AlertStore::step`] journals each step
+    /// as one record.
+    pub fn take(&mut self, step: Step) -> Result<(), IllegalStep> {
+        use JobStatus::{Deferred, Failed, Pending, Running, Succeeded};
+        let from = self.status;
+        let illegal = |step: &Step| IllegalStep { job: self.id.clone(), from, step: step.name() };
+        let allowed = match &step {
+            Step::Promote => from == Deferred,
+            Step::Start => from == Pending,
+            Step::Succeed { .. } | Step::Retry { .. } | Step::Fail { .. } | Step::Interrupt => from == Running,
+            Step::Notified { .. } => matches!(from, Succeeded | Failed),
+        };
+        if !allowed {
+            return Err(illegal(&step));
+        }
+        match step {
+            Step::Promote => self.status = Pending,
+            Step::Start => {
+                self.status = Running;
+                self.attempts += 1;
+                self.not_before = None;
+            }
+            Step::Succeed { run, result, notifications } => {
+                self.ran(run);
+                self.status = Succeeded;
+                self.result = Some(result);
+                (self.error, self.error_code) = (None, None);
+                self.deliveries = notifications;
+            }
+            Step::Retry { failure, not_before } => {
+                self.failed(failure);
+                self.status = Pending;
+                self.not_before = Some(not_before.to_string());
+            }
+            Step::Fail { failure, notifications } => {
+                self.failed(failure);
+                self.status = Failed;
+                self.deliveries = notifications;
+            }
+            Step::Interrupt => {
+                self.status = Pending;
+                self.error = Some("Akritas stopped during the attempt".into());
+                self.error_code = Some("interrupted".into());
+            }
+            Step::Notified { deliveries } => self.deliveries = deliveries,
+        }
+        Ok(())
+    }
+
+    fn ran(&mut self, run: Option<String>) {
+        if let Some(run) = run {
+            self.attach_runs([run.clone()]);
+            self.run_id = Some(run);
+        }
+    }
+
+    fn failed(&mut self, failure: Failure) {
+        self.ran(failure.run);
+        self.error = Some(failure.error);
+        self.error_code = Some(failure.code);
+    }
+}
+
+/// A step of a job's life, from the status it leaves: each is one journal record.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// deferred → pending: its source's rate and the pending cap let it start.
+    Promote,
+    /// pending → running: an attempt starts.
+    Start,
+    /// running → succeeded with its Run's validated result, and the receivers to notify.
+    Succeed {
+        /// The Run of the attempt.
+        run: Option<String>,
+        /// The validated result.
+        result: InvestigationResult,
+        /// One pending delivery per receiver.
+        notifications: Vec<Delivery>,
+    },
+    /// running → pending: the attempt failed, and another starts at `not_before`.
+    Retry {
+        /// What failed.
+        failure: Failure,
+        /// When the next attempt may start.
+        not_before: jiff::Timestamp,
+    },
+    /// running → failed: the job gives up, and the receivers are told once.
+    Fail {
+        /// What failed.
+        failure: Failure,
+        /// One pending delivery per receiver.
+        notifications: Vec<Delivery>,
+    },
+    /// running → pending: this host stopped during the attempt.
+    Interrupt,
+    /// succeeded or failed → the same: what its notifications did.
+    Notified {
+        /// Every delivery, with its outcome.
+        deliveries: Vec<Delivery>,
+    },
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Step::Promote => "promote",
+            Step::Start => "start",
+            Step::Succeed { .. } => "succeed",
+            Step::Retry { .. } => "retry",
+            Step::Fail { .. } => "fail",
+            Step::Interrupt => "interrupt",
+            Step::Notified { .. } => "notified",
+        }
+    }
+}
+
+/// Why an attempt failed.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The Run of the attempt, if one was made.
+    pub run: Option<String>,
+    /// Stable code (`upstream_error`, `structure_failed`, …).
+    pub code: String,
+    /// What happened, secrets redacted.
+    pub error: String,
+}
+
+/// A step the job's status does not allow: a stale copy of the job, or a bug.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("job {job} cannot {step} from status {from:?}")]
+pub struct IllegalStep {
+    /// The job.
+    pub job: String,
+    /// Its status.
+    pub from: JobStatus,
+    /// The step refused.
+    pub step: &'static str,
 }
 
 /// State of one notification delivery.
@@ -182,4 +330,55 @@ pub struct ItemOutcome {
     /// The job this event created, or the one its incident shares, is its source's storm job.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub storm: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure() -> Failure {
+        Failure {
+            run: Some("run_1".into()),
+            code: "upstream_error".into(),
+            error: "the model server answered 503".into(),
+        }
+    }
+
+    fn job(deferred: bool) -> Job {
+        let ids = ["job_1".to_string(), "inc_1".to_string(), "evt_1".to_string()];
+        Job::waiting(ids, "ops".into(), deferred, "2026-12-05T00:00:00Z".into(), "2026-12-05T00:00:00Z".into())
+    }
+
+    #[test]
+    fn a_job_moves_only_along_its_steps() {
+        let mut job = job(true);
+        let refused = job.take(Step::Start).unwrap_err();
+        assert_eq!((refused.from, refused.step), (JobStatus::Deferred, "start"));
+        assert_eq!(refused.to_string(), "job job_1 cannot start from status Deferred");
+        job.take(Step::Promote).unwrap();
+        job.take(Step::Start).unwrap();
+        assert_eq!((job.status, job.attempts), (JobStatus::Running, 1));
+        assert!(job.take(Step::Start).is_err(), "one attempt at a time");
+        assert!(job.take(Step::Notified { deliveries: Vec::new() }).is_err(), "nothing to notify yet");
+        let not_before = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        job.take(Step::Retry { failure: failure(), not_before }).unwrap();
+        assert_eq!(job.status, JobStatus::Pending);
+        assert_eq!(
+            (job.error_code.as_deref(), job.not_before.as_deref()),
+            (Some("upstream_error"), Some("2027-01-15T08:00:00Z"))
+        );
+        job.take(Step::Start).unwrap();
+        assert_eq!((job.attempts, job.not_before.as_deref()), (2, None));
+        job.take(Step::Interrupt).unwrap();
+        assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Pending, Some("interrupted")));
+        job.take(Step::Start).unwrap();
+        job.take(Step::Fail { failure: failure(), notifications: Vec::new() }).unwrap();
+        assert_eq!(job.status, JobStatus::Failed);
+        assert_eq!(job.runs, ["run_1"], "a Run is listed once");
+        for step in [Step::Start, Step::Interrupt, Step::Promote] {
+            assert!(job.take(step).is_err(), "failed is final");
+        }
+        job.take(Step::Notified { deliveries: Vec::new() }).unwrap();
+        assert_eq!(job.status, JobStatus::Failed);
+    }
 }

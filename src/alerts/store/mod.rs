@@ -52,7 +52,9 @@ use crate::alerts::intake::correlate::{Decision, IdKind, IncidentState};
 use crate::alerts::intake::event::Event;
 pub use crate::alerts::store::error::AlertStoreError;
 use crate::alerts::store::error::load_error;
-pub use crate::alerts::store::job::{Delivery, DeliveryStatus, ItemOutcome, Job, JobStatus, StoredEvent};
+pub use crate::alerts::store::job::{
+    Delivery, DeliveryStatus, Failure, IllegalStep, ItemOutcome, Job, JobStatus, Step, StoredEvent,
+};
 use crate::alerts::store::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, keep_storable, split};
 pub use crate::alerts::store::saved::verify;
 use crate::alerts::store::state::{Bounds, DELIVERY, JOB, State, apply_batch, set_job};
@@ -496,8 +498,15 @@ impl AlertStore {
         Ok(Accepted { delivery_id, events, truncated })
     }
 
-    /// Records a job state change.
-    pub async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
+    /// Takes `step` on `job` (the caller's copy, updated in place) and journals the job's new
+    /// state as one record. A step its status does not allow changes and stores nothing.
+    pub async fn step(&self, job: &mut Job, step: Step) -> Result<(), AlertStoreError> {
+        job.take(step)?;
+        self.update_job(job).await
+    }
+
+    /// Records a job's state.
+    async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
         let settled = job.clone();

@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::alerts::store::{AlertStore, AlertStoreError, Delivery, Job, JobStatus};
+use crate::alerts::store::{AlertStore, AlertStoreError, Delivery, Failure, Job, JobStatus, Step};
 use crate::alerts::worker::delivery::{key_text, pending_delivery, receiver_kind};
 use crate::alerts::worker::request::{investigation_request, namespace_of};
 use crate::audit::{AuditError, RunRecord, RunStatus};
@@ -107,13 +107,6 @@ pub struct Worker {
 
 /// A source of the current time; tests inject a fixed one.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
-
-/// What one attempt concluded.
-enum Attempt {
-    Succeeded,
-    Retry,
-    Failed,
-}
 
 impl Worker {
     /// Builds the worker; `client` must not follow redirects.
@@ -225,32 +218,26 @@ impl Worker {
             let mut succeeded = None;
             for run in runs_of.remove(&job.id).unwrap_or_default() {
                 let id = run.id.to_string();
-                if !job.runs.contains(&id) {
-                    job.runs.push(id.clone());
-                }
+                job.attach_runs([id.clone()]);
                 if let (RunStatus::Succeeded, Some(result)) = (run.status, run.investigation) {
                     succeeded = Some((id, result));
                 }
             }
-            if let Some((run_id, result)) = succeeded {
-                let namespace = match self.store.incident(&job.incident_id) {
-                    Some((incident, _, _)) => namespace_of(&job, &incident),
-                    None => job.namespace.clone(),
-                };
-                job.status = JobStatus::Succeeded;
-                job.run_id = Some(run_id);
-                job.result = Some(result);
-                job.error = None;
-                job.error_code = None;
-                job.deliveries = self.pending_deliveries(&namespace);
-                completed += 1;
-            } else {
-                job.status = JobStatus::Pending;
-                job.error = Some("Akritas stopped during the attempt".into());
-                job.error_code = Some("interrupted".into());
-                recovered += 1;
-            }
-            self.store.update_job(&job).await?;
+            let step = match succeeded {
+                Some((run, result)) => {
+                    let namespace = match self.store.incident(&job.incident_id) {
+                        Some((incident, _, _)) => namespace_of(&job, &incident),
+                        None => job.namespace.clone(),
+                    };
+                    completed += 1;
+                    Step::Succeed { run: Some(run), result, notifications: self.pending_deliveries(&namespace) }
+                }
+                None => {
+                    recovered += 1;
+                    Step::Interrupt
+                }
+            };
+            self.store.step(&mut job, step).await?;
         }
         if recovered + completed > 0 {
             tracing::info!(
@@ -292,72 +279,56 @@ impl Worker {
         }
     }
 
+    /// One attempt: pending → running, then one step to where it ends (succeeded, pending
+    /// for a retry, or failed), each journaled once; then the notifications.
     async fn attempt(&self, mut job: Job) -> Result<(), WorkerError> {
-        job.status = JobStatus::Running;
-        job.attempts += 1;
-        job.not_before = None;
-        self.store.update_job(&job).await?;
+        self.store.step(&mut job, Step::Start).await?;
         let context = self.store.event(&job.event_id).zip(self.store.incident(&job.incident_id).map(|(i, _, _)| i));
         let Some((event, incident)) = context else {
-            job.status = JobStatus::Failed;
-            job.error = Some("the alert event or incident of this job is missing".into());
-            job.error_code = Some("alert_context_missing".into());
-            return Ok(self.store.update_job(&job).await?);
+            let failure = Failure {
+                run: None,
+                code: "alert_context_missing".into(),
+                error: "the alert event or incident of this job is missing".into(),
+            };
+            return Ok(self.store.step(&mut job, Step::Fail { failure, notifications: Vec::new() }).await?);
         };
         let request = investigation_request(&job, &event, &incident);
-        let outcome = self.engine.run(request).await;
-        let attempt = match outcome {
+        let (failure, retry) = match self.engine.run(request).await {
             Ok(outcome) => {
-                job.runs.extend(outcome.run_id.as_ref().map(|id| id.to_string()));
-                job.run_id = outcome.run_id.map(|id| id.to_string());
+                let run = outcome.run_id.map(|id| id.to_string());
                 match outcome.investigation {
                     Some(result) => {
-                        job.result = Some(result);
-                        job.status = JobStatus::Succeeded;
-                        job.error = None;
-                        job.error_code = None;
-                        job.deliveries = self.pending_deliveries(&namespace_of(&job, &incident));
-                        Attempt::Succeeded
+                        let notifications = self.pending_deliveries(&namespace_of(&job, &incident));
+                        self.store.step(&mut job, Step::Succeed { run, result, notifications }).await?;
+                        tracing::info!(component = "akritas_alert_worker", event = "investigation_succeeded", job_id = %job.id, incident_id = %job.incident_id, run_id = job.run_id.as_deref().unwrap_or(""), "alert investigated");
+                        return self.notify(job).await;
                     }
                     None => {
-                        job.error = Some("the Run finished without a structured result".into());
-                        job.error_code = Some("structure_failed".into());
-                        Attempt::Failed
+                        let error = "the Run finished without a structured result".into();
+                        (Failure { run, code: "structure_failed".into(), error }, false)
                     }
                 }
             }
             Err(error) => {
-                if let Some(id) = error.run_id() {
-                    job.runs.push(id.to_string());
-                    job.run_id = Some(id.to_string());
-                }
-                job.error = Some(sanitize_error(&error.to_string(), &self.known_secrets()));
-                job.error_code = Some(error.code().to_string());
-                if retryable(&error) { Attempt::Retry } else { Attempt::Failed }
+                let failure = Failure {
+                    run: error.run_id().map(|id| id.to_string()),
+                    code: error.code().to_string(),
+                    error: sanitize_error(&error.to_string(), &self.known_secrets()),
+                };
+                (failure, retryable(&error))
             }
         };
-        match attempt {
-            Attempt::Succeeded => {
-                self.store.update_job(&job).await?;
-                tracing::info!(component = "akritas_alert_worker", event = "investigation_succeeded", job_id = %job.id, incident_id = %job.incident_id, run_id = job.run_id.as_deref().unwrap_or(""), "alert investigated");
-                self.notify(job).await
-            }
-            Attempt::Retry if job.attempts < self.settings.max_attempts => {
-                let wait = backoff(self.settings.backoff, job.attempts);
-                job.status = JobStatus::Pending;
-                job.not_before = Some(Timestamp::now().saturating_add(wait).unwrap_or(Timestamp::MAX).to_string());
-                tracing::warn!(component = "akritas_alert_worker", event = "investigation_failed", job_id = %job.id, attempts = job.attempts, retry_in = ?wait, error_code = job.error_code.as_deref().unwrap_or(""), "alert investigation failed; retrying");
-                Ok(self.store.update_job(&job).await?)
-            }
-            Attempt::Retry | Attempt::Failed => {
-                job.status = JobStatus::Failed;
-                // The people on call learn once that this alert was not investigated.
-                job.deliveries = self.pending_deliveries(&namespace_of(&job, &incident));
-                tracing::warn!(component = "akritas_alert_worker", event = "investigation_failed", job_id = %job.id, attempts = job.attempts, error_code = job.error_code.as_deref().unwrap_or(""), error = job.error.as_deref().unwrap_or(""), "alert investigation failed; the job gives up and its receivers are told");
-                self.store.update_job(&job).await?;
-                self.notify(job).await
-            }
+        if retry && job.attempts < self.settings.max_attempts {
+            let wait = backoff(self.settings.backoff, job.attempts);
+            let not_before = Timestamp::now().saturating_add(wait).unwrap_or(Timestamp::MAX);
+            tracing::warn!(component = "akritas_alert_worker", event = "investigation_failed", job_id = %job.id, attempts = job.attempts, retry_in = ?wait, error_code = %failure.code, "alert investigation failed; retrying");
+            return Ok(self.store.step(&mut job, Step::Retry { failure, not_before }).await?);
         }
+        tracing::warn!(component = "akritas_alert_worker", event = "investigation_failed", job_id = %job.id, attempts = job.attempts, error_code = %failure.code, error = %failure.error, "alert investigation failed; the job gives up and its receivers are told");
+        // The people on call learn once that this alert was not investigated.
+        let notifications = self.pending_deliveries(&namespace_of(&job, &incident));
+        self.store.step(&mut job, Step::Fail { failure, notifications }).await?;
+        self.notify(job).await
     }
 
     /// A pending delivery to each receiver in the Catalog now that `namespace` sees.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::alerts::intake::correlate::IncidentState;
-use crate::alerts::store::{Delivery, DeliveryStatus, DueNotice, Job, JobStatus, StoredEvent};
+use crate::alerts::store::{Delivery, DeliveryStatus, DueNotice, Job, JobStatus, Step, StoredEvent};
 use crate::alerts::worker::delivery::{failed, key_text, notification, pending_delivery, target};
 use crate::alerts::worker::{Worker, WorkerError};
 use crate::catalog::ObjectKey;
@@ -118,11 +118,12 @@ impl Worker {
             }
             _ => {
                 // Cannot happen with a consistent journal; never leave deliveries pending forever.
-                for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
+                let mut deliveries = std::mem::take(&mut job.deliveries);
+                for delivery in deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Pending) {
                     delivery.status = DeliveryStatus::Failed;
                     delivery.error = Some("alert_context_missing".into());
                 }
-                return Ok(self.store.update_job(&job).await?);
+                return Ok(self.store.step(&mut job, Step::Notified { deliveries }).await?);
             }
         };
         let namespace = if job.namespace.is_empty() { DEFAULT_NAMESPACE } else { job.namespace.as_str() }.to_string();
@@ -183,7 +184,8 @@ impl Worker {
         for delivery in &job.deliveries {
             self.report_delivery(delivery);
         }
-        Ok(self.store.update_job(&job).await?)
+        let deliveries = std::mem::take(&mut job.deliveries);
+        Ok(self.store.step(&mut job, Step::Notified { deliveries }).await?)
     }
 
     /// Sends the resolve notices that are due, one receiver at a time, recording each outcome.
