@@ -11,6 +11,7 @@ pub mod config;
 pub mod egress;
 pub mod engine;
 pub mod eval;
+pub mod ids;
 pub mod investigation;
 pub mod journal;
 pub mod knowledge;

@@ -160,7 +160,7 @@ async fn ingest(store: &AlertStore) -> String {
     let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
     let events = adapter("alertmanager").unwrap().decode(FIRING.as_bytes(), &context).unwrap();
     let accepted = store.ingest("ops", "am", events).await.unwrap();
-    accepted.events[0].job_id.clone().expect("the first firing event opens a job")
+    accepted.events[0].job_id.clone().expect("the first firing event opens a job").into()
 }
 
 async fn wait_job(store: &AlertStore, id: &str, done: impl Fn(&Job) -> bool) -> Job {
@@ -528,7 +528,7 @@ async fn an_alert_run_exports_with_its_input_rebuilt_from_the_store_and_replays_
     case.supply_turns(turns, context).expect("the rebuilt input hashes to what the Run recorded");
     let prompt = &case.input.messages[0].content;
     assert!(
-        prompt.starts_with(akritas::alerts::request::ALERT_PROMPT) && prompt.contains(&job.incident_id),
+        prompt.starts_with(akritas::alerts::request::ALERT_PROMPT) && prompt.contains(job.incident_id.as_str()),
         "{prompt}"
     );
     assert_eq!(

@@ -135,7 +135,7 @@ async fn ingest(store: &AlertStore, payload: &str, starts_at: Option<&str>) -> (
     let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
     let events = adapter("alertmanager").unwrap().decode(body.to_string().as_bytes(), &context).unwrap();
     let accepted = store.ingest("ops", "am", events).await.unwrap();
-    (accepted.events[0].incident_id.clone(), accepted.events[0].job_id.clone())
+    (accepted.events[0].incident_id.to_string(), accepted.events[0].job_id.as_deref().map(str::to_string))
 }
 
 async fn settled_job(store: &AlertStore, id: &str) -> Job {
@@ -180,8 +180,8 @@ async fn an_incident_is_one_thread_per_chat_receiver_across_a_restart_with_one_r
     let tg_root = rig.store.told(&incident, "ops/tg").and_then(|t| t.thread_id).expect("telegram thread stored");
     let mm_root = posts[0]["id"].as_str().unwrap().to_string();
     assert_eq!(rig.store.told(&incident, "ops/mm").and_then(|t| t.thread_id), Some(mm_root.clone()));
-    assert_eq!(rig.store.incident_for_thread("ops", "tg", &tg_root), Some(incident.clone()));
-    assert_eq!(rig.store.incident_for_thread("ops", "mm", &mm_root), Some(incident.clone()));
+    assert_eq!(rig.store.incident_for_thread("ops", "tg", &tg_root).as_deref(), Some(incident.as_str()));
+    assert_eq!(rig.store.incident_for_thread("ops", "mm", &mm_root).as_deref(), Some(incident.as_str()));
     assert_eq!(rig.store.incident_for_thread("ops", "mm", "no-such-post"), None);
     assert_eq!(rig.store.incident_for_thread("ops", "tg", &mm_root), None);
 
@@ -195,7 +195,7 @@ async fn an_incident_is_one_thread_per_chat_receiver_across_a_restart_with_one_r
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rig = start(data.path(), &llm, manifests(), noon()).await;
     assert_eq!(rig.store.replayed_at_open(), (0, true), "loaded from the snapshot alone");
-    assert_eq!(rig.store.incident_for_thread("ops", "tg", &tg_root), Some(incident.clone()));
+    assert_eq!(rig.store.incident_for_thread("ops", "tg", &tg_root).as_deref(), Some(incident.as_str()));
 
     // Resolve: one notice per receiver, in the thread.
     let (resolved, _) = ingest(&rig.store, RESOLVED, None).await;

@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
         "egress",
         "slots",
         "severity",
+        "ids",
     ],
     &["journal", "llm", "tools", "catalog", "config", "investigation"],
     &["audit", "engine", "mcp", "knowledge", "kubernetes", "victoriametrics"],

@@ -20,6 +20,7 @@ use crate::catalog::secrets::SecretResolver;
 use crate::engine::conversation::{Speaker, Turn as EngineTurn};
 use crate::engine::request::RunRequest;
 use crate::engine::run::Engine;
+use crate::ids::IncidentId;
 use crate::notify::Target;
 use crate::notify::chat::{MattermostApi, TelegramApi};
 use crate::resources::notification_receiver::InboundMode;
@@ -279,7 +280,7 @@ pub struct EngineResponder {
 
 impl EngineResponder {
     /// The incident whose notification thread `inbound` replies in, and its description.
-    fn incident(&self, inbound: &Inbound) -> Option<(String, String)> {
+    fn incident(&self, inbound: &Inbound) -> Option<(IncidentId, String)> {
         let store = self.alerts.as_ref()?;
         let thread = match inbound.provider {
             Provider::Telegram => inbound.reply_to.as_deref(),

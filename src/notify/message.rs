@@ -5,6 +5,7 @@
 //! whitespace collapsed and `@` replaced by a full-width `＠` so that
 //! `@channel`/`@here`/`@all`/`@user` mentions can never fire.
 
+use crate::ids::IncidentId;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,7 +47,7 @@ impl AlertStatus {
 /// Never carries raw tool data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Notification {
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -180,7 +181,7 @@ pub const WEBHOOK_RESOLVED_EVENT: &str = "incident.resolved";
 /// An incident whose alerts all resolved: what its resolve notice says.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ResolvedNotice {
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     /// Name of the alert (the incident's title).
     pub alert_name: String,
     /// `type:name` of the AlertSource.
@@ -222,7 +223,7 @@ pub const WEBHOOK_FAILED_EVENT: &str = "incident.investigation_failed";
 /// so that they know the alert was not investigated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FailedNotice {
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     /// Name of the alert (the incident's title).
     pub alert_name: String,
     /// `type:name` of the AlertSource.

@@ -19,6 +19,7 @@
 //!
 //! Keys never include model text: they are hashes of provider fields only.
 
+use crate::ids::{EventId, IncidentId, JobId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -39,7 +40,7 @@ pub enum IncidentStatus {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IncidentState {
-    pub id: String,
+    pub id: IncidentId,
     pub correlation_key: String,
     /// Name of the AlertSource.
     pub source: String,
@@ -106,14 +107,14 @@ impl Members {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Already ingested: reference the first event and its incident; no new event, no job.
-    Duplicate { event_id: String, incident_id: String },
+    Duplicate { event_id: EventId, incident_id: IncidentId },
     /// No open incident for the correlation key: open a new one. `investigate` (create a job) is true
     /// exactly for firing events; a resolved event yields an already-resolved incident.
     NewIncident { state: IncidentStatus, investigate: bool },
     /// Firing event for an already open incident: update it, no job.
-    JoinIncident { incident_id: String },
+    JoinIncident { incident_id: IncidentId },
     /// Resolved event for an open incident; `closes_incident` when no alert of it remains firing.
-    ResolveEvent { incident_id: String, closes_incident: bool },
+    ResolveEvent { incident_id: IncidentId, closes_incident: bool },
 }
 
 impl Decision {
@@ -163,11 +164,11 @@ pub fn decide(
     match (event.state, open) {
         (EventState::Firing, None) => Decision::NewIncident { state: IncidentStatus::Firing, investigate: true },
         (EventState::Resolved, None) => Decision::NewIncident { state: IncidentStatus::Resolved, investigate: false },
-        (EventState::Firing, Some((incident_id, _))) => Decision::JoinIncident { incident_id },
+        (EventState::Firing, Some((incident_id, _))) => Decision::JoinIncident { incident_id: incident_id.into() },
         (EventState::Resolved, Some((incident_id, incident))) => {
             let member = member_key(event);
             let closes_incident = incident.firing_members.all_are(&member);
-            Decision::ResolveEvent { incident_id, closes_incident }
+            Decision::ResolveEvent { incident_id: incident_id.into(), closes_incident }
         }
     }
 }
@@ -294,7 +295,7 @@ impl Incident {
     /// event (empty when that event cannot be read).
     pub fn view(&self, id: &str, last: Option<&Event>) -> IncidentState {
         IncidentState {
-            id: id.to_string(),
+            id: id.into(),
             correlation_key: last.map(|e| e.correlation_key.clone()).unwrap_or_default(),
             source: self.source.to_string(),
             namespace: self.namespace.to_string(),
@@ -338,12 +339,12 @@ impl Names {
 pub struct Outcome {
     pub decision: Decision,
     /// New event id, or the first event's id for a duplicate.
-    pub event_id: String,
-    pub incident_id: String,
+    pub event_id: EventId,
+    pub incident_id: IncidentId,
     /// Investigation job created for this event (only for a newly opened firing incident).
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     /// A job of the same correlation key, not started yet, that the new incident shares instead.
-    pub shared_job: Option<String>,
+    pub shared_job: Option<JobId>,
 }
 
 /// What an id is requested for; the caller generates `evt_`/`inc_`/`job_` ids.
@@ -400,7 +401,7 @@ fn step(
                 ix.unstarted.insert(corr, job);
             }
             ix.put_incident(Id::new(&incident_id), incident);
-            (event_id, incident_id, job_id, shared_job)
+            (event_id.into(), incident_id.into(), job_id.map(JobId::from), shared_job.map(JobId::from))
         }
         Decision::JoinIncident { incident_id } | Decision::ResolveEvent { incident_id, .. } => {
             let event_id = new_id(IdKind::Event);
@@ -409,7 +410,7 @@ fn step(
                 incident.record(event, &event_id);
                 ix.put_incident(id, incident);
             }
-            (event_id, incident_id.clone(), None, None)
+            (event_id.into(), incident_id.clone(), None, None)
         }
     };
     if !matches!(decision, Decision::Duplicate { .. }) {
@@ -598,7 +599,7 @@ mod tests {
         assert_eq!(b.job_id, None);
         assert_ne!(other.incident_id, a.incident_id);
         let inc = c.incident(&a.incident_id).unwrap();
-        assert_eq!(inc.event_ids, [a.event_id, b.event_id]);
+        assert_eq!(inc.event_ids, [Id::new(&a.event_id), Id::new(&b.event_id)]);
         assert_eq!(inc.firing_members.len(), 2);
         assert_eq!(inc.view(&a.incident_id, Some(&generic_last())).name, "HighLoad", "the last event names it");
     }

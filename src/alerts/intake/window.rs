@@ -6,6 +6,7 @@
 //! state and the delivery's recorded receive time only, and the limits in force are written
 //! in each delivery record, so replay forgets exactly what the live store forgot.
 
+use crate::ids::{EventId, IncidentId};
 use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
@@ -16,8 +17,8 @@ use crate::alerts::intake::id::Id;
 /// The first delivery of a deduplication key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FirstSeen {
-    pub event_id: String,
-    pub incident_id: String,
+    pub event_id: EventId,
+    pub incident_id: IncidentId,
 }
 
 /// How long and how many deduplication keys are remembered.
@@ -65,7 +66,9 @@ pub(crate) struct DedupWindow {
 
 impl DedupWindow {
     pub(crate) fn get(&self, key: &str) -> Option<FirstSeen> {
-        self.keys.get(&digest(key)).map(|e| FirstSeen { event_id: e.event.text(), incident_id: e.incident.text() })
+        self.keys
+            .get(&digest(key))
+            .map(|e| FirstSeen { event_id: e.event.text().into(), incident_id: e.incident.text().into() })
     }
 
     /// Remembers the first delivery of `key` at `at` (unix seconds); an existing entry stays.
@@ -136,7 +139,7 @@ mod tests {
     use super::*;
 
     fn first(n: u32) -> FirstSeen {
-        FirstSeen { event_id: format!("evt_{n}"), incident_id: format!("inc_{n}") }
+        FirstSeen { event_id: format!("evt_{n}").into(), incident_id: format!("inc_{n}").into() }
     }
 
     #[test]

@@ -4,15 +4,16 @@
 use serde::{Deserialize, Serialize};
 
 use crate::alerts::intake::event::Event;
+use crate::ids::{EventId, IncidentId, JobId};
 use crate::investigation::InvestigationResult;
 
 /// An event as stored, with the ids the host gave it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct StoredEvent {
     /// `evt_…`.
-    pub id: String,
+    pub id: EventId,
     /// `inc_…`.
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     /// `dlv_…` of the delivery that carried it.
     pub delivery_id: String,
     /// The canonical event.
@@ -40,14 +41,14 @@ pub enum JobStatus {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct Job {
     /// `job_…`.
-    pub id: String,
+    pub id: JobId,
     /// Incident it investigates (the first one, when later incidents share it).
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     /// Namespace of the AlertSource: the investigation's Run and the receivers it may reach.
     #[serde(default)]
     pub namespace: String,
     /// Event that opened the incident.
-    pub event_id: String,
+    pub event_id: EventId,
     /// Status.
     pub status: JobStatus,
     /// Attempts started.
@@ -86,13 +87,13 @@ pub struct Job {
 impl Job {
     /// A job that has not started: pending, or deferred; never attempted.
     pub(crate) fn waiting(
-        ids: [String; 3],
+        ids: (JobId, IncidentId, EventId),
         namespace: String,
         deferred: bool,
         created_at: String,
         updated_at: String,
     ) -> Job {
-        let [id, incident_id, event_id] = ids;
+        let (id, incident_id, event_id) = ids;
         Job {
             id,
             incident_id,
@@ -133,7 +134,7 @@ impl Job {
     pub fn take(&mut self, step: Step) -> Result<(), IllegalStep> {
         use JobStatus::{Deferred, Failed, Pending, Running, Succeeded};
         let from = self.status;
-        let illegal = |step: &Step| IllegalStep { job: self.id.clone(), from, step: step.name() };
+        let illegal = |step: &Step| IllegalStep { job: self.id.to_string(), from, step: step.name() };
         let allowed = match &step {
             Step::Promote => from == Deferred,
             Step::Start => from == Pending,
@@ -314,16 +315,16 @@ pub struct ItemOutcome {
     /// `accepted` or `duplicate`.
     pub status: String,
     /// The event id (the first one's for a duplicate).
-    pub event_id: String,
+    pub event_id: EventId,
     /// Incident.
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     /// Investigation job created by this event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     /// A waiting job of the same correlation key, or the source's storm job, that this
     /// event's new incident shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_job: Option<String>,
+    pub shared_job: Option<JobId>,
     /// The job this event created waits (deferred) for its source's rate or the pending cap.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deferred: bool,
@@ -345,7 +346,7 @@ mod tests {
     }
 
     fn job(deferred: bool) -> Job {
-        let ids = ["job_1".to_string(), "inc_1".to_string(), "evt_1".to_string()];
+        let ids = ("job_1".into(), "inc_1".into(), "evt_1".into());
         Job::waiting(ids, "ops".into(), deferred, "2026-12-05T00:00:00Z".into(), "2026-12-05T00:00:00Z".into())
     }
 

@@ -38,6 +38,7 @@ pub(in crate::alerts) mod state;
 pub(in crate::alerts) mod threads;
 pub(in crate::alerts) mod told;
 
+use crate::ids::JobId;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -310,7 +311,7 @@ impl AlertStore {
     pub fn due_jobs(
         &self,
         now: Timestamp,
-        busy: &std::collections::BTreeSet<String>,
+        busy: &std::collections::BTreeSet<JobId>,
         max: usize,
     ) -> (Vec<Job>, Option<Timestamp>) {
         let state = self.lock();
@@ -322,7 +323,7 @@ impl AlertStore {
             if jobs.len() >= max {
                 break;
             }
-            if !busy.contains(&id.text())
+            if !busy.contains(id.text().as_str())
                 && let Some(job) = state.jobs.get(id).and_then(|slot| slot.live(id))
             {
                 jobs.push(state.shown(job));
@@ -569,7 +570,7 @@ pub struct IncidentDetail {
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct JobDelivery {
     /// The job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The delivery.
     pub delivery: Delivery,
 }

@@ -37,7 +37,8 @@ impl AlertStore {
             let chosen: Vec<(Id, Incident)> = incidents.into_iter().map(|(id, i)| (id.clone(), i.clone())).collect();
             (chosen, last)
         };
-        let events: HashMap<String, Event> = self.read_events(last).into_iter().map(|e| (e.id, e.event)).collect();
+        let events: HashMap<String, Event> =
+            self.read_events(last).into_iter().map(|e| (e.id.into(), e.event)).collect();
         chosen
             .into_iter()
             .map(|(id, incident)| {
@@ -61,7 +62,7 @@ impl AlertStore {
         };
         let events = self.read_events(events);
         let jobs = jobs.into_iter().filter_map(|(key, slot)| self.read_job(&key, slot)).collect();
-        let last = incident.event_ids.last().and_then(|last| events.iter().rev().find(|e| *last == e.id));
+        let last = incident.event_ids.last().and_then(|last| events.iter().rev().find(|e| *last == *e.id));
         let view = incident.view(id, last.map(|e| &e.event));
         Some((view, events, jobs))
     }
@@ -186,7 +187,7 @@ fn stored_event(id: &str, record: &BatchRecord, item: usize, legacy: &dyn Fn(&st
     event.source.namespace =
         if record.namespace.is_empty() { legacy(&record.source) } else { record.namespace.clone() };
     Some(StoredEvent {
-        id: id.to_string(),
+        id: id.into(),
         incident_id: found.outcome.incident_id.clone(),
         delivery_id: record.delivery_id.clone(),
         event,

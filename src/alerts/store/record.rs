@@ -185,9 +185,9 @@ mod tests {
             .map(|(i, event)| BatchItem {
                 outcome: ItemOutcome {
                     status: "accepted".into(),
-                    event_id: format!("evt_{i:032x}"),
-                    incident_id: format!("inc_{i:032x}"),
-                    job_id: Some(format!("job_{i:032x}")),
+                    event_id: format!("evt_{i:032x}").into(),
+                    incident_id: format!("inc_{i:032x}").into(),
+                    job_id: Some(format!("job_{i:032x}").into()),
                     shared_job: None,
                     deferred: false,
                     storm: false,
@@ -220,7 +220,8 @@ mod tests {
         let limit = 256 << 10;
         let parts = split(record(events(1_000)), limit);
         assert!(parts.len() > 1, "{} parts", parts.len());
-        let ids: Vec<String> = parts.iter().flat_map(|p| p.items.iter().map(|i| i.outcome.event_id.clone())).collect();
+        let ids: Vec<String> =
+            parts.iter().flat_map(|p| p.items.iter().map(|i| i.outcome.event_id.to_string())).collect();
         assert_eq!(ids, (0..1_000).map(|i| format!("evt_{i:032x}")).collect::<Vec<_>>(), "every event, in order");
         for (i, part) in parts.iter().enumerate() {
             assert_eq!(part.part, Some(Part { index: i as u32 + 1, of: parts.len() as u32 }));

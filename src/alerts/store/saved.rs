@@ -16,6 +16,7 @@ use crate::alerts::store::state::{
     Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job,
 };
 use crate::alerts::store::threads::Threads;
+use crate::ids::{IncidentId, JobId};
 use crate::journal::pace::Pace;
 use crate::journal::snapshot::Reader;
 use crate::journal::{self, Checkpoint, Journal, JournalOptions, Location, Opened, Record};
@@ -29,16 +30,16 @@ pub(crate) struct Saved {
     correlator: Correlator,
     events: Vec<(Id, Location, u32)>,
     jobs: BTreeMap<Id, JobSlot>,
-    resolved: VecDeque<String>,
+    resolved: VecDeque<IncidentId>,
     counters: BTreeMap<String, SourceCounters>,
     /// Absent in snapshots written before incident threads.
     #[serde(default)]
     threads: Threads,
     /// Absent in snapshots written before storm jobs.
     #[serde(default)]
-    storms: HashMap<String, u64>,
+    storms: HashMap<JobId, u64>,
     #[serde(default)]
-    storm_of: HashMap<String, String>,
+    storm_of: HashMap<String, JobId>,
 }
 
 /// The state as a snapshot writes it: borrowed, so nothing is copied.
@@ -48,11 +49,11 @@ pub(crate) struct SavedRef<'a> {
     #[serde(serialize_with = "stored_events")]
     events: &'a HashMap<Id, EventRef>,
     jobs: &'a BTreeMap<Id, JobSlot>,
-    resolved: &'a VecDeque<String>,
+    resolved: &'a VecDeque<IncidentId>,
     counters: &'a BTreeMap<String, SourceCounters>,
     threads: &'a Threads,
-    storms: &'a HashMap<String, u64>,
-    storm_of: &'a HashMap<String, String>,
+    storms: &'a HashMap<JobId, u64>,
+    storm_of: &'a HashMap<String, JobId>,
 }
 
 /// Events as `(id, location, item)`, the shape [`Saved`] reads.

@@ -21,6 +21,7 @@ use crate::alerts::intake::id::Id;
 use crate::alerts::store::job::{Job, JobStatus};
 use crate::alerts::store::record::BatchRecord;
 use crate::alerts::store::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
+use crate::ids::{IncidentId, JobId};
 use crate::journal::pace::Pace;
 use crate::journal::{Location, Record};
 
@@ -73,7 +74,7 @@ pub(crate) enum JobSlot {
         location: Location,
         status: JobStatus,
         namespace: String,
-        incident_id: String,
+        incident_id: IncidentId,
     },
     /// Pending or deferred and never attempted: everything else of the job is its default.
     Waiting(Waiting),
@@ -119,7 +120,7 @@ impl Waiting {
     }
 
     fn job(&self, id: &Id) -> Job {
-        let ids = [id.text(), self.incident.text(), self.event.text()];
+        let ids = (id.text().into(), self.incident.text().into(), self.event.text().into());
         Job::waiting(ids, self.namespace.to_string(), self.deferred, self.created.to_string(), self.updated.to_string())
     }
 }
@@ -177,7 +178,7 @@ pub(crate) struct State {
     pub(crate) events: HashMap<Id, EventRef>,
     pub(crate) jobs: BTreeMap<Id, JobSlot>,
     /// Resolved incidents, in the order they resolved.
-    pub(crate) resolved: VecDeque<String>,
+    pub(crate) resolved: VecDeque<IncidentId>,
     /// Per source `namespace/name`: events accepted, duplicates, deliveries rejected (this process).
     pub(crate) counters: BTreeMap<String, SourceCounters>,
     /// Jobs a worker may take (pending, or succeeded with notifications to send) by the time
@@ -201,9 +202,9 @@ pub(crate) struct State {
     /// Deferred jobs per source.
     pub(crate) deferred_by_source: HashMap<Arc<str>, usize>,
     /// Incidents each storm job that can still change stands for.
-    pub(crate) storms: HashMap<String, u64>,
+    pub(crate) storms: HashMap<JobId, u64>,
     /// The storm job of each source that has not started yet.
-    pub(crate) storm_of: HashMap<String, String>,
+    pub(crate) storm_of: HashMap<String, JobId>,
 }
 
 /// Where a deferred job waits: most severe first, then oldest, then by id.
@@ -268,7 +269,7 @@ pub(crate) fn apply_batch(state: &mut State, record: &Arc<BatchRecord>, at: Opti
                 state.storms.insert(job_id.clone(), 1);
                 state.storm_of.insert(source.clone(), job_id.clone());
             }
-            let ids = [job_id.clone(), outcome.incident_id.clone(), outcome.event_id.clone()];
+            let ids = (job_id.clone(), outcome.incident_id.clone(), outcome.event_id.clone());
             let job = Job::waiting(ids, record.namespace.clone(), outcome.deferred, now.to_string(), now.to_string());
             set_job(state, job, None);
         }
@@ -456,7 +457,7 @@ impl State {
     /// Returns how many incidents were forgotten.
     pub(crate) fn forget_before(&mut self, first_kept: u64) -> usize {
         let gone = |at: &EventAt| matches!(at, EventAt::Stored(l) if l.segment < first_kept);
-        let stale: Vec<String> = self
+        let stale: Vec<IncidentId> = self
             .resolved
             .iter()
             .filter(|id| {
@@ -521,9 +522,9 @@ pub(crate) fn apply(
                 let recorded = &item.outcome;
                 let storm = recorded.shared_job.as_deref().filter(|_| recorded.storm);
                 let outcome = state.correlator.ingest(&item.event, coalesce, storm, |kind| match kind {
-                    IdKind::Event => recorded.event_id.clone(),
-                    IdKind::Incident => recorded.incident_id.clone(),
-                    IdKind::Job => recorded.job_id.clone().unwrap_or_default(),
+                    IdKind::Event => recorded.event_id.to_string(),
+                    IdKind::Incident => recorded.incident_id.to_string(),
+                    IdKind::Job => recorded.job_id.as_deref().unwrap_or_default().to_string(),
                 });
                 let duplicate = matches!(outcome.decision, Decision::Duplicate { .. });
                 if outcome.event_id != recorded.event_id
@@ -532,7 +533,7 @@ pub(crate) fn apply(
                     || outcome.shared_job != recorded.shared_job
                     || duplicate != (recorded.status == "duplicate")
                 {
-                    return Err(RecordError::NotAsRecorded(recorded.event_id.clone()));
+                    return Err(RecordError::NotAsRecorded(recorded.event_id.to_string()));
                 }
             }
             apply_batch(state, &Arc::new(delivery), Some(record.location));
@@ -541,7 +542,7 @@ pub(crate) fn apply(
             let mut job: Job = serde_json::from_value(record.data.clone())?;
             let namespace = match state.jobs.get(&Id::new(&job.id)) {
                 Some(slot) => slot.namespace(),
-                None => return Err(RecordError::UnknownJob(job.id)),
+                None => return Err(RecordError::UnknownJob(job.id.into())),
             };
             if job.namespace.is_empty() {
                 job.namespace = namespace;
@@ -581,11 +582,11 @@ mod tests {
     #[test]
     fn a_job_that_has_not_started_reads_back_whole_from_its_compact_slot() {
         let mut state = State::default();
-        let ids = [
-            "job_0123456789abcdef0123456789abcdef".to_string(),
-            "inc_0123456789abcdef0123456789abcdef".to_string(),
-            "evt_0123456789abcdef0123456789abcdef".to_string(),
-        ];
+        let ids = (
+            "job_0123456789abcdef0123456789abcdef".into(),
+            "inc_0123456789abcdef0123456789abcdef".into(),
+            "evt_0123456789abcdef0123456789abcdef".into(),
+        );
         let created = "2026-12-03T10:00:00.123456789Z".to_string();
         let job = Job::waiting(ids, "ops".into(), true, created, "2026-12-03T10:00:01Z".into());
         set_job(&mut state, job.clone(), None);

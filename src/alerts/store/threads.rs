@@ -13,6 +13,7 @@
 //! resolved and until its outcome is recorded, so a restart sends what was not sent and
 //! never sends one twice.
 
+use crate::ids::IncidentId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,7 @@ pub(crate) const NOTICE: &str = "alerts.notice";
 /// `alerts.notified` data.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct NotifiedRecord {
-    pub(crate) incident_id: String,
+    pub(crate) incident_id: IncidentId,
     /// `namespace/name` of the NotificationReceiver.
     pub(crate) receiver: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,7 +38,7 @@ pub(crate) struct NotifiedRecord {
 /// `alerts.notice` data.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct NoticeRecord {
-    pub(crate) incident_id: String,
+    pub(crate) incident_id: IncidentId,
     pub(crate) delivery: Delivery,
 }
 
@@ -56,13 +57,13 @@ pub struct Told {
 #[derive(Default, Serialize, Deserialize)]
 pub(crate) struct Threads {
     /// incident → receiver → what it was told.
-    pub(crate) told: BTreeMap<String, BTreeMap<String, Told>>,
+    pub(crate) told: BTreeMap<IncidentId, BTreeMap<String, Told>>,
     /// (receiver, thread id) → incident.
     #[serde(skip)]
-    pub(crate) by_thread: HashMap<(String, String), String>,
+    pub(crate) by_thread: HashMap<(String, String), IncidentId>,
     /// Resolved incidents with a resolve notice not recorded yet.
     #[serde(skip)]
-    pub(crate) due: BTreeSet<String>,
+    pub(crate) due: BTreeSet<IncidentId>,
 }
 
 impl Threads {
@@ -87,14 +88,14 @@ impl Threads {
         let receiver = record.delivery.receiver.clone();
         entries.entry(receiver).or_default().resolve = Some(record.delivery);
         if entries.values().all(|t| t.resolve.is_some()) {
-            self.due.remove(&record.incident_id);
+            self.due.remove(record.incident_id.as_str());
         }
     }
 
     /// The incident resolved: its resolve notices are due to every receiver told about it.
     pub(crate) fn resolved(&mut self, incident_id: &str) {
         if self.told.get(incident_id).is_some_and(|e| e.values().any(|t| t.resolve.is_none())) {
-            self.due.insert(incident_id.to_string());
+            self.due.insert(incident_id.into());
         }
     }
 
@@ -128,7 +129,7 @@ impl Threads {
 /// A resolve notice to send: the incident, the receiver and the thread to reply in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DueNotice {
-    pub incident_id: String,
+    pub incident_id: IncidentId,
     /// `namespace/name`.
     pub receiver: String,
     pub thread_id: Option<String>,

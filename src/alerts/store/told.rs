@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use crate::alerts::store::job::Delivery;
 use crate::alerts::store::threads::{DueNotice, NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Told};
 use crate::alerts::store::{AlertStore, AlertStoreError};
+use crate::ids::IncidentId;
 
 impl AlertStore {
     /// The incident whose thread, in the receiver `namespace/receiver`, starts at the message
     /// (Telegram `message_id` as text) or post `thread_id` — for a bot to answer a follow-up
     /// in an incident's thread with the incident as context. `None` for any other message.
-    pub fn incident_for_thread(&self, namespace: &str, receiver: &str, thread_id: &str) -> Option<String> {
+    pub fn incident_for_thread(&self, namespace: &str, receiver: &str, thread_id: &str) -> Option<IncidentId> {
         let key = (format!("{namespace}/{receiver}"), thread_id.to_string());
         self.lock().threads.by_thread.get(&key).cloned()
     }
@@ -53,7 +54,7 @@ impl AlertStore {
         receiver: &str,
         thread_id: Option<String>,
     ) -> Result<(), AlertStoreError> {
-        let record = NotifiedRecord { incident_id: incident_id.to_string(), receiver: receiver.to_string(), thread_id };
+        let record = NotifiedRecord { incident_id: incident_id.into(), receiver: receiver.to_string(), thread_id };
         let data = serde_json::to_value(&record).unwrap_or_default();
         self.append(
             NOTIFIED,
@@ -72,7 +73,7 @@ impl AlertStore {
 
     /// Records the outcome of an incident's resolve notice to one receiver.
     pub async fn record_notice(&self, incident_id: &str, delivery: &Delivery) -> Result<(), AlertStoreError> {
-        let record = NoticeRecord { incident_id: incident_id.to_string(), delivery: delivery.clone() };
+        let record = NoticeRecord { incident_id: incident_id.into(), delivery: delivery.clone() };
         let data = serde_json::to_value(&record).unwrap_or_default();
         self.append(NOTICE, move |_| data, move |state| state.threads.noticed(record), |_, _| {}).await?;
         self.wake();

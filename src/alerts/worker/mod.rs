@@ -19,6 +19,7 @@ pub(in crate::alerts) mod outbox;
 pub mod request;
 pub mod source_status;
 
+use crate::ids::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,7 +97,7 @@ pub struct Worker {
     pub(super) board: StatusBoard,
     pub(super) client: reqwest::Client,
     pub(super) settings: WorkerSettings,
-    active: Mutex<BTreeSet<String>>,
+    active: Mutex<BTreeSet<JobId>>,
     /// Jobs in a row whose state could not be recorded.
     store_failures: AtomicU32,
     /// The time routing (quiet windows) looks at.
@@ -192,7 +193,7 @@ impl Worker {
         tasks.abort_all();
     }
 
-    fn active_jobs(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+    fn active_jobs(&self) -> std::sync::MutexGuard<'_, BTreeSet<JobId>> {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -216,7 +217,7 @@ impl Worker {
         let (mut recovered, mut completed) = (0, 0);
         for mut job in running {
             let mut succeeded = None;
-            for run in runs_of.remove(&job.id).unwrap_or_default() {
+            for run in runs_of.remove(job.id.as_str()).unwrap_or_default() {
                 let id = run.id.to_string();
                 job.attach_runs([id.clone()]);
                 if let (RunStatus::Succeeded, Some(result)) = (run.status, run.investigation) {
