@@ -3,7 +3,7 @@
 //! Every bound here includes the marker, so a caller's limit is the real limit.
 
 /// The marker most outputs use.
-pub const ELLIPSIS: &str = "...";
+pub(crate) const ELLIPSIS: &str = "...";
 
 /// The longest prefix of `s` with at most `max` characters (no marker).
 pub fn prefix_chars(s: &str, max: usize) -> &str {
@@ -15,7 +15,7 @@ pub fn prefix_chars(s: &str, max: usize) -> &str {
 
 /// The longest prefix of `s` with at most `max` bytes that ends on a character
 /// boundary (no marker).
-pub fn prefix_bytes(s: &str, max: usize) -> &str {
+pub(crate) fn prefix_bytes(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -45,7 +45,7 @@ pub fn truncate_chars(s: &str, max: usize, marker: &str) -> String {
 
 /// `s` when it has at most `max` bytes; otherwise a prefix cut on a character
 /// boundary followed by `marker`, at most `max` bytes in all.
-pub fn truncate_bytes(s: &str, max: usize, marker: &str) -> String {
+pub(crate) fn truncate_bytes(s: &str, max: usize, marker: &str) -> String {
     if s.len() <= max {
         return s.to_owned();
     }

@@ -3,16 +3,16 @@
 //! the Catalog. Domain modules never import this layer; `cli` calls it.
 
 pub mod anchor;
-pub mod ask;
-pub mod assemble;
+pub(crate) mod ask;
+pub(crate) mod assemble;
 pub mod bots;
 pub mod change;
-pub mod kube_tools;
-pub mod leader;
-pub mod live;
-pub mod narrow;
+pub(crate) mod kube_tools;
+pub(crate) mod leader;
+pub(crate) mod live;
+pub(crate) mod narrow;
 pub mod policy;
-pub mod process;
-pub mod serve;
-pub mod sources;
+pub(crate) mod process;
+pub(crate) mod serve;
+pub(crate) mod sources;
 pub mod workspaces;

@@ -25,9 +25,9 @@ use crate::journal::{Journal, JournalError, Record};
 use crate::text;
 
 pub use id::{InvalidRunId, RunId};
-pub use reads::ReadRecord;
+pub(crate) use reads::ReadRecord;
 use replay::Facts;
-pub use replay::RecordError;
+pub(crate) use replay::RecordError;
 pub use storage::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
 use storage::{InFlight, Live};
 

@@ -8,9 +8,9 @@
 //! of those traits; messages reach the gateway through [`Gateway::submit`].
 
 pub mod commands;
-pub mod gateway;
-pub mod host;
-pub mod ingress;
+pub(crate) mod gateway;
+pub(crate) mod host;
+pub(crate) mod ingress;
 pub mod sessions;
 
 pub use commands::Command;

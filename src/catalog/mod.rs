@@ -3,13 +3,13 @@
 //! Catalog at the start of their work and keep that `Arc` for its duration.
 
 pub mod directory;
-pub mod facts;
-pub mod manifest;
+pub(crate) mod facts;
+pub(crate) mod manifest;
 pub mod merge;
 pub mod policy;
-pub mod problem_log;
+pub(crate) mod problem_log;
 pub mod readiness;
-pub mod scan;
+pub(crate) mod scan;
 pub mod secrets;
 pub mod skills_dir;
 pub mod status;

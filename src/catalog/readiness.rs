@@ -8,7 +8,7 @@ use crate::resources::common::secret_refs;
 use crate::resources::{Kind, Resource};
 
 /// Condition types.
-pub mod conditions {
+pub(crate) mod conditions {
     /// Whether the object works: valid, its secrets resolve and its live check passed.
     pub const READY: &str = crate::resources::common::READY;
     /// Whether every secret reference of the object resolves now.
@@ -28,7 +28,7 @@ pub mod conditions {
 
 /// Condition reasons. `Ready` carries the reason of the first condition that is
 /// not good (validation first, then secrets, then the live check).
-pub mod reasons {
+pub(crate) mod reasons {
     /// `Ready=True`: the object works.
     pub const READY: &str = "Ready";
     /// The newest version is invalid (the message lists every problem).
@@ -90,11 +90,8 @@ pub mod reasons {
     pub const SANDBOX_UNAVAILABLE: &str = "SandboxUnavailable";
     /// A URL the object declares may be reached under the egress policy.
     pub const EGRESS_ALLOWED: &str = "EgressAllowed";
-    /// A URL the object declares leads where the egress policy refuses (`egress_allow`).
-    pub const EGRESS_NOT_ALLOWED: &str = crate::egress::EGRESS_NOT_ALLOWED;
-    /// A credential the object declares would travel over plain http to a host
-    /// `cleartext_credential_hosts` does not name.
-    pub const CLEARTEXT_CREDENTIAL: &str = crate::egress::CLEARTEXT_CREDENTIAL;
+    // A URL leading where the egress policy refuses, or a credential over plain http: the
+    // reasons `crate::egress::EGRESS_NOT_ALLOWED` and `crate::egress::CLEARTEXT_CREDENTIAL`.
 }
 
 /// The live check a kind has: its condition type and the reason shown until the

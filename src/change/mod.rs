@@ -19,20 +19,20 @@
 //! * [`service`]: the preview and apply Runs that tie the parts together.
 
 mod answer;
-pub mod apply;
+pub(crate) mod apply;
 pub mod approvals;
-pub mod diff;
-pub mod discovery;
-pub mod edits;
+pub(crate) mod diff;
+pub(crate) mod discovery;
+pub(crate) mod edits;
 mod error;
 pub mod git;
-pub mod paths;
+pub(crate) mod paths;
 mod preview;
-pub mod proposal;
+pub(crate) mod proposal;
 mod record;
 pub mod sandbox;
 pub mod service;
-pub mod snapshot;
+pub(crate) mod snapshot;
 #[cfg(test)]
 mod testing;
 mod types;
@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use error::ChangeError;
+pub(crate) use error::ChangeError;
 
 /// Most files a snapshot holds.
 pub const MAX_FILES: usize = 32;

@@ -19,13 +19,6 @@ pub struct Snapshot {
     pub files: Vec<SourceFile>,
 }
 
-impl Snapshot {
-    /// Bytes of the request plus every file's content (bounded by [`MAX_SNAPSHOT_BYTES`]).
-    pub fn bytes(&self) -> usize {
-        self.request.len() + self.files.iter().map(|f| f.content.len()).sum::<usize>()
-    }
-}
-
 /// Why a snapshot cannot be loaded. Each message says which path and which rule.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -180,6 +173,14 @@ pub fn load(root: &Path, request: &str, paths: &[String]) -> Result<Snapshot, Sn
         files.push(file);
     }
     Ok(Snapshot { request: request.to_owned(), files })
+}
+
+#[cfg(test)]
+impl Snapshot {
+    /// Bytes of the request plus every file's content (bounded by [`MAX_SNAPSHOT_BYTES`]).
+    pub(crate) fn bytes(&self) -> usize {
+        self.request.len() + self.files.iter().map(|f| f.content.len()).sum::<usize>()
+    }
 }
 
 #[cfg(test)]

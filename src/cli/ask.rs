@@ -14,7 +14,7 @@ use crate::engine::request::RunOutcome;
 /// environment variable and default); every other setting comes from `--config` or
 /// its `AKRITAS_*` variable, as for `serve`.
 #[derive(clap::Args, Debug, Default, Clone)]
-pub struct AskFlags {
+pub(crate) struct AskFlags {
     #[arg(long, value_name = "PATH", help = config::config_flag_help())]
     config: Option<std::path::PathBuf>,
     #[arg(long, value_name = "URL", help = config::flag_help_for("base_url"))]

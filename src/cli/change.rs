@@ -16,7 +16,7 @@ const DEFAULT_KEY_ENV: &str = "AKRITAS_API_KEY";
 
 /// `change` arguments.
 #[derive(Args, Debug)]
-pub struct ChangeArgs {
+pub(crate) struct ChangeArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: ChangeCommand,
@@ -33,7 +33,7 @@ pub struct ChangeArgs {
 
 /// `change` subcommands.
 #[derive(Subcommand, Debug)]
-pub enum ChangeCommand {
+pub(crate) enum ChangeCommand {
     /// Prepare a change (never writes): proposal, host-built diff, validators, approval id.
     Simulate {
         /// Workspace name.

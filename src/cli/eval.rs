@@ -14,7 +14,7 @@ use crate::eval::{SuiteOptions, failures, load_dir, run_suite, table};
 
 /// `eval` arguments.
 #[derive(Args, Debug)]
-pub struct EvalArgs {
+pub(crate) struct EvalArgs {
     /// Directory of case files (`*.yaml`, `*.yml`, `*.json`).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,

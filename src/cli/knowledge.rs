@@ -13,7 +13,7 @@ use crate::knowledge::index::{self, ChunkingParams, KnowledgeIndex, ListFilter};
 
 /// `corpus` arguments.
 #[derive(Args, Debug)]
-pub struct CorpusArgs {
+pub(crate) struct CorpusArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: CorpusCommand,
@@ -21,14 +21,14 @@ pub struct CorpusArgs {
 
 /// Corpus subcommands.
 #[derive(Subcommand, Debug)]
-pub enum CorpusCommand {
+pub(crate) enum CorpusCommand {
     /// Import local files (runbooks, docs, code) into a corpus directory.
     Import(ImportArgs),
 }
 
 /// `corpus import` arguments.
 #[derive(Args, Debug)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     /// Directory to import (searched recursively; symlinks never lead outside it).
     #[arg(long, value_name = "DIR")]
     pub input: PathBuf,
@@ -62,7 +62,7 @@ pub struct ImportArgs {
 
 /// `index` arguments.
 #[derive(Args, Debug)]
-pub struct IndexArgs {
+pub(crate) struct IndexArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: IndexCommand,
@@ -70,7 +70,7 @@ pub struct IndexArgs {
 
 /// Index subcommands.
 #[derive(Subcommand, Debug)]
-pub enum IndexCommand {
+pub(crate) enum IndexCommand {
     /// Build a search index from a corpus (or directly from a directory of files).
     Build(BuildArgs),
     /// Search the index; one result per document, best first.
@@ -84,7 +84,7 @@ pub enum IndexCommand {
 /// `index build` arguments.
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("from").required(true).args(["corpus", "input"])))]
-pub struct BuildArgs {
+pub(crate) struct BuildArgs {
     /// Corpus directory written by `corpus import`.
     #[arg(long, value_name = "DIR")]
     pub corpus: Option<PathBuf>,
@@ -111,7 +111,7 @@ pub struct BuildArgs {
 
 /// `index search` arguments.
 #[derive(Args, Debug)]
-pub struct SearchArgs {
+pub(crate) struct SearchArgs {
     /// Free-text query.
     #[arg(value_name = "QUERY")]
     pub query: String,
@@ -128,7 +128,7 @@ pub struct SearchArgs {
 
 /// `index inspect` arguments.
 #[derive(Args, Debug)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// Index directory.
     #[arg(long, value_name = "DIR")]
     pub index: PathBuf,
@@ -139,7 +139,7 @@ pub struct InspectArgs {
 
 /// `index list` arguments.
 #[derive(Args, Debug)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Index directory.
     #[arg(long, value_name = "DIR")]
     pub index: PathBuf,

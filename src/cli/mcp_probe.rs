@@ -21,7 +21,7 @@ const NAMESPACE: &str = "probe";
 
 /// `mcp probe` arguments.
 #[derive(Args, Debug)]
-pub struct McpProbeArgs {
+pub(crate) struct McpProbeArgs {
     /// Streamable HTTP endpoint of the MCP server, e.g. `http://127.0.0.1:8080/mcp`.
     #[arg(value_name = "URL")]
     pub url: String,

@@ -1,14 +1,14 @@
 //! The `akritas` command line: parse, dispatch, print.
 
-pub mod ask;
-pub mod change;
+pub(crate) mod ask;
+pub(crate) mod change;
 pub mod crds;
-pub mod eval;
-pub mod knowledge;
-pub mod mcp_probe;
-pub mod run;
-pub mod serve;
-pub mod validate;
+pub(crate) mod eval;
+pub(crate) mod knowledge;
+pub(crate) mod mcp_probe;
+pub(crate) mod run;
+pub(crate) mod serve;
+pub(crate) mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,7 +20,7 @@ use crate::config::ServeFlags;
 /// Akritas: a self-hosted, Kubernetes-native operations assistant.
 #[derive(Parser, Debug)]
 #[command(name = "akritas", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -28,7 +28,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the host: HTTP API, resource watch, alerts, bots, Runs and the change pipeline.
     Serve(Box<ServeFlags>),
     /// Ask one question: a single Run in-process, printed with its tools and budget.
@@ -59,7 +59,7 @@ pub enum Command {
 
 /// `ask` arguments.
 #[derive(Args, Debug)]
-pub struct AskArgs {
+pub(crate) struct AskArgs {
     /// The question.
     #[arg(value_name = "QUESTION")]
     pub question: String,
@@ -73,7 +73,7 @@ pub struct AskArgs {
 
 /// `audit` arguments.
 #[derive(Args, Debug)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: AuditCommand,
@@ -81,7 +81,7 @@ pub struct AuditArgs {
 
 /// Audit subcommands.
 #[derive(Subcommand, Debug)]
-pub enum AuditCommand {
+pub(crate) enum AuditCommand {
     /// Verify an audit journal (or an alert journal) without changing it: the hash chain, then the same
     /// replay `serve` runs at start (event order, Run lifecycle, evidence; correlation for alerts); exit 1
     /// when either fails.
@@ -102,7 +102,7 @@ pub enum AuditCommand {
 
 /// `validate` arguments.
 #[derive(Args, Debug)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// Directories of manifests (YAML or JSON, searched recursively).
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
@@ -114,7 +114,7 @@ pub struct ValidateArgs {
 
 /// `crds` arguments.
 #[derive(Args, Debug)]
-pub struct CrdsArgs {
+pub(crate) struct CrdsArgs {
     /// Write one file per CRD into this directory instead of printing.
     #[arg(long, value_name = "DIR", conflicts_with = "check")]
     pub output_dir: Option<PathBuf>,
@@ -125,7 +125,7 @@ pub struct CrdsArgs {
 
 /// `mcp` arguments.
 #[derive(Args, Debug)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// Which server.
     #[command(subcommand)]
     pub server: McpServer,
@@ -133,7 +133,7 @@ pub struct McpArgs {
 
 /// Bundled MCP servers.
 #[derive(Subcommand, Debug)]
-pub enum McpServer {
+pub(crate) enum McpServer {
     /// Read-only VictoriaMetrics tools over stdio (or streamable HTTP with --listen).
     Victoriametrics(crate::victoriametrics::VictoriaMetricsArgs),
     /// Connect Akritas' MCP client to a streamable HTTP server, list its tools, optionally call one.

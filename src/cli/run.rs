@@ -17,7 +17,7 @@ use crate::replay::{Case, ReplayOutcome, SkillSource};
 
 /// `run` arguments.
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: RunCommand,
@@ -25,7 +25,7 @@ pub struct RunArgs {
 
 /// `run` subcommands.
 #[derive(Subcommand, Debug)]
-pub enum RunCommand {
+pub(crate) enum RunCommand {
     /// Export a finished Run as a case (JSON) through a running host's API.
     Export(ExportArgs),
     /// Replay a case against a model, tools answered from the recording.
@@ -34,7 +34,7 @@ pub enum RunCommand {
 
 /// `run export` arguments.
 #[derive(Args, Debug)]
-pub struct ExportArgs {
+pub(crate) struct ExportArgs {
     /// The Run id (`run_…`).
     pub id: String,
     /// Base URL of the Akritas host.
@@ -56,7 +56,7 @@ pub struct ExportArgs {
 
 /// `run replay` arguments.
 #[derive(Args, Debug)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// The case file (JSON or YAML).
     #[arg(value_name = "CASE")]
     pub case: PathBuf,

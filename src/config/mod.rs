@@ -51,10 +51,10 @@ pub use file::{FILE_VERSION, MAX_FILE_BYTES};
 pub use types::{ApiKeyRef, LogFormat, SandboxMode, Scope};
 
 /// Environment variable naming the config file when `--config` is absent.
-pub const CONFIG_ENV: &str = "AKRITAS_CONFIG";
+pub(crate) const CONFIG_ENV: &str = "AKRITAS_CONFIG";
 
 /// Prefix of all setting environment variables.
-pub const ENV_PREFIX: &str = "AKRITAS_";
+pub(crate) const ENV_PREFIX: &str = "AKRITAS_";
 
 /// The sections of the config file, in the order the reference lists them; each setting
 /// belongs to one ([`section_of`]).
@@ -63,28 +63,28 @@ pub const SECTIONS: [&str; 9] =
 
 /// Defaults that a lower layer's own settings also start from (its `Default`, for tests and
 /// callers without a configuration): declared here once.
-pub mod defaults {
+pub(crate) mod defaults {
     use std::time::Duration;
 
     /// `mcp_max_sessions`.
-    pub const MCP_MAX_SESSIONS: u32 = 64;
+    pub(crate) const MCP_MAX_SESSIONS: u32 = 64;
     /// `mcp_max_sessions_per_key`.
-    pub const MCP_MAX_SESSIONS_PER_KEY: u32 = 16;
+    pub(crate) const MCP_MAX_SESSIONS_PER_KEY: u32 = 16;
     /// `mcp_session_idle_timeout`.
-    pub const MCP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    pub(crate) const MCP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
     /// `alert_source_rate`.
-    pub const ALERT_SOURCE_RATE: u32 = 60;
+    pub(crate) const ALERT_SOURCE_RATE: u32 = 60;
     /// `alert_pending_jobs`.
-    pub const ALERT_PENDING_JOBS: u32 = 1000;
+    pub(crate) const ALERT_PENDING_JOBS: u32 = 1000;
     /// `alert_deferred_jobs`.
-    pub const ALERT_DEFERRED_JOBS: u32 = 100;
+    pub(crate) const ALERT_DEFERRED_JOBS: u32 = 100;
 }
 
 /// Port `serve` listens on by default.
-pub const DEFAULT_PORT: u16 = 8090;
+pub(crate) const DEFAULT_PORT: u16 = 8090;
 /// The base URL of a host `serve` started with its default address: what every client command
 /// (`akritas change`, `akritas run export`) talks to unless told otherwise.
-pub const DEFAULT_API_URL: &str = "http://127.0.0.1:8090";
+pub(crate) const DEFAULT_API_URL: &str = "http://127.0.0.1:8090";
 
 /// The environment variable for setting `key`: `AKRITAS_` + upper snake case.
 pub fn env_var_name(key: &str) -> String {
@@ -97,7 +97,7 @@ fn flag_help(description: &str, env: &str, default: &str) -> String {
 }
 
 /// Help line of `--config`.
-pub fn config_flag_help() -> String {
+pub(crate) fn config_flag_help() -> String {
     flag_help("Strict JSON config file", CONFIG_ENV, "none")
 }
 

@@ -56,7 +56,7 @@ macro_rules! settings_table {
 
         /// The help line of setting `key`'s flag as `akritas serve --help` prints it:
         /// description, environment variable and built-in default (empty for an unknown key).
-        pub fn flag_help_for(key: &str) -> String {
+        pub(crate) fn flag_help_for(key: &str) -> String {
             match key {
                 $( stringify!($key) => flag_help(
                     concat!($($doc),*),

@@ -23,7 +23,7 @@ impl Scope {
     pub const ALL: [Scope; 4] = [Scope::Metrics, Scope::Read, Scope::Chat, Scope::Admin];
 
     /// The config spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scope::Metrics => "metrics",
             Scope::Read => "read",
@@ -79,7 +79,7 @@ pub enum LogFormat {
 
 impl LogFormat {
     /// The config spelling: `text` or `json`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LogFormat::Text => "text",
             LogFormat::Json => "json",

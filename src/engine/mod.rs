@@ -3,11 +3,11 @@
 //! sit beside the steps of a Run, its audit bookkeeping and the structuring call.
 
 pub mod budget;
-pub mod context;
+pub(crate) mod context;
 pub mod conversation;
-pub mod fit;
-pub mod instructions;
-pub mod knowledge_tools;
+pub(crate) mod fit;
+pub(crate) mod instructions;
+pub(crate) mod knowledge_tools;
 pub mod plan;
 mod planning;
 pub mod progress;
@@ -15,7 +15,7 @@ pub mod record;
 pub mod request;
 pub mod retrieval;
 pub mod run;
-pub mod skills;
+pub(crate) mod skills;
 mod state;
 mod steps;
 mod structuring;

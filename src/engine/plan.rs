@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 mod room;
-pub use room::plan_grammar;
+pub(crate) use room::plan_grammar;
 
 /// Host name of the plan tool.
 pub const PLAN_TOOL: &str = "local.investigation.submit_plan";

@@ -2,8 +2,8 @@
 //! against a model with tools answered from each case's recording, every
 //! expectation checked, a table per case and the totals.
 
-pub mod check;
-pub mod suite;
+pub(crate) mod check;
+pub(crate) mod suite;
 
 use std::fmt::Write;
 

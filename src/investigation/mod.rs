@@ -10,7 +10,7 @@
 pub mod quote;
 mod room;
 
-pub use room::result_grammar;
+pub(crate) use room::result_grammar;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -18,11 +18,11 @@
 //! * [`verify`] checks a file without modifying it (`akritas audit verify PATH`).
 
 mod chain;
-pub mod durable;
+pub(crate) mod durable;
 mod error;
 mod format;
 mod keyed;
-pub mod pace;
+pub(crate) mod pace;
 mod scan;
 mod segments;
 pub mod snapshot;

@@ -121,7 +121,8 @@ impl Pace {
     }
 
     /// Whether a snapshot is being written.
-    pub fn saving(&self) -> bool {
+    #[cfg(test)]
+    fn saving(&self) -> bool {
         self.saving
     }
 

@@ -1,8 +1,8 @@
 //! Local knowledge: importing runbooks and docs into a corpus, chunking, and BM25 search.
 
 pub mod bases;
-pub mod chunk;
-pub mod corpus;
+pub(crate) mod chunk;
+pub(crate) mod corpus;
 pub mod index;
 
 pub use chunk::{Chunk, chunks};

@@ -8,15 +8,15 @@
 //! only read what that Run's namespace may read. Every output is redacted by
 //! [`redact::scrub`] and says what was redacted.
 
-pub mod access;
-pub mod api;
+pub(crate) mod access;
+pub(crate) mod api;
 mod changes;
 mod events;
 mod logs;
 mod nodes;
 mod objects;
 mod pods;
-pub mod redact;
+pub(crate) mod redact;
 mod rollouts;
 
 use std::collections::BTreeMap;

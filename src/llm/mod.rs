@@ -16,14 +16,14 @@
 mod client;
 mod discovery;
 mod error;
-pub mod grammar;
+pub(crate) mod grammar;
 mod learned;
 mod protocol;
-pub mod reasoning;
+pub(crate) mod reasoning;
 mod server;
 mod stream;
 pub mod structured;
-pub mod window;
+pub(crate) mod window;
 mod wire;
 
 pub(crate) use client::record_call as record_model_call;
@@ -33,7 +33,7 @@ pub use error::{EXCERPT_MAX_CHARS, LlmError};
 pub use learned::{ModelFacts, flatten};
 pub use server::{ServerFacts, ServerKind};
 pub use stream::{ChatStream, SseParser, StreamAccumulator, StreamEvent, collect};
-pub use window::{ContextWindow, WindowSource};
+pub(crate) use window::{ContextWindow, WindowSource};
 pub use wire::{
     ChatRequest, ChatResponse, FunctionCall, FunctionDefinition, Message, Role, ToolCall, ToolChoice, ToolDefinition,
     Usage,

@@ -26,10 +26,10 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in fallback order.
-    pub const ALL: [Mode; 4] = [Mode::ToolCall, Mode::JsonSchema, Mode::JsonObject, Mode::Text];
+    pub(crate) const ALL: [Mode; 4] = [Mode::ToolCall, Mode::JsonSchema, Mode::JsonObject, Mode::Text];
 
     /// Its setting value (`tool_call`, `json_schema`, `json_object`, `text`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::ToolCall => "tool_call",
             Mode::JsonSchema => "json_schema",
@@ -67,7 +67,7 @@ impl fmt::Display for Mode {
 
 impl Protocol {
     /// Its setting value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Protocol::Auto => "auto",
             Protocol::Fixed(mode) => mode.as_str(),

@@ -321,7 +321,7 @@ mod tests {
             json!(["mcp", "victoriametrics", "--base-url=http://[fd00:ec2::254]/"]),
         ] {
             let (reason, message) = refused(stdio(json!({"command": "akritas", "args": metadata})), None);
-            assert_eq!(reason, reasons::EGRESS_NOT_ALLOWED, "{message}");
+            assert_eq!(reason, crate::egress::EGRESS_NOT_ALLOWED, "{message}");
         }
         // Working directories: standalone and under a resource directory only.
         let outside = json!({"command": "/usr/bin/mcp-vm", "workingDir": "/etc"});

@@ -4,9 +4,9 @@
 
 pub mod chat;
 pub mod deliver;
-pub mod message;
-pub mod routing;
-pub mod thread;
+pub(crate) mod message;
+pub(crate) mod routing;
+pub(crate) mod thread;
 
 pub use deliver::{
     DeliveryError, DeliveryOutcome, Payload, RetryPolicy, TELEGRAM_DEFAULT_BASE_URL, Target, deliver, deliver_all,

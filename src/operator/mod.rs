@@ -2,14 +2,14 @@
 //! resources (validated exactly as in standalone mode), secrets from Kubernetes
 //! Secrets, and every object's status is written back.
 
-pub mod api;
-pub mod backoff;
-pub mod leader;
+pub(crate) mod api;
+pub(crate) mod backoff;
+pub(crate) mod leader;
 pub mod projection;
-pub mod requests;
-pub mod secrets;
-pub mod source;
-pub mod status;
+pub(crate) mod requests;
+pub(crate) mod secrets;
+pub(crate) mod source;
+pub(crate) mod status;
 
 #[cfg(test)]
 pub(crate) mod mock {
@@ -21,7 +21,7 @@ pub(crate) mod mock {
     use serde_json::Value;
 
     /// One expected call: method, path prefix, answer status and body.
-    pub struct Expect {
+    pub(crate) struct Expect {
         pub method: &'static str,
         pub path: String,
         pub status: u16,
@@ -30,7 +30,7 @@ pub(crate) mod mock {
 
     /// A request the mocked server received.
     #[derive(Debug)]
-    pub struct Seen {
+    pub(crate) struct Seen {
         /// Path and query.
         pub uri: String,
         /// The JSON body (`Null` when there is none).
@@ -39,7 +39,7 @@ pub(crate) mod mock {
 
     /// A client whose requests are answered by `script`; the returned task fails if a
     /// request differs from the script, and yields the requests in order.
-    pub fn client(script: Vec<Expect>) -> (kube::Client, tokio::task::JoinHandle<Vec<Seen>>) {
+    pub(crate) fn client(script: Vec<Expect>) -> (kube::Client, tokio::task::JoinHandle<Vec<Seen>>) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let task = tokio::spawn(async move {
             let mut seen = Vec::new();
@@ -71,7 +71,7 @@ pub(crate) mod mock {
     /// A client served by `answer`, called with each request's method and URI (path
     /// and query): `Some((status, body))` answers, `None` keeps the request open (a
     /// watch that sees no change). The task ends when the client is dropped.
-    pub fn api_server(
+    pub(crate) fn api_server(
         answer: impl Fn(&str, &str) -> Option<(u16, Value)> + Send + 'static,
     ) -> (kube::Client, tokio::task::JoinHandle<()>) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
@@ -95,7 +95,7 @@ pub(crate) mod mock {
     }
 
     /// A Kubernetes `Status` failure body.
-    pub fn status(code: u16, reason: &str) -> Value {
+    pub(crate) fn status(code: u16, reason: &str) -> Value {
         serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason,
                            "reason": reason, "code": code})
     }

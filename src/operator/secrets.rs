@@ -63,7 +63,8 @@ impl KubeSecrets {
     }
 
     /// Number of Secrets cached.
-    pub fn cached(&self) -> usize {
+    #[cfg(test)]
+    fn cached(&self) -> usize {
         self.cache().len()
     }
 

@@ -4,11 +4,11 @@
 //! version, with tools answered from the recording: offline and deterministic on
 //! the tool side.
 
-pub mod case;
-pub mod export;
-pub mod protocol;
-pub mod recorded;
-pub mod run;
+pub(crate) mod case;
+pub(crate) mod export;
+pub(crate) mod protocol;
+pub(crate) mod recorded;
+pub(crate) mod run;
 
 pub use case::{Case, CaseError};
 pub use export::{ExportCatalog, ExportError, export};

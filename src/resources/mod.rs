@@ -4,19 +4,19 @@
 // kube-derive's repeated `printcolumn(...)` arguments look like duplicated attributes to clippy.
 #![allow(clippy::duplicated_attributes)]
 
-pub mod alert_source;
-pub mod common;
-pub mod field_error;
-pub mod incident;
-pub mod knowledge_base;
+pub(crate) mod alert_source;
+pub(crate) mod common;
+pub(crate) mod field_error;
+pub(crate) mod incident;
+pub(crate) mod knowledge_base;
 pub mod mcp_adapter;
 pub mod notification_receiver;
-pub mod run;
-pub mod schema_check;
-pub mod semantic;
-pub mod skill;
+pub(crate) mod run;
+pub(crate) mod schema_check;
+pub(crate) mod semantic;
+pub(crate) mod skill;
 pub mod validate;
-pub mod validator_profile;
+pub(crate) mod validator_profile;
 pub mod workspace;
 
 use std::sync::OnceLock;
@@ -26,15 +26,15 @@ use kube::CustomResourceExt;
 use kube::core::ObjectMeta;
 use serde_json::Value;
 
-pub use alert_source::AlertSource;
-pub use incident::Incident;
-pub use knowledge_base::KnowledgeBase;
-pub use mcp_adapter::McpAdapter;
-pub use notification_receiver::NotificationReceiver;
-pub use run::Run;
-pub use skill::Skill;
-pub use validator_profile::ValidatorProfile;
-pub use workspace::Workspace;
+pub(crate) use alert_source::AlertSource;
+pub(crate) use incident::Incident;
+pub(crate) use knowledge_base::KnowledgeBase;
+pub(crate) use mcp_adapter::McpAdapter;
+pub(crate) use notification_receiver::NotificationReceiver;
+pub(crate) use run::Run;
+pub(crate) use skill::Skill;
+pub(crate) use validator_profile::ValidatorProfile;
+pub(crate) use workspace::Workspace;
 
 /// API group of every Akritas resource.
 pub const GROUP: &str = "akritas.io";

@@ -7,7 +7,7 @@ use std::fmt;
 use kube::core::cel::Validator;
 use serde_json::Value;
 
-pub use super::field_error::FieldError;
+pub(crate) use super::field_error::FieldError;
 use super::{API_VERSION, Kind, Resource, schema_check, semantic};
 
 /// Longest Akritas resource name (a DNS-1123 label: names become tool namespaces,

@@ -15,14 +15,14 @@ use super::client::{Auth, VmClient, VmClientConfig, VmError, parse_base_url};
 use super::server::VictoriaMetricsServer;
 
 /// Default `--max-response-bytes` (4 MiB).
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// Smallest accepted `--max-response-bytes`.
 pub const MIN_MAX_RESPONSE_BYTES: usize = 1024;
 /// Largest accepted `--max-response-bytes` (6 MiB; the result is sent twice — structured and as
 /// text — and must stay below rmcp's 16 MiB stdio line limit).
 pub const MAX_MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 /// Largest accepted `--timeout`.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A flag of `akritas mcp victoriametrics` that cannot be used, or a server that
 /// could not start; each message names the flag or step to fix.
@@ -74,7 +74,7 @@ pub enum ServeError {
 
 /// `akritas mcp victoriametrics`: a read-only MCP server for VictoriaMetrics.
 #[derive(Debug, Clone, clap::Args)]
-pub struct VictoriaMetricsArgs {
+pub(crate) struct VictoriaMetricsArgs {
     /// VictoriaMetrics read API root (the part before `/api/v1`), e.g. `http://vmselect:8481/select/0/prometheus`.
     /// Its query string (e.g. `?extra_label=env=prod`) is kept and sent with every request.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8428/prometheus")]
@@ -120,7 +120,7 @@ pub struct VictoriaMetricsArgs {
 }
 
 /// Parses `30s`, `1500ms`, `2m`, `1h` or a bare number of seconds.
-pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     let s = raw.trim();
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
     let (num, unit) = s.split_at(split);

@@ -4,10 +4,10 @@
 //! * [`server`]: the rmcp server with the tools `query`, `query_range`, `series`, `labels`, `label_values`.
 //! * [`args`]: CLI flags ([`VictoriaMetricsArgs`]) and [`run`].
 
-pub mod args;
-pub mod client;
-pub mod server;
+pub(crate) mod args;
+pub(crate) mod client;
+pub(crate) mod server;
 
-pub use args::{VictoriaMetricsArgs, run};
+pub(crate) use args::{VictoriaMetricsArgs, run};
 pub use client::{Auth, Endpoint, VmClient, VmClientConfig, VmError};
 pub use server::VictoriaMetricsServer;

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "Turn")]
 #[allow(dead_code)]
-pub struct TurnSchema {
+pub(crate) struct TurnSchema {
     /// Who wrote it.
     role: SpeakerSchema,
     /// Text (not blank).
@@ -35,7 +35,7 @@ enum SpeakerSchema {
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "BudgetLimits")]
 #[allow(dead_code)]
-pub struct BudgetLimitsSchema {
+pub(crate) struct BudgetLimitsSchema {
     /// Wall time in milliseconds.
     max_duration_ms: u64,
     /// Model requests.
@@ -56,7 +56,7 @@ pub struct BudgetLimitsSchema {
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "BudgetUsage")]
 #[allow(dead_code)]
-pub struct BudgetUsageSchema {
+pub(crate) struct BudgetUsageSchema {
     /// Elapsed milliseconds.
     duration_ms: u64,
     /// Model requests made.
@@ -81,7 +81,7 @@ pub struct BudgetUsageSchema {
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "CapabilityGap")]
 #[allow(dead_code)]
-pub struct CapabilityGapSchema {
+pub(crate) struct CapabilityGapSchema {
     /// The step.
     step: String,
     /// Dot-separated capability id, for example `kubernetes.pods.logs`.
@@ -95,7 +95,7 @@ pub struct CapabilityGapSchema {
 #[derive(JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "ContextCuts")]
 #[allow(dead_code)]
-pub struct ContextCutsSchema {
+pub(crate) struct ContextCutsSchema {
     /// The smallest window, in tokens, the requests were fitted to.
     window: Option<u32>,
     /// Requests that were cut.

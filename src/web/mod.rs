@@ -1,21 +1,21 @@
 //! The HTTP surface (axum): health, the resource view and, behind API-key auth,
 //! everything under `/api` and `/v1`.
 
-pub mod alerts;
+pub(crate) mod alerts;
 pub mod auth;
-pub mod body;
-pub mod bots;
-pub mod change;
+pub(crate) mod body;
+pub(crate) mod bots;
+pub(crate) mod change;
 pub mod edge;
-pub mod engine_schema;
-pub mod error;
-pub mod facade;
+pub(crate) mod engine_schema;
+pub(crate) mod error;
+pub(crate) mod facade;
 pub mod mcp_server;
 mod mcp_sessions;
 pub mod metrics;
-pub mod openapi;
-pub mod runs;
-pub mod status;
+pub(crate) mod openapi;
+pub(crate) mod runs;
+pub(crate) mod status;
 pub mod ui;
 
 use std::future::IntoFuture;

@@ -6,7 +6,7 @@
 //! a URL, in `.git/config`, in an error or in a log. Every function here is
 //! blocking filesystem and network work: callers run it in `spawn_blocking`.
 
-pub mod transport;
+pub(crate) mod transport;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

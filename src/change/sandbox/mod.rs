@@ -21,7 +21,7 @@
 //! Without Landlock nothing runs, unless `validator_sandbox: off` says so explicitly
 //! (then only the process controls apply, and `/health` says so).
 
-pub mod landlock;
+pub(crate) mod landlock;
 mod seccomp;
 mod supervise;
 

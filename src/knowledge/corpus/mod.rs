@@ -11,11 +11,7 @@ mod store;
 #[cfg(test)]
 mod fixtures;
 
-pub use document::{Document, normalise, sha256_hex, title_of};
+pub use document::{Document, sha256_hex};
 pub use error::CorpusError;
-pub use import::{
-    DEFAULT_EXCLUDE_DIRS, DEFAULT_EXTENSIONS, ImportCounts, ImportOptions, ImportReport, SkipReason, Skipped, import,
-};
-pub use store::{
-    CORPUS_VERSION, DOCUMENTS_FILE, MANIFEST_FILE, Manifest, prepare_output_dir, read_corpus, write_corpus,
-};
+pub use import::{ImportCounts, ImportOptions, ImportReport, SkipReason, Skipped, import};
+pub use store::{Manifest, read_corpus, write_corpus};

@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use crate::alerts::intake::event::{Event, ValidationError};
 
-pub mod alertmanager;
-pub mod generic;
-pub mod grafana;
-pub mod pingdom;
-pub mod uptime_kuma;
+pub(crate) mod alertmanager;
+pub(crate) mod generic;
+pub(crate) mod grafana;
+pub(crate) mod pingdom;
+pub(crate) mod uptime_kuma;
 
 /// Ingress bounds a body by `max_body_bytes` (1 MiB by default, at most 64 MiB); adapters
 /// re-check the largest value that setting allows, so raising it admits bigger groups.
