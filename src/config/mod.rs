@@ -252,16 +252,14 @@ settings_table! {
         flag "data-dir" [Option<String>] value_name "DIR";
         expect "a non-empty path";
         check value::non_empty_path; section "storage";
-    /// Number of search results to retrieve, 1-50
+    /// Number of search results to retrieve
     search_top_k: u32 = 5;
         flag "search-top-k" [Option<String>] value_name "N";
-        expect "an integer from 1 to 50";
-        check value::u32_in::<1, 50>; section "budget";
-    /// Characters kept per search result, 1-100000
+        range u32 1 ..= 50; section "budget";
+    /// Characters kept per search result
     result_runes: u32 = 800;
         flag "result-runes" [Option<String>] value_name "N";
-        expect "an integer from 1 to 100000";
-        check value::u32_in::<1, 100_000>; section "budget";
+        range u32 1 ..= 100000; section "budget";
     /// Default completion token budget
     max_tokens: u32 = 1024;
         flag "max-tokens" [Option<String>] value_name "N";
@@ -272,16 +270,14 @@ settings_table! {
         flag "max-tokens-limit" [Option<String>] value_name "N";
         expect "a positive integer";
         check value::u32_in::<1, { u32::MAX }>; section "budget";
-    /// Tool calls per run, 0-1000
+    /// Tool calls per run
     max_tool_calls: u32 = 8;
         flag "max-tool-calls" [Option<String>] value_name "N";
-        expect "an integer from 0 to 1000";
-        check value::u32_in::<0, 1000>; section "budget";
-    /// Model iterations per run, 1-1000
+        range u32 0 ..= 1000; section "budget";
+    /// Model iterations per run
     max_iterations: u32 = 12;
         flag "max-iterations" [Option<String>] value_name "N";
-        expect "an integer from 1 to 1000";
-        check value::u32_in::<1, 1000>; section "budget";
+        range u32 1 ..= 1000; section "budget";
     /// Largest tool result in bytes
     max_tool_result_bytes: u64 = 2_097_152;
         flag "max-tool-result-bytes" [Option<String>] value_name "BYTES";
@@ -317,21 +313,18 @@ settings_table! {
         flag "request-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 24h, such as 10m";
         check duration::upto::<86_400, false>; section "model";
-    /// Concurrent runs, 1-256
+    /// Concurrent runs
     max_concurrent_runs: u32 = 4;
         flag "max-concurrent-runs" [Option<String>] value_name "N";
-        expect "an integer from 1 to 256";
-        check value::u32_in::<1, 256>; section "budget";
-    /// Run slots of max_concurrent_runs kept for alert investigations, 0-255 (at most max_concurrent_runs - 1 take effect): chat, facade, MCP and bot Runs never hold them
+        range u32 1 ..= 256; section "budget";
+    /// Run slots of max_concurrent_runs kept for alert investigations (at most max_concurrent_runs - 1 take effect; chat, facade, MCP and bot Runs never hold them)
     alert_reserved_runs: u32 = 1;
         flag "alert-reserved-runs" [Option<String>] value_name "N";
-        expect "an integer from 0 to 255";
-        check value::u32_in::<0, 255>; section "budget";
-    /// Chat, facade, MCP and bot Runs of one namespace at once, 1-256; further ones wait like a full host
+        range u32 0 ..= 255; section "budget";
+    /// Chat, facade, MCP and bot Runs of one namespace at once (further ones wait like a full host)
     max_runs_per_namespace: u32 = 2;
         flag "max-runs-per-namespace" [Option<String>] value_name "N";
-        expect "an integer from 1 to 256";
-        check value::u32_in::<1, 256>; section "budget";
+        range u32 1 ..= 256; section "budget";
     /// Wait for a free run slot, <= 10m; 0s fails at once when saturated
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";
@@ -347,16 +340,14 @@ settings_table! {
         flag "body-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
         check duration::upto::<600, false>; section "server";
-    /// Concurrent MCP sessions at `/mcp`, 1-4096; a new session beyond it gets 503
+    /// Concurrent MCP sessions at `/mcp` (a new session beyond it gets 503)
     mcp_max_sessions: u32 = defaults::MCP_MAX_SESSIONS;
         flag "mcp-max-sessions" [Option<String>] value_name "N";
-        expect "an integer from 1 to 4096";
-        check value::u32_in::<1, 4096>; section "mcp";
-    /// MCP sessions one API key may hold open at `/mcp` at once, 1-4096; a further initialize gets 429
+        range u32 1 ..= 4096; section "mcp";
+    /// MCP sessions one API key may hold open at `/mcp` at once (a further initialize gets 429)
     mcp_max_sessions_per_key: u32 = defaults::MCP_MAX_SESSIONS_PER_KEY;
         flag "mcp-max-sessions-per-key" [Option<String>] value_name "N";
-        expect "an integer from 1 to 4096";
-        check value::u32_in::<1, 4096>; section "mcp";
+        range u32 1 ..= 4096; section "mcp";
     /// Idle time after which an MCP session at `/mcp` is closed, > 0 and <= 24h
     mcp_session_idle_timeout: Duration = defaults::MCP_SESSION_IDLE_TIMEOUT;
         flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
@@ -387,36 +378,31 @@ settings_table! {
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 10m, such as 30s";
         check duration::upto::<600, false>; section "server";
-    /// Alert investigations running at once, 1-64
+    /// Alert investigations running at once
     alert_workers: u32 = 2;
         flag "alert-workers" [Option<String>] value_name "N";
-        expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>; section "alerts";
-    /// Attempts per alert investigation before the job fails, 1-20
+        range u32 1 ..= 64; section "alerts";
+    /// Attempts per alert investigation before the job fails
     alert_job_attempts: u32 = 3;
         flag "alert-job-attempts" [Option<String>] value_name "N";
-        expect "an integer from 1 to 20";
-        check value::u32_in::<1, 20>; section "alerts";
+        range u32 1 ..= 20; section "alerts";
     /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x, > 0 and <= 1h
     alert_job_backoff: Duration = Duration::from_secs(30);
         flag "alert-job-backoff" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1h, such as 30s";
         check duration::upto::<3600, false>; section "alerts";
-    /// New alert investigations one AlertSource may start per minute, 1-100000
+    /// New alert investigations one AlertSource may start per minute
     alert_source_rate: u32 = defaults::ALERT_SOURCE_RATE;
         flag "alert-source-rate" [Option<String>] value_name "N";
-        expect "an integer from 1 to 100000";
-        check value::u32_in::<1, 100_000>; section "alerts";
-    /// Alert investigations waiting for a worker host-wide; more new ones are deferred, 1-100000
+        range u32 1 ..= 100000; section "alerts";
+    /// Alert investigations waiting for a worker host-wide; more new ones are deferred
     alert_pending_jobs: u32 = defaults::ALERT_PENDING_JOBS;
         flag "alert-pending-jobs" [Option<String>] value_name "N";
-        expect "an integer from 1 to 100000";
-        check value::u32_in::<1, 100_000>; section "alerts";
-    /// Deferred alert investigations per AlertSource; past it a storm shares one storm investigation, 1-10000
+        range u32 1 ..= 100000; section "alerts";
+    /// Deferred alert investigations per AlertSource; past it a storm shares one storm investigation
     alert_deferred_jobs: u32 = defaults::ALERT_DEFERRED_JOBS;
         flag "alert-deferred-jobs" [Option<String>] value_name "N";
-        expect "an integer from 1 to 10000";
-        check value::u32_in::<1, 10_000>; section "alerts";
+        range u32 1 ..= 10000; section "alerts";
     /// A journal segment is sealed and a new one started past this size, 64 KiB-4 GiB
     journal_segment_bytes: u64 = 64 << 20;
         flag "journal-segment-bytes" [Option<String>] value_name "BYTES";
@@ -427,31 +413,27 @@ settings_table! {
         flag "journal-segment-age" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 30d, such as 24h";
         check duration::upto::<2_592_000, false>; section "storage";
-    /// Journal records between two snapshots of the state derived from a journal, 100-10000000
+    /// Journal records between two snapshots of the state derived from a journal
     snapshot_records: u64 = 20_000;
         flag "snapshot-records" [Option<String>] value_name "N";
-        expect "an integer from 100 to 10000000";
-        check value::u64_in::<100, 10_000_000>; section "storage";
+        range u64 100 ..= 10000000; section "storage";
     /// A change preview's approval expires this long after it was issued, > 0 and <= 7d
     change_approval_ttl: Duration = Duration::from_secs(30 * 60);
         flag "change-approval-ttl" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 7d, such as 30m";
         check duration::upto::<604_800, false>; section "change";
-    /// Change previews executing at once (each holds no Run slot), 1-64
+    /// Change previews executing at once (each holds no Run slot)
     change_max_concurrent_previews: u32 = 2;
         flag "change-max-concurrent-previews" [Option<String>] value_name "N";
-        expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>; section "change";
-    /// Change previews of one namespace at once, 1-64; further ones wait like a full host
+        range u32 1 ..= 64; section "change";
+    /// Change previews of one namespace at once (further ones wait like a full host)
     change_max_previews_per_namespace: u32 = 1;
         flag "change-max-previews-per-namespace" [Option<String>] value_name "N";
-        expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>; section "change";
-    /// Changes of one namespace waiting for approval at once (64 host-wide), 1-64; a further preview of that namespace gets 429
+        range u32 1 ..= 64; section "change";
+    /// Changes of one namespace waiting for approval at once, 64 host-wide (a further preview of that namespace gets 429)
     change_max_pending_per_namespace: u32 = 16;
         flag "change-max-pending-per-namespace" [Option<String>] value_name "N";
-        expect "an integer from 1 to 64";
-        check value::u32_in::<1, 64>; section "change";
+        range u32 1 ..= 64; section "change";
     /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything, <= 10y
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";
@@ -477,26 +459,23 @@ settings_table! {
         flag "dedup-window" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 30d, such as 24h";
         check duration::upto::<2_592_000, false>; section "alerts";
-    /// Most deduplication keys remembered (the oldest are forgotten first), 1000-10000000
+    /// Most deduplication keys remembered (the oldest are forgotten first)
     dedup_max_keys: u32 = 100_000;
         flag "dedup-max-keys" [Option<String>] value_name "N";
-        expect "an integer from 1000 to 10000000";
-        check value::u32_in::<1000, 10_000_000>; section "alerts";
-    /// Resolved incidents kept in memory for listings (the oldest are forgotten first; their journal records stay), 100-10000000
+        range u32 1000 ..= 10000000; section "alerts";
+    /// Resolved incidents kept in memory for listings (the oldest are forgotten first; their journal records stay)
     resolved_incidents_kept: u32 = 10_000;
         flag "resolved-incidents-kept" [Option<String>] value_name "N";
-        expect "an integer from 100 to 10000000";
-        check value::u32_in::<100, 10_000_000>; section "alerts";
+        range u32 100 ..= 10000000; section "alerts";
     /// Timeout of one notification attempt, > 0 and <= 1m
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";
         expect "a duration above 0 and at most 1m, such as 10s";
         check duration::upto::<60, false>; section "alerts";
-    /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried), 1-10
+    /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried)
     notification_attempts: u32 = 3;
         flag "notification-attempts" [Option<String>] value_name "N";
-        expect "an integer from 1 to 10";
-        check value::u32_in::<1, 10>; section "alerts";
+        range u32 1 ..= 10; section "alerts";
     /// Operator mode: finished Run and resolved Incident objects are deleted after this, > 0 and <= 365d
     record_retention: Duration = Duration::from_secs(7 * 86_400);
         flag "record-retention" [Option<String>] value_name "DURATION";

@@ -1,13 +1,47 @@
 //! The macro that turns the settings table of `mod.rs` into [`super::Settings`], its
 //! defaults, its origins and its `serve` flags.
 
+/// What a bad value of a setting is told it should be: its `expect` text, or the range it declares.
+macro_rules! setting_expect {
+    ($expect:literal ;) => {
+        $expect
+    };
+    (; $rt:ident $lo:literal $hi:literal) => {
+        concat!("an integer from ", stringify!($lo), " to ", stringify!($hi))
+    };
+}
+
+/// The check of a setting: its `check`, or the range it declares.
+macro_rules! setting_check {
+    ($check:expr ;) => {
+        $check
+    };
+    (; u32 $lo:literal $hi:literal) => {
+        value::u32_in::<$lo, $hi>
+    };
+    (; u64 $lo:literal $hi:literal) => {
+        value::u64_in::<$lo, $hi>
+    };
+}
+
+/// The description of a setting in its flag's help: its doc line, and the range it declares.
+macro_rules! setting_about {
+    ($doc:expr ;) => {
+        $doc
+    };
+    ($doc:expr ; $rt:ident $lo:literal $hi:literal) => {
+        concat!($doc, ", ", stringify!($lo), "-", stringify!($hi))
+    };
+}
+
 macro_rules! settings_table {
     ($(
         $(#[doc = $doc:literal])*
         $key:ident : $ty:ty = $default:expr ;
             flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? $(delimiter $delim:literal)? ;
-            expect $expect:literal ;
-            check $check:expr ;
+            $(expect $expect:literal ;)?
+            $(range $rt:ident $lo:literal ..= $hi:literal ;)?
+            $(check $check:expr ;)?
             section $section:literal ;
     )*) => {
         /// Resolved service settings. Use [`Settings::origin`] to learn where
@@ -59,7 +93,7 @@ macro_rules! settings_table {
         pub(crate) fn flag_help_for(key: &str) -> String {
             match key {
                 $( stringify!($key) => flag_help(
-                    concat!($($doc),*),
+                    setting_about!(concat!($($doc),*) ; $($rt $lo $hi)?),
                     &env_var_name(stringify!($key)),
                     &SettingValue::to_text(&Settings::default().$key),
                 ), )*
@@ -97,8 +131,8 @@ macro_rules! settings_table {
             for file::Entry { key, value: raw, pointer: ptr } in entries {
                 match key.as_str() {
                     $( stringify!($key) => {
-                        let v = <$ty as SettingValue>::from_json(raw, $expect)
-                            .and_then(|v| ($check)(v, $expect).map_err(|p| {
+                        let v = <$ty as SettingValue>::from_json(raw, setting_expect!($($expect)? ; $($rt $lo $hi)?))
+                            .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi)?)).map_err(|p| {
                                 value::JsonErr::new(format!("{p}, got {}", value::show(raw)))
                             }))
                             .map_err(|e| ConfigError::InvalidFile {
@@ -125,8 +159,8 @@ macro_rules! settings_table {
             $(
                 let var = env_var_name(stringify!($key));
                 if let Some(text) = env(&var) {
-                    let v = <$ty as SettingValue>::from_text(&text, $expect)
-                        .and_then(|v| ($check)(v, $expect))
+                    let v = <$ty as SettingValue>::from_text(&text, setting_expect!($($expect)? ; $($rt $lo $hi)?))
+                        .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi)?)))
                         .map_err(|problem| ConfigError::InvalidEnv {
                             var: var.clone(),
                             value: text.clone(),
@@ -142,9 +176,9 @@ macro_rules! settings_table {
         fn apply_flags(s: &mut Settings, flags: &ServeFlags) -> Result<(), ConfigError> {
             $(
                 let flag = concat!("--", $flag);
-                if let Some(parsed) = flags.$key.parse::<$ty>($expect) {
+                if let Some(parsed) = flags.$key.parse::<$ty>(setting_expect!($($expect)? ; $($rt $lo $hi)?)) {
                     let v = parsed
-                        .and_then(|v| ($check)(v, $expect).map_err(|p| (flags.$key.shown(), p)))
+                        .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi)?)).map_err(|p| (flags.$key.shown(), p)))
                         .map_err(|(value, problem)| ConfigError::InvalidFlag {
                             flag: flag.to_string(),
                             value,

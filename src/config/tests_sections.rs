@@ -107,8 +107,8 @@ fn a_setting_in_the_wrong_section_twice_or_unknown_is_refused_with_the_fix() {
 }
 
 /// A range a setting's `check` enforces is the range its `expect` text (the message a bad
-/// value gets, and the help) states: the settings table says each bound twice, and this holds
-/// the two together.
+/// value gets, and the help) states, where the settings table gives both; a setting that
+/// declares a `range` has its check, text and help made from that one declaration.
 #[test]
 fn every_integer_range_check_matches_its_expected_text() {
     let table = include_str!("mod.rs");
@@ -135,5 +135,25 @@ fn every_integer_range_check_matches_its_expected_text() {
         );
         checked += 1;
     }
-    assert!(checked >= 20, "{checked} range checks found");
+    assert!(checked >= 8, "{checked} range checks found");
+}
+
+/// A setting declared with `range` gets its check, its message and its help from the one
+/// declaration.
+#[test]
+fn a_declared_range_makes_the_check_the_message_and_the_help() {
+    assert_eq!(
+        flag_help_for("snapshot_records"),
+        "Journal records between two snapshots of the state derived from a journal, 100-10000000 \
+         [env: AKRITAS_SNAPSHOT_RECORDS] [default: 20000]"
+    );
+    for bad in ["99", "10000001"] {
+        let e = refused(&format!(r#"{{"version": 1, "storage": {{"snapshot_records": {bad}}}}}"#));
+        assert!(e.contains("$.storage.snapshot_records: expected an integer from 100 to 10000000"), "{e}");
+    }
+    let edges = [("100", 100), ("10000000", 10_000_000)];
+    for (text, value) in edges {
+        let settings = read(&format!(r#"{{"version": 1, "storage": {{"snapshot_records": {text}}}}}"#)).unwrap();
+        assert_eq!(settings.snapshot_records, value);
+    }
 }
