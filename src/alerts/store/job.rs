@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::alerts::intake::event::Event;
 use crate::ids::{EventId, IncidentId, JobId};
 use crate::investigation::InvestigationResult;
+use crate::resources::notification_receiver::ReceiverType;
 
 /// An event as stored, with the ids the host gave it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -289,7 +290,7 @@ pub struct Delivery {
     pub receiver: String,
     /// `webhook`, `telegram` or `mattermost`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: ReceiverType,
     /// 32 hex characters, sent to webhooks as `X-Akritas-Delivery`.
     pub delivery_id: String,
     /// Status.

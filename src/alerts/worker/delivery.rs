@@ -33,20 +33,11 @@ pub fn key_text(key: &ObjectKey) -> String {
     format!("{}/{}", key.namespace, key.name)
 }
 
-/// The receiver type as deliveries record it.
-pub fn receiver_kind(spec: &NotificationReceiverSpec) -> &'static str {
-    match spec.type_ {
-        ReceiverType::Webhook => "webhook",
-        ReceiverType::Telegram => "telegram",
-        ReceiverType::Mattermost => "mattermost",
-    }
-}
-
 /// A delivery not attempted yet, with a fresh delivery id.
-pub fn pending_delivery(receiver: &str, kind: &str) -> Delivery {
+pub fn pending_delivery(receiver: &str, kind: ReceiverType) -> Delivery {
     Delivery {
         receiver: receiver.to_string(),
-        kind: kind.to_string(),
+        kind,
         delivery_id: notify::new_delivery_id(),
         status: DeliveryStatus::Pending,
         attempts: 0,
@@ -200,8 +191,8 @@ mod tests {
 
     #[test]
     fn new_deliveries_are_pending_with_their_own_ids() {
-        let first = pending_delivery("ops/pager", "webhook");
-        let second = pending_delivery("ops/pager", "webhook");
+        let first = pending_delivery("ops/pager", ReceiverType::Webhook);
+        let second = pending_delivery("ops/pager", ReceiverType::Webhook);
         assert_eq!((first.status, first.attempts, first.error), (DeliveryStatus::Pending, 0, None));
         assert_eq!((first.receiver.as_str(), first.kind.as_str()), ("ops/pager", "webhook"));
         assert_ne!(first.delivery_id, second.delivery_id);

@@ -31,7 +31,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::store::{AlertStore, AlertStoreError, Delivery, Failure, Job, JobStatus, Step};
-use crate::alerts::worker::delivery::{key_text, pending_delivery, receiver_kind};
+use crate::alerts::worker::delivery::{key_text, pending_delivery};
 use crate::alerts::worker::request::{investigation_request, namespace_of};
 use crate::audit::{AuditError, RunRecord, RunStatus};
 use crate::catalog::CatalogStore;
@@ -339,7 +339,7 @@ impl Worker {
             .of_kind(Kind::NotificationReceiver)
             .filter(|(key, _)| self.settings.tenancy.sees(namespace, &key.namespace))
             .filter_map(|(key, entry)| match entry.resource.as_ref() {
-                Resource::NotificationReceiver(r) => Some(pending_delivery(&key_text(key), receiver_kind(&r.spec))),
+                Resource::NotificationReceiver(r) => Some(pending_delivery(&key_text(key), r.spec.type_)),
                 _ => None,
             })
             .collect()

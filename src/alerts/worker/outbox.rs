@@ -21,7 +21,7 @@ use crate::catalog::ObjectKey;
 use crate::notify::routing::{FilterReason, RouteFacts, filter};
 use crate::notify::{self, Payload, ResolvedNotice, Target};
 use crate::resources::notification_receiver::NotificationReceiverSpec;
-use crate::resources::notification_receiver::{DeliveryRecord, NotificationReceiverStatus};
+use crate::resources::notification_receiver::{DeliveryRecord, NotificationReceiverStatus, ReceiverType};
 use crate::resources::{Kind, Resource};
 use crate::tenancy::DEFAULT_NAMESPACE;
 
@@ -205,9 +205,7 @@ impl Worker {
 
     /// Sends one resolve notice; the delivery says what happened.
     async fn send_notice(&self, due: &DueNotice) -> Delivery {
-        let kind = self
-            .receiver_spec(&due.receiver)
-            .map_or("webhook", |(_, spec)| crate::alerts::worker::delivery::receiver_kind(&spec));
+        let kind = self.receiver_spec(&due.receiver).map_or(ReceiverType::Webhook, |(_, spec)| spec.type_);
         let mut delivery = pending_delivery(&due.receiver, kind);
         // The same id on every attempt, also after a crash between sending and recording:
         // a receiver sees a re-sent notice under the id it already has.
