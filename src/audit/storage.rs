@@ -113,7 +113,7 @@ pub(super) fn open(path: &Path, storage: &AuditStorage) -> Result<(Journal, Live
     let empty = || Live { index: Index::default().trimmed(trimmed), pace: Pace::default() };
     let apply = |live: &mut Live, record: &Record| {
         live.index.apply(record, &load_run)?;
-        live.pace.replayed(record.checkpoint());
+        live.pace.replayed(record);
         Ok(())
     };
     let mut read = |from: Option<&Checkpoint>, visit: &mut Visit<'_, RecordError>| {
@@ -184,7 +184,7 @@ impl Shared {
         let applied = live.index.apply(record, &load);
         pending.open = false;
         match applied {
-            Ok(()) => live.pace.applied(record.checkpoint()),
+            Ok(()) => live.pace.applied(record),
             Err(_) => live.pace.lost(),
         }
         let due = live.pace.due(self.storage.snapshot_records, || true, &self.barrier);

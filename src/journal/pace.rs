@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use super::Checkpoint;
+use super::{Checkpoint, Record};
 
 /// The snapshot bookkeeping of a group-committed store.
 #[derive(Debug, Default)]
@@ -40,8 +40,8 @@ impl Pace {
     }
 
     /// A record read at open (the count of replayed records comes with [`Pace::opened`]).
-    pub fn replayed(&mut self, checkpoint: Checkpoint) {
-        self.last = Some(checkpoint);
+    pub fn replayed(&mut self, record: &Record) {
+        self.last = Some(record.checkpoint());
     }
 
     /// The highest-seq record the state reflects once nothing is in flight.
@@ -66,11 +66,11 @@ impl Pace {
     }
 
     /// A queued append was written and applied to the state.
-    pub fn applied(&mut self, checkpoint: Checkpoint) {
+    pub fn applied(&mut self, record: &Record) {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.since_snapshot += 1;
-        if self.last.as_ref().is_none_or(|last| last.seq < checkpoint.seq) {
-            self.last = Some(checkpoint);
+        if self.last.as_ref().is_none_or(|last| last.seq < record.seq) {
+            self.last = Some(record.checkpoint());
         }
     }
 
@@ -161,8 +161,10 @@ mod tests {
     use super::*;
     use crate::journal::Location;
 
-    fn at(seq: u64) -> Checkpoint {
-        Checkpoint { seq, hash: format!("{seq:064x}"), location: Location { segment: 1, offset: seq * 10, len: 10 } }
+    fn at(seq: u64) -> Record {
+        let location = Location { segment: 1, offset: seq * 10, len: 10 };
+        let (time, kind, data) = (String::new(), "test.add".to_string(), serde_json::Value::Null);
+        Record { seq, time, kind, data, hash: format!("{seq:064x}"), location }
     }
 
     #[test]
@@ -172,15 +174,15 @@ mod tests {
         for _ in 0..3 {
             pace.queued();
         }
-        pace.applied(at(3));
-        pace.applied(at(1));
+        pace.applied(&at(3));
+        pace.applied(&at(1));
         assert_eq!(pace.due(2, || true, &barrier), None, "one append is still in flight");
         assert!(pace.raised(), "new appends wait for it");
-        pace.applied(at(2));
+        pace.applied(&at(2));
         assert_eq!(pace.due(2, || true, &barrier).map(|c| c.seq), Some(3), "the highest seq, not the last applied");
         assert!(!pace.raised() && pace.saving());
         pace.queued();
-        pace.applied(at(4));
+        pace.applied(&at(4));
         assert_eq!(pace.now(|| true, &barrier), None, "one snapshot at a time");
         pace.saved();
         assert_eq!(pace.now(|| false, &barrier), None, "the state has something pending of its own");
@@ -190,7 +192,7 @@ mod tests {
     #[test]
     fn a_lost_append_stops_snapshots_and_a_failed_one_does_not() {
         let barrier = Barrier::default();
-        let mut pace = Pace::opened(Some(at(7)), 5);
+        let mut pace = Pace::opened(Some(at(7).checkpoint()), 5);
         pace.queued();
         pace.not_written();
         assert_eq!(pace.due(5, || true, &barrier).map(|c| c.seq), Some(7), "the replayed tail is due");
@@ -198,9 +200,9 @@ mod tests {
         pace.queued();
         pace.lost();
         pace.queued();
-        pace.applied(at(9));
+        pace.applied(&at(9));
         assert_eq!(pace.now(|| true, &barrier), None, "seq 8 may be in the journal but not in the state");
-        let fresh = pace.rebuilt(Pace::opened(Some(at(9)), 0));
+        let fresh = pace.rebuilt(Pace::opened(Some(at(9).checkpoint()), 0));
         assert!(!fresh.saving() && fresh.last().is_some_and(|c| c.seq == 9));
     }
 }

@@ -78,7 +78,7 @@ impl AlertStore {
         }
         settle(&mut state);
         let state = &mut *state;
-        state.pace.applied(record.checkpoint());
+        state.pace.applied(record);
         let every = self.storage.snapshot_records;
         let Some(checkpoint) = state.pace.due(every, || SavedRef::settled(&state.events), &self.barrier) else {
             return;

@@ -557,7 +557,7 @@ pub(crate) fn apply(
         NOTICE => state.threads.noticed(serde_json::from_value::<NoticeRecord>(record.data.clone())?),
         other => return Err(RecordError::UnknownKind(other.to_string())),
     }
-    state.pace.replayed(record.checkpoint());
+    state.pace.replayed(record);
     Ok(())
 }
 #[cfg(test)]
