@@ -41,6 +41,29 @@ impl SettingValue for Duration {
     }
 }
 
+/// Whole seconds of a bound written as a number and one unit (`s`, `m`, `h`, `d`, or `y` of
+/// 365.25 days, as humantime reads it): `"24h"` is 86,400. The settings table writes each
+/// duration bound once, as text, and takes its check from it at compile time; any other text
+/// fails the build.
+pub(crate) const fn seconds(bound: &str) -> u64 {
+    let bytes = bound.as_bytes();
+    let mut n = 0u64;
+    let mut i = 0;
+    while i < bytes.len() && bytes[i].is_ascii_digit() {
+        n = n * 10 + (bytes[i] - b'0') as u64;
+        i += 1;
+    }
+    assert!(i > 0 && i + 1 == bytes.len(), "a duration bound is digits and one unit");
+    n * match bytes[i] {
+        b's' => 1,
+        b'm' => 60,
+        b'h' => 3_600,
+        b'd' => 86_400,
+        b'y' => 31_557_600,
+        _ => panic!("a duration bound's unit is s, m, h, d or y"),
+    }
+}
+
 /// Duration of at most `MAX_SECS`; zero only when `ZERO_OK`.
 pub(crate) fn upto<const MAX_SECS: u64, const ZERO_OK: bool>(v: Duration, expect: &str) -> Result<Duration, String> {
     if (v.is_zero() && !ZERO_OK) || v > Duration::from_secs(MAX_SECS) {

@@ -263,13 +263,11 @@ settings_table! {
     /// Default completion token budget
     max_tokens: u32 = 1024;
         flag "max-tokens" [Option<String>] value_name "N";
-        expect "a positive integer";
-        check value::u32_in::<1, { u32::MAX }>; section "budget";
+        range u32 1 ..= MAX; section "budget";
     /// Largest completion token budget a request may ask for, >= max-tokens
     max_tokens_limit: u32 = 4096;
         flag "max-tokens-limit" [Option<String>] value_name "N";
-        expect "a positive integer";
-        check value::u32_in::<1, { u32::MAX }>; section "budget";
+        range u32 1 ..= MAX; section "budget";
     /// Tool calls per run
     max_tool_calls: u32 = 8;
         flag "max-tool-calls" [Option<String>] value_name "N";
@@ -281,38 +279,32 @@ settings_table! {
     /// Largest tool result in bytes
     max_tool_result_bytes: u64 = 2_097_152;
         flag "max-tool-result-bytes" [Option<String>] value_name "BYTES";
-        expect "a positive integer (bytes)";
-        check value::u64_in::<1, { u64::MAX }>; section "budget";
+        range bytes 1 ..= MAX; section "budget";
     /// Retrieved context per request in bytes, <= max-tool-result-bytes
     max_retrieved_context_bytes: u64 = 131_072;
         flag "max-retrieved-context-bytes" [Option<String>] value_name "BYTES";
-        expect "a positive integer (bytes)";
-        check value::u64_in::<1, { u64::MAX }>; section "budget";
+        range bytes 1 ..= MAX; section "budget";
     /// Context tokens per request
     max_context_tokens: u64 = 40_000;
         flag "max-context-tokens" [Option<String>] value_name "N";
-        expect "a positive integer";
-        check value::u64_in::<1, { u64::MAX }>; section "budget";
+        range u64 1 ..= MAX; section "budget";
     /// Context window of the upstream model in tokens
     max_model_tokens: u64 = 16_384;
         flag "max-model-tokens" [Option<String>] value_name "N";
-        expect "a positive integer";
-        check value::u64_in::<1, { u64::MAX }>; section "model";
-    /// Context window of the upstream model in tokens, 512-10000000: requests are fitted to it; used when the server names none, an upper bound when it does; empty = discovered from the server, or unknown
+        range u64 1 ..= MAX; section "model";
+    /// Context window of the upstream model in tokens: requests are fitted to it; used when the server names none, an upper bound when it does; empty = discovered from the server, or unknown
     model_context_tokens: Option<u32> = None;
         flag "model-context-tokens" [Option<String>] value_name "N";
-        expect "an integer from 512 to 10000000, or empty to discover it";
-        check optional::u32_in::<512, 10_000_000>; section "model";
+        range optional 512 ..= 10000000; section "model";
     /// Sampling temperature, 0.0-2.0
     temperature: f64 = 0.2;
         flag "temperature" [Option<String>] value_name "T";
         expect "a number from 0.0 to 2.0";
         check value::check_temperature; section "model";
-    /// Timeout of one request, > 0 and <= 24h
+    /// Timeout of one request
     request_timeout: Duration = Duration::from_secs(600);
         flag "request-timeout" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 24h, such as 10m";
-        check duration::upto::<86_400, false>; section "model";
+        range duration ">0" ..= "24h", such as "10m"; section "model";
     /// Concurrent runs
     max_concurrent_runs: u32 = 4;
         flag "max-concurrent-runs" [Option<String>] value_name "N";
@@ -325,21 +317,18 @@ settings_table! {
     max_runs_per_namespace: u32 = 2;
         flag "max-runs-per-namespace" [Option<String>] value_name "N";
         range u32 1 ..= 256; section "budget";
-    /// Wait for a free run slot, <= 10m; 0s fails at once when saturated
+    /// Wait for a free run slot; 0s fails at once when saturated
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";
-        expect "a duration from 0s to 10m, such as 30s";
-        check duration::upto::<600, true>; section "budget";
-    /// Largest request body in bytes, 1024-67108864
+        range duration "0s" ..= "10m", such as "30s"; section "budget";
+    /// Largest request body in bytes
     max_body_bytes: u64 = 1_048_576;
         flag "max-body-bytes" [Option<String>] value_name "BYTES";
-        expect "an integer from 1024 to 67108864 (bytes)";
-        check value::u64_in::<1024, 67_108_864>; section "server";
-    /// Longest pause while a request body arrives before the request is refused with 408, > 0 and <= 10m
+        range bytes 1024 ..= 67108864; section "server";
+    /// Longest pause while a request body arrives before the request is refused with 408
     body_timeout: Duration = Duration::from_secs(30);
         flag "body-timeout" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 10m, such as 30s";
-        check duration::upto::<600, false>; section "server";
+        range duration ">0" ..= "10m", such as "30s"; section "server";
     /// Concurrent MCP sessions at `/mcp` (a new session beyond it gets 503)
     mcp_max_sessions: u32 = defaults::MCP_MAX_SESSIONS;
         flag "mcp-max-sessions" [Option<String>] value_name "N";
@@ -348,11 +337,10 @@ settings_table! {
     mcp_max_sessions_per_key: u32 = defaults::MCP_MAX_SESSIONS_PER_KEY;
         flag "mcp-max-sessions-per-key" [Option<String>] value_name "N";
         range u32 1 ..= 4096; section "mcp";
-    /// Idle time after which an MCP session at `/mcp` is closed, > 0 and <= 24h
+    /// Idle time after which an MCP session at `/mcp` is closed
     mcp_session_idle_timeout: Duration = defaults::MCP_SESSION_IDLE_TIMEOUT;
         flag "mcp-session-idle-timeout" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 24h, such as 5m";
-        check duration::upto::<86_400, false>; section "mcp";
+        range duration ">0" ..= "24h", such as "5m"; section "mcp";
     /// Host names every route accepts in the Host header besides IP addresses, localhost and the public URL's host (DNS-rebinding protection): the names clients use, such as the Service's
     allowed_hosts: Vec<String> = Vec::new();
         flag "allowed-hosts" [Vec<String>] value_name "HOST[:PORT]" delimiter ',';
@@ -373,11 +361,10 @@ settings_table! {
         flag "cleartext-credential-hosts" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
         expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
         check lists::check_egress; section "server";
-    /// Grace period for shutdown, > 0 and <= 10m
+    /// Grace period for shutdown
     shutdown_timeout: Duration = Duration::from_secs(30);
         flag "shutdown-timeout" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 10m, such as 30s";
-        check duration::upto::<600, false>; section "server";
+        range duration ">0" ..= "10m", such as "30s"; section "server";
     /// Alert investigations running at once
     alert_workers: u32 = 2;
         flag "alert-workers" [Option<String>] value_name "N";
@@ -386,11 +373,10 @@ settings_table! {
     alert_job_attempts: u32 = 3;
         flag "alert-job-attempts" [Option<String>] value_name "N";
         range u32 1 ..= 20; section "alerts";
-    /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x, > 0 and <= 1h
+    /// Wait before the first retry of a failed investigation, doubled per attempt up to 16x
     alert_job_backoff: Duration = Duration::from_secs(30);
         flag "alert-job-backoff" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 1h, such as 30s";
-        check duration::upto::<3600, false>; section "alerts";
+        range duration ">0" ..= "1h", such as "30s"; section "alerts";
     /// New alert investigations one AlertSource may start per minute
     alert_source_rate: u32 = defaults::ALERT_SOURCE_RATE;
         flag "alert-source-rate" [Option<String>] value_name "N";
@@ -403,25 +389,22 @@ settings_table! {
     alert_deferred_jobs: u32 = defaults::ALERT_DEFERRED_JOBS;
         flag "alert-deferred-jobs" [Option<String>] value_name "N";
         range u32 1 ..= 10000; section "alerts";
-    /// A journal segment is sealed and a new one started past this size, 64 KiB-4 GiB
+    /// A journal segment is sealed and a new one started past this size
     journal_segment_bytes: u64 = 64 << 20;
         flag "journal-segment-bytes" [Option<String>] value_name "BYTES";
-        expect "an integer from 65536 to 4294967296 (bytes)";
-        check value::u64_in::<65_536, 4_294_967_296>; section "storage";
-    /// A journal segment is sealed once its first record is this old, > 0 and <= 30d
+        range bytes 65536 ..= 4294967296; section "storage";
+    /// A journal segment is sealed once its first record is this old
     journal_segment_age: Duration = Duration::from_secs(86_400);
         flag "journal-segment-age" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 30d, such as 24h";
-        check duration::upto::<2_592_000, false>; section "storage";
+        range duration ">0" ..= "30d", such as "24h"; section "storage";
     /// Journal records between two snapshots of the state derived from a journal
     snapshot_records: u64 = 20_000;
         flag "snapshot-records" [Option<String>] value_name "N";
         range u64 100 ..= 10000000; section "storage";
-    /// A change preview's approval expires this long after it was issued, > 0 and <= 7d
+    /// A change preview's approval expires this long after it was issued
     change_approval_ttl: Duration = Duration::from_secs(30 * 60);
         flag "change-approval-ttl" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 7d, such as 30m";
-        check duration::upto::<604_800, false>; section "change";
+        range duration ">0" ..= "7d", such as "30m"; section "change";
     /// Change previews executing at once (each holds no Run slot)
     change_max_concurrent_previews: u32 = 2;
         flag "change-max-concurrent-previews" [Option<String>] value_name "N";
@@ -434,11 +417,10 @@ settings_table! {
     change_max_pending_per_namespace: u32 = 16;
         flag "change-max-pending-per-namespace" [Option<String>] value_name "N";
         range u32 1 ..= 64; section "change";
-    /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything, <= 10y
+    /// Audit journal segments older than this are deleted (with the Runs in them); 0s keeps everything
     audit_retention: Duration = Duration::from_secs(365 * 86_400);
         flag "audit-retention" [Option<String>] value_name "DURATION";
-        expect "a duration from 0s (keep everything) to 10y, such as 365d";
-        check duration::upto::<315_576_000, true>; section "storage";
+        range duration "0s" ..= "10y", such as "365d"; section "storage";
     /// Name of the environment variable holding the audit key (at least 32 bytes): every audit record is then sealed with HMAC-SHA256 so a rewritten journal fails `akritas audit verify --key-env`
     audit_key_env: Option<String> = None;
         flag "audit-key-env" [Option<String>] value_name "ENV_VAR";
@@ -449,16 +431,14 @@ settings_table! {
         flag "audit-anchor-file" [Option<String>] value_name "PATH";
         expect "a path outside the data directory";
         check lists::check_optional_path; section "storage";
-    /// Alert journal segments older than this are deleted unless an open incident or a waiting job needs them; 0s keeps everything, <= 10y
+    /// Alert journal segments older than this are deleted unless an open incident or a waiting job needs them; 0s keeps everything
     alert_retention: Duration = Duration::from_secs(90 * 86_400);
         flag "alert-retention" [Option<String>] value_name "DURATION";
-        expect "a duration from 0s (keep everything) to 10y, such as 90d";
-        check duration::upto::<315_576_000, true>; section "alerts";
-    /// An alert repeated within this window of its first delivery is a duplicate, > 0 and <= 30d
+        range duration "0s" ..= "10y", such as "90d"; section "alerts";
+    /// An alert repeated within this window of its first delivery is a duplicate
     dedup_window: Duration = Duration::from_secs(86_400);
         flag "dedup-window" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 30d, such as 24h";
-        check duration::upto::<2_592_000, false>; section "alerts";
+        range duration ">0" ..= "30d", such as "24h"; section "alerts";
     /// Most deduplication keys remembered (the oldest are forgotten first)
     dedup_max_keys: u32 = 100_000;
         flag "dedup-max-keys" [Option<String>] value_name "N";
@@ -467,25 +447,22 @@ settings_table! {
     resolved_incidents_kept: u32 = 10_000;
         flag "resolved-incidents-kept" [Option<String>] value_name "N";
         range u32 100 ..= 10000000; section "alerts";
-    /// Timeout of one notification attempt, > 0 and <= 1m
+    /// Timeout of one notification attempt
     notification_timeout: Duration = Duration::from_secs(10);
         flag "notification-timeout" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 1m, such as 10s";
-        check duration::upto::<60, false>; section "alerts";
+        range duration ">0" ..= "1m", such as "10s"; section "alerts";
     /// Attempts per notification delivery (connection errors, timeouts, 429 and 5xx are retried)
     notification_attempts: u32 = 3;
         flag "notification-attempts" [Option<String>] value_name "N";
         range u32 1 ..= 10; section "alerts";
-    /// Operator mode: finished Run and resolved Incident objects are deleted after this, > 0 and <= 365d
+    /// Operator mode: finished Run and resolved Incident objects are deleted after this
     record_retention: Duration = Duration::from_secs(7 * 86_400);
         flag "record-retention" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 365d, such as 7d";
-        check duration::upto::<31_536_000, false>; section "storage";
-    /// Operator mode: a leader that has not renewed its Lease for this long is replaced, > 0 and <= 5m
+        range duration ">0" ..= "365d", such as "7d"; section "storage";
+    /// Operator mode: a leader that has not renewed its Lease for this long is replaced
     lease_duration: Duration = Duration::from_secs(15);
         flag "lease-duration" [Option<String>] value_name "DURATION";
-        expect "a duration above 0 and at most 5m, such as 15s";
-        check duration::upto::<300, false>; section "operator";
+        range duration ">0" ..= "5m", such as "15s"; section "operator";
     /// Log format: text or json
     log_format: LogFormat = LogFormat::Text;
         flag "log-format" [Option<String>] value_name "FORMAT";

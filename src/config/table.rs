@@ -1,10 +1,37 @@
 //! The macro that turns the settings table of `mod.rs` into [`super::Settings`], its
 //! defaults, its origins and its `serve` flags.
+//!
+//! A setting states its bound once, in a `range` line, and the table makes from it the check,
+//! the message a bad value gets and the flag help:
+//! - `range u32 1 ..= 50;` (or `u64`): an integer from 1 to 50; `1 ..= MAX` is a positive integer;
+//! - `range bytes 1024 ..= 67108864;`: the same, in bytes; `range optional 512 ..= 10000000;`: or empty;
+//! - `range duration "0s" ..= "10m", such as "30s";`: a duration from zero to 10 minutes;
+//! - `range duration ">0" ..= "24h", such as "10m";`: a duration above zero, at most 24 hours.
+//!
+//! A setting without a `range` states its own `expect` text and `check`.
 
 /// What a bad value of a setting is told it should be: its `expect` text, or the range it declares.
 macro_rules! setting_expect {
     ($expect:literal ;) => {
         $expect
+    };
+    (; bytes 1 MAX) => {
+        "a positive integer (bytes)"
+    };
+    (; bytes $lo:literal $hi:literal) => {
+        concat!("an integer from ", stringify!($lo), " to ", stringify!($hi), " (bytes)")
+    };
+    (; duration "0s" $hi:literal $eg:literal) => {
+        concat!("a duration from 0s to ", $hi, ", such as ", $eg)
+    };
+    (; duration ">0" $hi:literal $eg:literal) => {
+        concat!("a duration above 0 and at most ", $hi, ", such as ", $eg)
+    };
+    (; optional $lo:literal $hi:literal) => {
+        concat!("an integer from ", stringify!($lo), " to ", stringify!($hi), ", or empty")
+    };
+    (; $rt:ident 1 MAX) => {
+        "a positive integer"
     };
     (; $rt:ident $lo:literal $hi:literal) => {
         concat!("an integer from ", stringify!($lo), " to ", stringify!($hi))
@@ -16,11 +43,26 @@ macro_rules! setting_check {
     ($check:expr ;) => {
         $check
     };
+    (; u32 1 MAX) => {
+        value::u32_in::<1, { u32::MAX }>
+    };
     (; u32 $lo:literal $hi:literal) => {
         value::u32_in::<$lo, $hi>
     };
-    (; u64 $lo:literal $hi:literal) => {
+    (; optional $lo:literal $hi:literal) => {
+        optional::u32_in::<$lo, $hi>
+    };
+    (; $rt:ident 1 MAX) => {
+        value::u64_in::<1, { u64::MAX }>
+    };
+    (; $rt:ident $lo:literal $hi:literal) => {
         value::u64_in::<$lo, $hi>
+    };
+    (; duration "0s" $hi:literal $eg:literal) => {
+        duration::upto::<{ duration::seconds($hi) }, true>
+    };
+    (; duration ">0" $hi:literal $eg:literal) => {
+        duration::upto::<{ duration::seconds($hi) }, false>
     };
 }
 
@@ -28,6 +70,15 @@ macro_rules! setting_check {
 macro_rules! setting_about {
     ($doc:expr ;) => {
         $doc
+    };
+    ($doc:expr ; $rt:ident 1 MAX) => {
+        $doc
+    };
+    ($doc:expr ; duration "0s" $hi:literal $eg:literal) => {
+        concat!($doc, ", <= ", $hi)
+    };
+    ($doc:expr ; duration ">0" $hi:literal $eg:literal) => {
+        concat!($doc, ", > 0 and <= ", $hi)
     };
     ($doc:expr ; $rt:ident $lo:literal $hi:literal) => {
         concat!($doc, ", ", stringify!($lo), "-", stringify!($hi))
@@ -40,7 +91,7 @@ macro_rules! settings_table {
         $key:ident : $ty:ty = $default:expr ;
             flag $flag:literal [$($fty:tt)*] $(value_name $vn:literal)? $(delimiter $delim:literal)? ;
             $(expect $expect:literal ;)?
-            $(range $rt:ident $lo:literal ..= $hi:literal ;)?
+            $(range $rt:ident $lo:tt ..= $hi:tt $(, such as $eg:literal)? ;)?
             $(check $check:expr ;)?
             section $section:literal ;
     )*) => {
@@ -93,7 +144,7 @@ macro_rules! settings_table {
         pub(crate) fn flag_help_for(key: &str) -> String {
             match key {
                 $( stringify!($key) => flag_help(
-                    setting_about!(concat!($($doc),*) ; $($rt $lo $hi)?),
+                    setting_about!(concat!($($doc),*) ; $($rt $lo $hi $($eg)?)?),
                     &env_var_name(stringify!($key)),
                     &SettingValue::to_text(&Settings::default().$key),
                 ), )*
@@ -131,8 +182,8 @@ macro_rules! settings_table {
             for file::Entry { key, value: raw, pointer: ptr } in entries {
                 match key.as_str() {
                     $( stringify!($key) => {
-                        let v = <$ty as SettingValue>::from_json(raw, setting_expect!($($expect)? ; $($rt $lo $hi)?))
-                            .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi)?)).map_err(|p| {
+                        let v = <$ty as SettingValue>::from_json(raw, setting_expect!($($expect)? ; $($rt $lo $hi $($eg)?)?))
+                            .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi $($eg)?)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi $($eg)?)?)).map_err(|p| {
                                 value::JsonErr::new(format!("{p}, got {}", value::show(raw)))
                             }))
                             .map_err(|e| ConfigError::InvalidFile {
@@ -159,8 +210,8 @@ macro_rules! settings_table {
             $(
                 let var = env_var_name(stringify!($key));
                 if let Some(text) = env(&var) {
-                    let v = <$ty as SettingValue>::from_text(&text, setting_expect!($($expect)? ; $($rt $lo $hi)?))
-                        .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi)?)))
+                    let v = <$ty as SettingValue>::from_text(&text, setting_expect!($($expect)? ; $($rt $lo $hi $($eg)?)?))
+                        .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi $($eg)?)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi $($eg)?)?)))
                         .map_err(|problem| ConfigError::InvalidEnv {
                             var: var.clone(),
                             value: text.clone(),
@@ -176,9 +227,9 @@ macro_rules! settings_table {
         fn apply_flags(s: &mut Settings, flags: &ServeFlags) -> Result<(), ConfigError> {
             $(
                 let flag = concat!("--", $flag);
-                if let Some(parsed) = flags.$key.parse::<$ty>(setting_expect!($($expect)? ; $($rt $lo $hi)?)) {
+                if let Some(parsed) = flags.$key.parse::<$ty>(setting_expect!($($expect)? ; $($rt $lo $hi $($eg)?)?)) {
                     let v = parsed
-                        .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi)?)).map_err(|p| (flags.$key.shown(), p)))
+                        .and_then(|v| (setting_check!($($check)? ; $($rt $lo $hi $($eg)?)?))(v, setting_expect!($($expect)? ; $($rt $lo $hi $($eg)?)?)).map_err(|p| (flags.$key.shown(), p)))
                         .map_err(|(value, problem)| ConfigError::InvalidFlag {
                             flag: flag.to_string(),
                             value,

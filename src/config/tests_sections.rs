@@ -106,36 +106,19 @@ fn a_setting_in_the_wrong_section_twice_or_unknown_is_refused_with_the_fix() {
     assert!(e.contains("$.model: "), "a flat model that is not a name is a bad value of the setting: {e}");
 }
 
-/// A range a setting's `check` enforces is the range its `expect` text (the message a bad
-/// value gets, and the help) states, where the settings table gives both; a setting that
-/// declares a `range` has its check, text and help made from that one declaration.
+/// Every numeric bound is declared once: no setting writes an integer, byte or duration bound
+/// into both an `expect` text and a `check`, since the `range` line makes both.
 #[test]
-fn every_integer_range_check_matches_its_expected_text() {
+fn no_setting_states_a_numeric_bound_twice() {
     let table = include_str!("mod.rs");
-    let number = |text: &str| text.replace('_', "").parse::<u64>().unwrap();
-    let mut checked = 0;
-    let entries: Vec<&str> = table.split("\n    /// ").collect();
-    for entry in entries {
-        let Some(check) = entry.split("check value::u").nth(1) else { continue };
-        let Some(bounds) = check.split_once("::<").and_then(|(_, rest)| rest.split_once(">")).map(|(b, _)| b) else {
-            continue;
-        };
-        let (lo, hi) = bounds.split_once(", ").unwrap();
-        let expect = entry.split("expect \"").nth(1).and_then(|e| e.split('"').next()).unwrap();
-        if hi.contains("::MAX") {
-            assert!(lo == "1" && expect.starts_with("a positive integer"), "{bounds} but the text says {expect:?}");
-            checked += 1;
-            continue;
+    for entry in table.split("\n    /// ").skip(1) {
+        let name = entry.lines().nth(1).unwrap_or(entry).trim();
+        for twice in ["value::u32_in", "value::u64_in", "optional::u32_in", "duration::upto"] {
+            assert!(!entry.contains(twice), "{name}: declare the bound as a `range` instead of {twice}");
         }
-        let stated: Vec<u64> =
-            expect.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
-        assert!(
-            stated.starts_with(&[number(lo), number(hi)]),
-            "the check allows {lo} to {hi} but the text says {expect:?}"
-        );
-        checked += 1;
     }
-    assert!(checked >= 8, "{checked} range checks found");
+    let ranges = table.matches("range ").count();
+    assert!(ranges >= 40, "{ranges} settings declare a range");
 }
 
 /// A setting declared with `range` gets its check, its message and its help from the one
@@ -155,5 +138,47 @@ fn a_declared_range_makes_the_check_the_message_and_the_help() {
     for (text, value) in edges {
         let settings = read(&format!(r#"{{"version": 1, "storage": {{"snapshot_records": {text}}}}}"#)).unwrap();
         assert_eq!(settings.snapshot_records, value);
+    }
+    for (key, bad, told) in [
+        ("max_tokens", "0", "expected a positive integer"),
+        ("max_body_bytes", "1023", "expected an integer from 1024 to 67108864 (bytes)"),
+        ("max_tool_result_bytes", "0", "expected a positive integer (bytes)"),
+        ("model_context_tokens", "511", "expected an integer from 512 to 10000000, or empty"),
+        ("request_timeout", "0s", "expected a duration above 0 and at most 24h, such as 10m"),
+        ("request_timeout", "24h 1s", "expected a duration above 0 and at most 24h, such as 10m"),
+        ("run_queue_timeout", "10m 1s", "expected a duration from 0s to 10m, such as 30s"),
+        ("audit_retention", "3653d", "expected a duration from 0s to 10y, such as 365d"),
+    ] {
+        let e = refused(&in_section(key, bad));
+        assert!(e.contains(told), "{key}={bad}: {e}");
+    }
+    for (key, edge) in [("request_timeout", "24h"), ("run_queue_timeout", "0s"), ("audit_retention", "10y")] {
+        let settings = read(&in_section(key, edge)).unwrap();
+        assert!(settings.origins.contains_key(key), "{key}={edge} is inside its range");
+    }
+    assert_eq!(
+        flag_help_for("request_timeout"),
+        "Timeout of one request, > 0 and <= 24h [env: AKRITAS_REQUEST_TIMEOUT] [default: 10m]"
+    );
+    assert!(
+        flag_help_for("run_queue_timeout")
+            .starts_with("Wait for a free run slot; 0s fails at once when saturated, <= 10m [")
+    );
+    assert!(flag_help_for("max_body_bytes").starts_with("Largest request body in bytes, 1024-67108864 ["));
+}
+
+/// A config file giving `key` the value `value` (a number, or else a string) in its section.
+fn in_section(key: &str, value: &str) -> String {
+    let section = section_of(key).unwrap();
+    let value = if value.parse::<u64>().is_ok() { value.to_string() } else { format!("{value:?}") };
+    format!(r#"{{"version": 1, "{section}": {{"{key}": {value}}}}}"#)
+}
+
+/// A duration bound's text is read at compile time as humantime reads it.
+#[test]
+fn a_duration_bound_is_read_as_humantime_reads_it() {
+    for text in ["1m", "10m", "1h", "24h", "7d", "30d", "365d", "10y", "90s"] {
+        let read = humantime::parse_duration(text).unwrap().as_secs();
+        assert_eq!(super::duration::seconds(text), read, "{text}");
     }
 }
