@@ -85,7 +85,7 @@ async fn input_errors_are_400_with_a_precise_message_and_reach_no_model() {
         ),
         (
             json!({"messages": [{"role": "user", "content": "a"}], "stream": true}),
-            "invalid request body: stream: unknown field `stream`, expected one of `messages`, `max_tokens`, `temperature`, `debug`, `response_language`, `context`",
+            "invalid request body: stream: unknown field `stream`, expected one of `messages`, `context`, `max_tokens`, `temperature`, `debug`, `response_language`",
         ),
     ];
     for (body, message) in cases {

@@ -65,67 +65,70 @@ pub struct QueryRangeArgs {
     pub step: String,
 }
 
-/// Arguments of the `series` tool.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(transform = non_nullable_properties)]
-pub struct SeriesArgs {
-    /// Series selectors, e.g. `["up{job=\"node\"}"]` (1..10 entries, each 1..4096 bytes).
-    #[serde(rename = "match")]
-    #[schemars(length(min = 1, max = 10), inner(length(min = 1, max = 4096)))]
-    pub matchers: Vec<String>,
-    /// Start of the time range.
-    #[schemars(length(max = 64))]
-    pub start: Option<String>,
-    /// End of the time range.
-    #[schemars(length(max = 64))]
-    pub end: Option<String>,
-    /// Maximum number of series (0..1000; 0 = server default).
-    #[schemars(range(min = 0, max = 1000))]
-    pub limit: Option<i64>,
+/// Arguments of a metadata tool: its own fields, then the time range and the limit the three
+/// share. A macro rather than a flattened struct, because serde's `flatten` cannot be combined
+/// with `deny_unknown_fields`, and a misspelt argument must be refused.
+macro_rules! metadata_args {
+    ($(#[$doc:meta])* $name:ident, $limited:literal { $($own:tt)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Deserialize, schemars::JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        #[schemars(transform = non_nullable_properties)]
+        pub struct $name {
+            $($own)*
+            /// Start of the time range.
+            #[schemars(length(max = 64))]
+            pub start: Option<String>,
+            /// End of the time range.
+            #[schemars(length(max = 64))]
+            pub end: Option<String>,
+            #[doc = concat!("Maximum number of ", $limited, " (0..1000; 0 = server default).")]
+            #[schemars(range(min = 0, max = 1000))]
+            pub limit: Option<i64>,
+        }
+
+        impl $name {
+            /// Adds the time range and the limit to `params`.
+            fn push_window(&self, params: &mut Params) -> Result<(), VmError> {
+                push_opt_time(params, "start", self.start.as_deref())?;
+                push_opt_time(params, "end", self.end.as_deref())?;
+                push_limit(params, self.limit)
+            }
+        }
+    };
 }
 
-/// Arguments of the `labels` tool.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(transform = non_nullable_properties)]
-pub struct LabelsArgs {
-    /// Optional series selectors restricting the label names (≤ 10 entries, each 1..4096 bytes).
-    #[serde(rename = "match")]
-    #[schemars(length(max = 10), inner(length(min = 1, max = 4096)))]
-    pub matchers: Option<Vec<String>>,
-    /// Start of the time range.
-    #[schemars(length(max = 64))]
-    pub start: Option<String>,
-    /// End of the time range.
-    #[schemars(length(max = 64))]
-    pub end: Option<String>,
-    /// Maximum number of label names (0..1000; 0 = server default).
-    #[schemars(range(min = 0, max = 1000))]
-    pub limit: Option<i64>,
+metadata_args! {
+    /// Arguments of the `series` tool.
+    SeriesArgs, "series" {
+        /// Series selectors, e.g. `["up{job=\"node\"}"]` (1..10 entries, each 1..4096 bytes).
+        #[serde(rename = "match")]
+        #[schemars(length(min = 1, max = 10), inner(length(min = 1, max = 4096)))]
+        pub matchers: Vec<String>,
+    }
 }
 
-/// Arguments of the `label_values` tool.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(transform = non_nullable_properties)]
-pub struct LabelValuesArgs {
-    /// Label name (`^[a-zA-Z_][a-zA-Z0-9_]*$`, e.g. `job` or `__name__`).
-    #[schemars(regex(pattern = r"^[a-zA-Z_][a-zA-Z0-9_]*$"), length(min = 1, max = 1024))]
-    pub label: String,
-    /// Optional series selectors restricting the values (≤ 10 entries, each 1..4096 bytes).
-    #[serde(rename = "match")]
-    #[schemars(length(max = 10), inner(length(min = 1, max = 4096)))]
-    pub matchers: Option<Vec<String>>,
-    /// Start of the time range.
-    #[schemars(length(max = 64))]
-    pub start: Option<String>,
-    /// End of the time range.
-    #[schemars(length(max = 64))]
-    pub end: Option<String>,
-    /// Maximum number of values (0..1000; 0 = server default).
-    #[schemars(range(min = 0, max = 1000))]
-    pub limit: Option<i64>,
+metadata_args! {
+    /// Arguments of the `labels` tool.
+    LabelsArgs, "label names" {
+        /// Optional series selectors restricting the label names (≤ 10 entries, each 1..4096 bytes).
+        #[serde(rename = "match")]
+        #[schemars(length(max = 10), inner(length(min = 1, max = 4096)))]
+        pub matchers: Option<Vec<String>>,
+    }
+}
+
+metadata_args! {
+    /// Arguments of the `label_values` tool.
+    LabelValuesArgs, "values" {
+        /// Label name (`^[a-zA-Z_][a-zA-Z0-9_]*$`, e.g. `job` or `__name__`).
+        #[schemars(regex(pattern = r"^[a-zA-Z_][a-zA-Z0-9_]*$"), length(min = 1, max = 1024))]
+        pub label: String,
+        /// Optional series selectors restricting the values (≤ 10 entries, each 1..4096 bytes).
+        #[serde(rename = "match")]
+        #[schemars(length(max = 10), inner(length(min = 1, max = 4096)))]
+        pub matchers: Option<Vec<String>>,
+    }
 }
 
 type Params = Vec<(String, String)>;
@@ -306,9 +309,7 @@ impl SeriesArgs {
     pub fn to_params(&self) -> Result<Params, VmError> {
         let mut params = Vec::new();
         push_matchers(&mut params, Some(&self.matchers), true)?;
-        push_opt_time(&mut params, "start", self.start.as_deref())?;
-        push_opt_time(&mut params, "end", self.end.as_deref())?;
-        push_limit(&mut params, self.limit)?;
+        self.push_window(&mut params)?;
         Ok(params)
     }
 }
@@ -317,9 +318,7 @@ impl LabelsArgs {
     pub fn to_params(&self) -> Result<Params, VmError> {
         let mut params = Vec::new();
         push_matchers(&mut params, self.matchers.as_deref(), false)?;
-        push_opt_time(&mut params, "start", self.start.as_deref())?;
-        push_opt_time(&mut params, "end", self.end.as_deref())?;
-        push_limit(&mut params, self.limit)?;
+        self.push_window(&mut params)?;
         Ok(params)
     }
 }
@@ -329,9 +328,7 @@ impl LabelValuesArgs {
         let endpoint = Endpoint::label_values(&self.label)?;
         let mut params = Vec::new();
         push_matchers(&mut params, self.matchers.as_deref(), false)?;
-        push_opt_time(&mut params, "start", self.start.as_deref())?;
-        push_opt_time(&mut params, "end", self.end.as_deref())?;
-        push_limit(&mut params, self.limit)?;
+        self.push_window(&mut params)?;
         Ok((endpoint, params))
     }
 }

@@ -28,52 +28,53 @@ use crate::replay::{Case, ExportCatalog};
 use crate::resources::mcp_adapter::Permission;
 use crate::tools::ToolResult;
 
-/// Body of `POST /api/v1/chat`.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChatBody {
-    /// The conversation (at most 64 messages, 256 KiB of content): an optional
-    /// system message first, at least one user message, the last one from the user.
-    #[schemars(with = "Vec<TurnSchema>", length(min = 1, max = 64))]
-    messages: Vec<Turn>,
-    /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
-    #[serde(default)]
-    max_tokens: Option<u32>,
-    /// Sampling temperature, 0 to 2.
-    #[serde(default)]
-    #[schemars(range(min = 0.0, max = 2.0))]
-    temperature: Option<f64>,
-    /// Add each tool call's arguments and result to `activity`.
-    #[serde(default)]
-    debug: bool,
-    /// Language of the answer (BCP 47), instead of the host's default.
-    #[serde(default)]
-    response_language: Option<String>,
-    /// Facts for the Run (at most 32; keys up to 64, values up to 4096 bytes).
-    #[serde(default)]
-    context: BTreeMap<String, String>,
+/// A strict chat request body: the route's own fields, then the answer options both chat routes
+/// take. A macro rather than a flattened struct, because serde's `flatten` cannot be combined
+/// with `deny_unknown_fields`, and a misspelt option must be refused, not ignored.
+macro_rules! chat_body {
+    ($(#[$doc:meta])* $name:ident { $($own:tt)* }) => {
+        $(#[$doc])*
+        #[derive(Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($own)*
+            /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
+            #[serde(default)]
+            max_tokens: Option<u32>,
+            /// Sampling temperature, 0 to 2.
+            #[serde(default)]
+            #[schemars(range(min = 0.0, max = 2.0))]
+            temperature: Option<f64>,
+            /// Add each tool call's arguments and result to `activity`.
+            #[serde(default)]
+            debug: bool,
+            /// Language of the answer (BCP 47), instead of the host's default.
+            #[serde(default)]
+            response_language: Option<String>,
+        }
+    };
 }
 
-/// Body of `POST /api/v1/runs/{id}/chat`.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FollowUpBody {
-    /// The follow-up question.
-    #[schemars(length(min = 1))]
-    message: String,
-    /// Output tokens of the answer, at most the configured limit (absent or 0: the host's default).
-    #[serde(default)]
-    max_tokens: Option<u32>,
-    /// Sampling temperature, 0 to 2.
-    #[serde(default)]
-    #[schemars(range(min = 0.0, max = 2.0))]
-    temperature: Option<f64>,
-    /// Add each tool call's arguments and result to `activity`.
-    #[serde(default)]
-    debug: bool,
-    /// Language of the answer (BCP 47).
-    #[serde(default)]
-    response_language: Option<String>,
+chat_body! {
+    /// Body of `POST /api/v1/chat`.
+    ChatBody {
+        /// The conversation (at most 64 messages, 256 KiB of content): an optional
+        /// system message first, at least one user message, the last one from the user.
+        #[schemars(with = "Vec<TurnSchema>", length(min = 1, max = 64))]
+        messages: Vec<Turn>,
+        /// Facts for the Run (at most 32; keys up to 64, values up to 4096 bytes).
+        #[serde(default)]
+        context: BTreeMap<String, String>,
+    }
+}
+
+chat_body! {
+    /// Body of `POST /api/v1/runs/{id}/chat`.
+    FollowUpBody {
+        /// The follow-up question.
+        #[schemars(length(min = 1))]
+        message: String,
+    }
 }
 
 /// The answer of a chat or follow-up.
