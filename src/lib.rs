@@ -1,4 +1,9 @@
 //! Akritas: a self-hosted, Kubernetes-native operations assistant.
+//!
+//! The public surface is what the binary (`src/main.rs`), the integration tests, the benches and
+//! `testkit/` use: a module is `pub` only where one of them names a path through it, and every
+//! other module is `pub(crate)` (so the compiler reports an item nothing uses). A module a test
+//! starts to need is opened here or in its parent, not re-exported around it.
 
 pub mod alerts;
 pub mod app;
@@ -11,28 +16,28 @@ pub mod config;
 pub mod egress;
 pub mod engine;
 pub mod eval;
-pub mod ids;
+pub(crate) mod ids;
 pub mod investigation;
 pub mod journal;
 pub mod knowledge;
 pub mod kubernetes;
-pub mod language;
+pub(crate) mod language;
 pub mod llm;
 pub mod mcp;
 pub mod notify;
 pub mod operator;
-pub mod outbound;
-pub mod redact;
+pub(crate) mod outbound;
+pub(crate) mod redact;
 pub mod replay;
 pub mod resources;
 pub mod severity;
-pub mod slots;
-pub mod suggest;
+pub(crate) mod slots;
+pub(crate) mod suggest;
 pub mod telemetry;
 pub mod tenancy;
-pub mod text;
+pub(crate) mod text;
 pub mod tools;
-pub mod victoriametrics;
+pub(crate) mod victoriametrics;
 pub mod web;
 
 /// Installs the one rustls crypto provider of the whole tree (ring). Call before

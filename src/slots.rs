@@ -85,7 +85,8 @@ impl FairSlots {
     }
 
     /// The limits in force (the reserved part as cut by [`FairSlots::new`]).
-    pub fn limits(&self) -> &Limits {
+    #[cfg(test)]
+    fn limits(&self) -> &Limits {
         &self.limits
     }
 

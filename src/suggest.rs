@@ -47,18 +47,6 @@ pub fn closest<'a>(word: &str, known: &[&'a str]) -> Vec<&'a str> {
     near.into_iter().take(3).map(|(_, name)| name).collect()
 }
 
-/// `did you mean "a"?` or `did you mean one of "a", "b"?` for [`closest`]; `None`
-/// when nothing is close.
-pub fn did_you_mean(word: &str, known: &[&str]) -> Option<String> {
-    let near = closest(word, known);
-    let quoted: Vec<String> = near.iter().map(|name| format!("{name:?}")).collect();
-    match quoted.as_slice() {
-        [] => None,
-        [one] => Some(format!("did you mean {one}?")),
-        many => Some(format!("did you mean one of {}?", many.join(", "))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,16 +74,5 @@ mod tests {
         assert_eq!(closest("retention", &known), ["alert_retention", "audit_retention"]);
         assert!(closest("foo", &known).is_empty());
         assert!(closest("temperature", &known).is_empty());
-    }
-
-    #[test]
-    fn did_you_mean_quotes_one_or_several_names() {
-        let known = ["dedup_window", "dedup_max_keys", "data_dir"];
-        assert_eq!(did_you_mean("dedup_windwo", &known).as_deref(), Some("did you mean \"dedup_window\"?"));
-        assert_eq!(
-            did_you_mean("dedup", &known).as_deref(),
-            Some("did you mean one of \"dedup_window\", \"dedup_max_keys\"?")
-        );
-        assert_eq!(did_you_mean("x", &known), None);
     }
 }

@@ -3,7 +3,7 @@
 //! without I/O; [`store`] makes those decisions durable (the alert journal, its state,
 //! snapshots and reads); [`worker`] investigates the pending jobs and sends what they found.
 
-pub mod intake;
+pub(crate) mod intake;
 pub mod store;
 pub mod worker;
 

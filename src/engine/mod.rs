@@ -11,7 +11,7 @@ pub(crate) mod knowledge_tools;
 pub mod plan;
 mod planning;
 pub mod progress;
-pub mod record;
+pub(crate) mod record;
 pub mod request;
 pub mod retrieval;
 pub mod run;

@@ -3,7 +3,7 @@
 pub mod bases;
 pub(crate) mod chunk;
 pub(crate) mod corpus;
-pub mod index;
+pub(crate) mod index;
 
 pub use chunk::{Chunk, chunks};
 pub use corpus::{

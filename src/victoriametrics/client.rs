@@ -64,7 +64,8 @@ pub struct VmClientConfig {
 }
 
 impl VmClientConfig {
-    pub fn new(base_url: Url) -> Self {
+    #[cfg(test)]
+    fn new(base_url: Url) -> Self {
         Self {
             base_url,
             auth: Auth::None,
@@ -236,10 +237,6 @@ impl VmClient {
             .build()
             .map_err(|e| VmError::Config(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
         Ok(Self { http, config, host })
-    }
-
-    pub fn config(&self) -> &VmClientConfig {
-        &self.config
     }
 
     /// `host:port` of VictoriaMetrics (used in error messages).

@@ -9,5 +9,3 @@ pub(crate) mod client;
 pub(crate) mod server;
 
 pub(crate) use args::{VictoriaMetricsArgs, run};
-pub use client::{Auth, Endpoint, VmClient, VmClientConfig, VmError};
-pub use server::VictoriaMetricsServer;

@@ -18,12 +18,11 @@ use tantivy::Index;
 
 pub use build::content_sha256;
 use build::{fill, prepare_dir};
+pub use schema::META_FILE;
 use schema::{Fields, IndexMeta, fields_of, schema};
-pub use schema::{INDEX_VERSION, META_FILE, TITLE_BOOST};
 use search::ChunkSearch;
 pub use types::{
-    ChunkingParams, DocumentInfo, EXCERPT_CHARS, Hit, IndexError, IndexStats, ListFilter, MAX_LIST_LIMIT, MAX_TOP_K,
-    SourceStats,
+    ChunkingParams, DocumentInfo, EXCERPT_CHARS, Hit, IndexError, IndexStats, ListFilter, MAX_LIST_LIMIT, SourceStats,
 };
 
 use crate::knowledge::corpus::Document;

@@ -5,7 +5,7 @@
 //! `{"error": {"message", "type", "param", "code"}}`.
 
 mod progress_line;
-pub mod request;
+pub(crate) mod request;
 mod stream;
 
 use std::time::{SystemTime, UNIX_EPOCH};
