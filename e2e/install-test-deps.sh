@@ -20,6 +20,9 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
 # The Ollama smoke builds Ollama's ggml CPU backends (e2e/real-models.sh).
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+# The database backend of the durable stores: the tests start their own PostgreSQL clusters
+# (initdb and pg_ctl as the package's `postgres` user; the package starts none by itself here).
+compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

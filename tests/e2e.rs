@@ -1,6 +1,6 @@
 //! The e2e tier: tests against real third-party programs (Alertmanager, Prometheus,
 //! VictoriaMetrics, etcd and kube-apiserver, helm and kubectl, the MCP reference server on Node,
-//! Chromium, the Python clients, schemathesis, amtool, a tmpfs mount, the yamllint validator). `e2e/install-test-deps.sh`
+//! Chromium, the Python clients, schemathesis, amtool, a tmpfs mount, the yamllint validator, PostgreSQL). `e2e/install-test-deps.sh`
 //! installs them; a missing one fails its test, nothing is skipped. This target has `test =
 //! false`, so plain `cargo test` leaves it out; `cargo test --test e2e` runs it, and the README's
 //! test command runs both tiers.
@@ -9,6 +9,7 @@ mod alert_e2e;
 mod bots_e2e;
 mod change_e2e;
 mod chart;
+mod database_stores;
 mod disk_full;
 mod facade_openai;
 mod kube_harness;

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::ingress::{Inbound, Provider};
+use crate::journal::database::Database;
 use crate::journal::durable::{Durable, Replayed, State, StoreError, StoreName};
 use crate::journal::{JournalOptions, Record};
 
@@ -161,6 +162,18 @@ struct Limits {
     ttl: SignedDuration,
     sessions: usize,
     dedup: usize,
+}
+
+impl Limits {
+    fn of(options: &SessionOptions) -> Self {
+        Limits {
+            messages: options.history_messages.max(2),
+            bytes: options.history_bytes,
+            ttl: SignedDuration::try_from(options.ttl).unwrap_or(SignedDuration::MAX),
+            sessions: options.max_sessions.max(1),
+            dedup: options.dedup_ids.max(1),
+        }
+    }
 }
 
 /// State in memory and the journal record it reflects.
@@ -302,7 +315,7 @@ pub struct SessionStore {
 
 impl fmt::Debug for SessionStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SessionStore").field("path", &self.inner.store.path()).finish_non_exhaustive()
+        f.debug_struct("SessionStore").field("place", &self.inner.store.place()).finish_non_exhaustive()
     }
 }
 
@@ -310,13 +323,7 @@ impl SessionStore {
     /// Opens (creating if missing) the journal at `path` and replays it from its snapshot when
     /// there is one. Blocking.
     pub fn open(path: &Path, options: SessionOptions) -> Result<Self, SessionError> {
-        let limits = Limits {
-            messages: options.history_messages.max(2),
-            bytes: options.history_bytes,
-            ttl: SignedDuration::try_from(options.ttl).unwrap_or(SignedDuration::MAX),
-            sessions: options.max_sessions.max(1),
-            dedup: options.dedup_ids.max(1),
-        };
+        let limits = Limits::of(&options);
         let clock = options.clock.clone();
         let journal_options = JournalOptions {
             clock: Arc::new(move || clock().to_string()),
@@ -341,6 +348,33 @@ impl SessionStore {
         Ok(SessionStore { inner: Arc::new(inner) })
     }
 
+    /// Opens the sessions of a shared database (store `bot_sessions`): every replica sees the
+    /// same sessions and dedup window. [`SessionStore::refresh`] reads what other replicas
+    /// recorded before a read.
+    pub async fn open_database(db: &Database, options: SessionOptions) -> Result<Self, SessionError> {
+        let limits = Limits::of(&options);
+        let clock = options.clock.clone();
+        let store = Durable::open_database(
+            db,
+            "bot_sessions",
+            Arc::new(move || clock().to_string()),
+            NAME,
+            options.snapshot_every,
+            move |saved| Book::new(limits, saved),
+            move || Book::new(limits, Saved::default()),
+        )
+        .await?;
+        let inner = Inner { store, options };
+        Ok(SessionStore { inner: Arc::new(inner) })
+    }
+
+    /// Reads the records other replicas committed since the last read (nothing to do on a
+    /// journal file).
+    pub async fn refresh(&self) -> Result<(), SessionError> {
+        self.inner.store.fresh().await?;
+        Ok(())
+    }
+
     fn book(&self) -> State<'_, Book> {
         self.inner.store.state()
     }
@@ -363,7 +397,7 @@ impl SessionStore {
     /// Durably accepts `inbound`: its id joins the dedup window and it is pending until
     /// answered. Returns `false` (writing nothing) for an id already accepted.
     pub async fn accept(&self, inbound: &Inbound) -> Result<bool, SessionError> {
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await?;
         if self.is_duplicate(&inbound.event_id) {
             return Ok(false);
         }
@@ -399,7 +433,7 @@ impl SessionStore {
         user: &str,
         assistant: &str,
     ) -> Result<(), SessionError> {
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await?;
         if user.len() + assistant.len() > self.book().limits.bytes {
             return writer.record(DONE, &json!({ "event_id": event_id })).await;
         }
@@ -409,13 +443,13 @@ impl SessionStore {
 
     /// Forgets a session (`/new`); `event_id` is answered.
     pub async fn reset(&self, key: &SessionKey, event_id: &str) -> Result<(), SessionError> {
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await?;
         writer.record(RESET, &json!({ "key": key, "event_id": event_id })).await
     }
 
     /// Records that `event_id` was answered without changing a session.
     pub async fn done(&self, event_id: &str) -> Result<(), SessionError> {
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await?;
         writer.record(DONE, &json!({ "event_id": event_id })).await
     }
 

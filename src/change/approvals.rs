@@ -27,6 +27,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{FileChange, ValidatorResult};
+use crate::journal::database::Database;
 use crate::journal::durable::{Durable, Replayed, State, StoreError, StoreName};
 use crate::journal::{JournalOptions, Record};
 
@@ -371,7 +372,7 @@ pub struct ApprovalStore {
 
 impl fmt::Debug for ApprovalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApprovalStore").field("path", &self.inner.store.path()).finish_non_exhaustive()
+        f.debug_struct("ApprovalStore").field("place", &self.inner.store.place()).finish_non_exhaustive()
     }
 }
 
@@ -448,6 +449,34 @@ impl ApprovalStore {
         Ok(ApprovalStore { inner: Arc::new(inner) })
     }
 
+    /// Opens the approvals of a shared database (store `approvals`): every replica takes and
+    /// finishes the same changes, each once. [`ApprovalStore::refresh`] reads what other
+    /// replicas recorded before a read.
+    pub async fn open_database(db: &Database, options: ApprovalOptions) -> Result<Self, ApprovalError> {
+        let clock = options.clock.clone();
+        let stamp = clock.clone();
+        let restored = clock.clone();
+        let store = Durable::open_database(
+            db,
+            "approvals",
+            Arc::new(move || stamp().to_string()),
+            NAME,
+            TUNING.snapshot_every,
+            move |entries| Book { entries, clock: restored.clone() },
+            move || Book { entries: HashMap::new(), clock: clock.clone() },
+        )
+        .await?;
+        let inner = Inner { store, options };
+        Ok(ApprovalStore { inner: Arc::new(inner) })
+    }
+
+    /// Reads the records other replicas committed since the last read (nothing to do on a
+    /// journal file).
+    pub async fn refresh(&self) -> Result<(), ApprovalError> {
+        self.inner.store.fresh().await?;
+        Ok(())
+    }
+
     fn book(&self) -> State<'_, Book> {
         self.inner.store.state()
     }
@@ -460,7 +489,7 @@ impl ApprovalStore {
     /// which is not stored anywhere: only its hash is. Refuses when `max_pending` changes
     /// already wait.
     pub async fn insert(&self, mut change: PendingChange) -> Result<ApprovalId, ApprovalError> {
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await?;
         let now = self.now();
         {
             let mut book = self.book();
@@ -503,7 +532,7 @@ impl ApprovalStore {
     /// `applying` before returning it, so it can be taken once only, even across a crash.
     pub async fn take(&self, id: &ApprovalId, approver: &str) -> Result<PendingChange, TakeError> {
         let hash = id.hash();
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await.map_err(ApprovalError::from)?;
         let now = self.now();
         let change = {
             let book = self.book();
@@ -527,7 +556,7 @@ impl ApprovalStore {
             return Err(ApprovalError::Transition { from: "applying", to: state.name() });
         }
         let hash = id.hash();
-        let writer = self.inner.store.writer().await;
+        let writer = self.inner.store.writer().await?;
         let now = self.now();
         {
             let book = self.book();

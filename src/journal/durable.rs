@@ -15,8 +15,9 @@ use std::sync::{Mutex, MutexGuard};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::database::{self, AppendError, Database, DatabaseError};
 use super::snapshot::{self, RestoreError};
-use super::{Checkpoint, Journal, JournalError, JournalOptions, Record};
+use super::{Checkpoint, Clock, Journal, JournalError, JournalOptions, Record};
 
 /// State rebuilt from a journal's records, and the snapshot that stands for them.
 pub trait Replayed: Send + 'static {
@@ -53,18 +54,26 @@ pub enum StoreError {
         #[source]
         source: JournalError,
     },
+    /// The database could not be reached, read or written; nothing was recorded.
+    #[error("the {journal} in the database failed: {source}")]
+    Database {
+        /// The journal's name.
+        journal: &'static str,
+        /// Why.
+        #[source]
+        source: DatabaseError,
+    },
     /// A journal record this version cannot replay.
     #[error(
-        "the {journal} {} has a record (seq {seq}) this version cannot read: {reason}; restore the journal from backup or move it aside ({lost} are then lost)",
-        path.display()
+        "the {journal} {place} has a record (seq {seq}) this version cannot read: {reason}; restore the journal from backup or move it aside ({lost} are then lost)"
     )]
     Replay {
         /// The journal's name.
         journal: &'static str,
         /// What moving it aside loses.
         lost: &'static str,
-        /// The journal.
-        path: PathBuf,
+        /// The journal file, or the store in the database.
+        place: String,
         /// The record's seq.
         seq: u64,
         /// Why.
@@ -72,16 +81,15 @@ pub enum StoreError {
     },
     /// The journal's start was removed and no snapshot holds what it said.
     #[error(
-        "the {journal} {} starts at seq {first_seq} but its snapshot is missing or unreadable; restore the snapshot from backup or move the journal aside ({lost} are then lost)",
-        path.display()
+        "the {journal} {place} starts at seq {first_seq} but its snapshot is missing or unreadable; restore the snapshot from backup or move the journal aside ({lost} are then lost)"
     )]
     NoSnapshot {
         /// The journal's name.
         journal: &'static str,
         /// What moving it aside loses.
         lost: &'static str,
-        /// The journal.
-        path: PathBuf,
+        /// The journal file, or the store in the database.
+        place: String,
         /// Its first kept record.
         first_seq: u64,
     },
@@ -101,12 +109,28 @@ impl<S: Replayed> Tracked<S> {
         self.since_snapshot += 1;
         Ok(())
     }
+
+    fn last_seq(&self) -> u64 {
+        self.last.as_ref().map_or(0, |last| last.seq)
+    }
+}
+
+/// Where a store's records are kept.
+enum Log<S: Replayed> {
+    /// A journal file in the data directory.
+    File { journal: Journal, path: PathBuf },
+    /// Rows of a shared database; `restore` rebuilds the state from a snapshot another replica
+    /// wrote, `empty` from nothing.
+    Database {
+        log: database::Log,
+        restore: Box<dyn Fn(S::Saved) -> S + Send + Sync>,
+        empty: Box<dyn Fn() -> S + Send + Sync>,
+    },
 }
 
 /// A journal-backed store of state `S`.
 pub struct Durable<S: Replayed> {
-    journal: Journal,
-    path: PathBuf,
+    log: Log<S>,
     name: StoreName,
     snapshot_every: u64,
     tracked: Mutex<Tracked<S>>,
@@ -115,7 +139,10 @@ pub struct Durable<S: Replayed> {
 
 impl<S: Replayed> std::fmt::Debug for Durable<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Durable").field("journal", &self.name.journal).field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Durable")
+            .field("journal", &self.name.journal)
+            .field("place", &self.place())
+            .finish_non_exhaustive()
     }
 }
 
@@ -139,18 +166,18 @@ impl<S: Replayed> Durable<S> {
             || Tracked { state: empty(), last: None, since_snapshot: 0 },
             Tracked::apply,
         );
+        let place = path.display().to_string();
         let (journal, tracked) = restored.map_err(|error| match error {
             RestoreError::Journal(source) => StoreError::Journal { journal: name.journal, source },
             RestoreError::Replay { seq, reason } => {
-                StoreError::Replay { journal: name.journal, lost: name.lost, path: path.to_owned(), seq, reason }
+                StoreError::Replay { journal: name.journal, lost: name.lost, place, seq, reason }
             }
             RestoreError::NoSnapshot { first_seq } => {
-                StoreError::NoSnapshot { journal: name.journal, lost: name.lost, path: path.to_owned(), first_seq }
+                StoreError::NoSnapshot { journal: name.journal, lost: name.lost, place, first_seq }
             }
         })?;
         Ok(Durable {
-            journal,
-            path: path.to_owned(),
+            log: Log::File { journal, path: path.to_owned() },
             name,
             snapshot_every: snapshot_every.max(1),
             tracked: Mutex::new(tracked),
@@ -158,28 +185,161 @@ impl<S: Replayed> Durable<S> {
         })
     }
 
-    /// The journal's path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Opens the store `store` of a shared database and rebuilds the state from its snapshot and
+    /// the records after it, as [`Durable::open`] does from a journal file. `clock` stamps the
+    /// records this replica writes.
+    pub async fn open_database(
+        db: &Database,
+        store: &'static str,
+        clock: Clock,
+        name: StoreName,
+        snapshot_every: u64,
+        restore: impl Fn(S::Saved) -> S + Send + Sync + 'static,
+        empty: impl Fn() -> S + Send + Sync + 'static,
+    ) -> Result<Self, StoreError> {
+        let log = database::Log::new(db, store, clock, super::DEFAULT_MAX_RECORD_BYTES);
+        let state = empty();
+        let durable = Durable {
+            log: Log::Database { log, restore: Box::new(restore), empty: Box::new(empty) },
+            name,
+            snapshot_every: snapshot_every.max(1),
+            tracked: Mutex::new(Tracked { state, last: None, since_snapshot: 0 }),
+            writer: tokio::sync::Mutex::new(()),
+        };
+        durable.catch_up(None).await?;
+        Ok(durable)
     }
 
-    /// The state, locked briefly (never across an `await`).
+    /// Where the records are: the journal file, or the store in the database.
+    pub fn place(&self) -> String {
+        match &self.log {
+            Log::File { path, .. } => path.display().to_string(),
+            Log::Database { log, .. } => format!("(database store {:?})", log.store()),
+        }
+    }
+
+    /// The state, locked briefly (never across an `await`). On a database it reflects the
+    /// records this replica has read; [`Durable::fresh`] reads the newer ones first.
     pub fn state(&self) -> State<'_, S> {
         State(self.tracked.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
-    /// The writer lock: held from a decision until the record making it durable is applied.
-    pub async fn writer(&self) -> Writer<'_, S> {
-        Writer { store: self, _held: self.writer.lock().await }
+    /// The state after applying every record other replicas committed (on a journal file,
+    /// the state as it is).
+    pub async fn fresh(&self) -> Result<State<'_, S>, StoreError> {
+        if matches!(self.log, Log::Database { .. }) {
+            self.catch_up(None).await?;
+        }
+        Ok(self.state())
     }
 
-    fn journal_error(&self, source: JournalError) -> StoreError {
-        StoreError::Journal { journal: self.name.journal, source }
+    /// The writer lock: held from a decision until the record making it durable is applied.
+    /// On a database it also locks the store's head row, so one decision is taken at a time
+    /// across every replica, and the state has every committed record when it is handed over.
+    pub async fn writer(&self) -> Result<Writer<'_, S>, StoreError> {
+        let held = self.writer.lock().await;
+        let locked = match &self.log {
+            Log::File { .. } => None,
+            Log::Database { log, .. } => {
+                let locked = log.lock().await.map_err(|e| self.database_error(e))?;
+                self.catch_up(Some(&locked)).await?;
+                Some(locked)
+            }
+        };
+        Ok(Writer { store: self, _held: held, locked: Mutex::new(locked) })
+    }
+
+    fn database_error(&self, source: DatabaseError) -> StoreError {
+        StoreError::Database { journal: self.name.journal, source }
+    }
+
+    /// A failed read; a changed record is named as the record replay cannot use.
+    fn read_error(&self, source: DatabaseError) -> StoreError {
+        match source {
+            DatabaseError::Changed { seq, .. } => {
+                self.replay_error(seq, "it does not match its hash, so it was changed after it was written".to_string())
+            }
+            other => self.database_error(other),
+        }
+    }
+
+    fn replay_error(&self, seq: u64, reason: String) -> StoreError {
+        StoreError::Replay { journal: self.name.journal, lost: self.name.lost, place: self.place(), seq, reason }
+    }
+
+    /// Applies the records committed after the state's last one; when a snapshot has replaced
+    /// some of them, rebuilds the state from that snapshot first. Checks that each record
+    /// follows the one before it.
+    async fn catch_up(&self, locked: Option<&database::Locked>) -> Result<(), StoreError> {
+        let Log::Database { log, restore, empty } = &self.log else { return Ok(()) };
+        let last = self.state().0.last_seq();
+        let mut records = log.after(locked, last).await.map_err(|e| self.read_error(e))?;
+        let gap = records.first().is_some_and(|(_, record)| record.seq != last + 1);
+        let behind = records.is_empty() && locked.is_some_and(|locked| locked.head.seq > last);
+        let starting = self.state().0.last.is_none();
+        let mut rebuilt = None;
+        if gap || behind || (starting && records.first().is_none_or(|(_, record)| record.seq != 1)) {
+            let snapshot = log.snapshot(locked).await.map_err(|e| self.database_error(e))?;
+            match snapshot {
+                Some(stored) if stored.format == S::FORMAT => {
+                    let saved: S::Saved = serde_json::from_str(&stored.data).map_err(|e| {
+                        self.replay_error(stored.checkpoint.seq, format!("its snapshot is not readable: {e}"))
+                    })?;
+                    let seq = stored.checkpoint.seq;
+                    records.retain(|(_, record)| record.seq > seq);
+                    if records.first().is_some_and(|(_, record)| record.seq != seq + 1) {
+                        records = log.after(locked, seq).await.map_err(|e| self.read_error(e))?;
+                    }
+                    rebuilt = Some(Tracked { state: restore(saved), last: Some(stored.checkpoint), since_snapshot: 0 });
+                }
+                Some(stored) => {
+                    return Err(self.replay_error(
+                        stored.checkpoint.seq,
+                        format!("its snapshot has the format {:?}, not {:?}", stored.format, S::FORMAT),
+                    ));
+                }
+                None if records.first().is_none_or(|(_, record)| record.seq == 1) => {
+                    rebuilt = Some(Tracked { state: empty(), last: None, since_snapshot: 0 });
+                }
+                None => {
+                    let first_seq = records.first().map_or(last + 1, |(_, record)| record.seq);
+                    return Err(StoreError::NoSnapshot {
+                        journal: self.name.journal,
+                        lost: self.name.lost,
+                        place: self.place(),
+                        first_seq,
+                    });
+                }
+            }
+        }
+        let mut tracked = self.state();
+        if let Some(rebuilt) = rebuilt {
+            // A concurrent reader may have moved past the snapshot meanwhile: keep its state.
+            if tracked.0.last.is_none() || tracked.0.last_seq() < rebuilt.last_seq() {
+                *tracked.0 = rebuilt;
+            }
+        }
+        for (prev, record) in records {
+            if record.seq <= tracked.0.last_seq() {
+                continue; // applied meanwhile by a concurrent reader
+            }
+            let follows = match &tracked.0.last {
+                Some(last) => last.seq + 1 == record.seq && last.hash == prev,
+                None => record.seq == 1 && prev == super::format::GENESIS_PREV,
+            };
+            if !follows {
+                return Err(
+                    self.replay_error(record.seq, "it does not follow the record before it in the chain".to_string())
+                );
+            }
+            tracked.0.apply(&record).map_err(|reason| self.replay_error(record.seq, reason))?;
+        }
+        Ok(())
     }
 
     /// Every `snapshot_every` records: writes the state as a snapshot and deletes the journal
-    /// segments before it. Failures are logged (the next pass retries); the journal stays the
-    /// record of truth.
+    /// segments (or database rows) before it. Failures are logged (the next pass retries); the
+    /// records stay the record of truth.
     async fn maintain(&self) {
         let (checkpoint, saved) = {
             let mut tracked = self.state();
@@ -190,8 +350,17 @@ impl<S: Replayed> Durable<S> {
             tracked.0.since_snapshot = 0;
             (checkpoint, tracked.0.state.saved())
         };
-        if let Err(error) = snapshot::compact(&self.journal, S::FORMAT, checkpoint, saved).await {
-            tracing::warn!(component = self.name.component, path = %self.path.display(), %error, "{} compaction failed", self.name.journal);
+        let result = match &self.log {
+            Log::File { journal, .. } => {
+                snapshot::compact(journal, S::FORMAT, checkpoint, saved).await.map_err(|e| e.to_string())
+            }
+            Log::Database { log, .. } => match serde_json::to_string(&saved) {
+                Ok(data) => log.compact(&checkpoint, S::FORMAT, &data).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        if let Err(error) = result {
+            tracing::warn!(component = self.name.component, place = %self.place(), %error, "{} compaction failed", self.name.journal);
         }
     }
 }
@@ -212,10 +381,12 @@ impl<S> DerefMut for State<'_, S> {
     }
 }
 
-/// The writer lock of a [`Durable`] store, held.
+/// The writer lock of a [`Durable`] store, held. On a database it holds the store's head row
+/// until its record commits; a second record of the same writer locks the head again.
 pub struct Writer<'a, S: Replayed> {
     store: &'a Durable<S>,
     _held: tokio::sync::MutexGuard<'a, ()>,
+    locked: Mutex<Option<database::Locked>>,
 }
 
 impl<S: Replayed> Writer<'_, S> {
@@ -223,19 +394,44 @@ impl<S: Replayed> Writer<'_, S> {
     /// state, and snapshots when one is due.
     pub async fn record(&self, kind: &str, data: &serde_json::Value) -> Result<(), StoreError> {
         let store = self.store;
-        if store.journal.failure().is_some() {
-            store.journal.recover().await.map_err(|e| store.journal_error(e))?;
+        let record = match &store.log {
+            Log::File { journal, .. } => {
+                if journal.failure().is_some() {
+                    journal.recover().await.map_err(|e| store.journal_error(e))?;
+                }
+                journal.append(kind, data).await.map_err(|e| store.journal_error(e))?
+            }
+            Log::Database { log, .. } => {
+                let held = self.locked.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+                let locked = match held {
+                    Some(locked) => locked,
+                    None => {
+                        let locked = log.lock().await.map_err(|e| store.database_error(e))?;
+                        store.catch_up(Some(&locked)).await?;
+                        locked
+                    }
+                };
+                log.append(locked, kind, data).await.map_err(|error| match error {
+                    AppendError::Journal(source) => store.journal_error(source),
+                    AppendError::Database(source) => store.database_error(source),
+                })?
+            }
+        };
+        {
+            let mut tracked = store.state();
+            // A reader's catch-up may have applied it already, once it committed.
+            if tracked.0.last.is_none() || record.seq > tracked.0.last_seq() {
+                tracked.0.apply(&record).map_err(|reason| store.replay_error(record.seq, reason))?;
+            }
         }
-        let record = store.journal.append(kind, data).await.map_err(|e| store.journal_error(e))?;
-        store.state().0.apply(&record).map_err(|reason| StoreError::Replay {
-            journal: store.name.journal,
-            lost: store.name.lost,
-            path: store.path.clone(),
-            seq: record.seq,
-            reason,
-        })?;
         store.maintain().await;
         Ok(())
+    }
+}
+
+impl<S: Replayed> Durable<S> {
+    fn journal_error(&self, source: JournalError) -> StoreError {
+        StoreError::Journal { journal: self.name.journal, source }
     }
 }
 
@@ -281,7 +477,7 @@ mod tests {
         let path = dir.path().join("sum.jsonl");
         let store = open(&path).unwrap();
         for value in 1..=10 {
-            let writer = store.writer().await;
+            let writer = store.writer().await.unwrap();
             writer.record("test.add", &json!({ "value": value })).await.unwrap();
             drop(writer);
             assert_eq!(total(&store.state()), (1..=value).sum::<i64>());
@@ -298,7 +494,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sum.jsonl");
         let store = open(&path).unwrap();
-        let error = store.writer().await.record("test.unknown", &json!({})).await.unwrap_err();
+        let error = store.writer().await.unwrap().record("test.unknown", &json!({})).await.unwrap_err();
         assert!(matches!(error, StoreError::Replay { seq: 1, .. }), "{error}");
         drop(store);
         let error = open(&path).unwrap_err().to_string();

@@ -18,6 +18,7 @@
 //! * [`verify`] checks a file without modifying it (`akritas audit verify PATH`).
 
 mod chain;
+pub mod database;
 pub(crate) mod durable;
 mod error;
 mod format;

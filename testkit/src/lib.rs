@@ -18,8 +18,8 @@
 //!   real wire formats and record every request, with builders for what those services send.
 //! - [`kubelet`]: a kubelet stand-in serving container logs to [`kube_api`]'s API server.
 //! - [`clients`]: the Python venv (openai, mcp, schemathesis), playwright-core and Chromium.
-//! - [`prom`], [`vm`], [`kube_api`], [`everything`]: real third-party programs (Prometheus and
-//!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server).
+//! - [`prom`], [`vm`], [`kube_api`], [`everything`], [`postgres`]: real third-party programs (Prometheus and
+//!   Alertmanager, VictoriaMetrics, etcd and kube-apiserver, the MCP reference server, PostgreSQL).
 //!
 //! Paths are resolved from the repository root ([`root`]), so the harnesses find
 //! `instructions/`, `config/samples`, `e2e/` and `target/` wherever a test runs.
@@ -34,6 +34,7 @@ pub mod kube_api;
 pub mod kubelet;
 pub mod mattermost;
 pub mod personality;
+pub mod postgres;
 pub mod prom;
 pub mod raw_http;
 pub mod scripted_llm;

@@ -1,0 +1,441 @@
+//! The database backend of the journal-backed stores: PostgreSQL holds each store's records as
+//! one hash chain of rows (the same `seq`, `time`, `kind`, `prev`, `data` and `hash` as a journal
+//! line, hashed the same way), a head row per store and its newest snapshot.
+//!
+//! Several replicas share one database. A writer locks its store's head row (`FOR UPDATE`), so
+//! decisions of one store are taken one at a time across every replica; under that lock it
+//! first applies the records other replicas wrote since its state's last one, then decides,
+//! then appends. A record is durable when its transaction commits, before anything answers.
+//!
+//! The schema is versioned; [`Database::migrate`] applies the missing versions at start under an
+//! advisory lock, so replicas starting together migrate once, and refuses a database migrated by
+//! a newer version.
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio_postgres::Row;
+
+use super::format::{GENESIS_PREV, check_app_kind, record_hash};
+use super::{Checkpoint, Clock, JournalError, Location, Record};
+
+/// The schema versions, oldest first: version, what it adds, its SQL.
+const MIGRATIONS: &[(i32, &str, &str)] =
+    &[(1, "journal records, heads and snapshots", include_str!("database/v1.sql"))];
+
+/// Advisory lock key held while migrating (`akritas` and 1 as bytes).
+const MIGRATE_LOCK: i64 = 0x616b_7269_7461_7301;
+
+/// What the database backend could not do. Messages never carry the connection string.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    /// The connection string could not be read.
+    #[error("the database connection string is not valid: {0}")]
+    Config(String),
+    /// No connection could be made or kept.
+    #[error("the database is unreachable: {0}")]
+    Unreachable(String),
+    /// A statement failed.
+    #[error("the database refused to {doing}: {message}")]
+    Statement {
+        /// What was being done.
+        doing: &'static str,
+        /// The server's message.
+        message: String,
+    },
+    /// A record does not match its hash: it was changed after it was written.
+    #[error("record {seq} of store {store:?} does not match its hash (it was changed after it was written)")]
+    Changed {
+        /// The store.
+        store: String,
+        /// The record.
+        seq: u64,
+    },
+    /// A newer version migrated this database.
+    #[error(
+        "the database schema is at version {found} but this version of Akritas knows only up to {known}; run a version at least as new as the one that migrated it"
+    )]
+    NewerSchema {
+        /// The database's version.
+        found: i32,
+        /// This version's newest.
+        known: i32,
+    },
+}
+
+/// An error and its sources, `: `-joined.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(next) = source {
+        let more = next.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = next.source();
+    }
+    text
+}
+
+fn statement(doing: &'static str) -> impl Fn(tokio_postgres::Error) -> DatabaseError {
+    move |error| {
+        let message = match error.as_db_error() {
+            Some(db) => db.message().to_string(),
+            None => chain(&error),
+        };
+        if error.is_closed() || error.as_db_error().is_none() && message.contains("connection") {
+            DatabaseError::Unreachable(message)
+        } else {
+            DatabaseError::Statement { doing, message }
+        }
+    }
+}
+
+/// A pool of connections to the shared database. Cheap to clone.
+#[derive(Clone)]
+pub struct Database {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("max_connections", &self.pool.status().max_size).finish_non_exhaustive()
+    }
+}
+
+/// What [`Database::migrate`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Migrated {
+    /// The version found (0: an empty database).
+    pub from: i32,
+    /// The version now.
+    pub to: i32,
+}
+
+impl Database {
+    /// A pool of at most `max_connections` connections to `url` (a `postgres://` URL or a
+    /// `key=value` string). `sslmode=require` (or `prefer`) uses TLS verified against the
+    /// system's roots and `ca_pem`; `sslmode=disable` sends in the clear.
+    pub fn connect(url: &str, ca_pem: Option<&[u8]>, max_connections: usize) -> Result<Self, DatabaseError> {
+        let config: tokio_postgres::Config =
+            url.parse().map_err(|e: tokio_postgres::Error| DatabaseError::Config(chain(&e)))?;
+        let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Disable => {
+                Manager::from_config(config, tokio_postgres::NoTls, manager_config)
+            }
+            _ => Manager::from_config(config, tls(ca_pem)?, manager_config),
+        };
+        let pool = Pool::builder(manager)
+            .max_size(max_connections.max(1))
+            .build()
+            .map_err(|e| DatabaseError::Config(e.to_string()))?;
+        Ok(Database { pool })
+    }
+
+    pub(crate) async fn client(&self) -> Result<Object, DatabaseError> {
+        self.pool.get().await.map_err(|e| DatabaseError::Unreachable(chain(&e)))
+    }
+
+    /// Applies the schema versions the database lacks, each in its own transaction, under an
+    /// advisory lock (replicas starting together wait for the first). Refuses a database a
+    /// newer version migrated.
+    pub async fn migrate(&self) -> Result<Migrated, DatabaseError> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK])
+            .await
+            .map_err(statement("take the migration lock"))?;
+        let result = migrate_locked(&client).await;
+        let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]).await;
+        let migrated = result?;
+        unlocked.map_err(statement("release the migration lock"))?;
+        Ok(migrated)
+    }
+}
+
+async fn migrate_locked(client: &Object) -> Result<Migrated, DatabaseError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS akritas_schema (version integer PRIMARY KEY, about text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(statement("create the schema table"))?;
+    let row = client
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM akritas_schema", &[])
+        .await
+        .map_err(statement("read the schema version"))?;
+    let from: i32 = row.get(0);
+    let known = MIGRATIONS.last().map_or(0, |(version, _, _)| *version);
+    if from > known {
+        return Err(DatabaseError::NewerSchema { found: from, known });
+    }
+    for (version, about, sql) in MIGRATIONS.iter().filter(|(version, _, _)| *version > from) {
+        let script = format!(
+            "BEGIN; {sql}; INSERT INTO akritas_schema (version, about) VALUES ({version}, '{}'); COMMIT;",
+            about.replace('\'', "''")
+        );
+        if let Err(error) = client.batch_execute(&script).await {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(statement("apply a schema version")(error));
+        }
+        tracing::info!(component = "database", version, about, "database schema migrated");
+    }
+    Ok(Migrated { from, to: known })
+}
+
+fn tls(ca_pem: Option<&[u8]>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, DatabaseError> {
+    crate::install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(pem) = ca_pem {
+        let mut added = 0;
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(pem) {
+            let cert: rustls::pki_types::CertificateDer<'static> =
+                cert.map_err(|e| DatabaseError::Config(format!("the CA bundle is not PEM certificates: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| DatabaseError::Config(format!("the CA bundle holds a bad certificate: {e}")))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(DatabaseError::Config("the CA bundle holds no certificate".to_string()));
+        }
+    }
+    let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// The last record of a store's chain (seq 0 and the genesis hash when it has none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// A store's newest snapshot, as stored.
+pub(crate) struct StoredSnapshot {
+    pub checkpoint: Checkpoint,
+    pub format: String,
+    pub data: String,
+}
+
+/// One store's chain in the database.
+#[derive(Clone)]
+pub(crate) struct Log {
+    db: Database,
+    store: &'static str,
+    clock: Clock,
+    max_record_bytes: usize,
+}
+
+/// A store's head row, locked by an open transaction; rolled back when dropped uncommitted.
+pub(crate) struct Locked {
+    client: Option<Object>,
+    pub head: Head,
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if client.batch_execute("ROLLBACK").await.is_err() {
+                        let _ = Object::take(client);
+                    }
+                });
+            }
+            // No runtime to roll back on: the connection is closed, which rolls back.
+            Err(_) => drop(Object::take(client)),
+        }
+    }
+}
+
+fn seq_of(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn db_seq(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+impl Log {
+    pub(crate) fn new(db: &Database, store: &'static str, clock: Clock, max_record_bytes: usize) -> Self {
+        Log { db: db.clone(), store, clock, max_record_bytes }
+    }
+
+    /// The store's name in the database.
+    pub(crate) fn store(&self) -> &'static str {
+        self.store
+    }
+
+    /// Begins a transaction and locks the store's head row.
+    pub(crate) async fn lock(&self) -> Result<Locked, DatabaseError> {
+        let client = self.db.client().await?;
+        client.batch_execute("BEGIN").await.map_err(statement("begin a transaction"))?;
+        let mut locked = Locked { client: Some(client), head: Head { seq: 0, hash: GENESIS_PREV.to_string() } };
+        let client = locked.client.as_ref().expect("just set");
+        client
+            .execute(
+                "INSERT INTO akritas_heads (store, seq, hash) VALUES ($1, 0, $2) ON CONFLICT (store) DO NOTHING",
+                &[&self.store, &GENESIS_PREV],
+            )
+            .await
+            .map_err(statement("create the store's head"))?;
+        let row = client
+            .query_one("SELECT seq, hash FROM akritas_heads WHERE store = $1 FOR UPDATE", &[&self.store])
+            .await
+            .map_err(statement("lock the store's head"))?;
+        locked.head = Head { seq: seq_of(row.get(0)), hash: row.get(1) };
+        Ok(locked)
+    }
+
+    /// The store's newest snapshot, if any.
+    pub(crate) async fn snapshot(&self, locked: Option<&Locked>) -> Result<Option<StoredSnapshot>, DatabaseError> {
+        let owned;
+        let client = match locked.and_then(|l| l.client.as_ref()) {
+            Some(client) => client,
+            None => {
+                owned = self.db.client().await?;
+                &owned
+            }
+        };
+        let row = client
+            .query_opt("SELECT seq, hash, format, data FROM akritas_snapshots WHERE store = $1", &[&self.store])
+            .await
+            .map_err(statement("read the store's snapshot"))?;
+        Ok(row.map(|row| StoredSnapshot {
+            checkpoint: Checkpoint { seq: seq_of(row.get(0)), hash: row.get(1), location: Location::default() },
+            format: row.get(2),
+            data: row.get(3),
+        }))
+    }
+
+    /// The store's records after `seq`, in order, each with the hash it claims to follow.
+    pub(crate) async fn after(
+        &self,
+        locked: Option<&Locked>,
+        seq: u64,
+    ) -> Result<Vec<(String, Record)>, DatabaseError> {
+        let owned;
+        let client = match locked.and_then(|l| l.client.as_ref()) {
+            Some(client) => client,
+            None => {
+                owned = self.db.client().await?;
+                &owned
+            }
+        };
+        let rows = client
+            .query(
+                "SELECT seq, time, kind, data, prev, hash, store FROM akritas_records WHERE store = $1 AND seq > $2 ORDER BY seq",
+                &[&self.store, &db_seq(seq)],
+            )
+            .await
+            .map_err(statement("read the store's records"))?;
+        rows.iter().map(record_of).collect()
+    }
+
+    /// Appends a record after the locked head and commits: durable once this returns.
+    pub(crate) async fn append(
+        &self,
+        mut locked: Locked,
+        kind: &str,
+        data: &serde_json::Value,
+    ) -> Result<Record, AppendError> {
+        check_app_kind(kind).map_err(AppendError::Journal)?;
+        let data_json = data.to_string();
+        if data_json.len() > self.max_record_bytes {
+            return Err(AppendError::Journal(JournalError::RecordTooLarge {
+                size: data_json.len(),
+                limit: self.max_record_bytes,
+            }));
+        }
+        let seq = locked.head.seq + 1;
+        let time = (self.clock)();
+        let hash = record_hash(&locked.head.hash, seq, &time, kind, &data_json);
+        let client = locked.client.take().expect("a locked head holds its connection");
+        let written = async {
+            client
+                .execute(
+                    "INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    &[&self.store, &db_seq(seq), &time, &kind, &data_json, &locked.head.hash, &hash],
+                )
+                .await
+                .map_err(statement("append a record"))?;
+            client
+                .execute("UPDATE akritas_heads SET seq = $2, hash = $3 WHERE store = $1", &[&self.store, &db_seq(seq), &hash])
+                .await
+                .map_err(statement("move the store's head"))?;
+            client.batch_execute("COMMIT").await.map_err(statement("commit a record"))
+        }
+        .await;
+        if let Err(error) = written {
+            // Put the connection back so that dropping `locked` rolls the transaction back.
+            locked.client = Some(client);
+            return Err(AppendError::Database(error));
+        }
+        Ok(Record { seq, time, kind: kind.to_string(), data: data.clone(), hash, location: Location::default() })
+    }
+
+    /// Writes `data` as the store's snapshot at `checkpoint` (unless a newer one is there) and
+    /// deletes the records it stands for.
+    pub(crate) async fn compact(&self, checkpoint: &Checkpoint, format: &str, data: &str) -> Result<(), DatabaseError> {
+        let client = self.db.client().await?;
+        let script = async {
+            client.batch_execute("BEGIN").await?;
+            client
+                .execute(
+                    "INSERT INTO akritas_snapshots (store, seq, hash, format, data) VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (store) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash, format = EXCLUDED.format, \
+                     data = EXCLUDED.data, written_at = now() WHERE akritas_snapshots.seq < EXCLUDED.seq",
+                    &[&self.store, &db_seq(checkpoint.seq), &checkpoint.hash, &format, &data],
+                )
+                .await?;
+            client
+                .execute(
+                    "DELETE FROM akritas_records WHERE store = $1 AND seq <= (SELECT seq FROM akritas_snapshots WHERE store = $1)",
+                    &[&self.store],
+                )
+                .await?;
+            client.batch_execute("COMMIT").await
+        }
+        .await;
+        if let Err(error) = script {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(statement("write the store's snapshot")(error));
+        }
+        Ok(())
+    }
+}
+
+/// Why an append failed.
+#[derive(Debug)]
+pub(crate) enum AppendError {
+    /// The record itself is refused (kind, size).
+    Journal(JournalError),
+    /// The database failed; nothing was written.
+    Database(DatabaseError),
+}
+
+fn record_of(row: &Row) -> Result<(String, Record), DatabaseError> {
+    let data: String = row.get(3);
+    let parsed = serde_json::from_str(&data).map_err(|e| DatabaseError::Statement {
+        doing: "read a record",
+        message: format!("record {} holds data that is not JSON: {e}", row.get::<_, i64>(0)),
+    })?;
+    let record = Record {
+        seq: seq_of(row.get(0)),
+        time: row.get(1),
+        kind: row.get(2),
+        data: parsed,
+        hash: row.get(5),
+        location: Location::default(),
+    };
+    let prev: String = row.get(4);
+    let expected = record_hash(&prev, record.seq, &record.time, &record.kind, &data);
+    if expected != record.hash {
+        return Err(DatabaseError::Changed { store: row.get(6), seq: record.seq });
+    }
+    Ok((prev, record))
+}

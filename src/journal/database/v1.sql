@@ -1,0 +1,31 @@
+-- Schema 1: the records of the journal-backed stores, one chain per store.
+CREATE TABLE akritas_records (
+    store text NOT NULL,
+    seq bigint NOT NULL,
+    time text NOT NULL,
+    kind text NOT NULL,
+    -- The payload exactly as hashed (JSON text, not jsonb, so the hash can be checked).
+    data text NOT NULL,
+    prev text NOT NULL,
+    hash text NOT NULL,
+    PRIMARY KEY (store, seq)
+);
+
+-- The last record of each store's chain. Writers lock this row: one decision at a time per
+-- store, across every replica.
+CREATE TABLE akritas_heads (
+    store text PRIMARY KEY,
+    seq bigint NOT NULL,
+    hash text NOT NULL
+);
+
+-- The newest snapshot of each store: its state as of record `seq`. The records up to it are
+-- deleted when it is written.
+CREATE TABLE akritas_snapshots (
+    store text PRIMARY KEY,
+    seq bigint NOT NULL,
+    hash text NOT NULL,
+    format text NOT NULL,
+    data text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now()
+);

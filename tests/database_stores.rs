@@ -1,0 +1,247 @@
+//! The database backend of the journal-backed stores, against a real PostgreSQL: several
+//! replicas of the approval and bot-session stores share one database, a change is taken once
+//! however the replicas race, a lagging replica catches up across a snapshot, a changed row is
+//! refused, the schema migrates once, and TLS is verified.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use akritas::bots::{Inbound, Provider, SessionKey, SessionOptions, SessionStore, Turn};
+use akritas::change::FileChange;
+use akritas::change::approvals::{ApprovalOptions, ApprovalStore, ChangeState, PendingChange, TakeError};
+use akritas::journal::database::{Database, DatabaseError, Migrated};
+use akritas_testkit::postgres::Postgres;
+use serde_json::json;
+
+async fn database(pg: &Postgres) -> Database {
+    let db = Database::connect(&pg.url("disable"), None, 8).unwrap();
+    db.migrate().await.unwrap();
+    db
+}
+
+fn change(workspace: &str) -> PendingChange {
+    PendingChange {
+        namespace: "default".into(),
+        workspace: workspace.into(),
+        commit: Some("0123abcd".into()),
+        location: Some("path /srv/workspaces/infra".into()),
+        run_id: "run_1".into(),
+        requester: "alice".into(),
+        diff: "diff --git a/x b/x\n".into(),
+        diff_sha256: "d".repeat(64),
+        changes: vec![FileChange {
+            path: "x".into(),
+            operation: akritas::change::Operation::Replace,
+            before: Some("old\n".into()),
+            after: "new\n".into(),
+            mode: 0o644,
+        }],
+        validators: Vec::new(),
+        validators_sha256: "v".repeat(64),
+        created_at: String::new(),
+        expires_at: String::new(),
+        summary: json!({"analysis": "a"}),
+    }
+}
+
+fn approval_options() -> ApprovalOptions {
+    ApprovalOptions { max_pending: 64, max_pending_per_namespace: 64, ..ApprovalOptions::default() }
+}
+
+#[tokio::test]
+async fn replicas_share_approvals_and_each_change_is_taken_once_however_they_race() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let a = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    let b = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..12 {
+        let store = if n % 2 == 0 { &a } else { &b };
+        ids.push(store.insert(change(&format!("ws{n}"))).await.unwrap());
+    }
+    b.refresh().await.unwrap();
+    for id in &ids {
+        assert_eq!(b.get(id).map(|(_, state)| state), Some(ChangeState::Pending), "B reads what A stored");
+    }
+    // Both replicas take every change at once: exactly one take of each wins.
+    let mut races = Vec::new();
+    for id in &ids {
+        for (store, approver) in [(a.clone(), "alice"), (b.clone(), "bob")] {
+            let id = id.clone();
+            races.push(tokio::spawn(async move { store.take(&id, approver).await.map(|change| change.workspace) }));
+        }
+    }
+    let mut won = BTreeMap::new();
+    for race in races {
+        match race.await.unwrap() {
+            Ok(workspace) => *won.entry(workspace).or_insert(0) += 1,
+            Err(TakeError::Used) => {}
+            Err(other) => panic!("a losing take says the change was used, not {other}"),
+        }
+    }
+    assert_eq!(won.len(), 12, "every change was taken: {won:?}");
+    assert!(won.values().all(|&takes| takes == 1), "each change once: {won:?}");
+    // A third replica started now sees every change applying.
+    let c = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    let states = c.states();
+    assert_eq!(states.len(), 12);
+    assert!(states.values().all(|state| *state == "applying"), "{states:?}");
+    let applied = ChangeState::Applied {
+        run_id: "run_2".into(),
+        approver: "bob".into(),
+        at: "2026-12-05T00:00:00Z".into(),
+        detail: json!({}),
+    };
+    c.finish(&ids[0], applied.clone()).await.unwrap();
+    a.refresh().await.unwrap();
+    assert_eq!(a.get(&ids[0]).map(|(_, state)| state), Some(applied));
+    let rows = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'approvals'");
+    assert_eq!(rows, "25", "12 stored, 12 taken, 1 finished: one row each");
+}
+
+fn session_options(snapshot_every: u64) -> SessionOptions {
+    SessionOptions { snapshot_every, ..SessionOptions::default() }
+}
+
+fn message(n: usize) -> Inbound {
+    Inbound {
+        provider: Provider::Telegram,
+        receiver: "default/telegram".into(),
+        event_id: format!("telegram:default/telegram:{n}"),
+        conversation_id: "42".into(),
+        user_id: "u1".into(),
+        message_id: Some(n.to_string()),
+        thread_id: None,
+        reply_to: None,
+        text: format!("question {n}"),
+    }
+}
+
+#[tokio::test]
+async fn a_lagging_replica_catches_up_across_a_snapshot_and_an_event_is_accepted_once() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let a = SessionStore::open_database(&db, session_options(4)).await.unwrap();
+    let b = SessionStore::open_database(&db, session_options(4)).await.unwrap();
+    let key = SessionKey::of(&message(0));
+    for n in 1..=10 {
+        let inbound = message(n);
+        assert!(a.accept(&inbound).await.unwrap());
+        a.record_turn(&key, &inbound.event_id, &inbound.text, &format!("answer {n}")).await.unwrap();
+    }
+    let snapshot = pg.psql("SELECT seq FROM akritas_snapshots WHERE store = 'bot_sessions'");
+    assert_eq!(snapshot, "20", "a snapshot every 4 records: the last at 20");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'bot_sessions'"),
+        "0",
+        "the snapshot replaced the rows"
+    );
+    // B read nothing since it opened: its records are gone, so it rebuilds from the snapshot.
+    b.refresh().await.unwrap();
+    let expected: Vec<Turn> =
+        (1..=10).map(|n| Turn { user: format!("question {n}"), assistant: format!("answer {n}") }).collect();
+    assert_eq!(b.history(&key), expected);
+    // A redelivered event is accepted by one replica only, whichever gets it.
+    let again = message(11);
+    let (first, second) = tokio::join!(a.accept(&again), b.accept(&again));
+    assert_eq!([first.unwrap(), second.unwrap()].iter().filter(|accepted| **accepted).count(), 1);
+    assert!(!b.accept(&message(3)).await.unwrap(), "an old event is still a duplicate on B");
+}
+
+#[tokio::test]
+async fn a_row_changed_in_the_database_is_refused_naming_the_store_and_the_record() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    store.insert(change("one")).await.unwrap();
+    store.insert(change("two")).await.unwrap();
+    drop(store);
+    pg.psql(
+        "UPDATE akritas_records SET data = replace(data, '\"two\"', '\"evil\"') WHERE store = 'approvals' AND seq = 2",
+    );
+    let error = ApprovalStore::open_database(&db, approval_options()).await.unwrap_err().to_string();
+    assert!(
+        error.starts_with("the approval journal (database store \"approvals\") has a record (seq 2)")
+            && error.contains("does not match its hash"),
+        "{error}"
+    );
+    // Put back, it opens again.
+    pg.psql(
+        "UPDATE akritas_records SET data = replace(data, '\"evil\"', '\"two\"') WHERE store = 'approvals' AND seq = 2",
+    );
+    let store = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    store.insert(change("three")).await.unwrap();
+    drop(store);
+    // Changed again and hashed again: the next record no longer follows it.
+    pg.psql(
+        "UPDATE akritas_records SET data = replace(data, '\"two\"', '\"evil\"') WHERE store = 'approvals' AND seq = 2",
+    );
+    pg.psql(
+        "UPDATE akritas_records SET hash = encode(sha256(convert_to(prev || E'\\n' || seq || E'\\n' || time || E'\\n' || kind || E'\\n' || data, 'UTF8')), 'hex') \
+         WHERE store = 'approvals' AND seq = 2",
+    );
+    let error = ApprovalStore::open_database(&db, approval_options()).await.unwrap_err().to_string();
+    assert!(error.contains("(seq 3)") && error.contains("does not follow the record before it"), "{error}");
+}
+
+#[tokio::test]
+async fn replicas_starting_together_migrate_once_and_a_newer_schema_is_refused() {
+    let pg = Postgres::start();
+    let db = Database::connect(&pg.url("disable"), None, 8).unwrap();
+    let mut starts = Vec::new();
+    for _ in 0..4 {
+        let db = db.clone();
+        starts.push(tokio::spawn(async move { db.migrate().await.unwrap() }));
+    }
+    let mut from_empty = 0;
+    for start in starts {
+        let migrated = start.await.unwrap();
+        assert_eq!(migrated.to, 1);
+        from_empty += usize::from(migrated == Migrated { from: 0, to: 1 });
+    }
+    assert_eq!(from_empty, 1, "one replica migrated, the others found it done");
+    assert_eq!(pg.psql("SELECT count(*) FROM akritas_schema"), "1");
+    pg.psql("INSERT INTO akritas_schema (version, about) VALUES (2, 'from a newer version')");
+    let error = db.migrate().await.unwrap_err();
+    assert!(matches!(error, DatabaseError::NewerSchema { found: 2, known: 1 }), "{error}");
+    assert!(error.to_string().contains("run a version at least as new"), "{error}");
+}
+
+#[tokio::test]
+async fn tls_is_verified_against_the_given_ca_and_the_password_never_shows() {
+    let pg = Postgres::start_tls();
+    let ca = pg.ca_pem.clone().unwrap();
+    let url = format!("{} password=hunter2-secret", pg.url("require"));
+    let db = Database::connect(&url, Some(&ca), 2).unwrap();
+    assert_eq!(db.migrate().await.unwrap().to, 1, "TLS with the CA that signed the server");
+    let untrusted = Database::connect(&url, None, 2).unwrap();
+    let error = untrusted.migrate().await.unwrap_err().to_string();
+    assert!(error.contains("unreachable") && error.to_lowercase().contains("certificate"), "{error}");
+    assert!(!error.contains("hunter2"), "{error}");
+    let bad =
+        Database::connect("host=127.0.0.1 port=notaport password=hunter2-secret", None, 2).unwrap_err().to_string();
+    assert!(!bad.contains("hunter2"), "{bad}");
+}
+
+#[tokio::test]
+async fn a_database_restart_fails_a_write_cleanly_and_the_next_one_succeeds() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    let first = store.insert(change("before")).await.unwrap();
+    pg.restart();
+    let mut stored = Vec::new();
+    for n in 0..3 {
+        match store.insert(change(&format!("after{n}"))).await {
+            Ok(id) => stored.push(id),
+            Err(error) => assert!(error.to_string().contains("database"), "{error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!stored.is_empty(), "a write after the restart succeeds");
+    let reopened = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    assert_eq!(reopened.states().len(), 1 + stored.len(), "a failed write stored nothing");
+    for id in stored.iter().chain([&first]) {
+        assert!(reopened.get(id).is_some());
+    }
+}
