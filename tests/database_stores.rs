@@ -4,12 +4,13 @@
 //! refused, the schema migrates once, and TLS is verified.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use akritas::bots::{Inbound, Provider, SessionKey, SessionOptions, SessionStore, Turn};
 use akritas::change::FileChange;
 use akritas::change::approvals::{ApprovalOptions, ApprovalStore, ChangeState, PendingChange, TakeError};
-use akritas::journal::database::{Database, DatabaseError, Migrated};
+use akritas::journal::database::{Database, DatabaseError, Group, Log, Migrated};
 use akritas_testkit::postgres::Postgres;
 use serde_json::json;
 
@@ -244,4 +245,91 @@ async fn a_database_restart_fails_a_write_cleanly_and_the_next_one_succeeds() {
     for id in stored.iter().chain([&first]) {
         assert!(reopened.get(id).is_some());
     }
+}
+
+fn log(db: &Database, store: &'static str, clock: akritas::journal::Clock, key: Option<&[u8]>) -> Log {
+    Log::new(db, store, clock, akritas::journal::DEFAULT_MAX_RECORD_BYTES, key.map(Arc::from))
+}
+
+fn now() -> akritas::journal::Clock {
+    Arc::new(|| jiff::Timestamp::now().to_string())
+}
+
+#[tokio::test]
+async fn group_commit_puts_concurrent_appends_in_one_sealed_chain_that_verify_checks() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let key = b"an audit key of at least 32 bytes!!".as_slice();
+    let group = Group::start(log(&db, "audit", now(), Some(key)));
+    let mut writers = Vec::new();
+    for writer in 0..16 {
+        let group = group.clone();
+        writers.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for n in 0..50 {
+                let record = group.append("audit.tool_call", &json!({ "writer": writer, "n": n })).await.unwrap();
+                seqs.push(record.seq);
+            }
+            seqs
+        }));
+    }
+    let mut seqs = Vec::new();
+    for writer in writers {
+        let mine = writer.await.unwrap();
+        assert!(mine.windows(2).all(|pair| pair[0] < pair[1]), "a writer's appends keep their order");
+        seqs.extend(mine);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=800).collect::<Vec<u64>>(), "every append got its own seq, none lost");
+    let store = log(&db, "audit", now(), Some(key));
+    let verified = store.verify(Some(key)).await.unwrap();
+    assert_eq!((verified.records, verified.first_seq, verified.last_seq, verified.sealed), (800, 1, 800, 800));
+    assert_eq!(store.read(17).await.unwrap().unwrap().kind, "audit.tool_call");
+    // A bad kind and an oversized record are refused before anything is queued.
+    assert!(group.enqueue("Bad Kind", &json!({})).is_err());
+    let small = Group::start(Log::new(&db, "small", now(), 64, None));
+    assert!(small.append("audit.x", &json!({ "text": "x".repeat(100) })).await.is_err());
+    // The wrong key, a removed last record, a removed middle record: each is found.
+    let error = store.verify(Some(b"another key of at least 32 bytes!!!")).await.unwrap_err().to_string();
+    assert!(error.contains("record 1 ") && error.contains("keyed seal"), "{error}");
+    pg.psql("DELETE FROM akritas_records WHERE store = 'audit' AND seq = 800");
+    let error = store.verify(None).await.unwrap_err().to_string();
+    assert!(error.contains("records were deleted"), "{error}");
+    pg.psql("DELETE FROM akritas_records WHERE store = 'audit' AND seq = 400");
+    let error = store.verify(None).await.unwrap_err().to_string();
+    assert!(error.contains("record 401 ") && error.contains("does not follow"), "{error}");
+}
+
+#[tokio::test]
+async fn retention_deletes_old_records_up_to_what_is_still_needed_and_the_chain_still_verifies() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let old = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let is_old = old.clone();
+    let clock: akritas::journal::Clock = Arc::new(move || {
+        if is_old.load(std::sync::atomic::Ordering::SeqCst) {
+            "2020-01-01T00:00:00Z".to_string()
+        } else {
+            jiff::Timestamp::now().to_string()
+        }
+    });
+    let store = log(&db, "alerts", clock, None);
+    let group = Group::start(store.clone());
+    for n in 0..10 {
+        group.append("alert.event", &json!({ "n": n })).await.unwrap();
+    }
+    old.store(false, std::sync::atomic::Ordering::SeqCst);
+    for n in 10..15 {
+        group.append("alert.event", &json!({ "n": n })).await.unwrap();
+    }
+    // Records 1-10 are old, but an open incident still needs record 7 onwards.
+    assert_eq!(store.retain(Duration::from_secs(86_400), 7).await.unwrap(), 6);
+    assert_eq!(store.retain(Duration::from_secs(86_400), 7).await.unwrap(), 0, "nothing more to delete");
+    let verified = store.verify(None).await.unwrap();
+    assert_eq!((verified.records, verified.first_seq, verified.last_seq), (9, 7, 15));
+    assert!(store.read(6).await.unwrap().is_none() && store.read(7).await.unwrap().is_some());
+    // Deleting past the anchor by hand is found.
+    pg.psql("DELETE FROM akritas_records WHERE store = 'alerts' AND seq = 7");
+    let error = store.verify(None).await.unwrap_err().to_string();
+    assert!(error.contains("record 8 ") && error.contains("anchor"), "{error}");
 }

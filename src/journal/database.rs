@@ -11,10 +11,17 @@
 //! advisory lock, so replicas starting together migrate once, and refuses a database migrated by
 //! a newer version.
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use tokio_postgres::Row;
+mod group;
+mod verify;
 
-use super::format::{GENESIS_PREV, check_app_kind, record_hash};
+use std::sync::Arc;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+
+pub use group::{AppendFailed, Group, Pending};
+pub use verify::Verified;
+
+use super::format::{GENESIS_PREV, check_app_kind, record_hash, record_mac};
 use super::{Checkpoint, Clock, JournalError, Location, Record};
 
 /// The schema versions, oldest first: version, what it adds, its SQL.
@@ -25,7 +32,7 @@ const MIGRATIONS: &[(i32, &str, &str)] =
 const MIGRATE_LOCK: i64 = 0x616b_7269_7461_7301;
 
 /// What the database backend could not do. Messages never carry the connection string.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum DatabaseError {
     /// The connection string could not be read.
     #[error("the database connection string is not valid: {0}")]
@@ -48,6 +55,16 @@ pub enum DatabaseError {
         store: String,
         /// The record.
         seq: u64,
+    },
+    /// The chain is broken: a record is missing, out of place, or its seal does not match.
+    #[error("record {seq} of store {store:?}: {reason}")]
+    Broken {
+        /// The store.
+        store: String,
+        /// The record.
+        seq: u64,
+        /// What is wrong.
+        reason: String,
     },
     /// A newer version migrated this database.
     #[error(
@@ -222,11 +239,12 @@ pub(crate) struct StoredSnapshot {
 
 /// One store's chain in the database.
 #[derive(Clone)]
-pub(crate) struct Log {
+pub struct Log {
     db: Database,
     store: &'static str,
     clock: Clock,
     max_record_bytes: usize,
+    mac_key: Option<Arc<[u8]>>,
 }
 
 /// A store's head row, locked by an open transaction; rolled back when dropped uncommitted.
@@ -260,13 +278,27 @@ fn db_seq(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
+/// A record to write: its kind, its data, and the data as hashed.
+pub(crate) struct Row<'a> {
+    pub kind: &'a str,
+    pub data: &'a serde_json::Value,
+    pub json: String,
+}
+
 impl Log {
-    pub(crate) fn new(db: &Database, store: &'static str, clock: Clock, max_record_bytes: usize) -> Self {
-        Log { db: db.clone(), store, clock, max_record_bytes }
+    /// The chain of `store` in `db`; records are stamped by `clock` and sealed with `mac_key`.
+    pub fn new(
+        db: &Database,
+        store: &'static str,
+        clock: Clock,
+        max_record_bytes: usize,
+        mac_key: Option<Arc<[u8]>>,
+    ) -> Self {
+        Log { db: db.clone(), store, clock, max_record_bytes, mac_key }
     }
 
     /// The store's name in the database.
-    pub(crate) fn store(&self) -> &'static str {
+    pub fn store(&self) -> &'static str {
         self.store
     }
 
@@ -278,7 +310,7 @@ impl Log {
         let client = locked.client.as_ref().expect("just set");
         client
             .execute(
-                "INSERT INTO akritas_heads (store, seq, hash) VALUES ($1, 0, $2) ON CONFLICT (store) DO NOTHING",
+                "INSERT INTO akritas_heads (store, seq, hash, anchor_hash) VALUES ($1, 0, $2, $2) ON CONFLICT (store) DO NOTHING",
                 &[&self.store, &GENESIS_PREV],
             )
             .await
@@ -291,16 +323,22 @@ impl Log {
         Ok(locked)
     }
 
+    /// A connection: the locked one, or one from the pool.
+    async fn reader<'a>(
+        &self,
+        locked: Option<&'a Locked>,
+        owned: &'a mut Option<Object>,
+    ) -> Result<&'a Object, DatabaseError> {
+        if let Some(client) = locked.and_then(|l| l.client.as_ref()) {
+            return Ok(client);
+        }
+        Ok(owned.insert(self.db.client().await?))
+    }
+
     /// The store's newest snapshot, if any.
     pub(crate) async fn snapshot(&self, locked: Option<&Locked>) -> Result<Option<StoredSnapshot>, DatabaseError> {
-        let owned;
-        let client = match locked.and_then(|l| l.client.as_ref()) {
-            Some(client) => client,
-            None => {
-                owned = self.db.client().await?;
-                &owned
-            }
-        };
+        let mut owned = None;
+        let client = self.reader(locked, &mut owned).await?;
         let row = client
             .query_opt("SELECT seq, hash, format, data FROM akritas_snapshots WHERE store = $1", &[&self.store])
             .await
@@ -312,74 +350,126 @@ impl Log {
         }))
     }
 
-    /// The store's records after `seq`, in order, each with the hash it claims to follow.
+    /// The store's records after `seq` (at most `limit`), in order, each with the hash it
+    /// claims to follow; a record that does not match its own hash is an error.
+    pub(crate) async fn after_limited(
+        &self,
+        locked: Option<&Locked>,
+        seq: u64,
+        limit: i64,
+    ) -> Result<Vec<(String, Record)>, DatabaseError> {
+        let mut owned = None;
+        let client = self.reader(locked, &mut owned).await?;
+        let rows = client
+            .query(
+                "SELECT seq, time, kind, data, prev, hash, mac FROM akritas_records WHERE store = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                &[&self.store, &db_seq(seq), &limit],
+            )
+            .await
+            .map_err(statement("read the store's records"))?;
+        rows.iter().map(|row| self.record_of(row, None).map(|(prev, record, _)| (prev, record))).collect()
+    }
+
+    /// Every record of the store after `seq`, in order.
     pub(crate) async fn after(
         &self,
         locked: Option<&Locked>,
         seq: u64,
     ) -> Result<Vec<(String, Record)>, DatabaseError> {
-        let owned;
-        let client = match locked.and_then(|l| l.client.as_ref()) {
-            Some(client) => client,
-            None => {
-                owned = self.db.client().await?;
-                &owned
-            }
-        };
-        let rows = client
-            .query(
-                "SELECT seq, time, kind, data, prev, hash, store FROM akritas_records WHERE store = $1 AND seq > $2 ORDER BY seq",
+        self.after_limited(locked, seq, i64::MAX).await
+    }
+
+    /// The record `seq`, if it is kept.
+    pub async fn read(&self, seq: u64) -> Result<Option<Record>, DatabaseError> {
+        let client = self.db.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT seq, time, kind, data, prev, hash, mac FROM akritas_records WHERE store = $1 AND seq = $2",
                 &[&self.store, &db_seq(seq)],
             )
             .await
-            .map_err(statement("read the store's records"))?;
-        rows.iter().map(record_of).collect()
+            .map_err(statement("read a record"))?;
+        row.map(|row| self.record_of(&row, None).map(|(_, record, _)| record)).transpose()
+    }
+
+    /// Checks a record's size and kind, and the data as it is hashed.
+    pub(crate) fn row<'a>(&self, kind: &'a str, data: &'a serde_json::Value) -> Result<Row<'a>, JournalError> {
+        check_app_kind(kind)?;
+        let json = data.to_string();
+        if json.len() > self.max_record_bytes {
+            return Err(JournalError::RecordTooLarge { size: json.len(), limit: self.max_record_bytes });
+        }
+        Ok(Row { kind, data, json })
     }
 
     /// Appends a record after the locked head and commits: durable once this returns.
     pub(crate) async fn append(
         &self,
-        mut locked: Locked,
+        locked: Locked,
         kind: &str,
         data: &serde_json::Value,
     ) -> Result<Record, AppendError> {
-        check_app_kind(kind).map_err(AppendError::Journal)?;
-        let data_json = data.to_string();
-        if data_json.len() > self.max_record_bytes {
-            return Err(AppendError::Journal(JournalError::RecordTooLarge {
-                size: data_json.len(),
-                limit: self.max_record_bytes,
-            }));
+        let row = self.row(kind, data).map_err(AppendError::Journal)?;
+        let mut records = self.write(locked, &[row]).await.map_err(AppendError::Database)?;
+        Ok(records.pop().expect("one record written"))
+    }
+
+    /// Writes `rows` after the locked head, in order, in one statement, and commits.
+    pub(crate) async fn write(&self, mut locked: Locked, rows: &[Row<'_>]) -> Result<Vec<Record>, DatabaseError> {
+        let mut records = Vec::with_capacity(rows.len());
+        let (mut seqs, mut times, mut kinds, mut datas, mut prevs, mut hashes, mut macs) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut prev = locked.head.hash.clone();
+        for (n, row) in rows.iter().enumerate() {
+            let seq = locked.head.seq + 1 + n as u64;
+            let time = (self.clock)();
+            let hash = record_hash(&prev, seq, &time, row.kind, &row.json);
+            macs.push(self.mac_key.as_deref().map(|key| record_mac(key, &hash)));
+            seqs.push(db_seq(seq));
+            times.push(time.clone());
+            kinds.push(row.kind.to_string());
+            datas.push(row.json.clone());
+            prevs.push(std::mem::replace(&mut prev, hash.clone()));
+            hashes.push(hash.clone());
+            records.push(Record {
+                seq,
+                time,
+                kind: row.kind.to_string(),
+                data: row.data.clone(),
+                hash,
+                location: Location::default(),
+            });
         }
-        let seq = locked.head.seq + 1;
-        let time = (self.clock)();
-        let hash = record_hash(&locked.head.hash, seq, &time, kind, &data_json);
+        let last = records.last().map(|r| (db_seq(r.seq), r.hash.clone()));
         let client = locked.client.take().expect("a locked head holds its connection");
         let written = async {
             client
                 .execute(
-                    "INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    &[&self.store, &db_seq(seq), &time, &kind, &data_json, &locked.head.hash, &hash],
+                    "INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac) \
+                     SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])",
+                    &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs],
                 )
                 .await
-                .map_err(statement("append a record"))?;
-            client
-                .execute("UPDATE akritas_heads SET seq = $2, hash = $3 WHERE store = $1", &[&self.store, &db_seq(seq), &hash])
-                .await
-                .map_err(statement("move the store's head"))?;
-            client.batch_execute("COMMIT").await.map_err(statement("commit a record"))
+                .map_err(statement("append records"))?;
+            if let Some((seq, hash)) = &last {
+                client
+                    .execute("UPDATE akritas_heads SET seq = $2, hash = $3 WHERE store = $1", &[&self.store, seq, hash])
+                    .await
+                    .map_err(statement("move the store's head"))?;
+            }
+            client.batch_execute("COMMIT").await.map_err(statement("commit records"))
         }
         .await;
         if let Err(error) = written {
             // Put the connection back so that dropping `locked` rolls the transaction back.
             locked.client = Some(client);
-            return Err(AppendError::Database(error));
+            return Err(error);
         }
-        Ok(Record { seq, time, kind: kind.to_string(), data: data.clone(), hash, location: Location::default() })
+        Ok(records)
     }
 
     /// Writes `data` as the store's snapshot at `checkpoint` (unless a newer one is there) and
-    /// deletes the records it stands for.
+    /// deletes the records it stands for; the snapshot's record becomes the chain's anchor.
     pub(crate) async fn compact(&self, checkpoint: &Checkpoint, format: &str, data: &str) -> Result<(), DatabaseError> {
         let client = self.db.client().await?;
         let script = async {
@@ -394,7 +484,14 @@ impl Log {
                 .await?;
             client
                 .execute(
-                    "DELETE FROM akritas_records WHERE store = $1 AND seq <= (SELECT seq FROM akritas_snapshots WHERE store = $1)",
+                    "UPDATE akritas_heads h SET anchor_seq = s.seq, anchor_hash = s.hash FROM akritas_snapshots s \
+                     WHERE h.store = $1 AND s.store = $1 AND s.seq > h.anchor_seq",
+                    &[&self.store],
+                )
+                .await?;
+            client
+                .execute(
+                    "DELETE FROM akritas_records WHERE store = $1 AND seq <= (SELECT anchor_seq FROM akritas_heads WHERE store = $1)",
                     &[&self.store],
                 )
                 .await?;
@@ -407,6 +504,81 @@ impl Log {
         }
         Ok(())
     }
+
+    /// Deletes the records older than `max_age` and before `keep_from` (what a snapshot or an
+    /// open item still needs); the last one deleted becomes the chain's anchor. Returns how many
+    /// were deleted.
+    pub async fn retain(&self, max_age: std::time::Duration, keep_from: u64) -> Result<u64, DatabaseError> {
+        let client = self.db.client().await?;
+        let seconds = max_age.as_secs_f64();
+        let script = async {
+            client.batch_execute("BEGIN").await?;
+            let row = client
+                .query_one(
+                    "WITH gone AS (DELETE FROM akritas_records WHERE store = $1 AND seq < $2 \
+                     AND time::timestamptz < now() - make_interval(secs => $3) RETURNING seq, hash) \
+                     SELECT count(*), (SELECT seq FROM gone ORDER BY seq DESC LIMIT 1), \
+                     (SELECT hash FROM gone ORDER BY seq DESC LIMIT 1) FROM gone",
+                    &[&self.store, &db_seq(keep_from), &seconds],
+                )
+                .await?;
+            let removed: i64 = row.get(0);
+            let last: Option<i64> = row.get(1);
+            let hash: Option<String> = row.get(2);
+            if let (Some(seq), Some(hash)) = (last, hash) {
+                client
+                    .execute(
+                        "UPDATE akritas_heads SET anchor_seq = $2, anchor_hash = $3 WHERE store = $1 AND anchor_seq < $2",
+                        &[&self.store, &seq, &hash],
+                    )
+                    .await?;
+            }
+            client.batch_execute("COMMIT").await?;
+            Ok(seq_of(removed))
+        }
+        .await;
+        script.map_err(|error| statement("delete old records")(error))
+    }
+
+    /// A row as a record with the hash it claims to follow; checks its hash, and its seal
+    /// when `key` is given (returning whether one was checked).
+    fn record_of(
+        &self,
+        row: &tokio_postgres::Row,
+        key: Option<&[u8]>,
+    ) -> Result<(String, Record, bool), DatabaseError> {
+        let seq = seq_of(row.get(0));
+        let data: String = row.get(3);
+        let changed = |seq| DatabaseError::Changed { store: self.store.to_string(), seq };
+        let parsed = serde_json::from_str(&data).map_err(|_| changed(seq))?;
+        let record = Record {
+            seq,
+            time: row.get(1),
+            kind: row.get(2),
+            data: parsed,
+            hash: row.get(5),
+            location: Location::default(),
+        };
+        let prev: String = row.get(4);
+        if record_hash(&prev, record.seq, &record.time, &record.kind, &data) != record.hash {
+            return Err(changed(seq));
+        }
+        let sealed = match key {
+            Some(key) => {
+                let mac: Option<String> = row.get(6);
+                if mac.as_deref() != Some(record_mac(key, &record.hash).as_str()) {
+                    return Err(DatabaseError::Broken {
+                        store: self.store.to_string(),
+                        seq,
+                        reason: "its keyed seal is missing or does not match the key".to_string(),
+                    });
+                }
+                true
+            }
+            None => false,
+        };
+        Ok((prev, record, sealed))
+    }
 }
 
 /// Why an append failed.
@@ -416,26 +588,4 @@ pub(crate) enum AppendError {
     Journal(JournalError),
     /// The database failed; nothing was written.
     Database(DatabaseError),
-}
-
-fn record_of(row: &Row) -> Result<(String, Record), DatabaseError> {
-    let data: String = row.get(3);
-    let parsed = serde_json::from_str(&data).map_err(|e| DatabaseError::Statement {
-        doing: "read a record",
-        message: format!("record {} holds data that is not JSON: {e}", row.get::<_, i64>(0)),
-    })?;
-    let record = Record {
-        seq: seq_of(row.get(0)),
-        time: row.get(1),
-        kind: row.get(2),
-        data: parsed,
-        hash: row.get(5),
-        location: Location::default(),
-    };
-    let prev: String = row.get(4);
-    let expected = record_hash(&prev, record.seq, &record.time, &record.kind, &data);
-    if expected != record.hash {
-        return Err(DatabaseError::Changed { store: row.get(6), seq: record.seq });
-    }
-    Ok((prev, record))
 }

@@ -197,7 +197,7 @@ impl<S: Replayed> Durable<S> {
         restore: impl Fn(S::Saved) -> S + Send + Sync + 'static,
         empty: impl Fn() -> S + Send + Sync + 'static,
     ) -> Result<Self, StoreError> {
-        let log = database::Log::new(db, store, clock, super::DEFAULT_MAX_RECORD_BYTES);
+        let log = database::Log::new(db, store, clock, super::DEFAULT_MAX_RECORD_BYTES, None);
         let state = empty();
         let durable = Durable {
             log: Log::Database { log, restore: Box::new(restore), empty: Box::new(empty) },
