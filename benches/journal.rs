@@ -1,4 +1,7 @@
 //! Journal throughput and latency: sequential single writer, then 16 concurrent writers (group commit).
+//! With `JOURNAL_BENCH_POSTGRES=1` the same two loads also run on the database backend
+//! (`journal::database::Group`) against a PostgreSQL cluster the bench starts (Debian's
+//! `postgresql` package), and the chain is verified.
 //!
 //! Run with `cargo bench --bench journal`. Prints numbers only; no assertions.
 
@@ -65,25 +68,14 @@ fn main() {
 
         let path = dir.join("concurrent.jsonl");
         let (journal, _) = Journal::open(&path, JournalOptions::default()).expect("open journal");
-        let start = Instant::now();
-        let mut tasks = Vec::with_capacity(WRITERS);
-        for w in 0..WRITERS {
-            let journal = journal.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::with_capacity(PER_WRITER);
-                for i in 0..PER_WRITER {
-                    let t = Instant::now();
-                    journal.append("bench.concurrent", &payload(w * PER_WRITER + i)).await.expect("append");
-                    lat.push(t.elapsed());
-                }
-                lat
-            }));
-        }
-        let mut lat = Vec::with_capacity(WRITERS * PER_WRITER);
-        for task in tasks {
-            lat.extend(task.await.expect("writer task"));
-        }
-        summary(&format!("concurrent({WRITERS})"), lat, start.elapsed());
+        let writer = journal.clone();
+        concurrent("concurrent", move |i| {
+            let journal = writer.clone();
+            async move {
+                journal.append("bench.concurrent", &payload(i)).await.expect("append");
+            }
+        })
+        .await;
         journal.close().await.expect("close");
     });
 
@@ -91,4 +83,69 @@ fn main() {
         println!("journal concurrent file verified: {} records, last seq {}", report.records, report.last_seq);
     }
     let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("JOURNAL_BENCH_POSTGRES").is_some() {
+        rt.block_on(database());
+    }
+}
+
+/// `WRITERS` tasks, each appending `PER_WRITER` records with `append` (given the record's number).
+async fn concurrent<F, A>(name: &str, append: F)
+where
+    F: Fn(usize) -> A + Clone + Send + 'static,
+    A: std::future::Future<Output = ()> + Send,
+{
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(WRITERS);
+    for w in 0..WRITERS {
+        let append = append.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(PER_WRITER);
+            for i in 0..PER_WRITER {
+                let t = Instant::now();
+                append(w * PER_WRITER + i).await;
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::with_capacity(WRITERS * PER_WRITER);
+    for task in tasks {
+        lat.extend(task.await.expect("writer task"));
+    }
+    summary(&format!("{name}({WRITERS})"), lat, start.elapsed());
+}
+
+/// The same loads on the database backend.
+async fn database() {
+    use akritas::journal::database::{Database, Group, Log};
+    let pg = akritas_testkit::postgres::Postgres::start();
+    let db = Database::connect(&pg.url("disable"), None, 8).expect("connect");
+    db.migrate().await.expect("migrate");
+    let clock: akritas::journal::Clock = std::sync::Arc::new(|| jiff::Timestamp::now().to_string());
+    let log = |store| Log::new(&db, store, clock.clone(), akritas::journal::DEFAULT_MAX_RECORD_BYTES, None);
+    let group = Group::start(log("sequential"));
+    let mut lat = Vec::with_capacity(SEQUENTIAL);
+    let start = Instant::now();
+    for i in 0..SEQUENTIAL {
+        let t = Instant::now();
+        group.append("bench.sequential", &payload(i)).await.expect("append");
+        lat.push(t.elapsed());
+    }
+    summary("database sequential", lat, start.elapsed());
+    let group = Group::start(log("concurrent"));
+    concurrent("database concurrent", move |i| {
+        let group = group.clone();
+        async move {
+            group.append("bench.concurrent", &payload(i)).await.expect("append");
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let verified = log("concurrent").verify(None).await.expect("verify");
+    println!(
+        "journal database concurrent verified: {} records, last seq {}, in {:.0} ms",
+        verified.records,
+        verified.last_seq,
+        ms(started.elapsed())
+    );
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use akritas::bots::{Inbound, Provider, SessionKey, SessionOptions, SessionStore, Turn};
-use akritas::change::FileChange;
 use akritas::change::approvals::{ApprovalOptions, ApprovalStore, ChangeState, PendingChange, TakeError};
 use akritas::journal::database::{Database, DatabaseError, Group, Log, Migrated};
 use akritas_testkit::postgres::Postgres;
@@ -21,28 +20,14 @@ async fn database(pg: &Postgres) -> Database {
 }
 
 fn change(workspace: &str) -> PendingChange {
-    PendingChange {
-        namespace: "default".into(),
-        workspace: workspace.into(),
-        commit: Some("0123abcd".into()),
-        location: Some("path /srv/workspaces/infra".into()),
-        run_id: "run_1".into(),
-        requester: "alice".into(),
-        diff: "diff --git a/x b/x\n".into(),
-        diff_sha256: "d".repeat(64),
-        changes: vec![FileChange {
-            path: "x".into(),
-            operation: akritas::change::Operation::Replace,
-            before: Some("old\n".into()),
-            after: "new\n".into(),
-            mode: 0o644,
-        }],
-        validators: Vec::new(),
-        validators_sha256: "v".repeat(64),
-        created_at: String::new(),
-        expires_at: String::new(),
-        summary: json!({"analysis": "a"}),
-    }
+    serde_json::from_value(json!({
+        "namespace": "default", "workspace": workspace, "commit": "0123abcd", "location": "path /srv/workspaces/infra",
+        "run_id": "run_1", "requester": "alice", "diff": "diff --git a/x b/x\n", "diff_sha256": "d".repeat(64),
+        "changes": [{ "path": "x", "operation": "replace", "before": "old\n", "after": "new\n", "mode": 0o644 }],
+        "validators": [], "validators_sha256": "v".repeat(64), "created_at": "", "expires_at": "",
+        "summary": { "analysis": "a" },
+    }))
+    .unwrap()
 }
 
 fn approval_options() -> ApprovalOptions {
