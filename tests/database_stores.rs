@@ -318,3 +318,21 @@ async fn retention_deletes_old_records_up_to_what_is_still_needed_and_the_chain_
     let error = store.verify(None).await.unwrap_err().to_string();
     assert!(error.contains("record 8 ") && error.contains("anchor"), "{error}");
 }
+
+#[tokio::test]
+async fn a_database_that_accepts_but_never_answers_fails_the_call_instead_of_hanging_it() {
+    // A listener that accepts connections and never says a word.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let db = Database::connect(&format!("host=127.0.0.1 port={port} user=akritas sslmode=disable"), None, 2).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(120), db.migrate()).await;
+    let error = outcome.expect("the connection attempt is bounded").unwrap_err();
+    assert!(matches!(error, DatabaseError::Unreachable(_)), "{error}");
+    held.abort();
+}

@@ -15,6 +15,7 @@ mod group;
 mod verify;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
@@ -27,6 +28,15 @@ use super::{Checkpoint, Clock, JournalError, Location, Record};
 /// The schema versions, oldest first: version, what it adds, its SQL.
 const MIGRATIONS: &[(i32, &str, &str)] =
     &[(1, "journal records, heads and snapshots", include_str!("database/v1.sql"))];
+
+/// Longest wait for a new connection (TCP, TLS and the start-up exchange).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a free connection of the pool.
+const POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest statement.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A transaction left idle this long is ended by the server, releasing its locks.
+const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Advisory lock key held while migrating (`akritas` and 1 as bytes).
 const MIGRATE_LOCK: i64 = 0x616b_7269_7461_7301;
@@ -132,8 +142,21 @@ impl Database {
     /// `key=value` string). `sslmode=require` (or `prefer`) uses TLS verified against the
     /// system's roots and `ca_pem`; `sslmode=disable` sends in the clear.
     pub fn connect(url: &str, ca_pem: Option<&[u8]>, max_connections: usize) -> Result<Self, DatabaseError> {
-        let config: tokio_postgres::Config =
+        let mut config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| DatabaseError::Config(chain(&e)))?;
+        // Nothing waits on the database without a bound: a connection attempt, a statement, and
+        // a transaction a stalled replica left open (which would hold a store's head lock).
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config.keepalives_idle(Duration::from_secs(30));
+        let options = format!(
+            "{} -c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+            config.get_options().unwrap_or_default(),
+            STATEMENT_TIMEOUT.as_millis(),
+            IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+        );
+        config.options(options.trim_start());
         let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match config.get_ssl_mode() {
             tokio_postgres::config::SslMode::Disable => {
@@ -143,6 +166,10 @@ impl Database {
         };
         let pool = Pool::builder(manager)
             .max_size(max_connections.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| DatabaseError::Config(e.to_string()))?;
         Ok(Database { pool })
