@@ -336,3 +336,63 @@ async fn a_database_that_accepts_but_never_answers_fails_the_call_instead_of_han
     assert!(matches!(error, DatabaseError::Unreachable(_)), "{error}");
     held.abort();
 }
+
+/// Replicas snapshot every 5 records, so a reader often finds the records after its state
+/// already replaced by a snapshot (also when no record is left after it).
+#[tokio::test]
+async fn replicas_writing_and_reading_at_once_end_in_the_state_a_fresh_replica_reads() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let replicas: Vec<SessionStore> = {
+        let mut opened = Vec::new();
+        for _ in 0..3 {
+            opened.push(SessionStore::open_database(&db, session_options(5)).await.unwrap());
+        }
+        opened
+    };
+    let mut tasks = Vec::new();
+    for (r, store) in replicas.iter().enumerate() {
+        // Each replica answers its own conversation while also reading the others'.
+        let writer = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let store = writer;
+            for n in 0..15 {
+                let mut inbound = message(r * 100 + n);
+                inbound.conversation_id = format!("chat-{r}");
+                assert!(store.accept(&inbound).await.unwrap());
+                let key = SessionKey::of(&inbound);
+                store.record_turn(&key, &inbound.event_id, &inbound.text, "ok").await.unwrap();
+                store.refresh().await.unwrap();
+            }
+        }));
+        let reader = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..30 {
+                reader.refresh().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let fresh = SessionStore::open_database(&db, session_options(5)).await.unwrap();
+    for store in replicas.iter().chain([&fresh]) {
+        store.refresh().await.unwrap();
+        for r in 0..3 {
+            let mut inbound = message(r * 100);
+            inbound.conversation_id = format!("chat-{r}");
+            let history = store.history(&SessionKey::of(&inbound));
+            assert_eq!(history.len(), 10, "chat-{r}: the session keeps its last 10 turns (20 messages), each once");
+            let questions: Vec<String> = history.iter().map(|turn| turn.user.clone()).collect();
+            let expected: Vec<String> = (5..15).map(|n| format!("question {}", r * 100 + n)).collect();
+            assert_eq!(questions, expected);
+        }
+        assert!(store.pending().is_empty());
+    }
+    assert_eq!(store_head(&pg), "90", "3 replicas x 15 messages x (accept + turn)");
+}
+
+fn store_head(pg: &Postgres) -> String {
+    pg.psql("SELECT seq FROM akritas_heads WHERE store = 'bot_sessions'")
+}

@@ -362,6 +362,16 @@ impl Log {
         Ok(owned.insert(self.db.client().await?))
     }
 
+    /// The seq of the store's head (0 when it has none).
+    pub(crate) async fn head_seq(&self) -> Result<u64, DatabaseError> {
+        let client = self.db.client().await?;
+        let row = client
+            .query_opt("SELECT seq FROM akritas_heads WHERE store = $1", &[&self.store])
+            .await
+            .map_err(statement("read the store's head"))?;
+        Ok(row.map_or(0, |row| seq_of(row.get(0))))
+    }
+
     /// The store's newest snapshot, if any.
     pub(crate) async fn snapshot(&self, locked: Option<&Locked>) -> Result<Option<StoredSnapshot>, DatabaseError> {
         let mut owned = None;

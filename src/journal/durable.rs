@@ -275,7 +275,12 @@ impl<S: Replayed> Durable<S> {
         let last = self.state().0.last_seq();
         let mut records = log.after(locked, last).await.map_err(|e| self.read_error(e))?;
         let gap = records.first().is_some_and(|(_, record)| record.seq != last + 1);
-        let behind = records.is_empty() && locked.is_some_and(|locked| locked.head.seq > last);
+        // Nothing after `last`, yet the head is further: a snapshot replaced those records.
+        let behind = records.is_empty()
+            && match locked {
+                Some(locked) => locked.head.seq > last,
+                None => log.head_seq().await.map_err(|e| self.database_error(e))? > last,
+            };
         let starting = self.state().0.last.is_none();
         let mut rebuilt = None;
         if gap || behind || (starting && records.first().is_none_or(|(_, record)| record.seq != 1)) {
