@@ -240,6 +240,11 @@ impl Gateway {
     /// Answers one message and records the outcome.
     async fn process(&self, inbound: &Inbound) {
         let key = SessionKey::of(inbound);
+        // What other replicas recorded (turns, resets) before this answer reads the session.
+        if let Err(error) = self.store.refresh().await {
+            tracing::error!(component = "akritas_bots", event_id = %inbound.event_id, %error, "could not read the bot sessions; the message is answered again after a restart");
+            return;
+        }
         let recorded = match commands::parse(&inbound.text) {
             Command::Help => self.reply_done(inbound, commands::HELP).await,
             Command::Unsupported(text) => self.reply_done(inbound, &text).await,

@@ -72,13 +72,15 @@ impl ChangeService {
         self.workspaces.fetch(namespace, name).await
     }
 
-    /// A pending or finished change by its approval id: its preview and state.
-    pub fn get(&self, id: &ApprovalId) -> Option<(String, ChangeView)> {
-        let (change, state) = self.approvals.get(id)?;
+    /// A pending or finished change by its approval id: its preview and state, as every
+    /// replica has recorded it.
+    pub async fn get(&self, id: &ApprovalId) -> Result<Option<(String, ChangeView)>, ChangeError> {
+        self.approvals.refresh().await.map_err(|e| ChangeError::Approval(e.to_string()))?;
+        let Some((change, state)) = self.approvals.get(id) else { return Ok(None) };
         let mut preview = change.summary.as_object().cloned().unwrap_or_default();
         preview.remove("state");
         preview.remove("expires_at");
-        Some((change.namespace, ChangeView { preview, state, expires_at: change.expires_at }))
+        Ok(Some((change.namespace, ChangeView { preview, state, expires_at: change.expires_at })))
     }
 
     /// Prepares a change and, when it may be applied, issues its approval.

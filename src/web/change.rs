@@ -156,7 +156,11 @@ pub async fn simulation(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<ChangeView>, ApiError> {
     let service = service(&state)?;
-    match ApprovalId::parse(&id).and_then(|id| service.get(&id)) {
+    let found = match ApprovalId::parse(&id) {
+        Some(id) => service.get(&id).await?,
+        None => None,
+    };
+    match found {
         Some((namespace, view)) if caller.sees(&namespace) => Ok(Json(view)),
         _ => Err(ApiError::not_found("pending change not found")),
     }
