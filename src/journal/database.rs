@@ -271,21 +271,27 @@ impl Log {
 
     /// Begins a transaction and locks the store's head row.
     pub(crate) async fn lock(&self) -> Result<Locked, DatabaseError> {
+        const SELECT: &str = "SELECT seq, hash FROM akritas_heads WHERE store = $1 FOR UPDATE";
         let client = self.db.client().await?;
-        client.batch_execute("BEGIN").await.map_err(statement("begin a transaction"))?;
         let mut locked = Locked { client: Some(client), head: Head { seq: 0, hash: GENESIS_PREV.to_string() } };
         let client = locked.client.as_ref().expect("just set");
-        client
-            .execute(
-                "INSERT INTO akritas_heads (store, seq, hash, anchor_hash) VALUES ($1, 0, $2, $2) ON CONFLICT (store) DO NOTHING",
-                &[&self.store, &GENESIS_PREV],
-            )
-            .await
-            .map_err(statement("create the store's head"))?;
-        let row = client
-            .query_one("SELECT seq, hash FROM akritas_heads WHERE store = $1 FOR UPDATE", &[&self.store])
-            .await
-            .map_err(statement("lock the store's head"))?;
+        // One round trip: the two are pipelined, in this order, on the one connection.
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.store];
+        let (begun, row) = tokio::join!(client.batch_execute("BEGIN"), client.query_opt(SELECT, &params));
+        begun.map_err(statement("begin a transaction"))?;
+        let row = match row.map_err(statement("lock the store's head"))? {
+            Some(row) => row,
+            None => {
+                client
+                    .execute(
+                        "INSERT INTO akritas_heads (store, seq, hash, anchor_hash) VALUES ($1, 0, $2, $2) ON CONFLICT (store) DO NOTHING",
+                        &[&self.store, &GENESIS_PREV],
+                    )
+                    .await
+                    .map_err(statement("create the store's head"))?;
+                client.query_one(SELECT, &[&self.store]).await.map_err(statement("lock the store's head"))?
+            }
+        };
         locked.head = Head { seq: seq_of(row.get(0)), hash: row.get(1) };
         Ok(locked)
     }
@@ -419,21 +425,18 @@ impl Log {
         }
         let last = records.last().map(|r| (db_seq(r.seq), r.hash.clone()));
         let client = locked.client.take().expect("a locked head holds its connection");
+        let (head_seq, head_hash) = last.unwrap_or((db_seq(locked.head.seq), locked.head.hash.clone()));
         let written = async {
+            // The rows and the head move in one statement (a data-modifying WITH always runs).
             client
                 .execute(
-                    "INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac) \
-                     SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])",
-                    &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs],
+                    "WITH written AS (INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac) \
+                     SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])) \
+                     UPDATE akritas_heads SET seq = $9, hash = $10 WHERE store = $1",
+                    &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs, &head_seq, &head_hash],
                 )
                 .await
                 .map_err(statement("append records"))?;
-            if let Some((seq, hash)) = &last {
-                client
-                    .execute("UPDATE akritas_heads SET seq = $2, hash = $3 WHERE store = $1", &[&self.store, seq, hash])
-                    .await
-                    .map_err(statement("move the store's head"))?;
-            }
             client.batch_execute("COMMIT").await.map_err(statement("commit records"))
         }
         .await;
