@@ -148,7 +148,8 @@ async fn a_row_changed_in_the_database_is_refused_naming_the_store_and_the_recor
     let error = ApprovalStore::open_database(&db, approval_options()).await.unwrap_err().to_string();
     assert!(
         error.starts_with("the approval journal (database store \"approvals\") has a record (seq 2)")
-            && error.contains("does not match its hash"),
+            && error.contains("does not match its hash")
+            && error.contains("restore the database from backup, or delete the store's rows"),
         "{error}"
     );
     // Put back, it opens again.

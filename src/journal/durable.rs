@@ -65,9 +65,11 @@ pub enum StoreError {
     },
     /// A journal record this version cannot replay.
     #[error(
-        "the {journal} {place} has a record (seq {seq}) this version cannot read: {reason}; restore the journal from backup or move it aside ({lost} are then lost)"
+        "the {journal} {place} has a record (seq {seq}) this version cannot read: {reason}; {remedy} ({lost} are then lost)"
     )]
     Replay {
+        /// What to do: restore from backup, or set the records aside.
+        remedy: &'static str,
         /// The journal's name.
         journal: &'static str,
         /// What moving it aside loses.
@@ -81,9 +83,11 @@ pub enum StoreError {
     },
     /// The journal's start was removed and no snapshot holds what it said.
     #[error(
-        "the {journal} {place} starts at seq {first_seq} but its snapshot is missing or unreadable; restore the snapshot from backup or move the journal aside ({lost} are then lost)"
+        "the {journal} {place} starts at seq {first_seq} but its snapshot is missing or unreadable; {remedy} ({lost} are then lost)"
     )]
     NoSnapshot {
+        /// What to do: restore from backup, or set the records aside.
+        remedy: &'static str,
         /// The journal's name.
         journal: &'static str,
         /// What moving it aside loses.
@@ -94,6 +98,13 @@ pub enum StoreError {
         first_seq: u64,
     },
 }
+
+/// What to do about a journal file with a record this version cannot replay.
+const FILE_REPLAY: &str = "restore the journal from backup or move it aside";
+/// What to do about a journal file whose start was removed without a readable snapshot.
+const FILE_NO_SNAPSHOT: &str = "restore the snapshot from backup or move the journal aside";
+/// What to do about a store in the database that cannot be replayed.
+const DATABASE_REMEDY: &str = "restore the database from backup, or delete the store's rows from akritas_records, akritas_heads and akritas_snapshots";
 
 /// The state and the journal record it reflects.
 struct Tracked<S> {
@@ -170,11 +181,15 @@ impl<S: Replayed> Durable<S> {
         let (journal, tracked) = restored.map_err(|error| match error {
             RestoreError::Journal(source) => StoreError::Journal { journal: name.journal, source },
             RestoreError::Replay { seq, reason } => {
-                StoreError::Replay { journal: name.journal, lost: name.lost, place, seq, reason }
+                StoreError::Replay { remedy: FILE_REPLAY, journal: name.journal, lost: name.lost, place, seq, reason }
             }
-            RestoreError::NoSnapshot { first_seq } => {
-                StoreError::NoSnapshot { journal: name.journal, lost: name.lost, place, first_seq }
-            }
+            RestoreError::NoSnapshot { first_seq } => StoreError::NoSnapshot {
+                remedy: FILE_NO_SNAPSHOT,
+                journal: name.journal,
+                lost: name.lost,
+                place,
+                first_seq,
+            },
         })?;
         Ok(Durable {
             log: Log::File { journal, path: path.to_owned() },
@@ -264,7 +279,15 @@ impl<S: Replayed> Durable<S> {
     }
 
     fn replay_error(&self, seq: u64, reason: String) -> StoreError {
-        StoreError::Replay { journal: self.name.journal, lost: self.name.lost, place: self.place(), seq, reason }
+        let remedy = if matches!(self.log, Log::File { .. }) { FILE_REPLAY } else { DATABASE_REMEDY };
+        StoreError::Replay {
+            remedy,
+            journal: self.name.journal,
+            lost: self.name.lost,
+            place: self.place(),
+            seq,
+            reason,
+        }
     }
 
     /// Applies the records committed after the state's last one; when a snapshot has replaced
@@ -309,6 +332,7 @@ impl<S: Replayed> Durable<S> {
                 None => {
                     let first_seq = records.first().map_or(last + 1, |(_, record)| record.seq);
                     return Err(StoreError::NoSnapshot {
+                        remedy: DATABASE_REMEDY,
                         journal: self.name.journal,
                         lost: self.name.lost,
                         place: self.place(),
