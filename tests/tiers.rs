@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Harnesses in `akritas-testkit` that start a program `e2e/install-test-deps.sh` installs.
-const THIRD_PARTY_HARNESSES: [&str; 6] = ["prom", "vm", "kube_api", "kubelet", "everything", "clients"];
+const THIRD_PARTY_HARNESSES: [&str; 7] = ["prom", "vm", "kube_api", "kubelet", "everything", "clients", "postgres"];
 /// Programs a test may start only in the e2e tier.
 const THIRD_PARTY_COMMANDS: [&str; 5] = ["amtool", "node", "mount", "helm", "kubectl"];
 
