@@ -450,8 +450,8 @@ impl ApprovalStore {
     }
 
     /// Opens the approvals of a shared database (store `approvals`): every replica takes and
-    /// finishes the same changes, each once. [`ApprovalStore::refresh`] reads what other
-    /// replicas recorded before a read.
+    /// finishes the same changes, each once. [`ApprovalStore::get_current`] reads what
+    /// other replicas recorded first.
     pub async fn open_database(db: &Database, options: ApprovalOptions) -> Result<Self, ApprovalError> {
         let clock = options.clock.clone();
         let stamp = clock.clone();
@@ -470,11 +470,11 @@ impl ApprovalStore {
         Ok(ApprovalStore { inner: Arc::new(inner) })
     }
 
-    /// Reads the records other replicas committed since the last read (nothing to do on a
-    /// journal file).
-    pub async fn refresh(&self) -> Result<(), ApprovalError> {
-        self.inner.store.fresh().await?;
-        Ok(())
+    /// [`ApprovalStore::get`] after reading what other replicas committed since the last read
+    /// (on a journal file, the same as `get`).
+    pub async fn get_current(&self, id: &ApprovalId) -> Result<Option<(PendingChange, ChangeState)>, ApprovalError> {
+        drop(self.inner.store.fresh().await?);
+        Ok(self.get(id))
     }
 
     fn book(&self) -> State<'_, Book> {

@@ -75,8 +75,8 @@ impl ChangeService {
     /// A pending or finished change by its approval id: its preview and state, as every
     /// replica has recorded it.
     pub async fn get(&self, id: &ApprovalId) -> Result<Option<(String, ChangeView)>, ChangeError> {
-        self.approvals.refresh().await.map_err(|e| ChangeError::Approval(e.to_string()))?;
-        let Some((change, state)) = self.approvals.get(id) else { return Ok(None) };
+        let current = self.approvals.get_current(id).await.map_err(|e| ChangeError::Approval(e.to_string()))?;
+        let Some((change, state)) = current else { return Ok(None) };
         let mut preview = change.summary.as_object().cloned().unwrap_or_default();
         preview.remove("state");
         preview.remove("expires_at");
