@@ -308,16 +308,6 @@ impl Log {
         Ok(owned.insert(self.db.client().await?))
     }
 
-    /// The seq of the store's head (0 when it has none).
-    pub(crate) async fn head_seq(&self) -> Result<u64, DatabaseError> {
-        let client = self.db.client().await?;
-        let row = client
-            .query_opt("SELECT seq FROM akritas_heads WHERE store = $1", &[&self.store])
-            .await
-            .map_err(statement("read the store's head"))?;
-        Ok(row.map_or(0, |row| seq_of(row.get(0))))
-    }
-
     /// The store's newest snapshot, if any.
     pub(crate) async fn snapshot(&self, locked: Option<&Locked>) -> Result<Option<StoredSnapshot>, DatabaseError> {
         let mut owned = None;
@@ -333,33 +323,31 @@ impl Log {
         }))
     }
 
-    /// The store's records after `seq` (at most `limit`), in order, each with the hash it
-    /// claims to follow; a record that does not match its own hash is an error.
-    pub(crate) async fn after_limited(
-        &self,
-        locked: Option<&Locked>,
-        seq: u64,
-        limit: i64,
-    ) -> Result<Vec<(String, Record)>, DatabaseError> {
-        let mut owned = None;
-        let client = self.reader(locked, &mut owned).await?;
-        let rows = client
-            .query(
-                "SELECT seq, time, kind, data, prev, hash, mac FROM akritas_records WHERE store = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                &[&self.store, &db_seq(seq), &limit],
-            )
-            .await
-            .map_err(statement("read the store's records"))?;
-        rows.iter().map(|row| self.record_of(row, None).map(|(prev, record, _)| (prev, record))).collect()
-    }
-
-    /// Every record of the store after `seq`, in order.
+    /// The store's head seq (0 when it has none) and its records after `seq`, in order, each
+    /// with the hash it claims to follow, in one query; a record that does not match its own
+    /// hash is an error.
     pub(crate) async fn after(
         &self,
         locked: Option<&Locked>,
         seq: u64,
-    ) -> Result<Vec<(String, Record)>, DatabaseError> {
-        self.after_limited(locked, seq, i64::MAX).await
+    ) -> Result<(u64, Vec<(String, Record)>), DatabaseError> {
+        let mut owned = None;
+        let client = self.reader(locked, &mut owned).await?;
+        let rows = client
+            .query(
+                "SELECT h.seq, r.seq, r.time, r.kind, r.data, r.prev, r.hash, r.mac FROM akritas_heads h \
+                 LEFT JOIN akritas_records r ON r.store = h.store AND r.seq > $2 WHERE h.store = $1 ORDER BY r.seq",
+                &[&self.store, &db_seq(seq)],
+            )
+            .await
+            .map_err(statement("read the store's records"))?;
+        let head = rows.first().map_or(0, |row| seq_of(row.get(0)));
+        let records = rows
+            .iter()
+            .filter(|row| row.get::<_, Option<i64>>(1).is_some())
+            .map(|row| self.record_of(row, 1, None).map(|(prev, record, _)| (prev, record)))
+            .collect::<Result<_, _>>()?;
+        Ok((head, records))
     }
 
     /// The record `seq`, if it is kept.
@@ -372,7 +360,7 @@ impl Log {
             )
             .await
             .map_err(statement("read a record"))?;
-        row.map(|row| self.record_of(&row, None).map(|(_, record, _)| record)).transpose()
+        row.map(|row| self.record_of(&row, 0, None).map(|(_, record, _)| record)).transpose()
     }
 
     /// Checks a record's size and kind, and the data as it is hashed.
@@ -525,27 +513,28 @@ impl Log {
     fn record_of(
         &self,
         row: &tokio_postgres::Row,
+        base: usize,
         key: Option<&[u8]>,
     ) -> Result<(String, Record, bool), DatabaseError> {
-        let seq = seq_of(row.get(0));
-        let data: String = row.get(3);
+        let seq = seq_of(row.get(base));
+        let data: String = row.get(base + 3);
         let changed = |seq| DatabaseError::Changed { store: self.store.to_string(), seq };
         let parsed = serde_json::from_str(&data).map_err(|_| changed(seq))?;
         let record = Record {
             seq,
-            time: row.get(1),
-            kind: row.get(2),
+            time: row.get(base + 1),
+            kind: row.get(base + 2),
             data: parsed,
-            hash: row.get(5),
+            hash: row.get(base + 5),
             location: Location::default(),
         };
-        let prev: String = row.get(4);
+        let prev: String = row.get(base + 4);
         if record_hash(&prev, record.seq, &record.time, &record.kind, &data) != record.hash {
             return Err(changed(seq));
         }
         let sealed = match key {
             Some(key) => {
-                let mac: Option<String> = row.get(6);
+                let mac: Option<String> = row.get(base + 6);
                 if mac.as_deref() != Some(record_mac(key, &record.hash).as_str()) {
                     return Err(DatabaseError::Broken {
                         store: self.store.to_string(),

@@ -296,14 +296,10 @@ impl<S: Replayed> Durable<S> {
     async fn catch_up(&self, locked: Option<&database::Locked>) -> Result<(), StoreError> {
         let Log::Database { log, restore, empty } = &self.log else { return Ok(()) };
         let last = self.state().0.last_seq();
-        let mut records = log.after(locked, last).await.map_err(|e| self.read_error(e))?;
+        let (head, mut records) = log.after(locked, last).await.map_err(|e| self.read_error(e))?;
         let gap = records.first().is_some_and(|(_, record)| record.seq != last + 1);
         // Nothing after `last`, yet the head is further: a snapshot replaced those records.
-        let behind = records.is_empty()
-            && match locked {
-                Some(locked) => locked.head.seq > last,
-                None => log.head_seq().await.map_err(|e| self.database_error(e))? > last,
-            };
+        let behind = records.is_empty() && head > last;
         let starting = self.state().0.last.is_none();
         let mut rebuilt = None;
         if gap || behind || (starting && records.first().is_none_or(|(_, record)| record.seq != 1)) {
@@ -316,7 +312,7 @@ impl<S: Replayed> Durable<S> {
                     let seq = stored.checkpoint.seq;
                     records.retain(|(_, record)| record.seq > seq);
                     if records.first().is_some_and(|(_, record)| record.seq != seq + 1) {
-                        records = log.after(locked, seq).await.map_err(|e| self.read_error(e))?;
+                        records = log.after(locked, seq).await.map_err(|e| self.read_error(e))?.1;
                     }
                     rebuilt = Some(Tracked { state: restore(saved), last: Some(stored.checkpoint), since_snapshot: 0 });
                 }

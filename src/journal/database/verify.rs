@@ -51,7 +51,7 @@ impl Log {
                 break;
             }
             for row in &rows {
-                let (prev, record, sealed) = self.record_of(row, key)?;
+                let (prev, record, sealed) = self.record_of(row, 0, key)?;
                 if record.seq != last.0 + 1 || prev != last.1 {
                     return Err(broken(record.seq, "it does not follow the record before it (or the chain's anchor)"));
                 }
