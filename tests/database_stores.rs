@@ -396,3 +396,32 @@ async fn replicas_writing_and_reading_at_once_end_in_the_state_a_fresh_replica_r
 fn store_head(pg: &Postgres) -> String {
     pg.psql("SELECT seq FROM akritas_heads WHERE store = 'bot_sessions'")
 }
+
+#[tokio::test]
+async fn callers_that_go_away_mid_write_leave_no_lock_and_no_half_write_behind() {
+    let pg = Postgres::start();
+    let db = Database::connect(&pg.url("disable"), None, 1).unwrap();
+    db.migrate().await.unwrap();
+    let store = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    // Another replica, with its own connections.
+    let other_db = Database::connect(&pg.url("disable"), None, 1).unwrap();
+    let other = ApprovalStore::open_database(&other_db, approval_options()).await.unwrap();
+    for n in 0..30u64 {
+        // Give up on the insert at a different point each time (while it waits for the
+        // connection, holds the head lock, writes, or commits)...
+        let cut = Duration::from_micros(n * 100);
+        let _ = tokio::time::timeout(cut, store.insert(change(&format!("cut{n}")))).await;
+        // ...and the other replica can still write at once: no lock was left held.
+        tokio::time::timeout(Duration::from_secs(20), other.insert(change(&format!("other{n}"))))
+            .await
+            .unwrap_or_else(|_| panic!("after a write given up at {cut:?}, the store's head stayed locked"))
+            .unwrap();
+    }
+    let id = store.insert(change("after")).await.unwrap();
+    let fresh = ApprovalStore::open_database(&db, approval_options()).await.unwrap();
+    assert!(fresh.get(&id).is_some());
+    assert_eq!(fresh.states(), store.states(), "what the store applied is what the database committed");
+    let log = Log::new(&db, "approvals", now(), akritas::journal::DEFAULT_MAX_RECORD_BYTES, None);
+    assert_eq!(log.verify(None).await.unwrap().records as usize, fresh.states().len());
+    assert_eq!(pg.psql("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"), "0");
+}

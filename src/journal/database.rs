@@ -27,6 +27,8 @@ pub use verify::Verified;
 use super::format::{GENESIS_PREV, check_app_kind, record_hash, record_mac};
 use super::{Checkpoint, Clock, JournalError, Location, Record};
 
+/// Run on a pooled connection before it is used again.
+const RECYCLE: &str = "ROLLBACK; RESET ALL; SELECT pg_advisory_unlock_all()";
 /// Longest wait for a new connection (TCP, TLS and the start-up exchange).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for a free connection of the pool.
@@ -143,7 +145,10 @@ impl Database {
             IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
         );
         config.options(options.trim_start());
-        let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        // A connection handed back in the middle of something (a caller that went away) is made
+        // clean before its next use: no open transaction, no session setting, no advisory lock.
+        let recycling_method = RecyclingMethod::Custom(RECYCLE.to_string());
+        let manager_config = ManagerConfig { recycling_method };
         let manager = match config.get_ssl_mode() {
             tokio_postgres::config::SslMode::Disable => {
                 Manager::from_config(config, tokio_postgres::NoTls, manager_config)
@@ -214,13 +219,34 @@ pub struct Log {
     mac_key: Option<Arc<[u8]>>,
 }
 
-/// A store's head row, locked by an open transaction; rolled back when dropped uncommitted.
-pub(crate) struct Locked {
+/// A transaction on a pooled connection. Dropped before [`Tx::commit`] (an error, or a caller
+/// that went away at an `await`), it is rolled back at once, so no lock is left held by an idle
+/// connection.
+pub(crate) struct Tx {
     client: Option<Object>,
-    pub head: Head,
 }
 
-impl Drop for Locked {
+impl Tx {
+    /// A connection from the pool with a transaction begun on it.
+    async fn begin(db: &Database) -> Result<Tx, DatabaseError> {
+        let tx = Tx { client: Some(db.client().await?) };
+        tx.client().batch_execute("BEGIN").await.map_err(statement("begin a transaction"))?;
+        Ok(tx)
+    }
+
+    fn client(&self) -> &Object {
+        self.client.as_ref().expect("a transaction holds its connection until it commits")
+    }
+
+    /// Commits; the connection goes back to the pool.
+    async fn commit(mut self) -> Result<(), tokio_postgres::Error> {
+        self.client().batch_execute("COMMIT").await?;
+        self.client = None;
+        Ok(())
+    }
+}
+
+impl Drop for Tx {
     fn drop(&mut self) {
         let Some(client) = self.client.take() else { return };
         match tokio::runtime::Handle::try_current() {
@@ -235,6 +261,12 @@ impl Drop for Locked {
             Err(_) => drop(Object::take(client)),
         }
     }
+}
+
+/// A store's head row, locked by an open transaction.
+pub(crate) struct Locked {
+    tx: Tx,
+    pub head: Head,
 }
 
 fn seq_of(value: i64) -> u64 {
@@ -272,9 +304,8 @@ impl Log {
     /// Begins a transaction and locks the store's head row.
     pub(crate) async fn lock(&self) -> Result<Locked, DatabaseError> {
         const SELECT: &str = "SELECT seq, hash FROM akritas_heads WHERE store = $1 FOR UPDATE";
-        let client = self.db.client().await?;
-        let mut locked = Locked { client: Some(client), head: Head { seq: 0, hash: GENESIS_PREV.to_string() } };
-        let client = locked.client.as_ref().expect("just set");
+        let tx = Tx { client: Some(self.db.client().await?) };
+        let client = tx.client();
         // One round trip: the two are pipelined, in this order, on the one connection.
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.store];
         let (begun, row) = tokio::join!(client.batch_execute("BEGIN"), client.query_opt(SELECT, &params));
@@ -292,8 +323,8 @@ impl Log {
                 client.query_one(SELECT, &[&self.store]).await.map_err(statement("lock the store's head"))?
             }
         };
-        locked.head = Head { seq: seq_of(row.get(0)), hash: row.get(1) };
-        Ok(locked)
+        let head = Head { seq: seq_of(row.get(0)), hash: row.get(1) };
+        Ok(Locked { tx, head })
     }
 
     /// A connection: the locked one, or one from the pool.
@@ -302,7 +333,8 @@ impl Log {
         locked: Option<&'a Locked>,
         owned: &'a mut Option<Object>,
     ) -> Result<&'a Object, DatabaseError> {
-        if let Some(client) = locked.and_then(|l| l.client.as_ref()) {
+        if let Some(locked) = locked {
+            let client = locked.tx.client();
             return Ok(client);
         }
         Ok(owned.insert(self.db.client().await?))
@@ -386,7 +418,7 @@ impl Log {
     }
 
     /// Writes `rows` after the locked head, in order, in one statement, and commits.
-    pub(crate) async fn write(&self, mut locked: Locked, rows: &[Row<'_>]) -> Result<Vec<Record>, DatabaseError> {
+    pub(crate) async fn write(&self, locked: Locked, rows: &[Row<'_>]) -> Result<Vec<Record>, DatabaseError> {
         let mut records = Vec::with_capacity(rows.len());
         let (mut seqs, mut times, mut kinds, mut datas, mut prevs, mut hashes, mut macs) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -412,36 +444,29 @@ impl Log {
             });
         }
         let last = records.last().map(|r| (db_seq(r.seq), r.hash.clone()));
-        let client = locked.client.take().expect("a locked head holds its connection");
         let (head_seq, head_hash) = last.unwrap_or((db_seq(locked.head.seq), locked.head.hash.clone()));
-        let written = async {
-            // The rows and the head move in one statement (a data-modifying WITH always runs).
-            client
-                .execute(
-                    "WITH written AS (INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac) \
-                     SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])) \
-                     UPDATE akritas_heads SET seq = $9, hash = $10 WHERE store = $1",
-                    &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs, &head_seq, &head_hash],
-                )
-                .await
-                .map_err(statement("append records"))?;
-            client.batch_execute("COMMIT").await.map_err(statement("commit records"))
-        }
-        .await;
-        if let Err(error) = written {
-            // Put the connection back so that dropping `locked` rolls the transaction back.
-            locked.client = Some(client);
-            return Err(error);
-        }
+        // The rows and the head move in one statement (a data-modifying WITH always runs).
+        locked
+            .tx
+            .client()
+            .execute(
+                "WITH written AS (INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac) \
+                 SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])) \
+                 UPDATE akritas_heads SET seq = $9, hash = $10 WHERE store = $1",
+                &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs, &head_seq, &head_hash],
+            )
+            .await
+            .map_err(statement("append records"))?;
+        locked.tx.commit().await.map_err(statement("commit records"))?;
         Ok(records)
     }
 
     /// Writes `data` as the store's snapshot at `checkpoint` (unless a newer one is there) and
     /// deletes the records it stands for; the snapshot's record becomes the chain's anchor.
     pub(crate) async fn compact(&self, checkpoint: &Checkpoint, format: &str, data: &str) -> Result<(), DatabaseError> {
-        let client = self.db.client().await?;
+        let tx = Tx::begin(&self.db).await?;
+        let client = tx.client();
         let script = async {
-            client.batch_execute("BEGIN").await?;
             client
                 .execute(
                     "INSERT INTO akritas_snapshots (store, seq, hash, format, data) VALUES ($1, $2, $3, $4, $5) \
@@ -463,24 +488,21 @@ impl Log {
                     &[&self.store],
                 )
                 .await?;
-            client.batch_execute("COMMIT").await
+            Ok(())
         }
         .await;
-        if let Err(error) = script {
-            let _ = client.batch_execute("ROLLBACK").await;
-            return Err(statement("write the store's snapshot")(error));
-        }
-        Ok(())
+        script.map_err(statement("write the store's snapshot"))?;
+        tx.commit().await.map_err(statement("commit the store's snapshot"))
     }
 
     /// Deletes the records older than `max_age` and before `keep_from` (what a snapshot or an
     /// open item still needs); the last one deleted becomes the chain's anchor. Returns how many
     /// were deleted.
     pub async fn retain(&self, max_age: std::time::Duration, keep_from: u64) -> Result<u64, DatabaseError> {
-        let client = self.db.client().await?;
+        let tx = Tx::begin(&self.db).await?;
+        let client = tx.client();
         let seconds = max_age.as_secs_f64();
         let script = async {
-            client.batch_execute("BEGIN").await?;
             let row = client
                 .query_one(
                     "WITH gone AS (DELETE FROM akritas_records WHERE store = $1 AND seq < $2 \
@@ -501,11 +523,12 @@ impl Log {
                     )
                     .await?;
             }
-            client.batch_execute("COMMIT").await?;
             Ok(seq_of(removed))
         }
         .await;
-        script.map_err(|error| statement("delete old records")(error))
+        let removed = script.map_err(statement("delete old records"))?;
+        tx.commit().await.map_err(statement("commit the deletion"))?;
+        Ok(removed)
     }
 
     /// A row as a record with the hash it claims to follow; checks its hash, and its seal

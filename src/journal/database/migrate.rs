@@ -25,10 +25,16 @@ impl Database {
     /// newer version migrated.
     pub async fn migrate(&self) -> Result<Migrated, DatabaseError> {
         let client = self.client().await?;
+        // Another replica may be migrating: wait for it longer than a statement may take.
+        client
+            .batch_execute("SET statement_timeout = '10min'")
+            .await
+            .map_err(statement("set the migration's timeout"))?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK])
             .await
             .map_err(statement("take the migration lock"))?;
+        client.batch_execute("RESET statement_timeout").await.map_err(statement("reset the statement timeout"))?;
         let result = migrate_locked(&client).await;
         let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]).await;
         let migrated = result?;
