@@ -53,14 +53,13 @@ fn main() {
     rt.block_on(async {
         let path = dir.join("sequential.jsonl");
         let (journal, _) = Journal::open(&path, JournalOptions::default()).expect("open journal");
-        let mut lat = Vec::with_capacity(SEQUENTIAL);
-        let start = Instant::now();
-        for i in 0..SEQUENTIAL {
-            let t = Instant::now();
-            journal.append("bench.sequential", &payload(i)).await.expect("append");
-            lat.push(t.elapsed());
-        }
-        summary("sequential", lat, start.elapsed());
+        sequential("sequential", |i| {
+            let journal = journal.clone();
+            async move {
+                journal.append("bench.sequential", &payload(i)).await.expect("append");
+            }
+        })
+        .await;
         journal.close().await.expect("close");
         if let Ok(meta) = std::fs::metadata(&path) {
             println!("journal record size: {} bytes/line on average", meta.len() / SEQUENTIAL as u64);
@@ -86,6 +85,18 @@ fn main() {
     if std::env::var_os("JOURNAL_BENCH_POSTGRES").is_some() {
         rt.block_on(database());
     }
+}
+
+/// One writer appending `SEQUENTIAL` records with `append` (given the record's number), one at a time.
+async fn sequential<A: std::future::Future<Output = ()>>(name: &str, append: impl Fn(usize) -> A) {
+    let mut lat = Vec::with_capacity(SEQUENTIAL);
+    let start = Instant::now();
+    for i in 0..SEQUENTIAL {
+        let t = Instant::now();
+        append(i).await;
+        lat.push(t.elapsed());
+    }
+    summary(name, lat, start.elapsed());
 }
 
 /// `WRITERS` tasks, each appending `PER_WRITER` records with `append` (given the record's number).
@@ -124,14 +135,13 @@ async fn database() {
     let clock: akritas::journal::Clock = std::sync::Arc::new(|| jiff::Timestamp::now().to_string());
     let log = |store| Log::new(&db, store, clock.clone(), akritas::journal::DEFAULT_MAX_RECORD_BYTES, None);
     let group = Group::start(log("sequential"));
-    let mut lat = Vec::with_capacity(SEQUENTIAL);
-    let start = Instant::now();
-    for i in 0..SEQUENTIAL {
-        let t = Instant::now();
-        group.append("bench.sequential", &payload(i)).await.expect("append");
-        lat.push(t.elapsed());
-    }
-    summary("database sequential", lat, start.elapsed());
+    sequential("database sequential", |i| {
+        let group = group.clone();
+        async move {
+            group.append("bench.sequential", &payload(i)).await.expect("append");
+        }
+    })
+    .await;
     let group = Group::start(log("concurrent"));
     concurrent("database concurrent", move |i| {
         let group = group.clone();

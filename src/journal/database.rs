@@ -413,17 +413,17 @@ impl Log {
         data: &serde_json::Value,
     ) -> Result<Record, AppendError> {
         let row = self.row(kind, data).map_err(AppendError::Journal)?;
-        let mut records = self.write(locked, &[row]).await.map_err(AppendError::Database)?;
+        let mut records = self.write(locked, vec![row]).await.map_err(AppendError::Database)?;
         Ok(records.pop().expect("one record written"))
     }
 
     /// Writes `rows` after the locked head, in order, in one statement, and commits.
-    pub(crate) async fn write(&self, locked: Locked, rows: &[Row<'_>]) -> Result<Vec<Record>, DatabaseError> {
+    pub(crate) async fn write(&self, locked: Locked, rows: Vec<Row<'_>>) -> Result<Vec<Record>, DatabaseError> {
         let mut records = Vec::with_capacity(rows.len());
         let (mut seqs, mut times, mut kinds, mut datas, mut prevs, mut hashes, mut macs) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut prev = locked.head.hash.clone();
-        for (n, row) in rows.iter().enumerate() {
+        for (n, row) in rows.into_iter().enumerate() {
             let seq = locked.head.seq + 1 + n as u64;
             let time = (self.clock)();
             let hash = record_hash(&prev, seq, &time, row.kind, &row.json);
@@ -431,7 +431,7 @@ impl Log {
             seqs.push(db_seq(seq));
             times.push(time.clone());
             kinds.push(row.kind.to_string());
-            datas.push(row.json.clone());
+            datas.push(row.json);
             prevs.push(std::mem::replace(&mut prev, hash.clone()));
             hashes.push(hash.clone());
             records.push(Record {

@@ -131,12 +131,8 @@ enum Log<S: Replayed> {
     /// A journal file in the data directory.
     File { journal: Journal, path: PathBuf },
     /// Rows of a shared database; `restore` rebuilds the state from a snapshot another replica
-    /// wrote, `empty` from nothing.
-    Database {
-        log: database::Log,
-        restore: Box<dyn Fn(S::Saved) -> S + Send + Sync>,
-        empty: Box<dyn Fn() -> S + Send + Sync>,
-    },
+    /// wrote.
+    Database { log: database::Log, restore: Box<dyn Fn(S::Saved) -> S + Send + Sync> },
 }
 
 /// A journal-backed store of state `S`.
@@ -210,12 +206,12 @@ impl<S: Replayed> Durable<S> {
         name: StoreName,
         snapshot_every: u64,
         restore: impl Fn(S::Saved) -> S + Send + Sync + 'static,
-        empty: impl Fn() -> S + Send + Sync + 'static,
+        empty: impl FnOnce() -> S,
     ) -> Result<Self, StoreError> {
         let log = database::Log::new(db, store, clock, super::DEFAULT_MAX_RECORD_BYTES, None);
         let state = empty();
         let durable = Durable {
-            log: Log::Database { log, restore: Box::new(restore), empty: Box::new(empty) },
+            log: Log::Database { log, restore: Box::new(restore) },
             name,
             snapshot_every: snapshot_every.max(1),
             tracked: Mutex::new(Tracked { state, last: None, since_snapshot: 0 }),
@@ -294,15 +290,14 @@ impl<S: Replayed> Durable<S> {
     /// some of them, rebuilds the state from that snapshot first. Checks that each record
     /// follows the one before it.
     async fn catch_up(&self, locked: Option<&database::Locked>) -> Result<(), StoreError> {
-        let Log::Database { log, restore, empty } = &self.log else { return Ok(()) };
+        let Log::Database { log, restore } = &self.log else { return Ok(()) };
         let last = self.state().0.last_seq();
         let (head, mut records) = log.after(locked, last).await.map_err(|e| self.read_error(e))?;
-        let gap = records.first().is_some_and(|(_, record)| record.seq != last + 1);
-        // Nothing after `last`, yet the head is further: a snapshot replaced those records.
-        let behind = records.is_empty() && head > last;
-        let starting = self.state().0.last.is_none();
+        // The records after `last` start later, or there are none although the head is further:
+        // a snapshot replaced them.
+        let gap = records.first().map_or(head > last, |(_, record)| record.seq != last + 1);
         let mut rebuilt = None;
-        if gap || behind || (starting && records.first().is_none_or(|(_, record)| record.seq != 1)) {
+        if gap {
             let snapshot = log.snapshot(locked).await.map_err(|e| self.database_error(e))?;
             match snapshot {
                 Some(stored) if stored.format == S::FORMAT => {
@@ -322,11 +317,8 @@ impl<S: Replayed> Durable<S> {
                         format!("its snapshot has the format {:?}, not {:?}", stored.format, S::FORMAT),
                     ));
                 }
-                None if records.first().is_none_or(|(_, record)| record.seq == 1) => {
-                    rebuilt = Some(Tracked { state: empty(), last: None, since_snapshot: 0 });
-                }
                 None => {
-                    let first_seq = records.first().map_or(last + 1, |(_, record)| record.seq);
+                    let first_seq = records.first().map_or(head, |(_, record)| record.seq);
                     return Err(StoreError::NoSnapshot {
                         remedy: DATABASE_REMEDY,
                         journal: self.name.journal,
@@ -340,7 +332,7 @@ impl<S: Replayed> Durable<S> {
         let mut tracked = self.state();
         if let Some(rebuilt) = rebuilt {
             // A concurrent reader may have moved past the snapshot meanwhile: keep its state.
-            if tracked.0.last.is_none() || tracked.0.last_seq() < rebuilt.last_seq() {
+            if tracked.0.last_seq() < rebuilt.last_seq() {
                 *tracked.0 = rebuilt;
             }
         }

@@ -5,7 +5,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DatabaseError, Log};
+use super::{DatabaseError, Log, Row};
 use crate::journal::{JournalError, Record};
 
 /// Most appends written in one transaction.
@@ -14,6 +14,8 @@ const MAX_BATCH: usize = 512;
 struct Queued {
     kind: String,
     data: serde_json::Value,
+    /// The data as it is hashed and stored (made once, when its size is checked).
+    json: String,
     reply: oneshot::Sender<Result<Record, DatabaseError>>,
 }
 
@@ -47,9 +49,9 @@ impl Group {
 
     /// Queues an append (its kind and size are checked here); its seq is given in commit order.
     pub fn enqueue(&self, kind: &str, data: &serde_json::Value) -> Result<Pending, JournalError> {
-        self.log.row(kind, data)?;
+        let json = self.log.row(kind, data)?.json;
         let (reply, answer) = oneshot::channel();
-        let queued = Queued { kind: kind.to_string(), data: data.clone(), reply };
+        let queued = Queued { kind: kind.to_string(), data: data.clone(), json, reply };
         if self.queue.send(queued).is_err() {
             return Err(JournalError::Closed);
         }
@@ -83,7 +85,7 @@ async fn run(log: Log, mut receiver: mpsc::UnboundedReceiver<Queued>) {
                 Err(_) => break,
             }
         }
-        let written = write(&log, &batch).await;
+        let written = write(&log, &mut batch).await;
         match written {
             Ok(records) => {
                 for (queued, record) in batch.into_iter().zip(records) {
@@ -99,12 +101,11 @@ async fn run(log: Log, mut receiver: mpsc::UnboundedReceiver<Queued>) {
     }
 }
 
-async fn write(log: &Log, batch: &[Queued]) -> Result<Vec<Record>, DatabaseError> {
+async fn write(log: &Log, batch: &mut [Queued]) -> Result<Vec<Record>, DatabaseError> {
     let rows = batch
-        .iter()
-        .map(|queued| log.row(&queued.kind, &queued.data))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| DatabaseError::Statement { doing: "append records", message: e.to_string() })?;
+        .iter_mut()
+        .map(|Queued { kind, data, json, .. }| Row { kind, data, json: std::mem::take(json) })
+        .collect();
     let locked = log.lock().await?;
-    log.write(locked, &rows).await
+    log.write(locked, rows).await
 }
