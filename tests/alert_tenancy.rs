@@ -208,7 +208,7 @@ async fn notified_receivers(succeeds: bool) {
         assert!(error.contains("finding_status confirmed needs"), "rejected for its missing evidence: {error}");
         return;
     }
-    let run = audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    let run = audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();
     assert_eq!(run.namespace, "team-a", "the investigation runs in the AlertSource's namespace");
     let mut metrics = String::new();
     akritas::telemetry::render(&mut metrics);

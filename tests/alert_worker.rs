@@ -224,7 +224,7 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     assert_eq!(references, ["tool-call:call-1"], "only successful execution calls are offered");
 
     // The Run: alert source and ids, succeeded, the result as its own record.
-    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();
     assert_eq!(
         (run.source.as_str(), run.actor.as_str(), run.status),
         ("alert:alertmanager", "alert-source:am", RunStatus::Succeeded)
@@ -251,7 +251,7 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(50))).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(rig.store.job(&job_id).unwrap(), job);
-    assert_eq!(rig.audit.get(&run.id).unwrap().investigation.as_ref(), Some(result));
+    assert_eq!(rig.audit.get(&run.id).await.unwrap().unwrap().investigation.as_ref(), Some(result));
     assert_eq!((llm.chat_requests(), hook.count()), (3, 1));
 }
 
@@ -272,7 +272,7 @@ async fn invented_evidence_or_claimed_writes_fail_the_job_with_the_reason() {
         assert_eq!(job.error_code.as_deref(), Some("structure_failed"));
         assert!(job.error.as_deref().unwrap().contains(reason), "{job:?}");
         assert!(job.result.is_none());
-        let run = rig.audit.get(&RunId::parse(&job.runs[0]).unwrap()).unwrap();
+        let run = rig.audit.get(&RunId::parse(&job.runs[0]).unwrap()).await.unwrap().unwrap();
         assert_eq!((run.status, run.error_code.as_deref()), (RunStatus::Failed, Some("structure_failed")));
         assert!(run.investigation.is_none());
         let told = failure_notices(&hook);
@@ -473,7 +473,7 @@ async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incide
     let coverage = job.result.as_ref().unwrap().evidence_coverage.expect("the host records the coverage");
     assert_eq!((coverage.claims, coverage.verified, coverage.describe()), (3, 2, "2/3 (67%)".to_string()));
 
-    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();
     assert_eq!(run.investigation.as_ref().unwrap().evidence_coverage, Some(coverage));
     let run_status = akritas::operator::projection::run_status(&run);
     assert_eq!((run_status["evidenceCount"].as_u64(), run_status["evidenceVerified"].as_u64()), (Some(3), Some(2)));
@@ -493,7 +493,7 @@ async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incide
     drop(rig);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
-    assert_eq!(rig.audit.get(&run.id).unwrap().investigation.unwrap().evidence_coverage, Some(coverage));
+    assert_eq!(rig.audit.get(&run.id).await.unwrap().unwrap().investigation.unwrap().evidence_coverage, Some(coverage));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,7 +517,7 @@ async fn an_alert_run_exports_with_its_input_rebuilt_from_the_store_and_replays_
     let (incident, _, _) = rig.store.incident(&job.incident_id).unwrap();
     assert_eq!(incident.event_ids.len(), 2, "{incident:?}");
 
-    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).unwrap();
+    let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();
     let (tools, _) = host::standard_tools();
     let skills = std::collections::BTreeMap::new();
     let catalog = akritas::replay::ExportCatalog { tools: &tools, skills: &skills, version: 1 };

@@ -95,10 +95,10 @@ async fn concurrent_follow_ups_on_one_run_leave_a_replayable_journal() {
     }
 
     // The journal replays as `serve` would replay it at start, and `audit verify` agrees.
-    let (replayed, verify) = replay_copy(audit.path());
+    let (replayed, verify) = replay_copy(audit.path().unwrap());
     let replayed = replayed.expect("the journal replays after concurrent follow-ups");
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
-    let run = replayed.get(&akritas::audit::RunId::parse(&run_id).unwrap()).unwrap();
+    let run = replayed.get(&akritas::audit::RunId::parse(&run_id).unwrap()).await.unwrap().unwrap();
     let ends = run.events.iter().filter(|e| e.kind == "follow_up" && e.status.as_deref() == Some("succeeded")).count();
     assert_eq!(ends, succeeded, "every answered follow-up is on the Run");
     let sequences: Vec<u32> = run.events.iter().map(|e| e.sequence).collect();
@@ -129,8 +129,8 @@ async fn concurrent_events_on_one_run_get_consecutive_sequences_in_journal_order
         futures_util::future::join_all(writes).await.into_iter().map(Result::unwrap).collect();
     sequences.sort_unstable();
     assert_eq!(sequences, (1..=32).collect::<Vec<_>>());
-    let (replayed, verify) = replay_copy(audit.path());
-    assert_eq!(replayed.expect("the journal replays").get(&id).unwrap().events.len(), 32);
+    let (replayed, verify) = replay_copy(audit.path().unwrap());
+    assert_eq!(replayed.expect("the journal replays").get(&id).await.unwrap().unwrap().events.len(), 32);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
 }
 
@@ -197,7 +197,7 @@ async fn run_with_plan(plan: Value) -> (String, Result<akritas::engine::request:
     let engine =
         host::engine(&llm, host::settings(), tools, catalog, Some(audit.clone()), Some(Arc::new(echo_retriever())));
     let outcome = engine.run(question()).await;
-    (std::fs::read_to_string(audit.path()).unwrap(), outcome)
+    (std::fs::read_to_string(audit.path().unwrap()).unwrap(), outcome)
 }
 
 #[tokio::test]
@@ -389,7 +389,7 @@ async fn a_result_journaled_before_host_assigned_ids_still_replays() {
         journal.close().await.unwrap();
     }
     let audit = AuditLog::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let run = audit.get(&akritas::audit::RunId::parse(run_id).unwrap()).unwrap();
+    let run = audit.get(&akritas::audit::RunId::parse(run_id).unwrap()).await.unwrap().unwrap();
     assert_eq!(run.investigation.unwrap().evidence, ["tool-call:call_akritas_planned_1"]);
 }
 
@@ -411,11 +411,11 @@ async fn recording_a_result_the_run_does_not_support_writes_nothing() {
         &akritas::investigation::Evidence::from([("call-1".to_string(), json!({}))]),
     )
     .unwrap();
-    let before = std::fs::read(audit.path()).unwrap();
+    let before = std::fs::read(audit.path().unwrap()).unwrap();
     let error = audit.record_investigation(&id, &result).await.expect_err("the Run made no call-1");
     assert!(error.to_string().contains("names no successful tool call"), "{error}");
-    assert_eq!(std::fs::read(audit.path()).unwrap(), before, "nothing reached the journal");
-    let (replayed, _) = replay_copy(audit.path());
+    assert_eq!(std::fs::read(audit.path().unwrap()).unwrap(), before, "nothing reached the journal");
+    let (replayed, _) = replay_copy(audit.path().unwrap());
     assert!(replayed.is_ok());
 }
 
@@ -450,7 +450,8 @@ async fn a_journaled_result_quoting_a_value_absent_from_the_output_is_refused_at
     let path = dir.path().join("honest.jsonl");
     journal_with_result(&path, recorded.clone()).await;
     let (replayed, verify) = replay_copy(&path);
-    let run = replayed.unwrap().get(&akritas::audit::RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap());
+    let id = akritas::audit::RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap();
+    let run = replayed.unwrap().get(&id).await.unwrap();
     assert_eq!(run.unwrap().investigation, Some(honest));
     assert!(verify.status.success(), "{verify:?}");
 

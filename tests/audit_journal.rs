@@ -58,15 +58,24 @@ async fn write_runs(path: &Path) -> AuditLog {
     audit
 }
 
+/// Every listed Run, in detail.
+async fn details(audit: &AuditLog) -> Vec<akritas::audit::RunRecord> {
+    let mut runs = Vec::new();
+    for run in audit.list(10).await.unwrap() {
+        runs.push(audit.get(&run.id).await.unwrap().unwrap());
+    }
+    runs
+}
+
 #[tokio::test]
 async fn restart_replays_identical_state_and_keeps_usage_but_not_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit/akritas.jsonl");
     let before = write_runs(&path).await;
-    let runs_before: Vec<_> = before.list(10).iter().map(|r| before.get(&r.id).unwrap()).collect();
+    let runs_before = details(&before).await;
     drop(before);
     let after = AuditLog::open(&path).unwrap();
-    let runs_after: Vec<_> = after.list(10).iter().map(|r| after.get(&r.id).unwrap()).collect();
+    let runs_after = details(&after).await;
     assert_eq!(runs_before, runs_after);
     assert_eq!(runs_after.len(), 3);
     let run = &runs_after[0];
@@ -132,7 +141,7 @@ async fn a_torn_tail_is_truncated_and_recorded_at_start() {
 
     let audit = AuditLog::open(&path).unwrap();
     // The third Run lost its finish record: it is still running after the crash.
-    let statuses: Vec<RunStatus> = audit.list(10).iter().map(|r| r.status).collect();
+    let statuses: Vec<RunStatus> = audit.list(10).await.unwrap().iter().map(|r| r.status).collect();
     assert_eq!(statuses, [RunStatus::Running, RunStatus::Succeeded, RunStatus::Succeeded]);
     drop(audit);
     let text = std::fs::read_to_string(&path).unwrap();

@@ -74,9 +74,13 @@ async fn run(audit: &AuditLog, n: usize, calls: usize, finish: bool) -> RunId {
 /// What the log shows: every Run's detail, the listings and the counts.
 type View = (Vec<Option<RunRecord>>, Vec<RunRecord>, Vec<RunRecord>, BTreeMap<&'static str, u64>);
 
-fn view(audit: &AuditLog, ids: &[RunId]) -> View {
-    let details = ids.iter().map(|id| audit.get(id)).collect();
-    (details, audit.list(1000), audit.list_where(1000, |ns| ns == "team-b"), audit.status_counts())
+async fn view(audit: &AuditLog, ids: &[RunId]) -> View {
+    let mut details = Vec::new();
+    for id in ids {
+        details.push(audit.get(id).await.unwrap());
+    }
+    let team_b = audit.list_where(1000, |ns| ns == "team-b").await.unwrap();
+    (details, audit.list(1000).await.unwrap(), team_b, audit.status_counts().await.unwrap())
 }
 
 fn segments(path: &Path) -> Vec<PathBuf> {
@@ -104,17 +108,17 @@ async fn detail_survives_a_restart_from_a_snapshot_and_only_the_tail_is_replayed
         ids.push(run(&audit, n, 3, n != 11).await);
     }
     assert!(segments(&path).len() > 5, "Runs span several 4 KiB segments");
-    let before = view(&audit, &ids);
+    let before = view(&audit, &ids).await;
     let checkpoint = audit.snapshot().await.expect("a snapshot is written");
-    print_index_size(&audit);
+    print_index_size(&audit).await;
     drop(audit);
 
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().snapshot, Some(checkpoint));
     assert_eq!(audit.start_report().replayed, 0, "nothing after the snapshot");
-    assert_eq!(view(&audit, &ids), before);
+    assert_eq!(view(&audit, &ids).await, before);
     for (n, id) in ids.iter().enumerate() {
-        let detail = audit.get(id).unwrap();
+        let detail = audit.get(id).await.unwrap().unwrap();
         assert_eq!(detail.events.len(), 3);
         for (call, event) in detail.events.iter().enumerate() {
             assert_eq!(event.result.as_ref(), Some(&raw_result(n, call)), "raw result of Run {n} call {call}");
@@ -127,22 +131,22 @@ async fn detail_survives_a_restart_from_a_snapshot_and_only_the_tail_is_replayed
     ids.push(run(&audit, 12, 3, true).await);
     ids.push(run(&audit, 13, 3, true).await);
     audit.event(&ids[0], call_event(0, 3)).await.unwrap();
-    let before = view(&audit, &ids);
+    let before = view(&audit, &ids).await;
     drop(audit);
 
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().snapshot, Some(checkpoint));
     assert_eq!(audit.start_report().replayed, 11, "only the records after the snapshot");
-    assert_eq!(view(&audit, &ids), before);
+    assert_eq!(view(&audit, &ids).await, before);
     drop(audit);
 
     journal::snapshot::discard(&path);
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().snapshot, None);
     assert_eq!(audit.start_report().replayed, 13 * 5 + 4 + 1, "a full replay");
-    assert_eq!(view(&audit, &ids), before, "a full replay gives the same Runs");
-    assert_eq!(audit.status_counts()["running"], 1);
-    assert_eq!(audit.list_where(1000, |ns| ns == "team-b").len(), 7);
+    assert_eq!(view(&audit, &ids).await, before, "a full replay gives the same Runs");
+    assert_eq!(audit.status_counts().await.unwrap()["running"], 1);
+    assert_eq!(audit.list_where(1000, |ns| ns == "team-b").await.unwrap().len(), 7);
 }
 
 #[tokio::test]
@@ -154,14 +158,14 @@ async fn snapshots_are_taken_in_the_background_every_n_records() {
     for n in 0..30 {
         ids.push(run(&audit, n, 2, true).await);
     }
-    let before = view(&audit, &ids);
+    let before = view(&audit, &ids).await;
     // Waits for a snapshot being written, then takes one of the rest.
     audit.snapshot().await;
     drop(audit);
     let audit = open(&path, 100, None);
     assert_eq!(audit.start_report().snapshot, Some(120), "the last record of the 30 Runs");
     assert_eq!(audit.start_report().replayed, 0);
-    assert_eq!(view(&audit, &ids), before);
+    assert_eq!(view(&audit, &ids).await, before);
 }
 
 /// Runs written by `tasks` tasks at once, `each` Runs a task (4 records a Run).
@@ -198,20 +202,20 @@ async fn snapshots_taken_while_runs_write_concurrently_match_a_full_replay() {
     audit.snapshot_settled().await;
     let total = ids.len() as u64 * 4;
     let audit = std::sync::Arc::into_inner(audit).expect("no other holder");
-    let before = view(&audit, &ids);
-    print_index_size(&audit);
+    let before = view(&audit, &ids).await;
+    print_index_size(&audit).await;
     drop(audit);
 
     let audit = open(&path, 1_000_000, None);
     let report = audit.start_report();
     let snapshot = report.snapshot.expect("a background snapshot was written");
     assert_eq!(snapshot + report.replayed, total, "the snapshot reflects exactly the records up to its checkpoint");
-    assert_eq!(view(&audit, &ids), before);
+    assert_eq!(view(&audit, &ids).await, before);
     drop(audit);
     journal::snapshot::discard(&path);
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().replayed, total);
-    assert_eq!(view(&audit, &ids), before, "the same Runs as a full replay");
+    assert_eq!(view(&audit, &ids).await, before, "the same Runs as a full replay");
 }
 
 #[tokio::test]
@@ -225,7 +229,7 @@ async fn a_stale_or_forged_snapshot_falls_back_to_a_full_replay() {
     }
     let seq = audit.snapshot().await.unwrap();
     ids.push(run(&audit, 4, 2, false).await);
-    let before = view(&audit, &ids);
+    let before = view(&audit, &ids).await;
     drop(audit);
 
     // The checkpoint's hash changed: the snapshot's own SHA-256 no longer matches.
@@ -237,7 +241,7 @@ async fn a_stale_or_forged_snapshot_falls_back_to_a_full_replay() {
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().snapshot, None, "the forged snapshot is not used");
     assert_eq!(audit.start_report().replayed, 4 * 4 + 3);
-    assert_eq!(view(&audit, &ids), before);
+    assert_eq!(view(&audit, &ids).await, before);
     drop(audit);
 
     // The journal was replaced by another one at least as long: the old snapshot does not match it.
@@ -249,16 +253,18 @@ async fn a_stale_or_forged_snapshot_falls_back_to_a_full_replay() {
     for n in 100..106 {
         other.push(run(&audit, n, 2, true).await);
     }
-    let expected = view(&audit, &other);
+    let expected = view(&audit, &other).await;
     drop(audit);
     std::fs::write(&snapshot_path, &original).unwrap();
     assert!(serde_json::from_str::<Value>(&original).unwrap()["checkpoint"]["seq"] == json!(seq));
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().snapshot, None);
     assert!(!snapshot_path.exists(), "the stale snapshot is discarded");
-    assert_eq!(view(&audit, &other), expected);
-    assert!(ids.iter().all(|id| audit.get(id).is_none()), "no Run of the old journal");
-    assert_eq!(audit.len(), 6);
+    assert_eq!(view(&audit, &other).await, expected);
+    for id in &ids {
+        assert!(audit.get(id).await.unwrap().is_none(), "no Run of the old journal");
+    }
+    assert_eq!(audit.len().await.unwrap(), 6);
 }
 
 fn removed_total() -> f64 {
@@ -283,22 +289,31 @@ async fn retention_removes_old_runs_but_never_a_running_one() {
     for n in 7..12 {
         new.push(run(&audit, n, 2, true).await);
     }
-    let running_before = audit.get(&running).unwrap();
+    let running_before = audit.get(&running).await.unwrap().unwrap();
     // A follow-up holds this finished Run: it is kept with everything after it.
-    let follow_up = audit.claim(&old[3]).unwrap();
+    let follow_up = audit.claim(&old[3]).await.unwrap();
     let counted = removed_total();
     audit.snapshot().await.unwrap();
-    assert!(audit.get(&old[3]).is_some(), "a claimed Run is kept");
-    assert!(old[4..].iter().all(|id| audit.get(id).is_some()));
+    assert!(audit.get(&old[3]).await.unwrap().is_some(), "a claimed Run is kept");
+    for id in &old[4..] {
+        assert!(audit.get(id).await.unwrap().is_some());
+    }
     audit.event(&old[3], call_event(3, 2)).await.unwrap();
     drop(follow_up);
 
-    let gone: Vec<&RunId> = old.iter().filter(|id| audit.get(id).is_none()).collect();
+    let mut gone: Vec<&RunId> = Vec::new();
+    for id in &old {
+        if audit.get(id).await.unwrap().is_none() {
+            gone.push(id);
+        }
+    }
     assert!(!gone.is_empty(), "retention removed old Runs");
     assert_eq!(removed_total() - counted, gone.len() as f64, "counted");
-    assert_eq!(audit.len(), 12 - gone.len());
-    assert_eq!(audit.get(&running), Some(running_before), "the running Run is kept whole");
-    assert!(new.iter().all(|id| audit.get(id).is_some()));
+    assert_eq!(audit.len().await.unwrap(), 12 - gone.len());
+    assert_eq!(audit.get(&running).await.unwrap(), Some(running_before), "the running Run is kept whole");
+    for id in &new {
+        assert!(audit.get(id).await.unwrap().is_some());
+    }
     assert!(journal::anchor(&path).unwrap().unwrap().first_seq > 1);
     audit::verify(&path).unwrap_or_else(|e| panic!("the kept journal verifies: {e}"));
 
@@ -312,19 +327,19 @@ async fn retention_removes_old_runs_but_never_a_running_one() {
         .await
         .unwrap();
     let all: Vec<RunId> = old.iter().chain([&running]).chain(&new).cloned().collect();
-    let live = view(&audit, &all);
+    let live = view(&audit, &all).await;
     drop(audit);
 
     // From the snapshot taken before the Runs were dropped, and from a full replay of what is kept.
     let audit = open(&path, 1_000_000, None);
     assert!(audit.start_report().snapshot.is_some());
     assert_eq!(audit.start_report().removed_runs, gone.len() as u64);
-    assert_eq!(view(&audit, &all), live);
+    assert_eq!(view(&audit, &all).await, live);
     drop(audit);
     journal::snapshot::discard(&path);
     let audit = open(&path, 1_000_000, None);
     assert_eq!(audit.start_report().snapshot, None);
-    assert_eq!(view(&audit, &all), live, "a full replay of the kept journal gives the same Runs");
+    assert_eq!(view(&audit, &all).await, live, "a full replay of the kept journal gives the same Runs");
     audit::verify(&path).unwrap_or_else(|e| panic!("{e}"));
 }
 
@@ -356,7 +371,7 @@ async fn a_result_is_checked_against_evidence_read_from_disk_after_a_restart() {
     let error = audit.record_investigation(&a, &investigation("call-1-0")).await.expect_err("call-1-0 is Run b's");
     assert!(error.to_string().contains("names no successful tool call"), "{error}");
     audit.record_investigation(&a, &investigation("call-0-1")).await.unwrap();
-    assert_eq!(audit.get(&a).unwrap().investigation.unwrap().evidence, ["tool-call:call-0-1"]);
+    assert_eq!(audit.get(&a).await.unwrap().unwrap().investigation.unwrap().evidence, ["tool-call:call-0-1"]);
     drop(audit);
 
     // A result record citing another Run's call, written behind the audit's back after the snapshot.
@@ -376,12 +391,12 @@ async fn a_result_is_checked_against_evidence_read_from_disk_after_a_restart() {
 }
 
 /// Prints the index's size (a figure, not an assertion).
-fn print_index_size(audit: &AuditLog) {
+async fn print_index_size(audit: &AuditLog) {
     println!(
         "index: {} bytes for {} Runs ({} bytes a Run)",
         audit.index_bytes(),
-        audit.len(),
-        audit.index_bytes() / audit.len()
+        audit.len().await.unwrap(),
+        audit.index_bytes() / audit.len().await.unwrap()
     );
 }
 
@@ -418,9 +433,9 @@ async fn snapshots_are_written_under_constant_concurrent_load() {
     assert!(snapshot.exists(), "a snapshot was written while {} Runs were written without a pause", ids.len());
     audit.snapshot_settled().await;
     let audit = std::sync::Arc::into_inner(audit).expect("no other holder");
-    let before = view(&audit, &ids);
+    let before = view(&audit, &ids).await;
     drop(audit);
     let audit = open(&path, 1_000_000, None);
     assert!(audit.start_report().snapshot.is_some());
-    assert_eq!(view(&audit, &ids), before);
+    assert_eq!(view(&audit, &ids).await, before);
 }

@@ -368,7 +368,7 @@ struct Snapshot {
 }
 
 impl Host {
-    fn snapshot(&self) -> Snapshot {
+    async fn snapshot(&self) -> Snapshot {
         let incidents = self
             .alerts
             .incidents(1000)
@@ -377,9 +377,12 @@ impl Host {
             .map(|(incident, events, jobs)| incident_json(&incident, &events, &jobs))
             .collect();
         let all = self.alerts.all_counters();
-        let run = RunId::parse(&self.ids.run).and_then(|id| self.audit.get(&id));
+        let run = match RunId::parse(&self.ids.run) {
+            Some(id) => self.audit.get(&id).await.unwrap(),
+            None => None,
+        };
         Snapshot {
-            runs: serde_json::to_value(self.audit.list(1000)).unwrap(),
+            runs: serde_json::to_value(self.audit.list(1000).await.unwrap()).unwrap(),
             run: serde_json::to_value(run).unwrap(),
             incidents,
             tallies: format!("{:?}", self.alerts.tallies()),
@@ -392,6 +395,7 @@ impl Host {
             rejected: all.iter().map(|(k, c)| (k.clone(), c.rejected)).collect(),
             journal_bytes: self.journals.clone().map(|path| std::fs::metadata(path).unwrap().len()),
             metrics: web::metrics::render(&self.state)
+                .await
                 .lines()
                 .filter(|line| !line.contains("outcome=\"rejected\"") && !line.ends_with("} 0"))
                 .map(str::to_string)
@@ -402,7 +406,7 @@ impl Host {
 
     /// Runs one case; returns what was wrong with its answer or the state after it.
     async fn check(&self, case: &Case) -> Vec<String> {
-        let before = self.snapshot();
+        let before = self.snapshot().await;
         let outcome = exchange(self.addr, &case.request.bytes(), case.then, Duration::from_secs(5)).await;
         let mut problems = judge(case.expect, &outcome);
         let mut expected = before;
@@ -410,13 +414,13 @@ impl Host {
             *expected.rejected.entry(source.to_string()).or_default() += 1;
         }
         // A handler may still be finishing after a closed connection; give it a moment.
-        let mut after = self.snapshot();
+        let mut after = self.snapshot().await;
         for _ in 0..20 {
             if after == expected {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
-            after = self.snapshot();
+            after = self.snapshot().await;
         }
         problems.extend(differences(&expected, &after));
         problems
@@ -1287,16 +1291,16 @@ async fn every_bad_request() {
 
     // The host still serves: an exact replay of a signed delivery (the signature carries no
     // timestamp) is recognised as a duplicate and opens nothing; a new delivery is stored.
-    let before = host.snapshot();
+    let before = host.snapshot().await;
     let (body, signature) = &host.signed;
     let replay = post("/api/v1/alerts/ops/signed/webhook", body).header("x-akritas-signature", signature);
     let (status, replayed) = answer(host.addr, replay).await;
     assert_eq!(status, 200, "{replayed}");
     assert!(replayed["events"].as_array().unwrap().iter().all(|e| e["status"] == "duplicate"), "{replayed}");
-    let after = host.snapshot();
+    let after = host.snapshot().await;
     assert_eq!((after.incidents, after.tallies), (before.incidents.clone(), before.tallies));
     let fresh = post("/api/v1/alerts/ops/open/webhook", GENERIC.replace("db-1", "db-after"));
     let (status, stored) = answer(host.addr, fresh).await;
     assert_eq!(status, 202, "{stored}");
-    assert_eq!(host.snapshot().incidents.len(), before.incidents.len() + 1);
+    assert_eq!(host.snapshot().await.incidents.len(), before.incidents.len() + 1);
 }

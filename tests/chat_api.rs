@@ -104,7 +104,7 @@ async fn input_errors_are_400_with_a_precise_message_and_reach_no_model() {
         .unwrap();
     assert_eq!(response.status(), 400);
     assert_eq!(api.llm.chat_requests(), 0);
-    assert!(api.audit.is_empty(), "invalid requests open no Run");
+    assert!(api.audit.is_empty().await.unwrap(), "invalid requests open no Run");
 }
 
 #[tokio::test]

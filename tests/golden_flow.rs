@@ -155,7 +155,7 @@ async fn alert_like_chat_plans_checks_selects_skill_and_answers() {
     assert_eq!(inventory_call["metadata"]["call_kind"], "execution");
     assert_eq!(inventory_call["arguments"], json!({"host": "db-7"}));
     assert_eq!(inventory_call["result"]["output"]["roles"], json!(["postgresql"]));
-    let text = std::fs::read_to_string(audit.path()).unwrap();
+    let text = std::fs::read_to_string(audit.path().unwrap()).unwrap();
     assert!(!text.contains(QUESTION), "prompts never reach the audit journal");
     assert!(
         !text.contains("autovacuum worker on a long-running query"),

@@ -64,7 +64,7 @@ async fn assert_exhausted(setup: Setup, dimension: Dimension) {
     let RunError::Budget { run_id, exhausted, .. } = &error else { panic!("expected budget exhaustion, got {error}") };
     assert_eq!(exhausted.dimension, dimension, "{error}");
     assert!(error.to_string().starts_with(&format!("run budget exhausted: {}", dimension.as_str())), "{error}");
-    let run = setup.audit.get(run_id.as_ref().unwrap()).unwrap();
+    let run = setup.audit.get(run_id.as_ref().unwrap()).await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.error_code.as_deref(), Some("budget_exhausted"));
     assert_eq!(run.metadata["budget_dimension"], json!(dimension.as_str()));
@@ -146,7 +146,7 @@ async fn retrieval_is_recorded_and_given_to_the_model() {
     let outcome = setup.engine.run(request()).await.unwrap();
     assert_eq!(outcome.activity[0].id, "call_akritas_rag_prefetch");
     assert!(outcome.usage.retrieved_context_bytes > 4096);
-    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).await.unwrap().unwrap();
     let retrieved: Vec<_> = run.events.iter().filter(|e| e.kind == "context_retrieved").collect();
     assert_eq!(retrieved.len(), 1);
     assert_eq!(retrieved[0].metadata["document_id"], json!("runbook.md"));
@@ -170,7 +170,7 @@ async fn an_empty_reply_is_asked_again_once_within_the_budget() {
     let last = requests[2]["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["role"], "user");
     assert!(last["content"].as_str().unwrap().starts_with("(Akritas) Your last reply was empty"), "{last}");
-    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).await.unwrap().unwrap();
     assert_eq!(run.events.iter().filter(|e| e.kind == "empty_reply").count(), 1);
 
     // Once only: a second empty reply fails the Run, saying why.

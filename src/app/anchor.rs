@@ -104,7 +104,8 @@ pub fn read(path: &Path) -> Result<AnchorFile> {
 pub async fn check_at_start(audit: &AuditLog, target: &Target) -> Result<()> {
     let Some(anchored) = target.load().await? else { return Ok(()) };
     let anchored = anchored.head;
-    let head = audit.head();
+    // On the database the head row is the chain's own anchor.
+    let Some(head) = audit.head() else { return Ok(()) };
     if head.seq < anchored.seq {
         bail!(
             "the audit journal ends at seq {} but its anchor {} records seq {}: records were removed from its end. \
@@ -121,8 +122,12 @@ pub async fn check_at_start(audit: &AuditLog, target: &Target) -> Result<()> {
 /// Writes the head whenever it moved, at most [`INTERVAL`] apart, until `cancel`.
 pub async fn keep(audit: Arc<AuditLog>, target: Target, cancel: CancellationToken) {
     let mut written: Option<Head> = None;
+    // On the database the head row is the chain's own anchor: nothing to keep outside it.
+    if audit.on_database() {
+        return;
+    }
     loop {
-        let head = audit.head();
+        let Some(head) = audit.head() else { return };
         if written.as_ref() != Some(&head) {
             match target.store(&head).await {
                 Ok(()) => written = Some(head),
@@ -131,7 +136,7 @@ pub async fn keep(audit: Arc<AuditLog>, target: Target, cancel: CancellationToke
         }
         tokio::select! {
             () = cancel.cancelled() => {
-                let head = audit.head();
+                let Some(head) = audit.head() else { return };
                 if written.as_ref() != Some(&head)
                     && let Err(error) = target.store(&head).await
                 {

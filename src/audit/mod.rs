@@ -5,6 +5,8 @@
 //! an alert investigation's structured result, validated against the Run's own
 //! tool calls when written and again at every replay.
 
+mod database;
+mod file;
 mod id;
 mod index;
 mod query;
@@ -15,13 +17,14 @@ mod storage;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::investigation::InvestigationResult;
-use crate::journal::{Journal, JournalError, Record};
+use crate::journal::database::{Database, DatabaseError, Replica};
+use crate::journal::{JournalError, Record};
 use crate::text;
 
 pub use id::{InvalidRunId, RunId};
@@ -29,7 +32,7 @@ pub(crate) use reads::ReadRecord;
 use replay::Facts;
 pub(crate) use replay::RecordError;
 pub use storage::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
-use storage::{InFlight, Live};
+pub use database::STORE as DATABASE_STORE;
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";
@@ -233,40 +236,63 @@ pub enum AuditError {
     /// runtime is shutting down); the next start replays whatever reached the journal.
     #[error("the audit write was interrupted; the journal is replayed at the next start")]
     Interrupted,
+    /// The database failed (unreachable, or a statement refused); nothing of the write was
+    /// stored.
+    #[error("the audit database: {0}")]
+    Database(#[from] DatabaseError),
+    /// A record the Run's lifecycle does not allow (a replay would refuse it); nothing was
+    /// written.
+    #[error("the audit refused a record: {0}")]
+    Refused(RecordError),
 }
 
-/// The audit log. Records of one Run are written one at a time, each under the
-/// Run's writer lock held from choosing its sequence to applying it after the
-/// fsync, and in a task of its own, so a caller that goes away mid-write cannot
-/// leave the journal and the state apart.
+/// What a write of one Run decides from what is known of the Run (and, when asked, the Run
+/// itself): its record's kind and data, or why there is none.
+type Build =
+    Box<dyn FnOnce(&RunId, Facts, Option<&RunRecord>) -> Result<(&'static str, Value), AuditError> + Send>;
+
+/// Runs something in this process is executing on (the Run itself or a follow-up).
+type ActiveSet = Arc<Mutex<HashSet<RunId>>>;
+
+/// One writer lock per Run written by this process, forgotten once nobody holds or waits for it.
+#[derive(Clone, Default)]
+struct RunLocks(Arc<Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>>);
+
+impl RunLocks {
+    /// Runs `work` holding the Run's writer lock.
+    async fn hold<T>(&self, id: &RunId, work: impl std::future::Future<Output = T>) -> T {
+        let writer = lock(&self.0).entry(id.clone()).or_default().clone();
+        let done = {
+            let _turn = writer.lock().await;
+            work.await
+        };
+        let mut writers = lock(&self.0);
+        if Arc::strong_count(&writer) == 2 {
+            writers.remove(id);
+        }
+        done
+    }
+}
+
+/// The audit log, on the embedded journal ([`file`]) or on the database replicas share
+/// ([`database`]): the same records, checks and answers on both.
 pub struct AuditLog {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    journal: Journal,
-    storage: AuditStorage,
-    /// The Run index (not the Runs' history: detail is read from the journal).
-    state: RwLock<Live>,
-    /// What the start read.
-    started: StartReport,
-    /// The snapshot being written in the background, if any.
-    snapshot_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// One writer lock per Run written by this process.
-    writers: Mutex<HashMap<RunId, Arc<tokio::sync::Mutex<()>>>>,
-    /// Runs something in this process is executing on (the Run itself or a follow-up).
-    active: Mutex<HashSet<RunId>>,
-    /// Where appends wait while a due snapshot waits for those in flight.
-    barrier: crate::journal::pace::Barrier,
+    backend: Backend,
+    active: ActiveSet,
     /// Each key's reads of the current minute (`reads`).
     reads: reads::ReadBudget,
+}
+
+enum Backend {
+    File(file::FileAudit),
+    Database(database::DbAudit),
 }
 
 /// The right to execute on a Run: held by the Run while it executes and by a
 /// follow-up while it runs, so no two of them interleave their events. Released
 /// when dropped.
 pub struct ActiveRun {
-    shared: Arc<Shared>,
+    active: ActiveSet,
     id: RunId,
 }
 
@@ -279,7 +305,7 @@ impl ActiveRun {
 
 impl Drop for ActiveRun {
     fn drop(&mut self) {
-        lock(&self.shared.active).remove(&self.id);
+        lock(&self.active).remove(&self.id);
     }
 }
 
@@ -295,46 +321,62 @@ impl AuditLog {
         AuditLog::open_with(path, AuditStorage::default())
     }
 
-    /// Opens (or creates) the log: reads the snapshot of the Run index, if one matches the
-    /// journal, and replays strictly the records after it (all of them otherwise).
-    /// Blocking.
+    /// Opens (or creates) the log on the embedded journal at `path`: reads the snapshot of the
+    /// Run index, if one matches the journal, and replays strictly the records after it (all of
+    /// them otherwise). Blocking.
     pub fn open_with(path: &Path, storage: AuditStorage) -> Result<AuditLog, AuditError> {
-        let (journal, live, started) = storage::open(path, &storage)?;
-        let shared = Shared {
-            journal,
-            storage,
-            state: RwLock::new(live),
-            started,
-            snapshot_task: Mutex::new(None),
-            writers: Mutex::new(HashMap::new()),
-            active: Mutex::new(HashSet::new()),
-            barrier: crate::journal::pace::Barrier::default(),
-            reads: reads::ReadBudget::default(),
-        };
-        Ok(AuditLog { shared: Arc::new(shared) })
+        let active = ActiveSet::default();
+        let file = file::FileAudit::open(path, storage, active.clone())?;
+        Ok(AuditLog { backend: Backend::File(file), active, reads: reads::ReadBudget::default() })
     }
 
-    /// The journal's last committed record: what the anchor outside the journal records.
-    pub fn head(&self) -> crate::journal::Head {
-        self.shared.journal.head()
+    /// The log on the database (its schema migrated) that replicas share, written by
+    /// `replica`: records are stamped, bounded and sealed as `storage.journal` says, and
+    /// `storage.retention` deletes old ones. Starts its writer on the current runtime.
+    pub fn open_database(db: &Database, storage: AuditStorage, replica: Replica) -> AuditLog {
+        let backend = Backend::Database(database::DbAudit::open(db, storage, replica));
+        AuditLog { backend, active: ActiveSet::default(), reads: reads::ReadBudget::default() }
     }
 
-    /// The journal path.
-    pub fn path(&self) -> &Path {
-        self.shared.journal.path()
+    /// Whether the log is on the database.
+    pub fn on_database(&self) -> bool {
+        matches!(self.backend, Backend::Database(_))
     }
 
-    /// Why the audit journal refuses writes now (a write failed: disk full, read-only
-    /// volume), if it does.
+    /// The embedded journal's last committed record: what the anchor outside the journal
+    /// records (`None` on the database, whose head row is its own anchor).
+    pub fn head(&self) -> Option<crate::journal::Head> {
+        match &self.backend {
+            Backend::File(file) => Some(file.shared.journal.head()),
+            Backend::Database(_) => None,
+        }
+    }
+
+    /// The embedded journal's path (`None` on the database).
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::File(file) => Some(file.shared.journal.path()),
+            Backend::Database(_) => None,
+        }
+    }
+
+    /// Why the embedded journal refuses writes now (a write failed: disk full, read-only
+    /// volume), if it does. On the database each write says why it failed.
     pub fn write_failure(&self) -> Option<String> {
-        self.shared.journal.failure()
+        match &self.backend {
+            Backend::File(file) => file.shared.journal.failure(),
+            Backend::Database(_) => None,
+        }
     }
 
-    /// Gets the journal writing again after a failed write, if the storage allows. The
-    /// state needs no rebuild: a record is applied only after it was stored. Every write
+    /// Gets the embedded journal writing again after a failed write, if the storage allows.
+    /// The state needs no rebuild: a record is applied only after it was stored. Every write
     /// tries this first while the journal refuses, so Runs recover without a restart.
     pub async fn recover(&self) -> Result<(), AuditError> {
-        Ok(self.shared.journal.recover().await?)
+        match &self.backend {
+            Backend::File(file) => Ok(file.shared.journal.recover().await?),
+            Backend::Database(_) => Ok(()),
+        }
     }
 
     /// Opens a Run.
@@ -346,8 +388,8 @@ impl AuditLog {
     /// Opens a Run and holds it active until the returned guard is dropped.
     pub async fn start_active(&self, new: NewRun) -> Result<ActiveRun, AuditError> {
         let id = RunId::generate();
-        lock(&self.shared.active).insert(id.clone());
-        let active = ActiveRun { shared: self.shared.clone(), id: id.clone() };
+        lock(&self.active).insert(id.clone());
+        let active = ActiveRun { active: self.active.clone(), id: id.clone() };
         let run = RunRecord {
             id: id.clone(),
             namespace: bound(&new.namespace),
@@ -365,58 +407,54 @@ impl AuditLog {
             investigation: None,
         };
         let data = json!({ "run": run });
-        // Nothing else knows the id yet, so no writer lock is needed; the task keeps
-        // the journal and the state together if the caller goes away.
-        let shared = self.shared.clone();
-        tokio::spawn(async move {
-            shared.pass_barrier().await;
-            let pending = shared.begin();
-            let record = shared.append("run_started", &data, pending).await?;
-            shared.apply_record(&record.0, record.1, None)
-        })
-        .await
-        .map_err(|_| AuditError::Interrupted)??;
+        match &self.backend {
+            Backend::File(file) => file.start(data).await?,
+            Backend::Database(db) => db.start(&id, data).await?,
+        }
         Ok(active)
     }
 
     /// Holds the Run active for a follow-up; refused while the Run or another
-    /// follow-up on it is executing.
-    pub fn claim(&self, id: &RunId) -> Result<ActiveRun, AuditError> {
-        if !self.shared.read().index.contains(id) {
+    /// follow-up on it is executing in this process.
+    pub async fn claim(&self, id: &RunId) -> Result<ActiveRun, AuditError> {
+        let known = match &self.backend {
+            Backend::File(file) => file.contains(id),
+            Backend::Database(db) => db.contains(id).await?,
+        };
+        if !known {
             return Err(AuditError::UnknownRun(id.clone()));
         }
-        if !lock(&self.shared.active).insert(id.clone()) {
+        if !lock(&self.active).insert(id.clone()) {
             return Err(AuditError::RunActive(id.clone()));
         }
-        Ok(ActiveRun { shared: self.shared.clone(), id: id.clone() })
+        Ok(ActiveRun { active: self.active.clone(), id: id.clone() })
     }
 
     /// Appends an event (also to finished Runs: follow-ups).
     pub async fn event(&self, run_id: &RunId, event: NewEvent) -> Result<u32, AuditError> {
-        let record = self
-            .write(run_id, false, move |id, run, _| {
-                let sequence = u32::try_from(run.events + 1).unwrap_or(u32::MAX);
-                let data = json!({
-                    "run_id": id,
-                    "event": {
-                        "sequence": sequence,
-                        "type": bound(&event.kind),
-                        "status": event.status.as_deref().map(bound),
-                        "metadata": redact(event.metadata),
-                        "arguments": event.arguments,
-                        "result": event.result,
-                    }
-                });
-                Ok(("run_event", data))
-            })
-            .await?;
+        let build: Build = Box::new(move |id, run, _| {
+            let sequence = u32::try_from(run.events + 1).unwrap_or(u32::MAX);
+            let data = json!({
+                "run_id": id,
+                "event": {
+                    "sequence": sequence,
+                    "type": bound(&event.kind),
+                    "status": event.status.as_deref().map(bound),
+                    "metadata": redact(event.metadata),
+                    "arguments": event.arguments,
+                    "result": event.result,
+                }
+            });
+            Ok(("run_event", data))
+        });
+        let record = self.write(run_id, false, build).await?;
         let sequence = record.data["event"]["sequence"].as_u64().unwrap_or_default();
         Ok(u32::try_from(sequence).unwrap_or(u32::MAX))
     }
 
     /// Closes a Run.
     pub async fn finish(&self, run_id: &RunId, finish: Finish) -> Result<(), AuditError> {
-        self.write(run_id, false, move |id, run, _| {
+        let build: Build = Box::new(move |id, run, _| {
             if run.status != RunStatus::Running {
                 return Err(AuditError::AlreadyFinished(id.clone()));
             }
@@ -428,9 +466,8 @@ impl AuditLog {
                 "metadata": redact(finish.metadata),
             });
             Ok(("run_finished", data))
-        })
-        .await
-        .map(|_| ())
+        });
+        self.write(run_id, false, build).await.map(|_| ())
     }
 
     /// Records the structured result of a running Run as its own record. The same
@@ -438,7 +475,7 @@ impl AuditLog {
     /// reference must name a successful execution-tool call recorded on this Run.
     pub async fn record_investigation(&self, run_id: &RunId, result: &InvestigationResult) -> Result<(), AuditError> {
         let result = serde_json::to_value(result).unwrap_or(Value::Null);
-        self.write(run_id, true, move |id, facts, run| {
+        let build: Build = Box::new(move |id, facts, run| {
             if facts.status != RunStatus::Running || facts.has_result {
                 return Err(AuditError::AlreadyFinished(id.clone()));
             }
@@ -446,56 +483,26 @@ impl AuditLog {
             replay::check_result(run, &result.to_string())
                 .map_err(|error| AuditError::ResultRejected { run: id.clone(), error })?;
             Ok((INVESTIGATION_RESULT, json!({"run_id": id, "result": result})))
-        })
-        .await
-        .map(|_| ())
+        });
+        self.write(run_id, true, build).await.map(|_| ())
     }
 
-    /// Writes one record of a Run: `build` sees what the index knows of the Run under its
-    /// writer lock (and, with `full`, the Run rebuilt from its records, read off the async
-    /// threads) and returns the record (or why there is none).
-    async fn write(
-        &self,
-        run_id: &RunId,
-        full: bool,
-        build: impl FnOnce(&RunId, Facts, Option<&RunRecord>) -> Result<(&'static str, Value), AuditError> + Send + 'static,
-    ) -> Result<Record, AuditError> {
-        let shared = self.shared.clone();
-        let id = run_id.clone();
-        tokio::spawn(async move {
-            let writer = lock(&shared.writers).entry(id.clone()).or_default().clone();
-            let written = async {
-                let _turn = writer.lock().await;
-                let facts = shared.read().index.facts(&id).ok_or_else(|| AuditError::UnknownRun(id.clone()))?;
-                let run = if full {
-                    Some(shared.load(&id).await?.ok_or_else(|| AuditError::UnknownRun(id.clone()))?)
-                } else {
-                    None
-                };
-                let (kind, data) = build(&id, facts, run.as_ref())?;
-                shared.pass_barrier().await;
-                let pending = shared.begin();
-                let (record, pending) = shared.append(kind, &data, pending).await?;
-                shared.apply_record(&record, pending, run.as_ref())?;
-                Ok(record)
-            }
-            .await;
-            // Forget the writer lock once nobody else holds or waits for it.
-            let mut writers = lock(&shared.writers);
-            if Arc::strong_count(&writer) == 2 {
-                writers.remove(&id);
-            }
-            written
-        })
-        .await
-        .map_err(|_| AuditError::Interrupted)?
+    async fn write(&self, run_id: &RunId, full: bool, build: Build) -> Result<Record, AuditError> {
+        match &self.backend {
+            Backend::File(file) => file.write(run_id, full, build).await,
+            Backend::Database(db) => db.write(run_id, full, build).await,
+        }
     }
 
-    /// Closes every Run still marked running as failed (`interrupted`): called at
-    /// start, when no Run of this process exists yet, so each of them belonged to a
-    /// process that stopped. Returns the closed Runs.
+    /// Closes as failed (`interrupted`) every Run still marked running that no process will
+    /// finish: on the embedded journal, called at start when no Run of this process exists
+    /// yet, all of them; on the database, those of replicas that stopped heartbeating.
+    /// Returns the closed Runs.
     pub async fn close_interrupted(&self) -> Result<Vec<RunRecord>, AuditError> {
-        let running = self.shared.read().index.running();
+        let running = match &self.backend {
+            Backend::File(file) => file.running(),
+            Backend::Database(db) => db.orphaned().await?,
+        };
         let mut closed = Vec::with_capacity(running.len());
         for id in running {
             let finish = Finish {
@@ -504,52 +511,14 @@ impl AuditLog {
                 error_code: Some("interrupted".into()),
                 metadata: BTreeMap::new(),
             };
-            self.finish(&id, finish).await?;
-            closed.extend(self.get(&id));
+            match self.finish(&id, finish).await {
+                Ok(()) => closed.extend(self.get(&id).await?),
+                // Another replica closed it meanwhile.
+                Err(AuditError::AlreadyFinished(_)) if self.on_database() => {}
+                Err(error) => return Err(error),
+            }
         }
         Ok(closed)
-    }
-}
-
-impl Shared {
-    /// Appends one record counted in flight, first getting the journal writing again if a
-    /// write failed.
-    async fn append(&self, kind: &str, data: &Value, pending: InFlight) -> Result<(Record, InFlight), JournalError> {
-        let appended = async {
-            if self.journal.failure().is_some() {
-                self.journal.recover().await?;
-            }
-            self.journal.append(kind, data).await
-        }
-        .await;
-        match appended {
-            Ok(record) => Ok((record, pending)),
-            Err(error) => {
-                if storage::not_stored(&error) {
-                    pending.not_written();
-                }
-                Err(error)
-            }
-        }
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Live> {
-        self.state.read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The Run rebuilt from its records (read off the async threads); `None` when it is not
-    /// indexed.
-    async fn load(&self, id: &RunId) -> Result<Option<RunRecord>, AuditError> {
-        let Some(locations) = self.read().index.locations(id) else { return Ok(None) };
-        let journal = self.journal.clone();
-        let id = id.clone();
-        tokio::task::spawn_blocking(move || {
-            index::load_run(&locations, &|at| journal.read_at(at))
-                .map(Some)
-                .map_err(|reason| AuditError::Unreadable { run: id, reason })
-        })
-        .await
-        .map_err(|_| AuditError::Interrupted)?
     }
 }
 
@@ -558,6 +527,12 @@ impl AuditError {
     /// record was not stored and a later write may succeed.
     pub fn is_unwritable(&self) -> bool {
         matches!(self, AuditError::Journal(error) if error.is_unwritable())
+    }
+
+    /// Whether the database could not be reached: nothing was stored and a later write may
+    /// succeed.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, AuditError::Database(DatabaseError::Unreachable(_)))
     }
 }
 

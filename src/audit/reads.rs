@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{AuditError, AuditLog, bound};
+use super::{AuditError, AuditLog, Backend, bound};
 
 /// Read records one API key writes per minute; the rest are counted, then written as one.
 pub const READS_PER_MINUTE: u32 = 60;
@@ -128,7 +128,7 @@ impl AuditLog {
             target: bound(&read.target),
             returned: read.returned,
         };
-        let (write, finished) = self.shared.reads.admit(&read, Instant::now());
+        let (write, finished) = self.reads.admit(&read, Instant::now());
         if let Some(summary) = finished {
             self.append_read(summary).await?;
         }
@@ -141,7 +141,7 @@ impl AuditLog {
     /// Writes the summaries of the minutes that are over (of every minute with `all`, at
     /// shutdown); the service calls it every minute.
     pub async fn flush_reads(&self, all: bool) -> Result<(), AuditError> {
-        for summary in self.shared.reads.finished(Instant::now(), all) {
+        for summary in self.reads.finished(Instant::now(), all) {
             self.append_read(summary).await?;
         }
         Ok(())
@@ -149,17 +149,10 @@ impl AuditLog {
 
     async fn append_read(&self, read: ReadRecord) -> Result<(), AuditError> {
         let data = json!({ "read": read });
-        let shared = self.shared.clone();
-        // As for a start: the task keeps the journal and the state together if the caller goes away.
-        tokio::spawn(async move {
-            shared.pass_barrier().await;
-            let pending = shared.begin();
-            let (record, pending) = shared.append(READ, &data, pending).await?;
-            shared.apply_record(&record, pending, None)
-        })
-        .await
-        .map_err(|_| AuditError::Interrupted)??;
-        Ok(())
+        match &self.backend {
+            Backend::File(file) => file.append_read(data).await,
+            Backend::Database(db) => db.append_read(data).await,
+        }
     }
 }
 
@@ -198,7 +191,7 @@ mod tests {
         audit.record_read(read(run.as_str())).await.unwrap();
         drop(audit);
         let reopened = AuditLog::open(&path).unwrap();
-        assert!(reopened.get(&run).is_some(), "the Run replays next to the reads");
+        assert!(reopened.get(&run).await.unwrap().is_some(), "the Run replays next to the reads");
         let text = std::fs::read_to_string(&path).unwrap();
         let reads: Vec<&str> = text.lines().filter(|l| l.contains("\"kind\":\"read\"")).collect();
         assert_eq!(reads.len(), 2, "{text}");

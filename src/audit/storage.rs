@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use super::index::{self, Index};
 use super::replay::RecordError;
-use super::{AuditError, AuditLog, Shared, lock};
+use super::file::{FileAudit, Shared};
+use super::{AuditError, AuditLog, Backend, lock};
 use crate::journal::pace::{Barrier, Pace};
 use crate::journal::snapshot::{self, Restore, RestoreError, Visit};
 use crate::journal::{self, Checkpoint, Journal, JournalError, JournalOptions, Record, Retention, VerifyReport};
@@ -250,11 +251,11 @@ impl Shared {
     }
 }
 
-impl AuditLog {
+impl FileAudit {
     /// Writes a snapshot of the Run index now (and applies retention) unless an append is in
     /// flight or nothing was applied since the open; returns the checkpoint's seq. Waits for
     /// a snapshot already being written.
-    pub async fn snapshot(&self) -> Option<u64> {
+    pub(super) async fn snapshot(&self) -> Option<u64> {
         self.snapshot_settled().await;
         let (checkpoint, index) = {
             let mut live = self.shared.live();
@@ -267,7 +268,7 @@ impl AuditLog {
     }
 
     /// Waits for the snapshot being written in the background (and its retention), if any.
-    pub async fn snapshot_settled(&self) {
+    pub(super) async fn snapshot_settled(&self) {
         let task = lock(&self.shared.snapshot_task).take();
         if let Some(task) = task {
             let _ = task.await;
@@ -275,19 +276,71 @@ impl AuditLog {
     }
 
     /// Snapshots and closes the journal: later writes fail.
-    pub async fn close(&self) -> Result<(), AuditError> {
+    pub(super) async fn close(&self) -> Result<(), AuditError> {
         self.snapshot().await;
         Ok(self.shared.journal.clone().close().await?)
     }
 
     /// What the start read: the snapshot used and the records replayed.
-    pub fn start_report(&self) -> StartReport {
+    pub(super) fn start_report(&self) -> StartReport {
         self.shared.started
     }
 
     /// An estimate of the bytes the Run index holds in memory.
-    pub fn index_bytes(&self) -> usize {
+    pub(super) fn index_bytes(&self) -> usize {
         self.shared.state.read().unwrap_or_else(|p| p.into_inner()).index.approx_bytes()
+    }
+}
+
+/// Snapshots and what the start read: the embedded journal's (the database keeps no
+/// snapshot of the audit; a start there reads nothing).
+impl AuditLog {
+    /// Writes a snapshot of the Run index now (and applies retention) unless an append is in
+    /// flight or nothing was applied since the open; returns the checkpoint's seq. Waits for
+    /// a snapshot already being written. On the database: applies retention, returns `None`.
+    pub async fn snapshot(&self) -> Option<u64> {
+        match &self.backend {
+            Backend::File(file) => file.snapshot().await,
+            Backend::Database(db) => {
+                if let Err(error) = db.retain().await {
+                    tracing::warn!(component = "akritas_audit", %error, "audit retention failed; it is retried later");
+                }
+                None
+            }
+        }
+    }
+
+    /// Waits for the snapshot being written in the background (and its retention), if any.
+    pub async fn snapshot_settled(&self) {
+        if let Backend::File(file) = &self.backend {
+            file.snapshot_settled().await;
+        }
+    }
+
+    /// Snapshots and closes the embedded journal: later writes fail.
+    pub async fn close(&self) -> Result<(), AuditError> {
+        match &self.backend {
+            Backend::File(file) => file.close().await,
+            Backend::Database(_) => Ok(()),
+        }
+    }
+
+    /// What the start read: the snapshot used and the records replayed (nothing, on the
+    /// database).
+    pub fn start_report(&self) -> StartReport {
+        match &self.backend {
+            Backend::File(file) => file.start_report(),
+            Backend::Database(_) => StartReport::default(),
+        }
+    }
+
+    /// An estimate of the bytes the Run index holds in memory (0 on the database: it holds
+    /// none).
+    pub fn index_bytes(&self) -> usize {
+        match &self.backend {
+            Backend::File(file) => file.index_bytes(),
+            Backend::Database(_) => 0,
+        }
     }
 }
 

@@ -74,7 +74,7 @@ impl Recorder {
         let mut calls_before = 0;
         let active = match (&audit, follow_up) {
             (Some(audit), Some(active)) => {
-                calls_before = audit.get(active.id()).map_or(0, |run| numbered_calls(&run.events));
+                calls_before = audit.get(active.id()).await?.map_or(0, |run| numbered_calls(&run.events));
                 let metadata = BTreeMap::from([("catalog_version".to_string(), json!(catalog_version))]);
                 let event =
                     NewEvent { kind: FOLLOW_UP.into(), status: Some("started".into()), metadata, ..Default::default() };

@@ -174,12 +174,12 @@ impl Engine {
         let question = request::follow_up_question(question)?;
         let audit = self.audit.as_ref().ok_or(RunError::UnknownRun)?;
         // Held until the follow-up ends: a second one on the same Run is refused.
-        let active = audit.claim(run_id).map_err(|error| match error {
+        let active = audit.claim(run_id).await.map_err(|error| match error {
             AuditError::RunActive(id) => RunError::RunBusy(id),
             AuditError::UnknownRun(_) => RunError::UnknownRun,
             other => RunError::Audit(other),
         })?;
-        let run = audit.get(run_id).ok_or(RunError::UnknownRun)?;
+        let run = audit.get(run_id).await.map_err(RunError::Audit)?.ok_or(RunError::UnknownRun)?;
         request.turns = request::follow_up_turns(&run, question)?;
         self.execute(request, Some(active)).await.map_err(|failed| failed.error)
     }

@@ -13,6 +13,7 @@
 
 mod group;
 mod migrate;
+mod replica;
 mod verify;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
 pub use group::{AppendFailed, Group, Pending};
 pub use migrate::Migrated;
+pub use replica::Replica;
 pub use verify::Verified;
 
 use super::format::{GENESIS_PREV, check_app_kind, record_hash, record_mac};
@@ -99,7 +101,7 @@ fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-fn statement(doing: &'static str) -> impl Fn(tokio_postgres::Error) -> DatabaseError {
+pub(crate) fn statement(doing: &'static str) -> impl Fn(tokio_postgres::Error) -> DatabaseError {
     move |error| {
         let message = match error.as_db_error() {
             Some(db) => db.message().to_string(),
@@ -269,11 +271,19 @@ pub(crate) struct Locked {
     pub head: Head,
 }
 
-fn seq_of(value: i64) -> u64 {
+impl Locked {
+    /// The connection holding the lock, for reads that must see the store as the lock holder
+    /// decides.
+    pub(crate) fn client(&self) -> &Object {
+        self.tx.client()
+    }
+}
+
+pub(crate) fn seq_of(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-fn db_seq(seq: u64) -> i64 {
+pub(crate) fn db_seq(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
@@ -282,6 +292,9 @@ pub(crate) struct Row<'a> {
     pub kind: &'a str,
     pub data: &'a serde_json::Value,
     pub json: String,
+    /// What the record is about (a Run's id), for reads by key; not hashed, so a reader checks
+    /// it against the data.
+    pub key: Option<String>,
 }
 
 impl Log {
@@ -299,6 +312,11 @@ impl Log {
     /// The store's name in the database.
     pub fn store(&self) -> &'static str {
         self.store
+    }
+
+    /// The database.
+    pub(crate) fn database(&self) -> &Database {
+        &self.db
     }
 
     /// Begins a transaction and locks the store's head row.
@@ -395,6 +413,28 @@ impl Log {
         row.map(|row| self.record_of(&row, 0, None).map(|(_, record, _)| record)).transpose()
     }
 
+    /// The records whose key is one of `keys` (of one of `kinds`, when given), in seq order,
+    /// each with its key; a record that does not match its hash is an error.
+    pub(crate) async fn keyed(
+        &self,
+        locked: Option<&Locked>,
+        keys: &[String],
+        kinds: Option<&[&str]>,
+    ) -> Result<Vec<(String, Record)>, DatabaseError> {
+        let mut owned = None;
+        let client = self.reader(locked, &mut owned).await?;
+        let kinds: Option<Vec<String>> = kinds.map(|kinds| kinds.iter().map(|k| k.to_string()).collect());
+        let rows = client
+            .query(
+                "SELECT seq, time, kind, data, prev, hash, mac, key FROM akritas_records \
+                 WHERE store = $1 AND key = ANY($2) AND ($3::text[] IS NULL OR kind = ANY($3)) ORDER BY seq",
+                &[&self.store, &keys, &kinds],
+            )
+            .await
+            .map_err(statement("read records by key"))?;
+        rows.iter().map(|row| Ok((row.get(7), self.record_of(row, 0, None)?.1))).collect()
+    }
+
     /// Checks a record's size and kind, and the data as it is hashed.
     pub(crate) fn row<'a>(&self, kind: &'a str, data: &'a serde_json::Value) -> Result<Row<'a>, JournalError> {
         check_app_kind(kind)?;
@@ -402,7 +442,7 @@ impl Log {
         if json.len() > self.max_record_bytes {
             return Err(JournalError::RecordTooLarge { size: json.len(), limit: self.max_record_bytes });
         }
-        Ok(Row { kind, data, json })
+        Ok(Row { kind, data, json, key: None })
     }
 
     /// Appends a record after the locked head and commits: durable once this returns.
@@ -420,8 +460,8 @@ impl Log {
     /// Writes `rows` after the locked head, in order, in one statement, and commits.
     pub(crate) async fn write(&self, locked: Locked, rows: Vec<Row<'_>>) -> Result<Vec<Record>, DatabaseError> {
         let mut records = Vec::with_capacity(rows.len());
-        let (mut seqs, mut times, mut kinds, mut datas, mut prevs, mut hashes, mut macs) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut seqs, mut times, mut kinds, mut datas, mut prevs, mut hashes, mut macs, mut keys) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut prev = locked.head.hash.clone();
         for (n, row) in rows.into_iter().enumerate() {
             let seq = locked.head.seq + 1 + n as u64;
@@ -431,6 +471,7 @@ impl Log {
             seqs.push(db_seq(seq));
             times.push(time.clone());
             kinds.push(row.kind.to_string());
+            keys.push(row.key);
             datas.push(row.json);
             prevs.push(std::mem::replace(&mut prev, hash.clone()));
             hashes.push(hash.clone());
@@ -450,10 +491,10 @@ impl Log {
             .tx
             .client()
             .execute(
-                "WITH written AS (INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac) \
-                 SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])) \
+                "WITH written AS (INSERT INTO akritas_records (store, seq, time, kind, data, prev, hash, mac, key) \
+                 SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $11::text[])) \
                  UPDATE akritas_heads SET seq = $9, hash = $10 WHERE store = $1",
-                &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs, &head_seq, &head_hash],
+                &[&self.store, &seqs, &times, &kinds, &datas, &prevs, &hashes, &macs, &head_seq, &head_hash, &keys],
             )
             .await
             .map_err(statement("append records"))?;

@@ -288,7 +288,14 @@ fn run_prompt(run: &RunRecord) -> String {
 }
 
 async fn sync_runs(writer: &Writer<'_>, audit: &AuditLog, cutoff: &str, written: &mut Written) {
-    for summary in audit.list(MAX_PROJECTED) {
+    let runs = match audit.list(MAX_PROJECTED).await {
+        Ok(runs) => runs,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the Runs to project; retried at the next pass");
+            return;
+        }
+    };
+    for summary in runs {
         if summary.metadata.contains_key(REQUESTED_BY) || expired(summary.completed_at.as_deref(), cutoff) {
             continue;
         }

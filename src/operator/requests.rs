@@ -150,15 +150,18 @@ async fn execute_request(api: &Api<DynamicObject>, name: &str, namespace: &str, 
         return;
     }
     let outcome = engine.run(request(namespace, name, spec)).await;
-    let mut status = match (&outcome, engine.audit()) {
-        (Ok(outcome), Some(audit)) => {
-            outcome.run_id.as_ref().and_then(|id| audit.get(id)).map(|r| run_status(&r)).unwrap_or_else(|| json!({}))
-        }
-        (Err(error), Some(audit)) => {
-            error.run_id().and_then(|id| audit.get(id)).map(|r| run_status(&r)).unwrap_or_else(|| json!({}))
-        }
-        _ => json!({}),
+    let run_id = match &outcome {
+        Ok(outcome) => outcome.run_id.clone(),
+        Err(error) => error.run_id().cloned(),
     };
+    let run = match (run_id, engine.audit()) {
+        (Some(id), Some(audit)) => audit.get(&id).await.unwrap_or_else(|error| {
+            tracing::warn!(run = %name, %error, "cannot read the Run for the request's status");
+            None
+        }),
+        _ => None,
+    };
+    let mut status = run.map(|r| run_status(&r)).unwrap_or_else(|| json!({}));
     status["startedAt"] = json!(started);
     match outcome {
         Ok(outcome) => {

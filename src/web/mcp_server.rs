@@ -324,9 +324,11 @@ impl AkritasMcp {
             Ok(id) => id,
             Err(error) => return error,
         };
-        let found = super::runs::visible_run(audit, &caller, id)
-            .map(|run| (1, json!({"run": run})))
-            .ok_or_else(|| format!("run {id:?} not found"));
+        let found = match super::runs::visible_run(audit, &caller, id).await {
+            Ok(Some(run)) => Ok((1, json!({"run": run}))),
+            Ok(None) => Err(format!("run {id:?} not found")),
+            Err(error) => Err(error.message),
+        };
         self.read(&caller, "get_run", id.to_string(), found).await
     }
 }

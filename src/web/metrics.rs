@@ -19,7 +19,7 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// Renders every metric.
-pub fn render(state: &AppState) -> String {
+pub async fn render(state: &AppState) -> String {
     let mut out = String::new();
     let catalog = state.catalog.current();
     family(&mut out, "akritas_info", "gauge", "Version and mode of this host.");
@@ -86,9 +86,15 @@ pub fn render(state: &AppState) -> String {
         }
     }
     if let Some(audit) = state.engine.audit() {
-        family(&mut out, "akritas_runs", "gauge", "Runs in the audit journal by status.");
-        for (status, count) in audit.status_counts() {
-            let _ = writeln!(out, "akritas_runs{{status=\"{status}\"}} {count}");
+        match audit.status_counts().await {
+            Ok(counts) => {
+                family(&mut out, "akritas_runs", "gauge", "Runs in the audit journal by status.");
+                for (status, count) in counts {
+                    let _ = writeln!(out, "akritas_runs{{status=\"{status}\"}} {count}");
+                }
+            }
+            // Left out rather than reported as zero.
+            Err(error) => tracing::warn!(%error, "cannot count the Runs for /metrics"),
         }
     }
     // Model, tool, Run, notification and journal activity since start.
@@ -98,5 +104,5 @@ pub fn render(state: &AppState) -> String {
 
 /// The handler.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render(&state)).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render(&state).await).into_response()
 }

@@ -232,8 +232,11 @@ pub async fn follow_up(
     let Some(run_id) = RunId::parse(&id) else { return run_not_found().into_response() };
     // A Run of a namespace the key does not read does not exist for it; the
     // follow-up continues in the Run's own namespace.
-    let Some(namespace) = state.engine.audit().and_then(|audit| audit.namespace_of(&run_id)) else {
-        return run_not_found().into_response();
+    let Some(audit) = state.engine.audit() else { return audit_disabled().into_response() };
+    let namespace = match audit.namespace_of(&run_id).await {
+        Ok(Some(namespace)) => namespace,
+        Ok(None) => return run_not_found().into_response(),
+        Err(error) => return audit_unreadable(error).into_response(),
     };
     if !caller.sees(&namespace) {
         return run_not_found().into_response();
@@ -335,7 +338,8 @@ pub async fn list(
 ) -> Result<Json<RunList>, ApiError> {
     let audit = state.engine.audit().ok_or_else(audit_disabled)?;
     let limit = query.limit()?;
-    Ok(Json(RunList { runs: audit.list_where(limit, |namespace| caller.sees(namespace)) }))
+    let runs = audit.list_where(limit, |namespace| caller.sees(namespace)).await.map_err(audit_unreadable)?;
+    Ok(Json(RunList { runs }))
 }
 
 /// `GET /api/v1/runs/{id}`.
@@ -345,7 +349,7 @@ pub async fn get(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<RunDetail>, ApiError> {
     let audit = state.engine.audit().ok_or_else(audit_disabled)?;
-    match visible_run(audit, &caller, &id) {
+    match visible_run(audit, &caller, &id).await? {
         Some(run) => Ok(Json(RunDetail { run })),
         None => Err(run_not_found()),
     }
@@ -359,7 +363,7 @@ pub async fn export(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<Case>, ApiError> {
     let audit = state.engine.audit().ok_or_else(audit_disabled)?;
-    let run = visible_run(audit, &caller, &id).ok_or_else(run_not_found)?;
+    let run = visible_run(audit, &caller, &id).await?.ok_or_else(run_not_found)?;
     let tools = state.engine.tools_for(&run.namespace);
     let catalog = state.catalog.current();
     let skills = skills_of(&catalog, &state.engine.tenancy().scope(&run.namespace));
@@ -388,8 +392,17 @@ fn supply_alert_input(case: &mut Case, run: &RunRecord, store: &crate::alerts::s
 }
 
 /// Run `id` when the caller reads its namespace (otherwise it does not exist for it).
-pub(super) fn visible_run(audit: &AuditLog, caller: &Caller, id: &str) -> Option<RunRecord> {
-    RunId::parse(id).and_then(|id| audit.get(&id)).filter(|run| caller.sees(&run.namespace))
+pub(super) async fn visible_run(audit: &AuditLog, caller: &Caller, id: &str) -> Result<Option<RunRecord>, ApiError> {
+    let Some(id) = RunId::parse(id) else { return Ok(None) };
+    let run = audit.get(&id).await.map_err(audit_unreadable)?;
+    Ok(run.filter(|run| caller.sees(&run.namespace)))
+}
+
+/// The audit could not be read (its database is unreachable): 503, retry shortly.
+pub(super) fn audit_unreadable(error: crate::audit::AuditError) -> ApiError {
+    let mut api = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "audit_unavailable", error.to_string());
+    api.retry_after = Some("5");
+    api
 }
 
 /// `GET /api/v1/tools`: the authorized read-only tools a Run of the caller's

@@ -210,7 +210,7 @@ impl Worker {
         if let Some(audit) = self.engine.audit() {
             audit.close_interrupted().await?;
             let ids: BTreeSet<&str> = running.iter().map(|job| job.id.as_str()).collect();
-            for run in audit.runs_of_jobs(&ids) {
+            for run in audit.runs_of_jobs(&ids).await? {
                 runs_of.entry(job_of(&run).unwrap_or_default().to_string()).or_default().push(run);
             }
         }

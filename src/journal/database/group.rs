@@ -104,7 +104,7 @@ async fn run(log: Log, mut receiver: mpsc::UnboundedReceiver<Queued>) {
 async fn write(log: &Log, batch: &mut [Queued]) -> Result<Vec<Record>, DatabaseError> {
     let rows = batch
         .iter_mut()
-        .map(|Queued { kind, data, json, .. }| Row { kind, data, json: std::mem::take(json) })
+        .map(|Queued { kind, data, json, .. }| Row { kind, data, json: std::mem::take(json), key: None })
         .collect();
     let locked = log.lock().await?;
     log.write(locked, rows).await

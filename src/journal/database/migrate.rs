@@ -5,7 +5,10 @@ use deadpool_postgres::Object;
 use super::{Database, DatabaseError, statement};
 
 /// The schema versions, oldest first: version, what it adds, its SQL.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "journal records, heads and snapshots", include_str!("v1.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "journal records, heads and snapshots", include_str!("v1.sql")),
+    (2, "records found by key and kind; replicas and their heartbeats", include_str!("v2.sql")),
+];
 
 /// Advisory lock key held while migrating (`akritas` and 1 as bytes).
 const MIGRATE_LOCK: i64 = 0x616b_7269_7461_7301;
