@@ -74,7 +74,7 @@ async fn the_official_openai_client_lists_completes_streams_and_meets_errors() {
     assert!(output.status.success(), "openai_facade.py failed ({}):\n{stdout}\n{stderr}", output.status);
 
     // Every accepted request was one Run of the key, recorded as an OpenAI chat.
-    let runs = facade.audit.list_where(100, |_| true);
+    let runs = facade.audit.list_where(100, |_| true).await.unwrap();
     assert_eq!(runs.len(), 5, "a completion, a stream with and one without progress, text parts, history");
     for run in &runs {
         assert_eq!((run.source.as_str(), run.actor.as_str()), ("openai_chat", "ops"));
@@ -147,13 +147,13 @@ async fn a_client_that_disconnects_mid_stream_leaves_the_run_recorded_to_its_end
     drop(response);
     // The model answers after the client left; the Run still ends and is recorded.
     let id = akritas::audit::RunId::parse(&run_id).unwrap();
-    let mut run = facade.audit.get(&id).unwrap();
+    let mut run = facade.audit.get(&id).await.unwrap().unwrap();
     for _ in 0..100 {
         if run.status != RunStatus::Running {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        run = facade.audit.get(&id).unwrap();
+        run = facade.audit.get(&id).await.unwrap().unwrap();
     }
     assert_eq!(run.status, RunStatus::Succeeded, "{run:?}");
     assert!(

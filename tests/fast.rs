@@ -13,6 +13,7 @@ mod alert_storage;
 mod alert_tenancy;
 mod alert_worker;
 mod ask_cli;
+mod audit_contract;
 mod audit_integrity;
 mod audit_journal;
 mod audit_keyed;

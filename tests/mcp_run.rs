@@ -110,7 +110,7 @@ async fn a_planned_victoriametrics_query_runs_against_the_real_server_and_is_aud
         ]
     );
 
-    let run = audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    let run = audit.get(outcome.run_id.as_ref().unwrap()).await.unwrap().unwrap();
     let planned = run.events.iter().find(|e| e.metadata.get("call_id") == Some(&json!("call-1"))).unwrap();
     assert_eq!(planned.arguments, Some(json!({"query": "node_load1{instance=\"db-7:9100\"}"})));
     let output = &planned.result.as_ref().unwrap()["output"];
@@ -154,7 +154,7 @@ async fn an_error_result_of_an_mcp_tool_is_a_failed_call_that_no_evidence_can_ci
     assert!(tool_message["content"].as_str().unwrap().contains("cannot connect"), "{tool_message}");
 
     // The audit shows it failed, and evidence citing it is refused as naming no successful call.
-    let run = audit.get(outcome.run_id.as_ref().unwrap()).unwrap();
+    let run = audit.get(outcome.run_id.as_ref().unwrap()).await.unwrap().unwrap();
     let recorded = run.events.iter().find(|e| e.metadata.get("call_id") == Some(&json!(call.id))).unwrap();
     assert_eq!(recorded.status.as_deref(), Some("failed"), "{recorded:?}");
     let cited = json!({

@@ -171,7 +171,7 @@ async fn python_mcp_client_asks_reads_and_is_kept_to_its_namespace() {
     let copy = f.audit_path.with_file_name("copy.jsonl");
     std::fs::copy(&f.audit_path, &copy).unwrap();
     let copy = AuditLog::open(&copy).unwrap();
-    assert!(copy.get(&akritas::audit::RunId::parse(run_id).unwrap()).is_some());
+    assert!(copy.get(&akritas::audit::RunId::parse(run_id).unwrap()).await.unwrap().is_some());
 }
 
 fn initialize() -> Value {

@@ -506,3 +506,54 @@ async fn decide(
     }
     Ok((datas, outcomes))
 }
+
+/// What `audit verify` found in the database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseVerified {
+    /// The chain from its anchor to its head.
+    pub chain: crate::journal::database::Verified,
+    /// Runs replayed (those whose start is kept).
+    pub runs: u64,
+}
+
+/// Checks the audit in the database without changing it: the whole chain from its anchor to its
+/// head (every hash, and every seal with `key`), that every Run record is filed under the Run it
+/// names, then every kept Run replayed with the rules a start of the embedded journal applies
+/// (event order, lifecycle, a result's evidence). Backs `akritas audit verify --database-env`.
+pub async fn verify(db: &Database, key: Option<&[u8]>) -> Result<DatabaseVerified, AuditError> {
+    let options = crate::journal::JournalOptions::default();
+    let log = Log::new(db, STORE, options.clock, options.max_record_bytes, None);
+    let chain = log.verify(key).await?;
+    let client = db.client().await?;
+    let unfiled = client
+        .query_opt(
+            "SELECT seq FROM akritas_records WHERE store = $1 AND key IS NULL \
+             AND kind IN ('run_started', 'run_event', 'run_finished', 'investigation_result') ORDER BY seq LIMIT 1",
+            &[&STORE],
+        )
+        .await
+        .map_err(statement("check that every Run record is filed under its Run"))?;
+    if let Some(row) = unfiled {
+        return Err(AuditError::Database(DatabaseError::Broken {
+            store: STORE.to_string(),
+            seq: seq_of(row.get(0)),
+            reason: "a Run record is filed under no Run (its key was removed)".to_string(),
+        }));
+    }
+    let mut runs = 0;
+    let mut after = String::new();
+    loop {
+        let rows = client
+            .query(
+                "SELECT key FROM akritas_records WHERE store = $1 AND kind = 'run_started' AND key > $2 ORDER BY key LIMIT 200",
+                &[&STORE, &after],
+            )
+            .await
+            .map_err(statement("list the Runs"))?;
+        let Some(last) = rows.last() else { break };
+        after = last.get(0);
+        let ids = rows.iter().map(|row| run_id(&row.get::<_, String>(0))).collect::<Result<Vec<_>, _>>()?;
+        runs += load_runs(&log, None, &ids).await?.len() as u64;
+    }
+    Ok(DatabaseVerified { chain, runs })
+}

@@ -12,7 +12,6 @@ mod index;
 mod query;
 mod reads;
 mod replay;
-mod storage;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -31,8 +30,8 @@ pub use id::{InvalidRunId, RunId};
 pub(crate) use reads::ReadRecord;
 use replay::Facts;
 pub(crate) use replay::RecordError;
-pub use storage::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
-pub use database::STORE as DATABASE_STORE;
+pub use file::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
+pub use database::{DatabaseVerified, STORE as DATABASE_STORE, verify as verify_database};
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";
@@ -285,7 +284,7 @@ pub struct AuditLog {
 
 enum Backend {
     File(file::FileAudit),
-    Database(database::DbAudit),
+    Database(Box<database::DbAudit>),
 }
 
 /// The right to execute on a Run: held by the Run while it executes and by a
@@ -334,7 +333,7 @@ impl AuditLog {
     /// `replica`: records are stamped, bounded and sealed as `storage.journal` says, and
     /// `storage.retention` deletes old ones. Starts its writer on the current runtime.
     pub fn open_database(db: &Database, storage: AuditStorage, replica: Replica) -> AuditLog {
-        let backend = Backend::Database(database::DbAudit::open(db, storage, replica));
+        let backend = Backend::Database(Box::new(database::DbAudit::open(db, storage, replica)));
         AuditLog { backend, active: ActiveSet::default(), reads: reads::ReadBudget::default() }
     }
 

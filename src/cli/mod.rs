@@ -97,6 +97,14 @@ pub(crate) enum AuditCommand {
         /// journal cut behind it, or whose anchored record changed, fails. Needs --key-env.
         #[arg(long, value_name = "FILE", requires = "key_env")]
         anchor: Option<PathBuf>,
+        /// Verify the audit in the PostgreSQL database (`storage: postgres`) whose connection
+        /// string this environment variable holds, instead of a journal file: the chain from its
+        /// anchor to its head, then every kept Run replayed. With --key-env, every seal too.
+        #[arg(long, value_name = "ENV_VAR", conflicts_with = "anchor")]
+        database_env: Option<String>,
+        /// PEM certificates that sign the database server's certificate (with sslmode=require).
+        #[arg(long, value_name = "FILE", requires = "database_env")]
+        database_ca: Option<PathBuf>,
     },
 }
 
@@ -154,10 +162,13 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
         Command::Ask(args) => ask::run(&args.question, &(*args.flags).into_serve_flags(), args.json),
-        Command::Audit(AuditArgs { command: AuditCommand::Verify { path, key_env, anchor } }) => match key_env {
-            Some(key_env) => verify_seals(&path, &key_env, anchor.as_deref()),
-            None => verify_journal(&path),
-        },
+        Command::Audit(AuditArgs { command: AuditCommand::Verify { path, key_env, anchor, database_env, database_ca } }) => {
+            match (database_env, key_env) {
+                (Some(url_env), key_env) => verify_database(&url_env, database_ca.as_deref(), key_env.as_deref()),
+                (None, Some(key_env)) => verify_seals(&path, &key_env, anchor.as_deref()),
+                (None, None) => verify_journal(&path),
+            }
+        }
         Command::Validate(args) => validate::run(&args.dirs, &args.flags),
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(args) => knowledge::run_corpus(args),
@@ -233,6 +244,53 @@ fn verify_seals(path: &std::path::Path, key_env: &str, anchor: Option<&std::path
             eprintln!("akritas audit verify: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Verifies the audit in the database (its seals too, with a key).
+fn verify_database(url_env: &str, ca: Option<&std::path::Path>, key_env: Option<&str>) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("akritas audit verify: {message}");
+        ExitCode::FAILURE
+    };
+    let url = std::env::var(url_env).map(|v| v.trim().to_string()).unwrap_or_default();
+    if url.is_empty() {
+        return fail(format!("{url_env} is unset or empty; export the database connection string there"));
+    }
+    let key = match key_env {
+        Some(key_env) => match std::env::var(key_env).map(|v| v.trim().to_string()) {
+            Ok(key) if !key.is_empty() => Some(key),
+            _ => return fail(format!("{key_env} is unset or empty; export the audit key there")),
+        },
+        None => None,
+    };
+    let ca = match ca.map(std::fs::read).transpose() {
+        Ok(ca) => ca,
+        Err(error) => return fail(format!("cannot read the database CA bundle: {error}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(format!("cannot start the async runtime: {error}")),
+    };
+    let verified = runtime.block_on(async {
+        let db = crate::journal::database::Database::connect(&url, ca.as_deref(), 2).map_err(|e| e.to_string())?;
+        crate::audit::verify_database(&db, key.as_deref().map(str::as_bytes)).await.map_err(|e| e.to_string())
+    });
+    match verified {
+        Ok(report) => {
+            let chain = &report.chain;
+            println!(
+                "database audit: {} records from seq {} verified{} and {} Run(s) replayed, last seq {}, last hash {}",
+                chain.records,
+                chain.first_seq,
+                if key.is_some() { format!(" ({} sealed with the key)", chain.sealed) } else { String::new() },
+                report.runs,
+                chain.last_seq,
+                chain.last_hash
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
     }
 }
 

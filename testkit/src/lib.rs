@@ -11,6 +11,7 @@
 //! - [`scripted_llm`]: a scripted OpenAI-compatible model server; with a [`brain`] behind a
 //!   [`personality`], a stand-in for Ollama, llama-server, vLLM, OpenAI or a reasoning model.
 //! - [`starter_suite`]: the brain that plays the starter eval suite `evals/starter`.
+//! - [`contract`]: store contracts, the same test code run against each storage backend.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`git_server`]: the real `git http-backend` behind token authentication, and bare-repository helpers.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
@@ -26,6 +27,7 @@
 
 pub mod brain;
 pub mod clients;
+pub mod contract;
 pub mod everything;
 pub mod git_server;
 pub mod host;

@@ -149,9 +149,20 @@ impl Postgres {
 
     /// Stops the server at once (as a crash would) and starts it again on the same port.
     pub fn restart(&self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Stops the server at once, as a crash would.
+    pub fn stop(&self) {
         let data = self.dir.path().join("data").display().to_string();
         let stopped = run_as_owner(&self.bin.join("pg_ctl"), &["-D", &data, "-m", "immediate", "stop"]);
         assert!(stopped.status.success(), "pg_ctl stop: {}", String::from_utf8_lossy(&stopped.stderr));
+    }
+
+    /// Starts a stopped server again on the same port.
+    pub fn start_again(&self) {
+        let data = self.dir.path().join("data").display().to_string();
         let mut options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.path().display());
         if self.ca_pem.is_some() {
             let certs = self.dir.path().display();
