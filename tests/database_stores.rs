@@ -182,15 +182,39 @@ async fn replicas_starting_together_migrate_once_and_a_newer_schema_is_refused()
     let mut from_empty = 0;
     for start in starts {
         let migrated = start.await.unwrap();
-        assert_eq!(migrated.to, 1);
-        from_empty += usize::from(migrated == Migrated { from: 0, to: 1 });
+        assert_eq!(migrated.to, 2);
+        from_empty += usize::from(migrated == Migrated { from: 0, to: 2 });
     }
     assert_eq!(from_empty, 1, "one replica migrated, the others found it done");
-    assert_eq!(pg.psql("SELECT count(*) FROM akritas_schema"), "1");
-    pg.psql("INSERT INTO akritas_schema (version, about) VALUES (2, 'from a newer version')");
+    assert_eq!(pg.psql("SELECT count(*) FROM akritas_schema"), "2");
+    pg.psql("INSERT INTO akritas_schema (version, about) VALUES (3, 'from a newer version')");
     let error = db.migrate().await.unwrap_err();
-    assert!(matches!(error, DatabaseError::NewerSchema { found: 2, known: 1 }), "{error}");
+    assert!(matches!(error, DatabaseError::NewerSchema { found: 3, known: 2 }), "{error}");
     assert!(error.to_string().contains("run a version at least as new"), "{error}");
+}
+
+#[tokio::test]
+async fn a_database_the_previous_version_migrated_is_migrated_on_and_keeps_its_records() {
+    let pg = Postgres::start();
+    let db = Database::connect(&pg.url("disable"), None, 2).unwrap();
+    // What version 1 of the schema left: its tables, its version row, a store's records (written
+    // now, then the database is taken back to version 1's shape).
+    db.migrate().await.unwrap();
+    let old = Group::start(log(&db, "sessions", now(), None));
+    for n in 0..3 {
+        old.append("bots.turn", &json!({ "n": n })).await.unwrap();
+    }
+    drop(old);
+    pg.psql("ALTER TABLE akritas_records DROP COLUMN key; DROP INDEX akritas_records_by_kind; DROP TABLE akritas_replicas; DELETE FROM akritas_schema WHERE version = 2");
+    let columns = "SELECT count(*) FROM information_schema.columns WHERE table_name = 'akritas_records'";
+    assert_eq!(pg.psql(columns), "8", "the version 1 table");
+    assert_eq!(db.migrate().await.unwrap(), Migrated { from: 1, to: 2 });
+    assert_eq!(pg.psql(columns), "9");
+    let log = log(&db, "sessions", now(), None);
+    assert_eq!(log.verify(None).await.unwrap().records, 3, "the records written before the migration verify");
+    assert_eq!(log.read(2).await.unwrap().unwrap().data, json!({ "n": 1 }));
+    Group::start(log.clone()).append("bots.turn", &json!({ "n": 3 })).await.unwrap();
+    assert_eq!(log.verify(None).await.unwrap().last_seq, 4, "and the chain goes on after them");
 }
 
 #[tokio::test]
@@ -199,7 +223,7 @@ async fn tls_is_verified_against_the_given_ca_and_the_password_never_shows() {
     let ca = pg.ca_pem.clone().unwrap();
     let url = format!("{} password=hunter2-secret", pg.url("require"));
     let db = Database::connect(&url, Some(&ca), 2).unwrap();
-    assert_eq!(db.migrate().await.unwrap().to, 1, "TLS with the CA that signed the server");
+    assert_eq!(db.migrate().await.unwrap().to, 2, "TLS with the CA that signed the server");
     let untrusted = Database::connect(&url, None, 2).unwrap();
     let error = untrusted.migrate().await.unwrap_err().to_string();
     assert!(error.contains("unreachable") && error.to_lowercase().contains("certificate"), "{error}");
