@@ -120,14 +120,14 @@ async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
         (&detail["jobs"][0]["status"], &detail["jobs"][0]["storm_incidents"]),
         (&json!("deferred"), &json!(count))
     );
-    let (incident, _, jobs) = store.incident(last["incident_id"].as_str().unwrap()).unwrap();
+    let (incident, _, jobs) = store.incident(last["incident_id"].as_str().unwrap()).await.unwrap().unwrap();
     let projected = akritas::operator::projection::incident_status(&incident, &jobs);
     assert_eq!(
         projected["job"],
         json!({"status": "deferred", "stormIncidents": count}),
         "the Incident object shows it"
     );
-    let (turns, _) = akritas::alerts::request::rebuilt_input(&store, storm_job).unwrap();
+    let (turns, _) = akritas::alerts::request::rebuilt_input(&store, storm_job).await.unwrap();
     assert!(turns[0].content.contains(&format!("\"incidents\": {count}")), "the storm investigation is told its size");
 
     let metrics = reqwest::get(format!("{}/metrics", server.url)).await.unwrap().text().await.unwrap();
@@ -145,13 +145,13 @@ async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     support::copy_dir(dir.path(), copy.path());
     let reopened = AlertStore::open(&copy.path().join("alerts.jsonl")).unwrap();
     assert_eq!((tally(&reopened, "pending"), tally(&reopened, "deferred")), (13 + started as u64, 101));
-    assert_eq!(reopened.job(storm_job).unwrap().storm_incidents, Some(count as u64));
+    assert_eq!(reopened.job(storm_job).await.unwrap().unwrap().storm_incidents, Some(count as u64));
     // Tokens are not journaled: a restart starts with a full minute's 60, then the storm goes on.
     let after = adapter("generic").unwrap().decode(unique_alerts("after", 61).as_bytes(), &generic()).unwrap();
     let more = reopened.ingest("ops", "gen", after).await.unwrap();
     assert_eq!(more.events.iter().filter(|e| e.job_id.is_some() && !e.deferred).count(), 60);
     assert_eq!(more.events[60].shared_job.as_deref(), Some(storm_job), "the storm job still counts after a restart");
-    assert_eq!(reopened.job(storm_job).unwrap().storm_incidents, Some(count as u64 + 1));
+    assert_eq!(reopened.job(storm_job).await.unwrap().unwrap().storm_incidents, Some(count as u64 + 1));
 }
 
 fn generic() -> DecodeContext<'static> {
@@ -181,7 +181,7 @@ async fn deferred_investigations_start_most_severe_first_then_oldest() {
     let mut order = Vec::new();
     let mut running = jobs[0].1.clone();
     for _ in 0..4 {
-        let mut job = store.job(&running).unwrap();
+        let mut job = store.job(&running).await.unwrap().unwrap();
         store.step(&mut job, akritas::alerts::store::Step::Start).await.unwrap();
         assert_eq!(store.promote_deferred().await.unwrap(), 1, "room for one");
         let promoted = store.due_jobs(jiff::Timestamp::now(), &Default::default(), 10).0;
@@ -223,7 +223,7 @@ async fn alerts_of_one_correlation_key_share_one_job_while_it_waits() {
     assert_eq!(item.status, "accepted");
     assert_ne!(item.incident_id, first.events[0].incident_id, "a new incident");
     assert_eq!(item.job_id, None, "no second job while the first one waits");
-    let (incident, _, jobs) = store.incident(&item.incident_id).unwrap();
+    let (incident, _, jobs) = store.incident(&item.incident_id).await.unwrap().unwrap();
     assert_eq!(incident.last_job.as_deref(), Some(job.as_str()));
     assert_eq!(jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), [job.as_str()]);
     assert_eq!(tally(&store, "pending"), 2, "one job for gen/db-1, one for the flapping alert");
@@ -232,7 +232,7 @@ async fn alerts_of_one_correlation_key_share_one_job_while_it_waits() {
     drop(store);
     let reopened = AlertStore::open(&path).unwrap();
     assert_eq!(tally(&reopened, "pending"), 2);
-    assert_eq!(reopened.incident(&item.incident_id).unwrap().0.last_job.as_deref(), Some(job.as_str()));
+    assert_eq!(reopened.incident(&item.incident_id).await.unwrap().unwrap().0.last_job.as_deref(), Some(job.as_str()));
 }
 
 /// One tenant's storm does not shed another's investigations: rates, deferred jobs and storm

@@ -135,10 +135,10 @@ async fn a_delivery_over_one_record_is_kept_in_several_and_replays_whole() {
     akritas::journal::verify(&journal).unwrap();
 
     let reopened = AlertStore::open(&journal).unwrap();
-    assert_eq!(reopened.incidents(1000).len(), 1000);
+    assert_eq!(reopened.incidents(1000).await.unwrap().len(), 1000);
     assert_eq!(reopened.counters("ops/am").accepted, 2_000, "every event replays");
     let last = accepted.events.last().unwrap();
-    assert_eq!(reopened.event(&last.event_id).unwrap().event.labels["pod"], "cart-7d9f-01999");
+    assert_eq!(reopened.event(&last.event_id).await.unwrap().unwrap().event.labels["pod"], "cart-7d9f-01999");
 }
 
 #[tokio::test]

@@ -122,7 +122,7 @@ async fn alertmanager_deliveries_are_authenticated_deduplicated_correlated_and_d
     drop(server);
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let reopened = AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap();
-    let (incident, events, jobs) = reopened.incident(&incident_id).unwrap();
+    let (incident, events, jobs) = reopened.incident(&incident_id).await.unwrap().unwrap();
     assert_eq!(events.len(), 2);
     assert_eq!(jobs[0].status, JobStatus::Pending);
     assert_eq!(serde_json::to_value(&incident).unwrap()["state"], "resolved");

@@ -67,16 +67,14 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// The incident's first job, if it has one.
+async fn first_job(store: &AlertStore, incident: &str) -> Option<akritas::alerts::store::Job> {
+    store.incident(incident).await.unwrap().unwrap().2.into_iter().next()
+}
+
 /// Everything a reader sees: incidents with their events and jobs, tallies, counters.
-fn view(store: &AlertStore) -> Value {
-    let incidents: Vec<Value> = store
-        .incidents(100_000)
-        .iter()
-        .map(|i| {
-            let (incident, events, jobs) = store.incident(&i.id).unwrap();
-            akritas::alerts::store::incident_json(&incident, &events, &jobs)
-        })
-        .collect();
+async fn view(store: &AlertStore) -> Value {
+    let incidents = akritas_testkit::jobs::incident_details(store, 100_000).await;
     let (jobs, states) = store.tallies();
     json!({"incidents": incidents, "jobs": jobs, "states": states, "counters": store.all_counters()})
 }
@@ -93,12 +91,13 @@ async fn a_restart_loads_the_snapshot_and_replays_only_the_tail() {
             store.ingest("ops", "gen", alerts(&[("resolved", &key)])).await.unwrap();
         }
         if i % 5 == 0 {
-            let (_, _, jobs) = store.incident(&store.incidents(1)[0].id).unwrap();
+            let newest = store.incidents(1).await.unwrap()[0].id.clone();
+            let (_, _, jobs) = store.incident(&newest).await.unwrap().unwrap();
             give_up(&store, jobs[0].clone(), "model unavailable").await.unwrap();
         }
     }
     eventually("a snapshot", || snapshot_of(&path).exists()).await;
-    let before = view(&store);
+    let before = view(&store).await;
     let sizes = store.index_sizes();
     drop(store);
 
@@ -106,7 +105,7 @@ async fn a_restart_loads_the_snapshot_and_replays_only_the_tail() {
     let (replayed, from_snapshot) = reopened.replayed_at_open();
     assert!(from_snapshot, "the snapshot was used");
     assert!(replayed < 150, "only the tail after the snapshot is replayed: {replayed} of about 425 records");
-    assert_eq!(view(&reopened), before, "the same incidents, events, jobs and counters as before the restart");
+    assert_eq!(view(&reopened).await, before, "the same incidents, events, jobs and counters as before the restart");
     assert_eq!(reopened.index_sizes(), sizes);
     let layout_segments = std::fs::read_dir(dir.path())
         .unwrap()
@@ -122,7 +121,7 @@ async fn a_restart_loads_the_snapshot_and_replays_only_the_tail() {
     std::fs::write(snapshot_of(&path), snapshot.to_string()).unwrap();
     let rebuilt = open(&path, storage(16 << 10, 100));
     assert!(!rebuilt.replayed_at_open().1, "the forged snapshot is not used");
-    assert_eq!(view(&rebuilt), before);
+    assert_eq!(view(&rebuilt).await, before);
     drop(rebuilt);
     akritas::alerts::store::verify(&path).unwrap();
 }
@@ -144,13 +143,13 @@ async fn the_dedup_window_is_bounded_and_replay_keeps_the_recorded_limits() {
     assert_eq!(late.events[0].status, "accepted", "forgotten past the count: no longer a duplicate");
     assert_eq!(late.events[0].incident_id, first.events[0].incident_id, "it joins the incident still open");
     assert_eq!(late.events[0].job_id, None, "no second investigation");
-    let before = view(&store);
+    let before = view(&store).await;
     drop(store);
 
     // Replayed with other limits, every record still decides as it was recorded.
     let wide = Storage { dedup: DedupLimits { window_secs: 3600, max_keys: 1_000_000 }, ..small };
     let reopened = open(&path, wide);
-    assert_eq!(view(&reopened), before);
+    assert_eq!(view(&reopened).await, before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,16 +166,16 @@ async fn resolved_incidents_past_the_bound_are_forgotten_oldest_first() {
         ids.push(fired.events[0].clone());
     }
     let open_one = store.ingest("ops", "gen", alerts(&[("firing", "still-open")])).await.unwrap();
-    assert_eq!(store.incidents(1000).len(), 6, "five resolved and the open one");
-    assert!(store.incident(&ids[0].incident_id).is_none(), "the oldest resolved is forgotten");
-    assert!(store.event(&ids[0].event_id).is_none());
-    let (_, events, jobs) = store.incident(&ids[19].incident_id).unwrap();
+    assert_eq!(store.incidents(1000).await.unwrap().len(), 6, "five resolved and the open one");
+    assert!(store.incident(&ids[0].incident_id).await.unwrap().is_none(), "the oldest resolved is forgotten");
+    assert!(store.event(&ids[0].event_id).await.unwrap().is_none());
+    let (_, events, jobs) = store.incident(&ids[19].incident_id).await.unwrap().unwrap();
     assert_eq!((events.len(), jobs.len()), (2, 1), "a kept one is whole, read back from the journal");
-    assert!(store.event(&open_one.events[0].event_id).is_some());
+    assert!(store.event(&open_one.events[0].event_id).await.unwrap().is_some());
     assert_eq!(store.index_sizes()["events"], 11);
-    let before = view(&store);
+    let before = view(&store).await;
     drop(store);
-    assert_eq!(view(&open(&path, bounded)), before, "the same after a restart");
+    assert_eq!(view(&open(&path, bounded)).await, before, "the same after a restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,26 +184,25 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     let path = dir.path().join("alerts.jsonl");
     let retained = Storage { retention: Some(Duration::ZERO), ..storage(8 << 10, 60) };
     let store = open(&path, retained.clone());
-    let settle = |store: &AlertStore, incident: &str| store.incident(incident).unwrap().2.into_iter().next();
     let mut early = Vec::new();
     for i in 0..80 {
         let key = format!("old-{i}");
         let fired = store.ingest("ops", "gen", alerts(&[("firing", &key)])).await.unwrap();
         store.ingest("ops", "gen", alerts(&[("resolved", &key)])).await.unwrap();
-        if let Some(job) = settle(&store, &fired.events[0].incident_id) {
+        if let Some(job) = first_job(&store, &fired.events[0].incident_id).await {
             give_up(&store, job, "model unavailable").await.unwrap();
         }
         early.push(fired.events[0].clone());
     }
     let open_one = store.ingest("ops", "gen", alerts(&[("firing", "kept-open")])).await.unwrap();
-    if let Some(job) = settle(&store, &open_one.events[0].incident_id) {
+    if let Some(job) = first_job(&store, &open_one.events[0].incident_id).await {
         give_up(&store, job, "model unavailable").await.unwrap();
     }
     for i in 0..80 {
         let key = format!("new-{i}");
         let fired = store.ingest("ops", "gen", alerts(&[("firing", &key)])).await.unwrap();
         store.ingest("ops", "gen", alerts(&[("resolved", &key)])).await.unwrap();
-        if let Some(job) = settle(&store, &fired.events[0].incident_id) {
+        if let Some(job) = first_job(&store, &fired.events[0].incident_id).await {
             give_up(&store, job, "model unavailable").await.unwrap();
         }
     }
@@ -213,8 +211,8 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     assert!(!path.exists(), "the first segment was deleted");
     let (report, _) = akritas::journal::read(&path).unwrap();
     assert!(report.first_seq > 1, "{report:?}");
-    assert!(store.incident(&early[0].incident_id).is_none(), "an old resolved incident went with its records");
-    let event = store.event(&open_one.events[0].event_id).expect("the open incident's event is kept");
+    assert!(store.incident(&early[0].incident_id).await.unwrap().is_none(), "an old resolved incident went with its records");
+    let event = store.event(&open_one.events[0].event_id).await.unwrap().expect("the open incident's event is kept");
     assert_eq!(event.event.entity.id, "kept-open");
     drop(store);
     akritas::alerts::store::verify(&path).expect("the kept journal verifies from its anchor");
@@ -228,8 +226,8 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     assert!(err.to_string().contains("restore the snapshot from the same backup"), "{err}");
     std::fs::write(&snapshot, kept).unwrap();
     let reopened = open(&path, retained);
-    assert!(reopened.event(&open_one.events[0].event_id).is_some());
-    assert!(reopened.incidents(1000).iter().any(|i| i.id == open_one.events[0].incident_id));
+    assert!(reopened.event(&open_one.events[0].event_id).await.unwrap().is_some());
+    assert!(reopened.incidents(1000).await.unwrap().iter().any(|i| i.id == open_one.events[0].incident_id));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,9 +259,9 @@ async fn snapshots_are_written_under_constant_concurrent_load() {
     let text = std::fs::read_to_string(snapshot_of(&path)).unwrap();
     let snapshot: Value = serde_json::from_str(&text).unwrap();
     assert!(snapshot["checkpoint"]["seq"].as_u64().unwrap() >= 100, "{}", snapshot["checkpoint"]);
-    let before = view(&store);
+    let before = view(&store).await;
     drop(store);
     let reopened = open(&path, storage(1 << 20, 100));
     assert!(reopened.replayed_at_open().1);
-    assert_eq!(view(&reopened), before, "{delivered} deliveries, the same after a restart from the snapshot");
+    assert_eq!(view(&reopened).await, before, "{delivered} deliveries, the same after a restart from the snapshot");
 }

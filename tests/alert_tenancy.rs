@@ -88,7 +88,7 @@ async fn identical_alerts_to_am_sources_in_two_namespaces_never_share_an_inciden
     assert!(b["events"][0]["job_id"].is_string(), "team-b gets its own investigation: {b}");
     for (answer, namespace) in [(&a, "team-a"), (&b, "team-b")] {
         let id = answer["events"][0]["incident_id"].as_str().unwrap();
-        let (incident, _, jobs) = store.incident(id).unwrap();
+        let (incident, _, jobs) = store.incident(id).await.unwrap().unwrap();
         assert_eq!((incident.namespace.as_str(), incident.source.as_str()), (namespace, "am"));
         assert_eq!(jobs[0].namespace, namespace);
     }
@@ -194,9 +194,9 @@ async fn notified_receivers(succeeds: bool) {
     let accepted = store.ingest("team-a", "am", events).await.unwrap();
     let id = accepted.events[0].job_id.clone().unwrap();
     let settled = |j: &Job| matches!(j.status, JobStatus::Succeeded | JobStatus::Failed) && !j.has_pending_deliveries();
-    let (job, _) = support::poll(Duration::from_secs(30), || async { store.job(&id).filter(settled) })
+    let (job, _) = support::poll(Duration::from_secs(30), || async { store.job(&id).await.unwrap().filter(settled) })
         .await
-        .unwrap_or_else(|| panic!("job did not settle: {:?}", store.job(&id)));
+        .expect("the job settles");
     cancel.cancel();
     let expected = if succeeds { JobStatus::Succeeded } else { JobStatus::Failed };
     assert_eq!(job.status, expected, "{job:?}");
@@ -253,7 +253,7 @@ async fn a_journal_written_before_namespaces_replays_into_the_sources_namespace(
     }
     let legacy = |name: &str| if name == "am" { "team-a".to_string() } else { "default".to_string() };
     let store = AlertStore::open_with(&path, Default::default(), &legacy).unwrap();
-    let (incident, _, jobs) = store.incident("inc_1").unwrap();
+    let (incident, _, jobs) = store.incident("inc_1").await.unwrap().unwrap();
     assert_eq!((incident.namespace.as_str(), jobs[0].namespace.as_str()), ("team-a", "team-a"));
     let again = store.ingest("team-a", "am", vec![event.clone()]).await.unwrap();
     assert_eq!(again.events[0].status, "duplicate", "the migrated source still deduplicates");
@@ -341,5 +341,5 @@ async fn a_tenants_alertmanager_source_never_makes_the_alias_ambiguous() {
     assert_eq!(status, 202, "{body}");
     assert_eq!(post(&url, FIRING, Some(TOKEN_B)).await.0, 401, "the tenant's token does not open the platform's alias");
     let incident = body["events"][0]["incident_id"].as_str().unwrap();
-    assert_eq!(store.incident(incident).unwrap().0.namespace, "default");
+    assert_eq!(store.incident(incident).await.unwrap().unwrap().0.namespace, "default");
 }

@@ -164,10 +164,10 @@ async fn ingest(store: &AlertStore) -> String {
 }
 
 async fn wait_job(store: &AlertStore, id: &str, done: impl Fn(&Job) -> bool) -> Job {
-    support::poll(Duration::from_secs(20), || async { store.job(id).filter(|j| done(j)) })
+    support::poll(Duration::from_secs(20), || async { store.job(id).await.unwrap().filter(|j| done(j)) })
         .await
         .map(|(job, _)| job)
-        .unwrap_or_else(|| panic!("job {id} did not settle: {:?}", store.job(id)))
+        .unwrap_or_else(|| panic!("job {id} did not settle"))
 }
 
 fn finished(job: &Job) -> bool {
@@ -250,7 +250,7 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(50))).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(rig.store.job(&job_id).unwrap(), job);
+    assert_eq!(rig.store.job(&job_id).await.unwrap().unwrap(), job);
     assert_eq!(rig.audit.get(&run.id).await.unwrap().unwrap().investigation.as_ref(), Some(result));
     assert_eq!((llm.chat_requests(), hook.count()), (3, 1));
 }
@@ -347,7 +347,7 @@ async fn upstream_failures_retry_with_backoff_then_fail_with_a_sanitised_error()
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rig = start_rig(data.path(), &llm, &url, worker_settings(3, backoff)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(rig.store.job(&job_id).unwrap().status, JobStatus::Failed);
+    assert_eq!(rig.store.job(&job_id).await.unwrap().unwrap().status, JobStatus::Failed);
     assert_eq!((llm.chat_requests(), hook.count()), (3, 1));
 }
 
@@ -396,7 +396,7 @@ async fn a_run_that_succeeded_before_a_crash_completes_its_job_without_a_second_
     let (job_id, run_id) = {
         let store = AlertStore::open(&data.path().join("alerts.jsonl")).unwrap();
         let job_id = ingest(&store).await;
-        let mut job = store.job(&job_id).unwrap();
+        let mut job = store.job(&job_id).await.unwrap().unwrap();
         store.step(&mut job, store::Step::Start).await.unwrap();
         let audit = AuditLog::open(&data.path().join("audit.jsonl")).unwrap();
         let run = audit
@@ -477,7 +477,7 @@ async fn normalised_quotes_are_verified_and_the_coverage_shows_in_the_run_incide
     assert_eq!(run.investigation.as_ref().unwrap().evidence_coverage, Some(coverage));
     let run_status = akritas::operator::projection::run_status(&run);
     assert_eq!((run_status["evidenceCount"].as_u64(), run_status["evidenceVerified"].as_u64()), (Some(3), Some(2)));
-    let (incident, _, jobs) = rig.store.incident(&job.incident_id).unwrap();
+    let (incident, _, jobs) = rig.store.incident(&job.incident_id).await.unwrap().unwrap();
     let incident_status = akritas::operator::projection::incident_status(&incident, &jobs);
     assert_eq!(incident_status["investigation"]["evidenceCount"], 3);
     assert_eq!(incident_status["investigation"]["evidenceVerified"], 2);
@@ -514,7 +514,7 @@ async fn an_alert_run_exports_with_its_input_rebuilt_from_the_store_and_replays_
     let context = DecodeContext { source_type: "alertmanager", source_name: "am", observed_at: jiff::Timestamp::now() };
     let events = adapter("alertmanager").unwrap().decode(resolved.as_bytes(), &context).unwrap();
     rig.store.ingest("ops", "am", events).await.unwrap();
-    let (incident, _, _) = rig.store.incident(&job.incident_id).unwrap();
+    let (incident, _, _) = rig.store.incident(&job.incident_id).await.unwrap().unwrap();
     assert_eq!(incident.event_ids.len(), 2, "{incident:?}");
 
     let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();
@@ -524,7 +524,7 @@ async fn an_alert_run_exports_with_its_input_rebuilt_from_the_store_and_replays_
     let mut case = akritas::replay::export(&run, &catalog).unwrap();
     assert!(case.input.messages.is_empty() && case.input.investigate);
     let (turns, context) =
-        akritas::alerts::request::rebuilt_input(&rig.store, &job_id).expect("the store holds the job");
+        akritas::alerts::request::rebuilt_input(&rig.store, &job_id).await.expect("the store holds the job");
     case.supply_turns(turns, context).expect("the rebuilt input hashes to what the Run recorded");
     let prompt = &case.input.messages[0].content;
     assert!(
@@ -617,14 +617,14 @@ async fn a_chat_thread_is_linked_to_its_incident_once_its_message_is_out_not_aft
     let job_id = ingest(&rig.store).await;
     let sent = support::poll(Duration::from_secs(20), || async { telegram.sent().into_iter().next() }).await;
     assert!(sent.is_some(), "the Telegram notification was not sent");
-    let job = rig.store.job(&job_id).unwrap();
+    let job = rig.store.job(&job_id).await.unwrap().unwrap();
     let linked = support::poll(Duration::from_secs(10), || async {
         // The stand-in numbers its messages from 1; this is its only one.
         rig.store.incident_for_thread("ops", "oncall-chat", "1")
     })
     .await;
     assert_eq!(linked.map(|(incident, _)| incident), Some(job.incident_id.clone()));
-    assert!(rig.store.job(&job_id).unwrap().has_pending_deliveries(), "the webhook is still held");
+    assert!(rig.store.job(&job_id).await.unwrap().unwrap().has_pending_deliveries(), "the webhook is still held");
     release.send(true).unwrap();
     let job = wait_job(&rig.store, &job_id, finished).await;
     assert!(job.deliveries.iter().all(|d| d.status == DeliveryStatus::Delivered), "{:?}", job.deliveries);

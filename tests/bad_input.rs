@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use akritas::alerts::store::{AlertStore, incident_json};
+use akritas::alerts::store::AlertStore;
 use akritas::audit::{AuditLog, RunId};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::config::{ApiKeyRef, Scope};
@@ -369,13 +369,7 @@ struct Snapshot {
 
 impl Host {
     async fn snapshot(&self) -> Snapshot {
-        let incidents = self
-            .alerts
-            .incidents(1000)
-            .iter()
-            .filter_map(|incident| self.alerts.incident(&incident.id))
-            .map(|(incident, events, jobs)| incident_json(&incident, &events, &jobs))
-            .collect();
+        let incidents = akritas_testkit::jobs::incident_details(&self.alerts, 1000).await;
         let all = self.alerts.all_counters();
         let run = match RunId::parse(&self.ids.run) {
             Some(id) => self.audit.get(&id).await.unwrap(),

@@ -466,8 +466,9 @@ impl Responder for Model {
 struct Incidents;
 
 impl IncidentLookup for Incidents {
-    fn describe(&self, namespace: &str, id: &str) -> Option<String> {
-        (namespace == "ops" && id == "inc_1").then(|| "inc_1: open, latest result: disk full on node-3".to_owned())
+    fn describe<'a>(&'a self, namespace: &'a str, id: &'a str) -> akritas::bots::BoxFuture<'a, Option<String>> {
+        let found = (namespace == "ops" && id == "inc_1").then(|| "inc_1: open, latest result: disk full on node-3".to_owned());
+        Box::pin(async move { found })
     }
 }
 

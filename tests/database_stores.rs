@@ -332,8 +332,8 @@ async fn retention_deletes_old_records_up_to_what_is_still_needed_and_the_chain_
         group.append("alert.event", &json!({ "n": n })).await.unwrap();
     }
     // Records 1-10 are old, but an open incident still needs record 7 onwards.
-    assert_eq!(store.retain(Duration::from_secs(86_400), 7).await.unwrap(), 6);
-    assert_eq!(store.retain(Duration::from_secs(86_400), 7).await.unwrap(), 0, "nothing more to delete");
+    assert_eq!(store.retain(Duration::from_secs(86_400), 7).await.unwrap().records, 6);
+    assert_eq!(store.retain(Duration::from_secs(86_400), 7).await.unwrap().records, 0, "nothing more to delete");
     let verified = store.verify(None).await.unwrap();
     assert_eq!((verified.records, verified.first_seq, verified.last_seq), (9, 7, 15));
     assert!(store.read(6).await.unwrap().is_none() && store.read(7).await.unwrap().is_some());

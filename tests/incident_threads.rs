@@ -140,11 +140,11 @@ async fn ingest(store: &AlertStore, payload: &str, starts_at: Option<&str>) -> (
 
 async fn settled_job(store: &AlertStore, id: &str) -> Job {
     support::poll(Duration::from_secs(20), || async {
-        store.job(id).filter(|j| j.status == JobStatus::Succeeded && !j.has_pending_deliveries())
+        store.job(id).await.unwrap().filter(|j| j.status == JobStatus::Succeeded && !j.has_pending_deliveries())
     })
     .await
     .map(|(job, _)| job)
-    .unwrap_or_else(|| panic!("job {id} did not settle: {:?}", store.job(id)))
+    .unwrap_or_else(|| panic!("job {id} did not settle"))
 }
 
 async fn wait_for(what: &str, check: impl Fn() -> bool) {
@@ -272,7 +272,7 @@ async fn routing_filters_are_recorded_and_counted_not_sent() {
         assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
     }
     // The filtered deliveries are on the incident, with their reason.
-    let (_, _, jobs) = rig.store.incident(&incident).unwrap();
+    let (_, _, jobs) = rig.store.incident(&incident).await.unwrap().unwrap();
     let stored = serde_json::to_value(&jobs[0].deliveries).unwrap();
     assert!(
         stored.as_array().unwrap().iter().any(|d| d["status"] == "filtered" && d["reason"] == "severity"),

@@ -247,7 +247,7 @@ async fn retain(log: &Log, max_age: std::time::Duration) -> Result<u64, Database
         .map_err(statement("find the oldest running Run"))?;
     drop(client);
     let keep_from = row.get::<_, Option<i64>>(0).map_or(u64::MAX, seq_of);
-    let removed = log.retain(max_age, keep_from).await?;
+    let removed = log.retain(max_age, keep_from).await?.records;
     if removed > 0 {
         tracing::info!(component = "akritas_audit", removed, "audit retention deleted old records");
     }

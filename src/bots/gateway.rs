@@ -48,8 +48,9 @@ pub trait Responder: Send + Sync {
 
 /// Describes incidents for `/incident ID`.
 pub trait IncidentLookup: Send + Sync {
-    /// The state and latest result of incident `id` in `namespace`, or `None` if it has none.
-    fn describe(&self, namespace: &str, id: &str) -> Option<String>;
+    /// The state and latest result of incident `id` in `namespace`, or `None` if it has none
+    /// (or the store cannot be read now).
+    fn describe<'a>(&'a self, namespace: &'a str, id: &'a str) -> BoxFuture<'a, Option<String>>;
 }
 
 /// Sends a reply into the conversation a message came from (the provider API).
@@ -256,6 +257,7 @@ impl Gateway {
                 let text = self
                     .incidents
                     .describe(inbound.namespace(), &id)
+                    .await
                     .unwrap_or_else(|| commands::incident_not_found(&id));
                 self.reply_done(inbound, &text).await
             }

@@ -280,7 +280,7 @@ pub struct EngineResponder {
 
 impl EngineResponder {
     /// The incident whose notification thread `inbound` replies in, and its description.
-    fn incident(&self, inbound: &Inbound) -> Option<(IncidentId, String)> {
+    async fn incident(&self, inbound: &Inbound) -> Option<(IncidentId, String)> {
         let store = self.alerts.as_ref()?;
         let thread = match inbound.provider {
             Provider::Telegram => inbound.reply_to.as_deref(),
@@ -288,7 +288,7 @@ impl EngineResponder {
         }?;
         let (namespace, name) = inbound.receiver.split_once('/')?;
         let id = store.incident_for_thread(namespace, name, thread)?;
-        let description = AlertIncidents { store: Some(store.clone()) }.describe(namespace, &id)?;
+        let description = AlertIncidents { store: Some(store.clone()) }.describe_now(namespace, &id).await?;
         Some((id, description))
     }
 }
@@ -302,7 +302,7 @@ impl Responder for EngineResponder {
     ) -> BoxFuture<'a, Result<Answer, String>> {
         Box::pin(async move {
             let mut turns = Vec::with_capacity(history.len() * 2 + 2);
-            let incident = self.incident(inbound);
+            let incident = self.incident(inbound).await;
             if let Some((id, description)) = &incident {
                 let context = format!(
                     "The person replies in the notification thread of incident {id}; answer with it as context. \
@@ -384,8 +384,17 @@ pub struct AlertIncidents {
 }
 
 impl IncidentLookup for AlertIncidents {
-    fn describe(&self, namespace: &str, id: &str) -> Option<String> {
-        let (incident, _, jobs) = self.store.as_ref()?.incident(id)?;
+    fn describe<'a>(&'a self, namespace: &'a str, id: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(self.describe_now(namespace, id))
+    }
+}
+
+impl AlertIncidents {
+    async fn describe_now(&self, namespace: &str, id: &str) -> Option<String> {
+        let found = self.store.as_ref()?.incident(id).await;
+        let (incident, _, jobs) = found
+            .inspect_err(|error| tracing::warn!(%error, "cannot read the incident for /incident"))
+            .ok()??;
         if incident.namespace != namespace {
             return None;
         }

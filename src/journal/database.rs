@@ -22,12 +22,14 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
+pub use compact::Retained;
 pub use group::{AppendFailed, Group, Pending};
 pub use migrate::Migrated;
 pub use replica::Replica;
 pub use verify::Verified;
 
-use super::format::{GENESIS_PREV, check_app_kind, record_hash, record_mac};
+pub(crate) use super::format::GENESIS_PREV;
+use super::format::{check_app_kind, record_hash, record_mac};
 use super::{Checkpoint, Clock, JournalError, Location, Record};
 
 /// Run on a pooled connection before it is used again.
@@ -280,6 +282,13 @@ impl Locked {
     }
 }
 
+/// Where a record of the database is, for the stores that index records by location: its seq
+/// as the segment, so each record is its own unit of retention (a location before another is
+/// a record before it).
+pub fn located(seq: u64) -> Location {
+    Location { segment: seq, offset: 0, len: 0 }
+}
+
 pub(crate) fn seq_of(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
@@ -368,7 +377,7 @@ impl Log {
             .await
             .map_err(statement("read the store's snapshot"))?;
         Ok(row.map(|row| StoredSnapshot {
-            checkpoint: Checkpoint { seq: seq_of(row.get(0)), hash: row.get(1), location: Location::default() },
+            checkpoint: Checkpoint { seq: seq_of(row.get(0)), hash: row.get(1), location: located(seq_of(row.get(0))) },
             format: row.get(2),
             data: row.get(3),
         }))
@@ -482,7 +491,7 @@ impl Log {
                 kind: row.kind.to_string(),
                 data: row.data.clone(),
                 hash,
-                location: Location::default(),
+                location: located(seq),
             });
         }
         let last = records.last().map(|r| (db_seq(r.seq), r.hash.clone()));
@@ -521,7 +530,7 @@ impl Log {
             kind: row.get(base + 2),
             data: parsed,
             hash: row.get(base + 5),
-            location: Location::default(),
+            location: located(seq),
         };
         let prev: String = row.get(base + 4);
         if record_hash(&prev, record.seq, &record.time, &record.kind, &data) != record.hash {

@@ -103,7 +103,8 @@ impl fmt::Debug for JournalOptions {
 }
 
 /// Where a record is stored: its segment (the seq of the segment's first record), the byte
-/// offset of its line in that segment and the line's length with its newline.
+/// offset of its line in that segment and the line's length with its newline. A record of the
+/// database backend is its own segment ([`database::located`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Location {
     /// Segment id.

@@ -54,6 +54,14 @@ impl Pace {
         self.in_flight += 1;
     }
 
+    /// A record another writer stored (a replica on the same database) was applied.
+    pub fn followed(&mut self, record: &Record) {
+        self.since_snapshot += 1;
+        if self.last.as_ref().is_none_or(|last| last.seq < record.seq) {
+            self.last = Some(record.checkpoint());
+        }
+    }
+
     /// A queued append failed before anything was stored.
     pub fn not_written(&mut self) {
         self.in_flight = self.in_flight.saturating_sub(1);

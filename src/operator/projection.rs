@@ -362,11 +362,18 @@ pub fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) ->
 }
 
 async fn sync_incidents(writer: &Writer<'_>, alerts: &AlertStore, cutoff: &str, written: &mut Written) {
-    for incident in alerts.incidents(MAX_PROJECTED) {
+    let incidents = match alerts.incidents(MAX_PROJECTED).await {
+        Ok(incidents) => incidents,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the incidents to project; retried at the next pass");
+            return;
+        }
+    };
+    for incident in incidents {
         if expired(incident.resolved_at.map(|t| t.to_string()).as_deref(), cutoff) {
             continue;
         }
-        let jobs = alerts.incident(&incident.id).map(|(_, _, jobs)| jobs).unwrap_or_default();
+        let jobs = alerts.incident(&incident.id).await.ok().flatten().map(|(_, _, jobs)| jobs).unwrap_or_default();
         let namespace = writer.settings.incident_namespace(&incident);
         // The AlertSource by name in its own namespace, qualified anywhere else.
         let source = if namespace == incident.namespace {

@@ -181,6 +181,8 @@ enum Refused {
     Storage(String),
     /// The journal cannot record deliveries now.
     StoreUnavailable,
+    /// The database cannot be reached or written now: nothing of the delivery was stored.
+    DatabaseDown(String),
 }
 
 impl From<Refused> for ApiError {
@@ -220,6 +222,12 @@ impl From<Refused> for ApiError {
                 "store_unavailable",
                 "the alert journal cannot record deliveries; retry later",
             ),
+            Refused::DatabaseDown(reason) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                format!("nothing of this delivery was stored; retry later. {reason}"),
+            )
+            .retry_after(DATABASE_RETRY_AFTER),
         }
     }
 }
@@ -285,6 +293,11 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
     })?;
     let stored = store.ingest_batch(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await;
     let accepted = stored.map_err(|error| match error {
+        // On the database a failed write or a recovery in progress is the database's outage.
+        AlertStoreError::Database(_) | AlertStoreError::Unavailable(_) if store.on_database() => {
+            tracing::warn!(source = %key, %error, "alert delivery not stored: the database is unavailable");
+            Refused::DatabaseDown(error.to_string())
+        }
         AlertStoreError::Unavailable(reason) => storage_full(key, reason),
         AlertStoreError::Journal(error) if error.is_unwritable() => storage_full(key, error.to_string()),
         error => {
@@ -306,6 +319,8 @@ fn storage_full(key: &ObjectKey, reason: String) -> Refused {
 
 /// Seconds a sender is asked to wait while the journal cannot be written.
 const STORAGE_RETRY_AFTER: &str = "10";
+/// Seconds a sender is asked to wait while the database cannot be reached.
+const DATABASE_RETRY_AFTER: &str = "5";
 
 /// Publishes an AlertSource's runtime status (webhook path and counters).
 fn publish_status(state: &AppState, key: &ObjectKey) {
@@ -337,27 +352,36 @@ pub async fn incidents(
 ) -> Result<Json<IncidentList>, ApiError> {
     let store = store(&state)?;
     let limit = query.limit()?;
-    Ok(Json(IncidentList { incidents: visible_incidents(store, &caller, limit, None) }))
+    Ok(Json(IncidentList { incidents: visible_incidents(store, &caller, limit, None).await? }))
 }
 
 /// The incidents of the namespaces the caller reads, newest update first, only those
 /// in `status` when given (the incident listing of the API and of the MCP server).
-pub(super) fn visible_incidents(
+pub(super) async fn visible_incidents(
     store: &AlertStore,
     caller: &Caller,
     limit: usize,
     status: Option<IncidentStatus>,
-) -> Vec<IncidentState> {
-    store.incidents_where(limit, |namespace, state| {
-        caller.sees(namespace) && status.is_none_or(|status| state == status)
-    })
+) -> Result<Vec<IncidentState>, ApiError> {
+    let visible = |namespace: &str, state| caller.sees(namespace) && status.is_none_or(|status| state == status);
+    store.incidents_where(limit, visible).await.map_err(unreadable)
+}
+
+/// The alert store could not be read (its database is unreachable): 503, retry shortly.
+pub(super) fn unreadable(error: AlertStoreError) -> ApiError {
+    Refused::DatabaseDown(error.to_string()).into()
 }
 
 /// Incident `id` with its events, jobs, Runs and deliveries; another namespace's
 /// incident does not exist for the caller.
-pub(super) fn visible_incident(store: &AlertStore, caller: &Caller, id: &str) -> Option<IncidentDetail> {
-    let (incident, events, jobs) = store.incident(id).filter(|(incident, _, _)| caller.sees(&incident.namespace))?;
-    Some(IncidentDetail::new(incident, events, jobs))
+pub(super) async fn visible_incident(
+    store: &AlertStore,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<IncidentDetail>, ApiError> {
+    let found = store.incident(id).await.map_err(unreadable)?;
+    let found = found.filter(|(incident, _, _)| caller.sees(&incident.namespace));
+    Ok(found.map(|(incident, events, jobs)| IncidentDetail::new(incident, events, jobs)))
 }
 
 /// `GET /api/v1/incidents/{id}` (another namespace's incident does not exist for the key).
@@ -366,14 +390,16 @@ pub async fn incident(
     Extension(caller): Extension<Caller>,
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<IncidentDetail>, ApiError> {
-    let incident =
-        visible_incident(store(&state)?, &caller, &id).ok_or_else(|| ApiError::not_found("incident not found"))?;
+    let incident = visible_incident(store(&state)?, &caller, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("incident not found"))?;
     Ok(Json(incident))
 }
 
 /// Whether the caller reads the namespace of incident `id`.
-fn sees_incident(store: &AlertStore, caller: &Caller, id: &str) -> bool {
-    store.incident(id).is_some_and(|(incident, _, _)| caller.sees(&incident.namespace))
+async fn sees_incident(store: &AlertStore, caller: &Caller, id: &str) -> Result<bool, ApiError> {
+    let found = store.incident(id).await.map_err(unreadable)?;
+    Ok(found.is_some_and(|(incident, _, _)| caller.sees(&incident.namespace)))
 }
 
 /// `GET /api/v1/alert-events/{id}`.
@@ -383,10 +409,11 @@ pub async fn event(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<StoredEvent>, ApiError> {
     let store = store(&state)?;
-    let event = store
-        .event(&id)
-        .filter(|event| sees_incident(store, &caller, &event.incident_id))
-        .ok_or_else(|| ApiError::not_found("alert event not found"))?;
+    let not_found = || ApiError::not_found("alert event not found");
+    let event = store.event(&id).await.map_err(unreadable)?.ok_or_else(not_found)?;
+    if !sees_incident(store, &caller, &event.incident_id).await? {
+        return Err(not_found());
+    }
     Ok(Json(event))
 }
 
@@ -398,6 +425,8 @@ pub async fn job(
 ) -> Result<Json<Job>, ApiError> {
     let job = store(&state)?
         .job(&id)
+        .await
+        .map_err(unreadable)?
         .filter(|job| caller.sees(&job.namespace))
         .ok_or_else(|| ApiError::not_found("investigation job not found"))?;
     Ok(Json(job))

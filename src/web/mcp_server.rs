@@ -296,9 +296,11 @@ impl AkritasMcp {
             IncidentFilter::Firing => IncidentStatus::Firing,
             IncidentFilter::Resolved => IncidentStatus::Resolved,
         });
-        let incidents = super::alerts::visible_incidents(store, &caller, limit, status);
         let target = format!("limit:{limit} status:{}", args.status.map_or("any", |s| s.as_str()));
-        let found = Ok((incidents.len(), json!({"incidents": incidents})));
+        let found = match super::alerts::visible_incidents(store, &caller, limit, status).await {
+            Ok(incidents) => Ok((incidents.len(), json!({"incidents": incidents}))),
+            Err(error) => Err(error.message),
+        };
         self.read(&caller, "list_incidents", target, found).await
     }
 
@@ -310,9 +312,11 @@ impl AkritasMcp {
             Ok(id) => id,
             Err(error) => return error,
         };
-        let found = super::alerts::visible_incident(store, &caller, id)
-            .map(|incident| (1, serde_json::to_value(incident).unwrap_or(Value::Null)))
-            .ok_or_else(|| format!("incident {id:?} not found"));
+        let found = match super::alerts::visible_incident(store, &caller, id).await {
+            Ok(Some(incident)) => Ok((1, serde_json::to_value(incident).unwrap_or(Value::Null))),
+            Ok(None) => Err(format!("incident {id:?} not found")),
+            Err(error) => Err(error.message),
+        };
         self.read(&caller, "get_incident", id.to_string(), found).await
     }
 

@@ -371,7 +371,7 @@ pub async fn export(
     let mut case = crate::replay::export(&run, &exported)
         .map_err(|error| ApiError::new(StatusCode::CONFLICT, "run_running", error.to_string()))?;
     if let Some(store) = &state.alerts {
-        supply_alert_input(&mut case, &run, store);
+        supply_alert_input(&mut case, &run, store).await;
     }
     Ok(Json(case))
 }
@@ -380,12 +380,12 @@ pub async fn export(
 /// store still holds: the case gets it when the rebuilt input has the hash the Run
 /// recorded (a Run whose alert retention removed, or recorded before the prompt
 /// kept only the incident's fixed facts, is exported without input).
-fn supply_alert_input(case: &mut Case, run: &RunRecord, store: &crate::alerts::store::AlertStore) {
+async fn supply_alert_input(case: &mut Case, run: &RunRecord, store: &crate::alerts::store::AlertStore) {
     if !run.source.starts_with("alert:") {
         return;
     }
     let Some(job_id) = run.metadata.get("job_id").and_then(Value::as_str) else { return };
-    if let Some((turns, context)) = crate::alerts::request::rebuilt_input(store, job_id) {
+    if let Some((turns, context)) = crate::alerts::request::rebuilt_input(store, job_id).await {
         // A mismatch leaves the case without input, as for any other Run.
         let _ = case.supply_turns(turns, context);
     }

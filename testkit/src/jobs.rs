@@ -14,3 +14,15 @@ pub async fn give_up(store: &AlertStore, mut job: Job, error: &str) -> Result<Jo
     store.step(&mut job, Step::Fail { failure, notifications: Vec::new() }).await?;
     Ok(job)
 }
+
+/// Every incident (at most `limit`, newest update first) in its API shape, with its events and
+/// jobs: what a reader of the store sees.
+pub async fn incident_details(store: &AlertStore, limit: usize) -> Vec<serde_json::Value> {
+    let mut details = Vec::new();
+    for listed in store.incidents(limit).await.expect("incidents") {
+        if let Some((incident, events, jobs)) = store.incident(&listed.id).await.expect("incident") {
+            details.push(akritas::alerts::store::incident_json(&incident, &events, &jobs));
+        }
+    }
+    details
+}

@@ -38,6 +38,19 @@ pub enum AlertStoreError {
     /// A journal write failed and the store has not recovered yet; nothing of the request was stored.
     #[error("{0}")]
     Unavailable(String),
+    /// The database failed (unreachable, or a statement refused); nothing of the request was
+    /// stored, or the state is rebuilt from the database before the next decision.
+    #[error("the alert store's database: {0}")]
+    Database(#[from] crate::journal::database::DatabaseError),
+    /// Another replica took a step on the job first (it is `status` there now); nothing was
+    /// stored.
+    #[error("job {job} is {status:?} now: another replica took a step on it first")]
+    Taken {
+        /// The job.
+        job: String,
+        /// Its status in the database.
+        status: crate::alerts::store::job::JobStatus,
+    },
     /// A job step its status does not allow; nothing was stored.
     #[error(transparent)]
     IllegalStep(#[from] crate::alerts::store::job::IllegalStep),

@@ -27,6 +27,7 @@
 //! delivery, job update or `/health` at most once a second, gets the journal writing again
 //! and rebuilds the state from what the journal holds. No restart is needed.
 
+mod database;
 pub(in crate::alerts) mod deferred;
 pub(in crate::alerts) mod error;
 pub mod job;
@@ -106,9 +107,27 @@ impl Default for Storage {
     }
 }
 
+/// What a delivery's record is made of besides its events.
+struct Made<'a> {
+    namespace: &'a str,
+    source: &'a str,
+    delivery_id: &'a str,
+    received_at: Timestamp,
+    truncated: Truncation,
+}
+
+/// Where the store's records are kept.
+pub(super) enum Backing {
+    /// The embedded journal.
+    File(Journal),
+    /// The database replicas share.
+    Database(database::DbBacking),
+}
+
 /// The durable alert store.
 pub struct AlertStore {
-    pub(super) journal: Journal,
+    pub(super) backing: Backing,
+    /// The journal path (on the database, `database:alerts`, a name for messages).
     pub(super) path: PathBuf,
     pub(super) storage: Storage,
     pub(super) state: Arc<Mutex<State>>,
@@ -173,20 +192,30 @@ impl AlertStore {
         state.admission = Admission::new(limits);
         // The tail just replayed is not in the snapshot yet.
         state.pace = Pace::opened(state.pace.last().cloned(), loaded.replayed);
-        let store = AlertStore {
-            journal,
-            path: path.to_owned(),
+        Ok(AlertStore::assemble(Backing::File(journal), path.to_owned(), storage, state, loaded, legacy.into_inner()))
+    }
+
+    fn assemble(
+        backing: Backing,
+        path: PathBuf,
+        storage: Storage,
+        state: State,
+        loaded: saved::Loaded,
+        legacy: BTreeMap<String, String>,
+    ) -> AlertStore {
+        AlertStore {
+            backing,
+            path,
             storage,
             state: Arc::new(Mutex::new(state)),
             loaded,
-            legacy: legacy.into_inner(),
+            legacy,
             promoting: tokio::sync::Mutex::new(()),
             recovery: tokio::sync::Mutex::new(None),
             worker_problem: Mutex::new(None),
             work: tokio::sync::Notify::new(),
             barrier: Barrier::default(),
-        };
-        Ok(store)
+        }
     }
 
     /// The journal path.
@@ -202,11 +231,6 @@ impl AlertStore {
     /// Namespace of a source name in records written before namespaces.
     pub(crate) fn legacy_namespace(&self, name: &str) -> String {
         self.legacy.get(name).cloned().unwrap_or_else(|| crate::tenancy::DEFAULT_NAMESPACE.to_string())
-    }
-
-    /// The journal, for reads by location.
-    pub(crate) fn journal(&self) -> &Journal {
-        &self.journal
     }
 
     /// The error for a request while the store is unavailable.
@@ -243,7 +267,11 @@ impl AlertStore {
             return Err(Self::unavailable(&reason));
         }
         *last = Some(Instant::now());
-        if let Err(error) = self.journal.recover().await {
+        let journal = match &self.backing {
+            Backing::File(journal) => journal,
+            Backing::Database(db) => return self.rebuild_from_database(db).await,
+        };
+        if let Err(error) = journal.recover().await {
             self.lock().unavailable = Some(error.to_string());
             return Err(Self::unavailable(&error.to_string()));
         }
@@ -260,7 +288,21 @@ impl AlertStore {
         })
         .await
         .map_err(|_| Self::unavailable("the rebuild was interrupted"))?;
-        let (_, mut fresh, loaded) = read.map_err(|e| load_error(&self.path, e))?;
+        let (_, fresh, loaded) = read.map_err(|e| load_error(&self.path, e))?;
+        self.install_rebuilt(fresh);
+        tracing::info!(
+            component = "akritas_alerts",
+            event = "journal_recovered",
+            replayed = loaded.replayed,
+            from_snapshot = loaded.from_snapshot(),
+            "the alert journal writes again; state rebuilt from it"
+        );
+        Ok(())
+    }
+
+    /// Puts a state rebuilt from what is stored in place of the live one (keeping what only
+    /// this process counts), and lets the store decide again.
+    pub(super) fn install_rebuilt(&self, mut fresh: State) {
         let mut state = self.lock();
         fresh.admission = std::mem::take(&mut state.admission);
         for (source, old) in &state.counters {
@@ -272,15 +314,7 @@ impl AlertStore {
         drop(state);
         // What the worker could not record is undone; it says so again if it still cannot.
         self.report_worker_problem(None);
-        tracing::info!(
-            component = "akritas_alerts",
-            event = "journal_recovered",
-            replayed = loaded.replayed,
-            from_snapshot = loaded.from_snapshot(),
-            "the alert journal writes again; state rebuilt from it"
-        );
         self.wake();
-        Ok(())
     }
 
     /// Fails fast while the store is unavailable, trying a recovery first.
@@ -395,82 +429,38 @@ impl AlertStore {
         }
         let delivery_id = new_id("dlv");
         let received_at = jiff::Timestamp::now();
-        let (pending, events, generation) = {
+        let made = Made { namespace, source, delivery_id: &delivery_id, received_at, truncated };
+        let events = match &self.backing {
+            Backing::File(journal) => self.ingest_file(journal, made, events).await?,
+            Backing::Database(db) => self.ingest_database(db, made, events).await?,
+        };
+        // A new job, or a resolution that makes resolve notices due.
+        if events.iter().any(|e| e.status != "duplicate") {
+            self.wake();
+        }
+        Ok(Accepted { delivery_id, events, truncated })
+    }
+
+    /// Records a delivery in the embedded journal: decided and queued under the state's lock (so
+    /// the journal order is the order of decisions), then awaited.
+    async fn ingest_file(
+        &self,
+        journal: &Journal,
+        made: Made<'_>,
+        events: Vec<Event>,
+    ) -> Result<Vec<ItemOutcome>, AlertStoreError> {
+        let (pending, outcomes, generation) = {
             let mut state = self.lock();
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
-            // The window moves with the delivery's receive time, which the record keeps.
-            state.correlator.advance(received_at.as_second(), Some(self.storage.dedup));
-            // Decided on the live correlator (a copy per delivery would cost O(incidents));
-            // if a record cannot be stored the store becomes unavailable and is rebuilt from
-            // the journal before it decides again, so an unrecorded decision never persists.
-            // Every event is stored; admission decides only how each new job starts, seeing
-            // the jobs this delivery created before it.
-            let now = Instant::now();
-            let mut waiting = state.pending;
-            let mut deferred = state.deferred_of(&source_key);
-            let mut storm = state.storm_of.get(&source_key).cloned();
-            let mut items = Vec::with_capacity(events.len());
-            for event in events {
-                let start = state.admission.decide(&source_key, waiting, deferred, now);
-                let hint = storm.as_deref().filter(|_| start == Start::Storm);
-                let outcome = state.correlator.ingest(&event, true, hint, |kind| {
-                    new_id(match kind {
-                        IdKind::Event => "evt",
-                        IdKind::Incident => "inc",
-                        IdKind::Job => "job",
-                    })
-                });
-                let shares_storm = outcome.shared_job.is_some() && outcome.shared_job.as_deref() == hint;
-                let (deferred_job, storm_job) = match (&outcome.job_id, start) {
-                    (None, _) => (false, shares_storm),
-                    (Some(_), Start::Now) => {
-                        state.admission.take(&source_key, now);
-                        waiting += 1;
-                        (false, false)
-                    }
-                    (Some(_), Start::Deferred) => {
-                        deferred += 1;
-                        (true, false)
-                    }
-                    (Some(job), Start::Storm) => {
-                        deferred += 1;
-                        storm = Some(job.clone());
-                        (true, true)
-                    }
-                };
-                let status =
-                    if matches!(outcome.decision, Decision::Duplicate { .. }) { "duplicate" } else { "accepted" };
-                let item = ItemOutcome {
-                    status: status.into(),
-                    event_id: outcome.event_id,
-                    incident_id: outcome.incident_id,
-                    job_id: outcome.job_id,
-                    shared_job: outcome.shared_job,
-                    deferred: deferred_job,
-                    storm: storm_job,
-                };
-                items.push(BatchItem { outcome: item, event });
-            }
-            let record = BatchRecord {
-                version: RECORD_VERSION,
-                delivery_id: delivery_id.clone(),
-                source: source.to_string(),
-                namespace: namespace.to_string(),
-                received_at: received_at.to_string(),
-                part: None,
-                truncated,
-                dedup: Some(self.storage.dedup),
-                items,
-            };
+            let record = self.decide(&mut state, &made, events);
             let generation = state.generation;
             let mut pending = Vec::new();
             let mut outcomes = Vec::new();
             for part in split(record, DEFAULT_MAX_RECORD_BYTES) {
                 let data = serde_json::to_value(&part).unwrap_or_default();
-                // Queued under the lock, so the journal order is the order of decisions.
-                match self.journal.enqueue(DELIVERY, &data) {
+                match journal.enqueue(DELIVERY, &data) {
                     Ok(queued) => {
                         let part = Arc::new(part);
                         state.pace.queued();
@@ -492,29 +482,104 @@ impl AlertStore {
                 Err(error) => return Err(self.fail(generation, error)),
             }
         }
-        // A new job, or a resolution that makes resolve notices due.
-        if events.iter().any(|e| e.status != "duplicate") {
-            self.wake();
+        Ok(outcomes)
+    }
+
+    /// Deduplicates and correlates a delivery's events on the live state and returns its record
+    /// (before any split). Never refused for load: admission decides only how each new job
+    /// starts, seeing the jobs this delivery created before it.
+    fn decide(&self, state: &mut State, made: &Made<'_>, events: Vec<Event>) -> BatchRecord {
+        let source_key = format!("{}/{}", made.namespace, made.source);
+        // The window moves with the delivery's receive time, which the record keeps.
+        state.correlator.advance(made.received_at.as_second(), Some(self.storage.dedup));
+        // Decided on the live correlator (a copy per delivery would cost O(incidents)); if a
+        // record cannot be stored the store becomes unavailable and is rebuilt from what is
+        // stored before it decides again, so an unrecorded decision never persists.
+        let now = Instant::now();
+        let mut waiting = state.pending;
+        let mut deferred = state.deferred_of(&source_key);
+        let mut storm = state.storm_of.get(&source_key).cloned();
+        let mut items = Vec::with_capacity(events.len());
+        for event in events {
+            let start = state.admission.decide(&source_key, waiting, deferred, now);
+            let hint = storm.as_deref().filter(|_| start == Start::Storm);
+            let outcome = state.correlator.ingest(&event, true, hint, |kind| {
+                new_id(match kind {
+                    IdKind::Event => "evt",
+                    IdKind::Incident => "inc",
+                    IdKind::Job => "job",
+                })
+            });
+            let shares_storm = outcome.shared_job.is_some() && outcome.shared_job.as_deref() == hint;
+            let (deferred_job, storm_job) = match (&outcome.job_id, start) {
+                (None, _) => (false, shares_storm),
+                (Some(_), Start::Now) => {
+                    state.admission.take(&source_key, now);
+                    waiting += 1;
+                    (false, false)
+                }
+                (Some(_), Start::Deferred) => {
+                    deferred += 1;
+                    (true, false)
+                }
+                (Some(job), Start::Storm) => {
+                    deferred += 1;
+                    storm = Some(job.clone());
+                    (true, true)
+                }
+            };
+            let status = if matches!(outcome.decision, Decision::Duplicate { .. }) { "duplicate" } else { "accepted" };
+            let item = ItemOutcome {
+                status: status.into(),
+                event_id: outcome.event_id,
+                incident_id: outcome.incident_id,
+                job_id: outcome.job_id,
+                shared_job: outcome.shared_job,
+                deferred: deferred_job,
+                storm: storm_job,
+            };
+            items.push(BatchItem { outcome: item, event });
         }
-        Ok(Accepted { delivery_id, events, truncated })
+        BatchRecord {
+            version: RECORD_VERSION,
+            delivery_id: made.delivery_id.to_string(),
+            source: made.source.to_string(),
+            namespace: made.namespace.to_string(),
+            received_at: made.received_at.to_string(),
+            part: None,
+            truncated: made.truncated,
+            dedup: Some(self.storage.dedup),
+            items,
+        }
     }
 
     /// Takes `step` on `job` (the caller's copy, updated in place) and journals the job's new
     /// state as one record. A step its status does not allow changes and stores nothing.
     pub async fn step(&self, job: &mut Job, step: Step) -> Result<(), AlertStoreError> {
+        let before = job.status;
         job.take(step)?;
-        self.update_job(job).await
+        self.update_job(job, Some(before)).await
     }
 
-    /// Records a job's state.
-    async fn update_job(&self, job: &Job) -> Result<(), AlertStoreError> {
+    /// Records a job's state. On the database, a step from `before` is taken only while the
+    /// job is still `before` there: a replica that took another step first wins.
+    async fn update_job(&self, job: &Job, before: Option<JobStatus>) -> Result<(), AlertStoreError> {
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
         let settled = job.clone();
         // Written with the storm count of the moment it is queued: the count a storm job had
         // when it started is the one its records keep.
         let written = job.clone();
-        let data = move |state: &State| serde_json::to_value(state.shown(written)).unwrap_or_default();
+        let shared = matches!(self.backing, Backing::Database(_));
+        let data = move |state: &State| {
+            let stored = state.jobs.get(&crate::alerts::intake::id::Id::new(&written.id)).map(|slot| slot.status());
+            if shared && let (Some(before), Some(stored)) = (before, stored)
+                && stored != before
+            {
+                return Err(AlertStoreError::Taken { job: written.id.to_string(), status: stored });
+            }
+            Ok(serde_json::to_value(state.shown(written)).unwrap_or_default())
+        };
         self.append(JOB, data, move |state| set_job(state, job, None), |state, at| state.settle_job(&settled, at)).await
     }
 
@@ -525,18 +590,22 @@ impl AlertStore {
     pub(super) async fn append(
         &self,
         kind: &str,
-        data: impl FnOnce(&State) -> serde_json::Value,
+        data: impl FnOnce(&State) -> Result<serde_json::Value, AlertStoreError>,
         apply: impl FnOnce(&mut State),
         settle: impl FnOnce(&mut State, crate::journal::Location),
     ) -> Result<(), AlertStoreError> {
         self.ensure_available().await?;
+        let journal = match &self.backing {
+            Backing::File(journal) => journal,
+            Backing::Database(db) => return self.append_database(db, kind, data, apply, settle).await,
+        };
         self.pass_snapshot_barrier().await;
         let (pending, generation) = {
             let mut state = self.lock();
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
-            let pending = self.journal.enqueue(kind, &data(&state))?;
+            let pending = journal.enqueue(kind, &data(&state)?)?;
             state.pace.queued();
             apply(&mut state);
             (pending, state.generation)

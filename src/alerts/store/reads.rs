@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::alerts::intake::correlate::{Incident, IncidentState, IncidentStatus};
 use crate::alerts::intake::event::Event;
 use crate::alerts::intake::id::Id;
-use crate::alerts::store::AlertStore;
+use crate::alerts::store::{AlertStore, AlertStoreError, Backing};
 use crate::alerts::store::job::{Job, JobStatus, StoredEvent};
 use crate::alerts::store::record::BatchRecord;
 use crate::alerts::store::state::{EventAt, EventRef, JobSlot, SourceCounters};
@@ -14,13 +14,18 @@ use crate::journal::Location;
 
 impl AlertStore {
     /// Incidents, newest update first.
-    pub fn incidents(&self, limit: usize) -> Vec<IncidentState> {
-        self.incidents_where(limit, |_, _| true)
+    pub async fn incidents(&self, limit: usize) -> Result<Vec<IncidentState>, AlertStoreError> {
+        self.incidents_where(limit, |_, _| true).await
     }
 
     /// The most recently updated incidents whose namespace and state `visible` accepts, with
     /// the name, entity and correlation key of their last event (read from the journal).
-    pub fn incidents_where(&self, limit: usize, visible: impl Fn(&str, IncidentStatus) -> bool) -> Vec<IncidentState> {
+    pub async fn incidents_where(
+        &self,
+        limit: usize,
+        visible: impl Fn(&str, IncidentStatus) -> bool,
+    ) -> Result<Vec<IncidentState>, AlertStoreError> {
+        self.follow().await?;
         let (chosen, last) = {
             let state = self.lock();
             let mut incidents: Vec<(&Id, &Incident)> =
@@ -38,33 +43,38 @@ impl AlertStore {
             (chosen, last)
         };
         let events: HashMap<String, Event> =
-            self.read_events(last).into_iter().map(|e| (e.id.into(), e.event)).collect();
-        chosen
+            self.read_events(last).await?.into_iter().map(|e| (e.id.into(), e.event)).collect();
+        Ok(chosen
             .into_iter()
             .map(|(id, incident)| {
                 let last = incident.event_ids.last().and_then(|e| events.get(&e.text()));
                 incident.view(&id.text(), last)
             })
-            .collect()
+            .collect())
     }
 
     /// One incident with its events and jobs (events and settled jobs read from the journal;
     /// those retention removed are left out).
-    pub fn incident(&self, id: &str) -> Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)> {
+    pub async fn incident(&self, id: &str) -> Result<Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)>, AlertStoreError> {
+        self.follow().await?;
         let (incident, events, jobs) = {
             let state = self.lock();
-            let incident = state.correlator.incident(id)?.clone();
+            let Some(incident) = state.correlator.incident(id) else { return Ok(None) };
+            let incident = incident.clone();
             let events: Vec<(Id, EventRef)> =
                 incident.event_ids.iter().filter_map(|e| Some((e.clone(), state.events.get(e)?.clone()))).collect();
             let jobs: Vec<(Id, JobSlot)> =
                 incident.last_job.iter().filter_map(|key| Some((key.clone(), state.jobs.get(key)?.clone()))).collect();
             (incident, events, jobs)
         };
-        let events = self.read_events(events);
-        let jobs = jobs.into_iter().filter_map(|(key, slot)| self.read_job(&key, slot)).collect();
+        let events = self.read_events(events).await?;
+        let mut read = Vec::with_capacity(jobs.len());
+        for (key, slot) in jobs {
+            read.extend(self.read_job(&key, slot).await?);
+        }
         let last = incident.event_ids.last().and_then(|last| events.iter().rev().find(|e| *last == *e.id));
         let view = incident.view(id, last.map(|e| &e.event));
-        Some((view, events, jobs))
+        Ok(Some((view, events, read)))
     }
 
     /// Counts a rejected delivery of a source (`namespace/name`).
@@ -120,35 +130,37 @@ impl AlertStore {
     }
 
     /// One stored event (read from the journal).
-    pub fn event(&self, id: &str) -> Option<StoredEvent> {
+    pub async fn event(&self, id: &str) -> Result<Option<StoredEvent>, AlertStoreError> {
+        self.follow().await?;
         let key = Id::new(id);
-        let event = self.lock().events.get(&key)?.clone();
-        self.read_events(vec![(key, event)]).pop()
+        let Some(event) = self.lock().events.get(&key).cloned() else { return Ok(None) };
+        Ok(self.read_events(vec![(key, event)]).await?.pop())
     }
 
     /// One job (a settled one read from the journal).
-    pub fn job(&self, id: &str) -> Option<Job> {
+    pub async fn job(&self, id: &str) -> Result<Option<Job>, AlertStoreError> {
+        self.follow().await?;
         let key = Id::new(id);
-        let slot = self.lock().jobs.get(&key)?.clone();
-        self.read_job(&key, slot)
+        let Some(slot) = self.lock().jobs.get(&key).cloned() else { return Ok(None) };
+        self.read_job(&key, slot).await
     }
 
-    fn read_job(&self, key: &Id, slot: JobSlot) -> Option<Job> {
-        match slot {
+    async fn read_job(&self, key: &Id, slot: JobSlot) -> Result<Option<Job>, AlertStoreError> {
+        Ok(match slot {
             JobSlot::Live(_) | JobSlot::Waiting(_) => slot.live(key).map(|job| self.lock().shown(job)),
             JobSlot::Done { location, namespace, .. } => {
-                let record = self.read_logged(location)?;
-                let mut job: Job = serde_json::from_value(record).ok()?;
+                let Some(record) = self.read_logged(location).await? else { return Ok(None) };
+                let Ok(mut job) = serde_json::from_value::<Job>(record) else { return Ok(None) };
                 if job.namespace.is_empty() {
                     job.namespace = namespace;
                 }
                 Some(job)
             }
-        }
+        })
     }
 
     /// The events, each record read once, in the order given.
-    fn read_events(&self, wanted: Vec<(Id, EventRef)>) -> Vec<StoredEvent> {
+    async fn read_events(&self, wanted: Vec<(Id, EventRef)>) -> Result<Vec<StoredEvent>, AlertStoreError> {
         let mut records: BTreeMap<Location, Option<BatchRecord>> = BTreeMap::new();
         let mut out = Vec::with_capacity(wanted.len());
         for (id, event) in wanted {
@@ -157,24 +169,35 @@ impl AlertStore {
             let stored = match &event.at {
                 EventAt::Queued(record) => stored_event(&id, record, item, &|n| self.legacy_namespace(n)),
                 EventAt::Stored(location) => {
-                    let record = records.entry(*location).or_insert_with(|| {
-                        self.read_logged(*location).and_then(|data| serde_json::from_value(data).ok())
-                    });
-                    record.as_ref().and_then(|r| stored_event(&id, r, item, &|n| self.legacy_namespace(n)))
+                    if !records.contains_key(location) {
+                        let read = self.read_logged(*location).await?;
+                        records.insert(*location, read.and_then(|data| serde_json::from_value(data).ok()));
+                    }
+                    let record = records.get(location).and_then(Option::as_ref);
+                    record.and_then(|r| stored_event(&id, r, item, &|n| self.legacy_namespace(n)))
                 }
             };
             out.extend(stored);
         }
-        out
+        Ok(out)
     }
 
-    /// The data of the record at `location`, or `None` (logged) when it cannot be read.
-    fn read_logged(&self, location: Location) -> Option<serde_json::Value> {
-        match self.journal().read_at(location) {
-            Ok(record) => Some(record.data),
+    /// The data of the record at `location`: `None` (logged) when the journal cannot give it
+    /// (retention removed it meanwhile, a damaged line); an error when the database cannot be
+    /// read.
+    async fn read_logged(&self, location: Location) -> Result<Option<serde_json::Value>, AlertStoreError> {
+        let read = match &self.backing {
+            Backing::File(journal) => journal.read_at(location).map_err(|error| error.to_string()),
+            Backing::Database(db) => match db.log.read(location.segment).await? {
+                Some(record) => Ok(record),
+                None => Err(format!("record {} is no longer kept", location.segment)),
+            },
+        };
+        match read {
+            Ok(record) => Ok(Some(record.data)),
             Err(error) => {
                 tracing::warn!(component = "akritas_alerts", %error, "cannot read an alert record back from the journal");
-                None
+                Ok(None)
             }
         }
     }

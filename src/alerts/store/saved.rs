@@ -92,7 +92,7 @@ impl<'a> SavedRef<'a> {
 
 impl Saved {
     /// The state again (queue and pending count derived from the live jobs).
-    fn restore(self, bounds: Bounds, checkpoint: Checkpoint) -> State {
+    pub(crate) fn restore(self, bounds: Bounds, checkpoint: Checkpoint) -> State {
         let mut state = State {
             correlator: self.correlator,
             events: self

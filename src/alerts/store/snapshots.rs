@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::alerts::store::AlertStore;
+use crate::alerts::store::database::DbBacking;
+use crate::alerts::store::{AlertStore, Backing};
 use crate::alerts::store::saved::{FORMAT, SavedRef};
 use crate::alerts::store::state::State;
 use crate::journal::snapshot::{self, Pending};
@@ -37,6 +38,9 @@ impl AlertStore {
     /// Writes a snapshot now, for a clean stop, when records were applied since the last one
     /// and nothing is in flight (and no snapshot is being written). Returns whether it wrote one.
     pub async fn save_snapshot(&self) -> bool {
+        if let Backing::Database(db) = &self.backing {
+            return self.save_database_snapshot_now(db).await;
+        }
         let pending = {
             let mut state = self.lock();
             let state = &mut *state;
@@ -83,6 +87,10 @@ impl AlertStore {
         let Some(checkpoint) = state.pace.due(every, || SavedRef::settled(&state.events), &self.barrier) else {
             return;
         };
+        let journal = match &self.backing {
+            Backing::File(journal) => journal,
+            Backing::Database(db) => return self.spawn_database_snapshot(db, state, checkpoint),
+        };
         let Some(pending) = serialize_held(&self.path, &checkpoint, &SavedRef::of(state)) else {
             state.pace.saved();
             return;
@@ -95,11 +103,83 @@ impl AlertStore {
         };
         let job = SaveJob {
             path: self.path.clone(),
-            journal: self.journal.clone(),
+            journal: journal.clone(),
             retention: self.storage.retention,
             state: self.state.clone(),
         };
         runtime.spawn(job.run(pending, keep_from));
+    }
+}
+
+impl AlertStore {
+    /// The state as the snapshot row holds it, serialized under the state's lock.
+    fn database_snapshot_data(state: &State) -> Option<String> {
+        match serde_json::to_string(&SavedRef::of(state)) {
+            Ok(data) => Some(data),
+            Err(error) => {
+                tracing::warn!(component = "akritas_alerts", %error, "could not serialize the alert snapshot");
+                None
+            }
+        }
+    }
+
+    /// Writes the snapshot (and applies retention) in the background, once due.
+    fn spawn_database_snapshot(&self, db: &DbBacking, state: &mut State, checkpoint: crate::journal::Checkpoint) {
+        let (Some(data), Ok(runtime)) = (Self::database_snapshot_data(state), tokio::runtime::Handle::try_current())
+        else {
+            state.pace.saved();
+            return;
+        };
+        let keep_from = state.oldest_needed().unwrap_or(u64::MAX);
+        let (log, retention, shared) = (db.log.clone(), self.storage.retention, self.state.clone());
+        runtime.spawn(async move {
+            let saved = AlertStore::save_database_snapshot(log, checkpoint, data, retention, keep_from).await;
+            let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
+            after_database_retention(&mut state, saved);
+            state.pace.saved();
+        });
+    }
+
+    /// [`AlertStore::save_snapshot`] on the database.
+    async fn save_database_snapshot_now(&self, db: &DbBacking) -> bool {
+        let (checkpoint, data, keep_from) = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let Some(checkpoint) = state.pace.now(|| SavedRef::settled(&state.events), &self.barrier) else {
+                return false;
+            };
+            let Some(data) = Self::database_snapshot_data(state) else {
+                state.pace.saved();
+                return false;
+            };
+            (checkpoint, data, state.oldest_needed().unwrap_or(u64::MAX))
+        };
+        let saved =
+            AlertStore::save_database_snapshot(db.log.clone(), checkpoint, data, self.storage.retention, keep_from).await;
+        let written = saved.is_ok();
+        let mut state = self.lock();
+        after_database_retention(&mut state, saved);
+        state.pace.saved();
+        written
+    }
+}
+
+/// Forgets what retention deleted from the database (or says why the snapshot failed).
+fn after_database_retention(state: &mut State, saved: Result<u64, crate::journal::database::DatabaseError>) {
+    match saved {
+        Ok(0) => {}
+        Ok(first_kept) => {
+            let forgotten = state.forget_before(first_kept);
+            crate::telemetry::count(
+                "akritas_alert_incidents_removed_total",
+                "Resolved incidents forgotten because retention deleted their journal records.",
+                &[],
+                forgotten as f64,
+            );
+        }
+        Err(error) => {
+            tracing::warn!(component = "akritas_alerts", %error, "could not write the alert snapshot to the database; a start replays more")
+        }
     }
 }
 

@@ -58,7 +58,7 @@ impl AlertStore {
         let data = serde_json::to_value(&record).unwrap_or_default();
         self.append(
             NOTIFIED,
-            move |_| data,
+            move |_| Ok(data),
             move |state| {
                 let resolved = state.incident_resolved(&record.incident_id);
                 state.threads.notified(record, resolved);
@@ -75,7 +75,7 @@ impl AlertStore {
     pub async fn record_notice(&self, incident_id: &str, delivery: &Delivery) -> Result<(), AlertStoreError> {
         let record = NoticeRecord { incident_id: incident_id.into(), delivery: delivery.clone() };
         let data = serde_json::to_value(&record).unwrap_or_default();
-        self.append(NOTICE, move |_| data, move |state| state.threads.noticed(record), |_, _| {}).await?;
+        self.append(NOTICE, move |_| Ok(data), move |state| state.threads.noticed(record), |_, _| {}).await?;
         self.wake();
         Ok(())
     }

@@ -50,7 +50,7 @@ pub const MAX_ERROR_CHARS: usize = 512;
 const MAX_BACKOFF_FACTOR: u32 = 16;
 /// Wake-up interval when nothing is due.
 const IDLE_WAKE: Duration = Duration::from_secs(30);
-/// Wake-up interval while jobs are deferred.
+/// Wake-up interval while jobs are deferred, and on the database (to follow the other replicas).
 const DEFERRED_WAKE: Duration = Duration::from_secs(1);
 /// First pause after a job state could not be recorded; doubled per failure in a row.
 const STORE_RETRY_BASE: Duration = Duration::from_secs(1);
@@ -153,6 +153,10 @@ impl Worker {
                     _ = tokio::time::sleep(pause) => {}
                 }
             }
+            // On the database: what other replicas recorded (new jobs, steps they took).
+            if let Err(error) = self.store.follow().await {
+                tracing::warn!(component = "akritas_alerts", %error, "could not follow the alert store in the database");
+            }
             if let Err(error) = self.store.promote_deferred().await {
                 tracing::warn!(component = "akritas_alerts", %error, "deferred investigations could not be promoted");
             }
@@ -160,7 +164,7 @@ impl Worker {
             let busy = self.active_jobs().clone();
             let (jobs, next) = self.store.due_jobs(now, &busy, slots.available_permits());
             // Deferred jobs are promoted as tokens come back: looked at every second.
-            let idle = if self.store.deferred_jobs() > 0 { DEFERRED_WAKE } else { IDLE_WAKE };
+            let idle = if self.store.deferred_jobs() > 0 || self.store.on_database() { DEFERRED_WAKE } else { IDLE_WAKE };
             let next_due =
                 next.and_then(|t| Duration::try_from(now.duration_until(t)).ok()).map_or(idle, |wait| wait.min(idle));
             for job in jobs {
@@ -226,7 +230,7 @@ impl Worker {
             }
             let step = match succeeded {
                 Some((run, result)) => {
-                    let namespace = match self.store.incident(&job.incident_id) {
+                    let namespace = match self.store.incident(&job.incident_id).await? {
                         Some((incident, _, _)) => namespace_of(&job, &incident),
                         None => job.namespace.clone(),
                     };
@@ -257,6 +261,11 @@ impl Worker {
             JobStatus::Succeeded | JobStatus::Failed => self.notify(job).await,
             _ => self.attempt(job).await,
         };
+        // Another replica on the same database took the job first: it is theirs.
+        if let Err(WorkerError::Store(AlertStoreError::Taken { job, status })) = &result {
+            tracing::info!(component = "akritas_alert_worker", job = %job, ?status, "another replica took this job first");
+            return self.settle(Ok(()));
+        }
         self.settle(result);
     }
 
@@ -284,7 +293,9 @@ impl Worker {
     /// for a retry, or failed), each journaled once; then the notifications.
     async fn attempt(&self, mut job: Job) -> Result<(), WorkerError> {
         self.store.step(&mut job, Step::Start).await?;
-        let context = self.store.event(&job.event_id).zip(self.store.incident(&job.incident_id).map(|(i, _, _)| i));
+        let event = self.store.event(&job.event_id).await?;
+        let incident = self.store.incident(&job.incident_id).await?.map(|(i, _, _)| i);
+        let context = event.zip(incident);
         let Some((event, incident)) = context else {
             let failure = Failure {
                 run: None,

@@ -107,7 +107,8 @@ impl Worker {
     pub(super) async fn notify(&self, mut job: Job) -> Result<(), WorkerError> {
         let public_url = self.settings.public_url.as_deref();
         let (investigated, failed_notice);
-        let (payload, event) = match (job.status, &job.result, self.store.event(&job.event_id)) {
+        let event = self.store.event(&job.event_id).await?;
+        let (payload, event) = match (job.status, &job.result, event) {
             (JobStatus::Succeeded, Some(result), Some(event)) => {
                 investigated = notification(&job, result, &event, public_url);
                 (Payload::Investigated(&investigated), event)
@@ -127,7 +128,7 @@ impl Worker {
             }
         };
         let namespace = if job.namespace.is_empty() { DEFAULT_NAMESPACE } else { job.namespace.as_str() }.to_string();
-        let incident = self.store.incident(&job.incident_id);
+        let incident = self.store.incident(&job.incident_id).await?;
         let events = incident.as_ref().map(|(_, events, _)| events.clone()).unwrap_or_else(|| vec![event.clone()]);
         let labels = common_labels(&events);
         let facts = RouteFacts {
@@ -210,7 +211,11 @@ impl Worker {
         // The same id on every attempt, also after a crash between sending and recording:
         // a receiver sees a re-sent notice under the id it already has.
         delivery.delivery_id = notice_delivery_id(&due.incident_id, &due.receiver);
-        let Some((incident, events, _)) = self.store.incident(&due.incident_id) else {
+        let found = self.store.incident(&due.incident_id).await.unwrap_or_else(|error| {
+            tracing::warn!(incident = %due.incident_id, %error, "cannot read the incident for its resolve notice");
+            None
+        });
+        let Some((incident, events, _)) = found else {
             delivery.status = DeliveryStatus::Failed;
             delivery.error = Some("alert_context_missing".into());
             return delivery;

@@ -84,10 +84,10 @@ fn incident_facts(incident: &IncidentState) -> Value {
 /// The input (conversation and skill facts) of the investigation Run of job
 /// `job_id`, rebuilt from the store, for a Run export: `None` when the store no
 /// longer holds the job, its event or its incident.
-pub fn rebuilt_input(store: &AlertStore, job_id: &str) -> Option<(Vec<Turn>, BTreeMap<String, String>)> {
-    let job = store.job(job_id)?;
-    let event = store.event(&job.event_id)?;
-    let (incident, _, _) = store.incident(&job.incident_id)?;
+pub async fn rebuilt_input(store: &AlertStore, job_id: &str) -> Option<(Vec<Turn>, BTreeMap<String, String>)> {
+    let job = store.job(job_id).await.ok()??;
+    let event = store.event(&job.event_id).await.ok()??;
+    let (incident, _, _) = store.incident(&job.incident_id).await.ok()??;
     let request = investigation_request(&job, &event, &incident);
     Some((request.turns, request.context))
 }

@@ -1,0 +1,279 @@
+//! The alert store on the database replicas share (`storage: postgres`).
+//!
+//! Every replica keeps the state in memory, as on the embedded journal, and follows the
+//! `alerts` chain in the database. A write takes the store's head lock, first applies the records
+//! other replicas wrote since its state's last one (the same replay a start runs, correlation
+//! included), then decides on that state, writes its records and commits. So decisions (dedup,
+//! correlation, admission, job steps) are taken one at a time across every replica, each on
+//! everything written before it, and a job step taken elsewhere first makes a stale one fail.
+//! Reads and the worker follow the chain too ([`AlertStore::follow`]). A record's location is
+//! its seq ([`crate::journal::database::located`]).
+//!
+//! When a write fails after deciding (the database went away, a commit whose outcome is
+//! unknown), the state is rebuilt from the database before the store decides again, as after a
+//! failed journal write. A snapshot of the state is kept in the database without deleting the
+//! records it stands for; retention deletes the records older than `alert_retention` that
+//! neither the snapshot, an open incident nor a job that can still run needs. A replica whose
+//! next records retention deleted rebuilds from the snapshot.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::alerts::intake::admission::{Admission, Limits};
+use crate::alerts::intake::event::Event;
+use crate::alerts::store::error::inconsistent;
+use crate::alerts::store::record::{BatchRecord, split};
+use crate::alerts::store::saved::{FORMAT, Loaded, Saved};
+use crate::alerts::store::state::{Bounds, DELIVERY, State, apply, apply_batch};
+use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Made, Storage};
+use crate::journal::database::{Database, DatabaseError, GENESIS_PREV, Locked, Log};
+use crate::journal::pace::Pace;
+
+/// The alert store's chain in the database.
+pub const STORE: &str = "alerts";
+/// What messages name the store by.
+const NAME: &str = "database:alerts";
+
+/// The alert store's place in the database.
+pub(in crate::alerts) struct DbBacking {
+    pub(super) log: Log,
+    /// Held while the state follows the database or a write goes through, so a record is
+    /// applied once in this process.
+    turn: tokio::sync::Mutex<()>,
+}
+
+fn legacy(_: &str) -> String {
+    crate::tenancy::DEFAULT_NAMESPACE.to_string()
+}
+
+impl AlertStore {
+    /// Opens the alert store on `db` (its schema migrated): the snapshot kept there, then the
+    /// records after it. Records are stamped, bounded and sealed as `storage.journal` says.
+    pub async fn open_database(db: &Database, limits: Limits, storage: Storage) -> Result<AlertStore, AlertStoreError> {
+        let options = &storage.journal;
+        let log = Log::new(db, STORE, options.clock.clone(), options.max_record_bytes, options.mac_key.clone());
+        let bounds = Bounds { resolved_kept: storage.resolved_kept };
+        let (mut state, loaded) = load(&log, bounds).await?;
+        tracing::info!(
+            component = "akritas_alerts",
+            event = "journal_loaded",
+            replayed = loaded.replayed,
+            from_snapshot = loaded.from_snapshot(),
+            incidents = state.correlator.incidents().count(),
+            "alert state loaded from the database"
+        );
+        state.admission = Admission::new(limits);
+        state.pace = Pace::opened(state.pace.last().cloned(), loaded.replayed);
+        let backing = Backing::Database(DbBacking { log, turn: tokio::sync::Mutex::new(()) });
+        Ok(AlertStore::assemble(backing, PathBuf::from(NAME), storage, state, loaded, BTreeMap::new()))
+    }
+
+    /// Whether the store is on the database.
+    pub fn on_database(&self) -> bool {
+        matches!(self.backing, Backing::Database(_))
+    }
+
+    /// Applies the records other replicas wrote since this state's last one (nothing on the
+    /// embedded journal, which only this process writes). Reads and the worker call it first.
+    pub async fn follow(&self) -> Result<(), AlertStoreError> {
+        let Backing::Database(db) = &self.backing else { return Ok(()) };
+        let _turn = db.turn.lock().await;
+        self.follow_locked(db, None).await
+    }
+
+    /// [`AlertStore::follow`] under the turn (and, for a write, the head lock).
+    async fn follow_locked(&self, db: &DbBacking, locked: Option<&Locked>) -> Result<(), AlertStoreError> {
+        if self.lock().unavailable.is_some() {
+            return self.rebuild_from_database_locked(db).await;
+        }
+        let last = self.lock().pace.last().map(|c| (c.seq, c.hash.clone()));
+        let (last_seq, last_hash) = last.unwrap_or_else(|| (0, GENESIS_PREV.to_string()));
+        let (head, records) = db.log.after(locked, last_seq).await?;
+        if head < last_seq {
+            return Err(AlertStoreError::Unavailable(format!(
+                "the database's alert chain ends at record {head} but this replica has applied up to {last_seq}: \
+                 the database was restored from an older backup; restart the replica to load what it holds"
+            )));
+        }
+        let follows = records.first().is_none_or(|(prev, record)| record.seq == last_seq + 1 && *prev == last_hash);
+        if !follows {
+            // Retention deleted records this replica had not applied yet: start from the snapshot.
+            return self.rebuild_from_database_locked(db).await;
+        }
+        let mut state = self.lock();
+        for (_, record) in &records {
+            if let Err(reason) = apply(&mut state, record, &legacy) {
+                let error = inconsistent(&self.path, (record.seq, reason));
+                state.unavailable = Some(error.to_string());
+                return Err(error);
+            }
+            state.pace.followed(record);
+        }
+        let woke = !records.is_empty();
+        drop(state);
+        if woke {
+            self.wake();
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the state from the database after a failed write (the recovery of a store on
+    /// the database).
+    pub(super) async fn rebuild_from_database(&self, db: &DbBacking) -> Result<(), AlertStoreError> {
+        let _turn = db.turn.lock().await;
+        self.rebuild_from_database_locked(db).await
+    }
+
+    async fn rebuild_from_database_locked(&self, db: &DbBacking) -> Result<(), AlertStoreError> {
+        let bounds = Bounds { resolved_kept: self.storage.resolved_kept };
+        let (fresh, loaded) = load(&db.log, bounds).await?;
+        self.install_rebuilt(fresh);
+        tracing::info!(
+            component = "akritas_alerts",
+            event = "journal_recovered",
+            replayed = loaded.replayed,
+            from_snapshot = loaded.from_snapshot(),
+            "alert state rebuilt from the database"
+        );
+        Ok(())
+    }
+
+    /// Records a delivery: under the head lock, on the state caught up with every replica.
+    pub(super) async fn ingest_database(
+        &self,
+        db: &DbBacking,
+        made: Made<'_>,
+        events: Vec<Event>,
+    ) -> Result<Vec<ItemOutcome>, AlertStoreError> {
+        let _turn = db.turn.lock().await;
+        let locked = db.log.lock().await?;
+        self.follow_locked(db, Some(&locked)).await?;
+        let (parts, datas, generation) = {
+            let mut state = self.lock();
+            if let Some(reason) = &state.unavailable {
+                return Err(Self::unavailable(reason));
+            }
+            let record = self.decide(&mut state, &made, events);
+            let parts: Vec<std::sync::Arc<BatchRecord>> =
+                split(record, crate::journal::DEFAULT_MAX_RECORD_BYTES).into_iter().map(std::sync::Arc::new).collect();
+            let datas: Vec<Value> = parts.iter().map(|part| serde_json::to_value(&**part).unwrap_or_default()).collect();
+            for part in &parts {
+                state.pace.queued();
+                apply_batch(&mut state, part, None);
+            }
+            (parts, datas, state.generation)
+        };
+        let rows = datas.iter().map(|data| db.log.row(DELIVERY, data)).collect::<Result<Vec<_>, _>>();
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => return Err(self.fail(generation, error)),
+        };
+        let records = db.log.write(locked, rows).await.map_err(|error| self.fail_database(generation, error))?;
+        let mut outcomes = Vec::new();
+        for (part, record) in parts.iter().zip(&records) {
+            self.settled(generation, record, |state| state.settle_batch(part, record.location));
+            outcomes.extend(part.items.iter().map(|item| item.outcome.clone()));
+        }
+        Ok(outcomes)
+    }
+
+    /// Appends one record decided on the state caught up with every replica.
+    pub(super) async fn append_database(
+        &self,
+        db: &DbBacking,
+        kind: &str,
+        data: impl FnOnce(&State) -> Result<Value, AlertStoreError>,
+        apply: impl FnOnce(&mut State),
+        settle: impl FnOnce(&mut State, crate::journal::Location),
+    ) -> Result<(), AlertStoreError> {
+        let _turn = db.turn.lock().await;
+        let locked = db.log.lock().await?;
+        self.follow_locked(db, Some(&locked)).await?;
+        let (value, generation) = {
+            let mut state = self.lock();
+            if let Some(reason) = &state.unavailable {
+                return Err(Self::unavailable(reason));
+            }
+            let value = data(&state)?;
+            // Checked before anything is applied: a refused record decides nothing.
+            db.log.row(kind, &value)?;
+            state.pace.queued();
+            apply(&mut state);
+            (value, state.generation)
+        };
+        let row = db.log.row(kind, &value)?;
+        let mut records =
+            db.log.write(locked, vec![row]).await.map_err(|error| self.fail_database(generation, error))?;
+        let record = records.pop().expect("one record written");
+        self.settled(generation, &record, |state| settle(state, record.location));
+        Ok(())
+    }
+
+    /// After a write of `generation` failed once the state had decided: stops every decision
+    /// until the state is rebuilt from the database.
+    fn fail_database(&self, generation: u64, error: DatabaseError) -> AlertStoreError {
+        let mut state = self.lock();
+        if state.generation == generation && state.unavailable.is_none() {
+            tracing::error!(component = "akritas_alerts", event = "journal_write_failed", %error, "an alert write to the database failed; the state is rebuilt from the database before the next decision");
+            state.unavailable = Some(error.to_string());
+        }
+        state.pace.lost();
+        AlertStoreError::Database(error)
+    }
+
+    /// Writes the state as the store's snapshot in the database (the records stay), then
+    /// applies retention up to `keep_from` (the oldest record still needed); returns the first
+    /// record kept when retention deleted some (0 otherwise).
+    pub(super) async fn save_database_snapshot(
+        log: Log,
+        checkpoint: crate::journal::Checkpoint,
+        data: String,
+        retention: Option<std::time::Duration>,
+        keep_from: u64,
+    ) -> Result<u64, DatabaseError> {
+        log.keep_snapshot(&checkpoint, FORMAT, &data).await?;
+        let Some(max_age) = retention else { return Ok(0) };
+        // The checkpoint's own record stays: a start checks that the records follow it.
+        let retained = log.retain(max_age, keep_from.min(checkpoint.seq)).await?;
+        if retained.records > 0 {
+            tracing::info!(component = "akritas_alerts", records = retained.records, "alert retention deleted old records from the database");
+        }
+        Ok(retained.last_deleted.map_or(0, |seq| seq + 1))
+    }
+}
+
+/// The state as the database holds it: the snapshot (when one of this format is there) and the
+/// records after it, each following the one before.
+async fn load(log: &Log, bounds: Bounds) -> Result<(State, Loaded), AlertStoreError> {
+    let empty = || State { bounds, ..State::default() };
+    let snapshot = log.snapshot(None).await?;
+    let (mut state, from) = match snapshot {
+        Some(stored) if stored.format == FORMAT => match serde_json::from_str::<Saved>(&stored.data) {
+            Ok(saved) => {
+                let checkpoint = stored.checkpoint;
+                ((saved.restore(bounds, checkpoint.clone())), Some(checkpoint))
+            }
+            Err(error) => {
+                tracing::warn!(component = "akritas_alerts", %error, "the alert snapshot in the database cannot be read; replaying the records");
+                (empty(), None)
+            }
+        },
+        _ => (empty(), None),
+    };
+    let (mut last_seq, mut last_hash) =
+        from.as_ref().map_or_else(|| (0, GENESIS_PREV.to_string()), |c| (c.seq, c.hash.clone()));
+    let (_, records) = log.after(None, last_seq).await?;
+    let mut replayed = 0;
+    for (prev, record) in records {
+        if record.seq != last_seq + 1 || prev != last_hash {
+            return Err(AlertStoreError::NoSnapshot { path: NAME.to_string(), first_seq: record.seq });
+        }
+        apply(&mut state, &record, &legacy).map_err(|reason| inconsistent(std::path::Path::new(NAME), (record.seq, reason)))?;
+        state.pace.replayed(&record);
+        (last_seq, last_hash) = (record.seq, record.hash.clone());
+        replayed += 1;
+    }
+    Ok((state, Loaded { replayed, snapshot: from.map(|c| c.seq) }))
+}
