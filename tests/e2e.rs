@@ -9,6 +9,7 @@ mod alert_e2e;
 mod bots_e2e;
 mod change_e2e;
 mod chart;
+mod database_alerts;
 mod database_audit;
 mod database_stores;
 mod disk_full;

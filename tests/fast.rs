@@ -7,6 +7,7 @@
 
 mod alert_admission;
 mod alert_backoff;
+mod alert_contract;
 mod alert_groups;
 mod alert_ingress;
 mod alert_storage;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use akritas::alerts::store::{AlertStore, Failure, JobStatus, Step};
 use akritas::audit::{AuditError, AuditLog, Finish, NewEvent, NewRun, RunId, RunStatus, TOOL_CALL};
 use serde_json::{Value, json};
 
@@ -156,4 +157,104 @@ pub async fn audit_concurrent_writers(audit: std::sync::Arc<AuditLog>) {
         assert_eq!(calls, (0..20).map(|call| json!({"query": call})).collect::<Vec<_>>(), "in the order written");
         assert_eq!(run.status, RunStatus::Succeeded);
     }
+}
+
+/// Generic-webhook alerts, one per `(state, key)`, each correlated by its key.
+pub fn alert_events(list: &[(&str, &str)]) -> Vec<akritas::alerts::event::Event> {
+    use akritas::alerts::adapters::{DecodeContext, adapter};
+    let alerts: Vec<Value> = list
+        .iter()
+        .map(|(state, key)| {
+            json!({"state": state, "name": "HighCPU", "summary": format!("CPU high on {key}"),
+                   "entity": {"kind": "host", "id": key}, "started_at": "2026-11-29T22:40:00Z",
+                   "correlation_key": key, "labels": {"team": "storage"}})
+        })
+        .collect();
+    let body = json!({"schema_version": 1, "alerts": alerts}).to_string();
+    let context = DecodeContext { source_type: "generic", source_name: "gen", observed_at: jiff::Timestamp::now() };
+    adapter("generic").unwrap().decode(body.as_bytes(), &context).unwrap()
+}
+
+/// Limits that never defer a job (the contract is about storage, not admission).
+pub fn open_limits() -> akritas::alerts::admission::Limits {
+    akritas::alerts::admission::Limits {
+        source_rate_per_minute: 1_000_000,
+        max_pending_jobs: 1_000_000,
+        max_deferred_per_source: 10_000,
+    }
+}
+
+/// Deduplication and correlation, a job's steps, and every read: the answers a store gives.
+pub async fn alerts_deliveries_jobs_and_reads(store: &AlertStore) {
+    let first = store.ingest("ops", "gen", alert_events(&[("firing", "db-1")])).await.unwrap();
+    assert_eq!(first.events[0].status, "accepted");
+    let job_id = first.events[0].job_id.clone().expect("a new incident gets a job");
+    let again = store.ingest("ops", "gen", alert_events(&[("firing", "db-1")])).await.unwrap();
+    assert_eq!(again.events[0].status, "duplicate");
+    assert_eq!(again.events[0].incident_id, first.events[0].incident_id);
+    let other = store.ingest("team-b", "gen", alert_events(&[("firing", "db-2")])).await.unwrap();
+    assert_ne!(other.events[0].incident_id, first.events[0].incident_id);
+
+    let incident_id = first.events[0].incident_id.clone();
+    let (incident, events, jobs) = store.incident(&incident_id).await.unwrap().expect("the incident is read back");
+    assert_eq!((incident.namespace.as_str(), events.len(), jobs.len()), ("ops", 1, 1));
+    assert_eq!(events[0].event.labels["team"], "storage");
+    let event = store.event(&first.events[0].event_id).await.unwrap().expect("the event is read back");
+    assert_eq!(event.incident_id, incident_id);
+    let listed = store.incidents(10).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    let team_b = store.incidents_where(10, |namespace, _| namespace == "team-b").await.unwrap();
+    assert_eq!(team_b.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), [other.events[0].incident_id.as_str()]);
+
+    let mut job = store.job(&job_id).await.unwrap().expect("the job is read back");
+    assert_eq!(job.status, JobStatus::Pending);
+    store.step(&mut job, Step::Start).await.unwrap();
+    assert_eq!(store.job(&job_id).await.unwrap().unwrap().status, JobStatus::Running);
+    let failure = Failure { run: None, code: "upstream_error".into(), error: "model unavailable".into() };
+    store.step(&mut job, Step::Fail { failure, notifications: Vec::new() }).await.unwrap();
+    let settled = store.job(&job_id).await.unwrap().unwrap();
+    assert_eq!((settled.status, settled.error.as_deref()), (JobStatus::Failed, Some("model unavailable")));
+
+    let resolved = store.ingest("ops", "gen", alert_events(&[("resolved", "db-1")])).await.unwrap();
+    assert_eq!(resolved.events[0].status, "accepted");
+    let (incident, events, _) = store.incident(&incident_id).await.unwrap().unwrap();
+    assert!(incident.resolved_at.is_some() && events.len() == 2, "{incident:?}");
+    let (jobs, states) = store.tallies();
+    assert_eq!((jobs["failed"], jobs["pending"], states["resolved"], states["firing"]), (1, 1, 1, 1));
+    assert_eq!(store.counters("ops/gen").duplicate, 1);
+    assert!(store.incident("inc_missing").await.unwrap().is_none());
+    assert!(store.job("job_missing").await.unwrap().is_none());
+}
+
+/// What a store holds survives a reopen, from its snapshot and the records after it: the same
+/// incidents, events, jobs and tallies.
+pub async fn alerts_survive_a_reopen<F, Fut>(open: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = AlertStore>,
+{
+    let store = open().await;
+    for n in 0..40 {
+        let key = format!("host-{n}");
+        let fired = store.ingest("ops", "gen", alert_events(&[("firing", &key)])).await.unwrap();
+        if n % 3 == 0 {
+            store.ingest("ops", "gen", alert_events(&[("resolved", &key)])).await.unwrap();
+        }
+        if n % 4 == 0
+            && let Some(job) = store.job(fired.events[0].job_id.as_deref().unwrap()).await.unwrap()
+        {
+            crate::jobs::give_up(&store, job, "model unavailable").await.unwrap();
+        }
+        if n == 20 {
+            assert!(store.save_snapshot().await, "a snapshot halfway");
+        }
+    }
+    let before = (crate::jobs::incident_details(&store, 1000).await, store.tallies(), store.all_counters());
+    drop(store);
+    let reopened = open().await;
+    let (replayed, from_snapshot) = reopened.replayed_at_open();
+    assert!(from_snapshot && replayed > 0, "from the snapshot, then the records after it ({replayed})");
+    let after = (crate::jobs::incident_details(&reopened, 1000).await, reopened.tallies(), reopened.all_counters());
+    assert_eq!(after.0, before.0);
+    assert_eq!((after.1, after.2.len()), (before.1, before.2.len()));
 }

@@ -27,7 +27,8 @@ use crate::alerts::store::error::inconsistent;
 use crate::alerts::store::record::{BatchRecord, split};
 use crate::alerts::store::saved::{FORMAT, Loaded, Saved};
 use crate::alerts::store::state::{Bounds, DELIVERY, State, apply, apply_batch};
-use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Made, Storage};
+use crate::alerts::store::ingest::Made;
+use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Storage};
 use crate::journal::database::{Database, DatabaseError, GENESIS_PREV, Locked, Log};
 use crate::journal::pace::Pace;
 
@@ -274,6 +275,12 @@ async fn load(log: &Log, bounds: Bounds) -> Result<(State, Loaded), AlertStoreEr
         state.pace.replayed(&record);
         (last_seq, last_hash) = (record.seq, record.hash.clone());
         replayed += 1;
+    }
+    // What retention deleted since the snapshot was written is forgotten, as the replica that
+    // deleted it did.
+    let anchor = log.anchor().await?;
+    if anchor > 0 {
+        state.forget_before(anchor + 1);
     }
     Ok((state, Loaded { replayed, snapshot: from.map(|c| c.seq) }))
 }

@@ -29,6 +29,7 @@
 
 mod database;
 pub(in crate::alerts) mod deferred;
+mod ingest;
 pub(in crate::alerts) mod error;
 pub mod job;
 pub(in crate::alerts) mod reads;
@@ -48,22 +49,22 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::alerts::intake::admission::{Admission, Limits, Start};
+use crate::alerts::intake::admission::{Admission, Limits};
 pub use crate::alerts::intake::correlate::DedupLimits;
-use crate::alerts::intake::correlate::{Decision, IdKind, IncidentState};
+use crate::alerts::intake::correlate::IncidentState;
 use crate::alerts::intake::event::Event;
 pub use crate::alerts::store::error::AlertStoreError;
 use crate::alerts::store::error::load_error;
 pub use crate::alerts::store::job::{
     Delivery, DeliveryStatus, Failure, IllegalStep, ItemOutcome, Job, JobStatus, Step, StoredEvent,
 };
-use crate::alerts::store::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, keep_storable, split};
+use crate::alerts::store::record::{Truncation, keep_storable};
 pub use crate::alerts::store::saved::verify;
-use crate::alerts::store::state::{Bounds, DELIVERY, JOB, State, apply_batch, set_job};
+use crate::alerts::store::state::{Bounds, JOB, State, set_job};
 pub use crate::alerts::store::state::{RecordError, SourceCounters};
 pub use crate::alerts::store::threads::{DueNotice, Told};
 use crate::journal::pace::{Barrier, Pace};
-use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal, JournalError, JournalOptions};
+use crate::journal::{Journal, JournalError, JournalOptions};
 /// Least time between two recovery attempts after a failed write.
 const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -105,15 +106,6 @@ impl Default for Storage {
             resolved_kept: Bounds::default().resolved_kept,
         }
     }
-}
-
-/// What a delivery's record is made of besides its events.
-struct Made<'a> {
-    namespace: &'a str,
-    source: &'a str,
-    delivery_id: &'a str,
-    received_at: Timestamp,
-    truncated: Truncation,
 }
 
 /// Where the store's records are kept.
@@ -429,7 +421,7 @@ impl AlertStore {
         }
         let delivery_id = new_id("dlv");
         let received_at = jiff::Timestamp::now();
-        let made = Made { namespace, source, delivery_id: &delivery_id, received_at, truncated };
+        let made = ingest::Made { namespace, source, delivery_id: &delivery_id, received_at, truncated };
         let events = match &self.backing {
             Backing::File(journal) => self.ingest_file(journal, made, events).await?,
             Backing::Database(db) => self.ingest_database(db, made, events).await?,
@@ -439,118 +431,6 @@ impl AlertStore {
             self.wake();
         }
         Ok(Accepted { delivery_id, events, truncated })
-    }
-
-    /// Records a delivery in the embedded journal: decided and queued under the state's lock (so
-    /// the journal order is the order of decisions), then awaited.
-    async fn ingest_file(
-        &self,
-        journal: &Journal,
-        made: Made<'_>,
-        events: Vec<Event>,
-    ) -> Result<Vec<ItemOutcome>, AlertStoreError> {
-        let (pending, outcomes, generation) = {
-            let mut state = self.lock();
-            if let Some(reason) = &state.unavailable {
-                return Err(Self::unavailable(reason));
-            }
-            let record = self.decide(&mut state, &made, events);
-            let generation = state.generation;
-            let mut pending = Vec::new();
-            let mut outcomes = Vec::new();
-            for part in split(record, DEFAULT_MAX_RECORD_BYTES) {
-                let data = serde_json::to_value(&part).unwrap_or_default();
-                match journal.enqueue(DELIVERY, &data) {
-                    Ok(queued) => {
-                        let part = Arc::new(part);
-                        state.pace.queued();
-                        apply_batch(&mut state, &part, None);
-                        outcomes.extend(part.items.iter().map(|i| i.outcome.clone()));
-                        pending.push((queued, part));
-                    }
-                    Err(error) => {
-                        drop(state);
-                        return Err(self.fail(generation, error));
-                    }
-                }
-            }
-            (pending, outcomes, generation)
-        };
-        for (queued, part) in pending {
-            match queued.committed().await {
-                Ok(record) => self.settled(generation, &record, |state| state.settle_batch(&part, record.location)),
-                Err(error) => return Err(self.fail(generation, error)),
-            }
-        }
-        Ok(outcomes)
-    }
-
-    /// Deduplicates and correlates a delivery's events on the live state and returns its record
-    /// (before any split). Never refused for load: admission decides only how each new job
-    /// starts, seeing the jobs this delivery created before it.
-    fn decide(&self, state: &mut State, made: &Made<'_>, events: Vec<Event>) -> BatchRecord {
-        let source_key = format!("{}/{}", made.namespace, made.source);
-        // The window moves with the delivery's receive time, which the record keeps.
-        state.correlator.advance(made.received_at.as_second(), Some(self.storage.dedup));
-        // Decided on the live correlator (a copy per delivery would cost O(incidents)); if a
-        // record cannot be stored the store becomes unavailable and is rebuilt from what is
-        // stored before it decides again, so an unrecorded decision never persists.
-        let now = Instant::now();
-        let mut waiting = state.pending;
-        let mut deferred = state.deferred_of(&source_key);
-        let mut storm = state.storm_of.get(&source_key).cloned();
-        let mut items = Vec::with_capacity(events.len());
-        for event in events {
-            let start = state.admission.decide(&source_key, waiting, deferred, now);
-            let hint = storm.as_deref().filter(|_| start == Start::Storm);
-            let outcome = state.correlator.ingest(&event, true, hint, |kind| {
-                new_id(match kind {
-                    IdKind::Event => "evt",
-                    IdKind::Incident => "inc",
-                    IdKind::Job => "job",
-                })
-            });
-            let shares_storm = outcome.shared_job.is_some() && outcome.shared_job.as_deref() == hint;
-            let (deferred_job, storm_job) = match (&outcome.job_id, start) {
-                (None, _) => (false, shares_storm),
-                (Some(_), Start::Now) => {
-                    state.admission.take(&source_key, now);
-                    waiting += 1;
-                    (false, false)
-                }
-                (Some(_), Start::Deferred) => {
-                    deferred += 1;
-                    (true, false)
-                }
-                (Some(job), Start::Storm) => {
-                    deferred += 1;
-                    storm = Some(job.clone());
-                    (true, true)
-                }
-            };
-            let status = if matches!(outcome.decision, Decision::Duplicate { .. }) { "duplicate" } else { "accepted" };
-            let item = ItemOutcome {
-                status: status.into(),
-                event_id: outcome.event_id,
-                incident_id: outcome.incident_id,
-                job_id: outcome.job_id,
-                shared_job: outcome.shared_job,
-                deferred: deferred_job,
-                storm: storm_job,
-            };
-            items.push(BatchItem { outcome: item, event });
-        }
-        BatchRecord {
-            version: RECORD_VERSION,
-            delivery_id: made.delivery_id.to_string(),
-            source: made.source.to_string(),
-            namespace: made.namespace.to_string(),
-            received_at: made.received_at.to_string(),
-            part: None,
-            truncated: made.truncated,
-            dedup: Some(self.storage.dedup),
-            items,
-        }
     }
 
     /// Takes `step` on `job` (the caller's copy, updated in place) and journals the job's new

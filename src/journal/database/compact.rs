@@ -15,6 +15,16 @@ pub struct Retained {
 }
 
 impl Log {
+    /// The chain's anchor: the last record a snapshot or retention deleted (0 when none was).
+    pub(crate) async fn anchor(&self) -> Result<u64, DatabaseError> {
+        let client = self.db.client().await?;
+        let row = client
+            .query_opt("SELECT anchor_seq FROM akritas_heads WHERE store = $1", &[&self.store])
+            .await
+            .map_err(statement("read the store's anchor"))?;
+        Ok(row.map_or(0, |row| seq_of(row.get(0))))
+    }
+
     /// Writes `data` as the store's snapshot at `checkpoint` (unless a newer one is there),
     /// keeping the records it stands for (a store that reads records by location after them).
     pub(crate) async fn keep_snapshot(&self, checkpoint: &Checkpoint, format: &str, data: &str) -> Result<(), DatabaseError> {

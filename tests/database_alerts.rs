@@ -1,0 +1,176 @@
+//! The alert store on a real PostgreSQL: the contract suite the fast tier runs on the embedded
+//! journal (`alert_contract`), then what only replicas sharing a database can show: the same
+//! alerts posted to two replicas at once are deduplicated as one, a job is started by one
+//! replica only, a replica left behind by retention rebuilds from the snapshot, a write that
+//! fails after deciding leaves no trace of its decision, and a stopped database fails
+//! deliveries cleanly until it is back.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use akritas::alerts::store::{AlertStore, AlertStoreError, JobStatus, Step, Storage};
+use akritas::journal::database::Database;
+use akritas_testkit::contract::{self, alert_events};
+use akritas_testkit::jobs::incident_details;
+use akritas_testkit::postgres::Postgres;
+
+async fn database(pg: &Postgres) -> Database {
+    let db = Database::connect(&pg.url("disable"), None, 8).unwrap();
+    db.migrate().await.unwrap();
+    db
+}
+
+async fn open(db: &Database, storage: Storage) -> AlertStore {
+    AlertStore::open_database(db, contract::open_limits(), storage).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_contract_holds_on_the_database() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    contract::alerts_deliveries_jobs_and_reads(&open(&db, Storage::default()).await).await;
+    let other = Postgres::start();
+    let db = database(&other).await;
+    contract::alerts_survive_a_reopen(|| open(&db, Storage::default())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_posted_to_two_replicas_at_once_are_deduplicated_as_one() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
+    // Alertmanager sends every notification to both replicas: each key arrives twice, at once.
+    let mut posts = Vec::new();
+    for round in 0..3 {
+        for n in 0..20 {
+            for store in [a.clone(), b.clone()] {
+                let key = format!("host-{n}");
+                posts.push(tokio::spawn(async move {
+                    store.ingest("ops", "am", alert_events(&[("firing", &key)])).await.map(|accepted| (round, accepted))
+                }));
+            }
+        }
+    }
+    let mut accepted = 0;
+    let mut incidents = BTreeSet::new();
+    let mut jobs = BTreeSet::new();
+    for post in posts {
+        let (_, answer) = post.await.unwrap().unwrap();
+        let item = &answer.events[0];
+        accepted += usize::from(item.status == "accepted");
+        incidents.insert(item.incident_id.clone());
+        jobs.extend(item.job_id.clone());
+    }
+    assert_eq!((accepted, incidents.len(), jobs.len()), (20, 20, 20), "one incident and one job per key");
+    assert_eq!(incident_details(&a, 100).await, incident_details(&b, 100).await, "both replicas see the same");
+    assert_eq!(a.tallies(), b.tallies());
+    let delivered = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'alerts' AND kind = 'alerts.delivery'");
+    assert_eq!(delivered, "120", "every acknowledged delivery is stored once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_started_by_one_replica_however_they_race() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let accepted = a.ingest("ops", "am", alert_events(&[("firing", &format!("db-{n}"))])).await.unwrap();
+        ids.push(accepted.events[0].job_id.clone().unwrap());
+    }
+    let mut races = Vec::new();
+    for id in &ids {
+        for store in [a.clone(), b.clone()] {
+            let id = id.clone();
+            races.push(tokio::spawn(async move {
+                let mut job = store.job(&id).await.unwrap().expect("both replicas read the job");
+                store.step(&mut job, Step::Start).await
+            }));
+        }
+    }
+    let (mut started, mut taken) = (0, 0);
+    for race in races {
+        match race.await.unwrap() {
+            Ok(()) => started += 1,
+            Err(AlertStoreError::Taken { status: JobStatus::Running, .. }) => taken += 1,
+            Err(other) => panic!("a losing start is told the job was taken, not {other}"),
+        }
+    }
+    assert_eq!((started, taken), (10, 10));
+    assert_eq!(b.tallies().0["running"], 10);
+}
+
+#[tokio::test]
+async fn a_replica_left_behind_by_retention_rebuilds_from_the_snapshot() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let retained = Storage { retention: Some(Duration::ZERO), ..Storage::default() };
+    let a = open(&db, retained.clone()).await;
+    let b = open(&db, retained).await;
+    for n in 0..30 {
+        let key = format!("old-{n}");
+        let fired = a.ingest("ops", "am", alert_events(&[("firing", &key)])).await.unwrap();
+        a.ingest("ops", "am", alert_events(&[("resolved", &key)])).await.unwrap();
+        let job = a.job(fired.events[0].job_id.as_deref().unwrap()).await.unwrap().unwrap();
+        akritas_testkit::jobs::give_up(&a, job, "model unavailable").await.unwrap();
+    }
+    let open_one = a.ingest("ops", "am", alert_events(&[("firing", "kept-open")])).await.unwrap();
+    assert!(a.save_snapshot().await);
+    let kept: u64 = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'alerts'").parse().unwrap();
+    assert!(kept < 10, "retention deleted what neither the snapshot nor the open incident needs ({kept} kept)");
+    // B applied nothing yet: the records it needs next are gone, so it starts from the snapshot.
+    assert_eq!(incident_details(&b, 100).await, incident_details(&a, 100).await);
+    let again = b.ingest("ops", "am", alert_events(&[("firing", "kept-open")])).await.unwrap();
+    assert_eq!(again.events[0].status, "duplicate");
+    assert_eq!(again.events[0].incident_id, open_one.events[0].incident_id);
+}
+
+#[tokio::test]
+async fn a_write_that_fails_after_deciding_leaves_no_trace_of_its_decision() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = open(&db, Storage::default()).await;
+    store.ingest("ops", "am", alert_events(&[("firing", "db-1")])).await.unwrap();
+    // The database refuses the next records after the store decided on them.
+    pg.psql("ALTER TABLE akritas_records ADD CONSTRAINT refuse_new CHECK (seq < 2) NOT VALID");
+    let refused = store.ingest("ops", "am", alert_events(&[("firing", "db-2")])).await.unwrap_err();
+    assert!(matches!(refused, AlertStoreError::Database(_)), "{refused}");
+    assert!(store.degraded().is_some(), "the store says it must rebuild before deciding again");
+    pg.psql("ALTER TABLE akritas_records DROP CONSTRAINT refuse_new");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let retried = store.ingest("ops", "am", alert_events(&[("firing", "db-2")])).await.unwrap();
+    assert_eq!(retried.events[0].status, "accepted", "db-2's first decision was not kept");
+    assert_eq!(store.incidents(10).await.unwrap().len(), 2);
+    assert!(store.degraded().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_database_fails_deliveries_cleanly_until_it_is_back() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = open(&db, Storage::default()).await;
+    let first = store.ingest("ops", "am", alert_events(&[("firing", "db-1")])).await.unwrap();
+    pg.stop();
+    let refused = store.ingest("ops", "am", alert_events(&[("firing", "db-2")])).await.unwrap_err();
+    assert!(matches!(refused, AlertStoreError::Database(_)), "{refused}");
+    assert!(store.incidents(10).await.is_err(), "a read says the database is down, not that nothing is there");
+    pg.start_again();
+    let mut stored = None;
+    for _ in 0..50 {
+        match store.ingest("ops", "am", alert_events(&[("firing", "db-2")])).await {
+            Ok(accepted) => {
+                stored = Some(accepted);
+                break;
+            }
+            Err(AlertStoreError::Database(_) | AlertStoreError::Unavailable(_)) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(stored.expect("the database is back").events[0].status, "accepted");
+    let again = store.ingest("ops", "am", alert_events(&[("firing", "db-1")])).await.unwrap();
+    assert_eq!(again.events[0].incident_id, first.events[0].incident_id, "what was stored before is kept");
+    assert_eq!(store.incidents(10).await.unwrap().len(), 2);
+}
