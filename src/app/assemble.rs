@@ -63,7 +63,15 @@ pub fn llm_client(settings: &Settings, instructions: &SystemInstructions) -> Res
 /// Opens the audit journal (blocking: reads the index snapshot and replays the records after it).
 pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
     let path = audit_path(settings);
-    let storage = AuditStorage {
+    let storage = audit_storage(settings)?;
+    let audit =
+        AuditLog::open_with(&path, storage).with_context(|| format!("opening the audit journal {}", path.display()))?;
+    Ok(Arc::new(audit))
+}
+
+/// How the audit is stored: segments, seals, snapshots and retention from the settings.
+pub fn audit_storage(settings: &Settings) -> Result<AuditStorage> {
+    Ok(AuditStorage {
         journal: JournalOptions {
             segment_bytes: settings.journal_segment_bytes,
             segment_age: Some(settings.journal_segment_age),
@@ -72,10 +80,7 @@ pub fn open_audit(settings: &Settings) -> Result<Arc<AuditLog>> {
         },
         snapshot_records: settings.snapshot_records,
         retention: Some(settings.audit_retention).filter(|age| !age.is_zero()),
-    };
-    let audit =
-        AuditLog::open_with(&path, storage).with_context(|| format!("opening the audit journal {}", path.display()))?;
-    Ok(Arc::new(audit))
+    })
 }
 
 /// The audit key from `audit_key_env`: refused when the variable is unset or shorter than

@@ -35,14 +35,20 @@ pub struct BotParts {
 pub async fn start(
     settings: &Settings,
     parts: BotParts,
+    stores: &super::storage::Stores,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Arc<Bots>> {
     let path = settings.data_dir.join("bots").join("sessions.jsonl");
-    let sessions = tokio::task::spawn_blocking(move || SessionStore::open(&path, SessionOptions::default()))
-        .await
-        .context("opening the bot session journal")?
-        .context("opening the bot session journal")?;
+    let sessions = match stores.database() {
+        Some((db, _)) => SessionStore::open_database(db, SessionOptions::default())
+            .await
+            .context("opening the bot sessions in the database")?,
+        None => tokio::task::spawn_blocking(move || SessionStore::open(&path, SessionOptions::default()))
+            .await
+            .context("opening the bot session journal")?
+            .context("opening the bot session journal")?,
+    };
     let timeout = settings.notification_timeout;
     let current = receivers(&parts.store.current(), parts.secrets.as_ref(), timeout);
     let shared = Arc::new(ArcSwap::from_pointee(current));
@@ -55,7 +61,16 @@ pub async fn start(
     ));
     let bots = Arc::new(Bots::new(gateway.clone(), shared.clone()));
     tasks.spawn(gateway.run(cancel.clone()));
-    tasks.spawn(bots.clone().poll(cancel.clone()));
+    match stores.database() {
+        // Replicas sharing a database: only the one holding the database's leadership polls.
+        Some((db, replica)) => {
+            let leading = crate::journal::database::lead(db, replica.lease() / 3, cancel.clone());
+            tasks.spawn(poll_while_leading(bots.clone(), leading, cancel.clone()));
+        }
+        None => {
+            tasks.spawn(bots.clone().poll(cancel.clone()));
+        }
+    }
     let (store, secrets, mut secrets_changed, cancel) =
         (parts.store, parts.secrets, parts.secrets_changed, cancel.clone());
     tasks.spawn(async move {
@@ -71,4 +86,27 @@ pub async fn start(
         }
     });
     Ok(bots)
+}
+
+/// Runs the pollers while this replica leads, stopping them when it no longer does.
+async fn poll_while_leading(bots: Arc<Bots>, mut leading: tokio::sync::watch::Receiver<bool>, cancel: CancellationToken) {
+    loop {
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = leading.changed() => if changed.is_err() { return } else { continue },
+            }
+        }
+        let polling = cancel.child_token();
+        let pollers = tokio::spawn(bots.clone().poll(polling.clone()));
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            _ = leading.wait_for(|leads| !leads) => {}
+        }
+        polling.cancel();
+        let _ = pollers.await;
+        if cancel.is_cancelled() {
+            return;
+        }
+    }
 }

@@ -170,6 +170,7 @@ pub async fn service(
     llm: crate::llm::LlmClient,
     audit: Arc<crate::audit::AuditLog>,
     directory: Arc<Directory>,
+    stores: &super::storage::Stores,
 ) -> anyhow::Result<Arc<ChangeService>> {
     use anyhow::Context;
     let path = settings.data_dir.join("change").join("approvals.jsonl");
@@ -178,10 +179,15 @@ pub async fn service(
         max_pending_per_namespace: settings.change_max_pending_per_namespace as usize,
         ..ApprovalOptions::default()
     };
-    let approvals = tokio::task::spawn_blocking(move || ApprovalStore::open(&path, options))
-        .await
-        .context("opening the change approval journal")?
-        .context("opening the change approval journal")?;
+    let approvals = match stores.database() {
+        Some((db, _)) => ApprovalStore::open_database(db, options)
+            .await
+            .context("opening the change approvals in the database")?,
+        None => tokio::task::spawn_blocking(move || ApprovalStore::open(&path, options))
+            .await
+            .context("opening the change approval journal")?
+            .context("opening the change approval journal")?,
+    };
     let engine = crate::app::narrow::engine(settings);
     let change = ChangeSettings {
         limits: engine.limits,

@@ -77,11 +77,17 @@ pub async fn serve(settings: Settings) -> Result<()> {
     if settings.model_protocol == Protocol::Auto {
         tasks.spawn(identify_model_server(llm.clone(), cancel.clone()));
     }
-    let audit = {
-        let settings = settings.clone();
-        tokio::task::spawn_blocking(move || assemble::open_audit(&settings))
-            .await
-            .context("opening the audit journal")??
+    let stores = super::storage::open(&settings, &mut tasks, &cancel).await?;
+    let audit = match stores.database() {
+        Some((db, replica)) => {
+            Arc::new(crate::audit::AuditLog::open_database(db, assemble::audit_storage(&settings)?, replica.clone()))
+        }
+        None => {
+            let settings = settings.clone();
+            tokio::task::spawn_blocking(move || assemble::open_audit(&settings))
+                .await
+                .context("opening the audit journal")??
+        }
     };
     // The anchor: the configured file, or in operator mode with a key, a ConfigMap.
     let anchor = match (&settings.audit_anchor_file, &client) {
@@ -130,12 +136,17 @@ pub async fn serve(settings: Settings) -> Result<()> {
             }
         };
         let storage = alert_storage(&settings);
-        let store = tokio::task::spawn_blocking(move || {
-            crate::alerts::store::AlertStore::open_stored(&path, limits, storage, &legacy_namespace)
-        })
-        .await
-        .context("opening the alert journal")?
-        .context("opening the alert journal")?;
+        let store = match stores.database() {
+            Some((db, _)) => crate::alerts::store::AlertStore::open_database(db, limits, storage)
+                .await
+                .context("opening the alert store in the database")?,
+            None => tokio::task::spawn_blocking(move || {
+                crate::alerts::store::AlertStore::open_stored(&path, limits, storage, &legacy_namespace)
+            })
+            .await
+            .context("opening the alert journal")?
+            .context("opening the alert journal")?,
+        };
         // The replayed records are gone; their memory goes back to the system.
         live::release_freed_memory();
         Arc::new(store)
@@ -149,6 +160,10 @@ pub async fn serve(settings: Settings) -> Result<()> {
         crate::app::narrow::worker(&settings),
     )
     .context("building the alert worker")?;
+    let worker = match stores.database() {
+        Some((_, replica)) => worker.with_replica(replica.clone()),
+        None => worker,
+    };
     worker.recover().await.context("recovering interrupted alert jobs")?;
     {
         // Investigations wait (bounded) for the adapters configured at start, so a
@@ -188,7 +203,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     );
     tasks.spawn(workspaces.clone().run(store.clone(), secrets_changed.clone(), cancel.clone()));
     let directory = super::change::Directory::new(store.clone(), board.clone(), workspaces);
-    let change = super::change::service(&settings, change_llm, audit_log.clone(), directory).await?;
+    let change = super::change::service(&settings, change_llm, audit_log.clone(), directory, &stores).await?;
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
     if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
         let projection = ProjectionSettings {
@@ -206,7 +221,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         engine: engine.clone(),
         alerts: Some(alerts.clone()),
     };
-    let bots = super::bots::start(&settings, bot_parts, &mut tasks, &cancel).await?;
+    let bots = super::bots::start(&settings, bot_parts, &stores, &mut tasks, &cancel).await?;
     let alert_store = alerts.clone();
     let state = AppState {
         catalog: store.clone(),

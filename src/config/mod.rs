@@ -252,6 +252,29 @@ settings_table! {
         flag "data-dir" [Option<String>] value_name "DIR";
         expect "a non-empty path";
         check value::non_empty_path; section "storage";
+    /// Where the audit, alerts, change approvals and bot sessions are kept: `embedded` (journals in the data directory, one replica) or `postgres` (a PostgreSQL database several replicas share)
+    storage_backend: String = "embedded".to_string();
+        flag "storage-backend" [Option<String>] value_name "BACKEND";
+        expect "`embedded` or `postgres`";
+        check value::check_storage_backend; section "storage";
+    /// Name of the environment variable holding the PostgreSQL connection string (storage_backend: postgres); the string itself is never a setting
+    database_url_env: String = "AKRITAS_DATABASE_URL".to_string();
+        flag "database-url-env" [Option<String>] value_name "ENV_VAR";
+        expect "an environment variable name such as AKRITAS_DATABASE_URL";
+        check value::check_env_name; section "storage";
+    /// PEM certificates that sign the database server's certificate, for `sslmode=require` (the system's roots are trusted too)
+    database_ca_file: Option<String> = None;
+        flag "database-ca-file" [Option<String>] value_name "PATH";
+        expect "a path to PEM certificates";
+        check lists::check_optional_path; section "storage";
+    /// Connections each replica keeps to the database at most
+    database_max_connections: u32 = 16;
+        flag "database-max-connections" [Option<String>] value_name "N";
+        range u32 2 ..= 256; section "storage";
+    /// On the database, how long a replica's heartbeat counts: a Run or an investigation job of a replica silent this long is taken over by another
+    job_claim_timeout: Duration = Duration::from_secs(30);
+        flag "job-claim-timeout" [Option<String>] value_name "DURATION";
+        range duration ">0" ..= "1h", such as "30s"; section "storage";
     /// Number of search results to retrieve
     search_top_k: u32 = 5;
         flag "search-top-k" [Option<String>] value_name "N";

@@ -14,6 +14,11 @@ impl Settings {
         all
     }
 
+    /// Whether the stores are on the PostgreSQL database (`storage_backend: postgres`).
+    pub fn on_database(&self) -> bool {
+        self.storage_backend == "postgres"
+    }
+
     /// Where the value of `key` came from ([`Source::Default`] when not
     /// overridden or unknown).
     pub fn origin(&self, key: &str) -> Source {
@@ -48,6 +53,15 @@ impl Settings {
                  so unset one of them",
                 self.cite("kubernetes", true),
                 self.cite("resources", dirs.join(", ")),
+            )));
+        }
+        if self.on_database()
+            && let Some(anchor) = &self.audit_anchor_file
+        {
+            return Err(ConfigError::Conflict(format!(
+                "{} keeps the head of the audit journal file, which {} does not write: the audit is rows in                  the database, checked by `akritas audit verify --database-env`; unset one of them",
+                self.cite("audit_anchor_file", anchor),
+                self.cite("storage_backend", &self.storage_backend),
             )));
         }
         if let Some(anchor) = &self.audit_anchor_file {

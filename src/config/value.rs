@@ -436,6 +436,14 @@ pub(crate) fn check_env_name(v: String, expect: &str) -> Result<String, String> 
     }
 }
 
+/// The storage backend: `embedded` or `postgres`.
+pub(crate) fn check_storage_backend(v: String, expect: &str) -> Result<String, String> {
+    match v.trim() {
+        "embedded" | "postgres" => Ok(v.trim().to_string()),
+        other => Err(format!("{other:?} is not a storage backend; expected {expect}")),
+    }
+}
+
 /// Served model name.
 pub(crate) fn check_model(v: String, expect: &str) -> Result<String, String> {
     if v.len() <= 128 && MODEL_NAME.is_match(&v) { Ok(v) } else { Err(expected(expect)) }

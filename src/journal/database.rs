@@ -13,6 +13,7 @@
 
 mod compact;
 mod group;
+mod leader;
 mod migrate;
 mod replica;
 mod verify;
@@ -24,6 +25,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
 pub use compact::Retained;
 pub use group::{AppendFailed, Group, Pending};
+pub use leader::lead;
 pub use migrate::Migrated;
 pub use replica::Replica;
 pub use verify::Verified;

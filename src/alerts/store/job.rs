@@ -83,6 +83,10 @@ pub struct Job {
     /// `alert_deferred_jobs`. Counted from the delivery records; fixed once the job starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storm_incidents: Option<u64>,
+    /// On the database: the replica that started the last attempt (another one takes the job
+    /// over when that replica stops heartbeating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<String>,
 }
 
 impl Job {
@@ -112,6 +116,7 @@ impl Job {
             result: None,
             deliveries: Vec::new(),
             storm_incidents: None,
+            claimed_by: None,
         }
     }
 
@@ -139,7 +144,9 @@ impl Job {
         let allowed = match &step {
             Step::Promote => from == Deferred,
             Step::Start => from == Pending,
-            Step::Succeed { .. } | Step::Retry { .. } | Step::Fail { .. } | Step::Interrupt => from == Running,
+            Step::Succeed { .. } | Step::Retry { .. } | Step::Fail { .. } | Step::Interrupt | Step::TakeOver { .. } => {
+                from == Running
+            }
             Step::Notified { .. } => matches!(from, Succeeded | Failed),
         };
         if !allowed {
@@ -173,6 +180,11 @@ impl Job {
                 self.status = Pending;
                 self.error = Some("Akritas stopped during the attempt".into());
                 self.error_code = Some("interrupted".into());
+            }
+            Step::TakeOver { from, by } => {
+                self.status = Pending;
+                self.error = Some(format!("replica {from} stopped during the attempt; {by} took the job over"));
+                self.error_code = Some("taken_over".into());
             }
             Step::Notified { deliveries } => self.deliveries = deliveries,
         }
@@ -225,6 +237,14 @@ pub enum Step {
     },
     /// running → pending: this host stopped during the attempt.
     Interrupt,
+    /// running → pending: the replica running the attempt stopped heartbeating, and `by` took
+    /// the job over (on the database).
+    TakeOver {
+        /// The replica that stopped.
+        from: String,
+        /// The replica taking over.
+        by: String,
+    },
     /// succeeded or failed → the same: what its notifications did.
     Notified {
         /// Every delivery, with its outcome.
@@ -241,6 +261,7 @@ impl Step {
             Step::Retry { .. } => "retry",
             Step::Fail { .. } => "fail",
             Step::Interrupt => "interrupt",
+            Step::TakeOver { .. } => "take over",
             Step::Notified { .. } => "notified",
         }
     }

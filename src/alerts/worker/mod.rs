@@ -35,6 +35,7 @@ use crate::alerts::worker::delivery::{key_text, pending_delivery};
 use crate::alerts::worker::request::{investigation_request, namespace_of};
 use crate::audit::{AuditError, RunRecord, RunStatus};
 use crate::catalog::CatalogStore;
+use crate::journal::database::Replica;
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::engine::request::RunError;
@@ -104,6 +105,9 @@ pub struct Worker {
     pub(super) clock: Clock,
     /// Whether resolve notices are being sent.
     notices_busy: Arc<std::sync::atomic::AtomicBool>,
+    /// On the database: this replica, which claims the jobs it starts and takes over those of
+    /// replicas that stopped heartbeating.
+    replica: Option<Replica>,
 }
 
 /// A source of the current time; tests inject a fixed one.
@@ -132,7 +136,14 @@ impl Worker {
             store_failures: AtomicU32::new(0),
             clock: Arc::new(Timestamp::now),
             notices_busy: Arc::default(),
+            replica: None,
         })
+    }
+
+    /// The same worker as one replica of several sharing the database.
+    pub fn with_replica(mut self, replica: Replica) -> Self {
+        self.replica = Some(replica);
+        self
     }
 
     /// The same worker whose routing (quiet windows) reads the time from `clock`.
@@ -146,7 +157,17 @@ impl Worker {
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let slots = Arc::new(Semaphore::new(self.settings.concurrency));
         let mut tasks = tokio::task::JoinSet::new();
+        let mut takeover_due = tokio::time::Instant::now();
         loop {
+            // On the database: the jobs of replicas that stopped heartbeating, twice a lease.
+            if let Some(replica) = &self.replica
+                && tokio::time::Instant::now() >= takeover_due
+            {
+                takeover_due = tokio::time::Instant::now() + replica.lease() / 2;
+                if let Err(error) = self.take_over().await {
+                    tracing::warn!(component = "akritas_alert_worker", %error, "could not take over the jobs of stopped replicas");
+                }
+            }
             if let Some(pause) = store_pause(self.store_failures.load(Ordering::SeqCst)) {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
@@ -164,7 +185,7 @@ impl Worker {
             let busy = self.active_jobs().clone();
             let (jobs, next) = self.store.due_jobs(now, &busy, slots.available_permits());
             // Deferred jobs are promoted as tokens come back: looked at every second.
-            let idle = if self.store.deferred_jobs() > 0 || self.store.on_database() { DEFERRED_WAKE } else { IDLE_WAKE };
+            let idle = if self.store.deferred_jobs() > 0 || self.replica.is_some() { DEFERRED_WAKE } else { IDLE_WAKE };
             let next_due =
                 next.and_then(|t| Duration::try_from(now.duration_until(t)).ok()).map_or(idle, |wait| wait.min(idle));
             for job in jobs {
@@ -208,11 +229,36 @@ impl Worker {
     /// and goes on to its notifications: it is never investigated again. The other
     /// running jobs return to pending.
     pub async fn recover(&self) -> Result<(), WorkerError> {
-        let running: Vec<Job> =
-            self.store.unfinished_jobs().into_iter().filter(|job| job.status == JobStatus::Running).collect();
+        self.take_over().await
+    }
+
+    /// The jobs left running by a process that stopped: on the embedded journal (at start)
+    /// every running job; on the database those claimed by a replica whose heartbeat is older
+    /// than `job_claim_timeout` (this replica's own are running here). Runs of the stopped
+    /// process are closed as interrupted and every Run made for such a job is attached to it;
+    /// a job whose Run succeeded keeps that result and goes on to its notifications (it is
+    /// never investigated again); the others return to pending, the takeover recorded.
+    async fn take_over(&self) -> Result<(), WorkerError> {
+        let live = match &self.replica {
+            Some(replica) => Some(replica.live().await.map_err(AlertStoreError::Database)?),
+            None => None,
+        };
+        let orphaned = |job: &Job| match &live {
+            None => true,
+            Some(live) => !job.claimed_by.as_ref().is_some_and(|by| live.contains(by)),
+        };
+        let running: Vec<Job> = self
+            .store
+            .unfinished_jobs()
+            .into_iter()
+            .filter(|job| job.status == JobStatus::Running && orphaned(job))
+            .collect();
         let mut runs_of: BTreeMap<String, Vec<RunRecord>> = BTreeMap::new();
         if let Some(audit) = self.engine.audit() {
             audit.close_interrupted().await?;
+            if running.is_empty() {
+                return Ok(());
+            }
             let ids: BTreeSet<&str> = running.iter().map(|job| job.id.as_str()).collect();
             for run in audit.runs_of_jobs(&ids).await? {
                 runs_of.entry(job_of(&run).unwrap_or_default().to_string()).or_default().push(run);
@@ -228,21 +274,41 @@ impl Worker {
                     succeeded = Some((id, result));
                 }
             }
-            let step = match succeeded {
-                Some((run, result)) => {
+            let step = match (succeeded, &self.replica) {
+                (Some((run, result)), _) => {
                     let namespace = match self.store.incident(&job.incident_id).await? {
                         Some((incident, _, _)) => namespace_of(&job, &incident),
                         None => job.namespace.clone(),
                     };
-                    completed += 1;
                     Step::Succeed { run: Some(run), result, notifications: self.pending_deliveries(&namespace) }
                 }
-                None => {
-                    recovered += 1;
-                    Step::Interrupt
-                }
+                (None, None) => Step::Interrupt,
+                (None, Some(replica)) => Step::TakeOver {
+                    from: job.claimed_by.clone().unwrap_or_else(|| "(unknown)".to_string()),
+                    by: replica.id().to_string(),
+                },
             };
-            self.store.step(&mut job, step).await?;
+            let succeeds = matches!(step, Step::Succeed { .. });
+            match self.store.step(&mut job, step).await {
+                Ok(()) => {}
+                // Another replica took it over first.
+                Err(AlertStoreError::Taken { .. }) => continue,
+                Err(error) => return Err(error.into()),
+            }
+            if self.replica.is_some() {
+                crate::telemetry::count(
+                    "akritas_job_takeovers_total",
+                    "Investigation jobs of a stopped replica taken over by this one.",
+                    &[],
+                    1.0,
+                );
+                tracing::warn!(component = "akritas_alert_worker", event = "job_taken_over", job = %job.id, from = ?job.claimed_by, "took over a job of a replica that stopped heartbeating");
+            }
+            if succeeds {
+                completed += 1;
+            } else {
+                recovered += 1;
+            }
         }
         if recovered + completed > 0 {
             tracing::info!(
@@ -292,6 +358,7 @@ impl Worker {
     /// One attempt: pending → running, then one step to where it ends (succeeded, pending
     /// for a retry, or failed), each journaled once; then the notifications.
     async fn attempt(&self, mut job: Job) -> Result<(), WorkerError> {
+        job.claimed_by = self.replica.as_ref().map(|replica| replica.id().to_string());
         self.store.step(&mut job, Step::Start).await?;
         let event = self.store.event(&job.event_id).await?;
         let incident = self.store.incident(&job.incident_id).await?.map(|(i, _, _)| i);
