@@ -25,6 +25,7 @@ mod openapi_schemathesis;
 mod operator_e2e;
 mod prometheus_pipeline;
 mod readme_tour;
+mod replicas_e2e;
 mod secret_scan;
 mod victoriametrics;
 mod web_ui;

@@ -15,5 +15,5 @@ pub mod policy;
 pub(crate) mod process;
 pub(crate) mod serve;
 pub(crate) mod sources;
-pub(crate) mod storage;
+pub mod storage;
 pub mod workspaces;

@@ -18,6 +18,7 @@ pub fn pod_namespace(settings: &Settings) -> String {
 
 pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &'static str) -> HostInfo {
     HostInfo {
+        database: None,
         mode,
         model: settings.model.clone(),
         response_language: settings.response_language.clone(),

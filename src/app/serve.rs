@@ -78,6 +78,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         tasks.spawn(identify_model_server(llm.clone(), cancel.clone()));
     }
     let stores = super::storage::open(&settings, &mut tasks, &cancel).await?;
+    info.database = stores.database().map(|(db, replica)| (db.clone(), replica.clone()));
     let audit = match stores.database() {
         Some((db, replica)) => {
             Arc::new(crate::audit::AuditLog::open_database(db, assemble::audit_storage(&settings)?, replica.clone()))

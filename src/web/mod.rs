@@ -89,6 +89,8 @@ pub struct HostInfo {
     pub validator_sandbox: String,
     /// The names this host answers to, and its public origin.
     pub edge: edge::Edge,
+    /// The database the stores are in and this replica (`storage_backend: postgres`).
+    pub database: Option<(crate::journal::database::Database, crate::journal::database::Replica)>,
 }
 
 /// The native API with its documentation: every route under `/api/v1` and

@@ -45,6 +45,21 @@ pub struct Health {
     pub model_protocol: ModelProtocolHealth,
     /// The Catalog in force.
     pub catalog: CatalogHealth,
+    /// Where the stores are.
+    pub storage: StorageHealth,
+}
+
+/// Where the audit, alerts, approvals and bot sessions are kept.
+#[derive(Serialize, JsonSchema)]
+pub struct StorageHealth {
+    /// `embedded` or `postgres`.
+    pub backend: &'static str,
+    /// On `postgres`: the database as this replica reaches it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<crate::journal::database::DatabaseHealth>,
+    /// On `postgres`: this replica's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// How structured answers (plans, results, proposals) are asked of the upstream model: the
@@ -185,6 +200,22 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
             ),
         });
     }
+    let storage = match &state.info.database {
+        None => StorageHealth { backend: "embedded", database: None, replica: None },
+        Some((db, replica)) => {
+            let health = db.health().await;
+            if let Some(error) = &health.error {
+                degraded.push(Degraded {
+                    component: "database",
+                    reason: format!(
+                        "the database is unreachable ({error}); deliveries get 503 with Retry-After and reads fail until \
+                         it answers again"
+                    ),
+                });
+            }
+            StorageHealth { backend: "postgres", database: Some(health), replica: Some(replica.id().to_string()) }
+        }
+    };
     Json(Health {
         status: if degraded.is_empty() { "ok" } else { "degraded" },
         degraded,
@@ -204,6 +235,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
             problems: board.problems.len(),
             not_ready,
         },
+        storage,
     })
 }
 

@@ -229,6 +229,7 @@ pub fn app_state(
     max_body_bytes: usize,
 ) -> AppState {
     let info = HostInfo {
+        database: None,
         mode: "standalone",
         model: "akritas".into(),
         response_language: "en".into(),
@@ -275,5 +276,5 @@ pub async fn change_service(
     let settings =
         akritas::config::Settings { data_dir: data_dir.to_path_buf(), ..akritas::config::Settings::default() };
     let client = LlmClient::new(LlmConfig::new(llm.url.clone()), reqwest::Client::new()).unwrap();
-    service(&settings, client, audit, directory).await.unwrap()
+    service(&settings, client, audit, directory, &akritas::app::storage::Stores::Embedded).await.unwrap()
 }

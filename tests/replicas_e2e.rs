@@ -1,0 +1,232 @@
+//! Replicas of the real `akritas serve` sharing one PostgreSQL (`storage_backend: postgres`):
+//! a Run started on one is read and continued on the other, the same Alertmanager delivery
+//! posted to both opens one incident investigated once and notified once per receiver, and a
+//! job claimed by a replica killed with SIGKILL is taken over by the other after
+//! `job_claim_timeout` and completes there. The audit verifies in the database at the end.
+
+use akritas_testkit as support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::postgres::Postgres;
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::sink::Sink;
+use support::{Server, serve_command};
+
+const API_KEY: &str = "replica-api-key-0123456789abcdef";
+const AM_TOKEN: &str = "replica-am-token-0123456789abcdef";
+/// `job_claim_timeout` of the replicas.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn alias(name: &str) -> String {
+    akritas::tools::openai_alias(&akritas::tools::ToolName::try_from(name).unwrap())
+}
+
+/// The model: plans no check, submits an inconclusive result, answers chats; `plans` counts the
+/// investigations' plans. While `slow` is set, an investigation's plan waits a minute (a replica
+/// killed then dies inside the Run).
+fn model(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
+    move |_, request| {
+        if offers(request, &plan) {
+            let investigation = request.to_string().contains("provider-independent alert");
+            if investigation {
+                plans.fetch_add(1, Ordering::SeqCst);
+            }
+            let step = Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]));
+            if investigation && slow.load(Ordering::SeqCst) { step.with_delay(Duration::from_secs(60)) } else { step }
+        } else if offers(request, &submit) {
+            Step::from(Reply::ToolCalls(vec![(
+                "r".into(),
+                submit.clone(),
+                json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
+                       "summary": "not enough data", "impact": "unknown", "evidence": [], "ruled_out": [],
+                       "affected_components": [], "recommended_actions": [], "production_writes": 0}),
+            )]))
+        } else {
+            Step::from(Reply::Content("All good.".into()))
+        }
+    }
+}
+
+struct Cluster {
+    pg: Postgres,
+    llm: ScriptedLlm,
+    sink: Sink,
+    resources: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    async fn start(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> Cluster {
+        akritas::install_crypto_provider();
+        let pg = Postgres::start();
+        let llm = ScriptedLlm::start_with(model(slow, plans)).await;
+        let sink = Sink::start(Duration::from_millis(10)).await;
+        let resources = tempfile::tempdir().unwrap();
+        let manifest = format!(
+            "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: default}}\n\
+             spec: {{provider: alertmanager, auth: {{bearerToken: {{env: REPLICA_AM_TOKEN}}}}}}\n---\n\
+             apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: hook, namespace: default}}\n\
+             spec: {{type: webhook, webhook: {{url: \"{}/hook\"}}}}\n",
+            sink.url
+        );
+        std::fs::write(resources.path().join("replicas.yaml"), manifest).unwrap();
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        Cluster { pg, llm, sink, resources, http }
+    }
+
+    async fn replica(&self) -> Server {
+        let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        command
+            .env("AKRITAS_STORAGE_BACKEND", "postgres")
+            .env("AKRITAS_DATABASE_URL", self.pg.url("disable"))
+            .env("AKRITAS_JOB_CLAIM_TIMEOUT", format!("{}s", CLAIM_TIMEOUT.as_secs()))
+            .env("AKRITAS_BASE_URL", &self.llm.url)
+            .env("AKRITAS_API_KEY", API_KEY)
+            .env("AKRITAS_RESOURCE_ENV", "REPLICA_*")
+            .env("REPLICA_AM_TOKEN", AM_TOKEN)
+            .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s")
+            .arg("--resources")
+            .arg(self.resources.path());
+        tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap()
+    }
+
+    async fn get(&self, server: &Server, path: &str) -> Value {
+        let response = self.http.get(format!("{}{path}", server.url)).bearer_auth(API_KEY).send().await.unwrap();
+        assert!(response.status().is_success(), "GET {path}: {}", response.status());
+        response.json().await.unwrap()
+    }
+
+    async fn post(&self, server: &Server, path: &str, token: &str, body: Value) -> (u16, Value) {
+        let response =
+            self.http.post(format!("{}{path}", server.url)).bearer_auth(token).json(&body).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Waits until job `id`, read on `server`, satisfies `done`.
+    async fn job_until(&self, server: &Server, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let job = self.get(server, &format!("/api/v1/investigation-jobs/{id}")).await;
+            if done(&job) {
+                return job;
+            }
+            assert!(Instant::now() < deadline, "job {id} never got there: {job}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn delivery(name: &str) -> Value {
+    json!({
+        "receiver": "akritas", "status": "firing", "alerts": [{
+            "status": "firing", "labels": {"alertname": name, "severity": "warning", "instance": "node-1:9100"},
+            "annotations": {"summary": "replica harness"}, "startsAt": "2026-12-01T00:00:00Z",
+            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": format!("{:016x}", name.len() * 7919),
+        }],
+        "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://alertmanager.invalid",
+        "version": "4", "groupKey": "{}:{replica=\"harness\"}", "truncatedAlerts": 0,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_runs_and_one_delivery_to_both_is_investigated_and_notified_once() {
+    let plans = Arc::new(AtomicUsize::new(0));
+    let cluster = Cluster::start(Arc::default(), plans.clone()).await;
+    let (a, b) = (cluster.replica().await, cluster.replica().await);
+    let (health_a, health_b) = (cluster.get(&a, "/health").await, cluster.get(&b, "/health").await);
+    for health in [&health_a, &health_b] {
+        assert_eq!(health["storage"]["backend"], "postgres", "{health}");
+        assert_eq!(health["storage"]["database"]["reachable"], true, "{health}");
+        assert_eq!(health["storage"]["database"]["schema"], 2, "{health}");
+    }
+    assert_ne!(health_a["storage"]["replica"], health_b["storage"]["replica"]);
+
+    // A chat on A is read and continued on B.
+    let chat = json!({"messages": [{"role": "user", "content": "Is the shop healthy?"}]});
+    let (status, answer) = cluster.post(&a, "/api/v1/chat", API_KEY, chat).await;
+    assert_eq!(status, 200, "{answer}");
+    let run_id = answer["run_id"].as_str().unwrap().to_string();
+    let (status, followed) =
+        cluster.post(&b, &format!("/api/v1/runs/{run_id}/chat"), API_KEY, json!({"message": "And the db?"})).await;
+    assert_eq!((status, followed["run_id"].as_str()), (200, Some(run_id.as_str())), "{followed}");
+    let run = cluster.get(&a, &format!("/api/v1/runs/{run_id}")).await;
+    let kinds: Vec<&str> = run["run"]["events"].as_array().unwrap().iter().filter_map(|e| e["type"].as_str()).collect();
+    assert!(kinds.contains(&"follow_up"), "A sees the follow-up B recorded: {kinds:?}");
+
+    // Alertmanager sends the same notification to both replicas.
+    let body = delivery("ReplicaAlert");
+    let (sent_a, sent_b) = tokio::join!(
+        cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, body.clone()),
+        cluster.post(&b, "/api/v1/alertmanager/webhook", AM_TOKEN, body.clone()),
+    );
+    let mut outcomes = vec![sent_a.1["events"][0].clone(), sent_b.1["events"][0].clone()];
+    assert!(sent_a.0 / 100 == 2 && sent_b.0 / 100 == 2, "{sent_a:?} {sent_b:?}");
+    outcomes.sort_by_key(|o| o["status"].as_str().unwrap_or_default().to_string());
+    assert_eq!((outcomes[0]["status"].as_str(), outcomes[1]["status"].as_str()), (Some("accepted"), Some("duplicate")));
+    assert_eq!(outcomes[0]["incident_id"], outcomes[1]["incident_id"]);
+    let job_id = outcomes[0]["job_id"].as_str().unwrap().to_string();
+    let job = cluster
+        .job_until(&b, &job_id, |job| {
+            job["status"] == "succeeded" && job["deliveries"].as_array().is_some_and(|d| d.iter().all(|d| d["status"] == "delivered"))
+        })
+        .await;
+    assert_eq!(job["runs"].as_array().unwrap().len(), 1, "investigated once: {job}");
+    assert_eq!(plans.load(Ordering::SeqCst), 1, "the model was asked to plan once");
+    let notified: Vec<_> = cluster.sink.received().into_iter().filter(|r| r.path == "/hook").collect();
+    assert_eq!(notified.len(), 1, "notified once");
+    let incidents = cluster.get(&a, "/api/v1/incidents").await;
+    assert_eq!(incidents["incidents"].as_array().unwrap().len(), 1);
+    verify_audit(&cluster.pg);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
+    let slow = Arc::new(AtomicBool::new(true));
+    let plans = Arc::new(AtomicUsize::new(0));
+    let cluster = Cluster::start(slow.clone(), plans.clone()).await;
+    let a = cluster.replica().await;
+    let replica_a = cluster.get(&a, "/health").await["storage"]["replica"].as_str().unwrap().to_string();
+    let (status, accepted) = cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("FailoverAlert")).await;
+    assert_eq!(status, 202, "{accepted}");
+    let job_id = accepted["events"][0]["job_id"].as_str().unwrap().to_string();
+    cluster.job_until(&a, &job_id, |job| job["status"] == "running" && job["claimed_by"] == replica_a.as_str()).await;
+    let b = cluster.replica().await;
+    while plans.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A dies inside the Run; the next attempt answers at once.
+    slow.store(false, Ordering::SeqCst);
+    let killed = Instant::now();
+    drop(a);
+    let taken = cluster.job_until(&b, &job_id, |job| job["status"] != "running" || job["claimed_by"] != replica_a.as_str()).await;
+    let takeover = killed.elapsed();
+    let job = cluster.job_until(&b, &job_id, |job| job["status"] == "succeeded").await;
+    println!(
+        "failover: job_claim_timeout {} s, taken over {:.1} s after the kill, succeeded {:.1} s after it ({})",
+        CLAIM_TIMEOUT.as_secs(),
+        takeover.as_secs_f64(),
+        killed.elapsed().as_secs_f64(),
+        taken["status"]
+    );
+    assert_eq!(job["attempts"], 2, "{job}");
+    assert_eq!(job["runs"].as_array().unwrap().len(), 2, "the interrupted Run and the one that succeeded: {job}");
+    let first = cluster.get(&b, &format!("/api/v1/runs/{}", job["runs"][0].as_str().unwrap())).await;
+    assert_eq!(first["run"]["error_code"], "interrupted", "B closed A's Run: {first}");
+    assert_eq!(plans.load(Ordering::SeqCst), 2);
+    verify_audit(&cluster.pg);
+}
+
+fn verify_audit(pg: &Postgres) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .args(["audit", "verify", "--database-env", "REPLICA_DB"])
+        .env("REPLICA_DB", pg.url("disable"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+}
