@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use akritas::alerts::store::{AlertStore, AlertStoreError, JobStatus, Step, Storage};
+use akritas::alerts::store::{AlertStore, AlertStoreError, Failure, JobStatus, Step, Storage};
+use akritas::alerts::worker::delivery::pending_delivery;
+use akritas::resources::notification_receiver::ReceiverType;
 use akritas::journal::database::Database;
 use akritas_testkit::contract::{self, alert_events};
 use akritas_testkit::jobs::incident_details;
@@ -99,6 +101,32 @@ async fn a_job_is_started_by_one_replica_however_they_race() {
     }
     assert_eq!((started, taken), (10, 10));
     assert_eq!(b.tallies().0["running"], 10);
+    // Their replicas stopped: each finished job's notifications are claimed by one of two.
+    for id in &ids {
+        let mut job = a.job(id).await.unwrap().unwrap();
+        let failure = Failure { run: None, code: "upstream_error".into(), error: "model unavailable".into() };
+        let notifications = vec![pending_delivery("default/hook", ReceiverType::Webhook)];
+        a.step(&mut job, Step::Fail { failure, notifications }).await.unwrap();
+    }
+    let mut claims = Vec::new();
+    for id in &ids {
+        for (store, me) in [(a.clone(), "replica-a"), (b.clone(), "replica-b")] {
+            let id = id.clone();
+            claims.push(tokio::spawn(async move {
+                let mut job = store.job(&id).await.unwrap().unwrap();
+                store.step_as(&mut job, Step::Claim, Some(me)).await
+            }));
+        }
+    }
+    let mut claimed = 0;
+    for claim in claims {
+        match claim.await.unwrap() {
+            Ok(()) => claimed += 1,
+            Err(AlertStoreError::Taken { .. }) => {}
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(claimed, 10, "one claim per job");
 }
 
 #[tokio::test]

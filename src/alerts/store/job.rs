@@ -147,7 +147,7 @@ impl Job {
             Step::Succeed { .. } | Step::Retry { .. } | Step::Fail { .. } | Step::Interrupt | Step::TakeOver { .. } => {
                 from == Running
             }
-            Step::Notified { .. } => matches!(from, Succeeded | Failed),
+            Step::Notified { .. } | Step::Claim => matches!(from, Succeeded | Failed),
         };
         if !allowed {
             return Err(illegal(&step));
@@ -187,6 +187,7 @@ impl Job {
                 self.error_code = Some("taken_over".into());
             }
             Step::Notified { deliveries } => self.deliveries = deliveries,
+            Step::Claim => {}
         }
         Ok(())
     }
@@ -245,6 +246,9 @@ pub enum Step {
         /// The replica taking over.
         by: String,
     },
+    /// succeeded or failed → the same: a replica claims the sending of its notifications (the
+    /// one that ran it stopped; on the database).
+    Claim,
     /// succeeded or failed → the same: what its notifications did.
     Notified {
         /// Every delivery, with its outcome.
@@ -262,6 +266,7 @@ impl Step {
             Step::Fail { .. } => "fail",
             Step::Interrupt => "interrupt",
             Step::TakeOver { .. } => "take over",
+            Step::Claim => "claim",
             Step::Notified { .. } => "notified",
         }
     }

@@ -436,14 +436,22 @@ impl AlertStore {
     /// Takes `step` on `job` (the caller's copy, updated in place) and journals the job's new
     /// state as one record. A step its status does not allow changes and stores nothing.
     pub async fn step(&self, job: &mut Job, step: Step) -> Result<(), AlertStoreError> {
-        let before = job.status;
+        self.step_as(job, step, None).await
+    }
+
+    /// [`AlertStore::step`] by the replica `by`, which the job then names as its claimer.
+    pub async fn step_as(&self, job: &mut Job, step: Step, by: Option<&str>) -> Result<(), AlertStoreError> {
+        let before = (job.status, job.claimed_by.clone());
         job.take(step)?;
+        if let Some(by) = by {
+            job.claimed_by = Some(by.to_string());
+        }
         self.update_job(job, Some(before)).await
     }
 
-    /// Records a job's state. On the database, a step from `before` is taken only while the
-    /// job is still `before` there: a replica that took another step first wins.
-    async fn update_job(&self, job: &Job, before: Option<JobStatus>) -> Result<(), AlertStoreError> {
+    /// Records a job's state. On the database, a step from `before` (status and claimer) is
+    /// taken only while the job is still so there: a replica that took another step first wins.
+    async fn update_job(&self, job: &Job, before: Option<(JobStatus, Option<String>)>) -> Result<(), AlertStoreError> {
         let mut job = job.clone();
         job.updated_at = jiff::Timestamp::now().to_string();
         let settled = job.clone();
@@ -452,11 +460,13 @@ impl AlertStore {
         let written = job.clone();
         let shared = matches!(self.backing, Backing::Database(_));
         let data = move |state: &State| {
-            let stored = state.jobs.get(&crate::alerts::intake::id::Id::new(&written.id)).map(|slot| slot.status());
-            if shared && let (Some(before), Some(stored)) = (before, stored)
+            let key = crate::alerts::intake::id::Id::new(&written.id);
+            let stored = state.jobs.get(&key).map(|slot| (slot.status(), slot.live(&key).and_then(|job| job.claimed_by)));
+            if shared
+                && let (Some(before), Some(stored)) = (before, stored)
                 && stored != before
             {
-                return Err(AlertStoreError::Taken { job: written.id.to_string(), status: stored });
+                return Err(AlertStoreError::Taken { job: written.id.to_string(), status: stored.0 });
             }
             Ok(serde_json::to_value(state.shown(written)).unwrap_or_default())
         };

@@ -324,7 +324,7 @@ impl Worker {
 
     async fn process(&self, job: Job) {
         let result = match job.status {
-            JobStatus::Succeeded | JobStatus::Failed => self.notify(job).await,
+            JobStatus::Succeeded | JobStatus::Failed => self.notify_claimed(job).await,
             _ => self.attempt(job).await,
         };
         // Another replica on the same database took the job first: it is theirs.
@@ -355,11 +355,26 @@ impl Worker {
         }
     }
 
+    /// Sends a finished job's notifications. On the database only the replica that ran the job
+    /// sends them while it heartbeats; when it stopped, this one claims them first (once).
+    async fn notify_claimed(&self, mut job: Job) -> Result<(), WorkerError> {
+        if let Some(replica) = &self.replica
+            && job.claimed_by.as_deref() != Some(replica.id())
+        {
+            let live = replica.live().await.map_err(AlertStoreError::Database)?;
+            if job.claimed_by.as_ref().is_some_and(|by| live.contains(by)) {
+                return Ok(());
+            }
+            self.store.step_as(&mut job, Step::Claim, Some(replica.id())).await?;
+        }
+        self.notify(job).await
+    }
+
     /// One attempt: pending → running, then one step to where it ends (succeeded, pending
     /// for a retry, or failed), each journaled once; then the notifications.
     async fn attempt(&self, mut job: Job) -> Result<(), WorkerError> {
-        job.claimed_by = self.replica.as_ref().map(|replica| replica.id().to_string());
-        self.store.step(&mut job, Step::Start).await?;
+        let me = self.replica.as_ref().map(Replica::id);
+        self.store.step_as(&mut job, Step::Start, me).await?;
         let event = self.store.event(&job.event_id).await?;
         let incident = self.store.incident(&job.incident_id).await?.map(|(i, _, _)| i);
         let context = event.zip(incident);
