@@ -165,7 +165,7 @@ async fn replicas_share_runs_and_one_delivery_to_both_is_investigated_and_notifi
         cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, body.clone()),
         cluster.post(&b, "/api/v1/alertmanager/webhook", AM_TOKEN, body.clone()),
     );
-    let mut outcomes = vec![sent_a.1["events"][0].clone(), sent_b.1["events"][0].clone()];
+    let mut outcomes = [sent_a.1["events"][0].clone(), sent_b.1["events"][0].clone()];
     assert!(sent_a.0 / 100 == 2 && sent_b.0 / 100 == 2, "{sent_a:?} {sent_b:?}");
     outcomes.sort_by_key(|o| o["status"].as_str().unwrap_or_default().to_string());
     assert_eq!((outcomes[0]["status"].as_str(), outcomes[1]["status"].as_str()), (Some("accepted"), Some("duplicate")));
