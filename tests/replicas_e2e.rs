@@ -127,7 +127,7 @@ fn delivery(name: &str) -> Value {
         "receiver": "akritas", "status": "firing", "alerts": [{
             "status": "firing", "labels": {"alertname": name, "severity": "warning", "instance": "node-1:9100"},
             "annotations": {"summary": "replica harness"}, "startsAt": "2026-12-01T00:00:00Z",
-            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": format!("{:016x}", name.len() * 7919),
+            "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": format!("{:016x}", name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))),
         }],
         "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://alertmanager.invalid",
         "version": "4", "groupKey": "{}:{replica=\"harness\"}", "truncatedAlerts": 0,
@@ -229,4 +229,50 @@ fn verify_audit(pg: &Postgres) {
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_get_503_with_retry_after_while_the_database_is_down_and_none_is_lost() {
+    let cluster = Cluster::start(Arc::default(), Arc::default()).await;
+    let a = cluster.replica().await;
+    let (status, _) = cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("BeforeOutage")).await;
+    assert_eq!(status, 202);
+    cluster.pg.stop();
+    let response = cluster
+        .http
+        .post(format!("{}/api/v1/alertmanager/webhook", a.url))
+        .bearer_auth(AM_TOKEN)
+        .json(&delivery("DuringOutage"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
+    let health = cluster.get(&a, "/health").await;
+    assert_eq!((health["status"].as_str(), health["storage"]["database"]["reachable"].as_bool()), (Some("degraded"), Some(false)));
+    cluster.pg.start_again();
+    // Alertmanager retries; once the database answers the delivery is stored, with no restart.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, answer) = cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("DuringOutage")).await;
+        if status == 202 {
+            break;
+        }
+        assert_eq!(status, 503, "{answer}");
+        assert!(Instant::now() < deadline, "the replica did not recover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let incidents = cluster.get(&a, "/api/v1/incidents").await;
+    assert_eq!(incidents["incidents"].as_array().unwrap().len(), 2, "both deliveries stored once: {incidents}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let health = cluster.get(&a, "/health").await;
+        if health["status"] == "ok" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still degraded: {}", health["degraded"]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
