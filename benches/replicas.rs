@@ -58,9 +58,8 @@ impl Bench {
             .env("AKRITAS_API_KEY", API_KEY)
             .env("AKRITAS_RESOURCE_ENV", "BENCH_*")
             .env("BENCH_AM_TOKEN", AM_TOKEN)
-            .env("AKRITAS_ALERT_SOURCE_RATE", "1000000")
-            .env("AKRITAS_ALERT_PENDING_JOBS", "1000000")
-            .env("RUST_LOG", "warn")
+            .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
+            .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
             .arg("--resources")
             .arg(self.resources.path());
         if postgres {

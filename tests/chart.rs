@@ -270,13 +270,28 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
         helm(&["template", "ops", "charts/akritas", "--namespace", "akritas-system", "--values", customized_values]);
     check_customized(&objects(&customized));
 
+    let database = helm(&[
+        "template",
+        "akritas",
+        "charts/akritas",
+        "--namespace",
+        "akritas-system",
+        "--set",
+        "storage.type=postgres",
+        "--set",
+        "storage.postgres.existingSecret=akritas-db-app",
+        "--set",
+        "replicaCount=3",
+    ]);
+    check_database_mode(&objects(&database));
+
     let api = kube_api::KubeApi::start().await;
     api.create_operator_namespace();
     api.create_namespace("ops");
     for namespace in ["team-a", "team-b"] {
         api.create_namespace(namespace);
     }
-    for rendered in [&operator, &scoped, &without_tools, &customized] {
+    for rendered in [&operator, &scoped, &without_tools, &customized, &database] {
         let (code, out, err) =
             api.kubectl_as(&api.admin_kubeconfig, &["apply", "--dry-run=server", "-f", "-"], Some(rendered));
         assert_eq!(code, 0, "the API server refused the rendered chart:\n{out}{err}");
@@ -284,6 +299,26 @@ async fn the_chart_lints_renders_and_is_accepted_by_the_api_server() {
     let kubeconfig = api.admin_kubeconfig.to_str().unwrap();
     let flags = ["--namespace", "akritas-system", "--dry-run=server", "--kubeconfig", kubeconfig];
     check_notes(&helm(&[&["install", "ops", "charts/akritas"][..], &flags].concat()));
+}
+
+/// `storage.type: postgres` with three replicas: the connection string from its Secret,
+/// RollingUpdate, a PodDisruptionBudget, anti-affinity by default, and no PVC.
+fn check_database_mode(rendered: &[Value]) {
+    let kinds: Vec<&str> = rendered.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert!(!kinds.contains(&"PersistentVolumeClaim"), "no PVC on the database: {kinds:?}");
+    let budget = object(rendered, "PodDisruptionBudget", "akritas");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    let deployment = object(rendered, "Deployment", "akritas");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(container_env(deployment, "AKRITAS_STORAGE_BACKEND"), "postgres");
+    let url = container_env_opt(deployment, "AKRITAS_DATABASE_URL").expect("the connection string is passed");
+    assert_eq!(url["valueFrom"]["secretKeyRef"], json!({"name": "akritas-db-app", "key": "uri"}));
+    let pod = &deployment["spec"]["template"]["spec"];
+    let anti = &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(anti["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname", "{pod:#}");
+    let data = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "data").unwrap();
+    assert_eq!(data["emptyDir"], json!({}), "clones and indexes only: {data}");
 }
 
 /// The namespaced rules of the Kubernetes tools, exactly as the chart renders them.
@@ -468,6 +503,14 @@ fn the_values_schema_rejects_unknown_keys() {
     }
     let output = run_helm(&["template", "akritas", "charts/akritas", "--set", "mode=standlone"]);
     assert!(!output.status.success(), "helm accepted a misspelt mode");
+    // The embedded journals are on one volume: one replica only.
+    let output = run_helm(&["template", "akritas", "charts/akritas", "--set", "replicaCount=3"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("replicaCount"), "{stderr}");
+    // The database mode needs the Secret with the connection string.
+    let output = run_helm(&["template", "akritas", "charts/akritas", "--set", "storage.type=postgres"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("existingSecret"), "{stderr}");
 }
 
 /// The install notes: how to reach the API, the API key, the alert webhook paths.
