@@ -202,3 +202,30 @@ async fn a_stopped_database_fails_deliveries_cleanly_until_it_is_back() {
     assert_eq!(again.events[0].incident_id, first.events[0].incident_id, "what was stored before is kept");
     assert_eq!(store.incidents(10).await.unwrap().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_give_up_mid_write_leave_no_decision_the_database_does_not_hold() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = Arc::new(open(&db, Storage::default()).await);
+    let mut tasks = Vec::new();
+    for n in 0..200u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = format!("host-{}", n % 50);
+            let posted = store.ingest("ops", "am", alert_events(&[("firing", &key)]));
+            // Some callers go away at once, some while their group is being written.
+            let _ = tokio::time::timeout(Duration::from_micros(n * 37 % 4000), posted).await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Whatever this replica decided is what a replica reading the database fresh sees.
+    let fresh = open(&db, Storage::default()).await;
+    store.ingest("ops", "am", alert_events(&[("firing", "last")])).await.unwrap();
+    assert_eq!(incident_details(&store, 1000).await, incident_details(&fresh, 1000).await);
+    assert_eq!(store.tallies(), fresh.tallies());
+    let stored: usize = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'alerts'").parse().unwrap();
+    assert!(stored >= 1);
+}

@@ -43,6 +43,22 @@ pub(in crate::alerts) struct DbBacking {
     /// Held while the state follows the database or a write goes through, so a record is
     /// applied once in this process.
     turn: tokio::sync::Mutex<()>,
+    /// Deliveries waiting for the turn; whoever gets it writes them all.
+    queue: std::sync::Mutex<Vec<Queued>>,
+    /// Set while decisions taken on the state wait for their write: a caller that goes away
+    /// then leaves it set, and the next turn rebuilds the state from the database first.
+    deciding: std::sync::atomic::AtomicBool,
+}
+
+/// A delivery waiting to be decided.
+struct Queued {
+    made: Made,
+    events: Vec<Event>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<ItemOutcome>, AlertStoreError>>,
+}
+
+fn lock_queue(queue: &std::sync::Mutex<Vec<Queued>>) -> std::sync::MutexGuard<'_, Vec<Queued>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn legacy(_: &str) -> String {
@@ -67,7 +83,12 @@ impl AlertStore {
         );
         state.admission = Admission::new(limits);
         state.pace = Pace::opened(state.pace.last().cloned(), loaded.replayed);
-        let backing = Backing::Database(DbBacking { log, turn: tokio::sync::Mutex::new(()) });
+        let backing = Backing::Database(DbBacking {
+            log,
+            turn: tokio::sync::Mutex::new(()),
+            queue: Default::default(),
+            deciding: Default::default(),
+        });
         Ok(AlertStore::assemble(backing, PathBuf::from(NAME), storage, state, loaded, BTreeMap::new()))
     }
 
@@ -86,7 +107,7 @@ impl AlertStore {
 
     /// [`AlertStore::follow`] under the turn (and, for a write, the head lock).
     async fn follow_locked(&self, db: &DbBacking, locked: Option<&Locked>) -> Result<(), AlertStoreError> {
-        if self.lock().unavailable.is_some() {
+        if db.deciding.swap(false, std::sync::atomic::Ordering::SeqCst) || self.lock().unavailable.is_some() {
             return self.rebuild_from_database_locked(db).await;
         }
         let last = self.lock().pace.last().map(|c| (c.seq, c.hash.clone()));
@@ -141,43 +162,100 @@ impl AlertStore {
         Ok(())
     }
 
-    /// Records a delivery: under the head lock, on the state caught up with every replica.
+    /// Records a delivery: under the head lock, on the state caught up with every replica. The
+    /// deliveries that arrive while a transaction is in flight wait for the turn together, and
+    /// the first of them to get it decides and writes them all in one transaction, in arrival
+    /// order (one lock and one commit for the group instead of one each).
     pub(super) async fn ingest_database(
         &self,
         db: &DbBacking,
-        made: Made<'_>,
+        made: Made,
         events: Vec<Event>,
     ) -> Result<Vec<ItemOutcome>, AlertStoreError> {
-        let _turn = db.turn.lock().await;
-        let locked = db.log.lock().await?;
-        self.follow_locked(db, Some(&locked)).await?;
-        let (parts, datas, generation) = {
-            let mut state = self.lock();
-            if let Some(reason) = &state.unavailable {
-                return Err(Self::unavailable(reason));
-            }
-            let record = self.decide(&mut state, &made, events);
-            let parts: Vec<std::sync::Arc<BatchRecord>> =
-                split(record, crate::journal::DEFAULT_MAX_RECORD_BYTES).into_iter().map(std::sync::Arc::new).collect();
-            let datas: Vec<Value> = parts.iter().map(|part| serde_json::to_value(&**part).unwrap_or_default()).collect();
-            for part in &parts {
-                state.pace.queued();
-                apply_batch(&mut state, part, None);
-            }
-            (parts, datas, state.generation)
-        };
-        let rows = datas.iter().map(|data| db.log.row(DELIVERY, data)).collect::<Result<Vec<_>, _>>();
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(error) => return Err(self.fail(generation, error)),
-        };
-        let records = db.log.write(locked, rows).await.map_err(|error| self.fail_database(generation, error))?;
-        let mut outcomes = Vec::new();
-        for (part, record) in parts.iter().zip(&records) {
-            self.settled(generation, record, |state| state.settle_batch(part, record.location));
-            outcomes.extend(part.items.iter().map(|item| item.outcome.clone()));
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        lock_queue(&db.queue).push(Queued { made, events, reply });
+        let turn = db.turn.lock().await;
+        let mut answer = answer;
+        if let Ok(decided) = answer.try_recv() {
+            return decided;
         }
-        Ok(outcomes)
+        let batch = std::mem::take(&mut *lock_queue(&db.queue));
+        self.ingest_batch_locked(db, batch).await;
+        drop(turn);
+        answer.await.unwrap_or_else(|_| Err(Self::unavailable("the delivery was dropped before it was decided")))
+    }
+
+    /// Decides and writes `batch` in one transaction, answering each delivery.
+    async fn ingest_batch_locked(&self, db: &DbBacking, batch: Vec<Queued>) {
+        let fail_all = |batch: Vec<Queued>, error: &dyn Fn() -> AlertStoreError| {
+            for queued in batch {
+                let _ = queued.reply.send(Err(error()));
+            }
+        };
+        let locked = match db.log.lock().await {
+            Ok(locked) => locked,
+            Err(error) => return fail_all(batch, &|| AlertStoreError::Database(error.clone())),
+        };
+        if let Err(error) = self.follow_locked(db, Some(&locked)).await {
+            let message = error.to_string();
+            return fail_all(batch, &|| Self::unavailable(&message));
+        }
+        let (decided, generation) = {
+            let mut state = self.lock();
+            if let Some(reason) = state.unavailable.clone() {
+                drop(state);
+                return fail_all(batch, &|| Self::unavailable(&reason));
+            }
+            let mut decided = Vec::with_capacity(batch.len());
+            for Queued { made, events, reply } in batch {
+                let record = self.decide(&mut state, &made, events);
+                let parts: Vec<std::sync::Arc<BatchRecord>> = split(record, crate::journal::DEFAULT_MAX_RECORD_BYTES)
+                    .into_iter()
+                    .map(std::sync::Arc::new)
+                    .collect();
+                for part in &parts {
+                    state.pace.queued();
+                    apply_batch(&mut state, part, None);
+                }
+                decided.push((parts, reply));
+            }
+            db.deciding.store(true, std::sync::atomic::Ordering::SeqCst);
+            (decided, state.generation)
+        };
+        let datas: Vec<Value> = decided
+            .iter()
+            .flat_map(|(parts, _)| parts.iter().map(|part| serde_json::to_value(&**part).unwrap_or_default()))
+            .collect();
+        let rows = datas.iter().map(|data| db.log.row(DELIVERY, data)).collect::<Result<Vec<_>, _>>();
+        let written = match rows {
+            Ok(rows) => db.log.write(locked, rows).await.map_err(|error| self.fail_database(generation, error)),
+            Err(error) => Err(self.fail(generation, error)),
+        };
+        db.deciding.store(false, std::sync::atomic::Ordering::SeqCst);
+        let records = match written {
+            Ok(records) => records,
+            Err(error) => {
+                let message = error.to_string();
+                for (_, reply) in decided {
+                    let answer = match &error {
+                        AlertStoreError::Database(error) => AlertStoreError::Database(error.clone()),
+                        _ => Self::unavailable(&message),
+                    };
+                    let _ = reply.send(Err(answer));
+                }
+                return;
+            }
+        };
+        let mut records = records.into_iter();
+        for (parts, reply) in decided {
+            let mut outcomes = Vec::new();
+            for part in &parts {
+                let Some(record) = records.next() else { break };
+                self.settled(generation, &record, |state| state.settle_batch(part, record.location));
+                outcomes.extend(part.items.iter().map(|item| item.outcome.clone()));
+            }
+            let _ = reply.send(Ok(outcomes));
+        }
     }
 
     /// Appends one record decided on the state caught up with every replica.
@@ -202,11 +280,13 @@ impl AlertStore {
             db.log.row(kind, &value)?;
             state.pace.queued();
             apply(&mut state);
+            db.deciding.store(true, std::sync::atomic::Ordering::SeqCst);
             (value, state.generation)
         };
         let row = db.log.row(kind, &value)?;
-        let mut records =
-            db.log.write(locked, vec![row]).await.map_err(|error| self.fail_database(generation, error))?;
+        let written = db.log.write(locked, vec![row]).await;
+        db.deciding.store(false, std::sync::atomic::Ordering::SeqCst);
+        let mut records = written.map_err(|error| self.fail_database(generation, error))?;
         let record = records.pop().expect("one record written");
         self.settled(generation, &record, |state| settle(state, record.location));
         Ok(())

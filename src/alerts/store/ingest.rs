@@ -17,10 +17,10 @@ use crate::alerts::store::{AlertStore, AlertStoreError, ItemOutcome, new_id};
 use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal};
 
 /// What a delivery's record is made of besides its events.
-pub(super) struct Made<'a> {
-    pub(super) namespace: &'a str,
-    pub(super) source: &'a str,
-    pub(super) delivery_id: &'a str,
+pub(super) struct Made {
+    pub(super) namespace: String,
+    pub(super) source: String,
+    pub(super) delivery_id: String,
     pub(super) received_at: Timestamp,
     pub(super) truncated: Truncation,
 }
@@ -31,7 +31,7 @@ impl AlertStore {
     pub(super) async fn ingest_file(
         &self,
         journal: &Journal,
-        made: Made<'_>,
+        made: Made,
         events: Vec<Event>,
     ) -> Result<Vec<ItemOutcome>, AlertStoreError> {
         let (pending, outcomes, generation) = {
@@ -73,7 +73,7 @@ impl AlertStore {
     /// Deduplicates and correlates a delivery's events on the live state and returns its record
     /// (before any split). Never refused for load: admission decides only how each new job
     /// starts, seeing the jobs this delivery created before it.
-    pub(super) fn decide(&self, state: &mut State, made: &Made<'_>, events: Vec<Event>) -> BatchRecord {
+    pub(super) fn decide(&self, state: &mut State, made: &Made, events: Vec<Event>) -> BatchRecord {
         let source_key = format!("{}/{}", made.namespace, made.source);
         // The window moves with the delivery's receive time, which the record keeps.
         state.correlator.advance(made.received_at.as_second(), Some(self.storage.dedup));
@@ -127,9 +127,9 @@ impl AlertStore {
         }
         BatchRecord {
             version: RECORD_VERSION,
-            delivery_id: made.delivery_id.to_string(),
-            source: made.source.to_string(),
-            namespace: made.namespace.to_string(),
+            delivery_id: made.delivery_id.clone(),
+            source: made.source.clone(),
+            namespace: made.namespace.clone(),
             received_at: made.received_at.to_string(),
             part: None,
             truncated: made.truncated,

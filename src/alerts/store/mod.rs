@@ -421,7 +421,13 @@ impl AlertStore {
         }
         let delivery_id = new_id("dlv");
         let received_at = jiff::Timestamp::now();
-        let made = ingest::Made { namespace, source, delivery_id: &delivery_id, received_at, truncated };
+        let made = ingest::Made {
+            namespace: namespace.to_string(),
+            source: source.to_string(),
+            delivery_id: delivery_id.clone(),
+            received_at,
+            truncated,
+        };
         let events = match &self.backing {
             Backing::File(journal) => self.ingest_file(journal, made, events).await?,
             Backing::Database(db) => self.ingest_database(db, made, events).await?,
