@@ -208,18 +208,20 @@ async fn callers_that_give_up_mid_write_leave_no_decision_the_database_does_not_
     let pg = Postgres::start();
     let db = database(&pg).await;
     let store = Arc::new(open(&db, Storage::default()).await);
-    let mut tasks = Vec::new();
-    for n in 0..200u64 {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            let key = format!("host-{}", n % 50);
-            let posted = store.ingest("ops", "am", alert_events(&[("firing", &key)]));
-            // Some callers go away at once, some while their group is being written.
-            let _ = tokio::time::timeout(Duration::from_micros(n * 37 % 4000), posted).await;
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
+    for round in 0..8u64 {
+        let mut tasks = Vec::new();
+        for n in 0..60u64 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("host-{round}-{}", n % 20);
+                let posted = store.ingest("ops", "am", alert_events(&[("firing", &key)]));
+                // Some callers go away at once, most while their group is decided or written.
+                let _ = tokio::time::timeout(Duration::from_micros((n * 7919 + round * 131) % 40_000), posted).await;
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
     }
     // Whatever this replica decided is what a replica reading the database fresh sees.
     let fresh = open(&db, Storage::default()).await;

@@ -107,7 +107,7 @@ impl AlertStore {
 
     /// [`AlertStore::follow`] under the turn (and, for a write, the head lock).
     async fn follow_locked(&self, db: &DbBacking, locked: Option<&Locked>) -> Result<(), AlertStoreError> {
-        if db.deciding.swap(false, std::sync::atomic::Ordering::SeqCst) || self.lock().unavailable.is_some() {
+        if db.deciding.load(std::sync::atomic::Ordering::SeqCst) || self.lock().unavailable.is_some() {
             return self.rebuild_from_database_locked(db).await;
         }
         let last = self.lock().pace.last().map(|c| (c.seq, c.hash.clone()));
@@ -152,6 +152,9 @@ impl AlertStore {
         let bounds = Bounds { resolved_kept: self.storage.resolved_kept };
         let (fresh, loaded) = load(&db.log, bounds).await?;
         self.install_rebuilt(fresh);
+        // Cleared only once the rebuilt state is in place: a rebuild whose caller went away
+        // leaves it set for the next turn.
+        db.deciding.store(false, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(
             component = "akritas_alerts",
             event = "journal_recovered",
@@ -176,8 +179,14 @@ impl AlertStore {
         lock_queue(&db.queue).push(Queued { made, events, reply });
         let turn = db.turn.lock().await;
         let mut answer = answer;
-        if let Ok(decided) = answer.try_recv() {
-            return decided;
+        match answer.try_recv() {
+            // A group written while this delivery waited for the turn held it.
+            Ok(decided) => return decided,
+            // Its group's writer went away (its caller gave up) before answering.
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                return Err(Self::unavailable("the delivery's group was interrupted before it was answered; retry"));
+            }
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
         }
         let batch = std::mem::take(&mut *lock_queue(&db.queue));
         self.ingest_batch_locked(db, batch).await;
