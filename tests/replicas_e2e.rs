@@ -101,6 +101,11 @@ impl Cluster {
         response.json().await.unwrap()
     }
 
+    async fn metrics(&self, server: &Server) -> String {
+        let response = self.http.get(format!("{}/metrics", server.url)).bearer_auth(API_KEY).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     async fn post(&self, server: &Server, path: &str, token: &str, body: Value) -> (u16, Value) {
         let response =
             self.http.post(format!("{}{path}", server.url)).bearer_auth(token).json(&body).send().await.unwrap();
@@ -182,6 +187,14 @@ async fn replicas_share_runs_and_one_delivery_to_both_is_investigated_and_notifi
     assert_eq!(notified.len(), 1, "notified once");
     let incidents = cluster.get(&a, "/api/v1/incidents").await;
     assert_eq!(incidents["incidents"].as_array().unwrap().len(), 1);
+    let metrics = format!("{}{}", cluster.metrics(&a).await, cluster.metrics(&b).await);
+    for family in [
+        "akritas_database_transaction_seconds",
+        "akritas_database_lock_wait_seconds",
+        "akritas_job_claims_total{outcome=\"claimed\"} 1",
+    ] {
+        assert!(metrics.contains(family), "{family} missing from /metrics");
+    }
     verify_audit(&cluster.pg);
 }
 
@@ -219,6 +232,7 @@ async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
     let first = cluster.get(&b, &format!("/api/v1/runs/{}", job["runs"][0].as_str().unwrap())).await;
     assert_eq!(first["run"]["error_code"], "interrupted", "B closed A's Run: {first}");
     assert_eq!(plans.load(Ordering::SeqCst), 2);
+    assert!(cluster.metrics(&b).await.contains("akritas_job_takeovers_total 1"), "the takeover is counted");
     verify_audit(&cluster.pg);
 }
 

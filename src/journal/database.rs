@@ -207,7 +207,18 @@ impl Database {
     }
 
     pub(crate) async fn client(&self) -> Result<Object, DatabaseError> {
-        self.pool.get().await.map_err(|e| DatabaseError::Unreachable(chain(&e)))
+        let started = std::time::Instant::now();
+        let idle = self.pool.status().available > 0;
+        let client = self.pool.get().await.map_err(|e| DatabaseError::Unreachable(chain(&e)))?;
+        if !idle {
+            crate::telemetry::observe(
+                "akritas_database_pool_wait_seconds",
+                "Time a caller waited for a database connection when none was idle (a new one opened, or the pool was full).",
+                &[],
+                started.elapsed(),
+            );
+        }
+        Ok(client)
     }
 }
 
@@ -336,6 +347,8 @@ impl Drop for Tx {
 pub(crate) struct Locked {
     tx: Tx,
     pub head: Head,
+    /// When the lock was taken.
+    since: std::time::Instant,
 }
 
 impl Locked {
@@ -396,6 +409,7 @@ impl Log {
     /// Begins a transaction and locks the store's head row.
     pub(crate) async fn lock(&self) -> Result<Locked, DatabaseError> {
         const SELECT: &str = "SELECT seq, hash FROM akritas_heads WHERE store = $1 FOR UPDATE";
+        let started = std::time::Instant::now();
         let tx = Tx { client: Some(self.db.client().await?) };
         let client = tx.client();
         // One round trip: the two are pipelined, in this order, on the one connection.
@@ -416,7 +430,13 @@ impl Log {
             }
         };
         let head = Head { seq: seq_of(row.get(0)), hash: row.get(1) };
-        Ok(Locked { tx, head })
+        crate::telemetry::observe(
+            "akritas_database_lock_wait_seconds",
+            "Time a writer waited for its store's head lock (other replicas' and this one's writes in turn).",
+            &[("store", self.store)],
+            started.elapsed(),
+        );
+        Ok(Locked { tx, head, since: std::time::Instant::now() })
     }
 
     /// A connection: the locked one, or one from the pool.
@@ -572,7 +592,14 @@ impl Log {
             )
             .await
             .map_err(statement("append records"))?;
+        let since = locked.since;
         locked.tx.commit().await.map_err(statement("commit records"))?;
+        crate::telemetry::observe(
+            "akritas_database_transaction_seconds",
+            "Time a write held its store's head lock, from taking it to the commit.",
+            &[("store", self.store)],
+            since.elapsed(),
+        );
         Ok(records)
     }
 

@@ -51,6 +51,10 @@ pub const MAX_ERROR_CHARS: usize = 512;
 const MAX_BACKOFF_FACTOR: u32 = 16;
 /// Wake-up interval when nothing is due.
 const IDLE_WAKE: Duration = Duration::from_secs(30);
+/// Claims of investigation jobs by this replica on the database, by outcome.
+const CLAIMS: &str = "akritas_job_claims_total";
+const CLAIMS_HELP: &str =
+    "Investigation jobs this replica started (claimed) or found started by another replica first (taken), on the database.";
 /// Wake-up interval while jobs are deferred, and on the database (to follow the other replicas).
 const DEFERRED_WAKE: Duration = Duration::from_secs(1);
 /// First pause after a job state could not be recorded; doubled per failure in a row.
@@ -330,6 +334,7 @@ impl Worker {
         // Another replica on the same database took the job first: it is theirs.
         if let Err(WorkerError::Store(AlertStoreError::Taken { job, status })) = &result {
             tracing::info!(component = "akritas_alert_worker", job = %job, ?status, "another replica took this job first");
+            crate::telemetry::count(CLAIMS, CLAIMS_HELP, &[("outcome", "taken")], 1.0);
             return self.settle(Ok(()));
         }
         self.settle(result);
@@ -375,6 +380,9 @@ impl Worker {
     async fn attempt(&self, mut job: Job) -> Result<(), WorkerError> {
         let me = self.replica.as_ref().map(Replica::id);
         self.store.step_as(&mut job, Step::Start, me).await?;
+        if me.is_some() {
+            crate::telemetry::count(CLAIMS, CLAIMS_HELP, &[("outcome", "claimed")], 1.0);
+        }
         let event = self.store.event(&job.event_id).await?;
         let incident = self.store.incident(&job.incident_id).await?.map(|(i, _, _)| i);
         let context = event.zip(incident);
