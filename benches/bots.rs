@@ -79,7 +79,8 @@ async fn run() {
     };
     let mut tasks = tokio::task::JoinSet::new();
     let cancel = tokio_util::sync::CancellationToken::new();
-    let bots = start(&host_settings, parts, &akritas::app::storage::Stores::Embedded, &mut tasks, &cancel).await.unwrap();
+    let bots =
+        start(&host_settings, parts, &akritas::app::storage::Stores::Embedded, &mut tasks, &cancel).await.unwrap();
     let submit = |update_id: i64, chat: i64, message_id: i64, text: String| {
         let bots = bots.clone();
         async move {

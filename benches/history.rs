@@ -182,7 +182,11 @@ async fn fill_alerts(path: &Path, incidents: usize, repeats: usize) -> Result<f6
                             if step == 0 && item.job_id.is_some() { "accepted+job" } else { item.status.as_str() };
                         *outcomes.entry(kind.to_string()).or_default() += 1;
                         if let (0, Some(job_id)) = (step, &item.job_id) {
-                            let job = store.job(job_id).await.unwrap().ok_or(format!("job {job_id} not found after ingest"))?;
+                            let job = store
+                                .job(job_id)
+                                .await
+                                .unwrap()
+                                .ok_or(format!("job {job_id} not found after ingest"))?;
                             give_up(&store, job, "bench").await.map_err(|e| e.to_string())?;
                         }
                     }

@@ -143,11 +143,8 @@ fn check(pg: &Postgres, acked: &[String]) -> (usize, usize, usize) {
         "SELECT data::jsonb ->> 'delivery_id', count(*) FROM akritas_records WHERE store = 'alerts' \
          AND kind = 'alerts.delivery' GROUP BY 1",
     );
-    let counts: std::collections::HashMap<&str, usize> = stored
-        .lines()
-        .filter_map(|line| line.split_once('|'))
-        .map(|(id, n)| (id, n.parse().unwrap_or(0)))
-        .collect();
+    let counts: std::collections::HashMap<&str, usize> =
+        stored.lines().filter_map(|line| line.split_once('|')).map(|(id, n)| (id, n.parse().unwrap_or(0))).collect();
     let mut result = (0, 0, 0);
     for id in acked {
         match counts.get(id.as_str()) {
@@ -222,7 +219,10 @@ async fn run() -> ExitCode {
         all_acked.extend(acked);
     }
     let (once, lost, twice) = check(&bench.pg, &all_acked);
-    println!("{} acknowledged deliveries checked in the database: {once} once, {lost} lost, {twice} duplicated", all_acked.len());
+    println!(
+        "{} acknowledged deliveries checked in the database: {once} once, {lost} lost, {twice} duplicated",
+        all_acked.len()
+    );
     if lost + twice > 0 {
         failed = true;
     }

@@ -211,7 +211,10 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     assert!(!path.exists(), "the first segment was deleted");
     let (report, _) = akritas::journal::read(&path).unwrap();
     assert!(report.first_seq > 1, "{report:?}");
-    assert!(store.incident(&early[0].incident_id).await.unwrap().is_none(), "an old resolved incident went with its records");
+    assert!(
+        store.incident(&early[0].incident_id).await.unwrap().is_none(),
+        "an old resolved incident went with its records"
+    );
     let event = store.event(&open_one.events[0].event_id).await.unwrap().expect("the open incident's event is kept");
     assert_eq!(event.event.entity.id, "kept-open");
     drop(store);

@@ -467,7 +467,8 @@ struct Incidents;
 
 impl IncidentLookup for Incidents {
     fn describe<'a>(&'a self, namespace: &'a str, id: &'a str) -> akritas::bots::BoxFuture<'a, Option<String>> {
-        let found = (namespace == "ops" && id == "inc_1").then(|| "inc_1: open, latest result: disk full on node-3".to_owned());
+        let found =
+            (namespace == "ops" && id == "inc_1").then(|| "inc_1: open, latest result: disk full on node-3".to_owned());
         Box::pin(async move { found })
     }
 }

@@ -197,7 +197,13 @@ async fn a_small_window_run(llm: ScriptedLlm, context_tokens: Option<u32>, sourc
         let text = event.to_string();
         assert!(!text.contains("db-7 slow") && !text.contains("autovacuum (note"), "no content: {text}");
     }
-    assert!(rig.audit.get(&akritas::audit::RunId::parse(answer["run_id"].as_str().unwrap()).unwrap()).await.unwrap().is_some());
+    assert!(
+        rig.audit
+            .get(&akritas::audit::RunId::parse(answer["run_id"].as_str().unwrap()).unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[tokio::test]

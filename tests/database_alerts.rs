@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use akritas::alerts::store::{AlertStore, AlertStoreError, Failure, JobStatus, Step, Storage};
 use akritas::alerts::worker::delivery::pending_delivery;
-use akritas::resources::notification_receiver::ReceiverType;
 use akritas::journal::database::Database;
+use akritas::resources::notification_receiver::ReceiverType;
 use akritas_testkit::contract::{self, alert_events};
 use akritas_testkit::jobs::incident_details;
 use akritas_testkit::postgres::Postgres;

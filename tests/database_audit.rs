@@ -130,13 +130,18 @@ async fn audit_verify_checks_every_row_and_refuses_a_changed_or_refiled_one() {
 
     // A tool result changed in place: its hash no longer matches.
     let original = pg.psql("SELECT data FROM akritas_records WHERE store = 'audit' AND kind = 'run_event'");
-    pg.psql("UPDATE akritas_records SET data = replace(data, '1-0-', '1-9-') WHERE store = 'audit' AND kind = 'run_event'");
+    pg.psql(
+        "UPDATE akritas_records SET data = replace(data, '1-0-', '1-9-') WHERE store = 'audit' AND kind = 'run_event'",
+    );
     let changed = akritas::audit::verify_database(&db, None).await.unwrap_err().to_string();
     assert!(changed.contains("record 2") && changed.contains("changed after it was written"), "{changed}");
     let refused = cli(&[]);
     assert!(!refused.status.success());
     assert!(!String::from_utf8_lossy(&refused.stderr).contains("127.0.0.1"), "no connection string in errors");
-    let restore = format!("UPDATE akritas_records SET data = '{}' WHERE store = 'audit' AND kind = 'run_event'", original.replace('\'', "''"));
+    let restore = format!(
+        "UPDATE akritas_records SET data = '{}' WHERE store = 'audit' AND kind = 'run_event'",
+        original.replace('\'', "''")
+    );
     pg.psql(&restore);
     akritas::audit::verify_database(&db, None).await.unwrap();
 

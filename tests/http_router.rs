@@ -212,7 +212,17 @@ impl Fixture {
             alerts: state.alerts.clone(),
         };
         let cancel = tokio_util::sync::CancellationToken::new();
-        state.bots = Some(akritas::app::bots::start(&settings, parts, &akritas::app::storage::Stores::Embedded, &mut bot_tasks, &cancel).await.unwrap());
+        state.bots = Some(
+            akritas::app::bots::start(
+                &settings,
+                parts,
+                &akritas::app::storage::Stores::Embedded,
+                &mut bot_tasks,
+                &cancel,
+            )
+            .await
+            .unwrap(),
+        );
 
         // One delivery, so incidents, events and jobs exist; every later post of it is a duplicate.
         let seeded = call(&web::router(state.clone()), post("/api/v1/alerts/am/webhook", FIRING, &[am_token()])).await;

@@ -6,8 +6,8 @@
 
 use akritas_testkit as support;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -36,7 +36,8 @@ fn model(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Valu
             if investigation {
                 plans.fetch_add(1, Ordering::SeqCst);
             }
-            let step = Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]));
+            let step =
+                Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]));
             if investigation && slow.load(Ordering::SeqCst) { step.with_delay(Duration::from_secs(60)) } else { step }
         } else if offers(request, &submit) {
             Step::from(Reply::ToolCalls(vec![(
@@ -178,7 +179,8 @@ async fn replicas_share_runs_and_one_delivery_to_both_is_investigated_and_notifi
     let job_id = outcomes[0]["job_id"].as_str().unwrap().to_string();
     let job = cluster
         .job_until(&b, &job_id, |job| {
-            job["status"] == "succeeded" && job["deliveries"].as_array().is_some_and(|d| d.iter().all(|d| d["status"] == "delivered"))
+            job["status"] == "succeeded"
+                && job["deliveries"].as_array().is_some_and(|d| d.iter().all(|d| d["status"] == "delivered"))
         })
         .await;
     assert_eq!(job["runs"].as_array().unwrap().len(), 1, "investigated once: {job}");
@@ -205,7 +207,8 @@ async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
     let cluster = Cluster::start(slow.clone(), plans.clone()).await;
     let a = cluster.replica().await;
     let replica_a = cluster.get(&a, "/health").await["storage"]["replica"].as_str().unwrap().to_string();
-    let (status, accepted) = cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("FailoverAlert")).await;
+    let (status, accepted) =
+        cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("FailoverAlert")).await;
     assert_eq!(status, 202, "{accepted}");
     let job_id = accepted["events"][0]["job_id"].as_str().unwrap().to_string();
     cluster.job_until(&a, &job_id, |job| job["status"] == "running" && job["claimed_by"] == replica_a.as_str()).await;
@@ -217,7 +220,9 @@ async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
     slow.store(false, Ordering::SeqCst);
     let killed = Instant::now();
     drop(a);
-    let taken = cluster.job_until(&b, &job_id, |job| job["status"] != "running" || job["claimed_by"] != replica_a.as_str()).await;
+    let taken = cluster
+        .job_until(&b, &job_id, |job| job["status"] != "running" || job["claimed_by"] != replica_a.as_str())
+        .await;
     let takeover = killed.elapsed();
     let job = cluster.job_until(&b, &job_id, |job| job["status"] == "succeeded").await;
     println!(
@@ -265,12 +270,16 @@ async fn deliveries_get_503_with_retry_after_while_the_database_is_down_and_none
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
     let health = cluster.get(&a, "/health").await;
-    assert_eq!((health["status"].as_str(), health["storage"]["database"]["reachable"].as_bool()), (Some("degraded"), Some(false)));
+    assert_eq!(
+        (health["status"].as_str(), health["storage"]["database"]["reachable"].as_bool()),
+        (Some("degraded"), Some(false))
+    );
     cluster.pg.start_again();
     // Alertmanager retries; once the database answers the delivery is stored, with no restart.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (status, answer) = cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("DuringOutage")).await;
+        let (status, answer) =
+            cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("DuringOutage")).await;
         if status == 202 {
             break;
         }

@@ -89,7 +89,11 @@ pub async fn start(
 }
 
 /// Runs the pollers while this replica leads, stopping them when it no longer does.
-async fn poll_while_leading(bots: Arc<Bots>, mut leading: tokio::sync::watch::Receiver<bool>, cancel: CancellationToken) {
+async fn poll_while_leading(
+    bots: Arc<Bots>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    cancel: CancellationToken,
+) {
     loop {
         if !*leading.borrow_and_update() {
             tokio::select! {

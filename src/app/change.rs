@@ -180,9 +180,9 @@ pub async fn service(
         ..ApprovalOptions::default()
     };
     let approvals = match stores.database() {
-        Some((db, _)) => ApprovalStore::open_database(db, options)
-            .await
-            .context("opening the change approvals in the database")?,
+        Some((db, _)) => {
+            ApprovalStore::open_database(db, options).await.context("opening the change approvals in the database")?
+        }
         None => tokio::task::spawn_blocking(move || ApprovalStore::open(&path, options))
             .await
             .context("opening the change approval journal")?

@@ -59,7 +59,8 @@ pub async fn open(
         .with_context(|| format!("the PostgreSQL connection string in {name}"))?;
     let migrated = db.migrate().await.context("migrating the database schema")?;
     let host = std::env::var("HOSTNAME").unwrap_or_default();
-    let replica = Replica::register(&db, &host, settings.job_claim_timeout).await.context("registering this replica")?;
+    let replica =
+        Replica::register(&db, &host, settings.job_claim_timeout).await.context("registering this replica")?;
     tracing::info!(
         component = "database",
         schema_from = migrated.from,

@@ -160,16 +160,15 @@ impl DbAudit {
             )
             .await
             .map_err(statement("find the Runs of jobs"))?;
-        let ids = rows
-            .iter()
-            .map(|row| run_id(&row.get::<_, String>(0)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ids = rows.iter().map(|row| run_id(&row.get::<_, String>(0))).collect::<Result<Vec<_>, _>>()?;
         let mut runs = load_runs(&self.log, None, &ids).await?;
         // A Run's job is in its start or its finish: both were matched, the Run's own is kept.
         Ok(ids
             .iter()
             .filter_map(|id| runs.remove(id))
-            .filter(|run| run.metadata.get("job_id").and_then(Value::as_str).is_some_and(|job| jobs.iter().any(|j| j == job)))
+            .filter(|run| {
+                run.metadata.get("job_id").and_then(Value::as_str).is_some_and(|job| jobs.iter().any(|j| j == job))
+            })
             .collect())
     }
 
@@ -256,11 +255,13 @@ async fn retain(log: &Log, max_age: std::time::Duration) -> Result<u64, Database
 
 /// A Run id as a row's key holds it.
 fn run_id(key: &str) -> Result<RunId, AuditError> {
-    RunId::parse(key).ok_or_else(|| AuditError::Database(DatabaseError::Broken {
-        store: STORE.to_string(),
-        seq: 0,
-        reason: format!("a record is filed under {key:?}, which is not a Run id"),
-    }))
+    RunId::parse(key).ok_or_else(|| {
+        AuditError::Database(DatabaseError::Broken {
+            store: STORE.to_string(),
+            seq: 0,
+            reason: format!("a record is filed under {key:?}, which is not a Run id"),
+        })
+    })
 }
 
 /// The Runs rebuilt from their records (each record's hash checked, and its Run id against its
@@ -291,7 +292,10 @@ async fn load_runs(log: &Log, locked: Option<&Locked>, ids: &[RunId]) -> Result<
             continue;
         }
         if let Err(error) = replay::apply(&mut state, &record) {
-            return Err(AuditError::Unreadable { run: run_id(&key)?, reason: format!("record {}: {error}", record.seq) });
+            return Err(AuditError::Unreadable {
+                run: run_id(&key)?,
+                reason: format!("record {}: {error}", record.seq),
+            });
         }
     }
     Ok(state.runs)
@@ -487,7 +491,14 @@ async fn decide(
             }
         };
         let checked = built.and_then(|(kind, data)| {
-            let record = Record { seq: 0, time: String::new(), kind: kind.to_string(), data, hash: String::new(), location: Location::default() };
+            let record = Record {
+                seq: 0,
+                time: String::new(),
+                kind: kind.to_string(),
+                data,
+                hash: String::new(),
+                location: Location::default(),
+            };
             let op = replay::parse(&record).map_err(AuditError::Refused)?;
             let known = key.as_deref().and_then(|key| facts.get(key)).copied();
             replay::check(&op, known).map_err(AuditError::Refused)?;

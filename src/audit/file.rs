@@ -169,8 +169,6 @@ impl Shared {
     }
 }
 
-
-
 /// Format of the audit's snapshot file.
 const SNAPSHOT_FORMAT: &str = "akritas.audit.index.v1";
 /// Default records between two snapshots.

@@ -26,12 +26,12 @@ use crate::journal::database::{Database, DatabaseError, Replica};
 use crate::journal::{JournalError, Record};
 use crate::text;
 
+pub use database::{DatabaseVerified, STORE as DATABASE_STORE, verify as verify_database};
+pub use file::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
 pub use id::{InvalidRunId, RunId};
 pub(crate) use reads::ReadRecord;
 use replay::Facts;
 pub(crate) use replay::RecordError;
-pub use file::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
-pub use database::{DatabaseVerified, STORE as DATABASE_STORE, verify as verify_database};
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";
@@ -247,8 +247,7 @@ pub enum AuditError {
 
 /// What a write of one Run decides from what is known of the Run (and, when asked, the Run
 /// itself): its record's kind and data, or why there is none.
-type Build =
-    Box<dyn FnOnce(&RunId, Facts, Option<&RunRecord>) -> Result<(&'static str, Value), AuditError> + Send>;
+type Build = Box<dyn FnOnce(&RunId, Facts, Option<&RunRecord>) -> Result<(&'static str, Value), AuditError> + Send>;
 
 /// Runs something in this process is executing on (the Run itself or a follow-up).
 type ActiveSet = Arc<Mutex<HashSet<RunId>>>;

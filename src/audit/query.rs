@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::index::load_run;
 use super::file::FileAudit;
+use super::index::load_run;
 use super::{AuditError, AuditLog, Backend, MAX_LIST, RunId, RunRecord};
 use crate::journal::Location;
 
@@ -55,7 +55,6 @@ impl FileAudit {
     pub(super) fn len(&self) -> usize {
         self.shared.read().index.len()
     }
-
 }
 
 /// The reads, on either backend. On the database a read fails when the database does.

@@ -392,9 +392,8 @@ impl IncidentLookup for AlertIncidents {
 impl AlertIncidents {
     async fn describe_now(&self, namespace: &str, id: &str) -> Option<String> {
         let found = self.store.as_ref()?.incident(id).await;
-        let (incident, _, jobs) = found
-            .inspect_err(|error| tracing::warn!(%error, "cannot read the incident for /incident"))
-            .ok()??;
+        let (incident, _, jobs) =
+            found.inspect_err(|error| tracing::warn!(%error, "cannot read the incident for /incident")).ok()??;
         if incident.namespace != namespace {
             return None;
         }

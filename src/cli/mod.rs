@@ -162,13 +162,13 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
         Command::Ask(args) => ask::run(&args.question, &(*args.flags).into_serve_flags(), args.json),
-        Command::Audit(AuditArgs { command: AuditCommand::Verify { path, key_env, anchor, database_env, database_ca } }) => {
-            match (database_env, key_env) {
-                (Some(url_env), key_env) => verify_database(&url_env, database_ca.as_deref(), key_env.as_deref()),
-                (None, Some(key_env)) => verify_seals(&path, &key_env, anchor.as_deref()),
-                (None, None) => verify_journal(&path),
-            }
-        }
+        Command::Audit(AuditArgs {
+            command: AuditCommand::Verify { path, key_env, anchor, database_env, database_ca },
+        }) => match (database_env, key_env) {
+            (Some(url_env), key_env) => verify_database(&url_env, database_ca.as_deref(), key_env.as_deref()),
+            (None, Some(key_env)) => verify_seals(&path, &key_env, anchor.as_deref()),
+            (None, None) => verify_journal(&path),
+        },
         Command::Validate(args) => validate::run(&args.dirs, &args.flags),
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(args) => knowledge::run_corpus(args),

@@ -177,7 +177,8 @@ impl Database {
     /// the pool's connections.
     pub async fn health(&self) -> DatabaseHealth {
         let status = self.pool.status();
-        let pool = PoolHealth { max: status.max_size, open: status.size, idle: status.available, waiting: status.waiting };
+        let pool =
+            PoolHealth { max: status.max_size, open: status.size, idle: status.available, waiting: status.waiting };
         let started = std::time::Instant::now();
         let probe = async {
             let client = self.client().await?;
@@ -195,7 +196,9 @@ impl Database {
                 pool,
                 error: None,
             },
-            Ok(Err(error)) => DatabaseHealth { reachable: false, latency_ms: 0.0, schema: None, pool, error: Some(error.to_string()) },
+            Ok(Err(error)) => {
+                DatabaseHealth { reachable: false, latency_ms: 0.0, schema: None, pool, error: Some(error.to_string()) }
+            }
             Err(_) => DatabaseHealth {
                 reachable: false,
                 latency_ms: 0.0,

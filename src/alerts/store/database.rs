@@ -24,10 +24,10 @@ use serde_json::Value;
 use crate::alerts::intake::admission::{Admission, Limits};
 use crate::alerts::intake::event::Event;
 use crate::alerts::store::error::inconsistent;
+use crate::alerts::store::ingest::Made;
 use crate::alerts::store::record::{BatchRecord, split};
 use crate::alerts::store::saved::{FORMAT, Loaded, Saved};
 use crate::alerts::store::state::{Bounds, DELIVERY, State, apply, apply_batch};
-use crate::alerts::store::ingest::Made;
 use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Storage};
 use crate::journal::database::{Database, DatabaseError, GENESIS_PREV, Locked, Log};
 use crate::journal::pace::Pace;
@@ -328,7 +328,11 @@ impl AlertStore {
         // The checkpoint's own record stays: a start checks that the records follow it.
         let retained = log.retain(max_age, keep_from.min(checkpoint.seq)).await?;
         if retained.records > 0 {
-            tracing::info!(component = "akritas_alerts", records = retained.records, "alert retention deleted old records from the database");
+            tracing::info!(
+                component = "akritas_alerts",
+                records = retained.records,
+                "alert retention deleted old records from the database"
+            );
         }
         Ok(retained.last_deleted.map_or(0, |seq| seq + 1))
     }
@@ -360,7 +364,8 @@ async fn load(log: &Log, bounds: Bounds) -> Result<(State, Loaded), AlertStoreEr
         if record.seq != last_seq + 1 || prev != last_hash {
             return Err(AlertStoreError::NoSnapshot { path: NAME.to_string(), first_seq: record.seq });
         }
-        apply(&mut state, &record, &legacy).map_err(|reason| inconsistent(std::path::Path::new(NAME), (record.seq, reason)))?;
+        apply(&mut state, &record, &legacy)
+            .map_err(|reason| inconsistent(std::path::Path::new(NAME), (record.seq, reason)))?;
         state.pace.replayed(&record);
         (last_seq, last_hash) = (record.seq, record.hash.clone());
         replayed += 1;

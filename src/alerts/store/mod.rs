@@ -29,8 +29,8 @@
 
 mod database;
 pub(in crate::alerts) mod deferred;
-mod ingest;
 pub(in crate::alerts) mod error;
+mod ingest;
 pub mod job;
 pub(in crate::alerts) mod reads;
 pub mod record;
@@ -467,7 +467,8 @@ impl AlertStore {
         let shared = matches!(self.backing, Backing::Database(_));
         let data = move |state: &State| {
             let key = crate::alerts::intake::id::Id::new(&written.id);
-            let stored = state.jobs.get(&key).map(|slot| (slot.status(), slot.live(&key).and_then(|job| job.claimed_by)));
+            let stored =
+                state.jobs.get(&key).map(|slot| (slot.status(), slot.live(&key).and_then(|job| job.claimed_by)));
             if shared
                 && let (Some(before), Some(stored)) = (before, stored)
                 && stored != before

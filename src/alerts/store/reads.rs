@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use crate::alerts::intake::correlate::{Incident, IncidentState, IncidentStatus};
 use crate::alerts::intake::event::Event;
 use crate::alerts::intake::id::Id;
-use crate::alerts::store::{AlertStore, AlertStoreError, Backing};
 use crate::alerts::store::job::{Job, JobStatus, StoredEvent};
 use crate::alerts::store::record::BatchRecord;
 use crate::alerts::store::state::{EventAt, EventRef, JobSlot, SourceCounters};
+use crate::alerts::store::{AlertStore, AlertStoreError, Backing};
 use crate::journal::Location;
 
 impl AlertStore {
@@ -55,7 +55,10 @@ impl AlertStore {
 
     /// One incident with its events and jobs (events and settled jobs read from the journal;
     /// those retention removed are left out).
-    pub async fn incident(&self, id: &str) -> Result<Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)>, AlertStoreError> {
+    pub async fn incident(
+        &self,
+        id: &str,
+    ) -> Result<Option<(IncidentState, Vec<StoredEvent>, Vec<Job>)>, AlertStoreError> {
         self.follow().await?;
         let (incident, events, jobs) = {
             let state = self.lock();

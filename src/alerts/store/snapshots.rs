@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::alerts::store::database::DbBacking;
-use crate::alerts::store::{AlertStore, Backing};
 use crate::alerts::store::saved::{FORMAT, SavedRef};
 use crate::alerts::store::state::State;
+use crate::alerts::store::{AlertStore, Backing};
 use crate::journal::snapshot::{self, Pending};
 use crate::journal::{Journal, Record, Retention};
 
@@ -155,7 +155,8 @@ impl AlertStore {
             (checkpoint, data, state.oldest_needed().unwrap_or(u64::MAX))
         };
         let saved =
-            AlertStore::save_database_snapshot(db.log.clone(), checkpoint, data, self.storage.retention, keep_from).await;
+            AlertStore::save_database_snapshot(db.log.clone(), checkpoint, data, self.storage.retention, keep_from)
+                .await;
         let written = saved.is_ok();
         let mut state = self.lock();
         after_database_retention(&mut state, saved);

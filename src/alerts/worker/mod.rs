@@ -35,11 +35,11 @@ use crate::alerts::worker::delivery::{key_text, pending_delivery};
 use crate::alerts::worker::request::{investigation_request, namespace_of};
 use crate::audit::{AuditError, RunRecord, RunStatus};
 use crate::catalog::CatalogStore;
-use crate::journal::database::Replica;
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::engine::request::RunError;
 use crate::engine::run::Engine;
+use crate::journal::database::Replica;
 use crate::notify::RetryPolicy;
 use crate::resources::{Kind, Resource};
 use crate::tenancy::Tenancy;
@@ -53,8 +53,7 @@ const MAX_BACKOFF_FACTOR: u32 = 16;
 const IDLE_WAKE: Duration = Duration::from_secs(30);
 /// Claims of investigation jobs by this replica on the database, by outcome.
 const CLAIMS: &str = "akritas_job_claims_total";
-const CLAIMS_HELP: &str =
-    "Investigation jobs this replica started (claimed) or found started by another replica first (taken), on the database.";
+const CLAIMS_HELP: &str = "Investigation jobs this replica started (claimed) or found started by another replica first (taken), on the database.";
 /// Wake-up interval while jobs are deferred, and on the database (to follow the other replicas).
 const DEFERRED_WAKE: Duration = Duration::from_secs(1);
 /// First pause after a job state could not be recorded; doubled per failure in a row.

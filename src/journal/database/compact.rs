@@ -1,9 +1,9 @@
 //! What deletes a store's records: a snapshot that stands for them, and retention. Either moves
 //! the chain's anchor to the last record deleted, so the kept chain still verifies.
 
+use super::DatabaseError;
 use super::{Log, Tx, db_seq, seq_of, statement};
 use crate::journal::Checkpoint;
-use super::DatabaseError;
 
 /// What [`Log::retain`] deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,9 +27,16 @@ impl Log {
 
     /// Writes `data` as the store's snapshot at `checkpoint` (unless a newer one is there),
     /// keeping the records it stands for (a store that reads records by location after them).
-    pub(crate) async fn keep_snapshot(&self, checkpoint: &Checkpoint, format: &str, data: &str) -> Result<(), DatabaseError> {
+    pub(crate) async fn keep_snapshot(
+        &self,
+        checkpoint: &Checkpoint,
+        format: &str,
+        data: &str,
+    ) -> Result<(), DatabaseError> {
         let client = self.db.client().await?;
-        upsert_snapshot(&client, self.store, checkpoint, format, data).await.map_err(statement("write the store's snapshot"))?;
+        upsert_snapshot(&client, self.store, checkpoint, format, data)
+            .await
+            .map_err(statement("write the store's snapshot"))?;
         Ok(())
     }
 
