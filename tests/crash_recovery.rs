@@ -46,7 +46,7 @@ use akritas::tools::{ToolName, openai_alias};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, inconclusive_result, offers};
 use support::sink::Sink;
 use support::{Server, serve_command};
 
@@ -103,13 +103,7 @@ fn model(counts: Arc<Mutex<ModelCounts>>) -> impl Fn(usize, &Value) -> Step + Se
             }
             Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))])
         } else if offers(request, &submit) {
-            Reply::ToolCalls(vec![(
-                "r".into(),
-                submit.clone(),
-                json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
-                       "summary": "not enough data", "impact": "unknown", "evidence": [], "ruled_out": [],
-                       "affected_components": [], "recommended_actions": [], "production_writes": 0}),
-            )])
+            Reply::ToolCalls(vec![("r".into(), submit.clone(), inconclusive_result())])
         } else {
             Reply::Content("Nothing conclusive.".into())
         };

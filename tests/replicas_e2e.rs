@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::postgres::Postgres;
-use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, inconclusive_result, offers};
 use support::sink::Sink;
 use support::{Server, serve_command};
 
@@ -40,13 +40,7 @@ fn model(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Valu
                 Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]));
             if investigation && slow.load(Ordering::SeqCst) { step.with_delay(Duration::from_secs(60)) } else { step }
         } else if offers(request, &submit) {
-            Step::from(Reply::ToolCalls(vec![(
-                "r".into(),
-                submit.clone(),
-                json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
-                       "summary": "not enough data", "impact": "unknown", "evidence": [], "ruled_out": [],
-                       "affected_components": [], "recommended_actions": [], "production_writes": 0}),
-            )]))
+            Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), inconclusive_result())]))
         } else {
             Step::from(Reply::Content("All good.".into()))
         }

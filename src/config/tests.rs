@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 82);
+    assert_eq!(KEYS.len(), 87);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -677,6 +677,11 @@ fn file_with_every_setting() {
         "workspace_roots": ["/srv/workspaces"],
         "skills_dir": "",
         "data_dir": "/var/lib/akritas",
+        "storage_backend": "embedded",
+        "database_url_env": "AKRITAS_PG_URL",
+        "database_ca_file": "/etc/akritas/db-ca.pem",
+        "database_max_connections": 256,
+        "job_claim_timeout": "1h",
         "search_top_k": 50,
         "result_runes": 100000,
         "max_tokens": 10,
@@ -735,6 +740,12 @@ fn file_with_every_setting() {
     }
     assert_eq!(s.cleartext_credential_hosts, ["git.lab.internal"]);
     assert_eq!(s.audit_key_env.as_deref(), Some("AKRITAS_AUDIT_KEY"));
+    assert!(!s.on_database());
+    assert_eq!(
+        (s.database_url_env.as_str(), s.database_ca_file.as_deref(), s.database_max_connections),
+        ("AKRITAS_PG_URL", Some("/etc/akritas/db-ca.pem"), 256)
+    );
+    assert_eq!(s.job_claim_timeout, Duration::from_secs(3600));
     assert_eq!(s.audit_anchor_file.as_deref(), Some("/var/lib/akritas-anchor/audit.json"));
     assert_eq!(
         (
@@ -869,4 +880,18 @@ fn model_context_tokens_is_unset_by_default_and_bounded_in_every_layer() {
     assert!(e.contains(expect), "{e}");
     let e = load_err(&flags(&[]), &env_of(&[("AKRITAS_MODEL_CONTEXT_TOKENS", "0")]));
     assert!(e.contains("AKRITAS_MODEL_CONTEXT_TOKENS"), "{e}");
+}
+
+#[test]
+fn the_storage_backend_is_embedded_or_postgres_and_the_database_keeps_no_anchor_file() {
+    assert!(!load_ok(&flags(&[]), &no_env).on_database());
+    let s = load_ok(&flags(&["--storage-backend", "postgres"]), &no_env);
+    assert!(s.on_database());
+    assert_eq!((s.database_url_env.as_str(), s.job_claim_timeout), ("AKRITAS_DATABASE_URL", Duration::from_secs(30)));
+    let e = load_err(&flags(&["--storage-backend", "mysql"]), &no_env);
+    assert!(e.contains("\"mysql\" is not a storage backend") && e.contains("`embedded` or `postgres`"), "{e}");
+    let e = load_err(&flags(&["--storage-backend", "postgres", "--audit-anchor-file", "/anchors/a.json"]), &no_env);
+    assert!(e.contains("audit_anchor_file") && e.contains("audit verify --database-env"), "{e}");
+    let e = load_err(&flags(&["--database-max-connections", "1"]), &no_env);
+    assert!(e.contains("database-max-connections"), "{e}");
 }

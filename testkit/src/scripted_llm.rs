@@ -82,6 +82,13 @@ pub fn offers(request: &Value, alias: &str) -> bool {
     request["tools"].as_array().into_iter().flatten().any(|t| t["function"]["name"].as_str() == Some(alias))
 }
 
+/// A structured result that claims nothing: inconclusive, no evidence.
+pub fn inconclusive_result() -> Value {
+    json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
+           "summary": "not enough data", "impact": "unknown", "evidence": [], "ruled_out": [],
+           "affected_components": [], "recommended_actions": [], "production_writes": 0})
+}
+
 /// A model that plans one `postgres.activity` check of db-7, answers `answer`,
 /// then submits `result` when the structuring call asks for an InvestigationResult.
 pub fn investigator(result: Value, answer: &str) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {

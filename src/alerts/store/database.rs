@@ -21,16 +21,15 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::alerts::intake::admission::{Admission, Limits};
+use crate::alerts::intake::admission::Limits;
 use crate::alerts::intake::event::Event;
 use crate::alerts::store::error::inconsistent;
 use crate::alerts::store::ingest::Made;
 use crate::alerts::store::record::{BatchRecord, split};
 use crate::alerts::store::saved::{FORMAT, Loaded, Saved};
 use crate::alerts::store::state::{Bounds, DELIVERY, State, apply, apply_batch};
-use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Storage};
+use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Opened, Storage};
 use crate::journal::database::{Database, DatabaseError, GENESIS_PREV, Locked, Log};
-use crate::journal::pace::Pace;
 
 /// The alert store's chain in the database.
 pub const STORE: &str = "alerts";
@@ -72,24 +71,15 @@ impl AlertStore {
         let options = &storage.journal;
         let log = Log::new(db, STORE, options.clock.clone(), options.max_record_bytes, options.mac_key.clone());
         let bounds = Bounds { resolved_kept: storage.resolved_kept };
-        let (mut state, loaded) = load(&log, bounds).await?;
-        tracing::info!(
-            component = "akritas_alerts",
-            event = "journal_loaded",
-            replayed = loaded.replayed,
-            from_snapshot = loaded.from_snapshot(),
-            incidents = state.correlator.incidents().count(),
-            "alert state loaded from the database"
-        );
-        state.admission = Admission::new(limits);
-        state.pace = Pace::opened(state.pace.last().cloned(), loaded.replayed);
+        let (state, loaded) = load(&log, bounds).await?;
         let backing = Backing::Database(DbBacking {
             log,
             turn: tokio::sync::Mutex::new(()),
             queue: Default::default(),
             deciding: Default::default(),
         });
-        Ok(AlertStore::assemble(backing, PathBuf::from(NAME), storage, state, loaded, BTreeMap::new()))
+        let opened = Opened { state, loaded, limits, legacy: BTreeMap::new() };
+        Ok(AlertStore::assemble(backing, PathBuf::from(NAME), storage, opened))
     }
 
     /// Whether the store is on the database.

@@ -116,6 +116,15 @@ pub(super) enum Backing {
     Database(database::DbBacking),
 }
 
+/// What an opening loaded, and the limits the store decides with.
+struct Opened {
+    state: State,
+    loaded: saved::Loaded,
+    limits: Limits,
+    /// Namespaces given to source names of records older than namespaces.
+    legacy: BTreeMap<String, String>,
+}
+
 /// The durable alert store.
 pub struct AlertStore {
     pub(super) backing: Backing,
@@ -171,11 +180,19 @@ impl AlertStore {
         let resolve =
             |name: &str| legacy.borrow_mut().entry(name.to_string()).or_insert_with(|| legacy_namespace(name)).clone();
         let bounds = Bounds { resolved_kept: storage.resolved_kept };
-        let ((journal, _), mut state, loaded) =
+        let ((journal, _), state, loaded) =
             saved::open(path, &storage.journal, bounds, &resolve).map_err(|e| load_error(path, e))?;
+        let opened = Opened { state, loaded, limits, legacy: legacy.into_inner() };
+        Ok(AlertStore::assemble(Backing::File(journal), path.to_owned(), storage, opened))
+    }
+
+    /// The store over `backing`, from the state its opening loaded.
+    fn assemble(backing: Backing, path: PathBuf, storage: Storage, opened: Opened) -> AlertStore {
+        let Opened { mut state, loaded, limits, legacy } = opened;
         tracing::info!(
             component = "akritas_alerts",
             event = "journal_loaded",
+            store = %path.display(),
             replayed = loaded.replayed,
             from_snapshot = loaded.from_snapshot(),
             incidents = state.correlator.incidents().count(),
@@ -184,17 +201,6 @@ impl AlertStore {
         state.admission = Admission::new(limits);
         // The tail just replayed is not in the snapshot yet.
         state.pace = Pace::opened(state.pace.last().cloned(), loaded.replayed);
-        Ok(AlertStore::assemble(Backing::File(journal), path.to_owned(), storage, state, loaded, legacy.into_inner()))
-    }
-
-    fn assemble(
-        backing: Backing,
-        path: PathBuf,
-        storage: Storage,
-        state: State,
-        loaded: saved::Loaded,
-        legacy: BTreeMap<String, String>,
-    ) -> AlertStore {
         AlertStore {
             backing,
             path,
