@@ -223,3 +223,28 @@ async fn a_stopped_database_fails_writes_and_reads_cleanly_until_it_is_back() {
     assert_eq!(written, Some(1), "the failed write left nothing; the next one is the first event");
     assert_eq!(audit.get(&id).await.unwrap().unwrap().events.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_verify_reads_one_snapshot_while_replicas_write() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let audit = Arc::new(open(&db).await);
+    let id = audit.start(contract::new_run("team-a", 1)).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (audit, id, stop) = (audit.clone(), id.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut call = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                audit.event(&id, contract::call_event(1, call)).await.unwrap();
+                call += 1;
+            }
+            call
+        })
+    };
+    for _ in 0..20 {
+        akritas::audit::verify_database(&db, None).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(writer.await.unwrap() > 0, "the writer wrote while verify read");
+}

@@ -293,3 +293,91 @@ async fn deliveries_get_503_with_retry_after_while_the_database_is_down_and_none
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Posts unique alerts round robin to `servers` until `stop`, each re-sent after a refusal until
+/// it is acknowledged (as Alertmanager retries); returns (delivery id, fingerprint) of each
+/// acknowledgement, and the refusals by status.
+async fn alertmanager_like_load(
+    http: reqwest::Client,
+    urls: Vec<String>,
+    first: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<(String, String)>, std::collections::BTreeMap<u16, usize>) {
+    let mut acked = Vec::new();
+    let mut refused = std::collections::BTreeMap::new();
+    let mut n = first;
+    while !stop.load(Ordering::SeqCst) {
+        let name = format!("LoadAlert{n}");
+        let body = delivery(&name);
+        let fingerprint = body["alerts"][0]["fingerprint"].as_str().unwrap().to_string();
+        loop {
+            let url = &urls[n % urls.len()];
+            match http.post(url).bearer_auth(AM_TOKEN).json(&body).send().await {
+                Ok(response) if response.status().is_success() => {
+                    let answer: Value = response.json().await.unwrap();
+                    acked.push((answer["delivery_id"].as_str().unwrap().to_string(), fingerprint));
+                    break;
+                }
+                Ok(response) => *refused.entry(response.status().as_u16()).or_default() += 1,
+                Err(_) => *refused.entry(0).or_default() += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        n += 4;
+    }
+    (acked, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_30_second_database_outage_under_load_loses_no_acknowledged_delivery() {
+    let cluster = Cluster::start(Arc::default(), Arc::default()).await;
+    let (a, b) = (cluster.replica().await, cluster.replica().await);
+    let urls = vec![format!("{}/api/v1/alertmanager/webhook", a.url), format!("{}/api/v1/alertmanager/webhook", b.url)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..4)
+        .map(|first| tokio::spawn(alertmanager_like_load(cluster.http.clone(), urls.clone(), first, stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.pg.stop();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    cluster.pg.start_again();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (mut acked, mut refused) = (Vec::new(), std::collections::BTreeMap::new());
+    for task in load {
+        let (a, r) = task.await.unwrap();
+        acked.extend(a);
+        for (status, count) in r {
+            *refused.entry(status).or_insert(0) += count;
+        }
+    }
+    let stored = cluster.pg.psql(
+        "SELECT data::jsonb ->> 'delivery_id', count(*) FROM akritas_records WHERE store = 'alerts' \
+         AND kind = 'alerts.delivery' GROUP BY 1",
+    );
+    let stored: std::collections::HashMap<String, usize> = stored
+        .lines()
+        .filter_map(|line| line.split_once('|'))
+        .map(|(id, n)| (id.to_string(), n.parse().unwrap()))
+        .collect();
+    let lost = acked.iter().filter(|(id, _)| !stored.contains_key(id)).count();
+    let twice = acked.iter().filter(|(id, _)| stored.get(id).is_some_and(|n| *n > 1)).count();
+    let fingerprints: std::collections::BTreeSet<&String> = acked.iter().map(|(_, f)| f).collect();
+    let accepted: usize = cluster
+        .pg
+        .psql(
+            "SELECT count(*) FROM akritas_records, jsonb_array_elements(data::jsonb -> 'items') item \
+             WHERE store = 'alerts' AND kind = 'alerts.delivery' AND item -> 'outcome' ->> 'status' = 'accepted'",
+        )
+        .parse()
+        .unwrap();
+    println!(
+        "30 s outage under load: {} deliveries acknowledged, {lost} lost, {twice} stored twice; refusals while down: {refused:?}",
+        acked.len()
+    );
+    assert_eq!((lost, twice), (0, 0));
+    assert!(refused.get(&503).copied().unwrap_or_default() > 0, "the outage was answered 503: {refused:?}");
+    assert!(refused.keys().all(|status| *status == 503), "only 503s: {refused:?}");
+    assert_eq!(accepted, fingerprints.len(), "each alert acknowledged was accepted once");
+    verify_audit(&cluster.pg);
+}

@@ -13,6 +13,7 @@
 
 mod compact;
 mod group;
+mod health;
 mod leader;
 mod migrate;
 mod replica;
@@ -25,6 +26,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
 pub use compact::Retained;
 pub use group::{AppendFailed, Group, Pending};
+pub use health::{DatabaseHealth, PoolHealth};
 pub use leader::lead;
 pub use migrate::Migrated;
 pub use replica::Replica;
@@ -173,42 +175,6 @@ impl Database {
         Ok(Database { pool })
     }
 
-    /// What `/health` says of the database: a round trip's latency and the schema version, and
-    /// the pool's connections.
-    pub async fn health(&self) -> DatabaseHealth {
-        let status = self.pool.status();
-        let pool =
-            PoolHealth { max: status.max_size, open: status.size, idle: status.available, waiting: status.waiting };
-        let started = std::time::Instant::now();
-        let probe = async {
-            let client = self.client().await?;
-            let row = client
-                .query_one("SELECT COALESCE(MAX(version), 0) FROM akritas_schema", &[])
-                .await
-                .map_err(statement("read the schema version"))?;
-            Ok::<i32, DatabaseError>(row.get(0))
-        };
-        match tokio::time::timeout(CONNECT_TIMEOUT, probe).await {
-            Ok(Ok(schema)) => DatabaseHealth {
-                reachable: true,
-                latency_ms: started.elapsed().as_secs_f64() * 1000.0,
-                schema: Some(schema),
-                pool,
-                error: None,
-            },
-            Ok(Err(error)) => {
-                DatabaseHealth { reachable: false, latency_ms: 0.0, schema: None, pool, error: Some(error.to_string()) }
-            }
-            Err(_) => DatabaseHealth {
-                reachable: false,
-                latency_ms: 0.0,
-                schema: None,
-                pool,
-                error: Some(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
-            },
-        }
-    }
-
     pub(crate) async fn client(&self) -> Result<Object, DatabaseError> {
         let started = std::time::Instant::now();
         let idle = self.pool.status().available > 0;
@@ -247,35 +213,6 @@ fn tls(ca_pem: Option<&[u8]>) -> Result<tokio_postgres_rustls::MakeRustlsConnect
     }
     let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
-}
-
-/// The database as `/health` shows it.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct DatabaseHealth {
-    /// Whether a round trip succeeded.
-    pub reachable: bool,
-    /// That round trip, in milliseconds.
-    pub latency_ms: f64,
-    /// The schema version the database is migrated to.
-    pub schema: Option<i32>,
-    /// The connection pool of this replica.
-    pub pool: PoolHealth,
-    /// Why the database could not be reached (never the connection string).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// A replica's connection pool.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct PoolHealth {
-    /// Most connections.
-    pub max: usize,
-    /// Connections open.
-    pub open: usize,
-    /// Open and idle.
-    pub idle: usize,
-    /// Callers waiting for one.
-    pub waiting: usize,
 }
 
 /// The last record of a store's chain (seq 0 and the genesis hash when it has none).

@@ -21,9 +21,15 @@ pub struct Verified {
 impl Log {
     /// Reads the whole chain from its anchor to its head and checks every hash, that each
     /// record follows the one before it, that the head is the last record, and each keyed
-    /// seal when `key` is given (`audit verify` on the database).
+    /// seal when `key` is given (`audit verify` on the database), in one snapshot of the
+    /// database while replicas go on writing.
     pub async fn verify(&self, key: Option<&[u8]>) -> Result<Verified, DatabaseError> {
         let client = self.db.client().await?;
+        // One snapshot of the database for the head and every record: replicas may be writing.
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(statement("begin a read-only snapshot"))?;
         let head = client
             .query_opt("SELECT seq, hash, anchor_seq, anchor_hash FROM akritas_heads WHERE store = $1", &[&self.store])
             .await
