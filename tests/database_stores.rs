@@ -447,5 +447,12 @@ async fn callers_that_go_away_mid_write_leave_no_lock_and_no_half_write_behind()
     assert_eq!(fresh.states(), store.states(), "what the store applied is what the database committed");
     let log = Log::new(&db, "approvals", now(), akritas::journal::DEFAULT_MAX_RECORD_BYTES, None);
     assert_eq!(log.verify(None).await.unwrap().records as usize, fresh.states().len());
-    assert_eq!(pg.psql("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"), "0");
+    // Each given-up transaction's rollback was sent when it was dropped; a loaded machine may
+    // take a moment to run them.
+    let idle = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pg.psql(idle) != "0" {
+        assert!(std::time::Instant::now() < deadline, "a transaction was left open: {}", pg.psql(idle));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
