@@ -117,7 +117,11 @@ async fn a_job_is_started_by_one_replica_however_they_race() {
         for (store, me) in [(a.clone(), "replica-a"), (b.clone(), "replica-b")] {
             let id = id.clone();
             claims.push(tokio::spawn(async move {
+                // As the worker does: a job another replica has claimed is left to it.
                 let mut job = store.job(&id).await.unwrap().unwrap();
+                if job.claimed_by.is_some() {
+                    return Err(AlertStoreError::Taken { job: id, status: job.status });
+                }
                 store.step_as(&mut job, Step::Claim, Some(me)).await
             }));
         }
@@ -131,6 +135,10 @@ async fn a_job_is_started_by_one_replica_however_they_race() {
         }
     }
     assert_eq!(claimed, 10, "one claim per job");
+    for id in &ids {
+        let job = b.job(id).await.unwrap().unwrap();
+        assert!(matches!(job.claimed_by.as_deref(), Some("replica-a" | "replica-b")), "{job:?}");
+    }
 }
 
 #[tokio::test]

@@ -249,9 +249,22 @@ pub(crate) struct Tx {
 impl Tx {
     /// A connection from the pool with a transaction begun on it.
     async fn begin(db: &Database) -> Result<Tx, DatabaseError> {
+        Tx::begin_with(db, "BEGIN").await
+    }
+
+    /// A connection from the pool with a transaction begun by `begin` (a `BEGIN …` statement).
+    async fn begin_with(db: &Database, begin: &str) -> Result<Tx, DatabaseError> {
         let tx = Tx { client: Some(db.client().await?) };
-        tx.client().batch_execute("BEGIN").await.map_err(statement("begin a transaction"))?;
+        tx.client().batch_execute(begin).await.map_err(statement("begin a transaction"))?;
         Ok(tx)
+    }
+
+    /// Ends a transaction that wrote nothing; the connection goes back to the pool.
+    async fn end(mut self) {
+        let Some(client) = self.client.take() else { return };
+        if client.batch_execute("ROLLBACK").await.is_err() {
+            drop(Object::take(client));
+        }
     }
 
     fn client(&self) -> &Object {

@@ -1,6 +1,6 @@
 //! `audit verify` on the database: a store's whole chain checked from its anchor to its head.
 
-use super::{DatabaseError, GENESIS_PREV, Log, db_seq, seq_of, statement};
+use super::{DatabaseError, GENESIS_PREV, Log, Tx, db_seq, seq_of, statement};
 
 /// What [`Log::verify`] found: the chain from its anchor to its head, every hash (and seal)
 /// checked.
@@ -24,12 +24,18 @@ impl Log {
     /// seal when `key` is given (`audit verify` on the database), in one snapshot of the
     /// database while replicas go on writing.
     pub async fn verify(&self, key: Option<&[u8]>) -> Result<Verified, DatabaseError> {
-        let client = self.db.client().await?;
         // One snapshot of the database for the head and every record: replicas may be writing.
-        client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(statement("begin a read-only snapshot"))?;
+        let tx = Tx::begin_with(&self.db, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?;
+        let verified = self.verify_in(tx.client(), key).await;
+        tx.end().await;
+        verified
+    }
+
+    async fn verify_in(
+        &self,
+        client: &deadpool_postgres::Object,
+        key: Option<&[u8]>,
+    ) -> Result<Verified, DatabaseError> {
         let head = client
             .query_opt("SELECT seq, hash, anchor_seq, anchor_hash FROM akritas_heads WHERE store = $1", &[&self.store])
             .await
