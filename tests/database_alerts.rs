@@ -120,7 +120,7 @@ async fn a_job_is_started_by_one_replica_however_they_race() {
                 // As the worker does: a job another replica has claimed is left to it.
                 let mut job = store.job(&id).await.unwrap().unwrap();
                 if job.claimed_by.is_some() {
-                    return Err(AlertStoreError::Taken { job: id, status: job.status });
+                    return Err(AlertStoreError::Taken { job: id.to_string(), status: job.status });
                 }
                 store.step_as(&mut job, Step::Claim, Some(me)).await
             }));
