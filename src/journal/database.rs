@@ -17,6 +17,7 @@ mod health;
 mod leader;
 mod migrate;
 mod replica;
+mod tx;
 mod verify;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub use health::{DatabaseHealth, PoolHealth};
 pub use leader::lead;
 pub use migrate::Migrated;
 pub use replica::Replica;
+use tx::Tx;
 pub use verify::Verified;
 
 pub(crate) use super::format::GENESIS_PREV;
@@ -237,63 +239,6 @@ pub struct Log {
     clock: Clock,
     max_record_bytes: usize,
     mac_key: Option<Arc<[u8]>>,
-}
-
-/// A transaction on a pooled connection. Dropped before [`Tx::commit`] (an error, or a caller
-/// that went away at an `await`), it is rolled back at once, so no lock is left held by an idle
-/// connection.
-pub(crate) struct Tx {
-    client: Option<Object>,
-}
-
-impl Tx {
-    /// A connection from the pool with a transaction begun on it.
-    async fn begin(db: &Database) -> Result<Tx, DatabaseError> {
-        Tx::begin_with(db, "BEGIN").await
-    }
-
-    /// A connection from the pool with a transaction begun by `begin` (a `BEGIN …` statement).
-    async fn begin_with(db: &Database, begin: &str) -> Result<Tx, DatabaseError> {
-        let tx = Tx { client: Some(db.client().await?) };
-        tx.client().batch_execute(begin).await.map_err(statement("begin a transaction"))?;
-        Ok(tx)
-    }
-
-    /// Ends a transaction that wrote nothing; the connection goes back to the pool.
-    async fn end(mut self) {
-        let Some(client) = self.client.take() else { return };
-        if client.batch_execute("ROLLBACK").await.is_err() {
-            drop(Object::take(client));
-        }
-    }
-
-    fn client(&self) -> &Object {
-        self.client.as_ref().expect("a transaction holds its connection until it commits")
-    }
-
-    /// Commits; the connection goes back to the pool.
-    async fn commit(mut self) -> Result<(), tokio_postgres::Error> {
-        self.client().batch_execute("COMMIT").await?;
-        self.client = None;
-        Ok(())
-    }
-}
-
-impl Drop for Tx {
-    fn drop(&mut self) {
-        let Some(client) = self.client.take() else { return };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if client.batch_execute("ROLLBACK").await.is_err() {
-                        let _ = Object::take(client);
-                    }
-                });
-            }
-            // No runtime to roll back on: the connection is closed, which rolls back.
-            Err(_) => drop(Object::take(client)),
-        }
-    }
 }
 
 /// A store's head row, locked by an open transaction.
