@@ -456,3 +456,46 @@ async fn callers_that_go_away_mid_write_leave_no_lock_and_no_half_write_behind()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_leads_and_another_takes_over_when_it_stops_or_loses_the_database() {
+    use akritas::journal::database::lead;
+    use tokio_util::sync::CancellationToken;
+    let pg = Postgres::start();
+    let db_a = database(&pg).await;
+    let db_b = database(&pg).await;
+    let every = Duration::from_millis(100);
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    let a = lead(&db_a, every, stop_a.clone());
+    let b = lead(&db_b, every, stop_b.clone());
+    let leaders =
+        |a: &tokio::sync::watch::Receiver<bool>, b: &tokio::sync::watch::Receiver<bool>| (*a.borrow(), *b.borrow());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !(*a.borrow() || *b.borrow()) {
+        assert!(std::time::Instant::now() < deadline, "nobody leads");
+        tokio::time::sleep(every).await;
+    }
+    tokio::time::sleep(every * 5).await;
+    let (first_a, first_b) = leaders(&a, &b);
+    assert!(first_a ^ first_b, "exactly one leads: {:?}", (first_a, first_b));
+    // The leader stops: the other takes over.
+    let (leader_stop, mut follower) = if first_a { (stop_a.clone(), b.clone()) } else { (stop_b.clone(), a.clone()) };
+    leader_stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), follower.wait_for(|leads| *leads))
+        .await
+        .expect("the other replica took over")
+        .unwrap();
+    // The database goes away: the leader steps down.
+    pg.stop();
+    tokio::time::timeout(Duration::from_secs(5), follower.wait_for(|leads| !*leads))
+        .await
+        .expect("the leader stepped down without its database")
+        .unwrap();
+    pg.start_again();
+    tokio::time::timeout(Duration::from_secs(10), follower.wait_for(|leads| *leads))
+        .await
+        .expect("it leads again once the database is back")
+        .unwrap();
+    stop_a.cancel();
+    stop_b.cancel();
+}
