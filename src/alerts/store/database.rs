@@ -32,7 +32,7 @@ use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Op
 use crate::journal::database::{Database, DatabaseError, GENESIS_PREV, Locked, Log};
 
 /// The alert store's chain in the database.
-pub const STORE: &str = "alerts";
+const STORE: &str = "alerts";
 /// What messages name the store by.
 const NAME: &str = "database:alerts";
 
@@ -141,17 +141,10 @@ impl AlertStore {
     async fn rebuild_from_database_locked(&self, db: &DbBacking) -> Result<(), AlertStoreError> {
         let bounds = Bounds { resolved_kept: self.storage.resolved_kept };
         let (fresh, loaded) = load(&db.log, bounds).await?;
-        self.install_rebuilt(fresh);
+        self.install_rebuilt(fresh, loaded);
         // Cleared only once the rebuilt state is in place: a rebuild whose caller went away
         // leaves it set for the next turn.
         db.deciding.store(false, std::sync::atomic::Ordering::SeqCst);
-        tracing::info!(
-            component = "akritas_alerts",
-            event = "journal_recovered",
-            replayed = loaded.replayed,
-            from_snapshot = loaded.from_snapshot(),
-            "alert state rebuilt from the database"
-        );
         Ok(())
     }
 

@@ -287,20 +287,21 @@ impl AlertStore {
         .await
         .map_err(|_| Self::unavailable("the rebuild was interrupted"))?;
         let (_, fresh, loaded) = read.map_err(|e| load_error(&self.path, e))?;
-        self.install_rebuilt(fresh);
-        tracing::info!(
-            component = "akritas_alerts",
-            event = "journal_recovered",
-            replayed = loaded.replayed,
-            from_snapshot = loaded.from_snapshot(),
-            "the alert journal writes again; state rebuilt from it"
-        );
+        self.install_rebuilt(fresh, loaded);
         Ok(())
     }
 
-    /// Puts a state rebuilt from what is stored in place of the live one (keeping what only
-    /// this process counts), and lets the store decide again.
-    pub(super) fn install_rebuilt(&self, mut fresh: State) {
+    /// Puts a state rebuilt from what is stored (`loaded`) in place of the live one (keeping
+    /// what only this process counts), and lets the store decide again.
+    pub(super) fn install_rebuilt(&self, mut fresh: State, loaded: saved::Loaded) {
+        tracing::info!(
+            component = "akritas_alerts",
+            event = "journal_recovered",
+            store = %self.path.display(),
+            replayed = loaded.replayed,
+            from_snapshot = loaded.from_snapshot(),
+            "the alert store writes again; state rebuilt from what is stored"
+        );
         let mut state = self.lock();
         fresh.admission = std::mem::take(&mut state.admission);
         for (source, old) in &state.counters {
