@@ -75,19 +75,26 @@ impl Cluster {
     }
 
     async fn replica(&self) -> Server {
+        let mut command = self.serve();
+        command.env("AKRITAS_STORAGE_BACKEND", "postgres");
+        tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap()
+    }
+
+    /// `akritas serve` on this cluster's model, database (with `storage_backend: postgres`) and
+    /// resources; its data directory is a new one.
+    fn serve(&self) -> std::process::Command {
         let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
         command
-            .env("AKRITAS_STORAGE_BACKEND", "postgres")
+            .arg("--resources")
+            .arg(self.resources.path())
             .env("AKRITAS_DATABASE_URL", self.pg.url("disable"))
             .env("AKRITAS_JOB_CLAIM_TIMEOUT", format!("{}s", CLAIM_TIMEOUT.as_secs()))
             .env("AKRITAS_BASE_URL", &self.llm.url)
             .env("AKRITAS_API_KEY", API_KEY)
             .env("AKRITAS_RESOURCE_ENV", "REPLICA_*")
             .env("REPLICA_AM_TOKEN", AM_TOKEN)
-            .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s")
-            .arg("--resources")
-            .arg(self.resources.path());
-        tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap()
+            .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s");
+        command
     }
 
     async fn get(&self, server: &Server, path: &str) -> Value {
@@ -379,5 +386,127 @@ async fn a_30_second_database_outage_under_load_loses_no_acknowledged_delivery()
     assert!(refused.get(&503).copied().unwrap_or_default() > 0, "the outage was answered 503: {refused:?}");
     assert!(refused.keys().all(|status| *status == 503), "only 503s: {refused:?}");
     assert_eq!(accepted, fingerprints.len(), "each alert acknowledged was accepted once");
+    verify_audit(&cluster.pg);
+}
+
+/// `akritas storage migrate --to postgres` of `data_dir` into the cluster's database.
+fn migrate(pg: &Postgres, data_dir: &std::path::Path) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .args(["storage", "migrate", "--to", "postgres"])
+        .env("AKRITAS_DATA_DIR", data_dir)
+        .env("AKRITAS_DATABASE_URL", pg.url("disable"))
+        .env_remove("AKRITAS_CONFIG")
+        .env_remove("AKRITAS_STORAGE_BACKEND")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+/// The line `migrate` printed for `store`.
+fn line<'a>(text: &'a str, store: &str) -> &'a str {
+    text.lines().find(|line| line.starts_with(&format!("{store}: "))).unwrap_or_else(|| panic!("no {store} line: {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_data_dir_moves_into_the_database_resumably_and_a_replica_carries_on_from_it() {
+    let plans = Arc::new(AtomicUsize::new(0));
+    let cluster = Cluster::start(Arc::default(), plans.clone()).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut command = cluster.serve();
+    // Small segments: the journals span several files.
+    command.env("AKRITAS_DATA_DIR", data.path()).env("AKRITAS_JOURNAL_SEGMENT_BYTES", "65536");
+    let embedded = tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap();
+    let mut jobs = Vec::new();
+    for n in 0..3 {
+        let (status, accepted) =
+            cluster.post(&embedded, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery(&format!("Moved{n}"))).await;
+        assert_eq!(status, 202, "{accepted}");
+        jobs.push(accepted["events"][0]["job_id"].as_str().unwrap().to_string());
+    }
+    for job in &jobs {
+        cluster.job_until(&embedded, job, |job| job["status"] == "succeeded").await;
+    }
+    let chat = json!({"messages": [{"role": "user", "content": "Is the shop healthy?"}]});
+    let (status, answer) = cluster.post(&embedded, "/api/v1/chat", API_KEY, chat).await;
+    assert_eq!(status, 200, "{answer}");
+    let run_id = answer["run_id"].as_str().unwrap().to_string();
+
+    // Refused while `serve` holds the journals.
+    let (ok, text) = migrate(&cluster.pg, data.path());
+    assert!(!ok && text.contains("holds the journal"), "{text}");
+    assert_eq!(embedded.terminate(), Some(0));
+
+    // An interrupted copy: the first half of the alert chain is in the database already.
+    let alerts = data.path().join("alerts/alerts.jsonl");
+    let mut records = Vec::new();
+    akritas::journal::copy_out(&alerts, &mut |seen: akritas::journal::Seen| {
+        records.push(akritas::journal::database::Imported {
+            seq: seen.record.seq,
+            time: seen.record.time,
+            kind: seen.record.kind,
+            data: seen.data.get().to_string(),
+            prev: seen.prev,
+            hash: seen.record.hash,
+            mac: seen.mac,
+            key: None,
+        });
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .unwrap();
+    let total = records.len();
+    assert!(total >= 6, "deliveries and job records: {total}");
+    let db = akritas::journal::database::Database::connect(&cluster.pg.url("disable"), None, 2).unwrap();
+    db.migrate().await.unwrap();
+    let clock: akritas::journal::Clock = Arc::new(String::new);
+    let log = akritas::journal::database::Log::new(&db, "alerts", clock, 1 << 20, None);
+    log.import(&records[..total / 2]).await.unwrap();
+
+    let (ok, text) = migrate(&cluster.pg, data.path());
+    assert!(ok, "{text}");
+    println!("{text}");
+    let alerts_line = line(&text, "alerts");
+    assert!(
+        alerts_line.contains(&format!("{} record(s) copied, {} already there", total - total / 2, total / 2)),
+        "{alerts_line}"
+    );
+    assert!(alerts_line.contains("the alert state loads from the database with the journal's"), "{alerts_line}");
+    assert!(line(&text, "audit").contains("Run(s) replayed, as many as the journal starts"), "{text}");
+    // Again: nothing left to copy, everything verified again.
+    let (ok, again) = migrate(&cluster.pg, data.path());
+    assert!(ok, "{again}");
+    for store in ["audit", "alerts"] {
+        assert!(line(&again, store).contains(": 0 record(s) copied"), "{again}");
+    }
+
+    // A replica on the database carries on: the incidents, the Run, and the deduplication.
+    let replica = cluster.replica().await;
+    let incidents = cluster.get(&replica, "/api/v1/incidents").await;
+    assert_eq!(incidents["incidents"].as_array().unwrap().len(), 3, "{incidents}");
+    for job in &jobs {
+        let job = cluster.get(&replica, &format!("/api/v1/investigation-jobs/{job}")).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+    let (status, followed) = cluster
+        .post(&replica, &format!("/api/v1/runs/{run_id}/chat"), API_KEY, json!({"message": "And the db?"}))
+        .await;
+    assert_eq!((status, followed["run_id"].as_str()), (200, Some(run_id.as_str())), "{followed}");
+    let (status, again) = cluster.post(&replica, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("Moved0")).await;
+    assert_eq!((status, again["events"][0]["status"].as_str()), (200, Some("duplicate")), "{again}");
+    assert_eq!(plans.load(Ordering::SeqCst), 3, "nothing was investigated again");
+
+    // Refused while a replica runs on the database, and into a database holding another chain.
+    let (ok, text) = migrate(&cluster.pg, data.path());
+    assert!(!ok && text.contains("replica(s) are running on this database"), "{text}");
+    assert_eq!(replica.terminate(), Some(0), "a replica stopping leaves the database's replicas");
+    let other = tempfile::tempdir().unwrap();
+    let mut command = cluster.serve();
+    command.env("AKRITAS_DATA_DIR", other.path());
+    let server = tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap();
+    let (status, _) = cluster.post(&server, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("Elsewhere")).await;
+    assert_eq!(status, 202);
+    assert_eq!(server.terminate(), Some(0));
+    let (ok, text) = migrate(&cluster.pg, other.path());
+    assert!(!ok && text.contains("it holds another chain"), "{text}");
     verify_audit(&cluster.pg);
 }

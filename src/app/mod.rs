@@ -7,6 +7,7 @@ pub(crate) mod ask;
 pub(crate) mod assemble;
 pub mod bots;
 pub mod change;
+pub mod migrate;
 pub(crate) mod kube_tools;
 pub(crate) mod leader;
 pub(crate) mod live;

@@ -43,20 +43,7 @@ pub async fn open(
     if !settings.on_database() {
         return Ok(Stores::Embedded);
     }
-    let name = &settings.database_url_env;
-    let url = std::env::var(name).map(|v| v.trim().to_string()).unwrap_or_default();
-    if url.is_empty() {
-        return Err(anyhow!(
-            "storage_backend is postgres but {name} is unset or empty; export the PostgreSQL connection string there \
-             (for example postgres://akritas@db:5432/akritas?sslmode=require), or set database_url_env"
-        ));
-    }
-    let ca = match &settings.database_ca_file {
-        Some(path) => Some(std::fs::read(path).with_context(|| format!("reading database_ca_file {path}"))?),
-        None => None,
-    };
-    let db = Database::connect(&url, ca.as_deref(), settings.database_max_connections as usize)
-        .with_context(|| format!("the PostgreSQL connection string in {name}"))?;
+    let db = connect(settings)?;
     let migrated = db.migrate().await.context("migrating the database schema")?;
     let host = std::env::var("HOSTNAME").unwrap_or_default();
     let replica =
@@ -70,4 +57,23 @@ pub async fn open(
     );
     tasks.spawn(replica.clone().keep_alive(cancel.clone()));
     Ok(Stores::Database { db, replica })
+}
+
+/// A pool of connections to the database the settings name (`database_url_env`,
+/// `database_ca_file`, `database_max_connections`); nothing is connected yet.
+pub fn connect(settings: &Settings) -> Result<Database> {
+    let name = &settings.database_url_env;
+    let url = std::env::var(name).map(|v| v.trim().to_string()).unwrap_or_default();
+    if url.is_empty() {
+        return Err(anyhow!(
+            "storage_backend is postgres but {name} is unset or empty; export the PostgreSQL connection string there \
+             (for example postgres://akritas@db:5432/akritas?sslmode=require), or set database_url_env"
+        ));
+    }
+    let ca = match &settings.database_ca_file {
+        Some(path) => Some(std::fs::read(path).with_context(|| format!("reading database_ca_file {path}"))?),
+        None => None,
+    };
+    Database::connect(&url, ca.as_deref(), settings.database_max_connections as usize)
+        .with_context(|| format!("the PostgreSQL connection string in {name}"))
 }

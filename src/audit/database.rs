@@ -25,7 +25,8 @@ use crate::journal::database::{Database, DatabaseError, Locked, Log, Replica, se
 use crate::journal::{Location, Record};
 
 /// The audit's store in the database.
-const STORE: &str = "audit";
+/// The audit's store in the database.
+pub const STORE: &str = "audit";
 /// Most appends decided and written in one transaction.
 const MAX_BATCH: usize = 256;
 /// Run starts read per page of a listing.

@@ -26,7 +26,8 @@ use crate::journal::database::{Database, DatabaseError, Replica};
 use crate::journal::{JournalError, Record};
 use crate::text;
 
-pub use database::{DatabaseVerified, verify as verify_database};
+pub use database::{DatabaseVerified, STORE, verify as verify_database};
+pub use replay::run_of;
 pub use file::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
 pub use id::{InvalidRunId, RunId};
 pub(crate) use reads::ReadRecord;

@@ -129,6 +129,12 @@ pub(super) struct Facts {
     pub(super) has_result: bool,
 }
 
+/// The Run an audit record belongs to (none for a read), for filing it under that Run: its
+/// payload is checked as a replay checks it.
+pub fn run_of(record: &Record) -> Result<Option<RunId>, String> {
+    Ok(parse(record).map_err(|e| e.to_string())?.run_id().cloned())
+}
+
 /// Parses one journal record (the payload checks that need no Run).
 pub(super) fn parse(record: &Record) -> Result<Op, RecordError> {
     // Deserialized from the record's value in place: a raw tool result is copied once.

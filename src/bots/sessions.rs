@@ -36,7 +36,9 @@ const TURN: &str = "bots.turn";
 const RESET: &str = "bots.reset";
 const DONE: &str = "bots.done";
 /// Shape and version of the snapshot.
-const FORMAT: &str = "akritas.bots.sessions.v1";
+pub const FORMAT: &str = "akritas.bots.sessions.v1";
+/// The store's name in the database.
+pub const STORE: &str = "bot_sessions";
 
 /// Which conversation a message belongs to: provider, receiver, conversation and thread, so
 /// Telegram topics and Mattermost threads are separate sessions.
@@ -356,7 +358,7 @@ impl SessionStore {
         let clock = options.clock.clone();
         let store = Durable::open_database(
             db,
-            "bot_sessions",
+            STORE,
             Arc::new(move || clock().to_string()),
             NAME,
             options.snapshot_every,

@@ -36,7 +36,9 @@ const PENDING: &str = "change.pending";
 /// Record of a state change.
 const STATE: &str = "change.state";
 /// Shape and version of the snapshot.
-const FORMAT: &str = "akritas.change.approvals.v1";
+pub const FORMAT: &str = "akritas.change.approvals.v1";
+/// The store's name in the database.
+pub const STORE: &str = "approvals";
 /// Records between two snapshots (and retention passes).
 pub const SNAPSHOT_EVERY: u64 = 64;
 /// Size at which a journal segment is sealed.
@@ -458,7 +460,7 @@ impl ApprovalStore {
         let restored = clock.clone();
         let store = Durable::open_database(
             db,
-            "approvals",
+            STORE,
             Arc::new(move || stamp().to_string()),
             NAME,
             TUNING.snapshot_every,

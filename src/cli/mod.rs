@@ -8,6 +8,7 @@ pub(crate) mod knowledge;
 pub(crate) mod mcp_probe;
 pub(crate) mod run;
 pub(crate) mod serve;
+pub(crate) mod storage;
 pub(crate) mod validate;
 
 use std::path::PathBuf;
@@ -55,6 +56,8 @@ pub(crate) enum Command {
     Change(change::ChangeArgs),
     /// Print the OpenAPI document of the native API (what `GET /api/v1/openapi.json` answers).
     Openapi,
+    /// Move the durable stores between backends.
+    Storage(storage::StorageArgs),
 }
 
 /// `ask` arguments.
@@ -179,6 +182,7 @@ pub fn run() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Openapi => print_openapi(),
+        Command::Storage(args) => storage::run(args),
     }
 }
 

@@ -8,7 +8,7 @@ use std::io;
 use std::path::Path;
 
 use super::format::{GENESIS_PREV, INTERNAL_PREFIX, ParsedLine, check_canonical, record_hash};
-use super::scan::{ScanError, Start, TornTail, VerifyReport, scan};
+use super::scan::{ScanError, Seen, Start, TornTail, VerifyReport, scan};
 use super::segments::{Anchor, Layout, Segment};
 use super::{
     Checkpoint, DEFAULT_MAX_RECORD_BYTES, JournalError, Location, Record, Replay, record_from_line, visit_app,
@@ -60,7 +60,7 @@ pub(crate) fn read_chain<E>(
     layout: &Layout,
     from: Option<&Checkpoint>,
     max_line: usize,
-    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+    visit: &mut dyn FnMut(Seen) -> Result<(), E>,
 ) -> Result<Chain, ScanError<E>> {
     let anchor = layout.read_anchor()?;
     let (leftovers, segments): (Vec<Segment>, Vec<Segment>) =
@@ -202,6 +202,22 @@ pub fn verify(path: &Path) -> Result<VerifyReport, JournalError> {
     scan_from(path, None, &mut |_| Ok::<(), std::convert::Infallible>(())).map_err(ScanError::into_journal)
 }
 
+/// Reads the journal at `path` without modifying it, from its oldest kept record, verifying the
+/// chain as [`scan_from`] does and handing every record, internal ones too, with what a
+/// verbatim copy of its line needs. Returns the report and the retention anchor the kept chain
+/// follows. Reads one record at a time (`akritas storage migrate`).
+pub fn copy_out<E>(
+    path: &Path,
+    visit: &mut dyn FnMut(Seen) -> Result<(), E>,
+) -> Result<(VerifyReport, Option<Anchor>), ScanError<E>> {
+    let layout = Layout::new(path);
+    if layout.list()?.is_empty() && layout.read_anchor()?.is_none() {
+        return Err(JournalError::io(path, io::Error::new(io::ErrorKind::NotFound, "no such journal")).into());
+    }
+    let chain = read_chain(&layout, None, DEFAULT_MAX_RECORD_BYTES, visit)?;
+    Ok((chain.report, chain.anchor))
+}
+
 /// [`verify`], also returning every record (application and internal); holds them all in memory.
 pub fn read(path: &Path) -> Result<(VerifyReport, Replay), JournalError> {
     let layout = Layout::new(path);
@@ -209,7 +225,7 @@ pub fn read(path: &Path) -> Result<(VerifyReport, Replay), JournalError> {
         return Err(JournalError::io(path, io::Error::new(io::ErrorKind::NotFound, "no such journal")));
     }
     let mut replay = Replay::default();
-    let mut keep = |record: Record| -> Result<(), std::convert::Infallible> {
+    let mut keep = |Seen { record, .. }| -> Result<(), std::convert::Infallible> {
         if record.kind.starts_with(INTERNAL_PREFIX) {
             replay.recovered.push(record);
         } else {

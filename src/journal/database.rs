@@ -14,6 +14,7 @@
 mod compact;
 mod group;
 mod health;
+mod import;
 mod leader;
 mod migrate;
 mod replica;
@@ -28,6 +29,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 pub use compact::Retained;
 pub use group::{AppendFailed, Group, Pending};
 pub use health::{DatabaseHealth, PoolHealth};
+pub use import::{Imported, Position};
 pub use leader::lead;
 pub use migrate::Migrated;
 pub use replica::Replica;

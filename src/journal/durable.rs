@@ -115,7 +115,11 @@ struct Tracked<S> {
 
 impl<S: Replayed> Tracked<S> {
     fn apply(&mut self, record: &Record) -> Result<(), String> {
-        self.state.apply(record)?;
+        // A journal's own records (a store copied into the database keeps them) are chained,
+        // not applied.
+        if !super::is_internal(&record.kind) {
+            self.state.apply(record)?;
+        }
         self.last = Some(record.checkpoint());
         self.since_snapshot += 1;
         Ok(())

@@ -42,10 +42,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-pub use chain::{anchor, read, read_record, scan_from, verify};
+pub use chain::{anchor, copy_out, read, read_record, scan_from, verify};
 pub use error::JournalError;
 pub use keyed::{SealError, SealReport, verify_seals};
-pub use scan::{ScanError, TornTail, VerifyReport};
+pub use scan::{ScanError, Seen, TornTail, VerifyReport};
 pub use segments::Anchor;
 pub use writer::Head;
 
@@ -231,6 +231,24 @@ fn record_from_line(line: format::ParsedLine, location: Location) -> Result<Reco
     Ok(Record { seq: line.seq, time: line.time, kind: line.kind, data, hash: line.hash, location })
 }
 
+/// Whether `kind` is one the journal writes itself (`journal.*`: a torn tail truncated, a
+/// retention, a failed write): part of the chain, part of no store's state.
+pub fn is_internal(kind: &str) -> bool {
+    kind.starts_with(INTERNAL_PREFIX)
+}
+
+/// Whether a journal is at `path` (a segment, or the anchor retention left).
+pub fn exists(path: &Path) -> Result<bool, JournalError> {
+    let layout = Layout::new(path);
+    Ok(!layout.list()?.is_empty() || layout.read_anchor()?.is_some())
+}
+
+/// Takes the lock of the journal at `path` (whose directory exists) without opening it, so no
+/// process writes it while the lock file is held: [`JournalError::Locked`] when one does.
+pub fn hold(path: &Path) -> Result<File, JournalError> {
+    take_lock(&Layout::new(path))
+}
+
 /// Takes the journal's lock file, refusing a second opener. A lock still held for a moment
 /// is waited for (up to a second): a child process forked by another thread holds a copy of
 /// the descriptor until it executes its program.
@@ -262,8 +280,8 @@ fn take_lock(layout: &Layout) -> Result<File, JournalError> {
 fn visit_app<'a, E>(
     recovered: &'a mut Vec<Record>,
     visit: &'a mut dyn FnMut(Record) -> Result<(), E>,
-) -> impl FnMut(Record) -> Result<(), E> + 'a {
-    move |record: Record| {
+) -> impl FnMut(scan::Seen) -> Result<(), E> + 'a {
+    move |scan::Seen { record, .. }| {
         if record.kind.starts_with(INTERNAL_PREFIX) {
             recovered.push(record);
             Ok(())

@@ -5,7 +5,29 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::format::{LineProblem, check_line};
-use super::{JournalError, Location, Record, record_from_line};
+use super::format::ParsedLine;
+use super::{JournalError, Location, Record};
+
+/// One verified line as the scan read it: the record, and what a verbatim copy of the line
+/// needs besides.
+pub struct Seen {
+    /// The record.
+    pub record: Record,
+    /// The hash of the record it follows.
+    pub prev: String,
+    /// Its data exactly as hashed.
+    pub data: Box<serde_json::value::RawValue>,
+    /// Its keyed seal, when it was written with an audit key.
+    pub mac: Option<String>,
+}
+
+impl Seen {
+    fn of(line: ParsedLine, location: Location) -> Result<Seen, LineProblem> {
+        let ParsedLine { seq, time, kind, prev, data, hash, mac } = line;
+        let value = serde_json::from_str(data.get()).map_err(LineProblem::UnreadableData)?;
+        Ok(Seen { record: Record { seq, time, kind, data: value, hash, location }, prev, data, mac })
+    }
+}
 
 /// A partial final line (no trailing newline), typically left by a crash during a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +130,7 @@ pub(crate) fn scan<E>(
     mut file: File,
     from: Start,
     max_line: usize,
-    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+    visit: &mut dyn FnMut(Seen) -> Result<(), E>,
 ) -> Result<ScanOutcome, ScanError<E>> {
     if from.offset > 0 {
         file.seek(SeekFrom::Start(from.offset)).map_err(|e| JournalError::io(path, e))?;
@@ -152,9 +174,9 @@ pub(crate) fn scan<E>(
         last_seq = parsed.seq;
         last_hash.clone_from(&parsed.hash);
         let location = Location { segment, offset, len: u32::try_from(n).unwrap_or(u32::MAX) };
-        let record = record_from_line(parsed, location).map_err(corrupt)?;
+        let seen = Seen::of(parsed, location).map_err(corrupt)?;
         records += 1;
-        visit(record).map_err(ScanError::Visit)?;
+        visit(seen).map_err(ScanError::Visit)?;
         offset += n;
     }
 }

@@ -32,7 +32,8 @@ use crate::alerts::store::{AlertStore, AlertStoreError, Backing, ItemOutcome, Op
 use crate::journal::database::{Database, DatabaseError, GENESIS_PREV, Locked, Log};
 
 /// The alert store's chain in the database.
-const STORE: &str = "alerts";
+/// The alert store's name in the database.
+pub const STORE: &str = "alerts";
 /// What messages name the store by.
 const NAME: &str = "database:alerts";
 
@@ -360,4 +361,15 @@ async fn load(log: &Log, bounds: Bounds) -> Result<(State, Loaded), AlertStoreEr
         state.forget_before(anchor + 1);
     }
     Ok((state, Loaded { replayed, snapshot: from.map(|c| c.seq) }))
+}
+
+impl super::Moving {
+    /// The state the database's alert store holds, loaded as a replica loads it (to compare with
+    /// the state that was copied there).
+    pub async fn in_database(db: &Database, resolved_kept: usize) -> Result<super::Moving, AlertStoreError> {
+        let clock: crate::journal::Clock = std::sync::Arc::new(String::new);
+        let log = Log::new(db, STORE, clock, crate::journal::DEFAULT_MAX_RECORD_BYTES, None);
+        let (state, _) = load(&log, Bounds { resolved_kept }).await?;
+        Ok(super::Moving { state })
+    }
 }

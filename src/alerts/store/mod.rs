@@ -59,7 +59,8 @@ pub use crate::alerts::store::job::{
     Delivery, DeliveryStatus, Failure, IllegalStep, ItemOutcome, Job, JobStatus, Step, StoredEvent,
 };
 use crate::alerts::store::record::{Truncation, keep_storable};
-pub use crate::alerts::store::saved::verify;
+pub use crate::alerts::store::database::STORE;
+pub use crate::alerts::store::saved::{Moving, verify};
 use crate::alerts::store::state::{Bounds, JOB, State, set_job};
 pub use crate::alerts::store::state::{RecordError, SourceCounters};
 pub use crate::alerts::store::threads::{DueNotice, Told};

@@ -183,3 +183,58 @@ pub fn verify(path: &Path) -> Result<crate::journal::VerifyReport, AlertStoreErr
     read(path, false, Bounds::default(), &legacy).map_err(|e| load_error(path, e))?;
     Ok(report)
 }
+
+/// An alert journal's state, loaded to become the snapshot of a verbatim copy of its records
+/// kept elsewhere (`akritas storage migrate`): there, records are found by another location.
+pub struct Moving {
+    pub(super) state: State,
+}
+
+impl Moving {
+    /// The state of the alert journal at `path` (its snapshot and the records after it), read
+    /// without opening it for writing; `resolved_kept` as the service's setting.
+    pub fn load(path: &Path, resolved_kept: usize) -> Result<Moving, AlertStoreError> {
+        let legacy = |_: &str| crate::tenancy::DEFAULT_NAMESPACE.to_string();
+        let bounds = Bounds { resolved_kept };
+        let (_, state, _) = read(path, true, bounds, &legacy).map_err(|e| load_error(path, e))?;
+        Ok(Moving { state })
+    }
+
+    /// Every record location the state refers to.
+    pub fn locations(&self) -> std::collections::HashSet<Location> {
+        let events = self.state.events.values().filter_map(|event| match event.at {
+            EventAt::Stored(location) => Some(location),
+            EventAt::Queued(_) => None,
+        });
+        let jobs = self.state.jobs.values().filter_map(|slot| match slot {
+            JobSlot::Done { location, .. } => Some(*location),
+            _ => None,
+        });
+        events.chain(jobs).collect()
+    }
+
+    /// Events, incidents and jobs held.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.state.events.len(), self.state.correlator.incidents().count(), self.state.jobs.len())
+    }
+
+    /// The state as a snapshot (its format and data) whose locations are `relocate`d; a location
+    /// `relocate` does not know is a record the copy does not hold: an error.
+    pub fn snapshot(mut self, relocate: impl Fn(Location) -> Option<Location>) -> Result<(String, String), String> {
+        let missing = |location: Location| {
+            format!("the alert state refers to a record (segment {}, offset {}) the copy does not hold", location.segment, location.offset)
+        };
+        for event in self.state.events.values_mut() {
+            if let EventAt::Stored(location) = &mut event.at {
+                *location = relocate(*location).ok_or_else(|| missing(*location))?;
+            }
+        }
+        for slot in self.state.jobs.values_mut() {
+            if let JobSlot::Done { location, .. } = slot {
+                *location = relocate(*location).ok_or_else(|| missing(*location))?;
+            }
+        }
+        let data = serde_json::to_string(&SavedRef::of(&self.state)).map_err(|e| e.to_string())?;
+        Ok((FORMAT.to_string(), data))
+    }
+}

@@ -504,6 +504,8 @@ pub(crate) fn apply(
     legacy_namespace: &dyn Fn(&str) -> String,
 ) -> Result<(), RecordError> {
     match record.kind.as_str() {
+        // A journal's own records (a store copied into the database keeps them in its chain).
+        kind if crate::journal::is_internal(kind) => {}
         DELIVERY => {
             let mut delivery: BatchRecord = serde_json::from_value(record.data.clone())?;
             if delivery.namespace.is_empty() {

@@ -79,11 +79,16 @@ impl Replica {
 
     /// The replicas whose heartbeat is within the lease (this one included).
     pub async fn live(&self) -> Result<HashSet<String>, DatabaseError> {
-        let client = self.db.client().await?;
+        Replica::running(&self.db, self.lease).await
+    }
+
+    /// The replicas of `db` whose heartbeat is within `lease`.
+    pub async fn running(db: &Database, lease: Duration) -> Result<HashSet<String>, DatabaseError> {
+        let client = db.client().await?;
         let rows = client
             .query(
                 "SELECT id FROM akritas_replicas WHERE heartbeat_at > now() - make_interval(secs => $1)",
-                &[&self.lease.as_secs_f64()],
+                &[&lease.as_secs_f64()],
             )
             .await
             .map_err(statement("read the live replicas"))?;
