@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::io::Write;
 use std::time::Duration;
 
 use akritas::bots::{Inbound, Provider, SessionKey, SessionOptions, SessionStore, Turn};
@@ -498,4 +499,65 @@ async fn one_replica_leads_and_another_takes_over_when_it_stops_or_loses_the_dat
         .unwrap();
     stop_a.cancel();
     stop_b.cancel();
+}
+
+/// `storage migrate` of a bot-session journal that retention cut (its chain starts after an
+/// anchor, its state in a snapshot) and that holds a record of the journal's own (a torn tail
+/// truncated at a start): a replica on the database reads the same conversation.
+#[tokio::test]
+async fn a_journal_cut_by_retention_with_a_torn_tail_record_moves_into_the_database_and_reads_the_same() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let data = tempfile::tempdir().unwrap();
+    let path = data.path().join("bots").join("sessions.jsonl");
+    let options = || SessionOptions { snapshot_every: 4, segment_bytes: 512, ..SessionOptions::default() };
+    let key = SessionKey::of(&message(0));
+    let talk = |store: &SessionStore, range: std::ops::Range<usize>| {
+        let store = store.clone();
+        let key = key.clone();
+        async move {
+            for n in range {
+                let inbound = message(n);
+                assert!(store.accept(&inbound).await.unwrap());
+                store.record_turn(&key, &inbound.event_id, &inbound.text, &format!("answer {n}")).await.unwrap();
+            }
+        }
+    };
+    let store = SessionStore::open(&path, options()).unwrap();
+    talk(&store, 1..9).await;
+    drop(store);
+    // A crash mid-write left half a line; the next start truncates it and records that.
+    let active = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| {
+            // The segments: `sessions.jsonl` and `sessions.jsonl.<first seq>`.
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.strip_prefix("sessions.jsonl").is_some_and(|rest| rest.bytes().all(|b| b == b'.' || b.is_ascii_digit()))
+        })
+        .max()
+        .unwrap();
+    std::fs::OpenOptions::new().append(true).open(&active).unwrap().write_all(b"{\"seq\":").unwrap();
+    let store = SessionStore::open(&path, options()).unwrap();
+    talk(&store, 9..11).await;
+    let history = store.history(&key);
+    drop(store);
+    assert!(akritas::journal::anchor(&path).unwrap().is_some(), "retention cut the journal's start");
+
+    let settings = akritas::config::Settings { data_dir: data.path().to_path_buf(), ..Default::default() };
+    let mut lines = Vec::new();
+    let moved = akritas::app::migrate::to_database(&settings, &db, &mut |store| lines.push(store.to_string()))
+        .await
+        .unwrap();
+    let sessions = moved.iter().find(|m| m.store == "bot_sessions").unwrap();
+    assert!(sessions.first_seq > 1 && sessions.copied == sessions.records, "{lines:?}");
+    assert!(sessions.checked.contains("snapshot at record"), "{lines:?}");
+    let internal = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'bot_sessions' AND kind LIKE 'journal.%'");
+    assert_ne!(internal, "0", "the torn-tail record is in the chain");
+    let replica = SessionStore::open_database(&db, options()).await.unwrap();
+    assert_eq!(replica.history(&key), history);
+    assert!(!replica.accept(&message(10)).await.unwrap(), "an event seen before the move is still a duplicate");
+    // Moving again copies nothing.
+    let again = akritas::app::migrate::to_database(&settings, &db, &mut |_| {}).await.unwrap();
+    assert!(again.iter().all(|m| m.copied == 0), "{again:?}");
 }
