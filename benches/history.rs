@@ -20,6 +20,11 @@
 //!    10 s, old Run detail p95 under 20 ms, ingest of at least 2,700 alerts/s), printed, never
 //!    asserted.
 //!
+//! With `HISTORY_MIGRATE` set, phases 2 to 5 give way to `akritas storage migrate --to postgres`
+//! of that data directory into a PostgreSQL the bench starts: a first run stopped with SIGKILL
+//! after `HISTORY_MIGRATE_KILL_AFTER` seconds (20), the run that resumes it, and one more that
+//! finds everything copied and verifies it again; each timed, with records per second.
+//!
 //! Run with `TMPDIR=/some/big/disk cargo bench --bench history` (the full size writes a few GB).
 //! Knobs: `HISTORY_DELIVERIES_INCIDENTS` (50000), `HISTORY_REPEATS` (18), `HISTORY_RUNS` (100000),
 //! `HISTORY_KEEP_DATA` (keep the data directory), `HISTORY_DATA=dir` (use `dir`, kept; the fill is
@@ -580,6 +585,13 @@ async fn run() -> Result<(), String> {
     };
     let incidents = meta["incidents"].as_u64().unwrap_or_default() as usize;
     let early = meta["early_run"].as_str().unwrap_or_default().to_string();
+    if std::env::var_os("HISTORY_MIGRATE").is_some() {
+        let migrated = migrate(&data);
+        if reuse && std::env::var_os("HISTORY_DATA").is_none() {
+            let _ = scratch.keep();
+        }
+        return migrated;
+    }
 
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
     let llm_port = silent.local_addr().map_err(|e| e.to_string())?.port();
@@ -652,4 +664,50 @@ async fn run() -> Result<(), String> {
         }
     }
     detail.map(|_| ())
+}
+
+/// `akritas storage migrate --to postgres` of `data` into a new PostgreSQL: interrupted, resumed,
+/// and run again on what is copied.
+fn migrate(data: &Path) -> Result<(), String> {
+    let pg = akritas_testkit::postgres::Postgres::start();
+    let kill_after = Duration::from_secs(knob("HISTORY_MIGRATE_KILL_AFTER", 20) as u64);
+    let command = || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"));
+        command
+            .args(["storage", "migrate", "--to", "postgres"])
+            .env("AKRITAS_DATA_DIR", data)
+            .env("AKRITAS_DATABASE_URL", pg.url("disable"))
+            .env_remove("AKRITAS_CONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    let started = std::time::Instant::now();
+    let mut first = command().spawn().map_err(|e| e.to_string())?;
+    while started.elapsed() < kill_after && first.try_wait().map_err(|e| e.to_string())?.is_none() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    let copied = pg.psql("SELECT string_agg(store || ' ' || seq, ', ' ORDER BY store) FROM akritas_heads");
+    println!(
+        "history: migrate  first run stopped with SIGKILL after {:.1} s; the database's heads then: {copied}",
+        started.elapsed().as_secs_f64()
+    );
+    for (name, what) in [("resumed", "copies the rest and verifies"), ("again", "finds everything copied, verifies")] {
+        let started = std::time::Instant::now();
+        let output = command().output().map_err(|e| e.to_string())?;
+        let elapsed = started.elapsed().as_secs_f64();
+        for line in String::from_utf8_lossy(&output.stdout).lines().chain(String::from_utf8_lossy(&output.stderr).lines()) {
+            println!("history: migrate {name}  {line}");
+        }
+        if !output.status.success() {
+            return Err(format!("storage migrate ({name}) failed"));
+        }
+        println!("history: migrate {name} ({what}) took {elapsed:.1} s");
+    }
+    let records = pg.psql("SELECT count(*) FROM akritas_records");
+    let size = pg.psql("SELECT pg_size_pretty(pg_database_size(current_database()))");
+    println!("history: migrate  {records} records in the database, {size}");
+    Ok(())
 }

@@ -144,7 +144,17 @@ fn child_commands(pid: u32) -> Vec<String> {
 }
 
 async fn post_alert(url: &str, token: &str) -> u16 {
-    let body = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
+    post_named_alert(url, token, "KubePodCrashLooping").await
+}
+
+/// The fixture's delivery with another alert name (and fingerprint): another incident.
+async fn post_named_alert(url: &str, token: &str, name: &str) -> u16 {
+    let fixture = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
+    let body = if name == "KubePodCrashLooping" {
+        fixture.to_string()
+    } else {
+        fixture.replace("KubePodCrashLooping", name).replace("540006078af5d72d", &format!("{:016x}", name.len() * 7919))
+    };
     reqwest::Client::new()
         .post(format!("{url}/api/v1/alerts/ops.am/webhook"))
         .bearer_auth(token)
@@ -890,4 +900,87 @@ async fn a_leader_whose_renewal_hangs_stops_writing_before_the_standby_takes_ove
     // The new leader serves and writes.
     let new_leader = standby.listening(Duration::from_secs(20));
     assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
+}
+
+/// An operator replica on a shared PostgreSQL with a short Lease.
+fn shared_replica(api: &KubeApi, llm: &ScriptedLlm, pg: &support::postgres::Postgres, name: &str) -> support::Starting {
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--kubernetes")
+        .env("KUBECONFIG", api.operator_kubeconfig())
+        .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+        .env("POD_NAME", name)
+        .env("AKRITAS_NAMESPACES", "ops")
+        .env("AKRITAS_STORAGE_BACKEND", "postgres")
+        .env("AKRITAS_DATABASE_URL", pg.url("disable"))
+        .env("AKRITAS_JOB_CLAIM_TIMEOUT", "3s")
+        .env("AKRITAS_LEASE_DURATION", "3s")
+        .env("AKRITAS_BASE_URL", &llm.url)
+        .env("RUST_LOG", "info,kube=warn");
+    Server::spawn(command)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_shared_database_every_replica_serves_and_only_the_lease_holder_writes_to_kubernetes() {
+    let api = KubeApi::start().await;
+    api.install_crds(&support::root().join("crds"));
+    api.create_operator_namespace();
+    api.create_namespace("ops");
+    api.apply(&kube_api::chart_rbac(&["ops"]));
+    api.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
+         spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
+    ));
+    let llm = ScriptedLlm::start_with(model()).await;
+    let pg = support::postgres::Postgres::start();
+    let a = shared_replica(&api, &llm, &pg, "akritas-a").listening(Duration::from_secs(30));
+    let b = shared_replica(&api, &llm, &pg, "akritas-b").listening(Duration::from_secs(30));
+    let lease = || get_json(&api, &["get", "lease", "akritas-leader", "-n", OPERATOR_NAMESPACE]);
+    let (holder, _) = eventually(Duration::from_secs(10), "a replica to take the Lease", || {
+        lease()["spec"]["holderIdentity"].as_str().map(str::to_string)
+    })
+    .await;
+    for server in [&a, &b] {
+        let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
+        assert_eq!((health["mode"].as_str(), health["storage"]["backend"].as_str()), (Some("operator"), Some("postgres")));
+    }
+    // Both take deliveries: the same alert on the other replica is a duplicate of one incident.
+    assert_eq!(post_alert(&a.url, AM_TOKEN_1).await, 202);
+    assert_eq!(post_alert(&b.url, AM_TOKEN_1).await, 200, "the same alert on the other replica is a duplicate");
+    let incidents: Value = reqwest::get(format!("{}/api/v1/incidents", b.url)).await.unwrap().json().await.unwrap();
+    let first = incidents["incidents"][0]["id"].as_str().unwrap().to_string();
+    let projected = |id: &str| {
+        let (code, out, _) = api.kubectl(&["get", "incident", &id.replace('_', "-"), "-n", "ops", "-o", "json"]);
+        let incident: Value = if code == 0 { serde_json::from_str(&out).ok()? } else { return None };
+        incident["status"]["investigation"]["finding"].as_str().map(|_| incident.clone())
+    };
+    eventually(Duration::from_secs(30), "the Incident object with its investigation", || projected(&first)).await;
+    // Only the Lease holder writes statuses and objects: the other logs no Kubernetes write.
+    let (leader, other) = if holder.starts_with("akritas-a-") { (a, b) } else { (b, a) };
+    assert!(leader.log_text().contains("this replica leads"), "{}", leader.log_text());
+    assert!(!other.log_text().contains("this replica leads"), "{}", other.log_text());
+
+    // SIGKILL the holder: the other takes the Lease and writes what it accepts from then on.
+    drop(leader);
+    let killed = Instant::now();
+    assert_eq!(post_named_alert(&other.url, AM_TOKEN_1, "KubeNodeNotReady").await, 202, "it served all along");
+    let (_, taken) = eventually(Duration::from_secs(20), "the other replica to take the Lease", || {
+        lease()["spec"]["holderIdentity"].as_str().filter(|h| *h != holder).map(str::to_string)
+    })
+    .await;
+    eprintln!("the other replica took the Lease {taken:?} after the holder was killed ({:?})", killed.elapsed());
+    let incidents: Value = reqwest::get(format!("{}/api/v1/incidents", other.url)).await.unwrap().json().await.unwrap();
+    let second = incidents["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["id"].as_str())
+        .find(|id| *id != first)
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(30), "the new Incident object, written by the new holder", || projected(&second))
+        .await;
+    assert!(other.log_text().contains("this replica leads"), "{}", other.log_text());
+    assert!(!other.log_text().to_lowercase().contains("forbidden"), "{}", other.log_text());
 }

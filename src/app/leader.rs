@@ -1,5 +1,7 @@
-//! Operator mode with several replicas: the leader (holder of the Lease) runs
-//! everything; a standby serves reads from its own watches until it leads.
+//! Operator mode with several replicas. On the embedded stores the leader (holder of the
+//! Lease) runs everything, and a standby serves reads from its own watches until it leads. On
+//! a shared database every replica serves everything, and only the Kubernetes writers (status,
+//! the Run and Incident projection, RunRequests) follow the Lease ([`while_leading`]).
 
 use std::sync::Arc;
 
@@ -25,20 +27,8 @@ pub async fn lead(
     keys: &ApiKeys,
     lost: &CancellationToken,
 ) -> Result<Option<kube::Client>> {
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")?;
-    let identity = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .ok()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| format!("akritas-{:016x}", rand::random::<u64>()));
-    let lease = operator::leader::LeaseSettings {
-        name: "akritas-leader".into(),
-        namespace: pod_namespace(settings),
-        identity: format!("{identity}-{}", std::process::id()),
-        duration: settings.lease_duration,
-    };
+    let client = connect().await?;
+    let lease = lease(settings);
     tracing::info!(lease = %lease.name, namespace = %lease.namespace, identity = %lease.identity, "waiting for the leader Lease");
     let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(client.clone(), &lease.namespace);
@@ -61,6 +51,69 @@ pub async fn lead(
     Ok(Some(client))
 }
 
+/// The Kubernetes client (in-cluster service account or KUBECONFIG).
+pub async fn connect() -> Result<kube::Client> {
+    kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")
+}
+
+/// The leader Lease and this replica's identity in it.
+pub fn lease(settings: &Settings) -> operator::leader::LeaseSettings {
+    let identity = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("akritas-{:016x}", rand::random::<u64>()));
+    operator::leader::LeaseSettings {
+        name: "akritas-leader".into(),
+        namespace: pod_namespace(settings),
+        identity: format!("{identity}-{}", std::process::id()),
+        duration: settings.lease_duration,
+    }
+}
+
+/// Longest wait for the leader's tasks to stop once the Lease is lost, before another term.
+const TERM_END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// With several replicas on a shared database: acquires the Lease, runs `start`'s tasks (each
+/// ending when its token is cancelled) while this replica holds it, stops them when the Lease
+/// is lost (serving goes on) and tries again, until `cancel`.
+pub async fn while_leading(
+    client: kube::Client,
+    lease: operator::leader::LeaseSettings,
+    cancel: CancellationToken,
+    start: impl Fn(CancellationToken) -> Vec<tokio::task::JoinHandle<()>> + Send + 'static,
+) {
+    loop {
+        let acquired = tokio::select! {
+            acquired = operator::leader::acquire(&client, &lease) => acquired,
+            _ = cancel.cancelled() => return,
+        };
+        tracing::info!(lease = %lease.name, identity = %lease.identity, "this replica leads: status, projection and RunRequests are written here");
+        crate::telemetry::set("akritas_leader", "1 while this replica holds the leader Lease.", &[], 1.0);
+        let term = cancel.child_token();
+        let tasks = start(term.clone());
+        tokio::select! {
+            why = operator::leader::keep(client.clone(), lease.clone(), acquired) => {
+                tracing::warn!(?why, "leadership lost: status, projection and RunRequests stop here; serving goes on");
+            }
+            _ = cancel.cancelled() => {}
+        }
+        term.cancel();
+        crate::telemetry::set("akritas_leader", "1 while this replica holds the leader Lease.", &[], 0.0);
+        let ended = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(TERM_END_WAIT, ended).await.is_err() {
+            tracing::warn!("the leader's tasks did not stop in time");
+        }
+        if cancel.is_cancelled() {
+            return;
+        }
+    }
+}
+
 /// A standby replica serves reads (health, resources, tools, metrics) from its own
 /// watches, writes nothing, and answers everything else 503 until it acquires the
 /// Lease (the start of the acquiring attempt) or a signal stops it (`None`).
@@ -77,7 +130,7 @@ async fn stand_by(
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(shutdown_on_signal(stop.clone()));
-    let (secrets, _) = sources::operator(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
+    let (secrets, _, _) = sources::operator(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
     let llm = assemble::llm_client(settings, instructions)?;
     let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
     let engine =

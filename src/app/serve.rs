@@ -47,7 +47,11 @@ pub async fn serve(settings: Settings) -> Result<()> {
     }
     let cancel = CancellationToken::new();
     let leadership_lost = CancellationToken::new();
-    let client = if settings.kubernetes {
+    // On a shared database every replica serves; only the Kubernetes writers follow the Lease.
+    let shared = settings.kubernetes && settings.on_database();
+    let client = if shared {
+        Some(leader::connect().await?)
+    } else if settings.kubernetes {
         match leader::lead(&settings, &instructions, &keys, &leadership_lost).await? {
             Some(client) => Some(client),
             // Stopped by a signal while standing by.
@@ -59,11 +63,13 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let store = CatalogStore::new();
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let (secrets, secrets_changed): (Arc<dyn SecretResolver>, _) = match &client {
-        Some(client) => sources::operator(client.clone(), &settings, &store, &board, &mut tasks, &cancel, true).await?,
+    let (secrets, secrets_changed, generations): (Arc<dyn SecretResolver>, _, _) = match &client {
+        Some(client) => {
+            sources::operator(client.clone(), &settings, &store, &board, &mut tasks, &cancel, !shared).await?
+        }
         None => {
             sources::standalone(&settings, &store, &board, &mut tasks, &cancel).await?;
-            (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1)
+            (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1, tokio::sync::watch::channel(Default::default()).1)
         }
     };
     tasks.spawn(crate::catalog::problem_log::run(board.clone(), cancel.clone()));
@@ -212,8 +218,27 @@ pub async fn serve(settings: Settings) -> Result<()> {
             watched: settings.watched_namespaces(),
             retention: settings.record_retention,
         };
-        tasks.spawn(projection::run(client.clone(), audit, alerts.clone(), board.clone(), projection, cancel.clone()));
-        tasks.spawn(requests::serve_requests(client, settings.watched_namespaces(), engine.clone(), cancel.clone()));
+        let (alerts, board, engine, watched, kube) =
+            (alerts.clone(), board.clone(), engine.clone(), settings.watched_namespaces(), client.clone());
+        let writers = move |token: CancellationToken| {
+            let mut started = vec![
+                tokio::spawn(projection::run(client.clone(), audit.clone(), alerts.clone(), board.clone(), projection.clone(), token.clone())),
+                tokio::spawn(requests::serve_requests(client.clone(), watched.clone(), engine.clone(), token.clone())),
+            ];
+            if shared {
+                started.push(tokio::spawn(crate::operator::status::run(client.clone(), board.clone(), generations.clone(), token)));
+            }
+            started
+        };
+        if shared {
+            tasks.spawn(leader::while_leading(kube, leader::lease(&settings), cancel.clone(), writers));
+        } else {
+            for task in writers(cancel.clone()) {
+                tasks.spawn(async move {
+                    let _ = task.await;
+                });
+            }
+        }
     }
     let bot_parts = super::bots::BotParts {
         store: store.clone(),

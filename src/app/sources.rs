@@ -40,14 +40,23 @@ pub async fn standalone(
     Ok(())
 }
 
+/// What the operator's sources give: the secret resolver, the Secret change counter, and the
+/// resource generations statuses are written for.
+pub type Operator = (
+    Arc<dyn SecretResolver>,
+    tokio::sync::watch::Receiver<u64>,
+    tokio::sync::watch::Receiver<operator::api::Generations>,
+);
+
 /// Longest wait for the first Catalog from the API server before serving.
 const FIRST_CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Operator mode: reflectors over the Akritas resources and ConfigMaps of every
 /// watched namespace (`watched_namespaces`; none = every namespace); Secrets read
-/// by name when a resource references one; status written back. Returns the
-/// secret resolver and a counter that moves when a Secret changes (so live
-/// components resolve again).
+/// by name when a resource references one; status written back with `write_status`. Returns
+/// the secret resolver, a counter that moves when a Secret changes (so live components resolve
+/// again), and the generations the statuses are written for (for a status writer started
+/// later: the leader's, with several replicas on a database).
 pub async fn operator(
     client: kube::Client,
     settings: &Settings,
@@ -56,7 +65,7 @@ pub async fn operator(
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &CancellationToken,
     write_status: bool,
-) -> Result<(Arc<dyn SecretResolver>, tokio::sync::watch::Receiver<u64>)> {
+) -> Result<Operator> {
     let namespaces = settings.watched_namespaces();
     if namespaces.is_empty() {
         tracing::info!("watching every namespace (no namespaces configured)");
@@ -71,10 +80,10 @@ pub async fn operator(
     let mut first = generations_rx.clone();
     tasks.spawn(operator::source::run(stores, changes, store.clone(), board.clone(), generations_tx, cancel.clone()));
     if write_status {
-        tasks.spawn(operator::status::run(client.clone(), board.clone(), generations_rx, cancel.clone()));
+        tasks.spawn(operator::status::run(client.clone(), board.clone(), generations_rx.clone(), cancel.clone()));
     }
     if tokio::time::timeout(FIRST_CATALOG_WAIT, first.changed()).await.is_err() {
         tracing::warn!("no Akritas resources read from the API server yet; serving with an empty Catalog");
     }
-    Ok((secrets, changed_rx))
+    Ok((secrets, changed_rx, generations_rx))
 }
