@@ -7,7 +7,7 @@
 use akritas_testkit as support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -26,9 +26,9 @@ fn alias(name: &str) -> String {
 }
 
 /// The model: plans no check, submits an inconclusive result, answers chats; `plans` counts the
-/// investigations' plans. While `slow` is set, an investigation's plan waits a minute (a replica
-/// killed then dies inside the Run).
-fn model(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+/// investigations' plans. An investigation's plan waits `slow` milliseconds (a replica killed
+/// then dies inside the Run).
+fn model(slow: Arc<AtomicU64>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
     move |_, request| {
         if offers(request, &plan) {
@@ -38,7 +38,11 @@ fn model(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Valu
             }
             let step =
                 Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]));
-            if investigation && slow.load(Ordering::SeqCst) { step.with_delay(Duration::from_secs(60)) } else { step }
+            match slow.load(Ordering::SeqCst) {
+                0 => step,
+                delay if investigation => step.with_delay(Duration::from_millis(delay)),
+                _ => step,
+            }
         } else if offers(request, &submit) {
             Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), inconclusive_result())]))
         } else {
@@ -56,7 +60,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start(slow: Arc<AtomicBool>, plans: Arc<AtomicUsize>) -> Cluster {
+    async fn start(slow: Arc<AtomicU64>, plans: Arc<AtomicUsize>) -> Cluster {
         akritas::install_crypto_provider();
         let pg = Postgres::start();
         let llm = ScriptedLlm::start_with(model(slow, plans)).await;
@@ -203,7 +207,7 @@ async fn replicas_share_runs_and_one_delivery_to_both_is_investigated_and_notifi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
-    let slow = Arc::new(AtomicBool::new(true));
+    let slow = Arc::new(AtomicU64::new(60_000));
     let plans = Arc::new(AtomicUsize::new(0));
     let cluster = Cluster::start(slow.clone(), plans.clone()).await;
     let a = cluster.replica().await;
@@ -218,7 +222,7 @@ async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // A dies inside the Run; the next attempt answers at once.
-    slow.store(false, Ordering::SeqCst);
+    slow.store(0, Ordering::SeqCst);
     let killed = Instant::now();
     drop(a);
     let taken = cluster
@@ -301,20 +305,22 @@ async fn deliveries_get_503_with_retry_after_while_the_database_is_down_and_none
     }
 }
 
-/// Posts unique alerts round robin to `servers` until `stop`, each re-sent after a refusal until
-/// it is acknowledged (as Alertmanager retries); returns (delivery id, fingerprint) of each
-/// acknowledgement, and the refusals by status.
+/// Posts alerts round robin to `servers` until `stop` (of `names` alert names: beyond that, the
+/// same alerts re-sent), each re-sent after a refusal until it is acknowledged (as Alertmanager
+/// retries); returns (delivery id, fingerprint) of each acknowledgement, and the refusals by
+/// status.
 async fn alertmanager_like_load(
     http: reqwest::Client,
     urls: Vec<String>,
     first: usize,
+    names: usize,
     stop: Arc<AtomicBool>,
 ) -> (Vec<(String, String)>, std::collections::BTreeMap<u16, usize>) {
     let mut acked = Vec::new();
     let mut refused = std::collections::BTreeMap::new();
     let mut n = first;
     while !stop.load(Ordering::SeqCst) {
-        let name = format!("LoadAlert{n}");
+        let name = format!("LoadAlert{}", n % names);
         let body = delivery(&name);
         let fingerprint = body["alerts"][0]["fingerprint"].as_str().unwrap().to_string();
         loop {
@@ -342,7 +348,7 @@ async fn a_30_second_database_outage_under_load_loses_no_acknowledged_delivery()
     let urls = vec![format!("{}/api/v1/alertmanager/webhook", a.url), format!("{}/api/v1/alertmanager/webhook", b.url)];
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<_> = (0..4)
-        .map(|first| tokio::spawn(alertmanager_like_load(cluster.http.clone(), urls.clone(), first, stop.clone())))
+        .map(|first| tokio::spawn(alertmanager_like_load(cluster.http.clone(), urls.clone(), first, usize::MAX, stop.clone())))
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.pg.stop();
@@ -358,17 +364,7 @@ async fn a_30_second_database_outage_under_load_loses_no_acknowledged_delivery()
             *refused.entry(status).or_insert(0) += count;
         }
     }
-    let stored = cluster.pg.psql(
-        "SELECT data::jsonb ->> 'delivery_id', count(*) FROM akritas_records WHERE store = 'alerts' \
-         AND kind = 'alerts.delivery' GROUP BY 1",
-    );
-    let stored: std::collections::HashMap<String, usize> = stored
-        .lines()
-        .filter_map(|line| line.split_once('|'))
-        .map(|(id, n)| (id.to_string(), n.parse().unwrap()))
-        .collect();
-    let lost = acked.iter().filter(|(id, _)| !stored.contains_key(id)).count();
-    let twice = acked.iter().filter(|(id, _)| stored.get(id).is_some_and(|n| *n > 1)).count();
+    let (lost, twice) = lost_and_twice(&cluster.pg, &acked);
     let fingerprints: std::collections::BTreeSet<&String> = acked.iter().map(|(_, f)| f).collect();
     let accepted: usize = cluster
         .pg
@@ -387,6 +383,23 @@ async fn a_30_second_database_outage_under_load_loses_no_acknowledged_delivery()
     assert!(refused.keys().all(|status| *status == 503), "only 503s: {refused:?}");
     assert_eq!(accepted, fingerprints.len(), "each alert acknowledged was accepted once");
     verify_audit(&cluster.pg);
+}
+
+/// Of the acknowledged deliveries `acked` (delivery id, fingerprint): how many the database's
+/// alert chain does not hold, and how many it holds more than once.
+fn lost_and_twice(pg: &Postgres, acked: &[(String, String)]) -> (usize, usize) {
+    let stored = pg.psql(
+        "SELECT data::jsonb ->> 'delivery_id', count(*) FROM akritas_records WHERE store = 'alerts' \
+         AND kind = 'alerts.delivery' GROUP BY 1",
+    );
+    let stored: std::collections::HashMap<String, usize> = stored
+        .lines()
+        .filter_map(|line| line.split_once('|'))
+        .map(|(id, n)| (id.to_string(), n.parse().unwrap()))
+        .collect();
+    let lost = acked.iter().filter(|(id, _)| !stored.contains_key(id)).count();
+    let twice = acked.iter().filter(|(id, _)| stored.get(id).is_some_and(|n| *n > 1)).count();
+    (lost, twice)
 }
 
 /// `akritas storage migrate --to postgres` of `data_dir` into the cluster's database.
@@ -509,4 +522,215 @@ async fn an_embedded_data_dir_moves_into_the_database_resumably_and_a_replica_ca
     let (ok, text) = migrate(&cluster.pg, other.path());
     assert!(!ok && text.contains("it holds another chain"), "{text}");
     verify_audit(&cluster.pg);
+}
+
+/// A small seeded generator (xorshift64*): the same seed, the same kills.
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// Kills in the three-replica run (`REPLICA_KILLS` to change it).
+const KILLS: u64 = 50;
+/// Alerting rules of the real Prometheus: rule `HarnessK` fires once the gauge reaches K.
+const RULES: u64 = 30;
+
+/// Chats on a random live replica, each followed up on another; returns the Runs whose chat
+/// was answered, and whether their follow-up was too.
+async fn chats(http: reqwest::Client, urls: Vec<String>, stop: Arc<AtomicBool>, seed: u64) -> Vec<(String, bool)> {
+    let mut dice = Dice(seed | 1);
+    let mut answered = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let url = &urls[dice.below(urls.len() as u64) as usize];
+        let chat = json!({"messages": [{"role": "user", "content": "Is the shop healthy?"}]});
+        let sent = http.post(format!("{url}/api/v1/chat")).bearer_auth(API_KEY).json(&chat).send().await;
+        let Some(run) = (match sent {
+            Ok(response) if response.status() == 200 => response.json::<Value>().await.ok(),
+            _ => None,
+        })
+        .and_then(|answer| answer["run_id"].as_str().map(str::to_string)) else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let other = &urls[dice.below(urls.len() as u64) as usize];
+        let follow = json!({"message": "And the db?"});
+        let followed = http
+            .post(format!("{other}/api/v1/runs/{run}/chat"))
+            .bearer_auth(API_KEY)
+            .json(&follow)
+            .send()
+            .await
+            .is_ok_and(|response| response.status() == 200);
+        answered.push((run, followed));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    answered
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chats_losing_nothing() {
+    let seed: u64 = std::env::var("REPLICA_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261205);
+    let kills: u64 = std::env::var("REPLICA_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(KILLS);
+    println!("kill harness: seed {seed} (REPLICA_KILL_SEED), {kills} kills");
+    let plans = Arc::new(AtomicUsize::new(0));
+    // Investigations take a moment, so kills land inside Runs too.
+    let cluster = Cluster::start(Arc::new(AtomicU64::new(400)), plans.clone()).await;
+    let ports: Vec<u16> = (0..3).map(|_| support::free_port()).collect();
+    let start = |port: u16| {
+        let mut command = cluster.serve();
+        command.env("AKRITAS_STORAGE_BACKEND", "postgres").env("AKRITAS_ADDRESS", format!("127.0.0.1:{port}"));
+        tokio::task::spawn_blocking(move || Server::start(command))
+    };
+    let mut replicas = Vec::new();
+    for port in &ports {
+        replicas.push(Some(start(*port).await.unwrap()));
+    }
+    let webhooks: Vec<String> =
+        ports.iter().map(|port| format!("http://127.0.0.1:{port}/api/v1/alertmanager/webhook")).collect();
+    let am = support::prom::Alertmanager::start_fanout(
+        &webhooks.iter().map(String::as_str).collect::<Vec<_>>(),
+        Some(AM_TOKEN),
+    )
+    .await;
+    let stage = support::prom::MetricSwitch::start("harness_stage", 0.0).await;
+    let rules: String = (1..=RULES)
+        .map(|k| {
+            format!("  - alert: Harness{k}\n    expr: harness_stage >= {k}\n    labels: {{severity: warning}}\n    annotations: {{summary: kill harness}}\n")
+        })
+        .collect();
+    let prometheus =
+        support::prom::Prometheus::start(&am.url(), Some(&stage.target()), &format!("groups:\n- name: harness\n  rules:\n{rules}"))
+            .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = (0..2)
+        .map(|first| tokio::spawn(alertmanager_like_load(cluster.http.clone(), webhooks.clone(), first, 40, stop.clone())))
+        .collect();
+    let urls: Vec<String> = ports.iter().map(|port| format!("http://127.0.0.1:{port}")).collect();
+    let talk = tokio::spawn(chats(cluster.http.clone(), urls.clone(), stop.clone(), seed));
+
+    let mut dice = Dice(seed);
+    let mut killed_at = Vec::new();
+    for n in 0..kills {
+        if (n as f64) < RULES as f64 {
+            stage.set((n + 1) as f64);
+        }
+        tokio::time::sleep(Duration::from_millis(300 + dice.below(900))).await;
+        let slot = dice.below(3) as usize;
+        drop(replicas[slot].take());
+        killed_at.push(Instant::now());
+        replicas[slot] = Some(start(ports[slot]).await.unwrap());
+    }
+    stage.set(RULES as f64);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut acked = Vec::new();
+    for task in load {
+        acked.extend(task.await.unwrap().0);
+    }
+    let answered = talk.await.unwrap();
+    let live = replicas[0].as_ref().unwrap();
+
+    // Every Prometheus alert is one incident; every job is investigated (one Run that
+    // succeeded) and notified once, whichever replicas died meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (incidents, jobs) = loop {
+        let listed = cluster.get(live, "/api/v1/incidents?limit=1000").await;
+        let harness: Vec<String> = listed["incidents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["name"].as_str().is_some_and(|name| name.starts_with("Harness")))
+            .map(|i| i["name"].as_str().unwrap().to_string())
+            .collect();
+        let mut jobs = std::collections::BTreeMap::new();
+        for incident in listed["incidents"].as_array().unwrap() {
+            let detail = cluster.get(live, &format!("/api/v1/incidents/{}", incident["id"].as_str().unwrap())).await;
+            for job in detail["jobs"].as_array().unwrap() {
+                jobs.insert(job["id"].as_str().unwrap().to_string(), job.clone());
+            }
+        }
+        let done = |job: &Value| {
+            job["status"] == "succeeded"
+                && job["deliveries"].as_array().is_some_and(|d| d.iter().all(|d| d["status"] == "delivered"))
+        };
+        if harness.len() as u64 >= RULES && jobs.values().all(done) {
+            break (harness, jobs);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: {} of {RULES} Prometheus alerts are incidents; unsettled jobs: {:?}",
+            harness.len(),
+            jobs.values().filter(|job| !done(job)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let names: std::collections::BTreeSet<&String> = incidents.iter().collect();
+    let duplicated_incidents = incidents.len() - names.len();
+    // One Run of each job succeeded; the others are the ones killed replicas left, interrupted.
+    let (mut twice_investigated, mut taken_over) = (0, 0);
+    for job in jobs.values() {
+        let mut succeeded = 0;
+        for run in job["runs"].as_array().unwrap() {
+            let run = cluster.get(live, &format!("/api/v1/runs/{}", run.as_str().unwrap())).await;
+            match run["run"]["status"].as_str() {
+                Some("succeeded") => succeeded += 1,
+                _ => assert_eq!(run["run"]["error_code"], "interrupted", "{run}"),
+            }
+        }
+        twice_investigated += usize::from(succeeded != 1);
+        taken_over += usize::from(job["runs"].as_array().unwrap().len() > 1);
+    }
+    // Every notification reached the receiver once.
+    let received: Vec<String> =
+        cluster.sink.received().into_iter().filter(|r| r.path == "/hook").map(|r| r.delivery_id).collect();
+    let distinct: std::collections::BTreeSet<&String> = received.iter().collect();
+    let notified_twice = received.len() - distinct.len();
+    let expected: std::collections::BTreeSet<String> = jobs
+        .values()
+        .flat_map(|job| job["deliveries"].as_array().unwrap().iter().map(|d| d["delivery_id"].as_str().unwrap().to_string()))
+        .collect();
+    let never_notified = expected.iter().filter(|id| !distinct.contains(id)).count();
+    // Every chat answered is a Run; a follow-up answered is in it.
+    let mut chats_lost = 0;
+    for (run, followed) in &answered {
+        let response = cluster.http.get(format!("{}/api/v1/runs/{run}", live.url)).bearer_auth(API_KEY).send().await.unwrap();
+        if response.status() != 200 {
+            chats_lost += 1;
+            continue;
+        }
+        let run: Value = response.json().await.unwrap();
+        let follow_up = run["run"]["events"].as_array().unwrap().iter().any(|e| e["type"] == "follow_up");
+        chats_lost += usize::from(*followed && !follow_up);
+    }
+    let (lost, twice) = lost_and_twice(&cluster.pg, &acked);
+    verify_audit(&cluster.pg);
+    let records: u64 = cluster.pg.psql("SELECT count(*) FROM akritas_records").parse().unwrap();
+    println!(
+        "kill harness: {} Prometheus alerts as {} incidents, {} jobs ({taken_over} taken over from killed replicas), \
+         {} deliveries acknowledged, {} chats ({} followed up)",
+        RULES,
+        incidents.len(),
+        jobs.len(),
+        acked.len(),
+        answered.len(),
+        answered.iter().filter(|(_, followed)| *followed).count()
+    );
+    println!(
+        "kill harness: {kills} kills survived, {records} records checked, {} lost, {} duplicated",
+        lost + chats_lost + never_notified,
+        twice + duplicated_incidents + twice_investigated + notified_twice
+    );
+    assert_eq!((lost, twice), (0, 0), "acknowledged deliveries: each stored once");
+    assert_eq!(duplicated_incidents, 0, "one incident per Prometheus alert: {incidents:?}");
+    assert_eq!(twice_investigated, 0, "each job has one Run that succeeded");
+    assert_eq!((never_notified, notified_twice), (0, 0), "each notification reached the receiver once");
+    assert_eq!(chats_lost, 0, "every answered chat and follow-up is kept");
+    assert!(plans.load(Ordering::SeqCst) >= jobs.len());
+    drop(prometheus);
 }

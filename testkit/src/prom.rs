@@ -112,6 +112,12 @@ pub struct Alertmanager {
 impl Alertmanager {
     /// Starts Alertmanager on a free loopback port (clustering off) and waits for `/-/ready`.
     pub async fn start(webhook_url: &str, bearer_token: Option<&str>) -> Alertmanager {
+        Alertmanager::start_fanout(&[webhook_url], bearer_token).await
+    }
+
+    /// [`Alertmanager::start`] with one receiver listing several webhooks: each notification goes
+    /// to every one of them (the replicas of one service, for example).
+    pub async fn start_fanout(webhook_urls: &[&str], bearer_token: Option<&str>) -> Alertmanager {
         let bin = find_binary("ALERTMANAGER_BIN", "prometheus-alertmanager", "prometheus-alertmanager");
         let http = http_client();
         let authorization = match bearer_token {
@@ -121,11 +127,13 @@ impl Alertmanager {
             ),
             None => String::new(),
         };
+        let webhooks: String = webhook_urls
+            .iter()
+            .map(|url| format!("  - url: {}\n    send_resolved: true\n    max_alerts: 0\n{authorization}", yaml_string(url)))
+            .collect();
         let config = format!(
             "route:\n  receiver: webhook\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  \
-             repeat_interval: 1h\nreceivers:\n- name: webhook\n  webhook_configs:\n  - url: {}\n    \
-             send_resolved: true\n    max_alerts: 0\n{authorization}",
-            yaml_string(webhook_url)
+             repeat_interval: 1h\nreceivers:\n- name: webhook\n  webhook_configs:\n{webhooks}"
         );
         let mut last_error = String::new();
         for _attempt in 0..3 {
