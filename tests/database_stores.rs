@@ -561,3 +561,39 @@ async fn a_journal_cut_by_retention_with_a_torn_tail_record_moves_into_the_datab
     let again = akritas::app::migrate::to_database(&settings, &db, &mut |_| {}).await.unwrap();
     assert!(again.iter().all(|m| m.copied == 0), "{again:?}");
 }
+
+/// `storage migrate --to embedded` of a bot-session store the database compacted down to its
+/// snapshot: the journal written starts after the anchor, with the state as its snapshot.
+#[tokio::test]
+async fn a_store_compacted_in_the_database_is_written_back_as_a_journal_that_opens_the_same() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = SessionStore::open_database(&db, session_options(4)).await.unwrap();
+    let key = SessionKey::of(&message(0));
+    for n in 1..=6 {
+        let inbound = message(n);
+        assert!(store.accept(&inbound).await.unwrap());
+        store.record_turn(&key, &inbound.event_id, &inbound.text, &format!("answer {n}")).await.unwrap();
+    }
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'bot_sessions'"),
+        "0",
+        "compacted into the snapshot"
+    );
+    let history = store.history(&key);
+    let data = tempfile::tempdir().unwrap();
+    let settings = akritas::config::Settings { data_dir: data.path().to_path_buf(), ..Default::default() };
+    let moved = akritas::app::migrate::to_journals(&settings, &db, &mut |_| {}).await.unwrap();
+    let sessions = moved.iter().find(|m| m.store == "bot_sessions").unwrap();
+    assert_eq!((sessions.copied, sessions.last_seq), (0, 12), "{sessions:?}");
+    assert!(sessions.checked.contains("snapshot at record 12"), "{sessions:?}");
+    let path = data.path().join("bots").join("sessions.jsonl");
+    let reopened = SessionStore::open(&path, session_options(4)).unwrap();
+    assert_eq!(reopened.history(&key), history);
+    assert!(!reopened.accept(&message(6)).await.unwrap(), "a dedup id kept in the snapshot");
+    assert!(reopened.accept(&message(7)).await.unwrap(), "and the journal takes new records after the anchor");
+    drop(reopened);
+    assert!(!data.path().join("bots.migrating").exists());
+    let again = akritas::app::migrate::to_journals(&settings, &db, &mut |_| {}).await.unwrap_err();
+    assert!(again.to_string().contains("a journal is already there"), "{again:#}");
+}

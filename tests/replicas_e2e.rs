@@ -404,8 +404,13 @@ fn lost_and_twice(pg: &Postgres, acked: &[(String, String)]) -> (usize, usize) {
 
 /// `akritas storage migrate --to postgres` of `data_dir` into the cluster's database.
 fn migrate(pg: &Postgres, data_dir: &std::path::Path) -> (bool, String) {
+    migrate_to(pg, data_dir, "postgres")
+}
+
+/// `akritas storage migrate --to TO` between `data_dir` and the cluster's database.
+fn migrate_to(pg: &Postgres, data_dir: &std::path::Path, to: &str) -> (bool, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
-        .args(["storage", "migrate", "--to", "postgres"])
+        .args(["storage", "migrate", "--to", to])
         .env("AKRITAS_DATA_DIR", data_dir)
         .env("AKRITAS_DATABASE_URL", pg.url("disable"))
         .env_remove("AKRITAS_CONFIG")
@@ -512,6 +517,33 @@ async fn an_embedded_data_dir_moves_into_the_database_resumably_and_a_replica_ca
     let (ok, text) = migrate(&cluster.pg, data.path());
     assert!(!ok && text.contains("replica(s) are running on this database"), "{text}");
     assert_eq!(replica.terminate(), Some(0), "a replica stopping leaves the database's replicas");
+
+    // And back: the database written as journals that an embedded `serve` carries on from.
+    let back = tempfile::tempdir().unwrap();
+    let (ok, text) = migrate_to(&cluster.pg, back.path(), "embedded");
+    assert!(ok, "{text}");
+    println!("{text}");
+    assert!(line(&text, "alerts").contains("the alert state loads from the journal with"), "{text}");
+    let (ok, again) = migrate_to(&cluster.pg, back.path(), "embedded");
+    assert!(ok && line(&again, "audit").contains(": 0 record(s) copied"), "{again}");
+    let verified = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .args(["audit", "verify"])
+        .arg(back.path().join("audit/akritas.jsonl"))
+        .output()
+        .unwrap();
+    assert!(verified.status.success(), "{verified:?}");
+    let mut command = cluster.serve();
+    command.env("AKRITAS_DATA_DIR", back.path());
+    let embedded = tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap();
+    let incidents = cluster.get(&embedded, "/api/v1/incidents").await;
+    assert_eq!(incidents["incidents"].as_array().unwrap().len(), 3, "{incidents}");
+    let run = cluster.get(&embedded, &format!("/api/v1/runs/{run_id}")).await;
+    let answered = run["run"]["events"].as_array().unwrap().iter().any(|e| e["type"] == "follow_up" && e["status"] == "succeeded");
+    assert!(answered, "the follow-up answered on the database is in the journal: {run}");
+    let (status, again) = cluster.post(&embedded, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("Moved1")).await;
+    assert_eq!((status, again["events"][0]["status"].as_str()), (200, Some("duplicate")), "{again}");
+    assert_eq!(embedded.terminate(), Some(0));
+
     let other = tempfile::tempdir().unwrap();
     let mut command = cluster.serve();
     command.env("AKRITAS_DATA_DIR", other.path());

@@ -350,6 +350,16 @@ impl SessionStore {
         Ok(SessionStore { inner: Arc::new(inner) })
     }
 
+    /// Writes this store's state as the snapshot of a journal holding a copy of its records
+    /// (`akritas storage migrate --to embedded`): see [`crate::journal::durable::Durable::snapshot_to`].
+    pub fn snapshot_to(
+        &self,
+        journal: &Path,
+        locate: impl FnOnce(u64) -> Option<crate::journal::Location>,
+    ) -> std::io::Result<Option<u64>> {
+        self.inner.store.snapshot_to(journal, locate)
+    }
+
     /// Opens the sessions of a shared database (store `bot_sessions`): every replica sees the
     /// same sessions and dedup window. [`SessionStore::refresh`] reads what other replicas
     /// recorded before a read.

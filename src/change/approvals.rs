@@ -451,6 +451,16 @@ impl ApprovalStore {
         Ok(ApprovalStore { inner: Arc::new(inner) })
     }
 
+    /// Writes this store's state as the snapshot of a journal holding a copy of its records
+    /// (`akritas storage migrate --to embedded`): see [`crate::journal::durable::Durable::snapshot_to`].
+    pub fn snapshot_to(
+        &self,
+        journal: &Path,
+        locate: impl FnOnce(u64) -> Option<crate::journal::Location>,
+    ) -> std::io::Result<Option<u64>> {
+        self.inner.store.snapshot_to(journal, locate)
+    }
+
     /// Opens the approvals of a shared database (store `approvals`): every replica takes and
     /// finishes the same changes, each once. [`ApprovalStore::get_current`] reads what
     /// other replicas recorded first.

@@ -19,15 +19,19 @@ pub(crate) struct StorageArgs {
 pub(crate) enum Backend {
     /// The PostgreSQL database of `database_url_env`.
     Postgres,
+    /// Journals in `data_dir`.
+    Embedded,
 }
 
 /// Storage subcommands.
 #[derive(Subcommand, Debug)]
 pub(crate) enum StorageCommand {
-    /// Copy the embedded journals of `data_dir` (audit, alerts, change approvals, bot sessions)
-    /// into the PostgreSQL database named by `database_url_env`, verbatim, then verify every
-    /// chain there. Resumable and idempotent: run it again after an interruption. Stop every
-    /// `serve` of the data directory and of the database first.
+    /// `--to postgres`: copy the embedded journals of `data_dir` (audit, alerts, change
+    /// approvals, bot sessions) into the PostgreSQL database named by `database_url_env`,
+    /// verbatim, then verify every chain there. `--to embedded`: write the database's stores
+    /// back as journals in `data_dir` (a backup, or a return to one replica). Resumable and
+    /// idempotent: run it again after an interruption. Stop every `serve` of the data
+    /// directory and of the database first.
     Migrate {
         /// The backend to copy into.
         #[arg(long, value_enum)]
@@ -40,7 +44,7 @@ pub(crate) enum StorageCommand {
 
 /// Runs a storage subcommand.
 pub(crate) fn run(args: StorageArgs) -> ExitCode {
-    let StorageCommand::Migrate { to: Backend::Postgres, flags } = args.command;
+    let StorageCommand::Migrate { to, flags } = args.command;
     let fail = |message: String| {
         eprintln!("akritas storage migrate: {message}");
         ExitCode::FAILURE
@@ -59,7 +63,11 @@ pub(crate) fn run(args: StorageArgs) -> ExitCode {
         if migrated.from != migrated.to {
             println!("database schema migrated from version {} to {}", migrated.from, migrated.to);
         }
-        crate::app::migrate::to_database(&settings, &db, &mut |store| println!("{store}")).await
+        let mut progress = |store: &crate::app::migrate::Moved| println!("{store}");
+        match to {
+            Backend::Postgres => crate::app::migrate::to_database(&settings, &db, &mut progress).await,
+            Backend::Embedded => crate::app::migrate::to_journals(&settings, &db, &mut progress).await,
+        }
     });
     match moved {
         Ok(moved) => {

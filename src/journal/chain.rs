@@ -89,7 +89,15 @@ pub(crate) fn read_chain<E>(
         )
         .into());
     }
+    // A snapshot at the anchor (its record deleted, as a database compacts): the state stands for
+    // every record before the oldest kept one.
+    let at_anchor = |checkpoint: &Checkpoint| {
+        anchor.as_ref().is_some_and(|a| checkpoint.seq + 1 == a.first_seq && checkpoint.hash == a.prev)
+    };
     let (start, mut head) = match from {
+        Some(checkpoint) if at_anchor(checkpoint) => {
+            (0, Start { offset: 0, seq: checkpoint.seq, hash: checkpoint.hash.clone() })
+        }
         Some(checkpoint) => {
             let index = chain.segments.iter().position(|s| s.id == checkpoint.location.segment).ok_or_else(|| {
                 JournalError::CheckpointMismatch {

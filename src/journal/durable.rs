@@ -239,6 +239,24 @@ impl<S: Replayed> Durable<S> {
         State(self.tracked.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
+    /// Writes the state, as of its last record, as the snapshot of the journal at `journal` that
+    /// holds a copy of the records (`storage migrate --to embedded`); `locate` says where that
+    /// record is there (`None`: the copy starts after it, at its anchor). The record's seq.
+    pub fn snapshot_to(
+        &self,
+        journal: &Path,
+        locate: impl FnOnce(u64) -> Option<super::Location>,
+    ) -> std::io::Result<Option<u64>> {
+        let (checkpoint, saved) = {
+            let mut tracked = self.state();
+            let Some(last) = tracked.0.last.clone() else { return Ok(None) };
+            (last, tracked.0.state.saved())
+        };
+        let location = locate(checkpoint.seq).unwrap_or_default();
+        snapshot::write(journal, S::FORMAT, &Checkpoint { location, ..checkpoint.clone() }, &saved)?;
+        Ok(Some(checkpoint.seq))
+    }
+
     /// The state after applying every record other replicas committed (on a journal file,
     /// the state as it is).
     pub async fn fresh(&self) -> Result<State<'_, S>, StoreError> {

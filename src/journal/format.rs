@@ -109,7 +109,7 @@ pub(crate) fn encode(seq: u64, time: &str, kind: &str, prev: &str, data_json: &s
 }
 
 /// The line (with its `\n`) of a record whose hash is known.
-fn encode_line(
+pub(crate) fn encode_line(
     seq: u64,
     time: &str,
     kind: &str,

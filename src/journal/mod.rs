@@ -26,6 +26,7 @@ mod keyed;
 pub(crate) mod pace;
 mod scan;
 mod segments;
+mod verbatim;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -47,6 +48,7 @@ pub use error::JournalError;
 pub use keyed::{SealError, SealReport, verify_seals};
 pub use scan::{ScanError, Seen, TornTail, VerifyReport};
 pub use segments::Anchor;
+pub use verbatim::{Line, Verbatim};
 pub use writer::Head;
 
 use format::{INTERNAL_PREFIX, TORN_TAIL_KIND, check_app_kind, min_line_len};

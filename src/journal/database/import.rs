@@ -35,6 +35,8 @@ pub struct Position {
     pub head_hash: String,
     /// The last record deleted, which the first kept one follows (0 when none).
     pub anchor_seq: u64,
+    /// Its hash (the genesis hash when none).
+    pub anchor_hash: String,
 }
 
 impl Log {
@@ -42,10 +44,46 @@ impl Log {
     pub async fn position(&self) -> Result<Option<Position>, DatabaseError> {
         let client = self.db.client().await?;
         let row = client
-            .query_opt("SELECT seq, hash, anchor_seq FROM akritas_heads WHERE store = $1", &[&self.store])
+            .query_opt("SELECT seq, hash, anchor_seq, anchor_hash FROM akritas_heads WHERE store = $1", &[&self.store])
             .await
             .map_err(statement("read the store's head"))?;
-        Ok(row.map(|row| Position { head_seq: seq_of(row.get(0)), head_hash: row.get(1), anchor_seq: seq_of(row.get(2)) }))
+        Ok(row.map(|row| Position {
+            head_seq: seq_of(row.get(0)),
+            head_hash: row.get(1),
+            anchor_seq: seq_of(row.get(2)),
+            anchor_hash: row.get(3),
+        }))
+    }
+
+    /// At most `limit` records after `seq`, in order, as stored (each checked against its hash).
+    pub async fn export(&self, seq: u64, limit: i64) -> Result<Vec<Imported>, DatabaseError> {
+        let client = self.db.client().await?;
+        let rows = client
+            .query(
+                "SELECT seq, time, kind, data, prev, hash, mac, key FROM akritas_records WHERE store = $1 AND seq > $2 \
+                 ORDER BY seq LIMIT $3",
+                &[&self.store, &db_seq(seq), &limit],
+            )
+            .await
+            .map_err(statement("read the store's records"))?;
+        rows.iter()
+            .map(|row| {
+                let record = Imported {
+                    seq: seq_of(row.get(0)),
+                    time: row.get(1),
+                    kind: row.get(2),
+                    data: row.get(3),
+                    prev: row.get(4),
+                    hash: row.get(5),
+                    mac: row.get(6),
+                    key: row.get(7),
+                };
+                match record_hash(&record.prev, record.seq, &record.time, &record.kind, &record.data) == record.hash {
+                    true => Ok(record),
+                    false => Err(DatabaseError::Changed { store: self.store.to_string(), seq: record.seq }),
+                }
+            })
+            .collect()
     }
 
     /// Appends `records` after the head, verbatim, in one transaction: the first must follow the

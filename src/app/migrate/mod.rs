@@ -1,4 +1,4 @@
-//! `akritas storage migrate --to postgres`: copies the embedded journals of a data directory
+//! `akritas storage migrate`. `--to postgres` copies the embedded journals of a data directory
 //! (the audit, alerts, change approvals and bot sessions) into the PostgreSQL database that
 //! replicas share, record by record and verbatim (the same seq, time, data, hash and seal), so
 //! the chains verify there as they did on disk.
@@ -12,6 +12,12 @@
 //!   counted, and the approvals and bot sessions are opened as `serve` opens them.
 //! - **Alone.** It refuses while a process holds a journal (a running `serve`) or while a
 //!   replica heartbeats on the database: neither may write while the copy is made.
+//!
+//! `--to embedded` ([`to_journals`]) writes the database's stores back as journals.
+
+mod embedded;
+
+pub use embedded::to_journals;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,7 +37,7 @@ const BATCH_BYTES: usize = 8 << 20;
 
 /// What a store holds besides its records.
 #[derive(Clone, Copy)]
-enum Shape {
+pub(super) enum Shape {
     /// Records read by Run: each is filed under its Run's id.
     Audit,
     /// A state that points at records by location: its snapshot is rewritten for the copy.
@@ -41,14 +47,14 @@ enum Shape {
 }
 
 /// One store of the data directory.
-struct Source {
+pub(super) struct Source {
     store: &'static str,
     path: PathBuf,
     shape: Shape,
 }
 
 /// The stores of the data directory, in `serve`'s places.
-fn sources(settings: &Settings) -> Vec<Source> {
+pub(super) fn sources(settings: &Settings) -> Vec<Source> {
     let dir = &settings.data_dir;
     vec![
         Source { store: crate::audit::STORE, path: super::assemble::audit_path(settings), shape: Shape::Audit },
@@ -75,6 +81,8 @@ fn sources(settings: &Settings) -> Vec<Source> {
 pub struct Moved {
     /// The store.
     pub store: &'static str,
+    /// Where it went: `the database` or `the journal`.
+    pub into: &'static str,
     /// Records written by this run.
     pub copied: u64,
     /// Records the database held already (an earlier, interrupted or finished run).
@@ -96,11 +104,11 @@ pub struct Moved {
 impl std::fmt::Display for Moved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.records == 0 && self.copied == 0 {
-            return write!(f, "{}: no journal in the data directory, nothing to copy", self.store);
+            return write!(f, "{}: nothing to copy", self.store);
         }
         write!(
             f,
-            "{}: {} record(s) copied, {} already there, in {:.1} s; {} record(s) from seq {} to {} verified in the database, last hash {}; {}",
+            "{}: {} record(s) copied, {} already there, in {:.1} s; {} record(s) from seq {} to {} verified in {}, last hash {}; {}",
             self.store,
             self.copied,
             self.already,
@@ -108,6 +116,7 @@ impl std::fmt::Display for Moved {
             self.records,
             self.first_seq,
             self.last_seq,
+            self.into,
             self.last_hash,
             self.checked
         )
@@ -117,17 +126,7 @@ impl std::fmt::Display for Moved {
 /// Copies every store of `settings.data_dir` into `db` and verifies each; `progress` hears of
 /// each store as it is done.
 pub async fn to_database(settings: &Settings, db: &Database, progress: &mut dyn FnMut(&Moved)) -> Result<Vec<Moved>> {
-    let running = Replica::running(db, settings.job_claim_timeout).await.context("reading the database's replicas")?;
-    if !running.is_empty() {
-        let mut names: Vec<String> = running.into_iter().collect();
-        names.sort();
-        bail!(
-            "{} replica(s) are running on this database ({}); stop them (scale the Deployment to 0) before copying \
-             a data directory into it",
-            names.len(),
-            names.join(", ")
-        );
-    }
+    alone(settings, db).await?;
     let key = super::assemble::audit_key(settings)?;
     let mut moved = Vec::new();
     for source in sources(settings) {
@@ -138,6 +137,21 @@ pub async fn to_database(settings: &Settings, db: &Database, progress: &mut dyn 
         moved.push(store);
     }
     Ok(moved)
+}
+
+/// Refuses while a replica heartbeats on the database: it could write while the copy is made.
+pub(super) async fn alone(settings: &Settings, db: &Database) -> Result<()> {
+    let running = Replica::running(db, settings.job_claim_timeout).await.context("reading the database's replicas")?;
+    if running.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<String> = running.into_iter().collect();
+    names.sort();
+    bail!(
+        "{} replica(s) are running on this database ({}); stop them (scale the Deployment to 0) before a migration",
+        names.len(),
+        names.join(", ")
+    )
 }
 
 /// What reading the journal found besides the records sent.
@@ -154,7 +168,7 @@ struct Read {
 
 async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved_kept: usize) -> Result<Moved> {
     let started = Instant::now();
-    let mut moved = Moved { store: source.store, ..Moved::default() };
+    let mut moved = Moved { store: source.store, into: "the database", ..Moved::default() };
     if !journal::exists(&source.path)? {
         return Ok(moved);
     }
@@ -335,7 +349,7 @@ async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved
 }
 
 /// Opens the copied store as `serve` opens it: its snapshot and records replay.
-async fn opens(db: &Database, store: &str) -> Result<()> {
+pub(super) async fn opens(db: &Database, store: &str) -> Result<()> {
     if store == crate::change::approvals::STORE {
         crate::change::approvals::ApprovalStore::open_database(db, Default::default()).await?;
     } else {
