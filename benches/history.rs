@@ -22,8 +22,9 @@
 //!
 //! With `HISTORY_MIGRATE` set, phases 2 to 5 give way to `akritas storage migrate --to postgres`
 //! of that data directory into a PostgreSQL the bench starts: a first run stopped with SIGKILL
-//! after `HISTORY_MIGRATE_KILL_AFTER` seconds (20), the run that resumes it, and one more that
-//! finds everything copied and verifies it again; each timed, with records per second.
+//! after `HISTORY_MIGRATE_KILL_AFTER` seconds (20), the run that resumes it, one more that
+//! finds everything copied and verifies it again, and `--to embedded` of the database into a new
+//! data directory; each timed.
 //!
 //! Run with `TMPDIR=/some/big/disk cargo bench --bench history` (the full size writes a few GB).
 //! Knobs: `HISTORY_DELIVERIES_INCIDENTS` (50000), `HISTORY_REPEATS` (18), `HISTORY_RUNS` (100000),
@@ -671,17 +672,19 @@ async fn run() -> Result<(), String> {
 fn migrate(data: &Path) -> Result<(), String> {
     let pg = akritas_testkit::postgres::Postgres::start();
     let kill_after = Duration::from_secs(knob("HISTORY_MIGRATE_KILL_AFTER", 20) as u64);
-    let command = || {
+    let back = tempfile::Builder::new().prefix("akritas-history-back-").tempdir().map_err(|e| e.to_string())?;
+    let command_to = |to: &str, dir: &Path| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"));
         command
-            .args(["storage", "migrate", "--to", "postgres"])
-            .env("AKRITAS_DATA_DIR", data)
+            .args(["storage", "migrate", "--to", to])
+            .env("AKRITAS_DATA_DIR", dir)
             .env("AKRITAS_DATABASE_URL", pg.url("disable"))
             .env_remove("AKRITAS_CONFIG")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         command
     };
+    let command = || command_to("postgres", data);
     let started = std::time::Instant::now();
     let mut first = command().spawn().map_err(|e| e.to_string())?;
     while started.elapsed() < kill_after && first.try_wait().map_err(|e| e.to_string())?.is_none() {
@@ -694,9 +697,14 @@ fn migrate(data: &Path) -> Result<(), String> {
         "history: migrate  first run stopped with SIGKILL after {:.1} s; the database's heads then: {copied}",
         started.elapsed().as_secs_f64()
     );
-    for (name, what) in [("resumed", "copies the rest and verifies"), ("again", "finds everything copied, verifies")] {
+    let runs = [
+        ("resumed", "copies the rest and verifies", command()),
+        ("again", "finds everything copied, verifies", command()),
+        ("back", "--to embedded into a new data directory, verifies", command_to("embedded", back.path())),
+    ];
+    for (name, what, mut command) in runs {
         let started = std::time::Instant::now();
-        let output = command().output().map_err(|e| e.to_string())?;
+        let output = command.output().map_err(|e| e.to_string())?;
         let elapsed = started.elapsed().as_secs_f64();
         for line in String::from_utf8_lossy(&output.stdout).lines().chain(String::from_utf8_lossy(&output.stderr).lines()) {
             println!("history: migrate {name}  {line}");
