@@ -642,8 +642,8 @@ fn exists_incident(api: &KubeApi, id: &str) -> bool {
     api.kubectl(&["get", "incident", &id.replace('_', "-"), "-n", "ops"]).0 == 0
 }
 
-/// An operator replica on a shared data directory with a short Lease.
-fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str) -> support::Starting {
+/// An operator replica watching `ops`, with a short Lease.
+fn operator_replica(api: &KubeApi, llm: &ScriptedLlm, name: &str) -> std::process::Command {
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     command
         .arg("--kubernetes")
@@ -651,16 +651,22 @@ fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str)
         .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
         .env("POD_NAME", name)
         .env("AKRITAS_NAMESPACES", "ops")
-        .env("AKRITAS_DATA_DIR", data)
         .env("AKRITAS_LEASE_DURATION", "3s")
-        .env("AKRITAS_RECORD_RETENTION", "5s")
         .env("AKRITAS_BASE_URL", &llm.url)
         .env("RUST_LOG", "info,kube=warn");
+    command
+}
+
+/// An operator replica on a shared data directory.
+fn replica(api: &KubeApi, llm: &ScriptedLlm, data: &std::path::Path, name: &str) -> support::Starting {
+    let mut command = operator_replica(api, llm, name);
+    command.env("AKRITAS_DATA_DIR", data).env("AKRITAS_RECORD_RETENTION", "5s");
     Server::spawn(command)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
+/// The API server with the CRDs, the chart's RBAC for the namespace `ops`, and there the
+/// AlertSource `am` whose token is [`AM_TOKEN_1`].
+async fn ops_cluster() -> KubeApi {
     let api = KubeApi::start().await;
     api.install_crds(&support::root().join("crds"));
     api.create_operator_namespace();
@@ -671,6 +677,12 @@ async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
          apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
          spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
     ));
+    api
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_replica_leads_and_a_standby_takes_over_without_losing_anything() {
+    let api = ops_cluster().await;
     let llm = ScriptedLlm::start_with(model()).await;
     let data = tempfile::tempdir().unwrap();
 
@@ -902,36 +914,19 @@ async fn a_leader_whose_renewal_hangs_stops_writing_before_the_standby_takes_ove
     assert!(!new_leader.log_text().to_lowercase().contains("forbidden"), "{}", new_leader.log_text());
 }
 
-/// An operator replica on a shared PostgreSQL with a short Lease.
+/// An operator replica on a shared PostgreSQL.
 fn shared_replica(api: &KubeApi, llm: &ScriptedLlm, pg: &support::postgres::Postgres, name: &str) -> support::Starting {
-    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    let mut command = operator_replica(api, llm, name);
     command
-        .arg("--kubernetes")
-        .env("KUBECONFIG", api.operator_kubeconfig())
-        .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
-        .env("POD_NAME", name)
-        .env("AKRITAS_NAMESPACES", "ops")
         .env("AKRITAS_STORAGE_BACKEND", "postgres")
         .env("AKRITAS_DATABASE_URL", pg.url("disable"))
-        .env("AKRITAS_JOB_CLAIM_TIMEOUT", "3s")
-        .env("AKRITAS_LEASE_DURATION", "3s")
-        .env("AKRITAS_BASE_URL", &llm.url)
-        .env("RUST_LOG", "info,kube=warn");
+        .env("AKRITAS_JOB_CLAIM_TIMEOUT", "3s");
     Server::spawn(command)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_a_shared_database_every_replica_serves_and_only_the_lease_holder_writes_to_kubernetes() {
-    let api = KubeApi::start().await;
-    api.install_crds(&support::root().join("crds"));
-    api.create_operator_namespace();
-    api.create_namespace("ops");
-    api.apply(&kube_api::chart_rbac(&["ops"]));
-    api.apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: am-token, namespace: ops}}\nstringData: {{token: {AM_TOKEN_1}}}\n---\n\
-         apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: ops}}\n\
-         spec: {{provider: alertmanager, auth: {{bearerToken: {{secretKeyRef: {{name: am-token, key: token}}}}}}}}\n"
-    ));
+    let api = ops_cluster().await;
     let llm = ScriptedLlm::start_with(model()).await;
     let pg = support::postgres::Postgres::start();
     let a = shared_replica(&api, &llm, &pg, "akritas-a").listening(Duration::from_secs(30));
