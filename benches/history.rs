@@ -706,7 +706,9 @@ fn migrate(data: &Path) -> Result<(), String> {
         let started = std::time::Instant::now();
         let output = command.output().map_err(|e| e.to_string())?;
         let elapsed = started.elapsed().as_secs_f64();
-        for line in String::from_utf8_lossy(&output.stdout).lines().chain(String::from_utf8_lossy(&output.stderr).lines()) {
+        for line in
+            String::from_utf8_lossy(&output.stdout).lines().chain(String::from_utf8_lossy(&output.stderr).lines())
+        {
             println!("history: migrate {name}  {line}");
         }
         if !output.status.success() {

@@ -4,8 +4,8 @@
 //! refused, the schema migrates once, and TLS is verified.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use akritas::bots::{Inbound, Provider, SessionKey, SessionOptions, SessionStore, Turn};
@@ -533,7 +533,8 @@ async fn a_journal_cut_by_retention_with_a_torn_tail_record_moves_into_the_datab
         .filter(|p| {
             // The segments: `sessions.jsonl` and `sessions.jsonl.<first seq>`.
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            name.strip_prefix("sessions.jsonl").is_some_and(|rest| rest.bytes().all(|b| b == b'.' || b.is_ascii_digit()))
+            name.strip_prefix("sessions.jsonl")
+                .is_some_and(|rest| rest.bytes().all(|b| b == b'.' || b.is_ascii_digit()))
         })
         .max()
         .unwrap();
@@ -546,13 +547,13 @@ async fn a_journal_cut_by_retention_with_a_torn_tail_record_moves_into_the_datab
 
     let settings = akritas::config::Settings { data_dir: data.path().to_path_buf(), ..Default::default() };
     let mut lines = Vec::new();
-    let moved = akritas::app::migrate::to_database(&settings, &db, &mut |store| lines.push(store.to_string()))
-        .await
-        .unwrap();
+    let moved =
+        akritas::app::migrate::to_database(&settings, &db, &mut |store| lines.push(store.to_string())).await.unwrap();
     let sessions = moved.iter().find(|m| m.store == "bot_sessions").unwrap();
     assert!(sessions.first_seq > 1 && sessions.copied == sessions.records, "{lines:?}");
     assert!(sessions.checked.contains("snapshot at record"), "{lines:?}");
-    let internal = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'bot_sessions' AND kind LIKE 'journal.%'");
+    let internal =
+        pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'bot_sessions' AND kind LIKE 'journal.%'");
     assert_ne!(internal, "0", "the torn-tail record is in the chain");
     let replica = SessionStore::open_database(&db, options()).await.unwrap();
     assert_eq!(replica.history(&key), history);

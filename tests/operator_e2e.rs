@@ -938,7 +938,10 @@ async fn on_a_shared_database_every_replica_serves_and_only_the_lease_holder_wri
     .await;
     for server in [&a, &b] {
         let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
-        assert_eq!((health["mode"].as_str(), health["storage"]["backend"].as_str()), (Some("operator"), Some("postgres")));
+        assert_eq!(
+            (health["mode"].as_str(), health["storage"]["backend"].as_str()),
+            (Some("operator"), Some("postgres"))
+        );
     }
     // Both take deliveries: the same alert on the other replica is a duplicate of one incident.
     assert_eq!(post_alert(&a.url, AM_TOKEN_1).await, 202);

@@ -348,7 +348,9 @@ async fn a_30_second_database_outage_under_load_loses_no_acknowledged_delivery()
     let urls = vec![format!("{}/api/v1/alertmanager/webhook", a.url), format!("{}/api/v1/alertmanager/webhook", b.url)];
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<_> = (0..4)
-        .map(|first| tokio::spawn(alertmanager_like_load(cluster.http.clone(), urls.clone(), first, usize::MAX, stop.clone())))
+        .map(|first| {
+            tokio::spawn(alertmanager_like_load(cluster.http.clone(), urls.clone(), first, usize::MAX, stop.clone()))
+        })
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.pg.stop();
@@ -423,7 +425,9 @@ fn migrate_to(pg: &Postgres, data_dir: &std::path::Path, to: &str) -> (bool, Str
 
 /// The line `migrate` printed for `store`.
 fn line<'a>(text: &'a str, store: &str) -> &'a str {
-    text.lines().find(|line| line.starts_with(&format!("{store}: "))).unwrap_or_else(|| panic!("no {store} line: {text}"))
+    text.lines()
+        .find(|line| line.starts_with(&format!("{store}: ")))
+        .unwrap_or_else(|| panic!("no {store} line: {text}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -538,7 +542,8 @@ async fn an_embedded_data_dir_moves_into_the_database_resumably_and_a_replica_ca
     let incidents = cluster.get(&embedded, "/api/v1/incidents").await;
     assert_eq!(incidents["incidents"].as_array().unwrap().len(), 3, "{incidents}");
     let run = cluster.get(&embedded, &format!("/api/v1/runs/{run_id}")).await;
-    let answered = run["run"]["events"].as_array().unwrap().iter().any(|e| e["type"] == "follow_up" && e["status"] == "succeeded");
+    let answered =
+        run["run"]["events"].as_array().unwrap().iter().any(|e| e["type"] == "follow_up" && e["status"] == "succeeded");
     assert!(answered, "the follow-up answered on the database is in the journal: {run}");
     let (status, again) = cluster.post(&embedded, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("Moved1")).await;
     assert_eq!((status, again["events"][0]["status"].as_str()), (200, Some("duplicate")), "{again}");
@@ -636,12 +641,17 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
             format!("  - alert: Harness{k}\n    expr: harness_stage >= {k}\n    labels: {{severity: warning}}\n    annotations: {{summary: kill harness}}\n")
         })
         .collect();
-    let prometheus =
-        support::prom::Prometheus::start(&am.url(), Some(&stage.target()), &format!("groups:\n- name: harness\n  rules:\n{rules}"))
-            .await;
+    let prometheus = support::prom::Prometheus::start(
+        &am.url(),
+        Some(&stage.target()),
+        &format!("groups:\n- name: harness\n  rules:\n{rules}"),
+    )
+    .await;
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<_> = (0..2)
-        .map(|first| tokio::spawn(alertmanager_like_load(cluster.http.clone(), webhooks.clone(), first, 40, stop.clone())))
+        .map(|first| {
+            tokio::spawn(alertmanager_like_load(cluster.http.clone(), webhooks.clone(), first, 40, stop.clone()))
+        })
         .collect();
     let urls: Vec<String> = ports.iter().map(|port| format!("http://127.0.0.1:{port}")).collect();
     let talk = tokio::spawn(chats(cluster.http.clone(), urls.clone(), stop.clone(), seed));
@@ -725,13 +735,16 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
     let notified_twice = received.len() - distinct.len();
     let expected: std::collections::BTreeSet<String> = jobs
         .values()
-        .flat_map(|job| job["deliveries"].as_array().unwrap().iter().map(|d| d["delivery_id"].as_str().unwrap().to_string()))
+        .flat_map(|job| {
+            job["deliveries"].as_array().unwrap().iter().map(|d| d["delivery_id"].as_str().unwrap().to_string())
+        })
         .collect();
     let never_notified = expected.iter().filter(|id| !distinct.contains(id)).count();
     // Every chat answered is a Run; a follow-up answered is in it.
     let mut chats_lost = 0;
     for (run, followed) in &answered {
-        let response = cluster.http.get(format!("{}/api/v1/runs/{run}", live.url)).bearer_auth(API_KEY).send().await.unwrap();
+        let response =
+            cluster.http.get(format!("{}/api/v1/runs/{run}", live.url)).bearer_auth(API_KEY).send().await.unwrap();
         if response.status() != 200 {
             chats_lost += 1;
             continue;

@@ -53,7 +53,9 @@ pub async fn lead(
 
 /// The Kubernetes client (in-cluster service account or KUBECONFIG).
 pub async fn connect() -> Result<kube::Client> {
-    kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")
+    kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster service account or KUBECONFIG)")
 }
 
 /// The leader Lease and this replica's identity in it.
@@ -130,7 +132,8 @@ async fn stand_by(
     let board = StatusBoard::default();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(shutdown_on_signal(stop.clone()));
-    let (secrets, _, _) = sources::operator(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
+    let (secrets, _, _) =
+        sources::operator(client.clone(), settings, &store, &board, &mut tasks, &cancel, false).await?;
     let llm = assemble::llm_client(settings, instructions)?;
     let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
     let engine =

@@ -69,7 +69,11 @@ pub async fn serve(settings: Settings) -> Result<()> {
         }
         None => {
             sources::standalone(&settings, &store, &board, &mut tasks, &cancel).await?;
-            (Arc::new(EnvSecrets::process()), tokio::sync::watch::channel(0).1, tokio::sync::watch::channel(Default::default()).1)
+            (
+                Arc::new(EnvSecrets::process()),
+                tokio::sync::watch::channel(0).1,
+                tokio::sync::watch::channel(Default::default()).1,
+            )
         }
     };
     tasks.spawn(crate::catalog::problem_log::run(board.clone(), cancel.clone()));
@@ -222,11 +226,23 @@ pub async fn serve(settings: Settings) -> Result<()> {
             (alerts.clone(), board.clone(), engine.clone(), settings.watched_namespaces(), client.clone());
         let writers = move |token: CancellationToken| {
             let mut started = vec![
-                tokio::spawn(projection::run(client.clone(), audit.clone(), alerts.clone(), board.clone(), projection.clone(), token.clone())),
+                tokio::spawn(projection::run(
+                    client.clone(),
+                    audit.clone(),
+                    alerts.clone(),
+                    board.clone(),
+                    projection.clone(),
+                    token.clone(),
+                )),
                 tokio::spawn(requests::serve_requests(client.clone(), watched.clone(), engine.clone(), token.clone())),
             ];
             if shared {
-                started.push(tokio::spawn(crate::operator::status::run(client.clone(), board.clone(), generations.clone(), token)));
+                started.push(tokio::spawn(crate::operator::status::run(
+                    client.clone(),
+                    board.clone(),
+                    generations.clone(),
+                    token,
+                )));
             }
             started
         };

@@ -27,12 +27,12 @@ use crate::journal::{JournalError, Record};
 use crate::text;
 
 pub use database::{DatabaseVerified, STORE, verify as verify_database};
-pub use replay::run_of;
 pub use file::{AuditStorage, DEFAULT_SNAPSHOT_RECORDS, StartReport, verify};
 pub use id::{InvalidRunId, RunId};
 pub(crate) use reads::ReadRecord;
 use replay::Facts;
 pub(crate) use replay::RecordError;
+pub use replay::run_of;
 
 /// Journal kind of a structured investigation result.
 const INVESTIGATION_RESULT: &str = "investigation_result";

@@ -26,10 +26,10 @@ mod keyed;
 pub(crate) mod pace;
 mod scan;
 mod segments;
-mod verbatim;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
+mod verbatim;
 mod writer;
 
 use std::fmt;

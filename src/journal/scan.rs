@@ -4,8 +4,8 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::format::{LineProblem, check_line};
 use super::format::ParsedLine;
+use super::format::{LineProblem, check_line};
 use super::{JournalError, Location, Record};
 
 /// One verified line as the scan read it: the record, and what a verbatim copy of the line

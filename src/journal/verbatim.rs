@@ -54,7 +54,8 @@ impl Verbatim {
         }
         let (seq, hash) = after;
         if seq > 0 {
-            let anchor = Anchor { first_seq: seq + 1, prev: hash.to_string(), removed_records: seq, ..Anchor::default() };
+            let anchor =
+                Anchor { first_seq: seq + 1, prev: hash.to_string(), removed_records: seq, ..Anchor::default() };
             layout.write_anchor(&anchor).map_err(|e| JournalError::io(layout.anchor_path(), e))?;
         }
         let last = (seq, if seq == 0 { GENESIS_PREV.to_string() } else { hash.to_string() });

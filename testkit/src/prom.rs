@@ -129,7 +129,9 @@ impl Alertmanager {
         };
         let webhooks: String = webhook_urls
             .iter()
-            .map(|url| format!("  - url: {}\n    send_resolved: true\n    max_alerts: 0\n{authorization}", yaml_string(url)))
+            .map(|url| {
+                format!("  - url: {}\n    send_resolved: true\n    max_alerts: 0\n{authorization}", yaml_string(url))
+            })
             .collect();
         let config = format!(
             "route:\n  receiver: webhook\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  \

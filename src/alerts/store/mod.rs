@@ -53,13 +53,13 @@ use crate::alerts::intake::admission::{Admission, Limits};
 pub use crate::alerts::intake::correlate::DedupLimits;
 use crate::alerts::intake::correlate::IncidentState;
 use crate::alerts::intake::event::Event;
+pub use crate::alerts::store::database::STORE;
 pub use crate::alerts::store::error::AlertStoreError;
 use crate::alerts::store::error::load_error;
 pub use crate::alerts::store::job::{
     Delivery, DeliveryStatus, Failure, IllegalStep, ItemOutcome, Job, JobStatus, Step, StoredEvent,
 };
 use crate::alerts::store::record::{Truncation, keep_storable};
-pub use crate::alerts::store::database::STORE;
 pub use crate::alerts::store::saved::{Moving, verify};
 use crate::alerts::store::state::{Bounds, JOB, State, set_job};
 pub use crate::alerts::store::state::{RecordError, SourceCounters};

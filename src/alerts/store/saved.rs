@@ -222,7 +222,10 @@ impl Moving {
     /// `relocate` does not know is a record the copy does not hold: an error.
     pub fn snapshot(mut self, relocate: impl Fn(Location) -> Option<Location>) -> Result<(String, String), String> {
         let missing = |location: Location| {
-            format!("the alert state refers to a record (segment {}, offset {}) the copy does not hold", location.segment, location.offset)
+            format!(
+                "the alert state refers to a record (segment {}, offset {}) the copy does not hold",
+                location.segment, location.offset
+            )
         };
         for event in self.state.events.values_mut() {
             if let EventAt::Stored(location) = &mut event.at {

@@ -70,7 +70,8 @@ async fn write_store(settings: &Settings, db: &Database, source: &Source) -> Res
         Shape::Alerts => Some(Moving::in_database(db, settings.resolved_incidents_kept as usize).await?),
         _ => None,
     };
-    let wanted: HashSet<u64> = moving.as_ref().map(|m| m.locations().iter().map(|l| l.segment).collect()).unwrap_or_default();
+    let wanted: HashSet<u64> =
+        moving.as_ref().map(|m| m.locations().iter().map(|l| l.segment).collect()).unwrap_or_default();
     let mut writer =
         Verbatim::create(&staged, (position.anchor_seq, &position.anchor_hash), settings.journal_segment_bytes)?;
     let mut located: HashMap<u64, Location> = HashMap::new();
@@ -106,10 +107,10 @@ async fn write_store(settings: &Settings, db: &Database, source: &Source) -> Res
     let checked = match (source.shape, moving) {
         (Shape::Alerts, Some(moving)) => {
             let counts = moving.counts();
-            let (format, data) = moving
-                .snapshot(|location| located.get(&location.segment).copied())
-                .map_err(|e| anyhow!(e))?;
-            let checkpoint = Checkpoint { seq: last_seq, hash: last_hash.clone(), location: head_location.unwrap_or_default() };
+            let (format, data) =
+                moving.snapshot(|location| located.get(&location.segment).copied()).map_err(|e| anyhow!(e))?;
+            let checkpoint =
+                Checkpoint { seq: last_seq, hash: last_hash.clone(), location: head_location.unwrap_or_default() };
             let state = serde_json::value::RawValue::from_string(data)?;
             journal::snapshot::write(&staged, &format, &checkpoint, &state)?;
             let path = staged.clone();
@@ -118,7 +119,10 @@ async fn write_store(settings: &Settings, db: &Database, source: &Source) -> Res
             if loaded != counts {
                 bail!("the alert state loaded from the journal ({loaded:?}) is not the database's ({counts:?})");
             }
-            format!("the alert state loads from the journal with {} events, {} incidents and {} jobs", counts.0, counts.1, counts.2)
+            format!(
+                "the alert state loads from the journal with {} events, {} incidents and {} jobs",
+                counts.0, counts.1, counts.2
+            )
         }
         (Shape::Durable(_), _) => {
             let locate = |seq: u64| head_location.filter(|_| seq == last_seq);
@@ -153,7 +157,8 @@ async fn write_store(settings: &Settings, db: &Database, source: &Source) -> Res
     };
     let path = staged.clone();
     let report = tokio::task::spawn_blocking(move || journal::verify(&path)).await??;
-    if report.last_seq != position.head_seq || report.last_hash != position.head_hash || report.records != moved.copied {
+    if report.last_seq != position.head_seq || report.last_hash != position.head_hash || report.records != moved.copied
+    {
         bail!("the journal written does not read back as the database's chain");
     }
     place(&staging, dir)?;

@@ -280,8 +280,9 @@ async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved
             let moving = moving.expect("loaded for the alerts");
             let counts = moving.counts();
             let relocated = &read.relocated;
-            let (format, data) =
-                moving.snapshot(|location| relocated.get(&location).map(|seq| located(*seq))).map_err(|e| anyhow!(e))?;
+            let (format, data) = moving
+                .snapshot(|location| relocated.get(&location).map(|seq| located(*seq)))
+                .map_err(|e| anyhow!(e))?;
             log.import_snapshot(report.last_seq, &report.last_hash, &format, &data).await?;
             let there = Moving::in_database(db, resolved_kept).await?.counts();
             if there != counts {
@@ -302,7 +303,9 @@ async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved
             ));
         }
         Shape::Durable(format) => {
-            if let Some((checkpoint, state)) = journal::snapshot::read::<Box<serde_json::value::RawValue>>(&source.path, format) {
+            if let Some((checkpoint, state)) =
+                journal::snapshot::read::<Box<serde_json::value::RawValue>>(&source.path, format)
+            {
                 log.import_snapshot(checkpoint.seq, &checkpoint.hash, format, state.get()).await?;
                 checked.push(format!("its snapshot at record {} copied", checkpoint.seq));
             }
@@ -311,7 +314,10 @@ async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved
     }
     let sealed = key.filter(|_| read.unsealed == 0 && report.records > 0);
     let verified = log.verify(sealed).await?;
-    if verified.records != report.records || verified.last_seq != report.last_seq || verified.last_hash != report.last_hash {
+    if verified.records != report.records
+        || verified.last_seq != report.last_seq
+        || verified.last_hash != report.last_hash
+    {
         bail!(
             "the database's chain ({} records, last {} {}) is not the journal's ({} records, last {} {})",
             verified.records,
@@ -329,7 +335,11 @@ async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved
         Shape::Audit => {
             let audit = crate::audit::verify_database(db, sealed).await?;
             if audit.runs != read.runs {
-                bail!("{} Run(s) replay from the database but the journal keeps {} Run start(s)", audit.runs, read.runs);
+                bail!(
+                    "{} Run(s) replay from the database but the journal keeps {} Run start(s)",
+                    audit.runs,
+                    read.runs
+                );
             }
             checked.push(format!("{} Run(s) replayed, as many as the journal starts", audit.runs));
         }

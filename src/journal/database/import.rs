@@ -114,10 +114,7 @@ impl Log {
                 .await
                 .map_err(statement("anchor the store's chain"))?;
         } else if first.seq != locked.head.seq + 1 || first.prev != locked.head.hash {
-            return Err(broken(
-                first.seq,
-                format!("it does not follow the store's head (record {})", locked.head.seq),
-            ));
+            return Err(broken(first.seq, format!("it does not follow the store's head (record {})", locked.head.seq)));
         }
         let column = |field: fn(&Imported) -> String| records.iter().map(field).collect::<Vec<String>>();
         let seqs: Vec<i64> = records.iter().map(|r| db_seq(r.seq)).collect();
