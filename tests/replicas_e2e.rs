@@ -697,9 +697,10 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
                 jobs.insert(job["id"].as_str().unwrap().to_string(), job.clone());
             }
         }
+        // Delivered, or given up because its sender died mid-send (never sent twice).
+        let settled = |d: &Value| d["status"] == "delivered" || d["error"] == "send_interrupted";
         let done = |job: &Value| {
-            job["status"] == "succeeded"
-                && job["deliveries"].as_array().is_some_and(|d| d.iter().all(|d| d["status"] == "delivered"))
+            job["status"] == "succeeded" && job["deliveries"].as_array().is_some_and(|d| d.iter().all(settled))
         };
         if harness.len() as u64 >= RULES && jobs.values().all(done) {
             break (harness, jobs);
@@ -733,13 +734,12 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
         cluster.sink.received().into_iter().filter(|r| r.path == "/hook").map(|r| r.delivery_id).collect();
     let distinct: std::collections::BTreeSet<&String> = received.iter().collect();
     let notified_twice = received.len() - distinct.len();
-    let expected: std::collections::BTreeSet<String> = jobs
-        .values()
-        .flat_map(|job| {
-            job["deliveries"].as_array().unwrap().iter().map(|d| d["delivery_id"].as_str().unwrap().to_string())
-        })
-        .collect();
-    let never_notified = expected.iter().filter(|id| !distinct.contains(id)).count();
+    let deliveries: Vec<&Value> = jobs.values().flat_map(|job| job["deliveries"].as_array().unwrap()).collect();
+    let interrupted = deliveries.iter().filter(|d| d["error"] == "send_interrupted").count();
+    let never_notified = deliveries
+        .iter()
+        .filter(|d| d["status"] == "delivered" && !distinct.contains(&d["delivery_id"].as_str().unwrap().to_string()))
+        .count();
     // Every chat answered is a Run; a follow-up answered is in it.
     let mut chats_lost = 0;
     for (run, followed) in &answered {
@@ -758,13 +758,15 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
     let records: u64 = cluster.pg.psql("SELECT count(*) FROM akritas_records").parse().unwrap();
     println!(
         "kill harness: {} Prometheus alerts as {} incidents, {} jobs ({taken_over} taken over from killed replicas), \
-         {} deliveries acknowledged, {} chats ({} followed up)",
+         {} deliveries acknowledged, {} chats ({} followed up); notifications: {} delivered once, \
+         {interrupted} not sent again after their sender died mid-send",
         RULES,
         incidents.len(),
         jobs.len(),
         acked.len(),
         answered.len(),
-        answered.iter().filter(|(_, followed)| *followed).count()
+        answered.iter().filter(|(_, followed)| *followed).count(),
+        distinct.len()
     );
     println!(
         "kill harness: {kills} kills survived, {records} records checked, {} lost, {} duplicated",

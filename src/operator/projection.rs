@@ -345,7 +345,7 @@ pub fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) ->
         let deliveries: Vec<Value> = job
             .deliveries
             .iter()
-            .filter(|d| d.status != DeliveryStatus::Pending)
+            .filter(|d| !matches!(d.status, DeliveryStatus::Pending | DeliveryStatus::Sending))
             .map(|d| {
                 let outcome = match d.status {
                     DeliveryStatus::Delivered => "delivered",

@@ -120,9 +120,9 @@ impl Job {
         }
     }
 
-    /// Whether a delivery still waits to be attempted.
+    /// Whether a delivery still waits to be attempted, or for its outcome to be recorded.
     pub fn has_pending_deliveries(&self) -> bool {
-        self.deliveries.iter().any(|d| d.status == DeliveryStatus::Pending)
+        self.deliveries.iter().any(|d| matches!(d.status, DeliveryStatus::Pending | DeliveryStatus::Sending))
     }
 
     /// Attaches Runs made for this job that it does not list yet.
@@ -307,6 +307,10 @@ pub enum DeliveryStatus {
     Failed,
     /// Not sent: the receiver's routing excludes it (`reason` says which rule).
     Filtered,
+    /// Being sent by the replica that claimed the job (on the database). Found so by another
+    /// replica (its sender stopped) or after a failed record, it is not sent again, so a
+    /// notification reaches its receiver at most once: it fails as `send_interrupted`.
+    Sending,
 }
 
 /// One notification of a job's result to one NotificationReceiver.

@@ -138,6 +138,12 @@ impl Worker {
             namespace: &namespace,
             labels: &labels,
         };
+        // A send whose outcome was never recorded (its replica stopped, or the record failed) is
+        // not sent again: a notification reaches its receiver at most once.
+        for delivery in job.deliveries.iter_mut().filter(|d| d.status == DeliveryStatus::Sending) {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.error = Some("send_interrupted".into());
+        }
         let mut sends = Vec::new();
         for (index, delivery) in job.deliveries.iter_mut().enumerate() {
             if delivery.status != DeliveryStatus::Pending {
@@ -147,6 +153,15 @@ impl Worker {
                 let root = self.store.told(&job.incident_id, &delivery.receiver).and_then(|t| t.thread_id);
                 sends.push((index, target, root));
             }
+        }
+        // Replicas: the sends are recorded as started first, so a replica taking the job over
+        // from this one, should it stop now, does not send them again.
+        if self.replica.is_some() && !sends.is_empty() {
+            for (index, _, _) in &sends {
+                job.deliveries[*index].status = DeliveryStatus::Sending;
+            }
+            let deliveries = job.deliveries.clone();
+            self.store.step(&mut job, Step::Notified { deliveries }).await?;
         }
         let (client, policy, incident_id) = (&self.client, self.settings.delivery, &job.incident_id);
         let outcomes = futures_util::future::join_all(sends.iter().map(|(index, target, root)| {
@@ -255,7 +270,7 @@ impl Worker {
             DeliveryStatus::Delivered => "delivered",
             DeliveryStatus::Failed => "failed",
             DeliveryStatus::Filtered => "filtered",
-            DeliveryStatus::Pending => return,
+            DeliveryStatus::Pending | DeliveryStatus::Sending => return,
         };
         let message = match (&delivery.error, &delivery.reason) {
             (Some(error), _) => error.clone(),
