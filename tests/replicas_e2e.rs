@@ -246,6 +246,34 @@ async fn a_job_claimed_by_a_killed_replica_completes_on_the_other() {
     verify_audit(&cluster.pg);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_whose_sender_dies_mid_send_is_not_sent_again() {
+    let cluster = Cluster::start(Arc::default(), Arc::default()).await;
+    let a = cluster.replica().await;
+    // The receiver takes the request and never answers while A sends it.
+    cluster.sink.hold(true);
+    let (status, accepted) = cluster.post(&a, "/api/v1/alertmanager/webhook", AM_TOKEN, delivery("HeldAlert")).await;
+    assert_eq!(status, 202, "{accepted}");
+    let job_id = accepted["events"][0]["job_id"].as_str().unwrap().to_string();
+    let hooks = || cluster.sink.received().into_iter().filter(|r| r.path == "/hook").count();
+    let waiting = Instant::now();
+    while hooks() == 0 {
+        assert!(waiting.elapsed() < Duration::from_secs(30), "the notification never reached the receiver");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let job = cluster.get(&a, &format!("/api/v1/investigation-jobs/{job_id}")).await;
+    assert_eq!(job["deliveries"][0]["status"], "sending", "recorded as started before it is sent: {job}");
+    drop(a);
+    cluster.sink.hold(false);
+    let b = cluster.replica().await;
+    let job = cluster.job_until(&b, &job_id, |job| job["deliveries"][0]["status"] != "sending").await;
+    assert_eq!(job["deliveries"][0]["status"], "failed", "{job}");
+    assert_eq!(job["deliveries"][0]["error"], "send_interrupted", "{job}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(hooks(), 1, "not sent again by the replica that took the job over");
+    verify_audit(&cluster.pg);
+}
+
 fn verify_audit(pg: &Postgres) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
         .args(["audit", "verify", "--database-env", "REPLICA_DB"])

@@ -25,6 +25,7 @@ pub struct Sink {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     received: Arc<Mutex<Vec<Received>>>,
+    held: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -38,14 +39,18 @@ impl Sink {
     /// Serves on a free loopback port.
     pub async fn start(max_delay: Duration) -> Sink {
         let received = Arc::new(Mutex::new(Vec::new()));
-        let sink = received.clone();
+        let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (sink, holding) = (received.clone(), held.clone());
         let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: axum::body::Bytes| {
-            let sink = sink.clone();
+            let (sink, holding) = (sink.clone(), holding.clone());
             async move {
                 let delivery_id =
                     headers.get("x-akritas-delivery").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
                 let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 sink.lock().unwrap().push(Received { path: uri.path().to_string(), delivery_id, body });
+                while holding.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 let millis = u64::try_from(max_delay.as_millis()).unwrap_or(u64::MAX);
                 if millis > 0 {
                     tokio::time::sleep(Duration::from_millis(rand::random_range(0..=millis))).await;
@@ -58,7 +63,12 @@ impl Sink {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Sink { url, received, task }
+        Sink { url, received, held, task }
+    }
+
+    /// While `on`, every request is recorded and then left unanswered (a receiver that hangs).
+    pub fn hold(&self, on: bool) {
+        self.held.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Everything received so far, in arrival order.
