@@ -31,7 +31,14 @@ fn alias(name: &str) -> String {
 fn model(slow: Arc<AtomicU64>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
     let (plan, submit) = (alias("local.investigation.submit_plan"), alias("local.investigation.submit_result"));
     move |_, request| {
-        if offers(request, &plan) {
+        if offers(request, PROPOSE) {
+            let edit = json!({"operation": "replace", "path": PILLAR, "old": OLD, "new": NEW});
+            let proposal = json!({
+                "analysis": "orders-v2 is missing from the production pillar.", "edits": [edit],
+                "checks": [], "risks": [], "rollback": "Revert the pillar change.", "clarifications": []
+            });
+            Step::from(Reply::ToolCalls(vec![("e".into(), PROPOSE.into(), proposal)]))
+        } else if offers(request, &plan) {
             let investigation = request.to_string().contains("provider-independent alert");
             if investigation {
                 plans.fetch_add(1, Ordering::SeqCst);
@@ -51,12 +58,31 @@ fn model(slow: Arc<AtomicU64>, plans: Arc<AtomicUsize>) -> impl Fn(usize, &Value
     }
 }
 
+/// The change previews' Workspace: the nftables fixture, and the edit the model proposes.
+const PROPOSE: &str = "akritas_propose_edits";
+const PILLAR: &str = "pillar/prod/nftables.sls";
+const OLD: &str = "      port: 8443\n  log_dropped: true\n";
+const NEW: &str =
+    "      port: 8443\n    - name: orders-v2\n      address: 10.20.4.15\n      port: 8443\n  log_dropped: true\n";
+
 struct Cluster {
     pg: Postgres,
     llm: ScriptedLlm,
     sink: Sink,
     resources: tempfile::TempDir,
+    workspaces: tempfile::TempDir,
     http: reqwest::Client,
+}
+
+/// `git` in `dir`, which must succeed.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
 }
 
 impl Cluster {
@@ -66,16 +92,25 @@ impl Cluster {
         let llm = ScriptedLlm::start_with(model(slow, plans)).await;
         let sink = Sink::start(Duration::from_millis(10)).await;
         let resources = tempfile::tempdir().unwrap();
+        let workspaces = tempfile::tempdir().unwrap();
+        let root = workspaces.path().join("nftables");
+        support::copy_dir(&support::root().join("tests/fixtures/change/nftables"), &root);
+        git(&root, &["init", "-q", "-b", "main"]);
+        git(&root, &["add", "."]);
+        git(&root, &["commit", "-qm", "initial"]);
         let manifest = format!(
             "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {{name: am, namespace: default}}\n\
              spec: {{provider: alertmanager, auth: {{bearerToken: {{env: REPLICA_AM_TOKEN}}}}}}\n---\n\
              apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: hook, namespace: default}}\n\
-             spec: {{type: webhook, webhook: {{url: \"{}/hook\"}}}}\n",
-            sink.url
+             spec: {{type: webhook, webhook: {{url: \"{}/hook\"}}}}\n---\n\
+             apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {{name: nftables, namespace: default}}\n\
+             spec: {{source: {{path: \"{}\"}}, writable: true}}\n",
+            sink.url,
+            root.display()
         );
         std::fs::write(resources.path().join("replicas.yaml"), manifest).unwrap();
         let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-        Cluster { pg, llm, sink, resources, http }
+        Cluster { pg, llm, sink, resources, workspaces, http }
     }
 
     async fn replica(&self) -> Server {
@@ -97,7 +132,8 @@ impl Cluster {
             .env("AKRITAS_API_KEY", API_KEY)
             .env("AKRITAS_RESOURCE_ENV", "REPLICA_*")
             .env("REPLICA_AM_TOKEN", AM_TOKEN)
-            .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s");
+            .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s")
+            .env("AKRITAS_WORKSPACE_ROOTS", self.workspaces.path());
         command
     }
 
@@ -606,13 +642,31 @@ const KILLS: u64 = 50;
 /// Alerting rules of the real Prometheus: rule `HarnessK` fires once the gauge reaches K.
 const RULES: u64 = 30;
 
-/// Chats on a random live replica, each followed up on another; returns the Runs whose chat
-/// was answered, and whether their follow-up was too.
-async fn chats(http: reqwest::Client, urls: Vec<String>, stop: Arc<AtomicBool>, seed: u64) -> Vec<(String, bool)> {
+/// Chats on a random live replica, each followed up on another, and every fourth time a change
+/// preview; returns the Runs whose chat was answered, whether their follow-up was too, and the
+/// approvals of the previews answered.
+async fn chats(
+    http: reqwest::Client,
+    urls: Vec<String>,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> (Vec<(String, bool)>, Vec<String>) {
     let mut dice = Dice(seed | 1);
-    let mut answered = Vec::new();
+    let (mut answered, mut previews) = (Vec::new(), Vec::new());
     while !stop.load(Ordering::SeqCst) {
         let url = &urls[dice.below(urls.len() as u64) as usize];
+        if dice.below(4) == 0 {
+            let preview = json!({"workspace": "nftables", "request": "Allow orders-v2 through nftables.", "files": [PILLAR]});
+            let sent = http.post(format!("{url}/api/v1/change/simulations")).bearer_auth(API_KEY).json(&preview).send().await;
+            if let Ok(response) = sent
+                && response.status() == 200
+                && let Ok(body) = response.json::<Value>().await
+                && let Some(id) = body["approval"]["id"].as_str()
+            {
+                previews.push(id.to_string());
+            }
+            continue;
+        }
         let chat = json!({"messages": [{"role": "user", "content": "Is the shop healthy?"}]});
         let sent = http.post(format!("{url}/api/v1/chat")).bearer_auth(API_KEY).json(&chat).send().await;
         let Some(run) = (match sent {
@@ -635,7 +689,7 @@ async fn chats(http: reqwest::Client, urls: Vec<String>, stop: Arc<AtomicBool>, 
         answered.push((run, followed));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    answered
+    (answered, previews)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -703,7 +757,7 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
     for task in load {
         acked.extend(task.await.unwrap().0);
     }
-    let answered = talk.await.unwrap();
+    let (answered, previews) = talk.await.unwrap();
     let live = replicas[0].as_ref().unwrap();
 
     // Every Prometheus alert is one incident; every job is investigated (one Run that
@@ -781,12 +835,20 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
         let follow_up = run["run"]["events"].as_array().unwrap().iter().any(|e| e["type"] == "follow_up");
         chats_lost += usize::from(*followed && !follow_up);
     }
+    // Every preview answered with an approval is kept, still waiting for its one use.
+    let mut previews_lost = 0;
+    for id in &previews {
+        let url = format!("{}/api/v1/change/simulations/{id}", live.url);
+        let response = cluster.http.get(url).bearer_auth(API_KEY).send().await.unwrap();
+        let body: Value = if response.status() == 200 { response.json().await.unwrap() } else { Value::Null };
+        previews_lost += usize::from(body["state"]["status"] != "pending");
+    }
     let (lost, twice) = lost_and_twice(&cluster.pg, &acked);
     verify_audit(&cluster.pg);
     let records: u64 = cluster.pg.psql("SELECT count(*) FROM akritas_records").parse().unwrap();
     println!(
         "kill harness: {} Prometheus alerts as {} incidents, {} jobs ({taken_over} taken over from killed replicas), \
-         {} deliveries acknowledged, {} chats ({} followed up); notifications: {} delivered once, \
+         {} deliveries acknowledged, {} chats ({} followed up), {} change previews; notifications: {} delivered once, \
          {interrupted} not sent again after their sender died mid-send",
         RULES,
         incidents.len(),
@@ -794,11 +856,12 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
         acked.len(),
         answered.len(),
         answered.iter().filter(|(_, followed)| *followed).count(),
+        previews.len(),
         distinct.len()
     );
     println!(
         "kill harness: {kills} kills survived, {records} records checked, {} lost, {} duplicated",
-        lost + chats_lost + never_notified,
+        lost + chats_lost + never_notified + previews_lost,
         twice + duplicated_incidents + twice_investigated + notified_twice
     );
     assert_eq!((lost, twice), (0, 0), "acknowledged deliveries: each stored once");
@@ -806,6 +869,8 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
     assert_eq!(twice_investigated, 0, "each job has one Run that succeeded");
     assert_eq!((never_notified, notified_twice), (0, 0), "each notification reached the receiver once");
     assert_eq!(chats_lost, 0, "every answered chat and follow-up is kept");
+    assert_eq!(previews_lost, 0, "every previewed change is kept, pending");
+    assert!(!previews.is_empty(), "previews were answered during the kills");
     assert!(plans.load(Ordering::SeqCst) >= jobs.len());
     drop(prometheus);
 }
