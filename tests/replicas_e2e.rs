@@ -656,8 +656,10 @@ async fn chats(
     while !stop.load(Ordering::SeqCst) {
         let url = &urls[dice.below(urls.len() as u64) as usize];
         if dice.below(4) == 0 {
-            let preview = json!({"workspace": "nftables", "request": "Allow orders-v2 through nftables.", "files": [PILLAR]});
-            let sent = http.post(format!("{url}/api/v1/change/simulations")).bearer_auth(API_KEY).json(&preview).send().await;
+            let preview =
+                json!({"workspace": "nftables", "request": "Allow orders-v2 through nftables.", "files": [PILLAR]});
+            let sent =
+                http.post(format!("{url}/api/v1/change/simulations")).bearer_auth(API_KEY).json(&preview).send().await;
             if let Ok(response) = sent
                 && response.status() == 200
                 && let Ok(body) = response.json::<Value>().await
