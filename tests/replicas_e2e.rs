@@ -702,7 +702,7 @@ async fn three_replicas_survive_seeded_sigkills_under_prometheus_alerts_and_chat
     let plans = Arc::new(AtomicUsize::new(0));
     // Investigations take a moment, so kills land inside Runs too.
     let cluster = Cluster::start(Arc::new(AtomicU64::new(400)), plans.clone()).await;
-    let ports: Vec<u16> = (0..3).map(|_| support::free_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| support::stable_port()).collect();
     let start = |port: u16| {
         let mut command = cluster.serve();
         command.env("AKRITAS_STORAGE_BACKEND", "postgres").env("AKRITAS_ADDRESS", format!("127.0.0.1:{port}"));

@@ -63,6 +63,18 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// A free loopback port below the kernel's ephemeral range (which starts at 32768 by default),
+/// for a server that restarts on the same port: no `bind(…:0)` and no outgoing connection of
+/// another test takes it while the server is down.
+pub fn stable_port() -> u16 {
+    loop {
+        let port = 20_000 + rand::random_range(0..12_000u16);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// Copies `config/samples` into a fresh temporary directory.
 pub fn copy_samples() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
