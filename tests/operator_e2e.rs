@@ -920,7 +920,9 @@ fn shared_replica(api: &KubeApi, llm: &ScriptedLlm, pg: &support::postgres::Post
     command
         .env("AKRITAS_STORAGE_BACKEND", "postgres")
         .env("AKRITAS_DATABASE_URL", pg.url("disable"))
-        .env("AKRITAS_JOB_CLAIM_TIMEOUT", "3s");
+        .env("AKRITAS_JOB_CLAIM_TIMEOUT", "3s")
+        // Renewed every 1.5 s: a loaded machine does not move the Lease before the test kills.
+        .env("AKRITAS_LEASE_DURATION", "6s");
     Server::spawn(command)
 }
 
@@ -963,7 +965,7 @@ async fn on_a_shared_database_every_replica_serves_and_only_the_lease_holder_wri
     drop(leader);
     let killed = Instant::now();
     assert_eq!(post_named_alert(&other.url, AM_TOKEN_1, "KubeNodeNotReady").await, 202, "it served all along");
-    let (_, taken) = eventually(Duration::from_secs(20), "the other replica to take the Lease", || {
+    let (_, taken) = eventually(Duration::from_secs(30), "the other replica to take the Lease", || {
         lease()["spec"]["holderIdentity"].as_str().filter(|h| *h != holder).map(str::to_string)
     })
     .await;
