@@ -598,3 +598,37 @@ async fn a_store_compacted_in_the_database_is_written_back_as_a_journal_that_ope
     let again = akritas::app::migrate::to_journals(&settings, &db, &mut |_| {}).await.unwrap_err();
     assert!(again.to_string().contains("a journal is already there"), "{again:#}");
 }
+
+/// What `storage migrate` writes goes through `Log::import`, and what it reads back through
+/// `Log::export`: a record that does not match its hash, or does not follow the store's head, is
+/// refused and nothing is written; a row changed in the database is refused on the way out.
+#[tokio::test]
+async fn a_copied_record_that_is_forged_or_out_of_place_is_refused_and_a_changed_row_is_not_exported() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let store = SessionStore::open_database(&db, session_options(100)).await.unwrap();
+    for n in 1..=3 {
+        assert!(store.accept(&message(n)).await.unwrap());
+    }
+    let records = log(&db, "bot_sessions", now(), None).export(0, 10).await.unwrap();
+    assert_eq!(records.len(), 3);
+    let target = log(&db, "copy", now(), None);
+    // A forged record: its data changed, its hash kept.
+    let mut forged = records.clone();
+    forged[1].data = forged[1].data.replace("question 2", "question X");
+    let error = target.import(&forged).await.unwrap_err();
+    assert!(error.to_string().contains("record 2") && error.to_string().contains("does not match its hash"), "{error}");
+    // Out of place: the second record without the first, into an empty store.
+    target.import(&records[..1]).await.unwrap();
+    let error = target.import(&records[2..]).await.unwrap_err();
+    assert!(error.to_string().contains("does not follow the store's head"), "{error}");
+    assert_eq!(pg.psql("SELECT seq FROM akritas_heads WHERE store = 'copy'"), "1", "nothing of the refused batches");
+    target.import(&records[1..]).await.unwrap();
+    assert_eq!(target.verify(None).await.unwrap().last_hash, records[2].hash);
+    // A row changed in the database is not exported as if it were the record.
+    pg.psql(
+        "UPDATE akritas_records SET data = replace(data, 'question 3', 'question Y') WHERE store = 'copy' AND seq = 3",
+    );
+    let error = target.export(0, 10).await.unwrap_err();
+    assert!(matches!(error, DatabaseError::Changed { seq: 3, .. }), "{error}");
+}

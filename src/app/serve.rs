@@ -216,7 +216,8 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let directory = super::change::Directory::new(store.clone(), board.clone(), workspaces);
     let change = super::change::service(&settings, change_llm, audit_log.clone(), directory, &stores).await?;
     tasks.spawn(live::alert_sources(alerts.clone(), store.clone(), board.clone(), cancel.clone()));
-    if let (Some(client), Some(audit)) = (client, engine.audit().cloned()) {
+    if let Some(client) = client {
+        let audit = audit_log.clone();
         let projection = ProjectionSettings {
             namespace: pod_namespace(&settings),
             watched: settings.watched_namespaces(),
