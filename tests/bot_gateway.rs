@@ -73,6 +73,7 @@ fn telegram_update_decodes_ids_thread_and_event_id() {
             message_id: Some("7".into()),
             thread_id: Some("9".into()),
             reply_to: None,
+            response_url: None,
             text: "why is the api slow?".into(),
         }
     );
@@ -150,6 +151,7 @@ fn mattermost_outgoing_webhook_json_strips_the_trigger_word() {
             message_id: Some("p1".into()),
             thread_id: Some("r1".into()),
             reply_to: None,
+            response_url: None,
             text: "why is the api slow?".into(),
         }
     );
@@ -255,6 +257,7 @@ fn message(conversation: &str, n: usize, text: &str) -> Inbound {
         message_id: Some(n.to_string()),
         thread_id: None,
         reply_to: None,
+        response_url: None,
         text: text.into(),
     }
 }

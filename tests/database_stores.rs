@@ -99,6 +99,7 @@ fn message(n: usize) -> Inbound {
         message_id: Some(n.to_string()),
         thread_id: None,
         reply_to: None,
+        response_url: None,
         text: format!("question {n}"),
     }
 }

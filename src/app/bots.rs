@@ -50,16 +50,17 @@ pub async fn start(
             .context("opening the bot session journal")?,
     };
     let timeout = settings.notification_timeout;
+    let alerts = parts.alerts.clone();
     let current = receivers(&parts.store.current(), parts.secrets.as_ref(), timeout);
     let shared = Arc::new(ArcSwap::from_pointee(current));
     let gateway = Arc::new(Gateway::new(
         sessions,
         Arc::new(EngineResponder { engine: parts.engine, alerts: parts.alerts.clone() }),
         Arc::new(ProviderReplier { receivers: shared.clone() }),
-        Arc::new(AlertIncidents { store: parts.alerts }),
+        Arc::new(AlertIncidents { store: parts.alerts.clone() }),
         GatewaySettings::default(),
     ));
-    let bots = Arc::new(Bots::new(gateway.clone(), shared.clone()));
+    let bots = Arc::new(Bots::new(gateway.clone(), shared.clone(), alerts));
     tasks.spawn(gateway.run(cancel.clone()));
     match stores.database() {
         // Replicas sharing a database: only the one holding the database's leadership polls.

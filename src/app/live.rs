@@ -312,6 +312,10 @@ fn receiver_egress(
     if let Some(mattermost) = &spec.mattermost {
         urls.push(("spec.mattermost.baseUrl", mattermost.base_url.clone(), true));
     }
+    if let Some(slack) = &spec.slack {
+        let base = slack.base_url.clone().unwrap_or_else(|| crate::notify::slack::SLACK_DEFAULT_BASE_URL.to_string());
+        urls.push(("spec.slack.baseUrl", base, true));
+    }
     let policy = crate::egress::Egress::current();
     for (field, url, credential) in &urls {
         let checked = if *credential { policy.check_credential_url(url) } else { policy.check_url(url) };

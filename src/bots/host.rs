@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::gateway::{Accepted, Answer, BoxFuture, Gateway, IncidentLookup, Replier, Responder, SubmitError};
 use super::ingress::{self, Allowlists, Inbound, Provider, Refusal};
 use super::sessions::Turn;
+use super::slack_bot::{SlackBot, socket_mode};
 use crate::alerts::store::AlertStore;
 use crate::catalog::Catalog;
 use crate::catalog::secrets::SecretResolver;
@@ -44,18 +45,20 @@ pub struct Receiver {
     pub provider: Provider,
     /// Webhook or polling.
     pub mode: InboundMode,
-    /// The webhook secret (Telegram header / Mattermost token), resolved.
-    secret: Option<String>,
+    /// The webhook secret (Telegram header / Mattermost token / Slack signing secret), resolved.
+    pub(super) secret: Option<String>,
     /// Who may talk to the bot.
     pub allow: Allowlists,
     /// Where replies go.
-    client: Client,
+    pub(super) client: Client,
 }
 
+/// The provider API of a receiver.
 #[derive(Clone)]
-enum Client {
+pub(super) enum Client {
     Telegram(Arc<TelegramApi>),
     Mattermost(Arc<MattermostApi>),
+    Slack(Arc<SlackBot>),
 }
 
 /// Why a webhook call is not accepted; each maps to one HTTP status.
@@ -75,6 +78,9 @@ pub enum WebhookError {
     /// The queue is full or the message could not be recorded (503).
     #[error(transparent)]
     Busy(SubmitError),
+    /// The provider's API is needed to read the call and cannot be reached now (503).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// The inbound receivers of a Catalog, secrets resolved; receivers whose secrets do
@@ -107,6 +113,21 @@ pub fn receivers(catalog: &Catalog, secrets: &dyn SecretResolver, timeout: Durat
                         MattermostApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?,
                     )),
                 ),
+                Target::Slack { base_url, bot_token, .. } => {
+                    let app_token = match receiver.spec.slack.as_ref().and_then(|s| s.app_token.as_ref()) {
+                        Some(reference) => Some(
+                            secrets
+                                .resolve(&key.namespace, reference)
+                                .map_err(|e| e.to_string())?
+                                .expose()
+                                .trim()
+                                .to_string(),
+                        ),
+                        None => None,
+                    };
+                    let bot = SlackBot::new(&base_url, &bot_token, app_token.as_deref(), timeout);
+                    (Provider::Slack, Client::Slack(Arc::new(bot.map_err(|e| e.to_string())?)))
+                }
                 Target::Webhook { .. } => return Err("a webhook receiver has no bot".to_string()),
             };
             let allow = Allowlists {
@@ -127,19 +148,25 @@ pub fn receivers(catalog: &Catalog, secrets: &dyn SecretResolver, timeout: Durat
 
 /// The running bots: the receivers in force and the gateway.
 pub struct Bots {
-    gateway: Arc<Gateway>,
+    pub(super) gateway: Arc<Gateway>,
     receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>,
+    /// Incidents, whose notification threads a Slack bot answers unmentioned.
+    pub(super) alerts: Option<Arc<AlertStore>>,
 }
 
 impl Bots {
     /// Bots over `gateway`, replying through `receivers` (shared with the [`ProviderReplier`]).
-    pub fn new(gateway: Arc<Gateway>, receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>) -> Self {
-        Self { gateway, receivers }
+    pub fn new(
+        gateway: Arc<Gateway>,
+        receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>,
+        alerts: Option<Arc<AlertStore>>,
+    ) -> Self {
+        Self { gateway, receivers, alerts }
     }
 
     /// The receiver a webhook path names: `namespace.name`, `namespace/name`, or a name
     /// that only one namespace uses.
-    fn find(&self, provider: Provider, name: &str) -> Option<Receiver> {
+    pub(super) fn find(&self, provider: Provider, name: &str) -> Option<Receiver> {
         let receivers = self.receivers.load();
         let of_provider = |r: &&Receiver| r.provider == provider && r.mode == InboundMode::Webhook;
         if let Some(found) = receivers.get(&name.replacen('.', "/", 1)).or_else(|| receivers.get(name)) {
@@ -168,6 +195,8 @@ impl Bots {
         let mut inbound = match provider {
             Provider::Telegram => ingress::telegram_webhook(&found.key, secret, secret_header, body, &found.allow),
             Provider::Mattermost => ingress::mattermost(&found.key, secret, None, content_type, body, &found.allow),
+            // Slack is signed differently: Bots::slack_event and Bots::slack_command.
+            Provider::Slack => return Err(unknown()),
         }
         .map_err(WebhookError::Refused)?;
         // Mattermost's outgoing webhooks do not say which thread a post is in: ask, so
@@ -188,15 +217,16 @@ impl Bots {
         self.gateway.submit(inbound).await.map_err(WebhookError::Busy)
     }
 
-    /// Long-polls every Telegram receiver in polling mode until `cancel`; receivers are
-    /// re-read after every poll, so a changed Catalog takes effect.
+    /// Long-polls every Telegram receiver in polling mode and holds the Socket Mode connection
+    /// of every Slack receiver in socket mode, until `cancel`; receivers are re-read every
+    /// second, so a changed Catalog takes effect.
     pub async fn poll(self: Arc<Self>, cancel: CancellationToken) {
         let mut running: BTreeMap<String, CancellationToken> = BTreeMap::new();
         loop {
             let receivers = self.receivers.load_full();
             let polling: BTreeMap<&String, &Receiver> = receivers
                 .iter()
-                .filter(|(_, r)| r.provider == Provider::Telegram && r.mode == InboundMode::Polling)
+                .filter(|(_, r)| matches!(r.mode, InboundMode::Polling | InboundMode::Socket))
                 .collect();
             running.retain(|key, stop| {
                 let keep = polling.contains_key(key);
@@ -211,7 +241,10 @@ impl Bots {
                 }
                 let stop = cancel.child_token();
                 running.insert(key.clone(), stop.clone());
-                tokio::spawn(poll_one(self.gateway.clone(), receiver.clone(), stop));
+                match receiver.client {
+                    Client::Slack(_) => tokio::spawn(socket_mode(self.clone(), receiver.clone(), stop)),
+                    _ => tokio::spawn(poll_one(self.gateway.clone(), receiver.clone(), stop)),
+                };
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -284,7 +317,7 @@ impl EngineResponder {
         let store = self.alerts.as_ref()?;
         let thread = match inbound.provider {
             Provider::Telegram => inbound.reply_to.as_deref(),
-            Provider::Mattermost => inbound.thread_id.as_deref(),
+            Provider::Mattermost | Provider::Slack => inbound.thread_id.as_deref(),
         }?;
         let (namespace, name) = inbound.receiver.split_once('/')?;
         let id = store.incident_for_thread(namespace, name, thread)?;
@@ -371,6 +404,7 @@ impl Replier for ProviderReplier {
                     )
                     .await
                     .map(drop),
+                Client::Slack(bot) => super::slack_bot::reply(bot, inbound, text).await,
             }
             .map_err(|e| e.to_string())
         })

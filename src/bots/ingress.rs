@@ -1,6 +1,6 @@
-//! Decoding what Telegram and Mattermost send into one [`Inbound`] message, with the secret
-//! checked first: a caller without the secret learns nothing about how its body would have
-//! been read.
+//! Decoding what Telegram and Mattermost send into one [`Inbound`] message (Slack's in
+//! [`super::slack`]), with the secret checked first: a caller without the secret learns
+//! nothing about how its body would have been read.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,14 +24,17 @@ pub enum Provider {
     Telegram,
     /// Mattermost outgoing webhook or slash command.
     Mattermost,
+    /// Slack Events API, Socket Mode or slash command.
+    Slack,
 }
 
 impl Provider {
-    /// `telegram` or `mattermost`.
+    /// `telegram`, `mattermost` or `slack`.
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Telegram => "telegram",
             Provider::Mattermost => "mattermost",
+            Provider::Slack => "slack",
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct Inbound {
     /// The message this one answers (Telegram `reply_to_message`), when it is a reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// Where a Slack slash command's answer goes (its `response_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_url: Option<String>,
     /// What the person wrote (trigger word stripped).
     pub text: String,
 }
@@ -81,6 +87,11 @@ pub enum Refusal {
     /// The conversation or user is not on the receiver's allowlist (HTTP 200 `{"accepted":false}`, logged).
     #[error("the conversation or user is not on the receiver's allowlist")]
     Forbidden,
+    /// A signed request (Slack) whose timestamp is too far from the host's clock (HTTP 401).
+    #[error(
+        "the X-Slack-Request-Timestamp is more than 5 minutes from the host's clock; Slack signs each request with the time it sends it, so an old request is refused (check the host's clock if every request is)"
+    )]
+    Expired,
     /// The body is malformed or over a limit (HTTP 400).
     #[error("invalid bot request: {0}")]
     Invalid(String),
@@ -204,6 +215,7 @@ pub fn telegram_update(receiver: &str, update: &Value, allow: &Allowlists) -> Re
         reply_to: int_field(message.get("reply_to_message").and_then(|r| r.get("message_id")))
             .filter(|id| *id > 0)
             .map(|id| id.to_string()),
+        response_url: None,
         text: text.clone(),
     };
     allow.check(&inbound.conversation_id, &inbound.user_id)?;
@@ -306,6 +318,7 @@ pub fn mattermost(
         message_id: post_id.map(str::to_owned),
         thread_id: root_id.map(str::to_owned),
         reply_to: None,
+        response_url: None,
         text,
     };
     allow.check(&inbound.conversation_id, &inbound.user_id)?;
@@ -320,7 +333,7 @@ const BARE_COMMANDS_WITH_ARGUMENT: &[&str] = &["ask", "incident"];
 /// The arguments of a slash command (`/akritas <text>`): a lone word naming a bot command, or
 /// `ask`/`incident` followed by more, is that command (`status` → `/status`); anything else
 /// (`status of the api?`) is the question.
-fn slash_text(args: &str) -> String {
+pub(super) fn slash_text(args: &str) -> String {
     let mut words = args.split_whitespace();
     let first = words.next().unwrap_or_default().to_ascii_lowercase();
     let alone = words.next().is_none();

@@ -1,5 +1,5 @@
-//! The bot gateway core (Telegram and Mattermost): decoding what the providers send
-//! ([`ingress`]), bot commands ([`commands`]), durable sessions and dedup ([`sessions`]) and
+//! The bot gateway core (Telegram, Mattermost and Slack): decoding what the providers send
+//! ([`ingress`], [`slack`]), bot commands ([`commands`]), durable sessions and dedup ([`sessions`]) and
 //! the bounded, per-conversation ordered queue that answers messages ([`gateway`]).
 //!
 //! The gateway talks to the engine, the provider APIs and the incident store only through
@@ -12,6 +12,9 @@ pub(crate) mod gateway;
 pub(crate) mod host;
 pub(crate) mod ingress;
 pub mod sessions;
+pub(crate) mod slack;
+pub(crate) mod slack_bot;
+pub(crate) mod websocket;
 
 pub use commands::Command;
 pub use gateway::{

@@ -34,7 +34,7 @@ pub const MAX_UPDATES_BYTES: usize = 1024 * 1024;
 pub const POLL_GRACE: Duration = Duration::from_secs(10);
 /// Longest provider description kept in an error.
 const MAX_DESCRIPTION_CHARS: usize = 200;
-const REDACTED: &str = "<redacted>";
+pub(super) const REDACTED: &str = "<redacted>";
 
 /// Trims, turns `\r\n` and `\r` into `\n`, removes control characters other than
 /// `\n` and `\t`, and replaces `@` by `＠` (U+FF20) so `@channel`, `@all`, `@here`
@@ -99,7 +99,7 @@ pub fn split(text: &str, limit_chars: usize) -> Vec<String> {
 }
 
 /// Cuts `text` into pieces of at most `budget` (≥ 1) characters.
-fn chunk(text: &str, budget: usize) -> Vec<&str> {
+pub(super) fn chunk(text: &str, budget: usize) -> Vec<&str> {
     let mut parts = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
@@ -166,6 +166,9 @@ pub enum ChatError {
     RemoteRejected { description: Option<String> },
     #[error("invalid_response: the provider's answer has no {0}")]
     InvalidResponse(&'static str),
+    /// HTTP 429 with the seconds the provider asked to wait (`Retry-After`).
+    #[error("rate_limited: the provider asked to wait {0} s")]
+    RateLimited(u64),
 }
 
 fn describe(description: &Option<String>) -> String {
@@ -189,12 +192,13 @@ impl ChatError {
             ChatError::ResponseTooLarge { .. } => "response_too_large",
             ChatError::RemoteRejected { .. } => "remote_rejected",
             ChatError::InvalidResponse(_) => "invalid_response",
+            ChatError::RateLimited(_) => "rate_limited",
         }
     }
 }
 
 /// A provider's text cut short, on one line, with `token` removed.
-fn scrub(text: &str, token: &str) -> String {
+pub(super) fn scrub(text: &str, token: &str) -> String {
     let flat: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let clean = if token.is_empty() { flat } else { flat.replace(token, REDACTED) };
     prefix_chars(clean.trim(), MAX_DESCRIPTION_CHARS).to_string()
@@ -202,7 +206,7 @@ fn scrub(text: &str, token: &str) -> String {
 
 /// `base_url` without its trailing `/`, when it is an absolute http(s) URL without
 /// user info, query or fragment.
-fn checked_base(base_url: &str) -> Result<String, ChatError> {
+pub(super) fn checked_base(base_url: &str) -> Result<String, ChatError> {
     let trimmed = base_url.trim().trim_end_matches('/');
     let url = reqwest::Url::parse(trimmed).map_err(|_| ChatError::InvalidBaseUrl)?;
     let plain = matches!(url.scheme(), "http" | "https")
@@ -227,7 +231,7 @@ fn checked_id<'a>(id: &'a str, what: &'static str) -> Result<&'a str, ChatError>
     if ok { Ok(id) } else { Err(ChatError::InvalidId(what)) }
 }
 
-fn http_client(timeout: Duration) -> Result<reqwest::Client, ChatError> {
+pub(super) fn http_client(timeout: Duration) -> Result<reqwest::Client, ChatError> {
     crate::outbound::resource_client(timeout).map_err(|_| ChatError::CreateClient)
 }
 
@@ -247,7 +251,7 @@ pub(super) async fn read_capped(resp: reqwest::Response, limit: usize) -> Result
 
 /// Sends `req` and returns the status and the (capped) body. The `reqwest` error is
 /// dropped: its text names the URL, which holds the Telegram token.
-async fn exchange(req: reqwest::RequestBuilder, limit: usize) -> Result<(u16, Vec<u8>), ChatError> {
+pub(super) async fn exchange(req: reqwest::RequestBuilder, limit: usize) -> Result<(u16, Vec<u8>), ChatError> {
     let resp =
         req.send().await.map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
     let status = resp.status().as_u16();
@@ -260,7 +264,7 @@ async fn exchange(req: reqwest::RequestBuilder, limit: usize) -> Result<(u16, Ve
     }
 }
 
-fn json_header(value: &'static str) -> HeaderValue {
+pub(super) fn json_header(value: &'static str) -> HeaderValue {
     HeaderValue::from_static(value)
 }
 

@@ -1,4 +1,4 @@
-//! HTTP delivery of notifications to webhook / Telegram / Mattermost receivers.
+//! HTTP delivery of notifications to webhook / Telegram / Mattermost / Slack receivers.
 //!
 //! Errors are reported only as fixed error codes (see [`DeliveryError`]), so an
 //! outcome can never leak a token or a URL containing one (Telegram puts the
@@ -31,9 +31,28 @@ pub const TELEGRAM_DEFAULT_BASE_URL: &str = "https://api.telegram.org";
 /// webhook URL path/query).
 #[derive(Clone)]
 pub enum Target {
-    Webhook { url: String, bearer_token: Option<String>, hmac_secret: Option<String> },
-    Telegram { base_url: String, bot_token: String, chat_id: String, message_thread_id: Option<i64> },
-    Mattermost { base_url: String, bot_token: String, channel_id: String },
+    Webhook {
+        url: String,
+        bearer_token: Option<String>,
+        hmac_secret: Option<String>,
+    },
+    Telegram {
+        base_url: String,
+        bot_token: String,
+        chat_id: String,
+        message_thread_id: Option<i64>,
+    },
+    Mattermost {
+        base_url: String,
+        bot_token: String,
+        channel_id: String,
+    },
+    /// `chat.postMessage` with a bot token (`xoxb-…`); delivered through [`super::deliver_threaded`].
+    Slack {
+        base_url: String,
+        bot_token: String,
+        channel_id: String,
+    },
 }
 
 const REDACTED: &str = "<redacted>";
@@ -72,6 +91,12 @@ impl fmt::Debug for Target {
                 .field("bot_token", &REDACTED)
                 .field("channel_id", channel_id)
                 .finish(),
+            Target::Slack { base_url, channel_id, .. } => f
+                .debug_struct("Slack")
+                .field("base_url", base_url)
+                .field("bot_token", &REDACTED)
+                .field("channel_id", channel_id)
+                .finish(),
         }
     }
 }
@@ -83,6 +108,7 @@ impl Target {
             Target::Webhook { .. } => ReceiverType::Webhook,
             Target::Telegram { .. } => ReceiverType::Telegram,
             Target::Mattermost { .. } => ReceiverType::Mattermost,
+            Target::Slack { .. } => ReceiverType::Slack,
         }
     }
 
@@ -258,6 +284,11 @@ impl Payload<'_> {
             Payload::Failed(n) => failed_mattermost_text(n),
         }
     }
+
+    /// The Slack mrkdwn text: the plain text (values sanitised) with `&`, `<` and `>` escaped.
+    pub fn slack_text(&self) -> String {
+        super::slack::slack_escape(&self.telegram_text())
+    }
 }
 
 fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<PreparedRequest, DeliveryError> {
@@ -316,6 +347,8 @@ fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<P
                 telegram: false,
             })
         }
+        // Slack answers errors with HTTP 200 and gives thread ids: it is sent by deliver_threaded.
+        Target::Slack { .. } => Err(DeliveryError::CreateRequest),
     }
 }
 
@@ -413,6 +446,9 @@ pub async fn deliver_payload(
     delivery_id: &str,
     policy: RetryPolicy,
 ) -> DeliveryOutcome {
+    if let Target::Slack { .. } = target {
+        return super::thread::deliver_chat(receiver, target, payload, None, delivery_id, policy).await.outcome;
+    }
     let started = Instant::now();
     let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
     match prepare(target, payload, delivery_id) {
@@ -515,6 +551,11 @@ mod tests {
             },
             Target::telegram("123:SECRET4", "-100", Some(7)),
             Target::Mattermost { base_url: "https://mm".into(), bot_token: "SECRET5".into(), channel_id: "c".into() },
+            Target::Slack {
+                base_url: "https://slack".into(),
+                bot_token: "xoxb-SECRET6".into(),
+                channel_id: "C1".into(),
+            },
         ];
         for t in &targets {
             let d = format!("{t:?}");

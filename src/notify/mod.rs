@@ -1,11 +1,13 @@
 //! Outbound incident notifications: pure formatting in
 //! [`message`], HTTP delivery with retries in [`deliver`]; bot replies through the
-//! Telegram and Mattermost APIs, and the text rules they follow, in [`chat`].
+//! Telegram and Mattermost APIs, and the text rules they follow, in [`chat`]; the Slack
+//! Web API in [`slack`].
 
 pub mod chat;
 pub mod deliver;
 pub(crate) mod message;
 pub(crate) mod routing;
+pub mod slack;
 pub(crate) mod thread;
 
 pub use deliver::{

@@ -1,7 +1,8 @@
 //! Threaded delivery to chat receivers: the first notification of an incident to a
-//! Telegram chat or Mattermost channel is a top-level message whose id (Telegram
-//! `message_id`, Mattermost post id) becomes the incident's thread there; every later one
-//! replies in that thread (Telegram `reply_parameters.message_id`, Mattermost `root_id`).
+//! Telegram chat, Mattermost or Slack channel is a top-level message whose id (Telegram
+//! `message_id`, Mattermost post id, Slack `ts`) becomes the incident's thread there; every
+//! later one replies in that thread (Telegram `reply_parameters.message_id`, Mattermost
+//! `root_id`, Slack `thread_ts`).
 //! Webhook receivers have no threads and go through [`super::deliver_payload`].
 //!
 //! Same retry policy, error codes and metrics as [`super::deliver`]; errors are codes only.
@@ -10,6 +11,7 @@ use std::time::Instant;
 
 use super::chat::{ChatError, MattermostApi, TelegramApi};
 use super::deliver::{DeliveryOutcome, Payload, RetryPolicy, Target, deliver_payload, finish};
+use super::slack::{MAX_RETRY_AFTER, SlackApi};
 
 /// The outcome of a threaded delivery, and the id of the message it created.
 #[derive(Debug, Clone)]
@@ -23,6 +25,7 @@ pub struct ThreadedOutcome {
 fn retryable(error: &ChatError) -> bool {
     match error {
         ChatError::Timeout | ChatError::RequestFailed => true,
+        ChatError::RateLimited(seconds) => *seconds <= MAX_RETRY_AFTER,
         ChatError::HttpStatus { status, .. } => *status == 429 || *status >= 500,
         _ => false,
     }
@@ -40,13 +43,26 @@ pub async fn deliver_threaded(
     delivery_id: &str,
     policy: RetryPolicy,
 ) -> ThreadedOutcome {
+    if let Target::Webhook { .. } = target {
+        let outcome = deliver_payload(client, receiver, target, payload, delivery_id, policy).await;
+        return ThreadedOutcome { outcome, message_id: None };
+    }
+    deliver_chat(receiver, target, payload, root, delivery_id, policy).await
+}
+
+/// [`deliver_threaded`] to a chat receiver (a webhook target is refused: `create_request`).
+pub(super) async fn deliver_chat(
+    receiver: &str,
+    target: &Target,
+    payload: Payload<'_>,
+    root: Option<&str>,
+    delivery_id: &str,
+    policy: RetryPolicy,
+) -> ThreadedOutcome {
     let started = Instant::now();
     let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
     let sent = match target {
-        Target::Webhook { .. } => {
-            let outcome = deliver_payload(client, receiver, target, payload, delivery_id, policy).await;
-            return ThreadedOutcome { outcome, message_id: None };
-        }
+        Target::Webhook { .. } => Err(ChatError::EncodePayload),
         Target::Telegram { base_url, bot_token, chat_id, message_thread_id } => {
             let text = payload.telegram_text();
             // A root that is not a Telegram message id cannot be replied to: send top-level.
@@ -67,6 +83,13 @@ pub async fn deliver_threaded(
                 Err(error) => Err(error),
             }
         }
+        Target::Slack { base_url, bot_token, channel_id } => {
+            let text = payload.slack_text();
+            match SlackApi::new(base_url, bot_token, policy.timeout) {
+                Ok(api) => retry(&mut outcome, policy, || api.post_message(channel_id, &text, root)).await,
+                Err(error) => Err(error),
+            }
+        }
     };
     let message_id = match sent {
         Ok(id) => {
@@ -75,8 +98,10 @@ pub async fn deliver_threaded(
             Some(id)
         }
         Err(error) => {
-            if let ChatError::HttpStatus { status, .. } = &error {
-                outcome.http_status = Some(*status);
+            match &error {
+                ChatError::HttpStatus { status, .. } => outcome.http_status = Some(*status),
+                ChatError::RateLimited(_) => outcome.http_status = Some(429),
+                _ => {}
             }
             outcome.error = Some(error.code().to_string());
             None
@@ -106,7 +131,13 @@ where
         match result {
             Err(error) if retryable(&error) && outcome.attempts < max_attempts => {
                 let shift = (outcome.attempts - 1).min(16);
-                tokio::time::sleep(policy.base_delay.saturating_mul(1u32 << shift)).await;
+                let backoff = policy.base_delay.saturating_mul(1u32 << shift);
+                // A rate limit says how long to wait: at least that.
+                let asked = match error {
+                    ChatError::RateLimited(seconds) => std::time::Duration::from_secs(seconds),
+                    _ => std::time::Duration::ZERO,
+                };
+                tokio::time::sleep(backoff.max(asked)).await;
             }
             other => return other,
         }

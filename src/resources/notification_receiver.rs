@@ -1,5 +1,5 @@
 //! `NotificationReceiver`: where alert investigations are delivered (webhook, Telegram,
-//! Mattermost) and, for the bots, who may talk to Akritas.
+//! Mattermost, Slack) and, for the bots, who may talk to Akritas.
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -14,7 +14,7 @@ use super::common::{Condition, MAX_VALUE_BYTES, SecretRef};
     version = "v1alpha1",
     kind = "NotificationReceiver",
     namespaced,
-    doc = "A webhook, Telegram or Mattermost target for investigations, and bot access rules.",
+    doc = "A webhook, Telegram, Mattermost or Slack target for investigations, and bot access rules.",
     status = "NotificationReceiverStatus",
     shortname = "aknr",
     category = "akritas",
@@ -25,8 +25,10 @@ use super::common::{Condition, MAX_VALUE_BYTES, SecretRef};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("has(self.webhook) == (self.type == 'webhook') && has(self.telegram) == (self.type == 'telegram') && has(self.mattermost) == (self.type == 'mattermost')").message("set exactly the settings block named by type (webhook, telegram or mattermost)"))]
-#[x_kube(validation = Rule::new("!has(self.inbound) || self.type != 'webhook'").message("inbound is only for telegram and mattermost receivers"))]
+#[x_kube(validation = Rule::new("has(self.webhook) == (self.type == 'webhook') && has(self.telegram) == (self.type == 'telegram') && has(self.mattermost) == (self.type == 'mattermost') && has(self.slack) == (self.type == 'slack')").message("set exactly the settings block named by type (webhook, telegram, mattermost or slack)"))]
+#[x_kube(validation = Rule::new("!has(self.inbound) || self.type != 'webhook'").message("inbound is only for telegram, mattermost and slack receivers"))]
+#[x_kube(validation = Rule::new("!has(self.inbound) || self.type != 'slack' || self.inbound.mode != 'polling'").message("slack inbound takes mode webhook (the Events API, with the signing secret as inbound.secret) or socket (Socket Mode, with slack.appToken)"))]
+#[x_kube(validation = Rule::new("!has(self.inbound) || self.inbound.mode != 'socket' || (self.type == 'slack' && has(self.slack.appToken))").message("inbound mode socket is Slack's Socket Mode: it needs type slack and slack.appToken"))]
 #[x_kube(validation = Rule::new("!has(self.inbound) || self.type != 'mattermost' || (self.inbound.mode == 'webhook' && size(self.inbound.allowedUserIds) > 0)").message("mattermost inbound needs mode webhook and a non-empty allowedUserIds"))]
 pub struct NotificationReceiverSpec {
     /// Receiver type.
@@ -41,7 +43,10 @@ pub struct NotificationReceiverSpec {
     /// Settings for `type: mattermost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mattermost: Option<MattermostReceiver>,
-    /// Inbound bot settings (Telegram or Mattermost); absent means outbound only.
+    /// Settings for `type: slack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack: Option<SlackReceiver>,
+    /// Inbound bot settings (Telegram, Mattermost or Slack); absent means outbound only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbound: Option<InboundBot>,
     /// Which incidents this receiver is told about, and when not; absent means every
@@ -183,6 +188,8 @@ pub enum ReceiverType {
     Telegram,
     /// Mattermost REST API with a bot account.
     Mattermost,
+    /// Slack Web API with a Slack app's bot token.
+    Slack,
 }
 
 impl ReceiverType {
@@ -192,6 +199,7 @@ impl ReceiverType {
             ReceiverType::Webhook => "webhook",
             ReceiverType::Telegram => "telegram",
             ReceiverType::Mattermost => "mattermost",
+            ReceiverType::Slack => "slack",
         }
     }
 }
@@ -260,15 +268,38 @@ pub struct MattermostReceiver {
     pub channel_id: String,
 }
 
+/// Slack channel and workspace ids: `C…`, `G…`, `D…`, `U…`, `T…`.
+pub const SLACK_ID_PATTERN: &str = "^[A-Z0-9]{2,32}$";
+
+/// A Slack channel reached through a Slack app's bot.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SlackReceiver {
+    /// The app's bot token (`xoxb-…`), for `chat.postMessage` and `auth.test`.
+    pub bot_token: SecretRef,
+    /// Channel id (`C…` or `G…`) incident notifications go to.
+    #[schemars(regex(pattern = SLACK_ID_PATTERN))]
+    pub channel_id: String,
+    /// The app-level token (`xapp-…`, scope `connections:write`) for Socket Mode
+    /// (`inbound.mode: socket`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_token: Option<SecretRef>,
+    /// Web API base URL; default `https://slack.com/api`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub base_url: Option<String>,
+}
+
 /// How a bot receives messages and who may use it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(validation = Rule::new("self.mode == 'webhook' ? has(self.secret) : !has(self.secret)").message("mode webhook needs secret; mode polling must not set it"))]
 #[x_kube(validation = Rule::new("size(self.allowedConversationIds) > 0 || size(self.allowedUserIds) > 0").message("set at least one of allowedConversationIds or allowedUserIds"))]
 pub struct InboundBot {
-    /// `webhook` (the provider calls Akritas) or `polling` (Telegram only).
+    /// `webhook` (the provider calls Akritas), `polling` (Telegram only) or `socket` (Slack's
+    /// Socket Mode: Akritas connects out).
     pub mode: InboundMode,
-    /// Secret the provider sends with each webhook call.
+    /// Secret the provider sends with each webhook call (Slack: the app's signing secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretRef>,
     /// Conversations (chats, channels) the bot answers in.
@@ -291,6 +322,8 @@ pub enum InboundMode {
     Webhook,
     /// Akritas long-polls the provider (Telegram).
     Polling,
+    /// Akritas holds a Socket Mode WebSocket to the provider (Slack).
+    Socket,
 }
 
 /// Observed state of a NotificationReceiver.

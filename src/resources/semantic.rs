@@ -45,6 +45,9 @@ pub fn check(resource: &Resource, errors: &mut Vec<FieldError>) {
             if let Some(mattermost) = &spec.mattermost {
                 check_http_url(&mattermost.base_url, "spec.mattermost.baseUrl", false, errors);
             }
+            if let Some(url) = spec.slack.as_ref().and_then(|s| s.base_url.as_deref()) {
+                check_http_url(url, "spec.slack.baseUrl", false, errors);
+            }
             for (field, reason) in spec.routing.as_ref().map(|r| r.problems()).unwrap_or_default() {
                 errors.push(FieldError::new(&format!("spec.routing.{field}"), reason));
             }

@@ -1,7 +1,10 @@
-//! Bot webhooks: `POST /api/v1/bots/telegram/{receiver}/webhook` and
-//! `POST /api/v1/bots/mattermost/{receiver}/webhook`. No API key: each receiver's own
-//! secret (Telegram's `X-Telegram-Bot-Api-Secret-Token` header, Mattermost's `token`)
-//! is checked before the body is decoded. The answer is sent before the model runs.
+//! Bot webhooks: `POST /api/v1/bots/telegram/{receiver}/webhook`,
+//! `POST /api/v1/bots/mattermost/{receiver}/webhook`, and Slack's
+//! `POST /api/v1/bots/slack/{receiver}/events` (Events API) and
+//! `POST /api/v1/bots/slack/{receiver}/commands` (slash commands). No API key: each
+//! receiver's own secret (Telegram's `X-Telegram-Bot-Api-Secret-Token` header, Mattermost's
+//! `token`, Slack's signature over the timestamp and body) is checked before the body is
+//! decoded. The answer is sent before the model runs.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -15,6 +18,8 @@ use super::AppState;
 use super::body::JsonBytes;
 use super::error::ApiError;
 use crate::bots::host::{MAX_WEBHOOK_BYTES, WebhookError};
+use crate::bots::slack::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use crate::bots::slack_bot::{COMMAND_ACK, EventAnswer};
 use crate::bots::{Provider, Refusal};
 
 /// The header Telegram sends the webhook's secret in.
@@ -58,45 +63,156 @@ pub async fn mattermost(
     webhook(&state, Provider::Mattermost, &receiver, &headers, &body.0).await
 }
 
-async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: &HeaderMap, body: &[u8]) -> Response {
-    let Some(bots) = state.bots.as_ref() else {
-        return ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
-            .into_response();
+/// Answer of a Slack call: the `url_verification` challenge echoed, or, for a slash
+/// command, the text Slack shows at once (the answer follows through `response_url`).
+#[derive(Serialize, JsonSchema)]
+pub struct SlackAnswer {
+    /// The challenge of a `url_verification` event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<String>,
+    /// `ephemeral`: a slash command's immediate answer, seen by its sender only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_type: Option<&'static str>,
+    /// A slash command's immediate answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<&'static str>,
+    /// Taken for an answer.
+    pub accepted: bool,
+    /// Slack sent this message before (a retry or a replay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
+}
+
+/// `POST /api/v1/bots/slack/{receiver}/events`.
+pub async fn slack_events(
+    State(state): State<AppState>,
+    Path(ReceiverPath { receiver }): Path<ReceiverPath>,
+    headers: HeaderMap,
+    body: JsonBytes<Value>,
+) -> Response {
+    let (bots, body) = match checked(&state, Provider::Slack, &receiver, &body.0) {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let (timestamp, signature) = (header_text(&headers, TIMESTAMP_HEADER), header_text(&headers, SIGNATURE_HEADER));
+    match bots.slack_event(&receiver, timestamp, signature, body).await {
+        Ok(EventAnswer::Challenge(challenge)) => Json(SlackAnswer {
+            challenge: Some(challenge),
+            response_type: None,
+            text: None,
+            accepted: true,
+            duplicate: None,
+        })
+        .into_response(),
+        Ok(EventAnswer::Taken(accepted)) => {
+            Json(BotAnswer { accepted: true, duplicate: Some(accepted.duplicate) }).into_response()
+        }
+        Err(error) => refused(Provider::Slack, &receiver, error),
+    }
+}
+
+/// `POST /api/v1/bots/slack/{receiver}/commands`.
+pub async fn slack_commands(
+    State(state): State<AppState>,
+    Path(ReceiverPath { receiver }): Path<ReceiverPath>,
+    headers: HeaderMap,
+    body: JsonBytes<Value>,
+) -> Response {
+    let (bots, body) = match checked(&state, Provider::Slack, &receiver, &body.0) {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let (timestamp, signature) = (header_text(&headers, TIMESTAMP_HEADER), header_text(&headers, SIGNATURE_HEADER));
+    match bots.slack_command(&receiver, timestamp, signature, body).await {
+        Ok(accepted) => Json(SlackAnswer {
+            challenge: None,
+            response_type: Some("ephemeral"),
+            text: Some(COMMAND_ACK),
+            accepted: true,
+            duplicate: Some(accepted.duplicate),
+        })
+        .into_response(),
+        Err(error) => refused(Provider::Slack, &receiver, error),
+    }
+}
+
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok())
+}
+
+/// The bots and the body, when bots run and the body is within bounds; else the answer.
+#[allow(clippy::result_large_err)]
+fn checked<'s, 'b>(
+    state: &'s AppState,
+    provider: Provider,
+    receiver: &str,
+    body: &'b [u8],
+) -> Result<(&'s crate::bots::host::Bots, &'b [u8]), Response> {
+    let Some(bots) = state.bots.as_deref() else {
+        return Err(ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
+            .into_response());
     };
     if body.len() > MAX_WEBHOOK_BYTES {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("a bot webhook body is at most {MAX_WEBHOOK_BYTES} bytes"),
         )
-        .into_response();
+        .into_response());
     }
-    let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
-    let secret = text(TELEGRAM_SECRET);
-    let content_type = text(header::CONTENT_TYPE.as_str());
+    Ok((bots, body))
+}
+
+async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: &HeaderMap, body: &[u8]) -> Response {
+    let (bots, body) = match checked(state, provider, receiver, body) {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let secret = header_text(headers, TELEGRAM_SECRET);
+    let content_type = header_text(headers, header::CONTENT_TYPE.as_str());
     match bots.webhook(provider, receiver, secret, content_type, body).await {
         Ok(accepted) => Json(BotAnswer { accepted: true, duplicate: Some(accepted.duplicate) }).into_response(),
-        Err(WebhookError::UnknownReceiver { .. }) => {
+        Err(error) => refused(provider, receiver, error),
+    }
+}
+
+/// The answer to a refused bot call.
+fn refused(provider: Provider, receiver: &str, error: WebhookError) -> Response {
+    match error {
+        WebhookError::UnknownReceiver { .. } => {
             ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
                 .into_response()
         }
-        Err(WebhookError::Refused(Refusal::Unauthorized)) => {
-            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the bot webhook secret is missing or wrong")
-                .into_response()
+        WebhookError::Refused(Refusal::Unauthorized) => {
+            let message = match provider {
+                Provider::Slack => {
+                    "the X-Slack-Signature is missing or wrong; Slack signs v0:{timestamp}:{body} with the app's signing secret"
+                }
+                _ => "the bot webhook secret is missing or wrong",
+            };
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
         }
-        Err(WebhookError::Refused(Refusal::Invalid(message))) => {
+        WebhookError::Refused(Refusal::Expired) => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "request_expired", Refusal::Expired.to_string()).into_response()
+        }
+        WebhookError::Refused(Refusal::Invalid(message)) => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_update", message).into_response()
         }
-        Err(WebhookError::Refused(refusal)) => {
+        WebhookError::Refused(refusal) => {
             if matches!(refusal, Refusal::Forbidden) {
                 tracing::info!(provider = provider.as_str(), %receiver, event = "ingress_forbidden", "bot message from outside the allowlists");
             }
             Json(BotAnswer { accepted: false, duplicate: None }).into_response()
         }
-        Err(WebhookError::Busy(error)) => {
+        WebhookError::Busy(error) => {
             crate::slots::count_refusal("bot_queue", "bot queue", "");
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "bot_queue_full", error.to_string())
                 .retry_after("2")
+                .into_response()
+        }
+        WebhookError::Unavailable(message) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable", message)
+                .retry_after("5")
                 .into_response()
         }
     }

@@ -228,6 +228,21 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
                 bot_webhook(op.summary("A Mattermost outgoing-webhook post or slash command")).with(form_body_too)
             }),
         )
+        .api_route(
+            "/api/v1/bots/slack/{receiver}/events",
+            post_with(bots::slack_events, |op| {
+                own_credentials(op.tag("bots").summary("A Slack Events API callback (signed)"))
+                    .response::<200, Json<bots::SlackAnswer>>()
+            }),
+        )
+        .api_route(
+            "/api/v1/bots/slack/{receiver}/commands",
+            post_with(bots::slack_commands, |op| {
+                own_credentials(op.tag("bots").summary("A Slack slash command (signed form body)"))
+                    .response::<200, Json<bots::SlackAnswer>>()
+                    .with(form_body_too)
+            }),
+        )
         .merge(protected)
 }
 

@@ -138,6 +138,13 @@ pub fn target(
             channel_id: m.channel_id.clone(),
         });
     }
+    if let Some(s) = &spec.slack {
+        return Ok(Target::Slack {
+            base_url: s.base_url.clone().unwrap_or_else(|| notify::slack::SLACK_DEFAULT_BASE_URL.to_string()),
+            bot_token: resolve(&s.bot_token)?,
+            channel_id: s.channel_id.clone(),
+        });
+    }
     Err(TargetError::Unsupported)
 }
 
