@@ -76,6 +76,7 @@ async fn run() {
         secrets_changed: tokio::sync::watch::channel(0).1,
         engine,
         alerts: None,
+        board: Default::default(),
     };
     let mut tasks = tokio::task::JoinSet::new();
     let cancel = tokio_util::sync::CancellationToken::new();

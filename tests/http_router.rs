@@ -84,6 +84,8 @@ const ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/alertmanager/webhook", Auth::Source),
     route(Method::POST, "/api/v1/bots/telegram/{receiver}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/bots/mattermost/{receiver}/webhook", Auth::Source),
+    route(Method::POST, "/api/v1/bots/slack/{receiver}/events", Auth::Source),
+    route(Method::POST, "/api/v1/bots/slack/{receiver}/commands", Auth::Source),
     route(Method::GET, "/api/v1/incidents", Auth::Key),
     route(Method::GET, "/api/v1/incidents/{id}", Auth::Key),
     route(Method::GET, "/api/v1/alert-events/{id}", Auth::Key),
@@ -210,6 +212,7 @@ impl Fixture {
             secrets_changed: tokio::sync::watch::channel(0).1,
             engine: state.engine.clone(),
             alerts: state.alerts.clone(),
+            board: state.board.clone(),
         };
         let cancel = tokio_util::sync::CancellationToken::new();
         state.bots = Some(
@@ -264,6 +267,9 @@ impl Fixture {
             "/api/v1/bots/telegram/{receiver}/webhook" | "/api/v1/bots/mattermost/{receiver}/webhook" => {
                 route.path.replace("{receiver}", if route.path.contains("telegram") { "tg-bot" } else { "mm-bot" })
             }
+            "/api/v1/bots/slack/{receiver}/events" | "/api/v1/bots/slack/{receiver}/commands" => {
+                route.path.replace("{receiver}", "slack-bot")
+            }
             "/api/v1/alerts/{source}/webhook" => route.path.replace("{source}", "am"),
             "/api/v1/alerts/{namespace}/{source}/webhook" => "/api/v1/alerts/ops/am/webhook".to_string(),
             "/runs/{id}" => route.path.replace("{id}", run),
@@ -306,6 +312,16 @@ impl Fixture {
                 );
                 (post(&path, &body, &[]), StatusCode::OK)
             }
+            // Signed with the receiver's signing secret: the challenge answered, a command from a
+            // user off the allowlist not taken (tests/slack_e2e.rs has conversations).
+            (&Method::POST, "/api/v1/bots/slack/{receiver}/events") => {
+                let body = r#"{"type": "url_verification", "challenge": "c0ffee", "token": "x"}"#;
+                (post(&path, body, &slack_signature(body)), StatusCode::OK)
+            }
+            (&Method::POST, "/api/v1/bots/slack/{receiver}/commands") => {
+                let body = "command=%2Fakritas&text=status&team_id=T1&channel_id=C1&user_id=U9&trigger_id=1.2.3";
+                (post(&path, body, &slack_signature(body)), StatusCode::OK)
+            }
             // The handler looks the Workspace up: none is declared.
             (&Method::POST, "/api/v1/workspaces/{namespace}/{name}/fetch") => {
                 (post(&path, "{}", &[]), StatusCode::NOT_FOUND)
@@ -342,8 +358,27 @@ spec:
   type: mattermost
   mattermost: {baseUrl: \"http://127.0.0.1:9\", botToken: {env: BOT_TOKEN}, channelId: c1}
   inbound: {mode: webhook, secret: {env: BOT_SECRET}, allowedUserIds: [u1]}
+---
+apiVersion: akritas.io/v1alpha1
+kind: NotificationReceiver
+metadata: {name: slack-bot}
+spec:
+  type: slack
+  slack: {baseUrl: \"http://127.0.0.1:9/api\", botToken: {env: BOT_TOKEN}, channelId: C1}
+  inbound: {mode: webhook, secret: {env: BOT_SECRET}, allowedUserIds: [U1]}
 "
 );
+
+/// The headers Slack signs a request with, for `body`, now, with the receivers' secret.
+fn slack_signature(body: &str) -> Vec<(&'static str, String)> {
+    let timestamp = jiff::Timestamp::now().as_second().to_string();
+    let mut mac = Hmac::<Sha256>::new_from_slice(BOT_SECRET.as_bytes()).unwrap();
+    mac.update(format!("v0:{timestamp}:{body}").as_bytes());
+    vec![
+        ("x-slack-request-timestamp", timestamp),
+        ("x-slack-signature", format!("v0={}", hex::encode(mac.finalize().into_bytes()))),
+    ]
+}
 
 fn am_token() -> (&'static str, String) {
     (AM_HEADER, AM_TOKEN.to_string())

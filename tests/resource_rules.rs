@@ -142,7 +142,7 @@ fn mcp_adapters_need_one_transport_and_valid_names() {
 fn notification_receivers_match_their_type() {
     let webhook = json!({"type": "webhook", "webhook": {"url": "https://hooks.example.com/a?b=c"}});
     assert_accepted("NotificationReceiver", webhook.clone());
-    let mixed = "spec: set exactly the settings block named by type (webhook, telegram or mattermost)";
+    let mixed = "spec: set exactly the settings block named by type (webhook, telegram, mattermost or slack)";
     assert_rejected("NotificationReceiver", json!({"type": "telegram", "webhook": {"url": "https://h/"}}), mixed);
     let telegram = json!({"botToken": env("TG"), "chatId": "-100123"});
     assert_accepted(
@@ -152,7 +152,7 @@ fn notification_receivers_match_their_type() {
     assert_rejected(
         "NotificationReceiver",
         json!({"type": "telegram", "telegram": telegram, "inbound": {"mode": "polling", "secret": env("S"), "allowedUserIds": ["1"]}}),
-        "spec.inbound: mode webhook needs secret; mode polling must not set it",
+        "spec.inbound: mode webhook needs secret; modes polling and socket must not set it",
     );
     assert_rejected(
         "NotificationReceiver",
@@ -162,7 +162,7 @@ fn notification_receivers_match_their_type() {
     assert_rejected(
         "NotificationReceiver",
         json!({"type": "webhook", "webhook": {"url": "https://h/"}, "inbound": {"mode": "webhook", "secret": env("S"), "allowedUserIds": ["u"]}}),
-        "spec: inbound is only for telegram and mattermost receivers",
+        "spec: inbound is only for telegram, mattermost and slack receivers",
     );
     let mattermost = json!({"baseUrl": "https://chat.example.com", "botToken": env("MM"), "channelId": "abc"});
     assert_rejected(
@@ -180,6 +180,45 @@ fn notification_receivers_match_their_type() {
         json!({"type": "webhook", "webhook": {"url": "javascript:alert(1)"}}),
         "spec.webhook.url: must use http or https, not \"javascript\"",
     );
+}
+
+#[test]
+fn slack_receivers_take_the_events_api_or_socket_mode() {
+    let slack = json!({"botToken": env("SLACK_BOT"), "channelId": "C0123456789"});
+    let with_app = json!({"botToken": env("SLACK_BOT"), "channelId": "C0123456789", "appToken": env("SLACK_APP")});
+    assert_accepted("NotificationReceiver", json!({"type": "slack", "slack": slack}));
+    assert_accepted(
+        "NotificationReceiver",
+        json!({"type": "slack", "slack": slack, "inbound": {"mode": "webhook", "secret": env("SIGNING"), "allowedUserIds": ["U1"]}}),
+    );
+    assert_accepted(
+        "NotificationReceiver",
+        json!({"type": "slack", "slack": with_app, "inbound": {"mode": "socket", "allowedConversationIds": ["C0123456789"]}}),
+    );
+    assert_rejected(
+        "NotificationReceiver",
+        json!({"type": "slack", "slack": slack, "inbound": {"mode": "socket", "allowedUserIds": ["U1"]}}),
+        "spec: inbound mode socket is Slack's Socket Mode: it needs type slack and slack.appToken",
+    );
+    assert_rejected(
+        "NotificationReceiver",
+        json!({"type": "slack", "slack": with_app, "inbound": {"mode": "polling", "allowedUserIds": ["U1"]}}),
+        "spec: slack inbound takes mode webhook (the Events API, with the signing secret as inbound.secret) or socket (Socket Mode, with slack.appToken)",
+    );
+    assert_rejected(
+        "NotificationReceiver",
+        json!({"type": "slack", "slack": with_app, "inbound": {"mode": "socket", "secret": env("S"), "allowedUserIds": ["U1"]}}),
+        "spec.inbound: mode webhook needs secret; modes polling and socket must not set it",
+    );
+    let telegram = json!({"botToken": env("TG"), "chatId": "-100123"});
+    assert_rejected(
+        "NotificationReceiver",
+        json!({"type": "telegram", "telegram": telegram, "inbound": {"mode": "socket", "allowedUserIds": ["1"]}}),
+        "spec: inbound mode socket is Slack's Socket Mode: it needs type slack and slack.appToken",
+    );
+    let bad_channel = json!({"botToken": env("SLACK_BOT"), "channelId": "#ops"});
+    let refused = errors("NotificationReceiver", json!({"type": "slack", "slack": bad_channel}));
+    assert!(refused.iter().any(|r| r.contains("channelId")), "{refused:?}");
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub struct BotParts {
     pub engine: Arc<Engine>,
     /// Incidents for `/incident`.
     pub alerts: Option<Arc<AlertStore>>,
+    /// Where a Slack receiver's connection shows.
+    pub board: crate::catalog::status::StatusBoard,
 }
 
 /// Opens the session journal and starts the gateway, the receiver refresher and the pollers.
@@ -60,7 +62,7 @@ pub async fn start(
         Arc::new(AlertIncidents { store: parts.alerts.clone() }),
         GatewaySettings::default(),
     ));
-    let bots = Arc::new(Bots::new(gateway.clone(), shared.clone(), alerts));
+    let bots = Arc::new(Bots::new(gateway.clone(), shared.clone(), alerts, Some(parts.board.clone())));
     tasks.spawn(gateway.run(cancel.clone()));
     match stores.database() {
         // Replicas sharing a database: only the one holding the database's leadership polls.
@@ -69,7 +71,7 @@ pub async fn start(
             tasks.spawn(poll_while_leading(bots.clone(), leading, cancel.clone()));
         }
         None => {
-            tasks.spawn(bots.clone().poll(cancel.clone()));
+            tasks.spawn(crate::bots::connections::run(bots.clone(), cancel.clone()));
         }
     }
     let (store, secrets, mut secrets_changed, cancel) =
@@ -103,7 +105,7 @@ async fn poll_while_leading(
             }
         }
         let polling = cancel.child_token();
-        let pollers = tokio::spawn(bots.clone().poll(polling.clone()));
+        let pollers = tokio::spawn(crate::bots::connections::run(bots.clone(), polling.clone()));
         tokio::select! {
             () = cancel.cancelled() => {}
             _ = leading.wait_for(|leads| !leads) => {}

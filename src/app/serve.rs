@@ -263,6 +263,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         secrets_changed: secrets_changed.clone(),
         engine: engine.clone(),
         alerts: Some(alerts.clone()),
+        board: board.clone(),
     };
     let bots = super::bots::start(&settings, bot_parts, &stores, &mut tasks, &cancel).await?;
     let alert_store = alerts.clone();

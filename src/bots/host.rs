@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use super::gateway::{Accepted, Answer, BoxFuture, Gateway, IncidentLookup, Replier, Responder, SubmitError};
 use super::ingress::{self, Allowlists, Inbound, Provider, Refusal};
 use super::sessions::Turn;
-use super::slack_bot::{SlackBot, socket_mode};
+use super::slack::SlackBot;
 use crate::alerts::store::AlertStore;
 use crate::catalog::Catalog;
 use crate::catalog::secrets::SecretResolver;
+use crate::catalog::status::StatusBoard;
 use crate::engine::conversation::{Speaker, Turn as EngineTurn};
 use crate::engine::request::RunRequest;
 use crate::engine::run::Engine;
@@ -27,10 +27,6 @@ use crate::notify::chat::{MattermostApi, TelegramApi};
 use crate::resources::notification_receiver::InboundMode;
 use crate::resources::{Kind, Resource};
 
-/// Seconds one `getUpdates` long poll waits at Telegram.
-pub const POLL_SECONDS: u32 = 30;
-/// Longest pause between failed polls.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Longest wait for Mattermost to say which thread a post is in.
 const THREAD_LOOKUP: Duration = Duration::from_secs(3);
 /// Largest webhook body accepted.
@@ -51,6 +47,8 @@ pub struct Receiver {
     pub allow: Allowlists,
     /// Where replies go.
     pub(super) client: Client,
+    /// Changes when the receiver's settings or secrets do (a connection is then restarted).
+    pub(super) fingerprint: u64,
 }
 
 /// The provider API of a receiver.
@@ -92,41 +90,28 @@ pub fn receivers(catalog: &Catalog, secrets: &dyn SecretResolver, timeout: Durat
         let Some(inbound) = &receiver.spec.inbound else { continue };
         let name = format!("{}/{}", key.namespace, key.name);
         let built = (|| {
-            let secret = match &inbound.secret {
-                Some(reference) => Some(
-                    secrets.resolve(&key.namespace, reference).map_err(|e| e.to_string())?.expose().trim().to_string(),
-                ),
-                None => None,
+            let resolve = |reference| {
+                secrets
+                    .resolve(&key.namespace, reference)
+                    .map(|v| v.expose().trim().to_string())
+                    .map_err(|e| e.to_string())
             };
+            let secret = inbound.secret.as_ref().map(resolve).transpose()?;
+            let app_token = receiver.spec.slack.as_ref().and_then(|s| s.app_token.as_ref()).map(resolve).transpose()?;
             let target =
                 crate::alerts::delivery::target(&key.namespace, &receiver.spec, secrets).map_err(|e| e.to_string())?;
-            let (provider, client) = match target {
-                Target::Telegram { base_url, bot_token, .. } => (
-                    Provider::Telegram,
-                    Client::Telegram(Arc::new(
-                        TelegramApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?,
-                    )),
-                ),
-                Target::Mattermost { base_url, bot_token, .. } => (
-                    Provider::Mattermost,
-                    Client::Mattermost(Arc::new(
-                        MattermostApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?,
-                    )),
-                ),
+            let (provider, client, token) = match target {
+                Target::Telegram { base_url, bot_token, .. } => {
+                    let api = TelegramApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?;
+                    (Provider::Telegram, Client::Telegram(Arc::new(api)), bot_token)
+                }
+                Target::Mattermost { base_url, bot_token, .. } => {
+                    let api = MattermostApi::new(&base_url, &bot_token, timeout).map_err(|e| e.to_string())?;
+                    (Provider::Mattermost, Client::Mattermost(Arc::new(api)), bot_token)
+                }
                 Target::Slack { base_url, bot_token, .. } => {
-                    let app_token = match receiver.spec.slack.as_ref().and_then(|s| s.app_token.as_ref()) {
-                        Some(reference) => Some(
-                            secrets
-                                .resolve(&key.namespace, reference)
-                                .map_err(|e| e.to_string())?
-                                .expose()
-                                .trim()
-                                .to_string(),
-                        ),
-                        None => None,
-                    };
                     let bot = SlackBot::new(&base_url, &bot_token, app_token.as_deref(), timeout);
-                    (Provider::Slack, Client::Slack(Arc::new(bot.map_err(|e| e.to_string())?)))
+                    (Provider::Slack, Client::Slack(Arc::new(bot.map_err(|e| e.to_string())?)), bot_token)
                 }
                 Target::Webhook { .. } => return Err("a webhook receiver has no bot".to_string()),
             };
@@ -134,7 +119,16 @@ pub fn receivers(catalog: &Catalog, secrets: &dyn SecretResolver, timeout: Durat
                 conversations: inbound.allowed_conversation_ids.iter().cloned().collect(),
                 users: inbound.allowed_user_ids.iter().cloned().collect(),
             };
-            Ok::<_, String>(Receiver { key: name.clone(), provider, mode: inbound.mode, secret, allow, client })
+            let fingerprint = fingerprint(&receiver.spec, [secret.as_deref(), app_token.as_deref(), Some(&token)]);
+            Ok::<_, String>(Receiver {
+                key: name.clone(),
+                provider,
+                mode: inbound.mode,
+                secret,
+                allow,
+                client,
+                fingerprint,
+            })
         })();
         match built {
             Ok(receiver) => {
@@ -146,22 +140,45 @@ pub fn receivers(catalog: &Catalog, secrets: &dyn SecretResolver, timeout: Durat
     found
 }
 
+/// A number that changes when a receiver's spec or a resolved secret of it does (in memory
+/// only: never shown).
+fn fingerprint<'a>(
+    spec: &crate::resources::notification_receiver::NotificationReceiverSpec,
+    secrets: impl IntoIterator<Item = Option<&'a str>>,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(spec).unwrap_or_default().hash(&mut hasher);
+    for secret in secrets {
+        secret.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
 /// The running bots: the receivers in force and the gateway.
 pub struct Bots {
     pub(super) gateway: Arc<Gateway>,
     receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>,
     /// Incidents, whose notification threads a Slack bot answers unmentioned.
     pub(super) alerts: Option<Arc<AlertStore>>,
+    /// Where a Slack receiver's connection shows (`Connected`).
+    pub(super) board: Option<StatusBoard>,
 }
 
 impl Bots {
+    /// The receivers in force.
+    pub(super) fn receivers(&self) -> Arc<BTreeMap<String, Receiver>> {
+        self.receivers.load_full()
+    }
+
     /// Bots over `gateway`, replying through `receivers` (shared with the [`ProviderReplier`]).
     pub fn new(
         gateway: Arc<Gateway>,
         receivers: Arc<ArcSwap<BTreeMap<String, Receiver>>>,
         alerts: Option<Arc<AlertStore>>,
+        board: Option<StatusBoard>,
     ) -> Self {
-        Self { gateway, receivers, alerts }
+        Self { gateway, receivers, alerts, board }
     }
 
     /// The receiver a webhook path names: `namespace.name`, `namespace/name`, or a name
@@ -215,88 +232,6 @@ impl Bots {
             }
         }
         self.gateway.submit(inbound).await.map_err(WebhookError::Busy)
-    }
-
-    /// Long-polls every Telegram receiver in polling mode and holds the Socket Mode connection
-    /// of every Slack receiver in socket mode, until `cancel`; receivers are re-read every
-    /// second, so a changed Catalog takes effect.
-    pub async fn poll(self: Arc<Self>, cancel: CancellationToken) {
-        let mut running: BTreeMap<String, CancellationToken> = BTreeMap::new();
-        loop {
-            let receivers = self.receivers.load_full();
-            let polling: BTreeMap<&String, &Receiver> = receivers
-                .iter()
-                .filter(|(_, r)| matches!(r.mode, InboundMode::Polling | InboundMode::Socket))
-                .collect();
-            running.retain(|key, stop| {
-                let keep = polling.contains_key(key);
-                if !keep {
-                    stop.cancel();
-                }
-                keep
-            });
-            for (key, receiver) in polling {
-                if running.contains_key(key) {
-                    continue;
-                }
-                let stop = cancel.child_token();
-                running.insert(key.clone(), stop.clone());
-                match receiver.client {
-                    Client::Slack(_) => tokio::spawn(socket_mode(self.clone(), receiver.clone(), stop)),
-                    _ => tokio::spawn(poll_one(self.gateway.clone(), receiver.clone(), stop)),
-                };
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
-}
-
-/// One receiver's `getUpdates` loop. The offset advances past an update only once it
-/// is durably queued (or refused); a full queue is retried every second; failures back
-/// off from 1 s to 30 s. Telegram keeps unconfirmed updates, and the dedup ids survive
-/// a restart, so nothing is lost and nothing is answered twice.
-async fn poll_one(gateway: Arc<Gateway>, receiver: Receiver, stop: CancellationToken) {
-    let Client::Telegram(api) = &receiver.client else { return };
-    let (mut offset, mut backoff) = (0_i64, Duration::from_secs(1));
-    while !stop.is_cancelled() {
-        let updates = tokio::select! {
-            _ = stop.cancelled() => return,
-            updates = api.get_updates(offset, POLL_SECONDS) => updates,
-        };
-        let updates = match updates {
-            Ok(updates) => {
-                backoff = Duration::from_secs(1);
-                updates
-            }
-            Err(error) => {
-                tracing::warn!(receiver = %receiver.key, %error, backoff_s = backoff.as_secs(), "telegram getUpdates failed");
-                tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(backoff) => {} }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        for update in updates {
-            let Some(id) = update["update_id"].as_i64().filter(|id| *id >= offset) else { continue };
-            match ingress::telegram_update(&receiver.key, &update, &receiver.allow) {
-                Ok(inbound) => loop {
-                    match gateway.submit(inbound.clone()).await {
-                        Ok(_) => break,
-                        Err(error) => {
-                            tracing::warn!(receiver = %receiver.key, %error, "bot message not queued yet; retrying");
-                            tokio::select! { _ = stop.cancelled() => return, _ = tokio::time::sleep(Duration::from_secs(1)) => {} }
-                        }
-                    }
-                },
-                Err(Refusal::Forbidden) => {
-                    tracing::info!(receiver = %receiver.key, event = "ingress_forbidden", "telegram message from outside the allowlists ignored");
-                }
-                Err(refusal) => tracing::debug!(receiver = %receiver.key, %refusal, "telegram update skipped"),
-            }
-            offset = id + 1;
-        }
     }
 }
 
@@ -404,7 +339,7 @@ impl Replier for ProviderReplier {
                     )
                     .await
                     .map(drop),
-                Client::Slack(bot) => super::slack_bot::reply(bot, inbound, text).await,
+                Client::Slack(bot) => bot.reply(inbound, text).await,
             }
             .map_err(|e| e.to_string())
         })

@@ -8,6 +8,7 @@
 //! of those traits; messages reach the gateway through [`Gateway::submit`].
 
 pub mod commands;
+pub(crate) mod connections;
 pub(crate) mod gateway;
 pub(crate) mod host;
 pub(crate) mod ingress;

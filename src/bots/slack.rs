@@ -1,5 +1,6 @@
 //! Decoding what Slack sends a bot into one [`Inbound`] message: Events API callbacks
-//! (over HTTP or a Socket Mode envelope) and `/akritas` slash commands.
+//! (over HTTP or a Socket Mode envelope) and `/akritas` slash commands; and a receiver's
+//! Web API clients ([`SlackBot`]), which reply.
 //!
 //! Over HTTP the request is checked first ([`verify`]): the `X-Slack-Signature` v0 HMAC over
 //! `v0:{timestamp}:{body}` in constant time, and a `X-Slack-Request-Timestamp` at most five
@@ -15,13 +16,15 @@
 //! mention it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::ingress::{Allowlists, Inbound, MAX_ID_BYTES, MAX_TEXT_BYTES, Provider, Refusal, slash_text};
-use crate::notify::slack::BotIdentity;
+use crate::notify::chat::ChatError;
+use crate::notify::slack::{BotIdentity, SlackApi};
 
 /// The header Slack signs requests in.
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
@@ -220,6 +223,37 @@ pub fn command(receiver: &str, fields: &BTreeMap<String, String>, allow: &Allowl
         response_url,
         text: if text.is_empty() { "/help".to_owned() } else { slash_text(text) },
     })
+}
+
+/// A Slack receiver's clients: the bot token's, and the app-level token's for Socket Mode.
+pub struct SlackBot {
+    /// `chat.postMessage`, `auth.test`, `response_url`.
+    api: SlackApi,
+    /// `apps.connections.open` (Socket Mode only).
+    pub(super) app: Option<SlackApi>,
+    identity: tokio::sync::OnceCell<BotIdentity>,
+}
+
+impl SlackBot {
+    /// Clients for `base_url` with the bot token and, for Socket Mode, the app-level token.
+    pub fn new(base_url: &str, bot_token: &str, app_token: Option<&str>, timeout: Duration) -> Result<Self, ChatError> {
+        let app = app_token.map(|token| SlackApi::new(base_url, token, timeout)).transpose()?;
+        Ok(SlackBot { api: SlackApi::new(base_url, bot_token, timeout)?, app, identity: Default::default() })
+    }
+
+    /// Who the bot is (`auth.test`, asked once).
+    pub async fn identity(&self) -> Result<&BotIdentity, ChatError> {
+        self.identity.get_or_try_init(|| self.api.auth_test()).await
+    }
+
+    /// Replies to a Slack message: a slash command through its `response_url`, anything else
+    /// in its channel and thread.
+    pub async fn reply(&self, inbound: &Inbound, text: &str) -> Result<(), ChatError> {
+        match &inbound.response_url {
+            Some(url) => self.api.respond(url, text).await,
+            None => self.api.send_reply(&inbound.conversation_id, text, inbound.thread_id.as_deref()).await.map(drop),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
-//! Slack as the host runs it: a receiver's Web API clients and the bot's identity
-//! ([`SlackBot`]), the Events API and slash-command entry points the HTTP routes call, and
-//! the Socket Mode connection ([`socket_mode`]) that brings the same events over a WebSocket
+//! Slack as the host runs it: the Events API and slash-command entry points the HTTP routes
+//! call, the bot-token check, and the Socket Mode connection ([`socket_mode`]) that brings the same events over a WebSocket
 //! the host opens, for clusters without ingress.
 //!
 //! Socket Mode: `apps.connections.open` with the app-level token gives a one-time URL; each
@@ -21,11 +20,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::gateway::{Accepted, SubmitError};
 use super::host::{Bots, Client, Receiver, WebhookError};
-use super::ingress::{Inbound, Provider, Refusal};
+use super::ingress::{Provider, Refusal};
 use super::sessions::SessionKey;
-use super::slack::{self, SlackEvent};
-use crate::notify::chat::ChatError;
-use crate::notify::slack::{BotIdentity, SlackApi};
+use super::slack::{self, SlackBot, SlackEvent};
+use crate::catalog::ObjectKey;
+use crate::catalog::readiness::{Check, reasons};
+use crate::notify::slack::BotIdentity;
+use crate::resources::Kind;
 
 /// The longest wait for `auth.test` while Slack waits for an answer.
 const IDENTITY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -37,28 +38,6 @@ const SILENT_FOR: Duration = Duration::from_secs(90);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// What a slash command is answered at once; the answer follows through its `response_url`.
 pub const COMMAND_ACK: &str = "Working on it…";
-
-/// A Slack receiver's clients: the bot token's, and the app-level token's for Socket Mode.
-pub struct SlackBot {
-    /// `chat.postMessage`, `auth.test`, `response_url`.
-    pub(super) api: SlackApi,
-    /// `apps.connections.open` (Socket Mode only).
-    app: Option<SlackApi>,
-    identity: tokio::sync::OnceCell<BotIdentity>,
-}
-
-impl SlackBot {
-    /// Clients for `base_url` with the bot token and, for Socket Mode, the app-level token.
-    pub fn new(base_url: &str, bot_token: &str, app_token: Option<&str>, timeout: Duration) -> Result<Self, ChatError> {
-        let app = app_token.map(|token| SlackApi::new(base_url, token, timeout)).transpose()?;
-        Ok(SlackBot { api: SlackApi::new(base_url, bot_token, timeout)?, app, identity: Default::default() })
-    }
-
-    /// Who the bot is (`auth.test`, asked once).
-    pub async fn identity(&self) -> Result<&BotIdentity, ChatError> {
-        self.identity.get_or_try_init(|| self.api.auth_test()).await
-    }
-}
 
 /// What an Events API call is answered.
 #[derive(Debug)]
@@ -156,21 +135,50 @@ async fn identity_now(bot: &SlackBot) -> Result<&BotIdentity, WebhookError> {
     }
 }
 
-/// Replies to a Slack message: a slash command through its `response_url`, anything else in
-/// its channel and thread.
-pub(super) async fn reply(bot: &SlackBot, inbound: &Inbound, text: &str) -> Result<(), ChatError> {
-    match &inbound.response_url {
-        Some(url) => bot.api.respond(url, text).await,
-        None => bot.api.send_reply(&inbound.conversation_id, text, inbound.thread_id.as_deref()).await.map(drop),
-    }
-}
-
 /// How one Socket Mode connection ended.
 enum Ended {
     /// Stopped by the host.
     Stopped,
     /// Slack asked for a new connection (`disconnect`).
     Refresh,
+}
+
+/// Shows a receiver's connection as its `Connected` condition (`None`: none).
+fn report(bots: &Bots, receiver: &str, connection: Option<Check>) {
+    let (Some(board), Some((namespace, name))) = (&bots.board, receiver.split_once('/')) else { return };
+    let key = ObjectKey { kind: Kind::NotificationReceiver, namespace: namespace.to_string(), name: name.to_string() };
+    board.set_connection(&key, connection);
+}
+
+/// A Slack receiver taking the Events API: its bot token checked with `auth.test` until it
+/// answers (backing off to 30 s), shown as `Connected`.
+pub(super) async fn identity_check(bots: Arc<Bots>, receiver: Receiver, stop: CancellationToken) {
+    let Client::Slack(bot) = &receiver.client else { return };
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let checked = tokio::select! {
+            () = stop.cancelled() => break,
+            checked = bot.identity() => checked,
+        };
+        match checked {
+            Ok(identity) => {
+                let message = format!("auth.test: bot {} in workspace {}", identity.user_id, identity.team_id);
+                report(&bots, &receiver.key, Some(Check::passed(reasons::CONNECTED, message)));
+                stop.cancelled().await;
+                break;
+            }
+            Err(error) => {
+                report(
+                    &bots,
+                    &receiver.key,
+                    Some(Check::failed(reasons::NOT_CONNECTED, format!("auth.test: {error}"))),
+                );
+                tokio::select! { () = stop.cancelled() => break, () = tokio::time::sleep(backoff) => {} }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+    report(&bots, &receiver.key, None);
 }
 
 fn set_connected(receiver: &str, connected: bool) {
@@ -186,22 +194,25 @@ fn set_connected(receiver: &str, connected: bool) {
 pub(super) async fn socket_mode(bots: Arc<Bots>, receiver: Receiver, stop: CancellationToken) {
     let Client::Slack(bot) = &receiver.client else { return };
     let mut backoff = Duration::from_secs(1);
+    report(&bots, &receiver.key, Some(Check::pending(reasons::CONNECTING, "opening the Socket Mode connection")));
     while !stop.is_cancelled() {
         let ended = connection(&bots, &receiver, bot, &stop).await;
         set_connected(&receiver.key, false);
         match ended {
-            Ok(Ended::Stopped) => return,
+            Ok(Ended::Stopped) => break,
             Ok(Ended::Refresh) => {
                 tracing::info!(receiver = %receiver.key, "slack asked for a new socket mode connection");
                 backoff = Duration::from_secs(1);
             }
             Err(error) => {
                 tracing::warn!(receiver = %receiver.key, %error, backoff_s = backoff.as_secs(), "slack socket mode connection failed");
-                tokio::select! { () = stop.cancelled() => return, () = tokio::time::sleep(backoff) => {} }
+                report(&bots, &receiver.key, Some(Check::failed(reasons::NOT_CONNECTED, error)));
+                tokio::select! { () = stop.cancelled() => break, () = tokio::time::sleep(backoff) => {} }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     }
+    report(&bots, &receiver.key, None);
 }
 
 /// One connection: opened, then read until it ends. Errors are for the log (no secrets: the
@@ -247,7 +258,10 @@ async fn connection(
             continue;
         };
         match envelope.get("type").and_then(Value::as_str).unwrap_or_default() {
-            "hello" => set_connected(&receiver.key, true),
+            "hello" => {
+                set_connected(&receiver.key, true);
+                report(bots, &receiver.key, Some(Check::passed(reasons::CONNECTED, "Socket Mode connection open")));
+            }
             "disconnect" => {
                 let _ = socket.close(None).await;
                 return Ok(Ended::Refresh);

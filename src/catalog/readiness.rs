@@ -13,7 +13,8 @@ pub(crate) mod conditions {
     pub const READY: &str = crate::resources::common::READY;
     /// Whether every secret reference of the object resolves now.
     pub const SECRETS_RESOLVED: &str = "SecretsResolved";
-    /// McpAdapter: the session with the server is up.
+    /// McpAdapter: the session with the server is up. Slack NotificationReceiver: its Socket
+    /// Mode connection is open (`inbound.mode: socket`), or its bot token answers `auth.test`.
     pub const CONNECTED: &str = "Connected";
     /// Workspace: the local path is a git working tree with a HEAD commit, or the
     /// remote is cloned.
@@ -39,11 +40,11 @@ pub(crate) mod reasons {
     pub const SECRETS_UNRESOLVED: &str = "SecretsUnresolved";
     /// The secret references have not been resolved yet.
     pub const RESOLVING: &str = "Resolving";
-    /// McpAdapter: the session is being started.
+    /// McpAdapter or Slack receiver: the session or connection is being started.
     pub const CONNECTING: &str = "Connecting";
-    /// McpAdapter: the session is up and its tools are listed.
+    /// McpAdapter: the session is up and its tools are listed; Slack receiver: connected.
     pub const CONNECTED: &str = "Connected";
-    /// McpAdapter: the server could not be started or reached (retried).
+    /// McpAdapter or Slack receiver: the server could not be started or reached (retried).
     pub const NOT_CONNECTED: &str = "NotConnected";
     /// Workspace or ValidatorProfile: the check has not run yet.
     pub const CHECKING: &str = "Checking";

@@ -105,6 +105,8 @@ struct Observed {
     secrets: Option<Result<(), (&'static str, String)>>,
     /// The outcome of its live check (`None`: none reported yet).
     check: Option<Check>,
+    /// The state of its connection to its provider (`None`: no `Connected` condition).
+    connection: Option<Check>,
 }
 
 #[derive(Default)]
@@ -168,9 +170,9 @@ impl StatusBoard {
         let mut board = self.write();
         let Board { snapshot, observed } = &mut *board;
         let entry = observed.entry(key.clone()).or_default();
-        let before = (entry.secrets.clone(), entry.check.clone());
+        let before = entry.clone();
         change(entry);
-        if before == (entry.secrets.clone(), entry.check.clone()) {
+        if before == *entry {
             return;
         }
         let entry = observed.get(key);
@@ -208,6 +210,13 @@ impl StatusBoard {
     /// Records the outcome of the object's live check.
     pub fn set_check(&self, key: &ObjectKey, check: Check) {
         self.observe(key, |observed| observed.check = Some(check));
+    }
+
+    /// Records the state of the object's connection to its provider (a Slack receiver's
+    /// Socket Mode WebSocket, or its bot token's `auth.test`), shown as the `Connected`
+    /// condition that `Ready` then depends on; `None` removes the condition.
+    pub fn set_connection(&self, key: &ObjectKey, connection: Option<Check>) {
+        self.observe(key, |observed| observed.connection = connection);
     }
 
     /// Forgets what was observed about objects no longer present.
@@ -273,16 +282,12 @@ fn derive(report: &ResourceReport, observed: Option<&Observed>) -> Vec<Condition
     }
     if let Some(live) = report.needs.check {
         parts.push(match observed.and_then(|o| o.check.as_ref()) {
-            Some(check) => {
-                let status = match check.state {
-                    CheckState::Passed => ConditionStatus::True,
-                    CheckState::Failed => ConditionStatus::False,
-                    CheckState::Pending => ConditionStatus::Unknown,
-                };
-                condition(live.condition, status, check.reason, &check.message)
-            }
+            Some(check) => check_condition(live.condition, check),
             None => condition(live.condition, ConditionStatus::Unknown, live.pending, "not checked yet"),
         });
+    }
+    if let Some(connection) = observed.and_then(|o| o.connection.as_ref()) {
+        parts.push(check_condition(conditions::CONNECTED, connection));
     }
     let errors = report.errors.join("; ");
     let ready = match report.in_force {
@@ -302,6 +307,15 @@ fn derive(report: &ResourceReport, observed: Option<&Observed>) -> Vec<Condition
         }
     };
     std::iter::once(ready).chain(parts).collect()
+}
+
+fn check_condition(type_: &str, check: &Check) -> Condition {
+    let status = match check.state {
+        CheckState::Passed => ConditionStatus::True,
+        CheckState::Failed => ConditionStatus::False,
+        CheckState::Pending => ConditionStatus::Unknown,
+    };
+    condition(type_, status, check.reason, &check.message)
 }
 
 fn condition(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> Condition {
@@ -481,5 +495,28 @@ mod tests {
         board.count_write_failure(Kind::Run);
         assert!(board.write_failures().contains(&(Kind::Run, 1)));
         assert!(board.write_failures().contains(&(Kind::Skill, 0)));
+    }
+
+    #[test]
+    fn a_connection_adds_connected_and_ready_follows_it() {
+        let board = board_with(
+            Kind::NotificationReceiver,
+            Needs { check: live_check(Kind::NotificationReceiver), ..Needs::default() },
+        );
+        let key = key(Kind::NotificationReceiver);
+        board.set_check(&key, Check::passed(reasons::EGRESS_ALLOWED, "reachable"));
+        assert_eq!(ready(&board).0, ConditionStatus::True);
+        board.set_connection(&key, Some(Check::failed(reasons::NOT_CONNECTED, "apps.connections.open: invalid_auth")));
+        assert_eq!(
+            ready(&board),
+            (ConditionStatus::False, reasons::NOT_CONNECTED.into(), "apps.connections.open: invalid_auth".into())
+        );
+        board.set_connection(&key, Some(Check::passed(reasons::CONNECTED, "Socket Mode connection open")));
+        let snapshot = board.get();
+        let connected = find_condition(&snapshot.resources[0].conditions, conditions::CONNECTED).unwrap();
+        assert_eq!(connected.status, ConditionStatus::True);
+        assert_eq!(ready(&board).0, ConditionStatus::True);
+        board.set_connection(&key, None);
+        assert!(find_condition(&board.get().resources[0].conditions, conditions::CONNECTED).is_none());
     }
 }

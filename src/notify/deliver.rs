@@ -5,13 +5,12 @@
 //! bot token in the URL path). Response bodies are read up to 64 KiB and
 //! discarded (never logged).
 
-use super::chat::mattermost_escape;
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
 use super::message::{
-    FailedNotice, Notification, ResolvedNotice, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES,
-    WEBHOOK_RESOLVED_EVENT, failed_mattermost_text, failed_telegram_text, failed_webhook_body, mattermost_text,
-    resolved_text, resolved_webhook_body, telegram_text, webhook_body,
+    Notification, Payload, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT,
+    failed_webhook_body, resolved_webhook_body, webhook_body,
 };
+use super::slack::{MAX_RETRY_AFTER, SlackApi};
 use futures_util::future::join_all;
 use hmac::{Hmac, Mac};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
@@ -254,43 +253,6 @@ struct PreparedRequest {
     telegram: bool,
 }
 
-/// What a delivery carries: an investigation's result, a resolve notice, or the
-/// notice that an investigation failed.
-#[derive(Debug, Clone, Copy)]
-pub enum Payload<'a> {
-    /// `incident.investigated`.
-    Investigated(&'a Notification),
-    /// `incident.resolved`.
-    Resolved(&'a ResolvedNotice),
-    /// `incident.investigation_failed`.
-    Failed(&'a FailedNotice),
-}
-
-impl Payload<'_> {
-    /// The Telegram text.
-    pub fn telegram_text(&self) -> String {
-        match self {
-            Payload::Investigated(n) => telegram_text(n),
-            Payload::Resolved(n) => resolved_text(n),
-            Payload::Failed(n) => failed_telegram_text(n),
-        }
-    }
-
-    /// The Mattermost text (Markdown-escaped).
-    pub fn mattermost_text(&self) -> String {
-        match self {
-            Payload::Investigated(n) => mattermost_text(n),
-            Payload::Resolved(n) => mattermost_escape(&resolved_text(n)),
-            Payload::Failed(n) => failed_mattermost_text(n),
-        }
-    }
-
-    /// The Slack mrkdwn text: the plain text (values sanitised) with `&`, `<` and `>` escaped.
-    pub fn slack_text(&self) -> String {
-        super::slack::slack_escape(&self.telegram_text())
-    }
-}
-
 fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<PreparedRequest, DeliveryError> {
     match target {
         Target::Webhook { url, bearer_token, hmac_secret } => {
@@ -347,7 +309,7 @@ fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<P
                 telegram: false,
             })
         }
-        // Slack answers errors with HTTP 200 and gives thread ids: it is sent by deliver_threaded.
+        // Slack answers errors with HTTP 200 and paces posts: deliver_payload sends it with deliver_slack.
         Target::Slack { .. } => Err(DeliveryError::CreateRequest),
     }
 }
@@ -447,7 +409,7 @@ pub async fn deliver_payload(
     policy: RetryPolicy,
 ) -> DeliveryOutcome {
     if let Target::Slack { .. } = target {
-        return super::thread::deliver_chat(receiver, target, payload, None, delivery_id, policy).await.outcome;
+        return deliver_slack(receiver, target, payload, None, delivery_id, policy).await.0;
     }
     let started = Instant::now();
     let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
@@ -488,6 +450,106 @@ pub async fn deliver_payload(
     }
     finish(&mut outcome, started);
     outcome
+}
+
+/// Posts `payload` to a Slack channel (in the thread `root` when given) with
+/// `chat.postMessage`, waiting out a 429's `Retry-After`; the outcome and the new message's `ts`.
+pub(super) async fn deliver_slack(
+    receiver: &str,
+    target: &Target,
+    payload: Payload<'_>,
+    root: Option<&str>,
+    delivery_id: &str,
+    policy: RetryPolicy,
+) -> (DeliveryOutcome, Option<String>) {
+    let started = Instant::now();
+    let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
+    let sent = match target {
+        Target::Slack { base_url, bot_token, channel_id } => {
+            let text = payload.slack_text();
+            match SlackApi::new(base_url, bot_token, policy.timeout) {
+                Ok(api) => retry(&mut outcome, policy, || api.post_message(channel_id, &text, root)).await,
+                Err(error) => Err(error),
+            }
+        }
+        _ => Err(ChatError::InvalidBaseUrl),
+    };
+    let ts = settle(&mut outcome, sent, started);
+    (outcome, ts)
+}
+
+/// Records what a chat call did on `outcome` (delivered, or the error's code and status) and
+/// finishes it; the id of the message sent.
+pub(super) fn settle(
+    outcome: &mut DeliveryOutcome,
+    sent: Result<String, ChatError>,
+    started: Instant,
+) -> Option<String> {
+    let message_id = match sent {
+        Ok(id) => {
+            outcome.delivered = true;
+            outcome.error = None;
+            Some(id)
+        }
+        Err(error) => {
+            match &error {
+                ChatError::HttpStatus { status, .. } => outcome.http_status = Some(*status),
+                ChatError::RateLimited(_) => outcome.http_status = Some(429),
+                _ => {}
+            }
+            outcome.error = Some(error.code().to_string());
+            None
+        }
+    };
+    if outcome.delivered && outcome.http_status.is_none() {
+        outcome.http_status = Some(200);
+    }
+    finish(outcome, started);
+    message_id
+}
+
+/// Whether a failed chat call may be retried: timeouts, unreachable provider, 429 and 5xx.
+fn retryable(error: &ChatError) -> bool {
+    match error {
+        ChatError::Timeout | ChatError::RequestFailed => true,
+        ChatError::RateLimited(seconds) => *seconds <= MAX_RETRY_AFTER,
+        ChatError::HttpStatus { status, .. } => *status == 429 || *status >= 500,
+        _ => false,
+    }
+}
+
+/// Calls `send` up to `policy.attempts` times while it fails with a retryable error,
+/// backing off exponentially; counts the attempts on `outcome`.
+pub(super) async fn retry<T, F, Fut>(
+    outcome: &mut DeliveryOutcome,
+    policy: RetryPolicy,
+    mut send: F,
+) -> Result<T, ChatError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ChatError>>,
+{
+    let max_attempts = policy.attempts.max(1);
+    loop {
+        outcome.attempts += 1;
+        let result = match tokio::time::timeout(policy.timeout, send()).await {
+            Ok(result) => result,
+            Err(_) => Err(ChatError::Timeout),
+        };
+        match result {
+            Err(error) if retryable(&error) && outcome.attempts < max_attempts => {
+                let shift = (outcome.attempts - 1).min(16);
+                let backoff = policy.base_delay.saturating_mul(1u32 << shift);
+                // A rate limit says how long to wait: at least that.
+                let asked = match error {
+                    ChatError::RateLimited(seconds) => std::time::Duration::from_secs(seconds),
+                    _ => std::time::Duration::ZERO,
+                };
+                tokio::time::sleep(backoff.max(asked)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Stamps the duration of a delivery, counts it on /metrics and logs a failure.

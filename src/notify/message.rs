@@ -316,6 +316,43 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// What a delivery carries: an investigation's result, a resolve notice, or the
+/// notice that an investigation failed.
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    /// `incident.investigated`.
+    Investigated(&'a Notification),
+    /// `incident.resolved`.
+    Resolved(&'a ResolvedNotice),
+    /// `incident.investigation_failed`.
+    Failed(&'a FailedNotice),
+}
+
+impl Payload<'_> {
+    /// The Telegram text.
+    pub fn telegram_text(&self) -> String {
+        match self {
+            Payload::Investigated(n) => telegram_text(n),
+            Payload::Resolved(n) => resolved_text(n),
+            Payload::Failed(n) => failed_telegram_text(n),
+        }
+    }
+
+    /// The Mattermost text (Markdown-escaped).
+    pub fn mattermost_text(&self) -> String {
+        match self {
+            Payload::Investigated(n) => mattermost_text(n),
+            Payload::Resolved(n) => mattermost_escape(&resolved_text(n)),
+            Payload::Failed(n) => failed_mattermost_text(n),
+        }
+    }
+
+    /// The Slack mrkdwn text: the plain text (values sanitised) with `&`, `<` and `>` escaped.
+    pub fn slack_text(&self) -> String {
+        super::slack::slack_escape(&self.telegram_text())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

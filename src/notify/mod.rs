@@ -11,11 +11,11 @@ pub mod slack;
 pub(crate) mod thread;
 
 pub use deliver::{
-    DeliveryError, DeliveryOutcome, Payload, RetryPolicy, TELEGRAM_DEFAULT_BASE_URL, Target, deliver, deliver_all,
+    DeliveryError, DeliveryOutcome, RetryPolicy, TELEGRAM_DEFAULT_BASE_URL, Target, deliver, deliver_all,
     deliver_payload, new_delivery_id, signature_header,
 };
 pub use message::{
-    AlertStatus, FailedNotice, Notification, ResolvedNotice, mattermost_text, resolved_text, run_url, telegram_text,
-    webhook_body,
+    AlertStatus, FailedNotice, Notification, Payload, ResolvedNotice, mattermost_text, resolved_text, run_url,
+    telegram_text, webhook_body,
 };
 pub use thread::{ThreadedOutcome, deliver_threaded};

@@ -9,9 +9,9 @@
 
 use std::time::Instant;
 
-use super::chat::{ChatError, MattermostApi, TelegramApi};
-use super::deliver::{DeliveryOutcome, Payload, RetryPolicy, Target, deliver_payload, finish};
-use super::slack::{MAX_RETRY_AFTER, SlackApi};
+use super::chat::{MattermostApi, TelegramApi};
+use super::deliver::{DeliveryOutcome, RetryPolicy, Target, deliver_payload, deliver_slack, retry, settle};
+use super::message::Payload;
 
 /// The outcome of a threaded delivery, and the id of the message it created.
 #[derive(Debug, Clone)]
@@ -19,16 +19,6 @@ pub struct ThreadedOutcome {
     pub outcome: DeliveryOutcome,
     /// Telegram `message_id` (as text) or Mattermost post id of the message sent.
     pub message_id: Option<String>,
-}
-
-/// Whether a failed chat call may be retried: timeouts, unreachable provider, 429 and 5xx.
-fn retryable(error: &ChatError) -> bool {
-    match error {
-        ChatError::Timeout | ChatError::RequestFailed => true,
-        ChatError::RateLimited(seconds) => *seconds <= MAX_RETRY_AFTER,
-        ChatError::HttpStatus { status, .. } => *status == 429 || *status >= 500,
-        _ => false,
-    }
 }
 
 /// Delivers `payload` to one receiver. For Telegram and Mattermost: as a reply in the
@@ -43,26 +33,13 @@ pub async fn deliver_threaded(
     delivery_id: &str,
     policy: RetryPolicy,
 ) -> ThreadedOutcome {
-    if let Target::Webhook { .. } = target {
-        let outcome = deliver_payload(client, receiver, target, payload, delivery_id, policy).await;
-        return ThreadedOutcome { outcome, message_id: None };
-    }
-    deliver_chat(receiver, target, payload, root, delivery_id, policy).await
-}
-
-/// [`deliver_threaded`] to a chat receiver (a webhook target is refused: `create_request`).
-pub(super) async fn deliver_chat(
-    receiver: &str,
-    target: &Target,
-    payload: Payload<'_>,
-    root: Option<&str>,
-    delivery_id: &str,
-    policy: RetryPolicy,
-) -> ThreadedOutcome {
     let started = Instant::now();
     let mut outcome = DeliveryOutcome::pending(receiver, target, delivery_id);
     let sent = match target {
-        Target::Webhook { .. } => Err(ChatError::EncodePayload),
+        Target::Webhook { .. } => {
+            let outcome = deliver_payload(client, receiver, target, payload, delivery_id, policy).await;
+            return ThreadedOutcome { outcome, message_id: None };
+        }
         Target::Telegram { base_url, bot_token, chat_id, message_thread_id } => {
             let text = payload.telegram_text();
             // A root that is not a Telegram message id cannot be replied to: send top-level.
@@ -83,63 +60,11 @@ pub(super) async fn deliver_chat(
                 Err(error) => Err(error),
             }
         }
-        Target::Slack { base_url, bot_token, channel_id } => {
-            let text = payload.slack_text();
-            match SlackApi::new(base_url, bot_token, policy.timeout) {
-                Ok(api) => retry(&mut outcome, policy, || api.post_message(channel_id, &text, root)).await,
-                Err(error) => Err(error),
-            }
+        Target::Slack { .. } => {
+            let (outcome, message_id) = deliver_slack(receiver, target, payload, root, delivery_id, policy).await;
+            return ThreadedOutcome { outcome, message_id };
         }
     };
-    let message_id = match sent {
-        Ok(id) => {
-            outcome.delivered = true;
-            outcome.error = None;
-            Some(id)
-        }
-        Err(error) => {
-            match &error {
-                ChatError::HttpStatus { status, .. } => outcome.http_status = Some(*status),
-                ChatError::RateLimited(_) => outcome.http_status = Some(429),
-                _ => {}
-            }
-            outcome.error = Some(error.code().to_string());
-            None
-        }
-    };
-    if outcome.delivered && outcome.http_status.is_none() {
-        outcome.http_status = Some(200);
-    }
-    finish(&mut outcome, started);
+    let message_id = settle(&mut outcome, sent, started);
     ThreadedOutcome { outcome, message_id }
-}
-
-/// Calls `send` up to `policy.attempts` times while it fails with a retryable error,
-/// backing off exponentially; counts the attempts on `outcome`.
-async fn retry<T, F, Fut>(outcome: &mut DeliveryOutcome, policy: RetryPolicy, mut send: F) -> Result<T, ChatError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, ChatError>>,
-{
-    let max_attempts = policy.attempts.max(1);
-    loop {
-        outcome.attempts += 1;
-        let result = match tokio::time::timeout(policy.timeout, send()).await {
-            Ok(result) => result,
-            Err(_) => Err(ChatError::Timeout),
-        };
-        match result {
-            Err(error) if retryable(&error) && outcome.attempts < max_attempts => {
-                let shift = (outcome.attempts - 1).min(16);
-                let backoff = policy.base_delay.saturating_mul(1u32 << shift);
-                // A rate limit says how long to wait: at least that.
-                let asked = match error {
-                    ChatError::RateLimited(seconds) => std::time::Duration::from_secs(seconds),
-                    _ => std::time::Duration::ZERO,
-                };
-                tokio::time::sleep(backoff.max(asked)).await;
-            }
-            other => return other,
-        }
-    }
 }

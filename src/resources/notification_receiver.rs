@@ -293,7 +293,7 @@ pub struct SlackReceiver {
 /// How a bot receives messages and who may use it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("self.mode == 'webhook' ? has(self.secret) : !has(self.secret)").message("mode webhook needs secret; mode polling must not set it"))]
+#[x_kube(validation = Rule::new("self.mode == 'webhook' ? has(self.secret) : !has(self.secret)").message("mode webhook needs secret; modes polling and socket must not set it"))]
 #[x_kube(validation = Rule::new("size(self.allowedConversationIds) > 0 || size(self.allowedUserIds) > 0").message("set at least one of allowedConversationIds or allowedUserIds"))]
 pub struct InboundBot {
     /// `webhook` (the provider calls Akritas), `polling` (Telegram only) or `socket` (Slack's

@@ -15,8 +15,9 @@
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`git_server`]: the real `git http-backend` behind token authentication, and bare-repository helpers.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
-//! - [`telegram`], [`mattermost`]: Telegram Bot API and Mattermost stand-ins that speak the
-//!   real wire formats and record every request, with builders for what those services send.
+//! - [`telegram`], [`mattermost`], [`slack`]: Telegram Bot API, Mattermost and Slack (Web API,
+//!   Events API, Socket Mode) stand-ins that speak the real wire formats and record every
+//!   request, with builders for what those services send.
 //! - [`kubelet`]: a kubelet stand-in serving container logs to [`kube_api`]'s API server.
 //! - [`clients`]: the Python venv (openai, mcp, schemathesis), playwright-core and Chromium.
 //! - [`prom`], [`vm`], [`kube_api`], [`everything`], [`postgres`]: real third-party programs (Prometheus and
@@ -41,6 +42,7 @@ pub mod prom;
 pub mod raw_http;
 pub mod scripted_llm;
 pub mod sink;
+pub mod slack;
 pub mod starter_suite;
 pub mod telegram;
 pub mod vm;
