@@ -44,6 +44,7 @@ mod resource_watch;
 mod run_budget;
 mod run_replay;
 mod serve_http;
+mod slack_providers;
 mod storage_compat;
 mod tenancy;
 mod tiers;

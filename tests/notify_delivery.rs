@@ -2,12 +2,10 @@
 //! API, Mattermost API v4 and the Akritas webhook wire formats and record every
 //! request they receive.
 
-use akritas::investigation::{Actionability, Confidence, FindingStatus};
 use akritas::notify::{
-    AlertStatus, DeliveryOutcome, Notification, RetryPolicy, Target, deliver, deliver_all, run_url, signature_header,
+    DeliveryOutcome, Notification, RetryPolicy, Target, deliver, deliver_all, signature_header,
 };
 use akritas::resources::notification_receiver::ReceiverType;
-use akritas::severity::Severity;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -175,28 +173,7 @@ fn fast() -> RetryPolicy {
 }
 
 fn notification() -> Notification {
-    Notification {
-        incident_id: "inc-7".into(),
-        run_id: Some("run-7".into()),
-        run_url: run_url(Some("https://akritas.test"), "run-7"),
-        source: "alertmanager:prod".into(),
-        title: "HighCPU".into(),
-        severity: Severity::Critical,
-        status: AlertStatus::Firing,
-        entity: "deployment:shop/api".into(),
-        finding: FindingStatus::Suspected,
-        confidence: Confidence::High,
-        actionability: Actionability::RequiresHuman,
-        summary: "*CPU* saturated, ping @channel".into(),
-        impact: "checkout errors for 3% of users".into(),
-        evidence: vec!["tool-call:call_akritas_planned_1".into()],
-        ruled_out: vec!["disk pressure".into()],
-        affected_components: vec!["shop/api".into()],
-        recommended_actions: vec!["Scale `api` to 4 replicas".into()],
-        evidence_count: 5,
-        evidence_coverage: None,
-        production_writes: 0,
-    }
+    akritas_testkit::host::sample_notification()
 }
 
 fn webhook_target(base: &str) -> Target {

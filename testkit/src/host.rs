@@ -278,3 +278,29 @@ pub async fn change_service(
     let client = LlmClient::new(LlmConfig::new(llm.url.clone()), reqwest::Client::new()).unwrap();
     service(&settings, client, audit, directory, &akritas::app::storage::Stores::Embedded).await.unwrap()
 }
+
+/// An investigated incident's notification, with Markdown and a mention in its summary.
+pub fn sample_notification() -> akritas::notify::Notification {
+    akritas::notify::Notification {
+        incident_id: "inc-7".into(),
+        run_id: Some("run-7".into()),
+        run_url: akritas::notify::run_url(Some("https://akritas.test"), "run-7"),
+        source: "alertmanager:prod".into(),
+        title: "HighCPU".into(),
+        severity: akritas::severity::Severity::Critical,
+        status: akritas::notify::AlertStatus::Firing,
+        entity: "deployment:shop/api".into(),
+        finding: akritas::investigation::FindingStatus::Suspected,
+        confidence: akritas::investigation::Confidence::High,
+        actionability: akritas::investigation::Actionability::RequiresHuman,
+        summary: "*CPU* saturated, ping @channel".into(),
+        impact: "checkout errors for 3% of users".into(),
+        evidence: vec!["tool-call:call_akritas_planned_1".into()],
+        ruled_out: vec!["disk pressure".into()],
+        affected_components: vec!["shop/api".into()],
+        recommended_actions: vec!["Scale `api` to 4 replicas".into()],
+        evidence_count: 5,
+        evidence_coverage: None,
+        production_writes: 0,
+    }
+}
