@@ -27,5 +27,6 @@ mod prometheus_pipeline;
 mod readme_tour;
 mod replicas_e2e;
 mod secret_scan;
+mod slack_e2e;
 mod victoriametrics;
 mod web_ui;
