@@ -4,18 +4,22 @@
 //! answer), and the reply through the Telegram API to a stand-in. Prints per-message
 //! latency (webhook call to the reply reaching the stand-in; the model answers at once,
 //! so this is the host's overhead) and the drain time of 1,000 queued updates over 20
-//! conversations, with the per-conversation order checked. Asserts nothing about speed.
+//! conversations, with the per-conversation order checked. Then the same for Slack against
+//! the testkit's Slack stand-in: a signed Events API call and a Socket Mode envelope to the
+//! reply, and 1,000 signed events over 20 conversations (Slack's pace of one post a second
+//! per channel holds that drain). Asserts nothing about speed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use akritas::app::bots::{BotParts, start};
+use akritas::app::bots::{BotParts, Bots, start};
 use akritas::bots::Provider;
 use akritas::tools::{ToolName, openai_alias};
 use akritas_testkit::host;
 use akritas_testkit::percentile;
 use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
+use akritas_testkit::slack::{self, SlackStandIn};
 use akritas_testkit::telegram::{TelegramStandIn, text_update};
 use serde_json::json;
 
@@ -24,6 +28,9 @@ const SECRET: &str = "bench-webhook-secret_0123";
 const CONVERSATIONS: i64 = 20;
 const QUEUED: i64 = 1_000;
 const SINGLE: i64 = 50;
+const SLACK_BOT: &str = "xoxb-bench-slack-bot-token";
+const SLACK_APP: &str = "xapp-1-bench-slack-app-token";
+const SLACK_SIGNING: &str = "bench-slack-signing-secret";
 
 fn main() {
     akritas::install_crypto_provider();
@@ -34,12 +41,15 @@ fn main() {
 async fn run() {
     let dir = tempfile::tempdir().unwrap();
     let telegram = TelegramStandIn::start(TOKEN).await;
+    let slack = SlackStandIn::start(SLACK_BOT, SLACK_APP, SLACK_SIGNING).await;
     let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
     let llm = ScriptedLlm::start_with(move |_, body| {
         if body["tool_choice"] == "required" {
             Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
         } else {
-            let question = body["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone());
+            let messages = body["messages"].as_array();
+            let question =
+                messages.and_then(|m| m.iter().rev().find(|m| m["role"] == "user")).map(|m| m["content"].clone());
             Step::from(Reply::Content(format!("answer to {}", question.unwrap_or_default())))
         }
     })
@@ -56,6 +66,14 @@ async fn run() {
              inbound: {{mode: webhook, secret: {{env: BENCH_TG_SECRET}}, allowedConversationIds: [{}]}}\n",
             telegram.url,
             chats.join(", ")
+        ) + &format!(
+            "---\napiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: slack-events}}\nspec:\n  type: slack\n  \
+             slack: {{botToken: {{env: BENCH_SLACK_BOT}}, channelId: C0BENCH, baseUrl: \"{api}\"}}\n  \
+             inbound: {{mode: webhook, secret: {{env: BENCH_SLACK_SIGNING}}, allowedUserIds: [U0BENCH]}}\n\
+             ---\napiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: slack-socket}}\nspec:\n  type: slack\n  \
+             slack: {{botToken: {{env: BENCH_SLACK_BOT}}, appToken: {{env: BENCH_SLACK_APP}}, channelId: C0BENCH, baseUrl: \"{api}\"}}\n  \
+             inbound: {{mode: socket, allowedUserIds: [U0BENCH]}}\n",
+            api = slack.api_url()
         ),
     )
     .unwrap();
@@ -67,6 +85,9 @@ async fn run() {
     let secrets = akritas::catalog::secrets::EnvSecrets::with_lookup(|name: &str| match name {
         "BENCH_TG_TOKEN" => Some(TOKEN.to_string()),
         "BENCH_TG_SECRET" => Some(SECRET.to_string()),
+        "BENCH_SLACK_BOT" => Some(SLACK_BOT.to_string()),
+        "BENCH_SLACK_APP" => Some(SLACK_APP.to_string()),
+        "BENCH_SLACK_SIGNING" => Some(SLACK_SIGNING.to_string()),
         _ => None,
     });
     let host_settings = akritas::config::Settings { data_dir: dir.path().join("data"), ..Default::default() };
@@ -152,5 +173,87 @@ async fn run() {
         drained.as_secs_f64(),
         QUEUED as f64 / drained.as_secs_f64()
     );
+    slack_bench(&bots, &slack).await;
     cancel.cancel();
+}
+
+/// A signed Events API call through `Bots::slack_event`, as the route makes it.
+async fn slack_event(bots: &Bots, event: serde_json::Value) {
+    let body = slack::event_callback(&slack::new_ts(), event).to_string();
+    let now = slack::now();
+    let signature = slack::sign(SLACK_SIGNING, now, body.as_bytes());
+    let answer = bots.slack_event("slack-events", Some(&now.to_string()), Some(&signature), body.as_bytes()).await;
+    assert!(answer.is_ok(), "taken: {answer:?}");
+}
+
+/// Waits until the bot has posted `count` messages in `channel`.
+async fn posted(slack: &SlackStandIn, channel: &str, count: usize) {
+    while slack.messages().iter().filter(|m| m["channel"] == channel).count() < count {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+async fn slack_bench(bots: &Bots, slack: &SlackStandIn) {
+    while !slack.connected() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One message at a time, each in its own direct conversation (Slack paces posts per channel).
+    for (transport, prefix) in [("Events API", "D0E"), ("Socket Mode", "D0S")] {
+        let mut latencies = Vec::new();
+        for i in 0..SINGLE {
+            let channel = format!("{prefix}{i:04}");
+            let event = slack::message("U0BENCH", &channel, "im", &format!("single {i}"), &slack::new_ts(), None);
+            let started = Instant::now();
+            if prefix == "D0E" {
+                slack_event(bots, event).await;
+            } else {
+                slack.push_event(slack::event_callback(&slack::new_ts(), event));
+            }
+            posted(slack, &channel, 1).await;
+            latencies.push(started.elapsed());
+        }
+        println!(
+            "slack, one message over the {transport} (→ Run with plan + answer → chat.postMessage): p50 {:.2} ms, p95 {:.2} ms over {SINGLE}",
+            percentile(&mut latencies, 0.5).as_secs_f64() * 1000.0,
+            percentile(&mut latencies, 0.95).as_secs_f64() * 1000.0
+        );
+    }
+
+    // 1,000 signed events over 20 direct conversations.
+    let started = Instant::now();
+    for i in 0..QUEUED {
+        let channel = format!("D0Q{:04}", i % CONVERSATIONS);
+        let event = slack::message("U0BENCH", &channel, "im", &format!("q{i}"), &slack::new_ts(), None);
+        let body = slack::event_callback(&format!("EvQ{i}"), event).to_string();
+        loop {
+            let now = slack::now();
+            let signature = slack::sign(SLACK_SIGNING, now, body.as_bytes());
+            let taken =
+                bots.slack_event("slack-events", Some(&now.to_string()), Some(&signature), body.as_bytes()).await;
+            if taken.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let submitted = started.elapsed();
+    for c in 0..CONVERSATIONS {
+        posted(slack, &format!("D0Q{c:04}"), (QUEUED / CONVERSATIONS) as usize).await;
+    }
+    let drained = started.elapsed();
+    let mut order: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for message in slack.messages().into_iter().filter(|m| m["channel"].as_str().is_some_and(|c| c.starts_with("D0Q")))
+    {
+        let text = message["text"].as_str().unwrap_or_default();
+        let n = text.rsplit_once('q').and_then(|(_, n)| n.trim_end_matches('"').parse::<i64>().ok()).unwrap_or(-1);
+        order.entry(message["channel"].to_string()).or_default().push(n);
+    }
+    let ordered = order.values().all(|ids| ids.windows(2).all(|w| w[0] < w[1]));
+    println!(
+        "slack, {QUEUED} signed events over {CONVERSATIONS} conversations: queued in {:.2} s, drained in {:.2} s \
+         ({:.0} messages/s; Slack's pace of one post a second per channel after a burst of 5 holds it), per-conversation order kept: {ordered}",
+        submitted.as_secs_f64(),
+        drained.as_secs_f64(),
+        QUEUED as f64 / drained.as_secs_f64()
+    );
 }

@@ -2,9 +2,7 @@
 //! API, Mattermost API v4 and the Akritas webhook wire formats and record every
 //! request they receive.
 
-use akritas::notify::{
-    DeliveryOutcome, Notification, RetryPolicy, Target, deliver, deliver_all, signature_header,
-};
+use akritas::notify::{DeliveryOutcome, Notification, RetryPolicy, Target, deliver, deliver_all, signature_header};
 use akritas::resources::notification_receiver::ReceiverType;
 use axum::Router;
 use axum::body::Bytes;

@@ -51,7 +51,11 @@ fn model(phase: Arc<AtomicU8>) -> impl Fn(usize, &Value) -> Step + Send + Sync +
             } else {
                 json!([])
             };
-            return Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": checks, "gaps": []}))]));
+            return Step::from(Reply::ToolCalls(vec![(
+                "p".into(),
+                plan.clone(),
+                json!({"checks": checks, "gaps": []}),
+            )]));
         }
         let text = match phase {
             0 => "db-7 looks healthy.",
@@ -170,7 +174,8 @@ fn events_url(server: &support::Server) -> String {
 /// Sends a signed event callback; its answer's JSON body.
 async fn send(server: &support::Server, event_id: &str, event: Value, retry: Option<u32>) -> Value {
     let client = reqwest::Client::new();
-    let response = slack::send_event(&client, &events_url(server), SIGNING, &event_callback(event_id, event), retry).await;
+    let response =
+        slack::send_event(&client, &events_url(server), SIGNING, &event_callback(event_id, event), retry).await;
     assert_eq!(response.status(), 200);
     response.json().await.unwrap()
 }
@@ -273,18 +278,22 @@ async fn signatures_replays_retries_allowlists_and_the_slash_command() {
 
     // A wrong signature over a body that would not parse: 401 before the body is decoded.
     let garbage = b"{not json".to_vec();
-    let wrong = slack::send_signed(&client, &url, SIGNING, slack::now(), "application/json", garbage, Some("v0=00".into()));
+    let wrong =
+        slack::send_signed(&client, &url, SIGNING, slack::now(), "application/json", garbage, Some("v0=00".into()));
     let wrong = wrong.await;
     assert_eq!(wrong.status(), 401);
     assert_eq!(wrong.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
     // Signed with another secret.
-    let other = slack::send_signed(&client, &url, "another-secret", slack::now(), "application/json", b"{}".to_vec(), None);
+    let other =
+        slack::send_signed(&client, &url, "another-secret", slack::now(), "application/json", b"{}".to_vec(), None);
     assert_eq!(other.await.status(), 401);
     // A correct signature six minutes old: refused, so a captured request cannot be replayed later.
     let root = slack.seed_message(CHAT, PERSON, "<@U0AKRITASBOT> hello");
-    let body = serde_json::to_vec(&event_callback("Ev10", app_mention(PERSON, CHAT, "<@U0AKRITASBOT> hello", &root, None)))
-        .unwrap();
-    let old = slack::send_signed(&client, &url, SIGNING, slack::now() - 360, "application/json", body.clone(), None).await;
+    let body =
+        serde_json::to_vec(&event_callback("Ev10", app_mention(PERSON, CHAT, "<@U0AKRITASBOT> hello", &root, None)))
+            .unwrap();
+    let old =
+        slack::send_signed(&client, &url, SIGNING, slack::now() - 360, "application/json", body.clone(), None).await;
     assert_eq!(old.status(), 401);
     assert_eq!(old.json::<Value>().await.unwrap()["error"]["code"], "request_expired");
     assert!(replies(&slack, CHAT, Some(&root)).is_empty());
@@ -308,13 +317,15 @@ async fn signatures_replays_retries_allowlists_and_the_slash_command() {
         assert_eq!(again, json!({"accepted": true, "duplicate": true}));
     }
     // The same message as a `message.channels` event (another event id) is the same message.
-    let same = send(&server, "Ev11", message(PERSON, CHAT, "channel", "<@U0AKRITASBOT> hello", &root, None), None).await;
+    let same =
+        send(&server, "Ev11", message(PERSON, CHAT, "channel", "<@U0AKRITASBOT> hello", &root, None), None).await;
     assert_eq!(same["accepted"], false, "a channel message is answered through its mention");
     wait_replies(&slack, CHAT, Some(&root), 1).await;
 
     // Someone off the allowlist.
     let stranger_ts = slack.seed_message(CHAT, "U0STRANGER", "<@U0AKRITASBOT> hi");
-    let stranger = send(&server, "Ev12", app_mention("U0STRANGER", CHAT, "<@U0AKRITASBOT> hi", &stranger_ts, None), None);
+    let stranger =
+        send(&server, "Ev12", app_mention("U0STRANGER", CHAT, "<@U0AKRITASBOT> hi", &stranger_ts, None), None);
     assert_eq!(stranger.await["accepted"], false);
 
     // The model's mentions and a forged link come out inert.

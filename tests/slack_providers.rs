@@ -48,9 +48,16 @@ async fn an_incident_opens_a_thread_whose_later_notices_reply_in_it_with_mrkdwn_
     let client = reqwest::Client::new();
     let target = target(&slack, "C0INCIDENTS");
     let notification = hostile();
-    let first =
-        deliver_threaded(&client, "ops/slack", &target, Payload::Investigated(&notification), None, &new_delivery_id(), policy())
-            .await;
+    let first = deliver_threaded(
+        &client,
+        "ops/slack",
+        &target,
+        Payload::Investigated(&notification),
+        None,
+        &new_delivery_id(),
+        policy(),
+    )
+    .await;
     assert!(first.outcome.delivered, "{:?}", first.outcome);
     let root = first.message_id.expect("the first notification's ts is the thread root");
     let resolved = ResolvedNotice {

@@ -10,7 +10,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::store::AlertStore;
-use crate::bots::host::{AlertIncidents, Bots, EngineResponder, ProviderReplier, receivers};
+pub use crate::bots::host::Bots;
+use crate::bots::host::{AlertIncidents, EngineResponder, ProviderReplier, receivers};
 use crate::bots::{Gateway, GatewaySettings, SessionOptions, SessionStore};
 use crate::catalog::CatalogStore;
 use crate::catalog::secrets::SecretResolver;
