@@ -92,7 +92,7 @@ pub async fn slack_events(
 ) -> Response {
     let (bots, body) = match checked(&state, Provider::Slack, &receiver, &body.0) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(error) => return error.into_response(),
     };
     let (timestamp, signature) = (header_text(&headers, TIMESTAMP_HEADER), header_text(&headers, SIGNATURE_HEADER));
     match bots.slack_event(&receiver, timestamp, signature, body).await {
@@ -120,7 +120,7 @@ pub async fn slack_commands(
 ) -> Response {
     let (bots, body) = match checked(&state, Provider::Slack, &receiver, &body.0) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(error) => return error.into_response(),
     };
     let (timestamp, signature) = (header_text(&headers, TIMESTAMP_HEADER), header_text(&headers, SIGNATURE_HEADER));
     match bots.slack_command(&receiver, timestamp, signature, body).await {
@@ -141,24 +141,21 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 }
 
 /// The bots and the body, when bots run and the body is within bounds; else the answer.
-#[allow(clippy::result_large_err)]
 fn checked<'s, 'b>(
     state: &'s AppState,
     provider: Provider,
     receiver: &str,
     body: &'b [u8],
-) -> Result<(&'s crate::bots::host::Bots, &'b [u8]), Response> {
+) -> Result<(&'s crate::bots::host::Bots, &'b [u8]), ApiError> {
     let Some(bots) = state.bots.as_deref() else {
-        return Err(ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
-            .into_response());
+        return Err(ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str())));
     };
     if body.len() > MAX_WEBHOOK_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("a bot webhook body is at most {MAX_WEBHOOK_BYTES} bytes"),
-        )
-        .into_response());
+        ));
     }
     Ok((bots, body))
 }
@@ -166,7 +163,7 @@ fn checked<'s, 'b>(
 async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: &HeaderMap, body: &[u8]) -> Response {
     let (bots, body) = match checked(state, provider, receiver, body) {
         Ok(found) => found,
-        Err(response) => return response,
+        Err(error) => return error.into_response(),
     };
     let secret = header_text(headers, TELEGRAM_SECRET);
     let content_type = header_text(headers, header::CONTENT_TYPE.as_str());
