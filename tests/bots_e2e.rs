@@ -145,35 +145,13 @@ impl Host {
             .arg(&self.resources);
         let server = tokio::task::spawn_blocking(move || support::Server::start(command)).await.unwrap();
         // The MCP adapter's tools are offered once it is connected.
-        let url = format!("{}/api/v1/tools", server.url);
-        wait("the MCP tools", || async {
-            let body: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
-            body["tools"].as_array()?.iter().any(|t| t["name"] == "mcp.everything.get-sum").then_some(())
-        })
-        .await;
+        support::wait_for_tool(&server.url, "mcp.everything.get-sum").await;
         server
     }
 }
 
-async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn runs(url: &str) -> Vec<Value> {
-    let body: Value = reqwest::get(format!("{url}/api/v1/runs?limit=100")).await.unwrap().json().await.unwrap();
-    body["runs"].as_array().cloned().unwrap_or_default()
-}
-
-async fn run_detail(url: &str, id: &str) -> Value {
-    let body: Value = reqwest::get(format!("{url}/api/v1/runs/{id}")).await.unwrap().json().await.unwrap();
-    body["run"].clone()
+async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
+    support::wait_for(what, Duration::from_secs(30), check).await
 }
 
 /// The Telegram replies sent to message `message_id`.
@@ -204,7 +182,7 @@ async fn a_telegram_conversation_by_polling_uses_mcp_and_survives_a_restart() {
     telegram.push_update(text_update(3, CHAT, USER, 11, "What is 2 + 40?", None, None));
     let second = wait("the second reply", || async { replies_to(&telegram, 11).into_iter().next() }).await;
     assert_eq!(second["text"], "The sum is 42 (from get-sum).");
-    let all = runs(&server.url).await;
+    let all = support::runs(&server.url).await;
     let bot_runs: Vec<&Value> = all.iter().filter(|r| r["source"] == "telegram_bot").collect();
     assert_eq!(bot_runs.len(), 2, "one Run per message: {all:?}");
     for run in &bot_runs {
@@ -213,7 +191,7 @@ async fn a_telegram_conversation_by_polling_uses_mcp_and_survives_a_restart() {
             (Some(&*format!("telegram:{USER}")), Some("default"))
         );
     }
-    let detail = run_detail(&server.url, bot_runs[0]["id"].as_str().unwrap()).await;
+    let detail = support::run_detail(&server.url, bot_runs[0]["id"].as_str().unwrap()).await;
     let tool = detail["events"].as_array().unwrap().iter().find(|e| e["metadata"]["tool"] == "mcp.everything.get-sum");
     assert!(tool.is_some_and(|e| e["status"] == "succeeded"), "the tool ran through MCP: {detail}");
 
@@ -230,7 +208,7 @@ async fn a_telegram_conversation_by_polling_uses_mcp_and_survives_a_restart() {
     for message_id in [10, 11, 12] {
         assert_eq!(replies_to(&telegram, message_id).len(), 1, "message {message_id} answered exactly once");
     }
-    assert_eq!(runs(&server.url).await.iter().filter(|r| r["source"] == "telegram_bot").count(), 3);
+    assert_eq!(support::runs(&server.url).await.iter().filter(|r| r["source"] == "telegram_bot").count(), 3);
     let log = server.log_text();
     assert!(!log.contains(TG_TOKEN) && !log.contains("telegram-bot-token"), "the bot token is not logged");
     // Bot Runs are offered read-only tools only: nothing that could reach the change pipeline.
@@ -388,7 +366,7 @@ async fn a_mattermost_conversation_in_a_thread_uses_mcp_and_neutralises_mentions
         assert!(message.chars().count() <= 16000);
         assert!(!message.contains("@channel"), "mentions are neutralised");
     }
-    let all = runs(&server.url).await;
+    let all = support::runs(&server.url).await;
     let bot_runs: Vec<&Value> = all.iter().filter(|r| r["source"] == "mattermost_bot").collect();
     assert_eq!(bot_runs.len(), 3, "{all:?}");
     assert!(bot_runs.iter().all(|r| r["actor"] == format!("mattermost:{MM_USER}") && r["namespace"] == "default"));
@@ -453,7 +431,7 @@ async fn a_reply_to_an_incident_notification_is_answered_with_the_incident() {
         reqwest::get(format!("{}/api/v1/incidents", server.url)).await.unwrap().json().await.unwrap();
     let incident = incidents["incidents"][0]["id"].as_str().unwrap().to_string();
     assert!(asked["messages"].to_string().contains(&incident), "the follow-up carries the incident: {asked}");
-    let run = runs(&server.url).await.into_iter().find(|r| r["source"] == "telegram_bot").unwrap();
+    let run = support::runs(&server.url).await.into_iter().find(|r| r["source"] == "telegram_bot").unwrap();
     assert_eq!(run["metadata"]["incident_id"], incident.as_str());
 }
 

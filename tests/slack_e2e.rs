@@ -136,35 +136,13 @@ impl Host {
             .arg("--resources")
             .arg(&self.resources);
         let server = tokio::task::spawn_blocking(move || support::Server::start(command)).await.unwrap();
-        let url = format!("{}/api/v1/tools", server.url);
-        wait("the MCP tools", || async {
-            let body: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
-            body["tools"].as_array()?.iter().any(|t| t["name"] == "mcp.everything.get-sum").then_some(())
-        })
-        .await;
+        support::wait_for_tool(&server.url, "mcp.everything.get-sum").await;
         server
     }
 }
 
-async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn runs(url: &str) -> Vec<Value> {
-    let body: Value = reqwest::get(format!("{url}/api/v1/runs?limit=100")).await.unwrap().json().await.unwrap();
-    body["runs"].as_array().cloned().unwrap_or_default()
-}
-
-async fn run_detail(url: &str, id: &str) -> Value {
-    let body: Value = reqwest::get(format!("{url}/api/v1/runs/{id}")).await.unwrap().json().await.unwrap();
-    body["run"].clone()
+async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
+    support::wait_for(what, Duration::from_secs(60), check).await
 }
 
 fn events_url(server: &support::Server) -> String {
@@ -202,7 +180,7 @@ async fn wait_replies(slack: &SlackStandIn, channel: &str, thread: Option<&str>,
 
 /// Bot Runs of a source, oldest first.
 async fn bot_runs(url: &str) -> Vec<Value> {
-    let mut found: Vec<Value> = runs(url).await.into_iter().filter(|r| r["source"] == "slack_bot").collect();
+    let mut found: Vec<Value> = support::runs(url).await.into_iter().filter(|r| r["source"] == "slack_bot").collect();
     found.reverse();
     found
 }
@@ -233,13 +211,13 @@ async fn a_conversation_over_the_events_api_uses_mcp_and_survives_a_restart() {
     send(&server, "Ev02", message(PERSON, CHAT, "channel", "and what is 2 + 40?", &ts, Some(&root)), None).await;
     let second = wait_replies(&slack, CHAT, Some(&root), 2).await;
     assert_eq!(second[1]["text"], "The sum is 42 (from get-sum).");
-    let done = bot_runs(&server.url).await;
+    let done = bot_support::runs(&server.url).await;
     assert_eq!(done.len(), 2, "one Run per message: {done:?}");
     for run in &done {
         assert_eq!(run["actor"], format!("slack:{TEAM_ID}/{PERSON}"));
         assert_eq!(run["namespace"], "default");
     }
-    let detail = run_detail(&server.url, done[1]["id"].as_str().unwrap()).await;
+    let detail = support::run_detail(&server.url, done[1]["id"].as_str().unwrap()).await;
     let tool = detail["events"].as_array().unwrap().iter().find(|e| e["metadata"]["tool"] == "mcp.everything.get-sum");
     assert!(tool.is_some_and(|e| e["status"] == "succeeded"), "the tool ran through MCP: {detail}");
 
@@ -255,7 +233,7 @@ async fn a_conversation_over_the_events_api_uses_mcp_and_survives_a_restart() {
     assert!(text.contains("is db-7 healthy?") && text.contains("The sum is 42"), "the history came back: {text}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, CHAT, Some(&root)).len(), 3, "each message answered exactly once");
-    assert_eq!(bot_runs(&server.url).await.len(), 3);
+    assert_eq!(bot_support::runs(&server.url).await.len(), 3);
     let log = server.log_text();
     assert!(!log.contains(BOT_TOKEN) && !log.contains(SIGNING), "no secret is logged");
     for request in llm.requests() {
@@ -361,7 +339,7 @@ async fn signatures_replays_retries_allowlists_and_the_slash_command() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, CHAT, Some(&root)).len(), 1, "answered once");
     assert!(replies(&slack, CHAT, Some(&stranger_ts)).is_empty(), "the stranger is not answered");
-    assert_eq!(bot_runs(&server.url).await.len(), 3, "hello, the direct question, the slash question");
+    assert_eq!(bot_support::runs(&server.url).await.len(), 3, "hello, the direct question, the slash question");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,7 +397,7 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, DM, None).len(), 4, "every message answered exactly once");
-    assert_eq!(bot_runs(&server.url).await.len(), 4);
+    assert_eq!(bot_support::runs(&server.url).await.len(), 4);
     assert_eq!(slack.unacked(), 0, "every envelope acknowledged");
     assert!(slack.connections_opened() >= 4, "{} connections", slack.connections_opened());
     let redelivered = slack.deliveries().iter().filter(|(_, attempt)| *attempt > 0).count();
@@ -454,8 +432,8 @@ async fn an_alertmanager_alert_opens_one_slack_thread_with_its_resolve_notice_an
     send(&server, "EvA1", message(PERSON, ALERTS, "channel", "what changed on db-7?", &ts, Some(&root)), None).await;
     let answer = wait_replies(&slack, ALERTS, Some(&root), 1).await;
     assert_eq!(answer[0]["text"], "db-7 looks healthy.");
-    let run = bot_runs(&server.url).await.pop().expect("the reply's Run");
-    let detail = run_detail(&server.url, run["id"].as_str().unwrap()).await;
+    let run = bot_support::runs(&server.url).await.pop().expect("the reply's Run");
+    let detail = support::run_detail(&server.url, run["id"].as_str().unwrap()).await;
     assert!(detail["metadata"]["incident_id"].as_str().is_some_and(|id| !id.is_empty()), "{detail}");
 
     // Resolved: the notice lands in the same thread, and nothing else is posted top-level.

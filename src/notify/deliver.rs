@@ -6,6 +6,7 @@
 //! discarded (never logged).
 
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
+pub use super::error::DeliveryError;
 use super::message::{
     Notification, Payload, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT,
     failed_webhook_body, resolved_webhook_body, webhook_body,
@@ -136,51 +137,6 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy { attempts: 3, base_delay: Duration::from_millis(200), timeout: Duration::from_secs(10) }
-    }
-}
-
-/// Sanitised delivery failure classes (upstream error codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum DeliveryError {
-    #[error("encode_payload")]
-    EncodePayload,
-    #[error("create_request")]
-    CreateRequest,
-    #[error("timeout")]
-    Timeout,
-    #[error("request_failed")]
-    RequestFailed,
-    #[error("http_status")]
-    HttpStatus,
-    #[error("read_response")]
-    ReadResponse,
-    #[error("response_too_large")]
-    ResponseTooLarge,
-    #[error("remote_rejected")]
-    RemoteRejected,
-    /// The egress policy refuses the target (see the receiver's `Ready` condition).
-    #[error("egress_refused")]
-    EgressRefused,
-    /// The request carries a credential and would travel over plain http.
-    #[error("cleartext_credential")]
-    CleartextCredential,
-}
-
-impl DeliveryError {
-    /// Stable error code (same text as `Display`).
-    pub fn code(self) -> &'static str {
-        match self {
-            DeliveryError::EncodePayload => "encode_payload",
-            DeliveryError::CreateRequest => "create_request",
-            DeliveryError::Timeout => "timeout",
-            DeliveryError::RequestFailed => "request_failed",
-            DeliveryError::HttpStatus => "http_status",
-            DeliveryError::ReadResponse => "read_response",
-            DeliveryError::ResponseTooLarge => "response_too_large",
-            DeliveryError::RemoteRejected => "remote_rejected",
-            DeliveryError::EgressRefused => "egress_refused",
-            DeliveryError::CleartextCredential => "cleartext_credential",
-        }
     }
 }
 

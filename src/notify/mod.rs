@@ -5,6 +5,7 @@
 
 pub mod chat;
 pub mod deliver;
+mod error;
 pub(crate) mod message;
 pub(crate) mod routing;
 pub mod slack;

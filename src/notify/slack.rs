@@ -83,6 +83,22 @@ fn pace(channel: &str) -> Duration {
     if bucket.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-bucket.tokens) }
 }
 
+/// Sends a request: its 2xx response, a [`ChatError::RateLimited`] for a 429 (with its
+/// `Retry-After`), or the HTTP error.
+async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, ChatError> {
+    let resp =
+        request.send().await.map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
+    let status = resp.status().as_u16();
+    if status == 429 {
+        let wait = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()?.trim().parse().ok());
+        return Err(ChatError::RateLimited(wait.unwrap_or(1)));
+    }
+    if !(200..300).contains(&status) {
+        return Err(ChatError::HttpStatus { status, description: None });
+    }
+    Ok(resp)
+}
+
 /// A Slack Web API client for one token. `Debug` hides the token.
 pub struct SlackApi {
     base_url: String,
@@ -138,23 +154,10 @@ impl SlackApi {
         Ok(parsed)
     }
 
-    /// Sends a request; its JSON answer, a [`ChatError::RateLimited`] for a 429, or the
-    /// HTTP error.
+    /// Sends a request; its JSON answer, or the error.
     async fn exchange(&self, request: reqwest::RequestBuilder) -> Result<Value, ChatError> {
-        let resp = request
-            .send()
-            .await
-            .map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
-        let status = resp.status().as_u16();
-        if status == 429 {
-            let wait = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()?.trim().parse().ok());
-            return Err(ChatError::RateLimited(wait.unwrap_or(1)));
-        }
-        let body = read_capped(resp, MAX_RESPONSE_BYTES).await;
-        if !(200..300).contains(&status) {
-            return Err(ChatError::HttpStatus { status, description: None });
-        }
-        serde_json::from_slice(&body?).map_err(|_| ChatError::InvalidResponse("JSON body"))
+        let body = read_capped(send(request).await?, MAX_RESPONSE_BYTES).await?;
+        serde_json::from_slice(&body).map_err(|_| ChatError::InvalidResponse("JSON body"))
     }
 
     /// `auth.test`: the workspace and the bot's own user id.
@@ -226,17 +229,7 @@ impl SlackApi {
                 .header(CONTENT_TYPE, json_header("application/json; charset=utf-8"))
                 .header(USER_AGENT, json_header("Akritas/slack"))
                 .body(serde_json::to_vec(&body).map_err(|_| ChatError::EncodePayload)?);
-            let resp = request
-                .send()
-                .await
-                .map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
-            let status = resp.status().as_u16();
-            if status == 429 {
-                return Err(ChatError::RateLimited(1));
-            }
-            if !(200..300).contains(&status) {
-                return Err(ChatError::HttpStatus { status, description: None });
-            }
+            send(request).await?;
         }
         Ok(())
     }

@@ -94,7 +94,7 @@ pub async fn slack_events(
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
-    let (timestamp, signature) = (header_text(&headers, TIMESTAMP_HEADER), header_text(&headers, SIGNATURE_HEADER));
+    let (timestamp, signature) = signed(&headers);
     match bots.slack_event(&receiver, timestamp, signature, body).await {
         Ok(EventAnswer::Challenge(challenge)) => Json(SlackAnswer {
             challenge: Some(challenge),
@@ -122,7 +122,7 @@ pub async fn slack_commands(
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
-    let (timestamp, signature) = (header_text(&headers, TIMESTAMP_HEADER), header_text(&headers, SIGNATURE_HEADER));
+    let (timestamp, signature) = signed(&headers);
     match bots.slack_command(&receiver, timestamp, signature, body).await {
         Ok(accepted) => Json(SlackAnswer {
             challenge: None,
@@ -134,6 +134,11 @@ pub async fn slack_commands(
         .into_response(),
         Err(error) => refused(Provider::Slack, &receiver, error),
     }
+}
+
+/// Slack's timestamp and signature headers.
+fn signed(headers: &HeaderMap) -> (Option<&str>, Option<&str>) {
+    (header_text(headers, TIMESTAMP_HEADER), header_text(headers, SIGNATURE_HEADER))
 }
 
 fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {

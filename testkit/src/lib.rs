@@ -279,6 +279,41 @@ where
     None
 }
 
+/// Waits up to `limit` for `check` to return `Some`; panics naming `what` when it does not.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match poll(limit, check).await {
+        Some((value, _)) => value,
+        None => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
+
+/// Waits until the server at `url` offers the tool `name` (an MCP adapter is connected).
+pub async fn wait_for_tool(url: &str, name: &str) {
+    let tools = format!("{url}/api/v1/tools");
+    wait_for(&format!("the tool {name}"), Duration::from_secs(30), || async {
+        let body: serde_json::Value = reqwest::get(&tools).await.ok()?.json().await.ok()?;
+        body["tools"].as_array()?.iter().any(|t| t["name"] == name).then_some(())
+    })
+    .await;
+}
+
+/// The newest Runs (`GET /api/v1/runs?limit=100`) of the server at `url`, newest first.
+pub async fn runs(url: &str) -> Vec<serde_json::Value> {
+    let body: serde_json::Value =
+        reqwest::get(format!("{url}/api/v1/runs?limit=100")).await.unwrap().json().await.unwrap();
+    body["runs"].as_array().cloned().unwrap_or_default()
+}
+
+/// One Run with its events (`GET /api/v1/runs/{id}`).
+pub async fn run_detail(url: &str, id: &str) -> serde_json::Value {
+    let body: serde_json::Value = reqwest::get(format!("{url}/api/v1/runs/{id}")).await.unwrap().json().await.unwrap();
+    body["run"].clone()
+}
+
 /// The `q` quantile (0.0–1.0) of `values` by nearest rank; sorts them. For benches.
 pub fn percentile<T: Ord + Copy + Default>(values: &mut [T], q: f64) -> T {
     values.sort_unstable();
