@@ -10,7 +10,7 @@ use akritas_testkit as support;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use akritas::tools::{ToolName, openai_alias};
 use serde_json::{Value, json};

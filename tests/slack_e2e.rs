@@ -11,7 +11,7 @@ use akritas_testkit as support;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use akritas::tools::{ToolName, openai_alias};
 use serde_json::{Value, json};
@@ -211,7 +211,7 @@ async fn a_conversation_over_the_events_api_uses_mcp_and_survives_a_restart() {
     send(&server, "Ev02", message(PERSON, CHAT, "channel", "and what is 2 + 40?", &ts, Some(&root)), None).await;
     let second = wait_replies(&slack, CHAT, Some(&root), 2).await;
     assert_eq!(second[1]["text"], "The sum is 42 (from get-sum).");
-    let done = bot_support::runs(&server.url).await;
+    let done = bot_runs(&server.url).await;
     assert_eq!(done.len(), 2, "one Run per message: {done:?}");
     for run in &done {
         assert_eq!(run["actor"], format!("slack:{TEAM_ID}/{PERSON}"));
@@ -233,7 +233,7 @@ async fn a_conversation_over_the_events_api_uses_mcp_and_survives_a_restart() {
     assert!(text.contains("is db-7 healthy?") && text.contains("The sum is 42"), "the history came back: {text}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, CHAT, Some(&root)).len(), 3, "each message answered exactly once");
-    assert_eq!(bot_support::runs(&server.url).await.len(), 3);
+    assert_eq!(bot_runs(&server.url).await.len(), 3);
     let log = server.log_text();
     assert!(!log.contains(BOT_TOKEN) && !log.contains(SIGNING), "no secret is logged");
     for request in llm.requests() {
@@ -339,7 +339,7 @@ async fn signatures_replays_retries_allowlists_and_the_slash_command() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, CHAT, Some(&root)).len(), 1, "answered once");
     assert!(replies(&slack, CHAT, Some(&stranger_ts)).is_empty(), "the stranger is not answered");
-    assert_eq!(bot_support::runs(&server.url).await.len(), 3, "hello, the direct question, the slash question");
+    assert_eq!(bot_runs(&server.url).await.len(), 3, "hello, the direct question, the slash question");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -397,7 +397,7 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, DM, None).len(), 4, "every message answered exactly once");
-    assert_eq!(bot_support::runs(&server.url).await.len(), 4);
+    assert_eq!(bot_runs(&server.url).await.len(), 4);
     assert_eq!(slack.unacked(), 0, "every envelope acknowledged");
     assert!(slack.connections_opened() >= 4, "{} connections", slack.connections_opened());
     let redelivered = slack.deliveries().iter().filter(|(_, attempt)| *attempt > 0).count();
@@ -432,7 +432,7 @@ async fn an_alertmanager_alert_opens_one_slack_thread_with_its_resolve_notice_an
     send(&server, "EvA1", message(PERSON, ALERTS, "channel", "what changed on db-7?", &ts, Some(&root)), None).await;
     let answer = wait_replies(&slack, ALERTS, Some(&root), 1).await;
     assert_eq!(answer[0]["text"], "db-7 looks healthy.");
-    let run = bot_support::runs(&server.url).await.pop().expect("the reply's Run");
+    let run = bot_runs(&server.url).await.pop().expect("the reply's Run");
     let detail = support::run_detail(&server.url, run["id"].as_str().unwrap()).await;
     assert!(detail["metadata"]["incident_id"].as_str().is_some_and(|id| !id.is_empty()), "{detail}");
 
