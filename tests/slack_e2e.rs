@@ -141,6 +141,13 @@ impl Host {
     }
 }
 
+/// Sends `signal` to the server's process.
+fn signal(server: &support::Server, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(server.pid()).unwrap();
+    // SAFETY: sending a signal to our own child process has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
 async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
     support::wait_for(what, Duration::from_secs(60), check).await
 }
@@ -374,17 +381,30 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
     say("EvS2", "what is 2 + 40?");
     assert_eq!(wait_replies(&slack, DM, None, 2).await[1]["text"], "The sum is 42 (from get-sum).");
 
-    // A dropped connection: its unacknowledged envelope comes again on the next one.
+    // A dropped connection; an envelope pushed meanwhile waits for the next one.
     phase.store(0, Ordering::SeqCst);
     slack.drop_connection();
     say("EvS3", "and db-8?");
     wait_replies(&slack, DM, None, 3).await;
 
+    // An envelope in flight when the connection drops: Slack sent it while the host was frozen
+    // (SIGSTOP), so it was not acknowledged, and Slack sends it again on the next connection.
+    wait("the socket", || async { slack.connected().then_some(()) }).await;
+    let sent = slack.deliveries().len();
+    signal(&server, libc::SIGSTOP);
+    say("EvS4", "and db-10?");
+    wait("the envelope on the wire", || async { (slack.deliveries().len() > sent).then_some(()) }).await;
+    slack.drop_connection();
+    signal(&server, libc::SIGCONT);
+    wait_replies(&slack, DM, None, 4).await;
+    wait("the envelope again", || async { slack.deliveries().iter().any(|(_, attempt)| *attempt > 0).then_some(()) })
+        .await;
+
     // A restart: history kept, the next message answered with it.
     assert_eq!(server.terminate(), Some(0));
-    say("EvS4", "and db-9?");
+    say("EvS5", "and db-9?");
     let server = host.start().await;
-    wait_replies(&slack, DM, None, 4).await;
+    wait_replies(&slack, DM, None, 5).await;
     let fourth = llm.requests().into_iter().rev().find(|r| r.to_string().contains("and db-9?")).unwrap();
     let text = fourth["messages"].to_string();
     assert!(text.contains("is db-7 healthy?") && text.contains("The sum is 42"), "the history came back: {text}");
@@ -396,8 +416,8 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
     assert!(slack.ack_payloads().iter().any(|(_, p)| p["text"] == "Working on it…"));
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(replies(&slack, DM, None).len(), 4, "every message answered exactly once");
-    assert_eq!(bot_runs(&server.url).await.len(), 4);
+    assert_eq!(replies(&slack, DM, None).len(), 5, "every message answered exactly once");
+    assert_eq!(bot_runs(&server.url).await.len(), 5);
     assert_eq!(slack.unacked(), 0, "every envelope acknowledged");
     assert!(slack.connections_opened() >= 4, "{} connections", slack.connections_opened());
     let redelivered = slack.deliveries().iter().filter(|(_, attempt)| *attempt > 0).count();
