@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use akritas::notify::chat::ChatError;
 use akritas::notify::slack::SlackApi;
 use akritas::notify::{Payload, ResolvedNotice, RetryPolicy, Target, deliver_threaded, new_delivery_id};
-use akritas_testkit::slack::{BOT_USER_ID, SlackStandIn, TEAM_ID};
+use akritas_testkit::slack::{BOT_USER_ID, RESPONSE_URL, SlackStandIn, TEAM_ID};
 use serde_json::Value;
 
 const BOT_TOKEN: &str = "xoxb-1111-2222-slackbottokensecret";
@@ -175,6 +175,23 @@ async fn posts_to_one_channel_keep_to_one_a_second_after_a_burst() {
     assert!(at[4] - at[0] < Duration::from_millis(500), "a burst of five goes at once");
     assert!(at[6] - at[0] >= Duration::from_millis(1900), "then one a second: {:?}", at[6] - at[0]);
     assert!(at[7] - at[6] < Duration::from_millis(500), "another channel has its own pace");
+}
+
+#[tokio::test]
+async fn a_reply_waits_out_a_rate_limit() {
+    let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
+    let api = SlackApi::new(&slack.api_url(), BOT_TOKEN, TIMEOUT).unwrap();
+    let root = slack.seed_message("C0LIMITED", "U0PERSON", "why?");
+    slack.script_next("chat.postMessage", 429, r#"{"ok":false,"error":"ratelimited"}"#, Some(1));
+    let started = Instant::now();
+    let sent = api.send_reply("C0LIMITED", "because", Some(&root)).await.unwrap();
+    assert_eq!(sent.len(), 1);
+    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(slack.thread("C0LIMITED", &root).len(), 1);
+    let response_url = slack.response_url();
+    slack.script_next(RESPONSE_URL, 429, "rate_limited", Some(1));
+    api.respond(&response_url, "the status").await.unwrap();
+    assert_eq!(slack.responses(&response_url).len(), 1);
 }
 
 #[tokio::test]

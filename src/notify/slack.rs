@@ -35,6 +35,8 @@ pub const SECTION_LIMIT: usize = 3000;
 pub const SLACK_LIMIT: usize = 12000;
 /// The longest wait a `Retry-After` may ask for before the call fails instead.
 pub const MAX_RETRY_AFTER: u64 = 60;
+/// Tries of a reply's call while Slack answers 429.
+const REPLY_ATTEMPTS: u32 = 3;
 /// Posts one channel may take at once before the pace of one a second applies.
 const CHANNEL_BURST: f64 = 5.0;
 
@@ -83,11 +85,38 @@ fn pace(channel: &str) -> Duration {
     if bucket.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-bucket.tokens) }
 }
 
+/// Tries a reply's call up to [`REPLY_ATTEMPTS`] times while Slack answers 429, waiting
+/// out each `Retry-After` (at most [`MAX_RETRY_AFTER`]).
+async fn waiting_out_rate_limits<T, F, Fut>(mut call: F) -> Result<T, ChatError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ChatError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(ChatError::RateLimited(seconds)) if seconds <= MAX_RETRY_AFTER && attempt < REPLY_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Sends a request: its 2xx response, a [`ChatError::RateLimited`] for a 429 (with its
 /// `Retry-After`), or the HTTP error.
 async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, ChatError> {
-    let resp =
-        request.send().await.map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
+    let (client, request) = request.build_split();
+    send_built(&client, request.map_err(|_| ChatError::EncodePayload)?).await
+}
+
+/// [`send`] of a built request.
+async fn send_built(client: &reqwest::Client, request: reqwest::Request) -> Result<reqwest::Response, ChatError> {
+    let resp = client
+        .execute(request)
+        .await
+        .map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
     let status = resp.status().as_u16();
     if status == 429 {
         let wait = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()?.trim().parse().ok());
@@ -201,7 +230,7 @@ impl SlackApi {
     ) -> Result<Vec<String>, ChatError> {
         let mut sent = Vec::new();
         for part in super::chat::split(&slack_escape(&sanitise(text)), SLACK_LIMIT) {
-            sent.push(self.post_message(channel, &part, thread_ts).await?);
+            sent.push(waiting_out_rate_limits(|| self.post_message(channel, &part, thread_ts)).await?);
         }
         Ok(sent)
     }
@@ -229,7 +258,12 @@ impl SlackApi {
                 .header(CONTENT_TYPE, json_header("application/json; charset=utf-8"))
                 .header(USER_AGENT, json_header("Akritas/slack"))
                 .body(serde_json::to_vec(&body).map_err(|_| ChatError::EncodePayload)?);
-            send(request).await?;
+            let request = request.build().map_err(|_| ChatError::EncodePayload)?;
+            waiting_out_rate_limits(|| async {
+                let again = request.try_clone().ok_or(ChatError::EncodePayload)?;
+                send_built(&self.client, again).await.map(drop)
+            })
+            .await?;
         }
         Ok(())
     }

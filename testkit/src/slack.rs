@@ -45,6 +45,8 @@ use sha2::Sha256;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::task::AbortHandle;
 
+/// The name [`SlackStandIn::script_next`] takes for the next post to any `response_url`.
+pub const RESPONSE_URL: &str = "response_url";
 /// The workspace.
 pub const TEAM_ID: &str = "T0AKRITAS1";
 /// The bot user (author of every message posted through the API).
@@ -291,6 +293,8 @@ impl SlackStandIn {
     /// Serves a workspace where the app has the bot token `bot_token`, the app-level token
     /// `app_token` and the signing secret `signing_secret`, on a free loopback port.
     pub async fn start(bot_token: &str, app_token: &str, signing_secret: &str) -> SlackStandIn {
+        // The senders and the tests' own clients are rustls clients without a default provider.
+        akritas::install_crypto_provider();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let address = listener.local_addr().expect("local address").to_string();
         let shared = Arc::new(Shared {
@@ -326,9 +330,10 @@ impl SlackStandIn {
         &self.signing_secret
     }
 
-    /// The next call of Web API `method` with the right token answers `status` with `body` (as
-    /// `application/json`) and, when given, `Retry-After: retry_after`, instead of its normal
-    /// answer; the request is still recorded, but nothing is posted.
+    /// The next call of Web API `method` with the right token (or, for [`RESPONSE_URL`], the
+    /// next post to any `response_url`) answers `status` with `body` (as `application/json`) and,
+    /// when given, `Retry-After: retry_after`, instead of its normal answer; a Web API request is
+    /// still recorded, but nothing is posted.
     pub fn script_next(&self, method: &str, status: u16, body: impl Into<String>, retry_after: Option<u32>) {
         let mut state = self.shared.state.lock().unwrap();
         let scripted = Scripted { status, body: body.into(), retry_after };
@@ -625,9 +630,13 @@ fn open_connection(shared: &Shared, state: &mut State) -> Response {
 fn respond(shared: &Shared, id: &str, body: &[u8]) -> Response {
     let posted = serde_json::from_slice::<Value>(body).ok().filter(Value::is_object);
     let mut state = shared.state.lock().unwrap();
-    let Some(responses) = state.responses.get_mut(id) else {
+    if !state.responses.contains_key(id) {
         return (StatusCode::NOT_FOUND, "no_service").into_response();
-    };
+    }
+    if let Some(scripted) = state.scripted.get_mut(RESPONSE_URL).and_then(VecDeque::pop_front) {
+        return scripted.response();
+    }
+    let responses = state.responses.entry(id.to_string()).or_default();
     responses.push(posted.clone().unwrap_or(Value::Null));
     match posted {
         Some(_) => (StatusCode::OK, "ok").into_response(),
