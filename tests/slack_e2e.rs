@@ -148,6 +148,26 @@ fn signal(server: &support::Server, signal: libc::c_int) {
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
 }
 
+/// A temporary directory, the Slack stand-in, the model (with its phase) and the host.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    slack: SlackStandIn,
+    phase: Arc<AtomicU8>,
+    llm: ScriptedLlm,
+    host: Host,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
+        let phase = Arc::new(AtomicU8::new(0));
+        let llm = ScriptedLlm::start_with(model(phase.clone())).await;
+        let host = Host::new(dir.path(), &slack, &llm);
+        Fixture { _dir: dir, slack, phase, llm, host }
+    }
+}
+
 async fn wait<T, F: std::future::Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
     support::wait_for(what, Duration::from_secs(60), check).await
 }
@@ -194,11 +214,7 @@ async fn bot_runs(url: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_over_the_events_api_uses_mcp_and_survives_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
-    let phase = Arc::new(AtomicU8::new(0));
-    let llm = ScriptedLlm::start_with(model(phase.clone())).await;
-    let host = Host::new(dir.path(), &slack, &llm);
+    let Fixture { _dir, slack, phase, llm, host } = Fixture::new().await;
     let server = host.start().await;
 
     // Turn 1: a mention starts a thread under the message. The bot's own messages and other
@@ -253,11 +269,8 @@ async fn a_conversation_over_the_events_api_uses_mcp_and_survives_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signatures_replays_retries_allowlists_and_the_slash_command() {
-    let dir = tempfile::tempdir().unwrap();
-    let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
-    let phase = Arc::new(AtomicU8::new(0));
-    let llm = ScriptedLlm::start_with(model(phase.clone())).await;
-    let server = Host::new(dir.path(), &slack, &llm).start().await;
+    let Fixture { _dir, slack, phase, llm: _llm, host } = Fixture::new().await;
+    let server = host.start().await;
     let client = reqwest::Client::new();
     let url = events_url(&server);
 
@@ -351,11 +364,7 @@ async fn signatures_replays_retries_allowlists_and_the_slash_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
-    let phase = Arc::new(AtomicU8::new(0));
-    let llm = ScriptedLlm::start_with(model(phase.clone())).await;
-    let host = Host::new(dir.path(), &slack, &llm);
+    let Fixture { _dir, slack, phase, llm, host } = Fixture::new().await;
     let server = host.start().await;
     wait("the socket", || async { slack.connected().then_some(()) }).await;
     let status = |server: &support::Server| {
@@ -427,10 +436,8 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_alertmanager_alert_opens_one_slack_thread_with_its_resolve_notice_and_answers_replies_there() {
-    let dir = tempfile::tempdir().unwrap();
-    let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
-    let llm = ScriptedLlm::start_with(model(Arc::new(AtomicU8::new(0)))).await;
-    let server = Host::new(dir.path(), &slack, &llm).start().await;
+    let Fixture { _dir, slack, llm: _llm, host, .. } = Fixture::new().await;
+    let server = host.start().await;
     let am = prom::Alertmanager::start(&format!("{}/api/v1/alerts/am/webhook", server.url), Some(AM_TOKEN)).await;
     let switch = prom::MetricSwitch::start("akritas_slack_load", 7.0).await;
     let rules = "groups:\n- name: akritas-slack\n  rules:\n  - alert: SlackHighLoad\n    expr: akritas_slack_load > 5\n    \
