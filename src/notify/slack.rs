@@ -37,6 +37,8 @@ pub const SLACK_LIMIT: usize = 12000;
 pub const MAX_RETRY_AFTER: u64 = 60;
 /// Tries of a reply's call while Slack answers 429.
 const REPLY_ATTEMPTS: u32 = 3;
+/// Channels whose pace is remembered before the idle ones are forgotten.
+const MAX_PACED_CHANNELS: usize = 4096;
 /// Posts one channel may take at once before the pace of one a second applies.
 const CHANNEL_BURST: f64 = 5.0;
 
@@ -78,6 +80,10 @@ static PACE: LazyLock<Mutex<HashMap<String, Bucket>>> = LazyLock::new(Mutex::def
 fn pace(channel: &str) -> Duration {
     let mut buckets = PACE.lock().unwrap_or_else(|p| p.into_inner());
     let now = Instant::now();
+    if buckets.len() >= MAX_PACED_CHANNELS {
+        // A channel idle for the burst's refill time is full again: forgetting it changes nothing.
+        buckets.retain(|_, b| now.saturating_duration_since(b.at).as_secs_f64() < CHANNEL_BURST);
+    }
     let bucket = buckets.entry(channel.to_string()).or_insert(Bucket { tokens: CHANNEL_BURST, at: now });
     let refilled = (bucket.tokens + now.saturating_duration_since(bucket.at).as_secs_f64()).min(CHANNEL_BURST);
     bucket.tokens = refilled - 1.0;
@@ -307,6 +313,21 @@ mod tests {
         assert!(waits[..5].iter().all(Duration::is_zero), "{waits:?}");
         assert!(waits[5] > Duration::from_millis(900) && waits[6] > Duration::from_millis(1900), "{waits:?}");
         assert!(pace("C0OTHER").is_zero());
+    }
+
+    #[test]
+    fn idle_channels_are_forgotten_once_many_are_remembered() {
+        let long_ago = Instant::now() - Duration::from_secs(60);
+        {
+            let mut buckets = PACE.lock().unwrap();
+            for i in 0..MAX_PACED_CHANNELS {
+                buckets.insert(format!("C0IDLE{i}"), Bucket { tokens: 0.0, at: long_ago });
+            }
+        }
+        assert!(pace("C0FRESH").is_zero());
+        let buckets = PACE.lock().unwrap();
+        assert!(!buckets.keys().any(|k| k.starts_with("C0IDLE")), "{} remembered", buckets.len());
+        assert!(buckets.contains_key("C0FRESH"));
     }
 
     #[test]
