@@ -424,9 +424,28 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
     wait("the status answer", || async { slack.responses(&response_url).into_iter().next() }).await;
     assert!(slack.ack_payloads().iter().any(|(_, p)| p["text"] == "Working on it…"));
 
+    // The receiver changes (another allowed user): its connection is replaced, the old one
+    // ends before the new one opens, and the condition stays with the new one.
+    let opened = slack.connections_opened();
+    let manifest = host.resources.join("slack.yaml");
+    let yaml = std::fs::read_to_string(&manifest).unwrap();
+    let widened = format!("inbound: {{mode: socket, allowedUserIds: [{PERSON}, U0OTHER01]}}");
+    std::fs::write(
+        &manifest,
+        yaml.replace(&format!("inbound: {{mode: socket, allowedUserIds: [{PERSON}]}}"), &widened),
+    )
+    .unwrap();
+    wait("a new connection", || async { (slack.connections_opened() > opened && slack.connected()).then_some(()) })
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(replies(&slack, DM, None).len(), 5, "every message answered exactly once");
-    assert_eq!(bot_runs(&server.url).await.len(), 5);
+    let connected = status(&server).await.expect("the Connected condition stays");
+    assert_eq!(connected["status"], "True", "{connected}");
+    say("EvS6", "and db-11?");
+    wait_replies(&slack, DM, None, 6).await;
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(replies(&slack, DM, None).len(), 6, "every message answered exactly once");
+    assert_eq!(bot_runs(&server.url).await.len(), 6);
     assert_eq!(slack.unacked(), 0, "every envelope acknowledged");
     assert!(slack.connections_opened() >= 4, "{} connections", slack.connections_opened());
     let redelivered = slack.deliveries().iter().filter(|(_, attempt)| *attempt > 0).count();

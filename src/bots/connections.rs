@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::gateway::Gateway;
@@ -21,39 +22,67 @@ pub const POLL_SECONDS: u32 = 30;
 /// Longest pause between failed polls.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// A receiver's running connection.
+struct Running {
+    fingerprint: u64,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
 /// Runs every receiver's connection until `cancel`; receivers are re-read every second, so
-/// a changed Catalog or a rotated secret takes effect.
+/// a changed Catalog or a rotated secret takes effect. A receiver's new connection starts
+/// only once its old one has ended (one Telegram poller per token, one `Connected` writer);
+/// on `cancel` every connection is ended before this returns.
 pub async fn run(bots: Arc<Bots>, cancel: CancellationToken) {
-    let mut running: BTreeMap<String, (u64, CancellationToken)> = BTreeMap::new();
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
     loop {
         let receivers = bots.receivers();
         let wanted: BTreeMap<&String, &Receiver> =
             receivers.iter().filter(|(_, r)| r.mode != InboundMode::Webhook || r.provider == Provider::Slack).collect();
-        running.retain(|key, (fingerprint, stop)| {
-            let keep = wanted.get(key).is_some_and(|r| r.fingerprint == *fingerprint);
-            if !keep {
-                stop.cancel();
+        let changed: Vec<String> = running
+            .iter()
+            .filter(|(key, current)| !wanted.get(key).is_some_and(|r| r.fingerprint == current.fingerprint))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let mut ending: BTreeMap<String, JoinHandle<()>> = BTreeMap::new();
+        for key in changed {
+            if let Some(current) = running.remove(&key) {
+                current.stop.cancel();
+                ending.insert(key, current.task);
             }
-            keep
-        });
+        }
         for (key, receiver) in wanted {
             if running.contains_key(key) {
                 continue;
             }
-            let stop = cancel.child_token();
-            running.insert(key.clone(), (receiver.fingerprint, stop.clone()));
-            match (&receiver.client, receiver.mode) {
-                (Client::Slack(_), InboundMode::Socket) => {
-                    tokio::spawn(socket_mode(bots.clone(), receiver.clone(), stop))
+            let (stop, fingerprint) = (cancel.child_token(), receiver.fingerprint);
+            let previous = ending.remove(key);
+            let (bots, receiver, until) = (bots.clone(), receiver.clone(), stop.clone());
+            let task = tokio::spawn(async move {
+                if let Some(previous) = previous {
+                    let _ = previous.await;
                 }
-                (Client::Slack(_), _) => tokio::spawn(identity_check(bots.clone(), receiver.clone(), stop)),
-                _ => tokio::spawn(poll_one(bots.gateway.clone(), receiver.clone(), stop)),
-            };
+                connect(bots, receiver, until).await;
+            });
+            running.insert(key.clone(), Running { fingerprint, stop, task });
         }
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
+    }
+    for current in running.into_values() {
+        current.stop.cancel();
+        let _ = current.task.await;
+    }
+}
+
+/// The connection a receiver holds: Slack's Socket Mode or its token check, or a Telegram poll.
+async fn connect(bots: Arc<Bots>, receiver: Receiver, stop: CancellationToken) {
+    match (&receiver.client, receiver.mode) {
+        (Client::Slack(_), InboundMode::Socket) => socket_mode(bots, receiver, stop).await,
+        (Client::Slack(_), _) => identity_check(bots, receiver, stop).await,
+        _ => poll_one(bots.gateway.clone(), receiver, stop).await,
     }
 }
 
