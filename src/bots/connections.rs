@@ -41,7 +41,7 @@ pub async fn run(bots: Arc<Bots>, cancel: CancellationToken) {
             receivers.iter().filter(|(_, r)| r.mode != InboundMode::Webhook || r.provider == Provider::Slack).collect();
         let changed: Vec<String> = running
             .iter()
-            .filter(|(key, current)| !wanted.get(key).is_some_and(|r| r.fingerprint == current.fingerprint))
+            .filter(|(key, current)| wanted.get(key).is_none_or(|r| r.fingerprint != current.fingerprint))
             .map(|(key, _)| key.clone())
             .collect();
         let mut ending: BTreeMap<String, JoinHandle<()>> = BTreeMap::new();
