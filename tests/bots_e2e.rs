@@ -95,24 +95,13 @@ spec:
   mattermost: {{baseUrl: "{mattermost}", botToken: {{env: BOTS_MM_TOKEN}}, channelId: {MM_CHANNEL}}}
   inbound: {{mode: webhook, secret: {{env: BOTS_MM_SECRET}}, allowedUserIds: [{MM_USER}]}}
 ---
-apiVersion: akritas.io/v1alpha1
-kind: McpAdapter
-metadata: {{name: everything}}
-spec:
-  transport:
-    stdio:
-      command: {node}
-      args: ["{entry}", stdio]
-  namespace: mcp.everything
-  allow: [read]
----
+{adapter}---
 apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {{name: am}}
 spec: {{provider: alertmanager, auth: {{bearerToken: {{env: BOTS_AM_TOKEN}}}}}}
 "#,
-        node = everything::node().display(),
-        entry = everything::entry().display(),
+        adapter = everything::adapter_manifest(),
     );
     std::fs::write(resources.join("bots.yaml"), yaml).unwrap();
     resources

@@ -88,24 +88,13 @@ spec:
   inbound: {{mode: socket, allowedUserIds: [{PERSON}]}}
   routing: {{alertSources: [nothing-here]}}
 ---
-apiVersion: akritas.io/v1alpha1
-kind: McpAdapter
-metadata: {{name: everything}}
-spec:
-  transport:
-    stdio:
-      command: {node}
-      args: ["{entry}", stdio]
-  namespace: mcp.everything
-  allow: [read]
----
+{adapter}---
 apiVersion: akritas.io/v1alpha1
 kind: AlertSource
 metadata: {{name: am}}
 spec: {{provider: alertmanager, auth: {{bearerToken: {{env: SLACK_AM_TOKEN}}}}}}
 "#,
-        node = everything::node().display(),
-        entry = everything::entry().display(),
+        adapter = everything::adapter_manifest(),
     );
     std::fs::write(resources.join("slack.yaml"), yaml).unwrap();
     resources

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use akritas::notify::chat::ChatError;
 use akritas::notify::slack::SlackApi;
-use akritas::notify::{Payload, ResolvedNotice, RetryPolicy, Target, deliver_threaded, new_delivery_id};
+use akritas::notify::{
+    Payload, ResolvedNotice, RetryPolicy, Target, ThreadedOutcome, deliver_threaded, new_delivery_id,
+};
 use akritas_testkit::slack::{BOT_USER_ID, RESPONSE_URL, SlackStandIn, TEAM_ID};
 use serde_json::Value;
 
@@ -18,6 +20,12 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 fn target(slack: &SlackStandIn, channel: &str) -> Target {
     Target::Slack { base_url: slack.api_url(), bot_token: BOT_TOKEN.into(), channel_id: channel.into() }
+}
+
+/// Delivers `payload` to `channel` of the stand-in, in the thread `root` when given.
+async fn deliver(slack: &SlackStandIn, channel: &str, payload: Payload<'_>, root: Option<&str>) -> ThreadedOutcome {
+    let client = reqwest::Client::new();
+    deliver_threaded(&client, "ops/slack", &target(slack, channel), payload, root, &new_delivery_id(), policy()).await
 }
 
 fn policy() -> RetryPolicy {
@@ -45,19 +53,8 @@ fn all_text(message: &Value) -> String {
 #[tokio::test]
 async fn an_incident_opens_a_thread_whose_later_notices_reply_in_it_with_mrkdwn_inert() {
     let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
-    let client = reqwest::Client::new();
-    let target = target(&slack, "C0INCIDENTS");
     let notification = hostile();
-    let first = deliver_threaded(
-        &client,
-        "ops/slack",
-        &target,
-        Payload::Investigated(&notification),
-        None,
-        &new_delivery_id(),
-        policy(),
-    )
-    .await;
+    let first = deliver(&slack, "C0INCIDENTS", Payload::Investigated(&notification), None).await;
     assert!(first.outcome.delivered, "{:?}", first.outcome);
     let root = first.message_id.expect("the first notification's ts is the thread root");
     let resolved = ResolvedNotice {
@@ -68,16 +65,7 @@ async fn an_incident_opens_a_thread_whose_later_notices_reply_in_it_with_mrkdwn_
         alert_status: akritas::notify::AlertStatus::Resolved,
         resolved_at: "2026-12-05T10:00:00Z".into(),
     };
-    let second = deliver_threaded(
-        &client,
-        "ops/slack",
-        &target,
-        Payload::Resolved(&resolved),
-        Some(&root),
-        &new_delivery_id(),
-        policy(),
-    )
-    .await;
+    let second = deliver(&slack, "C0INCIDENTS", Payload::Resolved(&resolved), Some(&root)).await;
     assert!(second.outcome.delivered, "{:?}", second.outcome);
 
     let messages = slack.messages();
@@ -102,20 +90,10 @@ async fn an_incident_opens_a_thread_whose_later_notices_reply_in_it_with_mrkdwn_
 #[tokio::test]
 async fn a_rate_limit_is_waited_out_and_refusals_keep_slacks_code_without_the_token() {
     let slack = SlackStandIn::start(BOT_TOKEN, APP_TOKEN, SIGNING).await;
-    let client = reqwest::Client::new();
     let notification = hostile();
     slack.script_next("chat.postMessage", 429, r#"{"ok":false,"error":"ratelimited"}"#, Some(1));
     let started = Instant::now();
-    let sent = deliver_threaded(
-        &client,
-        "ops/slack",
-        &target(&slack, "C0RATE"),
-        Payload::Investigated(&notification),
-        None,
-        &new_delivery_id(),
-        policy(),
-    )
-    .await;
+    let sent = deliver(&slack, "C0RATE", Payload::Investigated(&notification), None).await;
     assert!(sent.outcome.delivered && sent.outcome.attempts == 2, "{:?}", sent.outcome);
     assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After: 1 was waited out: {:?}", started.elapsed());
     let posts: Vec<Instant> =
@@ -124,16 +102,7 @@ async fn a_rate_limit_is_waited_out_and_refusals_keep_slacks_code_without_the_to
 
     // A Retry-After beyond a minute fails the delivery instead of holding it.
     slack.script_next("chat.postMessage", 429, r#"{"ok":false,"error":"ratelimited"}"#, Some(3600));
-    let held = deliver_threaded(
-        &client,
-        "ops/slack",
-        &target(&slack, "C0RATE"),
-        Payload::Investigated(&notification),
-        None,
-        &new_delivery_id(),
-        policy(),
-    )
-    .await;
+    let held = deliver(&slack, "C0RATE", Payload::Investigated(&notification), None).await;
     assert_eq!(
         (held.outcome.delivered, held.outcome.error.as_deref(), held.outcome.http_status),
         (false, Some("rate_limited"), Some(429))

@@ -24,6 +24,17 @@ pub fn entry() -> PathBuf {
     fallback
 }
 
+/// The manifest of an McpAdapter `everything` that runs the server over stdio with the
+/// namespace `mcp.everything` and its read tools (a YAML document, no `---`).
+pub fn adapter_manifest() -> String {
+    format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: everything}}\nspec:\n  transport:\n    \
+         stdio:\n      command: {}\n      args: [\"{}\", stdio]\n  namespace: mcp.everything\n  allow: [read]\n",
+        node().display(),
+        entry().display()
+    )
+}
+
 /// Absolute path of `node` from PATH (the adapter's child gets no inherited lookup surprises).
 pub fn node() -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
