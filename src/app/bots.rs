@@ -65,14 +65,18 @@ pub async fn start(
     ));
     let bots = Arc::new(Bots::new(gateway.clone(), shared.clone(), alerts, Some(parts.board.clone())));
     tasks.spawn(gateway.run(cancel.clone()));
-    match stores.database() {
-        // Replicas sharing a database: only the one holding the database's leadership polls.
-        Some((db, replica)) => {
-            let leading = crate::journal::database::lead(db, replica.lease() / 3, cancel.clone());
-            tasks.spawn(poll_while_leading(bots.clone(), leading, cancel.clone()));
+    // Replicas sharing a database: only the one holding the database's leadership polls.
+    let pollers = bots.clone();
+    let poll = move |token: CancellationToken| tokio::spawn(crate::bots::connections::run(pollers.clone(), token));
+    match stores.leading() {
+        Some(leading) => {
+            tasks.spawn(super::leader::while_database_leader(leading, cancel.clone(), poll));
         }
         None => {
-            tasks.spawn(crate::bots::connections::run(bots.clone(), cancel.clone()));
+            let pollers = poll(cancel.clone());
+            tasks.spawn(async move {
+                let _ = pollers.await;
+            });
         }
     }
     let (store, secrets, mut secrets_changed, cancel) =
@@ -90,31 +94,4 @@ pub async fn start(
         }
     });
     Ok(bots)
-}
-
-/// Runs the pollers while this replica leads, stopping them when it no longer does.
-async fn poll_while_leading(
-    bots: Arc<Bots>,
-    mut leading: tokio::sync::watch::Receiver<bool>,
-    cancel: CancellationToken,
-) {
-    loop {
-        if !*leading.borrow_and_update() {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                changed = leading.changed() => if changed.is_err() { return } else { continue },
-            }
-        }
-        let polling = cancel.child_token();
-        let pollers = tokio::spawn(crate::bots::connections::run(bots.clone(), polling.clone()));
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            _ = leading.wait_for(|leads| !leads) => {}
-        }
-        polling.cancel();
-        let _ = pollers.await;
-        if cancel.is_cancelled() {
-            return;
-        }
-    }
 }

@@ -170,3 +170,31 @@ async fn stand_by(
     let _ = tokio::time::timeout(settings.shutdown_timeout, drain).await;
     Ok(promoted)
 }
+
+/// Runs what `start` starts while this replica holds the database's leadership lock
+/// (`leading`), stopping it (and waiting for it to end) when it no longer does.
+pub async fn while_database_leader(
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    cancel: CancellationToken,
+    start: impl Fn(CancellationToken) -> tokio::task::JoinHandle<()>,
+) {
+    loop {
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                changed = leading.changed() => if changed.is_err() { return } else { continue },
+            }
+        }
+        let token = cancel.child_token();
+        let started = start(token.clone());
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            _ = leading.wait_for(|leads| !leads) => {}
+        }
+        token.cancel();
+        let _ = started.await;
+        if cancel.is_cancelled() {
+            return;
+        }
+    }
+}

@@ -14,6 +14,7 @@ pub mod migrate;
 pub(crate) mod narrow;
 pub mod policy;
 pub(crate) mod process;
+pub(crate) mod schedules;
 pub(crate) mod serve;
 pub(crate) mod sources;
 pub mod storage;

@@ -10,6 +10,7 @@ use crate::config::Settings;
 use crate::engine::budget::BudgetLimits;
 use crate::engine::request::EngineSettings;
 use crate::notify::RetryPolicy;
+use crate::schedules::SchedulerSettings;
 use crate::tenancy::Tenancy;
 use crate::web::mcp_server::McpLimits;
 
@@ -50,6 +51,21 @@ pub fn worker(settings: &Settings) -> WorkerSettings {
             timeout: settings.notification_timeout,
         },
         tenancy: Tenancy::new(settings.shared_namespaces.iter().cloned()),
+    }
+}
+
+/// The scheduler's settings: its Runs take the slots chat Runs may take (not those kept for
+/// alerts), at most `max_runs_per_namespace` per namespace; notifications as the worker's.
+pub fn schedules(settings: &Settings) -> SchedulerSettings {
+    let worker = worker(settings);
+    let slots = settings.max_concurrent_runs.saturating_sub(settings.alert_reserved_runs).max(1);
+    SchedulerSettings {
+        daily_tokens: settings.schedule_daily_tokens,
+        concurrency: slots as usize,
+        per_namespace: settings.max_runs_per_namespace.max(1) as usize,
+        public_url: worker.public_url,
+        delivery: worker.delivery,
+        tenancy: worker.tenancy,
     }
 }
 

@@ -266,6 +266,13 @@ pub async fn serve(settings: Settings) -> Result<()> {
         board: board.clone(),
     };
     let bots = super::bots::start(&settings, bot_parts, &stores, &mut tasks, &cancel).await?;
+    let schedule_parts = super::schedules::ScheduleParts {
+        engine: engine.clone(),
+        catalog: store.clone(),
+        secrets: secrets.clone(),
+        board: board.clone(),
+    };
+    super::schedules::start(&settings, schedule_parts, &stores, &mut tasks, &cancel).await?;
     let alert_store = alerts.clone();
     let state = AppState {
         catalog: store.clone(),

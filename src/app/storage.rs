@@ -20,6 +20,9 @@ pub enum Stores {
         db: Database,
         /// This replica.
         replica: Replica,
+        /// Whether this replica holds the database's leadership lock (one per process: the
+        /// bot pollers and the scheduler follow it).
+        leading: tokio::sync::watch::Receiver<bool>,
     },
 }
 
@@ -28,7 +31,16 @@ impl Stores {
     pub fn database(&self) -> Option<(&Database, &Replica)> {
         match self {
             Stores::Embedded => None,
-            Stores::Database { db, replica } => Some((db, replica)),
+            Stores::Database { db, replica, .. } => Some((db, replica)),
+        }
+    }
+
+    /// On the database, whether this replica leads (holds the leadership lock); `None` on
+    /// journals, where this process is the only one.
+    pub fn leading(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        match self {
+            Stores::Embedded => None,
+            Stores::Database { leading, .. } => Some(leading.clone()),
         }
     }
 }
@@ -56,7 +68,8 @@ pub async fn open(
         "stores on the PostgreSQL database"
     );
     tasks.spawn(replica.clone().keep_alive(cancel.clone()));
-    Ok(Stores::Database { db, replica })
+    let leading = crate::journal::database::lead(&db, replica.lease() / 3, cancel.clone());
+    Ok(Stores::Database { db, replica, leading })
 }
 
 /// A pool of connections to the database the settings name (`database_url_env`,

@@ -293,6 +293,7 @@ impl Responder for EngineResponder {
                 temperature: None,
                 response_language: None,
                 context: BTreeMap::new(),
+                skills: Vec::new(),
                 metadata: [
                     ("receiver".to_string(), json!(inbound.receiver)),
                     ("conversation".to_string(), json!(inbound.conversation_id)),

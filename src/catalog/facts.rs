@@ -11,6 +11,7 @@ use crate::resources::alert_source::AlertSourceStatus;
 use crate::resources::knowledge_base::KnowledgeBaseStatus;
 use crate::resources::mcp_adapter::McpAdapterStatus;
 use crate::resources::notification_receiver::NotificationReceiverStatus;
+use crate::resources::run_schedule::RunScheduleStatus;
 use crate::resources::skill::SkillStatus;
 use crate::resources::validator_profile::ValidatorProfileStatus;
 use crate::resources::workspace::WorkspaceStatus;
@@ -25,6 +26,7 @@ pub enum Facts {
     NotificationReceiver(NotificationReceiverStatus),
     Skill(SkillStatus),
     ValidatorProfile(ValidatorProfileStatus),
+    RunSchedule(RunScheduleStatus),
 }
 
 /// A kind's status struct as facts about an object of that kind.
@@ -99,6 +101,7 @@ kind_facts! {
     NotificationReceiver: NotificationReceiverStatus,
     Skill: SkillStatus,
     ValidatorProfile: ValidatorProfileStatus,
+    RunSchedule: RunScheduleStatus,
 }
 
 #[cfg(test)]

@@ -25,6 +25,10 @@ pub(crate) mod conditions {
     pub const INDEXED: &str = "Indexed";
     /// NotificationReceiver: the egress policy lets its URLs be reached.
     pub const EGRESS_ALLOWED: &str = "EgressAllowed";
+    /// RunSchedule: every receiver and skill it names exists and its namespace sees it.
+    pub const REFERENCES_RESOLVED: &str = "ReferencesResolved";
+    /// RunSchedule: `spec.suspend` is true (no tick runs); not part of `Ready`.
+    pub const SUSPENDED: &str = "Suspended";
 }
 
 /// Condition reasons. `Ready` carries the reason of the first condition that is
@@ -91,6 +95,14 @@ pub(crate) mod reasons {
     pub const SANDBOX_UNAVAILABLE: &str = "SandboxUnavailable";
     /// A URL the object declares may be reached under the egress policy.
     pub const EGRESS_ALLOWED: &str = "EgressAllowed";
+    /// RunSchedule: every receiver and skill it names resolves.
+    pub const REFERENCES_RESOLVED: &str = "ReferencesResolved";
+    /// RunSchedule: a receiver or skill it names does not exist or is not visible to its namespace.
+    pub const REFERENCE_NOT_FOUND: &str = "ReferenceNotFound";
+    /// RunSchedule: `spec.suspend` is true.
+    pub const SUSPENDED: &str = "Suspended";
+    /// RunSchedule: its ticks run.
+    pub const ACTIVE: &str = "Active";
     // A URL leading where the egress policy refuses, or a credential over plain http: the
     // reasons `crate::egress::EGRESS_NOT_ALLOWED` and `crate::egress::CLEARTEXT_CREDENTIAL`.
 }
@@ -135,6 +147,7 @@ pub fn live_check(kind: Kind) -> Option<LiveCheck> {
         Kind::ValidatorProfile => (conditions::PROGRAM_FOUND, reasons::CHECKING),
         Kind::KnowledgeBase => (conditions::INDEXED, reasons::INDEXING),
         Kind::NotificationReceiver => (conditions::EGRESS_ALLOWED, reasons::CHECKING),
+        Kind::RunSchedule => (conditions::REFERENCES_RESOLVED, reasons::CHECKING),
         _ => return None,
     };
     Some(LiveCheck { condition, pending })

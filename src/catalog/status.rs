@@ -107,6 +107,8 @@ struct Observed {
     check: Option<Check>,
     /// The state of its connection to its provider (`None`: no `Connected` condition).
     connection: Option<Check>,
+    /// Whether it is suspended (`None`: no `Suspended` condition).
+    suspended: Option<bool>,
 }
 
 #[derive(Default)]
@@ -219,6 +221,12 @@ impl StatusBoard {
         self.observe(key, |observed| observed.connection = connection);
     }
 
+    /// Records whether a RunSchedule is suspended, shown as the `Suspended` condition (which
+    /// `Ready` does not depend on); `None` removes the condition.
+    pub fn set_suspended(&self, key: &ObjectKey, suspended: Option<bool>) {
+        self.observe(key, |observed| observed.suspended = suspended);
+    }
+
     /// Forgets what was observed about objects no longer present.
     pub fn retain_observed(&self, keep: impl Fn(&ObjectKey) -> bool) {
         self.write().observed.retain(|key, _| keep(key));
@@ -306,7 +314,11 @@ fn derive(report: &ResourceReport, observed: Option<&Observed>) -> Vec<Condition
             }
         }
     };
-    std::iter::once(ready).chain(parts).collect()
+    let suspended = observed.and_then(|o| o.suspended).map(|suspended| match suspended {
+        true => condition(conditions::SUSPENDED, ConditionStatus::True, reasons::SUSPENDED, "no tick runs"),
+        false => condition(conditions::SUSPENDED, ConditionStatus::False, reasons::ACTIVE, "ticks run"),
+    });
+    std::iter::once(ready).chain(parts).chain(suspended).collect()
 }
 
 fn check_condition(type_: &str, check: &Check) -> Condition {

@@ -340,6 +340,10 @@ settings_table! {
     max_runs_per_namespace: u32 = 2;
         flag "max-runs-per-namespace" [Option<String>] value_name "N";
         range u32 1 ..= 256; section "budget";
+    /// Tokens the scheduled Runs (RunSchedules) of one namespace may reserve per UTC day: each tick reserves its Run's whole budget (max_model_calls x max_context_tokens + max_output_tokens), and a tick past it is skipped (status reason CostCapReached, metric akritas_schedule_ticks_skipped_total)
+    schedule_daily_tokens: u64 = 50_000_000;
+        flag "schedule-daily-tokens" [Option<String>] value_name "TOKENS";
+        range u64 1 ..= 1000000000000; section "budget";
     /// Wait for a free run slot; 0s fails at once when saturated
     run_queue_timeout: Duration = Duration::from_secs(30);
         flag "run-queue-timeout" [Option<String>] value_name "DURATION";

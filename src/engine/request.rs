@@ -69,6 +69,8 @@ pub struct RunRequest {
     pub response_language: Option<String>,
     /// Explicit facts (`service: postgresql`) for skill selection.
     pub context: BTreeMap<String, String>,
+    /// Skills (by name) the Run starts with, when its namespace sees them (a RunSchedule's `skills`).
+    pub skills: Vec<String>,
     /// Facts recorded on the Run when it starts (alert, incident and job ids).
     pub metadata: BTreeMap<String, Value>,
     /// After the answer, force the structuring call into an [`InvestigationResult`].
@@ -100,6 +102,7 @@ impl Default for RunRequest {
             temperature: None,
             response_language: None,
             context: BTreeMap::new(),
+            skills: Vec::new(),
             metadata: BTreeMap::new(),
             investigate: false,
             progress: None,

@@ -49,7 +49,10 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     }));
     let question = turns.last().map(|t| t.content.trim().to_string()).unwrap_or_default();
 
-    // Skills named explicitly in the request.
+    // Skills the request names, then those its facts select.
+    let named: Vec<SkillEntry> =
+        request.skills.iter().filter_map(|name| inputs.catalog_skills.get(name).cloned()).collect();
+    state.add_skills(&named, "named").await?;
     let mut facts = skills::facts_from_text(&question);
     facts.extend(skills::facts_from_context(&request.context));
     let chosen: Vec<SkillEntry> = skills::select(&inputs.catalog_skills, &facts).into_iter().cloned().collect();

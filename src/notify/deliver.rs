@@ -6,6 +6,7 @@
 //! discarded (never logged).
 
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
+use super::checked::{WEBHOOK_CHECKED_EVENT, checked_webhook_body};
 pub use super::error::DeliveryError;
 use super::message::{
     Notification, Payload, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT,
@@ -216,6 +217,9 @@ fn prepare(target: &Target, payload: Payload<'_>, delivery_id: &str) -> Result<P
                 Payload::Investigated(n) => (webhook_body(n, delivery_id), WEBHOOK_EVENT, n.run_id.as_deref()),
                 Payload::Resolved(n) => (resolved_webhook_body(n, delivery_id), WEBHOOK_RESOLVED_EVENT, None),
                 Payload::Failed(n) => (failed_webhook_body(n, delivery_id), WEBHOOK_FAILED_EVENT, n.run_id.as_deref()),
+                Payload::Checked(n) => {
+                    (checked_webhook_body(n, delivery_id), WEBHOOK_CHECKED_EVENT, n.run_id.as_deref())
+                }
             };
             let body = serde_json::to_vec(&envelope).map_err(|_| DeliveryError::EncodePayload)?;
             if body.len() > WEBHOOK_MAX_BODY_BYTES {

@@ -326,6 +326,8 @@ pub enum Payload<'a> {
     Resolved(&'a ResolvedNotice),
     /// `incident.investigation_failed`.
     Failed(&'a FailedNotice),
+    /// `schedule.checked`.
+    Checked(&'a super::checked::ScheduleNotice),
 }
 
 impl Payload<'_> {
@@ -335,6 +337,7 @@ impl Payload<'_> {
             Payload::Investigated(n) => telegram_text(n),
             Payload::Resolved(n) => resolved_text(n),
             Payload::Failed(n) => failed_telegram_text(n),
+            Payload::Checked(n) => super::checked::checked_text(n),
         }
     }
 
@@ -344,6 +347,7 @@ impl Payload<'_> {
             Payload::Investigated(n) => mattermost_text(n),
             Payload::Resolved(n) => mattermost_escape(&resolved_text(n)),
             Payload::Failed(n) => failed_mattermost_text(n),
+            Payload::Checked(n) => super::checked::checked_mattermost_text(n),
         }
     }
 

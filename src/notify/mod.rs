@@ -4,6 +4,7 @@
 //! Web API in [`slack`].
 
 pub mod chat;
+pub mod checked;
 pub mod deliver;
 mod error;
 pub(crate) mod message;

@@ -12,6 +12,7 @@ pub(crate) mod knowledge_base;
 pub mod mcp_adapter;
 pub mod notification_receiver;
 pub(crate) mod run;
+pub mod run_schedule;
 pub(crate) mod schema_check;
 pub(crate) mod semantic;
 pub(crate) mod skill;
@@ -32,6 +33,7 @@ pub(crate) use knowledge_base::KnowledgeBase;
 pub(crate) use mcp_adapter::McpAdapter;
 pub(crate) use notification_receiver::NotificationReceiver;
 pub(crate) use run::Run;
+pub(crate) use run_schedule::RunSchedule;
 pub(crate) use skill::Skill;
 pub(crate) use validator_profile::ValidatorProfile;
 pub(crate) use workspace::Workspace;
@@ -114,7 +116,18 @@ macro_rules! kinds {
     };
 }
 
-kinds!(Skill, McpAdapter, Workspace, ValidatorProfile, NotificationReceiver, AlertSource, KnowledgeBase, Run, Incident);
+kinds!(
+    Skill,
+    McpAdapter,
+    Workspace,
+    ValidatorProfile,
+    NotificationReceiver,
+    AlertSource,
+    KnowledgeBase,
+    RunSchedule,
+    Run,
+    Incident
+);
 
 impl Kind {
     /// Whether operators declare it (as opposed to the host writing it).

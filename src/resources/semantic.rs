@@ -85,6 +85,14 @@ pub fn check(resource: &Resource, errors: &mut Vec<FieldError>) {
                 }
             }
         }
+        Resource::RunSchedule(schedule) => {
+            if let Err(error) = crate::cron::Cron::parse(&schedule.spec.schedule) {
+                errors.push(FieldError::new("spec.schedule", error.to_string()));
+            }
+            if let Err(error) = crate::cron::time_zone(schedule.spec.time_zone.as_deref()) {
+                errors.push(FieldError::new("spec.timeZone", error.to_string()));
+            }
+        }
         Resource::Skill(_) | Resource::AlertSource(_) | Resource::Run(_) | Resource::Incident(_) => {}
     }
 }

@@ -15,6 +15,7 @@ mod mcp_sessions;
 pub mod metrics;
 pub(crate) mod openapi;
 pub(crate) mod runs;
+pub(crate) mod schedules;
 pub(crate) mod status;
 pub mod ui;
 
@@ -109,6 +110,12 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
             post_with(runs::chat, |op| {
                 keyed(op.tag("runs").summary("Ask a question: one read-only Run"))
                     .response::<200, Json<runs::ChatAnswer>>()
+            }),
+        )
+        .api_route(
+            "/api/v1/schedules",
+            get_with(schedules::list, |op| {
+                keyed(op.tag("schedules").summary("RunSchedules the caller reads, with their status"))
             }),
         )
         .api_route("/api/v1/runs", get_with(runs::list, |op| keyed(op.tag("runs").summary("Runs, newest first"))))

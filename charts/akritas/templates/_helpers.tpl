@@ -53,10 +53,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "akritas.watchRules" }}
 rules:
   - apiGroups: ["akritas.io"]
-    resources: ["skills", "mcpadapters", "workspaces", "validatorprofiles", "notificationreceivers", "alertsources", "knowledgebases"]
+    resources: ["skills", "mcpadapters", "workspaces", "validatorprofiles", "notificationreceivers", "alertsources", "knowledgebases", "runschedules"]
     verbs: ["list", "watch"]
   - apiGroups: ["akritas.io"]
-    resources: ["skills/status", "mcpadapters/status", "workspaces/status", "validatorprofiles/status", "notificationreceivers/status", "alertsources/status", "knowledgebases/status"]
+    resources: ["skills/status", "mcpadapters/status", "workspaces/status", "validatorprofiles/status", "notificationreceivers/status", "alertsources/status", "knowledgebases/status", "runschedules/status"]
     verbs: ["patch"]
   - apiGroups: ["akritas.io"]
     resources: ["runs"]

@@ -50,7 +50,7 @@ async fn hold(
     if !row.get::<_, bool>(0) {
         return Ok(());
     }
-    tracing::info!(component = "database", "this replica leads (bot pollers)");
+    tracing::info!(component = "database", "this replica leads (bot pollers, schedules)");
     leading.send_replace(true);
     loop {
         tokio::select! {
