@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 87);
+    assert_eq!(KEYS.len(), 88);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -709,6 +709,7 @@ fn file_with_every_setting() {
         "journal_segment_bytes": 65536,
         "journal_segment_age": "30d",
         "snapshot_records": 100,
+        "schedule_daily_tokens": 1000000,
         "audit_retention": "0s",
         "change_approval_ttl": "7d",
         "change_max_concurrent_previews": 64,
