@@ -43,6 +43,7 @@ mod resource_rules;
 mod resource_watch;
 mod run_budget;
 mod run_replay;
+mod schedules;
 mod serve_http;
 mod slack_providers;
 mod storage_compat;

@@ -270,7 +270,7 @@ impl Scheduler {
         self.local().insert(key_text(&key), Local { scheduled, cancel: run_cancel.clone() });
         let (me, stop) = (self.clone(), cancel.clone());
         tokio::spawn(async move {
-            let ended = me.execute(&key, &spec, scheduled, &run_cancel).await;
+            let ended = me.execute(&key, &spec, scheduled, &run_cancel, &stop).await;
             let id = key_text(&key);
             match ended {
                 // Stopping: the next start resolves the tick.
@@ -287,13 +287,16 @@ impl Scheduler {
         });
     }
 
-    /// Waits for a slot and runs the tick's Run; `None` when cancelled before it started.
+    /// Waits for a slot and runs the tick's Run; `None` when cancelled before it started. A
+    /// Run cancelled by the next tick is closed as `replaced`, one cancelled by `stop` (a
+    /// shutdown, or leadership lost) as `interrupted`.
     async fn execute(
         &self,
         key: &ObjectKey,
         spec: &RunScheduleSpec,
         scheduled: Timestamp,
         cancel: &CancellationToken,
+        stop: &CancellationToken,
     ) -> Option<Ending> {
         let id = key_text(key);
         let namespace_slots = {
@@ -313,8 +316,13 @@ impl Scheduler {
             outcome = self.parts.engine.run(request) => outcome,
             () = cancel.cancelled() => {
                 drop(slot);
-                let run_id = self.close_cancelled(&tick_id(&id, scheduled)).await;
-                return Some(Ending::Cancelled { run_id, outcome: "Replaced" });
+                let (code, outcome, why) = if stop.is_cancelled() {
+                    ("interrupted", "Interrupted", "the scheduler stopped (shutdown, or leadership moved)")
+                } else {
+                    ("replaced", "Replaced", "replaced by the schedule's next tick (concurrencyPolicy: Replace)")
+                };
+                let run_id = self.close_cancelled(&tick_id(&id, scheduled), code, why).await;
+                return Some(Ending::Cancelled { run_id, outcome });
             }
         };
         drop(slot);
@@ -338,16 +346,16 @@ impl Scheduler {
         })
     }
 
-    /// Closes the Run of a cancelled tick as failed (`replaced`); its id.
-    async fn close_cancelled(&self, tick: &str) -> Option<String> {
+    /// Closes the Run of a cancelled tick as failed with `code`; its id.
+    async fn close_cancelled(&self, tick: &str, code: &str, why: &str) -> Option<String> {
         let audit = self.parts.engine.audit()?;
         let runs = audit.runs_of_jobs(&BTreeSet::from([tick])).await.ok()?;
         let run = runs.into_iter().last()?;
         if run.status == RunStatus::Running {
             let finish = Finish {
                 status: RunStatus::Failed,
-                error: Some("replaced by the schedule's next tick (concurrencyPolicy: Replace)".into()),
-                error_code: Some("replaced".into()),
+                error: Some(why.to_string()),
+                error_code: Some(code.to_string()),
                 metadata: BTreeMap::new(),
             };
             if let Err(error) = audit.finish(&run.id, finish).await {
