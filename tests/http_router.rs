@@ -79,6 +79,7 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/runs/{id}/export", Auth::Key),
     route(Method::POST, "/api/v1/runs/{id}/chat", Auth::Key),
     route(Method::GET, "/api/v1/tools", Auth::Key),
+    route(Method::GET, "/api/v1/schedules", Auth::Key),
     route(Method::POST, "/api/v1/alerts/{namespace}/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alerts/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alertmanager/webhook", Auth::Source),

@@ -77,7 +77,7 @@ fn unreadable_documents_and_unknown_kinds_are_reported() {
     assert_eq!(code, 1);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{stdout}");
-    assert!(lines[0].ends_with("mixed.yaml:0 Skil/x: kind: unknown kind \"Skil\"; expected one of: Skill, McpAdapter, Workspace, ValidatorProfile, NotificationReceiver, AlertSource, KnowledgeBase, Run, Incident"), "{}", lines[0]);
+    assert!(lines[0].ends_with("mixed.yaml:0 Skil/x: kind: unknown kind \"Skil\"; expected one of: Skill, McpAdapter, Workspace, ValidatorProfile, NotificationReceiver, AlertSource, KnowledgeBase, RunSchedule, Run, Incident"), "{}", lines[0]);
     assert!(lines[1].contains("mixed.yaml:1: invalid YAML"), "{}", lines[1]);
 }
 

@@ -6,11 +6,10 @@
 //! discarded (never logged).
 
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
-use super::checked::{WEBHOOK_CHECKED_EVENT, checked_webhook_body};
 pub use super::error::DeliveryError;
 use super::message::{
     Notification, Payload, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT,
-    failed_webhook_body, resolved_webhook_body, webhook_body,
+    WEBHOOK_CHECKED_EVENT, checked_webhook_body, failed_webhook_body, resolved_webhook_body, webhook_body,
 };
 use super::slack::{MAX_RETRY_AFTER, SlackApi};
 use futures_util::future::join_all;

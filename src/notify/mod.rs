@@ -4,7 +4,6 @@
 //! Web API in [`slack`].
 
 pub mod chat;
-pub mod checked;
 pub mod deliver;
 mod error;
 pub(crate) mod message;
@@ -17,7 +16,7 @@ pub use deliver::{
     deliver_payload, new_delivery_id, signature_header,
 };
 pub use message::{
-    AlertStatus, FailedNotice, Notification, Payload, ResolvedNotice, mattermost_text, resolved_text, run_url,
+    AlertStatus, FailedNotice, Notification, Payload, ResolvedNotice, ScheduleNotice, mattermost_text, resolved_text, run_url,
     telegram_text, webhook_body,
 };
 pub use thread::{ThreadedOutcome, deliver_threaded};

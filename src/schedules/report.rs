@@ -15,7 +15,7 @@ use crate::catalog::{Catalog, ObjectKey};
 use crate::cron::{Cron, time_zone};
 use crate::investigation::InvestigationResult;
 use crate::notify::Target;
-use crate::notify::checked::ScheduleNotice;
+use crate::notify::ScheduleNotice;
 use crate::resources::notification_receiver::NotificationReceiverSpec;
 use crate::resources::run_schedule::{RunScheduleSpec, RunScheduleStatus, ScheduleResult};
 use crate::resources::{Kind, Resource, RunSchedule};

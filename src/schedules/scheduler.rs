@@ -403,7 +403,7 @@ impl Scheduler {
         }
     }
 
-    async fn notify(&self, key: &ObjectKey, spec: &RunScheduleSpec, notice: &crate::notify::checked::ScheduleNotice) {
+    async fn notify(&self, key: &ObjectKey, spec: &RunScheduleSpec, notice: &crate::notify::ScheduleNotice) {
         let id = key_text(key);
         let catalog = self.parts.catalog.current();
         let threads = self.parts.store.book(&id).map(|b| b.threads).unwrap_or_default();
