@@ -8,8 +8,8 @@
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
 pub use super::error::DeliveryError;
 use super::message::{
-    Notification, Payload, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES, WEBHOOK_RESOLVED_EVENT,
-    WEBHOOK_CHECKED_EVENT, checked_webhook_body, failed_webhook_body, resolved_webhook_body, webhook_body,
+    Notification, Payload, WEBHOOK_CHECKED_EVENT, WEBHOOK_EVENT, WEBHOOK_FAILED_EVENT, WEBHOOK_MAX_BODY_BYTES,
+    WEBHOOK_RESOLVED_EVENT, checked_webhook_body, failed_webhook_body, resolved_webhook_body, webhook_body,
 };
 use super::slack::{MAX_RETRY_AFTER, SlackApi};
 use futures_util::future::join_all;

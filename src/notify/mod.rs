@@ -16,7 +16,7 @@ pub use deliver::{
     deliver_payload, new_delivery_id, signature_header,
 };
 pub use message::{
-    AlertStatus, FailedNotice, Notification, Payload, ResolvedNotice, ScheduleNotice, mattermost_text, resolved_text, run_url,
-    telegram_text, webhook_body,
+    AlertStatus, FailedNotice, Notification, Payload, ResolvedNotice, ScheduleNotice, mattermost_text, resolved_text,
+    run_url, telegram_text, webhook_body,
 };
 pub use thread::{ThreadedOutcome, deliver_threaded};

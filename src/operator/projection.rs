@@ -170,36 +170,38 @@ pub(super) fn bounded(text: &str) -> String {
     crate::text::prefix_chars(text, MAX_STATUS_TEXT).to_string()
 }
 
-async fn apply(
-    client: &Client,
-    namespace: &str,
-    kind: Kind,
-    name: &str,
-    spec: &Value,
-    status: &Value,
-) -> kube::Result<()> {
+/// Label on the Run objects of a RunSchedule's Runs: the schedule's name.
+pub const SCHEDULE_LABEL: &str = "akritas.io/schedule";
+
+async fn apply(client: &Client, namespace: &str, kind: Kind, name: &str, object: &Value) -> kube::Result<()> {
     let api = dynamic_api(client, kind, Some(namespace));
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let object = json!({
-        "apiVersion": API_VERSION, "kind": kind.as_str(),
-        "metadata": {"name": name, "labels": {MANAGED_BY: MANAGER}},
-        "spec": spec,
-    });
+    let mut metadata = json!({"name": name, "labels": {MANAGED_BY: MANAGER}});
+    if let Some(labels) = object["metadata"]["labels"].as_object() {
+        for (key, value) in labels {
+            metadata["labels"][key] = value.clone();
+        }
+    }
+    if let Some(owners) = object["metadata"].get("ownerReferences") {
+        metadata["ownerReferences"] = owners.clone();
+    }
+    let (spec, status) = (&object["spec"], &object["status"]);
+    let object = json!({"apiVersion": API_VERSION, "kind": kind.as_str(), "metadata": metadata, "spec": spec});
     api.patch(name, &params, &Patch::Apply(&object)).await?;
     let status = json!({"apiVersion": API_VERSION, "kind": kind.as_str(), "status": status});
     api.patch_status(name, &params, &Patch::Apply(&status)).await?;
     Ok(())
 }
 
+/// Writes `desired` (`spec`, `status` and optionally `metadata` labels and owner references)
+/// when it differs from what was last written.
 async fn write_if_changed(
     writer: &Writer<'_>,
     written: &mut Written,
     kind: Kind,
     (namespace, name): (&str, String),
-    spec: Value,
-    status: Value,
+    desired: Value,
 ) {
-    let desired = json!({"spec": spec, "status": status});
     let key = (kind, namespace.to_string(), name);
     let pass = written.pass;
     written.projected.insert(key.clone());
@@ -212,7 +214,7 @@ async fn write_if_changed(
     if !written.backoff.due(&key, writer.now) {
         return;
     }
-    match apply(writer.client, &key.1, kind, &key.2, &spec, &status).await {
+    match apply(writer.client, &key.1, kind, &key.2, &desired).await {
         Ok(()) => {
             written.backoff.succeeded(&key);
             written.objects.insert(key, (desired, pass));
@@ -281,10 +283,36 @@ fn verified(result: Option<&InvestigationResult>) -> u32 {
 }
 
 fn run_prompt(run: &RunRecord) -> String {
-    match (run.metadata.get("alert").and_then(Value::as_str), run.metadata.get("incident_id").and_then(Value::as_str)) {
-        (Some(alert), Some(incident)) => format!("Investigate alert {alert} (incident {incident})"),
+    let fact = |key: &str| run.metadata.get(key).and_then(Value::as_str);
+    match (fact("alert"), fact("incident_id"), fact("schedule"), fact("scheduled_time")) {
+        (Some(alert), Some(incident), _, _) => format!("Investigate alert {alert} (incident {incident})"),
+        (_, _, Some(schedule), Some(at)) => format!("Scheduled check {schedule} for {at}"),
         _ => format!("{} request by {} (the prompt is not recorded)", run.source, run.actor),
     }
+}
+
+/// The labels and owner of a scheduled Run's object: its RunSchedule (with its uid, so
+/// deleting the schedule deletes its Runs), when the object is written in its namespace.
+fn run_metadata(run: &RunRecord, namespace: &str) -> Option<Value> {
+    let schedule = run.metadata.get("schedule").and_then(Value::as_str)?;
+    let (schedule_namespace, name) = schedule.split_once('/')?;
+    let mut metadata = json!({"labels": {SCHEDULE_LABEL: name}});
+    if let Some(uid) = run.metadata.get("schedule_uid").and_then(Value::as_str)
+        && schedule_namespace == namespace
+    {
+        metadata["ownerReferences"] =
+            json!([{"apiVersion": API_VERSION, "kind": "RunSchedule", "name": name, "uid": uid}]);
+    }
+    Some(metadata)
+}
+
+/// Whether a scheduled Run is beyond its schedule's `historyLimit` (counted newest first).
+fn beyond_history(run: &RunRecord, kept: &mut BTreeMap<String, u64>) -> bool {
+    let Some(schedule) = run.metadata.get("schedule").and_then(Value::as_str) else { return false };
+    let limit = run.metadata.get("history_limit").and_then(Value::as_u64).unwrap_or(u64::MAX);
+    let count = kept.entry(schedule.to_string()).or_default();
+    *count += 1;
+    *count > limit
 }
 
 async fn sync_runs(writer: &Writer<'_>, audit: &AuditLog, cutoff: &str, written: &mut Written) {
@@ -295,15 +323,21 @@ async fn sync_runs(writer: &Writer<'_>, audit: &AuditLog, cutoff: &str, written:
             return;
         }
     };
+    let mut kept = BTreeMap::new();
     for summary in runs {
-        if summary.metadata.contains_key(REQUESTED_BY) || expired(summary.completed_at.as_deref(), cutoff) {
+        if summary.metadata.contains_key(REQUESTED_BY)
+            || expired(summary.completed_at.as_deref(), cutoff)
+            || beyond_history(&summary, &mut kept)
+        {
             continue;
         }
-        let spec = json!({"prompt": run_prompt(&summary)});
-        let status = run_status(&summary);
         let namespace = writer.settings.run_namespace(&summary.namespace);
+        let mut desired = json!({"spec": {"prompt": run_prompt(&summary)}, "status": run_status(&summary)});
+        if let Some(metadata) = run_metadata(&summary, namespace) {
+            desired["metadata"] = metadata;
+        }
         let name = object_name(summary.id.as_str());
-        write_if_changed(writer, written, Kind::Run, (namespace, name), spec, status).await;
+        write_if_changed(writer, written, Kind::Run, (namespace, name), desired).await;
     }
 }
 
@@ -386,8 +420,8 @@ async fn sync_incidents(writer: &Writer<'_>, alerts: &AlertStore, cutoff: &str, 
             "correlationKey": bounded(&incident.correlation_key),
             "entity": bounded(&format!("{}:{}", incident.entity.kind, incident.entity.id)),
         });
-        let status = incident_status(&incident, &jobs);
-        write_if_changed(writer, written, Kind::Incident, (namespace, object_name(&incident.id)), spec, status).await;
+        let desired = json!({"spec": spec, "status": incident_status(&incident, &jobs)});
+        write_if_changed(writer, written, Kind::Incident, (namespace, object_name(&incident.id)), desired).await;
     }
 }
 
@@ -414,7 +448,11 @@ async fn collect_garbage(client: &Client, settings: &ProjectionSettings, written
                 else {
                     continue;
                 };
-                if !expired(object.data["status"][field].as_str(), &cutoff) {
+                // A scheduled Run past its schedule's historyLimit is no longer projected.
+                let past_history = kind == Kind::Run
+                    && object.metadata.labels.as_ref().is_some_and(|labels| labels.contains_key(SCHEDULE_LABEL))
+                    && !written.projected.contains(&(kind, namespace.clone(), name.clone()));
+                if !expired(object.data["status"][field].as_str(), &cutoff) && !past_history {
                     continue;
                 }
                 let api = dynamic_api(client, kind, Some(&namespace));
@@ -479,8 +517,8 @@ mod tests {
         let mut written = Written::default();
         for _ in 0..2 {
             written.start_pass();
-            let (spec, status) = (json!({"prompt": "p"}), json!({"runId": "run_0123", "phase": "Running"}));
-            write_if_changed(&writer, &mut written, Kind::Run, ("akritas-system", name.into()), spec, status).await;
+            let desired = json!({"spec": {"prompt": "p"}, "status": {"runId": "run_0123", "phase": "Running"}});
+            write_if_changed(&writer, &mut written, Kind::Run, ("akritas-system", name.into()), desired).await;
             written.end_pass();
         }
         let seen = server.await.unwrap();
@@ -529,8 +567,7 @@ mod tests {
                 &mut written,
                 Kind::Run,
                 ("akritas-system", "run-1".into()),
-                json!({}),
-                json!({"phase": "Running"}),
+                json!({"spec": {}, "status": {"phase": "Running"}}),
             )
             .await;
             written.end_pass();

@@ -14,8 +14,8 @@ use crate::catalog::status::StatusBoard;
 use crate::catalog::{Catalog, ObjectKey};
 use crate::cron::{Cron, time_zone};
 use crate::investigation::InvestigationResult;
-use crate::notify::Target;
 use crate::notify::ScheduleNotice;
+use crate::notify::Target;
 use crate::resources::notification_receiver::NotificationReceiverSpec;
 use crate::resources::run_schedule::{RunScheduleSpec, RunScheduleStatus, ScheduleResult};
 use crate::resources::{Kind, Resource, RunSchedule};
@@ -167,12 +167,12 @@ pub fn plan(
     Some(Plan { cron, zone })
 }
 
-/// The schedule `namespace/name` of the Catalog and its spec.
-pub fn find(catalog: &Catalog, id: &str) -> Option<(ObjectKey, RunScheduleSpec)> {
+/// The schedule `namespace/name` of the Catalog.
+pub fn find(catalog: &Catalog, id: &str) -> Option<(ObjectKey, RunSchedule)> {
     let (namespace, name) = id.split_once('/')?;
     let key = ObjectKey { kind: Kind::RunSchedule, namespace: namespace.to_string(), name: name.to_string() };
     match catalog.entries.get(&key)?.resource.as_ref() {
-        Resource::RunSchedule(schedule) => Some((key, schedule.spec.clone())),
+        Resource::RunSchedule(schedule) => Some((key, schedule.clone())),
         _ => None,
     }
 }

@@ -30,6 +30,7 @@ use crate::engine::conversation::{Speaker, Turn};
 use crate::engine::request::RunRequest;
 use crate::engine::run::Engine;
 use crate::notify::RetryPolicy;
+use crate::resources::RunSchedule;
 use crate::resources::run_schedule::RunScheduleSpec;
 use crate::resources::{Kind, Resource};
 use crate::tenancy::Tenancy;
@@ -200,7 +201,7 @@ impl Scheduler {
         self: &Arc<Self>,
         key: &ObjectKey,
         id: &str,
-        schedule: &crate::resources::RunSchedule,
+        schedule: &RunSchedule,
         plan: &Plan,
         cancel: &CancellationToken,
     ) -> Result<(), crate::journal::durable::StoreError> {
@@ -254,7 +255,7 @@ impl Scheduler {
                 at
             }
         };
-        self.start(key.clone(), spec.clone(), scheduled, cancel);
+        self.start(key.clone(), schedule.clone(), scheduled, cancel);
         Ok(())
     }
 
@@ -262,7 +263,7 @@ impl Scheduler {
     fn start(
         self: &Arc<Self>,
         key: ObjectKey,
-        spec: RunScheduleSpec,
+        schedule: RunSchedule,
         scheduled: Timestamp,
         cancel: &CancellationToken,
     ) {
@@ -270,12 +271,12 @@ impl Scheduler {
         self.local().insert(key_text(&key), Local { scheduled, cancel: run_cancel.clone() });
         let (me, stop) = (self.clone(), cancel.clone());
         tokio::spawn(async move {
-            let ended = me.execute(&key, &spec, scheduled, &run_cancel, &stop).await;
+            let ended = me.execute(&key, &schedule, scheduled, &run_cancel, &stop).await;
             let id = key_text(&key);
             match ended {
                 // Stopping: the next start resolves the tick.
                 _ if stop.is_cancelled() => {}
-                Some(ended) => me.complete(&key, &spec, scheduled, ended).await,
+                Some(ended) => me.complete(&key, &schedule.spec, scheduled, ended).await,
                 None => {}
             }
             let mut local = me.local();
@@ -293,7 +294,7 @@ impl Scheduler {
     async fn execute(
         &self,
         key: &ObjectKey,
-        spec: &RunScheduleSpec,
+        schedule: &RunSchedule,
         scheduled: Timestamp,
         cancel: &CancellationToken,
         stop: &CancellationToken,
@@ -311,7 +312,7 @@ impl Scheduler {
             },
             () = cancel.cancelled() => return None,
         };
-        let request = request(key, spec, scheduled);
+        let request = request(key, schedule, scheduled);
         let outcome = tokio::select! {
             outcome = self.parts.engine.run(request) => outcome,
             () = cancel.cancelled() => {
@@ -465,22 +466,22 @@ impl Scheduler {
         };
         let catalog = self.parts.catalog.current();
         for ((id, scheduled), tick) in orphans.into_iter().zip(ticks) {
-            let Some((key, spec)) = report::find(&catalog, &id) else { continue };
+            let Some((key, schedule)) = report::find(&catalog, &id) else { continue };
             let run = runs.iter().rev().find(|run| run.metadata.get("job_id").and_then(|v| v.as_str()) == Some(&tick));
             match run {
                 Some(run) if run.status == RunStatus::Running && at_start => {}
                 Some(run) => {
                     let ended = ended_of(run);
                     tracing::info!(component = "akritas_schedules", schedule = %id, %scheduled, run = %run.id, "a claimed tick's Run is resolved from the audit");
-                    self.complete(&key, &spec, scheduled, ended).await;
+                    self.complete(&key, &schedule.spec, scheduled, ended).await;
                 }
                 None if at_start => {
                     tracing::info!(component = "akritas_schedules", schedule = %id, %scheduled, "a claimed tick's Run never started; starting it");
-                    self.start(key, spec, scheduled, cancel);
+                    self.start(key, schedule, scheduled, cancel);
                 }
                 None => {
                     let ended = Ending::Cancelled { run_id: None, outcome: "Interrupted" };
-                    self.complete(&key, &spec, scheduled, ended).await;
+                    self.complete(&key, &schedule.spec, scheduled, ended).await;
                 }
             }
         }
@@ -524,19 +525,22 @@ fn ended_of(run: &RunRecord) -> Ending {
 
 /// The Run request of a tick: a read-only investigation in the schedule's namespace, with
 /// the tick in its metadata.
-fn request(key: &ObjectKey, spec: &RunScheduleSpec, scheduled: Timestamp) -> RunRequest {
-    let id = key_text(key);
+fn request(key: &ObjectKey, schedule: &RunSchedule, scheduled: Timestamp) -> RunRequest {
+    let (id, spec) = (key_text(key), &schedule.spec);
     let prompt = format!(
         "Scheduled check {id} for {scheduled}. Check the current state and report what you find; say whether \
          anything needs a person (actionability no_action when all is well).\n\n{}",
         spec.prompt
     );
-    let metadata = BTreeMap::from([
+    let mut metadata = BTreeMap::from([
         ("job_id".to_string(), json!(tick_id(&id, scheduled))),
         ("schedule".to_string(), json!(id)),
         ("scheduled_time".to_string(), json!(scheduled.to_string())),
         ("history_limit".to_string(), json!(spec.history())),
     ]);
+    if let Some(uid) = &schedule.metadata.uid {
+        metadata.insert("schedule_uid".to_string(), json!(uid));
+    }
     RunRequest {
         namespace: key.namespace.clone(),
         source: "schedule".into(),
@@ -558,13 +562,16 @@ mod tests {
     #[test]
     fn a_tick_request_is_a_read_only_investigation_in_the_schedule_namespace() {
         let key = ObjectKey { kind: Kind::RunSchedule, namespace: "team-a".into(), name: "certs".into() };
-        let spec: RunScheduleSpec = serde_json::from_value(json!({
-            "schedule": "0 8 * * *", "prompt": "Which certificates expire?", "skills": ["cert-expiry"],
-            "context": {"technology": "cert-manager"},
+        let schedule: RunSchedule = serde_json::from_value(json!({
+            "apiVersion": "akritas.io/v1alpha1", "kind": "RunSchedule",
+            "metadata": {"name": "certs", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"schedule": "0 8 * * *", "prompt": "Which certificates expire?", "skills": ["cert-expiry"],
+                     "context": {"technology": "cert-manager"}},
         }))
         .unwrap();
         let at: Timestamp = "2026-12-06T08:00:00Z".parse().unwrap();
-        let request = request(&key, &spec, at);
+        let request = request(&key, &schedule, at);
+        assert_eq!(request.metadata["schedule_uid"], "u-1");
         assert_eq!((request.namespace.as_str(), request.source.as_str()), ("team-a", "schedule"));
         assert!(request.investigate);
         assert_eq!(request.skills, ["cert-expiry"]);
