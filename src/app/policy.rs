@@ -124,6 +124,10 @@ pub fn refusals(
             board.set_check(key, Check::failed(refusal.reason, refusal.message));
         }
     }
+    for (key, entry) in catalog.of_kind(Kind::RunSchedule) {
+        let Resource::RunSchedule(schedule) = entry.resource.as_ref() else { continue };
+        board.set_check(key, crate::schedules::report::references(catalog, key, &schedule.spec, &policy.tenancy));
+    }
     board.get().resources.iter().filter(|r| r.in_force == InForce::Current && r.problem().is_some()).cloned().collect()
 }
 

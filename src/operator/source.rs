@@ -111,10 +111,11 @@ impl Stores {
                 let Some(map) = value.as_object_mut() else { continue };
                 map.insert("apiVersion".into(), Value::String(API_VERSION.into()));
                 map.insert("kind".into(), Value::String(kind.as_str().into()));
-                // Status is ours and metadata is the API server's: only the spec is validated.
+                // Status is ours and metadata is the API server's: only the spec is validated (the uid
+                // is kept: a RunSchedule owns the Run objects of its Runs).
                 map.remove("status");
                 if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "labels" | "annotations"));
+                    meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "uid" | "labels" | "annotations"));
                 }
                 let key = ObjectKey { kind: *kind, namespace: namespace.clone(), name: name.clone() };
                 if let Some(generation) = object.metadata.generation {

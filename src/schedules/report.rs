@@ -8,7 +8,7 @@ use jiff::tz::TimeZone;
 use super::compare;
 use super::store::{Book, Digest};
 use crate::alerts::worker::delivery::target;
-use crate::catalog::readiness::{Check, reasons};
+use crate::catalog::readiness::{Check, CheckState, reasons};
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
 use crate::catalog::{Catalog, ObjectKey};
@@ -144,6 +144,17 @@ fn unresolved(catalog: &Catalog, key: &ObjectKey, spec: &RunScheduleSpec, tenanc
     problems
 }
 
+/// Whether every receiver and skill a schedule names resolves: the `ReferencesResolved`
+/// check (`serve` publishes it, `akritas validate` prints a failure).
+pub fn references(catalog: &Catalog, key: &ObjectKey, spec: &RunScheduleSpec, tenancy: &Tenancy) -> Check {
+    let problems = unresolved(catalog, key, spec, tenancy);
+    if problems.is_empty() {
+        Check::passed(reasons::REFERENCES_RESOLVED, "every receiver and skill resolves")
+    } else {
+        Check::failed(reasons::REFERENCE_NOT_FOUND, problems.join("; "))
+    }
+}
+
 /// Checks a schedule's references and publishes the outcome (and whether it is suspended);
 /// the plan when it may tick.
 pub fn plan(
@@ -155,12 +166,12 @@ pub fn plan(
 ) -> Option<Plan> {
     let spec = &schedule.spec;
     board.set_suspended(key, Some(spec.suspend));
-    let problems = unresolved(catalog, key, spec, tenancy);
-    if !problems.is_empty() {
-        board.set_check(key, Check::failed(reasons::REFERENCE_NOT_FOUND, problems.join("; ")));
+    let check = references(catalog, key, spec, tenancy);
+    let resolved = check.state == CheckState::Passed;
+    board.set_check(key, check);
+    if !resolved {
         return None;
     }
-    board.set_check(key, Check::passed(reasons::REFERENCES_RESOLVED, "every receiver and skill resolves"));
     // Both were checked when the object was loaded.
     let cron = Cron::parse(&spec.schedule).ok()?;
     let zone = time_zone(spec.time_zone.as_deref()).ok()?;

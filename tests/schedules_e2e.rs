@@ -1,0 +1,177 @@
+//! RunSchedules in operator mode against a real API server (etcd + kube-apiserver, RBAC on,
+//! the chart's Roles): a schedule in a tenant namespace runs on its minute, its Runs are `Run`
+//! objects owned by it (the reference Kubernetes' garbage collector follows), its status shows the tick and the result,
+//! its receiver hears about it; a schedule naming another tenant's receiver is `Ready=False`.
+
+use akritas_testkit as support;
+use akritas_testkit::kube_api;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use akritas::tools::{ToolName, openai_alias};
+use kube_api::{KubeApi, OPERATOR_NAMESPACE};
+use serde_json::{Value, json};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
+use support::{Server, serve_command};
+
+const WATCHED: [&str; 2] = ["team-a", "team-b"];
+
+/// Plans nothing and submits a finding without evidence.
+fn model() -> impl Fn(usize, &Value) -> Step + Send + Sync + 'static {
+    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
+    move |_, request| {
+        if offers(request, &plan) {
+            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
+        } else if offers(request, &submit) {
+            Step::from(Reply::ToolCalls(vec![(
+                "r".into(),
+                submit.clone(),
+                json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "low",
+                       "summary": "The rollout of shop has not become available", "evidence": [],
+                       "recommended_actions": ["look at the shop rollout"], "production_writes": 0}),
+            )]))
+        } else {
+            Step::from(Reply::Content("shop is not available.".into()))
+        }
+    }
+}
+
+fn get_json(api: &KubeApi, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&api.kubectl_ok(&all)).unwrap()
+}
+
+fn condition(object: &Value, type_: &str) -> Option<(String, String, String)> {
+    let found = object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)?;
+    Some((
+        found["status"].as_str()?.to_string(),
+        found["reason"].as_str()?.to_string(),
+        found["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A webhook receiver keeping every body.
+async fn webhook_receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let bodies: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let kept = bodies.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let kept = kept.clone();
+            async move { kept.lock().unwrap().push(body) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, bodies)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status() {
+    let api = KubeApi::start().await;
+    api.install_crds(&support::root().join("crds"));
+    api.create_operator_namespace();
+    for namespace in WATCHED {
+        api.create_namespace(namespace);
+    }
+    api.apply(&kube_api::chart_rbac(&WATCHED));
+    let can = |args: &[&str]| {
+        let (_, out, _) = api.kubectl_as(&api.operator_kubeconfig(), &[&["auth", "can-i"][..], args].concat(), None);
+        out.trim().to_string()
+    };
+    for args in [
+        &["watch", "runschedules.akritas.io", "-n", "team-a"][..],
+        &["patch", "runschedules.akritas.io", "--subresource=status", "-n", "team-b"],
+    ] {
+        assert_eq!(can(args), "yes", "the chart lacks {args:?}");
+    }
+    assert_eq!(can(&["create", "runschedules.akritas.io", "-n", "team-a"]), "no", "the operator only reads schedules");
+    let (hook, bodies) = webhook_receiver().await;
+    api.apply(&format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: hook, namespace: team-a}}\n\
+         spec: {{type: webhook, webhook: {{url: \"{hook}\"}}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: chat, namespace: team-b}}\n\
+         spec: {{type: webhook, webhook: {{url: \"{hook}\"}}}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {{name: rollouts, namespace: team-a}}\n\
+         spec: {{schedule: \"* * * * *\", prompt: \"Which rollouts are not available?\", receivers: [hook]}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {{name: foreign, namespace: team-a}}\n\
+         spec: {{schedule: \"@hourly\", prompt: p, receivers: [team-b/chat]}}\n"
+    ));
+    // The API server refuses what the schema can: a six-field schedule is not refused there
+    // (a pattern cannot say it), but the operator marks it invalid.
+    api.apply(
+        "apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {name: bad, namespace: team-b}\n\
+         spec: {schedule: \"0 0 8 * * *\", prompt: p}\n",
+    );
+    let llm = ScriptedLlm::start_with(model()).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--kubernetes")
+        .env("AKRITAS_DATA_DIR", data.path())
+        .env("AKRITAS_EGRESS_ALLOW", "127.0.0.1")
+        .env("KUBECONFIG", api.operator_kubeconfig())
+        .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
+        .env("AKRITAS_NAMESPACES", WATCHED.join(","))
+        .env("AKRITAS_BASE_URL", &llm.url)
+        .env("RUST_LOG", "info,kube=warn");
+    let server = Server::start(command);
+
+    let foreign = eventually(Duration::from_secs(30), "foreign Ready=False", || {
+        let object = get_json(&api, &["get", "runschedules", "foreign", "-n", "team-a"]);
+        condition(&object, "Ready").filter(|(status, _, _)| status == "False")
+    })
+    .await;
+    assert_eq!(foreign.1, "ReferenceNotFound", "{foreign:?}");
+    assert!(foreign.2.contains("team-b/chat is not a NotificationReceiver this namespace sees"), "{foreign:?}");
+    let bad = eventually(Duration::from_secs(30), "bad Ready=False", || {
+        condition(&get_json(&api, &["get", "runschedules", "bad", "-n", "team-b"]), "Ready")
+    })
+    .await;
+    assert_eq!((bad.0.as_str(), bad.1.as_str()), ("False", "Invalid"), "{bad:?}");
+    assert!(bad.2.contains("expected 5 fields"), "{bad:?}");
+
+    // The every-minute schedule ticks within a minute; its Run is an owned `Run` object.
+    let schedule = get_json(&api, &["get", "runschedules", "rollouts", "-n", "team-a"]);
+    let uid = schedule["metadata"]["uid"].as_str().unwrap().to_string();
+    let run = eventually(Duration::from_secs(100), "an owned, finished Run object", || {
+        let runs = get_json(&api, &["get", "runs", "-n", "team-a", "-l", "akritas.io/schedule=rollouts"]);
+        runs["items"].as_array()?.iter().find(|r| r["status"]["phase"] == "Succeeded").cloned()
+    })
+    .await;
+    let owner = &run["metadata"]["ownerReferences"][0];
+    assert_eq!((owner["kind"].as_str(), owner["uid"].as_str()), (Some("RunSchedule"), Some(uid.as_str())), "{run}");
+    assert_eq!(run["status"]["source"], "schedule");
+    assert!(run["spec"]["prompt"].as_str().unwrap().starts_with("Scheduled check team-a/rollouts for "), "{run}");
+    let status = eventually(Duration::from_secs(30), "the schedule's status", || {
+        let object = get_json(&api, &["get", "runschedules", "rollouts", "-n", "team-a"]);
+        object["status"]["lastResult"].is_object().then_some(object["status"].clone())
+    })
+    .await;
+    assert_eq!(status["lastResult"]["findingStatus"], "inconclusive", "{status}");
+    assert_eq!(status["lastResult"]["changes"], json!(["first finding: inconclusive"]), "{status}");
+    assert!(status["lastScheduleTime"].is_string() && status["nextScheduleTime"].is_string(), "{status}");
+    assert_eq!(status["lastResult"]["runName"], run["metadata"]["name"], "{status}");
+    let ready = condition(&json!({"status": status}), "Ready").unwrap();
+    assert_eq!(ready.0, "True", "{status}");
+    let received =
+        eventually(Duration::from_secs(30), "the receiver told", || bodies.lock().unwrap().first().cloned()).await;
+    assert_eq!(received["check"]["schedule"], "team-a/rollouts");
+    assert_eq!(owner["name"], "rollouts");
+    drop(server);
+}
