@@ -55,7 +55,7 @@ async fn health_shows_the_sample_catalog() {
     assert_eq!(settled["degraded"][0]["component"], "resources");
     assert_eq!(
         settled["degraded"][0]["reason"],
-        "4 of 8 resources are not Ready (AlertSource SecretsUnresolved 1, NotificationReceiver SecretsUnresolved 1, \
+        "4 of 14 resources are not Ready (AlertSource SecretsUnresolved 1, NotificationReceiver SecretsUnresolved 1, \
          ValidatorProfile ProgramNotFound 1, Workspace PathNotFound 1); their conditions say what to fix: GET /api/v1/resources or `akritas validate`"
     );
     let entry = |kind: &str, reason: &str| json!({"kind": kind, "reason": reason, "in_progress": false, "count": 1});
@@ -72,7 +72,8 @@ async fn health_shows_the_sample_catalog() {
     assert_eq!(health["authentication"], "disabled");
     assert_eq!(health["catalog"]["version"], 1);
     let counts = &health["catalog"]["counts"];
-    assert_eq!(counts["Skill"], 2);
+    assert_eq!(counts["Skill"], 5);
+    assert_eq!(counts["RunSchedule"], 3);
     assert_eq!(counts["McpAdapter"], 1);
     assert_eq!(counts["Workspace"], 1);
     assert_eq!(counts["ValidatorProfile"], 1);
@@ -80,6 +81,22 @@ async fn health_shows_the_sample_catalog() {
     assert_eq!(counts["AlertSource"], 1);
     assert_eq!(counts["KnowledgeBase"], 1);
     assert_eq!(health["catalog"]["invalid_resources"], 0);
+
+    let (status, schedules) = get_json(&client, &format!("{}/api/v1/schedules", server.url), None).await;
+    assert_eq!(status, 200);
+    let schedules = schedules["schedules"].as_array().unwrap().clone();
+    assert_eq!(schedules.len(), 3, "{schedules:#?}");
+    let pvc = schedules.iter().find(|s| s["name"] == "pvc-usage").unwrap();
+    assert_eq!(
+        (pvc["conditions"][0]["type"].as_str(), pvc["conditions"][0]["status"].as_str()),
+        (Some("Ready"), Some("True")),
+        "{pvc}"
+    );
+    assert!(
+        pvc["status"]["nextScheduleTime"].as_str().is_some_and(|t| t.ends_with(":00:00Z") || t.ends_with(":30:00Z")),
+        "{pvc}"
+    );
+    assert_eq!(pvc["spec"]["schedule"], "*/30 * * * *");
 
     let (status, resources) = get_json(&client, &format!("{}/api/v1/resources", server.url), None).await;
     assert_eq!(status, 200);

@@ -41,7 +41,7 @@ fn shipped_samples_are_valid() {
     let (code, stdout, stderr) = validate(&root().join("config/samples"));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(stdout, "");
-    assert!(stderr.contains("ok: 8 resources valid"), "{stderr}");
+    assert!(stderr.contains("ok: 14 resources valid"), "{stderr}");
 }
 
 #[test]
@@ -196,5 +196,5 @@ fn without_a_config_validate_warns_about_what_the_charts_config_refuses() {
         "{stderr}"
     );
     assert!(warnings.iter().all(|w| w.contains("EnvNotAllowed") && w.contains("resource_env")), "{stderr}");
-    assert!(stderr.contains(&format!("ok: 8 resources valid; {} warnings", warnings.len())), "{stderr}");
+    assert!(stderr.contains(&format!("ok: 14 resources valid; {} warnings", warnings.len())), "{stderr}");
 }
