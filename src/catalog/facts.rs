@@ -16,7 +16,9 @@ use crate::resources::skill::SkillStatus;
 use crate::resources::validator_profile::ValidatorProfileStatus;
 use crate::resources::workspace::WorkspaceStatus;
 
-/// The facts of one object, of its kind.
+/// The facts of one object, of its kind. One per object on the board, so the size
+/// difference between kinds (a RunSchedule's result is the largest) costs little.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Facts {
     McpAdapter(McpAdapterStatus),

@@ -134,13 +134,15 @@ fn unresolved(catalog: &Catalog, key: &ObjectKey, spec: &RunScheduleSpec, tenanc
             )
         })
         .collect();
-    let skills = crate::engine::skills::skills_of(catalog, &tenancy.scope(&key.namespace));
-    problems.extend(
-        spec.skills
-            .iter()
-            .filter(|name| !skills.contains_key(*name))
-            .map(|name| format!("skills: {name} is not a Skill this namespace sees")),
-    );
+    if !spec.skills.is_empty() {
+        let skills = crate::engine::skills::skills_of(catalog, &tenancy.scope(&key.namespace));
+        problems.extend(
+            spec.skills
+                .iter()
+                .filter(|name| !skills.contains_key(*name))
+                .map(|name| format!("skills: {name} is not a Skill this namespace sees")),
+        );
+    }
     problems
 }
 
