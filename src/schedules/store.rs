@@ -311,6 +311,16 @@ impl ScheduleStore {
         Ok(ScheduleStore { store: Arc::new(store) })
     }
 
+    /// Writes this store's state as the snapshot of a journal holding a copy of its records
+    /// (`akritas storage migrate --to embedded`): see [`Durable::snapshot_to`].
+    pub fn snapshot_to(
+        &self,
+        journal: &Path,
+        locate: impl FnOnce(u64) -> Option<crate::journal::Location>,
+    ) -> std::io::Result<Option<u64>> {
+        self.store.snapshot_to(journal, locate)
+    }
+
     /// The state, locked briefly (never across an `await`).
     pub fn state(&self) -> State<'_, Books> {
         self.store.state()

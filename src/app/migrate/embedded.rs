@@ -1,7 +1,7 @@
 //! `akritas storage migrate --to embedded`: the database's stores written back as journals in the
 //! data directory (a backup to keep, or a return to one replica), each record verbatim, then
 //! the snapshot a start loads: the alert state rewritten to find its records by location in the
-//! new files, the approvals' and bot sessions' state as of their last record.
+//! new files, the approvals', bot sessions' and schedules' state as of their last record.
 //!
 //! Each store is written into `<dir>.migrating` and moved into place once it verifies: the
 //! chain read back to the database's head with as many records, then loaded as `serve` loads it.
@@ -17,6 +17,7 @@ use anyhow::{Result, anyhow, bail};
 
 use super::{Moved, Shape, Source, alone, sources};
 use crate::alerts::store::Moving;
+use crate::schedules::ScheduleStore;
 use crate::config::Settings;
 use crate::journal::database::{Database, Log};
 use crate::journal::{self, Checkpoint, Line, Location, Verbatim};
@@ -126,20 +127,34 @@ async fn write_store(settings: &Settings, db: &Database, source: &Source) -> Res
         }
         (Shape::Durable(_), _) => {
             let locate = |seq: u64| head_location.filter(|_| seq == last_seq);
-            let written = if source.store == crate::change::approvals::STORE {
-                let store = crate::change::approvals::ApprovalStore::open_database(db, Default::default()).await?;
-                store.snapshot_to(&staged, locate)?
-            } else {
-                let store = crate::bots::sessions::SessionStore::open_database(db, Default::default()).await?;
-                store.snapshot_to(&staged, locate)?
+            let written = match source.store {
+                crate::change::approvals::STORE => {
+                    let store = crate::change::approvals::ApprovalStore::open_database(db, Default::default()).await?;
+                    store.snapshot_to(&staged, locate)?
+                }
+                crate::schedules::store::STORE => {
+                    let store =
+                        ScheduleStore::open_database(db, super::schedule_clock(), super::SCHEDULE_SNAPSHOTS).await?;
+                    store.snapshot_to(&staged, locate)?
+                }
+                _ => {
+                    let store = crate::bots::sessions::SessionStore::open_database(db, Default::default()).await?;
+                    store.snapshot_to(&staged, locate)?
+                }
             };
             let path = staged.clone();
             let store = source.store;
             tokio::task::spawn_blocking(move || -> Result<()> {
-                if store == crate::change::approvals::STORE {
-                    crate::change::approvals::ApprovalStore::open(&path, Default::default())?;
-                } else {
-                    crate::bots::sessions::SessionStore::open(&path, Default::default())?;
+                match store {
+                    crate::change::approvals::STORE => {
+                        crate::change::approvals::ApprovalStore::open(&path, Default::default())?;
+                    }
+                    crate::schedules::store::STORE => {
+                        ScheduleStore::open(&path, journal::JournalOptions::default(), super::SCHEDULE_SNAPSHOTS)?;
+                    }
+                    _ => {
+                        crate::bots::sessions::SessionStore::open(&path, Default::default())?;
+                    }
                 }
                 Ok(())
             })

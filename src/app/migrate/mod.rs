@@ -1,5 +1,5 @@
 //! `akritas storage migrate`. `--to postgres` copies the embedded journals of a data directory
-//! (the audit, alerts, change approvals and bot sessions) into the PostgreSQL database that
+//! (the audit, alerts, change approvals, bot sessions and schedules) into the PostgreSQL database that
 //! replicas share, record by record and verbatim (the same seq, time, data, hash and seal), so
 //! the chains verify there as they did on disk.
 //!
@@ -9,7 +9,7 @@
 //! - **Verified.** Each store's chain is read back from the database and must end at the
 //!   journal's last record with as many records; the audit's Runs are replayed and counted,
 //!   the alert state is loaded as a replica loads it and its events, incidents and jobs
-//!   counted, and the approvals and bot sessions are opened as `serve` opens them.
+//!   counted, and the approvals, bot sessions and schedules are opened as `serve` opens them.
 //! - **Alone.** It refuses while a process holds a journal (a running `serve`) or while a
 //!   replica heartbeats on the database: neither may write while the copy is made.
 //!
@@ -72,6 +72,11 @@ pub(super) fn sources(settings: &Settings) -> Vec<Source> {
             store: crate::bots::sessions::STORE,
             path: dir.join("bots").join("sessions.jsonl"),
             shape: Shape::Durable(crate::bots::sessions::FORMAT),
+        },
+        Source {
+            store: crate::schedules::store::STORE,
+            path: dir.join("schedules").join("schedules.jsonl"),
+            shape: Shape::Durable(crate::schedules::store::FORMAT),
         },
     ]
 }
@@ -360,10 +365,25 @@ async fn copy_store(db: &Database, source: &Source, key: Option<&[u8]>, resolved
 
 /// Opens the copied store as `serve` opens it: its snapshot and records replay.
 pub(super) async fn opens(db: &Database, store: &str) -> Result<()> {
-    if store == crate::change::approvals::STORE {
-        crate::change::approvals::ApprovalStore::open_database(db, Default::default()).await?;
-    } else {
-        crate::bots::sessions::SessionStore::open_database(db, Default::default()).await?;
+    match store {
+        crate::change::approvals::STORE => {
+            crate::change::approvals::ApprovalStore::open_database(db, Default::default()).await?;
+        }
+        crate::schedules::store::STORE => {
+            crate::schedules::ScheduleStore::open_database(db, schedule_clock(), SCHEDULE_SNAPSHOTS).await?;
+        }
+        _ => {
+            crate::bots::sessions::SessionStore::open_database(db, Default::default()).await?;
+        }
     }
     Ok(())
+}
+
+/// Records between two snapshots of a schedule journal opened here (`serve` takes
+/// `snapshot_records`; the state is the same either way).
+pub(super) const SCHEDULE_SNAPSHOTS: u64 = 20_000;
+
+/// The clock stamping records of a schedule store opened here.
+pub(super) fn schedule_clock() -> crate::journal::Clock {
+    std::sync::Arc::new(|| jiff::Timestamp::now().to_string())
 }
