@@ -2,6 +2,7 @@
 //! the chart's Roles): a schedule in a tenant namespace runs on its minute, its Runs are `Run`
 //! objects owned by it (the reference Kubernetes' garbage collector follows), its status shows the tick and the result,
 //! its receiver hears about it; a schedule naming another tenant's receiver is `Ready=False`.
+//! Two schedulers on one PostgreSQL database run each tick once.
 
 use akritas_testkit as support;
 use akritas_testkit::kube_api;
@@ -174,4 +175,89 @@ async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status
     assert_eq!(received["check"]["schedule"], "team-a/rollouts");
     assert_eq!(owner["name"], "rollouts");
     drop(server);
+}
+
+/// Two schedulers on one PostgreSQL database, each with its own copy of the schedule store
+/// (two replicas that both believe they lead): every tick is claimed by one of them and run
+/// once, and both read the same books.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_schedulers_on_one_database_run_each_tick_once() {
+    use akritas::audit::AuditLog;
+    use akritas::catalog::secrets::EnvSecrets;
+    use akritas::catalog::status::StatusBoard;
+    use akritas::notify::RetryPolicy;
+    use akritas::schedules::{ManualClock, ScheduleStore, Scheduler, SchedulerParts, SchedulerSettings};
+    use akritas::tenancy::Tenancy;
+    use std::collections::BTreeSet;
+    use tokio_util::sync::CancellationToken;
+
+    let pg = support::postgres::Postgres::start();
+    let db = akritas::journal::database::Database::connect(&pg.url("disable"), None, 8).unwrap();
+    db.migrate().await.unwrap();
+    let manifests = tempfile::tempdir().unwrap();
+    std::fs::write(
+        manifests.path().join("schedule.yaml"),
+        "apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {name: db, namespace: ops}\n\
+         spec: {schedule: \"* * * * *\", prompt: \"Is db-7 healthy?\"}\n",
+    )
+    .unwrap();
+    let catalog = support::host::catalog_from(manifests.path());
+    let llm = ScriptedLlm::start_with(model()).await;
+    let data = tempfile::tempdir().unwrap();
+    let audit = Arc::new(AuditLog::open(&data.path().join("audit.jsonl")).unwrap());
+    let engine = Arc::new(support::host::engine(
+        &llm,
+        support::host::settings(),
+        support::host::standard_tools().0,
+        catalog.clone(),
+        Some(audit.clone()),
+        None,
+    ));
+    let clock = Arc::new(ManualClock::new("2026-12-06T07:59:30Z".parse().unwrap()));
+    let mut stores = Vec::new();
+    let cancel = CancellationToken::new();
+    for _ in 0..2 {
+        let stamp: akritas::journal::Clock = Arc::new(|| jiff::Timestamp::now().to_string());
+        let store = ScheduleStore::open_database(&db, stamp, 100).await.unwrap();
+        let scheduler = Scheduler::new(SchedulerParts {
+            store: store.clone(),
+            engine: engine.clone(),
+            catalog: catalog.clone(),
+            secrets: Arc::new(EnvSecrets::with_lookup(|_: &str| None)),
+            board: StatusBoard::default(),
+            clock: clock.clone(),
+            settings: SchedulerSettings {
+                daily_tokens: u64::MAX,
+                concurrency: 4,
+                per_namespace: 4,
+                public_url: None,
+                delivery: RetryPolicy { attempts: 1, base_delay: Duration::from_millis(10), timeout: Duration::from_secs(5) },
+                tenancy: Tenancy::default(),
+            },
+        })
+        .unwrap();
+        tokio::spawn(Arc::new(scheduler).run(cancel.clone()));
+        stores.push(store);
+    }
+    let (a, b) = (stores[0].clone(), stores[1].clone());
+    eventually(Duration::from_secs(20), "the schedule seen", || a.book("ops/db")).await;
+    for minute in 0..3 {
+        let tick: jiff::Timestamp = format!("2026-12-06T08:0{minute}:00Z").parse().unwrap();
+        clock.set(tick.checked_add(jiff::SignedDuration::from_secs(1)).unwrap());
+        let id = format!("schedule:ops/db@{tick}");
+        for _ in 0..100 {
+            a.refresh().await.unwrap();
+            if a.book("ops/db").and_then(|b| b.result).is_some_and(|r| r.scheduled_time == tick.to_string()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let runs = audit.runs_of_jobs(&BTreeSet::from([id.as_str()])).await.unwrap();
+        assert_eq!(runs.len(), 1, "tick {tick} ran {} times", runs.len());
+    }
+    b.refresh().await.unwrap();
+    let (book_a, book_b) = (a.book("ops/db").unwrap(), b.book("ops/db").unwrap());
+    assert_eq!(book_a, book_b, "both replicas read the same books");
+    assert_eq!((book_a.recent.len(), book_a.skipped, book_a.missed), (3, 0, 0), "{book_a:?}");
+    cancel.cancel();
 }
