@@ -26,6 +26,8 @@ use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 use tokio_util::sync::CancellationToken;
 
+const SLACK_TOKEN: &str = "xoxb-schedules-bot-token";
+
 /// Results the model submits, one per Run (healthy when none is left), and how long its
 /// answer takes.
 #[derive(Clone, Default)]
@@ -130,12 +132,24 @@ struct Rig {
 
 impl Rig {
     async fn new(model: &Model, hook_url: &str, schedules: &[String], start: &str, daily_tokens: u64) -> Rig {
-        let (data, manifests) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let receiver = format!(
             "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: hook, namespace: ops}}\n\
              spec: {{type: webhook, webhook: {{url: \"{hook_url}\"}}}}\n"
         );
-        std::fs::write(manifests.path().join("receiver.yaml"), receiver).unwrap();
+        Rig::with_receivers(model, &receiver, schedules, start, daily_tokens).await
+    }
+
+    /// A rig whose receivers are the manifests `receivers` (the secret `SLACK_TOKEN` is
+    /// [`SLACK_TOKEN`]).
+    async fn with_receivers(
+        model: &Model,
+        receivers: &str,
+        schedules: &[String],
+        start: &str,
+        daily_tokens: u64,
+    ) -> Rig {
+        let (data, manifests) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(manifests.path().join("receiver.yaml"), receivers).unwrap();
         std::fs::write(manifests.path().join("schedules.yaml"), schedules.join("---\n")).unwrap();
         let catalog = host::catalog_from(manifests.path());
         let llm = model.start().await;
@@ -150,7 +164,9 @@ impl Rig {
             store,
             engine: engine.clone(),
             catalog: catalog.clone(),
-            secrets: Arc::new(EnvSecrets::with_lookup(|_: &str| None)),
+            secrets: Arc::new(EnvSecrets::with_lookup(|name: &str| {
+                (name == "SLACK_TOKEN").then(|| SLACK_TOKEN.into())
+            })),
             board: shared_board.clone(),
             clock: shared_clock.clone(),
             settings: SchedulerSettings {
@@ -379,4 +395,40 @@ async fn the_cost_guard_skips_a_tick_with_a_reason_and_a_metric() {
     // A new day (UTC) has its own budget.
     rig.tick("cost", "2026-12-07T00:00:01Z", "2026-12-07T00:00:00Z").await;
     assert!(rig.clock.now() >= at("2026-12-07T00:00:00Z"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_notice_of_a_schedule_goes_to_its_own_thread() {
+    let slack = support::slack::SlackStandIn::start(SLACK_TOKEN, "xapp-1-unused", "unused-signing-secret").await;
+    let receiver = format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: chat, namespace: ops}}\n\
+         spec: {{type: slack, slack: {{botToken: {{env: SLACK_TOKEN}}, channelId: C0SCHED, baseUrl: \"{}\"}}}}\n",
+        slack.api_url()
+    );
+    let model = Model::default();
+    model.results.lock().unwrap().extend([finding("suspected"), finding("confirmed"), healthy()]);
+    let spec = format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {{name: db, namespace: ops}}\n\
+         spec: {{schedule: \"* * * * *\", prompt: check db-7, receivers: [chat], notify: always}}\n"
+    );
+    let rig = Rig::with_receivers(&model, &receiver, &[spec], "2026-12-06T07:59:30Z", u64::MAX).await;
+    let _leader = rig.lead();
+    rig.seen("db").await;
+    for minute in 0..3 {
+        let tick = format!("2026-12-06T08:0{minute}:00Z");
+        rig.tick("db", &format!("2026-12-06T08:0{minute}:01Z"), &tick).await;
+    }
+    let messages = support::wait_for("three notices", Duration::from_secs(20), || async {
+        let messages = slack.messages();
+        (messages.len() == 3).then_some(messages)
+    })
+    .await;
+    let root = messages[0]["ts"].as_str().unwrap().to_string();
+    assert!(messages[0].get("thread_ts").is_none_or(Value::is_null), "the first notice starts the thread");
+    assert_eq!(slack.thread("C0SCHED", &root).len(), 2, "{messages:#?}");
+    let text = |i: usize| messages[i]["text"].as_str().unwrap().to_string();
+    assert!(text(0).contains("first finding: suspected"), "{}", text(0));
+    assert!(text(1).contains("finding status: suspected → confirmed"), "{}", text(1));
+    assert!(text(2).contains("back to healthy"), "{}", text(2));
+    assert_eq!(rig.store.book("ops/db").unwrap().threads["ops/chat"], root);
 }

@@ -231,7 +231,11 @@ async fn two_schedulers_on_one_database_run_each_tick_once() {
                 concurrency: 4,
                 per_namespace: 4,
                 public_url: None,
-                delivery: RetryPolicy { attempts: 1, base_delay: Duration::from_millis(10), timeout: Duration::from_secs(5) },
+                delivery: RetryPolicy {
+                    attempts: 1,
+                    base_delay: Duration::from_millis(10),
+                    timeout: Duration::from_secs(5),
+                },
                 tenancy: Tenancy::default(),
             },
         })

@@ -56,6 +56,14 @@ fn catalog_with_skills() -> (CatalogStore, StatusBoard, tempfile::TempDir) {
     };
     std::fs::write(dir.path().join("a.yaml"), skill("team-a", "GUIDANCE-OF-TEAM-A")).unwrap();
     std::fs::write(dir.path().join("b.yaml"), skill("team-b", "GUIDANCE-OF-TEAM-B")).unwrap();
+    let schedule = |namespace: &str| {
+        format!(
+            "apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {{name: check, namespace: {namespace}}}\n\
+             spec: {{schedule: \"@daily\", prompt: p}}\n"
+        )
+    };
+    let schedules: Vec<String> = ["team-a", "team-b", "platform"].into_iter().map(schedule).collect();
+    std::fs::write(dir.path().join("schedules.yaml"), schedules.join("---\n")).unwrap();
     let (store, board) = (CatalogStore::new(), StatusBoard::default());
     merge::apply(DirectorySource::new(vec![dir.path().to_path_buf()], None).reload(), &store, &board);
     (store, board, dir)
@@ -195,14 +203,20 @@ async fn keys_read_only_their_namespace_and_do_only_what_their_scopes_allow() {
     let (_, all) = t.call(reqwest::Method::GET, "/api/v1/runs", "admin", None).await;
     assert_eq!(all["runs"].as_array().unwrap().len(), 2, "admin reads every namespace");
 
-    // Resources: a tenant sees its own (and shared) resources, admin all.
-    let namespaces = |body: &Value| -> Vec<String> {
-        body["resources"].as_array().unwrap().iter().map(|r| r["namespace"].as_str().unwrap().to_string()).collect()
+    // Resources and schedules: a tenant sees its own and the shared ones, admin all.
+    let namespaces = |body: &Value, list: &str| -> Vec<String> {
+        let all: std::collections::BTreeSet<String> =
+            body[list].as_array().unwrap().iter().map(|r| r["namespace"].as_str().unwrap().to_string()).collect();
+        all.into_iter().collect()
     };
     let (_, own) = t.call(reqwest::Method::GET, "/api/v1/resources", "a-chat", None).await;
-    assert_eq!(namespaces(&own), ["team-a"], "{own}");
+    assert_eq!(namespaces(&own, "resources"), ["platform", "team-a"], "{own}");
     let (_, every) = t.call(reqwest::Method::GET, "/api/v1/resources", "admin", None).await;
-    assert_eq!(namespaces(&every), ["team-a", "team-b"]);
+    assert_eq!(namespaces(&every, "resources"), ["platform", "team-a", "team-b"]);
+    let (_, own) = t.call(reqwest::Method::GET, "/api/v1/schedules", "b-chat", None).await;
+    assert_eq!(namespaces(&own, "schedules"), ["platform", "team-b"], "{own}");
+    let (_, every) = t.call(reqwest::Method::GET, "/api/v1/schedules", "admin", None).await;
+    assert_eq!(every["schedules"].as_array().unwrap().len(), 3, "{every}");
 
     // Scopes: read cannot start work, metrics reads nothing else, chat cannot scrape.
     let (status, body) = t.chat("c-read", "hello").await;

@@ -198,3 +198,34 @@ fn without_a_config_validate_warns_about_what_the_charts_config_refuses() {
     assert!(warnings.iter().all(|w| w.contains("EnvNotAllowed") && w.contains("resource_env")), "{stderr}");
     assert!(stderr.contains(&format!("ok: 14 resources valid; {} warnings", warnings.len())), "{stderr}");
 }
+
+#[test]
+fn a_schedule_is_checked_for_its_expression_time_zone_receivers_and_skills() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("schedules.yaml"),
+        "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {name: chat, namespace: team-b}\n\
+         spec: {type: webhook, webhook: {url: \"https://hooks.example/b\"}}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {name: seconds, namespace: team-a}\n\
+         spec: {schedule: \"0 0 8 * * *\", timeZone: Mars/Base, prompt: p}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {name: foreign, namespace: team-a}\n\
+         spec: {schedule: \"@daily\", prompt: p, receivers: [team-b/chat], skills: [missing]}\n---\n\
+         apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {name: fine, namespace: team-b}\n\
+         spec: {schedule: \"*/15 9-17 * * MON-FRI\", timeZone: Europe/Berlin, prompt: p, receivers: [chat]}\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = validate(dir.path());
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    let line = |needle: &str| lines.iter().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle}: {stdout}"));
+    assert!(
+        line("RunSchedule/seconds: spec.schedule")
+            .contains("expected 5 fields (minute hour day-of-month month day-of-week), found 6"),
+        "{stdout}"
+    );
+    assert!(line("RunSchedule/seconds: spec.timeZone").contains("unknown time zone \"Mars/Base\""), "{stdout}");
+    let foreign = line("RunSchedule/foreign: ReferenceNotFound:");
+    assert!(foreign.contains("team-b/chat is not a NotificationReceiver this namespace sees"), "{foreign}");
+    assert!(foreign.contains("skills: missing is not a Skill this namespace sees"), "{foreign}");
+}

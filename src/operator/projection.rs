@@ -504,6 +504,56 @@ mod tests {
         json!({"apiVersion": API_VERSION, "kind": format!("{kind}List"), "metadata": {"resourceVersion": "1"}, "items": items})
     }
 
+    fn scheduled(schedule: &str, uid: Option<&str>, history: u64) -> RunRecord {
+        let mut metadata = BTreeMap::from([
+            ("schedule".to_string(), json!(schedule)),
+            ("scheduled_time".to_string(), json!("2026-12-06T08:00:00Z")),
+            ("history_limit".to_string(), json!(history)),
+        ]);
+        if let Some(uid) = uid {
+            metadata.insert("schedule_uid".to_string(), json!(uid));
+        }
+        RunRecord {
+            namespace: "team-a".into(),
+            id: crate::audit::RunId::generate(),
+            source: "schedule".into(),
+            actor: format!("schedule:{schedule}"),
+            model: None,
+            catalog_version: 1,
+            status: RunStatus::Succeeded,
+            started_at: String::new(),
+            completed_at: None,
+            error: None,
+            error_code: None,
+            metadata,
+            events: Vec::new(),
+            investigation: None,
+        }
+    }
+
+    #[test]
+    fn a_scheduled_run_is_owned_by_its_schedule_and_kept_within_its_history() {
+        let run = scheduled("team-a/certs", Some("u-1"), 2);
+        let metadata = run_metadata(&run, "team-a").unwrap();
+        assert_eq!(metadata["labels"][SCHEDULE_LABEL], "certs");
+        assert_eq!(
+            metadata["ownerReferences"],
+            json!([{"apiVersion": API_VERSION, "kind": "RunSchedule", "name": "certs", "uid": "u-1"}])
+        );
+        assert!(
+            run_metadata(&run, "akritas-system").unwrap().get("ownerReferences").is_none(),
+            "owners are namespaced"
+        );
+        assert!(run_metadata(&scheduled("team-a/x", None, 2), "team-a").unwrap().get("ownerReferences").is_none());
+        assert_eq!(run_prompt(&run), "Scheduled check team-a/certs for 2026-12-06T08:00:00Z");
+        // Newest first: the first two of a schedule are kept, the third is not; others count apart.
+        let mut kept = BTreeMap::new();
+        let other = scheduled("team-a/pvc", None, 1);
+        let beyond: Vec<bool> =
+            [&run, &run, &other, &run, &other].iter().map(|r| beyond_history(r, &mut kept)).collect();
+        assert_eq!(beyond, [false, false, false, true, true]);
+    }
+
     #[tokio::test]
     async fn a_run_is_applied_server_side_then_its_status_and_only_once() {
         let name = "run-0123";

@@ -17,10 +17,10 @@ use anyhow::{Result, anyhow, bail};
 
 use super::{Moved, Shape, Source, alone, sources};
 use crate::alerts::store::Moving;
-use crate::schedules::ScheduleStore;
 use crate::config::Settings;
 use crate::journal::database::{Database, Log};
 use crate::journal::{self, Checkpoint, Line, Location, Verbatim};
+use crate::schedules::ScheduleStore;
 
 /// Records read from the database at a time.
 const PAGE: i64 = 5_000;
