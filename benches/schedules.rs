@@ -15,9 +15,7 @@ use akritas::audit::AuditLog;
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
 use akritas::journal::JournalOptions;
-use akritas::notify::RetryPolicy;
-use akritas::schedules::{ManualClock, ScheduleStore, Scheduler, SchedulerParts, SchedulerSettings};
-use akritas::tenancy::Tenancy;
+use akritas::schedules::{ManualClock, ScheduleStore, Scheduler, SchedulerParts};
 use akritas::tools::{ToolName, openai_alias};
 use akritas_testkit::host;
 use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step, offers};
@@ -106,18 +104,7 @@ async fn run() {
             secrets: Arc::new(EnvSecrets::with_lookup(|_: &str| None)),
             board: StatusBoard::default(),
             clock: clock.clone(),
-            settings: SchedulerSettings {
-                daily_tokens: u64::MAX,
-                concurrency: 3,
-                per_namespace: 2,
-                public_url: None,
-                delivery: RetryPolicy {
-                    attempts: 1,
-                    base_delay: Duration::from_millis(10),
-                    timeout: Duration::from_secs(5),
-                },
-                tenancy: Tenancy::default(),
-            },
+            settings: akritas_testkit::host::scheduler_settings(u64::MAX, 3, 2),
         })
         .unwrap(),
     );

@@ -15,11 +15,9 @@ use akritas::audit::{AuditLog, RunRecord, RunStatus};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
 use akritas::journal::JournalOptions;
-use akritas::notify::RetryPolicy;
 use akritas::resources::run_schedule::RunScheduleStatus;
 use akritas::schedules::store::Entry;
-use akritas::schedules::{Clock, ManualClock, ScheduleStore, Scheduler, SchedulerParts, SchedulerSettings};
-use akritas::tenancy::Tenancy;
+use akritas::schedules::{Clock, ManualClock, ScheduleStore, Scheduler, SchedulerParts};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use support::host;
@@ -169,18 +167,7 @@ impl Rig {
             })),
             board: shared_board.clone(),
             clock: shared_clock.clone(),
-            settings: SchedulerSettings {
-                daily_tokens,
-                concurrency: 4,
-                per_namespace: 4,
-                public_url: None,
-                delivery: RetryPolicy {
-                    attempts: 2,
-                    base_delay: Duration::from_millis(20),
-                    timeout: Duration::from_secs(5),
-                },
-                tenancy: Tenancy::default(),
-            },
+            settings: support::host::scheduler_settings(daily_tokens, 4, 4),
         });
         Rig { store, audit, clock, board, parts, _dirs: (data, manifests), _llm: llm }
     }
@@ -407,10 +394,9 @@ async fn every_notice_of_a_schedule_goes_to_its_own_thread() {
     );
     let model = Model::default();
     model.results.lock().unwrap().extend([finding("suspected"), finding("confirmed"), healthy()]);
-    let spec = format!(
-        "apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {{name: db, namespace: ops}}\n\
-         spec: {{schedule: \"* * * * *\", prompt: check db-7, receivers: [chat], notify: always}}\n"
-    );
+    let spec = "apiVersion: akritas.io/v1alpha1\nkind: RunSchedule\nmetadata: {name: db, namespace: ops}\n\
+                spec: {schedule: \"* * * * *\", prompt: check db-7, receivers: [chat], notify: always}\n"
+        .to_string();
     let rig = Rig::with_receivers(&model, &receiver, &[spec], "2026-12-06T07:59:30Z", u64::MAX).await;
     let _leader = rig.lead();
     rig.seen("db").await;

@@ -8,7 +8,7 @@ use akritas_testkit as support;
 use akritas_testkit::kube_api;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use akritas::tools::{ToolName, openai_alias};
 use kube_api::{KubeApi, OPERATOR_NAMESPACE};
@@ -52,17 +52,6 @@ fn condition(object: &Value, type_: &str) -> Option<(String, String, String)> {
         found["reason"].as_str()?.to_string(),
         found["message"].as_str().unwrap_or_default().to_string(),
     ))
-}
-
-async fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A webhook receiver keeping every body.
@@ -133,14 +122,14 @@ async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status
         .env("RUST_LOG", "info,kube=warn");
     let server = Server::start(command);
 
-    let foreign = eventually(Duration::from_secs(30), "foreign Ready=False", || {
+    let foreign = support::wait_for("foreign Ready=False", Duration::from_secs(30), || async {
         let object = get_json(&api, &["get", "runschedules", "foreign", "-n", "team-a"]);
         condition(&object, "Ready").filter(|(status, _, _)| status == "False")
     })
     .await;
     assert_eq!(foreign.1, "ReferenceNotFound", "{foreign:?}");
     assert!(foreign.2.contains("team-b/chat is not a NotificationReceiver this namespace sees"), "{foreign:?}");
-    let bad = eventually(Duration::from_secs(30), "bad Ready=False", || {
+    let bad = support::wait_for("bad Ready=False", Duration::from_secs(30), || async {
         condition(&get_json(&api, &["get", "runschedules", "bad", "-n", "team-b"]), "Ready")
     })
     .await;
@@ -150,7 +139,7 @@ async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status
     // The every-minute schedule ticks within a minute; its Run is an owned `Run` object.
     let schedule = get_json(&api, &["get", "runschedules", "rollouts", "-n", "team-a"]);
     let uid = schedule["metadata"]["uid"].as_str().unwrap().to_string();
-    let run = eventually(Duration::from_secs(100), "an owned, finished Run object", || {
+    let run = support::wait_for("an owned, finished Run object", Duration::from_secs(100), || async {
         let runs = get_json(&api, &["get", "runs", "-n", "team-a", "-l", "akritas.io/schedule=rollouts"]);
         runs["items"].as_array()?.iter().find(|r| r["status"]["phase"] == "Succeeded").cloned()
     })
@@ -159,7 +148,7 @@ async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status
     assert_eq!((owner["kind"].as_str(), owner["uid"].as_str()), (Some("RunSchedule"), Some(uid.as_str())), "{run}");
     assert_eq!(run["status"]["source"], "schedule");
     assert!(run["spec"]["prompt"].as_str().unwrap().starts_with("Scheduled check team-a/rollouts for "), "{run}");
-    let status = eventually(Duration::from_secs(30), "the schedule's status", || {
+    let status = support::wait_for("the schedule's status", Duration::from_secs(30), || async {
         let object = get_json(&api, &["get", "runschedules", "rollouts", "-n", "team-a"]);
         object["status"]["lastResult"].is_object().then_some(object["status"].clone())
     })
@@ -170,8 +159,10 @@ async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status
     assert_eq!(status["lastResult"]["runName"], run["metadata"]["name"], "{status}");
     let ready = condition(&json!({"status": status}), "Ready").unwrap();
     assert_eq!(ready.0, "True", "{status}");
-    let received =
-        eventually(Duration::from_secs(30), "the receiver told", || bodies.lock().unwrap().first().cloned()).await;
+    let received = support::wait_for("the receiver told", Duration::from_secs(30), || async {
+        bodies.lock().unwrap().first().cloned()
+    })
+    .await;
     assert_eq!(received["check"]["schedule"], "team-a/rollouts");
     assert_eq!(owner["name"], "rollouts");
     drop(server);
@@ -185,9 +176,7 @@ async fn two_schedulers_on_one_database_run_each_tick_once() {
     use akritas::audit::AuditLog;
     use akritas::catalog::secrets::EnvSecrets;
     use akritas::catalog::status::StatusBoard;
-    use akritas::notify::RetryPolicy;
-    use akritas::schedules::{ManualClock, ScheduleStore, Scheduler, SchedulerParts, SchedulerSettings};
-    use akritas::tenancy::Tenancy;
+    use akritas::schedules::{ManualClock, ScheduleStore, Scheduler, SchedulerParts};
     use std::collections::BTreeSet;
     use tokio_util::sync::CancellationToken;
 
@@ -226,25 +215,14 @@ async fn two_schedulers_on_one_database_run_each_tick_once() {
             secrets: Arc::new(EnvSecrets::with_lookup(|_: &str| None)),
             board: StatusBoard::default(),
             clock: clock.clone(),
-            settings: SchedulerSettings {
-                daily_tokens: u64::MAX,
-                concurrency: 4,
-                per_namespace: 4,
-                public_url: None,
-                delivery: RetryPolicy {
-                    attempts: 1,
-                    base_delay: Duration::from_millis(10),
-                    timeout: Duration::from_secs(5),
-                },
-                tenancy: Tenancy::default(),
-            },
+            settings: support::host::scheduler_settings(u64::MAX, 4, 4),
         })
         .unwrap();
         tokio::spawn(Arc::new(scheduler).run(cancel.clone()));
         stores.push(store);
     }
     let (a, b) = (stores[0].clone(), stores[1].clone());
-    eventually(Duration::from_secs(20), "the schedule seen", || a.book("ops/db")).await;
+    support::wait_for("the schedule seen", Duration::from_secs(20), || async { a.book("ops/db") }).await;
     for minute in 0..3 {
         let tick: jiff::Timestamp = format!("2026-12-06T08:0{minute}:00Z").parse().unwrap();
         clock.set(tick.checked_add(jiff::SignedDuration::from_secs(1)).unwrap());

@@ -111,6 +111,28 @@ pub fn standard_tools() -> (Registry, Counters) {
     (builder.build(), counters)
 }
 
+/// Scheduler settings for tests and benches: `concurrency` scheduled Runs at once,
+/// `per_namespace` per namespace, a namespace's `daily_tokens`, quick notifications, no
+/// shared namespace.
+pub fn scheduler_settings(
+    daily_tokens: u64,
+    concurrency: usize,
+    per_namespace: usize,
+) -> akritas::schedules::SchedulerSettings {
+    akritas::schedules::SchedulerSettings {
+        daily_tokens,
+        concurrency,
+        per_namespace,
+        public_url: None,
+        delivery: akritas::notify::RetryPolicy {
+            attempts: 2,
+            base_delay: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
+        },
+        tenancy: akritas::tenancy::Tenancy::default(),
+    }
+}
+
 /// A chat Run of `actor` in namespace `default`, started and finished (succeeded).
 pub async fn finished_run(audit: &AuditLog, actor: &str) -> akritas::audit::RunId {
     let run = audit
