@@ -318,11 +318,14 @@ async fn a_restart_between_the_journaled_tick_and_its_run_starts_that_run_once()
     assert_eq!(rig.runs_of("db", "2026-12-06T08:00:00Z").await.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_change_does_not_run_a_tick_twice() {
+/// Two leaders on one journal see the 08:00 tick; one claims it, its Run is under way when
+/// both lose leadership (the Run is closed as interrupted), and a third leader takes over at
+/// `takes_over`. Returns the rig and the tick's Runs once the third resolved it.
+async fn leader_change(deadline: u32, takes_over: &str) -> (Rig, Vec<RunRecord>) {
     let model = Model::default();
     let (_hook, url) = Hook::start().await;
-    let rig = Rig::new(&model, &url, &[schedule("db", "* * * * *", "")], "2026-12-06T07:59:30Z", u64::MAX).await;
+    let extra = format!("  startingDeadlineSeconds: {deadline}\n");
+    let rig = Rig::new(&model, &url, &[schedule("db", "* * * * *", &extra)], "2026-12-06T07:59:30Z", u64::MAX).await;
     // Two replicas on one journal see the tick at the same time: one claims it.
     let (a, b) = (rig.lead(), rig.lead());
     rig.seen("db").await;
@@ -332,7 +335,6 @@ async fn a_leader_change_does_not_run_a_tick_twice() {
         (model.slow.load(Ordering::SeqCst) == 1).then_some(())
     })
     .await;
-    // The leader that runs it loses leadership; the other one (and a third) take over.
     a.cancel();
     b.cancel();
     support::wait_for("the interrupted Run closed", Duration::from_secs(10), || async {
@@ -341,17 +343,37 @@ async fn a_leader_change_does_not_run_a_tick_twice() {
     })
     .await;
     model.delay_ms.store(0, Ordering::SeqCst);
-    let _c = rig.lead();
+    rig.clock.set(at(takes_over));
+    rig.lead();
     support::wait_for("the tick resolved", Duration::from_secs(10), || async {
         rig.store.book("ops/db").filter(|b| b.running.is_none())
     })
     .await;
-    let interrupted = rig.status("db").await;
-    assert_eq!(interrupted.last_result.map(|r| r.outcome).as_deref(), Some("Interrupted"));
-    assert_eq!(rig.runs_of("db", "2026-12-06T08:00:00Z").await.len(), 1, "never run twice");
+    let runs = rig.runs_of("db", "2026-12-06T08:00:00Z").await;
+    (rig, runs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_within_the_deadline_runs_the_interrupted_tick_to_its_end_once() {
+    let (rig, runs) = leader_change(300, "2026-12-06T08:00:02Z").await;
+    let outcomes: Vec<(RunStatus, Option<&str>)> = runs.iter().map(|r| (r.status, r.error_code.as_deref())).collect();
+    assert_eq!(outcomes, [(RunStatus::Failed, Some("interrupted")), (RunStatus::Succeeded, None)], "never two results");
+    let status = rig.status("db").await;
+    assert_eq!(status.last_result.as_ref().map(|r| r.outcome.as_str()), Some("Succeeded"));
+    assert_eq!(status.recent_runs, [runs[1].id.to_string()]);
     let next = rig.tick("db", "2026-12-06T08:01:01Z", "2026-12-06T08:01:00Z").await;
     assert_eq!(next.last_result.unwrap().outcome, "Succeeded");
-    assert_eq!(next.consecutive_failures, 0, "an interruption is not a failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_past_the_deadline_ends_the_tick_interrupted_without_running_it_again() {
+    let (rig, runs) = leader_change(1, "2026-12-06T08:00:05Z").await;
+    assert_eq!(runs.len(), 1, "not run again past its deadline");
+    let interrupted = rig.status("db").await;
+    assert_eq!(interrupted.last_result.map(|r| r.outcome).as_deref(), Some("Interrupted"));
+    assert_eq!(interrupted.consecutive_failures, 0, "an interruption is not a failure");
+    let next = rig.tick("db", "2026-12-06T08:01:00Z", "2026-12-06T08:01:00Z").await;
+    assert_eq!(next.last_result.unwrap().outcome, "Succeeded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,9 @@
 //!
 //! Restarts and leader changes: a claimed tick whose Run is not running here is resolved
 //! from the audit (every scheduled Run carries its tick as `job_id`): a Run that finished
-//! completes the tick, one that never started is started once, one that was interrupted
-//! ends the tick without a result to compare.
+//! completes the tick, one that never started is started once, and one that was interrupted
+//! (a stop, a lost leadership) is run again while the tick is within its starting deadline,
+//! else ends the tick without a result to compare.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -468,8 +469,14 @@ impl Scheduler {
         for ((id, scheduled), tick) in orphans.into_iter().zip(ticks) {
             let Some((key, schedule)) = report::find(&catalog, &id) else { continue };
             let run = runs.iter().rev().find(|run| run.metadata.get("job_id").and_then(|v| v.as_str()) == Some(&tick));
+            let deadline = SignedDuration::try_from(schedule.spec.starting_deadline()).unwrap_or(SignedDuration::MAX);
+            let in_time = now.duration_since(scheduled) <= deadline;
             match run {
                 Some(run) if run.status == RunStatus::Running && at_start => {}
+                Some(run) if run.error_code.as_deref() == Some("interrupted") && in_time => {
+                    tracing::info!(component = "akritas_schedules", schedule = %id, %scheduled, run = %run.id, "a claimed tick's Run was interrupted; the tick runs again within its deadline");
+                    self.start(key, schedule, scheduled, cancel);
+                }
                 Some(run) => {
                     let ended = ended_of(run);
                     tracing::info!(component = "akritas_schedules", schedule = %id, %scheduled, run = %run.id, "a claimed tick's Run is resolved from the audit");

@@ -36,8 +36,9 @@ pub struct ScheduleView {
     /// Ticks, the newest result, failures, skips (absent until the scheduler looked at it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<RunScheduleStatus>,
-    /// Every problem of the newest version.
+    /// Every problem of the newest version (absent when there is none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(default)]
     pub errors: Vec<String>,
 }
 
