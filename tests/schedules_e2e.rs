@@ -124,7 +124,8 @@ async fn a_run_schedule_in_a_tenant_namespace_owns_its_runs_and_shows_its_status
 
     let foreign = support::wait_for("foreign Ready=False", Duration::from_secs(30), || async {
         let object = get_json(&api, &["get", "runschedules", "foreign", "-n", "team-a"]);
-        condition(&object, "Ready").filter(|(status, _, _)| status == "False")
+        // `Ready` is False (`Checking`) until the scheduler has looked at the schedule.
+        condition(&object, "Ready").filter(|(status, reason, _)| status == "False" && reason != "Checking")
     })
     .await;
     assert_eq!(foreign.1, "ReferenceNotFound", "{foreign:?}");
