@@ -434,7 +434,16 @@ async fn socket_mode_keeps_a_conversation_through_refreshes_drops_and_a_restart(
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(replies(&slack, DM, None).len(), 6, "every message answered exactly once");
-    assert_eq!(bot_runs(&server.url).await.len(), 6);
+    let runs = bot_runs(&server.url).await;
+    let shown: Vec<String> =
+        runs.iter().map(|r| format!("{} {} {} {}", r["id"], r["status"], r["error_code"], r["started_at"])).collect();
+    assert_eq!(
+        runs.len(),
+        6,
+        "{shown:#?}\nreplies: {:#?}\ndeliveries: {:?}",
+        replies(&slack, DM, None),
+        slack.deliveries()
+    );
     assert_eq!(slack.unacked(), 0, "every envelope acknowledged");
     assert!(slack.connections_opened() >= 4, "{} connections", slack.connections_opened());
     let redelivered = slack.deliveries().iter().filter(|(_, attempt)| *attempt > 0).count();

@@ -340,7 +340,7 @@ settings_table! {
     max_runs_per_namespace: u32 = 2;
         flag "max-runs-per-namespace" [Option<String>] value_name "N";
         range u32 1 ..= 256; section "budget";
-    /// Tokens the scheduled Runs (RunSchedules) of one namespace may reserve per UTC day: each tick reserves its Run's whole budget (max_model_calls x max_context_tokens + max_output_tokens), and a tick past it is skipped (status reason CostCapReached, metric akritas_schedule_ticks_skipped_total)
+    /// Tokens the scheduled Runs (RunSchedules) of one namespace may reserve per UTC day: each tick reserves its Run's whole budget (max_iterations x max_context_tokens + max_model_tokens), and a tick past it is skipped (status reason CostCapReached, metric akritas_schedule_ticks_skipped_total)
     schedule_daily_tokens: u64 = 50_000_000;
         flag "schedule-daily-tokens" [Option<String>] value_name "TOKENS";
         range u64 1 ..= 1000000000000; section "budget";
