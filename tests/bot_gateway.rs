@@ -670,3 +670,52 @@ async fn a_restart_mid_conversation_keeps_history_and_answers_each_message_once(
     cancel.cancel();
     run.await.unwrap();
 }
+
+/// A replier that takes 300 ms to send each reply.
+#[derive(Default)]
+struct SlowReplies {
+    started: std::sync::atomic::AtomicUsize,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl Replier for SlowReplies {
+    fn reply<'a>(&'a self, _inbound: &'a Inbound, _text: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_a_reply_is_sent_records_it_so_the_restart_does_not_answer_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let replies = Arc::new(SlowReplies::default());
+    let settings = GatewaySettings::default();
+    let gw = Arc::new(Gateway::new(
+        open_store(dir.path()),
+        Arc::new(Model::default()),
+        replies.clone(),
+        Arc::new(Incidents),
+        settings,
+    ));
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(gw.clone().run(cancel.clone()));
+    gw.submit(message("a", 1, "hello")).await.unwrap();
+    for _ in 0..500 {
+        if replies.started.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The host stops while the reply is on its way: the gateway ends once it is sent and recorded.
+    cancel.cancel();
+    run.await.unwrap();
+    assert_eq!(replies.sent.load(Ordering::SeqCst), 1);
+    drop(gw);
+    let store = open_store(dir.path());
+    assert!(store.pending().is_empty(), "the message whose reply went out is not pending after the restart");
+    assert_eq!(store.history(&key("a")).len(), 1);
+}

@@ -165,8 +165,10 @@ impl Gateway {
     }
 
     /// Works off the queue until `cancel`: one lane per session (strict order), at most
-    /// `concurrency` messages in work. On cancellation, messages in work are abandoned (they
-    /// stay pending in the store) and every task is joined. Runs once per gateway.
+    /// `concurrency` messages in work. On cancellation, a message whose answer is still being
+    /// made is abandoned (it stays pending in the store and is answered after the restart);
+    /// one whose reply is being sent is sent and recorded first, so no message is answered
+    /// twice. Every task is joined. Runs once per gateway.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let taken = self.rx.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(mut rx) = taken else {
@@ -221,11 +223,11 @@ impl Gateway {
                         Err(_) => return,
                     },
                 };
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = this.process(&next.inbound) => {}
-                }
+                this.process(&next.inbound, &cancel).await;
                 drop(permit);
+                if cancel.is_cancelled() {
+                    return;
+                }
                 let mut lanes = lanes.lock().unwrap_or_else(|p| p.into_inner());
                 match lanes.get_mut(&key).and_then(VecDeque::pop_front) {
                     Some(queued) => next = queued,
@@ -238,11 +240,16 @@ impl Gateway {
         });
     }
 
-    /// Answers one message and records the outcome.
-    async fn process(&self, inbound: &Inbound) {
+    /// Answers one message and records the outcome. On `cancel` before its reply is sent the
+    /// message is left pending; a reply once sent is always recorded.
+    async fn process(&self, inbound: &Inbound, cancel: &CancellationToken) {
         let key = SessionKey::of(inbound);
         // What other replicas recorded (turns, resets) before this answer reads the session.
-        if let Err(error) = self.store.refresh().await {
+        let refreshed = tokio::select! {
+            () = cancel.cancelled() => return,
+            refreshed = self.store.refresh() => refreshed,
+        };
+        if let Err(error) = refreshed {
             tracing::error!(component = "akritas_bots", event_id = %inbound.event_id, %error, "could not read the bot sessions; the message is answered again after a restart");
             return;
         }
@@ -265,19 +272,29 @@ impl Gateway {
                 self.deliver(inbound, commands::RESET).await;
                 self.store.reset(&key, &inbound.event_id).await
             }
-            Command::Ask(question) | Command::Chat(question) => self.chat(inbound, &key, &question).await,
+            Command::Ask(question) | Command::Chat(question) => self.chat(inbound, &key, &question, cancel).await,
         };
         if let Err(error) = recorded {
             tracing::error!(component = "akritas_bots", event_id = %inbound.event_id, %error, "could not record a bot answer; the message is answered again after a restart");
         }
     }
 
-    async fn chat(&self, inbound: &Inbound, key: &SessionKey, question: &str) -> Result<(), SessionError> {
+    async fn chat(
+        &self,
+        inbound: &Inbound,
+        key: &SessionKey,
+        question: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), SessionError> {
         let history = self.store.history(key);
-        let answered =
-            tokio::time::timeout(self.settings.answer_timeout, self.responder.answer(inbound, &history, question))
-                .await
-                .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.settings.answer_timeout)));
+        let answering =
+            tokio::time::timeout(self.settings.answer_timeout, self.responder.answer(inbound, &history, question));
+        let answered = tokio::select! {
+            // Abandoned before anything was sent: the message stays pending.
+            () = cancel.cancelled() => return Ok(()),
+            answered = answering => answered,
+        };
+        let answered = answered.unwrap_or_else(|_| Err(format!("no answer within {:?}", self.settings.answer_timeout)));
         match answered {
             Ok(answer) => {
                 tracing::info!(component = "akritas_bots", event_id = %inbound.event_id, run_id = answer.run_id.as_deref().unwrap_or(""), "bot question answered");
