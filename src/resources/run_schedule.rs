@@ -137,8 +137,8 @@ pub struct ScheduleResult {
     pub run_name: Option<String>,
     /// `Succeeded` or `Failed`.
     pub outcome: String,
-    /// `healthy`, or the finding status (`confirmed`, `suspected`, `inconclusive`) of a
-    /// result a person should act on.
+    /// `healthy`; `failed` for a Run without a result; or the finding status (`confirmed`,
+    /// `suspected`, `inconclusive`) of a result a person should act on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding_status: Option<String>,
     /// The result's actionability.

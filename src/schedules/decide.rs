@@ -62,12 +62,13 @@ pub enum Action {
 /// The entries to record and the action.
 pub fn decide(book: Option<&Book>, books: &Books, tick: &Tick<'_>) -> (Vec<Entry>, Action) {
     let mut entries = Vec::new();
-    let fresh = Book { uid: tick.uid.to_string(), since: Some(tick.now), ..Book::default() };
+    let fresh;
     let book = match book {
-        Some(book) if book.uid == tick.uid => book.clone(),
+        Some(book) if book.uid == tick.uid => book,
         _ => {
             entries.push(Entry::Seen { uid: tick.uid.to_string(), at: tick.now });
-            fresh
+            fresh = Book { uid: tick.uid.to_string(), since: Some(tick.now), ..Book::default() };
+            &fresh
         }
     };
     let mut since = book.since.unwrap_or(tick.now);

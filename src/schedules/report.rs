@@ -192,31 +192,17 @@ pub fn find(catalog: &Catalog, id: &str) -> Option<(ObjectKey, RunSchedule)> {
 
 /// The status of a schedule from its book.
 pub fn status(spec: &RunScheduleSpec, book: Option<&Book>, next: Option<Timestamp>) -> RunScheduleStatus {
-    let book = book.cloned().unwrap_or_default();
-    let history = spec.history();
-    RunScheduleStatus {
-        conditions: Vec::new(),
-        last_schedule_time: book.last_claimed.map(|t| t.to_string()),
-        last_successful_time: book.last_success.map(|t| t.to_string()),
-        next_schedule_time: next.map(|t| t.to_string()),
-        last_result: book.result,
-        consecutive_failures: book.failures,
-        missed_ticks: book.missed,
-        skipped_ticks: book.skipped,
-        last_skipped: book.last_skipped,
-        recent_runs: book.recent.into_iter().take(history).collect(),
-    }
-}
-
-/// Publishes a schedule's status on the board.
-pub fn publish(
-    board: &StatusBoard,
-    key: &ObjectKey,
-    spec: &RunScheduleSpec,
-    book: Option<&Book>,
-    next: Option<Timestamp>,
-) {
-    board.set_facts(key, status(spec, book, next));
+    let mut status = RunScheduleStatus { next_schedule_time: next.map(|t| t.to_string()), ..Default::default() };
+    let Some(book) = book else { return status };
+    status.last_schedule_time = book.last_claimed.map(|t| t.to_string());
+    status.last_successful_time = book.last_success.map(|t| t.to_string());
+    status.last_result = book.result.clone();
+    status.consecutive_failures = book.failures;
+    status.missed_ticks = book.missed;
+    status.skipped_ticks = book.skipped;
+    status.last_skipped = book.last_skipped.clone();
+    status.recent_runs = book.recent.iter().take(spec.history()).cloned().collect();
+    status
 }
 
 fn bounded(text: &str) -> String {

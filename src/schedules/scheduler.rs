@@ -189,8 +189,8 @@ impl Scheduler {
             if let Some(next) = next {
                 wake = wake.min(next);
             }
-            let book = self.parts.store.book(&id);
-            report::publish(&self.parts.board, key, &schedule.spec, book.as_ref(), next);
+            let status = report::status(&schedule.spec, self.parts.store.state().schedules.get(&id), next);
+            self.parts.board.set_facts(key, status);
         }
         if catalog.version > 0 {
             self.forget_absent(&present).await;
@@ -220,7 +220,10 @@ impl Scheduler {
             now: self.parts.clock.now(),
         };
         // Most passes decide nothing: look without the writer lock first.
-        let (entries, _) = decide(self.parts.store.book(id).as_ref(), &self.parts.store.state(), &tick);
+        let (entries, _) = {
+            let books = self.parts.store.state();
+            decide(books.schedules.get(id), &books, &tick)
+        };
         if entries.is_empty() {
             return Ok(());
         }
@@ -408,7 +411,7 @@ impl Scheduler {
     async fn notify(&self, key: &ObjectKey, spec: &RunScheduleSpec, notice: &crate::notify::ScheduleNotice) {
         let id = key_text(key);
         let catalog = self.parts.catalog.current();
-        let threads = self.parts.store.book(&id).map(|b| b.threads).unwrap_or_default();
+        let threads = self.parts.store.state().schedules.get(&id).map(|b| b.threads.clone()).unwrap_or_default();
         let receivers = report::receivers(&catalog, key, spec, &self.parts.settings.tenancy);
         for (receiver, target) in report::targets(receivers, self.parts.secrets.as_ref()) {
             let root = threads.get(&receiver).map(String::as_str);
