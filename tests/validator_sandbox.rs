@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use akritas::catalog::secrets::EnvAccess;
 use akritas::change::sandbox::{Sandbox, SandboxMode};
-use akritas::change::validators::{self, CopyLimits, ValidatorPolicy};
+use akritas::change::validators::{self, CopyLimits, Scope, ValidatorPolicy};
 use akritas::change::{FileChange, Operation, ValidatorResult, ValidatorSpec, ValidatorStatus};
+use tokio_util::sync::CancellationToken;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -51,6 +52,12 @@ fn spec(argv: &[&str], timeout: Duration) -> ValidatorSpec {
     }
 }
 
+/// `namespace` previewing its own Workspace, never abandoned.
+fn scope(namespace: &'static str) -> Scope<'static> {
+    static NEVER: std::sync::OnceLock<CancellationToken> = std::sync::OnceLock::new();
+    Scope { workspace: namespace, requester: namespace, cancel: NEVER.get_or_init(CancellationToken::new) }
+}
+
 fn edit() -> FileChange {
     FileChange {
         path: "app.yaml".into(),
@@ -69,7 +76,7 @@ async fn attack(fixture: &Fixture, script: &str, timeout: Duration) -> (Validato
     let path = copy.path().to_path_buf();
     let policy = policy(&fixture.data, &["sh"]);
     let mut results =
-        validators::run(&copy, &changes, &[spec(&["sh", "-c", script], timeout)], &policy, "default").await;
+        validators::run(&copy, &changes, &[spec(&["sh", "-c", script], timeout)], &policy, scope("default")).await;
     // Nothing may still run in the copy once the run has returned.
     assert_eq!(processes_in(&path), Vec::<u32>::new(), "processes outlived the validator");
     (results.remove(0), path)
@@ -180,7 +187,7 @@ async fn a_program_not_on_validator_commands_is_refused_without_running() {
     let mut env = spec(&["sh", "-c", "env"], Duration::from_secs(10));
     env.env = vec!["OPENAI_API_KEY".into()];
     let tenant = spec(&[script.to_str().unwrap()], Duration::from_secs(10));
-    let results = validators::run(&copy, &changes, &[env, tenant], &policy, "team-b").await;
+    let results = validators::run(&copy, &changes, &[env, tenant], &policy, scope("team-b")).await;
     for result in &results {
         assert_eq!(result.status, ValidatorStatus::Failed);
         assert!(

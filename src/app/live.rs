@@ -262,12 +262,14 @@ pub async fn discovered_facts(
                 crate::resources::Resource::ValidatorProfile(profile) => {
                     let (found, check) =
                         preflight(&validators, &key.namespace, &profile.spec.argv, &profile.spec.env).await;
-                    if let Some((program, version)) = found {
-                        board.update_facts(key, |status: &mut ValidatorProfileStatus| {
+                    let sandbox = validators.sandbox.describe();
+                    board.update_facts(key, |status: &mut ValidatorProfileStatus| {
+                        if let Some((program, version)) = found {
                             status.resolved_program = Some(program);
                             status.version = version;
-                        });
-                    }
+                        }
+                        status.sandbox = Some(sandbox);
+                    });
                     Some(check)
                 }
                 _ => None,

@@ -32,9 +32,23 @@ pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
 }
 
 /// Where validators run: the `validator_sandbox` mode with the system directories and
-/// `validator_read_paths` readable, never the data directory.
+/// `validator_read_paths` readable, never Akritas's own directories (data, resources,
+/// configuration file, workspace and knowledge roots).
 pub fn validator_sandbox(settings: &Settings) -> crate::change::sandbox::Sandbox {
-    crate::change::sandbox::Sandbox::new(settings.validator_sandbox, &settings.validator_read_paths, &settings.data_dir)
+    let hidden = std::iter::once(&settings.data_dir)
+        .chain(&settings.resources)
+        .chain(&settings.config_file)
+        .chain(&settings.workspace_roots)
+        .chain(&settings.knowledge_roots)
+        .cloned()
+        .collect();
+    crate::change::sandbox::Sandbox::with(crate::change::sandbox::Options {
+        mode: settings.validator_sandbox,
+        read_paths: settings.validator_read_paths.clone(),
+        hidden,
+        allow_weak_landlock: settings.validator_sandbox_allow_weak_landlock,
+        abi_limit: settings.validator_sandbox_landlock_abi_max,
+    })
 }
 
 /// What validators may run and pass through, from `validator_commands`, `validator_env`

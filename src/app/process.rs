@@ -26,12 +26,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
         body_timeout: settings.body_timeout,
         mcp: crate::app::narrow::mcp(settings),
-        validator_sandbox: crate::change::sandbox::Sandbox::new(
-            settings.validator_sandbox,
-            &settings.validator_read_paths,
-            &settings.data_dir,
-        )
-        .describe(),
+        validator_sandbox: crate::app::policy::validator_sandbox(settings).describe(),
         edge: edge(settings),
     }
 }

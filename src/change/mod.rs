@@ -35,6 +35,7 @@ pub mod service;
 pub(crate) mod snapshot;
 #[cfg(test)]
 mod testing;
+pub mod tree;
 mod types;
 pub mod validators;
 

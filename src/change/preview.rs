@@ -54,6 +54,10 @@ pub(super) struct Preview<'a> {
     pub(super) attempts: Vec<AttemptDiagnostic>,
     /// The mode of the last structured step (discovery plan, proposal).
     pub(super) protocol: Option<structured::Mode>,
+    /// The namespace of whoever asked.
+    pub(super) requester: String,
+    /// Fires when the preview is abandoned.
+    pub(super) cancel: tokio_util::sync::CancellationToken,
 }
 
 impl Preview<'_> {
@@ -118,16 +122,24 @@ impl Preview<'_> {
             .map_err(|_| ChangeError::Interrupted)?
             .map_err(|e| ChangeError::Invalid(format!("validators cannot run: {e}")))?;
             drop(shared);
+            let scope = super::validators::Scope {
+                workspace: &workspace.namespace,
+                requester: &self.requester,
+                cancel: &self.cancel,
+            };
             let results = super::validators::run(
                 &copy,
                 &materialised.changes,
                 &workspace.validators,
                 &self.settings.validators,
-                &workspace.namespace,
+                scope,
             )
             .await;
-            // Removing a large copy is slow on some filesystems: not on the answer's path.
-            tokio::task::spawn_blocking(move || drop(copy));
+            // Gone before the preview's slot is given back.
+            copy.remove().await;
+            if self.cancel.is_cancelled() {
+                return Err(ChangeError::Interrupted);
+            }
             results
         };
         self.timings.validators_ms = millis(validators_started.elapsed());

@@ -83,8 +83,29 @@ impl ChangeService {
         Ok(Some((change.namespace, ChangeView { preview, state, expires_at: change.expires_at })))
     }
 
-    /// Prepares a change and, when it may be applied, issues its approval.
-    pub async fn preview(&self, request: PreviewRequest, who: Requester) -> Result<PreviewOutcome, ChangeError> {
+    /// Prepares a change and, when it may be applied, issues its approval. The work runs
+    /// on its own task: when the caller goes away (its future is dropped), the preview is
+    /// abandoned, its validators' process trees are killed, and its slot is given back
+    /// only once they are gone and the copy is removed.
+    pub async fn preview(
+        self: &Arc<Self>,
+        request: PreviewRequest,
+        who: Requester,
+    ) -> Result<PreviewOutcome, ChangeError> {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let _abandon_on_drop = cancel.clone().drop_guard();
+        let service = Arc::clone(self);
+        tokio::spawn(async move { service.preview_until(request, who, cancel).await })
+            .await
+            .map_err(|_| ChangeError::Interrupted)?
+    }
+
+    async fn preview_until(
+        &self,
+        request: PreviewRequest,
+        who: Requester,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<PreviewOutcome, ChangeError> {
         let started = Instant::now();
         let params = self.check(&request)?;
         let namespace = request.namespace.clone().unwrap_or_else(|| who.namespace.clone());
@@ -120,6 +141,8 @@ impl ChangeService {
             timings: Timings::default(),
             attempts: Vec::new(),
             protocol: None,
+            requester: who.namespace.clone(),
+            cancel,
         };
         let result = preview.execute(&request, &workspace).await;
         let budget = preview.budget.usage(Instant::now());

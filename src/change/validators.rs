@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use tokio_util::sync::CancellationToken;
 
 use super::sandbox::{self, Ending, Sandbox};
 use super::{FileChange, ValidatorResult, ValidatorSpec, ValidatorStatus};
@@ -105,23 +106,10 @@ impl Drop for TempDir {
     }
 }
 
-/// Removes a tree, first making directories writable (a validator may have made one read-only).
+/// Removes a tree of any shape (iteratively: a validator may have nested directories far
+/// deeper than a thread's stack, or locked them).
 fn remove_tree(path: &Path) -> io::Result<()> {
-    if fs::remove_dir_all(path).is_ok() {
-        return Ok(());
-    }
-    fn unlock(dir: &Path) {
-        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(dir) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    unlock(&entry.path());
-                }
-            }
-        }
-    }
-    unlock(path);
-    fs::remove_dir_all(path)
+    super::tree::remove(path)
 }
 
 /// A copy of a workspace with a change applied, where validators run. Removed on drop.
@@ -132,6 +120,18 @@ pub struct IsolatedCopy {
 }
 
 impl IsolatedCopy {
+    /// Removes the copy on a blocking thread and waits for it: what a validator left
+    /// there is gone when this returns.
+    pub async fn remove(self) {
+        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+    }
+
+    /// What the copy and the validators' scratch directories hold now, counted up to
+    /// just past `bounds`.
+    fn size(&self, bounds: &super::tree::Bounds) -> io::Result<super::tree::Size> {
+        super::tree::measure(&self.base.path, bounds)
+    }
+
     /// The root of the copied tree.
     pub fn path(&self) -> &Path {
         &self.tree
@@ -407,22 +407,46 @@ fn mask(text: &str) -> String {
     crate::kubernetes::redact::mask_text(text).0
 }
 
+/// Whose validators run, for whom, and until when.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    /// The Workspace's namespace.
+    pub workspace: &'a str,
+    /// The namespace of whoever asked for the preview: a name `validator_env` passes
+    /// must be allowed for both (a tenant previewing a shared namespace's Workspace gets
+    /// none of that namespace's own variables).
+    pub requester: &'a str,
+    /// Fires when the preview is abandoned (its client went away): the running
+    /// validator's tree is killed and the rest are not started.
+    pub cancel: &'a CancellationToken,
+}
+
+/// Most entries a validator may leave in its copy and scratch directories (a tree past
+/// any of these bounds fails the validator).
+const LEFT_ENTRIES: u64 = 200_000;
+/// Deepest directory a validator may leave there.
+const LEFT_DEPTH: u64 = 256;
+
 /// Runs every profile in `specs` on `copy`, in order, in the policy's sandbox; a failure
 /// does not stop the ones after it, so the reviewer sees every result. A profile runs
 /// when one of its `files` globs matches a changed path, else it is skipped; a profile
-/// the policy refuses (for the Workspace's `namespace`) fails with the reason and runs
-/// nothing.
+/// the policy refuses (for the scope's namespaces) fails with the reason and runs
+/// nothing. Values passed in from the environment never appear in a result.
 pub async fn run(
     copy: &IsolatedCopy,
     changes: &[FileChange],
     specs: &[ValidatorSpec],
     policy: &ValidatorPolicy,
-    namespace: &str,
+    scope: Scope<'_>,
 ) -> Vec<ValidatorResult> {
     let mut results = Vec::with_capacity(specs.len());
     for spec in specs {
         let started = Instant::now();
-        let mut result = run_one(copy, changes, spec, policy, namespace).await;
+        let mut result = if scope.cancel.is_cancelled() {
+            failed(spec, Vec::new(), Vec::new(), "validator was not started: the preview was abandoned".into())
+        } else {
+            run_one(copy, changes, spec, policy, scope).await
+        };
         if result.status != ValidatorStatus::Skipped {
             result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         }
@@ -430,6 +454,10 @@ pub async fn run(
     }
     results
 }
+
+/// Values shorter than this, passed in from the environment, are not masked (masking
+/// `1` would garble every number in the output).
+const MASKED_MIN_CHARS: usize = 4;
 
 /// Longest wait for a validator's `--version`.
 const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -455,7 +483,7 @@ pub async fn version(policy: &ValidatorPolicy, name: &str, program: &Path) -> Re
         timeout: VERSION_TIMEOUT,
         output_limit: 4096,
     };
-    let outcome = policy.sandbox.run(request).await?;
+    let outcome = policy.sandbox.run(request, &CancellationToken::new()).await?;
     if let Ending::NotStarted { step, errno } = outcome.ending {
         let error = std::io::Error::from_raw_os_error(errno);
         return Err(format!("{} cannot be started ({}): {error}", program.display(), step.describe()));
@@ -474,7 +502,7 @@ async fn run_one(
     changes: &[FileChange],
     spec: &ValidatorSpec,
     policy: &ValidatorPolicy,
-    namespace: &str,
+    scope: Scope<'_>,
 ) -> ValidatorResult {
     let files = match matching(spec, changes) {
         Ok(files) if files.is_empty() => return skipped(spec),
@@ -486,7 +514,11 @@ async fn run_one(
         .iter()
         .flat_map(|arg| if arg == "{files}" { files.iter().map(|f| argument(f)).collect() } else { vec![arg.clone()] })
         .collect();
-    let program = match policy.check(namespace, &spec.argv, &spec.env) {
+    let checked = policy.check(scope.workspace, &spec.argv, &spec.env).and_then(|program| {
+        policy.check(scope.requester, &spec.argv, &spec.env)?;
+        Ok(program)
+    });
+    let program = match checked {
         Ok(program) => program,
         Err(refusal) => return failed(spec, files, command, refusal.message),
     };
@@ -495,21 +527,32 @@ async fn run_one(
         Err(e) => return failed(spec, files, command, format!("cannot create the validator's scratch directory: {e}")),
     };
     let (home, tmp) = (scratch.path.join("home"), scratch.path.join("tmp"));
+    let env = policy.environment(scope.workspace, &spec.env, &home, &tmp);
+    // The values a profile asked for: masked wherever the output goes (answer, audit,
+    // approvals), whether or not they look like secrets.
+    let passed: Vec<String> = env
+        .iter()
+        .filter(|(name, _)| spec.env.contains(name))
+        .map(|(_, value)| value.to_string_lossy().into_owned())
+        .filter(|value| value.chars().count() >= MASKED_MIN_CHARS)
+        .collect();
     let request = sandbox::Request {
         program,
         argv: command.clone(),
         cwd: copy.path().to_path_buf(),
-        env: policy.environment(namespace, &spec.env, &home, &tmp),
+        env,
         writable: vec![home, tmp],
         root: copy.base.path.clone(),
         timeout: spec.timeout,
         output_limit: spec.output_limit,
     };
-    let outcome = match policy.sandbox.run(request).await {
+    let outcome = match policy.sandbox.run(request, scope.cancel).await {
         Ok(outcome) => outcome,
         Err(why) => return failed(spec, files, command, format!("validator could not run: {why}")),
     };
-    drop(scratch);
+    let bounds = super::tree::Bounds { entries: LEFT_ENTRIES, bytes: u64::MAX, depth: LEFT_DEPTH };
+    let left = copy.size(&bounds);
+    let _ = tokio::task::spawn_blocking(move || drop(scratch)).await;
     let mut output = String::from_utf8_lossy(&outcome.output).into_owned();
     if outcome.truncated {
         output.push_str(TRUNCATED);
@@ -530,6 +573,10 @@ async fn run_one(
             append(format!("validator timed out after {}s", spec.timeout.as_secs_f64()));
             None
         }
+        Ending::Stopped if scope.cancel.is_cancelled() => {
+            append("validator was stopped: the preview was abandoned (its client went away)".to_owned());
+            None
+        }
         Ending::Stopped => {
             append("validator was stopped: the host is shutting down".to_owned());
             None
@@ -540,13 +587,30 @@ async fn run_one(
             None
         }
     };
+    let overflowed = match left {
+        Ok(size) if size.exceeds(&bounds) => {
+            append(format!(
+                "validator left more than {LEFT_ENTRIES} entries or directories deeper than {LEFT_DEPTH} levels in its copy; the copy was removed"
+            ));
+            true
+        }
+        Ok(_) => false,
+        Err(error) => {
+            append(format!("the validator's copy could not be measured afterwards: {error}"));
+            true
+        }
+    };
+    let mut output = mask(&output);
+    for value in &passed {
+        output = output.replace(value.as_str(), "[redacted]");
+    }
     ValidatorResult {
         name: spec.name.clone(),
-        status: if exit_code == Some(0) { ValidatorStatus::Passed } else { ValidatorStatus::Failed },
+        status: if exit_code == Some(0) && !overflowed { ValidatorStatus::Passed } else { ValidatorStatus::Failed },
         files,
         command,
         exit_code,
-        output: mask(&output),
+        output,
         truncated: outcome.truncated,
         duration_ms: 0,
     }
@@ -593,6 +657,12 @@ mod tests {
             full_tree: true,
             env: Vec::new(),
         }
+    }
+
+    /// The default namespace previewing its own Workspace, never abandoned.
+    fn scope() -> Scope<'static> {
+        static NEVER: std::sync::OnceLock<CancellationToken> = std::sync::OnceLock::new();
+        Scope { workspace: "default", requester: "default", cancel: NEVER.get_or_init(CancellationToken::new) }
     }
 
     /// A policy allowing `commands`, `CARGO_PKG_NAME` through, in the default sandbox.
@@ -676,7 +746,7 @@ mod tests {
             spec("go", &["go", "vet"], &["*.go"]),
             spec("top-level-only", &["true"], &["*.yaml"]),
         ];
-        let results = run(&copy, &changes, &specs, &policy(&["sh", "cat", "go", "true"]), "default").await;
+        let results = run(&copy, &changes, &specs, &policy(&["sh", "cat", "go", "true"]), scope()).await;
         assert_eq!(results.len(), 4);
         assert_eq!(results[0].status, ValidatorStatus::Failed);
         assert_eq!(results[0].exit_code, Some(3));
@@ -700,13 +770,18 @@ mod tests {
         assert!(std::env::var_os("CARGO_PKG_NAME").is_some() && std::env::var_os("CARGO_MANIFEST_DIR").is_some());
         let mut env = spec("env", &["env"], &["**"]);
         env.env = vec!["CARGO_PKG_NAME".into(), "AKRITAS_VALIDATOR_TEST_UNSET".into()];
-        let results = run(&copy, &changes, &[env], &policy(&["env"]), "default").await;
+        let results = run(&copy, &changes, &[env], &policy(&["env"]), scope()).await;
         let mut names: Vec<&str> = results[0].output.lines().filter_map(|l| l.split('=').next()).collect();
         names.sort();
         assert_eq!(names, ["CARGO_PKG_NAME", "HOME", "LANG", "PATH", "TMPDIR"]);
+        // The value passed in is masked wherever it appears, even inside a path.
+        let value = std::env::var("CARGO_PKG_NAME").unwrap();
+        assert!(results[0].output.contains("CARGO_PKG_NAME=[redacted]\n"), "{}", results[0].output);
+        assert!(!results[0].output.contains(&value), "{}", results[0].output);
+        let masked = |p: &Path| PathBuf::from(p.to_string_lossy().replace(&value, "[redacted]"));
         let home = results[0].output.lines().find_map(|l| l.strip_prefix("HOME=")).unwrap();
-        assert!(!Path::new(home).starts_with(copy.path()), "HOME {home} is inside the copy");
-        assert!(Path::new(home).starts_with(copy.path().parent().unwrap()));
+        assert!(!Path::new(home).starts_with(masked(copy.path())), "HOME {home} is inside the copy");
+        assert!(Path::new(home).starts_with(masked(copy.path().parent().unwrap())));
         assert!(results[0].output.contains("LANG=C.UTF-8"));
     }
 
@@ -717,7 +792,7 @@ mod tests {
         let copy = prepare(ws.path(), &changes, &CopyLimits::default()).unwrap();
         let mut slow = spec("slow", &["sh", "-c", "sleep 300 & echo $!; wait"], &["**"]);
         slow.timeout = Duration::from_secs(1);
-        let results = run(&copy, &changes, &[slow], &policy(&["sh"]), "default").await;
+        let results = run(&copy, &changes, &[slow], &policy(&["sh"]), scope()).await;
         assert_eq!(results[0].status, ValidatorStatus::Failed);
         assert_eq!(results[0].exit_code, None);
         let (grandchild, rest) = results[0].output.split_once('\n').unwrap();
@@ -734,7 +809,7 @@ mod tests {
         let mut noisy =
             spec("noisy", &["sh", "-c", "head -c 1000000 /dev/zero | tr '\\0' a; echo done >&2; exit 1"], &["**"]);
         noisy.output_limit = 1000;
-        let results = run(&copy, &changes, &[noisy], &policy(&["sh"]), "default").await;
+        let results = run(&copy, &changes, &[noisy], &policy(&["sh"]), scope()).await;
         let result = &results[0];
         assert_eq!(result.exit_code, Some(1), "the child ran to its end");
         assert!(result.truncated);
@@ -750,7 +825,7 @@ mod tests {
             spec("missing", &["akritas-no-such-validator", "{files}"], &["**"]),
             spec("leaky", &["sh", "-c", "echo password=hunter22 token: abcdef123"], &["**"]),
         ];
-        let results = run(&copy, &changes, &specs, &policy(&["akritas-no-such-validator", "sh"]), "default").await;
+        let results = run(&copy, &changes, &specs, &policy(&["akritas-no-such-validator", "sh"]), scope()).await;
         assert_eq!(results[0].status, ValidatorStatus::Failed);
         assert!(
             results[0].output.contains("\"akritas-no-such-validator\" was not found on PATH"),

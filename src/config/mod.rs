@@ -222,11 +222,20 @@ settings_table! {
         flag "validator-sandbox" [Option<String>] value_name "MODE";
         expect "landlock or off";
         check value::ok; section "change";
-    /// Directories validators may read and execute besides /usr, /bin, /sbin, /lib*, /etc and /opt (never the data directory)
+    /// Directories validators may read and execute besides /usr, /bin, /sbin, /lib*, /etc and /opt (never /etc/akritas, the configuration file, or the data, resource, workspace and knowledge directories, which are carved out of them)
     validator_read_paths: Vec<PathBuf> = Vec::new();
         flag "validator-read-paths" [Vec<String>] value_name "DIR" delimiter ',';
         expect "at most 64 absolute directory paths";
         check lists::check_roots; section "change";
+    /// Run validators on a kernel whose Landlock ABI is below 6 (before Linux 6.12), which cannot keep a validator from signalling the host's processes; /health and ValidatorProfile status then say what is lost
+    validator_sandbox_allow_weak_landlock: bool = false;
+        flag "validator-sandbox-allow-weak-landlock" [Option<String>] value_name "BOOL";
+        expect "true or false (or 1 or 0)";
+        check value::ok; section "change";
+    /// Use at most this Landlock ABI, whatever the kernel offers (to see what an older kernel would give)
+    validator_sandbox_landlock_abi_max: Option<u32> = None;
+        flag "validator-sandbox-landlock-abi-max" [Option<String>] value_name "N";
+        range optional 1 ..= 64; section "change";
     /// Environment variables resources may read with {env: NAME}; a trailing `*` matches a prefix; `NAMESPACE/NAME` allows it to that namespace only, a plain name to the home and shared namespaces; the service's own keys never match
     resource_env: Vec<String> = vec!["AKRITAS_*".to_string()];
         flag "resource-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';

@@ -88,4 +88,8 @@ pub struct ValidatorProfileStatus {
     /// First line of the program's version output, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// How the program runs: the validator sandbox in force and, below the minimum
+    /// Landlock ABI, what is lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }

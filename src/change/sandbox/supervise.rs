@@ -13,7 +13,9 @@ use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use super::{landlock, seccomp};
+use std::sync::Mutex;
+
+use super::{cgroup, landlock, seccomp};
 
 /// Where the program's start failed (reported with the errno).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub enum Step {
     Exec = 8,
     /// Starting the supervisor or the program (`fork`).
     Fork = 9,
+    /// Joining the run's cgroup.
+    Cgroup = 10,
 }
 
 impl Step {
@@ -51,6 +55,7 @@ impl Step {
             Step::Seccomp,
             Step::Exec,
             Step::Fork,
+            Step::Cgroup,
         ]
         .into_iter()
         .find(|s| *s as i32 == raw)
@@ -68,6 +73,7 @@ impl Step {
             Step::Seccomp => "installing the network filter",
             Step::Exec => "executing it",
             Step::Fork => "starting a process",
+            Step::Cgroup => "joining its cgroup",
         }
     }
 }
@@ -121,6 +127,30 @@ pub struct Prepared {
     pub filter: Option<Vec<libc::sock_filter>>,
     /// Wall-time limit.
     pub timeout: Duration,
+    /// `cgroup.procs` of the run's cgroup, which the program joins first (-1: none).
+    pub cgroup_procs: RawFd,
+}
+
+/// The host's hold on a running supervisor: [`Control::stop`] asks it to end the run,
+/// from any thread, while its pid cannot have been reused (it is cleared before the
+/// supervisor is reaped).
+#[derive(Debug, Default)]
+pub struct Control {
+    supervisor: Mutex<Option<libc::pid_t>>,
+}
+
+impl Control {
+    fn set(&self, pid: Option<libc::pid_t>) {
+        *self.supervisor.lock().unwrap_or_else(|p| p.into_inner()) = pid;
+    }
+
+    /// Asks the supervisor to kill the tree and report [`Ending::Stopped`].
+    pub fn stop(&self) {
+        if let Some(pid) = *self.supervisor.lock().unwrap_or_else(|p| p.into_inner()) {
+            // SAFETY: signalling our own child, not reaped yet.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
 }
 
 /// Builds a NUL-terminated pointer array over `strings`.
@@ -140,7 +170,7 @@ const REPORT_NOT_STARTED: i32 = 5;
 /// Runs `prepared` under a supervisor with its standard output and error on `output`
 /// (a pipe's write end, which this closes). Blocking: call it on a thread that lives
 /// until it returns (the supervisor's parent-death signal follows the forking thread).
-pub fn run(prepared: &Prepared, output: RawFd) -> Ending {
+pub fn run(prepared: &Prepared, output: RawFd, control: &Control) -> Ending {
     let Ok((report_read, report_write)) = pipe() else {
         let errno = last_errno();
         close_all(&[output]);
@@ -168,9 +198,20 @@ pub fn run(prepared: &Prepared, output: RawFd) -> Ending {
         close_all(&[report_read]);
         return Ending::NotStarted { step: Step::Fork, errno };
     }
+    control.set(Some(pid));
+    loop {
+        // Waits for the end without reaping, so `control` never signals a reused pid.
+        // SAFETY: waiting for our own child; `info` is a valid out-pointer.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let done = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if done == 0 || last_errno() != libc::EINTR {
+            break;
+        }
+    }
+    control.set(None);
     let mut status = 0;
     loop {
-        // SAFETY: waiting for our own child.
+        // SAFETY: reaping our own child.
         let done = unsafe { libc::waitpid(pid, &mut status, 0) };
         if done == pid || (done < 0 && last_errno() != libc::EINTR) {
             break;
@@ -279,7 +320,7 @@ unsafe fn supervise(p: &Prepared, host: libc::pid_t, output: RawFd, report: RawF
     // SAFETY: async-signal-safe system calls only, on memory prepared before the fork.
     unsafe {
         let ruleset = p.ruleset.as_ref().map_or(-1, landlock::Ruleset::fd);
-        close_except(&mut [output, report, devnull, ruleset]);
+        close_except(&mut [output, report, devnull, ruleset, p.cgroup_procs]);
         libc::setsid();
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
@@ -307,8 +348,10 @@ unsafe fn supervise(p: &Prepared, host: libc::pid_t, output: RawFd, report: RawF
             start_program(p, output, devnull, failure_write);
         }
         close_all(&[output, devnull, failure_write]);
-        if ruleset >= 0 {
-            close_all(&[ruleset]);
+        for fd in [ruleset, p.cgroup_procs] {
+            if fd >= 0 {
+                close_all(&[fd]);
+            }
         }
         if child < 0 {
             write_words(report, [REPORT_NOT_STARTED, 0, Step::Fork as i32, last_errno()]);
@@ -371,7 +414,7 @@ unsafe fn supervise(p: &Prepared, host: libc::pid_t, output: RawFd, report: RawF
 
 /// Kills every process of `uid` (the run's own user) from a child that becomes that
 /// user: the kernel signals them all under one lock, so none can fork meanwhile.
-unsafe fn kill_user(uid: libc::uid_t) {
+pub(super) unsafe fn kill_user(uid: libc::uid_t) {
     // SAFETY: async-signal-safe system calls only.
     unsafe {
         let killer = libc::fork();
@@ -542,6 +585,17 @@ unsafe fn start_program(p: &Prepared, output: RawFd, devnull: RawFd, failure: Ra
             libc::write(failure, bytes.as_ptr().cast(), bytes.len());
             libc::_exit(127);
         };
+        // First, while it still has the host's rights over the cgroup: from here on the
+        // host can kill the whole tree without its supervisor.
+        if p.cgroup_procs >= 0 && !cgroup::join_raw(p.cgroup_procs) {
+            fail(Step::Cgroup);
+        }
+        // Under memory pressure the kernel kills the program before the host.
+        let score = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if score >= 0 {
+            libc::write(score, b"1000".as_ptr().cast(), 4);
+            libc::close(score);
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());

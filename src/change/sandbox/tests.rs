@@ -1,4 +1,5 @@
 use super::*;
+use tokio_util::sync::CancellationToken;
 
 fn sandbox() -> Sandbox {
     Sandbox::new(SandboxMode::Landlock, &[], &std::env::temp_dir().join("akritas-sandbox-test-data"))
@@ -18,6 +19,10 @@ fn request(dir: &Path, argv: &[&str]) -> Request {
     }
 }
 
+fn never() -> CancellationToken {
+    CancellationToken::new()
+}
+
 fn scratch() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir(dir.path().join("tree")).unwrap();
@@ -28,10 +33,11 @@ fn scratch() -> tempfile::TempDir {
 async fn exit_codes_signals_and_output_are_reported() {
     let dir = scratch();
     let sandbox = sandbox();
-    let outcome = sandbox.run(request(dir.path(), &["sh", "-c", "echo out; echo err >&2; exit 7"])).await.unwrap();
+    let outcome =
+        sandbox.run(request(dir.path(), &["sh", "-c", "echo out; echo err >&2; exit 7"]), &never()).await.unwrap();
     assert_eq!(outcome.ending, Ending::Exited(7));
     assert_eq!(String::from_utf8_lossy(&outcome.output), "out\nerr\n");
-    let outcome = sandbox.run(request(dir.path(), &["sh", "-c", "kill -9 $$"])).await.unwrap();
+    let outcome = sandbox.run(request(dir.path(), &["sh", "-c", "kill -9 $$"]), &never()).await.unwrap();
     assert_eq!(outcome.ending, Ending::Signaled(9));
 }
 
@@ -40,19 +46,59 @@ async fn a_program_that_cannot_execute_reports_the_step_and_error() {
     let dir = scratch();
     let mut bad = request(dir.path(), &["sh"]);
     bad.program = dir.path().join("tree/missing");
-    let outcome = sandbox().run(bad).await.unwrap();
+    let outcome = sandbox().run(bad, &never()).await.unwrap();
     assert_eq!(outcome.ending, Ending::NotStarted { step: Step::Exec, errno: libc::ENOENT });
 }
 
 #[test]
-fn the_data_directory_under_a_read_path_makes_the_sandbox_unavailable() {
-    let sandbox = Sandbox::new(SandboxMode::Landlock, &[], Path::new("/etc/akritas-data"));
-    let why = sandbox.refusal().expect("refused");
-    assert!(why.contains("overlaps the validators' read path /etc"), "{why}");
-    // Unconfined, nothing is kept from the data directory anyway.
-    let off = Sandbox::new(SandboxMode::Off, &[], Path::new("/etc/akritas-data"));
+fn a_hidden_directory_under_a_read_path_is_carved_out_and_a_read_path_inside_one_is_refused() {
+    let scratch = tempfile::tempdir().unwrap();
+    let read = scratch.path().join("read");
+    for dir in ["read/a/akritas/resources", "read/a/other", "read/b"] {
+        fs::create_dir_all(scratch.path().join(dir)).unwrap();
+    }
+    fs::write(read.join("a/file"), "x").unwrap();
+    std::os::unix::fs::symlink("/", read.join("a/root")).unwrap();
+    let hidden = read.join("a/akritas");
+    let mut granted = carve(std::slice::from_ref(&read), std::slice::from_ref(&hidden));
+    granted.sort();
+    assert_eq!(granted, [read.join("a/file"), read.join("a/other"), read.join("b")], "symlinks are left out");
+    let sandbox =
+        Sandbox::with(Options { read_paths: vec![read.clone()], hidden: vec![hidden.clone()], ..Options::default() });
+    assert!(sandbox.refusal().is_none(), "{:?}", sandbox.availability());
+    assert!(!sandbox.reaches(&hidden.join("resources")));
+    assert!(sandbox.reaches(&read.join("a/file")));
+    // A read path inside Akritas's directory cannot be carved: refused.
+    let inside = Sandbox::new(SandboxMode::Landlock, &[hidden.join("resources")], &hidden);
+    let why = inside.refusal().expect("refused");
+    assert!(why.contains("is inside Akritas's own directory"), "{why}");
+    // Unconfined, nothing is kept from anything anyway.
+    let off = Sandbox::new(SandboxMode::Off, &[], Path::new("/etc"));
     assert_eq!(off.availability(), &Availability::Unconfined);
     assert!(off.reaches(Path::new("/nonexistent")));
+}
+
+#[test]
+fn below_the_minimum_abi_nothing_runs_unless_weak_landlock_is_allowed_and_then_the_loss_is_said() {
+    let weak = |allow| {
+        Sandbox::with(Options {
+            abi_limit: Some(5),
+            allow_weak_landlock: allow,
+            hidden: vec![std::env::temp_dir().join("akritas-sandbox-test-data")],
+            ..Options::default()
+        })
+    };
+    let refused = weak(false);
+    let why = refused.refusal().expect("refused below ABI 6");
+    assert!(why.contains("Landlock ABI 5 is below the 6 validators need"), "{why}");
+    assert!(why.contains("validator_sandbox_allow_weak_landlock: true"), "{why}");
+    let allowed = weak(true);
+    assert!(allowed.refusal().is_none());
+    let described = allowed.describe();
+    assert!(described.starts_with("landlock ABI 5"), "{described}");
+    assert!(described.contains("signals are not scoped"), "{described}");
+    assert!(lost_below_minimum(2).iter().any(|l| l.contains("truncating a file is not restricted")));
+    assert!(lost_below_minimum(MIN_ABI).is_empty());
 }
 
 #[test]
