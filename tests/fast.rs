@@ -43,6 +43,7 @@ mod resource_rules;
 mod resource_watch;
 mod run_budget;
 mod run_replay;
+mod sandbox_attacks;
 mod schedules;
 mod serve_http;
 mod slack_providers;

@@ -13,6 +13,8 @@
 //! - [`starter_suite`]: the brain that plays the starter eval suite `evals/starter`.
 //! - [`contract`]: store contracts, the same test code run against each storage backend.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
+//! - [`attack`]: the real binary with a Workspace whose validator runs what the scripted model
+//!   wrote, as root or as an unprivileged uid, for attacks on the validator sandbox.
 //! - [`git_server`]: the real `git http-backend` behind token authentication, and bare-repository helpers.
 //! - [`sink`]: a webhook receiver that records every notification it gets.
 //! - [`telegram`], [`mattermost`], [`slack`]: Telegram Bot API, Mattermost and Slack (Web API,
@@ -26,6 +28,7 @@
 //! Paths are resolved from the repository root ([`root`]), so the harnesses find
 //! `instructions/`, `config/samples`, `e2e/` and `target/` wherever a test runs.
 
+pub mod attack;
 pub mod brain;
 pub mod clients;
 pub mod contract;

@@ -144,9 +144,6 @@ pub fn lost_below_minimum(abi: u32) -> Vec<&'static str> {
     if abi < 5 {
         lost.push("ioctl on devices is not restricted");
     }
-    if abi < 3 {
-        lost.push("truncating a file is not restricted: a validator can empty any file its uid may write");
-    }
     lost
 }
 
@@ -241,7 +238,7 @@ impl Sandbox {
                         lost.join("; ")
                     ))
                 } else {
-                    Availability::Confined { abi, filter: seccomp::filter().is_some(), lost }
+                    Availability::Confined { abi, filter: seccomp::filter(abi).is_some(), lost }
                 }
             }
         };
@@ -439,7 +436,7 @@ impl Sandbox {
         let (ruleset, filter) = match &self.availability {
             Availability::Confined { abi, .. } => (
                 Some(self.ruleset(*abi, request).map_err(|e| format!("cannot build the Landlock rules: {e}"))?),
-                seccomp::filter(),
+                seccomp::filter(*abi),
             ),
             _ => (None, None),
         };

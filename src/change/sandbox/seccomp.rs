@@ -9,6 +9,7 @@
 //!   `utime` families, `setxattr`/`removexattr`, POSIX ACLs included): Landlock does not
 //!   cover them, so a program running under the host's uid could lock the host out of its
 //!   own data directory. They fail with `EPERM`, in the copy too.
+//! * **No `truncate(path)` below Landlock ABI 3**, which cannot restrict it.
 //! * **No `io_uring`** (its socket and file operations would bypass the filter).
 //! * **No foreign system call ABI** (x32, i386), whose calls the filter could not read:
 //!   the process is killed.
@@ -22,8 +23,8 @@ enum Verdict {
     Errno(i32),
 }
 
-/// The system calls denied, with their verdict.
-fn rules() -> Vec<(libc::c_long, Verdict)> {
+/// The system calls denied under a Landlock of `abi`, with their verdict.
+fn rules(abi: u32) -> Vec<(libc::c_long, Verdict)> {
     use Verdict::Errno;
     // Numbers shared by every architecture (the unified table from Linux 5.1 on); the
     // kernel answers ENOSYS where they do not exist yet, so denying them costs nothing.
@@ -53,6 +54,12 @@ fn rules() -> Vec<(libc::c_long, Verdict)> {
         REMOVEXATTRAT,
     ];
     rules.extend(modes.into_iter().map(|nr| (nr, Errno(libc::EPERM))));
+    if abi < 3 {
+        // Landlock handles truncation from ABI 3 on; before, `truncate(path)` would empty
+        // any file the uid may write. (`ftruncate` needs a descriptor opened for writing,
+        // which Landlock already controls.)
+        rules.push((libc::SYS_truncate, Errno(libc::EPERM)));
+    }
     #[cfg(target_arch = "x86_64")]
     rules.extend(
         [libc::SYS_chmod, libc::SYS_chown, libc::SYS_lchown, libc::SYS_utime, libc::SYS_utimes, libc::SYS_futimesat]
@@ -62,8 +69,9 @@ fn rules() -> Vec<(libc::c_long, Verdict)> {
     rules
 }
 
-/// The filter for this architecture, or `None` where the host has no filter for it.
-pub fn filter() -> Option<Vec<libc::sock_filter>> {
+/// The filter for this architecture under a Landlock of `abi`, or `None` where the host
+/// has no filter for the architecture.
+pub fn filter(abi: u32) -> Option<Vec<libc::sock_filter>> {
     #[cfg(target_arch = "x86_64")]
     const ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
     #[cfg(target_arch = "aarch64")]
@@ -71,7 +79,7 @@ pub fn filter() -> Option<Vec<libc::sock_filter>> {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     return None;
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    Some(assemble(ARCH, &rules()))
+    Some(assemble(ARCH, &rules(abi)))
 }
 
 /// The BPF program: the architecture check, the x32 check, one comparison a rule (each
@@ -152,7 +160,9 @@ mod tests {
     #[test]
     fn every_rule_reaches_its_own_verdict_and_everything_else_is_allowed() {
         let arch = 0xC000_003E;
-        let rules = rules();
+        let rules = rules(2);
+        assert!(rules.contains(&(libc::SYS_truncate, Verdict::Errno(libc::EPERM))));
+        assert!(!super::rules(3).iter().any(|(nr, _)| *nr == libc::SYS_truncate));
         let program = assemble(arch, &rules);
         for (nr, Verdict::Errno(errno)) in &rules {
             assert_eq!(verdict(&program, arch, *nr as u32), libc::SECCOMP_RET_ERRNO | *errno as u32, "syscall {nr}");
