@@ -3,7 +3,7 @@
 //! Workspace's ValidatorProfile runs it (`sh attack.sh`). Each attack runs twice where the
 //! test runs as root: with the host as root, and with the host as an unprivileged uid that
 //! owns its data, resource and workspace directories (the chart's way). The
-//! PostgreSQL-on-a-local-socket attack is in the e2e tier (`database_stores`).
+//! PostgreSQL-on-a-local-socket attack is in the e2e tier (`sandbox_postgres`).
 
 use akritas_testkit as support;
 

@@ -121,6 +121,17 @@ impl Postgres {
         format!("host=127.0.0.1 port={} user=akritas dbname=postgres sslmode={sslmode}", self.port)
     }
 
+    /// The directory of the server's Unix socket (`.s.PGSQL.<port>`, trust authentication,
+    /// connectable by every local user).
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The `psql` client of this server's version.
+    pub fn psql_program(&self) -> PathBuf {
+        self.bin.join("psql")
+    }
+
     /// Runs `sql` with `psql` and returns what it printed (tuples only, unaligned).
     pub fn psql(&self, sql: &str) -> String {
         let port = self.port.to_string();
