@@ -2,7 +2,8 @@
 //! for a change preview, the scripted model writes `attack.sh` into the change, and the
 //! Workspace's ValidatorProfile runs it (`sh attack.sh`). Each attack runs twice where the
 //! test runs as root: with the host as root, and with the host as an unprivileged uid that
-//! owns its data, resource and workspace directories (the chart's way). The
+//! owns its data, resource and workspace directories (the chart's way); and each of those
+//! under both confinements, `validator_sandbox: namespaces` and `landlock`. The
 //! PostgreSQL-on-a-local-socket attack is in the e2e tier (`sandbox_postgres`).
 
 use akritas_testkit as support;
@@ -21,8 +22,8 @@ fn output(body: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_cannot_connect_to_a_hosts_unix_socket_or_list_sockets_over_netlink() {
-    for identity in Identity::all() {
-        let target = Target::new(identity);
+    for (identity, mode) in attack::setups() {
+        let target = Target::new(identity, mode);
         // A service of the host's on a Unix socket anyone may connect to (a database's).
         let run = target.root().join("run");
         std::fs::create_dir(&run).unwrap();
@@ -43,44 +44,48 @@ async fn a_validator_cannot_connect_to_a_hosts_unix_socket_or_list_sockets_over_
         );
         let (server, _llm) = target.start(BIN, &script).await;
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
         let out = output(&body);
-        assert!(out.contains("unix errno 13"), "{identity:?}: {out}");
-        assert!(out.contains("netlink errno 13"), "{identity:?}: {out}");
-        assert!(out.contains("packet errno 13"), "{identity:?}: {out}");
+        assert!(out.contains("unix errno 13"), "{identity:?}/{mode}: {out}");
+        assert!(out.contains("netlink errno 13"), "{identity:?}/{mode}: {out}");
+        assert!(out.contains("packet errno 13"), "{identity:?}/{mode}: {out}");
         // What connects a program to itself still works.
-        assert!(out.contains("socketpair b'x'"), "{identity:?}: {out}");
+        assert!(out.contains("socketpair b'x'"), "{identity:?}/{mode}: {out}");
         assert!(
             matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-            "{identity:?}: a validator connected to the host's socket"
+            "{identity:?}/{mode}: a validator connected to the host's socket"
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_nesting_directories_deeper_than_a_stack_does_not_take_the_host_down() {
-    for identity in Identity::all() {
-        let target = Target::new(identity);
+    // Each level costs the validator a walk up the tree under Landlock, so the slowest attack
+    // runs twice, not four times: every identity and every mode once.
+    let setups = attack::setups();
+    let setups = [setups[0], setups[setups.len() - 1]];
+    for (identity, mode) in setups {
+        let target = Target::new(identity, mode);
         let script =
             "python3 -c \"import os\nfor i in range(15000):\n    os.mkdir('d'); os.chdir('d')\nprint('nested')\"\n";
         let (server, _llm) = target.start(BIN, script).await;
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
         let result = attack::validator(&body);
-        assert_eq!(result["status"], "failed", "{identity:?}: {result}");
-        assert!(output(&body).contains("nested\n"), "{identity:?}: {result}");
-        assert!(output(&body).contains("directories deeper than 256 levels"), "{identity:?}: {result}");
+        assert_eq!(result["status"], "failed", "{identity:?}/{mode}: {result}");
+        assert!(output(&body).contains("nested\n"), "{identity:?}/{mode}: {result}");
+        assert!(output(&body).contains("directories deeper than 256 levels"), "{identity:?}/{mode}: {result}");
         // The copy is gone before the answer, and the host is still there.
-        assert_eq!(target.leftovers(), Vec::<String>::new(), "{identity:?}");
+        assert_eq!(target.leftovers(), Vec::<String>::new(), "{identity:?}/{mode}");
         let (status, _) = attack::get(&server.url, "/health").await;
-        assert_eq!(status, 200, "{identity:?}");
+        assert_eq!(status, 200, "{identity:?}/{mode}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_cannot_change_modes_owners_or_times_of_the_hosts_data_directory() {
-    for identity in Identity::all() {
-        let target = Target::new(identity);
+    for (identity, mode) in attack::setups() {
+        let target = Target::new(identity, mode);
         let data = target.data.display().to_string();
         let script = format!(
             "chmod 000 {data} {data}/audit; chown 0:0 {data}; touch -d 2001-01-01 {data}/audit; \
@@ -90,27 +95,27 @@ async fn a_validator_cannot_change_modes_owners_or_times_of_the_hosts_data_direc
         let (server, _llm) = target.start(BIN, &script).await;
         let before = std::fs::metadata(&target.data).unwrap();
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
         let out = output(&body);
-        assert!(out.contains("chmod errno 1"), "{identity:?}: {out}");
-        assert!(out.contains("chmod in the copy refused too"), "{identity:?}: {out}");
+        assert!(out.contains("chmod errno 1"), "{identity:?}/{mode}: {out}");
+        assert!(out.contains("chmod in the copy refused too"), "{identity:?}/{mode}: {out}");
         let after = std::fs::metadata(&target.data).unwrap();
-        assert_eq!(after.permissions().mode(), before.permissions().mode(), "{identity:?}: {out}");
+        assert_eq!(after.permissions().mode(), before.permissions().mode(), "{identity:?}/{mode}: {out}");
         let audit = std::fs::metadata(target.data.join("audit")).unwrap();
-        assert_ne!(audit.permissions().mode() & 0o777, 0, "{identity:?}: {out}");
-        assert!(std::os::unix::fs::MetadataExt::mtime(&audit) > 978_307_200, "{identity:?}: the time was set");
+        assert_ne!(audit.permissions().mode() & 0o777, 0, "{identity:?}/{mode}: {out}");
+        assert!(std::os::unix::fs::MetadataExt::mtime(&audit) > 978_307_200, "{identity:?}/{mode}: the time was set");
         // The host starts again on its data directory.
-        assert_eq!(server.terminate(), Some(0), "{identity:?}");
+        assert_eq!(server.terminate(), Some(0), "{identity:?}/{mode}");
         let (server, _llm) = target.start(BIN, "echo fine\n").await;
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_cannot_read_akritas_resources_or_configuration_under_a_read_path() {
-    for identity in Identity::all() {
-        let mut target = Target::new(identity);
+    for (identity, mode) in attack::setups() {
+        let mut target = Target::new(identity, mode);
         // As the image keeps them: the resources under /etc/akritas, /etc readable.
         let etc = target.root().join("etc");
         let resources = etc.join("akritas/resources");
@@ -132,18 +137,18 @@ async fn a_validator_cannot_read_akritas_resources_or_configuration_under_a_read
         );
         let (server, _llm) = target.start(BIN, &script).await;
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
         let out = output(&body);
-        assert!(out.contains("readable\n"), "{identity:?}: the rest of the read path stays readable: {out}");
-        assert!(!out.contains("secret-hook-9c3e"), "{identity:?}: {out}");
-        assert!(out.contains("Permission denied"), "{identity:?}: {out}");
+        assert!(out.contains("readable\n"), "{identity:?}/{mode}: the rest of the read path stays readable: {out}");
+        assert!(!out.contains("secret-hook-9c3e"), "{identity:?}/{mode}: {out}");
+        assert!(out.contains("Permission denied"), "{identity:?}/{mode}: {out}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_landlock_abi_6_validators_do_not_run_unless_weak_landlock_is_allowed() {
     for identity in Identity::all() {
-        let mut target = Target::new(identity);
+        let mut target = Target::new(identity, "landlock");
         target.env.push(("AKRITAS_VALIDATOR_SANDBOX_LANDLOCK_ABI_MAX".into(), "5".into()));
         let (server, _llm) = target.start_with(BIN, vec!["echo ran\n".into()]).await;
         let refused = support::wait_for("the ValidatorProfile's refusal", Duration::from_secs(30), || async {
@@ -192,7 +197,7 @@ async fn below_landlock_abi_6_validators_do_not_run_unless_weak_landlock_is_allo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_landlock_abi_3_a_validator_cannot_truncate_a_data_file() {
     for identity in Identity::all() {
-        let mut target = Target::new(identity);
+        let mut target = Target::new(identity, "landlock");
         target.env.push(("AKRITAS_VALIDATOR_SANDBOX_LANDLOCK_ABI_MAX".into(), "2".into()));
         target.env.push(("AKRITAS_VALIDATOR_SANDBOX_ALLOW_WEAK_LANDLOCK".into(), "true".into()));
         std::fs::write(target.data.join("keep.json"), "{\"kept\":true}\n").unwrap();
@@ -210,8 +215,8 @@ async fn below_landlock_abi_3_a_validator_cannot_truncate_a_data_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_preview_kills_its_validator_tree_and_frees_its_slot_only_then() {
-    for identity in Identity::all() {
-        let target = Target::new(identity);
+    for (identity, mode) in attack::setups() {
+        let target = Target::new(identity, mode);
         target.declare("default", "app", &target.workspace.clone(), &[], 300);
         let scripts = vec!["setsid sleep 600 & sleep 600\n".to_string(), "echo second\n".to_string()];
         let (server, _llm) = target.start_with(BIN, scripts).await;
@@ -230,15 +235,15 @@ async fn an_abandoned_preview_kills_its_validator_tree_and_frees_its_slot_only_t
         .await;
         // The namespace's one preview slot is free again, and the copy is gone.
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
-        assert!(output(&body).contains("second"), "{identity:?}: {body}");
-        assert_eq!(target.leftovers(), Vec::<String>::new(), "{identity:?}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
+        assert!(output(&body).contains("second"), "{identity:?}/{mode}: {body}");
+        assert_eq!(target.leftovers(), Vec::<String>::new(), "{identity:?}/{mode}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_previewing_a_shared_workspace_gets_none_of_its_validator_environment() {
-    let mut target = Target::new(Identity::Own);
+    let mut target = Target::new(Identity::Own, "landlock");
     let value = "platform-value-7d2e";
     target.env.extend([
         ("AKRITAS_SHARED_NAMESPACES".into(), "platform".into()),
@@ -272,4 +277,33 @@ async fn a_tenant_previewing_a_shared_workspace_gets_none_of_its_validator_envir
         assert!(!text.contains(value), "{} holds the value", file.display());
     }
     assert!(!server.log_text().contains(value), "the log holds the value");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validator_in_namespaces_sees_only_a_read_only_view_and_its_own_processes() {
+    for identity in Identity::all() {
+        let target = Target::new(identity, "namespaces");
+        let script = format!(
+            "ls /; echo uid $(id -u); ls /proc | grep -c '^[0-9]'; touch /usr/escaped || echo usr read-only; \
+             ls {data} || echo data directory absent; kill -9 1 || echo init unreachable; echo end\n",
+            data = target.data.display()
+        );
+        let (server, _llm) = target.start(BIN, &script).await;
+        let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
+        assert_eq!(status, 200, "{identity:?}: {body}");
+        let out = output(&body);
+        // The root holds the system directories, the devices, /proc, /tmp and the way to
+        // the copy, nothing of the host's own.
+        let top: Vec<&str> = out.lines().take_while(|l| !l.starts_with("uid ")).collect();
+        for name in &top {
+            let allowed = ["bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt", "proc", "sbin", "tmp", "usr"];
+            assert!(allowed.contains(name), "{identity:?}: /{name} is in the view: {out}");
+        }
+        assert!(out.contains("uid 0\n"), "{identity:?}: uid 0 of its own user namespace, without capabilities: {out}");
+        assert!(out.contains("usr read-only"), "{identity:?}: {out}");
+        assert!(out.contains("data directory absent"), "{identity:?}: {out}");
+        assert!(out.contains("init unreachable"), "{identity:?}: {out}");
+        assert!(out.ends_with("end\n"), "{identity:?}: {out}");
+        assert!(!std::path::Path::new("/usr/escaped").exists());
+    }
 }

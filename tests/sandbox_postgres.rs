@@ -1,19 +1,19 @@
 //! The validator sandbox against a real PostgreSQL on a local socket (trust authentication,
 //! the socket connectable by every local user, as a Debian cluster's is to its peers), which
 //! is also the host's own database: the attack of `tests/sandbox_attacks.rs` with the
-//! service's store at stake. Twice where the test runs as root: with the host as root, and as
-//! an unprivileged uid.
+//! service's store at stake. With the host as root and as an unprivileged uid, each in
+//! namespaces and under Landlock alone.
 
 use akritas_testkit as support;
 
-use support::attack::{self, DEV_KEY, Identity, Target};
+use support::attack::{self, DEV_KEY, Target};
 use support::postgres::Postgres;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_cannot_log_into_the_hosts_postgresql_over_its_local_socket() {
     let pg = Postgres::start();
-    for (n, identity) in Identity::all().into_iter().enumerate() {
-        let mut target = Target::new(identity);
+    for (n, (identity, mode)) in attack::setups().into_iter().enumerate() {
+        let mut target = Target::new(identity, mode);
         target.env.push(("AKRITAS_STORAGE_BACKEND".into(), "postgres".into()));
         target.env.push(("AKRITAS_DATABASE_URL".into(), pg.url("disable")));
         let script = format!(
@@ -24,11 +24,11 @@ async fn a_validator_cannot_log_into_the_hosts_postgresql_over_its_local_socket(
         );
         let (server, _llm) = target.start(env!("CARGO_BIN_EXE_akritas"), &script).await;
         let (status, body) = attack::preview(&server.url, DEV_KEY, None, "app").await;
-        assert_eq!(status, 200, "{identity:?}: {body}");
+        assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
         let output = attack::validator(&body)["output"].as_str().unwrap_or_default().to_string();
-        assert!(output.contains("Permission denied"), "{identity:?}: {output}");
-        assert!(output.ends_with("end\n"), "{identity:?}: {output}");
+        assert!(output.contains("Permission denied"), "{identity:?}/{mode}: {output}");
+        assert!(output.ends_with("end\n"), "{identity:?}/{mode}: {output}");
         let tables = pg.psql("select count(*) from pg_tables where tablename like 'pwned%'");
-        assert_eq!(tables, "0", "{identity:?}: the validator created a table: {output}");
+        assert_eq!(tables, "0", "{identity:?}/{mode}: the validator created a table: {output}");
     }
 }

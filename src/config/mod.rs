@@ -217,10 +217,10 @@ settings_table! {
         flag "validator-env" [Vec<String>] value_name "[NAMESPACE/]NAME" delimiter ',';
         expect "at most 64 environment variable names, each optionally ending in `*` and optionally after `NAMESPACE/`";
         check lists::check_env_patterns; section "change";
-    /// How validators are confined: landlock (files, network, processes; without Landlock they do not run) or off (process limits only)
-    validator_sandbox: SandboxMode = SandboxMode::Landlock;
+    /// How validators are confined: auto (namespaces where the kernel and runtime allow them, else landlock), namespaces (their own user, mount, PID and network namespaces plus landlock; else they do not run), landlock (Landlock and a seccomp filter; without them they do not run) or off (process limits only)
+    validator_sandbox: SandboxMode = SandboxMode::Auto;
         flag "validator-sandbox" [Option<String>] value_name "MODE";
-        expect "landlock or off";
+        expect "auto, namespaces, landlock or off";
         check value::ok; section "change";
     /// Directories validators may read and execute besides /usr, /bin, /sbin, /lib*, /etc and /opt (never /etc/akritas, the configuration file, or the data, resource, workspace and knowledge directories, which are carved out of them)
     validator_read_paths: Vec<PathBuf> = Vec::new();

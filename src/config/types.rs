@@ -96,17 +96,24 @@ impl fmt::Display for LogFormat {
 /// The `validator_sandbox` setting: how validators are confined.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SandboxMode {
-    /// Landlock and the network filter; without Landlock nothing runs.
+    /// Namespaces where the kernel and runtime allow them, else Landlock alone.
     #[default]
+    Auto,
+    /// Each validator in its own user, mount, PID, network, IPC and UTS namespaces, with
+    /// Landlock and the seccomp filter inside; where namespaces fail, nothing runs.
+    Namespaces,
+    /// Landlock and the seccomp filter; without Landlock nothing runs.
     Landlock,
-    /// No Landlock, no network filter: only the process controls. An explicit choice.
+    /// No Landlock, no filter: only the process controls. An explicit choice.
     Off,
 }
 
 impl SandboxMode {
-    /// The config spelling: `landlock` or `off`.
+    /// The config spelling.
     pub fn as_str(self) -> &'static str {
         match self {
+            SandboxMode::Auto => "auto",
+            SandboxMode::Namespaces => "namespaces",
             SandboxMode::Landlock => "landlock",
             SandboxMode::Off => "off",
         }

@@ -172,7 +172,7 @@ impl SettingValue for LogFormat {
 
 impl SettingValue for SandboxMode {
     fn from_text(s: &str, expect: &str) -> Result<Self, String> {
-        let modes = [SandboxMode::Landlock, SandboxMode::Off];
+        let modes = [SandboxMode::Auto, SandboxMode::Namespaces, SandboxMode::Landlock, SandboxMode::Off];
         modes.into_iter().find(|m| m.as_str() == s).ok_or_else(|| expected(expect))
     }
     fn to_text(&self) -> String {

@@ -41,6 +41,17 @@ impl Identity {
     }
 }
 
+/// The confinements every attack runs under: namespaces of its own (where the kernel and
+/// runtime allow them, as on a root host or with unprivileged user namespaces), and Landlock
+/// with the seccomp filter alone (what a pod under the runtime's default seccomp profile
+/// gets).
+pub const MODES: [&str; 2] = ["namespaces", "landlock"];
+
+/// Every (identity, `validator_sandbox` mode) an attack runs under.
+pub fn setups() -> Vec<(Identity, &'static str)> {
+    Identity::all().into_iter().flat_map(|identity| MODES.map(|mode| (identity, mode))).collect()
+}
+
 /// Directories of one attacked host.
 pub struct Target {
     dir: tempfile::TempDir,
@@ -71,8 +82,9 @@ pub fn give(path: &Path, uid: u32) {
 
 impl Target {
     /// A host's directories: a Workspace `app` with `app.yaml`, the ValidatorProfile
-    /// `attack` (`sh attack.sh`, 30 s) in namespace `default`, nothing started.
-    pub fn new(identity: Identity) -> Target {
+    /// `attack` (`sh attack.sh`, 30 s) in namespace `default`, validators confined by
+    /// `mode` (`validator_sandbox`), nothing started.
+    pub fn new(identity: Identity, mode: &str) -> Target {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let root = dir.path();
@@ -85,7 +97,8 @@ impl Target {
         git(&workspace, &["init", "-q", "-b", "main"]);
         git(&workspace, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
         git(&workspace, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
-        let target = Target { dir, identity, data, resources, workspace, tmp, env: Vec::new() };
+        let env = vec![("AKRITAS_VALIDATOR_SANDBOX".to_string(), mode.to_string())];
+        let target = Target { dir, identity, data, resources, workspace, tmp, env };
         target.declare("default", "app", &target.workspace.clone(), &[], 30);
         target
     }

@@ -32,6 +32,7 @@
 
 pub mod cgroup;
 pub(crate) mod landlock;
+mod namespaces;
 mod seccomp;
 mod supervise;
 
@@ -40,7 +41,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,19 +98,26 @@ const NOBODY: u32 = 65534;
 /// Whether programs can run, and how confined.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Availability {
-    /// Landlock of this ABI, plus the seccomp filter where the architecture has one.
+    /// Confined: in namespaces of their own and/or by Landlock, with the seccomp filter
+    /// where the architecture has one.
     Confined {
-        /// The Landlock ABI in use (the kernel's, or less when `abi_limit` says so).
+        /// Whether each program runs in its own user, mount, PID, network, IPC and UTS
+        /// namespaces (see [`namespaces`]).
+        namespaces: bool,
+        /// The Landlock ABI in use (the kernel's, or less when `abi_limit` says so); 0:
+        /// none (only in namespaces).
         abi: u32,
         /// Whether the seccomp filter is installed.
         filter: bool,
-        /// What this ABI does not give that [`MIN_ABI`] would (empty at or above it):
-        /// only with `validator_sandbox_allow_weak_landlock`.
+        /// What this ABI does not give that [`MIN_ABI`] would, outside namespaces (empty at
+        /// or above it): only with `validator_sandbox_allow_weak_landlock`.
         lost: Vec<&'static str>,
+        /// Why `auto` could not use namespaces, when it could not.
+        fallback: Option<String>,
     },
     /// `validator_sandbox: off`.
     Unconfined,
-    /// Landlock is required and cannot be had: nothing runs.
+    /// The required confinement cannot be had: nothing runs.
     Unavailable(String),
 }
 
@@ -145,6 +153,28 @@ pub fn lost_below_minimum(abi: u32) -> Vec<&'static str> {
         lost.push("ioctl on devices is not restricted");
     }
     lost
+}
+
+/// Landlock alone (with the seccomp filter), at the kernel's `abi`: below [`MIN_ABI`] only
+/// when allowed.
+fn landlock_only(abi: Option<u32>, allow_weak: bool, fallback: Option<String>) -> Availability {
+    let namespaces_note =
+        fallback.as_ref().map(|why| format!(" (namespaces are not available here: {why})")).unwrap_or_default();
+    let Some(abi) = abi else {
+        return Availability::Unavailable(format!(
+            "this kernel has no Landlock (Linux 5.13+ with landlock in the lsm= list){namespaces_note}, so validators do not run; \
+             enable Landlock, or set validator_sandbox: off to run them unconfined"
+        ));
+    };
+    let lost = lost_below_minimum(abi);
+    if !lost.is_empty() && !allow_weak {
+        return Availability::Unavailable(format!(
+            "Landlock ABI {abi} is below the {MIN_ABI} validators need (Linux 6.12+){namespaces_note}, so validators do not run: {}; \
+             upgrade the kernel, or set validator_sandbox_allow_weak_landlock: true to run them with less",
+            lost.join("; ")
+        ));
+    }
+    Availability::Confined { namespaces: false, abi, filter: seccomp::filter(abi).is_some(), lost, fallback }
 }
 
 /// How confined programs run on this host.
@@ -215,34 +245,92 @@ impl Sandbox {
             .chain(std::iter::once(Path::new(AKRITAS_ETC)))
             .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
             .collect();
-        let overlap = read_paths.iter().find_map(|p| hidden.iter().find(|h| p.starts_with(h)).map(|h| (p, h)));
-        let availability = match (options.mode, overlap, landlock::abi()) {
-            (SandboxMode::Off, _, _) => Availability::Unconfined,
-            (SandboxMode::Landlock, Some((path, hidden)), _) => Availability::Unavailable(format!(
+        let overlap =
+            read_paths.iter().find_map(|p| hidden.iter().find(|h| p.starts_with(h)).map(|h| (p.clone(), h.clone())));
+        let kernel = landlock::abi().map(|kernel| options.abi_limit.map_or(kernel, |limit| kernel.min(limit.max(1))));
+        let mut sandbox = Sandbox { availability: Availability::Unconfined, read_paths, hidden };
+        sandbox.availability = match (options.mode, overlap) {
+            (SandboxMode::Off, _) => Availability::Unconfined,
+            (_, Some((path, hidden))) => Availability::Unavailable(format!(
                 "the validators' read path {} is inside Akritas's own directory {}; remove it from validator_read_paths or move the directory",
                 path.display(),
                 hidden.display()
             )),
-            (SandboxMode::Landlock, None, None) => Availability::Unavailable(
-                "this kernel has no Landlock (Linux 5.13+ with landlock in the lsm= list), so validators do not run; \
-                 enable Landlock, or set validator_sandbox: off to run them unconfined"
-                    .into(),
-            ),
-            (SandboxMode::Landlock, None, Some(kernel)) => {
-                let abi = options.abi_limit.map_or(kernel, |limit| kernel.min(limit.max(1)));
-                let lost = lost_below_minimum(abi);
-                if !lost.is_empty() && !options.allow_weak_landlock {
-                    Availability::Unavailable(format!(
-                        "Landlock ABI {abi} is below the {MIN_ABI} validators need (Linux 6.12+), so validators do not run: {}; \
-                         upgrade the kernel, or set validator_sandbox_allow_weak_landlock: true to run them with less",
-                        lost.join("; ")
-                    ))
-                } else {
-                    Availability::Confined { abi, filter: seccomp::filter(abi).is_some(), lost }
-                }
-            }
+            (SandboxMode::Landlock, None) => landlock_only(kernel, options.allow_weak_landlock, None),
+            (SandboxMode::Namespaces, None) => match sandbox.probe_namespaces(kernel) {
+                Ok(confined) => confined,
+                Err(why) => Availability::Unavailable(format!(
+                    "validator_sandbox is namespaces, but a validator cannot run in namespaces of its own here ({why}), so validators do not run; \
+                     allow user namespaces, or set validator_sandbox: auto or landlock"
+                )),
+            },
+            (SandboxMode::Auto, None) => match sandbox.probe_namespaces(kernel) {
+                Ok(confined) => confined,
+                Err(why) => landlock_only(kernel, options.allow_weak_landlock, Some(why)),
+            },
         };
-        Sandbox { availability, read_paths, hidden }
+        sandbox
+    }
+
+    /// Whether a program runs in namespaces of its own here: `true` run that way, once a
+    /// process (the answer cannot change while it runs). Blocking, brief.
+    fn probe_namespaces(&self, abi: Option<u32>) -> Result<Availability, String> {
+        static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+        let confined = Availability::Confined {
+            namespaces: true,
+            abi: abi.unwrap_or(0),
+            filter: seccomp::filter(abi.unwrap_or(0)).is_some(),
+            lost: Vec::new(),
+            fallback: None,
+        };
+        let probe = Sandbox { availability: confined.clone(), ..self.clone() };
+        PROBE.get_or_init(|| probe.run_true()).clone().map(|()| confined)
+    }
+
+    /// Runs `true` confined, synchronously, on an empty copy. Blocking.
+    fn run_true(&self) -> Result<(), String> {
+        let program = ["/usr/bin/true", "/bin/true"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .ok_or("no true program to try them with")?;
+        let base = std::env::temp_dir().join(format!("akritas-probe-{:032x}", rand::random::<u128>()));
+        let (cwd, home) = (base.join("tree"), base.join("home"));
+        for dir in [&base, &cwd, &home] {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot make a directory to try them in: {e}"))?;
+        }
+        let outcome = self.run_true_in(program, &base, cwd, home);
+        let _ = crate::change::tree::remove(&base);
+        outcome
+    }
+
+    fn run_true_in(&self, program: PathBuf, base: &Path, cwd: PathBuf, home: PathBuf) -> Result<(), String> {
+        let request = Request {
+            program,
+            argv: vec!["true".into()],
+            cwd,
+            writable: vec![home],
+            root: base.to_path_buf(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(10),
+            output_limit: 0,
+        };
+        let (prepared, _lease) = self.prepare(&request, -1)?;
+        // SAFETY: a constant path; the descriptor is handed to `supervise::run`.
+        let output = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if output < 0 {
+            return Err(format!("cannot open /dev/null: {}", io::Error::last_os_error()));
+        }
+        match supervise::run(&prepared, output, &supervise::Control::default()) {
+            Ending::Exited(0) => Ok(()),
+            Ending::NotStarted { step, errno } => {
+                Err(format!("{} failed: {}", step.describe(), io::Error::from_raw_os_error(errno)))
+            }
+            other => Err(format!("a trial run ended {other:?}")),
+        }
     }
 
     /// Whether and how programs run.
@@ -253,20 +341,28 @@ impl Sandbox {
     /// One line for `/health`, ValidatorProfile status and logs.
     pub fn describe(&self) -> String {
         match &self.availability {
-            Availability::Confined { abi, filter, lost } => {
-                let mut text = format!(
-                    "landlock ABI {abi}{}",
-                    if *filter {
-                        " and the seccomp filter (no sockets, no mode, owner or time changes)"
-                    } else {
-                        " without a seccomp filter (no filter for this architecture)"
-                    }
-                );
+            Availability::Confined { namespaces, abi, filter, lost, fallback } => {
+                let mut parts = Vec::new();
+                if *namespaces {
+                    parts.push("namespaces of its own (user, mount, PID, network) with a read-only view".to_string());
+                }
+                if *abi > 0 {
+                    parts.push(format!("landlock ABI {abi}"));
+                }
+                parts.push(if *filter {
+                    "the seccomp filter (no sockets, no mode, owner or time changes)".to_string()
+                } else {
+                    "no seccomp filter (none for this architecture)".to_string()
+                });
+                let mut text = parts.join(", ");
                 if !lost.is_empty() {
                     text.push_str(&format!(
                         "; below ABI {MIN_ABI} by validator_sandbox_allow_weak_landlock, so: {}",
                         lost.join("; ")
                     ));
+                }
+                if let Some(why) = fallback {
+                    text.push_str(&format!("; not in namespaces: {why}"));
                 }
                 text
             }
@@ -433,12 +529,23 @@ impl Sandbox {
             (libc::RLIMIT_NOFILE, MAX_OPEN_FILES),
             (libc::RLIMIT_CORE, 0),
         ];
-        let (ruleset, filter) = match &self.availability {
-            Availability::Confined { abi, .. } => (
-                Some(self.ruleset(*abi, request).map_err(|e| format!("cannot build the Landlock rules: {e}"))?),
-                seccomp::filter(*abi),
-            ),
-            _ => (None, None),
+        let (ruleset, filter, view) = match &self.availability {
+            Availability::Confined { abi, namespaces, .. } => {
+                let ruleset = if *abi > 0 {
+                    Some(self.ruleset(*abi, request).map_err(|e| format!("cannot build the Landlock rules: {e}"))?)
+                } else {
+                    None
+                };
+                let view = if *namespaces {
+                    // SAFETY: trivially safe.
+                    let ids = run_as.unwrap_or_else(|| unsafe { (libc::geteuid(), libc::getegid()) });
+                    Some(self.view(request, ids)?)
+                } else {
+                    None
+                };
+                (ruleset, seccomp::filter(*abi), view)
+            }
+            _ => (None, None, None),
         };
         let argv = supervise::pointers(&argv_storage);
         let envp = supervise::pointers(&env_storage);
@@ -452,13 +559,40 @@ impl Sandbox {
             limits,
             run_as,
             own_user,
-            no_new_privs: ruleset.is_some(),
+            no_new_privs: ruleset.is_some() || filter.is_some(),
             ruleset,
             filter,
             timeout: request.timeout,
             cgroup_procs,
+            namespaces: view,
         };
         Ok((prepared, lease))
+    }
+
+    /// The filesystem view of a run in namespaces: the carved read paths, the system
+    /// directories that are links, the devices, the copy and its scratch directories, under
+    /// a new root beside the copy. Blocking.
+    fn view(&self, request: &Request, ids: (libc::uid_t, libc::gid_t)) -> Result<namespaces::View, String> {
+        let root = request.root.join("view");
+        match fs::DirBuilder::new().mode(0o755).create(&root) {
+            // Another validator of the same copy made it; it stays empty on the host's side.
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(format!("cannot make the validator's root directory: {e}"));
+            }
+            _ => {}
+        }
+        let links: Vec<(PathBuf, PathBuf)> = SYSTEM_READ_PATHS
+            .iter()
+            .filter_map(|p| {
+                let path = Path::new(p);
+                let target =
+                    fs::symlink_metadata(path).ok()?.file_type().is_symlink().then(|| fs::read_link(path).ok())??;
+                Some((path.to_path_buf(), target))
+            })
+            .collect();
+        let writable: Vec<&Path> =
+            std::iter::once(request.cwd.as_path()).chain(request.writable.iter().map(PathBuf::as_path)).collect();
+        namespaces::plan(&root, ids, &carve(&self.read_paths, &self.hidden), &links, DEVICES, &writable)
     }
 
     fn ruleset(&self, abi: u32, request: &Request) -> io::Result<landlock::Ruleset> {

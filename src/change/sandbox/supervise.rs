@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use std::sync::Mutex;
 
-use super::{cgroup, landlock, seccomp};
+use super::{cgroup, landlock, namespaces, seccomp};
 
 /// Where the program's start failed (reported with the errno).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +41,12 @@ pub enum Step {
     Fork = 9,
     /// Joining the run's cgroup.
     Cgroup = 10,
+    /// Entering namespaces of its own.
+    Namespaces = 11,
+    /// Building its filesystem view.
+    Mount = 12,
+    /// Dropping its capabilities.
+    Capabilities = 13,
 }
 
 impl Step {
@@ -56,6 +62,9 @@ impl Step {
             Step::Exec,
             Step::Fork,
             Step::Cgroup,
+            Step::Namespaces,
+            Step::Mount,
+            Step::Capabilities,
         ]
         .into_iter()
         .find(|s| *s as i32 == raw)
@@ -74,6 +83,9 @@ impl Step {
             Step::Exec => "executing it",
             Step::Fork => "starting a process",
             Step::Cgroup => "joining its cgroup",
+            Step::Namespaces => "entering its own namespaces",
+            Step::Mount => "building its filesystem view",
+            Step::Capabilities => "dropping its capabilities",
         }
     }
 }
@@ -129,6 +141,8 @@ pub struct Prepared {
     pub timeout: Duration,
     /// `cgroup.procs` of the run's cgroup, which the program joins first (-1: none).
     pub cgroup_procs: RawFd,
+    /// Namespaces of its own, and the filesystem view in them.
+    pub namespaces: Option<namespaces::View>,
 }
 
 /// The host's hold on a running supervisor: [`Control::stop`] asks it to end the run,
@@ -233,6 +247,11 @@ pub fn run(prepared: &Prepared, output: RawFd, control: &Control) -> Ending {
         }
         _ => Ending::Stopped,
     }
+}
+
+/// The calling thread's errno. Async-signal-safe.
+pub(super) fn errno() -> i32 {
+    last_errno()
 }
 
 fn last_errno() -> i32 {
@@ -343,11 +362,42 @@ unsafe fn supervise(p: &Prepared, host: libc::pid_t, output: RawFd, report: RawF
                 libc::_exit(0);
             }
         };
+        // Namespaces: the setup child says when it has its user namespace (`ready`), this
+        // process writes its uid and gid maps and answers with an errno (`go`), and the
+        // namespaces' init reports how the program ended (`status`).
+        let mut sync = [-1; 6];
+        if p.namespaces.is_some() {
+            for pair in sync.chunks_mut(2) {
+                match pipe() {
+                    Ok((read, write)) => (pair[0], pair[1]) = (read, write),
+                    Err(_) => {
+                        write_words(report, [REPORT_NOT_STARTED, 0, Step::Fork as i32, last_errno()]);
+                        libc::_exit(0);
+                    }
+                }
+            }
+        }
+        let [ready_read, ready_write, go_read, go_write, status_read, status_write] = sync;
         let child = libc::fork();
         if child == 0 {
-            start_program(p, output, devnull, failure_write);
+            match &p.namespaces {
+                Some(view) => {
+                    close_all(&[ready_read, go_write, status_read]);
+                    start_in_namespaces(p, view, [output, devnull, failure_write, ready_write, go_read, status_write])
+                }
+                None => start_program(p, output, devnull, failure_write),
+            }
         }
         close_all(&[output, devnull, failure_write]);
+        if let Some(view) = &p.namespaces {
+            close_all(&[ready_write, go_read, status_write]);
+            let mut byte = [0u8; 1];
+            if child > 0 && read_full(ready_read, &mut byte) == 1 {
+                let errno = write_maps(child, view);
+                libc::write(go_write, errno.to_ne_bytes().as_ptr().cast(), 4);
+            }
+            close_all(&[ready_read, go_write]);
+        }
         for fd in [ruleset, p.cgroup_procs] {
             if fd >= 0 {
                 close_all(&[fd]);
@@ -377,7 +427,17 @@ unsafe fn supervise(p: &Prepared, host: libc::pid_t, output: RawFd, report: RawF
                 }
                 if reaped == child {
                     main_done = true;
-                    ending = if libc::WIFSIGNALED(status) {
+                    ending = if p.namespaces.is_some() {
+                        // The init reported the program's end before it and its parent exited.
+                        let mut bytes = [0u8; 8];
+                        if read_full(status_read, &mut bytes) == 8 {
+                            let word =
+                                |i: usize| i32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+                            [word(0), word(4), 0, 0]
+                        } else {
+                            [REPORT_STOPPED, 0, 0, 0]
+                        }
+                    } else if libc::WIFSIGNALED(status) {
                         [REPORT_SIGNALED, libc::WTERMSIG(status), 0, 0]
                     } else {
                         [REPORT_EXITED, libc::WEXITSTATUS(status), 0, 0]
@@ -585,16 +645,9 @@ unsafe fn start_program(p: &Prepared, output: RawFd, devnull: RawFd, failure: Ra
             libc::write(failure, bytes.as_ptr().cast(), bytes.len());
             libc::_exit(127);
         };
-        // First, while it still has the host's rights over the cgroup: from here on the
-        // host can kill the whole tree without its supervisor.
-        if p.cgroup_procs >= 0 && !cgroup::join_raw(p.cgroup_procs) {
+        // In namespaces, the setup child did this before entering them.
+        if p.namespaces.is_none() && !join_cgroup_first_for_oom(p) {
             fail(Step::Cgroup);
-        }
-        // Under memory pressure the kernel kills the program before the host.
-        let score = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if score >= 0 {
-            libc::write(score, b"1000".as_ptr().cast(), 4);
-            libc::close(score);
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
@@ -610,7 +663,7 @@ unsafe fn start_program(p: &Prepared, output: RawFd, devnull: RawFd, failure: Ra
                 fail(Step::Limits);
             }
         }
-        if let Some((uid, gid)) = p.run_as
+        if let (Some((uid, gid)), None) = (p.run_as, &p.namespaces)
             && (libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) < 0
                 || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
                 || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0)
@@ -620,20 +673,41 @@ unsafe fn start_program(p: &Prepared, output: RawFd, devnull: RawFd, failure: Ra
         if libc::chdir(p.cwd.as_ptr()) < 0 {
             fail(Step::Chdir);
         }
+        if p.namespaces.is_some() && !namespaces::drop_capabilities() {
+            fail(Step::Capabilities);
+        }
         if p.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             fail(Step::NoNewPrivs);
         }
         if let Some(ruleset) = &p.ruleset {
             // Its own /proc/<pid>, readable (what a runtime reads of itself); nothing else
             // of /proc.
+            // (In namespaces whose runtime forbids a fresh /proc there is none to read.)
             let me = libc::open(c"/proc/self".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
-            if me < 0
-                || landlock::add_rule(ruleset.fd(), me, landlock::fs::READ_FILE | landlock::fs::READ_DIR).is_err()
+            let unreadable = me < 0 && p.namespaces.is_none();
+            // In namespaces, directories of the view may be listed: the view holds nothing
+            // but what the program may read anyway.
+            let view = if p.namespaces.is_some() {
+                libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            } else {
+                -1
+            };
+            if view >= 0 && landlock::add_rule(ruleset.fd(), view, landlock::fs::READ_DIR).is_err() {
+                fail(Step::Landlock);
+            }
+            if view >= 0 {
+                libc::close(view);
+            }
+            if unreadable
+                || (me >= 0
+                    && landlock::add_rule(ruleset.fd(), me, landlock::fs::READ_FILE | landlock::fs::READ_DIR).is_err())
                 || landlock::restrict_self_raw(ruleset.fd()) < 0
             {
                 fail(Step::Landlock);
             }
-            libc::close(me);
+            if me >= 0 {
+                libc::close(me);
+            }
         }
         if let Some(filter) = &p.filter
             && seccomp::install_raw(filter) < 0
@@ -643,5 +717,148 @@ unsafe fn start_program(p: &Prepared, output: RawFd, devnull: RawFd, failure: Ra
         close_except(&mut [failure]);
         libc::execve(p.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
         fail(Step::Exec);
+    }
+}
+
+/// Joins the run's cgroup (while the process still has the host's rights over it: from
+/// then on the host can kill the whole tree without the supervisor) and makes the process
+/// the one the kernel's OOM killer picks first. Async-signal-safe.
+unsafe fn join_cgroup_first_for_oom(p: &Prepared) -> bool {
+    // SAFETY: system calls on constant paths.
+    unsafe {
+        if p.cgroup_procs >= 0 && !cgroup::join_raw(p.cgroup_procs) {
+            return false;
+        }
+        let score = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if score >= 0 {
+            libc::write(score, b"1000".as_ptr().cast(), 4);
+            libc::close(score);
+        }
+        true
+    }
+}
+
+/// Writes `/proc/<child>/setgroups` (`deny`), `uid_map` and `gid_map`; returns 0 or the
+/// errno of the first failure. Async-signal-safe.
+unsafe fn write_maps(child: libc::pid_t, view: &namespaces::View) -> i32 {
+    let files: [(&[u8], &[u8]); 3] =
+        [(b"/setgroups\0", b"deny"), (b"/uid_map\0", &view.uid_map), (b"/gid_map\0", &view.gid_map)];
+    for (name, content) in files {
+        let mut path = [0u8; 64];
+        let mut at = put(&mut path, 0, b"/proc/");
+        at = put_number(&mut path, at, child as u64);
+        put(&mut path, at, name);
+        // SAFETY: a NUL-terminated path and a buffer of `content.len()` bytes.
+        let written = unsafe {
+            let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return last_errno();
+            }
+            let n = libc::write(fd, content.as_ptr().cast(), content.len());
+            let errno = last_errno();
+            libc::close(fd);
+            if n < 0 { Err(errno) } else { Ok(()) }
+        };
+        if let Err(errno) = written {
+            return errno;
+        }
+    }
+    0
+}
+
+/// The setup child of a run in namespaces of its own. Never returns.
+///
+/// It joins the cgroup, drops a root host's supplementary groups, enters new user, mount,
+/// PID, network, IPC and UTS namespaces, waits for the supervisor to map its uid, becomes
+/// uid 0 there, builds the filesystem view, and starts the namespaces' init, which enters
+/// the view, starts the program ([`start_program`]) and, once it ends, reports how on
+/// `status` and exits: the kernel then kills whatever the program left in the namespace.
+unsafe fn start_in_namespaces(p: &Prepared, view: &namespaces::View, fds: [RawFd; 6]) -> ! {
+    let [output, devnull, failure, ready, go, status] = fds;
+    // SAFETY: async-signal-safe system calls only, on memory prepared before the fork.
+    unsafe {
+        let fail = |step: Step, errno: i32| -> ! {
+            let mut bytes = [0u8; 8];
+            bytes[..4].copy_from_slice(&(step as i32).to_ne_bytes());
+            bytes[4..].copy_from_slice(&errno.to_ne_bytes());
+            libc::write(failure, bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127);
+        };
+        if !join_cgroup_first_for_oom(p) {
+            fail(Step::Cgroup, last_errno());
+        }
+        if p.run_as.is_some() && libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) < 0 {
+            fail(Step::User, last_errno());
+        }
+        let flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS;
+        if libc::unshare(flags) < 0 {
+            fail(Step::Namespaces, last_errno());
+        }
+        libc::write(ready, b"1".as_ptr().cast(), 1);
+        let mut answer = [0u8; 4];
+        if read_full(go, &mut answer) != 4 {
+            fail(Step::Namespaces, libc::EPIPE);
+        }
+        let errno = i32::from_ne_bytes(answer);
+        if errno != 0 {
+            fail(Step::Namespaces, errno);
+        }
+        close_all(&[ready, go]);
+        if libc::syscall(libc::SYS_setresgid, 0, 0, 0) < 0 || libc::syscall(libc::SYS_setresuid, 0, 0, 0) < 0 {
+            fail(Step::User, last_errno());
+        }
+        if !namespaces::build(view) {
+            fail(Step::Mount, last_errno());
+        }
+        let init = libc::fork();
+        if init == 0 {
+            if !namespaces::enter(view) {
+                fail(Step::Mount, last_errno());
+            }
+            let program = libc::fork();
+            if program == 0 {
+                close_all(&[status]);
+                start_program(p, output, devnull, failure);
+            }
+            if program < 0 {
+                fail(Step::Fork, last_errno());
+            }
+            close_all(&[output, devnull, failure]);
+            // The init: reaps everything re-parented to it until the program itself ends.
+            loop {
+                let mut code = 0;
+                let reaped = libc::waitpid(-1, &mut code, 0);
+                if reaped == program {
+                    let words = if libc::WIFSIGNALED(code) {
+                        [REPORT_SIGNALED, libc::WTERMSIG(code)]
+                    } else {
+                        [REPORT_EXITED, libc::WEXITSTATUS(code)]
+                    };
+                    let mut bytes = [0u8; 8];
+                    bytes[..4].copy_from_slice(&words[0].to_ne_bytes());
+                    bytes[4..].copy_from_slice(&words[1].to_ne_bytes());
+                    libc::write(status, bytes.as_ptr().cast(), 8);
+                    libc::_exit(0);
+                }
+                if reaped < 0 && last_errno() != libc::EINTR {
+                    libc::_exit(0);
+                }
+            }
+        }
+        if init < 0 {
+            fail(Step::Fork, last_errno());
+        }
+        close_all(&[output, devnull, failure, status]);
+        loop {
+            let done = libc::waitpid(init, std::ptr::null_mut(), 0);
+            if done == init || (done < 0 && last_errno() != libc::EINTR) {
+                libc::_exit(0);
+            }
+        }
     }
 }
