@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 88);
+    assert_eq!(KEYS.len(), 90);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -672,6 +672,8 @@ fn file_with_every_setting() {
         "validator_env": ["KUBECONFORM_*"],
         "validator_sandbox": "off",
         "validator_read_paths": ["/nix/store"],
+        "validator_sandbox_allow_weak_landlock": true,
+        "validator_sandbox_landlock_abi_max": 5,
         "resource_env": ["TEAM_*", "VM_TOKEN"],
         "knowledge_roots": ["/srv/runbooks"],
         "workspace_roots": ["/srv/workspaces"],

@@ -82,6 +82,7 @@ fn a_hidden_directory_under_a_read_path_is_carved_out_and_a_read_path_inside_one
 fn below_the_minimum_abi_nothing_runs_unless_weak_landlock_is_allowed_and_then_the_loss_is_said() {
     let weak = |allow| {
         Sandbox::with(Options {
+            mode: SandboxMode::Landlock,
             abi_limit: Some(5),
             allow_weak_landlock: allow,
             hidden: vec![std::env::temp_dir().join("akritas-sandbox-test-data")],
