@@ -90,12 +90,13 @@ pub fn guarded(inner: Arc<dyn SecretResolver>, policy: &ResourcePolicy) -> Arc<d
     Arc::new(PolicySecrets::new(inner, policy.env.clone()))
 }
 
-/// Installs the process's egress policy from `egress_allow` and
-/// `cleartext_credential_hosts` (standalone mode also reaches loopback).
+/// Installs the process's egress policy from `egress_allow`, `cleartext_credential_hosts`
+/// and `egress_proxy` (standalone mode also reaches loopback).
 pub fn install_egress(settings: &Settings) {
     crate::egress::Egress::install(
         crate::egress::Egress::new(&settings.egress_allow, !settings.kubernetes)
-            .with_cleartext(&settings.cleartext_credential_hosts),
+            .with_cleartext(&settings.cleartext_credential_hosts)
+            .with_proxy(settings.egress_proxy.as_deref()),
     );
 }
 
