@@ -1,23 +1,46 @@
-//! Where resource-declared URLs may lead (git remotes, webhooks, MCP over HTTP, Telegram
-//! and Mattermost base URLs): never to link-local addresses (the cloud metadata service
-//! among them), unspecified or multicast addresses, and in operator mode never to loopback
-//! or the pod's own addresses, unless the `egress_allow` setting names the network or the
-//! host. Checked twice: on the URL when the resource is read (an IP literal or `localhost`
-//! that is refused makes it `Ready=False`), and on every resolved address when a
-//! connection is made ([`Resolver`]), so a name that later resolves elsewhere (DNS
-//! rebinding) is refused too.
+//! Where resource-declared URLs may lead (git remotes, webhooks, MCP over HTTP, Telegram,
+//! Mattermost and Slack base URLs, VictoriaMetrics): never to link-local addresses (the
+//! cloud metadata services among them), the other known metadata addresses, unspecified or
+//! multicast addresses, nor an IPv6 address that embeds a refused IPv4 one (mapped,
+//! compatible, NAT64, 6to4, Teredo); in operator mode never to loopback or the pod's own
+//! addresses either, unless the `egress_allow` setting names the network or the host.
+//! Checked twice: on the URL when the resource is read (an IP literal or `localhost` that
+//! is refused makes it `Ready=False`), and on every address when a connection is made
+//! ([`guard`]), so a name that later resolves elsewhere (DNS rebinding) is refused too.
+//!
+//! A proxy would resolve the destination itself, out of sight, so the clients [`guard`]
+//! builds never follow `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY`; the only proxy they use is
+//! the operator's `egress_proxy`, and it is handed a destination only after the policy
+//! resolved it and allowed every address.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
 /// Condition reason of a resource whose URL leads where the policy refuses.
 pub const EGRESS_NOT_ALLOWED: &str = "EgressNotAllowed";
 /// Condition reason of a resource whose credential would travel over plain http.
 pub const CLEARTEXT_CREDENTIAL: &str = "CleartextCredential";
 
-/// The AWS metadata service's IPv6 address (a unique-local address, not link-local).
-const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+/// Metadata and platform endpoints outside the link-local ranges, refused in every mode:
+/// they answer with the machine's credentials or configuration. (169.254.169.254 and the
+/// other link-local ones are refused as link-local.)
+const METADATA_V4: [(Ipv4Addr, &str); 3] = [
+    (Ipv4Addr::new(100, 100, 100, 200), "Alibaba Cloud's metadata service"),
+    (Ipv4Addr::new(192, 0, 0, 192), "Oracle Cloud's metadata service"),
+    (Ipv4Addr::new(168, 63, 129, 16), "Azure's WireServer, a platform metadata endpoint"),
+];
+/// The unique-local (not link-local) IPv6 addresses of metadata and credential services.
+const METADATA_V6: [(Ipv6Addr, &str); 3] = [
+    (Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254), "AWS's metadata service (IPv6)"),
+    (Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23), "AWS's EKS Pod Identity credentials endpoint (IPv6)"),
+    (Ipv6Addr::new(0xfd20, 0xce, 0, 0, 0, 0, 0, 0x254), "Google Cloud's metadata service (IPv6)"),
+];
+
+/// Host names under this suffix name a route the client's proxy hook chose ([`guard`]);
+/// `.invalid` never resolves anywhere else (RFC 6761).
+const ROUTE_SUFFIX: &str = ".route.egress.akritas.invalid";
 
 static POLICY: RwLock<Option<Arc<Egress>>> = RwLock::new(None);
 
@@ -42,7 +65,7 @@ pub enum EgressError {
         /// The first refused address.
         address: IpAddr,
         /// What the address is.
-        range: &'static str,
+        range: String,
     },
     /// A credential would travel over plain http to a host not allowed for that.
     #[error(
@@ -83,6 +106,7 @@ pub struct Egress {
     local_allowed: bool,
     cleartext_networks: Vec<(IpAddr, u8)>,
     cleartext_hosts: BTreeSet<String>,
+    proxy: Option<url::Url>,
 }
 
 impl Egress {
@@ -93,9 +117,17 @@ impl Egress {
         Egress { entries: entries.to_vec(), networks, hosts, local_allowed, ..Egress::default() }
     }
 
+    /// Resource-declared URLs go through the proxy at `proxy` (the `egress_proxy` setting,
+    /// `http://host:port`), each destination judged first; `None` reaches them directly.
+    pub fn with_proxy(mut self, proxy: Option<&str>) -> Self {
+        self.proxy = proxy.and_then(|p| url::Url::parse(p).ok());
+        self
+    }
+
     /// The [`CHILD_ENV`] entry that gives a child this policy (its egress part).
     pub fn child_env(&self) -> (String, String) {
-        let value = serde_json::json!({"local": self.local_allowed, "allow": self.entries});
+        let proxy = self.proxy.as_ref().map(url::Url::as_str);
+        let value = serde_json::json!({"local": self.local_allowed, "allow": self.entries, "proxy": proxy});
         (CHILD_ENV.to_string(), value.to_string())
     }
 
@@ -103,7 +135,8 @@ impl Egress {
     pub fn from_child_env(value: &str) -> Option<Egress> {
         let value: serde_json::Value = serde_json::from_str(value).ok()?;
         let entries: Vec<String> = serde_json::from_value(value.get("allow")?.clone()).ok()?;
-        Some(Egress::new(&entries, value.get("local")?.as_bool()?))
+        let proxy = value.get("proxy").and_then(serde_json::Value::as_str);
+        Some(Egress::new(&entries, value.get("local")?.as_bool()?).with_proxy(proxy))
     }
 
     /// Whether a policy was installed in this process.
@@ -149,17 +182,30 @@ impl Egress {
         POLICY.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| Arc::new(Egress::new(&[], true)))
     }
 
-    /// Whether `address` may be reached.
+    /// Whether `address` may be reached: neither it nor an IPv4 address it embeds is in a
+    /// refused range, unless `egress_allow` names its network.
     pub fn check_ip(&self, host: &str, address: IpAddr) -> Result<(), EgressError> {
         let address = match address {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
             v4 => v4,
         };
-        let Some(range) = refused_range(address, self.local_allowed) else { return Ok(()) };
-        if self.networks.iter().any(|(network, bits)| contains(*network, *bits, address)) {
-            return Ok(());
+        let allowed = |address: IpAddr| self.networks.iter().any(|(network, bits)| contains(*network, *bits, address));
+        let refused = |range: String| EgressError::Refused { host: host.to_string(), address, range };
+        if let Some(range) = refused_range(address, self.local_allowed)
+            && !allowed(address)
+        {
+            return Err(refused(range.to_string()));
         }
-        Err(EgressError::Refused { host: host.to_string(), address, range })
+        let IpAddr::V6(v6) = address else { return Ok(()) };
+        for (form, embedded) in embedded_ipv4(v6) {
+            if let Some(range) = refused_range(IpAddr::V4(embedded), self.local_allowed)
+                && !allowed(IpAddr::V4(embedded))
+                && !allowed(address)
+            {
+                return Err(refused(format!("the {form} form of {embedded}: {range}")));
+            }
+        }
+        Ok(())
     }
 
     /// Checks a URL without resolving it: its scheme, and its host when it is an address
@@ -210,11 +256,36 @@ impl Egress {
             _ => Ok(allowed),
         }
     }
+
+    /// Whether a proxy may be handed `host`: it resolves it again itself and may pick any
+    /// address, so every address must be allowed (a host name in `egress_allow` is not
+    /// resolved here at all).
+    async fn check_for_proxy(&self, host: &str, port: u16) -> Result<(), EgressError> {
+        let name = host.trim_start_matches('[').trim_end_matches(']');
+        if self.hosts.contains(&name.trim_end_matches('.').to_ascii_lowercase()) {
+            return Ok(());
+        }
+        let found: Vec<SocketAddr> = tokio::net::lookup_host((name, port))
+            .await
+            .map_err(|e| EgressError::Unresolved { host: name.to_string(), message: e.to_string() })?
+            .collect();
+        if found.is_empty() {
+            return Err(EgressError::Unresolved { host: name.to_string(), message: "no addresses".to_string() });
+        }
+        found.iter().try_for_each(|address| self.check_ip(name, address.ip()))
+    }
+}
+
+/// Puts a client for resource-declared URLs under the process's egress policy (see
+/// [`Resolver::guard`]).
+pub fn guard(builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+    Resolver::default().guard(builder)
 }
 
 /// A `reqwest` resolver that drops the addresses the policy refuses, at connect time; a
-/// name with none left fails the request with the policy's message. The default one
-/// follows the process's policy ([`Egress::install`]).
+/// name with none left fails the request with the policy's message. It also resolves the
+/// routes [`Resolver::guard`]'s proxy hook names. The default one follows the process's
+/// policy ([`Egress::install`]).
 #[derive(Clone, Debug, Default)]
 pub struct Resolver {
     policy: Option<Arc<Egress>>,
@@ -225,13 +296,36 @@ impl Resolver {
     pub fn with(policy: Egress) -> Self {
         Resolver { policy: Some(Arc::new(policy)) }
     }
+
+    fn policy(&self) -> Arc<Egress> {
+        self.policy.clone().unwrap_or_else(Egress::current)
+    }
+
+    /// `builder` with this resolver and a proxy hook that sees every destination before a
+    /// connection is made: an address literal the policy refuses fails there (it never
+    /// reaches a resolver); with `egress_proxy`, a destination goes to the proxy only once
+    /// the policy has resolved it and allowed every address, and idle connections are not
+    /// kept (each request is judged again). `HTTP(S)_PROXY` and `ALL_PROXY` are never
+    /// followed, nor a proxy set on `builder` before: the hook is the client's only proxy.
+    pub fn guard(self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+        let proxied = self.policy().proxy.is_some();
+        let resolver = self.clone();
+        let builder = builder
+            .no_proxy()
+            .proxy(reqwest::Proxy::custom(move |url| route(&resolver.policy(), url)))
+            .dns_resolver(self);
+        if proxied { builder.pool_max_idle_per_host(0) } else { builder }
+    }
 }
 
 impl reqwest::dns::Resolve for Resolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_string();
-        let policy = self.policy.clone().unwrap_or_else(Egress::current);
+        let policy = self.policy();
         Box::pin(async move {
+            if let Some(label) = host.strip_suffix(ROUTE_SUFFIX) {
+                return resolve_route(&policy, label).await.map_err(|e| Box::new(e) as _);
+            }
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
                 .await
                 .map_err(|e| Box::new(EgressError::Unresolved { host: host.clone(), message: e.to_string() }))?
@@ -242,12 +336,90 @@ impl reqwest::dns::Resolve for Resolver {
     }
 }
 
-/// What a refused address is, or `None` when it may be reached.
+/// Where the proxy hook sent a destination: the name of the route is the host of the
+/// "proxy" reqwest connects to, which [`Resolver`] resolves.
+#[derive(Clone, Debug)]
+enum Route {
+    /// Refused: resolving the route fails with this.
+    Refused(EgressError),
+    /// Through the operator's proxy, once the destination passes.
+    Proxied { destination: String, port: u16, proxy: url::Url },
+}
+
+/// The routes the hook named lately; a route is named by a hash of what it holds, so
+/// the same destination keeps its name and the table stays small.
+static ROUTES: LazyLock<Mutex<HashMap<String, Route>>> = LazyLock::new(Mutex::default);
+/// Routes kept at most; past it the table starts afresh (a request whose route was
+/// dropped in between fails and is retried like any connection error).
+const MAX_ROUTES: usize = 4096;
+
+/// The proxy hook: `None` connects directly (the resolver judges a name's addresses);
+/// otherwise the URL of a route for [`Resolver`] to resolve.
+fn route(policy: &Egress, url: &url::Url) -> Option<url::Url> {
+    let host = url.host_str()?.to_string();
+    let literal = match url.host()? {
+        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        url::Host::Domain(_) => None,
+    };
+    if let Some(address) = literal
+        && let Err(refusal) = policy.check_ip(&address.to_string(), address)
+    {
+        // Any port: resolving the route fails, nothing connects.
+        return named(Route::Refused(refusal), 9);
+    }
+    let proxy = policy.proxy.clone()?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let proxy_port = proxy.port_or_known_default().unwrap_or(80);
+    named(Route::Proxied { destination: host, port, proxy }, proxy_port)
+}
+
+/// Registers `route` and returns the proxy URL that names it.
+fn named(route: Route, port: u16) -> Option<url::Url> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    format!("{route:?}").hash(&mut hasher);
+    let label = format!("r{:016x}", hasher.finish());
+    let mut routes = ROUTES.lock().unwrap_or_else(|p| p.into_inner());
+    if routes.len() >= MAX_ROUTES {
+        routes.clear();
+    }
+    routes.insert(label.clone(), route);
+    // Always a valid URL: a hex label, a constant suffix and a port.
+    url::Url::parse(&format!("http://{label}{ROUTE_SUFFIX}:{port}")).ok()
+}
+
+/// The addresses to connect to for a route: the proxy's, once the destination passes.
+async fn resolve_route(policy: &Egress, label: &str) -> Result<reqwest::dns::Addrs, EgressError> {
+    let route = ROUTES.lock().unwrap_or_else(|p| p.into_inner()).get(label).cloned();
+    match route {
+        None => Err(EgressError::Invalid("the connection's egress route expired; retry".to_string())),
+        Some(Route::Refused(refusal)) => Err(refusal),
+        Some(Route::Proxied { destination, port, proxy }) => {
+            policy.check_for_proxy(&destination, port).await?;
+            // The operator's own proxy: not subject to the policy.
+            let proxy_host = proxy.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((proxy_host, proxy.port_or_known_default().unwrap_or(80)))
+                    .await
+                    .map_err(|e| EgressError::Unresolved {
+                        host: format!("the egress_proxy {proxy_host}"),
+                        message: e.to_string(),
+                    })?
+                    .collect();
+            Ok(Box::new(found.into_iter()))
+        }
+    }
+}
+
+/// What a refused address is, or `None` when it may be reached (an IPv4 address an IPv6
+/// one embeds is judged by [`Egress::check_ip`]).
 fn refused_range(address: IpAddr, local_allowed: bool) -> Option<&'static str> {
     let local = |range| if local_allowed { None } else { Some(range) };
     match address {
         IpAddr::V4(v4) => {
-            if v4.is_link_local() {
+            if let Some((_, service)) = METADATA_V4.iter().find(|(known, _)| *known == v4) {
+                Some(service)
+            } else if v4.is_link_local() {
                 Some("link-local, where cloud metadata services answer")
             } else if v4.is_unspecified() || v4.octets()[0] == 0 {
                 Some("unspecified")
@@ -262,8 +434,8 @@ fn refused_range(address: IpAddr, local_allowed: bool) -> Option<&'static str> {
             }
         }
         IpAddr::V6(v6) => {
-            if v6 == AWS_METADATA_V6 {
-                Some("a cloud metadata service")
+            if let Some((_, service)) = METADATA_V6.iter().find(|(known, _)| *known == v6) {
+                Some(service)
             } else if (v6.segments()[0] & 0xffc0) == 0xfe80 {
                 Some("link-local")
             } else if v6.is_unspecified() {
@@ -279,6 +451,42 @@ fn refused_range(address: IpAddr, local_allowed: bool) -> Option<&'static str> {
             }
         }
     }
+}
+
+/// The IPv4 addresses an IPv6 one carries, with the name of the form: IPv4-compatible
+/// (`::a.b.c.d`) and -translated (`::ffff:0:a.b.c.d`), NAT64 (`64:ff9b::/96`, and the
+/// local-use `64:ff9b:1::/48` at each RFC 6052 prefix length), 6to4 (`2002::/16`) and
+/// Teredo (`2001::/32`: the server, and the client's obfuscated address). IPv4-mapped
+/// addresses are turned into IPv4 ones before.
+fn embedded_ipv4(v6: Ipv6Addr) -> Vec<(&'static str, Ipv4Addr)> {
+    let o = v6.octets();
+    let at = |i: [usize; 4]| Ipv4Addr::new(o[i[0]], o[i[1]], o[i[2]], o[i[3]]);
+    let s = v6.segments();
+    let mut found = Vec::new();
+    if s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1) {
+        found.push(("IPv4-compatible", at([12, 13, 14, 15])));
+    }
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        found.push(("IPv4-translated", at([12, 13, 14, 15])));
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        found.push(("NAT64", at([12, 13, 14, 15])));
+    }
+    if s[..3] == [0x64, 0xff9b, 1] {
+        // RFC 6052: the address follows the prefix, skipping bits 64-71.
+        for i in [[6, 7, 9, 10], [7, 9, 10, 11], [9, 10, 11, 12], [12, 13, 14, 15]] {
+            found.push(("NAT64", at(i)));
+        }
+    }
+    if s[0] == 0x2002 {
+        found.push(("6to4", at([2, 3, 4, 5])));
+    }
+    if s[..2] == [0x2001, 0] {
+        found.push(("Teredo (server)", at([4, 5, 6, 7])));
+        let client = at([12, 13, 14, 15]);
+        found.push(("Teredo", Ipv4Addr::from(!u32::from(client))));
+    }
+    found
 }
 
 /// Whether `address` is one of this host's: only a local address can be bound.
@@ -334,7 +542,7 @@ fn contains(network: IpAddr, bits: u8, address: IpAddr) -> bool {
 mod tests {
     use super::*;
 
-    fn refused(policy: &Egress, url: &str) -> &'static str {
+    fn refused(policy: &Egress, url: &str) -> String {
         match policy.check_url(url) {
             Err(EgressError::Refused { range, .. }) => range,
             other => panic!("{url}: {other:?}"),
@@ -346,7 +554,7 @@ mod tests {
         for local in [true, false] {
             let policy = Egress::new(&[], local);
             assert!(refused(&policy, "http://169.254.169.254/latest/meta-data/").contains("metadata"));
-            assert_eq!(refused(&policy, "http://[fd00:ec2::254]/"), "a cloud metadata service");
+            assert_eq!(refused(&policy, "http://[fd00:ec2::254]/"), "AWS's metadata service (IPv6)");
             assert_eq!(refused(&policy, "http://[fe80::1]:8080/"), "link-local");
             assert_eq!(refused(&policy, "http://0.0.0.0:8090/"), "unspecified");
             assert!(refused(&policy, "http://[::ffff:169.254.169.254]/").contains("link-local"));
@@ -396,12 +604,14 @@ mod tests {
 
     #[test]
     fn a_child_receives_the_same_policy() {
-        let policy = Egress::new(&["169.254.10.0/24".into(), "vm.internal".into()], false);
+        let policy = Egress::new(&["169.254.10.0/24".into(), "vm.internal".into()], false)
+            .with_proxy(Some("http://proxy.internal:3128"));
         let (name, value) = policy.child_env();
         assert_eq!(name, CHILD_ENV);
         let child = Egress::from_child_env(&value).unwrap();
         assert!(child.check_url("http://169.254.10.1/").is_ok() && child.check_url("http://127.0.0.1/").is_err());
         assert!(child.filter("vm.internal", vec![SocketAddr::from(([169, 254, 169, 254], 80))]).is_ok());
+        assert_eq!(child.proxy.as_ref().map(url::Url::as_str), Some("http://proxy.internal:3128/"));
         assert!(Egress::from_child_env("not json").is_none());
     }
 
@@ -422,6 +632,75 @@ mod tests {
         assert!(policy.check_credential_url("https://169.254.169.254/").is_err(), "egress still applies");
     }
 
+    /// Every known metadata address, and the IPv6 forms that carry a refused IPv4 address
+    /// to it, are refused in every mode; their neighbours and public forms are not.
+    #[test]
+    fn metadata_addresses_and_the_ipv6_forms_of_refused_ipv4_addresses_are_refused() {
+        let table = [
+            ("http://100.100.100.200/latest/meta-data/", "Alibaba Cloud's metadata service"),
+            ("http://192.0.0.192/latest/", "Oracle Cloud's metadata service"),
+            ("http://168.63.129.16/machine", "Azure's WireServer, a platform metadata endpoint"),
+            ("http://169.254.170.2/v2/credentials/", "link-local, where cloud metadata services answer"),
+            ("http://[fd00:ec2::254]/", "AWS's metadata service (IPv6)"),
+            ("http://[fd00:ec2::23]/", "AWS's EKS Pod Identity credentials endpoint (IPv6)"),
+            ("http://[fd20:ce::254]/", "Google Cloud's metadata service (IPv6)"),
+            ("http://[::ffff:169.254.169.254]/", "link-local, where cloud metadata services answer"),
+            ("http://[::ffff:100.100.100.200]/", "Alibaba Cloud's metadata service"),
+            (
+                "http://[64:ff9b::a9fe:a9fe]/",
+                "the NAT64 form of 169.254.169.254: link-local, where cloud metadata services answer",
+            ),
+            ("http://[64:ff9b::6464:64c8]/", "the NAT64 form of 100.100.100.200: Alibaba Cloud's metadata service"),
+            (
+                "http://[64:ff9b:1:a9fe:a9:fe00::]/",
+                "the NAT64 form of 169.254.169.254: link-local, where cloud metadata services answer",
+            ),
+            (
+                "http://[2002:a9fe:a9fe::1]/",
+                "the 6to4 form of 169.254.169.254: link-local, where cloud metadata services answer",
+            ),
+            (
+                "http://[::a9fe:a9fe]/",
+                "the IPv4-compatible form of 169.254.169.254: link-local, where cloud metadata services answer",
+            ),
+            (
+                "http://[::ffff:0:a9fe:a9fe]/",
+                "the IPv4-translated form of 169.254.169.254: link-local, where cloud metadata services answer",
+            ),
+            (
+                "http://[2001:0:4136:e378:8000:63bf:5601:5601]/",
+                "the Teredo form of 169.254.169.254: link-local, where cloud metadata services answer",
+            ),
+            ("http://[64:ff9b::e000:1]/", "the NAT64 form of 224.0.0.1: multicast or broadcast"),
+        ];
+        for local in [true, false] {
+            let policy = Egress::new(&[], local);
+            for (url, range) in table {
+                assert_eq!(refused(&policy, url), range, "{url}");
+            }
+            for url in [
+                "http://100.100.100.201/",
+                "http://168.63.129.17/",
+                "http://[fd00:ec2::255]/",
+                "http://[64:ff9b::5db8:d70e]/",
+                "http://[2002:5db8:d70e::1]/",
+                "http://[2001:db8::a9fe:a9fe]/",
+                "http://[::1]:8090/",
+            ] {
+                assert_eq!(policy.check_url(url).is_ok(), local || url != "http://[::1]:8090/", "{url}");
+            }
+        }
+        // Loopback in its IPv6 forms is refused where loopback is.
+        let operator = Egress::new(&[], false);
+        assert_eq!(refused(&operator, "http://[64:ff9b::7f00:1]/"), "the NAT64 form of 127.0.0.1: loopback");
+        assert!(Egress::new(&[], true).check_url("http://[64:ff9b::7f00:1]/").is_ok());
+        // An operator who opens the IPv4 network opens its IPv6 forms too.
+        let opened = Egress::new(&["169.254.10.0/24".into()], false);
+        assert!(opened.check_url("http://[64:ff9b::a9fe:a07]/").is_ok());
+        let message = operator.check_url("http://[2002:a9fe:a9fe::1]/").unwrap_err().to_string();
+        assert!(message.contains("2002:a9fe:a9fe::1") && message.contains("egress_allow"), "{message}");
+    }
+
     #[tokio::test]
     async fn the_resolver_refuses_a_name_that_resolves_to_loopback_at_connect_time() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -431,20 +710,15 @@ mod tests {
         // The connection is judged on the addresses the name resolves to when it is made.
         let url = format!("http://localhost:{port}/");
         crate::install_crypto_provider();
-        let refusing = reqwest::Client::builder()
-            .dns_resolver(Resolver::with(Egress::new(&[], false)))
-            .no_proxy()
-            .build()
-            .unwrap();
+        let refusing = Resolver::with(Egress::new(&[], false)).guard(reqwest::Client::builder()).build().unwrap();
         let error = refusing.get(&url).send().await.unwrap_err();
         let chain = std::iter::successors(Some(&error as &dyn std::error::Error), |e| e.source())
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(": ");
         assert!(chain.contains("loopback") && chain.contains("egress_allow"), "{chain}");
-        let allowing = reqwest::Client::builder()
-            .dns_resolver(Resolver::with(Egress::new(&["127.0.0.0/8".into(), "::1".into()], false)))
-            .no_proxy()
+        let allowing = Resolver::with(Egress::new(&["127.0.0.0/8".into(), "::1".into()], false))
+            .guard(reqwest::Client::builder())
             .build()
             .unwrap();
         assert_eq!(allowing.get(&url).send().await.unwrap().text().await.unwrap(), "ok");

@@ -1,7 +1,9 @@
 //! The one factory for outbound HTTP clients (model server, notifications, MCP over
 //! HTTP, VictoriaMetrics): timeouts, no redirects, a user agent, the process-wide
-//! TLS provider. Clients for URLs a resource declares resolve through the egress
-//! policy ([`crate::egress`]); the operator's own endpoints (the model server) do not.
+//! TLS provider. Clients for URLs a resource declares connect under the egress policy
+//! ([`crate::egress::guard`]: its resolver, and never a proxy of `HTTP(S)_PROXY`, only
+//! `egress_proxy`); the operator's own endpoints (the model server) do not, and follow
+//! the proxy variables.
 
 use std::time::Duration;
 
@@ -14,10 +16,10 @@ pub fn client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
     builder(timeout).build()
 }
 
-/// [`client`] for the URLs resources declare: every resolved address goes through the
-/// process's egress policy when the connection is made.
+/// [`client`] for the URLs resources declare: every destination and resolved address goes
+/// through the process's egress policy when the connection is made.
 pub fn resource_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
-    builder(timeout).dns_resolver(crate::egress::Resolver::default()).build()
+    crate::egress::guard(builder(timeout)).build()
 }
 
 fn builder(timeout: Duration) -> reqwest::ClientBuilder {
@@ -36,15 +38,13 @@ fn builder(timeout: Duration) -> reqwest::ClientBuilder {
 /// the egress policy applies.
 pub fn streaming_client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
     crate::install_crypto_provider();
-    reqwest::Client::builder()
-        .user_agent(USER_AGENT)
-        .connect_timeout(connect_timeout)
-        .redirect(reqwest::redirect::Policy::custom(|attempt| {
+    let builder = reqwest::Client::builder().user_agent(USER_AGENT).connect_timeout(connect_timeout).redirect(
+        reqwest::redirect::Policy::custom(|attempt| {
             let refused = RedirectRefused(attempt.status());
             attempt.error(refused)
-        }))
-        .dns_resolver(crate::egress::Resolver::default())
-        .build()
+        }),
+    );
+    crate::egress::guard(builder).build()
 }
 
 /// A redirect answer that was not followed.

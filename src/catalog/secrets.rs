@@ -86,8 +86,9 @@ pub enum SecretError {
     },
     /// The variable holds a credential of the service itself.
     #[error(
-        "environment variable {0} holds a credential of the Akritas service (upstream_api_key_env, api_keys or \
-         AKRITAS_CONFIG) and is never readable by resources; put the value in another variable"
+        "environment variable {0} is the service's own credential (database_url_env, audit_key_env, \
+         upstream_api_key_env, api_keys or AKRITAS_CONFIG); resources may never read it, whatever resource_env or \
+         validator_env say; put what the resource needs in another variable"
     )]
     ServiceCredential(String),
 }

@@ -46,13 +46,14 @@ pub(crate) enum StorageCommand {
 pub(crate) fn run(args: StorageArgs) -> ExitCode {
     let StorageCommand::Migrate { to, flags } = args.command;
     let fail = |message: String| {
-        eprintln!("akritas storage migrate: {message}");
+        eprintln!("akritas storage migrate: {}", crate::redact::redact(&message));
         ExitCode::FAILURE
     };
     let settings = match config::load(&flags, &|name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(error) => return fail(error.to_string()),
     };
+    crate::app::policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return fail(format!("cannot start the async runtime: {error}")),

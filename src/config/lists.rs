@@ -55,6 +55,22 @@ pub(crate) fn check_egress(v: Vec<String>, expect: &str) -> Result<Vec<String>, 
     Ok(dedup(v))
 }
 
+/// The proxy of resource-declared URLs: `http://host[:port]`, nothing else (a path or
+/// `https://` would not reach a plain forward proxy; credentials are never settings).
+pub(crate) fn check_egress_proxy(v: Option<String>, expect: &str) -> Result<Option<String>, String> {
+    let Some(url) = super::value::check_public_url(v, expect)? else { return Ok(None) };
+    let parsed = url::Url::parse(&url).map_err(|e| format!("{e}; expected {expect}"))?;
+    if parsed.scheme() != "http" {
+        return Err(format!(
+            "the proxy is spoken to in plain http (https destinations are tunnelled); expected {expect}"
+        ));
+    }
+    if parsed.path() != "/" {
+        return Err(format!("a proxy URL has no path; expected {expect}"));
+    }
+    Ok(Some(url))
+}
+
 /// `akritas` (this binary) or absolute paths.
 pub(crate) fn check_stdio_commands(v: Vec<String>, expect: &str) -> Result<Vec<String>, String> {
     if v.len() > 64 {

@@ -392,6 +392,11 @@ settings_table! {
         flag "egress-allow" [Vec<String>] value_name "CIDR|HOST" delimiter ',';
         expect "at most 256 entries, each a network such as 10.0.0.0/8, an address or a host name";
         check lists::check_egress; section "server";
+    /// HTTP proxy (http://host:port) that URLs declared by resources go through; each destination is resolved and judged by the egress policy before the proxy is handed it (a name that does not resolve here is refused unless egress_allow names it). Empty: they are reached directly, whatever HTTP_PROXY, HTTPS_PROXY or ALL_PROXY say (the model server still follows those)
+    egress_proxy: Option<String> = None;
+        flag "egress-proxy" [Option<String>] value_name "URL";
+        expect "an http:// proxy URL such as http://proxy.internal:3128, without credentials, path or query";
+        check lists::check_egress_proxy; section "server";
     /// Networks (CIDR or address) and host names to which credentials declared by resources (webhook bearers, bot tokens, MCP headers from secrets, git tokens) may travel over plain http; loopback always may, every other host needs https
     cleartext_credential_hosts: Vec<String> = Vec::new();
         flag "cleartext-credential-hosts" [Vec<String>] value_name "CIDR|HOST" delimiter ',';

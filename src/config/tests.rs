@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 90);
+    assert_eq!(KEYS.len(), 91);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -661,6 +661,7 @@ fn file_with_every_setting() {
         "stdio_commands": ["akritas", "/usr/local/bin/mcp-grafana"],
         "stdio_env": ["GRAFANA_*", "team-a/TEAM_A_TOKEN"],
         "egress_allow": ["169.254.10.0/24", "metadata.internal"],
+        "egress_proxy": "http://proxy.internal:3128/",
         "cleartext_credential_hosts": ["git.lab.internal"],
         "audit_key_env": "AKRITAS_AUDIT_KEY",
         "audit_anchor_file": "/var/lib/akritas-anchor/audit.json",
@@ -740,6 +741,11 @@ fn file_with_every_setting() {
     for bad in ["10.0.0.0/33", "http://x", "a b"] {
         let e = load_err(&flags(&["--egress-allow", bad]), &no_env);
         assert!(e.contains("flag --egress-allow") && e.contains("network"), "{e}");
+    }
+    assert_eq!(s.egress_proxy.as_deref(), Some("http://proxy.internal:3128"));
+    for bad in ["https://proxy.internal:3128", "http://u:p@proxy.internal:3128", "http://proxy/x", "proxy:3128"] {
+        let e = load_err(&flags(&["--egress-proxy", bad]), &no_env);
+        assert!(e.contains("flag --egress-proxy") && e.contains("http:// proxy URL"), "{e}");
     }
     assert_eq!(s.cleartext_credential_hosts, ["git.lab.internal"]);
     assert_eq!(s.audit_key_env.as_deref(), Some("AKRITAS_AUDIT_KEY"));

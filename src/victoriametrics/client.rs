@@ -230,8 +230,9 @@ impl VmClient {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.timeout.min(CONNECT_TIMEOUT))
             .timeout(config.timeout);
+        // Started by the host for an McpAdapter: the URL is a resource's, under its policy.
         if crate::egress::Egress::installed() {
-            builder = builder.dns_resolver(crate::egress::Resolver::default());
+            builder = crate::egress::guard(builder);
         }
         let http = builder
             .build()

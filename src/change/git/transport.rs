@@ -235,10 +235,9 @@ fn shared() -> Result<&'static Shared, TransportError> {
             let client = reqwest::Client::builder()
                 .user_agent(crate::outbound::USER_AGENT)
                 .connect_timeout(CONNECT_TIMEOUT)
-                .redirect(reqwest::redirect::Policy::none())
-                .dns_resolver(crate::egress::Resolver::default())
-                .build()
-                .map_err(|e| e.to_string())?;
+                .redirect(reqwest::redirect::Policy::none());
+            // Under the egress policy: its resolver, and no proxy but `egress_proxy`.
+            let client = crate::egress::guard(client).build().map_err(|e| e.to_string())?;
             Ok(Shared { runtime, client })
         })
         .as_ref()
