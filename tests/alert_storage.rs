@@ -40,8 +40,12 @@ fn storage(segment_bytes: u64, snapshot_records: u64) -> Storage {
 /// Opens the store; waits for a snapshot still being written by a store dropped just before
 /// (it holds the journal until it is done).
 fn open(path: &Path, storage: Storage) -> AlertStore {
-    let limits =
-        Limits { source_rate_per_minute: 1_000_000, max_pending_jobs: 1_000_000, max_deferred_per_source: 10_000 };
+    let limits = Limits {
+        source_rate_per_minute: 1_000_000,
+        max_pending_jobs: 1_000_000,
+        max_pending_per_namespace: 1_000_000,
+        max_deferred_per_source: 10_000,
+    };
     for _ in 0..200 {
         match AlertStore::open_stored(path, limits, storage.clone(), &|_| "default".into()) {
             Ok(store) => return store,
@@ -223,8 +227,12 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     let snapshot = snapshot_of(&path);
     let kept = std::fs::read(&snapshot).unwrap();
     std::fs::remove_file(&snapshot).unwrap();
-    let limits =
-        Limits { source_rate_per_minute: 1_000_000, max_pending_jobs: 1_000_000, max_deferred_per_source: 10_000 };
+    let limits = Limits {
+        source_rate_per_minute: 1_000_000,
+        max_pending_jobs: 1_000_000,
+        max_pending_per_namespace: 1_000_000,
+        max_deferred_per_source: 10_000,
+    };
     let err = AlertStore::open_stored(&path, limits, retained.clone(), &|_| "default".into()).err().unwrap();
     assert!(err.to_string().contains("restore the snapshot from the same backup"), "{err}");
     std::fs::write(&snapshot, kept).unwrap();

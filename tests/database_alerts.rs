@@ -71,6 +71,34 @@ async fn alerts_posted_to_two_replicas_at_once_are_deduplicated_as_one() {
     assert_eq!(delivered, "120", "every acknowledged delivery is stored once");
 }
 
+/// Replicas take jobs in the same turns: a start recorded by one replica moves its namespace
+/// behind the others for every replica, so another team's alert posted to any replica after a
+/// storm is the next job any of them takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_takes_another_namespaces_first_job_before_the_rest_of_a_storm() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
+    let mut storm = Vec::new();
+    for n in 0..30 {
+        let accepted = a.ingest("team-a", "am", alert_events(&[("firing", &format!("a-{n:02}"))])).await.unwrap();
+        storm.push(accepted.events[0].job_id.clone().unwrap());
+    }
+    let theirs = b.ingest("team-b", "am", alert_events(&[("firing", "b-00")])).await.unwrap();
+    let theirs = theirs.events[0].job_id.clone().unwrap();
+    let due = |store: &AlertStore, max| {
+        let (jobs, _) = store.due_jobs(jiff::Timestamp::now(), &BTreeSet::new(), max);
+        jobs.into_iter().map(|job| job.id).collect::<Vec<_>>()
+    };
+    a.follow().await.unwrap();
+    let mut first = a.job(&due(&a, 1)[0]).await.unwrap().unwrap();
+    assert_eq!(first.id, storm[0], "oldest first while no namespace has started a job");
+    a.step_as(&mut first, Step::Start, Some("replica-a")).await.unwrap();
+    b.follow().await.unwrap();
+    assert_eq!(due(&b, 2), [theirs.clone(), storm[1].clone()], "replica b saw replica a's start");
+    assert_eq!(due(&a, 2), [theirs, storm[1].clone()]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_is_started_by_one_replica_however_they_race() {
     let pg = Postgres::start();

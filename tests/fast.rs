@@ -8,6 +8,7 @@
 mod alert_admission;
 mod alert_backoff;
 mod alert_contract;
+mod alert_fair_share;
 mod alert_groups;
 mod alert_ingress;
 mod alert_storage;

@@ -190,6 +190,7 @@ mod tests {
                     job_id: Some(format!("job_{i:032x}").into()),
                     shared_job: None,
                     deferred: false,
+                    deferred_by: None,
                     storm: false,
                 },
                 event,
