@@ -2,7 +2,8 @@
 //! journal after it; a snapshot that does not match the journal is ignored; the dedup window
 //! and the resolved incidents kept are bounded, and replay decides as the live store did even
 //! when the settings changed; retention deletes old segments but never what an open incident
-//! needs, and the kept journal still verifies.
+//! needs, and the kept journal still verifies; the snapshot keeps the signatures whose replay
+//! is refused.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::admission::Limits;
 use akritas::alerts::event::Event;
-use akritas::alerts::store::{AlertStore, DedupLimits, Storage};
+use akritas::alerts::signature::Signed;
+use akritas::alerts::store::{AlertStore, AlertStoreError, DedupLimits, Storage};
 use akritas::journal::JournalOptions;
 use akritas_testkit::jobs::give_up;
 use serde_json::{Value, json};
@@ -275,4 +277,25 @@ async fn snapshots_are_written_under_constant_concurrent_load() {
     let reopened = open(&path, storage(1 << 20, 100));
     assert!(reopened.replayed_at_open().1);
     assert_eq!(view(&reopened).await, before, "{delivered} deliveries, the same after a restart from the snapshot");
+}
+
+/// The signatures of timestamped deliveries are kept in the snapshot: a restart that loads it
+/// (and replays only the tail) still refuses their replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_keeps_the_signatures_whose_replay_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("alerts.jsonl");
+    let store = open(&path, storage(1 << 20, 100));
+    let signed = Signed { at: jiff::Timestamp::now().as_second(), digest: format!("{:032x}", 7) };
+    store.ingest_signed("ops", "gen", alerts(&[("firing", "signed")]), 0, Some(signed.clone())).await.unwrap();
+    for i in 0..150 {
+        store.ingest("ops", "gen", alerts(&[("firing", &format!("host-{i}"))])).await.unwrap();
+    }
+    eventually("a snapshot", || snapshot_of(&path).exists()).await;
+    drop(store);
+    let reopened = open(&path, storage(1 << 20, 100));
+    let (replayed, from_snapshot) = reopened.replayed_at_open();
+    assert!(from_snapshot && replayed < 100, "the signed delivery's record is in the snapshot: {replayed}");
+    let again = reopened.ingest_signed("ops", "gen", alerts(&[("firing", "signed")]), 0, Some(signed)).await;
+    assert!(matches!(again, Err(AlertStoreError::Replayed)), "{again:?}");
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use akritas::alerts::signature::Signed;
 use akritas::alerts::store::{AlertStore, AlertStoreError, Failure, JobStatus, Step, Storage};
 use akritas::alerts::worker::delivery::pending_delivery;
 use akritas::journal::database::Database;
@@ -97,6 +98,29 @@ async fn every_replica_takes_another_namespaces_first_job_before_the_rest_of_a_s
     b.follow().await.unwrap();
     assert_eq!(due(&b, 2), [theirs.clone(), storm[1].clone()], "replica b saw replica a's start");
     assert_eq!(due(&a, 2), [theirs, storm[1].clone()]);
+}
+
+/// A signed delivery one replica accepted is refused as a replay by every other, and by a
+/// replica started later: the signatures are decided under the head lock and kept with the
+/// deliveries in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_accepted_by_one_replica_is_a_replay_at_every_other() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let (a, b) = (open(&db, Storage::default()).await, open(&db, Storage::default()).await);
+    let at = jiff::Timestamp::now().as_second();
+    let signed = |n: u128| Some(Signed { at, digest: format!("{n:032x}") });
+    let events = || alert_events(&[("firing", "db-1")]);
+    a.ingest_signed("ops", "grafana", events(), 0, signed(1)).await.unwrap();
+    let replayed = b.ingest_signed("ops", "grafana", events(), 0, signed(1)).await;
+    assert!(matches!(replayed, Err(AlertStoreError::Replayed)), "{replayed:?}");
+    let later = open(&db, Storage::default()).await;
+    let replayed = later.ingest_signed("ops", "grafana", events(), 0, signed(1)).await;
+    assert!(matches!(replayed, Err(AlertStoreError::Replayed)), "{replayed:?}");
+    let fresh = b.ingest_signed("ops", "grafana", events(), 0, signed(2)).await.unwrap();
+    assert_eq!(fresh.events[0].status, "duplicate", "signed anew, the delivery is taken");
+    let delivered = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'alerts' AND kind = 'alerts.delivery'");
+    assert_eq!(delivered, "2", "a refused replay stores nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

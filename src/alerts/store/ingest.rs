@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use crate::alerts::intake::admission::{Pending, Start};
 use crate::alerts::intake::correlate::{Decision, IdKind};
 use crate::alerts::intake::event::Event;
+use crate::alerts::intake::signature::Signed;
 use crate::alerts::store::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, split};
 use crate::alerts::store::state::{DELIVERY, State, apply_batch};
 use crate::alerts::store::{AlertStore, AlertStoreError, ItemOutcome, new_id};
@@ -26,6 +27,8 @@ pub(super) struct Made {
     pub(super) delivery_id: String,
     pub(super) received_at: Timestamp,
     pub(super) truncated: Truncation,
+    /// The signature that covered the delivery's timestamp, if its source signs one.
+    pub(super) signed: Option<Signed>,
 }
 
 impl AlertStore {
@@ -42,6 +45,7 @@ impl AlertStore {
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
+            refuse_replay(&state, &made)?;
             let record = self.decide(&mut state, &made, events);
             let generation = state.generation;
             let mut pending = Vec::new();
@@ -143,7 +147,17 @@ impl AlertStore {
             part: None,
             truncated: made.truncated,
             dedup: Some(self.storage.dedup),
+            signed: made.signed.clone(),
             items,
         }
+    }
+}
+
+/// Refuses a delivery whose signature the store accepted already (within the window: older
+/// ones are refused by their timestamp before they reach the store).
+pub(super) fn refuse_replay(state: &State, made: &Made) -> Result<(), AlertStoreError> {
+    match &made.signed {
+        Some(signed) if state.signatures.replayed(signed) => Err(AlertStoreError::Replayed),
+        _ => Ok(()),
     }
 }

@@ -54,6 +54,7 @@ use crate::alerts::intake::admission::{Admission, Limits};
 pub use crate::alerts::intake::correlate::DedupLimits;
 use crate::alerts::intake::correlate::IncidentState;
 use crate::alerts::intake::event::Event;
+use crate::alerts::intake::signature::Signed;
 pub use crate::alerts::store::database::STORE;
 pub use crate::alerts::store::error::AlertStoreError;
 use crate::alerts::store::error::load_error;
@@ -403,8 +404,22 @@ impl AlertStore {
         &self,
         namespace: &str,
         source: &str,
+        events: Vec<Event>,
+        truncated_by_provider: u64,
+    ) -> Result<Accepted, AlertStoreError> {
+        self.ingest_signed(namespace, source, events, truncated_by_provider, None).await
+    }
+
+    /// [`AlertStore::ingest_batch`] of a delivery whose signature covered its timestamp
+    /// (`signed`): refused with [`AlertStoreError::Replayed`] when that signature was accepted
+    /// already, remembered with the delivery otherwise.
+    pub async fn ingest_signed(
+        &self,
+        namespace: &str,
+        source: &str,
         mut events: Vec<Event>,
         truncated_by_provider: u64,
+        signed: Option<Signed>,
     ) -> Result<Accepted, AlertStoreError> {
         self.ensure_available().await?;
         self.pass_snapshot_barrier().await;
@@ -425,6 +440,7 @@ impl AlertStore {
             delivery_id: delivery_id.clone(),
             received_at,
             truncated,
+            signed,
         };
         let events = match &self.backing {
             Backing::File(journal) => self.ingest_file(journal, made, events).await?,

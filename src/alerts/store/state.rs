@@ -18,6 +18,7 @@ use crate::alerts::intake::admission::Admission;
 use crate::alerts::intake::correlate::{Correlator, Decision, IdKind, IncidentStatus};
 use crate::alerts::intake::event::Severity;
 use crate::alerts::intake::id::Id;
+use crate::alerts::intake::signature::RecentSignatures;
 use crate::alerts::store::job::{Job, JobStatus};
 use crate::alerts::store::queue::JobQueue;
 use crate::alerts::store::record::BatchRecord;
@@ -204,6 +205,8 @@ pub(crate) struct State {
     pub(crate) storms: HashMap<JobId, u64>,
     /// The storm job of each source that has not started yet.
     pub(crate) storm_of: HashMap<String, JobId>,
+    /// Signatures of timestamped deliveries accepted within the window: a replay is refused.
+    pub(crate) signatures: RecentSignatures,
 }
 
 /// Where a deferred job waits: most severe first, then oldest, then by id.
@@ -234,6 +237,10 @@ pub struct SourceCounters {
 pub(crate) fn apply_batch(state: &mut State, record: &Arc<BatchRecord>, at: Option<Location>) {
     let now = record.received_at.as_str();
     let source = format!("{}/{}", record.namespace, record.source);
+    if let Some(signed) = &record.signed {
+        let received = now.parse::<Timestamp>().map_or(signed.at, |t| t.as_second());
+        state.signatures.remember(signed, received);
+    }
     let counters = state.counters.entry(source.clone()).or_default();
     counters.truncated_by_provider += record.truncated.by_provider;
     counters.truncated_by_host += record.truncated.by_host;
