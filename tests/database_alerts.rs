@@ -28,6 +28,21 @@ async fn open(db: &Database, storage: Storage) -> AlertStore {
     AlertStore::open_database(db, contract::open_limits(), storage).await.unwrap()
 }
 
+/// Two replicas sharing `db`.
+async fn replicas(db: &Database) -> (Arc<AlertStore>, Arc<AlertStore>) {
+    (Arc::new(open(db, Storage::default()).await), Arc::new(open(db, Storage::default()).await))
+}
+
+/// The jobs of one firing alert per key, posted one by one to `store`'s source `namespace/am`.
+async fn jobs_of(store: &AlertStore, namespace: &str, keys: impl Iterator<Item = String>) -> Vec<String> {
+    let mut jobs = Vec::new();
+    for key in keys {
+        let accepted = store.ingest(namespace, "am", alert_events(&[("firing", &key)])).await.unwrap();
+        jobs.push(accepted.events[0].job_id.as_deref().unwrap().to_string());
+    }
+    jobs
+}
+
 #[tokio::test]
 async fn the_contract_holds_on_the_database() {
     let pg = Postgres::start();
@@ -42,7 +57,7 @@ async fn the_contract_holds_on_the_database() {
 async fn alerts_posted_to_two_replicas_at_once_are_deduplicated_as_one() {
     let pg = Postgres::start();
     let db = database(&pg).await;
-    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
+    let (a, b) = replicas(&db).await;
     // Alertmanager sends every notification to both replicas: each key arrives twice, at once.
     let mut posts = Vec::new();
     for round in 0..3 {
@@ -79,17 +94,12 @@ async fn alerts_posted_to_two_replicas_at_once_are_deduplicated_as_one() {
 async fn every_replica_takes_another_namespaces_first_job_before_the_rest_of_a_storm() {
     let pg = Postgres::start();
     let db = database(&pg).await;
-    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
-    let mut storm = Vec::new();
-    for n in 0..30 {
-        let accepted = a.ingest("team-a", "am", alert_events(&[("firing", &format!("a-{n:02}"))])).await.unwrap();
-        storm.push(accepted.events[0].job_id.clone().unwrap());
-    }
-    let theirs = b.ingest("team-b", "am", alert_events(&[("firing", "b-00")])).await.unwrap();
-    let theirs = theirs.events[0].job_id.clone().unwrap();
+    let (a, b) = replicas(&db).await;
+    let storm = jobs_of(&a, "team-a", (0..30).map(|n| format!("a-{n:02}"))).await;
+    let theirs = jobs_of(&b, "team-b", ["b-00".to_string()].into_iter()).await.remove(0);
     let due = |store: &AlertStore, max| {
         let (jobs, _) = store.due_jobs(jiff::Timestamp::now(), &BTreeSet::new(), max);
-        jobs.into_iter().map(|job| job.id).collect::<Vec<_>>()
+        jobs.into_iter().map(|job| job.id.to_string()).collect::<Vec<_>>()
     };
     a.follow().await.unwrap();
     let mut first = a.job(&due(&a, 1)[0]).await.unwrap().unwrap();
@@ -127,12 +137,8 @@ async fn a_signature_accepted_by_one_replica_is_a_replay_at_every_other() {
 async fn a_job_is_started_by_one_replica_however_they_race() {
     let pg = Postgres::start();
     let db = database(&pg).await;
-    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
-    let mut ids = Vec::new();
-    for n in 0..10 {
-        let accepted = a.ingest("ops", "am", alert_events(&[("firing", &format!("db-{n}"))])).await.unwrap();
-        ids.push(accepted.events[0].job_id.clone().unwrap());
-    }
+    let (a, b) = replicas(&db).await;
+    let ids = jobs_of(&a, "ops", (0..10).map(|n| format!("db-{n}"))).await;
     let mut races = Vec::new();
     for id in &ids {
         for store in [a.clone(), b.clone()] {
