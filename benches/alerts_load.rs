@@ -76,7 +76,10 @@ impl Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_akritas"));
         if !storm {
             // Load, not admission: every alert may start an investigation at once.
-            command.env("AKRITAS_ALERT_SOURCE_RATE", "100000").env("AKRITAS_ALERT_PENDING_JOBS", "100000");
+            command
+                .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
+                .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
+                .env("AKRITAS_ALERT_PENDING_JOBS_PER_NAMESPACE", "100000");
         }
         let mut child = command
             .arg("serve")

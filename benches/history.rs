@@ -130,8 +130,12 @@ fn journal_files(base: &Path) -> (u64, usize, u64) {
 
 /// Opens the alert store as `serve` would, waiting for a store dropped just before to release the journal.
 fn open_alerts(path: &Path) -> Result<AlertStore, String> {
-    let limits =
-        Limits { source_rate_per_minute: u32::MAX, max_pending_jobs: usize::MAX, max_deferred_per_source: usize::MAX };
+    let limits = Limits {
+        source_rate_per_minute: u32::MAX,
+        max_pending_jobs: usize::MAX,
+        max_pending_per_namespace: usize::MAX,
+        max_deferred_per_source: usize::MAX,
+    };
     for _ in 0..600 {
         match AlertStore::open_stored(path, limits, Storage::default(), &|_| NAMESPACE.into()) {
             Err(e) if e.to_string().contains("already open") => std::thread::sleep(Duration::from_millis(100)),
@@ -361,7 +365,8 @@ impl Server {
             .env(TOKEN_ENV, TOKEN)
             .env("AKRITAS_API_KEY", API_KEY)
             .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
-            .env("AKRITAS_ALERT_PENDING_JOBS", "100000");
+            .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
+            .env("AKRITAS_ALERT_PENDING_JOBS_PER_NAMESPACE", "100000");
         let starting = akritas_testkit::Server::spawn(command);
         let inner = tokio::task::spawn_blocking(move || starting.try_listening(Duration::from_secs(600)))
             .await

@@ -60,6 +60,7 @@ impl Bench {
             .env("BENCH_AM_TOKEN", AM_TOKEN)
             .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
             .env("AKRITAS_ALERT_PENDING_JOBS", "100000")
+            .env("AKRITAS_ALERT_PENDING_JOBS_PER_NAMESPACE", "100000")
             .arg("--resources")
             .arg(self.resources.path());
         if postgres {

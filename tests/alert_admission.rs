@@ -70,7 +70,8 @@ fn tally(store: &AlertStore, status: &str) -> u64 {
 }
 
 /// The storm that got 503 before: 13 small deliveries, then one 300-alert group, with the
-/// default limits (60 investigations a minute, 1000 pending, 100 deferred per source).
+/// default limits (60 investigations a minute, 1000 pending, 100 pending per namespace, 100
+/// deferred per source).
 #[tokio::test]
 async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,7 +144,9 @@ async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     // keeps the journal open).
     let copy = tempfile::tempdir().unwrap();
     support::copy_dir(dir.path(), copy.path());
-    let reopened = AlertStore::open(&copy.path().join("alerts.jsonl")).unwrap();
+    // The namespace's pending room as big as the host's, so only the tokens decide below.
+    let roomy = Limits { max_pending_per_namespace: 1000, ..Limits::default() };
+    let reopened = AlertStore::open_with(&copy.path().join("alerts.jsonl"), roomy, &|_| "default".into()).unwrap();
     assert_eq!((tally(&reopened, "pending"), tally(&reopened, "deferred")), (13 + started as u64, 101));
     assert_eq!(reopened.job(storm_job).await.unwrap().unwrap().storm_incidents, Some(count as u64));
     // Tokens are not journaled: a restart starts with a full minute's 60, then the storm goes on.
@@ -167,7 +170,12 @@ fn alert(key: &str, severity: &str) -> Vec<akritas::alerts::Event> {
 #[tokio::test]
 async fn deferred_investigations_start_most_severe_first_then_oldest() {
     let dir = tempfile::tempdir().unwrap();
-    let limits = Limits { source_rate_per_minute: 100_000, max_pending_jobs: 1, max_deferred_per_source: 10 };
+    let limits = Limits {
+        source_rate_per_minute: 100_000,
+        max_pending_jobs: 1,
+        max_pending_per_namespace: 1,
+        max_deferred_per_source: 10,
+    };
     let store = AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "ops".into()).unwrap();
     let mut jobs = Vec::new();
     for (key, severity) in [("first", "info"), ("a", "warning"), ("b", "critical"), ("c", "warning"), ("d", "info")] {
@@ -240,7 +248,12 @@ async fn alerts_of_one_correlation_key_share_one_job_while_it_waits() {
 #[tokio::test]
 async fn a_storm_of_one_namespace_never_defers_or_coalesces_another_namespaces_alerts() {
     let dir = tempfile::tempdir().unwrap();
-    let limits = Limits { source_rate_per_minute: 1, max_pending_jobs: 1000, max_deferred_per_source: 1 };
+    let limits = Limits {
+        source_rate_per_minute: 1,
+        max_pending_jobs: 1000,
+        max_pending_per_namespace: 1000,
+        max_deferred_per_source: 1,
+    };
     let store = AlertStore::open_with(&dir.path().join("alerts.jsonl"), limits, &|_| "ops".into()).unwrap();
     let body = unique_alerts("a", 4);
     let storm = store.ingest("team-a", "gen", adapter("generic").unwrap().decode(body.as_bytes(), &generic()).unwrap());

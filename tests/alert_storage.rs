@@ -2,7 +2,8 @@
 //! journal after it; a snapshot that does not match the journal is ignored; the dedup window
 //! and the resolved incidents kept are bounded, and replay decides as the live store did even
 //! when the settings changed; retention deletes old segments but never what an open incident
-//! needs, and the kept journal still verifies.
+//! needs, and the kept journal still verifies; the snapshot keeps the signatures whose replay
+//! is refused.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use akritas::alerts::adapters::{DecodeContext, adapter};
 use akritas::alerts::admission::Limits;
 use akritas::alerts::event::Event;
-use akritas::alerts::store::{AlertStore, DedupLimits, Storage};
+use akritas::alerts::signature::Signed;
+use akritas::alerts::store::{AlertStore, AlertStoreError, DedupLimits, Storage};
 use akritas::journal::JournalOptions;
 use akritas_testkit::jobs::give_up;
 use serde_json::{Value, json};
@@ -40,8 +42,12 @@ fn storage(segment_bytes: u64, snapshot_records: u64) -> Storage {
 /// Opens the store; waits for a snapshot still being written by a store dropped just before
 /// (it holds the journal until it is done).
 fn open(path: &Path, storage: Storage) -> AlertStore {
-    let limits =
-        Limits { source_rate_per_minute: 1_000_000, max_pending_jobs: 1_000_000, max_deferred_per_source: 10_000 };
+    let limits = Limits {
+        source_rate_per_minute: 1_000_000,
+        max_pending_jobs: 1_000_000,
+        max_pending_per_namespace: 1_000_000,
+        max_deferred_per_source: 10_000,
+    };
     for _ in 0..200 {
         match AlertStore::open_stored(path, limits, storage.clone(), &|_| "default".into()) {
             Ok(store) => return store,
@@ -223,8 +229,12 @@ async fn retention_deletes_old_segments_but_keeps_what_open_incidents_need() {
     let snapshot = snapshot_of(&path);
     let kept = std::fs::read(&snapshot).unwrap();
     std::fs::remove_file(&snapshot).unwrap();
-    let limits =
-        Limits { source_rate_per_minute: 1_000_000, max_pending_jobs: 1_000_000, max_deferred_per_source: 10_000 };
+    let limits = Limits {
+        source_rate_per_minute: 1_000_000,
+        max_pending_jobs: 1_000_000,
+        max_pending_per_namespace: 1_000_000,
+        max_deferred_per_source: 10_000,
+    };
     let err = AlertStore::open_stored(&path, limits, retained.clone(), &|_| "default".into()).err().unwrap();
     assert!(err.to_string().contains("restore the snapshot from the same backup"), "{err}");
     std::fs::write(&snapshot, kept).unwrap();
@@ -267,4 +277,25 @@ async fn snapshots_are_written_under_constant_concurrent_load() {
     let reopened = open(&path, storage(1 << 20, 100));
     assert!(reopened.replayed_at_open().1);
     assert_eq!(view(&reopened).await, before, "{delivered} deliveries, the same after a restart from the snapshot");
+}
+
+/// The signatures of timestamped deliveries are kept in the snapshot: a restart that loads it
+/// (and replays only the tail) still refuses their replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_keeps_the_signatures_whose_replay_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("alerts.jsonl");
+    let store = open(&path, storage(1 << 20, 100));
+    let signed = Signed { at: jiff::Timestamp::now().as_second(), digest: format!("{:032x}", 7) };
+    store.ingest_signed("ops", "gen", alerts(&[("firing", "signed")]), 0, Some(signed.clone())).await.unwrap();
+    for i in 0..150 {
+        store.ingest("ops", "gen", alerts(&[("firing", &format!("host-{i}"))])).await.unwrap();
+    }
+    eventually("a snapshot", || snapshot_of(&path).exists()).await;
+    drop(store);
+    let reopened = open(&path, storage(1 << 20, 100));
+    let (replayed, from_snapshot) = reopened.replayed_at_open();
+    assert!(from_snapshot && replayed < 100, "the signed delivery's record is in the snapshot: {replayed}");
+    let again = reopened.ingest_signed("ops", "gen", alerts(&[("firing", "signed")]), 0, Some(signed)).await;
+    assert!(matches!(again, Err(AlertStoreError::Replayed)), "{again:?}");
 }

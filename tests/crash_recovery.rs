@@ -135,6 +135,7 @@ impl Host {
             .env("AKRITAS_ALERT_WORKERS", "3")
             .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
             .env("AKRITAS_ALERT_SOURCE_RATE", "100000")
+            .env("AKRITAS_ALERT_PENDING_JOBS_PER_NAMESPACE", "1000")
             .env("AKRITAS_MAX_CONCURRENT_RUNS", "8")
             .env("AKRITAS_NOTIFICATION_TIMEOUT", "5s")
             // Small segments and frequent snapshots, so kills land while segments are

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use akritas::alerts::signature::Signed;
 use akritas::alerts::store::{AlertStore, AlertStoreError, Failure, JobStatus, Step, Storage};
 use akritas::alerts::worker::delivery::pending_delivery;
 use akritas::journal::database::Database;
@@ -27,6 +28,21 @@ async fn open(db: &Database, storage: Storage) -> AlertStore {
     AlertStore::open_database(db, contract::open_limits(), storage).await.unwrap()
 }
 
+/// Two replicas sharing `db`.
+async fn replicas(db: &Database) -> (Arc<AlertStore>, Arc<AlertStore>) {
+    (Arc::new(open(db, Storage::default()).await), Arc::new(open(db, Storage::default()).await))
+}
+
+/// The jobs of one firing alert per key, posted one by one to `store`'s source `namespace/am`.
+async fn jobs_of(store: &AlertStore, namespace: &str, keys: impl Iterator<Item = String>) -> Vec<String> {
+    let mut jobs = Vec::new();
+    for key in keys {
+        let accepted = store.ingest(namespace, "am", alert_events(&[("firing", &key)])).await.unwrap();
+        jobs.push(accepted.events[0].job_id.as_deref().unwrap().to_string());
+    }
+    jobs
+}
+
 #[tokio::test]
 async fn the_contract_holds_on_the_database() {
     let pg = Postgres::start();
@@ -41,7 +57,7 @@ async fn the_contract_holds_on_the_database() {
 async fn alerts_posted_to_two_replicas_at_once_are_deduplicated_as_one() {
     let pg = Postgres::start();
     let db = database(&pg).await;
-    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
+    let (a, b) = replicas(&db).await;
     // Alertmanager sends every notification to both replicas: each key arrives twice, at once.
     let mut posts = Vec::new();
     for round in 0..3 {
@@ -71,16 +87,58 @@ async fn alerts_posted_to_two_replicas_at_once_are_deduplicated_as_one() {
     assert_eq!(delivered, "120", "every acknowledged delivery is stored once");
 }
 
+/// Replicas take jobs in the same turns: a start recorded by one replica moves its namespace
+/// behind the others for every replica, so another team's alert posted to any replica after a
+/// storm is the next job any of them takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_takes_another_namespaces_first_job_before_the_rest_of_a_storm() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let (a, b) = replicas(&db).await;
+    let storm = jobs_of(&a, "team-a", (0..30).map(|n| format!("a-{n:02}"))).await;
+    let theirs = jobs_of(&b, "team-b", ["b-00".to_string()].into_iter()).await.remove(0);
+    let due = |store: &AlertStore, max| {
+        let (jobs, _) = store.due_jobs(jiff::Timestamp::now(), &BTreeSet::new(), max);
+        jobs.into_iter().map(|job| job.id.to_string()).collect::<Vec<_>>()
+    };
+    a.follow().await.unwrap();
+    let mut first = a.job(&due(&a, 1)[0]).await.unwrap().unwrap();
+    assert_eq!(first.id, storm[0], "oldest first while no namespace has started a job");
+    a.step_as(&mut first, Step::Start, Some("replica-a")).await.unwrap();
+    b.follow().await.unwrap();
+    assert_eq!(due(&b, 2), [theirs.clone(), storm[1].clone()], "replica b saw replica a's start");
+    assert_eq!(due(&a, 2), [theirs, storm[1].clone()]);
+}
+
+/// A signed delivery one replica accepted is refused as a replay by every other, and by a
+/// replica started later: the signatures are decided under the head lock and kept with the
+/// deliveries in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_accepted_by_one_replica_is_a_replay_at_every_other() {
+    let pg = Postgres::start();
+    let db = database(&pg).await;
+    let (a, b) = (open(&db, Storage::default()).await, open(&db, Storage::default()).await);
+    let at = jiff::Timestamp::now().as_second();
+    let signed = |n: u128| Some(Signed { at, digest: format!("{n:032x}") });
+    let events = || alert_events(&[("firing", "db-1")]);
+    a.ingest_signed("ops", "grafana", events(), 0, signed(1)).await.unwrap();
+    let replayed = b.ingest_signed("ops", "grafana", events(), 0, signed(1)).await;
+    assert!(matches!(replayed, Err(AlertStoreError::Replayed)), "{replayed:?}");
+    let later = open(&db, Storage::default()).await;
+    let replayed = later.ingest_signed("ops", "grafana", events(), 0, signed(1)).await;
+    assert!(matches!(replayed, Err(AlertStoreError::Replayed)), "{replayed:?}");
+    let fresh = b.ingest_signed("ops", "grafana", events(), 0, signed(2)).await.unwrap();
+    assert_eq!(fresh.events[0].status, "duplicate", "signed anew, the delivery is taken");
+    let delivered = pg.psql("SELECT count(*) FROM akritas_records WHERE store = 'alerts' AND kind = 'alerts.delivery'");
+    assert_eq!(delivered, "2", "a refused replay stores nothing");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_is_started_by_one_replica_however_they_race() {
     let pg = Postgres::start();
     let db = database(&pg).await;
-    let (a, b) = (Arc::new(open(&db, Storage::default()).await), Arc::new(open(&db, Storage::default()).await));
-    let mut ids = Vec::new();
-    for n in 0..10 {
-        let accepted = a.ingest("ops", "am", alert_events(&[("firing", &format!("db-{n}"))])).await.unwrap();
-        ids.push(accepted.events[0].job_id.clone().unwrap());
-    }
+    let (a, b) = replicas(&db).await;
+    let ids = jobs_of(&a, "ops", (0..10).map(|n| format!("db-{n}"))).await;
     let mut races = Vec::new();
     for id in &ids {
         for store in [a.clone(), b.clone()] {

@@ -8,8 +8,10 @@
 mod alert_admission;
 mod alert_backoff;
 mod alert_contract;
+mod alert_fair_share;
 mod alert_groups;
 mod alert_ingress;
+mod alert_signatures;
 mod alert_storage;
 mod alert_tenancy;
 mod alert_worker;

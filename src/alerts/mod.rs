@@ -7,7 +7,7 @@ pub(crate) mod intake;
 pub mod store;
 pub mod worker;
 
-pub use intake::{adapters, admission, correlate, event, id};
+pub use intake::{adapters, admission, correlate, event, id, signature};
 pub use store::{job, record};
 pub use worker::{delivery, request, source_status};
 

@@ -74,6 +74,7 @@ pub fn admission(settings: &Settings) -> admission::Limits {
     admission::Limits {
         source_rate_per_minute: settings.alert_source_rate.max(1),
         max_pending_jobs: settings.alert_pending_jobs.max(1) as usize,
+        max_pending_per_namespace: settings.alert_pending_jobs_per_namespace.max(1) as usize,
         max_deferred_per_source: settings.alert_deferred_jobs.max(1) as usize,
     }
 }
@@ -104,11 +105,7 @@ mod tests {
     #[test]
     fn the_layers_defaults_are_the_configurations() {
         let settings = Settings::default();
-        let (ours, theirs) = (admission(&settings), admission::Limits::default());
-        assert_eq!(
-            (ours.source_rate_per_minute, ours.max_pending_jobs, ours.max_deferred_per_source),
-            (theirs.source_rate_per_minute, theirs.max_pending_jobs, theirs.max_deferred_per_source)
-        );
+        assert_eq!(admission(&settings), admission::Limits::default());
         let (ours, theirs) = (mcp(&settings), McpLimits::default());
         assert_eq!(
             (ours.max_sessions, ours.max_sessions_per_key, ours.idle_timeout, ours.allowed_hosts),

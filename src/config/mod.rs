@@ -76,6 +76,8 @@ pub(crate) mod defaults {
     pub(crate) const ALERT_SOURCE_RATE: u32 = 60;
     /// `alert_pending_jobs`.
     pub(crate) const ALERT_PENDING_JOBS: u32 = 1000;
+    /// `alert_pending_jobs_per_namespace`.
+    pub(crate) const ALERT_PENDING_JOBS_PER_NAMESPACE: u32 = 100;
     /// `alert_deferred_jobs`.
     pub(crate) const ALERT_DEFERRED_JOBS: u32 = 100;
 }
@@ -425,6 +427,10 @@ settings_table! {
     /// Alert investigations waiting for a worker host-wide; more new ones are deferred
     alert_pending_jobs: u32 = defaults::ALERT_PENDING_JOBS;
         flag "alert-pending-jobs" [Option<String>] value_name "N";
+        range u32 1 ..= 100000; section "alerts";
+    /// Alert investigations of one namespace waiting for a worker; more new ones of that namespace are deferred, so one namespace's storm never fills the host's pending room
+    alert_pending_jobs_per_namespace: u32 = defaults::ALERT_PENDING_JOBS_PER_NAMESPACE;
+        flag "alert-pending-jobs-per-namespace" [Option<String>] value_name "N";
         range u32 1 ..= 100000; section "alerts";
     /// Deferred alert investigations per AlertSource; past it a storm shares one storm investigation
     alert_deferred_jobs: u32 = defaults::ALERT_DEFERRED_JOBS;

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 91);
+    assert_eq!(KEYS.len(), 92);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -708,6 +708,7 @@ fn file_with_every_setting() {
         "alert_job_backoff": "1h",
         "alert_source_rate": 100000,
         "alert_pending_jobs": 1,
+        "alert_pending_jobs_per_namespace": 7,
         "alert_deferred_jobs": 10000,
         "journal_segment_bytes": 65536,
         "journal_segment_age": "30d",
@@ -784,6 +785,7 @@ fn file_with_every_setting() {
     assert_eq!(s.shared_namespaces, ["platform"]);
     assert_eq!(s.resource_env, ["TEAM_*", "VM_TOKEN"]);
     assert_eq!((s.alert_source_rate, s.alert_pending_jobs, s.alert_deferred_jobs), (100_000, 1, 10_000));
+    assert_eq!(s.alert_pending_jobs_per_namespace, 7);
     assert_eq!((s.change_approval_ttl, s.change_max_concurrent_previews), (Duration::from_secs(604_800), 64));
 }
 

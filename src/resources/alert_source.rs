@@ -52,13 +52,23 @@ pub enum AlertProvider {
 #[x_kube(validation = Rule::new(
     "(has(self.bearerToken) || has(self.hmacSecret) || has(self.secretHeader)) != (has(self.allowUnauthenticated) && self.allowUnauthenticated)"
 ).message("configure at least one of bearerToken, hmacSecret or secretHeader, or set allowUnauthenticated: true, but not both"))]
+#[x_kube(validation = Rule::new("!has(self.hmacTimestampHeader) || has(self.hmacSecret)")
+    .message("hmacTimestampHeader names the timestamp an HMAC signature covers: set hmacSecret too"))]
 pub struct AlertAuth {
     /// `Authorization: Bearer <token>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_token: Option<SecretRef>,
-    /// `X-Akritas-Signature: sha256=<hex HMAC of the body>`.
+    /// `X-Akritas-Signature: sha256=<hex HMAC-SHA256>` of the body, or of `{timestamp}:{body}`
+    /// with `hmacTimestampHeader` (then the bare hex Grafana sends is accepted too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hmac_secret: Option<SecretRef>,
+    /// Header with the Unix time (seconds) the sender signed at, for example Grafana's
+    /// `X-Grafana-Alerting-Timestamp`. The signature then covers `{timestamp}:{body}`; a delivery
+    /// signed more than 5 minutes from the host's clock, or a signature already accepted, is
+    /// refused (401), so a captured delivery cannot be replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = HEADER_NAME_PATTERN))]
+    pub hmac_timestamp_header: Option<String>,
     /// A shared secret in a named header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_header: Option<SecretHeader>,
@@ -114,11 +124,13 @@ pub struct AlertSourceStatus {
 mod tests {
     use super::*;
 
-    /// The choices named for a missing `spec.auth` are exactly the fields of `AlertAuth`.
+    /// The choices named for a missing `spec.auth` are exactly the mechanisms of `AlertAuth`
+    /// (its fields but the timestamp an HMAC signature may cover).
     #[test]
     fn the_auth_choices_name_every_mechanism_of_alert_auth() {
         let auth = &crate::resources::Kind::AlertSource.schema()["properties"]["spec"]["properties"]["auth"];
         let fields: Vec<&str> = auth["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        let fields: Vec<&str> = fields.into_iter().filter(|field| *field != "hmacTimestampHeader").collect();
         assert_eq!(fields.len(), 4, "{fields:?}");
         for field in fields {
             assert!(AUTH_CHOICES.split(|c: char| !c.is_ascii_alphanumeric()).any(|word| word == field), "{field}");

@@ -13,7 +13,6 @@ use axum::Json;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hmac::{Hmac, Mac};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,6 +25,7 @@ use super::error::ApiError;
 use super::{AppState, IdPath, ListQuery};
 use crate::alerts::adapters::{DecodeContext, adapter};
 use crate::alerts::correlate::{IncidentState, IncidentStatus};
+use crate::alerts::signature::{self, SIGNATURE_HEADER, Signed};
 use crate::alerts::source_status::webhook_path;
 use crate::alerts::store::{AlertStore, AlertStoreError, IncidentDetail, Job, StoredEvent};
 use crate::catalog::ObjectKey;
@@ -36,55 +36,56 @@ use crate::resources::{Kind, Resource};
 /// Why a caller was not let in.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AuthFailure {
-    /// Credentials missing or wrong (401).
-    Unauthorized(&'static str),
+    /// Credentials missing or wrong (401): what to send instead.
+    Unauthorized(String),
     /// The source's own secret cannot be resolved (503); names the reference only.
     Misconfigured(String),
 }
 
-/// Checks every configured mechanism (all must pass), in constant time.
+/// Checks every configured mechanism (all must pass), in constant time. A signature that
+/// covered a timestamp is returned, for the store to refuse its replay.
 pub fn authenticate(
     auth: &AlertAuth,
     namespace: &str,
     headers: &HeaderMap,
     body: &[u8],
     secrets: &dyn SecretResolver,
-) -> Result<(), AuthFailure> {
+) -> Result<Option<Signed>, AuthFailure> {
     let resolve =
         |reference| secrets.resolve(namespace, reference).map_err(|e| AuthFailure::Misconfigured(e.to_string()));
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let unauthorized = |why: &str| AuthFailure::Unauthorized(why.to_string());
     let mut checked = false;
+    let mut signed = None;
     if let Some(reference) = &auth.bearer_token {
         let expected = resolve(reference)?;
         let presented = header("authorization");
         let token = super::auth::bearer_token(&presented).unwrap_or_default();
         if !equal(token.as_bytes(), expected.expose().as_bytes()) {
-            return Err(AuthFailure::Unauthorized("missing or wrong Bearer token"));
+            return Err(unauthorized("missing or wrong Bearer token"));
         }
         checked = true;
     }
     if let Some(secret_header) = &auth.secret_header {
         let expected = resolve(&secret_header.value)?;
         if !equal(header(&secret_header.name).as_bytes(), expected.expose().as_bytes()) {
-            return Err(AuthFailure::Unauthorized("missing or wrong secret header"));
+            return Err(unauthorized("missing or wrong secret header"));
         }
         checked = true;
     }
     if let Some(reference) = &auth.hmac_secret {
         let secret = resolve(reference)?;
-        let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes())
-            .map_err(|_| AuthFailure::Misconfigured("HMAC secret unusable".into()))?;
-        mac.update(body);
-        let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-        if !equal(header("x-akritas-signature").as_bytes(), expected.as_bytes()) {
-            return Err(AuthFailure::Unauthorized("missing or wrong X-Akritas-Signature"));
-        }
+        let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let timestamp = auth.hmac_timestamp_header.as_deref().map(|name| (name, value(name)));
+        let now = jiff::Timestamp::now().as_second();
+        signed = signature::verify(secret.expose().as_bytes(), value(SIGNATURE_HEADER), timestamp, body, now)
+            .map_err(|refused| AuthFailure::Unauthorized(refused.to_string()))?;
         checked = true;
     }
     if checked || auth.allow_unauthenticated == Some(true) {
-        Ok(())
+        Ok(signed)
     } else {
-        Err(AuthFailure::Unauthorized("no authentication configured"))
+        Err(unauthorized("no authentication configured"))
     }
 }
 
@@ -169,8 +170,8 @@ enum Refused {
     NoSource(String),
     /// Several sources match: the routes to post to instead.
     Ambiguous { what: String, routes: Vec<String> },
-    /// The caller's credentials are missing or wrong.
-    Unauthorized(&'static str),
+    /// The caller's credentials are missing or wrong: what to send instead.
+    Unauthorized(String),
     /// The source's own credentials cannot be resolved here.
     Misconfigured,
     /// The provider has no adapter.
@@ -271,17 +272,16 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
         store.record_rejected(&source_key);
         publish_status(state, key);
     };
-    authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref()).map_err(|failure| {
-        match failure {
-            AuthFailure::Unauthorized(why) => {
-                rejected();
-                tracing::warn!(source = %key, why, "alert delivery rejected");
-                Refused::Unauthorized(why)
-            }
-            AuthFailure::Misconfigured(why) => {
-                tracing::error!(source = %key, %why, "alert source cannot authenticate callers");
-                Refused::Misconfigured
-            }
+    let auth = authenticate(&source.spec.auth, &key.namespace, headers, body, state.secrets.as_ref());
+    let signed = auth.map_err(|failure| match failure {
+        AuthFailure::Unauthorized(why) => {
+            rejected();
+            tracing::warn!(source = %key, %why, "alert delivery rejected");
+            Refused::Unauthorized(why)
+        }
+        AuthFailure::Misconfigured(why) => {
+            tracing::error!(source = %key, %why, "alert source cannot authenticate callers");
+            Refused::Misconfigured
         }
     })?;
     let provider = provider_name(source.spec.provider);
@@ -291,8 +291,14 @@ async fn ingest(state: &AppState, key: &ObjectKey, headers: &HeaderMap, body: &[
         rejected();
         Refused::InvalidPayload(error.to_string())
     })?;
-    let stored = store.ingest_batch(&key.namespace, &key.name, decoded.events, decoded.truncated_by_provider).await;
+    let truncated = decoded.truncated_by_provider;
+    let stored = store.ingest_signed(&key.namespace, &key.name, decoded.events, truncated, signed).await;
     let accepted = stored.map_err(|error| match error {
+        AlertStoreError::Replayed => {
+            rejected();
+            tracing::warn!(source = %key, "alert delivery rejected: a replayed signature");
+            Refused::Unauthorized(error.to_string())
+        }
         // On the database a failed write or a recovery in progress is the database's outage.
         AlertStoreError::Database(_) | AlertStoreError::Unavailable(_) if store.on_database() => {
             tracing::warn!(source = %key, %error, "alert delivery not stored: the database is unavailable");

@@ -180,6 +180,7 @@ pub fn open_limits() -> akritas::alerts::admission::Limits {
     akritas::alerts::admission::Limits {
         source_rate_per_minute: 1_000_000,
         max_pending_jobs: 1_000_000,
+        max_pending_per_namespace: 1_000_000,
         max_deferred_per_source: 10_000,
     }
 }

@@ -8,6 +8,8 @@
 //! server then answers as Ollama, llama-server, vLLM, OpenAI or a reasoning model would, its
 //! `/v1/models` entries and its context endpoints (`POST /api/show`, `GET /props`) included.
 //! `GET /props` answers what [`ScriptedLlm::set_props`] set, when set (else the personality's, else 404).
+//! [`ScriptedLlm::hold`] keeps every chat answer back (the request is recorded first) until
+//! [`ScriptedLlm::release`], so a test can keep a Run inside its model call while it acts.
 //! [`ScriptedLlm::set_native_api`] turns `POST /api/show` and `GET /props` off, as a proxy that
 //! forwards only `/v1` does.
 
@@ -124,6 +126,8 @@ struct Shared {
     props: Mutex<Option<Value>>,
     /// Whether the server's own endpoints (`/api/show`, `/props`) answer.
     native: AtomicBool,
+    /// While `true`, chat answers wait.
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 /// A running scripted server; `url` is `http://127.0.0.1:PORT/v1`.
@@ -185,6 +189,7 @@ impl ScriptedLlm {
             personality,
             props: Mutex::new(None),
             native: AtomicBool::new(true),
+            held: tokio::sync::watch::Sender::new(false),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -215,6 +220,17 @@ impl ScriptedLlm {
     /// behind a proxy that forwards only `/v1`, and the server cannot be told from its answers.
     pub fn set_native_api(&self, on: bool) {
         self.shared.native.store(on, Ordering::SeqCst);
+    }
+
+    /// Keeps every chat answer back until [`ScriptedLlm::release`] (requests are still
+    /// recorded and counted when they arrive).
+    pub fn hold(&self) {
+        self.shared.held.send_replace(true);
+    }
+
+    /// Answers the chat requests held back, and every later one at once.
+    pub fn release(&self) {
+        self.shared.held.send_replace(false);
     }
 
     /// How many `GET /v1/models` requests were received.
@@ -295,6 +311,7 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
         index
     };
     let step = (shared.responder)(index, &request);
+    let _ = shared.held.subscribe().wait_for(|held| !held).await;
     if let Some(delay) = step.delay {
         tokio::time::sleep(delay).await;
     }

@@ -28,8 +28,12 @@ fn storage() -> Storage {
 }
 
 fn open(path: &Path) -> Result<AlertStore, String> {
-    let limits =
-        Limits { source_rate_per_minute: 1_000_000, max_pending_jobs: 1_000_000, max_deferred_per_source: 10_000 };
+    let limits = Limits {
+        source_rate_per_minute: 1_000_000,
+        max_pending_jobs: 1_000_000,
+        max_pending_per_namespace: 1_000_000,
+        max_deferred_per_source: 10_000,
+    };
     AlertStore::open_stored(path, limits, storage(), &|_| "default".into()).map_err(|e| e.to_string())
 }
 

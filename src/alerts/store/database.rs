@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::alerts::intake::admission::Limits;
 use crate::alerts::intake::event::Event;
 use crate::alerts::store::error::inconsistent;
-use crate::alerts::store::ingest::Made;
+use crate::alerts::store::ingest::{Made, refuse_replay};
 use crate::alerts::store::record::{BatchRecord, split};
 use crate::alerts::store::saved::{FORMAT, Loaded, Saved};
 use crate::alerts::store::state::{Bounds, DELIVERY, State, apply, apply_batch};
@@ -201,6 +201,11 @@ impl AlertStore {
             }
             let mut decided = Vec::with_capacity(batch.len());
             for Queued { made, events, reply } in batch {
+                // A replay, of a delivery written before or earlier in this group, decides nothing.
+                if let Err(replayed) = refuse_replay(&state, &made) {
+                    let _ = reply.send(Err(replayed));
+                    continue;
+                }
                 let record = self.decide(&mut state, &made, events);
                 let parts: Vec<std::sync::Arc<BatchRecord>> = split(record, crate::journal::DEFAULT_MAX_RECORD_BYTES)
                     .into_iter()

@@ -51,6 +51,9 @@ pub enum AlertStoreError {
         /// Its status in the database.
         status: crate::alerts::store::job::JobStatus,
     },
+    /// The delivery's signature was accepted already (a replay); nothing was stored.
+    #[error("{}", crate::alerts::intake::signature::SignatureError::Replayed)]
+    Replayed,
     /// A job step its status does not allow; nothing was stored.
     #[error(transparent)]
     IllegalStep(#[from] crate::alerts::store::job::IllegalStep),

@@ -8,13 +8,17 @@ use std::time::Instant;
 
 use jiff::Timestamp;
 
-use crate::alerts::intake::admission::Start;
+use crate::alerts::intake::admission::{Pending, Start};
 use crate::alerts::intake::correlate::{Decision, IdKind};
 use crate::alerts::intake::event::Event;
+use crate::alerts::intake::signature::Signed;
 use crate::alerts::store::record::{BatchItem, BatchRecord, RECORD_VERSION, Truncation, split};
 use crate::alerts::store::state::{DELIVERY, State, apply_batch};
 use crate::alerts::store::{AlertStore, AlertStoreError, ItemOutcome, new_id};
 use crate::journal::{DEFAULT_MAX_RECORD_BYTES, Journal};
+
+/// The pool named by `akritas_refusals_total` for investigations deferred or coalesced by admission.
+const REFUSAL_POOL: &str = "alert_investigations";
 
 /// What a delivery's record is made of besides its events.
 pub(super) struct Made {
@@ -23,6 +27,8 @@ pub(super) struct Made {
     pub(super) delivery_id: String,
     pub(super) received_at: Timestamp,
     pub(super) truncated: Truncation,
+    /// The signature that covered the delivery's timestamp, if its source signs one.
+    pub(super) signed: Option<Signed>,
 }
 
 impl AlertStore {
@@ -39,6 +45,7 @@ impl AlertStore {
             if let Some(reason) = &state.unavailable {
                 return Err(Self::unavailable(reason));
             }
+            refuse_replay(&state, &made)?;
             let record = self.decide(&mut state, &made, events);
             let generation = state.generation;
             let mut pending = Vec::new();
@@ -81,7 +88,7 @@ impl AlertStore {
         // record cannot be stored the store becomes unavailable and is rebuilt from what is
         // stored before it decides again, so an unrecorded decision never persists.
         let now = Instant::now();
-        let mut waiting = state.pending;
+        let mut waiting = Pending { host: state.queue.pending(), namespace: state.queue.pending_in(&made.namespace) };
         let mut deferred = state.deferred_of(&source_key);
         let mut storm = state.storm_of.get(&source_key).cloned();
         let mut items = Vec::with_capacity(events.len());
@@ -100,10 +107,10 @@ impl AlertStore {
                 (None, _) => (false, shares_storm),
                 (Some(_), Start::Now) => {
                     state.admission.take(&source_key, now);
-                    waiting += 1;
+                    waiting.add();
                     (false, false)
                 }
-                (Some(_), Start::Deferred) => {
+                (Some(_), Start::Deferred(_)) => {
                     deferred += 1;
                     (true, false)
                 }
@@ -113,6 +120,11 @@ impl AlertStore {
                     (true, true)
                 }
             };
+            // A new investigation that waits: refused a start by a fair-share limit, counted.
+            let deferred_by = start.setting().filter(|_| outcome.job_id.is_some());
+            if let Some(setting) = deferred_by {
+                crate::slots::count_refusal(REFUSAL_POOL, setting, &made.namespace);
+            }
             let status = if matches!(outcome.decision, Decision::Duplicate { .. }) { "duplicate" } else { "accepted" };
             let item = ItemOutcome {
                 status: status.into(),
@@ -121,6 +133,7 @@ impl AlertStore {
                 job_id: outcome.job_id,
                 shared_job: outcome.shared_job,
                 deferred: deferred_job,
+                deferred_by: deferred_by.map(str::to_string),
                 storm: storm_job,
             };
             items.push(BatchItem { outcome: item, event });
@@ -134,7 +147,17 @@ impl AlertStore {
             part: None,
             truncated: made.truncated,
             dedup: Some(self.storage.dedup),
+            signed: made.signed.clone(),
             items,
         }
+    }
+}
+
+/// Refuses a delivery whose signature the store accepted already (within the window: older
+/// ones are refused by their timestamp before they reach the store).
+pub(super) fn refuse_replay(state: &State, made: &Made) -> Result<(), AlertStoreError> {
+    match &made.signed {
+        Some(signed) if state.signatures.replayed(signed) => Err(AlertStoreError::Replayed),
+        _ => Ok(()),
     }
 }

@@ -25,8 +25,9 @@ pub struct StoredEvent {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
-    /// Waiting for its AlertSource's rate or the pending-job cap (`alert_source_rate`,
-    /// `alert_pending_jobs`); promoted to pending most severe first, then oldest.
+    /// Waiting for its AlertSource's rate or a pending-job cap (`alert_source_rate`,
+    /// `alert_pending_jobs`, `alert_pending_jobs_per_namespace`); promoted to pending most
+    /// severe first, then oldest.
     Deferred,
     /// Waiting for a worker.
     Pending,
@@ -356,9 +357,14 @@ pub struct ItemOutcome {
     /// event's new incident shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_job: Option<JobId>,
-    /// The job this event created waits (deferred) for its source's rate or the pending cap.
+    /// The job this event created waits (deferred) for its source's rate or a pending cap.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deferred: bool,
+    /// The setting whose limit deferred the job this event created (`alert_source_rate`,
+    /// `alert_pending_jobs`, `alert_pending_jobs_per_namespace`, or `alert_deferred_jobs` for a
+    /// storm job); counted in `akritas_refusals_total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred_by: Option<String>,
     /// The job this event created, or the one its incident shares, is its source's storm job.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub storm: bool,

@@ -32,6 +32,7 @@ pub(in crate::alerts) mod deferred;
 pub(in crate::alerts) mod error;
 mod ingest;
 pub mod job;
+pub(in crate::alerts) mod queue;
 pub(in crate::alerts) mod reads;
 pub mod record;
 pub(in crate::alerts) mod saved;
@@ -53,6 +54,7 @@ use crate::alerts::intake::admission::{Admission, Limits};
 pub use crate::alerts::intake::correlate::DedupLimits;
 use crate::alerts::intake::correlate::IncidentState;
 use crate::alerts::intake::event::Event;
+use crate::alerts::intake::signature::Signed;
 pub use crate::alerts::store::database::STORE;
 pub use crate::alerts::store::error::AlertStoreError;
 use crate::alerts::store::error::load_error;
@@ -339,9 +341,9 @@ impl AlertStore {
         *self.worker_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
     }
 
-    /// Jobs due at `now`, soonest due first, at most `max`, skipping `busy` ones (in flight
-    /// in this process); and when the next one not due yet will be. Looks at the front of
-    /// the queue only.
+    /// Jobs due at `now`, at most `max`, skipping `busy` ones (in flight in this process), in
+    /// the order a worker takes them (round-robin across namespaces, [`queue`]); and when the
+    /// next one not due yet will be.
     pub fn due_jobs(
         &self,
         now: Timestamp,
@@ -349,26 +351,15 @@ impl AlertStore {
         max: usize,
     ) -> (Vec<Job>, Option<Timestamp>) {
         let state = self.lock();
-        let mut jobs = Vec::new();
-        for (due, id) in &state.queue {
-            if *due > now {
-                return (jobs, Some(*due));
-            }
-            if jobs.len() >= max {
-                break;
-            }
-            if !busy.contains(id.text().as_str())
-                && let Some(job) = state.jobs.get(id).and_then(|slot| slot.live(id))
-            {
-                jobs.push(state.shown(job));
-            }
-        }
-        (jobs, None)
+        let (ids, next) = state.queue.due(now, |id| busy.contains(id.text().as_str()), max);
+        let jobs =
+            ids.iter().filter_map(|id| state.jobs.get(id).and_then(|slot| slot.live(id))).map(|job| state.shown(job));
+        (jobs.collect(), next)
     }
 
     /// Jobs waiting for a worker.
     pub fn pending_jobs(&self) -> usize {
-        self.lock().pending
+        self.lock().queue.pending()
     }
 
     /// Jobs that a worker should (re)start: pending, or running when the process
@@ -413,8 +404,22 @@ impl AlertStore {
         &self,
         namespace: &str,
         source: &str,
+        events: Vec<Event>,
+        truncated_by_provider: u64,
+    ) -> Result<Accepted, AlertStoreError> {
+        self.ingest_signed(namespace, source, events, truncated_by_provider, None).await
+    }
+
+    /// [`AlertStore::ingest_batch`] of a delivery whose signature covered its timestamp
+    /// (`signed`): refused with [`AlertStoreError::Replayed`] when that signature was accepted
+    /// already, remembered with the delivery otherwise.
+    pub async fn ingest_signed(
+        &self,
+        namespace: &str,
+        source: &str,
         mut events: Vec<Event>,
         truncated_by_provider: u64,
+        signed: Option<Signed>,
     ) -> Result<Accepted, AlertStoreError> {
         self.ensure_available().await?;
         self.pass_snapshot_barrier().await;
@@ -435,6 +440,7 @@ impl AlertStore {
             delivery_id: delivery_id.clone(),
             received_at,
             truncated,
+            signed,
         };
         let events = match &self.backing {
             Backing::File(journal) => self.ingest_file(journal, made, events).await?,

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::alerts::intake::event::Event;
+use crate::alerts::intake::signature::Signed;
 use crate::alerts::intake::window::DedupLimits;
 use crate::alerts::store::job::ItemOutcome;
 
@@ -48,6 +49,10 @@ pub(crate) struct BatchRecord {
     /// The dedup window's limits when the batch was decided (version 3; first part only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) dedup: Option<DedupLimits>,
+    /// The signature that covered the batch's timestamp, so that a replay of it is refused
+    /// (first part only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) signed: Option<Signed>,
     pub(crate) items: Vec<BatchItem>,
 }
 
@@ -139,6 +144,7 @@ pub(crate) fn split(mut record: BatchRecord, max_record_bytes: usize) -> Vec<Bat
         used += size;
     }
     let of = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+    let mut signed = record.signed.take();
     groups
         .into_iter()
         .enumerate()
@@ -151,6 +157,7 @@ pub(crate) fn split(mut record: BatchRecord, max_record_bytes: usize) -> Vec<Bat
             part: Some(Part { index: u32::try_from(i + 1).unwrap_or(u32::MAX), of }),
             truncated: if i == 0 { record.truncated } else { Truncation::default() },
             dedup: if i == 0 { record.dedup } else { None },
+            signed: signed.take(),
             items,
         })
         .collect()
@@ -190,6 +197,7 @@ mod tests {
                     job_id: Some(format!("job_{i:032x}").into()),
                     shared_job: None,
                     deferred: false,
+                    deferred_by: None,
                     storm: false,
                 },
                 event,
@@ -204,6 +212,7 @@ mod tests {
             part: None,
             truncated: Truncation { by_provider: 3, by_host: 0 },
             dedup: None,
+            signed: None,
             items,
         }
     }

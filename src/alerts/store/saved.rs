@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alerts::intake::correlate::Correlator;
 use crate::alerts::intake::id::Id;
+use crate::alerts::intake::signature::RecentSignatures;
 use crate::alerts::store::error::{AlertStoreError, LoadError, load_error};
 use crate::alerts::store::state::{
     Bounds, EventAt, EventRef, JobSlot, RecordError, SourceCounters, State, apply, set_job,
@@ -40,6 +41,9 @@ pub(crate) struct Saved {
     storms: HashMap<JobId, u64>,
     #[serde(default)]
     storm_of: HashMap<String, JobId>,
+    /// Absent in snapshots written before signed timestamps.
+    #[serde(default)]
+    signatures: RecentSignatures,
 }
 
 /// The state as a snapshot writes it: borrowed, so nothing is copied.
@@ -54,6 +58,7 @@ pub(crate) struct SavedRef<'a> {
     threads: &'a Threads,
     storms: &'a HashMap<JobId, u64>,
     storm_of: &'a HashMap<String, JobId>,
+    signatures: &'a RecentSignatures,
 }
 
 /// Events as `(id, location, item)`, the shape [`Saved`] reads.
@@ -86,6 +91,7 @@ impl<'a> SavedRef<'a> {
             threads: &state.threads,
             storms: &state.storms,
             storm_of: &state.storm_of,
+            signatures: &state.signatures,
         }
     }
 }
@@ -105,6 +111,7 @@ impl Saved {
             threads: self.threads,
             storms: self.storms,
             storm_of: self.storm_of,
+            signatures: self.signatures,
             bounds,
             pace: Pace::opened(Some(checkpoint), 0),
             ..State::default()

@@ -8,7 +8,7 @@
 //! first (their records stay in the journal until retention).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -18,7 +18,9 @@ use crate::alerts::intake::admission::Admission;
 use crate::alerts::intake::correlate::{Correlator, Decision, IdKind, IncidentStatus};
 use crate::alerts::intake::event::Severity;
 use crate::alerts::intake::id::Id;
+use crate::alerts::intake::signature::RecentSignatures;
 use crate::alerts::store::job::{Job, JobStatus};
+use crate::alerts::store::queue::JobQueue;
 use crate::alerts::store::record::BatchRecord;
 use crate::alerts::store::threads::{NOTICE, NOTIFIED, NoticeRecord, NotifiedRecord, Threads};
 use crate::ids::{IncidentId, JobId};
@@ -181,11 +183,9 @@ pub(crate) struct State {
     pub(crate) resolved: VecDeque<IncidentId>,
     /// Per source `namespace/name`: events accepted, duplicates, deliveries rejected (this process).
     pub(crate) counters: BTreeMap<String, SourceCounters>,
-    /// Jobs a worker may take (pending, or succeeded with notifications to send) by the time
-    /// they are due, so that claiming looks at the front only.
-    pub(crate) queue: BTreeSet<(Timestamp, Id)>,
-    /// Jobs in status pending.
-    pub(crate) pending: usize,
+    /// Jobs a worker may take (pending, or succeeded with notifications to send), taken in
+    /// turn across namespaces; and the pending jobs per namespace.
+    pub(crate) queue: JobQueue,
     pub(crate) bounds: Bounds,
     pub(crate) admission: Admission,
     /// Why the store decides nothing now: a journal write failed (set until a recovery).
@@ -205,6 +205,8 @@ pub(crate) struct State {
     pub(crate) storms: HashMap<JobId, u64>,
     /// The storm job of each source that has not started yet.
     pub(crate) storm_of: HashMap<String, JobId>,
+    /// Signatures of timestamped deliveries accepted within the window: a replay is refused.
+    pub(crate) signatures: RecentSignatures,
 }
 
 /// Where a deferred job waits: most severe first, then oldest, then by id.
@@ -235,6 +237,10 @@ pub struct SourceCounters {
 pub(crate) fn apply_batch(state: &mut State, record: &Arc<BatchRecord>, at: Option<Location>) {
     let now = record.received_at.as_str();
     let source = format!("{}/{}", record.namespace, record.source);
+    if let Some(signed) = &record.signed {
+        let received = now.parse::<Timestamp>().map_or(signed.at, |t| t.as_second());
+        state.signatures.remember(signed, received);
+    }
     let counters = state.counters.entry(source.clone()).or_default();
     counters.truncated_by_provider += record.truncated.by_provider;
     counters.truncated_by_host += record.truncated.by_host;
@@ -301,23 +307,27 @@ fn due_at(job: &Job) -> Option<Timestamp> {
 /// job is kept as that location only.
 pub(crate) fn set_job(state: &mut State, job: Job, at: Option<Location>) {
     let key = Id::new(&job.id);
-    if let Some(old) = state.jobs.get(&key).and_then(|slot| slot.live(&key)) {
-        if let Some(due) = due_at(&old) {
-            state.queue.remove(&(due, key.clone()));
+    let old = state.jobs.get(&key).and_then(|slot| slot.live(&key));
+    if let Some(old) = &old {
+        if let Some(due) = due_at(old) {
+            state.queue.remove(&old.namespace, due, &key);
         }
         if old.status == JobStatus::Pending {
-            state.pending = state.pending.saturating_sub(1);
+            state.queue.count_pending(&old.namespace, false);
         }
+    }
+    if job.status == JobStatus::Running && old.is_none_or(|old| old.status != JobStatus::Running) {
+        state.queue.started(&job.namespace);
     }
     let was_deferred = state.jobs.get(&key).and_then(|slot| state.deferred_key(&key, slot));
     if let Some(place) = was_deferred {
         state.undefer(&place);
     }
     if let Some(due) = due_at(&job) {
-        state.queue.insert((due, key.clone()));
+        state.queue.insert(&job.namespace, due, key.clone());
     }
     if job.status == JobStatus::Pending {
-        state.pending += 1;
+        state.queue.count_pending(&job.namespace, true);
     }
     let rank = if job.status == JobStatus::Deferred { state.defer(&job) } else { Severity::Unknown };
     if !matches!(job.status, JobStatus::Pending | JobStatus::Deferred) || job.attempts > 0 {
@@ -602,7 +612,7 @@ mod tests {
         );
         let promoted = Job { status: JobStatus::Pending, ..job.clone() };
         set_job(&mut state, promoted.clone(), None);
-        assert_eq!((state.deferred.len(), state.pending), (0, 1));
+        assert_eq!((state.deferred.len(), state.queue.pending_in("ops")), (0, 1));
         let started = Job { status: JobStatus::Running, attempts: 1, ..promoted };
         set_job(&mut state, started.clone(), None);
         assert!(matches!(state.jobs.get(&key), Some(JobSlot::Live(_))), "a started job is kept whole");
