@@ -31,26 +31,6 @@ pub fn resource_policy(settings: &Settings) -> ResourcePolicy {
     }
 }
 
-/// Where validators run: the `validator_sandbox` mode with the system directories and
-/// `validator_read_paths` readable, never Akritas's own directories (data, resources,
-/// configuration file, workspace and knowledge roots).
-pub fn validator_sandbox(settings: &Settings) -> crate::change::sandbox::Sandbox {
-    let hidden = std::iter::once(&settings.data_dir)
-        .chain(&settings.resources)
-        .chain(&settings.config_file)
-        .chain(&settings.workspace_roots)
-        .chain(&settings.knowledge_roots)
-        .cloned()
-        .collect();
-    crate::change::sandbox::Sandbox::with(crate::change::sandbox::Options {
-        mode: settings.validator_sandbox,
-        read_paths: settings.validator_read_paths.clone(),
-        hidden,
-        allow_weak_landlock: settings.validator_sandbox_allow_weak_landlock,
-        abi_limit: settings.validator_sandbox_landlock_abi_max,
-    })
-}
-
 /// What validators may run and pass through, from `validator_commands`, `validator_env`
 /// (never the service's own credentials) and the sandbox.
 pub fn validator_policy(settings: &Settings) -> ValidatorPolicy {
@@ -58,7 +38,7 @@ pub fn validator_policy(settings: &Settings) -> ValidatorPolicy {
         commands: settings.validator_commands.clone(),
         env: EnvAccess::new(settings.validator_env.clone(), service_credentials(settings))
             .for_namespaces(home_namespaces(settings)),
-        sandbox: Arc::new(validator_sandbox(settings)),
+        sandbox: Arc::new(super::process::validator_sandbox(settings)),
     }
 }
 

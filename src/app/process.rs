@@ -16,6 +16,26 @@ pub fn pod_namespace(settings: &Settings) -> String {
         .unwrap_or_else(|| "default".into())
 }
 
+/// Where validators run: the `validator_sandbox` mode with the system directories and
+/// `validator_read_paths` readable, never Akritas's own directories (data, resources,
+/// configuration file, workspace and knowledge roots).
+pub fn validator_sandbox(settings: &Settings) -> crate::change::sandbox::Sandbox {
+    let hidden = std::iter::once(&settings.data_dir)
+        .chain(&settings.resources)
+        .chain(&settings.config_file)
+        .chain(&settings.workspace_roots)
+        .chain(&settings.knowledge_roots)
+        .cloned()
+        .collect();
+    crate::change::sandbox::Sandbox::with(crate::change::sandbox::Options {
+        mode: settings.validator_sandbox,
+        read_paths: settings.validator_read_paths.clone(),
+        hidden,
+        allow_weak_landlock: settings.validator_sandbox_allow_weak_landlock,
+        abi_limit: settings.validator_sandbox_landlock_abi_max,
+    })
+}
+
 pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &'static str) -> HostInfo {
     HostInfo {
         database: None,
@@ -26,7 +46,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         max_body_bytes: usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX),
         body_timeout: settings.body_timeout,
         mcp: crate::app::narrow::mcp(settings),
-        validator_sandbox: crate::app::policy::validator_sandbox(settings).describe(),
+        validator_sandbox: validator_sandbox(settings).describe(),
         edge: edge(settings),
     }
 }

@@ -21,6 +21,7 @@
 mod answer;
 pub(crate) mod apply;
 pub mod approvals;
+mod copy;
 pub(crate) mod diff;
 pub(crate) mod discovery;
 pub(crate) mod edits;

@@ -33,15 +33,18 @@
 pub mod cgroup;
 pub(crate) mod landlock;
 mod namespaces;
+mod probe;
+mod raw;
 mod seccomp;
 mod supervise;
+mod user;
 
 use std::ffi::{CString, OsString};
 use std::fs;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,13 +90,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long output already written is still read once the supervisor has ended (an
 /// escaped process holding the pipe never keeps a run open).
 const DRAIN: Duration = Duration::from_millis(200);
-
-/// First uid of the range a root host runs confined programs as (one fresh uid a run).
-const FRESH_UID_BASE: u32 = 0x8000_0000;
-/// Size of that range.
-const FRESH_UID_SPAN: u32 = 1 << 20;
-/// The uid (and gid) used when the user namespace maps no fresh range: `nobody`.
-const NOBODY: u32 = 65534;
 
 /// Whether programs can run, and how confined.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -272,67 +268,6 @@ impl Sandbox {
         sandbox
     }
 
-    /// Whether a program runs in namespaces of its own here: `true` run that way, once a
-    /// process (the answer cannot change while it runs). Blocking, brief.
-    fn probe_namespaces(&self, abi: Option<u32>) -> Result<Availability, String> {
-        static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-        let confined = Availability::Confined {
-            namespaces: true,
-            abi: abi.unwrap_or(0),
-            filter: seccomp::filter(abi.unwrap_or(0)).is_some(),
-            lost: Vec::new(),
-            fallback: None,
-        };
-        let probe = Sandbox { availability: confined.clone(), ..self.clone() };
-        PROBE.get_or_init(|| probe.run_true()).clone().map(|()| confined)
-    }
-
-    /// Runs `true` confined, synchronously, on an empty copy. Blocking.
-    fn run_true(&self) -> Result<(), String> {
-        let program = ["/usr/bin/true", "/bin/true"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .ok_or("no true program to try them with")?;
-        let base = std::env::temp_dir().join(format!("akritas-probe-{:032x}", rand::random::<u128>()));
-        let (cwd, home) = (base.join("tree"), base.join("home"));
-        for dir in [&base, &cwd, &home] {
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| format!("cannot make a directory to try them in: {e}"))?;
-        }
-        let outcome = self.run_true_in(program, &base, cwd, home);
-        let _ = crate::change::tree::remove(&base);
-        outcome
-    }
-
-    fn run_true_in(&self, program: PathBuf, base: &Path, cwd: PathBuf, home: PathBuf) -> Result<(), String> {
-        let request = Request {
-            program,
-            argv: vec!["true".into()],
-            cwd,
-            writable: vec![home],
-            root: base.to_path_buf(),
-            env: Vec::new(),
-            timeout: Duration::from_secs(10),
-            output_limit: 0,
-        };
-        let (prepared, _lease) = self.prepare(&request, -1)?;
-        // SAFETY: a constant path; the descriptor is handed to `supervise::run`.
-        let output = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if output < 0 {
-            return Err(format!("cannot open /dev/null: {}", io::Error::last_os_error()));
-        }
-        match supervise::run(&prepared, output, &supervise::Control::default()) {
-            Ending::Exited(0) => Ok(()),
-            Ending::NotStarted { step, errno } => {
-                Err(format!("{} failed: {}", step.describe(), io::Error::from_raw_os_error(errno)))
-            }
-            other => Err(format!("a trial run ended {other:?}")),
-        }
-    }
-
     /// Whether and how programs run.
     pub fn availability(&self) -> &Availability {
         &self.availability
@@ -425,7 +360,7 @@ impl Sandbox {
                     }
                     if let (Some((uid, _)), true) = (prepared.run_as, prepared.own_user) {
                         // SAFETY: the killer child runs only async-signal-safe calls.
-                        unsafe { supervise::kill_user(uid) };
+                        unsafe { raw::kill_user(uid) };
                     }
                     drop(lease);
                     Ok(ending)
@@ -490,7 +425,7 @@ impl Sandbox {
         &self,
         request: &Request,
         cgroup_procs: RawFd,
-    ) -> Result<(supervise::Prepared, Option<UidLease>), String> {
+    ) -> Result<(supervise::Prepared, Option<user::UidLease>), String> {
         let c = |bytes: &[u8], what: &str| CString::new(bytes).map_err(|_| format!("{what} contains a NUL byte"));
         let argv_storage =
             request.argv.iter().map(|a| c(a.as_bytes(), "an argument")).collect::<Result<Vec<_>, _>>()?;
@@ -506,20 +441,20 @@ impl Sandbox {
             .collect::<Result<Vec<_>, _>>()?;
         // SAFETY: trivially safe.
         let root = unsafe { libc::geteuid() } == 0;
-        let (run_as, lease) = match root.then(fresh_user) {
+        let (run_as, lease) = match root.then(user::fresh_user) {
             Some((ids, lease)) => (Some(ids), lease),
             None => (None, None),
         };
         let own_user = lease.is_some();
         if let Some((uid, gid)) = run_as {
-            hand_over(&request.root, std::iter::once(&request.cwd).chain(&request.writable), uid, gid)
+            user::hand_over(&request.root, std::iter::once(&request.cwd).chain(&request.writable), uid, gid)
                 .map_err(|e| format!("cannot hand the copy to the sandbox user: {e}"))?;
         }
         let processes = if own_user {
             MAX_PROCESSES
         } else {
             // The limit counts every process of the user, the host's threads included.
-            MAX_PROCESSES + own_threads()
+            MAX_PROCESSES + user::own_threads()
         };
         let limits = vec![
             (libc::RLIMIT_CPU, request.timeout.as_secs().saturating_add(1)),
@@ -567,32 +502,6 @@ impl Sandbox {
             namespaces: view,
         };
         Ok((prepared, lease))
-    }
-
-    /// The filesystem view of a run in namespaces: the carved read paths, the system
-    /// directories that are links, the devices, the copy and its scratch directories, under
-    /// a new root beside the copy. Blocking.
-    fn view(&self, request: &Request, ids: (libc::uid_t, libc::gid_t)) -> Result<namespaces::View, String> {
-        let root = request.root.join("view");
-        match fs::DirBuilder::new().mode(0o755).create(&root) {
-            // Another validator of the same copy made it; it stays empty on the host's side.
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(format!("cannot make the validator's root directory: {e}"));
-            }
-            _ => {}
-        }
-        let links: Vec<(PathBuf, PathBuf)> = SYSTEM_READ_PATHS
-            .iter()
-            .filter_map(|p| {
-                let path = Path::new(p);
-                let target =
-                    fs::symlink_metadata(path).ok()?.file_type().is_symlink().then(|| fs::read_link(path).ok())??;
-                Some((path.to_path_buf(), target))
-            })
-            .collect();
-        let writable: Vec<&Path> =
-            std::iter::once(request.cwd.as_path()).chain(request.writable.iter().map(PathBuf::as_path)).collect();
-        namespaces::plan(&root, ids, &carve(&self.read_paths, &self.hidden), &links, DEVICES, &writable)
     }
 
     fn ruleset(&self, abi: u32, request: &Request) -> io::Result<landlock::Ruleset> {
@@ -647,81 +556,6 @@ fn output_pipe() -> io::Result<(OwnedFd, RawFd)> {
     }
     // SAFETY: a descriptor we own; the write end is handed to `supervise::run`.
     Ok((unsafe { OwnedFd::from_raw_fd(fds[0]) }, fds[1]))
-}
-
-/// The fresh uids of the runs under way (a uid is never shared by two runs).
-static FRESH_IN_USE: std::sync::Mutex<std::collections::BTreeSet<u32>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-/// A fresh uid held by one run; released on drop.
-struct UidLease(u32);
-
-impl Drop for UidLease {
-    fn drop(&mut self) {
-        FRESH_IN_USE.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.0);
-    }
-}
-
-/// A fresh unprivileged user for one run of a root host: a random uid (not used by
-/// another run) of a range the user namespace maps, else `nobody`.
-fn fresh_user() -> ((libc::uid_t, libc::gid_t), Option<UidLease>) {
-    let mapped = |file: &str| {
-        fs::read_to_string(file).is_ok_and(|map| {
-            map.lines().any(|line| {
-                let fields: Vec<u64> = line.split_whitespace().filter_map(|f| f.parse().ok()).collect();
-                matches!(fields[..], [inside, _, count]
-                    if inside <= u64::from(FRESH_UID_BASE) && u64::from(FRESH_UID_BASE + FRESH_UID_SPAN) <= inside + count)
-            })
-        })
-    };
-    if mapped("/proc/self/uid_map") && mapped("/proc/self/gid_map") {
-        let mut in_use = FRESH_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            let id = FRESH_UID_BASE + rand::random::<u32>() % FRESH_UID_SPAN;
-            if in_use.insert(id) {
-                return ((id, id), Some(UidLease(id)));
-            }
-        }
-    }
-    ((NOBODY, NOBODY), None)
-}
-
-/// Threads of this process (they count against a shared user's process limit).
-fn own_threads() -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:").and_then(|n| n.trim().parse().ok())))
-        .unwrap_or(64)
-}
-
-/// Gives `dirs` (recursively) to `uid:gid` and makes the directories from `root` down to
-/// each of them traversable by others. Blocking.
-fn hand_over<'a>(
-    root: &Path,
-    dirs: impl Iterator<Item = &'a PathBuf>,
-    uid: libc::uid_t,
-    gid: libc::gid_t,
-) -> io::Result<()> {
-    for dir in dirs {
-        let mut at = dir.parent();
-        while let Some(parent) = at.filter(|p| p.starts_with(root)) {
-            let mode = fs::metadata(parent)?.permissions().mode();
-            fs::set_permissions(parent, fs::Permissions::from_mode(mode | 0o001))?;
-            at = parent.parent();
-        }
-        chown_tree(dir, uid, gid)?;
-    }
-    Ok(())
-}
-
-fn chown_tree(path: &Path, uid: libc::uid_t, gid: libc::gid_t) -> io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
-    if fs::symlink_metadata(path)?.is_dir() {
-        for entry in fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

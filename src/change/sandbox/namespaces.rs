@@ -13,6 +13,8 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::raw::{last_errno, put, put_number};
+
 /// One step of building the view, under the new root.
 #[derive(Debug)]
 pub enum Step {
@@ -167,7 +169,7 @@ pub(super) unsafe fn build(view: &View) -> bool {
         }
         for step in &view.steps {
             let done = match step {
-                Step::Dir(path) => libc::mkdir(path.as_ptr(), 0o755) == 0 || super::supervise::errno() == libc::EEXIST,
+                Step::Dir(path) => libc::mkdir(path.as_ptr(), 0o755) == 0 || last_errno() == libc::EEXIST,
                 Step::File(path) => {
                     let fd = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
                     fd >= 0 && libc::close(fd) == 0
@@ -226,6 +228,34 @@ pub(super) unsafe fn enter(view: &View) -> bool {
         let flags = libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
         libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), flags, std::ptr::null()) == 0
     }
+}
+
+/// Writes `/proc/<child>/setgroups` (`deny`), `uid_map` and `gid_map`; returns 0 or the
+/// errno of the first failure. Async-signal-safe.
+pub(super) unsafe fn write_maps(child: libc::pid_t, view: &View) -> i32 {
+    let files: [(&[u8], &[u8]); 3] =
+        [(b"/setgroups\0", b"deny"), (b"/uid_map\0", &view.uid_map), (b"/gid_map\0", &view.gid_map)];
+    for (name, content) in files {
+        let mut path = [0u8; 64];
+        let mut at = put(&mut path, 0, b"/proc/");
+        at = put_number(&mut path, at, child as u64);
+        put(&mut path, at, name);
+        // SAFETY: a NUL-terminated path and a buffer of `content.len()` bytes.
+        let written = unsafe {
+            let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return last_errno();
+            }
+            let n = libc::write(fd, content.as_ptr().cast(), content.len());
+            let errno = last_errno();
+            libc::close(fd);
+            if n < 0 { Err(errno) } else { Ok(()) }
+        };
+        if let Err(errno) = written {
+            return errno;
+        }
+    }
+    0
 }
 
 /// Drops every capability the program would have as uid 0 of its user namespace, for
