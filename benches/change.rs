@@ -145,7 +145,8 @@ async fn run() {
         copy_limits: CopyLimits::default(),
         validators: akritas::app::policy::validator_policy(&akritas::config::Settings::default()),
     };
-    let service = ChangeService::new(client, Some(audit), approvals, Arc::new(Directory { workspace }), settings);
+    let service =
+        Arc::new(ChangeService::new(client, Some(audit), approvals, Arc::new(Directory { workspace }), settings));
     let who = Requester { namespace: "default".into(), source: "bench".into(), actor: "bench".into() };
     println!("{:<44} {:>9} {:>9} {:>9} {:>9}", "preview (10,000-file workspace)", "p50 ms", "p95 ms", "model p50", "n");
     let mut pending = Vec::new();

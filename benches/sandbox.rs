@@ -1,8 +1,10 @@
 //! What the validator sandbox costs: `yamllint` on one changed file of a small copy, run
 //! 30 times each way through `validators::run`, with the sandbox `off` (the supervisor,
-//! its process controls and the scrubbed environment only) and with `landlock` (plus the
+//! its process controls and the scrubbed environment only), with `landlock` (plus the
 //! Landlock rules, the seccomp filter and, on a root host, the fresh uid and the hand-over
-//! of the copy), and once as a plain child process, as validators ran before the sandbox.
+//! of the copy) and with `namespaces` (plus its own user, mount, PID and network
+//! namespaces and the read-only view), and once as a plain child process, as validators
+//! ran before the sandbox.
 //! Run with `cargo bench --bench sandbox` (needs `yamllint` on PATH). Prints p50 and p95
 //! wall times; asserts nothing about time.
 
@@ -11,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use akritas::catalog::secrets::EnvAccess;
 use akritas::change::sandbox::{Sandbox, SandboxMode};
-use akritas::change::validators::{self, CopyLimits, ValidatorPolicy};
+use akritas::change::validators::{self, CopyLimits, Scope, ValidatorPolicy};
 use akritas::change::{FileChange, Operation, ValidatorSpec, ValidatorStatus};
+use tokio_util::sync::CancellationToken;
 
 const RUNS: usize = 30;
 
@@ -72,7 +75,9 @@ async fn main() {
         assert!(status.success());
     }
     report("plain child process (before the sandbox)", &mut plain);
-    for mode in [SandboxMode::Off, SandboxMode::Landlock] {
+    let never = CancellationToken::new();
+    let scope = Scope { workspace: "default", requester: "default", cancel: &never };
+    for mode in [SandboxMode::Off, SandboxMode::Landlock, SandboxMode::Namespaces] {
         let policy = ValidatorPolicy {
             commands: vec!["yamllint".into()],
             env: EnvAccess::new(Vec::new(), Vec::new()),
@@ -82,7 +87,7 @@ async fn main() {
         for _ in 0..RUNS {
             let copy = validators::prepare(&workspace, &changes, &CopyLimits::default()).unwrap();
             let started = Instant::now();
-            let results = validators::run(&copy, &changes, std::slice::from_ref(&spec), &policy, "default").await;
+            let results = validators::run(&copy, &changes, std::slice::from_ref(&spec), &policy, scope).await;
             samples.push(started.elapsed());
             assert_eq!(results[0].status, ValidatorStatus::Passed, "{}", results[0].output);
         }
