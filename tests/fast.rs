@@ -45,6 +45,7 @@ mod run_budget;
 mod run_replay;
 mod schedules;
 mod serve_http;
+mod short_urls;
 mod slack_providers;
 mod storage_compat;
 mod tenancy;

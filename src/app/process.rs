@@ -33,6 +33,10 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         )
         .describe(),
         edge: edge(settings),
+        webhook_namespace: settings
+            .webhook_namespace
+            .clone()
+            .unwrap_or_else(|| crate::app::assemble::home_namespace(settings)),
     }
 }
 

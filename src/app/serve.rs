@@ -88,7 +88,11 @@ pub async fn serve(settings: Settings) -> Result<()> {
         tasks.spawn(identify_model_server(llm.clone(), cancel.clone()));
     }
     let stores = super::storage::open(&settings, &mut tasks, &cancel).await?;
-    info.database = stores.database().map(|(db, replica)| (db.clone(), replica.clone()));
+    if let Some((db, replica)) = stores.database() {
+        let watch = crate::journal::database::HealthWatch::new(db.clone()).await;
+        tasks.spawn(watch.clone().run(settings.database_health_interval, cancel.clone()));
+        info.database = Some((watch, replica.clone()));
+    }
     let audit = match stores.database() {
         Some((db, replica)) => {
             Arc::new(crate::audit::AuditLog::open_database(db, assemble::audit_storage(&settings)?, replica.clone()))

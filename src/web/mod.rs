@@ -18,6 +18,7 @@ pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod status;
 pub mod ui;
+pub mod webhook_names;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -90,8 +91,10 @@ pub struct HostInfo {
     pub validator_sandbox: String,
     /// The names this host answers to, and its public origin.
     pub edge: edge::Edge,
-    /// The database the stores are in and this replica (`storage_backend: postgres`).
-    pub database: Option<(crate::journal::database::Database, crate::journal::database::Replica)>,
+    /// The database the stores are in, as last probed, and this replica (`storage_backend: postgres`).
+    pub database: Option<(crate::journal::database::HealthWatch, crate::journal::database::Replica)>,
+    /// The namespace whose resources the one-segment webhook URLs name ([`webhook_names`]).
+    pub webhook_namespace: String,
 }
 
 /// The native API with its documentation: every route under `/api/v1` and
