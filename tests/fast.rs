@@ -29,6 +29,7 @@ mod crds;
 mod eval_suite;
 mod git_workspace;
 mod golden_flow;
+mod http_edge;
 mod http_router;
 mod incident_threads;
 mod knowledge_bases;

@@ -28,6 +28,8 @@ use crate::web::{self, AppState};
 /// Serves until a signal (or, in operator mode, until the leader Lease is lost:
 /// then an error so that the process exits and a new leader takes over).
 pub async fn serve(settings: Settings) -> Result<()> {
+    let open_files = super::process::raise_open_file_limit();
+    let limits = super::process::listen_limits(&settings, open_files);
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
     let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
         .with_home_namespace(&super::assemble::home_namespace(&settings));
@@ -52,7 +54,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let client = if shared {
         Some(leader::connect().await?)
     } else if settings.kubernetes {
-        match leader::lead(&settings, &instructions, &keys, &leadership_lost).await? {
+        match leader::lead(&settings, &instructions, &keys, limits, &leadership_lost).await? {
             Some(client) => Some(client),
             // Stopped by a signal while standing by.
             None => return Ok(()),
@@ -314,7 +316,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             }
         });
     }
-    let server = web::serve(listener, web::router(state), cancel.clone(), settings.shutdown_timeout);
+    let server = web::listen::serve(listener, web::router(state), cancel.clone(), limits);
     let served = tokio::select! {
         served = server => Some(served),
         // Fenced: the writers observe `cancel` (in-flight Kubernetes writes are

@@ -10,6 +10,7 @@ pub mod edge;
 pub(crate) mod engine_schema;
 pub(crate) mod error;
 pub(crate) mod facade;
+pub mod listen;
 pub mod mcp_server;
 mod mcp_sessions;
 pub mod metrics;
@@ -20,7 +21,6 @@ pub(crate) mod status;
 pub mod ui;
 pub mod webhook_names;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -488,28 +488,14 @@ fn approval_ids_never_reach_the_access_log() {
     assert_eq!(logged_path("/api/v1/runs/run_1"), "/api/v1/runs/run_1");
 }
 
-/// Serves until `cancel` fires, then drains open requests for at most `grace`.
+/// Serves until `cancel` fires, then drains open requests for at most `grace`, with the
+/// default [`listen::Limits`] (tests and in-process hosts; `serve` uses [`listen::serve`] with
+/// the settings).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     cancel: CancellationToken,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let shutdown = cancel.clone();
-    // Streamed answers are many small writes: without TCP_NODELAY each one after the
-    // first waits for the client's delayed ACK (about 40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        result = &mut server => result,
-        _ = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_seconds = grace.as_secs(), "open requests did not finish in time; closing them");
-            Ok(())
-        }
-    }
+    listen::serve(listener, app, cancel, listen::Limits::with_grace(grace)).await
 }
