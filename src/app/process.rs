@@ -17,6 +17,12 @@ pub fn pod_namespace(settings: &Settings) -> String {
         .unwrap_or_else(|| "default".into())
 }
 
+/// The namespace API keys without one act in: the pod's namespace in operator
+/// mode, `default` standalone (where manifests without a namespace live).
+pub fn home_namespace(settings: &Settings) -> String {
+    if settings.kubernetes { pod_namespace(settings) } else { crate::tenancy::DEFAULT_NAMESPACE.to_string() }
+}
+
 pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &'static str) -> HostInfo {
     HostInfo {
         database: None,
@@ -34,10 +40,7 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         )
         .describe(),
         edge: edge(settings),
-        webhook_namespace: settings
-            .webhook_namespace
-            .clone()
-            .unwrap_or_else(|| crate::app::assemble::home_namespace(settings)),
+        webhook_namespace: settings.webhook_namespace.clone().unwrap_or_else(|| home_namespace(settings)),
     }
 }
 

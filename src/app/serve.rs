@@ -32,7 +32,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let limits = super::process::listen_limits(&settings, open_files);
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
     let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
-        .with_home_namespace(&super::assemble::home_namespace(&settings));
+        .with_home_namespace(&super::process::home_namespace(&settings));
     policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
     policy::install_egress(&settings);
     let resource_policy = Arc::new(policy::resource_policy(&settings));
