@@ -72,6 +72,10 @@ pub(crate) mod defaults {
     pub(crate) const MCP_MAX_SESSIONS_PER_KEY: u32 = 16;
     /// `mcp_session_idle_timeout`.
     pub(crate) const MCP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// `header_read_timeout`.
+    pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `max_connections`.
+    pub(crate) const MAX_CONNECTIONS: u32 = 1024;
     /// `alert_source_rate`.
     pub(crate) const ALERT_SOURCE_RATE: u32 = 60;
     /// `alert_pending_jobs`.
@@ -361,11 +365,11 @@ settings_table! {
         flag "body-timeout" [Option<String>] value_name "DURATION";
         range duration ">0" ..= "10m", such as "30s"; section "server";
     /// Longest time a client may take to send a request's headers, and longest an idle keep-alive connection is kept; the connection is then closed
-    header_read_timeout: Duration = Duration::from_secs(10);
+    header_read_timeout: Duration = defaults::HEADER_READ_TIMEOUT;
         flag "header-read-timeout" [Option<String>] value_name "DURATION";
         range duration ">0" ..= "10m", such as "10s"; section "server";
     /// Client connections open at once; a further one waits to be accepted until one closes (at most half the open-file limit takes effect)
-    max_connections: u32 = 1024;
+    max_connections: u32 = defaults::MAX_CONNECTIONS;
         flag "max-connections" [Option<String>] value_name "N";
         range u32 1 ..= 1000000; section "server";
     /// Namespace whose resources the one-segment webhook URLs name (/api/v1/alerts/NAME/webhook, /api/v1/alertmanager/webhook, the bot webhooks); empty = the home namespace (the pod's in operator mode, `default` standalone)

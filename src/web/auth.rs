@@ -126,11 +126,6 @@ impl ApiKeys {
         Caller { name: "anonymous".to_string(), scopes: [Scope::Admin].into(), namespace: self.home.clone() }
     }
 
-    /// The home namespace (the pod's in operator mode, `default` standalone).
-    pub fn home(&self) -> &str {
-        &self.home
-    }
-
     /// Whether any key is configured (otherwise authentication is disabled).
     pub fn enabled(&self) -> bool {
         !self.keys.is_empty()

@@ -49,7 +49,8 @@ pub struct Limits {
 impl Limits {
     /// The defaults of `header_read_timeout` and `max_connections`, with this `grace`.
     pub fn with_grace(grace: Duration) -> Self {
-        Self { header_read_timeout: Duration::from_secs(10), max_connections: 1024, grace }
+        use crate::config::defaults::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+        Self { header_read_timeout: HEADER_READ_TIMEOUT, max_connections: MAX_CONNECTIONS as usize, grace }
     }
 }
 
