@@ -368,7 +368,7 @@ settings_table! {
     header_read_timeout: Duration = defaults::HEADER_READ_TIMEOUT;
         flag "header-read-timeout" [Option<String>] value_name "DURATION";
         range duration ">0" ..= "10m", such as "10s"; section "server";
-    /// Client connections open at once; a further one waits to be accepted until one closes (at most half the open-file limit takes effect)
+    /// Client connections open at once; a further one replaces the oldest with no request in flight, or waits while every one serves a request (at most half the open-file limit takes effect)
     max_connections: u32 = defaults::MAX_CONNECTIONS;
         flag "max-connections" [Option<String>] value_name "N";
         range u32 1 ..= 1000000; section "server";

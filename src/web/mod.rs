@@ -198,7 +198,9 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
     ApiRouter::new()
         .api_route(
             "/health",
-            get_with(status::health, |op| op.tag("status").summary("Whether the host works, and what it runs")),
+            get_with(status::health, |op| {
+                op.tag("status").summary("Whether the host works (anyone), and what it runs (with an API key)")
+            }),
         )
         .api_route(
             "/api/v1/openapi.json",

@@ -194,7 +194,7 @@ pub enum HealthAnswer {
 /// `GET /health` without a valid API key.
 #[derive(Serialize, JsonSchema)]
 pub struct HealthStatus {
-    /// `ok` or `degraded`, as [`Health::status`].
+    /// `ok` or `degraded`, as in the answer to a caller with a key.
     pub status: &'static str,
     /// Where the rest is.
     pub details: &'static str,
