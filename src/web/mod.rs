@@ -19,7 +19,7 @@ pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod status;
 pub mod ui;
-pub mod webhook_names;
+pub(crate) mod webhook_names;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ pub struct HostInfo {
     pub edge: edge::Edge,
     /// The database the stores are in, as last probed, and this replica (`storage_backend: postgres`).
     pub database: Option<(crate::journal::database::HealthWatch, crate::journal::database::Replica)>,
-    /// The namespace whose resources the one-segment webhook URLs name ([`webhook_names`]).
+    /// The namespace whose resources the one-segment webhook URLs name (`webhook_namespace`).
     pub webhook_namespace: String,
 }
 
