@@ -77,7 +77,7 @@ async fn an_alert_storm_is_stored_whole_and_only_its_investigations_wait() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(AlertStore::open(&dir.path().join("alerts.jsonl")).unwrap());
     let (server, _llm) = serve(store.clone(), dir.path()).await;
-    let url = format!("{}/api/v1/alerts/gen/webhook", server.url);
+    let url = format!("{}/api/v1/alerts/ops.gen/webhook", server.url);
     let first = std::time::Instant::now();
     for n in 0..13 {
         let answer = post(&url, &unique_alerts(&format!("small{n}"), 1)).await;

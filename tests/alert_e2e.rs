@@ -168,6 +168,8 @@ fn akritas(port: u16, data: &std::path::Path, resources: &std::path::Path, llm: 
         .env("AKRITAS_BASE_URL", llm)
         .env("AKRITAS_PUBLIC_URL", "https://akritas.example")
         .env("AKRITAS_ALERT_JOB_BACKOFF", "1s")
+        // The resources are in `ops`: the one-segment webhook URLs name its resources.
+        .env("AKRITAS_WEBHOOK_NAMESPACE", "ops")
         // The resources below read these variables.
         .env("AKRITAS_RESOURCE_ENV", "ops/E2E_*")
         .env("E2E_AM_TOKEN", AM_TOKEN)

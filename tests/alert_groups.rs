@@ -46,7 +46,7 @@ async fn a_thousand_alert_group_is_accepted_whole_with_its_truncation_recorded()
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("sources.yaml"),
-        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: am, namespace: ops}\n\
+        "apiVersion: akritas.io/v1alpha1\nkind: AlertSource\nmetadata: {name: am, namespace: default}\n\
          spec: {provider: alertmanager, auth: {bearerToken: {env: AM_TOKEN}}}\n",
     )
     .unwrap();
@@ -91,7 +91,7 @@ async fn a_thousand_alert_group_is_accepted_whole_with_its_truncation_recorded()
     assert_eq!(event["event"]["labels"]["pod"], "cart-7d9f-00999");
 
     // The AlertSource status (`/api/v1/resources`) shows these counters.
-    let counters = store.counters("ops/am");
+    let counters = store.counters("default/am");
     assert_eq!((counters.accepted, counters.truncated_by_provider, counters.truncated_by_host), (1_000, 37, 0));
 
     let text = std::fs::read_to_string(&journal).unwrap();

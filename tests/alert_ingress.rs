@@ -71,11 +71,11 @@ async fn alertmanager_deliveries_are_authenticated_deduplicated_correlated_and_d
     let dir = tempfile::tempdir().unwrap();
     sources(dir.path());
     let (server, llm) = start(dir.path(), dir.path()).await;
-    let url = format!("{}/api/v1/alerts/am/webhook", server.url);
+    let url = format!("{}/api/v1/alerts/ops.am/webhook", server.url);
 
     assert_eq!(post(&url, FIRING, &[]).await.0, 401);
     assert_eq!(post(&url, FIRING, &[("authorization", "Bearer wrong-token-0000".into())]).await.0, 401);
-    let (status, broken) = post(&format!("{}/api/v1/alerts/broken/webhook", server.url), FIRING, &bearer()).await;
+    let (status, broken) = post(&format!("{}/api/v1/alerts/ops.broken/webhook", server.url), FIRING, &bearer()).await;
     assert_eq!(status, 503, "{broken}");
     assert!(!broken.to_string().contains("UNSET_TOKEN"), "the error names no secret reference to callers");
     assert_eq!(post(&format!("{}/api/v1/alerts/nope/webhook", server.url), FIRING, &bearer()).await.0, 404);
@@ -134,7 +134,7 @@ async fn hmac_signatures_cover_the_exact_body() {
     let dir = tempfile::tempdir().unwrap();
     sources(dir.path());
     let (server, _llm) = start(dir.path(), dir.path()).await;
-    let url = format!("{}/api/v1/alerts/signed/webhook", server.url);
+    let url = format!("{}/api/v1/alerts/ops.signed/webhook", server.url);
     let body = include_str!("fixtures/generic/generic-batch.json");
     let mut mac = Hmac::<Sha256>::new_from_slice(HMAC_SECRET.as_bytes()).unwrap();
     mac.update(body.as_bytes());

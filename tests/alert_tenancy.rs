@@ -74,10 +74,16 @@ async fn identical_alerts_to_am_sources_in_two_namespaces_never_share_an_inciden
     let (server, store, _llm) = serve(dir.path(), dir.path(), ApiKeys::default()).await;
     let url = |path: &str| format!("{}/api/v1/alerts/{path}/webhook", server.url);
 
-    let (status, ambiguous) = post(&url("am"), FIRING, Some(TOKEN_A)).await;
-    assert_eq!(status, 409, "{ambiguous}");
-    let message = ambiguous["error"]["message"].as_str().unwrap();
-    assert!(message.contains("/api/v1/alerts/team-a/am/webhook"), "names the namespaced routes: {message}");
+    // A plain name names the webhook namespace's (`default`) source: neither team's.
+    let (status, missing) = post(&url("am"), FIRING, Some(TOKEN_A)).await;
+    assert_eq!(status, 404, "{missing}");
+    let message = missing["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("webhook_namespace") && message.contains("NAMESPACE.am"),
+        "says what to post to: {message}"
+    );
+    let (status, missing) = post(&format!("{}/api/v1/alertmanager/webhook", server.url), FIRING, Some(TOKEN_A)).await;
+    assert_eq!(status, 404, "the alias is the webhook namespace's source too: {missing}");
 
     let (status, a) = post(&url("team-a/am"), FIRING, Some(TOKEN_A)).await;
     assert_eq!(status, 202, "{a}");
@@ -221,7 +227,7 @@ async fn notified_receivers(succeeds: bool) {
 #[tokio::test]
 async fn the_alertmanager_alias_is_authenticated_by_the_source_alone() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("sources.yaml"), source("team-a", "am", "alertmanager", "TOKEN_A")).unwrap();
+    std::fs::write(dir.path().join("sources.yaml"), source("default", "am", "alertmanager", "TOKEN_A")).unwrap();
     let refs = [ApiKeyRef::admin("ops", "OPS_KEY")];
     let keys = ApiKeys::from_env(&refs, &|name: &str| (name == "OPS_KEY").then(|| API_KEY.to_string())).unwrap();
     let (server, _store, _llm) = serve(dir.path(), dir.path(), keys).await;

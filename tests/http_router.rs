@@ -186,6 +186,8 @@ impl Fixture {
         };
         let change = host::change_service(&llm, catalog.clone(), audit.clone(), &dir.path().join("data")).await;
         let mut state = host::app_state(Arc::new(engine), catalog, keys, Some(store), Arc::new(secrets), MAX_BODY);
+        // The test sources and receivers are in `ops`: the one-segment webhook URLs name them.
+        state.info = Arc::new(web::HostInfo { webhook_namespace: "ops".into(), ..(*state.info).clone() });
         // A pending change, so its `{id}` routes can answer.
         let pending = akritas::change::approvals::PendingChange {
             namespace: "default".into(),
@@ -346,7 +348,7 @@ spec: {provider: generic, auth: {allowUnauthenticated: true}}
 ---
 apiVersion: akritas.io/v1alpha1
 kind: NotificationReceiver
-metadata: {name: tg-bot}
+metadata: {name: tg-bot, namespace: ops}
 spec:
   type: telegram
   telegram: {botToken: {env: BOT_TOKEN}, chatId: \"-100\", baseUrl: \"http://127.0.0.1:9\"}
@@ -354,7 +356,7 @@ spec:
 ---
 apiVersion: akritas.io/v1alpha1
 kind: NotificationReceiver
-metadata: {name: mm-bot}
+metadata: {name: mm-bot, namespace: ops}
 spec:
   type: mattermost
   mattermost: {baseUrl: \"http://127.0.0.1:9\", botToken: {env: BOT_TOKEN}, channelId: c1}
@@ -362,7 +364,7 @@ spec:
 ---
 apiVersion: akritas.io/v1alpha1
 kind: NotificationReceiver
-metadata: {name: slack-bot}
+metadata: {name: slack-bot, namespace: ops}
 spec:
   type: slack
   slack: {baseUrl: \"http://127.0.0.1:9/api\", botToken: {env: BOT_TOKEN}, channelId: C1}

@@ -338,11 +338,18 @@ async fn deliveries_get_503_with_retry_after_while_the_database_is_down_and_none
     assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
-    let health = cluster.get(&a, "/health").await;
-    assert_eq!(
-        (health["status"].as_str(), health["storage"]["database"]["reachable"].as_bool()),
-        (Some("degraded"), Some(false))
-    );
+    // /health shows the database's last probe (every database_health_interval, 5 s).
+    let degraded = Instant::now();
+    loop {
+        let health = cluster.get(&a, "/health").await;
+        if (health["status"].as_str(), health["storage"]["database"]["reachable"].as_bool())
+            == (Some("degraded"), Some(false))
+        {
+            break;
+        }
+        assert!(degraded.elapsed() < Duration::from_secs(30), "/health never said the database is down: {health}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     cluster.pg.start_again();
     // Alertmanager retries; once the database answers the delivery is stored, with no restart.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -367,6 +374,71 @@ async fn deliveries_get_503_with_retry_after_while_the_database_is_down_and_none
         assert!(Instant::now() < deadline, "still degraded: {}", health["degraded"]);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The red team's finding: an unauthenticated `/health` showed the database's error text and
+/// the replica id. Without an API key it now says the status only; with one, everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_health_shows_no_database_error_or_replica_id_and_a_key_sees_them() {
+    let cluster = Cluster::start(Arc::default(), Arc::default()).await;
+    let a = cluster.replica().await;
+    let replica = cluster.get(&a, "/health").await["storage"]["replica"].as_str().unwrap().to_string();
+    cluster.pg.stop();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let keyed = loop {
+        let health = cluster.get(&a, "/health").await;
+        if health["storage"]["database"]["error"].is_string() {
+            break health;
+        }
+        assert!(Instant::now() < deadline, "/health never said the database is down: {health}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!((keyed["status"].as_str(), keyed["storage"]["replica"].as_str()), (Some("degraded"), Some(&*replica)));
+    let error = keyed["storage"]["database"]["error"].as_str().unwrap().to_string();
+
+    let response = cluster.http.get(format!("{}/health", a.url)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200, "probes read the status code: it stays 200");
+    let text = response.text().await.unwrap();
+    let anonymous: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(anonymous["status"], "degraded", "{text}");
+    assert!(
+        !text.contains(&replica) && !text.contains(&error),
+        "the replica id or the database's error leaked: {text}"
+    );
+    let fields: Vec<&String> = anonymous.as_object().unwrap().keys().collect();
+    assert_eq!(fields, ["details", "status"], "{text}");
+    let wrong = cluster.http.get(format!("{}/health", a.url)).bearer_auth("not-the-api-key-0123456789").send();
+    assert_eq!(wrong.await.unwrap().json::<Value>().await.unwrap(), anonymous, "a wrong key is anonymous");
+    cluster.pg.start_again();
+}
+
+/// The red team's finding: `/health` (no credentials) ran a query on the shared pool per call.
+/// Now one task asks the database every `database_health_interval` (an hour here), and 200
+/// concurrent `/health` calls ask it nothing: counted in the database's own statement log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_health_calls_never_each_query_the_database() {
+    let cluster = Cluster::start(Arc::default(), Arc::default()).await;
+    let mut command = cluster.serve();
+    command.env("AKRITAS_STORAGE_BACKEND", "postgres").env("AKRITAS_DATABASE_HEALTH_INTERVAL", "1h");
+    let a = tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap();
+    cluster.pg.psql("ALTER SYSTEM SET log_statement = 'all'");
+    cluster.pg.psql("SELECT pg_reload_conf()");
+    let probes = || cluster.pg.log().matches("FROM akritas_schema").count();
+    let before = probes();
+    let calls = (0..200).map(|n| {
+        let request = cluster.http.get(format!("{}/health", a.url));
+        let request = if n % 2 == 0 { request.bearer_auth(API_KEY) } else { request };
+        async move { request.send().await.map(|r| r.status().as_u16()) }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| matches!(s, Ok(200))), "{statuses:?}");
+    let health = cluster.get(&a, "/health").await;
+    assert_eq!(health["storage"]["database"]["reachable"], true, "the probe at start: {health}");
+    assert_eq!(probes(), before, "no /health call queried the database");
+    cluster.pg.psql("SELECT COALESCE(MAX(version), 0) FROM akritas_schema");
+    assert_eq!(probes(), before + 1, "the statement log shows such a query when one is made");
+    let metrics = cluster.metrics(&a).await;
+    assert!(metrics.contains("akritas_database_health_probes_total 1\n"), "the probe at start only:\n{metrics}");
 }
 
 /// Posts alerts round robin to `servers` until `stop` (of `names` alert names: beyond that, the

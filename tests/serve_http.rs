@@ -218,9 +218,17 @@ async fn api_requires_one_of_the_named_keys() {
     assert_eq!(get_json(&client, &url, Some("ops-key-0123456789abcdeX")).await.0, 401);
     assert_eq!(get_json(&client, &url, Some(KEY)).await.0, 200);
     assert_eq!(get_json(&client, &url, Some(CI_KEY)).await.0, 200);
-    let (status, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+    // Without a key /health says the status only; with one, everything.
+    let (status, anonymous) = get_json(&client, &format!("{}/health", server.url), None).await;
     assert_eq!(status, 200);
-    assert_eq!(health["authentication"], "api-key");
+    let fields: Vec<&String> = anonymous.as_object().unwrap().keys().collect();
+    assert_eq!(fields, ["details", "status"], "{anonymous}");
+    let (status, health) = get_json(&client, &format!("{}/health", server.url), Some(CI_KEY)).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (health["authentication"].as_str(), health["status"].as_str()),
+        (Some("api-key"), anonymous["status"].as_str())
+    );
     assert!(!server.log_text().contains(KEY), "a key leaked into the log");
 }
 

@@ -111,16 +111,6 @@ pub fn engine(
         .with_tenancy(Tenancy::new(settings.shared_namespaces.iter().cloned()))
 }
 
-/// The namespace API keys without one act in: the pod's namespace in operator
-/// mode, `default` standalone (where manifests without a namespace live).
-pub fn home_namespace(settings: &Settings) -> String {
-    if settings.kubernetes {
-        super::process::pod_namespace(settings)
-    } else {
-        crate::tenancy::DEFAULT_NAMESPACE.to_string()
-    }
-}
-
 /// The knowledge bases with the configured excerpt size.
 pub fn knowledge_bases(settings: &Settings) -> KnowledgeBases {
     KnowledgeBases::new(settings.result_runes as usize, Some(settings.data_dir.join("knowledge")))

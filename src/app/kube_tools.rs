@@ -38,7 +38,7 @@ pub async fn build(settings: &Settings, client: Option<&kube::Client>) -> Result
 fn cluster_readers(settings: &Settings) -> BTreeSet<String> {
     let mut readers: BTreeSet<String> = settings.kubernetes_cluster_namespaces.iter().cloned().collect();
     readers.extend(settings.shared_namespaces.iter().cloned());
-    readers.insert(super::assemble::home_namespace(settings));
+    readers.insert(super::process::home_namespace(settings));
     readers
 }
 

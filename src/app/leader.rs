@@ -25,6 +25,7 @@ pub async fn lead(
     settings: &Settings,
     instructions: &SystemInstructions,
     keys: &ApiKeys,
+    limits: crate::web::listen::Limits,
     lost: &CancellationToken,
 ) -> Result<Option<kube::Client>> {
     let client = connect().await?;
@@ -37,7 +38,7 @@ pub async fn lead(
     let attempt = operator::leader::try_acquire(&api, &lease, &mut observer, start);
     let acquired = match tokio::time::timeout(lease.duration, attempt).await {
         Ok(Ok(operator::leader::Outcome::Leading)) => start,
-        _ => match stand_by(&client, settings, instructions, keys, &lease).await? {
+        _ => match stand_by(&client, settings, instructions, keys, limits, &lease).await? {
             Some(acquired) => acquired,
             None => return Ok(None),
         },
@@ -124,6 +125,7 @@ async fn stand_by(
     settings: &Settings,
     instructions: &SystemInstructions,
     keys: &ApiKeys,
+    limits: crate::web::listen::Limits,
     lease: &operator::leader::LeaseSettings,
 ) -> Result<Option<tokio::time::Instant>> {
     let cancel = CancellationToken::new();
@@ -157,8 +159,7 @@ async fn stand_by(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         "Akritas standby listening (reads only until this replica leads)"
     );
-    let server =
-        tokio::spawn(web::serve(listener, web::standby_router(state), cancel.clone(), settings.shutdown_timeout));
+    let server = tokio::spawn(web::listen::serve(listener, web::standby_router(state), cancel.clone(), limits));
     let promoted = tokio::select! {
         acquired = operator::leader::acquire(client, lease) => Some(acquired),
         _ = stop.cancelled() => None,

@@ -1,5 +1,6 @@
 //! Facts about this process and its signals: the pod's namespace, what `/health`
-//! reports about the host, and shutdown on SIGTERM/SIGINT.
+//! reports about the host, its open-file limit and the listener's bounds, and shutdown on
+//! SIGTERM/SIGINT.
 
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +37,12 @@ pub fn validator_sandbox(settings: &Settings) -> crate::change::sandbox::Sandbox
     })
 }
 
+/// The namespace API keys without one act in: the pod's namespace in operator
+/// mode, `default` standalone (where manifests without a namespace live).
+pub fn home_namespace(settings: &Settings) -> String {
+    if settings.kubernetes { pod_namespace(settings) } else { crate::tenancy::DEFAULT_NAMESPACE.to_string() }
+}
+
 pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &'static str) -> HostInfo {
     HostInfo {
         database: None,
@@ -48,6 +55,64 @@ pub fn host_info(settings: &Settings, instructions: &SystemInstructions, mode: &
         mcp: crate::app::narrow::mcp(settings),
         validator_sandbox: validator_sandbox(settings).describe(),
         edge: edge(settings),
+        webhook_namespace: settings.webhook_namespace.clone().unwrap_or_else(|| home_namespace(settings)),
+    }
+}
+
+/// Raises the soft open-file limit (`RLIMIT_NOFILE`) to the hard one, so that client
+/// connections, journals, database connections and MCP servers do not run out of file
+/// descriptors at a distribution's default of 1024; logs the limits and returns the soft
+/// limit now in force (unchanged when it cannot be raised).
+pub fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the limit into the struct it is given, nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "could not read the open-file limit");
+        return 1024;
+    }
+    let before = limit.rlim_cur;
+    // Linux refuses a soft limit over fs.nr_open (1048576 by default), even when the hard
+    // limit is unlimited.
+    let target = if limit.rlim_max == libc::RLIM_INFINITY { 1 << 20 } else { limit.rlim_max };
+    if before >= target {
+        tracing::info!(open_files = before, hard_limit = limit.rlim_max, "open-file limit");
+        return before;
+    }
+    let raised = libc::rlimit { rlim_cur: target, rlim_max: limit.rlim_max };
+    // SAFETY: setrlimit reads the struct it is given; raising the soft limit up to the hard one
+    // needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            open_files = before,
+            hard_limit = limit.rlim_max,
+            "could not raise the open-file limit"
+        );
+        return before;
+    }
+    tracing::info!(open_files = target, raised_from = before, hard_limit = limit.rlim_max, "open-file limit raised");
+    target
+}
+
+/// How the listener bounds its clients: `header_read_timeout`, and `max_connections` up to
+/// half of `open_files` (the other half stays for journals, the database, MCP servers and
+/// outbound calls).
+pub fn listen_limits(settings: &Settings, open_files: u64) -> crate::web::listen::Limits {
+    let room = usize::try_from(open_files / 2).unwrap_or(usize::MAX).max(1);
+    let wanted = settings.max_connections as usize;
+    if wanted > room {
+        tracing::warn!(
+            max_connections = wanted,
+            open_files,
+            taking = room,
+            "max_connections is over half the open-file limit; serving at most half of it (raise the hard limit, e.g. \
+             `ulimit -Hn` or the container runtime's nofile)"
+        );
+    }
+    crate::web::listen::Limits {
+        header_read_timeout: settings.header_read_timeout,
+        max_connections: wanted.min(room),
+        grace: settings.shutdown_timeout,
     }
 }
 

@@ -28,9 +28,11 @@ use crate::web::{self, AppState};
 /// Serves until a signal (or, in operator mode, until the leader Lease is lost:
 /// then an error so that the process exits and a new leader takes over).
 pub async fn serve(settings: Settings) -> Result<()> {
+    let open_files = super::process::raise_open_file_limit();
+    let limits = super::process::listen_limits(&settings, open_files);
     let instructions = SystemInstructions::load(&settings.system_instructions)?;
     let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
-        .with_home_namespace(&super::assemble::home_namespace(&settings));
+        .with_home_namespace(&super::process::home_namespace(&settings));
     policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
     policy::install_egress(&settings);
     let resource_policy = Arc::new(policy::resource_policy(&settings));
@@ -52,7 +54,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
     let client = if shared {
         Some(leader::connect().await?)
     } else if settings.kubernetes {
-        match leader::lead(&settings, &instructions, &keys, &leadership_lost).await? {
+        match leader::lead(&settings, &instructions, &keys, limits, &leadership_lost).await? {
             Some(client) => Some(client),
             // Stopped by a signal while standing by.
             None => return Ok(()),
@@ -88,7 +90,11 @@ pub async fn serve(settings: Settings) -> Result<()> {
         tasks.spawn(identify_model_server(llm.clone(), cancel.clone()));
     }
     let stores = super::storage::open(&settings, &mut tasks, &cancel).await?;
-    info.database = stores.database().map(|(db, replica)| (db.clone(), replica.clone()));
+    if let Some((db, replica)) = stores.database() {
+        let watch = crate::journal::database::HealthWatch::new(db.clone()).await;
+        tasks.spawn(watch.clone().run(settings.database_health_interval, cancel.clone()));
+        info.database = Some((watch, replica.clone()));
+    }
     let audit = match stores.database() {
         Some((db, replica)) => {
             Arc::new(crate::audit::AuditLog::open_database(db, assemble::audit_storage(&settings)?, replica.clone()))
@@ -310,7 +316,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
             }
         });
     }
-    let server = web::serve(listener, web::router(state), cancel.clone(), settings.shutdown_timeout);
+    let server = web::listen::serve(listener, web::router(state), cancel.clone(), limits);
     let served = tokio::select! {
         served = server => Some(served),
         // Fenced: the writers observe `cancel` (in-flight Kubernetes writes are

@@ -181,23 +181,15 @@ impl Bots {
         Self { gateway, receivers, alerts, board }
     }
 
-    /// The receiver a webhook path names: `namespace.name`, `namespace/name`, or a name
-    /// that only one namespace uses.
-    pub(super) fn find(&self, provider: Provider, name: &str) -> Option<Receiver> {
+    /// The receiver `namespace/name` when it takes webhooks from `provider` (the web layer
+    /// decides which receiver a path names: `web::webhook_names`).
+    pub(super) fn find(&self, provider: Provider, key: &str) -> Option<Receiver> {
         let receivers = self.receivers.load();
-        let of_provider = |r: &&Receiver| r.provider == provider && r.mode == InboundMode::Webhook;
-        if let Some(found) = receivers.get(&name.replacen('.', "/", 1)).or_else(|| receivers.get(name)) {
-            return Some(found).filter(of_provider).cloned();
-        }
-        let mut named = receivers.values().filter(of_provider).filter(|r| r.key.rsplit('/').next() == Some(name));
-        match (named.next(), named.next()) {
-            (Some(one), None) => Some(one.clone()),
-            _ => None,
-        }
+        receivers.get(key).filter(|r| r.provider == provider && r.mode == InboundMode::Webhook).cloned()
     }
 
-    /// A provider's webhook call: the secret first (before the body is decoded), then
-    /// decoding, allowlists, dedup and the queue.
+    /// A provider's webhook call to the receiver `namespace/name`: the secret first (before
+    /// the body is decoded), then decoding, allowlists, dedup and the queue.
     pub async fn webhook(
         &self,
         provider: Provider,

@@ -49,10 +49,11 @@ pub enum EventAnswer {
 }
 
 impl Bots {
-    /// A Slack receiver taking calls over HTTP (`inbound.mode: webhook`), with its signing secret.
-    fn slack_receiver(&self, name: &str) -> Result<(Receiver, Arc<SlackBot>), WebhookError> {
-        let unknown = || WebhookError::UnknownReceiver { provider: "slack", receiver: name.to_string() };
-        let found = self.find(Provider::Slack, name).ok_or_else(unknown)?;
+    /// The Slack receiver `namespace/name` taking calls over HTTP (`inbound.mode: webhook`),
+    /// with its signing secret.
+    fn slack_receiver(&self, key: &str) -> Result<(Receiver, Arc<SlackBot>), WebhookError> {
+        let unknown = || WebhookError::UnknownReceiver { provider: "slack", receiver: key.to_string() };
+        let found = self.find(Provider::Slack, key).ok_or_else(unknown)?;
         match &found.client {
             Client::Slack(bot) => Ok((found.clone(), bot.clone())),
             _ => Err(unknown()),
@@ -78,12 +79,12 @@ impl Bots {
     /// the body is decoded), then the challenge or the message, allowlists, dedup and the queue.
     pub async fn slack_event(
         &self,
-        name: &str,
+        key: &str,
         timestamp: Option<&str>,
         signature: Option<&str>,
         body: &[u8],
     ) -> Result<EventAnswer, WebhookError> {
-        let (receiver, bot) = self.slack_receiver(name)?;
+        let (receiver, bot) = self.slack_receiver(key)?;
         let secret = receiver.secret.as_deref().unwrap_or_default();
         slack::verify(secret, timestamp, signature, body, jiff::Timestamp::now().as_second())
             .map_err(WebhookError::Refused)?;
@@ -111,12 +112,12 @@ impl Bots {
     /// `POST /api/v1/bots/slack/{receiver}/commands`: a signed slash command (form body).
     pub async fn slack_command(
         &self,
-        name: &str,
+        key: &str,
         timestamp: Option<&str>,
         signature: Option<&str>,
         body: &[u8],
     ) -> Result<Accepted, WebhookError> {
-        let (receiver, _) = self.slack_receiver(name)?;
+        let (receiver, _) = self.slack_receiver(key)?;
         let secret = receiver.secret.as_deref().unwrap_or_default();
         slack::verify(secret, timestamp, signature, body, jiff::Timestamp::now().as_second())
             .map_err(WebhookError::Refused)?;

@@ -72,6 +72,10 @@ pub(crate) mod defaults {
     pub(crate) const MCP_MAX_SESSIONS_PER_KEY: u32 = 16;
     /// `mcp_session_idle_timeout`.
     pub(crate) const MCP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    /// `header_read_timeout`.
+    pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// `max_connections`.
+    pub(crate) const MAX_CONNECTIONS: u32 = 1024;
     /// `alert_source_rate`.
     pub(crate) const ALERT_SOURCE_RATE: u32 = 60;
     /// `alert_pending_jobs`.
@@ -286,6 +290,10 @@ settings_table! {
     job_claim_timeout: Duration = Duration::from_secs(30);
         flag "job-claim-timeout" [Option<String>] value_name "DURATION";
         range duration ">0" ..= "1h", such as "30s"; section "storage";
+    /// On the database, how often `/health` asks it whether it answers (one query per interval however often `/health` is called)
+    database_health_interval: Duration = Duration::from_secs(5);
+        flag "database-health-interval" [Option<String>] value_name "DURATION";
+        range duration ">0" ..= "1h", such as "5s"; section "storage";
     /// Number of search results to retrieve
     search_top_k: u32 = 5;
         flag "search-top-k" [Option<String>] value_name "N";
@@ -367,6 +375,19 @@ settings_table! {
     body_timeout: Duration = Duration::from_secs(30);
         flag "body-timeout" [Option<String>] value_name "DURATION";
         range duration ">0" ..= "10m", such as "30s"; section "server";
+    /// Longest time a client may take to send a request's headers, and longest an idle keep-alive connection is kept; the connection is then closed
+    header_read_timeout: Duration = defaults::HEADER_READ_TIMEOUT;
+        flag "header-read-timeout" [Option<String>] value_name "DURATION";
+        range duration ">0" ..= "10m", such as "10s"; section "server";
+    /// Client connections open at once; a further one replaces the oldest with no request in flight, or waits while every one serves a request (at most half the open-file limit takes effect)
+    max_connections: u32 = defaults::MAX_CONNECTIONS;
+        flag "max-connections" [Option<String>] value_name "N";
+        range u32 1 ..= 1000000; section "server";
+    /// Namespace whose resources the one-segment webhook URLs name (/api/v1/alerts/NAME/webhook, /api/v1/alertmanager/webhook, the bot webhooks); empty = the home namespace (the pod's in operator mode, `default` standalone)
+    webhook_namespace: Option<String> = None;
+        flag "webhook-namespace" [Option<String>] value_name "NAME";
+        expect "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63 characters)";
+        check lists::check_namespace; section "server";
     /// Concurrent MCP sessions at `/mcp` (a new session beyond it gets 503)
     mcp_max_sessions: u32 = defaults::MCP_MAX_SESSIONS;
         flag "mcp-max-sessions" [Option<String>] value_name "N";

@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 92);
+    assert_eq!(KEYS.len(), 96);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -702,6 +702,10 @@ fn file_with_every_setting() {
         "run_queue_timeout": "10m",
         "max_body_bytes": 1024,
         "body_timeout": "10m",
+        "header_read_timeout": "1m",
+        "max_connections": 100,
+        "webhook_namespace": "monitoring",
+        "database_health_interval": "1h",
         "shutdown_timeout": "1s",
         "alert_workers": 64,
         "alert_job_attempts": 20,
@@ -736,6 +740,8 @@ fn file_with_every_setting() {
     let s = r.unwrap();
     assert_eq!(s.origins.len(), KEYS.len());
     assert_eq!(s.model_context_tokens, Some(2048));
+    assert_eq!(s.webhook_namespace.as_deref(), Some("monitoring"));
+    assert_eq!((s.header_read_timeout, s.max_connections), (Duration::from_secs(60), 100));
     assert_eq!(s.public_url.as_deref(), Some("https://ops.example.com"));
     assert_eq!(s.stdio_env, ["GRAFANA_*", "team-a/TEAM_A_TOKEN"]);
     assert_eq!(s.egress_allow, ["169.254.10.0/24", "metadata.internal"]);

@@ -28,7 +28,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 
 pub use compact::Retained;
 pub use group::{AppendFailed, Group, Pending};
-pub use health::{DatabaseHealth, PoolHealth};
+pub use health::{DatabaseHealth, HealthWatch, PoolHealth};
 pub use import::{Imported, Position};
 pub use leader::lead;
 pub use migrate::Migrated;

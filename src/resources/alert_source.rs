@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{Condition, HEADER_NAME_PATTERN, SecretRef};
 
-/// An alert provider that may post to `/api/v1/alerts/{name}/webhook` (or `{namespace}.{name}`).
+/// An alert provider that may post to `/api/v1/alerts/{namespace}/{name}/webhook` (or
+/// `/api/v1/alerts/{name}/webhook` in the webhook namespace, `{namespace}.{name}` elsewhere).
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "akritas.io",

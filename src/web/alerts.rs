@@ -1,6 +1,6 @@
-//! Alert ingress (`POST /api/v1/alerts/{namespace}/{source}/webhook`, the older
-//! `/api/v1/alerts/{source}/webhook` while the name is unambiguous, the Alertmanager
-//! alias) and the incident API. Each AlertSource authenticates its own callers, API
+//! Alert ingress (`POST /api/v1/alerts/{namespace}/{source}/webhook`, the one-segment
+//! `/api/v1/alerts/{source}/webhook` of the webhook namespace or `namespace.name`, the
+//! Alertmanager alias) and the incident API. Each AlertSource authenticates its own callers, API
 //! keys play no part; nothing from a payload ever chooses a notification target or a
 //! tool. A valid delivery is never refused for load or for being a big group: it is
 //! stored, and investigations over the source's rate or the pending-job cap are
@@ -26,7 +26,6 @@ use super::{AppState, IdPath, ListQuery};
 use crate::alerts::adapters::{DecodeContext, adapter};
 use crate::alerts::correlate::{IncidentState, IncidentStatus};
 use crate::alerts::signature::{self, SIGNATURE_HEADER, Signed};
-use crate::alerts::source_status::webhook_path;
 use crate::alerts::store::{AlertStore, AlertStoreError, IncidentDetail, Job, StoredEvent};
 use crate::catalog::ObjectKey;
 use crate::catalog::secrets::SecretResolver;
@@ -116,7 +115,7 @@ pub struct SourcePath {
 /// Path of `POST /api/v1/alerts/{source}/webhook`.
 #[derive(Deserialize, JsonSchema)]
 pub struct SourceNamePath {
-    /// The AlertSource's name, or `namespace.name`.
+    /// The name of an AlertSource of the webhook namespace, or `namespace.name`.
     pub source: String,
 }
 
@@ -132,33 +131,22 @@ pub async fn webhook_namespaced(
     answer(ingest(&state, &key, &headers, &body).await)
 }
 
-/// `POST /api/v1/alerts/{source}/webhook`: `source` is the AlertSource name, or
-/// `namespace.name`, and must name exactly one AlertSource in every namespace
-/// watched; otherwise 409 names the namespaced routes.
+/// `POST /api/v1/alerts/{source}/webhook`: `source` is an AlertSource of the webhook
+/// namespace, or `namespace.name` ([`super::webhook_names`]); no other namespace's source
+/// ever changes which one it is.
 pub async fn webhook(
     State(state): State<AppState>,
     Path(SourceNamePath { source }): Path<SourceNamePath>,
     headers: HeaderMap,
     body: JsonBytes<Value>,
 ) -> Response {
-    let body = body.0;
-    let catalog = state.catalog.current();
-    let candidates: Vec<&ObjectKey> = catalog
-        .of_kind(Kind::AlertSource)
-        .map(|(key, _)| key)
-        .filter(|key| key.name == source || format!("{}.{}", key.namespace, key.name) == source)
-        .collect();
-    let outcome = match candidates.as_slice() {
-        [key] => ingest(&state, key, &headers, &body).await,
-        [] => Err(Refused::NoSource(format!("no alert source {source:?}"))),
-        several => Err(ambiguous(&format!("alert source {source:?} exists in several namespaces"), several)),
+    let named = super::webhook_names::resolve(&source, &state.info.webhook_namespace);
+    let key = ObjectKey { kind: Kind::AlertSource, namespace: named.namespace.into(), name: named.name.into() };
+    let outcome = match ingest(&state, &key, &headers, &body.0).await {
+        Err(Refused::NoSource(_)) => Err(Refused::NoSource(named.not_found("AlertSource"))),
+        outcome => outcome,
     };
     answer(outcome)
-}
-
-/// A 409 naming the namespaced route of every candidate.
-fn ambiguous(what: &str, candidates: &[&ObjectKey]) -> Refused {
-    Refused::Ambiguous { what: what.to_string(), routes: candidates.iter().map(|key| webhook_path(key)).collect() }
 }
 
 /// Why a delivery was not taken. Each answer is decided in one place: `From<Refused> for ApiError`.
@@ -168,8 +156,6 @@ enum Refused {
     Disabled,
     /// No such source (what was asked for).
     NoSource(String),
-    /// Several sources match: the routes to post to instead.
-    Ambiguous { what: String, routes: Vec<String> },
     /// The caller's credentials are missing or wrong: what to send instead.
     Unauthorized(String),
     /// The source's own credentials cannot be resolved here.
@@ -195,11 +181,6 @@ impl From<Refused> for ApiError {
                 "alert ingestion is disabled on this host",
             ),
             Refused::NoSource(what) => ApiError::not_found(what),
-            Refused::Ambiguous { what, routes } => ApiError::new(
-                StatusCode::CONFLICT,
-                "ambiguous_source",
-                format!("{what}; post to one of {}", routes.join(", ")),
-            ),
             Refused::Unauthorized(why) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why),
             Refused::Misconfigured => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -237,24 +218,24 @@ fn answer(outcome: Result<Response, Refused>) -> Response {
     outcome.unwrap_or_else(|refused| ApiError::from(refused).into_response())
 }
 
-/// `POST /api/v1/alertmanager/webhook`: the home namespace's AlertSource with provider
-/// `alertmanager` (the first by name), or else the only one in any namespace,
-/// authenticated by that source alone (Alertmanager sends one `Authorization` header:
-/// the source's token, not an API key). A tenant's source never turns the platform's
-/// alias into a 409: Alertmanager drops deliveries answered with 4xx.
+/// `POST /api/v1/alertmanager/webhook`: the webhook namespace's AlertSource with provider
+/// `alertmanager` (the first by name), authenticated by that source alone (Alertmanager sends
+/// one `Authorization` header: the source's token, not an API key). Another namespace's
+/// source never changes it: Alertmanager drops deliveries answered with 4xx.
 pub async fn alertmanager_alias(State(state): State<AppState>, headers: HeaderMap, body: JsonBytes<Value>) -> Response {
-    let body = body.0;
     let catalog = state.catalog.current();
-    let sources: Vec<&ObjectKey> = catalog
+    let namespace = &state.info.webhook_namespace;
+    let found = catalog
         .of_kind(Kind::AlertSource)
-        .filter(|(_, e)| matches!(e.resource.as_ref(), Resource::AlertSource(s) if s.spec.provider == AlertProvider::Alertmanager))
-        .map(|(k, _)| k)
-        .collect();
-    let home = sources.iter().find(|key| key.namespace == state.keys.home());
-    let outcome = match (home, sources.as_slice()) {
-        (Some(key), _) | (None, [key]) => ingest(&state, key, &headers, &body).await,
-        (None, []) => Err(Refused::NoSource("no AlertSource with provider alertmanager is configured".into())),
-        (None, several) => Err(ambiguous("several Alertmanager sources exist outside the home namespace", several)),
+        .filter(|(key, _)| key.namespace == *namespace)
+        .find(|(_, e)| matches!(e.resource.as_ref(), Resource::AlertSource(s) if s.spec.provider == AlertProvider::Alertmanager))
+        .map(|(key, _)| key);
+    let outcome = match found {
+        Some(key) => ingest(&state, key, &headers, &body.0).await,
+        None => Err(Refused::NoSource(format!(
+            "no AlertSource with provider alertmanager in namespace {namespace:?} (the webhook namespace, setting \
+             webhook_namespace); post to /api/v1/alerts/{{namespace}}/{{name}}/webhook for another namespace's"
+        ))),
     };
     answer(outcome)
 }

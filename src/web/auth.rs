@@ -126,11 +126,6 @@ impl ApiKeys {
         Caller { name: "anonymous".to_string(), scopes: [Scope::Admin].into(), namespace: self.home.clone() }
     }
 
-    /// The home namespace (the pod's in operator mode, `default` standalone).
-    pub fn home(&self) -> &str {
-        &self.home
-    }
-
     /// Whether any key is configured (otherwise authentication is disabled).
     pub fn enabled(&self) -> bool {
         !self.keys.is_empty()
@@ -155,6 +150,16 @@ impl ApiKeys {
             scopes: key.scopes.clone(),
             namespace: key.namespace.clone().unwrap_or_else(|| self.home.clone()),
         })
+    }
+
+    /// The caller a request's `Authorization: Bearer <key>` identifies (the anonymous caller
+    /// when no key is configured); `None` for a missing or unknown key.
+    pub fn caller(&self, headers: &axum::http::HeaderMap) -> Option<Caller> {
+        if !self.enabled() {
+            return Some(self.anonymous());
+        }
+        let presented = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token)?;
+        self.identify(presented.trim())
     }
 }
 
@@ -185,15 +190,8 @@ pub fn required_scope(method: &Method, path: &str) -> Scope {
 /// Middleware: rejects requests without a valid `Authorization: Bearer <key>` and
 /// records the caller.
 pub async fn require_key(State(keys): State<Arc<ApiKeys>>, mut request: Request, next: Next) -> Response {
-    let caller = if keys.enabled() {
-        let presented =
-            request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token).map(str::trim);
-        match presented.and_then(|p| keys.identify(p)) {
-            Some(caller) => caller,
-            None => return ApiError::unauthorized().into_response(),
-        }
-    } else {
-        keys.anonymous()
+    let Some(caller) = keys.caller(request.headers()) else {
+        return ApiError::unauthorized().into_response();
     };
     let needed = required_scope(request.method(), request.uri().path());
     if !caller.allows(needed) {

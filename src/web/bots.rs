@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::AppState;
 use super::body::JsonBytes;
 use super::error::ApiError;
+use super::webhook_names::Named;
 use crate::bots::host::{MAX_WEBHOOK_BYTES, WebhookError};
 use crate::bots::slack::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::bots::slack_bot::{COMMAND_ACK, EventAnswer};
@@ -28,7 +29,7 @@ const TELEGRAM_SECRET: &str = "x-telegram-bot-api-secret-token";
 /// Path of the bot webhooks.
 #[derive(Deserialize, JsonSchema)]
 pub struct ReceiverPath {
-    /// Name of the NotificationReceiver.
+    /// The name of a NotificationReceiver of the webhook namespace, or `namespace.name`.
     pub receiver: String,
 }
 
@@ -50,7 +51,7 @@ pub async fn telegram(
     headers: HeaderMap,
     body: JsonBytes<Value>,
 ) -> Response {
-    webhook(&state, Provider::Telegram, &receiver, &headers, &body.0).await
+    webhook(&state, Provider::Telegram, &named(&state, &receiver), &headers, &body.0).await
 }
 
 /// `POST /api/v1/bots/mattermost/{receiver}/webhook`.
@@ -60,7 +61,7 @@ pub async fn mattermost(
     headers: HeaderMap,
     body: JsonBytes<Value>,
 ) -> Response {
-    webhook(&state, Provider::Mattermost, &receiver, &headers, &body.0).await
+    webhook(&state, Provider::Mattermost, &named(&state, &receiver), &headers, &body.0).await
 }
 
 /// Answer of a Slack call: the `url_verification` challenge echoed, or, for a slash
@@ -90,12 +91,13 @@ pub async fn slack_events(
     headers: HeaderMap,
     body: JsonBytes<Value>,
 ) -> Response {
+    let receiver = named(&state, &receiver);
     let (bots, body) = match checked(&state, Provider::Slack, &receiver, &body.0) {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
     let (timestamp, signature) = signed(&headers);
-    match bots.slack_event(&receiver, timestamp, signature, body).await {
+    match bots.slack_event(&receiver.key(), timestamp, signature, body).await {
         Ok(EventAnswer::Challenge(challenge)) => Json(SlackAnswer {
             challenge: Some(challenge),
             response_type: None,
@@ -118,12 +120,13 @@ pub async fn slack_commands(
     headers: HeaderMap,
     body: JsonBytes<Value>,
 ) -> Response {
+    let receiver = named(&state, &receiver);
     let (bots, body) = match checked(&state, Provider::Slack, &receiver, &body.0) {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
     let (timestamp, signature) = signed(&headers);
-    match bots.slack_command(&receiver, timestamp, signature, body).await {
+    match bots.slack_command(&receiver.key(), timestamp, signature, body).await {
         Ok(accepted) => Json(SlackAnswer {
             challenge: None,
             response_type: Some("ephemeral"),
@@ -149,11 +152,11 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 fn checked<'s, 'b>(
     state: &'s AppState,
     provider: Provider,
-    receiver: &str,
+    receiver: &Named<'_>,
     body: &'b [u8],
 ) -> Result<(&'s crate::bots::host::Bots, &'b [u8]), ApiError> {
     let Some(bots) = state.bots.as_deref() else {
-        return Err(ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str())));
+        return Err(unknown(provider, receiver));
     };
     if body.len() > MAX_WEBHOOK_BYTES {
         return Err(ApiError::new(
@@ -165,26 +168,39 @@ fn checked<'s, 'b>(
     Ok((bots, body))
 }
 
-async fn webhook(state: &AppState, provider: Provider, receiver: &str, headers: &HeaderMap, body: &[u8]) -> Response {
+/// The receiver a webhook path names ([`super::webhook_names`]).
+fn named<'a>(state: &'a AppState, segment: &'a str) -> Named<'a> {
+    super::webhook_names::resolve(segment, &state.info.webhook_namespace)
+}
+
+/// 404: no receiver of this provider takes webhooks there.
+fn unknown(provider: Provider, receiver: &Named<'_>) -> ApiError {
+    ApiError::not_found(receiver.not_found(&format!("{} webhook receiver", provider.as_str())))
+}
+
+async fn webhook(
+    state: &AppState,
+    provider: Provider,
+    receiver: &Named<'_>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
     let (bots, body) = match checked(state, provider, receiver, body) {
         Ok(found) => found,
         Err(error) => return error.into_response(),
     };
     let secret = header_text(headers, TELEGRAM_SECRET);
     let content_type = header_text(headers, header::CONTENT_TYPE.as_str());
-    match bots.webhook(provider, receiver, secret, content_type, body).await {
+    match bots.webhook(provider, &receiver.key(), secret, content_type, body).await {
         Ok(accepted) => Json(BotAnswer { accepted: true, duplicate: Some(accepted.duplicate) }).into_response(),
         Err(error) => refused(provider, receiver, error),
     }
 }
 
 /// The answer to a refused bot call.
-fn refused(provider: Provider, receiver: &str, error: WebhookError) -> Response {
+fn refused(provider: Provider, receiver: &Named<'_>, error: WebhookError) -> Response {
     match error {
-        WebhookError::UnknownReceiver { .. } => {
-            ApiError::not_found(format!("no {} bot receiver {receiver:?} takes webhooks", provider.as_str()))
-                .into_response()
-        }
+        WebhookError::UnknownReceiver { .. } => unknown(provider, receiver).into_response(),
         WebhookError::Refused(Refusal::Unauthorized) => {
             let message = match provider {
                 Provider::Slack => {
@@ -202,7 +218,7 @@ fn refused(provider: Provider, receiver: &str, error: WebhookError) -> Response 
         }
         WebhookError::Refused(refusal) => {
             if matches!(refusal, Refusal::Forbidden) {
-                tracing::info!(provider = provider.as_str(), %receiver, event = "ingress_forbidden", "bot message from outside the allowlists");
+                tracing::info!(provider = provider.as_str(), receiver = %receiver.key(), event = "ingress_forbidden", "bot message from outside the allowlists");
             }
             Json(BotAnswer { accepted: false, duplicate: None }).into_response()
         }

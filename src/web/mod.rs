@@ -10,6 +10,7 @@ pub mod edge;
 pub(crate) mod engine_schema;
 pub(crate) mod error;
 pub(crate) mod facade;
+pub mod listen;
 pub mod mcp_server;
 mod mcp_sessions;
 pub mod metrics;
@@ -18,8 +19,8 @@ pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod status;
 pub mod ui;
+pub(crate) mod webhook_names;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,8 +91,10 @@ pub struct HostInfo {
     pub validator_sandbox: String,
     /// The names this host answers to, and its public origin.
     pub edge: edge::Edge,
-    /// The database the stores are in and this replica (`storage_backend: postgres`).
-    pub database: Option<(crate::journal::database::Database, crate::journal::database::Replica)>,
+    /// The database the stores are in, as last probed, and this replica (`storage_backend: postgres`).
+    pub database: Option<(crate::journal::database::HealthWatch, crate::journal::database::Replica)>,
+    /// The namespace whose resources the one-segment webhook URLs name (`webhook_namespace`).
+    pub webhook_namespace: String,
 }
 
 /// The native API with its documentation: every route under `/api/v1` and
@@ -195,7 +198,9 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
     ApiRouter::new()
         .api_route(
             "/health",
-            get_with(status::health, |op| op.tag("status").summary("Whether the host works, and what it runs")),
+            get_with(status::health, |op| {
+                op.tag("status").summary("Whether the host works (anyone), and what it runs (with an API key)")
+            }),
         )
         .api_route(
             "/api/v1/openapi.json",
@@ -485,28 +490,14 @@ fn approval_ids_never_reach_the_access_log() {
     assert_eq!(logged_path("/api/v1/runs/run_1"), "/api/v1/runs/run_1");
 }
 
-/// Serves until `cancel` fires, then drains open requests for at most `grace`.
+/// Serves until `cancel` fires, then drains open requests for at most `grace`, with the
+/// default [`listen::Limits`] (tests and in-process hosts; `serve` uses [`listen::serve`] with
+/// the settings).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     cancel: CancellationToken,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let shutdown = cancel.clone();
-    // Streamed answers are many small writes: without TCP_NODELAY each one after the
-    // first waits for the client's delayed ACK (about 40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        result = &mut server => result,
-        _ = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace_seconds = grace.as_secs(), "open requests did not finish in time; closing them");
-            Ok(())
-        }
-    }
+    listen::serve(listener, app, cancel, listen::Limits::with_grace(grace)).await
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Extension, State};
+use axum::http::HeaderMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -169,8 +170,44 @@ fn not_ready_reason(not_ready: &[NotReady], total: usize) -> Option<String> {
     })
 }
 
-/// `GET /health`.
-pub async fn health(State(state): State<AppState>) -> Json<Health> {
+/// `GET /health`: the whole [`Health`] to a caller with a valid API key (to everyone when no
+/// key is configured), only the status to anyone else: the components' reasons name
+/// database errors, this replica and what the host runs.
+pub async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<HealthAnswer> {
+    let health = full_health(&state);
+    Json(match state.keys.caller(&headers) {
+        Some(_) => HealthAnswer::Full(Box::new(health)),
+        None => HealthAnswer::Status(HealthStatus { status: health.status, details: STATUS_ONLY }),
+    })
+}
+
+/// What `GET /health` answers.
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HealthAnswer {
+    /// To a caller with a valid API key, or to any caller when no key is configured.
+    Full(Box<Health>),
+    /// To a caller without a valid API key.
+    Status(HealthStatus),
+}
+
+/// `GET /health` without a valid API key.
+#[derive(Serialize, JsonSchema)]
+pub struct HealthStatus {
+    /// `ok` or `degraded`, as in the answer to a caller with a key.
+    pub status: &'static str,
+    /// Where the rest is.
+    pub details: &'static str,
+}
+
+/// What an anonymous `/health` says of the rest.
+const STATUS_ONLY: &str = "send an API key (Authorization: Bearer) to see why, and what this host runs";
+
+/// The whole health of the host; the database's is its last probe ([`HealthWatch`]), so no
+/// call makes a round trip to it.
+///
+/// [`HealthWatch`]: crate::journal::database::HealthWatch
+fn full_health(state: &AppState) -> Health {
     let catalog = state.catalog.current();
     let board = state.board.get();
     let invalid = board.resources.iter().filter(|r| r.in_force != InForce::Current).count();
@@ -202,8 +239,8 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
     }
     let storage = match &state.info.database {
         None => StorageHealth { backend: "embedded", database: None, replica: None },
-        Some((db, replica)) => {
-            let health = db.health().await;
+        Some((watch, replica)) => {
+            let health = watch.current();
             if let Some(error) = &health.error {
                 degraded.push(Degraded {
                     component: "database",
@@ -216,7 +253,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
             StorageHealth { backend: "postgres", database: Some(health), replica: Some(replica.id().to_string()) }
         }
     };
-    Json(Health {
+    Health {
         status: if degraded.is_empty() { "ok" } else { "degraded" },
         degraded,
         version: env!("CARGO_PKG_VERSION"),
@@ -236,7 +273,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
             not_ready,
         },
         storage,
-    })
+    }
 }
 
 /// `GET /api/v1/resources`.

@@ -261,6 +261,7 @@ pub fn app_state(
         mcp: web::mcp_server::McpLimits::default(),
         validator_sandbox: "not used: this host has no change pipeline".into(),
         edge: web::edge::Edge::default(),
+        webhook_namespace: akritas::tenancy::DEFAULT_NAMESPACE.into(),
     };
     AppState {
         catalog,

@@ -158,6 +158,11 @@ impl Postgres {
         String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
 
+    /// The server's log so far (what `log_statement` and the server wrote).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
     /// Stops the server at once (as a crash would) and starts it again on the same port.
     pub fn restart(&self) {
         self.stop();
