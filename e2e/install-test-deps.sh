@@ -23,6 +23,12 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # The database backend of the durable stores: the tests start their own PostgreSQL clusters
 # (initdb and pg_ctl as the package's `postgres` user; the package starts none by itself here).
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)
+# The validator sandbox in the chart's container: podman builds the image from a debootstrap
+# base (e2e/sandbox-image.sh) and runs it, with no registry.
+command -v podman >/dev/null 2>&1 || need_apt+=(podman runc conmon catatonit fuse-overlayfs uidmap)
+command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

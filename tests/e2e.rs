@@ -26,6 +26,7 @@ mod operator_e2e;
 mod prometheus_pipeline;
 mod readme_tour;
 mod replicas_e2e;
+mod sandbox_container;
 mod sandbox_postgres;
 mod schedules_e2e;
 mod secret_scan;

@@ -12,6 +12,7 @@ use akritas::catalog::secrets::EnvAccess;
 use akritas::change::sandbox::{Sandbox, SandboxMode};
 use akritas::change::validators::{self, CopyLimits, Scope, ValidatorPolicy};
 use akritas::change::{FileChange, Operation, ValidatorResult, ValidatorSpec, ValidatorStatus};
+use akritas_testkit::attack::processes_under;
 use tokio_util::sync::CancellationToken;
 
 struct Fixture {
@@ -78,20 +79,8 @@ async fn attack(fixture: &Fixture, script: &str, timeout: Duration) -> (Validato
     let mut results =
         validators::run(&copy, &changes, &[spec(&["sh", "-c", script], timeout)], &policy, scope("default")).await;
     // Nothing may still run in the copy once the run has returned.
-    assert_eq!(processes_in(&path), Vec::<u32>::new(), "processes outlived the validator");
+    assert_eq!(processes_under(&path), Vec::<u32>::new(), "processes outlived the validator");
     (results.remove(0), path)
-}
-
-/// Pids of the processes whose working directory is in `dir`.
-fn processes_in(dir: &Path) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 #[tokio::test]

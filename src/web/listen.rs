@@ -60,12 +60,24 @@ impl Limits {
 }
 
 /// One open connection, as the accept loop sees it.
-#[derive(Default)]
 struct Slot {
     /// Requests whose answer is not sent yet (0: it waits for a request's headers).
     in_flight: AtomicUsize,
     /// Cancelled to close the connection for a new one.
     evict: CancellationToken,
+    /// The connection's socket, to see whether a request has arrived that is not parsed yet.
+    fd: std::os::fd::RawFd,
+}
+
+impl Slot {
+    /// Whether the client has sent bytes the server has not read yet: a request arrived and
+    /// waits to be parsed, so the connection is not idle (a slow sender's bytes are read as
+    /// they come and leave nothing pending).
+    fn has_unread_bytes(&self) -> bool {
+        let mut byte = [0u8; 1];
+        // SAFETY: a one-byte buffer; MSG_PEEK leaves the byte for hyper to read.
+        unsafe { libc::recv(self.fd, byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) > 0 }
+    }
 }
 
 /// The open connections, oldest first.
@@ -76,9 +88,9 @@ struct Open {
 }
 
 impl Open {
-    fn add(&self) -> (usize, Arc<Slot>) {
+    fn add(&self, fd: std::os::fd::RawFd) -> (usize, Arc<Slot>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(Slot { in_flight: AtomicUsize::new(0), evict: CancellationToken::new(), fd });
         self.lock().insert(id, slot.clone());
         (id, slot)
     }
@@ -91,8 +103,9 @@ impl Open {
     /// is serving one.
     fn evict_oldest_waiting(&self) -> bool {
         let slots = self.lock();
-        let victim =
-            slots.values().find(|slot| slot.in_flight.load(Ordering::Acquire) == 0 && !slot.evict.is_cancelled());
+        let victim = slots.values().find(|slot| {
+            slot.in_flight.load(Ordering::Acquire) == 0 && !slot.evict.is_cancelled() && !slot.has_unread_bytes()
+        });
         victim.inspect(|slot| slot.evict.cancel()).is_some()
     }
 
@@ -186,7 +199,7 @@ pub async fn serve(
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
         }
-        let (id, slot) = open.add();
+        let (id, slot) = open.add(std::os::fd::AsRawFd::as_raw_fd(&stream));
         let service = {
             let (app, slot) = (app.clone(), slot.clone());
             hyper::service::service_fn(move |request: hyper::Request<Incoming>| {

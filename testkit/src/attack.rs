@@ -67,6 +67,45 @@ pub struct Target {
     pub tmp: PathBuf,
     /// More environment for the host.
     pub env: Vec<(String, String)>,
+    /// The containers started (removed with the target).
+    pub containers: std::sync::Mutex<Vec<Container>>,
+    /// Run the host in a container of this image (`e2e/sandbox-image.sh` builds it), the
+    /// way the chart runs the pod: non-root, read-only root filesystem, every capability
+    /// dropped, `no-new-privileges`, the runtime's default seccomp profile, a tmpfs `/tmp`;
+    /// the host's network, and this target's directory at its own path.
+    pub container: Option<String>,
+}
+
+/// `podman` with the project's settings (`e2e/containers.conf`).
+pub fn podman() -> Command {
+    let mut command = Command::new("podman");
+    command.env("CONTAINERS_CONF", crate::root().join("e2e/containers.conf"));
+    command
+}
+
+/// Builds the image the container tests run (`e2e/sandbox-image.sh`) from `bin`, once per
+/// process; returns its name.
+pub fn sandbox_image(bin: &str) -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let output = Command::new(crate::root().join("e2e/sandbox-image.sh")).arg(bin).output().expect("bash runs");
+        assert!(
+            output.status.success(),
+            "e2e/sandbox-image.sh failed (install podman, buildah and debootstrap with e2e/install-test-deps.sh):\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    "localhost/akritas-validators:sandbox-test"
+}
+
+/// Removes a container when the test is done with it (killing `podman run` leaves it).
+pub struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = podman().args(["rm", "-f", "-t", "0", &self.0]).output();
+    }
 }
 
 fn git(dir: &Path, args: &[&str]) {
@@ -98,7 +137,17 @@ impl Target {
         git(&workspace, &["-c", "user.name=t", "-c", "user.email=t@example.com", "add", "."]);
         git(&workspace, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "initial"]);
         let env = vec![("AKRITAS_VALIDATOR_SANDBOX".to_string(), mode.to_string())];
-        let target = Target { dir, identity, data, resources, workspace, tmp, env };
+        let target = Target {
+            dir,
+            identity,
+            data,
+            resources,
+            workspace,
+            tmp,
+            env,
+            container: None,
+            containers: Default::default(),
+        };
         target.declare("default", "app", &target.workspace.clone(), &[], 30);
         target
     }
@@ -171,11 +220,35 @@ spec:
             .args(["--api-key", "team-b=TEAM_B_KEY:chat@team-b", "--api-key", "platform=PLATFORM_KEY:chat@platform"])
             .arg("--resources")
             .arg(&self.resources);
-        if let Identity::User(uid) = self.identity {
+        if let Some(image) = &self.container {
+            command = self.in_container(image, &command);
+        } else if let Identity::User(uid) = self.identity {
             command.uid(uid).gid(uid);
         }
         let server = tokio::task::spawn_blocking(move || Server::start(command)).await.unwrap();
         (server, llm)
+    }
+
+    /// `command` (an `akritas serve` command line) as `podman run` of `image`.
+    fn in_container(&self, image: &str, command: &Command) -> Command {
+        let Identity::User(uid) = self.identity else { panic!("a container runs the host as an unprivileged uid") };
+        let name = format!("akritas-sandbox-{:016x}", rand::random::<u64>());
+        let root = self.root().display().to_string();
+        let mut podman = podman();
+        podman.args(["run", "--rm", "--init", "--pull=never", "--network", "host", "--name", &name]);
+        podman.args(["--user", &format!("{uid}:{uid}"), "--read-only", "--cap-drop=ALL"]);
+        podman.args(["--security-opt", "no-new-privileges", "--tmpfs", "/tmp", "-v", &format!("{root}:{root}")]);
+        // The image's own configuration names its instructions; the rest is passed on.
+        for (key, value) in command.get_envs().filter(|(key, _)| *key != "AKRITAS_SYSTEM_INSTRUCTIONS") {
+            if let Some(value) = value {
+                podman.arg("-e").arg(format!("{}={}", key.to_string_lossy(), value.to_string_lossy()));
+            }
+        }
+        podman.arg(image).args(command.get_args());
+        podman.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        podman.stderr(std::process::Stdio::piped());
+        self.containers.lock().unwrap().push(Container(name));
+        podman
     }
 
     /// Pids of the processes whose working directory is under the host's `TMPDIR` (the
