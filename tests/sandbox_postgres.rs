@@ -1,18 +1,24 @@
 //! The validator sandbox against a real PostgreSQL on a local socket (trust authentication,
 //! the socket connectable by every local user, as a Debian cluster's is to its peers), which
 //! is also the host's own database: the attack of `tests/sandbox_attacks.rs` with the
-//! service's store at stake. With the host as root and as an unprivileged uid, each in
-//! namespaces and under Landlock alone.
+//! service's store at stake. With the host as root and as the uid that owns the cluster and
+//! its socket, each in namespaces and under Landlock alone.
 
 use akritas_testkit as support;
 
-use support::attack::{self, DEV_KEY, Target};
+use support::attack::{self, DEV_KEY, Identity, Target};
 use support::postgres::Postgres;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validator_cannot_log_into_the_hosts_postgresql_over_its_local_socket() {
     let pg = Postgres::start();
-    for (n, (identity, mode)) in attack::setups().into_iter().enumerate() {
+    // As the usual Debian setup has it: the host runs as the uid that owns the cluster's
+    // socket (its `postgres` user here), and as root.
+    let owner = std::process::Command::new("id").args(["-u", "postgres"]).output().expect("id runs");
+    let owner: u32 = String::from_utf8_lossy(&owner.stdout).trim().parse().expect("a postgres user");
+    let identities = [Identity::Own, Identity::User(owner)];
+    let setups = identities.into_iter().flat_map(|identity| attack::MODES.map(|mode| (identity, mode)));
+    for (n, (identity, mode)) in setups.enumerate() {
         let mut target = Target::new(identity, mode);
         target.env.push(("AKRITAS_STORAGE_BACKEND".into(), "postgres".into()));
         target.env.push(("AKRITAS_DATABASE_URL".into(), pg.url("disable")));
