@@ -24,14 +24,7 @@ fn output(body: &Value) -> &str {
 async fn a_validator_cannot_connect_to_a_hosts_unix_socket_or_list_sockets_over_netlink() {
     for (identity, mode) in attack::setups() {
         let target = Target::new(identity, mode);
-        // A service of the host's on a Unix socket anyone may connect to (a database's).
-        let run = target.root().join("run");
-        std::fs::create_dir(&run).unwrap();
-        let path = run.join("db.sock");
-        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let (listener, path) = target.host_socket();
         let script = format!(
             "python3 - <<'EOF'\nimport socket\n\
              try:\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect({path:?}); print('unix connected')\n\
@@ -116,20 +109,12 @@ async fn a_validator_cannot_change_modes_owners_or_times_of_the_hosts_data_direc
 async fn a_validator_cannot_read_akritas_resources_or_configuration_under_a_read_path() {
     for (identity, mode) in attack::setups() {
         let mut target = Target::new(identity, mode);
-        // As the image keeps them: the resources under /etc/akritas, /etc readable.
-        let etc = target.root().join("etc");
-        let resources = etc.join("akritas/resources");
-        std::fs::create_dir_all(&resources).unwrap();
-        for entry in std::fs::read_dir(&target.resources).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::rename(entry.path(), resources.join(entry.file_name())).unwrap();
-        }
-        target.resources = resources.clone();
+        let etc = target.resources_under_a_read_path();
+        let resources = target.resources.clone();
         std::fs::write(etc.join("tool.conf"), "readable\n").unwrap();
         let receiver = "apiVersion: akritas.io/v1alpha1\nkind: NotificationReceiver\nmetadata:\n  name: team-a-hook\n  \
                         namespace: team-a\nspec:\n  webhook:\n    url: https://hooks.example.com/services/T0/secret-hook-9c3e\n";
         std::fs::write(resources.join("team-a.yaml"), receiver).unwrap();
-        target.env.push(("AKRITAS_VALIDATOR_READ_PATHS".into(), etc.display().to_string()));
         let script = format!(
             "cat {etc}/tool.conf; cat {resources}/team-a.yaml; ls {etc}/akritas; grep -r secret-hook {etc}; echo end\n",
             etc = etc.display(),

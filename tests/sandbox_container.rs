@@ -22,24 +22,10 @@ fn target(mode: &str) -> Target {
 async fn in_the_charts_container_a_validator_reaches_no_socket_no_mode_change_and_no_resource() {
     for mode in MODES {
         let mut target = target(mode);
-        // A Unix socket of the host's (a database's), and the resources under a read path.
-        let run = target.root().join("run");
-        std::fs::create_dir(&run).unwrap();
-        let socket = run.join("db.sock");
-        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let etc = target.root().join("etc");
-        let resources = etc.join("akritas/resources");
-        std::fs::create_dir_all(&resources).unwrap();
-        for entry in std::fs::read_dir(&target.resources).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::rename(entry.path(), resources.join(entry.file_name())).unwrap();
-        }
-        target.resources = resources.clone();
+        let (listener, socket) = target.host_socket();
+        target.resources_under_a_read_path();
+        let resources = target.resources.clone();
         std::fs::write(resources.join("team-a.txt"), "secret-hook-5b1d\n").unwrap();
-        target.env.push(("AKRITAS_VALIDATOR_READ_PATHS".into(), etc.display().to_string()));
         let data = target.data.display().to_string();
         let script = format!(
             "python3 - <<'EOF'\nimport os, socket\n\

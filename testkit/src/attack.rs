@@ -251,6 +251,35 @@ spec:
         podman
     }
 
+    /// A service of the host's on a Unix socket anyone may connect to (a database's):
+    /// the listener (non-blocking) and the socket's path.
+    pub fn host_socket(&self) -> (std::os::unix::net::UnixListener, PathBuf) {
+        let run = self.root().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let path = run.join("db.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        for open in [&run, &path] {
+            std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        (listener, path)
+    }
+
+    /// Moves the resources under `<root>/etc/akritas/resources`, as the image keeps them,
+    /// and makes `<root>/etc` a validator read path (as `/etc` is); returns `<root>/etc`.
+    pub fn resources_under_a_read_path(&mut self) -> PathBuf {
+        let etc = self.root().join("etc");
+        let resources = etc.join("akritas/resources");
+        std::fs::create_dir_all(&resources).unwrap();
+        for entry in std::fs::read_dir(&self.resources).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::rename(entry.path(), resources.join(entry.file_name())).unwrap();
+        }
+        self.resources = resources;
+        self.env.push(("AKRITAS_VALIDATOR_READ_PATHS".into(), etc.display().to_string()));
+        etc
+    }
+
     /// Pids of the processes whose working directory is under the host's `TMPDIR` (the
     /// validators and whatever they started).
     pub fn validator_processes(&self) -> Vec<u32> {
