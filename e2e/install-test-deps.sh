@@ -25,7 +25,7 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || need_apt+=(postgresql)
 # The validator sandbox in the chart's container: podman builds the image from a debootstrap
 # base (e2e/sandbox-image.sh) and runs it, with no registry.
-command -v podman >/dev/null 2>&1 || need_apt+=(podman runc conmon catatonit fuse-overlayfs uidmap)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman runc conmon catatonit fuse-overlayfs uidmap slirp4netns)
 command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)

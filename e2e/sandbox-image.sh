@@ -33,12 +33,12 @@ awk '/^FROM debian:bookworm-slim/{on=1} on' Dockerfile \
     | sed 's#^COPY --from=build /out/akritas /usr/local/bin/akritas#COPY akritas /usr/local/bin/akritas#' \
     > "$context/Dockerfile"
 grep -q '^COPY akritas /usr/local/bin/akritas' "$context/Dockerfile"
-podman build --pull=never -q -t localhost/akritas:sandbox-test -f "$context/Dockerfile" "$context" > /dev/null
+podman build --pull=never --network=host -q -t localhost/akritas:sandbox-test -f "$context/Dockerfile" "$context" > /dev/null
 cat > "$work/Dockerfile.validators" <<'DOCKERFILE'
 FROM localhost/akritas:sandbox-test
 USER root
 RUN apt-get update && apt-get install -y --no-install-recommends python3-minimal && rm -rf /var/lib/apt/lists/*
 USER 10001:10001
 DOCKERFILE
-podman build --pull=never -q -t localhost/akritas-validators:sandbox-test -f "$work/Dockerfile.validators" "$work" > /dev/null
+podman build --pull=never --network=host -q -t localhost/akritas-validators:sandbox-test -f "$work/Dockerfile.validators" "$work" > /dev/null
 echo "built localhost/akritas-validators:sandbox-test"

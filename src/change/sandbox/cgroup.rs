@@ -8,6 +8,27 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// How the cgroups of runs are named: this prefix, the host's pid, a random number.
+const PREFIX: &str = "akritas-validator-";
+
+/// Where the cgroups of runs are made: under the host's own cgroup.
+fn parent() -> Option<PathBuf> {
+    Some(mount_point()?.join(own_path()?.trim_start_matches('/')))
+}
+
+/// Removes the empty cgroups that hosts which are gone left behind (a host killed while a
+/// validator ran cannot remove its own). Best effort.
+pub fn remove_stale() {
+    let Some(entries) = parent().and_then(|p| fs::read_dir(p).ok()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()) else { continue };
+        if pid.parse::<u32>().is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = fs::remove_dir(entry.path());
+        }
+    }
+}
+
 /// The cgroup of one run; removed by [`Cgroup::kill_and_remove`].
 #[derive(Debug)]
 pub struct Cgroup {
@@ -36,8 +57,8 @@ impl Cgroup {
     /// process and memory caps written where those controllers are enabled. `None`
     /// where cgroup v2 is absent or not writable (a pod's usual read-only cgroup mount).
     pub fn create(max_processes: u64, max_memory: u64) -> Option<Cgroup> {
-        let parent = mount_point()?.join(own_path()?.trim_start_matches('/'));
-        let dir = parent.join(format!("akritas-validator-{:016x}", rand::random::<u64>()));
+        let parent = parent()?;
+        let dir = parent.join(format!("{PREFIX}{}-{:016x}", std::process::id(), rand::random::<u64>()));
         fs::create_dir(&dir).ok()?;
         let procs = dir
             .join("cgroup.kill")

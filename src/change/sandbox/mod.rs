@@ -245,6 +245,9 @@ impl Sandbox {
             read_paths.iter().find_map(|p| hidden.iter().find(|h| p.starts_with(h)).map(|h| (p.clone(), h.clone())));
         let kernel = landlock::abi().map(|kernel| options.abi_limit.map_or(kernel, |limit| kernel.min(limit.max(1))));
         let mut sandbox = Sandbox { availability: Availability::Unconfined, read_paths, hidden };
+        if options.mode != SandboxMode::Off {
+            cgroup::remove_stale();
+        }
         sandbox.availability = match (options.mode, overlap) {
             (SandboxMode::Off, _) => Availability::Unconfined,
             (_, Some((path, hidden))) => Availability::Unavailable(format!(
