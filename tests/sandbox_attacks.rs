@@ -59,6 +59,9 @@ async fn a_validator_nesting_directories_deeper_than_a_stack_does_not_take_the_h
     let setups = [setups[0], setups[setups.len() - 1]];
     for (identity, mode) in setups {
         let target = Target::new(identity, mode);
+        // However deep it gets before its timeout on a busy machine, the tree is far past
+        // what the host accepts; it usually reaches all 15,000 levels.
+        target.declare("default", "app", &target.workspace.clone(), &[], 90);
         let script =
             "python3 -c \"import os\nfor i in range(15000):\n    os.mkdir('d'); os.chdir('d')\nprint('nested')\"\n";
         let (server, _llm) = target.start(BIN, script).await;
@@ -66,7 +69,6 @@ async fn a_validator_nesting_directories_deeper_than_a_stack_does_not_take_the_h
         assert_eq!(status, 200, "{identity:?}/{mode}: {body}");
         let result = attack::validator(&body);
         assert_eq!(result["status"], "failed", "{identity:?}/{mode}: {result}");
-        assert!(output(&body).contains("nested\n"), "{identity:?}/{mode}: {result}");
         assert!(output(&body).contains("directories deeper than 256 levels"), "{identity:?}/{mode}: {result}");
         // The copy is gone before the answer, and the host is still there.
         assert_eq!(target.leftovers(), Vec::<String>::new(), "{identity:?}/{mode}");
@@ -140,7 +142,7 @@ async fn below_landlock_abi_6_validators_do_not_run_unless_weak_landlock_is_allo
         let mut target = Target::new(identity, "landlock");
         target.env.push(("AKRITAS_VALIDATOR_SANDBOX_LANDLOCK_ABI_MAX".into(), "5".into()));
         let (server, _llm) = target.start_with(BIN, vec!["echo ran\n".into()]).await;
-        let refused = support::wait_for("the ValidatorProfile's refusal", Duration::from_secs(30), || async {
+        let refused = support::wait_for("the ValidatorProfile's refusal", Duration::from_secs(60), || async {
             let (_, body) = attack::get(&server.url, "/api/v1/resources").await;
             let profile = body["resources"].as_array()?.iter().find(|r| r["kind"] == "ValidatorProfile")?.clone();
             let ready = profile["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?.clone();
@@ -171,7 +173,7 @@ async fn below_landlock_abi_6_validators_do_not_run_unless_weak_landlock_is_allo
         assert!(output(&body).contains("supervisor killed"), "{identity:?}: {body}");
         if identity == Identity::Own && unsafe { libc::geteuid() } == 0 {
             // A root host kills the tree itself (its fresh user, its cgroup).
-            support::wait_for("the tree to be gone", Duration::from_secs(10), || async {
+            support::wait_for("the tree to be gone", Duration::from_secs(30), || async {
                 target.validator_processes().is_empty().then_some(())
             })
             .await;
@@ -212,13 +214,13 @@ async fn an_abandoned_preview_kills_its_validator_tree_and_frees_its_slot_only_t
         attack::wait_ready(&server.url).await;
         let url = server.url.clone();
         let first = tokio::spawn(async move { attack::preview(&url, DEV_KEY, None, "app").await });
-        support::wait_for("the validator to start", Duration::from_secs(30), || async {
+        support::wait_for("the validator to start", Duration::from_secs(60), || async {
             (target.validator_processes().len() >= 2).then_some(())
         })
         .await;
         // The client goes away.
         first.abort();
-        support::wait_for("the abandoned validator's tree to be killed", Duration::from_secs(20), || async {
+        support::wait_for("the abandoned validator's tree to be killed", Duration::from_secs(60), || async {
             target.validator_processes().is_empty().then_some(())
         })
         .await;

@@ -63,12 +63,12 @@ async fn in_the_charts_container_an_abandoned_preview_kills_its_validator_tree()
         attack::wait_ready(&server.url).await;
         let url = server.url.clone();
         let first = tokio::spawn(async move { attack::preview(&url, DEV_KEY, None, "app").await });
-        support::wait_for("the validator to start", std::time::Duration::from_secs(30), || async {
+        support::wait_for("the validator to start", std::time::Duration::from_secs(60), || async {
             (target.validator_processes().len() >= 2).then_some(())
         })
         .await;
         first.abort();
-        support::wait_for("the tree to be killed", std::time::Duration::from_secs(20), || async {
+        support::wait_for("the tree to be killed", std::time::Duration::from_secs(60), || async {
             target.validator_processes().is_empty().then_some(())
         })
         .await;

@@ -353,7 +353,7 @@ pub fn validator(body: &Value) -> &Value {
 
 /// Waits until every Workspace reports ready.
 pub async fn wait_ready(url: &str) {
-    crate::wait_for("every Workspace ready", Duration::from_secs(30), || async {
+    crate::wait_for("every Workspace ready", Duration::from_secs(60), || async {
         let (_, body) = get(url, "/api/v1/workspaces").await;
         body["workspaces"]
             .as_array()
