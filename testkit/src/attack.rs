@@ -203,7 +203,13 @@ spec:
         if let Identity::User(uid) = self.identity {
             give(self.root(), uid);
         }
-        let mut command = serve_command(bin);
+        let unprivileged = matches!(self.identity, Identity::User(_)) && self.container.is_none();
+        // The checkout may sit where another uid cannot reach (under /root, say).
+        let (bin, instructions) = if unprivileged { readable_by_all(bin) } else { (PathBuf::from(bin), None) };
+        let mut command = serve_command(&bin);
+        if let Some(instructions) = instructions {
+            command.env("AKRITAS_SYSTEM_INSTRUCTIONS", instructions);
+        }
         command
             .env("AKRITAS_DATA_DIR", &self.data)
             .env("AKRITAS_BASE_URL", &llm.url)
@@ -290,6 +296,25 @@ spec:
     pub fn leftovers(&self) -> Vec<String> {
         std::fs::read_dir(&self.tmp).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
     }
+}
+
+/// A copy of `bin` and of `instructions/SYSTEM.md` that every uid may read and execute,
+/// made once per test process: (binary, instructions).
+fn readable_by_all(bin: &str) -> (PathBuf, Option<PathBuf>) {
+    static COPY: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    let (bin, instructions) = COPY.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("akritas-attack-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (copy, instructions) = (dir.join("akritas"), dir.join("SYSTEM.md"));
+        std::fs::copy(bin, &copy).unwrap();
+        std::fs::copy(crate::root().join("instructions/SYSTEM.md"), &instructions).unwrap();
+        for file in [&copy, &instructions] {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        (copy, instructions)
+    });
+    (bin.clone(), Some(instructions.clone()))
 }
 
 /// Pids of the processes whose working directory is under `dir`.
