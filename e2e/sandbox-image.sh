@@ -16,7 +16,10 @@ export CONTAINERS_CONF="$PWD/e2e/containers.conf"
 work=target/sandbox-image
 mkdir -p "$work"
 if ! podman image exists localhost/debian:bookworm-slim; then
-    mirror=$(grep -m1 '^URIs:' /etc/apt/sources.list.d/debian.sources | awk '{print $2}')
+    # The mirror this machine's apt uses (the only one its network may reach).
+    mirror=$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk 'NR==1{print $2}' || true)
+    mirror=${mirror:-$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)}
+    mirror=${mirror:-http://deb.debian.org/debian}
     rm -rf "$work/rootfs"
     debootstrap --variant=minbase bookworm "$work/rootfs" "$mirror" > "$work/debootstrap.log"
     rm -rf "$work"/rootfs/var/lib/apt/lists/* "$work"/rootfs/usr/share/doc/* "$work"/rootfs/usr/share/man/*

@@ -90,14 +90,7 @@ impl ValidatorPolicy {
                 ),
             );
         }
-        if let Some(name) = env.iter().find(|name| self.env.check_in(namespace, name).is_err()) {
-            return refuse(
-                reasons::ENV_NOT_ALLOWED,
-                format!(
-                    "environment variable {name:?} may not be passed to validators of namespace {namespace}: the validator_env setting does not allow it (the service's own credentials are never allowed)"
-                ),
-            );
-        }
+        self.check_env(namespace, env)?;
         if let Some(why) = self.sandbox.refusal() {
             return refuse(reasons::SANDBOX_UNAVAILABLE, format!("validators cannot run: {why}"));
         }
@@ -121,6 +114,19 @@ impl ValidatorPolicy {
             );
         }
         Ok(resolved)
+    }
+
+    /// Whether `validator_env` lets validators of `namespace` receive every name of `env`.
+    pub fn check_env(&self, namespace: &str, env: &[String]) -> Result<(), Refusal> {
+        match env.iter().find(|name| self.env.check_in(namespace, name).is_err()) {
+            None => Ok(()),
+            Some(name) => Err(Refusal {
+                reason: crate::catalog::readiness::reasons::ENV_NOT_ALLOWED,
+                message: format!(
+                    "environment variable {name:?} may not be passed to validators of namespace {namespace}: the validator_env setting does not allow it (the service's own credentials are never allowed)"
+                ),
+            }),
+        }
     }
 
     /// The environment of a validator: `PATH` (the service's), `HOME`, `TMPDIR`,
@@ -281,7 +287,7 @@ async fn run_one(
         .flat_map(|arg| if arg == "{files}" { files.iter().map(|f| argument(f)).collect() } else { vec![arg.clone()] })
         .collect();
     let checked = policy.check(scope.workspace, &spec.argv, &spec.env).and_then(|program| {
-        policy.check(scope.requester, &spec.argv, &spec.env)?;
+        policy.check_env(scope.requester, &spec.env)?;
         Ok(program)
     });
     let program = match checked {

@@ -27,8 +27,11 @@
 //! * **Environment**: only what the caller passes (the validators pass `PATH`, `HOME`,
 //!   `TMPDIR`, `LANG=C.UTF-8` and names `validator_env` allows).
 //!
-//! Without Landlock nothing runs, unless `validator_sandbox: off` says so explicitly
-//! (then only the process controls apply, and `/health` says so).
+//! Where the kernel and runtime allow it (`validator_sandbox: auto` or `namespaces`),
+//! each program also runs in namespaces of its own ([`namespaces`]): only a read-only view
+//! of the read paths, the copy and a few devices exists for it. Without namespaces and
+//! without Landlock (or below [`MIN_ABI`]) nothing runs, unless `validator_sandbox: off`
+//! says so explicitly (then only the process controls apply, and `/health` says so).
 
 pub mod cgroup;
 pub(crate) mod landlock;
@@ -44,7 +47,6 @@ use std::fs;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,7 +140,7 @@ pub struct Options {
 /// What a kernel of Landlock `abi` does not give that [`MIN_ABI`] would.
 pub fn lost_below_minimum(abi: u32) -> Vec<&'static str> {
     let mut lost = Vec::new();
-    if abi < 6 {
+    if abi < MIN_ABI {
         lost.push(
             "signals are not scoped: a validator can signal every process of the host's uid, its supervisor included, \
              and then outlive its timeout where the host has no cgroup v2 and does not run as root",
