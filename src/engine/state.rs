@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::budget::{Budget, BudgetLimits, BudgetUsage, Exhausted, ReportedUsage};
 use super::context;
@@ -15,7 +15,7 @@ use super::progress::{ProgressSink, RunProgress};
 use super::record::{self, CallKind, Recorder};
 use super::request::{Activity, ModelError, Parameters, RunError, StructureError};
 use super::skills::{self, RunSkills, SkillEntry};
-use crate::audit::{AuditError, RunId};
+use crate::audit::{AuditError, NewEvent, RunId};
 use crate::investigation::Evidence;
 use crate::llm::structured::{self, Asking, Mode, Next};
 use crate::llm::{
@@ -276,10 +276,27 @@ impl<'a> RunState<'a> {
         let result = tokio::time::timeout(time_left, registry.execute(&call, &ReadOnlyPolicy))
             .await
             .map_err(|_| Stop::Budget(self.budget.wall_time_exhausted()))?;
-        let text = result.to_json_string();
-        self.history.push(Message::tool(conversation_id.unwrap_or(&call.id).to_string(), text.clone()));
         let kind =
             if knowledge_tools::is_knowledge_tool(&result.name) { CallKind::Knowledge } else { CallKind::Execution };
+        let (text, untrusted) = match kind {
+            CallKind::Execution => model_text(&result),
+            _ => (result.to_json_string(), 0),
+        };
+        self.history.push(Message::tool(conversation_id.unwrap_or(&call.id).to_string(), text.clone()));
+        if untrusted > 0 {
+            let event = NewEvent {
+                kind: UNTRUSTED_TEXT.into(),
+                status: Some("marked".into()),
+                metadata: [
+                    ("call".to_string(), json!(call.id)),
+                    ("tool".to_string(), json!(result.name)),
+                    ("strings".to_string(), json!(untrusted)),
+                ]
+                .into(),
+                ..Default::default()
+            };
+            self.record.event(event).await?;
+        }
         if kind == CallKind::Execution && result.is_ok() {
             self.evidence.insert(result.id.clone(), result.output.clone().unwrap_or(Value::Null));
         }
@@ -417,6 +434,25 @@ fn reached_handler(result: &ToolResult) -> bool {
 /// The OpenAI tool definitions of a registry.
 pub fn definitions(registry: &Registry) -> Vec<ToolDefinition> {
     registry.openai_definitions().into_iter().filter_map(|d| serde_json::from_value(d).ok()).collect()
+}
+
+/// Event recorded when a tool's output held instruction-like text the host marked (counts, the
+/// call and the tool; never the text).
+pub const UNTRUSTED_TEXT: &str = "untrusted_text";
+
+/// What the model reads of an execution call: its output as the value (instruction-like
+/// strings marked as untrusted data), or `{"error": …}`; the call's id travels as the tool
+/// message's metadata, not in its text, so there is no wrapper to quote. With the number of
+/// strings marked.
+fn model_text(result: &ToolResult) -> (String, usize) {
+    match (&result.output, &result.error) {
+        (_, Some(error)) => (json!({"error": error}).to_string(), 0),
+        (Some(output), None) => {
+            let (marked, count) = crate::investigation::untrusted::mark(output);
+            (marked.to_string(), count)
+        }
+        (None, None) => ("null".to_string(), 0),
+    }
 }
 
 #[cfg(test)]

@@ -7,15 +7,21 @@
 //! A `confirmed` finding needs at least one verified quote and a `suspected` one
 //! at least one cited call; only `inconclusive` stands without evidence.
 
+mod assess;
 pub mod quote;
 mod room;
+mod schema;
+pub mod untrusted;
+pub mod values;
 
+pub use assess::{Assessment, Refusal, assess};
 pub(crate) use room::result_grammar;
+pub use schema::{Citable, result_schema, result_schema_citing};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Host name of the structuring tool.
 pub const RESULT_TOOL: &str = "local.investigation.submit_result";
@@ -125,9 +131,9 @@ pub struct InvestigationResult {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub impact: String,
     /// Evidence references (`tool-call:<call id>`, optionally followed by a space and
-    /// a double-quoted value from that call's output). A model may also submit an
-    /// item as `{"call": "tool-call:<call id>", "observed": "<value>"}`; the host
-    /// records it in the text form.
+    /// a double-quoted value from that call's output). A model submits an item as
+    /// `{"call": "<call id>", "value": "<value>"}` (`observed` is read as `value`, and the
+    /// text form is read too); the host records it in the text form.
     #[serde(default, deserialize_with = "evidence_items")]
     pub evidence: Vec<String>,
     /// Hypotheses ruled out.
@@ -145,15 +151,56 @@ pub struct InvestigationResult {
     /// recorded; replay then computes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<EvidenceCoverage>,
+    /// Evidence items the host left out because it could not verify them, each with the
+    /// reason (computed by the host; a submission that states it is refused).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_evidence: Vec<RefusedEvidence>,
+    /// The status the model submitted, when the evidence the host verified did not back it
+    /// and the host lowered it (computed by the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_downgrade: Option<StatusDowngrade>,
 }
 
-/// `{"call": "tool-call:<id>", "observed": "<value>"}`: the structured form of a
-/// quoted evidence item.
+/// An evidence item the host refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefusedEvidence {
+    /// The item as submitted (text form).
+    pub item: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// A finding status the host lowered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusDowngrade {
+    /// The status the model submitted.
+    pub from: FindingStatus,
+    /// Why the verified evidence does not back it.
+    pub reason: String,
+}
+
+/// `{"call": "<id>", "value": "<value>"}`: the structured form of an evidence item (`call`
+/// may carry the `tool-call:` prefix; `observed` is the earlier name of `value`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ObservedValue {
+struct CitedValue {
     call: String,
-    observed: String,
+    #[serde(default, alias = "observed")]
+    value: Option<String>,
+}
+
+impl CitedValue {
+    /// The text form: `tool-call:<id>`, then ` "<value>"` when a value is given.
+    fn text(&self) -> String {
+        let call = self.call.trim();
+        let id = call.strip_prefix(EVIDENCE_PREFIX).unwrap_or(call);
+        match self.value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+            Some(value) => format!("{EVIDENCE_PREFIX}{id} \"{value}\""),
+            None => format!("{EVIDENCE_PREFIX}{id}"),
+        }
+    }
 }
 
 /// Reads evidence items in either form into the text form (`tool-call:<id> "<value>"`).
@@ -165,11 +212,11 @@ fn evidence_items<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<V
         .enumerate()
         .map(|(i, item)| match item {
             Value::String(text) => Ok(text),
-            Value::Object(_) => serde_json::from_value::<ObservedValue>(item)
-                .map(|ObservedValue { call, observed }| format!("{} \"{}\"", call.trim(), observed.trim()))
+            Value::Object(_) => serde_json::from_value::<CitedValue>(item)
+                .map(|cited| cited.text())
                 .map_err(|e| D::Error::custom(format!("evidence[{i}]: {e}"))),
             _ => Err(D::Error::custom(format!(
-                "evidence[{i}] must be a string (tool-call:<id> \"value\") or an object {{\"call\", \"observed\"}}"
+                "evidence[{i}] must be an object {{\"call\": \"<call id>\", \"value\": \"<value>\"}}"
             ))),
         })
         .collect()
@@ -249,79 +296,6 @@ impl Rules {
     }
 }
 
-/// The schema given to the model for the structuring call.
-pub fn result_schema() -> Value {
-    let list = || json!({"type": "array", "maxItems": MAX_ITEMS, "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}});
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        // Every property is required (empty text and lists are allowed): OpenAI's strict mode
-        // refuses a schema with an optional property.
-        "required": ["finding_status", "actionability", "confidence", "summary", "hypothesis", "impact", "evidence",
-                     "ruled_out", "affected_components", "recommended_actions", "production_writes"],
-        "properties": {
-            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"]},
-            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping, expected) and the rule needs tuning"},
-            "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
-            "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
-            "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-            "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": "tool-call:<id> references from host_owned_evidence, each optionally followed by a space and a double-quoted value from that call's output: whole words, numbers (with units) or key=value, e.g. tool-call:call-2 \"1820\" or tool-call:call-3 \"restarts=7\"; an item may also be {\"call\": \"tool-call:call-3\", \"observed\": \"restarts=7\"}",
-                         "items": {"anyOf": [
-                             {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS},
-                             {"type": "object", "additionalProperties": false, "required": ["call", "observed"],
-                              "properties": {"call": {"type": "string", "minLength": 1, "maxLength": 128},
-                                             "observed": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}}}
-                         ]}},
-            "ruled_out": list(),
-            "affected_components": list(),
-            "recommended_actions": list(),
-            "production_writes": {"type": "integer", "const": 0}
-        }
-    })
-}
-
-/// The result schema for a Run whose successful calls are `references`
-/// (`tool-call:<id>`): an evidence item may name only those (a `pattern` on the
-/// text form, an `enum` on the object form), and a Run without any cites nothing,
-/// so a server that turns the schema into a grammar cannot invent a reference.
-/// Quotes are still checked against the stored output by [`validate`].
-pub fn result_schema_citing(references: &[String]) -> Value {
-    cite(result_schema(), references, MAX_QUOTE_CHARS)
-}
-
-/// `schema` (a result schema) with its evidence items limited to `references`, each quoting
-/// at most `quote_chars` characters.
-fn cite(mut schema: Value, references: &[String], quote_chars: usize) -> Value {
-    let evidence = &mut schema["properties"]["evidence"];
-    if references.is_empty() {
-        evidence["maxItems"] = json!(0);
-        return schema;
-    }
-    let alternatives: Vec<String> = references.iter().map(|r| escape_pattern(r)).collect();
-    let pattern = format!("^({})( \"[^\"]{{1,{quote_chars}}}\")?$", alternatives.join("|"));
-    evidence["items"] = json!({"anyOf": [
-        {"type": "string", "pattern": pattern, "maxLength": MAX_ITEM_CHARS},
-        {"type": "object", "additionalProperties": false, "required": ["call", "observed"],
-         "properties": {"call": {"type": "string", "enum": references},
-                        "observed": {"type": "string", "minLength": 1, "maxLength": quote_chars}}}
-    ]});
-    schema
-}
-
-/// Longest quoted value the result schema's grammar allows.
-const MAX_QUOTE_CHARS: usize = 200;
-
-/// `text` as a literal in a regular expression.
-fn escape_pattern(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| match c.is_ascii_alphanumeric() || c == '-' || c == ':' || c == '_' {
-            true => vec![c],
-            false => vec!['\\', c],
-        })
-        .collect()
-}
-
 /// Why a structured result was rejected; each message names the field and the rule.
 #[derive(Debug, thiserror::Error)]
 pub enum InvestigationError {
@@ -359,14 +333,9 @@ pub enum InvestigationError {
     /// A list item is over [`MAX_ITEM_CHARS`].
     #[error("{0} has an item over {MAX_ITEM_CHARS} characters")]
     ItemTooLong(&'static str),
-    /// A list names the same item twice.
-    #[error("{field} lists {item:?} twice")]
-    Duplicate {
-        /// Field name.
-        field: &'static str,
-        /// The repeated item.
-        item: String,
-    },
+    /// A submission states a field only the host computes.
+    #[error("{0} is computed by the host; omit the field")]
+    HostComputed(&'static str),
     /// An evidence reference is not of the form the host records.
     #[error(
         "evidence {0:?} is not a reference this host recorded; use tool-call:<call id>, optionally followed by a space and a \"quoted value\""
@@ -379,8 +348,8 @@ pub enum InvestigationError {
     UnknownCall(String),
     /// A quoted value is not in the cited call's output.
     #[error(
-        "evidence {0:?} quotes a value that does not occur in that call's output; quote whole words or numbers as \
-         the output shows them"
+        "evidence {0:?} quotes a value that does not occur in that call's output; quote one of the values listed \
+         for that call, or whole words or numbers as the output shows them"
     )]
     QuoteNotInOutput(String),
     /// A `confirmed` or `suspected` finding without the evidence that status needs.
@@ -404,11 +373,12 @@ pub enum InvestigationError {
     },
 }
 
-/// Decodes, normalises (trims, sorts lists) and validates a result against the
-/// calls it may cite (`evidence`), and records its evidence coverage. Every
-/// rejection says why. A stated `evidence_coverage` must equal the computed one.
+/// Decodes, normalises (trims, sorts lists, drops repeated items) and validates a result
+/// against the calls it may cite (`evidence`), and records its evidence coverage. Every
+/// rejection says why. A stated `evidence_coverage` must equal the computed one. Strict: one
+/// unverifiable item refuses the result ([`Assessment::settle`] keeps the rest instead).
 pub fn validate(arguments: &str, evidence: &Evidence) -> Result<InvestigationResult, InvestigationError> {
-    check(arguments, evidence, Rules::CURRENT)
+    assess(arguments, evidence)?.strict()
 }
 
 /// [`validate`] for a result read back from the audit journal, under the rules it
@@ -420,6 +390,19 @@ pub fn revalidate(recorded: &str, evidence: &Evidence) -> Result<InvestigationRe
 }
 
 fn check(arguments: &str, evidence: &Evidence, rules: Rules) -> Result<InvestigationResult, InvestigationError> {
+    let result = decode(arguments)?;
+    let mut verified = 0;
+    let mut tokenized = BTreeMap::new();
+    for reference in &result.evidence {
+        verified += usize::from(check_reference(reference, evidence, rules.quotes, &mut tokenized)?);
+    }
+    finish(result, verified, rules)
+}
+
+/// Decodes a result and normalises it: texts trimmed and bounded, lists trimmed, bounded,
+/// sorted and without repeated items (a repetition is dropped, not refused), no production
+/// write.
+fn decode(arguments: &str) -> Result<InvestigationResult, InvestigationError> {
     let value: Value = serde_json::from_str(arguments).map_err(InvestigationError::Json)?;
     let mut result: InvestigationResult = serde_json::from_value(value).map_err(InvestigationError::Schema)?;
     if result.production_writes != 0 {
@@ -439,11 +422,13 @@ fn check(arguments: &str, evidence: &Evidence, rules: Rules) -> Result<Investiga
     ] {
         normalise_list(list, name)?;
     }
-    let mut verified = 0;
-    let mut tokenized = BTreeMap::new();
-    for reference in &result.evidence {
-        verified += usize::from(check_reference(reference, evidence, rules.quotes, &mut tokenized)?);
-    }
+    Ok(result)
+}
+
+/// Records the coverage of `result`, whose evidence items are all verified (`verified` of
+/// them with a quote), and, under `rules`, checks that it backs the finding status. A stated
+/// coverage must equal the computed one.
+fn finish(mut result: InvestigationResult, verified: usize, rules: Rules) -> Result<InvestigationResult, InvestigationError> {
     let mut computed = EvidenceCoverage::of(result.evidence.len(), verified);
     if let Some(stated) = result.evidence_coverage
         && !stated.counts_equal(&computed)
@@ -548,11 +533,10 @@ fn bounded_text(text: &str, field: &'static str) -> Result<String, Investigation
     Ok(trimmed.to_string())
 }
 
-fn normalise_list(list: &mut [String], field: &'static str) -> Result<(), InvestigationError> {
+fn normalise_list(list: &mut Vec<String>, field: &'static str) -> Result<(), InvestigationError> {
     if list.len() > MAX_ITEMS {
         return Err(InvestigationError::TooManyItems { field, items: list.len() });
     }
-    let mut seen = BTreeSet::new();
     for item in list.iter_mut() {
         *item = item.trim().to_string();
         if item.is_empty() {
@@ -561,11 +545,10 @@ fn normalise_list(list: &mut [String], field: &'static str) -> Result<(), Invest
         if item.chars().count() > MAX_ITEM_CHARS {
             return Err(InvestigationError::ItemTooLong(field));
         }
-        if !seen.insert(item.clone()) {
-            return Err(InvestigationError::Duplicate { field, item: item.clone() });
-        }
     }
+    // A model that repeats an item said nothing wrong: the repetition is dropped.
     list.sort();
+    list.dedup();
     Ok(())
 }
 
@@ -589,35 +572,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_schema_for_a_run_cites_only_its_successful_calls() {
-        let references = ["tool-call:call-1".to_string(), "tool-call:call-2.a".to_string()];
-        let schema = super::result_schema_citing(&references);
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        let result = |evidence: serde_json::Value| {
-            serde_json::json!({"finding_status": "confirmed", "actionability": "no_action", "confidence": "low",
-                "summary": "s", "hypothesis": "", "impact": "", "evidence": evidence, "ruled_out": [], "affected_components": [],
-                "recommended_actions": [], "production_writes": 0})
-        };
-        for good in [
-            serde_json::json!(["tool-call:call-1"]),
-            serde_json::json!(["tool-call:call-2.a \"OOMKilled\""]),
-            serde_json::json!([{"call": "tool-call:call-1", "observed": "restarts=7"}]),
-        ] {
-            assert!(validator.is_valid(&result(good.clone())), "{good}");
-        }
-        for bad in [
-            serde_json::json!(["tool-call:call-9"]),
-            serde_json::json!(["tool-call:call-2xa"]),
-            serde_json::json!(["tool-call:call-1 OOMKilled"]),
-            serde_json::json!([{"call": "tool-call:call-3", "observed": "x"}]),
-        ] {
-            assert!(!validator.is_valid(&result(bad.clone())), "{bad}");
-        }
-        let none = jsonschema::validator_for(&super::result_schema_citing(&[])).unwrap();
-        assert!(none.is_valid(&result(serde_json::json!([]))));
-        assert!(!none.is_valid(&result(serde_json::json!(["tool-call:call-1"]))));
-    }
+    use serde_json::json;
 
     use super::*;
 
@@ -659,7 +614,6 @@ mod tests {
         );
         assert!(rejection(&result(json!(["artifact:x"]), 0)).contains("not a reference this host recorded"));
         assert_eq!(rejection(&result(json!([]), 2)), "result claims 2 production writes; investigations are read-only");
-        assert!(rejection(&result(json!(["tool-call:call-2", "tool-call:call-2"]), 0)).contains("twice"));
         let extra = result(json!([]), 0).replace("\"impact\"", "\"secret_field\": 1, \"impact\"");
         assert!(rejection(&extra).contains("unknown field"));
     }
@@ -722,7 +676,7 @@ mod tests {
         assert!(rejection(&result(invented, 0)).contains("names no successful tool call"));
         let extra = json!([{"call": "tool-call:call-1", "observed": "db-7", "verified": true}]);
         assert!(rejection(&result(extra, 0)).contains("evidence[0]: unknown field `verified`"));
-        assert!(rejection(&result(json!([7]), 0)).contains("evidence[0] must be a string"));
+        assert!(rejection(&result(json!([7]), 0)).contains("evidence[0] must be an object"));
     }
 
     #[test]

@@ -9,9 +9,10 @@
 
 use serde_json::{Value, json};
 
-use crate::llm::grammar::CHARS_PER_TOKEN;
+use crate::llm::grammar::{CHARS_PER_TOKEN, longest_admitted};
 
-use super::{MAX_ITEM_CHARS, MAX_ITEMS, MAX_QUOTE_CHARS, MAX_TEXT_CHARS, cite, result_schema};
+use super::schema::{Citable, cite, result_schema};
+use super::{MAX_ITEM_CHARS, MAX_ITEMS, MAX_TEXT_CHARS};
 
 /// The keys, enum values and punctuation of a result with every field present.
 const SKELETON_CHARS: usize = 240;
@@ -23,23 +24,20 @@ struct ResultRoom {
     hypothesis: usize,
     impact: usize,
     evidence_items: usize,
-    quote_chars: usize,
     /// Items and characters of each of `ruled_out`, `affected_components`, `recommended_actions`.
     lists: [(usize, usize); 3],
 }
 
 impl ResultRoom {
-    /// The room for an answer of at most `max_tokens` tokens citing references of at most
-    /// `reference_chars` characters.
-    fn fitting(max_tokens: u32, reference_chars: usize) -> Self {
+    /// The room for an answer of at most `max_tokens` tokens whose evidence items take at most
+    /// `item_chars` characters each.
+    fn fitting(max_tokens: u32, item_chars: usize) -> Self {
         let chars = usize::try_from(max_tokens).unwrap_or(usize::MAX).saturating_mul(CHARS_PER_TOKEN);
         let content = chars.saturating_sub(SKELETON_CHARS);
         let share = |percent: usize| content / 100 * percent;
         let text = |percent: usize, floor: usize| share(percent).clamp(floor, MAX_TEXT_CHARS);
-        // An evidence item in its longer, object form: `{"call":"<reference>","observed":"<quote>"},`.
-        let evidence_items = (share(25) / 70).clamp(1, 16).min(MAX_ITEMS);
-        let per_item = share(25) / evidence_items;
-        let quote_chars = per_item.saturating_sub(reference_chars + 26).clamp(16, MAX_QUOTE_CHARS);
+        // An evidence item with its comma.
+        let evidence_items = (share(25) / (item_chars + 1).max(24)).clamp(1, 16).min(MAX_ITEMS);
         // A list item with its quotes and comma.
         let list = |percent: usize| {
             let items = (share(percent) / 80).clamp(1, 8).min(MAX_ITEMS);
@@ -51,25 +49,22 @@ impl ResultRoom {
             hypothesis: text(14, 40),
             impact: text(10, 40),
             evidence_items,
-            quote_chars,
             lists: [list(7), list(6), list(9)],
         }
     }
 }
 
-/// The result schema for a Run citing `references`, bounded to what `max_tokens` can hold.
-pub fn result_grammar(references: &[String], max_tokens: u32) -> Value {
-    let longest = references.iter().map(String::len).max().unwrap_or(0);
-    let room = ResultRoom::fitting(max_tokens, longest);
-    let mut schema = cite(result_schema(), references, room.quote_chars);
+/// The result schema for a Run citing `citable`, bounded to what `max_tokens` can hold.
+pub fn result_grammar(citable: &[Citable], max_tokens: u32) -> Value {
+    let mut schema = cite(result_schema(), citable);
+    let item_chars = longest_admitted(&schema["properties"]["evidence"]["items"]);
+    let room = ResultRoom::fitting(max_tokens, item_chars);
     let properties = &mut schema["properties"];
     for (field, chars) in [("summary", room.summary), ("hypothesis", room.hypothesis), ("impact", room.impact)] {
         properties[field]["maxLength"] = json!(chars);
     }
-    if !references.is_empty() {
+    if properties["evidence"]["maxItems"] != json!(0) {
         properties["evidence"]["maxItems"] = json!(room.evidence_items);
-        // The text form's own bound: the longest reference and quote (the pattern holds the quote).
-        properties["evidence"]["items"]["anyOf"][0]["maxLength"] = json!(longest + room.quote_chars + 3);
     }
     for (field, (items, chars)) in
         ["ruled_out", "affected_components", "recommended_actions"].into_iter().zip(room.lists)
@@ -85,8 +80,14 @@ mod tests {
     use super::*;
     use crate::llm::grammar::longest_admitted as longest;
 
-    fn references(n: usize) -> Vec<String> {
-        (1..=n).map(|i| format!("tool-call:call-{i}")).collect()
+    fn references(n: usize) -> Vec<Citable> {
+        (1..=n)
+            .map(|i| Citable {
+                call: format!("call-{i}"),
+                tool: "pod_status".into(),
+                values: (0..16).map(|v| format!("message=a value of {v} words from the output of call {i}")).collect(),
+            })
+            .collect()
     }
 
     #[test]
@@ -101,19 +102,17 @@ mod tests {
             }
         }
         // The full schema admits far more than 512 tokens.
-        assert!(longest(&super::super::result_schema_citing(&references(3))) > 100_000);
+        assert!(longest(&super::super::schema::result_schema_citing(&references(3))) > 100_000);
     }
 
     #[test]
     fn more_budget_gives_more_room_up_to_the_hosts_bounds() {
-        let small = ResultRoom::fitting(512, 20);
-        let large = ResultRoom::fitting(4096, 20);
+        let small = ResultRoom::fitting(512, 60);
+        let large = ResultRoom::fitting(4096, 60);
         assert!(small.summary >= 80 && small.summary < large.summary);
         assert!(small.evidence_items >= 1 && small.evidence_items < large.evidence_items);
-        let cited = |room: ResultRoom| room.evidence_items * room.quote_chars;
-        assert!(small.quote_chars >= 16 && cited(small) < cited(large));
-        let huge = ResultRoom::fitting(1_000_000, 20);
-        assert_eq!((huge.summary, huge.quote_chars), (MAX_TEXT_CHARS, MAX_QUOTE_CHARS));
+        let huge = ResultRoom::fitting(1_000_000, 60);
+        assert_eq!(huge.summary, MAX_TEXT_CHARS);
         assert!(huge.lists.iter().all(|&(items, chars)| items <= MAX_ITEMS && chars <= MAX_ITEM_CHARS));
     }
 
@@ -121,12 +120,12 @@ mod tests {
     fn an_answer_the_sized_schema_admits_meets_the_full_one() {
         let refs = references(2);
         let sized = result_grammar(&refs, 512);
-        let full = super::super::result_schema_citing(&refs);
+        let full = super::super::schema::result_schema_citing(&refs);
         let answer = json!({
             "finding_status": "suspected", "actionability": "requires_human", "confidence": "low",
             "summary": "s".repeat(sized["properties"]["summary"]["maxLength"].as_u64().unwrap() as usize),
             "hypothesis": "", "impact": "",
-            "evidence": ["tool-call:call-2 \"restarts=7\"", {"call": "tool-call:call-1", "observed": "OOMKilled"}],
+            "evidence": [{"call": "call-2", "value": refs[1].values[3]}, {"call": "call-1", "value": refs[0].values[0]}],
             "ruled_out": [], "affected_components": ["cart"], "recommended_actions": ["raise the limit"],
             "production_writes": 0
         });

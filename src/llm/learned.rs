@@ -124,23 +124,30 @@ pub(crate) fn refuses_tools(body: &[u8]) -> bool {
 }
 
 /// The conversation without tool-call turns: a call becomes assistant text, its result a user
-/// turn (`Tool result (call <id>):` then the result), so a model served without tools reads both.
+/// turn that names the tool and call in a line of its own and then gives the output as it is
+/// (`[output of pod_status, call call-1]`), so a model served without tools reads both, and the
+/// output is not wrapped in text a model could mistake for part of it.
 pub fn flatten(messages: &[Message]) -> Vec<Message> {
+    let mut tools = std::collections::BTreeMap::new();
     messages
         .iter()
         .map(|message| match message.role {
             Role::Assistant if !message.tool_calls.is_empty() => {
                 let mut text: Vec<String> = message.content.iter().filter(|c| !c.is_empty()).cloned().collect();
                 text.extend(message.tool_calls.iter().map(|call| {
+                    tools.insert(call.id.clone(), call.function.name.clone());
                     format!("Called {} with {} (call {}).", call.function.name, call.function.arguments, call.id)
                 }));
                 Message::assistant(text.join("\n"))
             }
-            Role::Tool => Message::user(format!(
-                "Tool result (call {}):\n{}",
-                message.tool_call_id.as_deref().unwrap_or("?"),
-                message.content.as_deref().unwrap_or_default()
-            )),
+            Role::Tool => {
+                let id = message.tool_call_id.as_deref().unwrap_or("?");
+                let tool = tools.get(id).map_or("a tool", String::as_str);
+                Message::user(format!(
+                    "[output of {tool}, call {id}]\n{}",
+                    message.content.as_deref().unwrap_or_default()
+                ))
+            }
             _ => message.clone(),
         })
         .collect()
@@ -163,7 +170,7 @@ mod tests {
         let flat = flatten(&messages);
         assert_eq!(flat[..2], messages[..2]);
         assert_eq!(flat[2], Message::assistant(r#"Called pod_status with {"pod":"a"} (call call-1)."#));
-        assert_eq!(flat[3], Message::user("Tool result (call call-1):\n{\"phase\":\"Running\"}"));
+        assert_eq!(flat[3], Message::user("[output of pod_status, call call-1]\n{\"phase\":\"Running\"}"));
         assert!(flat.iter().all(|m| m.tool_calls.is_empty() && m.role != Role::Tool));
     }
 

@@ -82,7 +82,7 @@ fn system_paragraph_alias(request: &Value) -> Option<String> {
 }
 
 /// How many tool results the conversation carries, as tool messages or, once the host
-/// flattened them for a server without tools, as `Tool result (call <id>):` user messages.
+/// flattened them for a server without tools, as `[output of <tool>, call <id>]` user messages.
 pub fn tool_results(request: &Value) -> usize {
     request["messages"]
         .as_array()
@@ -90,7 +90,7 @@ pub fn tool_results(request: &Value) -> usize {
         .flatten()
         .filter(|m| {
             m["role"] == "tool"
-                || (m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with("Tool result (call ")))
+                || (m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with("[output of ")))
         })
         .count()
 }

@@ -76,26 +76,24 @@ pub fn brain(cases: Vec<Case>) -> impl Fn(&Value) -> Answer + Send + Sync + 'sta
     }
 }
 
-/// The expected finding, citing each offered reference with the required facts its
-/// recorded output holds.
+/// The expected finding, citing each offered call with the values the host lists for it that
+/// hold a required fact (or its first value when none does).
 fn result(case: &Case, request: &Value) -> Value {
     let offered = user_data(request, "host_owned_evidence").unwrap_or_default();
     let mut evidence = Vec::new();
     for item in offered["host_owned_evidence"].as_array().into_iter().flatten() {
-        let (reference, tool) = (item["reference"].as_str().unwrap_or_default(), item["tool"].as_str());
-        let output = case.calls.iter().find(|c| Some(c.tool.as_str()) == tool).and_then(|c| c.output.clone());
-        let output = output.map(|o| o.to_string()).unwrap_or_default();
-        let quoted: Vec<String> = case
-            .expected
-            .required_facts
+        let call = item["call"].as_str().unwrap_or_default();
+        let values: Vec<&str> = item["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let quoted: Vec<Value> = values
             .iter()
-            .filter(|f| output.contains(f.as_str()))
-            .map(|f| format!("{reference} \"{f}\""))
+            .filter(|v| case.expected.required_facts.iter().any(|f| v.contains(f.as_str())))
+            .map(|v| json!({"call": call, "value": v}))
             .collect();
-        if quoted.is_empty() {
-            evidence.push(reference.to_string());
+        match (quoted.is_empty(), values.first()) {
+            (false, _) => evidence.extend(quoted),
+            (true, Some(first)) => evidence.push(json!({"call": call, "value": first})),
+            (true, None) => {}
         }
-        evidence.extend(quoted);
     }
     json!({
         "finding_status": case.expected.finding_status,

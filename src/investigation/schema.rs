@@ -1,0 +1,128 @@
+//! The schema of the structured result as the model is asked for it. An evidence item is an
+//! object, `{"call": "<host call id>", "value": "<a value of that call's output>"}`, never a
+//! string to parse; for a Run the schema names its successful calls and, per call, the values
+//! its output holds ([`super::values`]), so a server that turns the schema into a grammar
+//! (Ollama, llama-server) or honours it strictly cannot let the model cite a call the Run did
+//! not make or quote a value the output does not hold. The verifier ([`super::validate`]) still
+//! checks every item, whatever form it came in.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::{MAX_ITEM_CHARS, MAX_ITEMS, MAX_TEXT_CHARS};
+
+/// A call the result may cite: its host id (`call-2`), its tool and the values a result may
+/// quote from its output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Citable {
+    /// Host call id.
+    pub call: String,
+    /// Tool name.
+    pub tool: String,
+    /// Values of its output a result may quote.
+    pub values: Vec<String>,
+}
+
+/// What an evidence item is, for the schema's description (a grammar-constrained model sees
+/// it in the request).
+const EVIDENCE_DESCRIPTION: &str = "Each item cites one call of host_owned_evidence by its id and one of that call's \
+values, exactly as listed, e.g. {\"call\": \"call-2\", \"value\": \"restartCount=14\"}. Cite the values that show \
+the cause.";
+
+/// The schema given to the model for the structuring call, for any Run.
+pub fn result_schema() -> Value {
+    let list = || json!({"type": "array", "maxItems": MAX_ITEMS, "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}});
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        // Every property is required (empty text and lists are allowed): OpenAI's strict mode
+        // refuses a schema with an optional property.
+        "required": ["finding_status", "actionability", "confidence", "summary", "hypothesis", "impact", "evidence",
+                     "ruled_out", "affected_components", "recommended_actions", "production_writes"],
+        "properties": {
+            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"], "description": "confirmed: the evidence establishes the cause; suspected: it points at a cause without establishing it; inconclusive: it does not settle it"},
+            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "proposal_possible: a change to a file could fix it; requires_human: a person must decide or act; no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping, expected) and the rule needs tuning"},
+            "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
+            "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
+            "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
+            "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
+            "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": EVIDENCE_DESCRIPTION,
+                         "items": {"type": "object", "additionalProperties": false, "required": ["call", "value"],
+                                   "properties": {"call": {"type": "string", "minLength": 1, "maxLength": 128},
+                                                  "value": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}}}},
+            "ruled_out": list(),
+            "affected_components": list(),
+            "recommended_actions": list(),
+            "production_writes": {"type": "integer", "const": 0}
+        }
+    })
+}
+
+/// The result schema for a Run whose successful calls are `citable`: an evidence item names
+/// one of them (an `enum`) and one of that call's values (an `enum` per call); a Run with no
+/// value to quote cites nothing.
+pub fn result_schema_citing(citable: &[Citable]) -> Value {
+    cite(result_schema(), citable)
+}
+
+/// `schema` (a result schema) with its evidence items limited to `citable`.
+pub(super) fn cite(mut schema: Value, citable: &[Citable]) -> Value {
+    let branches: Vec<Value> = citable
+        .iter()
+        .filter(|c| !c.values.is_empty())
+        .map(|c| {
+            json!({"type": "object", "additionalProperties": false, "required": ["call", "value"],
+                   "properties": {"call": {"type": "string", "enum": [c.call]},
+                                  "value": {"type": "string", "enum": c.values}}})
+        })
+        .collect();
+    let evidence = &mut schema["properties"]["evidence"];
+    match branches.len() {
+        0 => evidence["maxItems"] = json!(0),
+        1 => evidence["items"] = branches.into_iter().next().unwrap_or_default(),
+        _ => evidence["items"] = json!({"anyOf": branches}),
+    }
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn citable() -> Vec<Citable> {
+        vec![
+            Citable { call: "call-1".into(), tool: "pod_status".into(), values: vec!["restartCount=7".into()] },
+            Citable { call: "call-2".into(), tool: "events".into(), values: vec!["reason=BackOff".into()] },
+            Citable { call: "call-3".into(), tool: "logs".into(), values: vec![] },
+        ]
+    }
+
+    fn result(evidence: Value) -> Value {
+        json!({"finding_status": "confirmed", "actionability": "no_action", "confidence": "low",
+            "summary": "s", "hypothesis": "", "impact": "", "evidence": evidence, "ruled_out": [], "affected_components": [],
+            "recommended_actions": [], "production_writes": 0})
+    }
+
+    #[test]
+    fn the_schema_for_a_run_admits_only_its_calls_each_with_its_own_values() {
+        let validator = jsonschema::validator_for(&result_schema_citing(&citable())).unwrap();
+        for good in [
+            json!([{"call": "call-1", "value": "restartCount=7"}]),
+            json!([{"call": "call-2", "value": "reason=BackOff"}, {"call": "call-1", "value": "restartCount=7"}]),
+        ] {
+            assert!(validator.is_valid(&result(good.clone())), "{good}");
+        }
+        for bad in [
+            json!([{"call": "call-1", "value": "reason=BackOff"}]),
+            json!([{"call": "call-3", "value": "anything"}]),
+            json!([{"call": "call-9", "value": "restartCount=7"}]),
+            json!(["tool-call:call-1 \"restartCount=7\""]),
+            json!([{"call": "call-1"}]),
+        ] {
+            assert!(!validator.is_valid(&result(bad.clone())), "{bad}");
+        }
+        let none = jsonschema::validator_for(&result_schema_citing(&citable()[2..])).unwrap();
+        assert!(none.is_valid(&result(json!([]))));
+        assert!(!none.is_valid(&result(json!([{"call": "call-3", "value": "x"}]))));
+    }
+}
