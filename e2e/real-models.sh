@@ -304,7 +304,9 @@ ollama_load() {
   gguf="$(model_path "${model%-tools}")"
   dir="$(mktemp -d)"
   printf 'FROM %s\nPARAMETER num_ctx %s\n' "$gguf" "$CONTEXT_PER_SLOT" >"$dir/Modelfile"
-  if [ "$model" != "${model%-tools}" ]; then
+  # Qwen2.5's own template is this ChatML with Hermes-style tool calls: the one `ollama pull
+  # qwen2.5-coder` gives, with the tools capability.
+  if [ "$model" != "${model%-tools}" ] || [ "${model#qwen}" != "$model" ]; then
     printf 'TEMPLATE """%s"""\n' "$(cat "$repo/e2e/ollama/chatml-tools.gotmpl")" >>"$dir/Modelfile"
   fi
   HOME="$real_model_dir/ollama-home" OLLAMA_HOST="127.0.0.1:$port" \

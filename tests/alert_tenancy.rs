@@ -169,8 +169,8 @@ async fn notified_receivers(succeeds: bool) {
     // Failing: a `confirmed` result with no evidence, which the host rejects.
     let (investigate, submit) =
         (investigator(), akritas::tools::openai_alias(&"local.investigation.submit_result".try_into().unwrap()));
-    let unbacked = json!({"finding_status": "confirmed", "actionability": "requires_human", "confidence": "high",
-                          "summary": "unbacked", "evidence": [], "production_writes": 0});
+    let unbacked = json!({"finding_status": "inconclusive", "actionability": "requires_human", "confidence": "high",
+                          "summary": "writes", "evidence": [], "production_writes": 1});
     let llm = ScriptedLlm::start_with(move |n, request: &Value| {
         if succeeds || !support::scripted_llm::offers(request, &submit) {
             return investigate(n, request);
@@ -211,7 +211,7 @@ async fn notified_receivers(succeeds: bool) {
     assert_eq!((*a.lock().unwrap(), *b.lock().unwrap(), *shared.lock().unwrap()), (1, 0, 1));
     if !succeeds {
         let error = job.error.as_deref().unwrap_or_default();
-        assert!(error.contains("finding_status confirmed needs"), "rejected for its missing evidence: {error}");
+        assert!(error.contains("claims 1 production writes"), "rejected for its claimed write: {error}");
         return;
     }
     let run = audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();

@@ -18,11 +18,13 @@ use akritas::audit::{AuditLog, Finish, NewRun, RunId, RunStatus};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
 use akritas::notify::RetryPolicy;
+use akritas::investigation::FindingStatus;
 use akritas::tenancy::Tenancy;
+use akritas::tools::{ToolName, openai_alias};
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use support::host;
-use support::scripted_llm::{Reply, ScriptedLlm, Step};
+use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 use tokio_util::sync::CancellationToken;
 
 const FIRING: &str = include_str!("fixtures/alertmanager/alertmanager-webhook.json");
@@ -220,8 +222,8 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
     assert_eq!(structuring["temperature"], 0.0);
     let input: Value = serde_json::from_str(structuring["messages"][1]["content"].as_str().unwrap()).unwrap();
     let references: Vec<&str> =
-        input["host_owned_evidence"].as_array().unwrap().iter().map(|e| e["reference"].as_str().unwrap()).collect();
-    assert_eq!(references, ["tool-call:call-1"], "only successful execution calls are offered");
+        input["host_owned_evidence"].as_array().unwrap().iter().map(|e| e["call"].as_str().unwrap()).collect();
+    assert_eq!(references, ["call-1"], "only successful execution calls are offered");
 
     // The Run: alert source and ids, succeeded, the result as its own record.
     let run = rig.audit.get(&RunId::parse(job.run_id.as_deref().unwrap()).unwrap()).await.unwrap().unwrap();
@@ -256,30 +258,55 @@ async fn an_alert_is_investigated_once_validated_audited_and_notified() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invented_evidence_or_claimed_writes_fail_the_job_with_the_reason() {
-    for (bad, reason) in [
-        (result(json!(["tool-call:call_made_up"]), 0), "names no successful tool call of this Run"),
-        (result(json!(["tool-call:call-1"]), 3), "claims 3 production writes"),
-    ] {
-        let llm = ScriptedLlm::start_with(investigator(bad)).await;
-        let (hook, url) = Hook::start(vec![]).await;
-        let data = tempfile::tempdir().unwrap();
-        let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
-        let job_id = ingest(&rig.store).await;
-        let job = wait_job(&rig.store, &job_id, finished).await;
-        assert_eq!(job.status, JobStatus::Failed);
-        assert_eq!(job.attempts, 1, "a rejected result is not retried");
-        assert_eq!(job.error_code.as_deref(), Some("structure_failed"));
-        assert!(job.error.as_deref().unwrap().contains(reason), "{job:?}");
-        assert!(job.result.is_none());
-        let run = rig.audit.get(&RunId::parse(&job.runs[0]).unwrap()).await.unwrap().unwrap();
-        assert_eq!((run.status, run.error_code.as_deref()), (RunStatus::Failed, Some("structure_failed")));
-        assert!(run.investigation.is_none());
-        let told = failure_notices(&hook);
-        assert_eq!(told.len(), 1, "the receiver is told once that the alert was not investigated");
-        assert_eq!(told[0]["incident"]["error_code"], "structure_failed");
-        assert!(told[0]["incident"]["error"].as_str().unwrap().contains(reason), "{}", told[0]);
-    }
+async fn claimed_writes_fail_the_job_with_the_reason() {
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1"]), 3))).await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    let reason = "claims 3 production writes";
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.attempts, 1, "a rejected result is not retried");
+    assert_eq!(job.error_code.as_deref(), Some("structure_failed"));
+    assert!(job.error.as_deref().unwrap().contains(reason), "{job:?}");
+    assert!(job.result.is_none());
+    let run = rig.audit.get(&RunId::parse(&job.runs[0]).unwrap()).await.unwrap().unwrap();
+    assert_eq!((run.status, run.error_code.as_deref()), (RunStatus::Failed, Some("structure_failed")));
+    assert!(run.investigation.is_none());
+    let told = failure_notices(&hook);
+    assert_eq!(told.len(), 1, "the receiver is told once that the alert was not investigated");
+    assert_eq!(told[0]["incident"]["error_code"], "structure_failed");
+    assert!(told[0]["incident"]["error"].as_str().unwrap().contains(reason), "{}", told[0]);
+}
+
+/// Runs an alert whose model cites `evidence` (the same result when asked again), and returns
+/// the job, the webhook's envelopes and the number of result requests the model answered.
+async fn refused(evidence: Value) -> (Job, Vec<Value>, usize) {
+    let llm = ScriptedLlm::start_with(investigator(result(evidence, 0))).await;
+    let (hook, url) = Hook::start(vec![]).await;
+    let data = tempfile::tempdir().unwrap();
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job = wait_job(&rig.store, &ingest(&rig.store).await, finished).await;
+    let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
+    let asked = llm.requests().iter().filter(|r| offers(r, &submit)).count();
+    let received = hook.received.lock().unwrap().iter().map(|(_, body)| serde_json::from_slice(body).unwrap()).collect();
+    (job, received, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invented_evidence_is_asked_again_then_refused_and_the_status_lowered_not_the_run_failed() {
+    let (job, received, asked) = refused(json!(["tool-call:call_made_up", "tool-call:call-1"])).await;
+    assert_eq!(asked, 2, "one repair turn names the item");
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    let result = job.result.unwrap();
+    assert_eq!(result.evidence, ["tool-call:call-1"], "the verified item is kept");
+    assert_eq!(result.refused_evidence[0].item, "tool-call:call_made_up");
+    assert!(result.refused_evidence[0].reason.contains("names no successful tool call of this Run"));
+    assert_eq!(result.finding_status, FindingStatus::Suspected, "a cited call backs suspected");
+    assert!(result.status_downgrade.is_none());
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0]["incident"]["refused_evidence"], 1, "receivers are told how many were refused");
 }
 
 /// The webhook envelopes a stand-in received for failed investigations; every
@@ -558,21 +585,25 @@ async fn an_alert_run_exports_with_its_input_rebuilt_from_the_store_and_replays_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quote_that_is_only_part_of_a_value_fails_the_job_with_the_reason() {
+async fn a_quote_that_is_only_part_of_a_value_is_refused_with_the_reason_and_the_status_lowered() {
     // "182" is a substring of 1820 but not a value the output holds.
-    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1 \"182\""]), 0))).await;
-    let (hook, url) = Hook::start(vec![]).await;
-    let data = tempfile::tempdir().unwrap();
-    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
-    let job = wait_job(&rig.store, &ingest(&rig.store).await, finished).await;
-    assert_eq!((job.status, job.error_code.as_deref()), (JobStatus::Failed, Some("structure_failed")));
-    let error = job.error.as_deref().unwrap();
+    let (job, received, asked) = refused(json!(["tool-call:call-1 \"182\""])).await;
+    assert_eq!(asked, 2);
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    let result = job.result.unwrap();
+    assert!(result.evidence.is_empty());
     assert!(
-        error.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
-        "{error}"
+        result.refused_evidence[0].reason.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
+        "{:?}",
+        result.refused_evidence
     );
-    assert!(job.result.is_none());
-    assert_eq!(failure_notices(&hook).len(), 1);
+    assert_eq!(result.finding_status, FindingStatus::Inconclusive);
+    let downgrade = result.status_downgrade.unwrap();
+    assert_eq!(downgrade.from, FindingStatus::Suspected);
+    assert_eq!(downgrade.reason, "no evidence item cites a successful call of this Run (1 item(s) refused)");
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0]["incident"]["finding"], "inconclusive");
+    assert_eq!(received[0]["incident"]["status_downgrade"]["from"], "suspected", "receivers are told what was lowered");
 }
 
 /// A webhook that answers 200 only once `released` says `true`.

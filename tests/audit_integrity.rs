@@ -13,6 +13,7 @@ use std::time::Duration;
 use akritas::audit::AuditLog;
 use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::request::{RunError, RunRequest};
+use akritas::investigation::{FindingStatus, InvestigationResult};
 use akritas::journal::{Journal, JournalOptions};
 use akritas::tools::{ToolName, openai_alias};
 use akritas::web::auth::ApiKeys;
@@ -250,26 +251,34 @@ fn result_citing(evidence: &[String]) -> Value {
     })
 }
 
-/// The id the host reported in each tool result the model was sent, in order.
-fn reported_ids(request: &Value) -> Vec<String> {
-    request["messages"]
+/// The ids the host gives the calls of [`investigate`]: the plan submission, then `call-<n>` in
+/// the order it executes them (planned, failed, adaptive).
+const HOST_IDS: [&str; 4] = ["call_akritas_investigation_plan", "call-1", "call-2", "call-3"];
+
+/// The call ids the structuring request offers as evidence.
+fn offered_ids(request: &Value) -> Vec<String> {
+    let Some(data) = request["messages"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|m| m["role"] == "tool")
+        .filter(|m| m["role"] == "user")
         .filter_map(|m| serde_json::from_str::<Value>(m["content"].as_str()?).ok())
-        .filter_map(|content| content["id"].as_str().map(str::to_string))
-        .collect()
+        .find(|content| content.get("host_owned_evidence").is_some())
+    else {
+        return Vec::new();
+    };
+    data["host_owned_evidence"].as_array().into_iter().flatten().filter_map(|e| e["call"].as_str()).map(str::to_string).collect()
 }
 
 /// An investigation: one planned `postgres.activity` check, then the model calls
 /// `linux.processes` with invalid arguments (a failed call) and `inventory.host` under
 /// its own id `call_zz9`, answers, and cites what `cite` picks from the ids the host
 /// reported (planned, failed, adaptive).
-async fn investigate(cite: fn(&[String]) -> Vec<String>) -> Result<Vec<String>, String> {
+async fn investigate(cite: fn(&[String]) -> Vec<String>) -> Result<InvestigationResult, String> {
     let plan = alias("local.investigation.submit_plan");
     let submit = alias("local.investigation.submit_result");
-    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let offered = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = offered.clone();
     let llm = ScriptedLlm::start_with(move |index, request| {
         if offers(request, &plan) {
             let check = json!({"step": "Read activity", "tool": "postgres.activity", "arguments": {"host": "db-7"},
@@ -281,10 +290,10 @@ async fn investigate(cite: fn(&[String]) -> Vec<String>) -> Result<Vec<String>, 
             )]));
         }
         if offers(request, &submit) {
-            let ids = seen.lock().unwrap().clone();
+            seen.lock().unwrap().extend(offered_ids(request));
+            let ids: Vec<String> = HOST_IDS.iter().map(|id| id.to_string()).collect();
             return Step::from(Reply::ToolCalls(vec![("r".into(), submit.clone(), result_citing(&cite(&ids)))]));
         }
-        *seen.lock().unwrap() = reported_ids(request);
         match index {
             1 => Step::from(Reply::ToolCalls(vec![(
                 "bad1".into(),
@@ -309,7 +318,11 @@ async fn investigate(cite: fn(&[String]) -> Vec<String>) -> Result<Vec<String>, 
         Ok(outcome) => {
             let statuses: Vec<&str> = outcome.activity.iter().map(|a| a.status.as_str()).collect();
             assert_eq!(statuses, ["ok", "ok", "invalid_arguments", "ok"], "plan, planned, failed, adaptive");
-            Ok(outcome.investigation.expect("a result").evidence)
+            let ids: Vec<&str> = outcome.activity.iter().map(|a| a.id.as_str()).collect();
+            assert_eq!(ids, HOST_IDS);
+            let offered = offered.lock().unwrap().clone();
+            assert_eq!(offered[..2], ["call-1", "call-3"], "only successful execution calls are offered as evidence");
+            Ok(outcome.investigation.expect("a result"))
         }
         Err(error) => Err(error.to_string()),
     }
@@ -317,32 +330,38 @@ async fn investigate(cite: fn(&[String]) -> Vec<String>) -> Result<Vec<String>, 
 
 #[tokio::test]
 async fn evidence_may_cite_a_successful_execution_call_by_its_host_id() {
-    // Reported ids: plan, planned check, failed call, adaptive call.
-    let evidence = investigate(|ids| vec![format!("tool-call:{}", ids[1]), format!("tool-call:{}", ids[3])]).await;
-    let evidence = evidence.expect("successful execution calls are evidence");
-    assert_eq!(evidence.len(), 2);
+    let result = investigate(|ids| vec![format!("tool-call:{}", ids[1]), format!("tool-call:{}", ids[3])]).await;
+    let result = result.expect("successful execution calls are evidence");
+    assert_eq!(result.evidence, ["tool-call:call-1", "tool-call:call-3"]);
+    assert!(result.refused_evidence.is_empty() && result.status_downgrade.is_none());
+}
+
+/// A result citing only `cited` (no successful call): the item is refused with `reason`,
+/// recorded, and the status lowered to inconclusive.
+async fn assert_refused(cite: fn(&[String]) -> Vec<String>, cited: &str, reason: &str) {
+    let result = investigate(cite).await.expect("the Run keeps its result");
+    assert!(result.evidence.is_empty(), "{result:?}");
+    assert_eq!(result.refused_evidence.len(), 1, "{result:?}");
+    assert_eq!(result.refused_evidence[0].item, format!("tool-call:{cited}"));
+    assert!(result.refused_evidence[0].reason.contains(reason), "{result:?}");
+    assert_eq!(result.finding_status, FindingStatus::Inconclusive, "suspected is lowered: nothing backs it");
+    assert_eq!(result.status_downgrade.map(|d| d.from), Some(FindingStatus::Suspected));
 }
 
 #[tokio::test]
-async fn evidence_naming_a_failed_call_is_rejected() {
-    let error =
-        investigate(|ids| vec![format!("tool-call:{}", ids[2])]).await.expect_err("a failed call is no evidence");
-    assert!(error.contains("investigation result rejected") && error.contains("successful"), "{error}");
+async fn evidence_naming_a_failed_call_is_refused() {
+    assert_refused(|ids| vec![format!("tool-call:{}", ids[2])], "call-2", "names no successful tool call").await;
 }
 
 #[tokio::test]
-async fn evidence_naming_the_plan_submission_is_rejected() {
-    let error = investigate(|_| vec!["tool-call:call_akritas_investigation_plan".into()])
-        .await
-        .expect_err("the plan submission is no evidence");
-    assert!(error.contains("investigation result rejected"), "{error}");
+async fn evidence_naming_the_plan_submission_is_refused() {
+    let plan = "call_akritas_investigation_plan";
+    assert_refused(|ids| vec![format!("tool-call:{}", ids[0])], plan, "names no successful tool call").await;
 }
 
 #[tokio::test]
-async fn evidence_naming_a_model_chosen_call_id_is_rejected() {
-    let error =
-        investigate(|_| vec!["tool-call:call_zz9".into()]).await.expect_err("the model's own call id is no evidence");
-    assert!(error.contains("investigation result rejected"), "{error}");
+async fn evidence_naming_a_model_chosen_call_id_is_refused() {
+    assert_refused(|_| vec!["tool-call:call_zz9".into()], "call_zz9", "names no successful tool call").await;
 }
 
 #[tokio::test]

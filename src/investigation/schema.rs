@@ -125,4 +125,17 @@ mod tests {
         assert!(none.is_valid(&result(json!([]))));
         assert!(!none.is_valid(&result(json!([{"call": "call-3", "value": "x"}]))));
     }
+
+    #[test]
+    fn the_shipped_instructions_name_exactly_the_statuses_the_schema_accepts() {
+        let instructions = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/instructions/SYSTEM.md"));
+        let statuses = result_schema()["properties"]["finding_status"]["enum"].clone();
+        let statuses: Vec<&str> = statuses.as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        let named = instructions.split("finding status (").nth(1).and_then(|rest| rest.split(')').next()).unwrap();
+        let named: Vec<&str> = named.split(';').filter_map(|part| part.trim().split(':').next()).collect();
+        assert_eq!(named, statuses, "SYSTEM.md names the statuses the schema accepts, in its order");
+        for retired in ["likely", "not a problem"] {
+            assert!(!instructions.contains(retired), "SYSTEM.md still names {retired:?}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::chat::{MATTERMOST_LIMIT, TELEGRAM_LIMIT, mattermost_escape};
-use crate::investigation::{Actionability, Confidence, EvidenceCoverage, FindingStatus};
+use crate::investigation::{Actionability, Confidence, EvidenceCoverage, FindingStatus, StatusDowngrade};
 use crate::severity::Severity;
 use crate::text::truncate_chars;
 
@@ -72,6 +72,12 @@ pub struct Notification {
     /// Evidence items with a quoted value the host verified, of all claims.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<EvidenceCoverage>,
+    /// Evidence items the host could not verify and left out (the items stay in the Run).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_evidence: u32,
+    /// The finding the model submitted, when its evidence did not back it, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_downgrade: Option<StatusDowngrade>,
     /// Always 0 for a validated investigation.
     pub production_writes: u64,
 }
@@ -84,6 +90,10 @@ pub fn run_url(public_url: Option<&str>, run_id: &str) -> Option<String> {
         return None;
     }
     Some(format!("{base}/runs/{run_id}"))
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Collapses every whitespace run to one space, trims, and neutralises `@`.
@@ -142,6 +152,12 @@ fn render(n: &Notification, value: impl Fn(&str) -> String) -> String {
     lines.push(format!("Evidence items: {}", n.evidence_count));
     if let Some(coverage) = &n.evidence_coverage {
         lines.push(format!("Evidence coverage: {} with a verified quote", coverage.describe()));
+    }
+    if n.refused_evidence > 0 {
+        lines.push(format!("Evidence refused: {} item(s) the host could not verify", n.refused_evidence));
+    }
+    if let Some(downgrade) = &n.status_downgrade {
+        lines.push(format!("Finding lowered from {}: {}", downgrade.from.as_str(), value(&downgrade.reason)));
     }
     lines.push(format!("Production writes: {}", n.production_writes));
     lines.join("\n")
@@ -467,6 +483,8 @@ mod tests {
             recommended_actions: vec!["scale up".into(), "  ".into()],
             evidence_count: 3,
             evidence_coverage: Some(EvidenceCoverage { claims: 3, verified: 2, ratio: 2.0 / 3.0, backs_status: true }),
+            refused_evidence: 0,
+            status_downgrade: None,
             production_writes: 0,
         }
     }

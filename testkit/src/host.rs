@@ -324,6 +324,8 @@ pub fn sample_notification() -> akritas::notify::Notification {
         recommended_actions: vec!["Scale `api` to 4 replicas".into()],
         evidence_count: 5,
         evidence_coverage: None,
+        refused_evidence: 0,
+        status_downgrade: None,
         production_writes: 0,
     }
 }

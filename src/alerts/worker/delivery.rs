@@ -79,6 +79,8 @@ pub fn notification(
         recommended_actions: result.recommended_actions.clone(),
         evidence_count: u32::try_from(result.evidence.len()).unwrap_or(u32::MAX),
         evidence_coverage: result.evidence_coverage,
+        refused_evidence: u32::try_from(result.refused_evidence.len()).unwrap_or(u32::MAX),
+        status_downgrade: result.status_downgrade.clone(),
         production_writes: result.production_writes,
     }
 }
