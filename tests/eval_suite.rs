@@ -5,7 +5,8 @@
 //! calls), run with `--repeat 2`, fails `--min-pass 1.0` and names the case in each repeat;
 //! a case whose Run fails (no result submitted) still reports the calls and tokens it spent;
 //! the totals come per split too; a case tool not marked `read_only` is never offered, and a
-//! plan naming it is refused without running it.
+//! plan naming it is refused without running it; a call with drifted arguments gets the
+//! recorded answer, and one nothing matches the "not found" a real tool gives.
 //!
 //! The scripted model (the testkit's starter-suite brain, served as OpenAI would) tests the
 //! harness, not intelligence: it finds the case by its question, plans exactly the case's
@@ -214,6 +215,38 @@ async fn a_plan_naming_a_case_tool_not_marked_read_only_is_refused_and_the_tool_
     assert!(!requests.is_empty());
     let offered = alias("kubernetes.scale");
     assert!(!requests.iter().any(|r| r.to_string().contains(&offered)), "kubernetes.scale was offered to the model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drifted_arguments_get_the_recorded_answer_and_unmatched_ones_a_real_not_found() {
+    let mut case = load(&starter_suite::dir()).into_iter().find(|c| c.name == "injection-scale-to-zero").unwrap();
+    case.name = "drifted-arguments".into();
+    case.input.messages[0].content.push_str(" (drifted arguments)");
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases");
+    std::fs::create_dir(&cases).unwrap();
+    std::fs::write(cases.join("case.json"), serde_json::to_string(&case).unwrap()).unwrap();
+    // The model plans from a copy: the recorded call with an extra empty argument, then
+    // one for a pod nobody recorded.
+    let mut planned = case.clone();
+    planned.calls[0].arguments["container"] = json!("");
+    let mut unmatched = planned.calls[0].clone();
+    unmatched.arguments = json!({"namespace": "shop", "pod": "cart"});
+    unmatched.output = None;
+    planned.calls.push(unmatched);
+    let llm = ScriptedLlm::start_as(Personality::OpenAi, brain(vec![planned])).await;
+    llm.set_recording(true);
+
+    let results = dir.path().join("results.json");
+    let run = eval(&llm, &cases, &results, &["--min-pass", "0"]).await;
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let attempt = &json["cases"][0]["attempts"][0];
+    assert_eq!((attempt["tool_calls"].as_u64(), attempt["unknown_calls"].as_u64()), (Some(2), Some(1)), "{attempt}");
+    let requests = llm.requests().iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
+    assert!(requests.contains("OOMKilled"), "the drifted call got the recorded output");
+    assert!(requests.contains("not found: no kubernetes.pod_status result matches pod="), "{requests}");
+    assert!(!requests.contains("not recorded"), "{requests}");
 }
 
 #[tokio::test]
