@@ -2,8 +2,9 @@
 //! `GET /api/v1/runs/{id}/export` replays on the same scripted model with the same
 //! tool calls and answer, tools answered from the recording (the real tools are not
 //! called again); a changed SKILL.md changes the plan, the extra call is answered
-//! "not found", as a real tool with no data would, and counted, and both the case and the outcome name the skill
-//! version that ran. Another tenant's key cannot export the Run.
+//! "not found", as a real tool with no data would, and counted, and both the case
+//! and the outcome name the skill version that ran. The export is case version 2
+//! with every tool read-only. Another tenant's key cannot export the Run.
 
 use akritas_testkit as support;
 
@@ -60,8 +61,7 @@ fn model(_: usize, request: &Value) -> Step {
         .collect();
     let long_query = results.iter().any(|r| r.contains("1820"));
     let unanswered = results.iter().filter(|r| r.contains("not found: no data: linux.processes")).count();
-    let answer =
-        format!("db-7: {} tool results, {unanswered} not found; long query seen: {long_query}", results.len());
+    let answer = format!("db-7: {} tool results, {unanswered} not found; long query seen: {long_query}", results.len());
     Step::from(Reply::Content(answer))
 }
 

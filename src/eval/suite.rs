@@ -370,10 +370,14 @@ mod tests {
             evidence_coverage: Some(coverage),
             ..attempt(PlanStep::Accepted, ResultStep::Accepted)
         };
-        let in_split = |split: Option<&str>, report: CaseReport| CaseReport { split: split.map(str::to_string), ..report };
+        let in_split =
+            |split: Option<&str>, report: CaseReport| CaseReport { split: split.map(str::to_string), ..report };
         let reports = vec![
             in_split(Some("train"), case("a", vec![passing(1.0), passing(0.5)])),
-            in_split(Some("held_out"), case("b", vec![passing(1.0), attempt(PlanStep::Missing, ResultStep::NotReached)])),
+            in_split(
+                Some("held_out"),
+                case("b", vec![passing(1.0), attempt(PlanStep::Missing, ResultStep::NotReached)]),
+            ),
             in_split(Some("train"), case("c", vec![attempt(PlanStep::Accepted, ResultStep::Rejected)])),
             in_split(None, case("d", vec![passing(0.0), passing(0.0)])),
         ];

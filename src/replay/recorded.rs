@@ -144,7 +144,8 @@ impl Recording {
 /// in the schema's `required`).
 fn covers(arguments: &Value, recorded: &Map<String, Value>, required: &BTreeSet<String>) -> bool {
     let Some(given) = arguments.as_object() else { return false };
-    let equal = |key: &String, value: &Value| given.get(key).is_some_and(|v| canonical_json(v) == canonical_json(value));
+    let equal =
+        |key: &String, value: &Value| given.get(key).is_some_and(|v| canonical_json(v) == canonical_json(value));
     recorded.iter().all(|(key, value)| equal(key, value))
         && given.iter().filter(|(key, _)| !recorded.contains_key(*key)).all(|(key, value)| {
             let empty = match value {
