@@ -321,7 +321,8 @@ pub fn read_text(path: &std::path::Path) -> Result<String, String> {
 }
 
 impl Case {
-    /// Reads a case from JSON or YAML text and checks its bounds.
+    /// Reads a case from JSON or YAML text and checks its bounds; an exported version 1
+    /// case (it has an `origin`) reads as version 2 with every tool read-only.
     pub fn parse(text: &str) -> Result<Case, CaseError> {
         if text.len() > MAX_CASE_BYTES {
             return Err(CaseError::TooLarge(text.len()));
