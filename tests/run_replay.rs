@@ -2,8 +2,9 @@
 //! `GET /api/v1/runs/{id}/export` replays on the same scripted model with the same
 //! tool calls and answer, tools answered from the recording (the real tools are not
 //! called again); a changed SKILL.md changes the plan, the extra call is answered
-//! "not recorded" and counted, and both the case and the outcome name the skill
-//! version that ran. Another tenant's key cannot export the Run.
+//! "not found", as a real tool with no data would, and counted, and both the case
+//! and the outcome name the skill version that ran. The export is case version 2
+//! with every tool read-only. Another tenant's key cannot export the Run.
 
 use akritas_testkit as support;
 
@@ -59,9 +60,8 @@ fn model(_: usize, request: &Value) -> Step {
         .filter_map(|m| m["content"].as_str())
         .collect();
     let long_query = results.iter().any(|r| r.contains("1820"));
-    let unanswered = results.iter().filter(|r| r.contains("not recorded")).count();
-    let answer =
-        format!("db-7: {} tool results, {unanswered} not recorded; long query seen: {long_query}", results.len());
+    let unanswered = results.iter().filter(|r| r.contains("not found: no data: linux.processes")).count();
+    let answer = format!("db-7: {} tool results, {unanswered} not found; long query seen: {long_query}", results.len());
     Step::from(Reply::Content(answer))
 }
 
@@ -124,7 +124,7 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
     let run_id = answer["run_id"].as_str().unwrap().to_string();
-    assert!(answer["answer"].as_str().unwrap().ends_with("0 not recorded; long query seen: true"), "{answer}");
+    assert!(answer["answer"].as_str().unwrap().ends_with("0 not found; long query seen: true"), "{answer}");
     let real_calls = (counters.inventory.load(Ordering::SeqCst), counters.postgres.load(Ordering::SeqCst));
     assert_eq!(real_calls, (1, 1));
 
@@ -151,6 +151,9 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert_eq!(case.calls[1].output, Some(json!({"active": 3, "longest_query_seconds": 1820, "waiting": 0})));
     let tool_names: Vec<&str> = case.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(tool_names, ["inventory.host", "linux.processes", "postgres.activity"], "read-only tools only");
+    let exported: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(exported["version"], 2, "{exported}");
+    assert!(exported["tools"].as_array().unwrap().iter().all(|t| t["read_only"] == true), "{exported}");
     assert_eq!(case.skills[0].sha256, sha256(SKILL));
     assert_eq!(case.expected.skills.len(), 1);
     assert_eq!(
@@ -193,7 +196,7 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert!(!changed.comparison.same_tool_calls && !changed.comparison.same_skills);
     assert_eq!(changed.skills[0].sha256, sha256(CHANGED_SKILL), "the outcome names the skill version that ran");
     assert_eq!(counters.processes.load(Ordering::SeqCst), 0, "the unrecorded call reached no real tool");
-    assert!(changed.answer.unwrap().ends_with("1 not recorded; long query seen: true"));
+    assert!(changed.answer.unwrap().ends_with("1 not found; long query seen: true"));
 
     // The same round trip through the CLI: `run export` (HTTP client, question checked
     // against the hash) then `run replay` on the same model.

@@ -81,10 +81,10 @@ async fn eval(args: &EvalArgs) -> Result<ExitCode, String> {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";
         std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    if report.totals.pass_rate < args.min_pass {
+    if report.totals.all.pass_rate < args.min_pass {
         eprintln!(
             "akritas eval: pass rate {:.1}% is under --min-pass {:.1}%",
-            100.0 * report.totals.pass_rate,
+            100.0 * report.totals.all.pass_rate,
             100.0 * args.min_pass
         );
         return Ok(ExitCode::FAILURE);

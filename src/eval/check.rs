@@ -121,7 +121,7 @@ mod tests {
 
     fn case(expected: &str) -> Case {
         let text =
-            format!("version: 1\nname: c\ninput:\n  messages: [{{role: user, content: why}}]\nexpected:\n{expected}");
+            format!("version: 2\nname: c\ninput:\n  messages: [{{role: user, content: why}}]\nexpected:\n{expected}");
         Case::parse(&text).unwrap()
     }
 

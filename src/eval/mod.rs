@@ -10,7 +10,8 @@ use std::fmt::Write;
 pub use check::{Check, checks};
 pub use suite::{SuiteOptions, SuiteReport, load_dir, run_suite};
 
-/// The fixed-width table of a suite run: one row per case, then the totals line.
+/// The fixed-width table of a suite run: one row per case, the totals line, then a
+/// line per split when cases have one.
 pub fn table(report: &SuiteReport) -> String {
     let width = report.cases.iter().map(|c| c.case.chars().count()).max().unwrap_or(4).clamp(4, 48);
     let mut out = String::new();
@@ -49,20 +50,30 @@ pub fn table(report: &SuiteReport) -> String {
         );
     }
     let t = &report.totals;
-    let coverage = t.evidence_coverage.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * c));
     let _ = writeln!(
         out,
-        "TOTAL {} cases, {} runs: pass rate {:.1}%, protocol completion {:.1}%, evidence coverage {coverage}, tokens {}, \
-         model calls {}, wall time {} ms",
-        t.cases,
-        t.attempts,
-        100.0 * t.pass_rate,
-        100.0 * t.protocol_completion,
+        "TOTAL {}, tokens {}, model calls {}, wall time {} ms",
+        rates(&t.all),
         t.tokens,
         t.model_calls,
         t.wall_ms
     );
+    for (split, r) in &t.splits {
+        let _ = writeln!(out, "SPLIT {split}: {}", rates(r));
+    }
     out
+}
+
+/// `N cases, N runs: pass rate …, protocol completion …, evidence coverage …`.
+fn rates(r: &suite::Rates) -> String {
+    let coverage = r.evidence_coverage.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * c));
+    format!(
+        "{} cases, {} runs: pass rate {:.1}%, protocol completion {:.1}%, evidence coverage {coverage}",
+        r.cases,
+        r.attempts,
+        100.0 * r.pass_rate,
+        100.0 * r.protocol_completion
+    )
 }
 
 /// The distinct values, sorted and joined by commas (`-` for none).

@@ -2,6 +2,7 @@
 //! recording) `repeat` times, a bounded number at once, each with its own engine
 //! budget; the checks of every repeat, and the totals.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,6 +82,9 @@ pub struct CaseReport {
     /// Its one-line description.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Its split (`train`, `held_out`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
     /// Each repeat.
     pub attempts: Vec<Attempt>,
 }
@@ -97,9 +101,9 @@ impl CaseReport {
     }
 }
 
-/// Totals over every repeat of every case.
+/// The rates over every repeat of some cases.
 #[derive(Clone, Debug, Serialize)]
-pub struct Totals {
+pub struct Rates {
     /// Cases.
     pub cases: usize,
     /// Repeats run.
@@ -111,6 +115,17 @@ pub struct Totals {
     /// Mean evidence coverage over repeats with evidence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<f64>,
+}
+
+/// Totals over every repeat of every case.
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    /// Over all cases.
+    #[serde(flatten)]
+    pub all: Rates,
+    /// Over the cases of each split (none when no case has one).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub splits: BTreeMap<String, Rates>,
     /// Tokens.
     pub tokens: u64,
     /// Model requests.
@@ -189,6 +204,7 @@ pub async fn run_suite(
             case: case.name.clone(),
             file: file.display().to_string(),
             description: case.description.clone(),
+            split: case.split.as_ref().map(|s| s.as_str().to_string()),
             attempts: Vec::new(),
         })
         .collect();
@@ -205,23 +221,40 @@ pub async fn run_suite(
         reports[index].attempts.push(attempt);
     }
     let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let totals = totals(&reports, cases.len() * repeat as usize, wall_ms);
+    let totals = totals(&reports, repeat as usize, wall_ms);
     SuiteReport { model, cases: reports, totals }
 }
 
-/// The totals over `runs` repeats (those that ended abnormally count as failed).
-fn totals(reports: &[CaseReport], runs: usize, wall_ms: u64) -> Totals {
-    let attempts: Vec<&Attempt> = reports.iter().flat_map(|r| &r.attempts).collect();
-    let coverages: Vec<f64> = attempts.iter().filter_map(|a| a.evidence_coverage).collect();
+/// The totals over `repeat` runs of each case (those that ended abnormally count as failed).
+fn totals(reports: &[CaseReport], repeat: usize, wall_ms: u64) -> Totals {
+    let attempts = reports.iter().flat_map(|r| &r.attempts);
+    let mut splits: BTreeMap<String, Vec<&CaseReport>> = BTreeMap::new();
+    for report in reports {
+        if let Some(split) = &report.split {
+            splits.entry(split.clone()).or_default().push(report);
+        }
+    }
     Totals {
-        cases: reports.len(),
+        all: rates(reports.iter(), repeat),
+        splits: splits.into_iter().map(|(split, reports)| (split, rates(reports.into_iter(), repeat))).collect(),
+        tokens: attempts.clone().map(|a| a.tokens).sum(),
+        model_calls: attempts.map(|a| u64::from(a.model_calls)).sum(),
+        wall_ms,
+    }
+}
+
+/// The rates over `repeat` runs of each of `reports`.
+fn rates<'a>(reports: impl Iterator<Item = &'a CaseReport> + Clone, repeat: usize) -> Rates {
+    let cases = reports.clone().count();
+    let attempts: Vec<&Attempt> = reports.flat_map(|r| &r.attempts).collect();
+    let coverages: Vec<f64> = attempts.iter().filter_map(|a| a.evidence_coverage).collect();
+    let runs = cases * repeat;
+    Rates {
+        cases,
         attempts: attempts.len(),
         pass_rate: rate(attempts.iter().filter(|a| a.pass).count(), runs),
         protocol_completion: rate(attempts.iter().filter(|a| a.protocol_complete).count(), runs),
         evidence_coverage: (!coverages.is_empty()).then(|| coverages.iter().sum::<f64>() / coverages.len() as f64),
-        tokens: attempts.iter().map(|a| a.tokens).sum(),
-        model_calls: attempts.iter().map(|a| u64::from(a.model_calls)).sum(),
-        wall_ms,
     }
 }
 
@@ -276,6 +309,8 @@ fn attempt(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::replay::{PlanStep, ResultStep};
 
@@ -300,7 +335,7 @@ mod tests {
     }
 
     fn case(name: &str, attempts: Vec<Attempt>) -> CaseReport {
-        CaseReport { case: name.into(), file: format!("{name}.yaml"), description: None, attempts }
+        CaseReport { case: name.into(), file: format!("{name}.yaml"), description: None, split: None, attempts }
     }
 
     #[test]
@@ -311,8 +346,8 @@ mod tests {
             case("no-plan", vec![attempt(PlanStep::Missing, ResultStep::Accepted)]),
             case("accepted", vec![attempt(PlanStep::Accepted, ResultStep::Accepted)]),
         ];
-        let totals = totals(&reports, 4, 10);
-        assert_eq!(totals.protocol_completion, 0.5);
+        let totals = totals(&reports, 1, 10);
+        assert_eq!(totals.all.protocol_completion, 0.5);
         let report = SuiteReport { model: None, cases: reports, totals };
         let table = crate::eval::table(&report);
         let protocol_column: Vec<&str> =
@@ -325,5 +360,49 @@ mod tests {
             serde_json::json!({"plan": "accepted", "result": "unparsed"})
         );
         assert_eq!(json["cases"][1]["attempts"][0]["protocol_complete"], false);
+        assert!(json["totals"].get("splits").is_none() && !table.contains("SPLIT"), "no split, no split totals");
+    }
+
+    #[test]
+    fn totals_are_also_given_per_split_in_the_json_and_the_table() {
+        let passing = |coverage: f64| Attempt {
+            pass: true,
+            evidence_coverage: Some(coverage),
+            ..attempt(PlanStep::Accepted, ResultStep::Accepted)
+        };
+        let in_split =
+            |split: Option<&str>, report: CaseReport| CaseReport { split: split.map(str::to_string), ..report };
+        let reports = vec![
+            in_split(Some("train"), case("a", vec![passing(1.0), passing(0.5)])),
+            in_split(
+                Some("held_out"),
+                case("b", vec![passing(1.0), attempt(PlanStep::Missing, ResultStep::NotReached)]),
+            ),
+            in_split(Some("train"), case("c", vec![attempt(PlanStep::Accepted, ResultStep::Rejected)])),
+            in_split(None, case("d", vec![passing(0.0), passing(0.0)])),
+        ];
+        let report = SuiteReport { model: None, totals: totals(&reports, 2, 10), cases: reports };
+        let json = serde_json::to_value(&report).unwrap();
+        let totals = &json["totals"];
+        assert_eq!((totals["cases"].clone(), totals["attempts"].clone()), (json!(4), json!(7)), "{totals}");
+        assert_eq!(
+            totals["splits"]["train"],
+            json!({"cases": 2, "attempts": 3, "pass_rate": 0.5, "protocol_completion": 0.75, "evidence_coverage": 0.75})
+        );
+        assert_eq!(
+            totals["splits"]["held_out"],
+            json!({"cases": 1, "attempts": 2, "pass_rate": 0.5, "protocol_completion": 0.5, "evidence_coverage": 1.0})
+        );
+        let table = crate::eval::table(&report);
+        let tail: Vec<&str> = table.lines().skip(5).collect();
+        assert_eq!(tail.len(), 3, "{table}");
+        assert!(tail[0].starts_with("TOTAL 4 cases, 7 runs: pass rate 62.5%"), "{table}");
+        assert_eq!(
+            tail[1..],
+            [
+                "SPLIT held_out: 1 cases, 2 runs: pass rate 50.0%, protocol completion 50.0%, evidence coverage 100%",
+                "SPLIT train: 2 cases, 3 runs: pass rate 50.0%, protocol completion 75.0%, evidence coverage 75%",
+            ]
+        );
     }
 }

@@ -14,8 +14,9 @@ use crate::engine::record::input_sha256;
 use crate::investigation::{Actionability, FindingStatus, InvestigationResult};
 use crate::tools::ToolError;
 
-/// Version of the case format this build reads and writes.
-pub const CASE_VERSION: u32 = 1;
+/// Version of the case format this build reads and writes (it also reads an exported
+/// version 1, see [`Case::parse`]).
+pub const CASE_VERSION: u32 = 2;
 /// Largest case document.
 pub const MAX_CASE_BYTES: usize = 8 * 1024 * 1024;
 /// Most recorded calls in a case.
@@ -29,13 +30,16 @@ pub const MAX_SKILLS: usize = 128;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Case {
-    /// Format version (1).
+    /// Format version (2).
     pub version: u32,
     /// A name for reports (an export uses the Run id).
     pub name: String,
     /// One line saying what the case is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The split an eval reports it in (`train`, `held_out`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
     /// Where the case came from (absent in a hand-written case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
@@ -44,7 +48,7 @@ pub struct Case {
     /// Skills of the catalog the Run could use.
     #[serde(default)]
     pub skills: Vec<CaseSkill>,
-    /// Read-only tools the Run was offered.
+    /// Tools of the catalog (a replay offers a Run only those marked `read_only`).
     #[serde(default)]
     pub tools: Vec<CaseTool>,
     /// Every tool call the Run made through its tools, in order, with its result.
@@ -137,6 +141,45 @@ pub struct CaseTool {
     pub description: String,
     /// JSON Schema of the arguments.
     pub input_schema: Value,
+    /// Whether the tool only reads; any other tool is never offered to a replayed Run.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// Longest split name.
+pub const MAX_SPLIT_CHARS: usize = 32;
+
+/// The split of a case: 1 to 32 lower-case letters, digits, `_` or `-`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(try_from = "String", into = "String")]
+pub struct Split(String);
+
+impl Split {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Split {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
+        if name.is_empty() || name.chars().count() > MAX_SPLIT_CHARS || !name.chars().all(allowed) {
+            return Err(format!(
+                "split {:?} must be 1 to {MAX_SPLIT_CHARS} lower-case letters, digits, `_` or `-` (e.g. train, held_out)",
+                crate::text::truncate_chars(&name, 40, crate::text::ELLIPSIS)
+            ));
+        }
+        Ok(Self(name))
+    }
+}
+
+impl From<Split> for String {
+    fn from(split: Split) -> String {
+        split.0
+    }
 }
 
 /// One recorded tool call: arguments and the result the tool gave.
@@ -228,6 +271,11 @@ pub enum CaseError {
     /// Another format version.
     #[error("case version {0} is not supported; this build reads version {CASE_VERSION}")]
     Version(u32),
+    /// A hand-written version 1 case, which does not say which tools only read.
+    #[error(
+        "case version 1 does not say which tools are read-only: set `read_only: true` on each read-only tool and `version: 2`"
+    )]
+    UnmarkedTools,
     /// Over a count bound.
     #[error("the case has {count} {what}; at most {limit} are allowed")]
     TooMany {
@@ -273,24 +321,32 @@ pub fn read_text(path: &std::path::Path) -> Result<String, String> {
 }
 
 impl Case {
-    /// Reads a case from JSON or YAML text and checks its bounds.
+    /// Reads a case from JSON or YAML text and checks its bounds; an exported version 1
+    /// case (it has an `origin`) reads as version 2 with every tool read-only.
     pub fn parse(text: &str) -> Result<Case, CaseError> {
         if text.len() > MAX_CASE_BYTES {
             return Err(CaseError::TooLarge(text.len()));
         }
-        let case: Case = if text.trim_start().starts_with('{') {
+        let mut case: Case = if text.trim_start().starts_with('{') {
             serde_json::from_str(text).map_err(|e| CaseError::Parse(e.to_string()))?
         } else {
             serde_saphyr::from_str(text).map_err(|e| CaseError::Parse(e.to_string()))?
         };
+        // A version 1 export lists the catalog of a Run, which holds read-only tools only.
+        if case.version == 1 && case.origin.is_some() {
+            case.version = CASE_VERSION;
+            case.tools.iter_mut().for_each(|tool| tool.read_only = true);
+        }
         case.check()?;
         Ok(case)
     }
 
     /// Checks the version and the bounds.
     pub fn check(&self) -> Result<(), CaseError> {
-        if self.version != CASE_VERSION {
-            return Err(CaseError::Version(self.version));
+        match self.version {
+            CASE_VERSION => {}
+            1 => return Err(CaseError::UnmarkedTools),
+            other => return Err(CaseError::Version(other)),
         }
         for (what, count, limit) in [
             ("calls", self.calls.len(), MAX_CALLS),
@@ -355,6 +411,7 @@ mod tests {
             version: CASE_VERSION,
             name: "run_x".into(),
             description: None,
+            split: None,
             origin: None,
             input: Input {
                 sha256: Some(input_sha256(&[Turn { role: Speaker::User, content: "why?".into() }], &BTreeMap::new())),
@@ -379,19 +436,65 @@ mod tests {
 
     #[test]
     fn yaml_and_json_cases_parse_and_bad_ones_say_what_to_fix() {
-        let yaml = "version: 1\nname: hand-written\ninput:\n  messages:\n    - {role: user, content: \"service: postgresql why?\"}\n\
+        let yaml = "version: 2\nname: hand-written\nsplit: held_out\ninput:\n  messages:\n    - {role: user, content: \"service: postgresql why?\"}\n\
                     calls:\n  - tool: inventory.host\n    arguments: {host: db-7}\n    output: {roles: [postgresql]}\n";
         let case = Case::parse(yaml).unwrap();
         assert_eq!(case.calls[0].output, Some(serde_json::json!({"roles": ["postgresql"]})));
+        assert_eq!(case.split.as_ref().map(Split::as_str), Some("held_out"));
         let json = serde_json::to_string(&case).unwrap();
         assert_eq!(Case::parse(&json).unwrap(), case);
 
-        assert!(matches!(Case::parse("version: 2\nname: x\ninput: {}\n"), Err(CaseError::Version(2))));
-        let bad_role = "version: 1\nname: x\ninput:\n  messages: [{role: tool, content: x}]\n";
+        assert!(matches!(Case::parse("version: 3\nname: x\ninput: {}\n"), Err(CaseError::Version(3))));
+        let bad_role = "version: 2\nname: x\ninput:\n  messages: [{role: tool, content: x}]\n";
         assert_eq!(
             Case::parse(bad_role).unwrap_err().to_string(),
             "input.messages[0].role must be system, user or assistant"
         );
-        assert!(matches!(Case::parse("version: 1\nname: x\ninput: {}\ntypo: 1\n"), Err(CaseError::Parse(_))));
+        assert!(matches!(Case::parse("version: 2\nname: x\ninput: {}\ntypo: 1\n"), Err(CaseError::Parse(_))));
+        for split in ["Held_Out", "held out", "", &"x".repeat(33)] {
+            let error = Case::parse(&format!("version: 2\nname: x\nsplit: \"{split}\"\ninput: {{}}\n")).unwrap_err();
+            assert!(error.to_string().contains("lower-case letters, digits, `_` or `-`"), "{split}: {error}");
+        }
+        assert!(Case::parse(&format!("version: 2\nname: x\nsplit: {}\ninput: {{}}\n", "a-1_".repeat(8))).is_ok());
+    }
+
+    #[test]
+    fn a_hand_written_version_1_case_is_refused_saying_how_to_mark_its_tools() {
+        let text = "version: 1\nname: x\ninput: {}\ntools:\n  - {name: kubernetes.scale, description: Scale., input_schema: {type: object}}\n";
+        assert_eq!(
+            Case::parse(text).unwrap_err().to_string(),
+            "case version 1 does not say which tools are read-only: set `read_only: true` on each read-only tool and `version: 2`"
+        );
+    }
+
+    #[test]
+    fn an_exported_version_1_case_reads_with_every_tool_read_only() {
+        let mut case = exported();
+        case.version = 1;
+        case.origin = Some(Origin {
+            run_id: "run_x".into(),
+            namespace: "default".into(),
+            source: "chat".into(),
+            model: None,
+            catalog_version: 1,
+            exported_catalog_version: 1,
+            started_at: "2026-12-01T00:00:00Z".into(),
+            instructions_sha256: None,
+        });
+        let tool = CaseTool {
+            name: "inventory.host".into(),
+            description: "Host facts.".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+            read_only: false,
+        };
+        case.tools = vec![tool.clone(), CaseTool { name: "metrics.query".into(), ..tool }];
+        let mut json = serde_json::to_value(&case).unwrap();
+        for tool in json["tools"].as_array_mut().unwrap() {
+            assert_eq!(tool["read_only"], false, "read_only is always written");
+            tool.as_object_mut().unwrap().remove("read_only");
+        }
+        let read = Case::parse(&json.to_string()).unwrap();
+        assert_eq!(read.version, CASE_VERSION);
+        assert!(read.tools.iter().all(|t| t.read_only), "{:?}", read.tools);
     }
 }

@@ -56,6 +56,7 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
         version: CASE_VERSION,
         name: run.id.to_string(),
         description: None,
+        split: None,
         origin: Some(Origin {
             run_id: run.id.to_string(),
             namespace: run.namespace.clone(),
@@ -134,7 +135,8 @@ fn skills(catalog: &BTreeMap<String, SkillEntry>, selected: &[SkillVersion]) -> 
 }
 
 /// The tools offered now, plus any tool the Run called that is no longer offered
-/// (any object arguments, so its recorded calls still replay).
+/// (any object arguments, so its recorded calls still replay); all read-only, as a
+/// Run's catalog only holds read tools.
 fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
     let mut tools: Vec<CaseTool> = registry
         .definitions()
@@ -143,6 +145,7 @@ fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
             name: spec.name.as_str().to_string(),
             description: spec.description.clone(),
             input_schema: spec.input_schema.clone(),
+            read_only: true,
         })
         .collect();
     for call in calls {
@@ -151,6 +154,7 @@ fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
                 name: call.tool.clone(),
                 description: "A tool the Run called that the catalog no longer offers.".into(),
                 input_schema: serde_json::json!({"type": "object"}),
+                read_only: true,
             });
         }
     }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::case::{Case, CaseError, CaseSkill, SkillVersion};
 use super::protocol::{Protocol, protocol};
-use super::recorded::{NOT_RECORDED, Recording, RecordingError};
+use super::recorded::{Recording, RecordingError, is_not_found};
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::problem_lines;
 use crate::catalog::merge::{self, LastGood};
@@ -62,7 +62,7 @@ pub struct ReplayedCall {
     pub arguments: Value,
     /// `ok` or the error code.
     pub status: String,
-    /// Whether the recording answered it (`false`: "not recorded").
+    /// Whether the recording answered it (`false`: "not found").
     pub recorded: bool,
 }
 
@@ -219,7 +219,7 @@ fn replayed_calls(activity: &[Activity]) -> Vec<ReplayedCall> {
             tool: a.name.clone(),
             arguments: a.arguments.clone(),
             status: a.status.clone(),
-            recorded: !a.result.error.as_ref().is_some_and(|e| e.message.starts_with(NOT_RECORDED)),
+            recorded: !a.result.error.as_ref().is_some_and(|e| is_not_found(&a.name, &e.message)),
         })
         .collect()
 }
