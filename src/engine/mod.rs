@@ -3,6 +3,7 @@
 //! sit beside the steps of a Run, its audit bookkeeping and the structuring call.
 
 pub mod budget;
+mod bare_calls;
 pub(crate) mod context;
 pub mod conversation;
 pub(crate) mod fit;

@@ -75,14 +75,12 @@ pub async fn plan(
             Ok(plan) => {
                 state.plan_error = None;
                 state.gaps = plan.gaps;
-                push_plan_turns(state, submitted, id, text);
                 return Ok(plan.checks);
             }
             Err(error) => error,
         };
         if attempt == MAX_PLAN_ATTEMPTS || !room_for_repair(state, investigate) {
             state.plan_error = Some(error.to_string());
-            push_plan_turns(state, submitted, id, text);
             return Ok(Vec::new());
         }
         messages.push(Message::assistant(raw_arguments.clone()));
@@ -105,13 +103,6 @@ fn plan_call_id(attempt: usize) -> String {
 /// investigation, the result) a model call each and the checks a tool call.
 fn room_for_repair(state: &RunState<'_>, investigate: bool) -> bool {
     state.budget.model_calls_left() >= 2 + u32::from(investigate) && state.budget.tool_calls_left() >= 2
-}
-
-/// The conversation keeps the plan the host settled on (or refused last) and its result.
-fn push_plan_turns(state: &mut RunState<'_>, mut call: crate::llm::ToolCall, id: String, text: String) {
-    call.id = id.clone();
-    state.history.push(Message::assistant_tool_calls(vec![call]));
-    state.history.push(Message::tool(id, text));
 }
 
 /// Each execution tool's host name and input schema, for the plan schema.

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use super::bare_calls;
 use super::conversation::{Speaker, Turn};
 use super::knowledge_tools;
 use super::planning;
@@ -69,14 +70,25 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // The execution catalog: authorized read-only tools plus this Run's knowledge tools.
     let execution = execution_registry(inputs, &state.skills)?;
 
-    // Forced planning, then every planned check.
+    // Forced planning, then every planned check. The conversation carries the checks as the
+    // assistant's own calls under the host's ids, each followed by its result: the form a model
+    // trained on tool calls reads results in (the plan submission itself is left out: a small
+    // model shown it submits the plan again as its answer).
     if state.budget.tool_calls_left() > 0 {
         let checks = planning::plan(state, &execution, &question, &retrieved, request.investigate).await?;
         let planned = checks.iter().map(|check| check.tool.to_string()).collect();
         state.report(RunProgress::Plan { checks: planned }).await;
+        let at = state.history.len();
+        let mut calls = Vec::with_capacity(checks.len());
         for check in checks {
-            let result = state.execute_tool(&execution, &check.tool, &check.arguments.to_string(), None).await?;
+            let arguments = check.arguments.to_string();
+            let result = state.execute_tool(&execution, &check.tool, &arguments, None).await?;
+            let name = execution.alias_of(&check.tool).unwrap_or_else(|| check.tool.clone());
+            calls.push(llm::ToolCall::function(result.id.clone(), name, arguments));
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
+        }
+        if !calls.is_empty() {
+            state.history.insert(at, Message::assistant_tool_calls(calls));
         }
     }
 
@@ -89,9 +101,16 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         let (max_tokens, temperature) = (state.params.max_tokens, state.params.temperature);
         // A watched Run streams its answer phase.
         let stream_to = state.progress.clone().filter(ProgressSink::is_open);
+        let offered: Vec<(String, String)> = tools
+            .iter()
+            .filter_map(|t| execution.resolve_alias(&t.function.name).map(|name| (t.function.name.clone(), name.to_string())))
+            .collect();
         let (response, history) = state.call_model(history, tools, choice, max_tokens, temperature, stream_to).await?;
         state.history = history;
-        let calls = response.message.tool_calls;
+        let mut calls = response.message.tool_calls;
+        if calls.is_empty() {
+            calls = bare_calls::read(response.message.content.as_deref().unwrap_or_default(), &offered);
+        }
         if calls.is_empty() {
             let answer = response.message.content.unwrap_or_default();
             if !answer.trim().is_empty() {

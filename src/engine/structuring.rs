@@ -156,7 +156,7 @@ mod tests {
             [Citable {
                 call: "call-1".into(),
                 tool: "inventory.host".into(),
-                values: vec!["host=db-7".into(), "roles=postgresql".into()]
+                values: vec!["roles=postgresql".into(), "host=db-7".into()]
             }]
         );
         assert!(citable(&done, &Evidence::new(), "").is_empty());

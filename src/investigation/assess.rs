@@ -265,7 +265,7 @@ mod tests {
         assert!(prompt.contains("Verified and kept: tool-call:call-1 \"reason=OOMKilled\"."), "{prompt}");
         assert!(prompt.contains("Refused: tool-call:call-2 \"count=16\". evidence"), "{prompt}");
         assert!(prompt.contains("does not occur in that call's output"), "{prompt}");
-        assert!(prompt.contains("Values of call-2 (t): \"count=61\", \"reason=BackOff\""), "{prompt}");
+        assert!(prompt.contains("Values of call-2 (t): \"reason=BackOff\", \"count=61\""), "{prompt}");
         assert!(prompt.contains("the calls you may cite: call-1, call-2"), "{prompt}");
         let clean = result("confirmed", json!([{"call": "call-1", "value": "restartCount=14"}]));
         assert!(assess(&clean, &calls()).unwrap().repair_prompt(&citable()).is_none());
