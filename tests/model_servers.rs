@@ -163,12 +163,14 @@ async fn the_starter_suite_passes_on_ollama_without_tools() {
             .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.starts_with("[output of ")));
         call && result
     });
-    let flattened = flattened.expect("an answer request carries the flattened plan call and check results");
+    let flattened = flattened.expect("an answer request carries the flattened check calls and their results");
     let messages = flattened["messages"].as_array().unwrap();
     let call = messages.iter().find_map(|m| m["content"].as_str().filter(|c| c.starts_with("Called "))).unwrap();
-    let plan = alias("local.investigation.submit_plan");
-    assert!(call.starts_with(&format!("Called {plan} with {{")), "{call}");
-    assert!(call.ends_with(").") && call.contains(" (call "), "{call}");
+    let pod_status = alias("kubernetes.pod_status");
+    assert!(call.starts_with(&format!("Called {pod_status} with {{")), "{call}");
+    assert!(call.ends_with("(call call-1).") || call.contains("(call call-1).\n"), "{call}");
+    let result = messages.iter().find_map(|m| m["content"].as_str().filter(|c| c.starts_with("[output of "))).unwrap();
+    assert!(result.starts_with(&format!("[output of {pod_status}, call call-1]\n{{")), "{result}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

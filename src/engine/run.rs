@@ -212,7 +212,8 @@ impl Engine {
         };
         let result = match steps::answer(&mut state, &inputs, &request).await {
             Ok(answer) if request.investigate => {
-                structuring::structure(&mut state, &answer).await.map(|result| (answer, Some(result)))
+                let question = request.turns.last().map(|turn| turn.content.as_str()).unwrap_or_default();
+                structuring::structure(&mut state, question, &answer).await.map(|result| (answer, Some(result)))
             }
             Ok(answer) => Ok((answer, None)),
             Err(stop) => Err(stop),

@@ -40,8 +40,8 @@ pub fn result_schema() -> Value {
         "required": ["finding_status", "actionability", "confidence", "summary", "hypothesis", "impact", "evidence",
                      "ruled_out", "affected_components", "recommended_actions", "production_writes"],
         "properties": {
-            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"], "description": "confirmed: the evidence establishes the cause; suspected: it points at a cause without establishing it; inconclusive: it does not settle it"},
-            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "proposal_possible: a change to a file could fix it; requires_human: a person must decide or act; no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping, expected) and the rule needs tuning"},
+            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"], "description": "confirmed: a cited value shows the cause itself; suspected: the values point at a cause without showing it; inconclusive: they do not settle it"},
+            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "proposal_possible: changing configuration in a file would fix it (a limit, a setting, an image tag); requires_human: a person must act on a live system; no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping around its threshold) and the rule needs tuning"},
             "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
             "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
             "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
