@@ -17,8 +17,8 @@ use akritas::alerts::worker::{Worker, WorkerSettings};
 use akritas::audit::{AuditLog, Finish, NewRun, RunId, RunStatus};
 use akritas::catalog::secrets::EnvSecrets;
 use akritas::catalog::status::StatusBoard;
-use akritas::notify::RetryPolicy;
 use akritas::investigation::FindingStatus;
+use akritas::notify::RetryPolicy;
 use akritas::tenancy::Tenancy;
 use akritas::tools::{ToolName, openai_alias};
 use axum::http::HeaderMap;
@@ -290,7 +290,8 @@ async fn refused(evidence: Value) -> (Job, Vec<Value>, usize) {
     let job = wait_job(&rig.store, &ingest(&rig.store).await, finished).await;
     let submit = openai_alias(&ToolName::try_from("local.investigation.submit_result").unwrap());
     let asked = llm.requests().iter().filter(|r| offers(r, &submit)).count();
-    let received = hook.received.lock().unwrap().iter().map(|(_, body)| serde_json::from_slice(body).unwrap()).collect();
+    let received =
+        hook.received.lock().unwrap().iter().map(|(_, body)| serde_json::from_slice(body).unwrap()).collect();
     (job, received, asked)
 }
 
@@ -593,7 +594,9 @@ async fn a_quote_that_is_only_part_of_a_value_is_refused_with_the_reason_and_the
     let result = job.result.unwrap();
     assert!(result.evidence.is_empty());
     assert!(
-        result.refused_evidence[0].reason.contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
+        result.refused_evidence[0]
+            .reason
+            .contains("tool-call:call-1 \\\"182\\\"\" quotes a value that does not occur in that call's output"),
         "{:?}",
         result.refused_evidence
     );

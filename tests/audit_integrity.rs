@@ -267,7 +267,13 @@ fn offered_ids(request: &Value) -> Vec<String> {
     else {
         return Vec::new();
     };
-    data["host_owned_evidence"].as_array().into_iter().flatten().filter_map(|e| e["call"].as_str()).map(str::to_string).collect()
+    data["host_owned_evidence"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["call"].as_str())
+        .map(str::to_string)
+        .collect()
 }
 
 /// An investigation: one planned `postgres.activity` check, then the model calls

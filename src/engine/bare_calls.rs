@@ -83,7 +83,8 @@ mod tests {
         );
         let fenced = "```json\n{\"name\": \"kubernetes.pod_status\", \"arguments\": {\"pod\": \"a\"}}\n```";
         assert_eq!(read_names(fenced), ["akritas_kubernetes_pod_status_6f6b"]);
-        let tagged = "<tool_call>\n{\"function\": {\"name\": \"kubernetes.pod_status\", \"arguments\": \"{}\"}}\n</tool_call>";
+        let tagged =
+            "<tool_call>\n{\"function\": {\"name\": \"kubernetes.pod_status\", \"arguments\": \"{}\"}}\n</tool_call>";
         assert_eq!(read_names(tagged), ["akritas_kubernetes_pod_status_6f6b"]);
     }
 

@@ -2,8 +2,8 @@
 //! (budget, planning rules, skills, conversation checks, global instructions)
 //! sit beside the steps of a Run, its audit bookkeeping and the structuring call.
 
-pub mod budget;
 mod bare_calls;
+pub mod budget;
 pub(crate) mod context;
 pub mod conversation;
 pub(crate) mod fit;

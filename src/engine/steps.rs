@@ -103,7 +103,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         let stream_to = state.progress.clone().filter(ProgressSink::is_open);
         let offered: Vec<(String, String)> = tools
             .iter()
-            .filter_map(|t| execution.resolve_alias(&t.function.name).map(|name| (t.function.name.clone(), name.to_string())))
+            .filter_map(|t| {
+                execution.resolve_alias(&t.function.name).map(|name| (t.function.name.clone(), name.to_string()))
+            })
             .collect();
         let (response, history) = state.call_model(history, tools, choice, max_tokens, temperature, stream_to).await?;
         state.history = history;

@@ -181,14 +181,21 @@ mod tests {
         let data: Value = serde_json::from_str(messages[1].content.as_deref().unwrap()).unwrap();
         assert_eq!(data["answer"], "db-7 is saturated");
         assert_eq!(data["request"], "why is db-7 slow?");
-        assert_eq!(data["host_owned_evidence"][0], json!({"call": "call-1", "tool": "inventory.host", "values": ["host=db-7"]}));
+        assert_eq!(
+            data["host_owned_evidence"][0],
+            json!({"call": "call-1", "tool": "inventory.host", "values": ["host=db-7"]})
+        );
     }
 
     #[test]
     fn the_prompt_names_exactly_the_statuses_the_schema_accepts() {
         let schema = investigation::result_schema();
-        let statuses: Vec<&str> =
-            schema["properties"]["finding_status"]["enum"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        let statuses: Vec<&str> = schema["properties"]["finding_status"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
         for status in &statuses {
             assert!(RESULT_PROMPT.contains(&format!("{status} (")), "{status}");
         }

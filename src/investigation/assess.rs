@@ -193,8 +193,11 @@ mod tests {
     #[test]
     fn a_repeated_evidence_item_is_dropped_not_refused() {
         let item = json!({"call": "call-1", "value": "reason=OOMKilled"});
-        let accepted = super::super::validate(&result("confirmed", json!([item, item, "tool-call:call-1 \"reason=OOMKilled\""])), &calls())
-            .unwrap();
+        let accepted = super::super::validate(
+            &result("confirmed", json!([item, item, "tool-call:call-1 \"reason=OOMKilled\""])),
+            &calls(),
+        )
+        .unwrap();
         assert_eq!(accepted.evidence, ["tool-call:call-1 \"reason=OOMKilled\""]);
         assert_eq!(accepted.evidence_coverage.unwrap().claims, 1);
     }
@@ -271,8 +274,10 @@ mod tests {
         assert!(assess(&clean, &calls()).unwrap().repair_prompt(&citable()).is_none());
         let unbacked = assess(&result("confirmed", json!([])), &calls()).unwrap().repair_prompt(&citable()).unwrap();
         assert!(
-            unbacked.contains("finding_status confirmed is not backed: no evidence item cites a successful call of \
-                               this Run; as it stands it would be recorded as inconclusive."),
+            unbacked.contains(
+                "finding_status confirmed is not backed: no evidence item cites a successful call of \
+                               this Run; as it stands it would be recorded as inconclusive."
+            ),
             "{unbacked}"
         );
     }

@@ -428,7 +428,11 @@ fn decode(arguments: &str) -> Result<InvestigationResult, InvestigationError> {
 /// Records the coverage of `result`, whose evidence items are all verified (`verified` of
 /// them with a quote), and, under `rules`, checks that it backs the finding status. A stated
 /// coverage must equal the computed one.
-fn finish(mut result: InvestigationResult, verified: usize, rules: Rules) -> Result<InvestigationResult, InvestigationError> {
+fn finish(
+    mut result: InvestigationResult,
+    verified: usize,
+    rules: Rules,
+) -> Result<InvestigationResult, InvestigationError> {
     let mut computed = EvidenceCoverage::of(result.evidence.len(), verified);
     if let Some(stated) = result.evidence_coverage
         && !stated.counts_equal(&computed)

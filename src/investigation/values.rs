@@ -30,20 +30,96 @@ const MAX_DEPTH: usize = 12;
 
 /// Keys whose values usually say what happened.
 const TELLING_KEYS: &[&str] = &[
-    "reason", "message", "status", "state", "phase", "error", "exit", "restart", "limit", "request", "usage", "used",
-    "percent", "ratio", "bytes", "seconds", "count", "max", "total", "available", "free", "expir", "ready",
-    "condition", "signal", "waiting", "terminated", "oom", "pressure", "connections", "query", "duration", "age",
-    "memory", "cpu", "disk", "storage", "capacity", "image", "node", "not_after", "notafter", "idle",
+    "reason",
+    "message",
+    "status",
+    "state",
+    "phase",
+    "error",
+    "exit",
+    "restart",
+    "limit",
+    "request",
+    "usage",
+    "used",
+    "percent",
+    "ratio",
+    "bytes",
+    "seconds",
+    "count",
+    "max",
+    "total",
+    "available",
+    "free",
+    "expir",
+    "ready",
+    "condition",
+    "signal",
+    "waiting",
+    "terminated",
+    "oom",
+    "pressure",
+    "connections",
+    "query",
+    "duration",
+    "age",
+    "memory",
+    "cpu",
+    "disk",
+    "storage",
+    "capacity",
+    "image",
+    "node",
+    "not_after",
+    "notafter",
+    "idle",
 ];
 /// Words (lower case) that mark a value as telling whatever its key.
 const TELLING_WORDS: &[&str] = &[
-    "oom", "kill", "error", "fail", "backoff", "evict", "pressure", "full", "exceed", "denied", "refused", "timeout",
-    "notready", "unhealthy", "expire", "crash", "panic", "exception", "unavailable", "throttl", "leak",
+    "oom",
+    "kill",
+    "error",
+    "fail",
+    "backoff",
+    "evict",
+    "pressure",
+    "full",
+    "exceed",
+    "denied",
+    "refused",
+    "timeout",
+    "notready",
+    "unhealthy",
+    "expire",
+    "crash",
+    "panic",
+    "exception",
+    "unavailable",
+    "throttl",
+    "leak",
 ];
 /// Keys whose values rarely do (identifiers, timestamps, versions).
 const DULL_KEYS: &[&str] = &[
-    "uid", "hash", "sha", "version", "generation", "timestamp", "time", "checksum", "digest", "name", "namespace", "pod",
-    "container", "host", "instance", "kind", "type", "labels", "annotations", "owner",
+    "uid",
+    "hash",
+    "sha",
+    "version",
+    "generation",
+    "timestamp",
+    "time",
+    "checksum",
+    "digest",
+    "name",
+    "namespace",
+    "pod",
+    "container",
+    "host",
+    "instance",
+    "kind",
+    "type",
+    "labels",
+    "annotations",
+    "owner",
 ];
 
 /// A candidate value with where it came from.
@@ -63,10 +139,8 @@ pub fn quotable(output: &Value, relevant: &str) -> Vec<String> {
     collect(None, output, 0, &mut candidates);
     let tokenized = Tokenized::new(output);
     let mut seen = BTreeSet::new();
-    let candidates: Vec<Candidate> = candidates
-        .into_iter()
-        .filter(|c| tokenized.contains(&c.text) && seen.insert(c.text.clone()))
-        .collect();
+    let candidates: Vec<Candidate> =
+        candidates.into_iter().filter(|c| tokenized.contains(&c.text) && seen.insert(c.text.clone())).collect();
     let words = words(relevant);
     let mut ranked: Vec<(i32, usize)> =
         candidates.iter().enumerate().map(|(index, c)| (-score(c, &words), index)).collect();
@@ -148,7 +222,9 @@ fn score(candidate: &Candidate, relevant: &BTreeSet<String>) -> i32 {
         let id = lower == "id" || ["_id", "Id", "ID"].iter().any(|end| key.ends_with(end));
         let when = ["At", "_at"].iter().any(|end| key.ends_with(end));
         // Telling keys win over dull ones (`podReadyCondition`, `memory_limit_bytes`).
-        if (id || when || DULL_KEYS.iter().any(|k| lower.contains(k))) && !TELLING_KEYS.iter().any(|k| lower.contains(k)) {
+        if (id || when || DULL_KEYS.iter().any(|k| lower.contains(k)))
+            && !TELLING_KEYS.iter().any(|k| lower.contains(k))
+        {
             score -= 3;
         }
     }
