@@ -42,12 +42,7 @@ fail() {
 started=$SECONDS
 ollama_bin >/dev/null
 model_path smollm2 >/dev/null
-if [ -n "${AKRITAS_BIN:-}" ]; then
-  akritas="$AKRITAS_BIN"
-else
-  cargo build --locked --bin akritas >&2
-  akritas="${CARGO_TARGET_DIR:-$repo/target}/debug/akritas"
-fi
+akritas="$(smoke_akritas_bin)"
 log "built in $((SECONDS - started)) s"
 
 ollama_port="$(free_port)"

@@ -26,12 +26,7 @@ trap stop_started EXIT
 started=$SECONDS
 ollama_bin >/dev/null
 model_path qwen05 >/dev/null
-if [ -n "${AKRITAS_BIN:-}" ]; then
-  akritas="$AKRITAS_BIN"
-else
-  cargo build --locked --bin akritas >&2
-  akritas="${CARGO_TARGET_DIR:-$repo/target}/debug/akritas"
-fi
+akritas="$(smoke_akritas_bin)"
 log "built in $((SECONDS - started)) s"
 
 port="$(free_port)"

