@@ -195,7 +195,19 @@ impl Rig {
             (book.result.as_ref()?.scheduled_time == at(tick).to_string() && book.running.is_none()).then_some(())
         })
         .await;
-        self.status(name).await
+        // The status board is published after the store records the tick: wait for the status
+        // of this tick, not whatever the board held before.
+        let key = akritas::catalog::ObjectKey {
+            kind: akritas::resources::Kind::RunSchedule,
+            namespace: "ops".into(),
+            name: name.into(),
+        };
+        let scheduled = at(tick).to_string();
+        support::wait_for(&format!("the status of {name}'s tick at {tick}"), Duration::from_secs(10), || async {
+            let status: RunScheduleStatus = self.board.facts_of(&key)?;
+            (status.last_result.as_ref()?.scheduled_time == scheduled).then_some(status)
+        })
+        .await
     }
 
     async fn status(&self, name: &str) -> RunScheduleStatus {
