@@ -163,7 +163,7 @@ impl Job {
             Step::Succeed { run, result, notifications } => {
                 self.ran(run);
                 self.status = Succeeded;
-                self.result = Some(result);
+                self.result = Some(*result);
                 (self.error, self.error_code) = (None, None);
                 self.deliveries = notifications;
             }
@@ -218,8 +218,8 @@ pub enum Step {
     Succeed {
         /// The Run of the attempt.
         run: Option<String>,
-        /// The validated result.
-        result: InvestigationResult,
+        /// The validated result (boxed: it is the largest step by far).
+        result: Box<InvestigationResult>,
         /// One pending delivery per receiver.
         notifications: Vec<Delivery>,
     },

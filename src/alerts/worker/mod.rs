@@ -283,7 +283,11 @@ impl Worker {
                         Some((incident, _, _)) => namespace_of(&job, &incident),
                         None => job.namespace.clone(),
                     };
-                    Step::Succeed { run: Some(run), result, notifications: self.pending_deliveries(&namespace) }
+                    Step::Succeed {
+                        run: Some(run),
+                        result: Box::new(result),
+                        notifications: self.pending_deliveries(&namespace),
+                    }
                 }
                 (None, None) => Step::Interrupt,
                 (None, Some(replica)) => Step::TakeOver {
@@ -400,6 +404,7 @@ impl Worker {
                 match outcome.investigation {
                     Some(result) => {
                         let notifications = self.pending_deliveries(&namespace_of(&job, &incident));
+                        let result = Box::new(result);
                         self.store.step(&mut job, Step::Succeed { run, result, notifications }).await?;
                         tracing::info!(component = "akritas_alert_worker", event = "investigation_succeeded", job_id = %job.id, incident_id = %job.incident_id, run_id = job.run_id.as_deref().unwrap_or(""), "alert investigated");
                         return self.notify(job).await;
