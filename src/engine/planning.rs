@@ -81,6 +81,7 @@ pub async fn plan(
         };
         if attempt == MAX_PLAN_ATTEMPTS || !room_for_repair(state, investigate) {
             state.plan_error = Some(error.to_string());
+            push_refused_plan(state, submitted, id, text);
             return Ok(Vec::new());
         }
         messages.push(Message::assistant(raw_arguments.clone()));
@@ -103,6 +104,15 @@ fn plan_call_id(attempt: usize) -> String {
 /// investigation, the result) a model call each and the checks a tool call.
 fn room_for_repair(state: &RunState<'_>, investigate: bool) -> bool {
     state.budget.model_calls_left() >= 2 + u32::from(investigate) && state.budget.tool_calls_left() >= 2
+}
+
+/// A plan the host refused for good stays in the conversation with the reason, so the model
+/// does not ask for the same tools again. An accepted plan is not kept: its checks are (as the
+/// assistant's calls, `steps::answer`).
+fn push_refused_plan(state: &mut RunState<'_>, mut call: crate::llm::ToolCall, id: String, text: String) {
+    call.id = id.clone();
+    state.history.push(Message::assistant_tool_calls(vec![call]));
+    state.history.push(Message::tool(id, text));
 }
 
 /// Each execution tool's host name and input schema, for the plan schema.
