@@ -80,6 +80,29 @@ async fn tool_calls_exhaust() {
 }
 
 #[tokio::test]
+async fn a_reply_asking_for_more_calls_than_are_left_runs_those_that_fit_and_the_run_answers() {
+    let mut settings = host::settings();
+    settings.limits.max_tool_calls = 3;
+    let three = Step::from(Reply::ToolCalls(
+        ["c1", "c2", "c3"].iter().map(|id| (id.to_string(), alias("inventory.host"), json!({"host": "db-7"}))).collect(),
+    ));
+    let steps = vec![empty_plan(), three, Step::from(Reply::Content("db-7 is busy.".into()))];
+    let setup = setup(steps, settings, None).await;
+    let outcome = setup.engine.run(request()).await.expect("the Run answers");
+    assert_eq!(outcome.answer, "db-7 is busy.");
+    let executed: Vec<&str> = outcome.activity.iter().skip(1).map(|a| a.status.as_str()).collect();
+    assert_eq!(executed, ["ok", "ok"], "two calls fit after the plan; the third is not run");
+    let last = setup.llm.requests().last().unwrap().clone();
+    let told = last["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").last().unwrap().clone();
+    assert_eq!((told["tool_call_id"].as_str(), told["content"].as_str()), (Some("c3"), Some(akritas_not_run())));
+    assert!(last.get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)), "no tools are offered after");
+}
+
+fn akritas_not_run() -> &'static str {
+    r#"{"error":{"code":"budget_exhausted","message":"not run: this Run's tool calls are spent; answer from the results above"}}"#
+}
+
+#[tokio::test]
 async fn model_calls_exhaust() {
     let mut settings = host::settings();
     settings.limits.max_model_calls = 2;
