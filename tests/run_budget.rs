@@ -84,7 +84,10 @@ async fn a_reply_asking_for_more_calls_than_are_left_runs_those_that_fit_and_the
     let mut settings = host::settings();
     settings.limits.max_tool_calls = 3;
     let three = Step::from(Reply::ToolCalls(
-        ["c1", "c2", "c3"].iter().map(|id| (id.to_string(), alias("inventory.host"), json!({"host": "db-7"}))).collect(),
+        ["c1", "c2", "c3"]
+            .iter()
+            .map(|id| (id.to_string(), alias("inventory.host"), json!({"host": "db-7"})))
+            .collect(),
     ));
     let steps = vec![empty_plan(), three, Step::from(Reply::Content("db-7 is busy.".into()))];
     let setup = setup(steps, settings, None).await;

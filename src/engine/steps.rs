@@ -154,8 +154,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
 }
 
 /// What the model is told of a call past the Run's tool-call budget.
-pub const NOT_RUN_OVER_BUDGET: &str =
-    r#"{"error":{"code":"budget_exhausted","message":"not run: this Run's tool calls are spent; answer from the results above"}}"#;
+pub const NOT_RUN_OVER_BUDGET: &str = r#"{"error":{"code":"budget_exhausted","message":"not run: this Run's tool calls are spent; answer from the results above"}}"#;
 
 /// Event kind of an empty reply asked again.
 pub const EMPTY_REPLY: &str = "empty_reply";
