@@ -96,7 +96,7 @@ async fn a_reply_asking_for_more_calls_than_are_left_runs_those_that_fit_and_the
     let executed: Vec<&str> = outcome.activity.iter().skip(1).map(|a| a.status.as_str()).collect();
     assert_eq!(executed, ["ok", "ok"], "two calls fit after the plan; the third is not run");
     let last = setup.llm.requests().last().unwrap().clone();
-    let told = last["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").last().unwrap().clone();
+    let told = last["messages"].as_array().unwrap().iter().rfind(|m| m["role"] == "tool").unwrap().clone();
     assert_eq!((told["tool_call_id"].as_str(), told["content"].as_str()), (Some("c3"), Some(akritas_not_run())));
     assert!(last.get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)), "no tools are offered after");
 }
