@@ -44,7 +44,7 @@ t=$SECONDS
 status=0
 timeout --kill-after=30 "${QUALITY_TIMEOUT:-1200}" "$akritas" eval "$work/cases" \
   --base-url "http://127.0.0.1:$port/v1" --upstream-model akritas-qwen05 --model-protocol auto \
-  --system-instructions instructions/SYSTEM.md --max-tokens 512 --concurrency "$SLOTS" \
+  --system-instructions instructions/SYSTEM.md --skills-dir skills --max-tokens 512 --concurrency "$SLOTS" \
   --min-pass "${QUALITY_MIN_PASS:-0}" --output "$work/results.json" >"$work/eval.txt" 2>&1 || status=$?
 cat "$work/eval.txt"
 log "eval exited $status after $((SECONDS - t)) s"

@@ -356,7 +356,7 @@ run_pair() {
   # A pair that runs out of time still gets its row (from whatever the eval wrote: nothing).
   (cd "$repo" && timeout --kill-after=30 "${PAIR_TIMEOUT:-10800}" "$akritas" eval "$eval_dir" \
     --base-url "$base" --upstream-model "$upstream" "${protocol[@]}" \
-    --system-instructions instructions/SYSTEM.md --max-tokens 512 --concurrency "$SLOTS" \
+    --system-instructions instructions/SYSTEM.md --skills-dir skills --max-tokens 512 --concurrency "$SLOTS" \
     --min-pass 0 --output "$out/$name.json" "$@") >"$out/$name.txt" 2>&1 ||
     log "$pair: akritas eval exited $? (see $out/$name.txt)"
   log "$pair: done in $((SECONDS - started)) s"

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::knowledge_tools;
 use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlanRoom, PlannedCheck};
 use super::record::CallKind;
 use super::skills::SkillEntry;
@@ -14,7 +15,7 @@ use super::state::{RunState, Stop};
 use super::submit_tool;
 use crate::language::language_instruction;
 use crate::llm::Message;
-use crate::tools::{ErrorCode, Registry, ToolError, ToolResult};
+use crate::tools::{ArgumentsError, ErrorCode, Registry, ToolError, ToolResult, ToolSpec};
 
 /// Output-token cap of the planning request.
 pub const PLANNER_MAX_TOKENS: u32 = 2048;
@@ -44,7 +45,7 @@ pub async fn plan(
         let (mut step, alias) = submit_tool::step(
             PLAN_TOOL,
             "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
-            plan::plan_schema(&language, &tool_shapes(execution), room),
+            plan::plan_schema(&language, &tool_shapes(execution, !state.skills.selected().is_empty()), room),
             messages.clone(),
             max_tokens,
         )?;
@@ -60,7 +61,12 @@ pub async fn plan(
         let raw_arguments = &submitted.function.arguments;
         state.budget.begin_tool_call(Instant::now())?;
         let started = Instant::now();
+        let skilled = !state.skills.selected().is_empty();
         let validated = plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| {
+            // A tool the plan was not offered is unknown to it.
+            if skilled && knowledge_tools::is_knowledge_tool(tool) {
+                return Err(ArgumentsError::UnknownTool(tool.to_owned()));
+            }
             execution.check_arguments(tool, arguments)
         });
         let duration = started.elapsed();
@@ -116,8 +122,19 @@ fn push_refused_plan(state: &mut RunState<'_>, mut call: crate::llm::ToolCall, i
 }
 
 /// Each execution tool's host name and input schema, for the plan schema.
-fn tool_shapes(execution: &Registry) -> Vec<(String, Value)> {
-    execution.definitions().iter().map(|spec| (spec.name.to_string(), spec.input_schema.clone())).collect()
+fn tool_shapes(execution: &Registry, skilled: bool) -> Vec<(String, Value)> {
+    plannable(execution, skilled).into_iter().map(|spec| (spec.name.to_string(), spec.input_schema.clone())).collect()
+}
+
+/// The tools a plan may use: every execution tool, but the knowledge tools only while the Run
+/// has no skill (`skilled` false). A plan is the checks that gather evidence, and a skill is
+/// guidance, never evidence: once the host selected skills, a plan that spent its checks
+/// loading them (measured: Qwen2.5-Coder-1.5B planned nothing but `knowledge.load_skill` of the
+/// skill it had been given) would gather nothing. The knowledge tools stay callable after the plan.
+fn plannable(execution: &Registry, skilled: bool) -> Vec<&ToolSpec> {
+    let mut tools = execution.definitions();
+    tools.retain(|spec| !(skilled && knowledge_tools::is_knowledge_tool(spec.name.as_str())));
+    tools
 }
 
 /// The plan as the audit records it: the host-validated structure only (each
@@ -143,9 +160,8 @@ fn planner_input(
     max_checks: usize,
     language: &str,
 ) -> Value {
-    let tools: Vec<Value> = execution
-        .definitions()
-        .iter()
+    let tools: Vec<Value> = plannable(execution, !selected.is_empty())
+        .into_iter()
         .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "input_schema": spec.input_schema}))
         .collect();
     let skills: Vec<Value> = selected

@@ -18,6 +18,8 @@ pub const MAX_SKILLS_PER_RUN: usize = 8;
 pub const MAX_FACTS: usize = 64;
 const MAX_DEPTH: usize = 32;
 const FACT_KEYS: &[&str] = &[
+    // The alert's name: a skill lists the alerts it is about (`kubepodcrashlooping`).
+    "alertname",
     "role",
     "roles",
     "service",
@@ -35,7 +37,7 @@ const FACT_KEYS: &[&str] = &[
 
 static FACT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r#"(?im)(?:^|[\s,{])["']?(?:role|service|technology|component|database|db|engine|platform)["']?\s*[:=]\s*["']?([a-z0-9][a-z0-9._-]{0,63})"#,
+        r#"(?im)(?:^|[\s,{])["']?(?:alertname|role|service|technology|component|database|db|engine|platform)["']?\s*[:=]\s*["']?([a-z0-9][a-z0-9._-]{0,63})"#,
     )
     .unwrap_or_else(|_| unreachable!("static pattern"))
 });
@@ -208,6 +210,61 @@ pub fn injection(skills: &[SkillEntry]) -> Option<String> {
     Some(text)
 }
 
+/// Title of the section of a skill that says what to conclude from what the tools showed.
+pub const CONCLUSIONS_HEADING: &str = "Conclusions";
+/// Most characters of one skill's conclusions given to the structuring step.
+const MAX_CONCLUSIONS_CHARS: usize = 4000;
+
+/// The `## Conclusions` section of each skill that has one (the heading at any level, up to the
+/// next heading of the same or a higher level), for the step that turns the answer into a
+/// status and an actionability: the rest of a skill (which checks to run) is no use there.
+pub fn conclusions(skills: &[SkillEntry]) -> Option<String> {
+    let sections: Vec<(&SkillEntry, String)> = skills
+        .iter()
+        .filter_map(|skill| section(&skill.content, CONCLUSIONS_HEADING).map(|text| (skill, text)))
+        .collect();
+    if sections.is_empty() {
+        return None;
+    }
+    let mut text = String::from(
+        "What the operators' skills say to conclude from such findings (trusted guidance; it is not evidence):",
+    );
+    for (skill, section) in sections {
+        let section: String = section.chars().take(MAX_CONCLUSIONS_CHARS).collect();
+        text.push_str(&format!("\n\n<AKRITAS_SKILL name=\"{}\">\n{}\n</AKRITAS_SKILL>", skill.name, section.trim()));
+    }
+    Some(text)
+}
+
+/// The body of the markdown section titled `title` (case-insensitive), outside code fences.
+fn section(content: &str, title: &str) -> Option<String> {
+    let mut level = None;
+    let mut body = Vec::new();
+    let mut fenced = false;
+    for line in content.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let heading = (!fenced).then(|| heading(line)).flatten();
+        match (level, heading) {
+            (None, Some((depth, text))) if text.eq_ignore_ascii_case(title) => level = Some(depth),
+            (Some(open), Some((depth, _))) if depth <= open => break,
+            (Some(_), _) => body.push(line),
+            _ => {}
+        }
+    }
+    level?;
+    let body = body.join("\n");
+    (!body.trim().is_empty()).then_some(body)
+}
+
+/// `(level, title)` of a markdown ATX heading.
+fn heading(line: &str) -> Option<(usize, &str)> {
+    let depth = line.chars().take_while(|c| *c == '#').count();
+    let rest = &line[depth..];
+    ((1..=6).contains(&depth) && (rest.is_empty() || rest.starts_with(' '))).then(|| (depth, rest.trim()))
+}
+
 #[cfg(test)]
 impl SkillEntry {
     /// A resource skill as the engine's tests use it.
@@ -230,6 +287,30 @@ mod tests {
 
     fn set(items: &[&str]) -> BTreeSet<String> {
         items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_alerts_name_selects_the_skills_that_list_it() {
+        assert_eq!(
+            facts_from_text(r#"{"labels": {"alertname": "KubePodCrashLooping", "pod": "a"}}"#),
+            set(&["kubepodcrashlooping"])
+        );
+        let context = BTreeMap::from([("alertname".to_string(), "PostgresTooManyConnections".to_string())]);
+        assert_eq!(facts_from_context(&context), set(&["postgrestoomanyconnections"]));
+    }
+
+    #[test]
+    fn conclusions_are_the_section_so_titled_of_each_skill_that_has_one() {
+        let with = SkillEntry::fixture(
+            "crash",
+            "# Crash loops\n1. read the pod\n## Conclusions\n- OOMKilled: raise the limit\n```\n# not a heading\n```\n### Detail\nkept\n## Next\ndropped",
+        );
+        let without = SkillEntry::fixture("plain", "# Plain\n## Steps\nonly steps");
+        let text = conclusions(&[with, without.clone()]).unwrap();
+        assert!(text.contains("<AKRITAS_SKILL name=\"crash\">\n- OOMKilled: raise the limit\n```\n# not a heading\n```\n### Detail\nkept\n</AKRITAS_SKILL>"), "{text}");
+        assert!(!text.contains("read the pod") && !text.contains("dropped") && !text.contains("plain"), "{text}");
+        assert_eq!(conclusions(&[without]), None);
+        assert_eq!(conclusions(&[SkillEntry::fixture("empty", "## conclusions\n\n## Other\nx")]), None);
     }
 
     #[test]

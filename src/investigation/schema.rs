@@ -32,27 +32,30 @@ the cause.";
 /// The schema given to the model for the structuring call, for any Run.
 pub fn result_schema() -> Value {
     let list = || json!({"type": "array", "maxItems": MAX_ITEMS, "items": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}});
+    // The properties are in the order a model writes them (servers that turn a schema into a
+    // grammar keep it): what happened and the values that show it come before the decisions
+    // drawn from them, so a small model decides after it has written its reasons.
     json!({
         "type": "object",
         "additionalProperties": false,
         // Every property is required (empty text and lists are allowed): OpenAI's strict mode
         // refuses a schema with an optional property.
-        "required": ["finding_status", "actionability", "confidence", "summary", "hypothesis", "impact", "evidence",
-                     "ruled_out", "affected_components", "recommended_actions", "production_writes"],
+        "required": ["summary", "hypothesis", "evidence", "finding_status", "confidence", "ruled_out", "impact",
+                     "affected_components", "recommended_actions", "actionability", "production_writes"],
         "properties": {
-            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"], "description": "confirmed: a cited value shows the cause itself; suspected: the values point at a cause without showing it; inconclusive: they do not settle it"},
-            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "proposal_possible: changing configuration in a file would fix it (a limit, a setting, an image tag); requires_human: a person must act on a live system; no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping around its threshold) and the rule needs tuning"},
-            "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
             "summary": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
             "hypothesis": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-            "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
             "evidence": {"type": "array", "maxItems": MAX_ITEMS, "description": EVIDENCE_DESCRIPTION,
                          "items": {"type": "object", "additionalProperties": false, "required": ["call", "value"],
                                    "properties": {"call": {"type": "string", "minLength": 1, "maxLength": 128},
                                                   "value": {"type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS}}}},
+            "finding_status": {"type": "string", "enum": ["confirmed", "suspected", "inconclusive"], "description": "confirmed: a cited value shows the cause itself; suspected: the values point at a cause without showing it; inconclusive: they do not settle it"},
+            "confidence": {"type": "string", "enum": ["high", "medium", "low"]},
             "ruled_out": list(),
+            "impact": {"type": "string", "maxLength": MAX_TEXT_CHARS},
             "affected_components": list(),
             "recommended_actions": list(),
+            "actionability": {"type": "string", "enum": ["proposal_possible", "requires_human", "no_action", "not_actionable"], "description": "proposal_possible: changing configuration in a file would fix it (a limit, a setting, an image tag); requires_human: a person must act on a live system; no_action: real but nothing to do now; not_actionable: the alert itself is noise (flapping around its threshold) and the rule needs tuning"},
             "production_writes": {"type": "integer", "const": 0}
         }
     })
@@ -101,6 +104,18 @@ mod tests {
         json!({"finding_status": "confirmed", "actionability": "no_action", "confidence": "low",
             "summary": "s", "hypothesis": "", "impact": "", "evidence": evidence, "ruled_out": [], "affected_components": [],
             "recommended_actions": [], "production_writes": 0})
+    }
+
+    #[test]
+    fn the_schema_asks_for_the_cause_and_its_evidence_before_the_decisions() {
+        let schema = result_schema();
+        let order: Vec<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        let at = |key: &str| order.iter().position(|k| *k == key).unwrap();
+        assert_eq!(&order[..3], ["summary", "hypothesis", "evidence"], "{order:?}");
+        assert!(at("evidence") < at("finding_status") && at("recommended_actions") < at("actionability"), "{order:?}");
+        let serialized = serde_json::to_string(&schema).unwrap();
+        assert!(serialized.find("\"summary\":").unwrap() < serialized.find("\"actionability\":").unwrap());
+        assert_eq!(schema["required"].as_array().unwrap().len(), order.len());
     }
 
     #[test]

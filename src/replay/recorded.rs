@@ -1,7 +1,9 @@
 //! Tools answered from a recording, the way the real tool would have answered: a
 //! call is matched by tool name and canonical arguments (the same call recorded
-//! twice is answered in order), then, as a real tool ignores them, despite extra
-//! arguments that are empty or optional; a call nothing matches gets the "not
+//! twice is answered in order, and once its recordings are used up it gets the last
+//! of them again, as the real tool asked again says what it says now), then, as a
+//! real tool ignores them, despite extra arguments that are empty or optional; a call
+//! nothing matches gets the "not
 //! found" a real tool gives, naming what it asked for, and is counted. Nothing
 //! reaches a real system, so a replay is offline and deterministic on the tool side.
 
@@ -30,12 +32,12 @@ const MAX_NAMED: usize = 4;
 /// The argument a message names as the scope (`… in namespace="shop"`), as kubectl does.
 const SCOPE: &str = "namespace";
 
-/// One recorded call of a tool: its arguments and the answer still to give.
+/// One recorded call of a tool: its arguments, its answer and whether it was given.
 struct Recorded {
     arguments: Map<String, Value>,
     canonical: String,
-    /// `None` once given.
-    answer: Option<Result<String, String>>,
+    answer: Result<String, String>,
+    given: bool,
 }
 
 /// The recorded calls of each tool, in order.
@@ -84,7 +86,8 @@ impl Recording {
             answers.entry(call.tool.clone()).or_default().push(Recorded {
                 arguments: arguments.clone(),
                 canonical: canonical_json(&call.arguments),
-                answer: Some(answer),
+                answer,
+                given: false,
             });
         }
         Self { answers: Arc::new(Mutex::new(answers)), unknown: Arc::default() }
@@ -95,18 +98,24 @@ impl Recording {
         self.unknown.load(Ordering::SeqCst)
     }
 
-    /// The next recorded answer of this call: the first pending recording with the same
-    /// arguments, else the first pending one the call covers (see [`covers`]); else "not found".
+    /// The next recorded answer of this call: the first recording not given yet with the same
+    /// arguments, else the first not given that the call covers (see [`covers`]); when all
+    /// that match were given, the last of them again; else "not found".
     fn answer(&self, tool: &str, required: &BTreeSet<String>, arguments: &Value) -> Result<String, String> {
         let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         let recorded = answers.get_mut(tool).map(Vec::as_mut_slice).unwrap_or_default();
         let canonical = canonical_json(arguments);
+        let same = |r: &Recorded| r.canonical == canonical;
+        let covered = |r: &Recorded| covers(arguments, &r.arguments, required);
         let index = recorded
             .iter()
-            .position(|r| r.answer.is_some() && r.canonical == canonical)
-            .or_else(|| recorded.iter().position(|r| r.answer.is_some() && covers(arguments, &r.arguments, required)));
-        if let Some(answer) = index.and_then(|i| recorded[i].answer.take()) {
-            return answer;
+            .position(|r| !r.given && same(r))
+            .or_else(|| recorded.iter().position(|r| !r.given && covered(r)))
+            .or_else(|| recorded.iter().rposition(same))
+            .or_else(|| recorded.iter().rposition(covered));
+        if let Some(recorded) = index.map(|i| &mut recorded[i]) {
+            recorded.given = true;
+            return recorded.answer.clone();
         }
         self.unknown.fetch_add(1, Ordering::SeqCst);
         Err(not_found(tool, arguments, recorded))
@@ -231,7 +240,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn calls_are_matched_by_canonical_arguments_in_order_and_unknown_ones_counted() {
+    async fn calls_are_matched_by_canonical_arguments_in_order_then_repeat_the_last_and_unknown_ones_counted() {
         let calls = [
             call("metrics.query", json!({"q": "up", "step": 60}), json!({"n": 1})),
             call("metrics.query", json!({"step": 60, "q": "up"}), json!({"n": 2})),
@@ -240,8 +249,13 @@ mod tests {
         let registry = recording.registry(&[tool("metrics.query", json!({"type": "object"}))]).unwrap();
         assert_eq!(run(&registry, "metrics.query", json!({"step": 60, "q": "up"})).await.output, Some(json!({"n": 1})));
         assert_eq!(run(&registry, "metrics.query", json!({"q": "up", "step": 60})).await.output, Some(json!({"n": 2})));
-        let third = run(&registry, "metrics.query", json!({"q": "up", "step": 60})).await;
-        assert!(is_not_found("metrics.query", &third.error.unwrap().message));
+        for _ in 0..2 {
+            let again = run(&registry, "metrics.query", json!({"q": "up", "step": 60})).await;
+            assert_eq!(again.output, Some(json!({"n": 2})), "asked again, the tool says what it says now");
+        }
+        assert_eq!(recording.unknown_calls(), 0);
+        let other = run(&registry, "metrics.query", json!({"q": "down", "step": 60})).await;
+        assert!(is_not_found("metrics.query", &other.error.unwrap().message));
         assert_eq!(recording.unknown_calls(), 1);
     }
 

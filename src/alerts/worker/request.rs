@@ -51,13 +51,7 @@ pub(super) fn investigation_request(job: &Job, event: &StoredEvent, incident: &I
         ("source".to_string(), json!(format!("{}:{}", e.source.kind, e.source.name))),
         ("entity".to_string(), json!(format!("{}:{}", e.entity.kind, e.entity.id))),
     ]);
-    let mut context: BTreeMap<String, String> =
-        e.labels.iter().take(MAX_FACT_LABELS).map(|(k, v)| (k.clone(), v.clone())).collect();
-    if let Some(kinds) = kubernetes_kinds(&e.labels) {
-        // Skills match on what the labels name: `kubernetes` and the object kinds.
-        let technology = context.entry("technology".to_string()).or_default();
-        *technology = format!("{technology} {kinds}").trim().to_string();
-    }
+    let context = skill_context(&e.labels);
     RunRequest {
         namespace: namespace_of(job, incident),
         source: format!("alert:{}", e.source.kind),
@@ -68,6 +62,18 @@ pub(super) fn investigation_request(job: &Job, event: &StoredEvent, incident: &I
         investigate: true,
         ..RunRequest::default()
     }
+}
+
+/// The facts an alert gives skill selection: its labels (the first [`MAX_FACT_LABELS`]), and
+/// when they name a Kubernetes object, `kubernetes` and the object kinds as `technology`.
+pub(crate) fn skill_context(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut context: BTreeMap<String, String> =
+        labels.iter().take(MAX_FACT_LABELS).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(kinds) = kubernetes_kinds(labels) {
+        let technology = context.entry("technology".to_string()).or_default();
+        *technology = format!("{technology} {kinds}").trim().to_string();
+    }
+    context
 }
 
 /// What the prompt says of the incident: the facts fixed when it opened, so that
@@ -154,6 +160,29 @@ fn is_object_name(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The starter eval cases ask about an alert in a chat message; their `context` must be the
+    /// facts the same alert gives skill selection when it arrives from Alertmanager, or an eval
+    /// would select other skills than production does.
+    #[test]
+    fn the_starter_cases_give_skills_the_facts_their_alert_gives() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("evals/starter");
+        let mut alerts = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let case = crate::replay::case::Case::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let question = &case.input.messages.last().unwrap().content;
+            let Some(alert) = question.strip_prefix("Investigate this firing alert: ") else {
+                assert!(case.input.context.is_empty(), "{}", path.display());
+                continue;
+            };
+            let alert: Value = serde_json::from_str(alert).unwrap();
+            let labels: BTreeMap<String, String> = serde_json::from_value(alert["labels"].clone()).unwrap();
+            assert_eq!(case.input.context, skill_context(&labels), "{}", path.display());
+            alerts += 1;
+        }
+        assert!(alerts >= 20, "{alerts}");
+    }
 
     #[test]
     fn the_labels_naming_a_kubernetes_object_become_tool_arguments() {
