@@ -243,7 +243,10 @@ async fn each_explicit_protocol_speaks_its_wire_contract() {
             match mode {
                 Mode::JsonSchema => {
                     assert_eq!(format["type"], "json_schema");
-                    assert_eq!(format["json_schema"]["strict"], true, "{format}");
+                    // Strict where OpenAI's strict subset allows: every result, and the plans
+                    // of cases whose tools have no optional argument (two cases' tools have one).
+                    let optional = name.contains("submit_plan") && format.to_string().contains("(default ");
+                    assert_eq!(format["json_schema"]["strict"], !optional, "{format}");
                     assert_eq!(format["json_schema"]["schema"]["type"], "object", "{format}");
                 }
                 Mode::JsonObject => assert_eq!(format, &json!({"type": "json_object"})),

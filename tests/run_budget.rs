@@ -13,7 +13,7 @@ use akritas::engine::request::{EngineSettings, RunError, RunRequest};
 use akritas::engine::retrieval::Retriever;
 use akritas::engine::run::Engine;
 use akritas::tools::{ToolName, openai_alias};
-use serde_json::json;
+use serde_json::{Value, json};
 use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step};
 
@@ -38,8 +38,8 @@ fn empty_plan() -> Step {
     )]))
 }
 
-fn inventory_call(id: &str) -> Step {
-    Step::from(Reply::ToolCalls(vec![(id.into(), alias("inventory.host"), json!({"host": "db-7"}))]))
+fn inventory_call(id: &str, host: &str) -> Step {
+    Step::from(Reply::ToolCalls(vec![(id.into(), alias("inventory.host"), json!({"host": host}))]))
 }
 
 struct Setup {
@@ -75,8 +75,31 @@ async fn assert_exhausted(setup: Setup, dimension: Dimension) {
 async fn tool_calls_exhaust() {
     let mut settings = host::settings();
     settings.limits.max_tool_calls = 2;
-    let steps = vec![empty_plan(), inventory_call("c1"), inventory_call("c2")];
+    let steps = vec![empty_plan(), inventory_call("c1", "db-7"), inventory_call("c2", "db-8")];
     assert_exhausted(setup(steps, settings, None).await, Dimension::ToolCalls).await;
+}
+
+#[tokio::test]
+async fn a_call_made_again_is_not_run_again_and_the_model_is_then_asked_to_answer() {
+    let steps = vec![
+        empty_plan(),
+        inventory_call("c1", "db-7"),
+        // The same call again, its arguments in another order and spacing.
+        Step::from(Reply::ToolCalls(vec![("c2".into(), alias("inventory.host"), json!({ "host": "db-7" }))])),
+        Step::from(Reply::Content("db-7 is busy.".into())),
+    ];
+    let setup = setup(steps, host::settings(), None).await;
+    let outcome = setup.engine.run(request()).await.expect("the Run answers");
+    assert_eq!(outcome.answer, "db-7 is busy.");
+    let executed: Vec<&str> = outcome.activity.iter().skip(1).map(|a| a.id.as_str()).collect();
+    assert_eq!(executed, ["call-1"], "the repeat is not run and costs no tool call");
+    let last = setup.llm.requests().last().unwrap().clone();
+    let told = last["messages"].as_array().unwrap().iter().rfind(|m| m["role"] == "tool").unwrap().clone();
+    assert_ne!(told["tool_call_id"], "call-1");
+    let error: Value = serde_json::from_str(told["content"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "repeated_call");
+    assert!(error["error"]["message"].as_str().unwrap().contains("call call-1 above"), "{error}");
+    assert!(last["tools"].as_array().is_none_or(Vec::is_empty), "after nothing but repeats, no tools: {last}");
 }
 
 #[tokio::test]
@@ -84,9 +107,9 @@ async fn a_reply_asking_for_more_calls_than_are_left_runs_those_that_fit_and_the
     let mut settings = host::settings();
     settings.limits.max_tool_calls = 3;
     let three = Step::from(Reply::ToolCalls(
-        ["c1", "c2", "c3"]
+        [("c1", "db-7"), ("c2", "db-8"), ("c3", "db-9")]
             .iter()
-            .map(|id| (id.to_string(), alias("inventory.host"), json!({"host": "db-7"})))
+            .map(|(id, host)| (id.to_string(), alias("inventory.host"), json!({"host": host})))
             .collect(),
     ));
     let steps = vec![empty_plan(), three, Step::from(Reply::Content("db-7 is busy.".into()))];
@@ -109,7 +132,7 @@ fn akritas_not_run() -> &'static str {
 async fn model_calls_exhaust() {
     let mut settings = host::settings();
     settings.limits.max_model_calls = 2;
-    let steps = vec![empty_plan(), inventory_call("c1"), inventory_call("c2")];
+    let steps = vec![empty_plan(), inventory_call("c1", "db-7"), inventory_call("c2", "db-8")];
     assert_exhausted(setup(steps, settings, None).await, Dimension::ModelCalls).await;
 }
 
@@ -119,8 +142,8 @@ async fn output_tokens_exhaust() {
     settings.limits.max_output_tokens = 100;
     let steps = vec![
         empty_plan().with_usage(Some((10, 60))),
-        inventory_call("c1").with_usage(Some((10, 40))),
-        inventory_call("c2"),
+        inventory_call("c1", "db-7").with_usage(Some((10, 40))),
+        inventory_call("c2", "db-8"),
     ];
     assert_exhausted(setup(steps, settings, None).await, Dimension::OutputTokens).await;
 }
@@ -137,7 +160,7 @@ async fn context_tokens_exhaust_per_request() {
 async fn tool_result_bytes_exhaust() {
     let mut settings = host::settings();
     settings.limits.max_tool_result_bytes = 150;
-    let steps = vec![empty_plan(), inventory_call("c1"), inventory_call("c2")];
+    let steps = vec![empty_plan(), inventory_call("c1", "db-7"), inventory_call("c2", "db-8")];
     assert_exhausted(setup(steps, settings, None).await, Dimension::ToolResultBytes).await;
 }
 

@@ -64,7 +64,7 @@ pub async fn plan(
         let skilled = !state.skills.selected().is_empty();
         let validated = plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| {
             // A tool the plan was not offered is unknown to it.
-            if skilled && knowledge_tools::is_knowledge_tool(tool) {
+            if skilled && is_skill_tool(tool) {
                 return Err(ArgumentsError::UnknownTool(tool.to_owned()));
             }
             execution.check_arguments(tool, arguments)
@@ -126,15 +126,19 @@ fn tool_shapes(execution: &Registry, skilled: bool) -> Vec<(String, Value)> {
     plannable(execution, skilled).into_iter().map(|spec| (spec.name.to_string(), spec.input_schema.clone())).collect()
 }
 
-/// The tools a plan may use: every execution tool, but the knowledge tools only while the Run
-/// has no skill (`skilled` false). A plan is the checks that gather evidence, and a skill is
+/// The tools a plan may use: every execution tool, but the skill tools only while the Run has
+/// no skill (`skilled` false). A plan is the checks that gather evidence, and a skill is
 /// guidance, never evidence: once the host selected skills, a plan that spent its checks
 /// loading them (measured: Qwen2.5-Coder-1.5B planned nothing but `knowledge.load_skill` of the
-/// skill it had been given) would gather nothing. The knowledge tools stay callable after the plan.
+/// skill it had been given) would gather nothing. They stay callable after the plan.
 fn plannable(execution: &Registry, skilled: bool) -> Vec<&ToolSpec> {
     let mut tools = execution.definitions();
-    tools.retain(|spec| !(skilled && knowledge_tools::is_knowledge_tool(spec.name.as_str())));
+    tools.retain(|spec| !(skilled && is_skill_tool(spec.name.as_str())));
     tools
+}
+
+fn is_skill_tool(name: &str) -> bool {
+    [knowledge_tools::LIST_SKILLS, knowledge_tools::LOAD_SKILL].contains(&name)
 }
 
 /// The plan as the audit records it: the host-validated structure only (each

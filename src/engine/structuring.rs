@@ -181,7 +181,7 @@ mod tests {
         let evidence = Evidence::from([("call-1".to_string(), json!({"host": "db-7"}))]);
         let messages = messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, ""), None, "fr");
         assert_eq!(messages[0], Message::system(format!("{RESULT_PROMPT}\n\n{}", language_instruction("fr"))));
-        let guided = messages("q", "a", &[], Some("<AKRITAS_SKILL name=\"x\">raise it</AKRITAS_SKILL>"), "fr");
+        let guided = super::messages("q", "a", &[], Some("<AKRITAS_SKILL name=\"x\">raise it</AKRITAS_SKILL>"), "fr");
         assert_eq!(
             guided[0],
             Message::system(format!(

@@ -155,7 +155,11 @@ fn collect(key: Option<&str>, value: &Value, depth: usize, out: &mut Vec<Candida
     }
     let text = match value {
         Value::Object(map) => {
-            for (k, v) in map {
+            // In key order, whatever order the tool wrote them in: equally telling values are
+            // then offered in the same order for the same output from any server.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by_key(|(k, _)| *k);
+            for (k, v) in entries {
                 collect(Some(k), v, depth + 1, out);
             }
             return;

@@ -192,7 +192,7 @@ mod tests {
             "gaps": {"type": "array", "items": {"type": "string"}}}});
         assert_eq!(
             outline(&schema),
-            "checks: Checks to run.\nchecks[].step: What this check establishes.\nchecks[].tool: Exact tool name.",
+            "checks: Checks to run.\nchecks[].tool: Exact tool name.\nchecks[].step: What this check establishes.",
             "undescribed fields are left out, and a field of several branches is listed once"
         );
         let long = json!({"type": "object", "properties": {"q": {"type": "string", "description": "x".repeat(5_000)}}});

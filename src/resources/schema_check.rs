@@ -76,7 +76,9 @@ fn check_object(schema: &Map<String, Value>, value: &Value, path: &str, out: &mu
             // The API server handles the object envelope itself; CRD root schemas omit it.
             (None, None) if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") => {}
             (None, None) => {
-                let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+                let mut known: Vec<&str> =
+                    properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+                known.sort_unstable();
                 out.push(FieldError::new(
                     &child_path,
                     format!("unknown field; known fields here: {}", known.join(", ")),
@@ -232,10 +234,10 @@ mod tests {
             vec![
                 "spec.a: required field is missing",
                 "spec.b: unknown field; known fields here: a, l, n",
+                "spec.n: must be at most 5, got 9",
                 "spec.l: must have at most 2 items, got 3",
                 "spec.l[2]: unsupported value \"z\"; expected one of: x, y",
                 "spec.l[1]: duplicate value \"x\"",
-                "spec.n: must be at most 5, got 9",
             ]
         );
     }
