@@ -74,7 +74,8 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // assistant's own calls under the host's ids, each followed by its result: the form a model
     // trained on tool calls reads results in (the plan submission itself is left out: a small
     // model shown it submits the plan again as its answer).
-    // Calls made so far, by tool and canonical arguments: a call made again is not run again.
+    // Successful calls so far, by tool and canonical arguments: such a call made again is not
+    // run again (a failed one is: its failure may have passed).
     let mut made: HashMap<String, String> = HashMap::new();
     if state.budget.tool_calls_left() > 0 {
         let checks = planning::plan(state, &execution, &question, &retrieved, request.investigate).await?;
@@ -85,7 +86,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         for check in checks {
             let arguments = check.arguments.to_string();
             let result = state.execute_tool(&execution, &check.tool, &arguments, None).await?;
-            made.entry(call_key(&check.tool, &arguments)).or_insert_with(|| result.id.clone());
+            if result.error.is_none() {
+                made.entry(call_key(&check.tool, &arguments)).or_insert_with(|| result.id.clone());
+            }
             let name = execution.alias_of(&check.tool).unwrap_or_else(|| check.tool.clone());
             calls.push(llm::ToolCall::function(result.id.clone(), name, arguments));
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
@@ -162,7 +165,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
             }
             ran += 1;
             let result = state.execute_tool(&execution, &call.name, &call.arguments, Some(&call.id)).await?;
-            made.entry(call_key(&tool, &call.arguments)).or_insert_with(|| result.id.clone());
+            if result.error.is_none() {
+                made.entry(call_key(&tool, &call.arguments)).or_insert_with(|| result.id.clone());
+            }
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
         }
         if only_repeats {
