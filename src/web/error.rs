@@ -23,8 +23,9 @@ pub struct ApiError {
     pub code: &'static str,
     /// Human-readable message.
     pub message: String,
-    /// Extra fields merged into the error object (for example `run_id`).
-    pub details: serde_json::Map<String, serde_json::Value>,
+    /// Extra fields merged into the error object (for example `run_id`); boxed, so that a
+    /// `Result` carrying the error stays small.
+    pub details: Box<serde_json::Map<String, serde_json::Value>>,
     /// The object's `type` when it is not the status's usual one.
     pub kind: Option<&'static str>,
     /// Seconds the client should wait before retrying, sent as `Retry-After`.
@@ -34,7 +35,7 @@ pub struct ApiError {
 impl ApiError {
     /// A new error.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: serde_json::Map::new(), kind: None, retry_after: None }
+        Self { status, code, message: message.into(), details: Box::default(), kind: None, retry_after: None }
     }
 
     /// Asks the client to wait `seconds` before retrying (`Retry-After`).
@@ -104,7 +105,7 @@ pub struct ErrorObject {
 impl ApiError {
     /// The error object of the envelope (what an error event of a stream carries too).
     pub fn object(&self) -> ErrorObject {
-        let mut details = self.details.clone();
+        let mut details = (*self.details).clone();
         for reserved in ["message", "type", "code"] {
             details.remove(reserved);
         }

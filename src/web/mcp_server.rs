@@ -168,10 +168,10 @@ fn tool_error(message: impl Into<String>) -> CallToolResult {
 fn call_args<T: serde::de::DeserializeOwned + schemars::JsonSchema + 'static>(
     raw: JsonObject,
     parts: &axum::http::request::Parts,
-) -> Result<(Caller, T), CallToolResult> {
+) -> Result<(Caller, T), Box<CallToolResult>> {
     let caller = parts.extensions.get::<Caller>().cloned();
-    let caller = caller.ok_or_else(|| tool_error("the request carries no authenticated caller"))?;
-    let args = parse_args::<T>(raw).map_err(|error| tool_error(error.to_string()))?;
+    let caller = caller.ok_or_else(|| Box::new(tool_error("the request carries no authenticated caller")))?;
+    let args = parse_args::<T>(raw).map_err(|error| Box::new(tool_error(error.to_string())))?;
     Ok((caller, args))
 }
 
@@ -310,7 +310,7 @@ impl AkritasMcp {
         };
         let id = match checked_id(&args.id) {
             Ok(id) => id,
-            Err(error) => return error,
+            Err(error) => return *error,
         };
         let found = match super::alerts::visible_incident(store, &caller, id).await {
             Ok(Some(incident)) => Ok((1, serde_json::to_value(incident).unwrap_or(Value::Null))),
@@ -326,7 +326,7 @@ impl AkritasMcp {
         };
         let id = match checked_id(&args.id) {
             Ok(id) => id,
-            Err(error) => return error,
+            Err(error) => return *error,
         };
         let found = match super::runs::visible_run(audit, &caller, id).await {
             Ok(Some(run)) => Ok((1, json!({"run": run}))),
@@ -347,10 +347,10 @@ impl IncidentFilter {
 }
 
 /// A trimmed id of 1..[`MAX_ID_BYTES`] bytes.
-fn checked_id(id: &str) -> Result<&str, CallToolResult> {
+fn checked_id(id: &str) -> Result<&str, Box<CallToolResult>> {
     let id = id.trim();
     if id.is_empty() || id.len() > MAX_ID_BYTES {
-        return Err(tool_error(format!("`id` must be 1..{MAX_ID_BYTES} bytes and not blank")));
+        return Err(Box::new(tool_error(format!("`id` must be 1..{MAX_ID_BYTES} bytes and not blank"))));
     }
     Ok(id)
 }
@@ -377,7 +377,7 @@ impl AkritasMcp {
     ) -> Result<CallToolResult, McpError> {
         Ok(match call_args::<AskArgs>(raw, &parts) {
             Ok((caller, args)) => self.ask_as(caller, args).await,
-            Err(error) => error,
+            Err(error) => *error,
         })
     }
 
@@ -400,7 +400,7 @@ impl AkritasMcp {
     ) -> Result<CallToolResult, McpError> {
         Ok(match call_args::<SearchArgs>(raw, &parts) {
             Ok((caller, args)) => self.search_as(caller, args).await,
-            Err(error) => error,
+            Err(error) => *error,
         })
     }
 
@@ -423,7 +423,7 @@ impl AkritasMcp {
     ) -> Result<CallToolResult, McpError> {
         Ok(match call_args::<ListIncidentsArgs>(raw, &parts) {
             Ok((caller, args)) => self.incidents_as(caller, args).await,
-            Err(error) => error,
+            Err(error) => *error,
         })
     }
 
@@ -446,7 +446,7 @@ impl AkritasMcp {
     ) -> Result<CallToolResult, McpError> {
         Ok(match call_args::<IdArgs>(raw, &parts) {
             Ok((caller, args)) => self.incident_as(caller, args).await,
-            Err(error) => error,
+            Err(error) => *error,
         })
     }
 
@@ -469,7 +469,7 @@ impl AkritasMcp {
     ) -> Result<CallToolResult, McpError> {
         Ok(match call_args::<IdArgs>(raw, &parts) {
             Ok((caller, args)) => self.run_as(caller, args).await,
-            Err(error) => error,
+            Err(error) => *error,
         })
     }
 }
