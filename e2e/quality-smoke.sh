@@ -16,7 +16,7 @@
 #   AKRITAS_BIN       the akritas binary (default: `cargo build --bin akritas`, then its path)
 #   QUALITY_CASES     starter case files to run (default: the four named below)
 #   QUALITY_MIN_PASS  the pass rate the smoke needs (default 0)
-#   QUALITY_TIMEOUT   seconds the eval may take (default 1200)
+#   QUALITY_TIMEOUT   seconds the eval may take (default 1800)
 set -euo pipefail
 # shellcheck source=e2e/real-models.sh
 source "$(dirname "$0")/real-models.sh"
@@ -42,7 +42,7 @@ done
 log "quality smoke: Qwen2.5-Coder-0.5B on Ollama, $(ls "$work/cases" | wc -l) starter cases"
 t=$SECONDS
 status=0
-timeout --kill-after=30 "${QUALITY_TIMEOUT:-1200}" "$akritas" eval "$work/cases" \
+timeout --kill-after=30 "${QUALITY_TIMEOUT:-1800}" "$akritas" eval "$work/cases" \
   --base-url "http://127.0.0.1:$port/v1" --upstream-model akritas-qwen05 --model-protocol auto \
   --system-instructions instructions/SYSTEM.md --skills-dir skills --max-tokens 512 --concurrency "$SLOTS" \
   --min-pass "${QUALITY_MIN_PASS:-0}" --output "$work/results.json" >"$work/eval.txt" 2>&1 || status=$?
