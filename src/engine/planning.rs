@@ -32,6 +32,7 @@ pub async fn plan(
     investigate: bool,
 ) -> Result<Vec<PlannedCheck>, Stop> {
     let language = state.params.language.clone();
+    let skilled = !state.skills.selected().is_empty();
     let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
     let input = planner_input(question, retrieved, &state.skills.selected(), execution, max_checks, &language);
     let mut messages = vec![
@@ -45,7 +46,7 @@ pub async fn plan(
         let (mut step, alias) = submit_tool::step(
             PLAN_TOOL,
             "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
-            plan::plan_schema(&language, &tool_shapes(execution, !state.skills.selected().is_empty()), room),
+            plan::plan_schema(&language, &tool_shapes(execution, skilled), room),
             messages.clone(),
             max_tokens,
         )?;
@@ -61,7 +62,6 @@ pub async fn plan(
         let raw_arguments = &submitted.function.arguments;
         state.budget.begin_tool_call(Instant::now())?;
         let started = Instant::now();
-        let skilled = !state.skills.selected().is_empty();
         let validated = plan::validate_plan(raw_arguments, max_checks, &|tool, arguments| {
             // A tool the plan was not offered is unknown to it.
             if skilled && is_skill_tool(tool) {
@@ -228,6 +228,24 @@ mod tests {
         );
         assert_eq!(input["maximum_execution_checks"], 3);
         assert_eq!(input["response_language"], "de");
+    }
+
+    #[test]
+    fn a_run_with_skills_plans_without_the_skill_tools() {
+        let skill = SkillEntry::fixture("postgres", "check autovacuum");
+        let catalog = std::sync::Arc::new(std::collections::BTreeMap::from([("postgres".to_string(), skill.clone())]));
+        let mut builder = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default());
+        knowledge_tools::register(&mut builder, catalog, Default::default()).unwrap();
+        let tools = builder.build();
+        let names = |input: Value| -> Vec<String> {
+            input["available_execution_tools"].as_array().unwrap().iter().map(|t| t["name"].to_string()).collect()
+        };
+        let unskilled = names(planner_input("q", &Value::Null, &[], &tools, 3, "en"));
+        assert_eq!(unskilled.len(), 2, "{unskilled:?}");
+        assert!(names(planner_input("q", &Value::Null, &[skill], &tools, 3, "en")).is_empty());
+        let shapes: Vec<String> = tool_shapes(&tools, true).into_iter().map(|(name, _)| name).collect();
+        assert!(shapes.is_empty(), "{shapes:?}");
+        assert_eq!(tool_shapes(&tools, false).len(), 2);
     }
 
     #[test]

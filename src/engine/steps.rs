@@ -70,13 +70,13 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // The execution catalog: authorized read-only tools plus this Run's knowledge tools.
     let execution = execution_registry(inputs, &state.skills)?;
 
+    // Successful calls so far, by tool and canonical arguments: such a call made again is not
+    // run again (a failed one is: its failure may have passed).
+    let mut made: HashMap<String, String> = HashMap::new();
     // Forced planning, then every planned check. The conversation carries the checks as the
     // assistant's own calls under the host's ids, each followed by its result: the form a model
     // trained on tool calls reads results in (the plan submission itself is left out: a small
     // model shown it submits the plan again as its answer).
-    // Successful calls so far, by tool and canonical arguments: such a call made again is not
-    // run again (a failed one is: its failure may have passed).
-    let mut made: HashMap<String, String> = HashMap::new();
     if state.budget.tool_calls_left() > 0 {
         let checks = planning::plan(state, &execution, &question, &retrieved, request.investigate).await?;
         let planned = checks.iter().map(|check| check.tool.to_string()).collect();
