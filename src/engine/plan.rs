@@ -6,7 +6,10 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+mod named;
 mod room;
+
+pub use named::NamedArguments;
 pub(crate) use room::plan_grammar;
 
 /// Host name of the plan tool.

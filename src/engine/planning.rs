@@ -3,12 +3,15 @@
 //! schemas. The host validates the plan strictly and keeps its checks; a rejected plan gets
 //! one repair turn, and a missing or still rejected plan is recorded on the Run, not fatal.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::knowledge_tools;
-use super::plan::{self, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlanRoom, PlannedCheck};
+use super::plan::{
+    self, NamedArguments, PLAN_CALL_ID, PLAN_TOOL, PLANNER_PROMPT, Plan, PlanError, PlanRoom, PlannedCheck,
+};
 use super::record::CallKind;
 use super::skills::SkillEntry;
 use super::state::{RunState, Stop};
@@ -23,18 +26,22 @@ pub const PLANNER_MAX_TOKENS: u32 = 2048;
 /// Asks for the plan and returns the checks to execute (none when the plan was
 /// missing or rejected; `state.plan_error` then says why). A plan the host refuses gets one
 /// repair turn naming the rule it broke, when the budget leaves room for it and for the
-/// steps after; each submission is recorded.
+/// steps after; each submission is recorded. An argument the Run's `facts` name takes one of
+/// their values ([`NamedArguments`]).
 pub async fn plan(
     state: &mut RunState<'_>,
     execution: &Registry,
     question: &str,
     retrieved: &Value,
+    facts: &BTreeMap<String, String>,
     investigate: bool,
 ) -> Result<Vec<PlannedCheck>, Stop> {
+    let named = NamedArguments::from_facts(facts);
     let language = state.params.language.clone();
     let skilled = !state.skills.selected().is_empty();
     let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
-    let input = planner_input(question, retrieved, &state.skills.selected(), execution, max_checks, &language);
+    let input =
+        planner_input(question, retrieved, &state.skills.selected(), execution, &named, max_checks, &language);
     let mut messages = vec![
         Message::system(format!("{PLANNER_PROMPT}\n\n{}", language_instruction(&language))),
         Message::user(input.to_string()),
@@ -46,7 +53,7 @@ pub async fn plan(
         let (mut step, alias) = submit_tool::step(
             PLAN_TOOL,
             "Submit the investigation plan: read-only checks with exact arguments, and capability gaps.",
-            plan::plan_schema(&language, &tool_shapes(execution, skilled), room),
+            plan::plan_schema(&language, &tool_shapes(execution, skilled, &named), room),
             messages.clone(),
             max_tokens,
         )?;
@@ -67,7 +74,9 @@ pub async fn plan(
             if skilled && is_skill_tool(tool) {
                 return Err(ArgumentsError::UnknownTool(tool.to_owned()));
             }
-            execution.check_arguments(tool, arguments)
+            execution.check_arguments(tool, arguments)?;
+            let schema = execution.definitions().into_iter().find(|spec| spec.name.as_str() == tool);
+            schema.map_or(Ok(()), |spec| named.check(&spec.input_schema, arguments).map_err(ArgumentsError::Schema))
         });
         let duration = started.elapsed();
         let id = plan_call_id(attempt);
@@ -121,9 +130,10 @@ fn push_refused_plan(state: &mut RunState<'_>, mut call: crate::llm::ToolCall, i
     state.history.push(Message::tool(id, text));
 }
 
-/// Each execution tool's host name and input schema, for the plan schema.
-fn tool_shapes(execution: &Registry, skilled: bool) -> Vec<(String, Value)> {
-    plannable(execution, skilled).into_iter().map(|spec| (spec.name.to_string(), spec.input_schema.clone())).collect()
+/// Each execution tool's host name and input schema, with the arguments the facts name bound
+/// to their values, for the plan schema.
+fn tool_shapes(execution: &Registry, skilled: bool, named: &NamedArguments) -> Vec<(String, Value)> {
+    plannable(execution, skilled).into_iter().map(|spec| (spec.name.to_string(), named.bind(&spec.input_schema))).collect()
 }
 
 /// The tools a plan may use: every execution tool, but the skill tools only while the Run has
@@ -161,12 +171,13 @@ fn planner_input(
     retrieved: &Value,
     selected: &[SkillEntry],
     execution: &Registry,
+    named: &NamedArguments,
     max_checks: usize,
     language: &str,
 ) -> Value {
     let tools: Vec<Value> = plannable(execution, !selected.is_empty())
         .into_iter()
-        .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "input_schema": spec.input_schema}))
+        .map(|spec| json!({"name": spec.name.as_str(), "description": spec.description, "input_schema": named.bind(&spec.input_schema)}))
         .collect();
     let skills: Vec<Value> = selected
         .iter()
@@ -215,7 +226,7 @@ mod tests {
         let tools = submit_tool::registry("inventory.host", "Find a host.", schema.clone()).unwrap();
         let skill = SkillEntry::fixture("postgres", "check autovacuum");
         let retrieved = json!({"output": {"results": []}});
-        let input = planner_input("why is db-7 slow?", &retrieved, &[skill], &tools, 3, "de");
+        let input = planner_input("why is db-7 slow?", &retrieved, &[skill], &tools, &NamedArguments::default(), 3, "de");
         assert_eq!(input["request"], "why is db-7 slow?");
         assert_eq!(input["knowledge_search_result"], retrieved);
         assert_eq!(
@@ -240,12 +251,12 @@ mod tests {
         let names = |input: Value| -> Vec<String> {
             input["available_execution_tools"].as_array().unwrap().iter().map(|t| t["name"].to_string()).collect()
         };
-        let unskilled = names(planner_input("q", &Value::Null, &[], &tools, 3, "en"));
+        let unskilled = names(planner_input("q", &Value::Null, &[], &tools, &NamedArguments::default(), 3, "en"));
         assert_eq!(unskilled.len(), 2, "{unskilled:?}");
-        assert!(names(planner_input("q", &Value::Null, &[skill], &tools, 3, "en")).is_empty());
-        let shapes: Vec<String> = tool_shapes(&tools, true).into_iter().map(|(name, _)| name).collect();
+        assert!(names(planner_input("q", &Value::Null, &[skill], &tools, &NamedArguments::default(), 3, "en")).is_empty());
+        let shapes: Vec<String> = tool_shapes(&tools, true, &NamedArguments::default()).into_iter().map(|(name, _)| name).collect();
         assert!(shapes.is_empty(), "{shapes:?}");
-        assert_eq!(tool_shapes(&tools, false).len(), 2);
+        assert_eq!(tool_shapes(&tools, false, &NamedArguments::default()).len(), 2);
     }
 
     #[test]
