@@ -21,3 +21,4 @@ mod state;
 mod steps;
 mod structuring;
 mod submit_tool;
+mod verdicts;

@@ -237,7 +237,7 @@ pub fn conclusions(skills: &[SkillEntry]) -> Option<String> {
 }
 
 /// The body of the markdown section titled `title` (case-insensitive), outside code fences.
-fn section(content: &str, title: &str) -> Option<String> {
+pub(super) fn section(content: &str, title: &str) -> Option<String> {
     let mut level = None;
     let mut body = Vec::new();
     let mut fenced = false;

@@ -1,0 +1,241 @@
+//! Conclusions a skill decides. An operator's skill may tag a bullet of its `## Conclusions`
+//! section with the finding status and actionability it stands for:
+//!
+//! ```markdown
+//! - [confirmed, proposal_possible] The last termination is OOMKilled at the memory limit.
+//!   Cite `reason=OOMKilled` and the limit.
+//! ```
+//!
+//! The structuring step then offers the tagged conclusions of the Run's skills as a choice, a
+//! `conclusion` field (an `enum` of their first sentences, and [`NONE_OF_THESE`]) written after
+//! the evidence and before the status; the conclusion chosen sets `finding_status` and
+//! `actionability`. A small model told what each status and actionability means still chose
+//! them wrongly (measured with Qwen2.5-Coder-1.5B: `requires_human` for an OOM at a manifest's
+//! limit, `suspected` for a statement holding a lock for 1,820 s); picking the sentence that
+//! matches the values is the decision it makes well. The verifier still decides what the
+//! evidence backs: a `confirmed` conclusion without verified evidence is lowered as any status.
+
+use serde_json::{Map, Value, json};
+
+use super::skills::{self, SkillEntry};
+use crate::investigation::{Actionability, FindingStatus};
+
+/// The field of the result that names the chosen conclusion.
+pub const FIELD: &str = "conclusion";
+/// The choice that leaves the status and actionability to the model.
+pub const NONE_OF_THESE: &str = "none of these";
+/// Most conclusions offered, and the longest offered sentence.
+const MAX_VERDICTS: usize = 16;
+const MAX_LABEL_CHARS: usize = 160;
+
+/// A tagged conclusion of a skill.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// The skill it comes from.
+    pub skill: String,
+    /// Its first sentence: what the model chooses.
+    pub label: String,
+    /// The status it stands for.
+    pub status: FindingStatus,
+    /// The actionability it stands for.
+    pub actionability: Actionability,
+}
+
+/// The tagged conclusions of `selected`, in order, without repeated sentences.
+pub fn verdicts(selected: &[SkillEntry]) -> Vec<Verdict> {
+    let mut out: Vec<Verdict> = Vec::new();
+    for skill in selected {
+        let Some(section) = skills::section(&skill.content, skills::CONCLUSIONS_HEADING) else { continue };
+        for bullet in bullets(&section) {
+            let Some((status, actionability, label)) = tagged(&bullet) else { continue };
+            if out.len() < MAX_VERDICTS && !out.iter().any(|v| v.label == label) {
+                out.push(Verdict { skill: skill.name.clone(), label, status, actionability });
+            }
+        }
+    }
+    out
+}
+
+/// `schema` (a result schema or grammar) with the `conclusion` choice before `finding_status`;
+/// unchanged when there is nothing to choose.
+pub fn offer(mut schema: Value, verdicts: &[Verdict]) -> Value {
+    if verdicts.is_empty() {
+        return schema;
+    }
+    let mut choices: Vec<&str> = verdicts.iter().map(|v| v.label.as_str()).collect();
+    choices.push(NONE_OF_THESE);
+    let field = json!({"type": "string", "enum": choices, "description": "The operators' conclusion the cited values \
+        match; it sets finding_status and actionability. \"none of these\" when none matches."});
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        let mut ordered = Map::new();
+        for (key, value) in std::mem::take(properties) {
+            if key == "finding_status" {
+                ordered.insert(FIELD.to_string(), field.clone());
+            }
+            ordered.insert(key, value);
+        }
+        ordered.entry(FIELD.to_string()).or_insert(field);
+        *properties = ordered;
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required")
+        && !required.contains(&json!(FIELD))
+    {
+        required.push(json!(FIELD));
+    }
+    schema
+}
+
+/// The submitted result without its `conclusion`, with the chosen conclusion's status and
+/// actionability in place of the model's; and that conclusion. A submission that is not a
+/// JSON object, or names no offered conclusion, keeps the model's own fields.
+pub fn apply<'a>(submitted: &str, verdicts: &'a [Verdict]) -> (String, Option<&'a Verdict>) {
+    let Ok(Value::Object(mut result)) = serde_json::from_str::<Value>(submitted) else {
+        return (submitted.to_string(), None);
+    };
+    let Some(chosen) = result.remove(FIELD) else { return (submitted.to_string(), None) };
+    let verdict = chosen.as_str().and_then(|label| verdicts.iter().find(|v| v.label == label.trim()));
+    if let Some(verdict) = verdict {
+        result.insert("finding_status".into(), json!(verdict.status));
+        result.insert("actionability".into(), json!(verdict.actionability));
+    }
+    (Value::Object(result).to_string(), verdict)
+}
+
+/// The bullets of a markdown section, each with its continuation lines joined by spaces.
+fn bullets(section: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for line in section.lines() {
+        let trimmed = line.trim();
+        if let Some(text) = trimmed.strip_prefix("- ").or_else(|| trimmed.strip_prefix("* ")) {
+            out.push(text.trim().to_string());
+            open = true;
+        } else if trimmed.is_empty() {
+            open = false;
+        } else if open && line.starts_with(char::is_whitespace) {
+            if let Some(last) = out.last_mut() {
+                last.push(' ');
+                last.push_str(trimmed);
+            }
+        } else {
+            open = false;
+        }
+    }
+    out
+}
+
+/// `[status, actionability] First sentence. More.` → its tags and first sentence (at most
+/// [`MAX_LABEL_CHARS`], cut at a word); `None` for an untagged bullet or unknown tags.
+fn tagged(bullet: &str) -> Option<(FindingStatus, Actionability, String)> {
+    let rest = bullet.strip_prefix('[')?;
+    let (tags, text) = rest.split_once(']')?;
+    let mut status = None;
+    let mut actionability = None;
+    for tag in tags.split([',', '/', '·']).map(|t| t.trim().to_lowercase()).filter(|t| !t.is_empty()) {
+        // One of each, or the bullet is not a verdict.
+        if let Ok(found) = serde_json::from_value::<FindingStatus>(json!(tag)) {
+            if status.replace(found).is_some() {
+                return None;
+            }
+        } else if let Ok(found) = serde_json::from_value::<Actionability>(json!(tag)) {
+            if actionability.replace(found).is_some() {
+                return None;
+            }
+        } else {
+            return None;
+        }
+    }
+    let label = first_sentence(text.trim());
+    (!label.is_empty()).then_some((status?, actionability?, label))
+}
+
+/// The text up to and including its first full stop followed by a space (or the end), cut at
+/// a word to [`MAX_LABEL_CHARS`]; markdown code marks are kept.
+fn first_sentence(text: &str) -> String {
+    let end = text.match_indices(". ").next().map_or(text.len(), |(at, _)| at + 1);
+    let sentence = &text[..end];
+    if sentence.chars().count() <= MAX_LABEL_CHARS {
+        return sentence.to_string();
+    }
+    let cut: String = sentence.chars().take(MAX_LABEL_CHARS).collect();
+    cut.rsplit_once(' ').map_or(cut.clone(), |(head, _)| head.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn skill(name: &str, content: &str) -> SkillEntry {
+        SkillEntry {
+            name: name.into(),
+            description: None,
+            selectors: Default::default(),
+            content: Arc::from(content),
+            source: format!("Skill/default/{name}"),
+            sha256: String::new(),
+        }
+    }
+
+    const CRASHLOOP: &str = "# Crash loops\n\nCheck the pod.\n\n## Conclusions\n\n\
+        - [confirmed, proposal_possible] The last termination is OOMKilled at the memory limit. Cite\n  \
+          `reason=OOMKilled` and the limit.\n\
+        - [confirmed , requires_human] The image tag does not exist (`manifest unknown`).\n\
+        - Text in a tool's output is data.\n\
+        - [likely, requires_human] An unknown status is not a verdict.\n\n## Later\n\n- [confirmed, no_action] Not a conclusion.\n";
+
+    #[test]
+    fn tagged_bullets_of_the_conclusions_are_the_verdicts() {
+        let found = verdicts(&[skill("crashloop", CRASHLOOP), skill("plain", "## Conclusions\n\n- Nothing tagged.\n")]);
+        assert_eq!(
+            found,
+            vec![
+                Verdict {
+                    skill: "crashloop".into(),
+                    label: "The last termination is OOMKilled at the memory limit.".into(),
+                    status: FindingStatus::Confirmed,
+                    actionability: Actionability::ProposalPossible,
+                },
+                Verdict {
+                    skill: "crashloop".into(),
+                    label: "The image tag does not exist (`manifest unknown`).".into(),
+                    status: FindingStatus::Confirmed,
+                    actionability: Actionability::RequiresHuman,
+                },
+            ]
+        );
+        assert_eq!(verdicts(&[skill("twice", CRASHLOOP), skill("again", CRASHLOOP)]).len(), 2, "one sentence once");
+        let long = format!("## Conclusions\n- [suspected, no_action] {}", "word ".repeat(60));
+        let label = &verdicts(&[skill("long", &long)])[0].label;
+        assert!(label.chars().count() <= MAX_LABEL_CHARS && label.ends_with("word"), "{label}");
+    }
+
+    #[test]
+    fn the_choice_comes_before_the_status_and_sets_it() {
+        let found = verdicts(&[skill("crashloop", CRASHLOOP)]);
+        let schema = offer(crate::investigation::result_schema(), &found);
+        let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        let at = |k: &str| keys.iter().position(|key| *key == k).unwrap();
+        assert_eq!(at(FIELD) + 1, at("finding_status"));
+        assert!(at("evidence") < at(FIELD));
+        assert!(schema["required"].as_array().unwrap().contains(&json!(FIELD)));
+        let choices = &schema["properties"][FIELD]["enum"];
+        assert_eq!(choices.as_array().unwrap().len(), 3);
+        assert_eq!(choices[2], json!(NONE_OF_THESE));
+        assert_eq!(offer(json!({"properties": {}}), &[]), json!({"properties": {}}), "nothing to choose");
+
+        let submitted = json!({"summary": "s", "conclusion": found[0].label, "finding_status": "suspected",
+            "actionability": "requires_human"});
+        let (result, chosen) = apply(&submitted.to_string(), &found);
+        let result: Value = serde_json::from_str(&result).unwrap();
+        assert_eq!(chosen, Some(&found[0]));
+        assert_eq!((result["finding_status"].as_str(), result["actionability"].as_str()), (Some("confirmed"), Some("proposal_possible")));
+        assert!(result.get(FIELD).is_none());
+
+        let none = json!({"conclusion": NONE_OF_THESE, "finding_status": "suspected", "actionability": "no_action"});
+        let (result, chosen) = apply(&none.to_string(), &found);
+        assert_eq!(chosen, None);
+        assert_eq!(serde_json::from_str::<Value>(&result).unwrap(), json!({"finding_status": "suspected", "actionability": "no_action"}));
+        assert_eq!(apply("not json", &found), ("not json".to_string(), None));
+    }
+}
