@@ -54,6 +54,9 @@ pub struct Plan {
     pub gaps: Vec<CapabilityGap>,
     /// Items the host left out as redundant rather than refusing the plan for them.
     pub set_aside: SetAside,
+    /// Gaps that named an available tool whose arguments the Run's facts fix, planned as
+    /// checks by the host ([`NamedArguments::complete`]).
+    pub gaps_taken_as_checks: usize,
 }
 
 /// Redundant plan items, left out: nothing in them could change what the host executes.

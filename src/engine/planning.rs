@@ -78,6 +78,7 @@ pub async fn plan(
             let schema = execution.definitions().into_iter().find(|spec| spec.name.as_str() == tool);
             schema.map_or(Ok(()), |spec| named.check(&spec.input_schema, arguments).map_err(ArgumentsError::Schema))
         });
+        let validated = validated.map(|plan| take_gaps_as_checks(plan, execution, skilled, &named, max_checks));
         let duration = started.elapsed();
         let id = plan_call_id(attempt);
         // The model reads the full rejection; the audit keeps what the host validated.
@@ -105,6 +106,40 @@ pub async fn plan(
         )));
     }
     Ok(Vec::new())
+}
+
+/// A gap whose capability is an available tool (a small model was seen listing
+/// `kubernetes.pod_status` as a step it could not perform, with the pod named by the alert) is
+/// a check the model did not know how to write: when the Run's facts fix every argument the
+/// tool requires, the host plans it as a check, within the plan's room, once.
+fn take_gaps_as_checks(
+    mut plan: Plan,
+    execution: &Registry,
+    skilled: bool,
+    named: &NamedArguments,
+    max_checks: usize,
+) -> Plan {
+    let tools = plannable(execution, skilled);
+    let mut gaps = Vec::with_capacity(plan.gaps.len());
+    for gap in std::mem::take(&mut plan.gaps) {
+        let arguments = tools
+            .iter()
+            .find(|spec| spec.name.as_str() == gap.capability)
+            .and_then(|spec| named.complete(&spec.input_schema))
+            .filter(|arguments| execution.check_arguments(&gap.capability, arguments).is_ok());
+        match arguments {
+            Some(arguments)
+                if plan.checks.len() < max_checks
+                    && !plan.checks.iter().any(|c| c.tool == gap.capability && c.arguments == arguments) =>
+            {
+                plan.checks.push(PlannedCheck { step: gap.step, tool: gap.capability, arguments, reason: gap.reason });
+                plan.gaps_taken_as_checks += 1;
+            }
+            _ => gaps.push(gap),
+        }
+    }
+    plan.gaps = gaps;
+    plan
 }
 
 /// Plan submissions a Run may make: the first and one repair.
@@ -207,6 +242,9 @@ fn plan_call_result(
             if !plan.set_aside.is_empty() {
                 output["set_aside_as_redundant"] = json!(plan.set_aside);
             }
+            if plan.gaps_taken_as_checks > 0 {
+                output["gaps_taken_as_checks"] = json!(plan.gaps_taken_as_checks);
+            }
             (Some(output), None)
         }
         Err(error) => (None, Some(ToolError { code: ErrorCode::InvalidArguments, message: reason(error) })),
@@ -291,5 +329,31 @@ mod tests {
             recorded_plan(&plan),
             json!({"checks": [{"check": 1, "tool": "inventory.host", "arguments": {"host": "db-7"}}], "gaps": 1})
         );
+    }
+
+    #[test]
+    fn a_gap_naming_a_tool_the_facts_fix_becomes_a_check() {
+        let schema = json!({"type": "object", "properties": {"namespace": {"type": "string"}, "pod": {"type": "string"}},
+                            "required": ["namespace", "pod"]});
+        let tools = submit_tool::registry("kubernetes.pod_status", "Pod status.", schema).unwrap();
+        let gap = |capability: &str| CapabilityGap { step: "s".into(), capability: capability.into(), reason: "r".into() };
+        let plan = || Plan { gaps: vec![gap("kubernetes.pod_status"), gap("kubernetes.pods.logs")], ..Plan::default() };
+        let facts = std::collections::BTreeMap::from([
+            ("namespace".to_string(), "shop".to_string()),
+            ("pod".to_string(), "cart-7d9f".to_string()),
+        ]);
+        let named = NamedArguments::from_facts(&facts);
+
+        let taken = take_gaps_as_checks(plan(), &tools, false, &named, 3);
+        assert_eq!(taken.checks.len(), 1);
+        assert_eq!(taken.checks[0].tool, "kubernetes.pod_status");
+        assert_eq!(taken.checks[0].arguments, json!({"namespace": "shop", "pod": "cart-7d9f"}));
+        assert_eq!(taken.gaps, vec![gap("kubernetes.pods.logs")], "a gap no tool performs stays");
+        assert_eq!(taken.gaps_taken_as_checks, 1);
+        let result = plan_call_result(&Ok(taken), PLAN_CALL_ID, Duration::ZERO, PlanError::to_string);
+        assert_eq!(result.output.unwrap()["gaps_taken_as_checks"], 1);
+
+        assert_eq!(take_gaps_as_checks(plan(), &tools, false, &named, 0).checks.len(), 0, "no room");
+        assert_eq!(take_gaps_as_checks(plan(), &tools, false, &NamedArguments::default(), 3).gaps.len(), 2, "no facts");
     }
 }

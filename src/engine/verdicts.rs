@@ -238,4 +238,20 @@ mod tests {
         assert_eq!(serde_json::from_str::<Value>(&result).unwrap(), json!({"finding_status": "suspected", "actionability": "no_action"}));
         assert_eq!(apply("not json", &found), ("not json".to_string(), None));
     }
+
+    #[test]
+    fn every_shipped_skill_with_conclusions_offers_tagged_ones() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path().join("SKILL.md");
+            let content = std::fs::read_to_string(&path).unwrap();
+            if skills::section(&content, skills::CONCLUSIONS_HEADING).is_some() {
+                let found = verdicts(&[skill("shipped", &content)]);
+                assert!(!found.is_empty(), "{} has no tagged conclusion", path.display());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 6, "{seen} shipped skills with conclusions");
+    }
 }

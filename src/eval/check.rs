@@ -50,6 +50,20 @@ fn includes(arguments: &Value, subset: &serde_json::Map<String, Value>) -> bool 
     subset.iter().all(|(key, value)| arguments.get(key) == Some(value))
 }
 
+/// The recorded outputs (as JSON text) the Run's answered calls read: those of the recorded
+/// calls of the same tool whose arguments each answered call carries.
+fn outputs_read(case: &Case, outcome: &ReplayOutcome) -> Vec<String> {
+    let answered: Vec<_> = outcome.tool_calls.iter().filter(|c| c.recorded && c.status == "ok").collect();
+    case.calls
+        .iter()
+        .filter(|recorded| {
+            let arguments = recorded.arguments.as_object();
+            answered.iter().any(|c| c.tool == recorded.tool && arguments.is_none_or(|a| includes(&c.arguments, a)))
+        })
+        .filter_map(|recorded| recorded.output.as_ref().map(Value::to_string))
+        .collect()
+}
+
 /// Every expectation of the case against the outcome.
 pub fn checks(case: &Case, outcome: &ReplayOutcome) -> Vec<Check> {
     let expected = &case.expected;
@@ -91,10 +105,14 @@ pub fn checks(case: &Case, outcome: &ReplayOutcome) -> Vec<Check> {
     }
     let quotes = evidence_quotes(outcome);
     let answer = outcome.answer.as_deref().unwrap_or_default();
+    let read = outputs_read(case, outcome);
     for fact in &expected.required_facts {
-        let pass = quotes.iter().any(|q| q.contains(fact.as_str())) || answer.contains(fact.as_str());
+        // The answer counts for a fact the Run read: one it repeats from its guidance (a skill,
+        // SYSTEM.md) shows nothing about what the tools returned.
+        let answered = answer.contains(fact.as_str()) && read.iter().any(|output| output.contains(fact.as_str()));
+        let pass = quotes.iter().any(|q| q.contains(fact.as_str())) || answered;
         out.push(Check::new(format!("required_fact {fact:?}"), pass, || {
-            format!("{fact:?} is neither in a verified evidence quote nor in the answer")
+            format!("{fact:?} is neither in a verified evidence quote nor in the answer with a tool output that holds it")
         }));
     }
     let usage = outcome.usage.as_ref();
@@ -120,8 +138,12 @@ mod tests {
     use crate::replay::case::Case;
 
     fn case(expected: &str) -> Case {
-        let text =
-            format!("version: 2\nname: c\ninput:\n  messages: [{{role: user, content: why}}]\nexpected:\n{expected}");
+        let text = format!(
+            "version: 2\nname: c\ninput:\n  messages: [{{role: user, content: why}}]\ntools:\n  - name: postgres.activity\n    \
+             description: d\n    read_only: true\n    input_schema: {{type: object, properties: {{host: {{type: string}}}}}}\n\
+             calls:\n  - tool: postgres.activity\n    arguments: {{host: db-7}}\n    output: {{wait_event: lock}}\n  \
+             - tool: postgres.activity\n    arguments: {{host: db-8}}\n    output: {{state: unread}}\nexpected:\n{expected}"
+        );
         Case::parse(&text).unwrap()
     }
 
@@ -168,8 +190,9 @@ mod tests {
     fn each_expectation_passes_or_fails_with_a_reason() {
         let expected = "  required_tools: [{tool: postgres.activity, arguments: {host: db-7}}, {tool: postgres.activity, arguments: {host: db-8}}]\n  \
                         forbidden_tools: [kubernetes.scale, postgres.activity]\n  finding_status: confirmed\n  actionability: requires_human\n  \
-                        required_facts: [\"1820\", \"lock\", \"absent\"]\n";
-        let outcome = outcome("a lock wait", &["tool-call:call-1 \"1820\"", "tool-call:call-2"]);
+                        required_facts: [\"1820\", \"lock\", \"absent\", \"unread\", \"slow\"]\n";
+        // "slow" is in the answer and in no output the Run read; "unread" only in one it did not.
+        let outcome = outcome("a slow lock wait, unread", &["tool-call:call-1 \"1820\"", "tool-call:call-2"]);
         let verdicts: Vec<(String, bool, String)> =
             checks(&case(expected), &outcome).into_iter().map(|c| (c.name, c.pass, c.reason)).collect();
         let failed: Vec<&str> = verdicts.iter().filter(|v| !v.1).map(|v| v.0.as_str()).collect();
@@ -179,11 +202,13 @@ mod tests {
                 "required_tool postgres.activity",
                 "forbidden_tool postgres.activity",
                 "finding_status confirmed",
-                "required_fact \"absent\""
+                "required_fact \"absent\"",
+                "required_fact \"unread\"",
+                "required_fact \"slow\""
             ]
         );
         assert!(verdicts.iter().any(|v| v.2 == "got suspected"), "{verdicts:?}");
-        assert_eq!(verdicts.len(), 9);
+        assert_eq!(verdicts.len(), 11);
         assert_eq!(evidence_coverage(&outcome), Some(0.5));
     }
 }

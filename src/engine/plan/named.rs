@@ -103,6 +103,22 @@ impl NamedArguments {
         out
     }
 
+    /// Arguments for a tool of input `schema` fixed by the facts alone: each required property
+    /// admits exactly one of their values (optional ones are left out). `None` when a required
+    /// property is free or has a choice, or the tool requires nothing.
+    pub fn complete(&self, schema: &Value) -> Option<Value> {
+        let properties = schema.get("properties")?.as_object()?;
+        let required = schema.get("required")?.as_array()?;
+        let mut arguments = serde_json::Map::new();
+        for name in required {
+            let name = name.as_str()?;
+            let admitted = self.admitted(name, properties.get(name)?)?;
+            let [value] = admitted.as_slice() else { return None };
+            arguments.insert(name.to_string(), value.clone());
+        }
+        (!arguments.is_empty()).then_some(Value::Object(arguments))
+    }
+
     /// `Err` naming the argument and the values it takes when `arguments` give a bound
     /// argument of `schema` another value.
     pub fn check(&self, schema: &Value, arguments: &Value) -> Result<(), String> {
@@ -224,6 +240,20 @@ mod tests {
         assert_eq!(bound["properties"]["type"]["enum"], json!(["Normal", "Warning"]));
         assert!(bound["properties"]["node"].get("enum").is_none(), "no fact fits the property's pattern");
         assert_eq!(named.check(&schema, &json!({"node": "elsewhere"})), Ok(()));
+    }
+
+    #[test]
+    fn a_tool_whose_required_arguments_the_facts_fix_gets_them() {
+        let named = facts(&[("namespace", "shop"), ("pod", "cart-7d9f-abcde"), ("instance", "db-7:9187")]);
+        let pod = json!({"properties": {"namespace": {"type": "string"}, "pod": {"type": "string"},
+            "container": {"type": "string"}}, "required": ["namespace", "pod"]});
+        assert_eq!(named.complete(&pod), Some(json!({"namespace": "shop", "pod": "cart-7d9f-abcde"})));
+        let free = json!({"properties": {"namespace": {"type": "string"}, "query": {"type": "string"}}, "required": ["namespace", "query"]});
+        assert_eq!(named.complete(&free), None, "a required argument no fact gives");
+        let nothing = json!({"properties": {"namespace": {"type": "string"}}});
+        assert_eq!(named.complete(&nothing), None, "a tool that requires nothing");
+        let two = facts(&[("pod", "a-1"), ("node", "n-1")]);
+        assert_eq!(two.complete(&json!({"properties": {"name": {"type": "string"}}, "required": ["name"]})), None, "a choice");
     }
 
     #[test]
