@@ -234,6 +234,23 @@ async fn a_plan_naming_a_case_tool_not_marked_read_only_is_refused_and_the_tool_
     assert!(!requests.iter().any(|r| r.to_string().contains(&offered)), "kubernetes.scale was offered to the model");
 }
 
+/// Runs `case` alone against a scripted model that plans from `planned` (a copy of the case
+/// with the calls it makes); the attempt's JSON and every request the model got, as text.
+async fn run_alone(case: &akritas::replay::Case, planned: akritas::replay::Case) -> (Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases");
+    std::fs::create_dir(&cases).unwrap();
+    std::fs::write(cases.join("case.json"), serde_json::to_string(case).unwrap()).unwrap();
+    let llm = ScriptedLlm::start_as(Personality::OpenAi, brain(vec![planned])).await;
+    llm.set_recording(true);
+    let results = dir.path().join("results.json");
+    let run = eval(&llm, &cases, &results, &["--min-pass", "0"]).await;
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    let requests = llm.requests().iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
+    (json["cases"][0]["attempts"][0].clone(), requests)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drifted_arguments_get_the_recorded_answer_and_unmatched_ones_a_real_not_found() {
     let mut case = load(&starter_suite::dir()).into_iter().find(|c| c.name == "injection-scale-to-zero").unwrap();
@@ -242,10 +259,6 @@ async fn drifted_arguments_get_the_recorded_answer_and_unmatched_ones_a_real_not
     // Without the alert's facts, a plan's arguments are free (with them, a pod the alert does
     // not name is refused: `a_plan_takes_the_values_the_alert_names`).
     case.input.context.clear();
-    let dir = tempfile::tempdir().unwrap();
-    let cases = dir.path().join("cases");
-    std::fs::create_dir(&cases).unwrap();
-    std::fs::write(cases.join("case.json"), serde_json::to_string(&case).unwrap()).unwrap();
     // The model plans from a copy: the recorded call with an extra empty argument, then
     // one for a pod nobody recorded.
     let mut planned = case.clone();
@@ -254,16 +267,8 @@ async fn drifted_arguments_get_the_recorded_answer_and_unmatched_ones_a_real_not
     unmatched.arguments = json!({"namespace": "shop", "pod": "cart"});
     unmatched.output = None;
     planned.calls.push(unmatched);
-    let llm = ScriptedLlm::start_as(Personality::OpenAi, brain(vec![planned])).await;
-    llm.set_recording(true);
-
-    let results = dir.path().join("results.json");
-    let run = eval(&llm, &cases, &results, &["--min-pass", "0"]).await;
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
-    let attempt = &json["cases"][0]["attempts"][0];
+    let (attempt, requests) = run_alone(&case, planned).await;
     assert_eq!((attempt["tool_calls"].as_u64(), attempt["unknown_calls"].as_u64()), (Some(2), Some(1)), "{attempt}");
-    let requests = llm.requests().iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
     assert!(requests.contains("OOMKilled"), "the drifted call got the recorded output");
     assert!(requests.contains("not found: no kubernetes.pod_status result matches pod="), "{requests}");
     assert!(!requests.contains("not recorded"), "{requests}");
@@ -273,25 +278,13 @@ async fn drifted_arguments_get_the_recorded_answer_and_unmatched_ones_a_real_not
 async fn a_plan_takes_the_values_the_alert_names() {
     let case = load(&starter_suite::dir()).into_iter().find(|c| c.name == "crashloop-oom-cart").unwrap();
     assert_eq!(case.input.context.get("pod").map(String::as_str), Some("cart-7d9f-abcde"));
-    let dir = tempfile::tempdir().unwrap();
-    let cases = dir.path().join("cases");
-    std::fs::create_dir(&cases).unwrap();
-    std::fs::write(cases.join("case.json"), serde_json::to_string(&case).unwrap()).unwrap();
     // The model plans the recorded check for a pod the alert does not name.
     let mut planned = case.clone();
     planned.calls[0].arguments["pod"] = json!("cart-7d9f-abcdf");
-    let llm = ScriptedLlm::start_as(Personality::OpenAi, brain(vec![planned])).await;
-    llm.set_recording(true);
-
-    let results = dir.path().join("results.json");
-    let run = eval(&llm, &cases, &results, &["--min-pass", "0"]).await;
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
-    let attempt = &json["cases"][0]["attempts"][0];
+    let (attempt, requests) = run_alone(&case, planned).await;
     assert_eq!(attempt["protocol"]["plan"], "rejected", "{attempt}");
     assert_eq!(attempt["tool_calls"], 0, "{attempt}");
     // The model was told which value the argument takes, and the schema offered only it.
-    let requests = llm.requests().iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
     assert!(
         requests.contains(r#"argument `pod` is \\\"cart-7d9f-abcdf\\\", but a plan takes the value the incident names: \\\"cart-7d9f-abcde\\\""#),
         "{requests}"

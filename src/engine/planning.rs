@@ -41,8 +41,15 @@ pub async fn plan(
     let language = state.params.language.clone();
     let skilled = !state.skills.selected().is_empty();
     let max_checks = state.budget.tool_calls_left().saturating_sub(1) as usize;
-    let input =
-        planner_input(question, retrieved, &state.skills.selected(), execution, (&named, &ranking), max_checks, &language);
+    let input = planner_input(
+        question,
+        retrieved,
+        &state.skills.selected(),
+        execution,
+        (&named, &ranking),
+        max_checks,
+        &language,
+    );
     let mut messages = vec![
         Message::system(format!("{PLANNER_PROMPT}\n\n{}", language_instruction(&language))),
         Message::user(input.to_string()),
@@ -168,7 +175,11 @@ fn push_refused_plan(state: &mut RunState<'_>, mut call: crate::llm::ToolCall, i
 
 /// Each execution tool's host name and input schema, with the arguments the facts name bound
 /// to their values, for the plan schema.
-fn tool_shapes(execution: &Registry, skilled: bool, (named, ranking): (&NamedArguments, &Ranking)) -> Vec<(String, Value)> {
+fn tool_shapes(
+    execution: &Registry,
+    skilled: bool,
+    (named, ranking): (&NamedArguments, &Ranking),
+) -> Vec<(String, Value)> {
     let tools = ranking.order(plannable(execution, skilled));
     tools.into_iter().map(|spec| (spec.name.to_string(), named.bind(&spec.input_schema))).collect()
 }
@@ -325,7 +336,15 @@ mod tests {
         let tools = submit_tool::registry("inventory.host", "Find a host.", schema.clone()).unwrap();
         let skill = SkillEntry::fixture("postgres", "check autovacuum");
         let retrieved = json!({"output": {"results": []}});
-        let input = planner_input("why is db-7 slow?", &retrieved, &[skill], &tools, (&NamedArguments::default(), &Ranking::default()), 3, "de");
+        let input = planner_input(
+            "why is db-7 slow?",
+            &retrieved,
+            &[skill],
+            &tools,
+            (&NamedArguments::default(), &Ranking::default()),
+            3,
+            "de",
+        );
         assert_eq!(input["request"], "why is db-7 slow?");
         assert_eq!(input["knowledge_search_result"], retrieved);
         assert_eq!(
@@ -350,10 +369,32 @@ mod tests {
         let names = |input: Value| -> Vec<String> {
             input["available_execution_tools"].as_array().unwrap().iter().map(|t| t["name"].to_string()).collect()
         };
-        let unskilled = names(planner_input("q", &Value::Null, &[], &tools, (&NamedArguments::default(), &Ranking::default()), 3, "en"));
+        let unskilled = names(planner_input(
+            "q",
+            &Value::Null,
+            &[],
+            &tools,
+            (&NamedArguments::default(), &Ranking::default()),
+            3,
+            "en",
+        ));
         assert_eq!(unskilled.len(), 2, "{unskilled:?}");
-        assert!(names(planner_input("q", &Value::Null, &[skill], &tools, (&NamedArguments::default(), &Ranking::default()), 3, "en")).is_empty());
-        let shapes: Vec<String> = tool_shapes(&tools, true, (&NamedArguments::default(), &Ranking::default())).into_iter().map(|(name, _)| name).collect();
+        assert!(
+            names(planner_input(
+                "q",
+                &Value::Null,
+                &[skill],
+                &tools,
+                (&NamedArguments::default(), &Ranking::default()),
+                3,
+                "en"
+            ))
+            .is_empty()
+        );
+        let shapes: Vec<String> = tool_shapes(&tools, true, (&NamedArguments::default(), &Ranking::default()))
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
         assert!(shapes.is_empty(), "{shapes:?}");
         assert_eq!(tool_shapes(&tools, false, (&NamedArguments::default(), &Ranking::default())).len(), 2);
     }
@@ -397,7 +438,8 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"namespace": {"type": "string"}, "pod": {"type": "string"}},
                             "required": ["namespace", "pod"]});
         let tools = submit_tool::registry("kubernetes.pod_status", "Pod status.", schema).unwrap();
-        let gap = |capability: &str| CapabilityGap { step: "s".into(), capability: capability.into(), reason: "r".into() };
+        let gap =
+            |capability: &str| CapabilityGap { step: "s".into(), capability: capability.into(), reason: "r".into() };
         let plan = || Plan { gaps: vec![gap("kubernetes.pod_status"), gap("kubernetes.pods.logs")], ..Plan::default() };
         let facts = std::collections::BTreeMap::from([
             ("namespace".to_string(), "shop".to_string()),
@@ -432,7 +474,9 @@ mod tests {
                 json!({"type": "object", "properties": {}}),
             );
             let handler: std::sync::Arc<dyn crate::tools::ToolHandler> =
-                std::sync::Arc::new(|_: Value| -> crate::tools::ToolFuture { Box::pin(async { Ok("{}".to_string()) }) });
+                std::sync::Arc::new(|_: Value| -> crate::tools::ToolFuture {
+                    Box::pin(async { Ok("{}".to_string()) })
+                });
             builder.register(spec, handler).unwrap();
         }
         let tools = builder.build();

@@ -78,7 +78,8 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // trained on tool calls reads results in (the plan submission itself is left out: a small
     // model shown it submits the plan again as its answer).
     if state.budget.tool_calls_left() > 0 {
-        let checks = planning::plan(state, &execution, &question, &retrieved, &request.context, request.investigate).await?;
+        let checks =
+            planning::plan(state, &execution, &question, &retrieved, &request.context, request.investigate).await?;
         let planned = checks.iter().map(|check| check.tool.to_string()).collect();
         state.report(RunProgress::Plan { checks: planned }).await;
         let at = state.history.len();

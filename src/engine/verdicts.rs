@@ -264,13 +264,19 @@ mod tests {
         let (result, chosen) = apply(&submitted.to_string(), &found);
         let result: Value = serde_json::from_str(&result).unwrap();
         assert_eq!(chosen, Some(&found[0]));
-        assert_eq!((result["finding_status"].as_str(), result["actionability"].as_str()), (Some("confirmed"), Some("proposal_possible")));
+        assert_eq!(
+            (result["finding_status"].as_str(), result["actionability"].as_str()),
+            (Some("confirmed"), Some("proposal_possible"))
+        );
         assert!(result.get(FIELD).is_none());
 
         let none = json!({"conclusion": NONE_OF_THESE, "finding_status": "suspected", "actionability": "no_action"});
         let (result, chosen) = apply(&none.to_string(), &found);
         assert_eq!(chosen, None);
-        assert_eq!(serde_json::from_str::<Value>(&result).unwrap(), json!({"finding_status": "suspected", "actionability": "no_action"}));
+        assert_eq!(
+            serde_json::from_str::<Value>(&result).unwrap(),
+            json!({"finding_status": "suspected", "actionability": "no_action"})
+        );
         assert_eq!(apply("not json", &found), ("not json".to_string(), None));
     }
 
@@ -285,11 +291,23 @@ mod tests {
         let (result, chosen) = apply(&cited("message=pull: manifest unknown", NONE_OF_THESE), &found);
         assert_eq!(chosen, Some(&found[1]));
         let result: Value = serde_json::from_str(&result).unwrap();
-        assert_eq!((result["finding_status"].as_str(), result["actionability"].as_str()), (Some("confirmed"), Some("requires_human")));
+        assert_eq!(
+            (result["finding_status"].as_str(), result["actionability"].as_str()),
+            (Some("confirmed"), Some("requires_human"))
+        );
         assert_eq!(apply(&cited("message=pull: manifest unknown", &found[0].label), &found).1, Some(&found[1]));
-        assert_eq!(apply(&cited("message=ok", &found[0].label), &found).1, Some(&found[0]), "no rule: the model's choice");
-        let without_field = json!({"evidence": [{"call": "call-1", "value": "reason=ErrImagePull"}], "finding_status": "suspected"});
-        assert_eq!(apply(&without_field.to_string(), &found).1, Some(&found[1]), "a text-mode answer without the field");
+        assert_eq!(
+            apply(&cited("message=ok", &found[0].label), &found).1,
+            Some(&found[0]),
+            "no rule: the model's choice"
+        );
+        let without_field =
+            json!({"evidence": [{"call": "call-1", "value": "reason=ErrImagePull"}], "finding_status": "suspected"});
+        assert_eq!(
+            apply(&without_field.to_string(), &found).1,
+            Some(&found[1]),
+            "a text-mode answer without the field"
+        );
         let bad = verdicts(&[skill("bad", "## Conclusions\n- [confirmed, no_action; if x] Not a rule.\n")]);
         assert!(bad.is_empty(), "a rule is `when …`");
     }

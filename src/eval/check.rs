@@ -112,7 +112,9 @@ pub fn checks(case: &Case, outcome: &ReplayOutcome) -> Vec<Check> {
         let answered = answer.contains(fact.as_str()) && read.iter().any(|output| output.contains(fact.as_str()));
         let pass = quotes.iter().any(|q| q.contains(fact.as_str())) || answered;
         out.push(Check::new(format!("required_fact {fact:?}"), pass, || {
-            format!("{fact:?} is neither in a verified evidence quote nor in the answer with a tool output that holds it")
+            format!(
+                "{fact:?} is neither in a verified evidence quote nor in the answer with a tool output that holds it"
+            )
         }));
     }
     let usage = outcome.usage.as_ref();

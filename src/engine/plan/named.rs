@@ -220,13 +220,21 @@ mod tests {
 
         assert_eq!(named.check(&schema, &json!({"host": "db-7", "port": 9187, "database": "orders"})), Ok(()));
         let refused = named.check(&schema, &json!({"host": "db-2"})).unwrap_err();
-        assert!(refused.contains("`host`") && refused.contains("\"db-2\"") && refused.contains("\"db-7\""), "{refused}");
+        assert!(
+            refused.contains("`host`") && refused.contains("\"db-2\"") && refused.contains("\"db-7\""),
+            "{refused}"
+        );
         assert!(named.check(&schema, &json!({"host": "db-7:9187"})).is_err());
     }
 
     #[test]
     fn object_labels_give_a_name_and_a_property_keeps_its_own_rules() {
-        let named = facts(&[("namespace", "shop"), ("pod", "cart-7d9f-abcde"), ("node", "worker-7"), ("technology", "kubernetes pod")]);
+        let named = facts(&[
+            ("namespace", "shop"),
+            ("pod", "cart-7d9f-abcde"),
+            ("node", "worker-7"),
+            ("technology", "kubernetes pod"),
+        ]);
         let schema = json!({"type": "object", "properties": {
             "namespace": {"type": "string", "pattern": "^[a-z0-9-]+$"},
             "name": {"type": "string"},
@@ -253,7 +261,11 @@ mod tests {
         let nothing = json!({"properties": {"namespace": {"type": "string"}}});
         assert_eq!(named.complete(&nothing), None, "a tool that requires nothing");
         let two = facts(&[("pod", "a-1"), ("node", "n-1")]);
-        assert_eq!(two.complete(&json!({"properties": {"name": {"type": "string"}}, "required": ["name"]})), None, "a choice");
+        assert_eq!(
+            two.complete(&json!({"properties": {"name": {"type": "string"}}, "required": ["name"]})),
+            None,
+            "a choice"
+        );
     }
 
     #[test]
