@@ -17,19 +17,6 @@ use serde_json::{Value, json};
 /// may take `alertname`), but a composite fact the intake derives is not a value.
 const NOT_VALUES: &[&str] = &["technology"];
 
-/// Labels whose value names a Kubernetes object: the candidates for a `name` argument.
-const OBJECT_LABELS: &[&str] = &[
-    "pod",
-    "deployment",
-    "statefulset",
-    "daemonset",
-    "replicaset",
-    "job_name",
-    "cronjob",
-    "node",
-    "persistentvolumeclaim",
-];
-
 /// Most values one argument may be bound to, and the longest value bound.
 const MAX_VALUES: usize = 8;
 const MAX_VALUE_CHARS: usize = 253;
@@ -42,8 +29,9 @@ pub struct NamedArguments {
 
 impl NamedArguments {
     /// From the Run's facts: each fact as itself; `instance` (`host:port`, `[v6]:port`) also as
-    /// `host` and `port`; the object labels also as `name`. A fact the facts already give under
-    /// a derived name (a `host` label) wins over the derived value.
+    /// `host` and `port`. A fact the facts already give under a derived name (a `host` label)
+    /// wins over the derived value. A `name` is not derived: a tool's `name` is of any object
+    /// (the ConfigMap a Deployment mounts, a node's events), not only the one alerted on.
     pub fn from_facts(facts: &BTreeMap<String, String>) -> Self {
         let mut values: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         let mut add = |key: &str, value: Value| {
@@ -66,13 +54,6 @@ impl NamedArguments {
             }
             if let Some(port) = port.filter(|_| !given("port")) {
                 add("port", json!(port));
-            }
-        }
-        if !given("name") {
-            for label in OBJECT_LABELS {
-                if let Some(value) = facts.get(*label).filter(|v| !v.is_empty() && v.len() <= MAX_VALUE_CHARS) {
-                    add("name", json!(value));
-                }
             }
         }
         Self { values }
@@ -228,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn object_labels_give_a_name_and_a_property_keeps_its_own_rules() {
+    fn labels_bind_their_own_names_and_a_property_keeps_its_own_rules() {
         let named = facts(&[
             ("namespace", "shop"),
             ("pod", "cart-7d9f-abcde"),
@@ -243,7 +224,7 @@ mod tests {
             "node": {"type": "string", "pattern": "^x-"}}});
         let bound = named.bind(&schema);
         assert_eq!(bound["properties"]["namespace"]["enum"], json!(["shop"]));
-        assert_eq!(bound["properties"]["name"]["enum"], json!(["cart-7d9f-abcde", "worker-7"]));
+        assert!(bound["properties"]["name"].get("enum").is_none(), "a name may be of any object");
         assert!(bound["properties"]["technology"].get("enum").is_none(), "a derived fact is not a value");
         assert_eq!(bound["properties"]["type"]["enum"], json!(["Normal", "Warning"]));
         assert!(bound["properties"]["node"].get("enum").is_none(), "no fact fits the property's pattern");
