@@ -83,8 +83,8 @@ pub async fn plan(
                 return Err(ArgumentsError::UnknownTool(tool.to_owned()));
             }
             execution.check_arguments(tool, arguments)?;
-            let schema = execution.definitions().into_iter().find(|spec| spec.name.as_str() == tool);
-            schema.map_or(Ok(()), |spec| named.check(&spec.input_schema, arguments).map_err(ArgumentsError::Schema))
+            let spec = execution.get(tool);
+            spec.map_or(Ok(()), |spec| named.check(&spec.input_schema, arguments).map_err(ArgumentsError::Schema))
         });
         let validated = validated.map(|plan| take_gaps_as_checks(plan, execution, skilled, &named, max_checks));
         let duration = started.elapsed();
