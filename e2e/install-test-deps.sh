@@ -58,6 +58,7 @@ if [ ! -x target/py/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]
 fi
 
 # etcd, kube-apiserver and helm built from their Go modules (testkit/src/kube_api.rs). Cached in
-# target/e2e-bin/<version>/ (or $AKRITAS_E2E_BIN); the first build takes about 12 minutes on two
+# <cache>/e2e-bin/<version>/ (<cache>: what e2e/cache.sh prints, outside the clone; or
+# $AKRITAS_E2E_BIN); the first build takes about 12 minutes on two
 # cores, later ones only link from Go's build cache (about 15 s) or are skipped.
 e2e/kube/build.sh >/dev/null

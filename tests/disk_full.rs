@@ -189,6 +189,12 @@ async fn a_full_volume_refuses_with_507_degrades_health_and_recovers_without_res
     let alerts = degraded["degraded"].as_array().unwrap().iter().find(|d| d["component"] == "alerts").cloned();
     let reason = alerts.expect("the alerts component is degraded")["reason"].as_str().unwrap().to_string();
     assert!(reason.contains(&data.display().to_string()) && reason.contains("507"), "{reason}");
+    // Readiness sends traffic elsewhere while deliveries are refused; liveness stays 200.
+    let ready = client.get(format!("{}/ready", server.url)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["not_ready"], serde_json::json!(["alerts"]), "{ready}");
+    assert_eq!(client.get(format!("{}/health", server.url)).send().await.unwrap().status(), 200);
 
     // Use up what the truncation freed, so the audit journal cannot write either.
     let mut spare = std::fs::File::create(data.join("spare")).unwrap();
@@ -240,6 +246,7 @@ async fn a_full_volume_refuses_with_507_degrades_health_and_recovers_without_res
     })
     .await;
     assert!(healthy.is_some(), "health returns to ok: {}", health(&client, &server.url).await);
+    assert_eq!(client.get(format!("{}/ready", server.url)).send().await.unwrap().status(), 200, "ready again");
     let after_chat = chat(&client, &server.url).await;
     assert_ne!(after_chat.status, 507, "chat records Runs again: {}", after_chat.body);
     let runs: Value = client.get(format!("{}/api/v1/runs", server.url)).send().await.unwrap().json().await.unwrap();

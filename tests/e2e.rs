@@ -14,6 +14,7 @@ mod database_audit;
 mod database_stores;
 mod disk_full;
 mod facade_openai;
+mod image_e2e;
 mod kube_harness;
 mod kube_tools_history;
 mod kube_tools_status;

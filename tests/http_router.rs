@@ -71,6 +71,7 @@ const fn route(method: Method, path: &'static str, auth: Auth) -> Route {
 /// Every route of `web::router`.
 const ROUTES: &[Route] = &[
     route(Method::GET, "/health", Auth::None),
+    route(Method::GET, "/ready", Auth::None),
     route(Method::GET, "/api/v1/openapi.json", Auth::None),
     route(Method::GET, "/api/v1/resources", Auth::Key),
     route(Method::POST, "/api/v1/chat", Auth::Key),
@@ -118,6 +119,7 @@ const ROUTES: &[Route] = &[
 /// The routes a standby replica serves itself; everything else answers 503.
 const STANDBY_SERVED: &[&str] = &[
     "/health",
+    "/ready",
     "/api/v1/resources",
     "/api/v1/tools",
     "/metrics",
@@ -838,7 +840,7 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
                 .map(move |m| (m.to_uppercase(), path.clone()))
         })
         .collect();
-    let api = |r: &&Route| r.path.starts_with("/api/v1/") || r.path == "/health";
+    let api = |r: &&Route| r.path.starts_with("/api/v1/") || r.path == "/health" || r.path == "/ready";
     let served: BTreeSet<(String, String)> =
         ROUTES.iter().filter(api).map(|r| (r.method.to_string(), r.path.to_string())).collect();
     assert_eq!(documented, served, "the OpenAPI document and the router disagree");

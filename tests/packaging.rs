@@ -33,13 +33,20 @@ fn example_configs_load() {
 fn dockerfile_is_multi_stage_non_root_and_copies_existing_paths() {
     let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
     let stages = docker::stages(&text);
-    assert_eq!(stages.len(), 2, "build and runtime stages");
-    for copy in stages.iter().flatten().filter_map(docker::Copy::of).filter(|c| c.from.is_none()) {
+    let names: Vec<_> = stages.iter().map(|s| s[0].args.as_str()).collect();
+    assert_eq!(
+        names,
+        ["rust:1.95-bookworm AS build", "scratch AS context", "${BINARY_FROM} AS binary", "debian:bookworm-slim"],
+        "build, a binary from the context, the one of them BINARY_FROM names, and the runtime stage"
+    );
+    // The `context` stage's binary is what e2e/image.sh puts in the context it assembles.
+    let repository_copies = stages.iter().filter(|s| s[0].args != "scratch AS context").flatten();
+    for copy in repository_copies.filter_map(docker::Copy::of).filter(|c| c.from.is_none()) {
         for source in &copy.sources {
             assert!(root().join(source).exists(), "Dockerfile copies missing path {source}");
         }
     }
-    let runtime = &stages[1];
+    let runtime = stages.last().unwrap();
     let arg = |keyword: &str| runtime.iter().rev().find(|i| i.keyword == keyword).map(|i| i.args.as_str());
     let user = arg("USER").expect("USER set");
     assert!(!user.starts_with('0') && !user.starts_with("root"), "image must not run as root");
@@ -54,6 +61,33 @@ fn dockerfile_is_multi_stage_non_root_and_copies_existing_paths() {
     assert!(!installs_git, "the runtime image installs git, which no code path runs");
 }
 
+/// One health contract: liveness is "the process serves" (`/health`'s status code, which stays
+/// 200 while the host is `degraded`), readiness is `/ready`. The image's `HEALTHCHECK` and the
+/// chart's livenessProbe read `/health`'s status line, never its `status`; the readinessProbe
+/// reads `/ready`; docs/http-api.md says so. tests/image_e2e.rs runs the HEALTHCHECK against a
+/// degraded host in the built image.
+#[test]
+fn the_healthcheck_the_probes_and_the_docs_are_one_contract() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let stages = docker::stages(&dockerfile);
+    let healthcheck = stages.last().unwrap().iter().find(|i| i.keyword == "HEALTHCHECK").expect("a HEALTHCHECK");
+    assert!(healthcheck.args.contains("GET /health HTTP/1.0"), "{}", healthcheck.args);
+    assert!(healthcheck.args.contains("200 "), "the HEALTHCHECK reads the status code: {}", healthcheck.args);
+    assert!(!healthcheck.args.contains("status"), "a degraded host must not be unhealthy: {}", healthcheck.args);
+    let deployment = std::fs::read_to_string(root().join("charts/akritas/templates/deployment.yaml")).unwrap();
+    let probe = |name: &str| {
+        let at = deployment.find(&format!("{name}:")).unwrap_or_else(|| panic!("the chart has no {name}"));
+        let path = deployment[at..].lines().find_map(|l| l.trim().strip_prefix("path: ")).expect("an httpGet path");
+        path.to_string()
+    };
+    assert_eq!(probe("livenessProbe"), "/health");
+    assert_eq!(probe("readinessProbe"), "/ready");
+    let docs = std::fs::read_to_string(root().join("docs/http-api.md")).unwrap();
+    let row = |route: &str| docs.lines().find(|l| l.starts_with(&format!("| `GET {route}` |"))).unwrap_or_default();
+    assert!(row("/health").contains("livenessProbe") && row("/health").contains("HEALTHCHECK"), "{}", row("/health"));
+    assert!(row("/ready").contains("readinessProbe") && row("/ready").contains("503"), "{}", row("/ready"));
+}
+
 /// The build stage keeps cargo's registry and target directory in BuildKit cache
 /// mounts, and the runtime stage takes the binary from a path outside them (a cache
 /// mount is not part of the stage's image, so copying from it would fail).
@@ -61,7 +95,8 @@ fn dockerfile_is_multi_stage_non_root_and_copies_existing_paths() {
 fn build_stage_caches_cargo_and_hands_over_the_binary_outside_the_cache() {
     let text = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
     let stages = docker::stages(&text);
-    let (build, runtime) = (&stages[0], &stages[1]);
+    let (build, runtime) = (&stages[0], stages.last().unwrap());
+    assert!(text.contains("\nARG BINARY_FROM=build\n"), "by default the image compiles its binary");
     let (workdir, run) = docker::cargo_build(build).expect("the build stage runs `cargo build`");
     for needed in ["--release", "--locked", "--bin akritas"] {
         assert!(run.args.contains(needed), "the image build runs `cargo build` without {needed}: {}", run.args);
@@ -72,8 +107,8 @@ fn build_stage_caches_cargo_and_hands_over_the_binary_outside_the_cache() {
     let binary = runtime
         .iter()
         .filter_map(docker::Copy::of)
-        .find(|c| c.from.as_deref() == Some("build"))
-        .expect("the runtime stage copies the binary from the build stage");
+        .find(|c| c.from.as_deref() == Some("binary"))
+        .expect("the runtime stage copies the binary from the stage BINARY_FROM names (default: build)");
     for source in &binary.sources {
         let path = workdir.join(source);
         assert!(!mounts.iter().any(|m| path.starts_with(m)), "{source} lies in a cache mount, absent from the image");
@@ -227,7 +262,11 @@ mod docker {
             if instruction.keyword == "FROM" {
                 stages.push(Vec::new());
             }
-            stages.last_mut().expect("a Dockerfile starts with FROM").push(instruction);
+            match stages.last_mut() {
+                Some(stage) => stage.push(instruction),
+                // Only `ARG` may come before the first `FROM` (the stages' global arguments).
+                None => assert_eq!(instruction.keyword, "ARG", "a Dockerfile starts with FROM or ARG"),
+            }
         }
         stages
     }

@@ -120,6 +120,51 @@ fn state(resource: &Value, type_: &str) -> (String, String, String) {
     (text("status"), text("reason"), text("message"))
 }
 
+/// Started outside the repository with only `--resources`: the SYSTEM.md and skills built into
+/// the binary are in force, `/health` answers, and `/ready` is 200 although resources are not
+/// Ready (the host serves; `status` says `degraded`).
+#[tokio::test]
+async fn serve_started_from_an_empty_directory_uses_the_built_in_instructions_and_skills() {
+    let samples = copy_samples();
+    let empty = tempfile::tempdir().unwrap();
+    let server = Server::start({
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        c.current_dir(empty.path())
+            .env_remove("AKRITAS_SYSTEM_INSTRUCTIONS")
+            .env_remove("AKRITAS_SKILLS_DIR")
+            .arg("--resources")
+            .arg(samples.path());
+        c
+    });
+    let client = reqwest::Client::new();
+    let (status, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+    assert_eq!(status, 200, "{health}");
+    let shipped = std::fs::read_to_string(support::root().join("instructions/SYSTEM.md")).unwrap();
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(shipped.trim().as_bytes()));
+    assert_eq!(health["system_instructions_sha256"], sha.as_str(), "{health}");
+    let (_, resources) = get_json(&client, &format!("{}/api/v1/resources", server.url), None).await;
+    for skill in std::fs::read_dir(support::root().join("skills")).unwrap() {
+        let name = skill.unwrap().file_name().to_string_lossy().into_owned();
+        let found = find(&resources, "Skill", &name).unwrap_or_else(|| panic!("built-in skill {name}: {resources:#}"));
+        assert_eq!(condition(found, "Ready").unwrap()["status"], "True", "{found:#}");
+    }
+    let (settled, _) = poll(Duration::from_secs(20), || {
+        let (client, url) = (client.clone(), server.url.clone());
+        async move {
+            let (_, health) = get_json(&client, &format!("{url}/health"), None).await;
+            let pending = health["catalog"]["not_ready"].as_array()?.iter().any(|n| n["in_progress"] == true);
+            (!pending).then_some(health)
+        }
+    })
+    .await
+    .expect("every resource is checked");
+    assert_eq!(settled["status"], "degraded", "the samples cannot all be Ready here: {settled:#}");
+    let (status, ready) = get_json(&client, &format!("{}/ready", server.url), None).await;
+    assert_eq!(status, 200, "resources not Ready leave the host ready: {ready}");
+    assert_eq!(ready, json!({"ready": true, "status": "degraded", "not_ready": []}));
+    assert!(!empty.path().join("instructions").exists() && !empty.path().join("skills").exists());
+}
+
 #[tokio::test]
 async fn conditions_say_whether_each_sample_works_and_what_to_fix() {
     let samples = copy_samples();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real kube-apiserver, etcd and helm from their Go modules (versions pinned in
 # e2e/kube/go.mod and e2e/helm/go.mod, cache key in e2e/kube/VERSION) into
-#   ${AKRITAS_E2E_BIN:-<repo>/target/e2e-bin}/<VERSION>/
+#   ${AKRITAS_E2E_BIN:-<cache>/e2e-bin}/<VERSION>/   (<cache>: what e2e/cache.sh prints)
 # Idempotent: a binary that is already there is not rebuilt. Prints the three paths.
 # testkit/src/kube_api.rs looks for the binaries in the same place.
 set -euo pipefail
@@ -10,7 +10,7 @@ repo="$(cd "$here/../.." && pwd)"
 export PATH="$PATH:/usr/local/go/bin"
 
 key="$(tr -d '[:space:]' <"$here/VERSION")"
-out="${AKRITAS_E2E_BIN:-$repo/target/e2e-bin}/$key"
+out="${AKRITAS_E2E_BIN:-$("$repo/e2e/cache.sh")/e2e-bin}/$key"
 mkdir -p "$out"
 
 # Two cores: keep the compiler's parallelism (and so its memory, about 1.8 GB peak) bounded.

@@ -13,20 +13,19 @@ use crate::catalog::secrets::EnvSecrets;
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
 use crate::engine::conversation::{Speaker, Turn};
-use crate::engine::instructions::SystemInstructions;
 use crate::engine::request::{RunOutcome, RunRequest};
 use crate::engine::run::Engine;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 
 /// Answers one question as a Run from the command line.
 pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
-    let instructions = SystemInstructions::load(&settings.system_instructions)?;
+    let instructions = assemble::instructions(&settings)?;
     policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
     let resource_policy = policy::resource_policy(&settings);
     let store = CatalogStore::new();
-    let skills_dir = assemble::skills_dir(&settings)?;
-    if !settings.resources.is_empty() || skills_dir.is_some() {
-        let reload = DirectorySource::new(settings.resources.clone(), skills_dir).reload();
+    let skills = assemble::skills(&settings)?;
+    if !settings.resources.is_empty() || skills.is_some() {
+        let reload = DirectorySource::with_skills(settings.resources.clone(), skills).reload();
         let board = StatusBoard::default();
         merge::apply(reload, &store, &board);
         crate::catalog::problem_log::emit(&ProblemLog::default().notices(&board.get()));

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::audit::{AuditLog, AuditStorage};
 use crate::catalog::CatalogStore;
+use crate::catalog::skills_dir::SkillSource;
 use crate::config::Settings;
 use crate::engine::instructions::SystemInstructions;
 use crate::engine::retrieval::Retriever;
@@ -17,23 +18,35 @@ use crate::llm::{LlmClient, LlmConfig};
 use crate::tenancy::Tenancy;
 use crate::tools::{RegistryBuilder, ToolLimits};
 
-/// The skills directory in force: an explicitly configured directory must exist;
-/// the default (`skills`) is skipped with a warning when absent.
-pub fn skills_dir(settings: &Settings) -> Result<Option<PathBuf>> {
+/// The skills in force: an explicitly configured directory must exist; at the default
+/// (`skills`), the directory when it is one under the working directory, else the skills
+/// built into the binary.
+pub fn skills(settings: &Settings) -> Result<Option<SkillSource>> {
     let Some(dir) = settings.skills_dir.as_deref().map(PathBuf::from) else { return Ok(None) };
     if dir.is_dir() {
-        return Ok(Some(dir));
+        return Ok(Some(SkillSource::Dir(dir)));
     }
     match settings.origin("skills_dir") {
         crate::config::Source::Default => {
-            tracing::warn!(dir = %dir.display(), "default skills directory not found; no directory skills loaded");
-            Ok(None)
+            tracing::info!(dir = %dir.display(), "no skills directory here; the built-in skills are loaded");
+            Ok(Some(SkillSource::BuiltIn))
         }
         source => anyhow::bail!(
             "skills_dir {} (from {source}) is not a directory; fix the path or set it empty to disable",
             dir.display()
         ),
     }
+}
+
+/// The system instructions in force: a configured file must load; at the default
+/// (`instructions/SYSTEM.md`), the file when it is one under the working directory, else the
+/// instructions built into the binary.
+pub fn instructions(settings: &Settings) -> Result<SystemInstructions> {
+    let path = &settings.system_instructions;
+    if settings.origin("system_instructions") == crate::config::Source::Default && !path.is_file() {
+        return Ok(SystemInstructions::built_in());
+    }
+    Ok(SystemInstructions::load(path)?)
 }
 
 /// Where the audit journal lives under the data directory.

@@ -15,7 +15,6 @@ use crate::catalog::CatalogStore;
 use crate::catalog::secrets::{EnvSecrets, SecretResolver};
 use crate::catalog::status::StatusBoard;
 use crate::config::Settings;
-use crate::engine::instructions::SystemInstructions;
 use crate::llm::LlmClient;
 use crate::llm::structured::Protocol;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
@@ -30,7 +29,7 @@ use crate::web::{self, AppState};
 pub async fn serve(settings: Settings) -> Result<()> {
     let open_files = super::process::raise_open_file_limit();
     let limits = super::process::listen_limits(&settings, open_files);
-    let instructions = SystemInstructions::load(&settings.system_instructions)?;
+    let instructions = assemble::instructions(&settings)?;
     let keys = ApiKeys::from_env(&settings.api_keys, &|name| std::env::var(name).ok())?
         .with_home_namespace(&super::process::home_namespace(&settings));
     policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());

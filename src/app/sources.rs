@@ -23,12 +23,12 @@ pub async fn standalone(
     tasks: &mut tokio::task::JoinSet<()>,
     cancel: &CancellationToken,
 ) -> Result<()> {
-    let skills_dir = assemble::skills_dir(settings)?;
-    if settings.resources.is_empty() && skills_dir.is_none() {
+    let skills = assemble::skills(settings)?;
+    if settings.resources.is_empty() && skills.is_none() {
         tracing::warn!("no resource directories given (--resources DIR); the Catalog is empty");
         return Ok(());
     }
-    let mut source = DirectorySource::new(settings.resources.clone(), skills_dir);
+    let mut source = DirectorySource::with_skills(settings.resources.clone(), skills);
     let (source, reload) = tokio::task::spawn_blocking(move || {
         let reload = source.reload();
         (source, reload)

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::manifest::{self, ManifestFile};
 use super::merge::{LastGood, Reload};
 use super::scan::{Scan, Scanned, cross_check, scan_value};
-use super::skills_dir;
+use super::skills_dir::{self, SkillSource};
 use super::status::{Problem, StatusBoard};
 use super::{CatalogStore, ObjectKey};
 use crate::resources::Kind;
@@ -21,6 +21,11 @@ use crate::resources::validate::{FieldError, parse_manifest};
 /// Reads and validates every manifest under the directories (and the skills
 /// directory, if any), then runs the cross-object checks (duplicates, references).
 pub fn scan(dirs: &[PathBuf], skills_dir: Option<&Path>) -> Scan {
+    scan_from(dirs, skills_dir.map(|d| SkillSource::Dir(d.to_path_buf())).as_ref())
+}
+
+/// [`scan`], with the skills from a directory or built into the binary.
+pub fn scan_from(dirs: &[PathBuf], skills: Option<&SkillSource>) -> Scan {
     let mut result = Scan::default();
     match manifest::list_files(dirs) {
         Ok(files) => {
@@ -30,15 +35,17 @@ pub fn scan(dirs: &[PathBuf], skills_dir: Option<&Path>) -> Scan {
         }
         Err(error) => result.problems.push(Problem { location: dirs_label(dirs), object: None, error }),
     }
-    if let Some(dir) = skills_dir {
-        scan_skills_dir(dir, &mut result);
+    match skills {
+        Some(SkillSource::Dir(dir)) => scan_skills_dir(skills_dir::read(dir), dir, &mut result),
+        Some(SkillSource::BuiltIn) => scan_skills_dir(Ok(skills_dir::built_in()), Path::new("(built-in)"), &mut result),
+        None => {}
     }
     cross_check(&mut result);
     result
 }
 
-fn scan_skills_dir(dir: &Path, out: &mut Scan) {
-    let files = match skills_dir::read(dir) {
+fn scan_skills_dir(read: Result<Vec<skills_dir::SkillFile>, String>, dir: &Path, out: &mut Scan) {
+    let files = match read {
         Ok(files) => files,
         Err(error) => {
             out.problems.push(Problem { location: dir.display().to_string(), object: None, error });
@@ -113,7 +120,7 @@ pub fn problem_lines(scan: &Scan) -> Vec<String> {
 /// The directory source: remembers the last good version of every object.
 pub struct DirectorySource {
     dirs: Vec<PathBuf>,
-    skills_dir: Option<PathBuf>,
+    skills: Option<SkillSource>,
     last_good: LastGood,
 }
 
@@ -121,17 +128,26 @@ impl DirectorySource {
     /// A source over the manifest directories and an optional skills directory
     /// (nothing loaded yet).
     pub fn new(dirs: Vec<PathBuf>, skills_dir: Option<PathBuf>) -> Self {
-        Self { dirs, skills_dir, last_good: LastGood::default() }
+        Self::with_skills(dirs, skills_dir.map(SkillSource::Dir))
+    }
+
+    /// A source over the manifest directories and the skills from a directory or built in.
+    pub fn with_skills(dirs: Vec<PathBuf>, skills: Option<SkillSource>) -> Self {
+        Self { dirs, skills, last_good: LastGood::default() }
     }
 
     /// The directories watched.
     pub fn watched(&self) -> Vec<PathBuf> {
-        self.dirs.iter().chain(self.skills_dir.iter()).cloned().collect()
+        let skills_dir = match &self.skills {
+            Some(SkillSource::Dir(dir)) => Some(dir.clone()),
+            _ => None,
+        };
+        self.dirs.iter().cloned().chain(skills_dir).collect()
     }
 
     /// Reads everything again and merges with the last good versions.
     pub fn reload(&mut self) -> Reload {
-        let scan = scan(&self.dirs, self.skills_dir.as_deref());
+        let scan = scan_from(&self.dirs, self.skills.as_ref());
         self.last_good.merge(scan)
     }
 }

@@ -17,6 +17,39 @@ pub const MAX_SKILLS: usize = 128;
 /// Namespace given to directory skills.
 pub const NAMESPACE: &str = "default";
 
+/// The skills shipped with Akritas (`skills/` of the repository), built into the binary: what
+/// a host started outside the repository, or from the image without the directory, loads when
+/// `skills_dir` is left at its default and `skills` is not a directory.
+pub const BUILT_IN: [(&str, &str); 6] = [
+    ("kubernetes-crashloop", include_str!("../../skills/kubernetes-crashloop/SKILL.md")),
+    ("kubernetes-node-not-ready", include_str!("../../skills/kubernetes-node-not-ready/SKILL.md")),
+    ("node-disk-pressure", include_str!("../../skills/node-disk-pressure/SKILL.md")),
+    ("persistent-volume-filling", include_str!("../../skills/persistent-volume-filling/SKILL.md")),
+    ("postgresql", include_str!("../../skills/postgresql/SKILL.md")),
+    ("tls-certificate-expiry", include_str!("../../skills/tls-certificate-expiry/SKILL.md")),
+];
+
+/// Where the directory skills come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkillSource {
+    /// `<dir>/<name>/SKILL.md`, watched.
+    Dir(PathBuf),
+    /// The skills built into the binary ([`BUILT_IN`]).
+    BuiltIn,
+}
+
+/// The built-in skills, as if read from a directory named `(built-in)`.
+pub fn built_in() -> Vec<SkillFile> {
+    BUILT_IN
+        .iter()
+        .map(|(name, text)| SkillFile {
+            path: Path::new("(built-in)").join(name).join("SKILL.md"),
+            name: (*name).to_string(),
+            manifest: parse(name, text),
+        })
+        .collect()
+}
+
 /// One SKILL.md read from disk: the manifest it stands for, or why it cannot be used.
 #[derive(Debug)]
 pub struct SkillFile {
@@ -155,6 +188,18 @@ fn unquote(value: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_built_in_skills_are_the_repositorys_skills_directory() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");
+        let on_disk = read(&dir).unwrap();
+        let names: Vec<_> = on_disk.iter().map(|f| f.name.as_str()).collect();
+        let listed: Vec<_> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+        assert_eq!(listed, names, "src/catalog/skills_dir.rs BUILT_IN lists every skill under skills/, in order");
+        for (file, built) in on_disk.iter().zip(built_in()) {
+            assert_eq!(file.manifest.as_ref().unwrap(), built.manifest.as_ref().unwrap(), "{}", file.name);
+        }
+    }
 
     #[test]
     fn front_matter_becomes_the_spec() {

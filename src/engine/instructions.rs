@@ -72,6 +72,13 @@ impl SystemInstructions {
         Ok(Self { text: Arc::from(trimmed), path: path.to_path_buf() })
     }
 
+    /// The instructions shipped with Akritas (`instructions/SYSTEM.md` of the repository),
+    /// built into the binary; their path reads `(built-in)`.
+    pub fn built_in() -> Self {
+        let text = include_str!("../../instructions/SYSTEM.md").trim();
+        Self { text: Arc::from(text), path: PathBuf::from("(built-in)") }
+    }
+
     /// The instruction text.
     pub fn text(&self) -> &str {
         &self.text
@@ -104,6 +111,8 @@ mod tests {
     fn loads_trimmed_text() {
         let (_dir, path) = write(b"\n  Be careful.  \n");
         assert_eq!(SystemInstructions::load(&path).unwrap().text(), "Be careful.");
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("instructions/SYSTEM.md");
+        assert_eq!(SystemInstructions::built_in().text(), SystemInstructions::load(&shipped).unwrap().text());
     }
 
     #[test]

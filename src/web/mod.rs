@@ -203,6 +203,13 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
             }),
         )
         .api_route(
+            "/ready",
+            get_with(status::ready, |op| {
+                op.tag("status")
+                    .summary("Whether the host takes new work: 200, or 503 while a journal or the database fails")
+            }),
+        )
+        .api_route(
             "/api/v1/openapi.json",
             get_with(openapi::openapi_json, |op| {
                 op.tag("status").summary("This document (no API key: it holds no secrets)")
@@ -337,6 +344,7 @@ pub fn standby_router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.keys.clone(), auth::require_key));
     Router::new()
         .route("/health", get(status::health))
+        .route("/ready", get(status::ready))
         .merge(ui::routes())
         .merge(protected)
         .fallback(standby)

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Extension, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -179,6 +179,33 @@ pub async fn health(State(state): State<AppState>, headers: HeaderMap) -> Json<H
         Some(_) => HealthAnswer::Full(Box::new(health)),
         None => HealthAnswer::Status(HealthStatus { status: health.status, details: STATUS_ONLY }),
     })
+}
+
+/// `GET /ready`: readiness. 200 while the host takes new work; 503 while a component it needs
+/// to accept work cannot be used (a journal that cannot be written, the database unreachable),
+/// so that traffic goes to a replica that can. Resources that are not Ready leave the host
+/// ready: it serves, and `status` says `degraded`. Anyone may ask; like an anonymous `/health`,
+/// it names no reason.
+pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+    let health = full_health(&state);
+    let blocking: Vec<&'static str> =
+        health.degraded.iter().map(|d| d.component).filter(|c| BLOCKS_WORK.contains(c)).collect();
+    let code = if blocking.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, Json(Readiness { ready: blocking.is_empty(), status: health.status, not_ready: blocking }))
+}
+
+/// The degraded components that make a host refuse new work.
+const BLOCKS_WORK: [&str; 3] = ["alerts", "audit", "database"];
+
+/// What `GET /ready` answers.
+#[derive(Serialize, JsonSchema)]
+pub struct Readiness {
+    /// Whether the host takes new work (the status code says the same: 200 or 503).
+    pub ready: bool,
+    /// `ok` or `degraded`, as `/health` says.
+    pub status: &'static str,
+    /// The components that keep it from taking work: `alerts`, `audit` or `database`.
+    pub not_ready: Vec<&'static str>,
 }
 
 /// What `GET /health` answers.

@@ -102,6 +102,13 @@ pub fn sandbox_image(bin: &str) -> &'static str {
 /// Removes a container when the test is done with it (killing `podman run` leaves it).
 pub struct Container(String);
 
+impl Container {
+    /// The container named `name`, removed when this is dropped.
+    pub fn named(name: &str) -> Container {
+        Container(name.to_string())
+    }
+}
+
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = podman().args(["rm", "-f", "-t", "0", &self.0]).output();

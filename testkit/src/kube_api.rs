@@ -1,7 +1,8 @@
 //! A real Kubernetes API server for integration tests: etcd and kube-apiserver built from their Go
 //! modules by `e2e/kube/build.sh`, started on loopback with RBAC and static bearer tokens.
 //!
-//! The binaries are looked up in `$AKRITAS_E2E_BIN/<key>` (default `target/e2e-bin/<key>`, the
+//! The binaries are looked up in `$AKRITAS_E2E_BIN/<key>` (default `<cache>/e2e-bin/<key>`, the
+//! cache being [`crate::cache_dir`]; the
 //! key is `e2e/kube/VERSION`). A missing binary FAILS the test (nothing is skipped): run
 //! `e2e/kube/build.sh`. `kubectl` is `$KUBECTL` or the one build.sh makes from the same release;
 //! `openssl` makes the keys.
@@ -65,7 +66,7 @@ fn free_ports<const N: usize>() -> [u16; N] {
 /// The directory `e2e/kube/build.sh` puts the binaries in.
 pub fn bin_dir() -> PathBuf {
     let key = std::fs::read_to_string(crate::root().join("e2e/kube/VERSION")).expect("read e2e/kube/VERSION");
-    let base = std::env::var_os("AKRITAS_E2E_BIN").map_or_else(|| crate::root().join("target/e2e-bin"), PathBuf::from);
+    let base = std::env::var_os("AKRITAS_E2E_BIN").map_or_else(|| crate::cache_dir().join("e2e-bin"), PathBuf::from);
     base.join(key.trim())
 }
 

@@ -62,6 +62,18 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testkit/ has a parent").to_path_buf()
 }
 
+/// The build cache shared by every clone on this machine: `$AKRITAS_CACHE`, else
+/// `$XDG_CACHE_HOME/akritas`, else `~/.cache/akritas` (what `e2e/cache.sh` prints). The Go test
+/// binaries and the real-model servers and models live there, keyed by version, so a fresh
+/// clone does not build them again.
+pub fn cache_dir() -> PathBuf {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("AKRITAS_CACHE")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("akritas")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/akritas")))
+        .unwrap_or_else(|| root().join("target/cache"))
+}
+
 /// Returns a currently free loopback port.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");

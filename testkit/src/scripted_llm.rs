@@ -165,7 +165,20 @@ impl ScriptedLlm {
     /// Answers every chat request with `responder(request index, request body)` (unbounded; for
     /// benches, see also [`ScriptedLlm::set_recording`]).
     pub async fn start_with(responder: impl Fn(usize, &Value) -> Step + Send + Sync + 'static) -> ScriptedLlm {
-        Self::serve(Box::new(responder), None).await
+        Self::serve(Box::new(responder), None, "127.0.0.1:0").await
+    }
+
+    /// [`ScriptedLlm::start_with`] on every interface, so that a container on a bridge network
+    /// reaches it (as `host.containers.internal:PORT`, PORT being [`ScriptedLlm::port`]).
+    pub async fn start_for_containers(
+        responder: impl Fn(usize, &Value) -> Step + Send + Sync + 'static,
+    ) -> ScriptedLlm {
+        Self::serve(Box::new(responder), None, "0.0.0.0:0").await
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url.rsplit(':').next().and_then(|p| p.trim_end_matches("/v1").parse().ok()).expect("the URL has a port")
     }
 
     /// Answers every chat request as `personality` would serve what `brain` means to say
@@ -175,10 +188,10 @@ impl ScriptedLlm {
         brain: impl Fn(&Value) -> Answer + Send + Sync + 'static,
     ) -> ScriptedLlm {
         let responder = move |index: usize, request: &Value| Step::from(personality.reply(index, request, &brain));
-        Self::serve(Box::new(responder), Some(personality)).await
+        Self::serve(Box::new(responder), Some(personality), "127.0.0.1:0").await
     }
 
-    async fn serve(responder: Box<Responder>, personality: Option<Personality>) -> ScriptedLlm {
+    async fn serve(responder: Box<Responder>, personality: Option<Personality>, bind: &str) -> ScriptedLlm {
         let shared = Arc::new(Shared {
             responder,
             chats: Mutex::new(Vec::new()),
@@ -197,12 +210,12 @@ impl ScriptedLlm {
             .route("/api/show", post(ollama_show))
             .route("/props", get(llama_props))
             .with_state(Arc::clone(&shared));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
-        let address = listener.local_addr().expect("local address");
+        let listener = tokio::net::TcpListener::bind(bind).await.unwrap_or_else(|e| panic!("bind {bind}: {e}"));
+        let port = listener.local_addr().expect("local address").port();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        ScriptedLlm { url: format!("http://{address}/v1"), shared, task }
+        ScriptedLlm { url: format!("http://127.0.0.1:{port}/v1"), shared, task }
     }
 
     /// Replaces the ids listed by `GET /v1/models` (default `["scripted-model"]`; empty is allowed).
