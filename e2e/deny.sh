@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The dependency policy of deny.toml, checked with a pinned cargo-deny (installed once into the
 # tool cache by e2e/cargo-tool.sh) over the locked dependency tree of the workspace: licenses,
-# duplicate versions and sources. RustSec advisories need the advisory database, cloned from GitHub on each run:
+# duplicate versions and sources. RustSec advisories need the advisory database, which cargo-deny
+# clones from GitHub on each run:
 #   AKRITAS_ADVISORIES=1 e2e/deny.sh
 # runs that check too (with network access). docs/release.md.
 set -euo pipefail

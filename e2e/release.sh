@@ -73,8 +73,8 @@ tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$SOURC
 
 # The SBOM: every crate compiled into the binary for this target (--all: the whole tree, not only
 # direct dependencies; --no-build-deps: not build scripts' dependencies, which the binary does not
-# contain). It is per target, as the tree is (cargo metadata --filter-platform). cargo-cyclonedx writes <package>.cdx.json next to each workspace member's manifest;
-# only the root package's is shipped.
+# contain). It is per target, as the tree is (cargo metadata --filter-platform). cargo-cyclonedx
+# writes <package>.cdx.json next to each workspace member's manifest; only the root's is shipped.
 cyclonedx=$(e2e/cargo-tool.sh cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION")
 "$cyclonedx" cyclonedx --quiet --format json --spec-version 1.5 --all --no-build-deps --target "$TARGET" \
     --manifest-path Cargo.toml
