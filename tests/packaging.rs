@@ -465,3 +465,29 @@ fn readme_and_ci_run_the_same_test_command() {
     let command = "e2e/install-test-deps.sh && cargo test --locked && cargo test --locked --test e2e";
     assert!(readme.contains(command) && ci.contains(&format!("\n{command}\n")), "README and .ci/run disagree");
 }
+
+/// One version everywhere: the chart's `version` and `appVersion` equal the crate version, and
+/// `image.tag` is empty (the deployment then pulls the `appVersion` tag) or that same version. A
+/// tagged release's chart thus installs the image the release workflow pushed for that tag.
+#[test]
+fn the_chart_and_its_image_tag_carry_the_crate_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let read = |path: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(root().join(path)).unwrap();
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let chart = read("charts/akritas/Chart.yaml");
+    for key in ["version", "appVersion"] {
+        assert_eq!(
+            chart[key].as_str(),
+            Some(version),
+            "charts/akritas/Chart.yaml has {key}: {}, Cargo.toml has version {version}: set {key} in Chart.yaml to \"{version}\"",
+            chart[key]
+        );
+    }
+    let tag = &read("charts/akritas/values.yaml")["image"]["tag"];
+    assert!(
+        tag.as_str().is_some_and(|tag| tag.is_empty() || tag == version),
+        "charts/akritas/values.yaml has image.tag: {tag}, Cargo.toml has version {version}: set image.tag in values.yaml to \"\" (the chart's appVersion) or \"{version}\""
+    );
+}

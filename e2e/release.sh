@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The release of one target, built locally the way .github/workflows/release.yml builds it:
+#   e2e/release.sh                      # x86_64-unknown-linux-gnu, into dist/
+#   TARGET=aarch64-unknown-linux-gnu DIST=/tmp/out e2e/release.sh
+# Writes into $DIST (default dist/):
+#   akritas-<version>-<target>.tar.gz   the binary, the instructions and skills it reads by default
+#                                       (as the image ships them), README.md, LICENSE when there is one
+#   akritas-<version>-<target>.cdx.json the SBOM of that binary (CycloneDX JSON, cargo-cyclonedx)
+#   SHA256SUMS                          sha256sum lines for both, names relative to $DIST
+# and checks that the binary needs no glibc newer than the runtime image's (Debian bookworm, 2.36)
+# and runs from the unpacked tarball with no Rust and an empty environment. docs/release.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CARGO_CYCLONEDX_VERSION=0.5.9
+# The runtime image (the Dockerfile's final stage) is debian:bookworm-slim, which ships glibc 2.36.
+MAX_GLIBC=2.36
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+TARGET=${TARGET:-$HOST}
+DIST=${DIST:-dist}
+target_dir=${CARGO_TARGET_DIR:-target}
+# cargo-cyclonedx and the archive take their timestamps from it (a reproducible SBOM has no serial number).
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2> /dev/null || date +%s)}
+export SOURCE_DATE_EPOCH
+
+version=$(cargo metadata --no-deps --format-version 1 --locked \
+    | python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "akritas"))')
+name="akritas-$version-$TARGET"
+echo "release $name"
+
+# --- build -------------------------------------------------------------------------------------
+if [[ $TARGET == "$HOST" ]]; then
+    cargo build --release --locked --bin akritas
+    binary="$target_dir/release/akritas"
+else
+    cargo build --release --locked --bin akritas --target "$TARGET"
+    binary="$target_dir/$TARGET/release/akritas"
+fi
+
+# --- glibc: no symbol version newer than the runtime image's ----------------------------------
+# The symbol versions the binary needs (readelf reads the ELF of any architecture, so a cross-built
+# binary is checked too).
+glibc=$(readelf -W -V "$binary" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -u -V | tail -n 1)
+if [[ -z $glibc ]]; then
+    echo "error: $binary has no GLIBC symbol versions; is it a dynamically linked glibc binary?" >&2
+    exit 1
+fi
+if [[ $(printf '%s\n%s\n' "$glibc" "$MAX_GLIBC" | sort -V | tail -n 1) != "$MAX_GLIBC" ]]; then
+    echo "error: $binary needs GLIBC_$glibc, newer than the $MAX_GLIBC of the runtime image (debian:bookworm-slim)." >&2
+    echo "  It would fail to start there. Build on a system with glibc <= $MAX_GLIBC (e.g. the rust:1.95-bookworm image)." >&2
+    readelf -W --dyn-syms "$binary" | grep "@GLIBC_$glibc" | sed 's/^/  /' >&2
+    exit 1
+fi
+echo "glibc: needs GLIBC_$glibc at most (runtime image has $MAX_GLIBC)"
+
+# --- dist --------------------------------------------------------------------------------------
+rm -rf "$DIST"
+mkdir -p "$DIST"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir "$stage/$name"
+install -m 0755 "$binary" "$stage/$name/akritas"
+# `serve` and `ask` read instructions/SYSTEM.md and skills/ relative to the working directory by
+# default: run from the unpacked directory, they need no configuration to find them.
+cp -R instructions skills README.md "$stage/$name/"
+if [[ -f LICENSE ]]; then
+    cp LICENSE "$stage/$name/"
+fi
+# Fixed owner, order and times (the last commit's, as for the SBOM): the archive does not depend
+# on who built it when.
+tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$SOURCE_DATE_EPOCH" -cf - "$name" \
+    | gzip -9 -n > "$DIST/$name.tar.gz"
+
+# The SBOM: every crate compiled into the binary for this target (--all: the whole tree, not only
+# direct dependencies; --no-build-deps: not build scripts' dependencies, which the binary does not
+# contain). It is per target, as the tree is (cargo metadata --filter-platform). cargo-cyclonedx
+# writes <package>.cdx.json next to each workspace member's manifest; only the root's is shipped.
+cyclonedx=$(e2e/cargo-tool.sh cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION")
+"$cyclonedx" cyclonedx --quiet --format json --spec-version 1.5 --all --no-build-deps --target "$TARGET" \
+    --manifest-path Cargo.toml
+rm -f testkit/akritas-testkit.cdx.json
+mv akritas.cdx.json "$DIST/$name.cdx.json"
+
+(cd "$DIST" && sha256sum "$name.tar.gz" "$name.cdx.json" > SHA256SUMS && sha256sum -c SHA256SUMS)
+
+# --- it runs without Rust ----------------------------------------------------------------------
+if [[ $TARGET == "$HOST" ]]; then
+    mkdir "$stage/unpacked"
+    tar -C "$stage/unpacked" -xzf "$DIST/$name.tar.gz"
+    unpacked="$stage/unpacked/$name"
+    (cd "$stage" && env -i PATH=/usr/bin:/bin "$unpacked/akritas" --version)
+    if command -v podman > /dev/null && podman image exists localhost/debian:bookworm-slim; then
+        echo "in debian:bookworm-slim:"
+        CONTAINERS_CONF="$PWD/e2e/containers.conf" podman run --rm --pull=never -v "$unpacked:/x:ro" \
+            localhost/debian:bookworm-slim /x/akritas --version
+    else
+        echo "skipped the run in debian:bookworm-slim: no podman image localhost/debian:bookworm-slim"
+    fi
+fi
+echo "wrote $DIST:"
+ls -l "$DIST"
