@@ -60,8 +60,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir "$stage/$name"
 install -m 0755 "$binary" "$stage/$name/akritas"
-# `serve` and `ask` read instructions/SYSTEM.md and skills/ relative to the working directory by
-# default: run from the unpacked directory, they need no configuration to find them.
+# The instructions and skills the binary also has built in, as files to read and change (`serve`
+# and `ask` started in the unpacked directory read these; elsewhere, their built-in copies).
 cp -R instructions skills README.md "$stage/$name/"
 if [[ -f LICENSE ]]; then
     cp LICENSE "$stage/$name/"
