@@ -1,5 +1,7 @@
 //! Wall time and peak RSS of `akritas ask` against a zero-latency scripted model
-//! (planning call + answer). Prints numbers; asserts nothing.
+//! (planning call + answer), started in the repository (its SYSTEM.md and six skills), alone
+//! and with the sample resources (`--resources config/samples`: a KnowledgeBase indexed before
+//! the Run, an McpAdapter, the rest of the samples). Prints numbers; asserts nothing.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -26,18 +28,30 @@ fn main() {
     let data = std::env::temp_dir().join(format!("akritas-bench-ask-{}", std::process::id()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
 
+    for (what, extra) in [("alone", &[][..]), ("with the sample resources", &["--resources", "config/samples"][..])] {
+        measure(what, &llm.url, &data, root, extra);
+    }
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Runs `akritas ask` RUNS times (after three to warm up) with `extra` arguments and prints the
+/// wall time and peak RSS percentiles.
+fn measure(what: &str, url: &str, data: &Path, root: &Path, extra: &[&str]) {
     let mut walls = Vec::new();
     let mut rss_kib = Vec::new();
     for i in 0..RUNS + 3 {
+        let _ = std::fs::remove_dir_all(data);
         let started = Instant::now();
         // Reaped by wait4 below, which also reports the peak RSS.
         #[allow(clippy::zombie_processes)]
         let child = Command::new(env!("CARGO_BIN_EXE_akritas"))
-            .args(["ask", "Why is db-7 slow?", "--base-url", &llm.url])
+            .args(["ask", "Why is db-7 slow?", "--base-url", url])
+            .args(extra)
             .arg("--data-dir")
-            .arg(&data)
+            .arg(data)
             .arg("--system-instructions")
             .arg(root.join("instructions/SYSTEM.md"))
+            .current_dir(root)
             .env_remove("AKRITAS_CONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -51,12 +65,11 @@ fn main() {
             rss_kib.push(max_rss);
         }
     }
-    let _ = std::fs::remove_dir_all(&data);
     walls.sort();
     rss_kib.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "akritas ask (zero-latency model, 2 model calls): {RUNS} runs, wall p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms; peak RSS p50 {:.1} MiB, max {:.1} MiB",
+        "akritas ask {what} (zero-latency model, 2 model calls): {RUNS} runs, wall p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms; peak RSS p50 {:.1} MiB, max {:.1} MiB",
         ms(walls[RUNS / 2]),
         ms(walls[RUNS * 9 / 10]),
         ms(walls[RUNS - 1]),

@@ -2,7 +2,7 @@
 # Prints the build cache shared by every clone on this machine, and creates it:
 # $AKRITAS_CACHE, else $XDG_CACHE_HOME/akritas, else ~/.cache/akritas. The Go test binaries
 # (e2e/kube/build.sh), the real-model servers and models (e2e/real-models.sh), the cargo
-# tools (e2e/cargo-tool.sh) and the release build's target directory (.ci/run) live there, each
+# tools (e2e/cargo-tool.sh) and cargo's target directory of .ci/run live there, each
 # keyed by its version (cargo keys its own), so a fresh clone reuses them
 # (testkit's `cache_dir` reads the same variables).
 set -eu

@@ -464,6 +464,15 @@ fn readme_and_ci_run_the_same_test_command() {
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     let command = "e2e/install-test-deps.sh && cargo test --locked && cargo test --locked --test e2e";
     assert!(readme.contains(command) && ci.contains(&format!("\n{command}\n")), "README and .ci/run disagree");
+    // `set -e` ignores a failure of any command of an `&&` list but the last: a failing
+    // `cargo test --locked` would let CI go on and pass. The next line must stop it.
+    let after = ci.split(&format!("\n{command}\n")).nth(1).unwrap_or_default();
+    let next: Vec<&str> = after.lines().filter(|l| !l.trim_start().starts_with('#')).take(2).collect();
+    assert_eq!(
+        next,
+        ["tests_status=$?", "[ \"$tests_status\" = 0 ] || { echo \"=== tests FAILED (exit $tests_status)\"; exit 1; }"],
+        ".ci/run must stop when any command of the test line fails"
+    );
 }
 
 /// One version everywhere: the chart's `version` and `appVersion` equal the crate version, and

@@ -20,6 +20,18 @@ async fn get_json(client: &reqwest::Client, url: &str, key: Option<&str>) -> (u1
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// `/health` once the host has looked at every resource (none still in progress).
+async fn settled_health(client: &reqwest::Client, url: &str) -> Value {
+    let (settled, _) = poll(Duration::from_secs(20), || async move {
+        let (_, health) = get_json(client, &format!("{url}/health"), None).await;
+        let pending = health["catalog"]["not_ready"].as_array()?.iter().any(|n| n["in_progress"] == true);
+        (!pending).then_some(health)
+    })
+    .await
+    .expect("every resource is checked");
+    settled
+}
+
 fn find<'a>(resources: &'a Value, kind: &str, name: &str) -> Option<&'a Value> {
     resources["resources"].as_array()?.iter().find(|r| r["kind"] == kind && r["name"] == name)
 }
@@ -41,16 +53,7 @@ async fn health_shows_the_sample_catalog() {
     // Once the host has looked at every resource, those the samples cannot make Ready
     // here (the Workspace's path does not exist, nor the validator's program) make the host degraded,
     // counted by kind and reason; the HTTP status stays 200 for probes.
-    let (settled, _) = poll(Duration::from_secs(20), || {
-        let (client, url) = (client.clone(), server.url.clone());
-        async move {
-            let (_, health) = get_json(&client, &format!("{url}/health"), None).await;
-            let pending = health["catalog"]["not_ready"].as_array()?.iter().any(|n| n["in_progress"] == true);
-            (!pending).then_some(health)
-        }
-    })
-    .await
-    .expect("every resource is checked");
+    let settled = settled_health(&client, &server.url).await;
     assert_eq!(settled["status"], "degraded", "{settled:#}");
     assert_eq!(settled["degraded"][0]["component"], "resources");
     assert_eq!(
@@ -148,16 +151,7 @@ async fn serve_started_from_an_empty_directory_uses_the_built_in_instructions_an
         let found = find(&resources, "Skill", &name).unwrap_or_else(|| panic!("built-in skill {name}: {resources:#}"));
         assert_eq!(condition(found, "Ready").unwrap()["status"], "True", "{found:#}");
     }
-    let (settled, _) = poll(Duration::from_secs(20), || {
-        let (client, url) = (client.clone(), server.url.clone());
-        async move {
-            let (_, health) = get_json(&client, &format!("{url}/health"), None).await;
-            let pending = health["catalog"]["not_ready"].as_array()?.iter().any(|n| n["in_progress"] == true);
-            (!pending).then_some(health)
-        }
-    })
-    .await
-    .expect("every resource is checked");
+    let settled = settled_health(&client, &server.url).await;
     assert_eq!(settled["status"], "degraded", "the samples cannot all be Ready here: {settled:#}");
     let (status, ready) = get_json(&client, &format!("{}/ready", server.url), None).await;
     assert_eq!(status, 200, "resources not Ready leave the host ready: {ready}");
