@@ -207,6 +207,8 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
             get_with(status::ready, |op| {
                 op.tag("status")
                     .summary("Whether the host takes new work: 200, or 503 while a journal or the database fails")
+                    .response::<200, Json<status::Readiness>>()
+                    .response::<503, Json<status::Readiness>>()
             }),
         )
         .api_route(
