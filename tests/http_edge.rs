@@ -207,12 +207,19 @@ async fn requests_in_flight_are_never_cut_for_a_new_connection_which_waits_inste
     let mut in_flight = Vec::new();
     for _ in 0..4 {
         let mut stream = TcpStream::connect(addr).await.unwrap();
+        // `Expect: 100-continue`: the server says `100 Continue` once the handler reads the body,
+        // so the request is in flight (not an idle connection the server may close for a new one)
+        // before the next connection comes, however busy the machine.
         let head = format!(
             "POST /api/v1/alerts/am/webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {AM_TOKEN}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"receiver\":",
+             Content-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
             FIRING.len()
         );
         stream.write_all(head.as_bytes()).await.unwrap();
+        let mut interim = [0u8; 25];
+        stream.read_exact(&mut interim).await.unwrap();
+        assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+        stream.write_all(b"{\"receiver\":").await.unwrap();
         in_flight.push(stream);
     }
 
