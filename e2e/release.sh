@@ -20,8 +20,10 @@ TARGET=${TARGET:-$HOST}
 DIST=${DIST:-dist}
 target_dir=${CARGO_TARGET_DIR:-target}
 # cargo-cyclonedx and the archive take their timestamps from it (a reproducible SBOM has no serial number).
+# Not exported to the build: the `cc` build scripts (ring, psm) track it, and a new value each
+# commit would rebuild them and everything above them.
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2> /dev/null || date +%s)}
-export SOURCE_DATE_EPOCH
+export -n SOURCE_DATE_EPOCH
 
 version=$(cargo metadata --no-deps --format-version 1 --locked \
     | python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "akritas"))')
@@ -76,7 +78,7 @@ tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$SOURC
 # contain). It is per target, as the tree is (cargo metadata --filter-platform). cargo-cyclonedx
 # writes <package>.cdx.json next to each workspace member's manifest; only the root's is shipped.
 cyclonedx=$(e2e/cargo-tool.sh cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION")
-"$cyclonedx" cyclonedx --quiet --format json --spec-version 1.5 --all --no-build-deps --target "$TARGET" \
+SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH "$cyclonedx" cyclonedx --quiet --format json --spec-version 1.5 --all --no-build-deps --target "$TARGET" \
     --manifest-path Cargo.toml
 rm -f testkit/akritas-testkit.cdx.json
 mv akritas.cdx.json "$DIST/$name.cdx.json"
