@@ -182,15 +182,10 @@ async fn the_starter_suite_passes_on_ollama_that_ignores_tool_choice() {
     let llm = starter_suite_under(Personality::Ollama { tools: true }, "auto").await;
     let requests = llm.requests();
     let modes = modes(&requests);
-    // The model has tools: the first structured step asks for its own tool format; Ollama
-    // ignores tool_choice, the answer is prose, and the model's steps fall back to a JSON schema
-    // for good: only the cases already under way when the first fell back (at most one per
-    // case run at once) asked for a call.
-    assert_eq!(modes.first(), Some(&Mode::ToolCall), "{modes:?}");
-    let forced = count(&modes, Mode::ToolCall);
-    assert!((1..=CONCURRENCY).contains(&forced), "{modes:?}");
-    assert_eq!(count(&modes, Mode::JsonSchema), modes.len() - forced, "{modes:?}");
-    assert_eq!(modes.last(), Some(&Mode::JsonSchema), "{modes:?}");
+    // The model has tools, but Ollama ignores tool_choice: a forced call could come back as
+    // prose, a whole completion spent. Every structured step asks for a JSON schema, which
+    // Ollama's grammar holds, from the first.
+    assert!(!modes.is_empty() && modes.iter().all(|m| *m == Mode::JsonSchema), "{modes:?}");
     // The model takes tools: the adaptive steps still offer the checks.
     assert!(
         requests.iter().any(|r| structured_target(r).is_none() && offers_tools(r)),

@@ -41,9 +41,40 @@ pub struct Verdict {
     pub status: FindingStatus,
     /// The actionability it stands for.
     pub actionability: Actionability,
-    /// Values that settle it (`when reason=OOMKilled | ErrImagePull`): a result citing a value
-    /// that holds one of them gets this conclusion, whatever the model chose.
+    /// Values that settle it (`when reason=OOMKilled | ErrImagePull | duration_s>=300`): a result
+    /// citing a value that holds one of them, or whose number meets the comparison, gets this
+    /// conclusion, whatever the model chose ([`Verdict::decided_by`]).
     pub when: Vec<String>,
+}
+
+impl Verdict {
+    /// A cited value settles this conclusion: it holds one of the `when` texts, or it is
+    /// `key=N` and a `when` comparison of that key (`duration_s>=300`: `>=`, `>`, `<=`, `<`)
+    /// holds for N.
+    pub fn decided_by(&self, value: &str) -> bool {
+        self.when.iter().any(|rule| holds(rule, value))
+    }
+}
+
+/// `value` meets `rule` ([`Verdict::decided_by`]).
+fn holds(rule: &str, value: &str) -> bool {
+    let Some((key, compare, bound)) = comparison(rule) else { return value.contains(rule) };
+    let Some((named, number)) = value.split_once('=') else { return false };
+    named.trim() == key && number.trim().parse::<f64>().is_ok_and(|n| n.is_finite() && compare(n, bound))
+}
+
+/// A comparison over a number at `key`: `duration_s>=300` (a key of letters, digits, spaces
+/// and `_.-`, a finite number); `None` for any other rule, which is a text to find.
+#[allow(clippy::type_complexity)]
+fn comparison(rule: &str) -> Option<(&str, fn(f64, f64) -> bool, f64)> {
+    let operators: [(&str, fn(f64, f64) -> bool); 4] =
+        [(">=", |a, b| a >= b), ("<=", |a, b| a <= b), (">", |a, b| a > b), ("<", |a, b| a < b)];
+    let (token, compare) = operators.into_iter().find(|(token, _)| rule.contains(token))?;
+    let (key, bound) = rule.split_once(token)?;
+    let key = key.trim();
+    let bound = bound.trim().parse::<f64>().ok().filter(|b| b.is_finite())?;
+    let plain = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | ' ');
+    (!key.is_empty() && key.chars().all(plain)).then_some((key, compare, bound))
 }
 
 /// The tagged conclusions of `selected`, in order, without repeated sentences.
@@ -108,7 +139,7 @@ pub fn apply<'a>(submitted: &str, verdicts: &'a [Verdict]) -> (String, Option<&'
         .flatten()
         .filter_map(|item| item.get("value").or_else(|| item.get("observed")).and_then(Value::as_str))
         .collect();
-    let ruled = verdicts.iter().find(|v| v.when.iter().any(|w| cited.iter().any(|c| c.contains(w.as_str()))));
+    let ruled = verdicts.iter().find(|v| cited.iter().any(|c| v.decided_by(c)));
     let picked = || chosen.as_ref()?.as_str().and_then(|label| verdicts.iter().find(|v| v.label == label.trim()));
     if chosen.is_none() && ruled.is_none() {
         return (submitted.to_string(), None);
@@ -310,6 +341,36 @@ mod tests {
         );
         let bad = verdicts(&[skill("bad", "## Conclusions\n- [confirmed, no_action; if x] Not a rule.\n")]);
         assert!(bad.is_empty(), "a rule is `when …`");
+    }
+
+    #[test]
+    fn a_rule_may_compare_a_number_a_cited_value_holds() {
+        let found = verdicts(&[skill(
+            "pg",
+            "## Conclusions\n- [confirmed, requires_human; when state=idle in transaction | duration_s>=300] Long.\n\
+             - [suspected, no_action; when ratio < 0.5] Low.\n",
+        )]);
+        assert_eq!(found[0].when, ["state=idle in transaction", "duration_s>=300"]);
+        let long = &found[0];
+        for (value, settles) in [
+            ("duration_s=1820", true),
+            ("duration_s=300", true),
+            ("duration_s=12", false),
+            ("duration_s=many", false),
+            ("duration_s=NaN", false),
+            ("max_duration_s=1820", false),
+            ("state=idle in transaction", true),
+            ("idle in transaction=40", false),
+            ("duration_s>=300", false),
+        ] {
+            assert_eq!(long.decided_by(value), settles, "{value}");
+        }
+        assert!(found[1].decided_by("ratio=0.41") && !found[1].decided_by("ratio=0.5"));
+        let cited = json!({"evidence": [{"call": "call-2", "value": "duration_s=1820"}], "conclusion": NONE_OF_THESE,
+            "finding_status": "inconclusive", "actionability": "no_action"});
+        assert_eq!(apply(&cited.to_string(), &found).1, Some(&found[0]));
+        // Not a comparison: a text to find, as before.
+        assert!(comparison("a>b").is_none() && comparison("x >= 3d").is_none() && comparison(">= 3").is_none());
     }
 
     #[test]

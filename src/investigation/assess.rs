@@ -179,7 +179,7 @@ mod tests {
             .map(|(call, output)| Citable {
                 call: call.clone(),
                 tool: "t".into(),
-                values: super::super::values::quotable(output, ""),
+                values: super::super::values::quotable(output, "", &|_| false),
             })
             .collect()
     }

@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(facts, seeded);
         let mut facts = ModelFacts::default();
         facts.seed(ollama(Some(true)));
-        assert_eq!((facts.mode, facts.tools_refused), (Some(Mode::ToolCall), false), "tools stay allowed");
+        assert_eq!((facts.mode, facts.tools_refused), (Some(Mode::JsonSchema), false), "tools stay allowed");
         let mut facts = ModelFacts::default();
         facts.seed(ServerFacts { kind: ServerKind::Other, tools: None });
         assert_eq!(facts, ModelFacts::default(), "an unknown server seeds nothing");
