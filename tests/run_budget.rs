@@ -93,13 +93,20 @@ async fn a_call_made_again_is_not_run_again_and_the_model_is_then_asked_to_answe
     assert_eq!(outcome.answer, "db-7 is busy.");
     let executed: Vec<&str> = outcome.activity.iter().skip(1).map(|a| a.id.as_str()).collect();
     assert_eq!(executed, ["call-1"], "the repeat is not run and costs no tool call");
-    let last = setup.llm.requests().last().unwrap().clone();
-    let told = last["messages"].as_array().unwrap().iter().rfind(|m| m["role"] == "tool").unwrap().clone();
-    assert_ne!(told["tool_call_id"], "call-1");
-    let error: Value = serde_json::from_str(told["content"].as_str().unwrap()).unwrap();
-    assert_eq!(error["error"]["code"], "repeated_call");
-    assert!(error["error"]["message"].as_str().unwrap().contains("call call-1 above"), "{error}");
+    let requests = setup.llm.requests();
+    // The request after the repeat: the repeat is left out, and the model is asked to answer
+    // from the result it has.
+    let last = requests.last().unwrap().clone();
+    let messages = last["messages"].as_array().unwrap();
+    let told = messages.iter().rfind(|m| m["role"] == "tool").unwrap().clone();
+    assert_eq!(told["tool_call_id"], "c1", "the last tool turn is the call that ran: {last}");
+    assert!(!last.to_string().contains("repeated_call") && !last.to_string().contains("\"c2\""), "{last}");
+    assert_eq!(messages.last().unwrap()["role"], "user");
+    assert_eq!(messages.last().unwrap()["content"], akritas::engine::ANSWER_FROM_RESULTS);
     assert!(last["tools"].as_array().is_none_or(Vec::is_empty), "after nothing but repeats, no tools: {last}");
+    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).await.unwrap().unwrap();
+    assert!(run.events.iter().any(|e| e.kind == "repeated_calls"), "the repeat is recorded");
+    assert!(requests.iter().all(|r| !r.to_string().contains("repeated_call")), "a repeat alone is never shown");
 }
 
 #[tokio::test]

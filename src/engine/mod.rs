@@ -22,3 +22,5 @@ mod steps;
 mod structuring;
 mod submit_tool;
 mod verdicts;
+
+pub use steps::ANSWER_FROM_RESULTS;

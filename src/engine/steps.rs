@@ -141,6 +141,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
             continue;
         }
         let (assistant, prepared) = prepare_calls(calls, state.activity.len());
+        let turn = state.history.len();
         state.history.push(assistant);
         // A reply asking for more calls than the budget has left runs as many as it can; the
         // others are answered as not run, and the next request offers no tools (measured:
@@ -149,7 +150,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         // A call made before with the same arguments is answered with a pointer to its result
         // instead of running again (measured: Qwen2.5-Coder-1.5B called the same pod status
         // seven times in a row); a reply of nothing but such calls gets no tools next, so the
-        // model answers.
+        // model answers, and is left out (below).
         let room = (state.budget.tool_calls_left() as usize).max(1);
         let mut ran = 0;
         only_repeats = true;
@@ -174,6 +175,12 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         if only_repeats {
             let event = NewEvent { kind: REPEATED_CALLS.into(), status: Some("not_run".into()), ..Default::default() };
             state.record.event(event).await?;
+            // The repeat and the host's refusal of it are left out of the conversation, and the
+            // model is asked for its answer (measured on Qwen2.5-Coder-1.5B: shown its repeat and
+            // the refusal, it answered "inconclusive", or that a node with `DiskPressure` True
+            // had none, as if the check had failed).
+            state.history.truncate(turn);
+            state.history.push(Message::user(ANSWER_FROM_RESULTS));
         }
         // Skills loaded through knowledge.load_skill.
         let loaded: Vec<SkillEntry> =
@@ -184,6 +191,10 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
 
 /// What the model is told of a call past the Run's tool-call budget.
 pub const NOT_RUN_OVER_BUDGET: &str = r#"{"error":{"code":"budget_exhausted","message":"not run: this Run's tool calls are spent; answer from the results above"}}"#;
+
+/// What the model is asked after a reply whose every call was made before: those calls'
+/// results are in the conversation already.
+pub const ANSWER_FROM_RESULTS: &str = "Every check you asked for has run, and its result is above. Answer now from those results: what they show, citing the values the tools returned.";
 
 /// Event kind of a reply whose every call was made before (none ran again).
 pub const REPEATED_CALLS: &str = "repeated_calls";
