@@ -45,8 +45,16 @@ pub const EVIDENCE_REPAIR: &str = "evidence_repair";
 /// status they do not back is lowered instead of failing the Run.
 pub async fn structure(state: &mut RunState<'_>, request: &str, answer: &str) -> Result<InvestigationResult, Stop> {
     let verdicts = verdicts::verdicts(&state.skills.selected());
-    let deciding = |value: &str| verdicts.iter().any(|v| v.decided_by(value));
-    let citable = citable(&state.activity, &state.evidence, &format!("{request}\n{answer}"), &deciding);
+    // Values the skills' conclusions name go first among a call's values, and those that settle
+    // a conclusion before them: a small model cites the first values it is offered.
+    let named = verdicts::named(&state.skills.selected());
+    let first = investigation::values::MAX_OWN_SCORE + 1;
+    let boost = |value: &str| match () {
+        () if verdicts.iter().any(|v| v.decided_by(value)) => 3 * first,
+        () if named.iter().any(|n| verdicts::names(n, value)) => first,
+        () => 0,
+    };
+    let citable = citable(&state.activity, &state.evidence, &format!("{request}\n{answer}"), &boost);
     let guidance = skills::conclusions(&state.skills.selected()).map(|text| match verdicts.is_empty() {
         true => text,
         false => format!("{text}\n\n{CHOOSE_PROMPT}"),
@@ -152,8 +160,8 @@ const MAX_REQUEST_CHARS: usize = 4000;
 
 /// One entry per successful execution-tool call (the only evidence the result may cite): its
 /// host id, its tool, and the values of its output a result may quote, chosen by relevance to
-/// `answer` when there are many, those holding a `deciding` value first.
-fn citable(activity: &[Activity], evidence: &Evidence, answer: &str, deciding: &dyn Fn(&str) -> bool) -> Vec<Citable> {
+/// `answer` when there are many, `boost` added to each value's score.
+fn citable(activity: &[Activity], evidence: &Evidence, answer: &str, boost: &dyn Fn(&str) -> i32) -> Vec<Citable> {
     activity
         .iter()
         .filter_map(|a| {
@@ -161,7 +169,7 @@ fn citable(activity: &[Activity], evidence: &Evidence, answer: &str, deciding: &
             Some(Citable {
                 call: a.id.clone(),
                 tool: a.name.clone(),
-                values: investigation::values::quotable(output, answer, deciding),
+                values: investigation::values::quotable(output, answer, boost),
             })
         })
         .collect()
@@ -203,21 +211,21 @@ mod tests {
         ];
         let evidence = Evidence::from([("call-1".to_string(), json!({"host": "db-7", "roles": ["postgresql"]}))]);
         assert_eq!(
-            citable(&done, &evidence, "", &|_| false),
+            citable(&done, &evidence, "", &|_| 0),
             [Citable {
                 call: "call-1".into(),
                 tool: "inventory.host".into(),
                 values: vec!["roles=postgresql".into(), "host=db-7".into()]
             }]
         );
-        assert!(citable(&done, &Evidence::new(), "", &|_| false).is_empty());
+        assert!(citable(&done, &Evidence::new(), "", &|_| 0).is_empty());
     }
 
     #[test]
     fn the_request_carries_the_answer_and_evidence_as_data() {
         let done = [activity("call-1", "inventory.host", "ok")];
         let evidence = Evidence::from([("call-1".to_string(), json!({"host": "db-7"}))]);
-        let messages = messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, "", &|_| false), None, "fr");
+        let messages = messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, "", &|_| 0), None, "fr");
         assert_eq!(messages[0], Message::system(format!("{RESULT_PROMPT}\n\n{}", language_instruction("fr"))));
         let guided = super::messages("q", "a", &[], Some("<AKRITAS_SKILL name=\"x\">raise it</AKRITAS_SKILL>"), "fr");
         assert_eq!(

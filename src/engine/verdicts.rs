@@ -56,6 +56,35 @@ impl Verdict {
     }
 }
 
+/// What the conclusions of `selected` tell a result to cite: the `code` spans of their bullets,
+/// a trailing `=…` left off (`duration_s=…` names the key `duration_s`), 3 to 60 characters, at
+/// most [`MAX_NAMED`].
+pub fn named(selected: &[SkillEntry]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for skill in selected {
+        let Some(section) = skills::section(&skill.content, skills::CONCLUSIONS_HEADING) else { continue };
+        for bullet in bullets(&section) {
+            for span in bullet.split('`').skip(1).step_by(2) {
+                let name = span.trim_end_matches(['…', '.']).trim_end_matches('=').trim();
+                let fits = (3..=60).contains(&name.chars().count());
+                if fits && out.len() < MAX_NAMED && !out.iter().any(|n| n == name) {
+                    out.push(name.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `value` (a value offered, `key=text`) is one `name` ([`named`]) names: its key is the name,
+/// or it holds the name.
+pub fn names(name: &str, value: &str) -> bool {
+    value.split_once('=').is_some_and(|(key, _)| key.eq_ignore_ascii_case(name)) || value.contains(name)
+}
+
+/// Most names [`named`] returns.
+const MAX_NAMED: usize = 32;
+
 /// `value` meets `rule` ([`Verdict::decided_by`]).
 fn holds(rule: &str, value: &str) -> bool {
     let Some((key, compare, bound)) = comparison(rule) else { return value.contains(rule) };
@@ -371,6 +400,16 @@ mod tests {
         assert_eq!(apply(&cited.to_string(), &found).1, Some(&found[0]));
         // Not a comparison: a text to find, as before.
         assert!(comparison("a>b").is_none() && comparison("x >= 3d").is_none() && comparison(">= 3").is_none());
+    }
+
+    #[test]
+    fn the_values_a_conclusion_says_to_cite_are_named() {
+        let found = named(&[skill("crashloop", CRASHLOOP), skill("pg", "## Conclusions\n- [confirmed, requires_human] \
+            Long. Cite the query and its age (`duration_s=…`), `max_connections` and `x`.\n")]);
+        assert_eq!(found, ["reason=OOMKilled", "ErrImagePull", "manifest unknown", "duration_s", "max_connections"]);
+        assert!(names("duration_s", "duration_s=1820") && names("Duration_S", "duration_s=1820"));
+        assert!(names("max_connections", "max_connections=200") && !names("max_connections", "total=200"));
+        assert!(names("reason=OOMKilled", "reason=OOMKilled") && names("unauthorized", "message=acme: unauthorized"));
     }
 
     #[test]

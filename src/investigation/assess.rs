@@ -179,7 +179,7 @@ mod tests {
             .map(|(call, output)| Citable {
                 call: call.clone(),
                 tool: "t".into(),
-                values: super::super::values::quotable(output, "", &|_| false),
+                values: super::super::values::quotable(output, "", &|_| 0),
             })
             .collect()
     }
