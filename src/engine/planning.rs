@@ -288,7 +288,7 @@ fn planner_input(
         .collect();
     let skills: Vec<Value> = selected
         .iter()
-        .map(|s| json!({"name": s.name, "source": s.source, "instructions": s.content.as_ref()}))
+        .map(|s| json!({"name": s.name, "source": s.source, "instructions": super::verdicts::prose(&s.content)}))
         .collect();
     json!({
         "request": question,

@@ -204,7 +204,9 @@ pub fn injection(skills: &[SkillEntry]) -> Option<String> {
     for skill in skills {
         text.push_str(&format!(
             "\n\n<AKRITAS_SKILL name=\"{}\" source=\"{}\">\n{}\n</AKRITAS_SKILL>",
-            skill.name, skill.source, skill.content
+            skill.name,
+            skill.source,
+            super::verdicts::prose(&skill.content)
         ));
     }
     Some(text)
@@ -234,6 +236,28 @@ pub fn conclusions(skills: &[SkillEntry]) -> Option<String> {
         text.push_str(&format!("\n\n<AKRITAS_SKILL name=\"{}\">\n{}\n</AKRITAS_SKILL>", skill.name, section.trim()));
     }
     Some(text)
+}
+
+/// The line of the heading of the section titled `title` (case-insensitive, outside code
+/// fences) and the line its section ends before (the next heading at its level or above, or
+/// the end).
+pub(super) fn section_lines(content: &str, title: &str) -> Option<(usize, usize)> {
+    let mut open: Option<(usize, usize)> = None;
+    let mut fenced = false;
+    let mut count = 0;
+    for (index, line) in content.lines().enumerate() {
+        count = index + 1;
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let heading = (!fenced).then(|| heading(line)).flatten();
+        match (open, heading) {
+            (None, Some((depth, text))) if text.eq_ignore_ascii_case(title) => open = Some((index, depth)),
+            (Some((start, level)), Some((depth, _))) if depth <= level => return Some((start, index)),
+            _ => {}
+        }
+    }
+    open.map(|(start, _)| (start, count))
 }
 
 /// The body of the markdown section titled `title` (case-insensitive), outside code fences.

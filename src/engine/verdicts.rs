@@ -56,6 +56,33 @@ impl Verdict {
     }
 }
 
+/// A skill's text as the plan and the answer steps get it: its conclusions section reduced to
+/// its bullets, each without its tags (`[confirmed, requires_human; when …]` is for the
+/// structuring step, which gets them with their meaning; measured on Qwen2.5-Coder-1.5B: shown
+/// the tags in its answer step, it answered with `"actionability": "requires_human; when
+/// state=idle in transaction | duration_s>=300"`). A skill without the section is unchanged.
+pub fn prose(content: &str) -> String {
+    let Some((start, end)) = skills::section_lines(content, skills::CONCLUSIONS_HEADING) else {
+        return content.to_string();
+    };
+    let lines: Vec<&str> = content.lines().collect();
+    let section = lines[start + 1..end].join("\n");
+    let mut out: Vec<String> = lines[..=start].iter().map(|l| l.to_string()).collect();
+    out.push(String::new());
+    for bullet in bullets(&section) {
+        let text = match tagged(&bullet) {
+            Some(_) => bullet.split_once(']').map_or(bullet.as_str(), |(_, rest)| rest.trim()).to_string(),
+            None => bullet,
+        };
+        out.push(format!("- {text}"));
+    }
+    if end < lines.len() {
+        out.push(String::new());
+        out.extend(lines[end..].iter().map(|l| l.to_string()));
+    }
+    out.join("\n")
+}
+
 /// What the conclusions of `selected` tell a result to cite: the `code` spans of their bullets,
 /// a trailing `=…` left off (`duration_s=…` names the key `duration_s`), 3 to 60 characters, at
 /// most [`MAX_NAMED`].
@@ -410,6 +437,20 @@ mod tests {
         assert!(names("duration_s", "duration_s=1820") && names("Duration_S", "duration_s=1820"));
         assert!(names("max_connections", "max_connections=200") && !names("max_connections", "total=200"));
         assert!(names("reason=OOMKilled", "reason=OOMKilled") && names("unauthorized", "message=acme: unauthorized"));
+    }
+
+    #[test]
+    fn the_prose_steps_get_the_conclusions_without_their_tags() {
+        let text = prose(CRASHLOOP);
+        assert!(text.starts_with("# Crash loops\n\nCheck the pod.\n\n## Conclusions\n\n"), "{text}");
+        assert!(text.contains("\n- The last termination is OOMKilled at the memory limit. Cite `reason=OOMKilled` and the limit.\n"), "{text}");
+        assert!(text.contains("\n- The image tag does not exist (`manifest unknown`).\n"), "{text}");
+        assert!(text.contains("\n- [likely, requires_human] An unknown status is not a verdict.\n"), "not tags: kept");
+        assert!(text.ends_with("\n\n## Later\n\n- [confirmed, no_action] Not a conclusion."), "{text}");
+        assert!(!text.contains("[confirmed") || !text[..text.find("## Later").unwrap()].contains("[confirmed"));
+        assert_eq!(prose("# Plain\n\n- [confirmed, no_action] x\n"), "# Plain\n\n- [confirmed, no_action] x\n");
+        let last = "# S\n\n## Conclusions\nTagged bullets are choices.\n- [suspected, no_action; when a>1] Low.";
+        assert_eq!(prose(last), "# S\n\n## Conclusions\n\n- Low.");
     }
 
     #[test]
