@@ -21,6 +21,14 @@ const TEXT_MIN: usize = 12;
 /// Argument strings admit at least this many characters (a Kubernetes name or label value is up
 /// to 63), and twice the text bound above that, up to the tool's own bound.
 const ARGUMENT_FLOOR: usize = 64;
+/// A query argument (`query`, `expr`, `sql`, …) admits at least this many characters: a PromQL
+/// ratio with its label selectors takes 100 to 160 (measured with Qwen2.5-Coder-1.5B under a
+/// 512-token plan: `kubelet_volume_stats_used_bytes{persistentvolumeclaim="…"} /
+/// kubelet_volume_stats_capacity_bytes{…}` was cut at the 88 characters other arguments get,
+/// and the check asked for something else).
+const QUERY_FLOOR: usize = 200;
+/// Argument names that hold a query language expression.
+const QUERY_ARGUMENTS: &[&str] = &["query", "expr", "expression", "promql", "logql", "metricsql", "sql", "filter"];
 /// Characters of text per argument list item admitted.
 const CHARS_PER_ARGUMENT_ITEM: usize = 40;
 /// Gaps a grammar admits at most: an investigation lacking more capabilities than this has
@@ -143,11 +151,10 @@ fn arguments_bounded(schema: &mut Value, chars: usize, text: usize) {
     let Some(map) = schema.as_object_mut() else { return };
     for (key, value) in map.iter_mut() {
         match key.as_str() {
-            "properties" => value
-                .as_object_mut()
-                .into_iter()
-                .flat_map(|p| p.values_mut())
-                .for_each(|v| arguments_bounded(v, chars, text)),
+            "properties" => value.as_object_mut().into_iter().flatten().for_each(|(name, v)| {
+                let query = QUERY_ARGUMENTS.contains(&name.to_lowercase().as_str());
+                arguments_bounded(v, if query { chars.max(QUERY_FLOOR) } else { chars }, text)
+            }),
             "items" => arguments_bounded(value, chars, text),
             "anyOf" | "oneOf" | "allOf" => {
                 value.as_array_mut().into_iter().flatten().for_each(|v| arguments_bounded(v, chars, text))
@@ -208,7 +215,11 @@ mod tests {
         assert!(large.0 == 3 && large.1 >= small.1 && large.2 > small.2, "{small:?} {large:?}");
         let query = &plan_grammar(&schema(512), 512)["properties"]["checks"]["items"]["anyOf"][2]["properties"]["arguments"]
             ["properties"];
-        assert!(query["query"]["maxLength"].as_u64().unwrap() >= ARGUMENT_FLOOR as u64);
+        assert!(query["query"]["maxLength"].as_u64().unwrap() >= QUERY_FLOOR as u64, "{query}");
+        let events = &plan_grammar(&schema(512), 512)["properties"]["checks"]["items"]["anyOf"][1]["properties"]
+            ["arguments"]["properties"];
+        let name = events["name"]["maxLength"].as_u64().unwrap();
+        assert!((ARGUMENT_FLOOR as u64..QUERY_FLOOR as u64).contains(&name), "{name}: only queries get the room");
         assert_eq!(query["lookback"].get("maxLength"), None, "an enum is left as it is");
         assert!(query["labels"]["maxItems"].as_u64().unwrap() >= 1);
     }
