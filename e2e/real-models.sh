@@ -25,6 +25,8 @@
 #   EVAL_DIR        directory of cases (default evals/starter)
 #   MODEL_PROTOCOL  --model-protocol value (default auto; empty: leave the flag out)
 #   PAIR_TIMEOUT    seconds one pair's eval may take (default 10800)
+#   REQUEST_TIMEOUT a Run's wall time (default 15m: a 1.5B model on 2 cores with two Runs at once
+#                   takes 5 to 9 minutes a Run, the 10m default is too close)
 #   REAL_MODEL_DIR  cache of downloads, built servers and models (default <cache>/real-model,
 #                   <cache> being what e2e/cache.sh prints: outside the clone, so a fresh clone
 #                   reuses them; each is keyed by its version or checked by its sha256)
@@ -391,6 +393,7 @@ run_pair() {
   (cd "$repo" && timeout --kill-after=30 "${PAIR_TIMEOUT:-10800}" "$akritas" eval "$eval_dir" \
     --base-url "$base" --upstream-model "$upstream" "${protocol[@]}" \
     --system-instructions instructions/SYSTEM.md --skills-dir skills --max-tokens 512 --concurrency "$SLOTS" \
+    --request-timeout "${REQUEST_TIMEOUT:-15m}" \
     --min-pass 0 --output "$out/$name.json" "$@") >"$out/$name.txt" 2>&1 ||
     log "$pair: akritas eval exited $? (see $out/$name.txt)"
   log "$pair: done in $((SECONDS - started)) s"
