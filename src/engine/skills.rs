@@ -204,9 +204,7 @@ pub fn injection(skills: &[SkillEntry]) -> Option<String> {
     for skill in skills {
         text.push_str(&format!(
             "\n\n<AKRITAS_SKILL name=\"{}\" source=\"{}\">\n{}\n</AKRITAS_SKILL>",
-            skill.name,
-            skill.source,
-            super::verdicts::prose(&skill.content)
+            skill.name, skill.source, skill.content
         ));
     }
     Some(text)

@@ -410,10 +410,15 @@ async fn forward_stream(llm: &LlmClient, request: &ChatRequest, sink: &ProgressS
     response.finish()
 }
 
-/// The system message with the guidance of `injected` skills appended.
+/// The system message with the guidance of `injected` skills appended, their conclusions
+/// without tags ([`super::verdicts::prose`]).
 fn system_with_skills(base: &str, injected: &[SkillEntry]) -> String {
     let mut system = base.to_string();
-    if let Some(text) = skills::injection(injected) {
+    let prose: Vec<SkillEntry> = injected
+        .iter()
+        .map(|skill| SkillEntry { content: super::verdicts::prose(&skill.content).into(), ..skill.clone() })
+        .collect();
+    if let Some(text) = skills::injection(&prose) {
         system.push_str("\n\n");
         system.push_str(&text);
     }
@@ -469,6 +474,9 @@ mod tests {
         let injection = skills::injection(&[skill]).unwrap();
         assert_eq!(system, format!("base\n\n{injection}"));
         assert!(system.contains("check autovacuum"));
+        let tagged = SkillEntry::fixture("pg", "# PG\n\n## Conclusions\n\n- [confirmed, requires_human; when x>=1] Stuck.\n");
+        let system = system_with_skills("base", &[tagged]);
+        assert!(system.contains("\n- Stuck.") && !system.contains("[confirmed"), "{system}");
     }
 
     #[test]
