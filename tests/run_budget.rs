@@ -13,7 +13,7 @@ use akritas::engine::request::{EngineSettings, RunError, RunRequest};
 use akritas::engine::retrieval::Retriever;
 use akritas::engine::run::Engine;
 use akritas::tools::{ToolName, openai_alias};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step};
 

@@ -474,7 +474,8 @@ mod tests {
         let injection = skills::injection(&[skill]).unwrap();
         assert_eq!(system, format!("base\n\n{injection}"));
         assert!(system.contains("check autovacuum"));
-        let tagged = SkillEntry::fixture("pg", "# PG\n\n## Conclusions\n\n- [confirmed, requires_human; when x>=1] Stuck.\n");
+        let tagged =
+            SkillEntry::fixture("pg", "# PG\n\n## Conclusions\n\n- [confirmed, requires_human; when x>=1] Stuck.\n");
         let system = system_with_skills("base", &[tagged]);
         assert!(system.contains("\n- Stuck.") && !system.contains("[confirmed"), "{system}");
     }

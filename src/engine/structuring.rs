@@ -225,7 +225,8 @@ mod tests {
     fn the_request_carries_the_answer_and_evidence_as_data() {
         let done = [activity("call-1", "inventory.host", "ok")];
         let evidence = Evidence::from([("call-1".to_string(), json!({"host": "db-7"}))]);
-        let messages = messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, "", &|_| 0), None, "fr");
+        let messages =
+            messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, "", &|_| 0), None, "fr");
         assert_eq!(messages[0], Message::system(format!("{RESULT_PROMPT}\n\n{}", language_instruction("fr"))));
         let guided = super::messages("q", "a", &[], Some("<AKRITAS_SKILL name=\"x\">raise it</AKRITAS_SKILL>"), "fr");
         assert_eq!(

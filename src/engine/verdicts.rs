@@ -431,8 +431,14 @@ mod tests {
 
     #[test]
     fn the_values_a_conclusion_says_to_cite_are_named() {
-        let found = named(&[skill("crashloop", CRASHLOOP), skill("pg", "## Conclusions\n- [confirmed, requires_human] \
-            Long. Cite the query and its age (`duration_s=…`), `max_connections` and `x`.\n")]);
+        let found = named(&[
+            skill("crashloop", CRASHLOOP),
+            skill(
+                "pg",
+                "## Conclusions\n- [confirmed, requires_human] \
+            Long. Cite the query and its age (`duration_s=…`), `max_connections` and `x`.\n",
+            ),
+        ]);
         assert_eq!(found, ["reason=OOMKilled", "ErrImagePull", "manifest unknown", "duration_s", "max_connections"]);
         assert!(names("duration_s", "duration_s=1820") && names("Duration_S", "duration_s=1820"));
         assert!(names("max_connections", "max_connections=200") && !names("max_connections", "total=200"));
@@ -443,7 +449,12 @@ mod tests {
     fn the_prose_steps_get_the_conclusions_without_their_tags() {
         let text = prose(CRASHLOOP);
         assert!(text.starts_with("# Crash loops\n\nCheck the pod.\n\n## Conclusions\n\n"), "{text}");
-        assert!(text.contains("\n- The last termination is OOMKilled at the memory limit. Cite `reason=OOMKilled` and the limit.\n"), "{text}");
+        assert!(
+            text.contains(
+                "\n- The last termination is OOMKilled at the memory limit. Cite `reason=OOMKilled` and the limit.\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("\n- The image tag does not exist (`manifest unknown`).\n"), "{text}");
         assert!(text.contains("\n- [likely, requires_human] An unknown status is not a verdict.\n"), "not tags: kept");
         assert!(text.ends_with("\n\n## Later\n\n- [confirmed, no_action] Not a conclusion."), "{text}");

@@ -285,7 +285,10 @@ mod tests {
         assert!(values[0].chars().count() <= MAX_VALUE_CHARS + "message=".len());
         assert!(values[0].ends_with("word"), "{values:?}");
         assert!(super::super::quote::occurs(&values[0], &output));
-        assert!(quotable(&json!({"blob": "x".repeat(500)}), "", &|_| 0).is_empty(), "no word boundary: nothing to quote");
+        assert!(
+            quotable(&json!({"blob": "x".repeat(500)}), "", &|_| 0).is_empty(),
+            "no word boundary: nothing to quote"
+        );
     }
 
     #[test]

@@ -265,7 +265,11 @@ mod tests {
         let schema = json!({"properties": {"host": {"type": "string"}}, "required": ["host"]});
         assert_eq!(facts(&[("node", "worker-3")]).complete(&schema), Some(json!({"host": "worker-3"})));
         let both = facts(&[("node", "worker-3"), ("instance", "10.0.0.7:9100")]);
-        assert_eq!(both.complete(&schema), Some(json!({"host": "10.0.0.7"})), "the instance says where the exporter is");
+        assert_eq!(
+            both.complete(&schema),
+            Some(json!({"host": "10.0.0.7"})),
+            "the instance says where the exporter is"
+        );
         let given = facts(&[("node", "worker-3"), ("host", "w3.example")]);
         assert_eq!(given.complete(&schema), Some(json!({"host": "w3.example"})));
     }

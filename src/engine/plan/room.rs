@@ -216,8 +216,8 @@ mod tests {
         let query = &plan_grammar(&schema(512), 512)["properties"]["checks"]["items"]["anyOf"][2]["properties"]["arguments"]
             ["properties"];
         assert!(query["query"]["maxLength"].as_u64().unwrap() >= QUERY_FLOOR as u64, "{query}");
-        let events = &plan_grammar(&schema(512), 512)["properties"]["checks"]["items"]["anyOf"][1]["properties"]
-            ["arguments"]["properties"];
+        let events = &plan_grammar(&schema(512), 512)["properties"]["checks"]["items"]["anyOf"][1]["properties"]["arguments"]
+            ["properties"];
         let name = events["name"]["maxLength"].as_u64().unwrap();
         assert!((ARGUMENT_FLOOR as u64..QUERY_FLOOR as u64).contains(&name), "{name}: only queries get the room");
         assert_eq!(query["lookback"].get("maxLength"), None, "an enum is left as it is");
