@@ -260,23 +260,8 @@ pub(super) fn section_lines(content: &str, title: &str) -> Option<(usize, usize)
 
 /// The body of the markdown section titled `title` (case-insensitive), outside code fences.
 pub(super) fn section(content: &str, title: &str) -> Option<String> {
-    let mut level = None;
-    let mut body = Vec::new();
-    let mut fenced = false;
-    for line in content.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        let heading = (!fenced).then(|| heading(line)).flatten();
-        match (level, heading) {
-            (None, Some((depth, text))) if text.eq_ignore_ascii_case(title) => level = Some(depth),
-            (Some(open), Some((depth, _))) if depth <= open => break,
-            (Some(_), _) => body.push(line),
-            _ => {}
-        }
-    }
-    level?;
-    let body = body.join("\n");
+    let (start, end) = section_lines(content, title)?;
+    let body = content.lines().skip(start + 1).take(end - start - 1).collect::<Vec<_>>().join("\n");
     (!body.trim().is_empty()).then_some(body)
 }
 

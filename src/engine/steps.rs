@@ -141,26 +141,37 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
             continue;
         }
         let (assistant, prepared) = prepare_calls(calls, state.activity.len());
-        let turn = state.history.len();
+        let host_key = |call: &ToolCall| {
+            let tool = execution.resolve_alias(&call.name).map_or_else(|| call.name.clone(), ToString::to_string);
+            call_key(&tool, &call.arguments)
+        };
+        // A call made before with the same arguments is not run again (measured:
+        // Qwen2.5-Coder-1.5B called the same pod status seven times in a row). A reply of nothing
+        // but such calls is left out of the conversation, and the model, offered no tools next,
+        // is asked for its answer (measured: shown its repeat and a refusal of it, the model
+        // answered "inconclusive", or that a node with `DiskPressure` True had none, as if the
+        // check had failed).
+        only_repeats = prepared.iter().all(|call| made.contains_key(&host_key(call)));
+        if only_repeats {
+            let event = NewEvent { kind: REPEATED_CALLS.into(), status: Some("not_run".into()), ..Default::default() };
+            state.record.event(event).await?;
+            state.history.push(Message::user(ANSWER_FROM_RESULTS));
+            continue;
+        }
         state.history.push(assistant);
         // A reply asking for more calls than the budget has left runs as many as it can; the
         // others are answered as not run, and the next request offers no tools (measured:
         // Qwen2.5-Coder-0.5B asked for 4 calls with 2 left in 4 of 22 starter cases, and each
-        // Run ended without a result). With none left, the call fails the Run as before.
-        // A call made before with the same arguments is answered with a pointer to its result
-        // instead of running again (measured: Qwen2.5-Coder-1.5B called the same pod status
-        // seven times in a row); a reply of nothing but such calls gets no tools next, so the
-        // model answers, and is left out (below).
+        // Run ended without a result). With none left, the call fails the Run as before. A
+        // repeat beside new calls is answered with a pointer to its result.
         let room = (state.budget.tool_calls_left() as usize).max(1);
         let mut ran = 0;
-        only_repeats = true;
         for call in prepared {
-            let tool = execution.resolve_alias(&call.name).map_or_else(|| call.name.clone(), ToString::to_string);
-            if let Some(earlier) = made.get(&call_key(&tool, &call.arguments)) {
+            let key = host_key(&call);
+            if let Some(earlier) = made.get(&key) {
                 state.history.push(Message::tool(call.id, repeated_call(earlier)));
                 continue;
             }
-            only_repeats = false;
             if ran >= room {
                 state.history.push(Message::tool(call.id, NOT_RUN_OVER_BUDGET));
                 continue;
@@ -168,19 +179,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
             ran += 1;
             let result = state.execute_tool(&execution, &call.name, &call.arguments, Some(&call.id)).await?;
             if result.error.is_none() {
-                made.entry(call_key(&tool, &call.arguments)).or_insert_with(|| result.id.clone());
+                made.entry(key).or_insert_with(|| result.id.clone());
             }
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
-        }
-        if only_repeats {
-            let event = NewEvent { kind: REPEATED_CALLS.into(), status: Some("not_run".into()), ..Default::default() };
-            state.record.event(event).await?;
-            // The repeat and the host's refusal of it are left out of the conversation, and the
-            // model is asked for its answer (measured on Qwen2.5-Coder-1.5B: shown its repeat and
-            // the refusal, it answered "inconclusive", or that a node with `DiskPressure` True
-            // had none, as if the check had failed).
-            state.history.truncate(turn);
-            state.history.push(Message::user(ANSWER_FROM_RESULTS));
         }
         // Skills loaded through knowledge.load_skill.
         let loaded: Vec<SkillEntry> =

@@ -49,10 +49,14 @@ pub async fn structure(state: &mut RunState<'_>, request: &str, answer: &str) ->
     // a conclusion before them: a small model cites the first values it is offered.
     let named = verdicts::named(&state.skills.selected());
     let first = investigation::values::MAX_OWN_SCORE + 1;
-    let boost = |value: &str| match () {
-        () if verdicts.iter().any(|v| v.decided_by(value)) => 3 * first,
-        () if named.iter().any(|n| verdicts::names(n, value)) => first,
-        () => 0,
+    let boost = |value: &str| {
+        if verdicts.iter().any(|v| v.decided_by(value)) {
+            3 * first
+        } else if named.iter().any(|n| verdicts::names(n, value)) {
+            first
+        } else {
+            0
+        }
     };
     let citable = citable(&state.activity, &state.evidence, &format!("{request}\n{answer}"), &boost);
     let guidance = skills::conclusions(&state.skills.selected()).map(|text| match verdicts.is_empty() {

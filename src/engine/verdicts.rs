@@ -119,11 +119,13 @@ fn holds(rule: &str, value: &str) -> bool {
     named.trim() == key && number.trim().parse::<f64>().is_ok_and(|n| n.is_finite() && compare(n, bound))
 }
 
+/// A comparison of a cited number (left) with a rule's bound (right).
+type Compare = fn(f64, f64) -> bool;
+
 /// A comparison over a number at `key`: `duration_s>=300` (a key of letters, digits, spaces
 /// and `_.-`, a finite number); `None` for any other rule, which is a text to find.
-#[allow(clippy::type_complexity)]
-fn comparison(rule: &str) -> Option<(&str, fn(f64, f64) -> bool, f64)> {
-    let operators: [(&str, fn(f64, f64) -> bool); 4] =
+fn comparison(rule: &str) -> Option<(&str, Compare, f64)> {
+    let operators: [(&str, Compare); 4] =
         [(">=", |a, b| a >= b), ("<=", |a, b| a <= b), (">", |a, b| a > b), ("<", |a, b| a < b)];
     let (token, compare) = operators.into_iter().find(|(token, _)| rule.contains(token))?;
     let (key, bound) = rule.split_once(token)?;
