@@ -49,8 +49,8 @@ pub async fn structure(state: &mut RunState<'_>, request: &str, answer: &str) ->
     // a conclusion before them: a small model cites the first values it is offered.
     let named = verdicts::named(&state.skills.selected());
     let first = investigation::values::MAX_OWN_SCORE + 1;
-    let boost = |value: &str| {
-        if verdicts.iter().any(|v| v.decided_by(value)) {
+    let boost = |value: &str, output: &serde_json::Value| {
+        if verdicts.iter().any(|v| v.decided_by(value, Some(output))) {
             3 * first
         } else if named.iter().any(|n| verdicts::names(n, value)) {
             first
@@ -129,7 +129,7 @@ async fn submit(
         return Err(StructureError::NotOneSubmission { calls: calls.len(), submitted }.into());
     };
     let raw = submitted.function.arguments.clone();
-    let (decided, chosen) = verdicts::apply(&raw, offered);
+    let (decided, chosen) = verdicts::apply(&raw, offered, &state.evidence);
     if let Some(verdict) = chosen {
         let number = offered.iter().position(|v| v == verdict).map_or(0, |i| i + 1);
         let event = NewEvent {
@@ -164,8 +164,14 @@ const MAX_REQUEST_CHARS: usize = 4000;
 
 /// One entry per successful execution-tool call (the only evidence the result may cite): its
 /// host id, its tool, and the values of its output a result may quote, chosen by relevance to
-/// `answer` when there are many, `boost` added to each value's score.
-fn citable(activity: &[Activity], evidence: &Evidence, answer: &str, boost: &dyn Fn(&str) -> i32) -> Vec<Citable> {
+/// `answer` when there are many, `boost` (of a value and the output it is in) added to each
+/// value's score.
+fn citable(
+    activity: &[Activity],
+    evidence: &Evidence,
+    answer: &str,
+    boost: &dyn Fn(&str, &serde_json::Value) -> i32,
+) -> Vec<Citable> {
     activity
         .iter()
         .filter_map(|a| {
@@ -173,7 +179,7 @@ fn citable(activity: &[Activity], evidence: &Evidence, answer: &str, boost: &dyn
             Some(Citable {
                 call: a.id.clone(),
                 tool: a.name.clone(),
-                values: investigation::values::quotable(output, answer, boost),
+                values: investigation::values::quotable(output, answer, &|value| boost(value, output)),
             })
         })
         .collect()
@@ -215,14 +221,14 @@ mod tests {
         ];
         let evidence = Evidence::from([("call-1".to_string(), json!({"host": "db-7", "roles": ["postgresql"]}))]);
         assert_eq!(
-            citable(&done, &evidence, "", &|_| 0),
+            citable(&done, &evidence, "", &|_, _| 0),
             [Citable {
                 call: "call-1".into(),
                 tool: "inventory.host".into(),
                 values: vec!["roles=postgresql".into(), "host=db-7".into()]
             }]
         );
-        assert!(citable(&done, &Evidence::new(), "", &|_| 0).is_empty());
+        assert!(citable(&done, &Evidence::new(), "", &|_, _| 0).is_empty());
     }
 
     #[test]
@@ -230,7 +236,7 @@ mod tests {
         let done = [activity("call-1", "inventory.host", "ok")];
         let evidence = Evidence::from([("call-1".to_string(), json!({"host": "db-7"}))]);
         let messages =
-            messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, "", &|_| 0), None, "fr");
+            messages("why is db-7 slow?", "db-7 is saturated", &citable(&done, &evidence, "", &|_, _| 0), None, "fr");
         assert_eq!(messages[0], Message::system(format!("{RESULT_PROMPT}\n\n{}", language_instruction("fr"))));
         let guided = super::messages("q", "a", &[], Some("<AKRITAS_SKILL name=\"x\">raise it</AKRITAS_SKILL>"), "fr");
         assert_eq!(

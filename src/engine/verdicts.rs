@@ -18,7 +18,7 @@
 use serde_json::{Map, Value, json};
 
 use super::skills::{self, SkillEntry};
-use crate::investigation::{Actionability, FindingStatus};
+use crate::investigation::{Actionability, Evidence, FindingStatus, values};
 
 /// The field of the result that names the chosen conclusion.
 pub const FIELD: &str = "conclusion";
@@ -41,18 +41,20 @@ pub struct Verdict {
     pub status: FindingStatus,
     /// The actionability it stands for.
     pub actionability: Actionability,
-    /// Values that settle it (`when reason=OOMKilled | ErrImagePull | duration_s>=300`): a result
-    /// citing a value that holds one of them, or whose number meets the comparison, gets this
-    /// conclusion, whatever the model chose ([`Verdict::decided_by`]).
+    /// Values that settle it (`when reason=OOMKilled | ErrImagePull | duration_s>=300 |
+    /// total>=max_connections`): a result citing a value that holds one of them, or whose number
+    /// meets the comparison, gets this conclusion, whatever the model chose
+    /// ([`Verdict::decided_by`]).
     pub when: Vec<String>,
 }
 
 impl Verdict {
     /// A cited value settles this conclusion: it holds one of the `when` texts, or it is
-    /// `key=N` and a `when` comparison of that key (`duration_s>=300`: `>=`, `>`, `<=`, `<`)
-    /// holds for N.
-    pub fn decided_by(&self, value: &str) -> bool {
-        self.when.iter().any(|rule| holds(rule, value))
+    /// `key=N` and a `when` comparison of that key holds for N (`duration_s>=300`: `>=`, `>`,
+    /// `<=`, `<`), the bound being a number or the number at another key of `output`, the
+    /// output of the call the value is cited from (`total>=max_connections`).
+    pub fn decided_by(&self, value: &str, output: Option<&Value>) -> bool {
+        self.when.iter().any(|rule| holds(rule, value, output))
     }
 }
 
@@ -112,26 +114,46 @@ pub fn names(name: &str, value: &str) -> bool {
 /// Most names [`named`] returns.
 const MAX_NAMED: usize = 32;
 
-/// `value` meets `rule` ([`Verdict::decided_by`]).
-fn holds(rule: &str, value: &str) -> bool {
+/// `value`, cited from a call whose output is `output`, meets `rule` ([`Verdict::decided_by`]).
+fn holds(rule: &str, value: &str, output: Option<&Value>) -> bool {
     let Some((key, compare, bound)) = comparison(rule) else { return value.contains(rule) };
     let Some((named, number)) = value.split_once('=') else { return false };
-    named.trim() == key && number.trim().parse::<f64>().is_ok_and(|n| n.is_finite() && compare(n, bound))
+    let bound = match bound {
+        Bound::Number(bound) => Some(bound),
+        Bound::Key(other) => output.and_then(|output| values::number_at(output, other)),
+    };
+    let number = number.trim().parse::<f64>().ok().filter(|n| n.is_finite());
+    named.trim() == key && matches!((number, bound), (Some(n), Some(b)) if compare(n, b))
 }
 
 /// A comparison of a cited number (left) with a rule's bound (right).
 type Compare = fn(f64, f64) -> bool;
 
-/// A comparison over a number at `key`: `duration_s>=300` (a key of letters, digits, spaces
-/// and `_.-`, a finite number); `None` for any other rule, which is a text to find.
-fn comparison(rule: &str) -> Option<(&str, Compare, f64)> {
+/// What a comparison's cited number is compared with.
+#[derive(Debug, PartialEq)]
+enum Bound<'a> {
+    /// A number written in the rule (`duration_s>=300`).
+    Number(f64),
+    /// The number at this key of the same call's output (`total>=max_connections`).
+    Key(&'a str),
+}
+
+/// A comparison over a number at `key`: `duration_s>=300` or `total>=max_connections` (a key
+/// of letters, digits, spaces and `_.-`; a finite number, or a key that starts with a letter
+/// and has no space); `None` for any other rule, which is a text to find.
+fn comparison(rule: &str) -> Option<(&str, Compare, Bound<'_>)> {
     let operators: [(&str, Compare); 4] =
         [(">=", |a, b| a >= b), ("<=", |a, b| a <= b), (">", |a, b| a > b), ("<", |a, b| a < b)];
     let (token, compare) = operators.into_iter().find(|(token, _)| rule.contains(token))?;
     let (key, bound) = rule.split_once(token)?;
-    let key = key.trim();
-    let bound = bound.trim().parse::<f64>().ok().filter(|b| b.is_finite())?;
-    let plain = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | ' ');
+    let (key, bound) = (key.trim(), bound.trim());
+    let identifier = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-');
+    let bound = match bound.parse::<f64>() {
+        Ok(number) => Bound::Number(number.is_finite().then_some(number)?),
+        Err(_) if bound.starts_with(|c: char| c.is_alphabetic()) && bound.chars().all(identifier) => Bound::Key(bound),
+        Err(_) => return None,
+    };
+    let plain = |c: char| identifier(c) || c == ' ';
     (!key.is_empty() && key.chars().all(plain)).then_some((key, compare, bound))
 }
 
@@ -181,23 +203,28 @@ pub fn offer(mut schema: Value, verdicts: &[Verdict]) -> Value {
 
 /// The submitted result without its `conclusion`, with the status and actionability of the
 /// conclusion that applies in place of the model's, and that conclusion: the first whose
-/// `when` one of the result's cited values holds (the cited values are verified after), else
-/// the one the model chose. A submission that is not a JSON object, or that no conclusion
-/// applies to, keeps the model's own fields.
-pub fn apply<'a>(submitted: &str, verdicts: &'a [Verdict]) -> (String, Option<&'a Verdict>) {
+/// `when` one of the result's cited values holds (compared with the output of the call it is
+/// cited from, in `evidence`; the cited values are verified after), else the one the model
+/// chose. A submission that is not a JSON object, or that no conclusion applies to, keeps the
+/// model's own fields.
+pub fn apply<'a>(submitted: &str, verdicts: &'a [Verdict], evidence: &Evidence) -> (String, Option<&'a Verdict>) {
     let Ok(Value::Object(mut result)) = serde_json::from_str::<Value>(submitted) else {
         return (submitted.to_string(), None);
     };
     let chosen = result.remove(FIELD);
     // A conclusion whose `when` a cited value holds settles it; else the one the model chose.
-    let cited: Vec<&str> = result
+    let cited: Vec<(&str, Option<&Value>)> = result
         .get("evidence")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|item| item.get("value").or_else(|| item.get("observed")).and_then(Value::as_str))
+        .filter_map(|item| {
+            let value = item.get("value").or_else(|| item.get("observed")).and_then(Value::as_str)?;
+            let output = item.get("call").and_then(Value::as_str).and_then(|call| evidence.get(call));
+            Some((value, output))
+        })
         .collect();
-    let ruled = verdicts.iter().find(|v| cited.iter().any(|c| v.decided_by(c)));
+    let ruled = verdicts.iter().find(|v| cited.iter().any(|(value, output)| v.decided_by(value, *output)));
     let picked = || chosen.as_ref()?.as_str().and_then(|label| verdicts.iter().find(|v| v.label == label.trim()));
     if chosen.is_none() && ruled.is_none() {
         return (submitted.to_string(), None);
@@ -350,7 +377,7 @@ mod tests {
 
         let submitted = json!({"summary": "s", "conclusion": found[0].label, "finding_status": "suspected",
             "actionability": "requires_human"});
-        let (result, chosen) = apply(&submitted.to_string(), &found);
+        let (result, chosen) = apply(&submitted.to_string(), &found, &Evidence::new());
         let result: Value = serde_json::from_str(&result).unwrap();
         assert_eq!(chosen, Some(&found[0]));
         assert_eq!(
@@ -360,13 +387,13 @@ mod tests {
         assert!(result.get(FIELD).is_none());
 
         let none = json!({"conclusion": NONE_OF_THESE, "finding_status": "suspected", "actionability": "no_action"});
-        let (result, chosen) = apply(&none.to_string(), &found);
+        let (result, chosen) = apply(&none.to_string(), &found, &Evidence::new());
         assert_eq!(chosen, None);
         assert_eq!(
             serde_json::from_str::<Value>(&result).unwrap(),
             json!({"finding_status": "suspected", "actionability": "no_action"})
         );
-        assert_eq!(apply("not json", &found), ("not json".to_string(), None));
+        assert_eq!(apply("not json", &found, &Evidence::new()), ("not json".to_string(), None));
     }
 
     #[test]
@@ -377,23 +404,26 @@ mod tests {
                    "conclusion": conclusion, "finding_status": "inconclusive", "actionability": "no_action"})
             .to_string()
         };
-        let (result, chosen) = apply(&cited("message=pull: manifest unknown", NONE_OF_THESE), &found);
+        let (result, chosen) = apply(&cited("message=pull: manifest unknown", NONE_OF_THESE), &found, &Evidence::new());
         assert_eq!(chosen, Some(&found[1]));
         let result: Value = serde_json::from_str(&result).unwrap();
         assert_eq!(
             (result["finding_status"].as_str(), result["actionability"].as_str()),
             (Some("confirmed"), Some("requires_human"))
         );
-        assert_eq!(apply(&cited("message=pull: manifest unknown", &found[0].label), &found).1, Some(&found[1]));
         assert_eq!(
-            apply(&cited("message=ok", &found[0].label), &found).1,
+            apply(&cited("message=pull: manifest unknown", &found[0].label), &found, &Evidence::new()).1,
+            Some(&found[1])
+        );
+        assert_eq!(
+            apply(&cited("message=ok", &found[0].label), &found, &Evidence::new()).1,
             Some(&found[0]),
             "no rule: the model's choice"
         );
         let without_field =
             json!({"evidence": [{"call": "call-1", "value": "reason=ErrImagePull"}], "finding_status": "suspected"});
         assert_eq!(
-            apply(&without_field.to_string(), &found).1,
+            apply(&without_field.to_string(), &found, &Evidence::new()).1,
             Some(&found[1]),
             "a text-mode answer without the field"
         );
@@ -421,14 +451,45 @@ mod tests {
             ("idle in transaction=40", false),
             ("duration_s>=300", false),
         ] {
-            assert_eq!(long.decided_by(value), settles, "{value}");
+            assert_eq!(long.decided_by(value, None), settles, "{value}");
         }
-        assert!(found[1].decided_by("ratio=0.41") && !found[1].decided_by("ratio=0.5"));
+        assert!(found[1].decided_by("ratio=0.41", None) && !found[1].decided_by("ratio=0.5", None));
         let cited = json!({"evidence": [{"call": "call-2", "value": "duration_s=1820"}], "conclusion": NONE_OF_THESE,
             "finding_status": "inconclusive", "actionability": "no_action"});
-        assert_eq!(apply(&cited.to_string(), &found).1, Some(&found[0]));
+        assert_eq!(apply(&cited.to_string(), &found, &Evidence::new()).1, Some(&found[0]));
         // Not a comparison: a text to find, as before.
-        assert!(comparison("a>b").is_none() && comparison("x >= 3d").is_none() && comparison(">= 3").is_none());
+        assert!(comparison("x >= 3d").is_none() && comparison(">= 3").is_none() && comparison("a > b c").is_none());
+    }
+
+    #[test]
+    fn a_rule_may_compare_two_values_of_the_cited_call() {
+        let found = verdicts(&[skill(
+            "pg",
+            "## Conclusions\n- [confirmed, requires_human; when total>=max_connections] At the limit.\n\
+             - [suspected, requires_human; when total < max_connections] Below it.\n",
+        )]);
+        let (at, below) = (&found[0], &found[1]);
+        assert_eq!(
+            comparison("total>=max_connections").map(|(key, _, bound)| (key, bound)),
+            Some(("total", Bound::Key("max_connections")))
+        );
+        let full = json!({"max_connections": 100, "total": 100, "by_state": {"idle": 81}});
+        let most = json!({"limits": {"max_connections": "200"}, "total": 181});
+        assert!(at.decided_by("total=100", Some(&full)) && !below.decided_by("total=100", Some(&full)));
+        assert!(below.decided_by("total=181", Some(&most)) && !at.decided_by("total=181", Some(&most)));
+        assert!(!at.decided_by("total=100", None), "no output: no bound");
+        assert!(!at.decided_by("total=100", Some(&json!({"total": 100}))), "no number at the bound's key");
+        assert!(!at.decided_by("idle=81", Some(&full)), "another key");
+        // The bound is read from the call the value is cited from.
+        let evidence = Evidence::from([("call-1".to_string(), full), ("call-2".to_string(), most)]);
+        let cite = |call: &str, value: &str| {
+            json!({"evidence": [{"call": call, "value": value}], "conclusion": NONE_OF_THESE,
+                   "finding_status": "inconclusive", "actionability": "no_action"})
+            .to_string()
+        };
+        assert_eq!(apply(&cite("call-1", "total=100"), &found, &evidence).1, Some(at));
+        assert_eq!(apply(&cite("call-2", "total=181"), &found, &evidence).1, Some(below));
+        assert_eq!(apply(&cite("call-9", "total=100"), &found, &evidence).1, None, "a call the Run did not make");
     }
 
     #[test]

@@ -155,6 +155,36 @@ pub fn quotable(output: &Value, relevant: &str, boost: &dyn Fn(&str) -> i32) -> 
     ranked.into_iter().take(MAX_VALUES_PER_CALL).map(|(_, index)| candidates[index].text.clone()).collect()
 }
 
+/// The first number `output` holds under `key` (depth first, keys in order; a number or a text
+/// that is one, `"100"`), for a rule that compares one value of a call with another of the same
+/// call (`total>=max_connections`).
+pub fn number_at(output: &Value, key: &str) -> Option<f64> {
+    fn walk(value: &Value, key: &str, depth: usize) -> Option<f64> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by_key(|(k, _)| *k);
+                let here = entries.iter().find(|(k, _)| k.as_str() == key).and_then(|(_, v)| number(v));
+                here.or_else(|| entries.iter().find_map(|(_, v)| walk(v, key, depth + 1)))
+            }
+            Value::Array(items) => items.iter().find_map(|item| walk(item, key, depth + 1)),
+            _ => None,
+        }
+    }
+    fn number(value: &Value) -> Option<f64> {
+        let n = match value {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse::<f64>().ok(),
+            _ => None,
+        };
+        n.filter(|n| n.is_finite())
+    }
+    walk(output, key, 0)
+}
+
 /// Leaf values of `value` under `key`, depth first, until [`MAX_LEAVES`].
 fn collect(key: Option<&str>, value: &Value, depth: usize, out: &mut Vec<Candidate>) {
     if out.len() >= MAX_LEAVES || depth > MAX_DEPTH {
@@ -321,6 +351,17 @@ mod tests {
         let mut others: Vec<String> = plain.into_iter().filter(|v| v != "reason=KubeletHasDiskPressure").collect();
         others.sort();
         assert_eq!(rest, others, "the same values, one moved first");
+    }
+
+    #[test]
+    fn a_number_is_found_under_its_key_at_any_depth() {
+        let output = json!({"total": 100, "limits": {"max_connections": "200", "name": "x"}, "list": [{"n": 3}]});
+        assert_eq!(number_at(&output, "total"), Some(100.0));
+        assert_eq!(number_at(&output, "max_connections"), Some(200.0), "a text that is a number");
+        assert_eq!(number_at(&output, "n"), Some(3.0), "inside a list");
+        assert_eq!(number_at(&output, "name"), None, "not a number");
+        assert_eq!(number_at(&output, "missing"), None);
+        assert_eq!(number_at(&json!({"x": "NaN"}), "x"), None);
     }
 
     #[test]
