@@ -296,6 +296,20 @@ pub enum PlanError {
         /// What the tool catalog said.
         reason: String,
     },
+    /// An argument is a template's placeholder (`<host>`, `{{namespace}}`, `${pod}`), copied
+    /// from guidance instead of the value it stands for.
+    #[error(
+        "{at}.arguments.{argument}: {value:?} is a placeholder, not a value; write the real {argument} \
+         the request or the alert names, or list the check as a gap when they name none"
+    )]
+    Placeholder {
+        /// Item.
+        at: At,
+        /// The argument (a property the tool's schema declares).
+        argument: String,
+        /// What the model wrote.
+        value: String,
+    },
     /// A gap's capability is not a dot-separated id.
     #[error("{at}.capability: {capability:?} is not a dot-separated capability id")]
     InvalidCapability {
@@ -318,6 +332,7 @@ impl PlanError {
                 format!("{at}: the tool is not available to this Run or the arguments do not match its schema")
             }
             PlanError::InvalidCapability { at, .. } => format!("{at}.capability: not a dot-separated capability id"),
+            PlanError::Placeholder { at, .. } => format!("{at}.arguments: a placeholder in place of a value"),
             PlanError::TooManyItems(_)
             | PlanError::TooManyChecks { .. }
             | PlanError::EmptyField { .. }
@@ -409,6 +424,9 @@ pub fn validate_plan<E: std::fmt::Display>(
             return Err(PlanError::ArgumentsNotObject { at });
         }
         check_tool(&tool, &check.arguments).map_err(|e| PlanError::Unavailable { at, reason: e.to_string() })?;
+        if let Some((argument, value)) = placeholder(&check.arguments) {
+            return Err(PlanError::Placeholder { at, argument, value });
+        }
         // serde_json's maps are sorted (no `preserve_order`), so equal arguments serialize alike.
         if !seen_checks.insert((tool.to_lowercase(), check.arguments.to_string())) {
             plan.set_aside.duplicate_checks += 1;
@@ -440,6 +458,22 @@ pub fn validate_plan<E: std::fmt::Display>(
         plan.gaps.push(CapabilityGap { step, capability, reason });
     }
     Ok(plan)
+}
+
+/// The first top-level argument whose whole value is a placeholder: `<host>`, `{{ns}}`,
+/// `${pod}`, `{pod}` (one to 64 characters of letters, digits, `_.-` and spaces inside). A query
+/// that contains braces (`up{job="x"}`) is not one.
+fn placeholder(arguments: &Value) -> Option<(String, String)> {
+    let inner = |text: &str, open: &str, close: &str| {
+        let inside = text.strip_prefix(open)?.strip_suffix(close)?.trim();
+        let word = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | ' ');
+        ((1..=64).contains(&inside.chars().count()) && inside.chars().all(word)).then_some(())
+    };
+    arguments.as_object()?.iter().find_map(|(key, value)| {
+        let text = value.as_str()?.trim();
+        let shaped = [("<", ">"), ("{{", "}}"), ("${", "}"), ("{", "}")].iter().any(|(o, c)| inner(text, o, c).is_some());
+        shaped.then(|| (key.clone(), text.to_string()))
+    })
 }
 
 fn text_field(value: &str, at: At, field: &'static str) -> Result<String, PlanError> {
@@ -526,6 +560,17 @@ mod tests {
     }
 
     #[test]
+    fn only_a_whole_placeholder_is_one() {
+        for text in ["<host>", " {{ namespace }} ", "${pod}", "{pod name}", "<db-7.internal>"] {
+            assert!(placeholder(&json!({"a": text})).is_some(), "{text}");
+        }
+        for text in ["db-7", "up{job=\"x\"}", "<>", "a <b>", "{\"k\": 1}", "rate(x[5m]) > 0"] {
+            assert!(placeholder(&json!({"a": text})).is_none(), "{text}");
+        }
+        assert_eq!(placeholder(&json!({"a": 1, "b": "<b>"})), Some(("b".into(), "<b>".into())));
+    }
+
+    #[test]
     fn rejects_each_rule() {
         let cases = [
             (json!({"checks": []}), "plan is not valid: missing field `gaps`"),
@@ -554,6 +599,12 @@ mod tests {
             (
                 json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {}, "reason": "r"}], "gaps": []}),
                 "checks[0]: arguments do not match the schema of inventory.host: \"host\" is required",
+            ),
+            (
+                json!({"checks": [{"step": "a", "tool": "inventory.host", "arguments": {"host": "<host>"}, "reason": "r"}],
+                       "gaps": []}),
+                "checks[0].arguments.host: \"<host>\" is a placeholder, not a value; write the real host the request \
+                 or the alert names, or list the check as a gap when they name none",
             ),
             (
                 json!({"checks": [], "gaps": [{"step": "s", "capability": "no spaces", "reason": "r"}]}),
