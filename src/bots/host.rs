@@ -295,6 +295,7 @@ impl Responder for EngineResponder {
                 .collect(),
                 investigate: false,
                 progress: None,
+                at: None,
             };
             let outcome = self.engine.run(request).await.map_err(|e| e.to_string())?;
             Ok(Answer { text: outcome.answer, run_id: outcome.run_id.map(|id| id.to_string()) })

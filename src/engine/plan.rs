@@ -471,7 +471,8 @@ fn placeholder(arguments: &Value) -> Option<(String, String)> {
     };
     arguments.as_object()?.iter().find_map(|(key, value)| {
         let text = value.as_str()?.trim();
-        let shaped = [("<", ">"), ("{{", "}}"), ("${", "}"), ("{", "}")].iter().any(|(o, c)| inner(text, o, c).is_some());
+        let shaped =
+            [("<", ">"), ("{{", "}}"), ("${", "}"), ("{", "}")].iter().any(|(o, c)| inner(text, o, c).is_some());
         shaped.then(|| (key.clone(), text.to_string()))
     })
 }

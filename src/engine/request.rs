@@ -78,6 +78,9 @@ pub struct RunRequest {
     /// Where to report the Run's progress as it happens; with a sink the answer
     /// phase streams the model's text into it.
     pub progress: Option<ProgressSink>,
+    /// The time the Run judges dates against (a skill's `notAfter<now+30d`): the clock when
+    /// `None`; a replayed case gives the time its Run ran, or the time it was written for.
+    pub at: Option<jiff::Timestamp>,
 }
 
 /// The sampling parameters of one Run, checked against the settings.
@@ -89,6 +92,8 @@ pub struct Parameters {
     pub temperature: f64,
     /// Response language (normalised BCP 47).
     pub language: String,
+    /// The time dates are judged against ([`RunRequest::at`], else the clock at the start).
+    pub now: jiff::Timestamp,
 }
 
 impl Default for RunRequest {
@@ -106,6 +111,7 @@ impl Default for RunRequest {
             metadata: BTreeMap::new(),
             investigate: false,
             progress: None,
+            at: None,
         }
     }
 }
@@ -127,7 +133,7 @@ impl RunRequest {
             Some(tag) => normalize_language(tag.trim()).ok_or_else(|| RequestError::Language(tag.clone()))?,
             None => settings.response_language.clone(),
         };
-        Ok(Parameters { max_tokens, temperature, language })
+        Ok(Parameters { max_tokens, temperature, language, now: self.at.unwrap_or_else(jiff::Timestamp::now) })
     }
 }
 
@@ -423,8 +429,16 @@ mod tests {
 
     #[test]
     fn parameters_default_from_the_settings() {
+        let before = jiff::Timestamp::now();
         let defaults = RunRequest::default().parameters(&settings()).unwrap();
-        assert_eq!(defaults, Parameters { max_tokens: 512, temperature: 0.2, language: "en".into() });
+        assert!(defaults.now >= before && defaults.now <= jiff::Timestamp::now(), "the clock");
+        assert_eq!(
+            defaults,
+            Parameters { max_tokens: 512, temperature: 0.2, language: "en".into(), now: defaults.now }
+        );
+        let at: jiff::Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let pinned = RunRequest { at: Some(at), ..RunRequest::default() };
+        assert_eq!(pinned.parameters(&settings()).unwrap().now, at, "a replay's time");
         let zero = RunRequest { max_tokens: Some(0), ..RunRequest::default() };
         assert_eq!(zero.parameters(&settings()).unwrap().max_tokens, 512, "0 means the default");
         let asked = RunRequest {

@@ -49,8 +49,9 @@ pub async fn structure(state: &mut RunState<'_>, request: &str, answer: &str) ->
     // a conclusion before them: a small model cites the first values it is offered.
     let named = verdicts::named(&state.skills.selected());
     let first = investigation::values::MAX_OWN_SCORE + 1;
+    let now = state.params.now;
     let boost = |value: &str, output: &serde_json::Value| {
-        if verdicts.iter().any(|v| v.decided_by(value, Some(output))) {
+        if verdicts.iter().any(|v| v.decided_by(value, Some(output), now)) {
             3 * first
         } else if named.iter().any(|n| verdicts::names(n, value)) {
             first
@@ -129,7 +130,7 @@ async fn submit(
         return Err(StructureError::NotOneSubmission { calls: calls.len(), submitted }.into());
     };
     let raw = submitted.function.arguments.clone();
-    let (decided, chosen) = verdicts::apply(&raw, offered, &state.evidence);
+    let (decided, chosen) = verdicts::apply(&raw, offered, &state.evidence, state.params.now);
     if let Some(verdict) = chosen {
         let number = offered.iter().position(|v| v == verdict).map_or(0, |i| i + 1);
         let event = NewEvent {

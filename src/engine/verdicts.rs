@@ -15,6 +15,7 @@
 //! matches the values is the decision it makes well. The verifier still decides what the
 //! evidence backs: a `confirmed` conclusion without verified evidence is lowered as any status.
 
+use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use super::skills::{self, SkillEntry};
@@ -42,7 +43,7 @@ pub struct Verdict {
     /// The actionability it stands for.
     pub actionability: Actionability,
     /// Values that settle it (`when reason=OOMKilled | ErrImagePull | duration_s>=300 |
-    /// total>=max_connections`): a result citing a value that holds one of them, or whose number
+    /// total>=max_connections | notAfter>now+30d`): a result citing a value that holds one of them, or whose number
     /// meets the comparison, gets this conclusion, whatever the model chose
     /// ([`Verdict::decided_by`]).
     pub when: Vec<String>,
@@ -51,10 +52,11 @@ pub struct Verdict {
 impl Verdict {
     /// A cited value settles this conclusion: it holds one of the `when` texts, or it is
     /// `key=N` and a `when` comparison of that key holds for N (`duration_s>=300`: `>=`, `>`,
-    /// `<=`, `<`), the bound being a number or the number at another key of `output`, the
-    /// output of the call the value is cited from (`total>=max_connections`).
-    pub fn decided_by(&self, value: &str, output: Option<&Value>) -> bool {
-        self.when.iter().any(|rule| holds(rule, value, output))
+    /// `<=`, `<`), the bound being a number, the number at another key of `output` (the output
+    /// of the call the value is cited from: `total>=max_connections`), or `now` with an offset,
+    /// for a cited date (`notAfter>now+30d`, the Run's time).
+    pub fn decided_by(&self, value: &str, output: Option<&Value>, now: Timestamp) -> bool {
+        self.when.iter().any(|rule| holds(rule, value, output, now))
     }
 }
 
@@ -114,16 +116,59 @@ pub fn names(name: &str, value: &str) -> bool {
 /// Most names [`named`] returns.
 const MAX_NAMED: usize = 32;
 
-/// `value`, cited from a call whose output is `output`, meets `rule` ([`Verdict::decided_by`]).
-fn holds(rule: &str, value: &str, output: Option<&Value>) -> bool {
+/// `value`, cited from a call whose output is `output`, meets `rule` at `now`
+/// ([`Verdict::decided_by`]).
+fn holds(rule: &str, value: &str, output: Option<&Value>, now: Timestamp) -> bool {
     let Some((key, compare, bound)) = comparison(rule) else { return value.contains(rule) };
-    let Some((named, number)) = value.split_once('=') else { return false };
-    let bound = match bound {
-        Bound::Number(bound) => Some(bound),
-        Bound::Key(other) => output.and_then(|output| values::number_at(output, other)),
+    let Some((named, cited)) = value.split_once('=') else { return false };
+    let number = || cited.trim().parse::<f64>().ok().filter(|n| n.is_finite());
+    let pair = match bound {
+        Bound::Number(bound) => number().map(|n| (n, bound)),
+        Bound::Key(other) => number().zip(output.and_then(|output| values::number_at(output, other))),
+        // Seconds since the epoch are exact in an f64 for any date a certificate carries.
+        Bound::Now(offset) => {
+            date(cited).map(|at| (at.as_second() as f64, now.as_second().saturating_add(offset) as f64))
+        }
     };
-    let number = number.trim().parse::<f64>().ok().filter(|n| n.is_finite());
-    named.trim() == key && matches!((number, bound), (Some(n), Some(b)) if compare(n, b))
+    named.trim() == key && pair.is_some_and(|(n, b)| compare(n, b))
+}
+
+/// A cited date: an RFC 3339 time (`2027-02-28T23:59:59Z`), or a day (`2027-02-28`, its
+/// midnight UTC).
+fn date(text: &str) -> Option<Timestamp> {
+    let text = text.trim();
+    text.parse::<Timestamp>().ok().or_else(|| {
+        let day = text.parse::<jiff::civil::Date>().ok()?;
+        day.to_zoned(jiff::tz::TimeZone::UTC).ok().map(|zoned| zoned.timestamp())
+    })
+}
+
+/// Longest offset from `now` a rule may name: ten years.
+const MAX_OFFSET_SECONDS: i64 = 3650 * 86_400;
+
+/// `now`, `now+30d`, `now-12h` → the offset in seconds (units `s`, `m`, `h`, `d`; at most
+/// ten years); `None` for anything else.
+fn offset_from_now(bound: &str) -> Option<i64> {
+    let rest = bound.strip_prefix("now")?.trim();
+    if rest.is_empty() {
+        return Some(0);
+    }
+    let (sign, rest) = match (rest.strip_prefix('+'), rest.strip_prefix('-')) {
+        (Some(rest), _) => (1, rest.trim()),
+        (_, Some(rest)) => (-1, rest.trim()),
+        _ => return None,
+    };
+    let unit = rest.chars().last()?;
+    let count: i64 = rest[..rest.len() - unit.len_utf8()].parse().ok()?;
+    let seconds = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    let offset = count.checked_mul(seconds)?;
+    (offset <= MAX_OFFSET_SECONDS).then_some(sign * offset)
 }
 
 /// A comparison of a cited number (left) with a rule's bound (right).
@@ -136,11 +181,14 @@ enum Bound<'a> {
     Number(f64),
     /// The number at this key of the same call's output (`total>=max_connections`).
     Key(&'a str),
+    /// The Run's time with an offset in seconds, for a cited date (`notAfter>now+30d`).
+    Now(i64),
 }
 
 /// A comparison over a number at `key`: `duration_s>=300` or `total>=max_connections` (a key
 /// of letters, digits, spaces and `_.-`; a finite number, or a key that starts with a letter
-/// and has no space); `None` for any other rule, which is a text to find.
+/// and has no space), or over a date: `notAfter>now+30d` (`now`, `now+N` or `now-N` with a
+/// unit `s`, `m`, `h` or `d`); `None` for any other rule, which is a text to find.
 fn comparison(rule: &str) -> Option<(&str, Compare, Bound<'_>)> {
     let operators: [(&str, Compare); 4] =
         [(">=", |a, b| a >= b), ("<=", |a, b| a <= b), (">", |a, b| a > b), ("<", |a, b| a < b)];
@@ -150,6 +198,9 @@ fn comparison(rule: &str) -> Option<(&str, Compare, Bound<'_>)> {
     let identifier = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-');
     let bound = match bound.parse::<f64>() {
         Ok(number) => Bound::Number(number.is_finite().then_some(number)?),
+        Err(_) if bound.starts_with("now") && !bound.chars().nth(3).is_some_and(identifier) => {
+            Bound::Now(offset_from_now(bound)?)
+        }
         Err(_) if bound.starts_with(|c: char| c.is_alphabetic()) && bound.chars().all(identifier) => Bound::Key(bound),
         Err(_) => return None,
     };
@@ -207,7 +258,12 @@ pub fn offer(mut schema: Value, verdicts: &[Verdict]) -> Value {
 /// cited from, in `evidence`; the cited values are verified after), else the one the model
 /// chose. A submission that is not a JSON object, or that no conclusion applies to, keeps the
 /// model's own fields.
-pub fn apply<'a>(submitted: &str, verdicts: &'a [Verdict], evidence: &Evidence) -> (String, Option<&'a Verdict>) {
+pub fn apply<'a>(
+    submitted: &str,
+    verdicts: &'a [Verdict],
+    evidence: &Evidence,
+    now: Timestamp,
+) -> (String, Option<&'a Verdict>) {
     let Ok(Value::Object(mut result)) = serde_json::from_str::<Value>(submitted) else {
         return (submitted.to_string(), None);
     };
@@ -224,7 +280,7 @@ pub fn apply<'a>(submitted: &str, verdicts: &'a [Verdict], evidence: &Evidence) 
             Some((value, output))
         })
         .collect();
-    let ruled = verdicts.iter().find(|v| cited.iter().any(|(value, output)| v.decided_by(value, *output)));
+    let ruled = verdicts.iter().find(|v| cited.iter().any(|(value, output)| v.decided_by(value, *output, now)));
     let picked = || chosen.as_ref()?.as_str().and_then(|label| verdicts.iter().find(|v| v.label == label.trim()));
     if chosen.is_none() && ruled.is_none() {
         return (submitted.to_string(), None);
@@ -315,6 +371,11 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// The time the TLS cases of the starter suite were written for.
+    fn now() -> Timestamp {
+        "2026-12-01T12:00:00Z".parse().unwrap()
+    }
+
     fn skill(name: &str, content: &str) -> SkillEntry {
         SkillEntry {
             name: name.into(),
@@ -377,7 +438,7 @@ mod tests {
 
         let submitted = json!({"summary": "s", "conclusion": found[0].label, "finding_status": "suspected",
             "actionability": "requires_human"});
-        let (result, chosen) = apply(&submitted.to_string(), &found, &Evidence::new());
+        let (result, chosen) = apply(&submitted.to_string(), &found, &Evidence::new(), now());
         let result: Value = serde_json::from_str(&result).unwrap();
         assert_eq!(chosen, Some(&found[0]));
         assert_eq!(
@@ -387,13 +448,13 @@ mod tests {
         assert!(result.get(FIELD).is_none());
 
         let none = json!({"conclusion": NONE_OF_THESE, "finding_status": "suspected", "actionability": "no_action"});
-        let (result, chosen) = apply(&none.to_string(), &found, &Evidence::new());
+        let (result, chosen) = apply(&none.to_string(), &found, &Evidence::new(), now());
         assert_eq!(chosen, None);
         assert_eq!(
             serde_json::from_str::<Value>(&result).unwrap(),
             json!({"finding_status": "suspected", "actionability": "no_action"})
         );
-        assert_eq!(apply("not json", &found, &Evidence::new()), ("not json".to_string(), None));
+        assert_eq!(apply("not json", &found, &Evidence::new(), now()), ("not json".to_string(), None));
     }
 
     #[test]
@@ -404,7 +465,8 @@ mod tests {
                    "conclusion": conclusion, "finding_status": "inconclusive", "actionability": "no_action"})
             .to_string()
         };
-        let (result, chosen) = apply(&cited("message=pull: manifest unknown", NONE_OF_THESE), &found, &Evidence::new());
+        let (result, chosen) =
+            apply(&cited("message=pull: manifest unknown", NONE_OF_THESE), &found, &Evidence::new(), now());
         assert_eq!(chosen, Some(&found[1]));
         let result: Value = serde_json::from_str(&result).unwrap();
         assert_eq!(
@@ -412,18 +474,18 @@ mod tests {
             (Some("confirmed"), Some("requires_human"))
         );
         assert_eq!(
-            apply(&cited("message=pull: manifest unknown", &found[0].label), &found, &Evidence::new()).1,
+            apply(&cited("message=pull: manifest unknown", &found[0].label), &found, &Evidence::new(), now()).1,
             Some(&found[1])
         );
         assert_eq!(
-            apply(&cited("message=ok", &found[0].label), &found, &Evidence::new()).1,
+            apply(&cited("message=ok", &found[0].label), &found, &Evidence::new(), now()).1,
             Some(&found[0]),
             "no rule: the model's choice"
         );
         let without_field =
             json!({"evidence": [{"call": "call-1", "value": "reason=ErrImagePull"}], "finding_status": "suspected"});
         assert_eq!(
-            apply(&without_field.to_string(), &found, &Evidence::new()).1,
+            apply(&without_field.to_string(), &found, &Evidence::new(), now()).1,
             Some(&found[1]),
             "a text-mode answer without the field"
         );
@@ -451,12 +513,12 @@ mod tests {
             ("idle in transaction=40", false),
             ("duration_s>=300", false),
         ] {
-            assert_eq!(long.decided_by(value, None), settles, "{value}");
+            assert_eq!(long.decided_by(value, None, now()), settles, "{value}");
         }
-        assert!(found[1].decided_by("ratio=0.41", None) && !found[1].decided_by("ratio=0.5", None));
+        assert!(found[1].decided_by("ratio=0.41", None, now()) && !found[1].decided_by("ratio=0.5", None, now()));
         let cited = json!({"evidence": [{"call": "call-2", "value": "duration_s=1820"}], "conclusion": NONE_OF_THESE,
             "finding_status": "inconclusive", "actionability": "no_action"});
-        assert_eq!(apply(&cited.to_string(), &found, &Evidence::new()).1, Some(&found[0]));
+        assert_eq!(apply(&cited.to_string(), &found, &Evidence::new(), now()).1, Some(&found[0]));
         // Not a comparison: a text to find, as before.
         assert!(comparison("x >= 3d").is_none() && comparison(">= 3").is_none() && comparison("a > b c").is_none());
     }
@@ -475,11 +537,11 @@ mod tests {
         );
         let full = json!({"max_connections": 100, "total": 100, "by_state": {"idle": 81}});
         let most = json!({"limits": {"max_connections": "200"}, "total": 181});
-        assert!(at.decided_by("total=100", Some(&full)) && !below.decided_by("total=100", Some(&full)));
-        assert!(below.decided_by("total=181", Some(&most)) && !at.decided_by("total=181", Some(&most)));
-        assert!(!at.decided_by("total=100", None), "no output: no bound");
-        assert!(!at.decided_by("total=100", Some(&json!({"total": 100}))), "no number at the bound's key");
-        assert!(!at.decided_by("idle=81", Some(&full)), "another key");
+        assert!(at.decided_by("total=100", Some(&full), now()) && !below.decided_by("total=100", Some(&full), now()));
+        assert!(below.decided_by("total=181", Some(&most), now()) && !at.decided_by("total=181", Some(&most), now()));
+        assert!(!at.decided_by("total=100", None, now()), "no output: no bound");
+        assert!(!at.decided_by("total=100", Some(&json!({"total": 100})), now()), "no number at the bound's key");
+        assert!(!at.decided_by("idle=81", Some(&full), now()), "another key");
         // The bound is read from the call the value is cited from.
         let evidence = Evidence::from([("call-1".to_string(), full), ("call-2".to_string(), most)]);
         let cite = |call: &str, value: &str| {
@@ -487,9 +549,42 @@ mod tests {
                    "finding_status": "inconclusive", "actionability": "no_action"})
             .to_string()
         };
-        assert_eq!(apply(&cite("call-1", "total=100"), &found, &evidence).1, Some(at));
-        assert_eq!(apply(&cite("call-2", "total=181"), &found, &evidence).1, Some(below));
-        assert_eq!(apply(&cite("call-9", "total=100"), &found, &evidence).1, None, "a call the Run did not make");
+        assert_eq!(apply(&cite("call-1", "total=100"), &found, &evidence, now()).1, Some(at));
+        assert_eq!(apply(&cite("call-2", "total=181"), &found, &evidence, now()).1, Some(below));
+        assert_eq!(
+            apply(&cite("call-9", "total=100"), &found, &evidence, now()).1,
+            None,
+            "a call the Run did not make"
+        );
+    }
+
+    #[test]
+    fn a_rule_may_compare_a_cited_date_with_the_runs_time() {
+        let found = verdicts(&[skill(
+            "tls",
+            "## Conclusions\n- [confirmed, requires_human; when notAfter<now+30d] Expiring.\n\
+             - [confirmed, no_action; when notAfter >= now + 30d] Renewed.\n\
+             - [confirmed, requires_human; when notAfter<now] Expired.\n",
+        )]);
+        let (expiring, renewed, expired) = (&found[0], &found[1], &found[2]);
+        assert_eq!(comparison("notAfter>=now+30d").map(|(_, _, bound)| bound), Some(Bound::Now(30 * 86_400)));
+        for (value, soon, far, past) in [
+            ("notAfter=2026-12-05T23:59:59Z", true, false, false),
+            ("notAfter=2027-02-28T23:59:59Z", false, true, false),
+            ("notAfter=2026-11-30", true, false, true),
+            ("notAfter=soon", false, false, false),
+            ("notBefore=2026-12-05T23:59:59Z", false, false, false),
+        ] {
+            assert_eq!(expiring.decided_by(value, None, now()), soon, "{value}");
+            assert_eq!(renewed.decided_by(value, None, now()), far, "{value}");
+            assert_eq!(expired.decided_by(value, None, now()), past, "{value}");
+        }
+        let later: Timestamp = "2027-02-01T00:00:00Z".parse().unwrap();
+        assert!(expiring.decided_by("notAfter=2027-02-28T23:59:59Z", None, later), "judged at the Run's time");
+        for rule in ["x<now+3w", "x<now+", "x<now30d", "x<now+99999d", "x<nowhere", "x<now€", "x<now+3€"] {
+            assert!(!matches!(comparison(rule), Some((_, _, Bound::Now(_)))), "{rule}");
+        }
+        assert_eq!(offset_from_now("now - 12h"), Some(-12 * 3600));
     }
 
     #[test]

@@ -100,6 +100,11 @@ pub struct Input {
     /// Whether the Run ended with a structured investigation result (alert Runs).
     #[serde(default)]
     pub investigate: bool,
+    /// The time the case's Run judges dates against (RFC 3339, `2026-12-01T12:00:00Z`): when
+    /// its tools return dates (a certificate's `notAfter`) that a skill compares with `now`.
+    /// Default: the `origin.started_at` of an exported case, else the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// One message of the input.
@@ -289,6 +294,9 @@ pub enum CaseError {
     /// A message role that is not `system`, `user` or `assistant`.
     #[error("input.messages[{0}].role must be system, user or assistant")]
     Role(usize),
+    /// `input.at` is not a time.
+    #[error("input.at {0:?} is not an RFC 3339 time (e.g. 2026-12-01T12:00:00Z)")]
+    At(String),
     /// No question to replay.
     #[error(
         "input.messages is empty: the audit keeps only a hash of a Run's input; supply the question \
@@ -357,7 +365,19 @@ impl Case {
                 return Err(CaseError::TooMany { what, count, limit });
             }
         }
+        if let Some(at) = &self.input.at
+            && at.parse::<jiff::Timestamp>().is_err()
+        {
+            return Err(CaseError::At(crate::text::truncate_chars(at, 40, crate::text::ELLIPSIS)));
+        }
         self.turns().map(|_| ())
+    }
+
+    /// The time the case's Run judges dates against: `input.at`, else the exported Run's
+    /// start, else `None` (the clock).
+    pub fn at(&self) -> Option<jiff::Timestamp> {
+        let at = self.input.at.as_deref().or(self.origin.as_ref().map(|o| o.started_at.as_str()))?;
+        at.parse().ok()
     }
 
     /// The input as a conversation the engine accepts (empty when none was supplied).
@@ -451,6 +471,10 @@ mod tests {
             "input.messages[0].role must be system, user or assistant"
         );
         assert!(matches!(Case::parse("version: 2\nname: x\ninput: {}\ntypo: 1\n"), Err(CaseError::Parse(_))));
+        let at = Case::parse("version: 2\nname: x\ninput: {at: \"2026-12-01T12:00:00Z\"}\n").unwrap();
+        assert_eq!(at.at(), Some("2026-12-01T12:00:00Z".parse().unwrap()));
+        assert!(matches!(Case::parse("version: 2\nname: x\ninput: {at: tomorrow}\n"), Err(CaseError::At(_))));
+        assert_eq!(Case::parse("version: 2\nname: x\ninput: {}\n").unwrap().at(), None, "the clock");
         for split in ["Held_Out", "held out", "", &"x".repeat(33)] {
             let error = Case::parse(&format!("version: 2\nname: x\nsplit: \"{split}\"\ninput: {{}}\n")).unwrap_err();
             assert!(error.to_string().contains("lower-case letters, digits, `_` or `-`"), "{split}: {error}");
@@ -496,5 +520,6 @@ mod tests {
         let read = Case::parse(&json.to_string()).unwrap();
         assert_eq!(read.version, CASE_VERSION);
         assert!(read.tools.iter().all(|t| t.read_only), "{:?}", read.tools);
+        assert_eq!(read.at(), Some("2026-12-01T00:00:00Z".parse().unwrap()), "judged at the exported Run's start");
     }
 }

@@ -72,6 +72,8 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
             context: BTreeMap::new(),
             sha256: metadata(INPUT_SHA256),
             investigate: run.investigation.is_some() || run.source.starts_with("alert:"),
+            // Judged at the Run's start, from `origin` ([`Case::at`]).
+            at: None,
         },
         skills: skills(catalog.skills, &selected),
         tools: tools(catalog.tools, &calls),

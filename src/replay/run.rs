@@ -153,6 +153,7 @@ pub async fn replay(
         turns,
         context: case.input.context.clone(),
         investigate: case.input.investigate,
+        at: case.at(),
         ..RunRequest::default()
     };
     let result = engine.run_traced(request).await;
