@@ -43,9 +43,9 @@ pub struct Verdict {
     /// The actionability it stands for.
     pub actionability: Actionability,
     /// Values that settle it (`when reason=OOMKilled | ErrImagePull | duration_s>=300 |
-    /// total>=max_connections | notAfter>now+30d`): a result citing a value that holds one of them, or whose number
-    /// meets the comparison, gets this conclusion, whatever the model chose
-    /// ([`Verdict::decided_by`]).
+    /// total>=max_connections | notAfter>now+30d`): a result citing a value that holds one of
+    /// them, or whose number or date meets the comparison, gets this conclusion, whatever the
+    /// model chose ([`Verdict::decided_by`]).
     pub when: Vec<String>,
 }
 
@@ -198,7 +198,9 @@ fn comparison(rule: &str) -> Option<(&str, Compare, Bound<'_>)> {
     let identifier = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '-');
     let bound = match bound.parse::<f64>() {
         Ok(number) => Bound::Number(number.is_finite().then_some(number)?),
-        Err(_) if bound.starts_with("now") && !bound.chars().nth(3).is_some_and(identifier) => {
+        Err(_)
+            if bound.strip_prefix("now").is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', '-', ' '])) =>
+        {
             Bound::Now(offset_from_now(bound)?)
         }
         Err(_) if bound.starts_with(|c: char| c.is_alphabetic()) && bound.chars().all(identifier) => Bound::Key(bound),
@@ -585,6 +587,8 @@ mod tests {
             assert!(!matches!(comparison(rule), Some((_, _, Bound::Now(_)))), "{rule}");
         }
         assert_eq!(offset_from_now("now - 12h"), Some(-12 * 3600));
+        assert_eq!(comparison("notBefore>now-12h").map(|(_, _, bound)| bound), Some(Bound::Now(-12 * 3600)));
+        assert_eq!(comparison("notAfter<now").map(|(_, _, bound)| bound), Some(Bound::Now(0)));
     }
 
     #[test]
