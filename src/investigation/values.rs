@@ -164,11 +164,9 @@ pub fn number_at(output: &Value, key: &str) -> Option<f64> {
             return None;
         }
         match value {
+            // serde_json's maps are sorted (no `preserve_order`): keys in order.
             Value::Object(map) => {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_unstable_by_key(|(k, _)| *k);
-                let here = entries.iter().find(|(k, _)| k.as_str() == key).and_then(|(_, v)| number(v));
-                here.or_else(|| entries.iter().find_map(|(_, v)| walk(v, key, depth + 1)))
+                map.get(key).and_then(number).or_else(|| map.values().find_map(|v| walk(v, key, depth + 1)))
             }
             Value::Array(items) => items.iter().find_map(|item| walk(item, key, depth + 1)),
             _ => None,
