@@ -237,6 +237,15 @@ async fn a_plan_naming_a_case_tool_not_marked_read_only_is_refused_and_the_tool_
 /// Runs `case` alone against a scripted model that plans from `planned` (a copy of the case
 /// with the calls it makes); the attempt's JSON and every request the model got, as text.
 async fn run_alone(case: &akritas::replay::Case, planned: akritas::replay::Case) -> (Value, String) {
+    run_alone_with(case, planned, &[]).await
+}
+
+/// [`run_alone`] with more arguments for `akritas eval`.
+async fn run_alone_with(
+    case: &akritas::replay::Case,
+    planned: akritas::replay::Case,
+    extra: &[&str],
+) -> (Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let cases = dir.path().join("cases");
     std::fs::create_dir(&cases).unwrap();
@@ -244,7 +253,7 @@ async fn run_alone(case: &akritas::replay::Case, planned: akritas::replay::Case)
     let llm = ScriptedLlm::start_as(Personality::OpenAi, brain(vec![planned])).await;
     llm.set_recording(true);
     let results = dir.path().join("results.json");
-    let run = eval(&llm, &cases, &results, &["--min-pass", "0"]).await;
+    let run = eval(&llm, &cases, &results, &[&["--min-pass", "0"], extra].concat()).await;
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let json: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
     let requests = llm.requests().iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
@@ -290,6 +299,29 @@ async fn a_plan_takes_the_values_the_alert_names() {
         "{requests}"
     );
     assert!(requests.contains(r#""enum":["cart-7d9f-abcde"]"#), "{requests}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_that_lists_a_tool_is_selected_for_runs_that_may_call_it() {
+    let suite = load(&starter_suite::dir());
+    let skills = support::root().join("skills");
+    let skills = ["--skills-dir", skills.to_str().unwrap()];
+    let flapping = suite.iter().find(|c| c.name == "flapping-cpu-alert").unwrap();
+    assert!(flapping.tools.iter().any(|t| t.name == "alerts.history"));
+    let (attempt, requests) = run_alone_with(flapping, flapping.clone(), &skills).await;
+    assert_eq!(attempt["pass"], true, "{attempt}");
+    // Nothing in a `HighCPU` alert names the skill: the tool the Run may call does.
+    assert!(requests.contains(r#"<AKRITAS_SKILL name=\"alert-flapping\""#), "{requests}");
+    assert!(requests.contains("Flapping around its threshold"), "its conclusions are offered");
+
+    let other = suite.iter().find(|c| c.name == "crashloop-oom-cart").unwrap();
+    assert!(!other.tools.iter().any(|t| t.name == "alerts.history"));
+    let (_, requests) = run_alone_with(other, other.clone(), &skills).await;
+    assert!(requests.contains(r#"<AKRITAS_SKILL name=\"kubernetes-crashloop\""#), "{requests}");
+    assert!(
+        !requests.contains(r#"<AKRITAS_SKILL name=\\"alert-flapping\\""#),
+        "a Run that may not call the tool does not get it"
+    );
 }
 
 #[tokio::test]

@@ -20,7 +20,8 @@ pub const NAMESPACE: &str = "default";
 /// The skills shipped with Akritas (`skills/` of the repository), built into the binary: what
 /// a host started outside the repository, or from the image without the directory, loads when
 /// `skills_dir` is left at its default and `skills` is not a directory.
-pub const BUILT_IN: [(&str, &str); 6] = [
+pub const BUILT_IN: [(&str, &str); 7] = [
+    ("alert-flapping", include_str!("../../skills/alert-flapping/SKILL.md")),
     ("kubernetes-crashloop", include_str!("../../skills/kubernetes-crashloop/SKILL.md")),
     ("kubernetes-node-not-ready", include_str!("../../skills/kubernetes-node-not-ready/SKILL.md")),
     ("node-disk-pressure", include_str!("../../skills/node-disk-pressure/SKILL.md")),

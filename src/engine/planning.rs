@@ -27,7 +27,8 @@ pub const PLANNER_MAX_TOKENS: u32 = 2048;
 /// missing or rejected; `state.plan_error` then says why). A plan the host refuses gets one
 /// repair turn naming the rule it broke, when the budget leaves room for it and for the
 /// steps after; each submission is recorded. An argument the Run's `facts` name takes one of
-/// their values ([`NamedArguments`]).
+/// their values; without facts, an argument that names a machine takes one the question
+/// mentions ([`NamedArguments`]).
 pub async fn plan(
     state: &mut RunState<'_>,
     execution: &Registry,
@@ -36,7 +37,10 @@ pub async fn plan(
     facts: &BTreeMap<String, String>,
     investigate: bool,
 ) -> Result<Vec<PlannedCheck>, Stop> {
-    let named = NamedArguments::from_facts(facts);
+    let named = match facts.is_empty() {
+        true => NamedArguments::from_mentions(question),
+        false => NamedArguments::from_facts(facts),
+    };
     let ranking = Ranking::new(facts, &state.skills.selected());
     let language = state.params.language.clone();
     let skilled = !state.skills.selected().is_empty();

@@ -11,6 +11,7 @@ use sha2::Digest;
 use crate::catalog::Catalog;
 use crate::resources::{Kind, Resource};
 use crate::tenancy::Scope;
+use crate::tools::Registry;
 
 /// Most skills one Run may select (automatically and by loading).
 pub const MAX_SKILLS_PER_RUN: usize = 8;
@@ -114,6 +115,13 @@ pub fn facts_from_context(context: &BTreeMap<String, String>) -> BTreeSet<String
     facts.into_iter().take(MAX_FACTS).collect()
 }
 
+/// Facts from the tools a Run may call: their names (`alerts.history`). A skill that lists a
+/// tool's name is about reading what that tool returns (an alert's own history says whether
+/// the alert is noise), so it applies to any Run that may call it, whatever the alert.
+pub fn facts_from_tools(tools: &Registry) -> BTreeSet<String> {
+    tools.definitions().iter().map(|spec| spec.name.as_str().to_lowercase()).collect()
+}
+
 /// Whether a tool is an inventory or CMDB source whose results may select skills.
 pub fn is_inventory_tool(name: &str) -> bool {
     name.split(['.', '-', '_']).any(|part| part.eq_ignore_ascii_case("inventory") || part.eq_ignore_ascii_case("cmdb"))
@@ -161,34 +169,39 @@ pub fn select<'a>(skills: &'a BTreeMap<String, SkillEntry>, facts: &BTreeSet<Str
 #[error("Run already selected the maximum of {MAX_SKILLS_PER_RUN} skills")]
 pub struct SkillCapReached;
 
-/// The skills a Run selected so far (shared with the knowledge tools).
+/// The skills a Run selected so far (shared with the knowledge tools), in the order they were
+/// selected: those the request names or its facts select come before those about a tool it
+/// may call, so their conclusions' rules decide first ([`super::verdicts::apply`]).
 #[derive(Clone, Default)]
 pub struct RunSkills {
-    inner: Arc<Mutex<BTreeMap<String, SkillEntry>>>,
+    inner: Arc<Mutex<Vec<SkillEntry>>>,
 }
 
 impl RunSkills {
     /// Adds a skill; `Ok(true)` when new, an error at the cap.
     pub fn add(&self, skill: &SkillEntry) -> Result<bool, SkillCapReached> {
         let mut selected = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if selected.contains_key(&skill.name) {
+        if selected.iter().any(|s| s.name == skill.name) {
             return Ok(false);
         }
         if selected.len() >= MAX_SKILLS_PER_RUN {
             return Err(SkillCapReached);
         }
-        selected.insert(skill.name.clone(), skill.clone());
+        selected.push(skill.clone());
         Ok(true)
     }
 
-    /// Selected skills in name order.
+    /// Selected skills in the order they were selected.
     pub fn selected(&self) -> Vec<SkillEntry> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Names in order.
     pub fn names(&self) -> Vec<String> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+        let mut names: Vec<String> =
+            self.inner.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.name.clone()).collect();
+        names.sort();
+        names
     }
 }
 
@@ -375,5 +388,13 @@ mod tests {
         }
         assert_eq!(state.add(&skills["s0"]), Ok(false));
         assert!(state.add(&skills["s9"]).unwrap_err().to_string().contains("maximum of 8"));
+
+        // Selection order is kept (the conclusions of the first decide first); names are sorted.
+        let state = RunSkills::default();
+        for name in ["s5", "s1"] {
+            assert_eq!(state.add(&skills[name]), Ok(true));
+        }
+        let order: Vec<String> = state.selected().into_iter().map(|s| s.name).collect();
+        assert_eq!((order, state.names()), (vec!["s5".into(), "s1".into()], vec!["s1".into(), "s5".into()]));
     }
 }

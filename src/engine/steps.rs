@@ -50,7 +50,8 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     }));
     let question = turns.last().map(|t| t.content.trim().to_string()).unwrap_or_default();
 
-    // Skills the request names, then those its facts select.
+    // Skills the request names, then those its facts select, then those about a tool it may
+    // call.
     let named: Vec<SkillEntry> =
         request.skills.iter().filter_map(|name| inputs.catalog_skills.get(name).cloned()).collect();
     state.add_skills(&named, "named").await?;
@@ -58,6 +59,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     facts.extend(skills::facts_from_context(&request.context));
     let chosen: Vec<SkillEntry> = skills::select(&inputs.catalog_skills, &facts).into_iter().cloned().collect();
     state.add_skills(&chosen, "request").await?;
+    let about_tools: Vec<SkillEntry> =
+        skills::select(&inputs.catalog_skills, &skills::facts_from_tools(&inputs.tools)).into_iter().cloned().collect();
+    state.add_skills(&about_tools, "tool").await?;
 
     // Automatic retrieval.
     let mut retrieved = Value::Null;

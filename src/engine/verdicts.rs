@@ -45,7 +45,8 @@ pub struct Verdict {
     /// Values that settle it (`when reason=OOMKilled | ErrImagePull | duration_s>=300 |
     /// total>=max_connections | notAfter>now+30d`): a result citing a value that holds one of
     /// them, or whose number or date meets the comparison, gets this conclusion, whatever the
-    /// model chose ([`Verdict::decided_by`]).
+    /// model chose ([`Verdict::settled_by`]). A rule of parts joined by ` & `
+    /// (`transitions>=3 & values=`) needs each part held by a cited value.
     pub when: Vec<String>,
 }
 
@@ -55,9 +56,24 @@ impl Verdict {
     /// `<=`, `<`), the bound being a number, the number at another key of `output` (the output
     /// of the call the value is cited from: `total>=max_connections`), or `now` with an offset,
     /// for a cited date (`notAfter>now+30d`, the Run's time).
+    ///
+    /// For a rule of parts (`a & b`), the value meets one of its parts: it helps settle it.
     pub fn decided_by(&self, value: &str, output: Option<&Value>, now: Timestamp) -> bool {
-        self.when.iter().any(|rule| holds(rule, value, output, now))
+        self.when.iter().flat_map(|rule| parts(rule)).any(|part| holds(part, value, output, now))
     }
+
+    /// The values `cited` (each with the output of the call it is cited from) settle this
+    /// conclusion: every part of one of its rules is met by one of them.
+    pub fn settled_by(&self, cited: &[(&str, Option<&Value>)], now: Timestamp) -> bool {
+        self.when
+            .iter()
+            .any(|rule| parts(rule).all(|part| cited.iter().any(|(value, output)| holds(part, value, *output, now))))
+    }
+}
+
+/// The parts of a rule: `transitions>=3 & values=` → `transitions>=3`, `values=`.
+fn parts(rule: &str) -> impl Iterator<Item = &str> {
+    rule.split(" & ").map(str::trim).filter(|part| !part.is_empty())
 }
 
 /// A skill's text as the plan and the answer steps get it: its conclusions section reduced to
@@ -282,7 +298,7 @@ pub fn apply<'a>(
             Some((value, output))
         })
         .collect();
-    let ruled = verdicts.iter().find(|v| cited.iter().any(|(value, output)| v.decided_by(value, *output, now)));
+    let ruled = verdicts.iter().find(|v| v.settled_by(&cited, now));
     let picked = || chosen.as_ref()?.as_str().and_then(|label| verdicts.iter().find(|v| v.label == label.trim()));
     if chosen.is_none() && ruled.is_none() {
         return (submitted.to_string(), None);
@@ -624,6 +640,34 @@ mod tests {
         assert_eq!(prose("# Plain\n\n- [confirmed, no_action] x\n"), "# Plain\n\n- [confirmed, no_action] x\n");
         let last = "# S\n\n## Conclusions\nTagged bullets are choices.\n- [suspected, no_action; when a>1] Low.";
         assert_eq!(prose(last), "# S\n\n## Conclusions\n\n- Low.");
+    }
+
+    #[test]
+    fn a_rule_of_parts_needs_each_part_cited() {
+        let found = verdicts(&[skill(
+            "flapping",
+            "## Conclusions\n- [confirmed, not_actionable; when transitions>=3 & values=] Around its threshold.\n\
+             - [inconclusive, not_actionable; when transitions>=3] Brief firings.\n",
+        )]);
+        assert_eq!(found[0].when, ["transitions>=3 & values="]);
+        let settled = |cited: &[&str]| {
+            let cited: Vec<(&str, Option<&Value>)> = cited.iter().map(|v| (*v, None)).collect();
+            found.iter().find(|v| v.settled_by(&cited, now())).map(|v| v.status)
+        };
+        assert_eq!(settled(&["transitions=14", "values=81.2"]), Some(FindingStatus::Confirmed));
+        assert_eq!(settled(&["transitions=8"]), Some(FindingStatus::Inconclusive), "one part alone is not enough");
+        assert_eq!(settled(&["transitions=1", "values=81.2"]), None);
+        assert!(found[0].decided_by("values=81.2", None, now()), "a value meeting a part helps settle it");
+    }
+
+    #[test]
+    fn a_filesystem_at_ninety_percent_or_more_settles_disk_pressure() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/node-disk-pressure/SKILL.md");
+        let found = verdicts(&[skill("node-disk-pressure", &std::fs::read_to_string(path).unwrap())]);
+        let settled = |value: &str| found.iter().find(|v| v.decided_by(value, None, now())).map(|v| v.status);
+        assert_eq!(settled("use_percent=97"), Some(FindingStatus::Confirmed));
+        assert_eq!(settled("use_percent=90"), Some(FindingStatus::Confirmed));
+        assert_eq!(settled("use_percent=75"), None, "below 90% the model chooses");
     }
 
     #[test]

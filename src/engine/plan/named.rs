@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 /// may take `alertname`), but a composite fact the intake derives is not a value.
 const NOT_VALUES: &[&str] = &["technology"];
 
+/// The arguments a machine name a question mentions is bound to.
+const MACHINE_ARGUMENTS: &[&str] = &["host", "hostname", "instance", "node", "server"];
+
 /// Most values one argument may be bound to, and the longest value bound.
 const MAX_VALUES: usize = 8;
 const MAX_VALUE_CHARS: usize = 253;
@@ -68,6 +71,20 @@ impl NamedArguments {
             add("host", json!(node));
         }
         Self { values }
+    }
+
+    /// For a Run without facts (a question typed in a chat): the machine names the question
+    /// mentions (`why is db-7 slow` → `db-7`; see [`mentioned_names`]) as the values of the
+    /// arguments that name a machine (`host`, `node`, …). Measured with Qwen2.5-Coder-1.5B:
+    /// asked why `db-7` was slow, it called `postgres.activity` with `host: akritas-host`.
+    /// A question that mentions no such name binds nothing.
+    pub fn from_mentions(question: &str) -> Self {
+        let names = mentioned_names(question);
+        if names.is_empty() {
+            return Self::default();
+        }
+        let values = names.into_iter().map(Value::String).collect::<Vec<_>>();
+        Self { values: MACHINE_ARGUMENTS.iter().map(|key| (key.to_string(), values.clone())).collect() }
     }
 
     /// Whether no argument is bound.
@@ -149,6 +166,25 @@ impl NamedArguments {
     }
 }
 
+/// The names of machines a text mentions, in order, at most [`MAX_VALUES`]: words of letters,
+/// digits, `-` and `.` that start with a letter and hold a digit and a `-` or `.` (`db-7`,
+/// `web-2.example.com`, `worker-3`; not `k8s`, `read-only` or `10.0.0.5`). A sentence's
+/// final dot is not part of the name.
+pub fn mentioned_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))) {
+        let word = word.trim_end_matches(['.', '-']);
+        let machine = word.starts_with(|c: char| c.is_ascii_alphabetic())
+            && word.contains(|c: char| c.is_ascii_digit())
+            && word.contains(['-', '.'])
+            && word.len() <= MAX_VALUE_CHARS;
+        if machine && !names.iter().any(|n| n == word) && names.len() < MAX_VALUES {
+            names.push(word.to_string());
+        }
+    }
+    names
+}
+
 /// The value as the property's type wants it: a fact is text, and an `integer` property takes
 /// the number the text spells (`"8200"` for `port`).
 fn as_property_type(value: &Value, property: &Value) -> Option<Value> {
@@ -196,6 +232,24 @@ mod tests {
 
     fn facts(pairs: &[(&str, &str)]) -> NamedArguments {
         NamedArguments::from_facts(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn a_question_without_facts_binds_the_machines_it_mentions() {
+        assert_eq!(mentioned_names("service: postgresql - why is db-7 slow since this morning?"), ["db-7"]);
+        assert_eq!(
+            mentioned_names("Is web-2.example.com or worker-3. slower than db-7? (not k8s, read-only or 10.0.0.5)"),
+            ["web-2.example.com", "worker-3", "db-7"]
+        );
+        let schema = json!({"type": "object", "properties": {"host": {"type": "string"}, "query": {"type": "string"}},
+            "required": ["host"]});
+        let named = NamedArguments::from_mentions("why is db-7 slow since this morning?");
+        let bound = named.bind(&schema);
+        assert_eq!(bound["properties"]["host"]["enum"], json!(["db-7"]));
+        assert!(bound["properties"]["query"].get("enum").is_none(), "only arguments that name a machine");
+        assert_eq!(named.complete(&schema), Some(json!({"host": "db-7"})));
+        assert!(named.check(&schema, &json!({"host": "akritas-host"})).unwrap_err().contains("\"db-7\""));
+        assert!(NamedArguments::from_mentions("why is the database slow?").is_empty());
     }
 
     #[test]
