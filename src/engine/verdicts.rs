@@ -661,13 +661,28 @@ mod tests {
     }
 
     #[test]
-    fn a_filesystem_at_ninety_percent_or_more_settles_disk_pressure() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/node-disk-pressure/SKILL.md");
-        let found = verdicts(&[skill("node-disk-pressure", &std::fs::read_to_string(path).unwrap())]);
-        let settled = |value: &str| found.iter().find(|v| v.decided_by(value, None, now())).map(|v| v.status);
-        assert_eq!(settled("use_percent=97"), Some(FindingStatus::Confirmed));
-        assert_eq!(settled("use_percent=90"), Some(FindingStatus::Confirmed));
-        assert_eq!(settled("use_percent=75"), None, "below 90% the model chooses");
+    fn the_shipped_skills_settle_on_the_values_their_conclusions_name() {
+        let shipped = |name: &str| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("skills/{name}/SKILL.md"));
+            verdicts(&[skill(name, &std::fs::read_to_string(path).unwrap())])
+        };
+        for (name, value, settles) in [
+            // "A filesystem at 90% or more".
+            ("node-disk-pressure", "use_percent=97", Some((FindingStatus::Confirmed, Actionability::RequiresHuman))),
+            ("node-disk-pressure", "use_percent=90", Some((FindingStatus::Confirmed, Actionability::RequiresHuman))),
+            ("node-disk-pressure", "use_percent=75", None),
+            // "The used fraction is high but below 1".
+            (
+                "persistent-volume-filling",
+                "value=0.91",
+                Some((FindingStatus::Suspected, Actionability::ProposalPossible)),
+            ),
+            ("persistent-volume-filling", "value=1", None),
+        ] {
+            let found = shipped(name);
+            let settled = found.iter().find(|v| v.decided_by(value, None, now())).map(|v| (v.status, v.actionability));
+            assert_eq!(settled, settles, "{name}: {value}");
+        }
     }
 
     #[test]
