@@ -309,7 +309,10 @@ async fn a_skill_that_lists_a_tool_is_selected_for_runs_that_may_call_it() {
     let flapping = suite.iter().find(|c| c.name == "flapping-cpu-alert").unwrap();
     assert!(flapping.tools.iter().any(|t| t.name == "alerts.history"));
     let (attempt, requests) = run_alone_with(flapping, flapping.clone(), &skills).await;
-    assert_eq!(attempt["pass"], true, "{attempt}");
+    // The scripted model cites `transitions=14` alone, and not a value the alert fired on: the
+    // skill's rule for brief firings with nothing to compare settles the status over its choice.
+    let status = attempt["checks"].as_array().unwrap().iter().find(|c| c["name"] == "finding_status confirmed");
+    assert_eq!(status.map(|c| &c["reason"]), Some(&json!("got inconclusive")), "{attempt}");
     // Nothing in a `HighCPU` alert names the skill: the tool the Run may call does.
     assert!(requests.contains(r#"<AKRITAS_SKILL name=\"alert-flapping\""#), "{requests}");
     assert!(requests.contains("Flapping around its threshold"), "its conclusions are offered");
