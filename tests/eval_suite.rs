@@ -278,6 +278,14 @@ async fn drifted_arguments_get_the_recorded_answer_and_unmatched_ones_a_real_not
     planned.calls.push(unmatched);
     let (attempt, requests) = run_alone(&case, planned).await;
     assert_eq!((attempt["tool_calls"].as_u64(), attempt["unknown_calls"].as_u64()), (Some(2), Some(1)), "{attempt}");
+    // The output says which call the recording did not answer, with what the model asked.
+    let calls: Vec<(Value, Value)> = attempt["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["arguments"]["pod"].clone(), c["recorded"].clone()))
+        .collect();
+    assert_eq!(calls, [(json!("cart-7d9f-abcde"), json!(true)), (json!("cart"), json!(false))], "{attempt}");
     assert!(requests.contains("OOMKilled"), "the drifted call got the recorded output");
     assert!(requests.contains("not found: no kubernetes.pod_status result matches pod="), "{requests}");
     assert!(!requests.contains("not recorded"), "{requests}");

@@ -13,7 +13,7 @@ use super::check::{Check, checks, evidence_coverage};
 use crate::engine::request::EngineSettings;
 use crate::llm::LlmClient;
 use crate::replay::case::{Case, read_text};
-use crate::replay::{Protocol, SkillSource, replay};
+use crate::replay::{Protocol, ReplayedCall, SkillSource, replay};
 
 /// Most cases in a suite.
 pub const MAX_CASES: usize = 1000;
@@ -45,6 +45,9 @@ pub struct Attempt {
     pub tool_calls: usize,
     /// Calls the recording could not answer.
     pub unknown_calls: usize,
+    /// Those calls in order: tool, arguments, status and whether the recording answered (what a
+    /// model asked that the case did not record, without a logging proxy in front of it).
+    pub calls: Vec<ReplayedCall>,
     /// Evidence items with a quote / all evidence items.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_coverage: Option<f64>,
@@ -273,6 +276,7 @@ fn attempt(
                 error: Some(error.to_string()),
                 tool_calls: 0,
                 unknown_calls: 0,
+                calls: Vec::new(),
                 evidence_coverage: None,
                 protocol_complete: false,
                 protocol: None,
@@ -294,6 +298,7 @@ fn attempt(
         error: outcome.error.clone(),
         tool_calls: outcome.tool_calls.len(),
         unknown_calls: outcome.unknown_calls,
+        calls: outcome.tool_calls.clone(),
         evidence_coverage: evidence_coverage(&outcome),
         protocol_complete: outcome.protocol.complete(),
         protocol: Some(outcome.protocol),
@@ -322,6 +327,7 @@ mod tests {
             error: None,
             tool_calls: 1,
             unknown_calls: 0,
+            calls: Vec::new(),
             evidence_coverage: None,
             protocol_complete: protocol.complete(),
             protocol: Some(protocol),

@@ -13,4 +13,4 @@ pub(crate) mod run;
 pub use case::{Case, CaseError};
 pub use export::{ExportCatalog, ExportError, export};
 pub use protocol::{PlanStep, Protocol, ResultStep};
-pub use run::{ReplayError, ReplayOutcome, SkillSource, replay};
+pub use run::{ReplayError, ReplayOutcome, ReplayedCall, SkillSource, replay};
