@@ -2,41 +2,33 @@
 //! (planning call + answer), started in the repository (its SYSTEM.md and six skills), alone
 //! and with the sample resources (`--resources config/samples`: a KnowledgeBase indexed before
 //! the Run, an McpAdapter, the rest of the samples). Prints numbers; asserts nothing.
+//! `AKRITAS_ASK_BINARY=dist/…/akritas` measures another binary, such as the release's.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use akritas::tools::{ToolName, openai_alias};
-use akritas_testkit::scripted_llm::{Reply, ScriptedLlm, Step};
-use serde_json::json;
+use akritas_testkit::one_question;
 
 const RUNS: usize = 30;
 
 fn main() {
     akritas::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
-    let llm = runtime.block_on(ScriptedLlm::start_with(move |_, body| {
-        if body["tool_choice"] == "required" {
-            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
-        } else {
-            Step::from(Reply::Content("The host is saturated by an autovacuum worker.".into()))
-        }
-    }));
-    llm.set_recording(false);
+    let llm = runtime.block_on(one_question::model());
     let data = std::env::temp_dir().join(format!("akritas-bench-ask-{}", std::process::id()));
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-
-    for (what, extra) in [("alone", &[][..]), ("with the sample resources", &["--resources", "config/samples"][..])] {
-        measure(what, &llm.url, &data, root, extra);
+    for (what, extra) in one_question::CONFIGURATIONS {
+        measure(what, &llm.url, &data, extra);
     }
     let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Runs `akritas ask` RUNS times (after three to warm up) with `extra` arguments and prints the
 /// wall time and peak RSS percentiles.
-fn measure(what: &str, url: &str, data: &Path, root: &Path, extra: &[&str]) {
+fn measure(what: &str, url: &str, data: &Path, extra: &[&str]) {
+    // The release (e2e/release.sh) links the binary again with its code laid out; this build's
+    // own binary has not been.
+    let binary = std::env::var_os("AKRITAS_ASK_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_akritas")), PathBuf::from);
     let mut walls = Vec::new();
     let mut rss_kib = Vec::new();
     for i in 0..RUNS + 3 {
@@ -44,19 +36,7 @@ fn measure(what: &str, url: &str, data: &Path, root: &Path, extra: &[&str]) {
         let started = Instant::now();
         // Reaped by wait4 below, which also reports the peak RSS.
         #[allow(clippy::zombie_processes)]
-        let child = Command::new(env!("CARGO_BIN_EXE_akritas"))
-            .args(["ask", "Why is db-7 slow?", "--base-url", url])
-            .args(extra)
-            .arg("--data-dir")
-            .arg(data)
-            .arg("--system-instructions")
-            .arg(root.join("instructions/SYSTEM.md"))
-            .current_dir(root)
-            .env_remove("AKRITAS_CONFIG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = one_question::command(&[], &binary, url, data, extra).spawn().unwrap();
         let (status, max_rss) = wait_with_rusage(child.id());
         let wall = started.elapsed();
         assert!(status == 0, "akritas ask failed with status {status}");

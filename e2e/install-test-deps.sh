@@ -29,6 +29,8 @@ command -v podman >/dev/null 2>&1 || need_apt+=(podman runc conmon catatonit fus
 command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v objcopy >/dev/null 2>&1 || need_apt+=(binutils)
+# e2e/release.sh profiles the release build's `ask` with callgrind to lay its code out.
+command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

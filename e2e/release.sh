@@ -39,6 +39,37 @@ else
     binary="$target_dir/$TARGET/release/akritas"
 fi
 
+# --- code layout: the functions an `ask` executes, first in .text --------------------------------
+# The kernel maps the 64 KiB around each code page a process touches; spread over the whole
+# binary, the few MiB an `ask` runs made most of it resident. A profile of this very build
+# (valgrind's callgrind on both configurations of the `ask` bench) lists them, and the binary is
+# linked again with that list (lld's --symbol-ordering-file; Rust links x86_64 Linux with its own
+# lld from 1.90 on). Only the final crate is rebuilt, with the same code: ThinLTO renames the
+# functions it promotes whenever the crate changes, so a list only fits the build it came from.
+# SYMBOL_ORDER=0 skips it (docs/release.md, "Code layout").
+rustc_minor=$(rustc --version | sed -n 's/^rustc 1\.\([0-9]*\)\..*/\1/p')
+if [[ ${SYMBOL_ORDER:-1} != 0 && $TARGET == x86_64-unknown-linux-gnu && $TARGET == "$HOST" && ${rustc_minor:-0} -ge 90 ]]; then
+    if ! command -v valgrind > /dev/null; then
+        echo "error: the code layout needs valgrind (apt-get install valgrind), or SYMBOL_ORDER=0 to skip it" >&2
+        exit 1
+    fi
+    order="$target_dir/release/symbol-order.txt"
+    cargo build --locked -p akritas-testkit --bin symbol-order
+    "$target_dir/debug/symbol-order" "$binary" "$order"
+    cargo rustc --release --locked --bin akritas -- \
+        -C "link-arg=-Wl,--symbol-ordering-file=$order" -C link-arg=-Wl,--no-warn-symbol-ordering
+    # Every name listed must be in the binary linked with the list: fewer means the relink built
+    # different code, and the layout did not take.
+    listed=$(sort -u "$order")
+    found=$(comm -12 <(printf '%s\n' "$listed") <(nm --defined-only "$binary" | awk '{print $3}' | sort -u) | wc -l)
+    total=$(printf '%s\n' "$listed" | wc -l)
+    echo "code layout: $found of the $total functions an ask executes are placed first"
+    if ((found * 100 < total * 99)); then
+        echo "error: the relinked binary lacks $((total - found)) of the $total functions listed" >&2
+        exit 1
+    fi
+fi
+
 # --- glibc: no symbol version newer than the runtime image's ----------------------------------
 # The symbol versions the binary needs (readelf reads the ELF of any architecture, so a cross-built
 # binary is checked too).

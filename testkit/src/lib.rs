@@ -12,6 +12,8 @@
 //!   [`personality`], a stand-in for Ollama, llama-server, vLLM, OpenAI or a reasoning model.
 //! - [`starter_suite`]: the brain that plays the starter eval suite `evals/starter`.
 //! - [`contract`]: store contracts, the same test code run against each storage backend.
+//! - [`one_question`]: one `akritas ask` on a scripted model, as the `ask` bench times it and
+//!   `symbol-order` profiles it.
 //! - [`raw_http`]: hand-written HTTP/1.1 bytes over TCP, for malformed requests.
 //! - [`attack`]: the real binary with a Workspace whose validator runs what the scripted model
 //!   wrote, as root or as an unprivileged uid, for attacks on the validator sandbox.
@@ -39,6 +41,7 @@ pub mod jobs;
 pub mod kube_api;
 pub mod kubelet;
 pub mod mattermost;
+pub mod one_question;
 pub mod personality;
 pub mod postgres;
 pub mod prom;
