@@ -16,19 +16,19 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let llm = runtime.block_on(one_question::model());
     let data = std::env::temp_dir().join(format!("akritas-bench-ask-{}", std::process::id()));
+    // The release (e2e/release.sh) links the binary again with its code laid out; this build's
+    // own binary has not been.
+    let binary = std::env::var_os("AKRITAS_ASK_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_akritas")), PathBuf::from);
     for (what, extra) in one_question::CONFIGURATIONS {
-        measure(what, &llm.url, &data, extra);
+        measure(what, &binary, &llm.url, &data, extra);
     }
     let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Runs `akritas ask` RUNS times (after three to warm up) with `extra` arguments and prints the
 /// wall time and peak RSS percentiles.
-fn measure(what: &str, url: &str, data: &Path, extra: &[&str]) {
-    // The release (e2e/release.sh) links the binary again with its code laid out; this build's
-    // own binary has not been.
-    let binary = std::env::var_os("AKRITAS_ASK_BINARY")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_akritas")), PathBuf::from);
+fn measure(what: &str, binary: &Path, url: &str, data: &Path, extra: &[&str]) {
     let mut walls = Vec::new();
     let mut rss_kib = Vec::new();
     for i in 0..RUNS + 3 {
@@ -36,7 +36,7 @@ fn measure(what: &str, url: &str, data: &Path, extra: &[&str]) {
         let started = Instant::now();
         // Reaped by wait4 below, which also reports the peak RSS.
         #[allow(clippy::zombie_processes)]
-        let child = one_question::command(&[], &binary, url, data, extra).spawn().unwrap();
+        let child = one_question::command(&[], binary, url, data, extra).spawn().unwrap();
         let (status, max_rss) = wait_with_rusage(child.id());
         let wall = started.elapsed();
         assert!(status == 0, "akritas ask failed with status {status}");

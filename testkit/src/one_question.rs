@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::scripted_llm::ScriptedLlm;
+use serde_json::json;
+
+use crate::scripted_llm::{Reply, ScriptedLlm, Step};
 
 /// What is asked.
 pub const QUESTION: &str = "Why is db-7 slow?";
@@ -16,9 +18,22 @@ pub const QUESTION: &str = "Why is db-7 slow?";
 pub const CONFIGURATIONS: [(&str, &[&str]); 2] =
     [("alone", &[]), ("with the sample resources", &["--resources", "config/samples"])];
 
-/// The scripted model: an empty plan, then an answer.
+/// The scripted model: an empty investigation plan when the host forces a tool call, then an
+/// answer; unbounded and not recording.
 pub async fn model() -> ScriptedLlm {
-    ScriptedLlm::plan_then_answer("The host is saturated by an autovacuum worker.").await
+    let plan = akritas::tools::openai_alias(
+        &akritas::tools::ToolName::try_from("local.investigation.submit_plan").expect("a valid tool name"),
+    );
+    let llm = ScriptedLlm::start_with(move |_, body| {
+        if body["tool_choice"] == "required" {
+            Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
+        } else {
+            Step::from(Reply::Content("The host is saturated by an autovacuum worker.".into()))
+        }
+    })
+    .await;
+    llm.set_recording(false);
+    llm
 }
 
 /// `binary ask QUESTION` against the model at `url` with `extra` arguments and the data

@@ -168,25 +168,6 @@ impl ScriptedLlm {
         Self::serve(Box::new(responder), None, "127.0.0.1:0").await
     }
 
-    /// A one-question model for benches and profiles: an empty investigation plan when the host
-    /// forces a tool call, then `answer`; unbounded and not recording.
-    pub async fn plan_then_answer(answer: &str) -> ScriptedLlm {
-        let plan = akritas::tools::openai_alias(
-            &akritas::tools::ToolName::try_from("local.investigation.submit_plan").expect("a valid tool name"),
-        );
-        let answer = answer.to_owned();
-        let llm = Self::start_with(move |_, body| {
-            if body["tool_choice"] == "required" {
-                Step::from(Reply::ToolCalls(vec![("p".into(), plan.clone(), json!({"checks": [], "gaps": []}))]))
-            } else {
-                Step::from(Reply::Content(answer.clone()))
-            }
-        })
-        .await;
-        llm.set_recording(false);
-        llm
-    }
-
     /// [`ScriptedLlm::start_with`] on every interface, so that a container on a bridge network
     /// reaches it (as `host.containers.internal:PORT`, PORT being [`ScriptedLlm::port`]).
     pub async fn start_for_containers(
