@@ -12,7 +12,10 @@ use akritas::engine::conversation::{Speaker, Turn};
 use akritas::engine::request::{EngineSettings, RunError, RunRequest};
 use akritas::engine::retrieval::Retriever;
 use akritas::engine::run::Engine;
-use akritas::tools::{ToolName, openai_alias};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use akritas::resources::mcp_adapter::Permission;
+use akritas::tools::{RegistryBuilder, ToolFuture, ToolHandler, ToolLimits, ToolName, ToolSpec, openai_alias};
 use serde_json::json;
 use support::host;
 use support::scripted_llm::{Reply, ScriptedLlm, Step};
@@ -129,6 +132,81 @@ async fn a_reply_asking_for_more_calls_than_are_left_runs_those_that_fit_and_the
     let told = last["messages"].as_array().unwrap().iter().rfind(|m| m["role"] == "tool").unwrap().clone();
     assert_eq!((told["tool_call_id"].as_str(), told["content"].as_str()), (Some("c3"), Some(akritas_not_run())));
     assert!(last.get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)), "no tools are offered after");
+}
+
+/// The model's tool turn answering `id` in `request`.
+fn tool_turn(request: &serde_json::Value, id: &str) -> String {
+    let messages = request["messages"].as_array().unwrap();
+    let turn = messages.iter().find(|m| m["role"] == "tool" && m["tool_call_id"] == id);
+    turn.and_then(|m| m["content"].as_str()).unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn a_call_refused_for_its_arguments_is_not_run_again_and_the_model_is_told_what_to_change() {
+    let mut settings = host::settings();
+    // The plan, the refused call and the corrected one: a charged repeat would leave no room.
+    settings.limits.max_tool_calls = 3;
+    let wrong = |id: &str| {
+        Step::from(Reply::ToolCalls(vec![(id.into(), alias("inventory.host"), json!({"hostname": "db-7"}))]))
+    };
+    let steps = vec![
+        empty_plan(),
+        wrong("c1"),
+        wrong("c2"),
+        inventory_call("c3", "db-7"),
+        Step::from(Reply::Content("db-7 is busy.".into())),
+    ];
+    let setup = setup(steps, settings, None).await;
+    let outcome = setup.engine.run(request()).await.expect("the Run answers");
+    assert_eq!(outcome.answer, "db-7 is busy.");
+    let executed: Vec<(&str, &str)> =
+        outcome.activity.iter().skip(1).map(|a| (a.id.as_str(), a.status.as_str())).collect();
+    assert_eq!(executed, [("call-1", "invalid_arguments"), ("call-2", "ok")], "the repeat is not run");
+    let requests = setup.llm.requests();
+    let told = tool_turn(&requests[3], "c2");
+    assert!(told.contains("repeated_failed_call") && told.contains("call call-1"), "{told}");
+    assert!(told.contains("invalid_arguments") && told.contains("hostname"), "names the fault: {told}");
+    assert!(requests[3]["tools"].as_array().is_some_and(|t| !t.is_empty()), "tools are offered again to fix it");
+    let run = setup.audit.get(outcome.run_id.as_ref().unwrap()).await.unwrap().unwrap();
+    let refused = run.events.iter().find(|e| e.kind == "repeated_calls" && e.status.as_deref() == Some("refused"));
+    assert_eq!(refused.map(|e| e.metadata["call"].clone()), Some(json!("call-1")), "the refusal is recorded");
+}
+
+#[tokio::test]
+async fn a_call_the_tool_failed_runs_once_more_then_is_refused_and_then_the_model_is_asked_to_answer() {
+    let mut builder = RegistryBuilder::new(ToolLimits::default());
+    let schema = json!({"type": "object", "properties": {"query": {"type": "string"}}});
+    let spec = ToolSpec::new(ToolName::try_from("metrics.query").unwrap(), "Test metrics.", Permission::Read, schema);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    let handler: Arc<dyn ToolHandler> = Arc::new(move |_arguments: serde_json::Value| -> ToolFuture {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Err("parse error: unexpected \"}\" in rate()".to_string()) })
+    });
+    builder.register(spec, handler).unwrap();
+    let query =
+        |id: &str| Step::from(Reply::ToolCalls(vec![(id.into(), alias("metrics.query"), json!({"query": "rate(x)"}))]));
+    let steps = vec![
+        empty_plan(),
+        query("c1"),
+        query("c2"),
+        query("c3"),
+        query("c4"),
+        Step::from(Reply::Content("The query failed; nothing measured.".into())),
+    ];
+    let llm = ScriptedLlm::start(steps).await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());
+    let engine = host::engine(&llm, host::settings(), builder.build(), CatalogStore::new(), Some(audit), None);
+    let outcome = engine.run(request()).await.expect("the Run answers");
+    assert_eq!(ran.load(Ordering::SeqCst), 2, "a tool's failure may pass: it runs once more, then not again");
+    let requests = llm.requests();
+    let told = tool_turn(&requests[4], "c3");
+    assert!(told.contains("failed twice") && told.contains("call call-1") && told.contains("parse error"), "{told}");
+    let last = requests.last().unwrap();
+    assert_eq!(last["messages"].as_array().unwrap().last().unwrap()["content"], akritas::engine::ANSWER_FROM_RESULTS);
+    assert!(last["tools"].as_array().is_none_or(Vec::is_empty), "after a refused repeat made again, no tools");
+    assert_eq!(outcome.answer, "The query failed; nothing measured.");
 }
 
 fn akritas_not_run() -> &'static str {

@@ -22,7 +22,8 @@ use crate::audit::NewEvent;
 use crate::language::language_instruction;
 use crate::llm::{self, Message, ToolChoice};
 use crate::tenancy::Scope;
-use crate::tools::{Registry, RegistryBuilder, RegistryError, ToolCall};
+use crate::text::{ELLIPSIS, truncate_bytes};
+use crate::tools::{ErrorCode, Registry, RegistryBuilder, RegistryError, ToolCall, ToolError, ToolResult};
 
 /// What the steps use from the engine, fixed when the Run starts.
 pub struct Inputs<'a> {
@@ -75,8 +76,9 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     let execution = execution_registry(inputs, &state.skills)?;
 
     // Successful calls so far, by tool and canonical arguments: such a call made again is not
-    // run again (a failed one is: its failure may have passed).
+    // run again. Failed ones, the same way: see [`Failed::settled`].
     let mut made: HashMap<String, String> = HashMap::new();
+    let mut failed: HashMap<String, Failed> = HashMap::new();
     // Forced planning, then every planned check. The conversation carries the checks as the
     // assistant's own calls under the host's ids, each followed by its result: the form a model
     // trained on tool calls reads results in (the plan submission itself is left out: a small
@@ -91,9 +93,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         for check in checks {
             let arguments = check.arguments.to_string();
             let result = state.execute_tool(&execution, &check.tool, &arguments, None).await?;
-            if result.error.is_none() {
-                made.entry(call_key(&check.tool, &arguments)).or_insert_with(|| result.id.clone());
-            }
+            remember(&mut made, &mut failed, call_key(&check.tool, &arguments), &result);
             let name = execution.alias_of(&check.tool).unwrap_or_else(|| check.tool.clone());
             calls.push(llm::ToolCall::function(result.id.clone(), name, arguments));
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
@@ -106,6 +106,7 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
     // Adaptive loop.
     let mut nudged = false;
     let mut only_repeats = false;
+    let mut refused_failure = false;
     loop {
         let tools =
             if state.budget.tool_calls_left() > 0 && !only_repeats { definitions(&execution) } else { Vec::new() };
@@ -155,7 +156,13 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
         // is asked for its answer (measured: shown its repeat and a refusal of it, the model
         // answered "inconclusive", or that a node with `DiskPressure` True had none, as if the
         // check had failed).
-        only_repeats = prepared.iter().all(|call| made.contains_key(&host_key(call)));
+        // A failed call made again is refused once with what to change; a reply of nothing
+        // but repeats after that is treated as above (measured: Qwen2.5-Coder-0.5B sent the same
+        // failing query six times until the tool-call budget ran out).
+        let settled = |call: &ToolCall| failed.get(&host_key(call)).is_some_and(Failed::settled);
+        let repeats_failure = prepared.iter().any(settled);
+        only_repeats = prepared.iter().all(|call| made.contains_key(&host_key(call)) || settled(call))
+            && (refused_failure || !repeats_failure);
         if only_repeats {
             let event = NewEvent { kind: REPEATED_CALLS.into(), status: Some("not_run".into()), ..Default::default() };
             state.record.event(event).await?;
@@ -176,15 +183,26 @@ pub async fn answer(state: &mut RunState<'_>, inputs: &Inputs<'_>, request: &Run
                 state.history.push(Message::tool(call.id, repeated_call(earlier)));
                 continue;
             }
+            if let Some(earlier) = failed.get(&key).filter(|f| f.settled()) {
+                refused_failure = true;
+                let metadata = [("call".to_string(), json!(earlier.id)), ("tool".to_string(), json!(earlier.tool))];
+                let event = NewEvent {
+                    kind: REPEATED_CALLS.into(),
+                    status: Some("refused".into()),
+                    metadata: metadata.into(),
+                    ..Default::default()
+                };
+                state.record.event(event).await?;
+                state.history.push(Message::tool(call.id, earlier.refusal()));
+                continue;
+            }
             if ran >= room {
                 state.history.push(Message::tool(call.id, NOT_RUN_OVER_BUDGET));
                 continue;
             }
             ran += 1;
             let result = state.execute_tool(&execution, &call.name, &call.arguments, Some(&call.id)).await?;
-            if result.error.is_none() {
-                made.entry(key).or_insert_with(|| result.id.clone());
-            }
+            remember(&mut made, &mut failed, key, &result);
             state.select_from_inventory(&inputs.catalog_skills, &result).await?;
         }
         // Skills loaded through knowledge.load_skill.
@@ -210,6 +228,63 @@ fn repeated_call(earlier: &str) -> String {
         "not run again: call {earlier} above has the same tool and arguments, and its result is above; \
          answer from the results, or call a different tool or different arguments")}})
     .to_string()
+}
+
+/// A call of this Run that failed, by its identity ([`call_key`]).
+struct Failed {
+    /// The host's id of its first failure.
+    id: String,
+    /// Host tool name.
+    tool: String,
+    /// Its error.
+    error: ToolError,
+    /// How many times it failed.
+    times: u32,
+}
+
+impl Failed {
+    /// Whether the same call would fail again, so it is not run again: a call the host refused
+    /// (arguments, name, permission) or whose output it refused fails the same way each time; a
+    /// tool's own failure or timeout may pass, so such a call runs once more, and is settled
+    /// when it failed twice.
+    fn settled(&self) -> bool {
+        self.times >= 2 || !matches!(self.error.code, ErrorCode::ToolError | ErrorCode::Timeout)
+    }
+
+    /// What the model is told of this call made again: which call failed, how, and what to do.
+    fn refusal(&self) -> String {
+        let message = truncate_bytes(&self.error.message, MAX_REFUSAL_QUOTE_BYTES, ELLIPSIS);
+        let times = if self.times >= 2 { "failed twice" } else { "failed" };
+        json!({"error": {"code": "repeated_failed_call", "message": format!(
+            "not run again: call {} above has the same tool and arguments and {times} ({}: {message}); \
+             the same call fails the same way. Change the arguments that error names, call a different tool, \
+             or answer from the results above",
+            self.id, self.error.code)}})
+        .to_string()
+    }
+}
+
+/// Longest part of an error message a refusal of its repeat quotes, in bytes.
+const MAX_REFUSAL_QUOTE_BYTES: usize = 240;
+
+/// Notes a call's result under its identity: a success in `made`, a failure in `failed`.
+fn remember(
+    made: &mut HashMap<String, String>,
+    failed: &mut HashMap<String, Failed>,
+    key: String,
+    result: &ToolResult,
+) {
+    match &result.error {
+        None => {
+            made.entry(key).or_insert_with(|| result.id.clone());
+        }
+        Some(error) => {
+            let first = || Failed { id: result.id.clone(), tool: result.name.clone(), error: error.clone(), times: 0 };
+            let entry = failed.entry(key).or_insert_with(first);
+            entry.times += 1;
+            entry.error = error.clone();
+        }
+    }
 }
 
 /// A call's identity within a Run: the host tool name and its canonical arguments (the text

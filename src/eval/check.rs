@@ -117,11 +117,16 @@ pub fn checks(case: &Case, outcome: &ReplayOutcome) -> Vec<Check> {
             )
         }));
     }
-    let usage = outcome.usage.as_ref();
+    // The calls the model made through the case's tools, answered or not: the plan's
+    // submission, the host's own retrieval and the knowledge tools are the Run's overhead, not
+    // the investigation's (the Run's budget still counts them).
     if let Some(max) = expected.max_tool_calls {
-        let used = usage.map_or(0, |u| u.tool_calls);
-        out.push(Check::new(format!("max_tool_calls {max}"), used <= max, || format!("{used} tool calls")));
+        let used = outcome.tool_calls.len();
+        out.push(Check::new(format!("max_tool_calls {max}"), used <= max as usize, || {
+            format!("{used} calls through the case's tools")
+        }));
     }
+    let usage = outcome.usage.as_ref();
     if let Some(max) = expected.max_model_tokens {
         let used = usage.map_or(0, |u| u.prompt_tokens + u.output_tokens);
         out.push(Check::new(format!("max_model_tokens {max}"), used <= max, || format!("{used} tokens")));
@@ -212,5 +217,28 @@ mod tests {
         assert!(verdicts.iter().any(|v| v.2 == "got suspected"), "{verdicts:?}");
         assert_eq!(verdicts.len(), 11);
         assert_eq!(evidence_coverage(&outcome), Some(0.5));
+    }
+
+    #[test]
+    fn max_tool_calls_counts_the_calls_through_the_case_tools_not_the_runs_overhead() {
+        let expected = "  max_tool_calls: 1\n";
+        let mut outcome = outcome("a lock wait", &[]);
+        // The plan's submission, the automatic retrieval and a skill read are in the Run's budget.
+        outcome.usage = Some(crate::engine::budget::BudgetUsage { tool_calls: 4, ..Default::default() });
+        let verdict = |outcome: &ReplayOutcome| {
+            let checks = checks(&case(expected), outcome);
+            let check = checks.into_iter().find(|c| c.name == "max_tool_calls 1").unwrap();
+            (check.pass, check.reason)
+        };
+        assert_eq!(verdict(&outcome), (true, String::new()));
+        // A second call through the case's tools, refused before the tool ran, counts.
+        let refused = crate::replay::run::ReplayedCall {
+            tool: "postgres.activity".into(),
+            arguments: Value::Null,
+            status: "invalid_arguments".into(),
+            recorded: true,
+        };
+        outcome.tool_calls.push(refused);
+        assert_eq!(verdict(&outcome), (false, "2 calls through the case's tools".to_string()));
     }
 }
