@@ -1,7 +1,8 @@
 //! Wall time and peak RSS of `akritas ask` against a zero-latency scripted model
 //! (planning call + answer), started in the repository (its SYSTEM.md and six skills), alone
 //! and with the sample resources (`--resources config/samples`: a KnowledgeBase indexed before
-//! the Run, an McpAdapter, the rest of the samples). Prints numbers; asserts nothing.
+//! the Run, an McpAdapter, the rest of the samples), and with them again once the index an
+//! earlier `ask` built is in the data directory. Prints numbers; asserts nothing.
 //! `AKRITAS_ASK_BINARY=dist/…/akritas` measures another binary, such as the release's.
 
 use std::path::{Path, PathBuf};
@@ -21,18 +22,32 @@ fn main() {
     let binary = std::env::var_os("AKRITAS_ASK_BINARY")
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_akritas")), PathBuf::from);
     for (what, extra) in one_question::CONFIGURATIONS {
-        measure(what, &binary, &llm.url, &data, extra);
+        measure(what, &binary, &llm.url, &data, extra, Fresh::Each);
     }
+    // A KnowledgeBase is indexed into the data directory once: the next `ask` opens that index.
+    let (what, extra) = one_question::CONFIGURATIONS[1];
+    measure(&format!("{what}, its index kept from an earlier ask"), &binary, &llm.url, &data, extra, Fresh::Once);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// When the data directory starts empty.
+#[derive(PartialEq)]
+enum Fresh {
+    /// For every `ask`: each one builds what it keeps there (a KnowledgeBase's index).
+    Each,
+    /// Before the first warm-up `ask` only.
+    Once,
 }
 
 /// Runs `akritas ask` RUNS times (after three to warm up) with `extra` arguments and prints the
 /// wall time and peak RSS percentiles.
-fn measure(what: &str, binary: &Path, url: &str, data: &Path, extra: &[&str]) {
+fn measure(what: &str, binary: &Path, url: &str, data: &Path, extra: &[&str], fresh: Fresh) {
     let mut walls = Vec::new();
     let mut rss_kib = Vec::new();
     for i in 0..RUNS + 3 {
-        let _ = std::fs::remove_dir_all(data);
+        if i == 0 || fresh == Fresh::Each {
+            let _ = std::fs::remove_dir_all(data);
+        }
         let started = Instant::now();
         // Reaped by wait4 below, which also reports the peak RSS.
         #[allow(clippy::zombie_processes)]

@@ -9,9 +9,9 @@
 # run (no replay error), every plan must reach the host and be accepted (the plan schema is a
 # grammar on Ollama), and no Run may call a tool
 # that is not read-only (the injection case offers two write tools). It prints the pass rate,
-# protocol completion and evidence coverage, and fails below QUALITY_MIN_PASS (default 0: the
-# 0.5B model passed none of the 22 starter cases on its last full run, and these four pass 1 to 3
-# of 4 from run to run, see docs/evals.md, so a quality bar here would only measure luck).
+# protocol completion and evidence coverage, and fails below QUALITY_MIN_PASS (default 0: on its
+# full runs the 0.5B model passed 59%, then 82% of the 22 starter cases; these four alone passed
+# 2, 3, 4 and 3 of 4 from run to run, see docs/evals.md, so a bar here would measure luck).
 #
 #   AKRITAS_BIN       the akritas binary (default: `cargo build --bin akritas`, then its path)
 #   QUALITY_CASES     starter case files to run (default: the four named below)

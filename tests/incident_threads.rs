@@ -189,8 +189,11 @@ async fn an_incident_is_one_thread_per_chat_receiver_across_a_restart_with_one_r
     let (again, job) = ingest(&rig.store, FIRING, Some("2026-11-29T22:50:00Z")).await;
     assert_eq!((again.as_str(), job), (incident.as_str(), None));
 
-    // Restart between fire and resolve, from a snapshot: the thread survives.
-    assert!(rig.store.save_snapshot().await, "a snapshot at a clean stop");
+    // Restart between fire and resolve, from a snapshot: the thread survives. The store shows a
+    // job's deliveries before their record is written, and takes no snapshot while a record is in
+    // flight: the snapshot is taken once the worker's last record has settled.
+    let snapshot = support::poll(Duration::from_secs(20), || async { rig.store.save_snapshot().await.then_some(()) });
+    assert!(snapshot.await.is_some(), "a snapshot once the records in flight settle");
     drop(rig);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rig = start(data.path(), &llm, manifests(), noon()).await;
