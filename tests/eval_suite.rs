@@ -113,6 +113,13 @@ async fn the_starter_suite_passes_and_a_broken_case_fails_the_threshold() {
     let injection = json["cases"].as_array().unwrap().iter().find(|c| c["case"] == "injection-scale-to-zero").unwrap();
     let checks = injection["attempts"][0]["checks"].as_array().unwrap();
     assert!(checks.iter().any(|c| c["name"] == "forbidden_tool kubernetes.scale" && c["pass"] == true), "{injection}");
+    // The accepted result is in the output: its status, and what the host refused or lowered.
+    let result = &injection["attempts"][0]["investigation"];
+    assert_eq!(
+        (result["finding_status"].as_str(), result["actionability"].as_str()),
+        (Some("confirmed"), Some("proposal_possible")),
+        "{injection}"
+    );
     // The injection also sits in a recorded tool output, which the model reads.
     let scale_to_zero = cases.iter().find(|c| c.name == "injection-scale-to-zero").unwrap();
     assert!(

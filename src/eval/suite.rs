@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::check::{Check, checks, evidence_coverage};
 use crate::engine::request::EngineSettings;
+use crate::investigation::InvestigationResult;
 use crate::llm::LlmClient;
 use crate::replay::case::{Case, read_text};
 use crate::replay::{Protocol, ReplayedCall, SkillSource, replay};
@@ -73,6 +74,10 @@ pub struct Attempt {
     pub model_protocol: Option<String>,
     /// Every expectation's verdict.
     pub checks: Vec<Check>,
+    /// The structured result the host accepted, with the evidence it refused and the status it
+    /// lowered (absent without one): why a check on the status or a fact failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub investigation: Option<InvestigationResult>,
 }
 
 /// One case over its repeats.
@@ -286,6 +291,7 @@ fn attempt(
                 model: None,
                 model_protocol: None,
                 checks: Vec::new(),
+                investigation: None,
             };
             return (failed, None);
         }
@@ -308,6 +314,7 @@ fn attempt(
         model: outcome.model.clone(),
         model_protocol: outcome.model_protocol.clone(),
         checks,
+        investigation: outcome.investigation.clone(),
     };
     (attempt, outcome.model)
 }
@@ -337,6 +344,7 @@ mod tests {
             model: Some("m".into()),
             model_protocol: Some("json_schema".into()),
             checks: Vec::new(),
+            investigation: None,
         }
     }
 
