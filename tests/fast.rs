@@ -25,6 +25,7 @@ mod bad_input;
 mod bot_gateway;
 mod bot_providers;
 mod chat_api;
+mod closed_stdout;
 mod context_fit;
 mod crash_recovery;
 mod crds;

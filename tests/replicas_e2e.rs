@@ -548,16 +548,21 @@ fn migrate(pg: &Postgres, data_dir: &std::path::Path) -> (bool, String) {
 
 /// `akritas storage migrate --to TO` between `data_dir` and the cluster's database.
 fn migrate_to(pg: &Postgres, data_dir: &std::path::Path, to: &str) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
+    let output = migrate_command(pg, data_dir, to).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+/// The `akritas storage migrate --to TO` command.
+fn migrate_command(pg: &Postgres, data_dir: &std::path::Path, to: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"));
+    command
         .args(["storage", "migrate", "--to", to])
         .env("AKRITAS_DATA_DIR", data_dir)
         .env("AKRITAS_DATABASE_URL", pg.url("disable"))
         .env_remove("AKRITAS_CONFIG")
-        .env_remove("AKRITAS_STORAGE_BACKEND")
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+        .env_remove("AKRITAS_STORAGE_BACKEND");
+    command
 }
 
 /// The line `migrate` printed for `store`.
@@ -631,6 +636,14 @@ async fn an_embedded_data_dir_moves_into_the_database_resumably_and_a_replica_ca
     );
     assert!(alerts_line.contains("the alert state loads from the database with the journal's"), "{alerts_line}");
     assert!(line(&text, "audit").contains("Run(s) replayed, as many as the journal starts"), "{text}");
+    // With nobody reading its output it ends quietly by SIGPIPE at its first line (as
+    // `git log | head` does), and leaves nothing half done.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let cut = migrate_command(&cluster.pg, data.path(), "postgres").stdout(writer).output().unwrap();
+    let said = String::from_utf8_lossy(&cut.stderr);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&cut.status), Some(libc::SIGPIPE), "{said}");
+    assert!(!said.contains("panicked") && !said.contains("Broken pipe"), "{said}");
     // Again: nothing left to copy, everything verified again.
     let (ok, again) = migrate(&cluster.pg, data.path());
     assert!(ok, "{again}");

@@ -254,7 +254,11 @@ async fn api_requires_one_of_the_named_keys() {
     assert_eq!(status, 401);
     assert_eq!(body["error"]["code"], "invalid_api_key");
     assert_eq!(body["error"]["type"], "authentication_error");
-    assert_eq!(get_json(&client, &url, Some("ops-key-0123456789abcdeX")).await.0, 401);
+    // No key sent and a wrong key sent say different things.
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("missing API key"), "{body}");
+    let (status, wrong) = get_json(&client, &url, Some("ops-key-0123456789abcdeX")).await;
+    assert_eq!((status, wrong["error"]["code"].as_str()), (401, Some("invalid_api_key")), "{wrong}");
+    assert!(wrong["error"]["message"].as_str().unwrap().starts_with("invalid API key"), "{wrong}");
     assert_eq!(get_json(&client, &url, Some(KEY)).await.0, 200);
     assert_eq!(get_json(&client, &url, Some(CI_KEY)).await.0, 200);
     // Without a key /health says the status only; with one, everything.
@@ -444,6 +448,52 @@ fn startup_problems_name_their_source_and_fix() {
     let (code, stderr) = run_to_end(exposed);
     assert_ne!(code, 0);
     assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
+    assert_eq!(stderr.matches("--allow-unauthenticated").count(), 1, "one line per fatal error: {stderr}");
+}
+
+/// The log as an operator reads it off a terminal (`kubectl logs`, a file): no colour codes,
+/// no library's debug dump, no empty field, the data directory's files by absolute path.
+#[test]
+fn the_text_log_off_a_terminal_is_plain_with_absolute_paths_and_no_library_dumps() {
+    let samples = copy_samples();
+    let cwd = tempfile::tempdir().unwrap();
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command
+        .current_dir(cwd.path())
+        .env("AKRITAS_LOG_FORMAT", "text")
+        .env("AKRITAS_DATA_DIR", "data")
+        .env_remove("RUST_LOG")
+        .arg("--resources")
+        .arg(samples.path());
+    let mut child = command.spawn().unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The bundled MCP adapter's connection is where its client library used to dump its peer.
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let seen = |lines: &[String], what: &str| lines.iter().any(|l| l.contains(what));
+    while !seen(&lines, "MCP adapter connected") || !seen(&lines, "Akritas listening") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(_) => panic!("not listening with its MCP adapter connected:\n{}", lines.join("\n")),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = lines.join("\n");
+    assert!(!log.contains('\u{1b}'), "colour codes off a terminal:\n{log}");
+    assert!(!log.contains("rmcp") && !log.contains("peer_info"), "a library's dump at INFO:\n{log}");
+    assert!(log.contains("api_keys=none"), "{log}");
+    assert!(!log.contains("api_keys= "), "{log}");
+    let data = std::fs::canonicalize(cwd.path()).unwrap().join("data");
+    let journal = format!("path={}", data.join("audit/akritas.jsonl").display());
+    assert!(log.contains(&journal), "{journal} in:\n{log}");
 }
 
 #[tokio::test]

@@ -28,6 +28,7 @@ pub fn skills(settings: &Settings) -> Result<Option<SkillSource>> {
     }
     match settings.origin("skills_dir") {
         crate::config::Source::Default => {
+            let dir = std::path::absolute(&dir).unwrap_or(dir);
             tracing::info!(dir = %dir.display(), "no skills directory here; the built-in skills are loaded");
             Ok(Some(SkillSource::BuiltIn))
         }

@@ -26,7 +26,11 @@ use crate::web::{self, AppState};
 
 /// Serves until a signal (or, in operator mode, until the leader Lease is lost:
 /// then an error so that the process exits and a new leader takes over).
-pub async fn serve(settings: Settings) -> Result<()> {
+pub async fn serve(mut settings: Settings) -> Result<()> {
+    // Logs, status and errors name the data directory's files by absolute path.
+    if let Ok(absolute) = std::path::absolute(&settings.data_dir) {
+        settings.data_dir = absolute;
+    }
     let open_files = super::process::raise_open_file_limit();
     let limits = super::process::listen_limits(&settings, open_files);
     let instructions = assemble::instructions(&settings)?;
@@ -300,7 +304,7 @@ pub async fn serve(settings: Settings) -> Result<()> {
         mode,
         catalog_version = catalog.version,
         resources = catalog.entries.len(),
-        api_keys = %state.keys.names().join(","),
+        api_keys = %api_key_names(&state.keys),
         system_instructions = %instructions.path().display(),
         "Akritas listening"
     );
@@ -354,6 +358,14 @@ fn alert_storage(settings: &Settings) -> crate::alerts::store::Storage {
             max_keys: u64::from(settings.dedup_max_keys),
         },
         resolved_kept: settings.resolved_incidents_kept as usize,
+    }
+}
+
+/// The names of the API keys, for the start log ("none" when authentication is off).
+fn api_key_names(keys: &ApiKeys) -> String {
+    match keys.names() {
+        names if names.is_empty() => "none".into(),
+        names => names.join(","),
     }
 }
 

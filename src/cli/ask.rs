@@ -93,11 +93,7 @@ pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
     };
     match runtime.block_on(app::ask::ask(question, settings)) {
         Ok(outcome) => {
-            let printed = if json { print_json(&outcome) } else { print_text(&outcome) };
-            if let Err(error) = printed {
-                eprintln!("akritas ask: {error}");
-                return ExitCode::FAILURE;
-            }
+            super::stdout::with(|out| if json { print_json(out, &outcome) } else { print_text(out, &outcome) });
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -107,8 +103,7 @@ pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
     }
 }
 
-fn print_text(outcome: &RunOutcome) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+fn print_text(out: &mut impl Write, outcome: &RunOutcome) -> std::io::Result<()> {
     writeln!(out, "{}\n", outcome.answer)?;
     if outcome.activity.is_empty() {
         writeln!(out, "Tools: none")?;
@@ -151,10 +146,9 @@ fn print_text(outcome: &RunOutcome) -> std::io::Result<()> {
     Ok(())
 }
 
-fn print_json(outcome: &RunOutcome) -> std::io::Result<()> {
+fn print_json(out: &mut impl Write, outcome: &RunOutcome) -> std::io::Result<()> {
     let body = crate::web::runs::ChatAnswer::new(outcome.clone(), true);
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &body)?;
+    serde_json::to_writer_pretty(&mut *out, &body)?;
     writeln!(out)
 }
 

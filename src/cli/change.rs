@@ -2,6 +2,7 @@
 //! (`simulate`, `show`, `apply`, `workspaces`). Applying needs an API key with the
 //! `admin` scope, exactly as over HTTP: the CLI is a client, never a side door.
 
+use super::stdout::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -142,30 +143,30 @@ async fn execute(args: &ChangeArgs) -> Result<ExitCode, String> {
         }
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
     match &args.command {
         ChangeCommand::Simulate { .. } | ChangeCommand::Show { .. } => {
-            println!("{}", value["answer"].as_str().unwrap_or_default());
+            outln!("{}", value["answer"].as_str().unwrap_or_default());
             let pending = value.get("state").is_none_or(|state| state["status"] == "pending");
             if let Some(id) = value["approval"]["id"].as_str().filter(|_| pending) {
-                println!("\nApproval id: {id} (expires {})", value["approval"]["expires_at"].as_str().unwrap_or("?"));
-                println!("Apply with: {}", apply_command(id, args));
+                outln!("\nApproval id: {id} (expires {})", value["approval"]["expires_at"].as_str().unwrap_or("?"));
+                outln!("Apply with: {}", apply_command(id, args));
             }
             if let Some(state) = value.get("state") {
-                println!("\nState: {}", describe_state(state));
+                outln!("\nState: {}", describe_state(state));
             }
         }
         ChangeCommand::Apply { .. } => {
             let files = value["changed_files"].as_array().map(Vec::len).unwrap_or_default();
             let run = value["run_id"].as_str().unwrap_or("?");
             match value["branch"].as_str() {
-                Some(branch) => println!("published {files} file(s) on branch {branch} (Run {run})"),
-                None => println!("applied {files} file(s) (Run {run})"),
+                Some(branch) => outln!("published {files} file(s) on branch {branch} (Run {run})"),
+                None => outln!("applied {files} file(s) (Run {run})"),
             }
         }
-        ChangeCommand::Workspaces => println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default()),
+        ChangeCommand::Workspaces => outln!("{}", serde_json::to_string_pretty(&value).unwrap_or_default()),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! `akritas eval DIR`: runs a directory of cases against a model, prints a table
 //! per case and the totals, writes JSON results, and exits 1 under `--min-pass`.
 
+use super::stdout::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -73,9 +74,9 @@ async fn eval(args: &EvalArgs) -> Result<ExitCode, String> {
     let skills = super::run::skill_source(&settings);
     let options = SuiteOptions { repeat: args.repeat, concurrency: args.concurrency };
     let report = run_suite(cases, llm, crate::app::narrow::engine(&settings), skills, &options).await;
-    print!("{}", table(&report));
+    super::stdout::text(&table(&report));
     for line in failures(&report) {
-        println!("{line}");
+        outln!("{line}");
     }
     if let Some(path) = &args.output {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n";

@@ -188,7 +188,7 @@ struct UsageError(String);
 fn finish(result: anyhow::Result<String>) -> ExitCode {
     match result {
         Ok(out) => {
-            print!("{out}");
+            super::stdout::text(&out);
             ExitCode::SUCCESS
         }
         Err(e) if e.is::<UsageError>() => {

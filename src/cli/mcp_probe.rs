@@ -4,6 +4,7 @@
 //! A diagnostic and test command: the MCP conformance suite (`e2e/mcp-conformance.sh`) drives it
 //! as "the client under test", appending the server URL as the last argument.
 
+use super::stdout::outln;
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -72,7 +73,7 @@ pub fn run(args: McpProbeArgs) -> ExitCode {
     };
     let (report, ok) = runtime.block_on(probe(&args, headers, arguments));
     match serde_json::to_string_pretty(&report) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => outln!("{text}"),
         Err(error) => {
             eprintln!("akritas mcp probe: cannot print the report: {error}");
             return ExitCode::FAILURE;

@@ -8,9 +8,11 @@ pub(crate) mod knowledge;
 pub(crate) mod mcp_probe;
 pub(crate) mod run;
 pub(crate) mod serve;
+pub(crate) mod stdout;
 pub(crate) mod storage;
 pub(crate) mod validate;
 
+use self::stdout::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -151,12 +153,24 @@ pub(crate) enum McpServer {
     Probe(mcp_probe::McpProbeArgs),
 }
 
+/// What `serve` logs unless `RUST_LOG` says otherwise.
+const DEFAULT_SERVE_LOG: &str = "warn,akritas=info";
+
+/// Whether stderr is a terminal (logs are coloured only then).
+fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
 /// Logs of a one-shot command (`ask`, `eval`) to stderr, secrets redacted: warnings, or what
-/// `RUST_LOG` asks for.
+/// `RUST_LOG` asks for; colours only on a terminal.
 fn log_to_stderr() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::redact::RedactedStderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(stderr_is_terminal())
+        .with_writer(crate::redact::RedactedStderr)
+        .try_init();
 }
 
 /// Parses the process arguments and runs the command.
@@ -188,17 +202,11 @@ pub fn run() -> ExitCode {
 
 fn print_openapi() -> ExitCode {
     let document = crate::web::document();
-    let mut out = std::io::stdout().lock();
-    let written = serde_json::to_writer_pretty(&mut out, &document)
-        .map_err(std::io::Error::from)
-        .and_then(|()| std::io::Write::write_all(&mut out, b"\n"));
-    match written {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("akritas openapi: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    stdout::with(|out| {
+        serde_json::to_writer_pretty(&mut *out, &document)?;
+        std::io::Write::write_all(out, b"\n")
+    });
+    ExitCode::SUCCESS
 }
 
 fn run_victoriametrics(args: crate::victoriametrics::VictoriaMetricsArgs) -> ExitCode {
@@ -234,7 +242,7 @@ fn verify_seals(path: &std::path::Path, key_env: &str, anchor: Option<&std::path
     };
     match crate::journal::verify_seals(path, key.as_bytes(), anchored.as_ref()) {
         Ok(report) => {
-            println!(
+            outln!(
                 "{}: {} sealed record(s) from seq {} verified with the key{}; {} unsealed record(s) before them",
                 path.display(),
                 report.sealed,
@@ -283,7 +291,7 @@ fn verify_database(url_env: &str, ca: Option<&std::path::Path>, key_env: Option<
     match verified {
         Ok(report) => {
             let chain = &report.chain;
-            println!(
+            outln!(
                 "database audit: {} records from seq {} verified{} and {} Run(s) replayed, last seq {}, last hash {}",
                 chain.records,
                 chain.first_seq,
@@ -308,7 +316,7 @@ fn verify_journal(path: &std::path::Path) -> ExitCode {
     });
     match verified {
         Ok(report) => {
-            println!(
+            outln!(
                 "{}: {} records in {} segment(s) from seq {} verified and replayed, last seq {}, last hash {}",
                 path.display(),
                 report.records,
@@ -318,7 +326,7 @@ fn verify_journal(path: &std::path::Path) -> ExitCode {
                 report.last_hash
             );
             if let Some(torn) = report.torn_tail {
-                println!(
+                outln!(
                     "{}: torn final record ({} bytes at offset {}); it is truncated and recorded at the next start",
                     path.display(),
                     torn.bytes,
@@ -346,7 +354,7 @@ fn run_crds(args: &CrdsArgs) -> ExitCode {
         crds::write_dir(dir).map(|()| true)
     } else {
         crds::all_yaml().map(|yaml| {
-            print!("{yaml}");
+            stdout::text(&yaml);
             true
         })
     };

@@ -118,7 +118,7 @@ async fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     let text = serde_json::to_string_pretty(&case).map_err(|e| e.to_string())? + "\n";
     match &args.output {
         Some(path) => std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?,
-        None => std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| e.to_string())?,
+        None => super::stdout::text(&text),
     }
     if case.input.messages.is_empty() {
         eprintln!(
@@ -149,8 +149,7 @@ async fn replay(args: &ReplayArgs) -> Result<ExitCode, String> {
     let outcome = crate::replay::replay(&case, llm, crate::app::narrow::engine(&settings), &skills)
         .await
         .map_err(|e| e.to_string())?;
-    let printed = if args.json { print_json(&outcome) } else { print_text(&outcome) };
-    printed.map_err(|e| e.to_string())?;
+    super::stdout::with(|out| if args.json { print_json(out, &outcome) } else { print_text(out, &outcome) });
     Ok(if outcome.status == "succeeded" { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -167,14 +166,12 @@ fn read_case(path: &std::path::Path) -> Result<String, String> {
     crate::replay::case::read_text(path)
 }
 
-fn print_json(outcome: &ReplayOutcome) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, outcome)?;
+fn print_json(out: &mut impl Write, outcome: &ReplayOutcome) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, outcome)?;
     writeln!(out)
 }
 
-fn print_text(outcome: &ReplayOutcome) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+fn print_text(out: &mut impl Write, outcome: &ReplayOutcome) -> std::io::Result<()> {
     let model = outcome.model.as_deref().unwrap_or("-");
     writeln!(out, "Case: {} · {} · model {model}", outcome.case, outcome.status)?;
     if let Some(answer) = &outcome.answer {

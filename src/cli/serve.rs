@@ -30,17 +30,23 @@ pub fn run(flags: &ServeFlags) -> ExitCode {
     match runtime.block_on(app::serve::serve(settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("akritas serve: {error:#}");
+            // One line, in the log's format (the log is on stderr).
+            tracing::error!("akritas serve: {error:#}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// Logs to stderr, secrets redacted: what `RUST_LOG` asks for, else Akritas' own at INFO and the
+/// libraries' warnings (their INFO lines are debug output for their own authors); colours only
+/// on a terminal.
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(crate::redact::RedactedStderr);
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(super::DEFAULT_SERVE_LOG));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(super::stderr_is_terminal())
+        .with_writer(crate::redact::RedactedStderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),

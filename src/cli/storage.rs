@@ -1,5 +1,6 @@
 //! `akritas storage migrate`: moves a data directory's stores into the shared database.
 
+use super::stdout::outln;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -62,9 +63,9 @@ pub(crate) fn run(args: StorageArgs) -> ExitCode {
         let db = crate::app::storage::connect(&settings)?;
         let migrated = db.migrate().await?;
         if migrated.from != migrated.to {
-            println!("database schema migrated from version {} to {}", migrated.from, migrated.to);
+            outln!("database schema migrated from version {} to {}", migrated.from, migrated.to);
         }
-        let mut progress = |store: &crate::app::migrate::Moved| println!("{store}");
+        let mut progress = |store: &crate::app::migrate::Moved| outln!("{store}");
         match to {
             Backend::Postgres => crate::app::migrate::to_database(&settings, &db, &mut progress).await,
             Backend::Embedded => crate::app::migrate::to_journals(&settings, &db, &mut progress).await,
@@ -74,7 +75,7 @@ pub(crate) fn run(args: StorageArgs) -> ExitCode {
         Ok(moved) => {
             let copied: u64 = moved.iter().map(|m| m.copied).sum();
             let records: u64 = moved.iter().map(|m| m.records).sum();
-            println!("done: {copied} record(s) copied; {records} record(s) in {} store(s) verified", moved.len());
+            outln!("done: {copied} record(s) copied; {records} record(s) in {} store(s) verified", moved.len());
             ExitCode::SUCCESS
         }
         Err(error) => fail(format!("{error:#}")),

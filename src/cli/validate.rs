@@ -3,6 +3,7 @@
 //! Reason: message`, as `serve` shows it. Without a config file it also warns about
 //! what the Helm chart's configuration would refuse.
 
+use super::stdout::outln;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -65,7 +66,7 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
         }
     }
     for line in &lines {
-        println!("{line}");
+        outln!("{line}");
     }
     for warning in &warnings {
         eprintln!("{warning}");

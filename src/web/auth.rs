@@ -191,7 +191,13 @@ pub fn required_scope(method: &Method, path: &str) -> Scope {
 /// records the caller.
 pub async fn require_key(State(keys): State<Arc<ApiKeys>>, mut request: Request, next: Next) -> Response {
     let Some(caller) = keys.caller(request.headers()) else {
-        return ApiError::unauthorized().into_response();
+        let sent = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
+        let refused = if sent.is_some_and(|key| !key.trim().is_empty()) {
+            ApiError::unauthorized()
+        } else {
+            ApiError::missing_key()
+        };
+        return refused.into_response();
     };
     let needed = required_scope(request.method(), request.uri().path());
     if !caller.allows(needed) {

@@ -61,10 +61,25 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    /// 401 for a missing or wrong API key.
+    /// 401 for a wrong API key.
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "invalid API key: send `Authorization: Bearer <key>`")
-            .with("param", serde_json::Value::Null)
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "invalid API key: the key sent in `Authorization: Bearer <key>` is none of this host's keys",
+        )
+        .with("param", serde_json::Value::Null)
+    }
+
+    /// 401 for a request that sent no API key (the same code as a wrong one, as OpenAI clients
+    /// expect; the message tells them apart).
+    pub fn missing_key() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "missing API key: this host requires one; send `Authorization: Bearer <key>`",
+        )
+        .with("param", serde_json::Value::Null)
     }
 }
 
