@@ -173,9 +173,58 @@ fn log_to_stderr() {
         .try_init();
 }
 
+/// The command line as `--help` shows it: `serve` lists its settings under one heading per
+/// section of the config file; `validate`, `eval` and `run replay` show the sections they read
+/// and accept every other setting without listing it.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    const ACCEPTED: &str = "Every other `akritas serve` setting is accepted too, as a flag, an AKRITAS_* variable \
+                            or in --config (`akritas serve --help` lists them).";
+    let shown = |sections: &'static [&'static str]| {
+        move |command: clap::Command| {
+            command
+                .mut_args(|arg| match crate::config::section_of(arg.get_id().as_str()) {
+                    Some(section) if sections.contains(&section) => arg.help_heading(heading(section)),
+                    Some(_) => arg.hide(true),
+                    None => arg,
+                })
+                .after_help(ACCEPTED)
+        }
+    };
+    Cli::command()
+        .mut_subcommand("serve", |serve| {
+            serve.mut_args(|arg| match crate::config::section_of(arg.get_id().as_str()) {
+                Some(section) => arg.help_heading(heading(section)),
+                None => arg,
+            })
+        })
+        .mut_subcommand("validate", shown(&["operator", "mcp", "change", "kubernetes"]))
+        .mut_subcommand("eval", shown(&["model", "budget"]))
+        .mut_subcommand("run", |run| run.mut_subcommand("replay", shown(&["model", "budget"])))
+}
+
+/// The `--help` heading of the settings of a config file section.
+fn heading(section: &str) -> &'static str {
+    match section {
+        "server" => "Server settings",
+        "model" => "Model settings",
+        "budget" => "Budget settings (per Run and per host)",
+        "operator" => "Resource settings (sources, roots, namespaces)",
+        "kubernetes" => "Kubernetes tool settings",
+        "mcp" => "MCP settings",
+        "change" => "Change settings (validators, approvals)",
+        "alerts" => "Alert settings",
+        "storage" => "Storage settings",
+        _ => "Other settings",
+    }
+}
+
 /// Parses the process arguments and runs the command.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
         Command::Ask(args) => ask::run(&args.question, &(*args.flags).into_serve_flags(), args.json),
@@ -364,6 +413,43 @@ fn run_crds(args: &CrdsArgs) -> ExitCode {
         Err(error) => {
             eprintln!("akritas crds: {error:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn help(path: &[&str]) -> String {
+        let mut command = command();
+        let mut at = &mut command;
+        for name in path {
+            at = at.find_subcommand_mut(name).unwrap();
+        }
+        at.render_long_help().to_string()
+    }
+
+    /// `validate`, `eval` and `run replay` list the settings they read, not the hundred of
+    /// `serve`; the others still parse; `serve` groups its settings by config file section.
+    #[test]
+    fn each_subcommand_lists_the_settings_it_reads_and_serve_groups_them() {
+        for (path, listed, unlisted) in [
+            (&["validate"][..], "--workspace-roots", "--alert-workers"),
+            (&["eval"], "--base-url", "--workspace-roots"),
+            (&["run", "replay"], "--max-tool-calls", "--journal-segment-bytes"),
+        ] {
+            let text = help(path);
+            assert!(text.contains(listed) && !text.contains(unlisted), "{path:?}:\n{text}");
+            assert!(text.contains("Every other `akritas serve` setting is accepted too"), "{path:?}");
+            let flags = text.lines().filter(|l| l.trim_start().starts_with("--")).count();
+            assert!(flags < 45, "{path:?} lists {flags} flags");
+        }
+        let parsed = command().try_get_matches_from(["akritas", "eval", "cases", "--alert-workers", "3"]);
+        assert!(parsed.is_ok(), "{parsed:?}");
+        let serve = help(&["serve"]);
+        for heading in ["Server settings:", "Model settings:", "Budget settings", "Storage settings:"] {
+            assert!(serve.contains(heading), "{heading}");
         }
     }
 }

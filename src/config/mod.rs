@@ -318,7 +318,7 @@ settings_table! {
     max_iterations: u32 = 12;
         flag "max-iterations" [Option<String>] value_name "N";
         range u32 1 ..= 1000; section "budget";
-    /// Largest tool result in bytes
+    /// Bytes of tool results per Run, all its tool calls together (the Run stops when they pass it)
     max_tool_result_bytes: u64 = 2_097_152;
         flag "max-tool-result-bytes" [Option<String>] value_name "BYTES";
         range bytes 1 ..= MAX; section "budget";
@@ -330,7 +330,7 @@ settings_table! {
     max_context_tokens: u64 = 40_000;
         flag "max-context-tokens" [Option<String>] value_name "N";
         range u64 1 ..= MAX; section "budget";
-    /// Context window of the upstream model in tokens
+    /// Output tokens per Run, all its model calls together (the Run stops when they are spent); not the context window, see --model-context-tokens
     max_model_tokens: u64 = 16_384;
         flag "max-model-tokens" [Option<String>] value_name "N";
         range u64 1 ..= MAX; section "model";

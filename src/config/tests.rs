@@ -912,3 +912,20 @@ fn the_storage_backend_is_embedded_or_postgres_and_the_database_keeps_no_anchor_
     let e = load_err(&flags(&["--database-max-connections", "1"]), &no_env);
     assert!(e.contains("database-max-connections"), "{e}");
 }
+
+/// Two flags that read alike bound different things (`--max-model-tokens` once had the help of
+/// `--model-context-tokens`): no setting's help repeats another's, nor begins with another's whole text.
+#[test]
+fn every_settings_help_says_something_no_other_setting_says() {
+    let about = |key: &str| {
+        let help = flag_help_for(key);
+        help.split(" [env: ").next().unwrap_or_default().trim().to_lowercase()
+    };
+    for (i, a) in KEYS.iter().enumerate() {
+        assert!(!about(a).is_empty(), "{a} has no help");
+        for b in &KEYS[i + 1..] {
+            let (x, y) = (about(a), about(b));
+            assert!(!x.starts_with(&y) && !y.starts_with(&x), "--{a} and --{b} read alike: {x:?} / {y:?}");
+        }
+    }
+}
