@@ -412,7 +412,37 @@ async fn failed_notifications_are_retried_without_a_second_investigation() {
     let delivery = &job.deliveries[0];
     assert_eq!((delivery.status, delivery.attempts), (DeliveryStatus::Failed, 3));
     assert_eq!((delivery.http_status, delivery.error.as_deref()), (Some(500), Some("http_status")));
+    let detail = delivery.detail.as_deref().unwrap_or_default();
+    assert!(detail.starts_with("HTTP 500 from 127.0.0.1:"), "{detail}");
     assert_eq!(hook.count(), 3);
+}
+
+/// With the receiver down, the delivery says why, with the host and port (not the URL's path
+/// or query, which may hold a secret), on the incident's job and as a bounded metric label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_to_a_closed_port_says_connection_refused_with_its_host_and_port() {
+    let llm = ScriptedLlm::start_with(investigator(result(json!(["tool-call:call-1"]), 0))).await;
+    let port = support::free_port();
+    let data = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{port}/hooks/path-secret?token=query-secret");
+    let rig = start_rig(data.path(), &llm, &url, worker_settings(3, Duration::from_millis(10))).await;
+    let job_id = ingest(&rig.store).await;
+    let job = wait_job(&rig.store, &job_id, finished).await;
+    let delivery = &job.deliveries[0];
+    assert_eq!((delivery.status, delivery.attempts), (DeliveryStatus::Failed, 3));
+    assert_eq!(delivery.error.as_deref(), Some("request_failed"));
+    assert_eq!(delivery.detail, Some(format!("connection refused by 127.0.0.1:{port}")));
+    let (incident, events, jobs) = rig.store.incident(&job.incident_id).await.unwrap().unwrap();
+    let shown = store::incident_json(&incident, &events, &jobs).to_string();
+    assert!(shown.contains(&format!("connection refused by 127.0.0.1:{port}")), "{shown}");
+    assert!(!shown.contains("secret"), "{shown}");
+    let mut metrics = String::new();
+    akritas::telemetry::render(&mut metrics);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("akritas_notification_failures_total") && l.contains("cause=\"connection_refused\""))
+        .unwrap_or_else(|| panic!("no connection_refused failure in:\n{metrics}"));
+    assert!(line.contains("receiver=\"ops/incident-hook\""), "{line}");
 }
 
 /// The process stopped after the investigation's Run had succeeded with its result

@@ -166,7 +166,10 @@ async fn telegram_wrong_token_and_rejections_are_errors_without_the_token() {
     let closed = format!("http://127.0.0.1:{}", akritas_testkit::free_port());
     let unreachable = TelegramApi::new(&closed, TG_TOKEN, TIMEOUT).unwrap();
     errors.push(unreachable.send_message("-100", "hi", None, None).await.unwrap_err());
-    assert_eq!(errors.last().unwrap(), &ChatError::RequestFailed);
+    assert!(matches!(errors.last().unwrap(), ChatError::RequestFailed(_)), "{errors:?}");
+    let port = closed.rsplit(':').next().unwrap();
+    let said = errors.last().unwrap().to_string();
+    assert!(said.contains(&format!("connection refused by 127.0.0.1:{port}")), "{said}");
     for err in &errors {
         assert_no_token(err, TG_TOKEN);
         assert_no_token(err, wrong_token);

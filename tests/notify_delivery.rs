@@ -311,7 +311,9 @@ async fn connect_error_is_retried_and_sanitised() {
     assert!(!o.delivered);
     assert_eq!((o.http_status, o.attempts, o.error.as_deref()), (None, 3, Some("request_failed")));
     assert_no_secrets(&o);
-    assert!(!o.error.unwrap().contains("127.0.0.1"));
+    assert!(!o.error.as_deref().unwrap().contains("127.0.0.1"));
+    let cause = o.cause.expect("a cause");
+    assert_eq!((cause.class, cause.detail), ("connection_refused", format!("connection refused by 127.0.0.1:{port}")));
 }
 
 #[tokio::test]

@@ -451,6 +451,49 @@ fn startup_problems_name_their_source_and_fix() {
     assert_eq!(stderr.matches("--allow-unauthenticated").count(), 1, "one line per fatal error: {stderr}");
 }
 
+/// A model server that cannot be reached is seen at start, not at the first question: one WARN
+/// with its URL and the cause, `/health` degraded with both; once it answers, `/health` is ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_model_server_is_named_in_the_log_and_health_until_it_answers() {
+    let port = support::free_port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let server = Server::start({
+        let mut c = serve_command(env!("CARGO_BIN_EXE_akritas"));
+        c.args(["--base-url", &base]);
+        c
+    });
+    let client = reqwest::Client::new();
+    let (down, _) = poll(Duration::from_secs(20), || async {
+        let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+        (health["model_server"]["reachable"] == false).then_some(health)
+    })
+    .await
+    .unwrap_or_else(|| panic!("never unreachable; log:\n{}", server.log_text()));
+    assert_eq!(down["status"], "degraded", "{down}");
+    assert_eq!(down["model_server"]["url"], base.as_str(), "{down}");
+    let reason = down["degraded"].as_array().unwrap().iter().find(|d| d["component"] == "model_server").unwrap();
+    let reason = reason["reason"].as_str().unwrap();
+    assert!(reason.contains(&base) && reason.to_lowercase().contains("connection refused"), "{reason}");
+    let log = server.log_text();
+    let warned: Vec<&str> = log.lines().filter(|l| l.contains("the model server cannot be reached")).collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("\"level\":\"WARN\"") && warned[0].contains(&base), "{}", warned[0]);
+    assert!(warned[0].to_lowercase().contains("connection refused"), "{}", warned[0]);
+
+    // The server comes up on that port: the next check sees it, without any question asked.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let models = axum::Router::new()
+        .route("/v1/models", axum::routing::get(|| async { axum::Json(json!({"data": [{"id": "m"}]})) }));
+    tokio::spawn(async move { axum::serve(listener, models).await.unwrap() });
+    let (up, _) = poll(Duration::from_secs(20), || async {
+        let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;
+        (health["model_server"]["reachable"] == true).then_some(health)
+    })
+    .await
+    .unwrap_or_else(|| panic!("never reachable again; log:\n{}", server.log_text()));
+    assert!(up["degraded"].as_array().unwrap().iter().all(|d| d["component"] != "model_server"), "{up}");
+}
+
 /// The log as an operator reads it off a terminal (`kubectl logs`, a file): no colour codes,
 /// no library's debug dump, no empty field, the data directory's files by absolute path.
 #[test]

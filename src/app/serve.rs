@@ -89,9 +89,7 @@ pub async fn serve(mut settings: Settings) -> Result<()> {
     // Open MCP sessions (their SSE streams) end with the server, not after the grace period.
     info.mcp.shutdown = cancel.child_token();
     let llm = assemble::llm_client(&settings, &instructions)?;
-    if settings.model_protocol == Protocol::Auto {
-        tasks.spawn(identify_model_server(llm.clone(), cancel.clone()));
-    }
+    tasks.spawn(watch_model_server(llm.clone(), settings.model_protocol == Protocol::Auto, cancel.clone()));
     let stores = super::storage::open(&settings, &mut tasks, &cancel).await?;
     if let Some((db, replica)) = stores.database() {
         let watch = crate::journal::database::HealthWatch::new(db.clone()).await;
@@ -369,17 +367,54 @@ fn api_key_names(keys: &ApiKeys) -> String {
     }
 }
 
-/// Asks the model server what it is (no completion spent) while the host starts, so that
-/// `/health` shows the model's protocol early (`auto` only). Nothing waits for it: a server that
-/// is down leaves it to the first structured step.
-async fn identify_model_server(llm: LlmClient, cancel: CancellationToken) {
-    tokio::select! {
-        server = llm.server() => {
-            if server.is_none() {
-                tracing::info!("the model server could not be identified at start; the first structured step asks again");
+/// When a model server that could not be reached is asked again while nothing else asks: after
+/// the first wait, then twice as long each time up to the last.
+const MODEL_RECHECK: (std::time::Duration, std::time::Duration) =
+    (std::time::Duration::from_secs(2), std::time::Duration::from_secs(60));
+
+/// Watches the model server from the start without spending a completion: under `auto` asks
+/// what it is, so that `/health` shows the protocol early; else lists its models. While it
+/// cannot be reached, one WARN names its URL and the cause, `/health` says `degraded`, and it is
+/// asked again ([`MODEL_RECHECK`]) until it answers (a Run's request that reaches it ends the
+/// degradation too).
+async fn watch_model_server(llm: LlmClient, auto: bool, cancel: CancellationToken) {
+    let (mut wait, longest) = MODEL_RECHECK;
+    let mut warned = false;
+    loop {
+        let identified = tokio::select! {
+            identified = async { if auto { llm.server().await.is_some() } else { llm.models().await.is_ok() } } => identified,
+            () = cancel.cancelled() => return,
+        };
+        let reach = llm.reach();
+        if reach.reachable != Some(false) {
+            if warned {
+                tracing::info!(url = llm.base_url(), "the model server answers again");
             }
+            if !identified && auto {
+                tracing::info!(
+                    url = llm.base_url(),
+                    "the model server answers but could not be identified; the first structured step asks again"
+                );
+            }
+            return;
         }
-        () = cancel.cancelled() => {}
+        if !warned {
+            tracing::warn!(
+                url = llm.base_url(),
+                cause = reach.error.as_deref().unwrap_or("unknown"),
+                "the model server cannot be reached; chats and investigations fail until it answers (see base_url)"
+            );
+            warned = true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = cancel.cancelled() => return,
+        }
+        wait = (wait * 2).min(longest);
+        if llm.reach().reachable == Some(true) {
+            tracing::info!(url = llm.base_url(), "the model server answers again");
+            return;
+        }
     }
 }
 

@@ -110,6 +110,19 @@ struct Inner {
     protocol: Protocol,
     /// Per model: the structured mode that answered, and whether `tools` were refused.
     learned: Learned,
+    /// Whether the last request reached the server.
+    reach: std::sync::Mutex<Reach>,
+}
+
+/// Whether the model server answered the last request that got through or failed to connect
+/// (a request that timed out waiting for a slow answer says nothing about it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// `None` until a request was made.
+    pub reachable: Option<bool>,
+    /// Why the last request could not reach it (the transport error and its causes, the API
+    /// key redacted).
+    pub error: Option<String>,
 }
 
 impl std::fmt::Debug for LlmClient {
@@ -175,6 +188,7 @@ impl LlmClient {
                 use_max_completion_tokens: AtomicBool::new(false),
                 protocol: config.protocol,
                 learned: Learned::default(),
+                reach: std::sync::Mutex::default(),
             }),
             system_instructions: config.system_instructions,
         })
@@ -407,10 +421,24 @@ impl LlmClient {
             Some(key) => request.bearer_auth(key),
             None => request,
         };
-        tokio::time::timeout_at(deadline, request.send())
-            .await
-            .map_err(|_| self.timeout_error())?
-            .map_err(|err| self.transport_error(err))
+        let sent = tokio::time::timeout_at(deadline, request.send()).await.map_err(|_| self.timeout_error())?;
+        let reach = match &sent {
+            Ok(_) => Reach { reachable: Some(true), error: None },
+            Err(err) if err.is_timeout() && !err.is_connect() => return sent.map_err(|err| self.transport_error(err)),
+            Err(_) => Reach { reachable: Some(false), error: None },
+        };
+        let sent = sent.map_err(|err| self.transport_error(err));
+        let error = match &sent {
+            Err(LlmError::Transport(text)) => Some(text.clone()),
+            _ => None,
+        };
+        *self.inner.reach.lock().unwrap_or_else(|p| p.into_inner()) = Reach { error, ..reach };
+        sent
+    }
+
+    /// Whether the last request reached the server, and why not.
+    pub fn reach(&self) -> Reach {
+        self.inner.reach.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Reads the body incrementally, stopping as soon as it exceeds `limit` (error, or cut when

@@ -27,7 +27,7 @@ pub(crate) mod window;
 mod wire;
 
 pub(crate) use client::record_call as record_model_call;
-pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConfig};
+pub use client::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, LlmClient, LlmConfig, Reach};
 pub use discovery::PROBE_TIMEOUT;
 pub use error::{EXCERPT_MAX_CHARS, LlmError};
 pub use learned::{ModelFacts, flatten};

@@ -154,8 +154,8 @@ pub enum ChatError {
     EncodePayload,
     #[error("timeout: the provider did not answer in time")]
     Timeout,
-    #[error("request_failed: the provider could not be reached; check the base URL and the network")]
-    RequestFailed,
+    #[error("request_failed: {0}; check the base URL and the network")]
+    RequestFailed(super::cause::Cause),
     #[error("http_status: the provider answered HTTP {status}{}", describe(.description))]
     HttpStatus { status: u16, description: Option<String> },
     #[error("read_response: the provider's answer could not be read")]
@@ -186,7 +186,7 @@ impl ChatError {
             ChatError::CreateClient => "create_client",
             ChatError::EncodePayload => "encode_payload",
             ChatError::Timeout => "timeout",
-            ChatError::RequestFailed => "request_failed",
+            ChatError::RequestFailed(_) => "request_failed",
             ChatError::HttpStatus { .. } => "http_status",
             ChatError::ReadResponse => "read_response",
             ChatError::ResponseTooLarge { .. } => "response_too_large",
@@ -249,11 +249,22 @@ pub(super) async fn read_capped(resp: reqwest::Response, limit: usize) -> Result
     Ok(body)
 }
 
+/// The error of a request that got no response.
+pub(super) fn failed(error: &reqwest::Error, endpoint: &str) -> ChatError {
+    if error.is_timeout() {
+        ChatError::Timeout
+    } else {
+        ChatError::RequestFailed(super::cause::Cause::transport(error, endpoint))
+    }
+}
+
 /// Sends `req` and returns the status and the (capped) body. The `reqwest` error is
 /// dropped: its text names the URL, which holds the Telegram token.
 pub(super) async fn exchange(req: reqwest::RequestBuilder, limit: usize) -> Result<(u16, Vec<u8>), ChatError> {
-    let resp =
-        req.send().await.map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
+    let (client, request) = req.build_split();
+    let request = request.map_err(|_| ChatError::EncodePayload)?;
+    let endpoint = super::cause::endpoint(request.url().as_str());
+    let resp = client.execute(request).await.map_err(|e| failed(&e, &endpoint))?;
     let status = resp.status().as_u16();
     let body = read_capped(resp, limit).await;
     match body {

@@ -5,6 +5,7 @@
 //! bot token in the URL path). Response bodies are read up to 64 KiB and
 //! discarded (never logged).
 
+use super::cause::{Cause, endpoint};
 use super::chat::{ChatError, MAX_RESPONSE_BYTES, read_capped};
 pub use super::error::DeliveryError;
 use super::message::{
@@ -12,6 +13,7 @@ use super::message::{
     WEBHOOK_RESOLVED_EVENT, checked_webhook_body, failed_webhook_body, resolved_webhook_body, webhook_body,
 };
 use super::slack::{MAX_RETRY_AFTER, SlackApi};
+pub use super::target::{TELEGRAM_DEFAULT_BASE_URL, Target};
 use futures_util::future::join_all;
 use hmac::{Hmac, Mac};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
@@ -19,109 +21,9 @@ use sha2::Sha256;
 
 use crate::resources::notification_receiver::ReceiverType;
 use std::collections::hash_map::RandomState;
-use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Default Telegram Bot API base URL.
-pub const TELEGRAM_DEFAULT_BASE_URL: &str = "https://api.telegram.org";
-
-/// A configured receiver. `Debug` redacts every secret (tokens, HMAC secret,
-/// webhook URL path/query).
-#[derive(Clone)]
-pub enum Target {
-    Webhook {
-        url: String,
-        bearer_token: Option<String>,
-        hmac_secret: Option<String>,
-    },
-    Telegram {
-        base_url: String,
-        bot_token: String,
-        chat_id: String,
-        message_thread_id: Option<i64>,
-    },
-    Mattermost {
-        base_url: String,
-        bot_token: String,
-        channel_id: String,
-    },
-    /// `chat.postMessage` with a bot token (`xoxb-…`); delivered through [`super::deliver_threaded`].
-    Slack {
-        base_url: String,
-        bot_token: String,
-        channel_id: String,
-    },
-}
-
-const REDACTED: &str = "<redacted>";
-
-fn redacted_opt(v: &Option<String>) -> Option<&'static str> {
-    v.as_ref().map(|_| REDACTED)
-}
-
-/// `scheme://host[:port]` only; the path and query of a webhook URL may be secret.
-fn origin_only(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(u) => u.origin().ascii_serialization(),
-        Err(_) => REDACTED.to_string(),
-    }
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Webhook { url, bearer_token, hmac_secret } => f
-                .debug_struct("Webhook")
-                .field("url", &origin_only(url))
-                .field("bearer_token", &redacted_opt(bearer_token))
-                .field("hmac_secret", &redacted_opt(hmac_secret))
-                .finish(),
-            Target::Telegram { base_url, chat_id, message_thread_id, .. } => f
-                .debug_struct("Telegram")
-                .field("base_url", base_url)
-                .field("bot_token", &REDACTED)
-                .field("chat_id", chat_id)
-                .field("message_thread_id", message_thread_id)
-                .finish(),
-            Target::Mattermost { base_url, channel_id, .. } => f
-                .debug_struct("Mattermost")
-                .field("base_url", base_url)
-                .field("bot_token", &REDACTED)
-                .field("channel_id", channel_id)
-                .finish(),
-            Target::Slack { base_url, channel_id, .. } => f
-                .debug_struct("Slack")
-                .field("base_url", base_url)
-                .field("bot_token", &REDACTED)
-                .field("channel_id", channel_id)
-                .finish(),
-        }
-    }
-}
-
-impl Target {
-    /// The receiver type this target delivers to.
-    pub fn kind(&self) -> ReceiverType {
-        match self {
-            Target::Webhook { .. } => ReceiverType::Webhook,
-            Target::Telegram { .. } => ReceiverType::Telegram,
-            Target::Mattermost { .. } => ReceiverType::Mattermost,
-            Target::Slack { .. } => ReceiverType::Slack,
-        }
-    }
-
-    /// Telegram target with the default `https://api.telegram.org` base URL.
-    pub fn telegram(bot_token: impl Into<String>, chat_id: impl Into<String>, message_thread_id: Option<i64>) -> Self {
-        Target::Telegram {
-            base_url: TELEGRAM_DEFAULT_BASE_URL.to_string(),
-            bot_token: bot_token.into(),
-            chat_id: chat_id.into(),
-            message_thread_id,
-        }
-    }
-}
 
 /// Retry policy: up to `attempts` tries (min 1), exponential backoff starting at
 /// `base_delay`, each attempt bounded by `timeout` (request + response body).
@@ -152,8 +54,14 @@ pub struct DeliveryOutcome {
     pub http_status: Option<u16>,
     /// Sanitised error code of the last attempt (never a token or URL).
     pub error: Option<String>,
+    /// Why the last attempt failed, naming the receiver's host and port (never its path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     pub attempts: u32,
     pub duration_ms: u64,
+    /// `host:port` of the receiver.
+    #[serde(skip)]
+    pub endpoint: String,
 }
 
 impl DeliveryOutcome {
@@ -166,8 +74,10 @@ impl DeliveryOutcome {
             delivered: false,
             http_status: None,
             error: None,
+            cause: None,
             attempts: 0,
             duration_ms: 0,
+            endpoint: target.endpoint(),
         }
     }
 }
@@ -302,8 +212,8 @@ fn build_request(client: &reqwest::Client, req: &PreparedRequest) -> Result<reqw
 
 /// Whether a failed attempt may be retried.
 enum AttemptError {
-    Retryable(DeliveryError, Option<u16>),
-    Final(DeliveryError, Option<u16>),
+    Retryable(DeliveryError, Option<u16>, Option<Cause>),
+    Final(DeliveryError, Option<u16>, Option<Cause>),
 }
 
 fn telegram_ok(body: &[u8]) -> bool {
@@ -314,14 +224,16 @@ fn telegram_ok(body: &[u8]) -> bool {
 }
 
 async fn attempt(client: &reqwest::Client, req: &PreparedRequest) -> Result<u16, AttemptError> {
-    let request = build_request(client, req).map_err(|e| AttemptError::Final(e, None))?;
+    let request = build_request(client, req).map_err(|e| AttemptError::Final(e, None, None))?;
+    let endpoint = endpoint(&req.url);
     let resp = client.execute(request).await.map_err(|e| {
+        let cause = Some(Cause::transport(&e, &endpoint));
         if e.is_timeout() {
-            AttemptError::Retryable(DeliveryError::Timeout, None)
+            AttemptError::Retryable(DeliveryError::Timeout, None, cause)
         } else if e.is_connect() {
-            AttemptError::Retryable(DeliveryError::RequestFailed, None)
+            AttemptError::Retryable(DeliveryError::RequestFailed, None, cause)
         } else {
-            AttemptError::Final(DeliveryError::RequestFailed, None)
+            AttemptError::Final(DeliveryError::RequestFailed, None, cause)
         }
     })?;
     let status = resp.status();
@@ -331,16 +243,18 @@ async fn attempt(client: &reqwest::Client, req: &PreparedRequest) -> Result<u16,
         _ => DeliveryError::ReadResponse,
     });
     if !status.is_success() {
-        let err = DeliveryError::HttpStatus;
+        let (err, said) = (DeliveryError::HttpStatus, body.as_deref().unwrap_or_default());
+        let cause = Some(Cause::status(code, &endpoint, &String::from_utf8_lossy(said)));
         return if code == 429 || status.is_server_error() {
-            Err(AttemptError::Retryable(err, Some(code)))
+            Err(AttemptError::Retryable(err, Some(code), cause))
         } else {
-            Err(AttemptError::Final(err, Some(code)))
+            Err(AttemptError::Final(err, Some(code), cause))
         };
     }
-    let body = body.map_err(|e| AttemptError::Final(e, Some(code)))?;
+    let body = body.map_err(|e| AttemptError::Final(e, Some(code), None))?;
     if req.telegram && !telegram_ok(&body) {
-        return Err(AttemptError::Final(DeliveryError::RemoteRejected, Some(code)));
+        let cause = Cause::rejected(&endpoint, &String::from_utf8_lossy(&body));
+        return Err(AttemptError::Final(DeliveryError::RemoteRejected, Some(code), Some(cause)));
     }
     Ok(code)
 }
@@ -380,23 +294,27 @@ pub async fn deliver_payload(
                 outcome.attempts += 1;
                 let result = match tokio::time::timeout(policy.timeout, attempt(client, &req)).await {
                     Ok(r) => r,
-                    Err(_) => Err(AttemptError::Retryable(DeliveryError::Timeout, None)),
+                    Err(_) => Err(AttemptError::Retryable(
+                        DeliveryError::Timeout,
+                        None,
+                        Some(Cause::timeout(&outcome.endpoint)),
+                    )),
                 };
                 match result {
                     Ok(code) => {
                         outcome.delivered = true;
                         outcome.http_status = Some(code);
-                        outcome.error = None;
+                        (outcome.error, outcome.cause) = (None, None);
                         break;
                     }
-                    Err(AttemptError::Final(e, code)) => {
+                    Err(AttemptError::Final(e, code, cause)) => {
                         outcome.http_status = code;
-                        outcome.error = Some(e.code().to_string());
+                        (outcome.error, outcome.cause) = (Some(e.code().to_string()), cause);
                         break;
                     }
-                    Err(AttemptError::Retryable(e, code)) => {
+                    Err(AttemptError::Retryable(e, code, cause)) => {
                         outcome.http_status = code;
-                        outcome.error = Some(e.code().to_string());
+                        (outcome.error, outcome.cause) = (Some(e.code().to_string()), cause);
                         if outcome.attempts >= max_attempts {
                             break;
                         }
@@ -447,15 +365,27 @@ pub(super) fn settle(
     let message_id = match sent {
         Ok(id) => {
             outcome.delivered = true;
-            outcome.error = None;
+            (outcome.error, outcome.cause) = (None, None);
             Some(id)
         }
         Err(error) => {
-            match &error {
-                ChatError::HttpStatus { status, .. } => outcome.http_status = Some(*status),
-                ChatError::RateLimited(_) => outcome.http_status = Some(429),
-                _ => {}
-            }
+            let at = outcome.endpoint.as_str();
+            outcome.cause = match &error {
+                ChatError::HttpStatus { status, description } => {
+                    outcome.http_status = Some(*status);
+                    Some(Cause::status(*status, at, description.as_deref().unwrap_or_default()))
+                }
+                ChatError::RateLimited(seconds) => {
+                    outcome.http_status = Some(429);
+                    Some(Cause::status(429, at, &format!("rate limited; asked to wait {seconds} s")))
+                }
+                ChatError::RequestFailed(cause) => Some(cause.clone()),
+                ChatError::Timeout => Some(Cause::timeout(at)),
+                ChatError::RemoteRejected { description } => {
+                    Some(Cause::rejected(at, description.as_deref().unwrap_or("no description")))
+                }
+                _ => None,
+            };
             outcome.error = Some(error.code().to_string());
             None
         }
@@ -470,7 +400,7 @@ pub(super) fn settle(
 /// Whether a failed chat call may be retried: timeouts, unreachable provider, 429 and 5xx.
 fn retryable(error: &ChatError) -> bool {
     match error {
-        ChatError::Timeout | ChatError::RequestFailed => true,
+        ChatError::Timeout | ChatError::RequestFailed(_) => true,
         ChatError::RateLimited(seconds) => *seconds <= MAX_RETRY_AFTER,
         ChatError::HttpStatus { status, .. } => *status == 429 || *status >= 500,
         _ => false,
@@ -529,6 +459,17 @@ pub(crate) fn finish(outcome: &mut DeliveryOutcome, started: Instant) {
         started.elapsed(),
     );
     if !outcome.delivered {
+        let (class, detail) = match &outcome.cause {
+            Some(cause) => (cause.class, cause.detail.as_str()),
+            None => ("other", outcome.error.as_deref().unwrap_or("failed")),
+        };
+        crate::telemetry::count(
+            "akritas_notification_failures_total",
+            "Failed notification deliveries by receiver and cause: connection_refused, dns, tls, timeout, connect, \
+             http_4xx, http_5xx, rejected, or other (the error code says which).",
+            &[("receiver", receiver), ("cause", class)],
+            1.0,
+        );
         tracing::warn!(
             component = "akritas_notification",
             receiver = %outcome.receiver,
@@ -536,6 +477,8 @@ pub(crate) fn finish(outcome: &mut DeliveryOutcome, started: Instant) {
             delivery_id = %outcome.delivery_id,
             status_code = outcome.http_status.unwrap_or(0),
             error_code = outcome.error.as_deref().unwrap_or(""),
+            cause = class,
+            detail,
             attempts = outcome.attempts,
             "notification delivery failed"
         );

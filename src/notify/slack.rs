@@ -119,10 +119,8 @@ async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, Cha
 
 /// [`send`] of a built request.
 async fn send_built(client: &reqwest::Client, request: reqwest::Request) -> Result<reqwest::Response, ChatError> {
-    let resp = client
-        .execute(request)
-        .await
-        .map_err(|e| if e.is_timeout() { ChatError::Timeout } else { ChatError::RequestFailed })?;
+    let endpoint = super::cause::endpoint(request.url().as_str());
+    let resp = client.execute(request).await.map_err(|e| super::chat::failed(&e, &endpoint))?;
     let status = resp.status().as_u16();
     if status == 429 {
         let wait = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()?.trim().parse().ok());

@@ -386,7 +386,11 @@ pub fn incident_status(incident: &crate::alerts::IncidentState, jobs: &[Job]) ->
                     DeliveryStatus::Filtered => "filtered",
                     _ => "failed",
                 };
-                json!({"receiver": d.receiver, "outcome": outcome, "at": job.updated_at})
+                let mut delivery = json!({"receiver": d.receiver, "outcome": outcome, "at": job.updated_at});
+                if let Some(detail) = d.detail.as_deref().filter(|_| outcome == "failed") {
+                    delivery["detail"] = json!(detail);
+                }
+                delivery
             })
             .collect();
         let skip = deliveries.len().saturating_sub(MAX_DELIVERIES);

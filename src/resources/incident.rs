@@ -128,4 +128,8 @@ pub struct IncidentDelivery {
     pub outcome: String,
     /// RFC 3339 time.
     pub at: String,
+    /// Why a failed delivery failed (connection refused, DNS, TLS, timeout, an HTTP status),
+    /// naming the receiver's host and port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }

@@ -44,6 +44,8 @@ pub struct Health {
     pub validator_sandbox: String,
     /// How structured answers are asked of the upstream model.
     pub model_protocol: ModelProtocolHealth,
+    /// The upstream model server as the host last reached it.
+    pub model_server: ModelServerHealth,
     /// The Catalog in force.
     pub catalog: CatalogHealth,
     /// Where the stores are.
@@ -100,10 +102,22 @@ impl ModelProtocolHealth {
     }
 }
 
+/// The upstream model server as the host last reached it.
+#[derive(Serialize, JsonSchema)]
+pub struct ModelServerHealth {
+    /// Its base URL (`base_url`).
+    pub url: String,
+    /// Whether the last request reached it; `null` before the first.
+    pub reachable: Option<bool>,
+    /// Why the last request could not reach it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// A degraded component.
 #[derive(Serialize, JsonSchema)]
 pub struct Degraded {
-    /// `alerts`, `audit` or `resources`.
+    /// `alerts`, `audit`, `database`, `model_server` or `resources`.
     pub component: &'static str,
     /// What failed and what it means for callers.
     pub reason: String,
@@ -264,6 +278,20 @@ fn full_health(state: &AppState) -> Health {
             ),
         });
     }
+    let llm = state.engine.llm();
+    let reach = llm.reach();
+    if reach.reachable == Some(false) {
+        degraded.push(Degraded {
+            component: "model_server",
+            reason: format!(
+                "the model server at {} cannot be reached ({}); chats and investigations fail until it answers",
+                llm.base_url(),
+                reach.error.as_deref().unwrap_or("no cause given"),
+            ),
+        });
+    }
+    let model_server =
+        ModelServerHealth { url: llm.base_url().to_string(), reachable: reach.reachable, error: reach.error };
     let storage = match &state.info.database {
         None => StorageHealth { backend: "embedded", database: None, replica: None },
         Some((watch, replica)) => {
@@ -290,7 +318,8 @@ fn full_health(state: &AppState) -> Health {
         authentication: if state.keys.enabled() { "api-key" } else { "disabled" },
         system_instructions_sha256: state.info.instructions_sha256.clone(),
         validator_sandbox: state.info.validator_sandbox.clone(),
-        model_protocol: ModelProtocolHealth::of(state.engine.llm()),
+        model_protocol: ModelProtocolHealth::of(llm),
+        model_server,
         catalog: CatalogHealth {
             version: catalog.version,
             hash: catalog.hash.clone(),

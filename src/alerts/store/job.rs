@@ -335,6 +335,10 @@ pub struct Delivery {
     /// Stable error code of the last attempt (never a URL or token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the last attempt failed: connection refused, DNS, TLS, a timeout or an HTTP status
+    /// with the first bytes of the answer, naming the receiver's host and port (never its path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// Why a `filtered` delivery was not sent: `severity`, `alert_source`, `namespace`,
     /// `labels` or `quiet_window`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -43,6 +43,7 @@ pub fn pending_delivery(receiver: &str, kind: ReceiverType) -> Delivery {
         attempts: 0,
         http_status: None,
         error: None,
+        detail: None,
         reason: None,
     }
 }

@@ -196,6 +196,7 @@ impl Worker {
             delivery.attempts += outcome.attempts;
             delivery.http_status = outcome.http_status;
             delivery.error = outcome.error;
+            delivery.detail = outcome.cause.map(|cause| cause.detail);
         }
         for delivery in &job.deliveries {
             self.report_delivery(delivery);
@@ -260,6 +261,7 @@ impl Worker {
         delivery.attempts = sent.outcome.attempts;
         delivery.http_status = sent.outcome.http_status;
         delivery.error = sent.outcome.error;
+        delivery.detail = sent.outcome.cause.map(|cause| cause.detail);
         delivery
     }
 
