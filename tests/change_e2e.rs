@@ -656,6 +656,7 @@ async fn the_cli_previews_and_applies_through_the_api() {
     // The printed next step carries the same --url, so it can be pasted as is.
     let hint = out.lines().find_map(|l| l.strip_prefix("Apply with: ")).unwrap().to_string();
     assert_eq!(hint, format!("akritas change apply {id} --yes --url {}", server.url));
+    assert!(!out.contains("Applying needs an API key"), "a key was sent: {out}");
     let (code, out, err) = tokio::task::block_in_place(|| cli(&["show", &id], DEV_KEY));
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("\nState: pending (waiting for approval)\n"), "{out}");

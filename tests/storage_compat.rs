@@ -111,9 +111,11 @@ async fn data_dirs_written_by_f6d8654_open_verify_and_report_the_same() {
             });
             let health: Value = reqwest::get(format!("{}/health", server.url)).await.unwrap().json().await.unwrap();
             // The stores only (no model server runs here).
-            let storage = health["degraded"].as_array().into_iter().flatten().filter(|d| {
-                matches!(d["component"].as_str(), Some("alerts" | "audit" | "database"))
-            });
+            let storage = health["degraded"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| matches!(d["component"].as_str(), Some("alerts" | "audit" | "database")));
             assert_eq!(storage.count(), 0, "{name} ({round}): {health}");
             assert_eq!(report(&server.url).await, reported, "{name} ({round}):\n{}", server.log_text());
             assert_eq!(server.terminate(), Some(0), "{name} ({round})");

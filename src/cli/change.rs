@@ -125,7 +125,8 @@ async fn execute(args: &ChangeArgs) -> Result<ExitCode, String> {
     let client = crate::outbound::client(Duration::from_secs(15 * 60)).map_err(|e| format!("HTTP client: {e}"))?;
     let mut request = client.request(method, format!("{base}{path}"));
     let key = if args.api_key_env.is_empty() { None } else { std::env::var(&args.api_key_env).ok() };
-    if let Some(key) = key.filter(|k| !k.is_empty()) {
+    let key_sent = key.filter(|k| !k.is_empty());
+    if let Some(key) = &key_sent {
         request = request.bearer_auth(key);
     }
     if let Some(body) = body {
@@ -153,6 +154,15 @@ async fn execute(args: &ChangeArgs) -> Result<ExitCode, String> {
             if let Some(id) = value["approval"]["id"].as_str().filter(|_| pending) {
                 outln!("\nApproval id: {id} (expires {})", value["approval"]["expires_at"].as_str().unwrap_or("?"));
                 outln!("Apply with: {}", apply_command(id, args));
+                if key_sent.is_none() {
+                    // The preview went through without a key: this host lets anonymous callers
+                    // preview, and never apply.
+                    outln!(
+                        "Applying needs an API key with the admin scope, and none was sent: configure one on the \
+                         host (api_keys: NAME=ENV_VAR:read+chat+admin, see docs/changes.md) and put it in {} here.",
+                        if args.api_key_env.is_empty() { DEFAULT_KEY_ENV } else { &args.api_key_env }
+                    );
+                }
             }
             if let Some(state) = value.get("state") {
                 outln!("\nState: {}", describe_state(state));

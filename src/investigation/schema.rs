@@ -63,7 +63,8 @@ pub fn result_schema() -> Value {
 
 /// The result schema for a Run whose successful calls are `citable`: an evidence item names
 /// one of them (an `enum`) and one of that call's values (an `enum` per call); a Run with no
-/// value to quote cites nothing.
+/// value to quote cites nothing, and is offered only the status that stands without evidence
+/// (`inconclusive`: `confirmed` needs a verified quote, `suspected` a cited call).
 pub fn result_schema_citing(citable: &[Citable]) -> Value {
     cite(result_schema(), citable)
 }
@@ -79,6 +80,10 @@ pub(super) fn cite(mut schema: Value, citable: &[Citable]) -> Value {
                                   "value": {"type": "string", "enum": c.values}}})
         })
         .collect();
+    if branches.is_empty() {
+        schema["properties"]["finding_status"] = json!({"type": "string", "enum": ["inconclusive"],
+            "description": "inconclusive: no call of this Run returned a value to cite, so the evidence cannot settle it"});
+    }
     let evidence = &mut schema["properties"]["evidence"];
     match branches.len() {
         0 => evidence["maxItems"] = json!(0),
@@ -137,7 +142,14 @@ mod tests {
             assert!(!validator.is_valid(&result(bad.clone())), "{bad}");
         }
         let none = jsonschema::validator_for(&result_schema_citing(&citable()[2..])).unwrap();
-        assert!(none.is_valid(&result(json!([]))));
+        assert!(!none.is_valid(&result(json!([]))), "confirmed without anything to cite is not offered");
+        let mut inconclusive = result(json!([]));
+        inconclusive["finding_status"] = json!("inconclusive");
+        assert!(none.is_valid(&inconclusive));
+        for status in ["suspected", "confirmed"] {
+            inconclusive["finding_status"] = json!(status);
+            assert!(!none.is_valid(&inconclusive), "{status} with no evidence possible");
+        }
         assert!(!none.is_valid(&result(json!([{"call": "call-3", "value": "x"}]))));
     }
 

@@ -267,6 +267,12 @@ pub struct SkillVersion {
 /// What is wrong with a case; each message says what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
+    /// Exported from a Run the change pipeline made (by a version that still exported them).
+    #[error(
+        "the case was exported from a {0} Run, which a replay cannot reproduce (it replays chats and \
+         investigations); prepare the change again with `akritas change simulate`"
+    )]
+    ChangeRun(String),
     /// Too large.
     #[error("the case is {0} bytes; at most {MAX_CASE_BYTES} are allowed")]
     TooLarge(usize),
@@ -355,6 +361,11 @@ impl Case {
             CASE_VERSION => {}
             1 => return Err(CaseError::UnmarkedTools),
             other => return Err(CaseError::Version(other)),
+        }
+        if let Some(origin) =
+            self.origin.as_ref().filter(|o| super::export::CHANGE_SOURCES.contains(&o.source.as_str()))
+        {
+            return Err(CaseError::ChangeRun(origin.source.clone()));
         }
         for (what, count, limit) in [
             ("calls", self.calls.len(), MAX_CALLS),

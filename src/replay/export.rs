@@ -20,7 +20,32 @@ pub enum ExportError {
     /// Still executing.
     #[error("run {0} is still running; export it when it has finished")]
     Running(String),
+    /// A Run replay cannot reproduce: a replay runs the engine on the case's question, and a
+    /// change preview or apply is the change pipeline's (a proposal, validators, a write).
+    #[error(
+        "run {run} is a {origin} Run, which a replay cannot reproduce (it replays chats and investigations); \
+         prepare the change again with `akritas change simulate`"
+    )]
+    NotReplayable {
+        /// The Run.
+        run: String,
+        /// Its source.
+        origin: String,
+    },
 }
+
+impl ExportError {
+    /// The API error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ExportError::Running(_) => "run_running",
+            ExportError::NotReplayable { .. } => "not_replayable",
+        }
+    }
+}
+
+/// Sources of Runs the change pipeline made: a replay would answer them as a chat.
+pub(super) const CHANGE_SOURCES: [&str; 2] = ["change_preview", "change_apply"];
 
 /// The catalog a case is exported with: the tools and skills the Run's namespace sees now.
 pub struct ExportCatalog<'a> {
@@ -36,6 +61,9 @@ pub struct ExportCatalog<'a> {
 pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, ExportError> {
     if run.status == RunStatus::Running {
         return Err(ExportError::Running(run.id.to_string()));
+    }
+    if CHANGE_SOURCES.contains(&run.source.as_str()) {
+        return Err(ExportError::NotReplayable { run: run.id.to_string(), origin: run.source.clone() });
     }
     let own: Vec<&AuditEvent> = run
         .events
@@ -161,4 +189,44 @@ fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
         }
     }
     tools
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::RunId;
+
+    /// A change preview replayed would be answered as a chat and compared as one ("same as
+    /// recorded" about something else): it is refused, with what to do instead.
+    #[test]
+    fn a_change_run_is_not_exported_as_a_case_a_chat_is() {
+        let run = |source: &str| RunRecord {
+            namespace: "default".into(),
+            id: RunId::generate(),
+            source: source.into(),
+            actor: "ops".into(),
+            model: None,
+            catalog_version: 1,
+            status: RunStatus::Succeeded,
+            started_at: String::new(),
+            completed_at: None,
+            error: None,
+            error_code: None,
+            metadata: BTreeMap::new(),
+            events: Vec::new(),
+            investigation: None,
+        };
+        let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
+        let catalog = ExportCatalog { tools: &tools, skills: &BTreeMap::new(), version: 1 };
+        for source in ["change_preview", "change_apply"] {
+            let error = export(&run(source), &catalog).unwrap_err();
+            assert_eq!(error.code(), "not_replayable");
+            assert!(error.to_string().contains("akritas change simulate"), "{error}");
+        }
+        let mut case = export(&run("chat"), &catalog).unwrap();
+        // A case an older version exported from a change preview is refused by the replay.
+        case.origin.as_mut().unwrap().source = "change_preview".into();
+        let refused = case.check().unwrap_err();
+        assert!(refused.to_string().contains("akritas change simulate"), "{refused}");
+    }
 }

@@ -369,7 +369,7 @@ pub async fn export(
     let skills = skills_of(&catalog, &state.engine.tenancy().scope(&run.namespace));
     let exported = ExportCatalog { tools: &tools, skills: &skills, version: catalog.version };
     let mut case = crate::replay::export(&run, &exported)
-        .map_err(|error| ApiError::new(StatusCode::CONFLICT, "run_running", error.to_string()))?;
+        .map_err(|error| ApiError::new(StatusCode::CONFLICT, error.code(), error.to_string()))?;
     if let Some(store) = &state.alerts {
         supply_alert_input(&mut case, &run, store).await;
     }
