@@ -36,12 +36,69 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Offline, the manifests and the configuration only: the samples and the skills serve loads
+/// with them (the repository's `skills/`) are valid.
 #[test]
 fn shipped_samples_are_valid() {
-    let (code, stdout, stderr) = validate(&root().join("config/samples"));
+    let (code, stdout, stderr) = validate_with(&[root().join("config/samples").as_os_str(), "--offline".as_ref()]);
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(stdout, "");
-    assert!(stderr.contains("ok: 14 resources valid"), "{stderr}");
+    assert!(stderr.contains("ok: 20 resources valid"), "{stderr}");
+}
+
+/// With this machine's environment (none of the samples' variables, no /srv/workspaces), validate
+/// lists the resources `/health` sends you to it for, with the same reasons, and exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_empty_environment_validate_lists_what_health_lists_and_exits_1() {
+    let samples = root().join("config/samples");
+    let output = Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .arg("validate")
+        .arg(&samples)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let mut listed: Vec<String> = stdout
+        .lines()
+        .filter_map(|line| {
+            let (_, rest) = line.split_once(' ')?;
+            let (object, rest) = rest.split_once(": ")?;
+            let (kind, _name) = object.split_once('/')?;
+            Some(format!("{kind} {}", rest.split(": ").next()?))
+        })
+        .collect();
+    listed.sort();
+
+    let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
+    command.arg("--resources").arg(&samples).current_dir(root());
+    for (name, _) in std::env::vars()
+        .filter(|(name, _)| name.starts_with("AKRITAS_INCIDENT") || name.starts_with("AKRITAS_ALERTMANAGER"))
+    {
+        command.env_remove(name);
+    }
+    let server = Server::start(command);
+    let (mut health, _) = poll(Duration::from_secs(30), || async {
+        let health: Value = reqwest::get(format!("{}/health", server.url)).await.ok()?.json().await.ok()?;
+        let not_ready = health["catalog"]["not_ready"].as_array()?;
+        if not_ready.iter().any(|n| n["in_progress"] == true) {
+            return None;
+        }
+        let each = |n: &Value| {
+            let line = format!("{} {}", n["kind"].as_str().unwrap_or("?"), n["reason"].as_str().unwrap_or("?"));
+            vec![line; usize::try_from(n["count"].as_u64().unwrap_or(1)).unwrap_or(1)]
+        };
+        Some(not_ready.iter().flat_map(each).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap_or_else(|| panic!("health never settled:\n{}", server.log_text()));
+    health.sort();
+    assert_eq!(listed, health, "validate:\n{stdout}");
+    assert!(
+        listed.iter().any(|l| l.ends_with("SecretsUnresolved")) && listed.iter().any(|l| l.ends_with("PathNotFound"))
+    );
 }
 
 #[test]
@@ -135,14 +192,14 @@ async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same
         format!("warning: {}: the top-level key \"{key}\" is deprecated; move it into the section \"{section}\" ({section}.{key})", config.display())
     });
     assert!(moved.iter().all(|line| stderr.lines().any(|l| l == line)), "a flat file is read with warnings: {stderr}");
-    assert!(stderr.contains("3 problems; 0 of 3 resources valid; 2 warnings"), "{stderr}");
+    assert!(stderr.contains("3 problems; 7 of 10 resources valid; 2 warnings"), "{stderr}");
     let sections =
         r#"{"version": 1, "mcp": {"stdio_commands": ["akritas"]}, "operator": {"resource_env": ["AKRITAS_*"]}}"#;
     std::fs::write(&config, sections).unwrap();
 
     let (code, stdout, stderr) = validate_with(&[dir.as_os_str(), "--config".as_ref(), config.as_os_str()]);
     assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stderr.contains("3 problems; 0 of 3 resources valid"), "{stderr}");
+    assert!(stderr.contains("3 problems; 7 of 10 resources valid"), "{stderr}");
     assert!(!stderr.contains("warning"), "a config file was given: no chart warnings: {stderr}");
     let mut validated: Vec<&str> = stdout.lines().collect();
     validated.sort();
@@ -184,7 +241,7 @@ async fn validate_refuses_what_serve_refuses_under_the_same_config_with_the_same
 
 #[test]
 fn without_a_config_validate_warns_about_what_the_charts_config_refuses() {
-    let (code, stdout, stderr) = validate(&root().join("config/samples"));
+    let (code, stdout, stderr) = validate_with(&[root().join("config/samples").as_os_str(), "--offline".as_ref()]);
     assert_eq!(code, 0, "the default policy allows the samples: {stdout}{stderr}");
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.starts_with("warning: ")).collect();
     assert!(!warnings.is_empty(), "{stderr}");
@@ -196,7 +253,7 @@ fn without_a_config_validate_warns_about_what_the_charts_config_refuses() {
         "{stderr}"
     );
     assert!(warnings.iter().all(|w| w.contains("EnvNotAllowed") && w.contains("resource_env")), "{stderr}");
-    assert!(stderr.contains(&format!("ok: 14 resources valid; {} warnings", warnings.len())), "{stderr}");
+    assert!(stderr.contains(&format!("ok: 20 resources valid; {} warnings", warnings.len())), "{stderr}");
 }
 
 #[test]

@@ -105,10 +105,15 @@ pub fn refusals(
     loaded: &BoardSnapshot,
     policy: &ResourcePolicy,
     validators: &ValidatorPolicy,
+    here: Here,
 ) -> Vec<ResourceReport> {
     let board = StatusBoard::default();
     board.set(loaded.clone());
-    let secrets = guarded(Arc::new(AnyValue), policy);
+    let resolver: Arc<dyn SecretResolver> = match here {
+        Here::Ignored => Arc::new(AnyValue),
+        Here::Checked => Arc::new(crate::catalog::secrets::EnvSecrets::process()),
+    };
+    let secrets = guarded(resolver, policy);
     for (key, entry) in &catalog.entries {
         let spec = entry.resource.to_value().get("spec").cloned().unwrap_or_default();
         board.set_secrets(key, resolve_all(&spec, &key.namespace, secrets.as_ref()));
@@ -119,18 +124,56 @@ pub fn refusals(
     }
     for (key, entry) in catalog.of_kind(Kind::ValidatorProfile) {
         let Resource::ValidatorProfile(profile) = entry.resource.as_ref() else { continue };
-        // What the policy refuses; whether the program is installed here says nothing.
+        // What the policy refuses; whether the program is installed is judged only here.
+        let judged: &[&str] = match here {
+            Here::Ignored => &[reasons::COMMAND_NOT_ALLOWED, reasons::ENV_NOT_ALLOWED],
+            Here::Checked => &[reasons::COMMAND_NOT_ALLOWED, reasons::ENV_NOT_ALLOWED, reasons::PROGRAM_NOT_FOUND],
+        };
         if let Err(refusal) = validators.check(&key.namespace, &profile.spec.argv, &profile.spec.env)
-            && [reasons::COMMAND_NOT_ALLOWED, reasons::ENV_NOT_ALLOWED].contains(&refusal.reason)
+            && judged.contains(&refusal.reason)
         {
             board.set_check(key, Check::failed(refusal.reason, refusal.message));
         }
+    }
+    if here == Here::Checked {
+        directories(catalog, &board, policy);
     }
     for (key, entry) in catalog.of_kind(Kind::RunSchedule) {
         let Resource::RunSchedule(schedule) = entry.resource.as_ref() else { continue };
         board.set_check(key, crate::schedules::report::references(catalog, key, &schedule.spec, &policy.tenancy));
     }
     board.get().resources.iter().filter(|r| r.in_force == InForce::Current && r.problem().is_some()).cloned().collect()
+}
+
+/// Whether [`refusals`] judges this machine too: the variables `{env:}` names set here, the
+/// directories Workspaces and KnowledgeBases name existing and allowed, validator programs
+/// installed. A check for a cluster (or a CI without the secrets) ignores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Here {
+    /// Only what the policy refuses.
+    Ignored,
+    /// What `serve` started here would find too.
+    Checked,
+}
+
+/// The Workspace and KnowledgeBase directories as `serve` judges them (nothing is cloned
+/// or indexed): missing (`PathNotFound`), or outside the roots the policy allows
+/// (`PathNotAllowed`), with serve's message.
+fn directories(catalog: &Catalog, board: &StatusBoard, policy: &ResourcePolicy) {
+    for (key, entry) in catalog.of_kind(Kind::Workspace) {
+        let Resource::Workspace(workspace) = entry.resource.as_ref() else { continue };
+        let Some(path) = &workspace.spec.source.path else { continue };
+        let dir = entry.base_dir.as_deref().map_or_else(|| path.into(), |base| base.join(path));
+        if let Err(error) = policy.workspace_dir(&dir, entry.base_dir.is_some()) {
+            board.set_check(key, Check::failed(error.reason(), error.at("spec.source.path")));
+        }
+    }
+    for (key, entry) in catalog.of_kind(Kind::KnowledgeBase) {
+        let Resource::KnowledgeBase(base) = entry.resource.as_ref() else { continue };
+        if let Some(error) = crate::knowledge::bases::directory_problem(&base.spec, entry.base_dir.as_deref(), policy) {
+            board.set_check(key, Check::failed(error.reason(), error.to_string()));
+        }
+    }
 }
 
 /// Resolves every reference to an empty value: what the policy lets through, not what

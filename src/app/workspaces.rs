@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::policy::{PathError, ResourcePolicy};
+use crate::catalog::policy::ResourcePolicy;
 use crate::catalog::readiness::{Check, reasons};
 use crate::catalog::secrets::SecretResolver;
 use crate::catalog::status::StatusBoard;
@@ -351,10 +351,7 @@ impl Workspaces {
         };
         let dir = match self.inner.policy.workspace_dir(declared, standalone) {
             Ok(dir) => dir,
-            Err(error @ PathError::Unreadable { .. }) => {
-                return refuse(reasons::PATH_NOT_FOUND, error.at("spec.source.path"));
-            }
-            Err(error) => return refuse(reasons::PATH_NOT_ALLOWED, error.at("spec.source.path")),
+            Err(error) => return refuse(error.reason(), error.at("spec.source.path")),
         };
         let checked = dir.clone();
         let outcome = tokio::task::spawn_blocking(move || git::head(&checked))

@@ -72,6 +72,14 @@ pub enum PathError {
 }
 
 impl PathError {
+    /// The condition reason of a resource whose directory failed this way.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PathError::Unreadable { .. } => crate::catalog::readiness::reasons::PATH_NOT_FOUND,
+            _ => crate::catalog::readiness::reasons::PATH_NOT_ALLOWED,
+        }
+    }
+
     /// The message for a resource whose `field` (such as `spec.source.path`) named the
     /// directory: the field, the directory looked for, what is wrong and what to change.
     pub fn at(&self, field: &str) -> String {

@@ -119,6 +119,11 @@ pub(crate) struct ValidateArgs {
     /// Directories of manifests (YAML or JSON, searched recursively).
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
+    /// Check only what the manifests and the service configuration say, not this machine: the
+    /// variables `{env:}` names set, the directories Workspaces and KnowledgeBases name,
+    /// validator programs installed (for CI that lacks the secrets).
+    #[arg(long)]
+    pub offline: bool,
     /// The service configuration, as for `serve`: what it refuses (`stdio_commands`,
     /// `resource_env`, `stdio_env`, …) is refused here too.
     #[command(flatten)]
@@ -235,7 +240,7 @@ pub fn run() -> ExitCode {
             (None, Some(key_env)) => verify_seals(&path, &key_env, anchor.as_deref()),
             (None, None) => verify_journal(&path),
         },
-        Command::Validate(args) => validate::run(&args.dirs, &args.flags),
+        Command::Validate(args) => validate::run(&args.dirs, &args.flags, args.offline),
         Command::Crds(args) => run_crds(&args),
         Command::Corpus(args) => knowledge::run_corpus(args),
         Command::Index(args) => knowledge::run_index(args),

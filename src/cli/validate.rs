@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::app::policy::{install_egress, refusals, resource_policy, validator_policy};
+use crate::app::policy::{Here, install_egress, refusals, resource_policy, validator_policy};
 use crate::catalog::CatalogStore;
-use crate::catalog::directory::{problem_lines, scan};
+use crate::catalog::directory::{problem_lines, scan_from};
 use crate::catalog::merge::{self, LastGood};
 use crate::catalog::status::{ResourceReport, StatusBoard};
 use crate::config::{self, ServeFlags, Settings};
@@ -22,7 +22,7 @@ const CHART_VALUES_PATH: &str = "charts/akritas/values.yaml";
 
 /// Prints every problem to stdout, warnings and a summary to stderr; exit 1 on any
 /// problem, 2 when the service configuration is invalid.
-pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
+pub fn run(dirs: &[PathBuf], flags: &ServeFlags, offline: bool) -> ExitCode {
     let settings = match config::load(flags, &|name| std::env::var(name).ok()) {
         Ok(settings) => Settings { resources: dirs.to_vec(), ..settings },
         Err(error) => {
@@ -30,7 +30,14 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = scan(dirs, None);
+    let skills = match crate::app::assemble::skills(&settings) {
+        Ok(skills) => skills,
+        Err(error) => {
+            eprintln!("akritas validate: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = scan_from(dirs, skills.as_ref());
     let mut lines = problem_lines(&result);
     let (total, parsed) = (result.objects.len(), result.objects.iter().filter(|o| o.result.is_ok()).count());
     let store = CatalogStore::new();
@@ -38,7 +45,8 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
     merge::apply(LastGood::default().merge(result), &store, &board);
     let (catalog, loaded) = (store.current(), board.get());
     install_egress(&settings);
-    let refused = refusals(&catalog, &loaded, &resource_policy(&settings), &validator_policy(&settings));
+    let here = if offline { Here::Ignored } else { Here::Checked };
+    let refused = refusals(&catalog, &loaded, &resource_policy(&settings), &validator_policy(&settings), here);
     lines.extend(refused.iter().map(refusal_line));
     let mut warnings: Vec<String> = settings.deprecated.iter().map(|d| format!("warning: {d}")).collect();
     if settings.config_file.is_none() {
@@ -47,7 +55,7 @@ pub fn run(dirs: &[PathBuf], flags: &ServeFlags) -> ExitCode {
                 let shown: BTreeSet<String> = refused.iter().map(refusal_line).collect();
                 let chart = Settings { resources: dirs.to_vec(), ..chart };
                 warnings.extend(
-                    refusals(&catalog, &loaded, &resource_policy(&chart), &validator_policy(&chart))
+                    refusals(&catalog, &loaded, &resource_policy(&chart), &validator_policy(&chart), Here::Ignored)
                         .iter()
                         .map(refusal_line)
                         .filter(|line| !shown.contains(line))

@@ -84,10 +84,7 @@ impl BaseError {
     /// The condition reason of a knowledge base that failed this way.
     pub fn reason(&self) -> &'static str {
         match self {
-            BaseError::Path { error: PathError::DataDir { .. } | PathError::OutsideRoots { .. }, .. } => {
-                reasons::PATH_NOT_ALLOWED
-            }
-            BaseError::Path { error: PathError::Unreadable { .. }, .. } => reasons::PATH_NOT_FOUND,
+            BaseError::Path { error, .. } => error.reason(),
             _ => reasons::INDEX_FAILED,
         }
     }
@@ -310,6 +307,20 @@ impl Retriever for KnowledgeBases {
         let result = self.search_where(|namespace| scope.sees(namespace), query, top_k).map_err(RetrievalError::new);
         Box::pin(async move { result })
     }
+}
+
+/// The first directory source of `spec` the policy does not let a knowledge base read (or that
+/// does not exist), as the index build would refuse it; git sources are judged when cloned.
+pub fn directory_problem(
+    spec: &KnowledgeBaseSpec,
+    base_dir: Option<&Path>,
+    policy: &ResourcePolicy,
+) -> Option<BaseError> {
+    spec.sources.iter().enumerate().find_map(|(index, source)| {
+        let directory = source.directory.as_ref()?;
+        let error = policy.readable_dir(&resolve(base_dir, &directory.path), base_dir.is_some()).err()?;
+        Some(BaseError::Path { index, field: "directory.path", error })
+    })
 }
 
 /// The documents of one knowledge base and the files its import skipped.
