@@ -129,6 +129,27 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A succeeded Run of `source` in `namespace` by `actor`, with no event (for tests).
+    #[cfg(test)]
+    pub(crate) fn finished(namespace: &str, source: &str, actor: &str) -> RunRecord {
+        RunRecord {
+            namespace: namespace.into(),
+            id: RunId::generate(),
+            source: source.into(),
+            actor: actor.into(),
+            model: None,
+            catalog_version: 1,
+            status: RunStatus::Succeeded,
+            started_at: String::new(),
+            completed_at: None,
+            error: None,
+            error_code: None,
+            metadata: BTreeMap::new(),
+            events: Vec::new(),
+            investigation: None,
+        }
+    }
+
     /// The Run without raw tool arguments and results (for listings).
     pub fn summary(&self) -> RunRecord {
         let mut run = self.clone();

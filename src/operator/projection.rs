@@ -517,22 +517,7 @@ mod tests {
         if let Some(uid) = uid {
             metadata.insert("schedule_uid".to_string(), json!(uid));
         }
-        RunRecord {
-            namespace: "team-a".into(),
-            id: crate::audit::RunId::generate(),
-            source: "schedule".into(),
-            actor: format!("schedule:{schedule}"),
-            model: None,
-            catalog_version: 1,
-            status: RunStatus::Succeeded,
-            started_at: String::new(),
-            completed_at: None,
-            error: None,
-            error_code: None,
-            metadata,
-            events: Vec::new(),
-            investigation: None,
-        }
+        RunRecord { metadata, ..RunRecord::finished("team-a", "schedule", &format!("schedule:{schedule}")) }
     }
 
     #[test]

@@ -264,6 +264,9 @@ pub struct SkillVersion {
     pub sha256: String,
 }
 
+/// Sources of Runs the change pipeline made: a replay would answer them as a chat.
+pub(super) const CHANGE_SOURCES: [&str; 2] = ["change_preview", "change_apply"];
+
 /// What is wrong with a case; each message says what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
@@ -362,9 +365,7 @@ impl Case {
             1 => return Err(CaseError::UnmarkedTools),
             other => return Err(CaseError::Version(other)),
         }
-        if let Some(origin) =
-            self.origin.as_ref().filter(|o| super::export::CHANGE_SOURCES.contains(&o.source.as_str()))
-        {
+        if let Some(origin) = self.origin.as_ref().filter(|o| CHANGE_SOURCES.contains(&o.source.as_str())) {
             return Err(CaseError::ChangeRun(origin.source.clone()));
         }
         for (what, count, limit) in [

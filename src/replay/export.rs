@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::case::{CASE_VERSION, Case, CaseSkill, CaseTool, Expected, Input, Origin, RecordedCall, SkillVersion};
+use super::case::{
+    CASE_VERSION, CHANGE_SOURCES, Case, CaseSkill, CaseTool, Expected, Input, Origin, RecordedCall, SkillVersion,
+};
 use crate::audit::{AuditEvent, CALL_KIND_EXECUTION, RunRecord, RunStatus, TOOL_CALL};
 use crate::engine::record::{INPUT_SHA256, INSTRUCTIONS_SHA256};
 use crate::engine::skills::SkillEntry;
@@ -43,9 +45,6 @@ impl ExportError {
         }
     }
 }
-
-/// Sources of Runs the change pipeline made: a replay would answer them as a chat.
-pub(super) const CHANGE_SOURCES: [&str; 2] = ["change_preview", "change_apply"];
 
 /// The catalog a case is exported with: the tools and skills the Run's namespace sees now.
 pub struct ExportCatalog<'a> {
@@ -194,28 +193,12 @@ fn tools(registry: &Registry, calls: &[RecordedCall]) -> Vec<CaseTool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::RunId;
 
     /// A change preview replayed would be answered as a chat and compared as one ("same as
     /// recorded" about something else): it is refused, with what to do instead.
     #[test]
     fn a_change_run_is_not_exported_as_a_case_a_chat_is() {
-        let run = |source: &str| RunRecord {
-            namespace: "default".into(),
-            id: RunId::generate(),
-            source: source.into(),
-            actor: "ops".into(),
-            model: None,
-            catalog_version: 1,
-            status: RunStatus::Succeeded,
-            started_at: String::new(),
-            completed_at: None,
-            error: None,
-            error_code: None,
-            metadata: BTreeMap::new(),
-            events: Vec::new(),
-            investigation: None,
-        };
+        let run = |source: &str| RunRecord::finished("default", source, "ops");
         let tools = crate::tools::RegistryBuilder::new(crate::tools::ToolLimits::default()).build();
         let catalog = ExportCatalog { tools: &tools, skills: &BTreeMap::new(), version: 1 };
         for source in ["change_preview", "change_apply"] {
