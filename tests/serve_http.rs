@@ -485,7 +485,8 @@ async fn an_unreachable_model_server_is_named_in_the_log_and_health_until_it_ans
     let models = axum::Router::new()
         .route("/v1/models", axum::routing::get(|| async { axum::Json(json!({"data": [{"id": "m"}]})) }));
     tokio::spawn(async move { axum::serve(listener, models).await.unwrap() });
-    let (up, _) = poll(Duration::from_secs(20), || async {
+    // The checks back off from 2 s to a minute: the bound leaves room for one full wait.
+    let (up, _) = poll(Duration::from_secs(90), || async {
         let (_, health) = get_json(&client, &format!("{}/health", server.url), None).await;
         (health["model_server"]["reachable"] == true).then_some(health)
     })
