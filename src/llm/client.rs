@@ -424,13 +424,15 @@ impl LlmClient {
         let sent = tokio::time::timeout_at(deadline, request.send()).await.map_err(|_| self.timeout_error())?;
         let reach = match &sent {
             Ok(_) => Reach { reachable: Some(true), error: None },
+            // A slow answer says nothing about whether the server can be reached.
             Err(err) if err.is_timeout() && !err.is_connect() => return sent.map_err(|err| self.transport_error(err)),
+            Err(err) if err.is_timeout() => Reach { reachable: Some(false), error: Some("connect timed out".into()) },
             Err(_) => Reach { reachable: Some(false), error: None },
         };
         let sent = sent.map_err(|err| self.transport_error(err));
         let error = match &sent {
             Err(LlmError::Transport(text)) => Some(text.clone()),
-            _ => None,
+            _ => reach.error,
         };
         *self.inner.reach.lock().unwrap_or_else(|p| p.into_inner()) = Reach { error, ..reach };
         sent
