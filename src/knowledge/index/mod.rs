@@ -17,9 +17,9 @@ use std::sync::Arc;
 use tantivy::Index;
 
 pub use build::content_sha256;
-use build::{fill, prepare_dir};
+use build::{Target, fill, prepare_dir};
 pub use schema::META_FILE;
-use schema::{Fields, IndexMeta, fields_of, schema};
+use schema::{Fields, IndexMeta, fields_of};
 use search::ChunkSearch;
 pub use types::{
     ChunkingParams, DocumentInfo, EXCERPT_CHARS, Hit, IndexError, IndexStats, ListFilter, MAX_LIST_LIMIT, SourceStats,
@@ -54,9 +54,7 @@ impl KnowledgeIndex {
     /// Builds an index held in memory.
     pub fn build_in_ram(docs: &[Document], params: ChunkingParams) -> Result<Self, IndexError> {
         params.validate()?;
-        let (schema, fields) = schema();
-        let index = Index::create_in_ram(schema);
-        let meta = fill(&index, fields, docs, params, None)?;
+        let (index, fields, meta) = fill(Target::Ram, docs, params, None)?;
         Self::from_parts(index, fields, meta)
     }
 
@@ -69,9 +67,7 @@ impl KnowledgeIndex {
     ) -> Result<Self, IndexError> {
         params.validate()?;
         prepare_dir(dir)?;
-        let (schema, fields) = schema();
-        let index = Index::create_in_dir(dir, schema)?;
-        let meta = fill(&index, fields, docs, params, manifest_sha256)?;
+        let (index, fields, meta) = fill(Target::Dir(dir), docs, params, manifest_sha256)?;
         meta.write(dir)?;
         Self::from_parts(index, fields, meta)
     }
