@@ -16,8 +16,9 @@
 //!    tool's clear `forbidden` error.
 //! 5. Bounds: a list of 5,000 pods is truncated and counted within the byte cap; a
 //!    50 MiB log yields at most `limitBytes`.
-//! 6. Standalone mode registers the tools from a kubeconfig; a missing kubeconfig
-//!    stops the start with a message naming the setting.
+//! 6. Standalone mode registers the tools from a kubeconfig; `ask` with only
+//!    `~/.kube/config` offers them and reads the cluster; a missing kubeconfig named by
+//!    the setting stops the start with a message naming the setting.
 
 use akritas_testkit as support;
 use akritas_testkit::kube_api;
@@ -632,6 +633,44 @@ async fn a_list_of_5000_pods_and_a_50_mib_log_stay_within_their_bounds() {
         assert!(names.contains(&name), "{name} is not offered standalone: {names:?}");
     }
     drop(server);
+    // `akritas ask` with nothing but `~/.kube/config`: the tools are offered, read the cluster
+    // through the current context, and the log says which.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".kube")).unwrap();
+    std::fs::copy(&api.admin_kubeconfig, home.path().join(".kube/config")).unwrap();
+    let plan = alias("local.investigation.submit_plan");
+    let check = json!({"checks": [{"step": "Pods of bulk", "tool": "kubernetes.list",
+        "arguments": {"namespace": "bulk", "kind": "Pod", "limit": 5}, "reason": "what runs there"}], "gaps": []});
+    let llm = ScriptedLlm::start(vec![
+        Step::from(Reply::ToolCalls(vec![("p".into(), plan, check)])),
+        Step::from(Reply::Content("bulk runs pods.".into())),
+    ])
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_akritas"))
+        .args(["ask", "what runs in the bulk namespace?", "--base-url", &llm.url, "--skills-dir", ""])
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--system-instructions")
+        .arg(support::root().join("instructions/SYSTEM.md"))
+        .env("HOME", home.path())
+        .env("RUST_LOG", "akritas=info")
+        .env_remove("KUBECONFIG")
+        .env_remove("AKRITAS_KUBECONFIG")
+        .env_remove("AKRITAS_CONFIG")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("kubernetes.list · ok"), "{stdout}");
+    let config_path = home.path().join(".kube/config");
+    let used = stderr
+        .lines()
+        .find(|l| l.contains("Kubernetes tools read the cluster of this context"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(used.contains(&config_path.display().to_string()) && used.contains("context=admin"), "{used}");
+    let listed = llm.requests().iter().any(|r| r.to_string().contains("\"noisy\""));
+    assert!(listed, "the cluster's pod is not in what the model saw");
     // A kubeconfig that is not there stops the start and says which setting to fix.
     let mut command = serve_command(env!("CARGO_BIN_EXE_akritas"));
     let output = command.env("AKRITAS_KUBECONFIG", "/nonexistent/kubeconfig").output().unwrap();

@@ -188,12 +188,12 @@ settings_table! {
         flag "shared-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
         expect "at most 64 Kubernetes namespace names";
         check lists::check_namespaces; section "operator";
-    /// Built-in read-only Kubernetes tools (`kubernetes.*`): in operator mode, and standalone when `kubeconfig` is set
+    /// Built-in read-only Kubernetes tools (`kubernetes.*`): in operator mode, and standalone when a kubeconfig is found
     kubernetes_tools: bool = true;
         flag "kubernetes-tools" [Option<String>] value_name "BOOL";
         expect "true or false (or 1 or 0)";
         check value::ok; section "kubernetes";
-    /// Standalone mode: kubeconfig file the Kubernetes tools read the cluster with (its current context)
+    /// Standalone mode: kubeconfig file the Kubernetes tools read the cluster with (its current context); unset: $KUBECONFIG, else ~/.kube/config
     kubeconfig: Option<String> = None;
         flag "kubeconfig" [Option<String>] value_name "PATH";
         expect "a path to a kubeconfig file";

@@ -150,6 +150,8 @@ pub fn serve_command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
         .env("AKRITAS_SKILLS_DIR", "")
         .env_remove("AKRITAS_API_KEY")
         .env_remove("AKRITAS_CONFIG")
+        // Standalone Kubernetes tools fall back to `$KUBECONFIG`: only a test that sets it gets them.
+        .env_remove("KUBECONFIG")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -115,6 +115,7 @@ pub(super) enum Target<'a> {
 
 /// What documents are written through: one segment in this thread for a small corpus,
 /// tantivy's writer for a large one.
+#[allow(clippy::large_enum_variant, reason = "one per index build, for its duration")]
 enum Sink {
     One(SingleSegmentIndexWriter<TantivyDocument>),
     Many(Index, IndexWriter<TantivyDocument>),
