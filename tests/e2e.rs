@@ -8,6 +8,7 @@
 mod alert_e2e;
 mod bots_e2e;
 mod change_e2e;
+mod changes_example;
 mod chart;
 mod database_alerts;
 mod database_audit;

@@ -15,18 +15,8 @@ use support::scripted_llm::{Reply, ScriptedLlm, Step, offers};
 
 const ANSWER: &str = "Tour answer: db-7 looks healthy from here.";
 
-/// The README's code blocks whose info string is `<lang> <tag>`, in order.
 fn blocks(readme: &str, tag: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut lines = readme.lines();
-    while let Some(line) = lines.next() {
-        let Some(info) = line.strip_prefix("```") else { continue };
-        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
-        if info.split_whitespace().nth(1) == Some(tag) {
-            found.push(body.join("\n"));
-        }
-    }
-    found
+    support::doc_blocks(readme, tag)
 }
 
 /// A model that plans no check, answers, and submits an inconclusive result.

@@ -77,6 +77,21 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target/cache"))
 }
 
+/// The code blocks of a Markdown text whose info string is `<lang> <tag>`, in order: the
+/// runnable steps of a documented walk-through (README tour, worked examples).
+pub fn doc_blocks(markdown: &str, tag: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut lines = markdown.lines();
+    while let Some(line) = lines.next() {
+        let Some(info) = line.strip_prefix("```") else { continue };
+        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+        if info.split_whitespace().nth(1) == Some(tag) {
+            found.push(body.join("\n"));
+        }
+    }
+    found
+}
+
 /// Returns a currently free loopback port.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
