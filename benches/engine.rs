@@ -106,6 +106,7 @@ fn engine(llm: &ScriptedLlm, audit: Option<Arc<AuditLog>>) -> Engine {
         max_runs_per_namespace: 4,
         queue_timeout: Duration::from_secs(5),
         search_top_k: 5,
+        keep_input_namespaces: Default::default(),
     };
     let client = LlmClient::new(
         LlmConfig { system_instructions: Some(Arc::from("Be careful.")), ..LlmConfig::new(llm.url.clone()) },

@@ -238,3 +238,68 @@ async fn an_exported_run_replays_with_the_same_calls_and_a_changed_skill_changes
     assert_eq!(outcome["comparison"]["same_tool_calls"], true, "{outcome}");
     assert_eq!(outcome["answer"], answer["answer"], "{outcome}");
 }
+
+#[tokio::test]
+async fn a_namespace_that_keeps_inputs_exports_its_runs_ready_to_replay_with_secrets_redacted() {
+    let llm = ScriptedLlm::start_with(model).await;
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = CatalogStore::new();
+    let audit = Arc::new(AuditLog::open(&dir.path().join("audit.jsonl")).unwrap());
+    let (tools, _) = host::standard_tools();
+    let settings = akritas::engine::request::EngineSettings {
+        keep_input_namespaces: ["default".to_string()].into(),
+        ..host::settings()
+    };
+    let engine = host::engine(&llm, settings, tools, catalog.clone(), Some(audit), None);
+    let server = host::serve(engine, catalog, keys()).await;
+    let chat = |key: &'static str, question: &'static str| {
+        let url = format!("{}/api/v1/chat", server.url);
+        async move {
+            let body = json!({"messages": [{"role": "user", "content": question}]});
+            let response = reqwest::Client::new().post(url).bearer_auth(key).json(&body).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let answer: Value = response.json().await.unwrap();
+            (answer["run_id"].as_str().unwrap().to_string(), answer["answer"].as_str().unwrap().to_string())
+        }
+    };
+    let export = |run_id: String, key: &'static str| {
+        let url = format!("{}/api/v1/runs/{run_id}/export", server.url);
+        async move {
+            let (status, text) = get(&url, key).await;
+            assert_eq!(status, 200, "{text}");
+            Case::parse(&text).unwrap()
+        }
+    };
+
+    // `default` keeps its inputs: the export needs no question, and replays as recorded.
+    let (run_id, answer) = chat(OPS_KEY, QUESTION).await;
+    let case = export(run_id, OPS_KEY).await;
+    let messages: Vec<(&str, &str)> =
+        case.input.messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    assert_eq!(messages, [("user", QUESTION)]);
+    assert!(!case.input.redacted);
+    let replayed = replay(&case, client(&llm), host::settings(), &SkillSource::Case).await.unwrap();
+    assert_eq!((replayed.status.as_str(), replayed.answer.as_deref()), ("succeeded", Some(answer.as_str())));
+    assert!(replayed.comparison.same_tool_calls, "{:?}", replayed.tool_calls);
+
+    // A credential in the question is redacted before it is kept: the journal never holds it,
+    // and the case says its input no longer hashes to the recorded value.
+    let (run_id, _) = chat(OPS_KEY, "db-7 is slow since I set password: hunter2-db7 on it, why?").await;
+    let mut case = export(run_id, OPS_KEY).await;
+    assert_eq!(case.input.messages[0].content, "db-7 is slow since I set password: [redacted] on it, why?");
+    assert!(case.input.redacted);
+    let journal = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    assert!(journal.contains(QUESTION), "the kept input is in the journal");
+    assert!(!journal.contains("hunter2-db7"), "a credential in a question never reaches the journal");
+    let redacted = replay(&case, client(&llm), host::settings(), &SkillSource::Case).await.unwrap();
+    assert_eq!(redacted.status, "succeeded", "{:?}", redacted.error);
+    case.supply_input("db-7 is slow since I set password: hunter2-db7 on it, why?", Default::default()).unwrap();
+    assert!(!case.input.redacted, "the original supplied replaces what was kept");
+
+    // Another namespace keeps only the hash.
+    let (run_id, _) = chat(OTHER_KEY, "why is db-9 slow?").await;
+    let case = export(run_id, OTHER_KEY).await;
+    assert!(case.input.messages.is_empty() && case.input.sha256.is_some(), "{:?}", case.input);
+    let journal = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    assert!(!journal.contains("why is db-9 slow"));
+}

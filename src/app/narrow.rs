@@ -35,6 +35,7 @@ pub fn engine(settings: &Settings) -> EngineSettings {
         max_runs_per_namespace: settings.max_runs_per_namespace as usize,
         queue_timeout: settings.run_queue_timeout,
         search_top_k: settings.search_top_k as usize,
+        keep_input_namespaces: settings.audit_input_namespaces.iter().cloned().collect(),
     }
 }
 

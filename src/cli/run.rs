@@ -122,7 +122,13 @@ async fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     }
     if case.input.messages.is_empty() {
         eprintln!(
-            "akritas run: the case has no input yet (the audit keeps only its hash); add --question to replay it"
+            "akritas run: the case has no input yet (the audit keeps only its hash unless the Run's namespace is in \
+             audit_input_namespaces); add --question to replay it"
+        );
+    } else if case.input.redacted {
+        eprintln!(
+            "akritas run: the case's input is the one the audit kept, with secrets redacted; it replays as it is, \
+             or add --question with the original"
         );
     }
     Ok(ExitCode::SUCCESS)

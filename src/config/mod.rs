@@ -494,6 +494,11 @@ settings_table! {
         flag "audit-key-env" [Option<String>] value_name "ENV_VAR";
         expect "an environment variable name such as AKRITAS_AUDIT_KEY";
         check lists::check_optional_env_name; section "storage";
+    /// Namespaces whose Runs keep their input in the audit journal (the conversation and context facts, secrets redacted, at most 64 KiB), so a Run exports ready to replay without its question; default none: only the input's hash
+    audit_input_namespaces: Vec<String> = Vec::new();
+        flag "audit-input-namespaces" [Vec<String>] value_name "NAME" delimiter ',';
+        expect "at most 64 Kubernetes namespace names";
+        check lists::check_namespaces; section "storage";
     /// A file outside the data directory where the audit journal's head (seq, hash, seal) is written at least every 30 s, so a journal cut behind it fails `akritas audit verify --anchor`
     audit_anchor_file: Option<String> = None;
         flag "audit-anchor-file" [Option<String>] value_name "PATH";

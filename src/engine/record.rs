@@ -66,10 +66,9 @@ impl Recorder {
         audit: Option<Arc<AuditLog>>,
         follow_up: Option<ActiveRun>,
         request: &RunRequest,
-        model: &str,
-        catalog_version: u64,
-        instructions_sha256: Option<String>,
+        opening: Opening<'_>,
     ) -> Result<Self, AuditError> {
+        let Opening { model, catalog_version, instructions, keep_input } = opening;
         let is_follow_up = follow_up.is_some();
         let mut calls_before = 0;
         let active = match (&audit, follow_up) {
@@ -89,7 +88,7 @@ impl Recorder {
                         actor: request.actor.clone(),
                         model: Some(model.to_string()),
                         catalog_version,
-                        metadata: start_metadata(request, instructions_sha256),
+                        metadata: start_metadata(request, instructions, keep_input),
                     })
                     .await?,
             ),
@@ -138,8 +137,25 @@ impl Recorder {
     }
 }
 
-/// Metadata key of the input's hash (conversation and context, never their text).
+/// What a Run records when it opens, besides its request.
+pub struct Opening<'a> {
+    /// The model that answers.
+    pub model: &'a str,
+    /// The Catalog's version.
+    pub catalog_version: u64,
+    /// SHA-256 of the system instructions the model requests carry.
+    pub instructions: Option<String>,
+    /// Whether the input's text is kept (`audit_input_namespaces`), not only its hash.
+    pub keep_input: bool,
+}
+
+/// Metadata key of the input's hash (conversation and context).
 pub const INPUT_SHA256: &str = "input_sha256";
+/// Metadata key of the input itself, in the namespaces that keep it: `{"messages", "context",
+/// "redacted"}`, or `{"omitted"}` saying why it was not kept.
+pub const INPUT: &str = "input";
+/// Largest input kept (its canonical JSON, after redaction).
+pub const MAX_KEPT_INPUT_BYTES: usize = 64 * 1024;
 /// Metadata key (at the end of a Run) of the structured mode its last structured step used.
 pub const MODEL_PROTOCOL: &str = "model_protocol";
 /// Metadata key (at the end of a Run) of its structured steps' fallbacks, when any.
@@ -147,16 +163,50 @@ pub const MODEL_PROTOCOL_FALLBACKS: &str = "model_protocol_fallbacks";
 /// Metadata key of the SYSTEM.md hash the Run's model requests carried.
 pub const INSTRUCTIONS_SHA256: &str = "instructions_sha256";
 
-/// What a new Run records at its start: the request's facts, the hash of its input
-/// (the audit keeps no prompt: the hash lets an export check a question supplied
-/// later) and of the system instructions.
-fn start_metadata(request: &RunRequest, instructions_sha256: Option<String>) -> BTreeMap<String, Value> {
+/// What a new Run records at its start: the request's facts, the hash of its input (the hash
+/// lets an export check a question supplied later), with `keep_input` the input itself
+/// ([`kept_input`]), and the hash of the system instructions.
+fn start_metadata(
+    request: &RunRequest,
+    instructions_sha256: Option<String>,
+    keep_input: bool,
+) -> BTreeMap<String, Value> {
     let mut metadata = request.metadata.clone();
     metadata.insert(INPUT_SHA256.into(), json!(input_sha256(&request.turns, &request.context)));
+    if keep_input {
+        metadata.insert(INPUT.into(), kept_input(&request.turns, &request.context));
+    }
     if let Some(sha) = instructions_sha256 {
         metadata.insert(INSTRUCTIONS_SHA256.into(), json!(sha));
     }
     metadata
+}
+
+/// The input as the audit keeps it: every message and context value through the redaction
+/// errors and logs get (the host's secrets, credential-looking fragments), `redacted` saying
+/// whether that changed anything (then it no longer hashes to `input_sha256`). Over
+/// [`MAX_KEPT_INPUT_BYTES`], only why it was omitted.
+pub fn kept_input(turns: &[Turn], context: &BTreeMap<String, String>) -> Value {
+    let messages: Vec<Turn> =
+        turns.iter().map(|turn| Turn { role: turn.role, content: crate::redact::redact(&turn.content) }).collect();
+    let facts: BTreeMap<String, String> = context
+        .iter()
+        .map(|(key, value)| {
+            let kept = if crate::audit::is_sensitive_key(key) {
+                crate::redact::REDACTED.to_string()
+            } else {
+                crate::redact::redact(value)
+            };
+            (key.clone(), kept)
+        })
+        .collect();
+    let redacted = messages.iter().zip(turns).any(|(kept, turn)| kept.content != turn.content) || facts != *context;
+    let kept = json!({"messages": messages, "context": facts, "redacted": redacted});
+    let size = kept.to_string().len();
+    if size > MAX_KEPT_INPUT_BYTES {
+        return json!({"omitted": format!("the input is {size} bytes, over the {MAX_KEPT_INPUT_BYTES} kept")});
+    }
+    kept
 }
 
 /// SHA-256 (hex) of a Run's input: the canonical JSON of `{"context", "messages"}`.
@@ -284,6 +334,36 @@ mod tests {
     use super::*;
     use crate::engine::budget::{Dimension, Exhausted};
     use crate::tools::{ErrorCode, ToolError};
+
+    #[test]
+    fn a_kept_input_is_redacted_bounded_and_says_whether_it_still_hashes() {
+        use crate::engine::conversation::Speaker;
+        let turn = |content: &str| Turn { role: Speaker::User, content: content.into() };
+        let facts = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let clean = kept_input(&[turn("why is db-7 slow?")], &facts(&[("service", "postgresql")]));
+        assert_eq!(
+            clean,
+            json!({"messages": [{"role": "user", "content": "why is db-7 slow?"}],
+                   "context": {"service": "postgresql"}, "redacted": false})
+        );
+        let fragment = kept_input(&[turn("it broke after token=abc123def was set")], &BTreeMap::new());
+        assert_eq!(fragment["messages"][0]["content"], "it broke after token=[redacted] was set");
+        assert_eq!(fragment["redacted"], true);
+        // A fact under a credential's name is redacted whatever its value looks like.
+        let fact = kept_input(&[turn("why?")], &facts(&[("api_key", "plain"), ("service", "x")]));
+        assert_eq!(fact["context"], json!({"api_key": "[redacted]", "service": "x"}));
+        assert_eq!(fact["redacted"], true);
+        let large = kept_input(&[turn(&"x".repeat(MAX_KEPT_INPUT_BYTES))], &BTreeMap::new());
+        let omitted = large["omitted"].as_str().unwrap();
+        assert!(omitted.contains("over the 65536 kept"), "{omitted}");
+        assert!(large.get("messages").is_none());
+        // Kept only where asked.
+        let request = RunRequest { turns: vec![turn("q")], ..RunRequest::default() };
+        assert!(!start_metadata(&request, None, false).contains_key(INPUT));
+        assert_eq!(start_metadata(&request, None, true)[INPUT]["messages"][0]["content"], "q");
+    }
 
     fn result(error: Option<ToolError>) -> ToolResult {
         ToolResult {

@@ -47,6 +47,8 @@ pub struct EngineSettings {
     pub queue_timeout: Duration,
     /// Top-k for automatic retrieval.
     pub search_top_k: usize,
+    /// Namespaces whose Runs keep their input (redacted, bounded) in the audit.
+    pub keep_input_namespaces: std::collections::BTreeSet<String>,
 }
 
 /// A request to run.
@@ -420,6 +422,7 @@ mod tests {
             max_runs_per_namespace: 1,
             queue_timeout: Duration::from_secs(1),
             search_top_k: 5,
+            keep_input_namespaces: Default::default(),
         }
     }
 

@@ -12,7 +12,7 @@ use crate::slots::{Class, FairSlots};
 
 use super::conversation;
 use super::progress::RunProgress;
-use super::record::{self, Recorder};
+use super::record::{self, Opening, Recorder};
 use super::request::{self, EngineSettings, FailedRun, RequestError, RunError, RunOutcome, RunRequest};
 use super::retrieval::Retriever;
 use super::skills;
@@ -194,9 +194,10 @@ impl Engine {
         let catalog = self.catalog.current();
         let model = self.llm.model().await.map_err(|error| RunError::Upstream { run_id: None, error })?;
         let instructions = self.llm.system_instructions_sha256();
-        let recorder = Recorder::open(self.audit.clone(), follow_up, &request, &model, catalog.version, instructions)
-            .await
-            .map_err(RunError::from)?;
+        let keep_input = self.settings.keep_input_namespaces.contains(&request.namespace);
+        let opening = Opening { model: &model, catalog_version: catalog.version, instructions, keep_input };
+        let recorder =
+            Recorder::open(self.audit.clone(), follow_up, &request, opening).await.map_err(RunError::from)?;
         let run_id = recorder.run_id().cloned();
 
         let mut state = RunState::new(&self.llm, recorder, self.settings.limits.clone(), params);

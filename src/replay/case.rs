@@ -97,6 +97,11 @@ pub struct Input {
     /// SHA-256 the Run recorded of its messages and context; supplied input must match it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The messages and context are the input the audit kept with secrets redacted
+    /// (`audit_input_namespaces`), so they no longer hash to `sha256`: they replay as they
+    /// are, and the original supplied with `--question` replaces them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
     /// Whether the Run ended with a structured investigation result (alert Runs).
     #[serde(default)]
     pub investigate: bool,
@@ -430,6 +435,7 @@ impl Case {
             turns.into_iter().map(|t| CaseMessage { role: t.role.as_str().to_string(), content: t.content }).collect();
         self.input.context = context;
         self.input.sha256 = Some(got);
+        self.input.redacted = false;
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use super::case::{
     CASE_VERSION, CHANGE_SOURCES, Case, CaseSkill, CaseTool, Expected, Input, Origin, RecordedCall, SkillVersion,
 };
 use crate::audit::{AuditEvent, CALL_KIND_EXECUTION, RunRecord, RunStatus, TOOL_CALL};
-use crate::engine::record::{INPUT_SHA256, INSTRUCTIONS_SHA256};
+use crate::engine::record::{INPUT, INPUT_SHA256, INSTRUCTIONS_SHA256};
 use crate::engine::skills::SkillEntry;
 use crate::tools::{Registry, ToolResult};
 
@@ -79,7 +79,7 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
         })
         .collect();
     let metadata = |key: &str| run.metadata.get(key).and_then(Value::as_str).map(str::to_string);
-    Ok(Case {
+    let mut case = Case {
         version: CASE_VERSION,
         name: run.id.to_string(),
         description: None,
@@ -98,6 +98,7 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
             messages: Vec::new(),
             context: BTreeMap::new(),
             sha256: metadata(INPUT_SHA256),
+            redacted: false,
             investigate: run.investigation.is_some() || run.source.starts_with("alert:"),
             // Judged at the Run's start, from `origin` ([`Case::at`]).
             at: None,
@@ -112,7 +113,36 @@ pub fn export(run: &RunRecord, catalog: &ExportCatalog<'_>) -> Result<Case, Expo
             investigation: run.investigation.clone(),
             ..Expected::default()
         },
-    })
+    };
+    if let Some(kept) = run.metadata.get(INPUT) {
+        with_kept_input(&mut case, kept);
+    }
+    Ok(case)
+}
+
+/// The input the audit kept (`audit_input_namespaces`): as it was when it still hashes to the
+/// recorded value, else as kept, marked `redacted`. An input omitted for its size, or one
+/// that does not read, leaves the case without input, as in a namespace that keeps none.
+fn with_kept_input(case: &mut Case, kept: &Value) {
+    #[derive(serde::Deserialize)]
+    struct Kept {
+        messages: Vec<crate::engine::conversation::Turn>,
+        #[serde(default)]
+        context: BTreeMap<String, String>,
+        #[serde(default)]
+        redacted: bool,
+    }
+    let Ok(kept) = serde_json::from_value::<Kept>(kept.clone()) else { return };
+    if !kept.redacted && case.supply_turns(kept.messages.clone(), kept.context.clone()).is_ok() {
+        return;
+    }
+    case.input.messages = kept
+        .messages
+        .into_iter()
+        .map(|t| super::case::CaseMessage { role: t.role.as_str().to_string(), content: t.content })
+        .collect();
+    case.input.context = kept.context;
+    case.input.redacted = true;
 }
 
 /// An execution call of the Run with its recorded result.

@@ -51,6 +51,7 @@ pub fn settings() -> EngineSettings {
         max_runs_per_namespace: 256,
         queue_timeout: Duration::from_secs(5),
         search_top_k: 5,
+        keep_input_namespaces: Default::default(),
     }
 }
 
