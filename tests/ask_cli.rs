@@ -112,3 +112,44 @@ fn ask_help_lists_only_the_flags_ask_uses() {
         Command::new(env!("CARGO_BIN_EXE_akritas")).args(["ask", "q", "--alert-workers", "3"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_run_continues_a_run_of_the_same_data_directory() {
+    let plan = openai_alias(&ToolName::try_from("local.investigation.submit_plan").unwrap());
+    let llm = ScriptedLlm::start_with(move |_, request: &Value| {
+        if support::scripted_llm::offers(request, &plan) {
+            return plan_step();
+        }
+        let text = request.to_string();
+        let answer = if text.contains("Continue the existing investigation") && text.contains("knowledge.search") {
+            "Follow-up: the locks come from the nightly VACUUM FULL."
+        } else {
+            "Long-running queries hold locks."
+        };
+        Step::from(Reply::Content(answer.into()))
+    })
+    .await;
+    let data = tempfile::tempdir().unwrap();
+    let first = ask(&llm, data.path(), &[]);
+    let stdout = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let run_id = stdout.lines().find_map(|l| l.strip_prefix("Run: ")).unwrap().to_owned();
+
+    let next = ask(&llm, data.path(), &["--run", &run_id]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&next.stdout), String::from_utf8_lossy(&next.stderr));
+    assert!(next.status.success(), "{stderr}");
+    assert!(stdout.starts_with("Follow-up: the locks come from the nightly VACUUM FULL.\n"), "{stdout}");
+    assert!(stdout.contains(&format!("Run: {run_id}")), "the follow-up is recorded on the same Run: {stdout}");
+    let journal = std::fs::read_to_string(data.path().join("audit/akritas.jsonl")).unwrap();
+    assert!(journal.contains("\"follow_up\""), "the journal records the follow-up");
+
+    // A Run this data directory does not hold, and a value that is no Run id, say what to fix.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let unknown = ask(&llm, elsewhere.path(), &["--run", &run_id]);
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(!unknown.status.success() && stderr.contains("--data-dir"), "{stderr}");
+    let malformed = ask(&llm, data.path(), &["--run", "run-42"]);
+    let stderr = String::from_utf8_lossy(&malformed.stderr);
+    assert_eq!(malformed.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not a Run id"), "{stderr}");
+}

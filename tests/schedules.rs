@@ -317,6 +317,7 @@ async fn a_restart_between_the_journaled_tick_and_its_run_starts_that_run_once()
         at: at("2026-12-06T08:00:00Z"),
         namespace: "ops".into(),
         tokens: 1,
+        requested_by: None,
     };
     rig.store.record(key, claim).await.unwrap();
     let first = rig.lead();
@@ -451,4 +452,80 @@ async fn every_notice_of_a_schedule_goes_to_its_own_thread() {
     assert!(text(1).contains("finding status: suspected → confirmed"), "{}", text(1));
     assert!(text(2).contains("back to healthy"), "{}", text(2));
     assert_eq!(rig.store.book("ops/db").unwrap().threads["ops/chat"], root);
+}
+
+/// Keys of the `ops` namespace (chat, and read only) and of another tenant.
+fn keys() -> akritas::web::auth::ApiKeys {
+    let parse = |text: &str| -> akritas::config::ApiKeyRef {
+        let flags = akritas::config::ServeFlags { api_keys: vec![text.to_string()], ..Default::default() };
+        akritas::config::load(&flags, &|_| None).unwrap().api_keys.remove(0)
+    };
+    let refs = [parse("ops=K_OPS:chat@ops"), parse("viewer=K_VIEW:read@ops"), parse("other=K_OTHER:chat@team-b")];
+    let lookup = |env: &str| Some(format!("{}-schedules-key-0123456789", env.to_lowercase()));
+    akritas::web::auth::ApiKeys::from_env(&refs, &lookup).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_now_follows_the_rules_of_a_tick_and_the_leader_starts_what_another_replica_recorded() {
+    let model = Model::default();
+    let (_hook, url) = Hook::start().await;
+    // Two Runs a day fit in the budget (one may use 496,384 tokens).
+    let rig = Rig::new(&model, &url, &[schedule("db", "0 * * * *", "")], "2026-12-06T07:30:00Z", 1_000_000).await;
+    let _leader = rig.lead();
+    rig.seen("db").await;
+    // The replica the request reaches does not lead: it records the claim; the leader starts it.
+    let parts = (rig.parts)(rig.store.clone());
+    let (engine, catalog) = (parts.engine.clone(), parts.catalog.clone());
+    let mut state = host::app_state(engine, catalog, keys(), None, Arc::new(EnvSecrets::process()), 1 << 20);
+    state.schedules = Some(Arc::new(Scheduler::new(parts).unwrap()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(akritas::web::serve(listener, akritas::web::router(state), stop.clone(), Duration::from_secs(1)));
+    let post = |key: &'static str, path: &'static str| {
+        let url = format!("{base}{path}");
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(format!("{}-schedules-key-0123456789", key.to_lowercase()))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    const RUN: &str = "/api/v1/schedules/ops/db/run";
+
+    let (status, body) = post("K_OTHER", RUN).await;
+    assert_eq!(status, 404, "another tenant's schedule does not exist for it: {body}");
+    let (status, body) = post("K_VIEW", RUN).await;
+    assert_eq!(status, 403, "a read key cannot start a Run: {body}");
+    let (status, body) = post("K_OPS", "/api/v1/schedules/ops/nope/run").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+
+    model.delay_ms.store(2_000, Ordering::SeqCst);
+    let (status, body) = post("K_OPS", RUN).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["scheduled_time"], "2026-12-06T07:30:00Z", "{body}");
+    assert_eq!(body["job_id"], "schedule:ops/db@2026-12-06T07:30:00Z", "{body}");
+    // Claimed at once: a second request is refused before the Run even starts.
+    let (status, body) = post("K_OPS", RUN).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("schedule_running")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("2026-12-06T07:30:00Z still runs"), "{body}");
+    // The leader's next pass (at the latest a minute later) starts it.
+    let manual = rig.tick("db", "2026-12-06T07:31:01Z", "2026-12-06T07:30:00Z").await;
+    assert_eq!(manual.last_result.unwrap().outcome, "Succeeded");
+    let runs = rig.runs_of("db", "2026-12-06T07:30:00Z").await;
+    assert_eq!(runs.len(), 1, "one Run for the request");
+    model.delay_ms.store(0, Ordering::SeqCst);
+    // The cron's ticks did not move: 08:00 runs as it would have.
+    let tick = rig.tick("db", "2026-12-06T08:00:01Z", "2026-12-06T08:00:00Z").await;
+    assert_eq!(tick.last_result.unwrap().outcome, "Succeeded");
+    assert_eq!(tick.missed_ticks, 0);
+    // Two Runs reserved 992,768 of the day's 1,000,000 tokens: a third is refused, saying so.
+    let (status, body) = post("K_OPS", RUN).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("schedule_budget_spent")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("reserved 992768 of the 1000000"), "{body}");
+    stop.cancel();
 }

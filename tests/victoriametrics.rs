@@ -548,3 +548,53 @@ async fn startup_flag_errors_are_clear() {
     fails(&["--max-response-bytes", "10"], &[], "--max-response-bytes").await;
     fails(&["--timeout", "0s"], &[], "greater than zero").await;
 }
+
+/// What the adapter needs of a Prometheus-compatible server, against the real Prometheus the
+/// tier runs (2.42, Debian's): the five tools read `/api/v1/query`, `query_range`, `series`,
+/// `labels` and `label/<name>/values` of a Prometheus as of VictoriaMetrics; a Prometheus older
+/// than 2.48 ignores `limit` (docs/tools.md says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_reads_a_real_prometheus() {
+    use akritas_testkit::prom::{MetricSwitch, Prometheus};
+    let gauge = MetricSwitch::start("akritas_adapter_gauge", 42.0).await;
+    // No Alertmanager answers there; the adapter needs none.
+    let prometheus = Prometheus::start("http://127.0.0.1:9", Some(&gauge.target()), "groups: []\n").await;
+    let client = spawn_stdio(&["--base-url", &prometheus.url()], &[]).await;
+    let selector = format!("akritas_adapter_gauge{{instance=\"{}\"}}", gauge.target());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sample = loop {
+        let v = call_ok(&client, "query", json!({"query": selector, "timeout": "10s"})).await;
+        if let Some(sample) = v["data"]["result"].as_array().and_then(|r| r.first()).cloned() {
+            break sample;
+        }
+        assert!(Instant::now() < deadline, "Prometheus never stored a scrape: {v}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!((sample["metric"]["job"].as_str(), sample["value"][1].as_str()), (Some("target"), Some("42")));
+
+    let now = jiff::Timestamp::now().as_second();
+    let (start, end) = ((now - 120).to_string(), (now + 1).to_string());
+    let v = call_ok(&client, "query_range", json!({"query": selector, "start": start, "end": end, "step": "1s"})).await;
+    assert_eq!(v["data"]["resultType"], "matrix", "{v}");
+    let values = v["data"]["result"][0]["values"].as_array().expect("values");
+    assert!(!values.is_empty() && values.iter().all(|p| p[1] == "42"), "{v}");
+
+    let v = call_ok(&client, "series", json!({"match": [selector], "start": start})).await;
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(1), "{v}");
+    let v = call_ok(&client, "labels", json!({"match": ["up"]})).await;
+    let labels: Vec<&str> = v["data"].as_array().expect("labels").iter().filter_map(Value::as_str).collect();
+    assert!(labels.contains(&"job") && labels.contains(&"instance"), "{labels:?}");
+    let v = call_ok(&client, "label_values", json!({"label": "__name__"})).await;
+    let names: Vec<&str> = v["data"].as_array().expect("names").iter().filter_map(Value::as_str).collect();
+    assert!(names.contains(&"akritas_adapter_gauge") && names.contains(&"up"), "{names:?}");
+    let v = call_ok(&client, "label_values", json!({"label": "job", "match": ["up"]})).await;
+    assert_eq!(v["data"], json!(["target"]));
+    // `limit` is a VictoriaMetrics (and Prometheus 2.48+) parameter: this Prometheus ignores it.
+    let v = call_ok(&client, "label_values", json!({"label": "__name__", "limit": 1})).await;
+    assert!(v["data"].as_array().map(Vec::len).unwrap_or_default() > 1, "Prometheus 2.42 applied limit: {v}");
+
+    // A query Prometheus refuses is a tool error with its errorType and error.
+    let e = call_err(&client, "query", json!({"query": "sum(up"})).await;
+    assert!(e.starts_with("VictoriaMetrics query failed: bad_data: "), "{e}");
+    client.cancel().await.ok();
+}

@@ -3,8 +3,9 @@
 //! driven by playwright-core, the whole UI against the real `akritas serve` on a
 //! scripted model: chat round trip with the Run panel, the Run detail with its tool
 //! result, an alert posted through the real webhook shown as an incident with its
-//! timeline, a failing resource marked as failing, and model text that tries to inject
-//! HTML rendered inert, and a change previewed and applied behind a confirmation.
+//! timeline, a failing resource marked as failing, a schedule run now with its result and
+//! next tick, model text that tries to inject HTML rendered inert, and a change previewed and
+//! applied behind a confirmation.
 //! Screenshots land in `target/ui-screenshots/`.
 
 use akritas_testkit as support;
@@ -135,6 +136,14 @@ spec:
   writable: true
 ---
 apiVersion: akritas.io/v1alpha1
+kind: RunSchedule
+metadata: {{name: db-load, namespace: default}}
+spec:
+  schedule: "0 6 1 1 *"
+  prompt: Is the load of db-7 normal?
+  context: {{service: postgresql}}
+---
+apiVersion: akritas.io/v1alpha1
 kind: McpAdapter
 metadata: {{name: broken-tools, namespace: default}}
 spec:
@@ -232,7 +241,9 @@ async fn chromium_drives_chat_runs_incidents_and_resources_and_model_html_stays_
             .unwrap();
     assert!(ok, "the browser script failed:\n{output}\n--- server log ---\n{}", server.log_text());
     println!("{output}");
-    for name in ["chat.png", "run.png", "incident.png", "resources.png", "change.png", "phone-chat.png"] {
+    for name in
+        ["chat.png", "run.png", "incident.png", "resources.png", "schedules.png", "change.png", "phone-chat.png"]
+    {
         assert!(screenshots.join(name).is_file(), "screenshot {name} missing");
     }
     assert!(sink.received().iter().any(|r| r.path == "/hook"), "the incident's notification was delivered");
@@ -255,7 +266,9 @@ async fn page_and_assets_need_no_key_carry_csp_and_revalidate_while_the_api_need
     let server = start(&llm, dir.path(), &dir.path().join("data"));
     let base = &server.url;
 
-    for path in ["/", "/chat", "/runs", "/runs/run_x", "/incidents", "/incidents/inc_x", "/resources", "/change"] {
+    for path in
+        ["/", "/chat", "/runs", "/runs/run_x", "/incidents", "/incidents/inc_x", "/resources", "/schedules", "/change"]
+    {
         let response = get(&format!("{base}{path}"), &[]).await;
         assert_eq!(response.status(), 200, "{path}");
         let headers = response.headers().clone();

@@ -7,6 +7,7 @@ import { runsView, runView } from "./runs.js";
 import { incidentsView, incidentView } from "./incidents.js";
 import { resourcesView } from "./resources.js";
 import { changeView } from "./change.js";
+import { schedulesView } from "./schedules.js";
 
 const routes = [
   [/^\/(?:chat)?$/, "chat", () => chatView()],
@@ -15,6 +16,7 @@ const routes = [
   [/^\/incidents$/, "incidents", () => incidentsView()],
   [/^\/incidents\/([^/]+)$/, "incidents", (id) => incidentView(id)],
   [/^\/resources$/, "resources", () => resourcesView()],
+  [/^\/schedules$/, "schedules", () => schedulesView()],
   [/^\/change$/, "change", () => changeView()],
 ];
 
@@ -83,7 +85,7 @@ function header() {
     h("button", { type: "button", class: "secondary", onclick: () => { forgetApiKey(); input.value = ""; remember.checked = false; refreshStatus(status); render(); } }, "Forget"));
   status.addEventListener("click", () => showTools(dialog));
   const nav = h("nav", {},
-    ...[["/chat", "chat", "Chat"], ["/runs", "runs", "Runs"], ["/incidents", "incidents", "Incidents"], ["/resources", "resources", "Resources"], ["/change", "change", "Change"]]
+    ...[["/chat", "chat", "Chat"], ["/runs", "runs", "Runs"], ["/incidents", "incidents", "Incidents"], ["/resources", "resources", "Resources"], ["/schedules", "schedules", "Schedules"], ["/change", "change", "Change"]]
       .map(([href, tab, label]) => h("a", { href, "data-tab": tab }, label)));
   replace(document.getElementById("header"), h("div", { class: "bar" }, h("strong", { class: "brand" }, "Akritas"), status, form), nav, dialog);
   refreshStatus(status);

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 
 use super::{assemble, live, policy};
+use crate::audit::RunId;
 use crate::catalog::CatalogStore;
 use crate::catalog::directory::DirectorySource;
 use crate::catalog::merge;
@@ -17,8 +18,9 @@ use crate::engine::request::{RunOutcome, RunRequest};
 use crate::engine::run::Engine;
 use crate::mcp::{HostOptions, McpHost, from_catalog};
 
-/// Answers one question as a Run from the command line.
-pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
+/// Answers one question as a Run from the command line, or with `follows` a follow-up of that
+/// Run of the same audit journal.
+pub async fn ask(question: &str, follows: Option<RunId>, settings: Settings) -> Result<RunOutcome> {
     let instructions = assemble::instructions(&settings)?;
     policy::register_service_secrets(&settings, &|name| std::env::var(name).ok());
     let resource_policy = policy::resource_policy(&settings);
@@ -41,15 +43,33 @@ pub async fn ask(question: &str, settings: Settings) -> Result<RunOutcome> {
     let engine = assemble::engine(&settings, llm, audit, store.clone(), &knowledge);
     engine.set_scoped_tools(super::kube_tools::build(&settings, None).await?.map(|t| t as _));
     let mcp = connect_adapters(&store, &engine, &resource_policy).await;
-    let request = RunRequest {
-        source: "cli".into(),
-        actor: "cli".into(),
-        turns: vec![Turn { role: Speaker::User, content: question.to_string() }],
-        ..RunRequest::default()
+    let outcome = match &follows {
+        None => {
+            let request = RunRequest {
+                source: "cli".into(),
+                actor: "cli".into(),
+                turns: vec![Turn { role: Speaker::User, content: question.to_string() }],
+                ..RunRequest::default()
+            };
+            engine.run(request).await.context("the Run failed")
+        }
+        Some(id) => follow_up(&engine, id, question, &settings).await,
     };
-    let outcome = engine.run(request).await.context("the Run failed");
     mcp.shutdown().await;
     outcome
+}
+
+/// A follow-up of the Run `id` in its own namespace, as `POST /api/v1/runs/{id}/chat` asks it.
+async fn follow_up(engine: &Engine, id: &RunId, question: &str, settings: &Settings) -> Result<RunOutcome> {
+    let audit = engine.audit().context("this ask keeps no audit")?;
+    let Some(namespace) = audit.namespace_of(id).await.context("reading the audit journal")? else {
+        anyhow::bail!(
+            "no Run {id} in the audit journal of {}: --run continues a Run of the same data directory (--data-dir)",
+            settings.data_dir.display()
+        );
+    };
+    let request = RunRequest { namespace, source: "follow_up".into(), actor: "cli".into(), ..RunRequest::default() };
+    engine.follow_up(id, question, request).await.with_context(|| format!("the follow-up of {id} failed"))
 }
 
 /// Starts the Catalog's MCP adapters and waits (bounded) until each has connected

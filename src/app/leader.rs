@@ -151,6 +151,7 @@ async fn stand_by(
         info: Arc::new(host_info(settings, instructions, "operator-standby")),
         change: None,
         bots: None,
+        schedules: None,
     };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

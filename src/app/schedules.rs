@@ -28,14 +28,15 @@ pub struct ScheduleParts {
     pub board: StatusBoard,
 }
 
-/// Opens the schedule journal and starts the scheduler (while this process leads).
+/// Opens the schedule journal and starts the scheduler (while this process leads); returns it,
+/// for the Runs people ask for now.
 pub async fn start(
     settings: &Settings,
     parts: ScheduleParts,
     stores: &super::storage::Stores,
     tasks: &mut JoinSet<()>,
     cancel: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Arc<Scheduler>> {
     let snapshot_every = settings.snapshot_records;
     let store = match stores.database() {
         Some((db, _)) => {
@@ -69,14 +70,15 @@ pub async fn start(
         })
         .context("building the scheduler")?,
     );
+    let running = scheduler.clone();
     match stores.leading() {
         Some(leading) => {
-            let start = move |token: CancellationToken| tokio::spawn(scheduler.clone().run(token));
+            let start = move |token: CancellationToken| tokio::spawn(running.clone().run(token));
             tasks.spawn(super::leader::while_database_leader(leading, cancel.clone(), start));
         }
         None => {
-            tasks.spawn(scheduler.run(cancel.clone()));
+            tasks.spawn(running.run(cancel.clone()));
         }
     }
-    Ok(())
+    Ok(scheduler)
 }

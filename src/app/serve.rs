@@ -279,7 +279,7 @@ pub async fn serve(mut settings: Settings) -> Result<()> {
         secrets: secrets.clone(),
         board: board.clone(),
     };
-    super::schedules::start(&settings, schedule_parts, &stores, &mut tasks, &cancel).await?;
+    let scheduler = super::schedules::start(&settings, schedule_parts, &stores, &mut tasks, &cancel).await?;
     let alert_store = alerts.clone();
     let state = AppState {
         catalog: store.clone(),
@@ -291,6 +291,7 @@ pub async fn serve(mut settings: Settings) -> Result<()> {
         info: Arc::new(info),
         change: Some(change),
         bots: Some(bots),
+        schedules: Some(scheduler),
     };
     let listener = tokio::net::TcpListener::bind(settings.address)
         .await

@@ -74,9 +74,17 @@ impl AskFlags {
     }
 }
 
-/// Runs the question; exit 0 with an answer, 1 on any failure (message on stderr).
-pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
+/// Runs the question, or with `run` a follow-up of that Run; exit 0 with an answer, 1 on any
+/// failure (message on stderr).
+pub fn run(question: &str, run: Option<&str>, flags: &ServeFlags, json: bool) -> ExitCode {
     super::log_to_stderr();
+    let follows = match run.map(|id| crate::audit::RunId::parse(id.trim()).ok_or(id)).transpose() {
+        Ok(follows) => follows,
+        Err(id) => {
+            eprintln!("akritas ask: --run {id:?} is not a Run id (run_<32 hex>, as the `Run:` line of an ask prints)");
+            return ExitCode::from(2);
+        }
+    };
     let settings = match config::load(flags, &|name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(error) => {
@@ -91,7 +99,7 @@ pub fn run(question: &str, flags: &ServeFlags, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(app::ask::ask(question, settings)) {
+    match runtime.block_on(app::ask::ask(question, follows, settings)) {
         Ok(outcome) => {
             super::stdout::with(|out| if json { print_json(out, &outcome) } else { print_text(out, &outcome) });
             ExitCode::SUCCESS

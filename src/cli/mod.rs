@@ -71,6 +71,10 @@ pub(crate) struct AskArgs {
     /// Print the full result as JSON (tool arguments and results included).
     #[arg(long)]
     pub json: bool,
+    /// Continue this Run (the `Run: run_…` line of an earlier ask, or any finished Run of the
+    /// same data directory): a follow-up with what it found, recorded on the same Run.
+    #[arg(long, value_name = "RUN_ID")]
+    pub run: Option<String>,
     /// The settings ask takes as flags; the others come from --config or AKRITAS_*.
     #[command(flatten)]
     pub flags: Box<ask::AskFlags>,
@@ -232,7 +236,9 @@ pub fn run() -> ExitCode {
     };
     match cli.command {
         Command::Serve(flags) => serve::run(&flags),
-        Command::Ask(args) => ask::run(&args.question, &(*args.flags).into_serve_flags(), args.json),
+        Command::Ask(args) => {
+            ask::run(&args.question, args.run.as_deref(), &(*args.flags).into_serve_flags(), args.json)
+        }
         Command::Audit(AuditArgs {
             command: AuditCommand::Verify { path, key_env, anchor, database_env, database_ca },
         }) => match (database_env, key_env) {

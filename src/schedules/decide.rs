@@ -59,6 +59,52 @@ pub enum Action {
     Replace(Timestamp),
 }
 
+/// Why a Run on request does not start.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotNow {
+    /// A Run of the schedule is running (a tick's or an earlier request's).
+    #[error("the Run of {scheduled} still runs; ask again when it has ended")]
+    Running {
+        /// Its tick.
+        scheduled: String,
+    },
+    /// The namespace's daily token budget is spent.
+    #[error("{0}")]
+    CostCap(String),
+}
+
+/// The entries that start a Run of the schedule now, at `tick.now`, asked for by `by`: the
+/// rules a tick of the cron follows (never two Runs of one schedule at once, the namespace's
+/// daily token budget), whether the schedule is suspended or not, and without moving the
+/// cron's ticks.
+pub fn decide_now(book: Option<&Book>, books: &Books, tick: &Tick<'_>, by: &str) -> Result<Vec<Entry>, NotNow> {
+    let mut entries = Vec::new();
+    match book {
+        Some(book) if book.uid == tick.uid => {
+            if let Some(running) = &book.running {
+                return Err(NotNow::Running { scheduled: running.scheduled.to_string() });
+            }
+        }
+        _ => entries.push(Entry::Seen { uid: tick.uid.to_string(), at: tick.now }),
+    }
+    let reserved = books.reserved_on(tick.namespace, tick.now);
+    if reserved.saturating_add(tick.run_tokens) > tick.daily_tokens {
+        return Err(NotNow::CostCap(format!(
+            "scheduled Runs of namespace {} reserved {reserved} of the {} tokens allowed per day (UTC) and one more \
+             may use {}; raise schedule_daily_tokens or wait for the next day",
+            tick.namespace, tick.daily_tokens, tick.run_tokens
+        )));
+    }
+    entries.push(Entry::Claimed {
+        scheduled: tick.now,
+        at: tick.now,
+        namespace: tick.namespace.to_string(),
+        tokens: tick.run_tokens,
+        requested_by: Some(by.to_string()),
+    });
+    Ok(entries)
+}
+
 /// The entries to record and the action.
 pub fn decide(book: Option<&Book>, books: &Books, tick: &Tick<'_>) -> (Vec<Entry>, Action) {
     let mut entries = Vec::new();
@@ -133,6 +179,7 @@ pub fn decide(book: Option<&Book>, books: &Books, tick: &Tick<'_>) -> (Vec<Entry
         at: tick.now,
         namespace: tick.namespace.to_string(),
         tokens: tick.run_tokens,
+        requested_by: None,
     });
     (entries, if replace { Action::Replace(latest) } else { Action::Start(latest) })
 }
@@ -155,6 +202,11 @@ mod tests {
     /// Decides and applies the entries to `books` as the store would.
     fn step(books: &mut Books, tick: &Tick<'_>) -> Action {
         let (entries, action) = decide(books.schedules.get("ops/s"), books, tick);
+        apply(books, tick, entries);
+        action
+    }
+
+    fn apply(books: &mut Books, tick: &Tick<'_>, entries: Vec<Entry>) {
         for (seq, entry) in entries.into_iter().enumerate() {
             let (kind, data) = entry.kind_and_data("ops/s");
             let record = Record {
@@ -167,7 +219,6 @@ mod tests {
             };
             books.apply(&record).unwrap();
         }
-        action
     }
 
     fn tick<'a>(cron: &'a Cron, zone: &'a TimeZone, now: &str) -> Tick<'a> {
@@ -215,6 +266,34 @@ mod tests {
         roomy.policy = ConcurrencyPolicy::Replace;
         roomy.now = at("2026-12-06T09:30:00Z");
         assert_eq!(step(&mut books, &roomy), Action::Replace(at("2026-12-06T09:30:00Z")));
+    }
+
+    #[test]
+    fn a_run_on_request_keeps_the_crons_ticks_and_the_rules_of_a_tick() {
+        let (cron, zone) = (Cron::parse("0 * * * *").unwrap(), TimeZone::UTC);
+        let mut books = Books::default();
+        step(&mut books, &tick(&cron, &zone, "2026-12-06T07:30:00Z"));
+        // Suspended or not, a person may run it; it is claimed at the time asked, by who asked.
+        let mut now = tick(&cron, &zone, "2026-12-06T07:45:00Z");
+        now.suspend = true;
+        let entries = decide_now(books.schedules.get("ops/s"), &books, &now, "ops").unwrap();
+        apply(&mut books, &now, entries);
+        let book = &books.schedules["ops/s"];
+        let running = book.running.clone().unwrap();
+        assert_eq!((running.scheduled, running.requested_by.as_deref()), (at("2026-12-06T07:45:00Z"), Some("ops")));
+        assert_eq!(book.last_tick, None, "the cron's ticks still count from the first sighting");
+        // Never two Runs of one schedule at once.
+        let again =
+            decide_now(books.schedules.get("ops/s"), &books, &tick(&cron, &zone, "2026-12-06T07:46:00Z"), "ops");
+        assert_eq!(again, Err(NotNow::Running { scheduled: "2026-12-06T07:45:00Z".into() }));
+        books.schedules.get_mut("ops/s").unwrap().running = None;
+        // The 08:00 tick runs as it would have; the day's budget (15, 10 per Run) is then spent.
+        assert_eq!(step(&mut books, &tick(&cron, &zone, "2026-12-06T08:00:05Z")), Action::Wait);
+        assert_eq!(books.schedules["ops/s"].last_skipped.as_ref().unwrap().reason, COST_CAP_REACHED);
+        books.schedules.get_mut("ops/s").unwrap().running = None;
+        let spent =
+            decide_now(books.schedules.get("ops/s"), &books, &tick(&cron, &zone, "2026-12-06T08:10:00Z"), "ops");
+        assert!(matches!(spent, Err(NotNow::CostCap(message)) if message.contains("reserved 10 of the 15")));
     }
 
     #[test]

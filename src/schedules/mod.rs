@@ -5,11 +5,11 @@
 
 pub mod clock;
 pub(crate) mod compare;
-pub(crate) mod decide;
+pub mod decide;
 pub(crate) mod report;
 pub mod scheduler;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use scheduler::{Scheduler, SchedulerParts, SchedulerSettings};
+pub use scheduler::{RunNowError, Scheduler, SchedulerParts, SchedulerSettings};
 pub use store::ScheduleStore;

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
 use super::compare;
-use super::decide::{Action, Tick, decide, next_tick};
+use super::decide::{Action, NotNow, Tick, decide, decide_now, next_tick};
 use super::report::{self, Ending, Plan};
 use super::store::{Done, Entry, ScheduleStore};
 use crate::audit::{Finish, RunRecord, RunStatus};
@@ -106,6 +106,23 @@ pub struct Scheduler {
     wake: Notify,
 }
 
+/// Why `run_now` did not start a Run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunNowError {
+    /// No such schedule in the Catalog.
+    #[error("no RunSchedule {0}")]
+    NotFound(String),
+    /// Its references do not resolve (its conditions say which).
+    #[error("RunSchedule {0} is not ready: its conditions say what to fix")]
+    NotReady(String),
+    /// The rules of a tick refuse it.
+    #[error(transparent)]
+    NotNow(#[from] NotNow),
+    /// The schedule journal could not record it.
+    #[error("the schedule journal: {0}")]
+    Store(#[from] crate::journal::durable::StoreError),
+}
+
 /// `namespace/name`.
 pub fn key_text(key: &ObjectKey) -> String {
     format!("{}/{}", key.namespace, key.name)
@@ -143,6 +160,43 @@ impl Scheduler {
         u64::from(limits.max_model_calls)
             .saturating_mul(limits.max_context_tokens)
             .saturating_add(limits.max_output_tokens)
+    }
+
+    /// Claims a Run of the schedule `key` now, for `by`, under the rules of a tick
+    /// ([`decide_now`]), and wakes the scheduler, which starts it on its next pass (here at
+    /// once while this process leads; with replicas, the leader's next pass, within a minute).
+    /// Returns the time the Run is scheduled for (its tick, in the Run's `job_id`).
+    pub async fn run_now(&self, key: &ObjectKey, by: &str) -> Result<Timestamp, RunNowError> {
+        let id = key_text(key);
+        let catalog = self.parts.catalog.current();
+        let Some((key, schedule)) = report::find(&catalog, &id).filter(|(found, _)| found == key) else {
+            return Err(RunNowError::NotFound(id));
+        };
+        let plan = report::plan(&catalog, &key, &schedule, &self.parts.settings.tenancy, &self.parts.board)
+            .ok_or_else(|| RunNowError::NotReady(id.clone()))?;
+        let spec = &schedule.spec;
+        let tick = Tick {
+            uid: schedule.metadata.uid.as_deref().unwrap_or_default(),
+            namespace: &key.namespace,
+            cron: &plan.cron,
+            zone: &plan.zone,
+            suspend: spec.suspend,
+            deadline: spec.starting_deadline(),
+            policy: spec.concurrency_policy,
+            run_tokens: self.run_tokens(),
+            daily_tokens: self.parts.settings.daily_tokens,
+            now: self.parts.clock.now(),
+        };
+        self.parts
+            .store
+            .decide(&id, |book, books| match decide_now(book, books, &tick, by) {
+                Ok(entries) => (entries, Ok(())),
+                Err(refused) => (Vec::new(), Err(refused)),
+            })
+            .await??;
+        tracing::info!(component = "akritas_schedules", schedule = %id, requested_by = %by, scheduled = %tick.now, "a Run was asked for now");
+        self.wake.notify_one();
+        Ok(tick.now)
     }
 
     /// Schedules until `cancel`: resolves the ticks a previous process left claimed, then a
@@ -441,23 +495,27 @@ impl Scheduler {
         let now = self.parts.clock.now();
         let longest = SignedDuration::from_millis(self.parts.engine.settings().limits.max_duration_ms as i64)
             .saturating_add(SignedDuration::from_secs(60));
-        let orphans: Vec<(String, Timestamp)> = {
+        // A claim is an orphan when its Run is not running here and it is older than any Run
+        // may last (or this process just started), or when it was asked for now: the replica
+        // that recorded it leaves starting it to the scheduler.
+        let orphans: Vec<(String, Timestamp, bool)> = {
             let local = self.local();
             let books = self.parts.store.state();
             books
                 .schedules
                 .iter()
                 .filter_map(|(id, book)| Some((id.clone(), book.running.clone()?)))
-                .filter(|(id, running)| {
-                    !local.contains_key(id) && (at_start || now.duration_since(running.claimed) > longest)
+                .filter_map(|(id, running)| {
+                    let stale = at_start || now.duration_since(running.claimed) > longest;
+                    let requested = running.requested_by.is_some() && !stale;
+                    (!local.contains_key(&id) && (stale || requested)).then_some((id, running.scheduled, requested))
                 })
-                .map(|(id, running)| (id, running.scheduled))
                 .collect()
         };
         if orphans.is_empty() {
             return;
         }
-        let ticks: Vec<String> = orphans.iter().map(|(id, at)| tick_id(id, *at)).collect();
+        let ticks: Vec<String> = orphans.iter().map(|(id, at, _)| tick_id(id, *at)).collect();
         let runs: Vec<RunRecord> = match self.parts.engine.audit() {
             Some(audit) => match audit.runs_of_jobs(&ticks.iter().map(String::as_str).collect()).await {
                 Ok(runs) => runs,
@@ -469,13 +527,19 @@ impl Scheduler {
             None => Vec::new(),
         };
         let catalog = self.parts.catalog.current();
-        for ((id, scheduled), tick) in orphans.into_iter().zip(ticks) {
+        for ((id, scheduled, requested), tick) in orphans.into_iter().zip(ticks) {
             let Some((key, schedule)) = report::find(&catalog, &id) else { continue };
             let run = runs.iter().rev().find(|run| run.metadata.get("job_id").and_then(|v| v.as_str()) == Some(&tick));
             let deadline = SignedDuration::try_from(schedule.spec.starting_deadline()).unwrap_or(SignedDuration::MAX);
             let in_time = now.duration_since(scheduled) <= deadline;
             match run {
                 Some(run) if run.status == RunStatus::Running && at_start => {}
+                // Asked for now, and running on the replica that led when it started.
+                Some(run) if run.status == RunStatus::Running && requested => {}
+                None if requested => {
+                    tracing::info!(component = "akritas_schedules", schedule = %id, %scheduled, "starting the Run asked for now");
+                    self.start(key, schedule, scheduled, cancel);
+                }
                 Some(run) if run.error_code.as_deref() == Some("interrupted") && in_time => {
                     tracing::info!(component = "akritas_schedules", schedule = %id, %scheduled, run = %run.id, "a claimed tick's Run was interrupted; the tick runs again within its deadline");
                     self.start(key, schedule, scheduled, cancel);

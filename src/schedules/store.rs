@@ -80,6 +80,10 @@ pub struct Claimed {
     pub scheduled: Timestamp,
     /// When it was claimed.
     pub claimed: Timestamp,
+    /// Who asked for it to run now (`POST /api/v1/schedules/{ns}/{name}/run`); `None` for a
+    /// tick of the schedule's cron.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 /// Everything recorded about one schedule.
@@ -177,10 +181,15 @@ impl Replayed for Books {
                 let (scheduled, tokens, namespace) =
                     (parse(record, "scheduled")?, parse(record, "tokens")?, parse(record, "namespace")?);
                 let claimed = parse(record, "at")?;
+                // Absent in records written before a schedule could be run on request.
+                let requested_by: Option<String> = parse(record, "requested_by")?;
                 let book = self.book(record)?;
-                book.last_tick = Some(scheduled);
+                // A Run on request is no tick of the cron: the ticks still count from the last one.
+                if requested_by.is_none() {
+                    book.last_tick = Some(scheduled);
+                }
                 book.last_claimed = Some(scheduled);
-                book.running = Some(Claimed { scheduled, claimed });
+                book.running = Some(Claimed { scheduled, claimed, requested_by });
                 self.reserve(namespace, scheduled, tokens);
             }
             SKIPPED => {
@@ -262,8 +271,9 @@ pub enum Entry {
     Suspended { at: Timestamp },
     /// Resumed at `at`: its ticks count from then.
     Resumed { at: Timestamp },
-    /// The tick `scheduled` runs, reserving `tokens` of `namespace`'s day.
-    Claimed { scheduled: Timestamp, at: Timestamp, namespace: String, tokens: u64 },
+    /// The tick `scheduled` runs, reserving `tokens` of `namespace`'s day; `requested_by`
+    /// names who asked for a Run now (none: a tick of the cron).
+    Claimed { scheduled: Timestamp, at: Timestamp, namespace: String, tokens: u64, requested_by: Option<String> },
     /// The tick `scheduled` does not run.
     Skipped { scheduled: Timestamp, skipped: SkippedTick },
     /// `count` ticks up to `scheduled` passed their deadline.
@@ -282,10 +292,14 @@ impl Entry {
             Entry::Seen { uid, at } => (SEEN, json!({"key": key, "uid": uid, "at": at})),
             Entry::Suspended { at } => (SUSPENDED, json!({"key": key, "at": at})),
             Entry::Resumed { at } => (RESUMED, json!({"key": key, "at": at})),
-            Entry::Claimed { scheduled, at, namespace, tokens } => (
-                CLAIMED,
-                json!({"key": key, "scheduled": scheduled, "at": at, "namespace": namespace, "tokens": tokens}),
-            ),
+            Entry::Claimed { scheduled, at, namespace, tokens, requested_by } => {
+                let mut data =
+                    json!({"key": key, "scheduled": scheduled, "at": at, "namespace": namespace, "tokens": tokens});
+                if let Some(by) = requested_by {
+                    data["requested_by"] = json!(by);
+                }
+                (CLAIMED, data)
+            }
             Entry::Skipped { scheduled, skipped } => {
                 (SKIPPED, json!({"key": key, "scheduled": scheduled, "skipped": skipped}))
             }
@@ -388,7 +402,13 @@ mod tests {
         let store = ScheduleStore::open(&path, JournalOptions::default(), 3).unwrap();
         let key = "ops/certs";
         store.record(key, Entry::Seen { uid: "u1".into(), at: at("2026-12-06T00:00:00Z") }).await.unwrap();
-        let claim = |s: &str| Entry::Claimed { scheduled: at(s), at: at(s), namespace: "ops".into(), tokens: 100 };
+        let claim = |s: &str| Entry::Claimed {
+            scheduled: at(s),
+            at: at(s),
+            namespace: "ops".into(),
+            tokens: 100,
+            requested_by: None,
+        };
         store.record(key, claim("2026-12-06T01:00:00Z")).await.unwrap();
         let failed = Digest { failed: true, ..Digest::default() };
         store.record(key, done("2026-12-06T01:00:00Z", "run_1", Some(failed))).await.unwrap();

@@ -68,6 +68,8 @@ pub struct AppState {
     pub change: Option<Arc<crate::change::service::ChangeService>>,
     /// The bots (absent when none is configured to run).
     pub bots: Option<Arc<crate::bots::host::Bots>>,
+    /// The scheduler of RunSchedules (absent on a host that runs none).
+    pub schedules: Option<Arc<crate::schedules::Scheduler>>,
 }
 
 /// Static facts about the running host.
@@ -119,6 +121,16 @@ fn api(keys: Arc<ApiKeys>) -> ApiRouter<AppState> {
             "/api/v1/schedules",
             get_with(schedules::list, |op| {
                 keyed(op.tag("schedules").summary("RunSchedules the caller reads, with their status"))
+            }),
+        )
+        .api_route(
+            "/api/v1/schedules/{namespace}/{name}/run",
+            post_with(schedules::run_now, |op| {
+                keyed(
+                    op.tag("schedules").summary("Run a RunSchedule of the caller's namespace now (body empty or `{}`)"),
+                )
+                .response::<202, Json<schedules::RunNowAccepted>>()
+                .with(optional_body)
             }),
         )
         .api_route("/api/v1/runs", get_with(runs::list, |op| keyed(op.tag("runs").summary("Runs, newest first"))))

@@ -36,7 +36,7 @@ pub const INDEX: Asset =
 const JS: &str = "text/javascript; charset=utf-8";
 
 /// The files under `/ui/`.
-pub const ASSETS: [Asset; 10] = [
+pub const ASSETS: [Asset; 11] = [
     Asset { name: "app.css", content_type: "text/css; charset=utf-8", body: include_str!("../../ui/app.css") },
     Asset { name: "app.js", content_type: JS, body: include_str!("../../ui/app.js") },
     Asset { name: "api.js", content_type: JS, body: include_str!("../../ui/api.js") },
@@ -47,6 +47,7 @@ pub const ASSETS: [Asset; 10] = [
     Asset { name: "incidents.js", content_type: JS, body: include_str!("../../ui/incidents.js") },
     Asset { name: "resources.js", content_type: JS, body: include_str!("../../ui/resources.js") },
     Asset { name: "change.js", content_type: JS, body: include_str!("../../ui/change.js") },
+    Asset { name: "schedules.js", content_type: JS, body: include_str!("../../ui/schedules.js") },
 ];
 
 /// The `ETag` of each asset (the page first), computed once from the contents.
@@ -67,6 +68,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/incidents", get(page))
         .route("/incidents/{id}", get(page))
         .route("/resources", get(page))
+        .route("/schedules", get(page))
         .route("/change", get(page))
         .route("/ui/{name}", get(asset))
 }

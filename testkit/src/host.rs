@@ -274,6 +274,7 @@ pub fn app_state(
         info: Arc::new(info),
         change: None,
         bots: None,
+        schedules: None,
     }
 }
 

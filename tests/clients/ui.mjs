@@ -174,6 +174,32 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
     check((await page.getAttribute("li.resource[data-kind='Skill'][data-name='postgresql']", "class")).includes("ready"), "a healthy resource is marked ready");
     await page.screenshot({ path: path.join(dir, "resources.png"), fullPage: true });
 
+    // Schedules: the next tick, "Run now", then the Run's result on the page.
+    await page.click("nav a[data-tab=schedules]");
+    await page.waitForSelector("#schedules-list");
+    const schedule = page.locator("li.schedule[data-name='db-load']");
+    check(await schedule.count() === 1, "the RunSchedule is listed");
+    check(/next tick /.test(await schedule.locator(".times").textContent()) && !/next tick —/.test(await schedule.locator(".times").textContent()), "its next tick is shown");
+    check((await schedule.textContent()).includes("No Run has finished yet."), "no result before the first Run");
+    await schedule.locator("button.run-now").click();
+    await page.waitForFunction(() => /Started: the Run for/.test(document.querySelector("li.schedule[data-name='db-load'] .run-now-message").textContent));
+    check(true, "Run now starts a Run");
+    await schedule.locator("button.run-now").click();
+    await page.waitForFunction(() => /still runs|Started/.test(document.querySelector("li.schedule[data-name='db-load'] .run-now-message").textContent));
+    let finished = false;
+    for (let i = 0; i < 60 && !finished; i++) {
+      await page.waitForTimeout(500);
+      await page.click("nav a[data-tab=schedules]");
+      await page.waitForSelector("li.schedule[data-name='db-load']");
+      finished = !(await page.locator("li.schedule[data-name='db-load']").textContent()).includes("No Run has finished yet.");
+    }
+    check(finished, "the Run's result shows on the page");
+    const result = await page.locator("li.schedule[data-name='db-load'] .result").textContent();
+    check(/Succeeded/.test(result) && /evidence 1\/1 verified/.test(result), `the result and its verified evidence are shown (${result})`);
+    check(await page.locator("li.schedule[data-name='db-load'] .result a[href^='/runs/run_']").count() === 1, "the result links to its Run");
+    await inert(page, "schedules");
+    await page.screenshot({ path: path.join(dir, "schedules.png"), fullPage: true });
+
     // Change: preview the diff, refuse the confirmation once, then apply once.
     await page.click("nav a[data-tab=change]");
     await page.waitForSelector("#change-workspace");
@@ -231,7 +257,7 @@ async function uiTest([url, key, dir, amToken, alertJson]) {
 }
 
 async function bench([url, loads]) {
-  const names = ["index.html", "app.css", "app.js", "api.js", "dom.js", "markdown.js", "chat.js", "runs.js", "incidents.js", "resources.js", "change.js"];
+  const names = ["index.html", "app.css", "app.js", "api.js", "dom.js", "markdown.js", "chat.js", "runs.js", "incidents.js", "resources.js", "schedules.js", "change.js"];
   let bytes = 0;
   let gzip = 0;
   for (const name of names) {

@@ -1,5 +1,8 @@
 //! Writes the functions of a release `akritas` that one `ask` executes (both configurations of
-//! `benches/ask.rs`, run under valgrind's callgrind), one mangled name a line, for lld's
+//! `benches/ask.rs`, run under valgrind's callgrind), with those of the processes it starts (the
+//! samples' McpAdapter is `akritas mcp victoriametrics`, the same binary: its peak counts in the
+//! `ask`'s, as `wait4` reports the largest of a process and its children), one mangled name a
+//! line, for lld's
 //! `--symbol-ordering-file`: `e2e/release.sh` links the binary again with it, so those functions
 //! come first in `.text`.
 //!
@@ -44,10 +47,18 @@ fn run() -> Result<(), String> {
     let scratch = tempfile::tempdir().map_err(text)?;
     let mut executed = BTreeSet::new();
     for (index, (what, extra)) in one_question::CONFIGURATIONS.into_iter().enumerate() {
-        let profile = scratch.path().join(format!("callgrind.{index}"));
-        let out_file = format!("--callgrind-out-file={}", profile.display());
-        let launcher =
-            ["valgrind", "--tool=callgrind", "--demangle=no", "--compress-strings=no", "--compress-pos=no", &out_file];
+        // One profile per process (`%p`: its pid), children traced.
+        let prefix = format!("callgrind.{index}.");
+        let out_file = format!("--callgrind-out-file={}", scratch.path().join(format!("{prefix}%p")).display());
+        let launcher = [
+            "valgrind",
+            "--tool=callgrind",
+            "--trace-children=yes",
+            "--demangle=no",
+            "--compress-strings=no",
+            "--compress-pos=no",
+            &out_file,
+        ];
         let data = scratch.path().join(format!("data.{index}"));
         let status = one_question::command(&launcher, &binary, &llm.url, &data, extra)
             .status()
@@ -55,8 +66,16 @@ fn run() -> Result<(), String> {
         if !status.success() {
             return Err(format!("`akritas ask` {what} under callgrind failed: {status}"));
         }
-        let names = executed_functions(&std::fs::read_to_string(&profile).map_err(text)?);
-        println!("ask {what}: {} functions executed", names.len());
+        let mut names = BTreeSet::new();
+        let mut processes = 0;
+        for entry in std::fs::read_dir(scratch.path()).map_err(text)? {
+            let path = entry.map_err(text)?.path();
+            if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix)) {
+                names.extend(executed_functions(&std::fs::read_to_string(&path).map_err(text)?));
+                processes += 1;
+            }
+        }
+        println!("ask {what}: {} functions executed in {processes} process(es)", names.len());
         executed.extend(names);
     }
     let listed: Vec<&String> = executed.iter().filter(|name| functions.contains(*name)).collect();
