@@ -93,14 +93,15 @@ function header() {
 
 async function refreshStatus(button) {
   try {
-    const health = await fetch("/health").then((r) => r.json());
+    // With the key, /health names the model; without one it says only the status.
+    const health = await api("/health");
     let tools = "?";
     try {
       tools = String((await api("/api/v1/tools")).tools.length);
     } catch {
       tools = "no key";
     }
-    button.textContent = `${health.model} · ${tools} tools · ${health.status}`;
+    button.textContent = `${health.model || "host"} · ${tools} tools · ${health.status}`;
     button.classList.toggle("degraded", health.status !== "ok");
   } catch {
     button.textContent = "host unreachable";

@@ -15,13 +15,13 @@ function suspended(schedule) {
 
 function resultLine(result) {
   if (!result) return h("p", { class: "muted" }, "No Run has finished yet.");
-  const ok = result.outcome === "Succeeded" && (result.finding_status === "healthy" || !result.finding_status);
-  const runLink = result.run_id ? h("a", { href: `/runs/${encodeURIComponent(result.run_id)}` }, result.run_id) : null;
+  const ok = result.outcome === "Succeeded" && (result.findingStatus === "healthy" || !result.findingStatus);
+  const runLink = result.runId ? h("a", { href: `/runs/${encodeURIComponent(result.runId)}` }, result.runId) : null;
   return h("div", { class: "result" },
-    badge(result.finding_status || result.outcome, ok ? "ok" : "failed"), " ",
-    h("span", { class: "muted" }, `${result.outcome} · for ${when(result.scheduled_time)}`), " ", runLink,
+    badge(result.findingStatus || result.outcome, ok ? "ok" : "failed"), " ",
+    h("span", { class: "muted" }, `${result.outcome} · for ${when(result.scheduledTime)}`), " ", runLink,
     result.summary ? h("p", { class: "summary" }, result.summary) : null,
-    h("p", { class: "muted" }, `evidence ${result.evidence_verified}/${result.evidence_count} verified${result.notified ? " · receivers told" : ""}`),
+    h("p", { class: "muted" }, `evidence ${result.evidenceVerified}/${result.evidenceCount} verified${result.notified ? " · receivers told" : ""}`),
     (result.changes || []).length
       ? h("div", { class: "changes" }, h("strong", {}, "What changed"), h("ul", {}, result.changes.map((c) => h("li", {}, c))))
       : h("p", { class: "muted changes" }, "Nothing changed since the Run before."));

@@ -144,6 +144,13 @@ impl Endpoint {
             Endpoint::LabelValues(label) => format!("api/v1/label/{label}/values"),
         }
     }
+
+    /// Whether the parameters go in a `POST` form (long queries and many matchers fit), or, for
+    /// label values, in the `GET` query string: Prometheus serves that path for `GET` only
+    /// (405 to a `POST`), VictoriaMetrics for both.
+    pub fn posts_form(&self) -> bool {
+        !matches!(self, Endpoint::LabelValues(_))
+    }
 }
 
 /// `^[a-zA-Z_][a-zA-Z0-9_]*$`
@@ -258,14 +265,15 @@ impl VmClient {
     pub async fn call(&self, endpoint: &Endpoint, params: &[(String, String)]) -> Result<Value, VmError> {
         let url = self.endpoint_url(endpoint);
         let path = url.path().to_owned();
+        let method = if endpoint.posts_form() { "POST" } else { "GET" };
         let started = Instant::now();
-        let result = self.send(url, params).await;
+        let result = self.send(url, params, endpoint.posts_form()).await;
         let elapsed_ms = started.elapsed().as_millis();
         match &result {
             Ok(outcome) if self.config.debug => {
                 tracing::debug!(
                     target: "akritas::victoriametrics",
-                    method = "POST",
+                    method,
                     path = %path,
                     status = outcome.status,
                     duration_ms = elapsed_ms as u64,
@@ -275,7 +283,7 @@ impl VmClient {
             Err((err, failure)) if self.config.debug => {
                 tracing::debug!(
                     target: "akritas::victoriametrics",
-                    method = "POST",
+                    method,
                     path = %path,
                     status = failure.status,
                     duration_ms = elapsed_ms as u64,
@@ -291,15 +299,15 @@ impl VmClient {
         result.map(|o| o.value).map_err(|(e, _)| e)
     }
 
-    async fn send(&self, url: Url, params: &[(String, String)]) -> Result<Success, (VmError, Failure)> {
-        let response = self
-            .http
-            .post(url)
-            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(encode_form(params))
-            .send()
-            .await
-            .map_err(|e| (self.classify(&e), Failure::new(0, "request_error")))?;
+    async fn send(&self, mut url: Url, params: &[(String, String)], form: bool) -> Result<Success, (VmError, Failure)> {
+        let request = if form {
+            self.http.post(url).header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(encode_form(params))
+        } else {
+            // After the base URL's own query string (`extra_label`, …).
+            url.query_pairs_mut().extend_pairs(params.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            self.http.get(url)
+        };
+        let response = request.send().await.map_err(|e| (self.classify(&e), Failure::new(0, "request_error")))?;
 
         let status = response.status();
         let content_type = response
