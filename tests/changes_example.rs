@@ -6,7 +6,7 @@
 
 use akritas_testkit as support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -27,23 +27,10 @@ fn propose(_: usize, _: &Value) -> Step {
     Step::from(Reply::ToolCalls(vec![("call-1".into(), "akritas_propose_edits".into(), edit)]))
 }
 
-/// `bash -euo pipefail` running `env` then `script` in `dir`, the binary first on PATH and the
-/// CLI pointed at `url`.
+/// The walk-through shell, the CLI pointed at `url`.
 fn bash(env: &str, script: &str, dir: &Path, url: &str) -> Command {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_akritas"));
-    let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
-    let mut command = Command::new("bash");
-    command
-        .args(["-euo", "pipefail", "-c", &format!("{env}\n{script}")])
-        .current_dir(dir)
-        .env("PATH", path)
-        .env("AKRITAS_URL", url)
-        .env_remove("AKRITAS_API_KEY")
-        .env_remove("AKRITAS_CONFIG")
-        .env_remove("AKRITAS_DATA_DIR")
-        .env_remove("AKRITAS_UPSTREAM_MODEL")
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null());
+    let mut command = support::walkthrough_shell(Path::new(env!("CARGO_BIN_EXE_akritas")), env, script, dir);
+    command.env("AKRITAS_URL", url);
     command
 }
 

@@ -81,6 +81,7 @@ const ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/runs/{id}/chat", Auth::Key),
     route(Method::GET, "/api/v1/tools", Auth::Key),
     route(Method::GET, "/api/v1/schedules", Auth::Key),
+    route(Method::POST, "/api/v1/schedules/{namespace}/{name}/run", Auth::Key),
     route(Method::POST, "/api/v1/alerts/{namespace}/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alerts/{source}/webhook", Auth::Source),
     route(Method::POST, "/api/v1/alertmanager/webhook", Auth::Source),
@@ -106,6 +107,7 @@ const ROUTES: &[Route] = &[
     route(Method::GET, "/incidents", Auth::None),
     route(Method::GET, "/incidents/{id}", Auth::None),
     route(Method::GET, "/resources", Auth::None),
+    route(Method::GET, "/schedules", Auth::None),
     route(Method::GET, "/change", Auth::None),
     route(Method::GET, "/ui/{name}", Auth::None),
     route(Method::GET, "/mcp", Auth::Key),
@@ -130,6 +132,7 @@ const STANDBY_SERVED: &[&str] = &[
     "/incidents",
     "/incidents/{id}",
     "/resources",
+    "/schedules",
     "/change",
     "/ui/{name}",
     "/v1/models",
@@ -269,6 +272,7 @@ impl Fixture {
                 route.path.replace("{id}", change)
             }
             "/api/v1/workspaces/{namespace}/{name}/fetch" => "/api/v1/workspaces/default/missing/fetch".to_string(),
+            "/api/v1/schedules/{namespace}/{name}/run" => "/api/v1/schedules/default/missing/run".to_string(),
             "/api/v1/bots/telegram/{receiver}/webhook" | "/api/v1/bots/mattermost/{receiver}/webhook" => {
                 route.path.replace("{receiver}", if route.path.contains("telegram") { "tg-bot" } else { "mm-bot" })
             }
@@ -327,10 +331,11 @@ impl Fixture {
                 let body = "command=%2Fakritas&text=status&team_id=T1&channel_id=C1&user_id=U9&trigger_id=1.2.3";
                 (post(&path, body, &slack_signature(body)), StatusCode::OK)
             }
-            // The handler looks the Workspace up: none is declared.
-            (&Method::POST, "/api/v1/workspaces/{namespace}/{name}/fetch") => {
-                (post(&path, "{}", &[]), StatusCode::NOT_FOUND)
-            }
+            // The handler looks the Workspace (the RunSchedule) up: none is declared.
+            (
+                &Method::POST,
+                "/api/v1/workspaces/{namespace}/{name}/fetch" | "/api/v1/schedules/{namespace}/{name}/run",
+            ) => (post(&path, "{}", &[]), StatusCode::NOT_FOUND),
             // The seeded delivery again: authenticated, decoded, recognised as a duplicate.
             (&Method::POST, _) => (post(&path, FIRING, &[am_token()]), StatusCode::OK),
             (method, path) => panic!("no request for {method} {path}"),

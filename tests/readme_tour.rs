@@ -5,7 +5,7 @@
 
 use akritas_testkit as support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -61,21 +61,10 @@ impl Swap {
     }
 }
 
-/// `bash -euo pipefail` running the env block then `script`, in `dir`, with the
-/// binary first on PATH and its own data directory.
+/// The walk-through shell with its own data directory.
 fn bash(env: &str, script: &str, dir: &Path, data: &Path) -> Command {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_akritas"));
-    let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
-    let mut command = Command::new("bash");
-    command
-        .args(["-euo", "pipefail", "-c", &format!("{env}\n{script}")])
-        .current_dir(dir)
-        .env("PATH", path)
-        .env("AKRITAS_DATA_DIR", data)
-        .env_remove("AKRITAS_API_KEY")
-        .env_remove("AKRITAS_CONFIG")
-        .env_remove("AKRITAS_UPSTREAM_MODEL")
-        .stdin(Stdio::null());
+    let mut command = support::walkthrough_shell(Path::new(env!("CARGO_BIN_EXE_akritas")), env, script, dir);
+    command.env("AKRITAS_DATA_DIR", data);
     command
 }
 

@@ -162,6 +162,23 @@ impl Scheduler {
             .saturating_add(limits.max_output_tokens)
     }
 
+    /// What a decision about `schedule` knows, now.
+    fn tick_of<'a>(&self, key: &'a ObjectKey, schedule: &'a RunSchedule, plan: &'a Plan) -> Tick<'a> {
+        let spec = &schedule.spec;
+        Tick {
+            uid: schedule.metadata.uid.as_deref().unwrap_or_default(),
+            namespace: &key.namespace,
+            cron: &plan.cron,
+            zone: &plan.zone,
+            suspend: spec.suspend,
+            deadline: spec.starting_deadline(),
+            policy: spec.concurrency_policy,
+            run_tokens: self.run_tokens(),
+            daily_tokens: self.parts.settings.daily_tokens,
+            now: self.parts.clock.now(),
+        }
+    }
+
     /// Claims a Run of the schedule `key` now, for `by`, under the rules of a tick
     /// ([`decide_now`]), and wakes the scheduler, which starts it on its next pass (here at
     /// once while this process leads; with replicas, the leader's next pass, within a minute).
@@ -174,19 +191,7 @@ impl Scheduler {
         };
         let plan = report::plan(&catalog, &key, &schedule, &self.parts.settings.tenancy, &self.parts.board)
             .ok_or_else(|| RunNowError::NotReady(id.clone()))?;
-        let spec = &schedule.spec;
-        let tick = Tick {
-            uid: schedule.metadata.uid.as_deref().unwrap_or_default(),
-            namespace: &key.namespace,
-            cron: &plan.cron,
-            zone: &plan.zone,
-            suspend: spec.suspend,
-            deadline: spec.starting_deadline(),
-            policy: spec.concurrency_policy,
-            run_tokens: self.run_tokens(),
-            daily_tokens: self.parts.settings.daily_tokens,
-            now: self.parts.clock.now(),
-        };
+        let tick = self.tick_of(&key, &schedule, &plan);
         self.parts
             .store
             .decide(&id, |book, books| match decide_now(book, books, &tick, by) {
@@ -260,19 +265,7 @@ impl Scheduler {
         plan: &Plan,
         cancel: &CancellationToken,
     ) -> Result<(), crate::journal::durable::StoreError> {
-        let spec = &schedule.spec;
-        let tick = Tick {
-            uid: schedule.metadata.uid.as_deref().unwrap_or_default(),
-            namespace: &key.namespace,
-            cron: &plan.cron,
-            zone: &plan.zone,
-            suspend: spec.suspend,
-            deadline: spec.starting_deadline(),
-            policy: spec.concurrency_policy,
-            run_tokens: self.run_tokens(),
-            daily_tokens: self.parts.settings.daily_tokens,
-            now: self.parts.clock.now(),
-        };
+        let tick = self.tick_of(key, schedule, plan);
         // Most passes decide nothing: look without the writer lock first.
         let (entries, _) = {
             let books = self.parts.store.state();

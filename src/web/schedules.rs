@@ -109,13 +109,13 @@ pub async fn run_now(
         let RunNowBody {} = super::body::decode(&body.0)?;
     }
     let id = format!("{namespace}/{name}");
-    if !caller.sees(&namespace) {
+    let key = ObjectKey { kind: crate::resources::Kind::RunSchedule, namespace: namespace.clone(), name: name.clone() };
+    if !caller.sees(&namespace) || !state.catalog.current().entries.contains_key(&key) {
         return Err(ApiError::not_found(format!("RunSchedule {id} not found")));
     }
     let scheduler = state.schedules.as_ref().ok_or_else(|| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "schedules_disabled", "this host runs no scheduler")
     })?;
-    let key = ObjectKey { kind: crate::resources::Kind::RunSchedule, namespace: namespace.clone(), name: name.clone() };
     match scheduler.run_now(&key, &caller.name).await {
         Ok(at) => {
             let job_id = crate::schedules::scheduler::tick_id(&id, at);

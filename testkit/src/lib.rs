@@ -92,6 +92,25 @@ pub fn doc_blocks(markdown: &str, tag: &str) -> Vec<String> {
     found
 }
 
+/// `bash -euo pipefail` running `env` then `script` in `dir`, as a reader of a documented
+/// walk-through would: `bin`'s directory first on `PATH`, and none of the Akritas variables of
+/// the machine running the test (key, configuration file, model name, kubeconfig).
+pub fn walkthrough_shell(bin: &Path, env: &str, script: &str, dir: &Path) -> Command {
+    let path = format!("{}:{}", bin.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    let mut command = Command::new("bash");
+    command
+        .args(["-euo", "pipefail", "-c", &format!("{env}\n{script}")])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env_remove("AKRITAS_API_KEY")
+        .env_remove("AKRITAS_CONFIG")
+        .env_remove("AKRITAS_DATA_DIR")
+        .env_remove("AKRITAS_UPSTREAM_MODEL")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null());
+    command
+}
+
 /// Returns a currently free loopback port.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
