@@ -101,7 +101,7 @@ fn list_flags_take_comma_separated_values() {
 
 #[test]
 fn keys_env_and_flag_names() {
-    assert_eq!(KEYS.len(), 96);
+    assert_eq!(KEYS.len(), 97);
     assert!(KEYS.contains(&"max_retrieved_context_bytes"));
     assert_eq!(env_var_name("max_tokens"), "AKRITAS_MAX_TOKENS");
     assert_eq!(flag_name("max_tokens"), Some("--max-tokens"));
@@ -664,6 +664,7 @@ fn file_with_every_setting() {
         "egress_proxy": "http://proxy.internal:3128/",
         "cleartext_credential_hosts": ["git.lab.internal"],
         "audit_key_env": "AKRITAS_AUDIT_KEY",
+        "audit_input_namespaces": ["ops"],
         "audit_anchor_file": "/var/lib/akritas-anchor/audit.json",
         "alert_reserved_runs": 2,
         "max_runs_per_namespace": 3,
@@ -756,6 +757,7 @@ fn file_with_every_setting() {
     }
     assert_eq!(s.cleartext_credential_hosts, ["git.lab.internal"]);
     assert_eq!(s.audit_key_env.as_deref(), Some("AKRITAS_AUDIT_KEY"));
+    assert_eq!(s.audit_input_namespaces, ["ops"]);
     assert!(!s.on_database());
     assert_eq!(
         (s.database_url_env.as_str(), s.database_ca_file.as_deref(), s.database_max_connections),
