@@ -501,6 +501,16 @@ async fn run_now_follows_the_rules_of_a_tick_and_the_leader_starts_what_another_
     assert_eq!(status, 404, "another tenant's schedule does not exist for it: {body}");
     let (status, body) = post("K_VIEW", RUN).await;
     assert_eq!(status, 403, "a read key cannot start a Run: {body}");
+    // The route takes no arguments: an empty body or `{}`, nothing else.
+    let array = reqwest::Client::new()
+        .post(format!("{base}{RUN}"))
+        .bearer_auth("k_ops-schedules-key-0123456789")
+        .header("content-type", "application/json")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(array.status().as_u16(), 400, "an array is not the empty object");
     let (status, body) = post("K_OPS", "/api/v1/schedules/ops/nope/run").await;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
 

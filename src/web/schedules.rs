@@ -83,6 +83,22 @@ pub struct SchedulePath {
 #[serde(deny_unknown_fields)]
 pub struct RunNowBody {}
 
+/// An empty body, or the JSON object `{}` (serde would take `[]` for a struct without fields).
+fn no_arguments(body: &axum::body::Bytes) -> Result<(), ApiError> {
+    if body.is_empty() {
+        return Ok(());
+    }
+    let value: Value = super::body::decode(body)?;
+    match value.as_object() {
+        Some(object) if object.is_empty() => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the body must be empty or the JSON object {}: this request takes no arguments",
+        )),
+    }
+}
+
 /// `202` of `POST /api/v1/schedules/{namespace}/{name}/run`.
 #[derive(Serialize, JsonSchema)]
 pub struct RunNowAccepted {
@@ -105,9 +121,7 @@ pub async fn run_now(
     Path(SchedulePath { namespace, name }): Path<SchedulePath>,
     body: JsonBytes<RunNowBody>,
 ) -> Result<(StatusCode, Json<RunNowAccepted>), ApiError> {
-    if !body.0.is_empty() {
-        let RunNowBody {} = super::body::decode(&body.0)?;
-    }
+    no_arguments(&body.0)?;
     let id = format!("{namespace}/{name}");
     let key = ObjectKey { kind: crate::resources::Kind::RunSchedule, namespace: namespace.clone(), name: name.clone() };
     if !caller.sees(&namespace) || !state.catalog.current().entries.contains_key(&key) {
