@@ -164,11 +164,15 @@ pub fn follow_up_turns(run: &RunRecord, question: &str) -> Result<Vec<Turn>, Req
     Ok(vec![Turn { role: Speaker::User, content: prompt }])
 }
 
-/// The Run as JSON for a follow-up, within [`MAX_FOLLOW_UP_RUN_BYTES`]: raw tool
-/// payloads are dropped oldest first until it fits.
+/// The Run as JSON for a follow-up, within [`MAX_FOLLOW_UP_RUN_BYTES`]: the input the audit
+/// kept (`audit_input_namespaces`) goes first, then raw tool payloads, oldest first, until it
+/// fits.
 fn bounded_run_json(run: &RunRecord) -> Option<String> {
     let mut run = run.clone();
     let mut text = serde_json::to_string(&run).ok()?;
+    if text.len() > MAX_FOLLOW_UP_RUN_BYTES && run.metadata.remove(super::record::INPUT).is_some() {
+        text = serde_json::to_string(&run).ok()?;
+    }
     let mut index = 0;
     while text.len() > MAX_FOLLOW_UP_RUN_BYTES && index < run.events.len() {
         run.events[index].arguments = None;
@@ -550,6 +554,14 @@ mod tests {
 
         let small = run(RunStatus::Succeeded, 10, 2);
         assert_eq!(bounded_run_json(&small).unwrap(), serde_json::to_string(&small).unwrap());
+
+        // The input the audit kept goes before any payload: it is there for an export.
+        let mut kept_input = run(RunStatus::Failed, 40 * 1024, 2);
+        let input = json!({"messages": [{"role": "user", "content": "q".repeat(60 * 1024)}], "context": {}});
+        kept_input.metadata.insert(super::super::record::INPUT.into(), input);
+        let bounded: RunRecord = serde_json::from_str(&bounded_run_json(&kept_input).unwrap()).unwrap();
+        assert!(!bounded.metadata.contains_key(super::super::record::INPUT));
+        assert!(bounded.events.iter().all(|e| e.result.is_some()), "no payload was dropped");
 
         // Too large even without payloads.
         let mut huge = run(RunStatus::Failed, 10, 1);

@@ -107,7 +107,8 @@ pub struct RunNowAccepted {
     /// The time the Run is scheduled for (RFC 3339); its result shows in the schedule's
     /// `status.lastResult` and `recentRuns` with this `scheduledTime`.
     pub scheduled_time: String,
-    /// The Run's `job_id` in the audit (`GET /api/v1/runs?job_id=…`).
+    /// The Run's `job_id`, in its metadata in the audit; `status.recentRuns` lists the Run once
+    /// it has started.
     pub job_id: String,
 }
 
