@@ -515,8 +515,11 @@ async fn run_now_follows_the_rules_of_a_tick_and_the_leader_starts_what_another_
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
 
     model.delay_ms.store(2_000, Ordering::SeqCst);
-    let (status, body) = post("K_OPS", RUN).await;
-    assert_eq!(status, 202, "{body}");
+    // Two requests at once: exactly one is claimed.
+    let (first, second) = tokio::join!(post("K_OPS", RUN), post("K_OPS", RUN));
+    let (accepted, refused) = if first.0 == 202 { (first, second) } else { (second, first) };
+    assert_eq!((accepted.0, refused.0), (202, 409), "{accepted:?} {refused:?}");
+    let body = accepted.1;
     assert_eq!(body["scheduled_time"], "2026-12-06T07:30:00Z", "{body}");
     assert_eq!(body["job_id"], "schedule:ops/db@2026-12-06T07:30:00Z", "{body}");
     // Claimed at once: a second request is refused before the Run even starts.
