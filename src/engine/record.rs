@@ -151,9 +151,8 @@ pub struct Opening<'a> {
 
 /// Metadata key of the input's hash (conversation and context).
 pub const INPUT_SHA256: &str = "input_sha256";
-/// Metadata key of the input itself, in the namespaces that keep it: `{"messages", "context",
-/// "redacted"}`, or `{"omitted"}` saying why it was not kept.
-pub const INPUT: &str = "input";
+/// Metadata key of the input itself (defined beside the follow-up prompt, which drops it first).
+pub use super::request::INPUT;
 /// Largest input kept (its canonical JSON, after redaction).
 pub const MAX_KEPT_INPUT_BYTES: usize = 64 * 1024;
 /// Metadata key (at the end of a Run) of the structured mode its last structured step used.

@@ -164,13 +164,18 @@ pub fn follow_up_turns(run: &RunRecord, question: &str) -> Result<Vec<Turn>, Req
     Ok(vec![Turn { role: Speaker::User, content: prompt }])
 }
 
+/// Metadata key of a Run's input itself, in the namespaces that keep it
+/// (`audit_input_namespaces`): `{"messages", "context", "redacted"}`, or `{"omitted"}` saying
+/// why it was not kept.
+pub const INPUT: &str = "input";
+
 /// The Run as JSON for a follow-up, within [`MAX_FOLLOW_UP_RUN_BYTES`]: the input the audit
 /// kept (`audit_input_namespaces`) goes first, then raw tool payloads, oldest first, until it
 /// fits.
 fn bounded_run_json(run: &RunRecord) -> Option<String> {
     let mut run = run.clone();
     let mut text = serde_json::to_string(&run).ok()?;
-    if text.len() > MAX_FOLLOW_UP_RUN_BYTES && run.metadata.remove(super::record::INPUT).is_some() {
+    if text.len() > MAX_FOLLOW_UP_RUN_BYTES && run.metadata.remove(INPUT).is_some() {
         text = serde_json::to_string(&run).ok()?;
     }
     let mut index = 0;
@@ -558,9 +563,9 @@ mod tests {
         // The input the audit kept goes before any payload: it is there for an export.
         let mut kept_input = run(RunStatus::Failed, 40 * 1024, 2);
         let input = json!({"messages": [{"role": "user", "content": "q".repeat(60 * 1024)}], "context": {}});
-        kept_input.metadata.insert(super::super::record::INPUT.into(), input);
+        kept_input.metadata.insert(INPUT.into(), input);
         let bounded: RunRecord = serde_json::from_str(&bounded_run_json(&kept_input).unwrap()).unwrap();
-        assert!(!bounded.metadata.contains_key(super::super::record::INPUT));
+        assert!(!bounded.metadata.contains_key(INPUT));
         assert!(bounded.events.iter().all(|e| e.result.is_some()), "no payload was dropped");
 
         // Too large even without payloads.
