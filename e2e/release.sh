@@ -5,21 +5,20 @@
 # Writes into $DIST (default dist/):
 #   akritas-<version>-<target>.tar.gz   the binary, the instructions and skills it reads by default
 #                                       (as the image ships them), README.md, LICENSE when there is one
-#   akritas-<version>-<target>.cdx.json the SBOM of that binary (CycloneDX JSON, cargo-cyclonedx)
+#   akritas-<version>-<target>.cdx.json the SBOM of that binary (CycloneDX 1.5 JSON, tools/sbom)
 #   SHA256SUMS                          sha256sum lines for both, names relative to $DIST
 # and checks that the binary needs no glibc newer than the runtime image's (Debian bookworm, 2.36)
 # and runs from the unpacked tarball with no Rust and an empty environment. docs/release.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CARGO_CYCLONEDX_VERSION=0.5.9
 # The runtime image (the Dockerfile's final stage) is debian:bookworm-slim, which ships glibc 2.36.
 MAX_GLIBC=2.36
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 TARGET=${TARGET:-$HOST}
 DIST=${DIST:-dist}
 target_dir=${CARGO_TARGET_DIR:-target}
-# cargo-cyclonedx and the archive take their timestamps from it (a reproducible SBOM has no serial number).
+# The SBOM and the archive take their timestamps from it (a reproducible SBOM has no serial number).
 # Not exported to the build: the `cc` build scripts (ring, psm) track it, and a new value each
 # commit would rebuild them and everything above them.
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2> /dev/null || date +%s)}
@@ -104,15 +103,11 @@ fi
 tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name --mtime="@$SOURCE_DATE_EPOCH" -cf - "$name" \
     | gzip -9 -n > "$DIST/$name.tar.gz"
 
-# The SBOM: every crate compiled into the binary for this target (--all: the whole tree, not only
-# direct dependencies; --no-build-deps: not build scripts' dependencies, which the binary does not
-# contain). It is per target, as the tree is (cargo metadata --filter-platform). cargo-cyclonedx
-# writes <package>.cdx.json next to each workspace member's manifest; only the root's is shipped.
-cyclonedx=$(e2e/cargo-tool.sh cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION")
-SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH "$cyclonedx" cyclonedx --quiet --format json --spec-version 1.5 --all --no-build-deps --target "$TARGET" \
-    --manifest-path Cargo.toml
-rm -f testkit/akritas-testkit.cdx.json
-mv akritas.cdx.json "$DIST/$name.cdx.json"
+# The SBOM: every crate cargo builds into the binary for this target (`cargo tree -e normal`: the
+# whole tree, no dev-dependencies, no build scripts' dependencies, no other platform's crates,
+# features as this package alone enables them), with the lockfile's checksums (tools/sbom).
+cargo build --locked -p akritas-sbom --bin akritas-sbom
+SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH "$target_dir/debug/akritas-sbom" --target "$TARGET" --output "$DIST/$name.cdx.json"
 
 (cd "$DIST" && sha256sum "$name.tar.gz" "$name.cdx.json" > SHA256SUMS && sha256sum -c SHA256SUMS)
 

@@ -140,7 +140,7 @@ fn the_image_build_stage_has_everything_cargo_needs() {
 
 /// The check above fails for a build stage that copies only the manifest, the
 /// lock file and `src` (the Dockerfile before the fix): the manifest declares
-/// benches and the `testkit` workspace member, which such a stage lacks.
+/// benches and the `testkit` and `tools/sbom` workspace members, which such a stage lacks.
 #[test]
 fn a_build_stage_without_the_bench_sources_is_refused() {
     let dockerfile = "FROM rust AS build\nWORKDIR /src\nCOPY Cargo.toml Cargo.lock ./\nCOPY src ./src\n\
@@ -151,7 +151,8 @@ fn a_build_stage_without_the_bench_sources_is_refused() {
     let check = cargo_check(&project);
     assert!(!check.status.success(), "cargo accepted a manifest whose benches and workspace member are missing");
     let error = stderr(&check);
-    assert!(error.contains("bench at `benches/") || error.contains("testkit/Cargo.toml"), "{error}");
+    let missing = ["bench at `benches/", "testkit/Cargo.toml", "tools/sbom/Cargo.toml"];
+    assert!(missing.iter().any(|m| error.contains(m)), "{error}");
 }
 
 #[test]
