@@ -5,9 +5,10 @@
 //! its own children is their facade, not an import: children may use what their
 //! `mod.rs` defines). Also keeps files small: a
 //! file's non-test code stays under 600 lines unless its header says why
-//! (a `//! Size:` line).
+//! (a `//! Size:` line), and no doc comment only repeats a name (`/// Why.`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Leaves first. A module imports only from its own layer (without cycles) or lower.
@@ -162,25 +163,28 @@ fn ident_char(c: Option<&char>) -> bool {
     c.is_some_and(|c| c.is_alphanumeric() || *c == '_')
 }
 
-/// Cuts `#[cfg(test)]` modules out of stripped code; returns the code and the
-/// names of test modules declared as files (`#[cfg(test)] mod tests;`).
-fn without_tests(code: &str) -> (String, Vec<String>) {
-    let mut out = String::with_capacity(code.len());
-    let mut test_files = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..at]);
-        let after = rest[at + "#[cfg(test)]".len()..].trim_start();
+/// The `#[cfg(test)]` items of stripped code, as byte ranges to cut: a whole test module, or
+/// only the attribute of another test-only item. A test module declared as a file
+/// (`#[cfg(test)] mod tests;`) comes with its name.
+fn test_items(code: &str) -> Vec<(Range<usize>, Option<String>)> {
+    const ATTRIBUTE: &str = "#[cfg(test)]";
+    let mut items = Vec::new();
+    let mut from = 0;
+    while let Some(found) = code[from..].find(ATTRIBUTE) {
+        let at = from + found;
+        let after = code[at + ATTRIBUTE.len()..].trim_start();
         let Some(item) = after.strip_prefix("mod ") else {
             // A test-only item other than a module: drop the attribute only.
-            rest = &rest[at + "#[cfg(test)]".len()..];
+            from = at + ATTRIBUTE.len();
+            items.push((at..from, None));
             continue;
         };
         let name: String = item.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
         let body = item[name.len()..].trim_start();
-        if let Some(after) = body.strip_prefix(';') {
-            test_files.push(name);
-            rest = after;
+        let body_at = code.len() - body.len();
+        if body.starts_with(';') {
+            from = body_at + 1;
+            items.push((at..from, Some(name)));
             continue;
         }
         // Skip the balanced braces of the inline module.
@@ -199,9 +203,24 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
                 _ => {}
             }
         }
-        rest = &body[end..];
+        from = body_at + end;
+        items.push((at..from, None));
     }
-    out.push_str(rest);
+    items
+}
+
+/// Cuts `#[cfg(test)]` modules out of stripped code; returns the code and the
+/// names of test modules declared as files (`#[cfg(test)] mod tests;`).
+fn without_tests(code: &str) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(code.len());
+    let mut test_files = Vec::new();
+    let mut kept = 0;
+    for (cut, file) in test_items(code) {
+        out.push_str(&code[kept..cut.start]);
+        kept = cut.end;
+        test_files.extend(file);
+    }
+    out.push_str(&code[kept..]);
     (out, test_files)
 }
 
@@ -580,6 +599,50 @@ fn files_stay_small_unless_their_header_says_why() {
     assert!(long.is_empty(), "files above {MAX_LINES} lines without a `//! Size:` note:\n{}", long.join("\n"));
 }
 
+/// Whether a line is a doc comment of one capitalised word and a period (`/// Why.`), the
+/// regex `^\s*/// [A-Z][a-z]+\.$`: a comment that only repeats the name it documents.
+fn is_filler(line: &str) -> bool {
+    let Some(word) = line.trim_start().strip_prefix("/// ").and_then(|w| w.strip_suffix('.')) else {
+        return false;
+    };
+    let mut chars = word.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && !chars.as_str().is_empty()
+        && chars.all(|c| c.is_ascii_lowercase())
+}
+
+/// The filler doc comments of a source file outside its test modules: 1-based line and text.
+fn filler_lines(text: &str) -> Vec<(usize, String)> {
+    // `strip` keeps every newline, so a line of the stripped code is the same line of `text`.
+    let code = strip(text);
+    let line_of = |at: usize| code[..at].matches('\n').count();
+    let tests: Vec<Range<usize>> =
+        test_items(&code).into_iter().map(|(cut, _)| line_of(cut.start)..line_of(cut.end) + 1).collect();
+    text.lines()
+        .enumerate()
+        .filter(|(i, line)| is_filler(line) && !tests.iter().any(|t| t.contains(i)))
+        .map(|(i, line)| (i + 1, line.trim().to_string()))
+        .collect()
+}
+
+/// A doc comment says what a name cannot: what the value means, its unit, where it comes
+/// from, who reads it. `/// Why.` on `error` or `/// Name.` on `name` says nothing.
+#[test]
+fn doc_comments_say_more_than_the_name() {
+    let mut found = Vec::new();
+    for path in load().keys() {
+        let text = std::fs::read_to_string(path).expect("read source");
+        for (line, comment) in filler_lines(&text) {
+            found.push(format!("{}:{line}: {comment}", display(path)));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "doc comments that only repeat the name (say what it means, its unit, its source or its reader):\n{}",
+        found.join("\n")
+    );
+}
+
 /// The checker itself: a planted upward import and a planted cycle are found.
 #[test]
 fn the_checker_finds_what_it_looks_for() {
@@ -599,6 +662,9 @@ fn the_checker_finds_what_it_looks_for() {
         without_tests("fn a() {}\n#[cfg(test)]\nmod tests { use crate::cli::x; }\n#[cfg(test)]\nmod more;\n");
     assert!(!code.contains("cli"));
     assert_eq!(files, ["more"]);
+    let text = "/// Why.\nstruct A {\n    /// Id.\n    id: u8,\n    /// The id, as the journal names it.\n}\n\
+                #[cfg(test)]\nmod tests {\n    /// Case.\n}\n/// ID.\n/// A.\n//// Four.\n";
+    assert_eq!(filler_lines(text), [(1, "/// Why.".to_string()), (3, "/// Id.".to_string())]);
 }
 
 /// Inside `alerts`, intake decides without I/O and knows neither the store nor the worker;

@@ -89,7 +89,7 @@ pub struct AuditEvent {
 /// A Run as the journal knows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunRecord {
-    /// Id.
+    /// `run_` and 32 random hex digits, chosen when the Run opens.
     pub id: RunId,
     /// Namespace the Run belongs to (Runs journaled before tenancy: `default`).
     #[serde(default = "default_namespace")]
@@ -103,7 +103,7 @@ pub struct RunRecord {
     pub model: Option<String>,
     /// Catalog version the Run pinned.
     pub catalog_version: u64,
-    /// Status.
+    /// `running` until the finish record, then `succeeded` or `failed` (see `error_code`).
     pub status: RunStatus,
     /// RFC 3339 start (the journal record's time).
     #[serde(default)]
@@ -166,9 +166,9 @@ impl RunRecord {
 pub struct NewRun {
     /// Namespace the Run belongs to.
     pub namespace: String,
-    /// Source.
+    /// What starts the Run (`chat`, `cli`, `alert:<provider>`, `change_preview`, …).
     pub source: String,
-    /// Actor.
+    /// Who asked for it: an API key name, `anonymous` or a bot user.
     pub actor: String,
     /// Model id.
     pub model: Option<String>,
@@ -187,9 +187,9 @@ fn default_namespace() -> String {
 pub struct NewEvent {
     /// Event type.
     pub kind: String,
-    /// Status.
+    /// `succeeded`, `failed` or `started`, when the event has an outcome.
     pub status: Option<String>,
-    /// Metadata.
+    /// Small facts such as `tool`, `call_id` and `duration_ms`; the audit redacts and bounds them.
     pub metadata: BTreeMap<String, Value>,
     /// Tool arguments.
     pub arguments: Option<Value>,
@@ -221,19 +221,19 @@ pub enum AuditError {
         "audit journal {path}: record {seq} is inconsistent: {reason}; restore the journal from backup (`akritas audit verify` checks a copy)"
     )]
     Inconsistent {
-        /// Path.
+        /// The journal file that holds the record.
         path: String,
         /// Record sequence number.
         seq: u64,
-        /// Why.
+        /// Why replay could not apply it (unknown Run, events out of order, a rejected result, …).
         reason: RecordError,
     },
     /// The records of a Run could not be read back from the journal.
     #[error("run {run}: its journal records cannot be read: {reason}")]
     Unreadable {
-        /// Run.
+        /// The Run whose records were asked for.
         run: RunId,
-        /// Why.
+        /// What failed: a read at a stored location, or a record filed under another Run.
         reason: String,
     },
     /// No such Run.
@@ -245,9 +245,9 @@ pub enum AuditError {
     /// A structured result the Run's own calls do not support; nothing was written.
     #[error("result of Run {run} rejected: {error}")]
     ResultRejected {
-        /// Run.
+        /// The Run the result was submitted for.
         run: RunId,
-        /// Why.
+        /// The rule the result breaks against the Run's recorded calls.
         error: crate::investigation::InvestigationError,
     },
     /// Something in this process is already writing to the Run (the Run itself or a follow-up).

@@ -42,7 +42,7 @@ pub enum RecordError {
     /// An event out of order.
     #[error("event sequence {sequence} of Run {run} does not follow {last}")]
     OutOfSequence {
-        /// Run.
+        /// The Run whose event numbering broke.
         run: RunId,
         /// Sequence number of the event.
         sequence: u32,
@@ -70,17 +70,17 @@ pub enum RecordError {
     /// A result the validation rejects.
     #[error("result of Run {run}: {error}")]
     Result {
-        /// Run.
+        /// The Run whose journaled result failed validation at replay.
         run: RunId,
-        /// Why.
+        /// The rule the stored result breaks, checked against the Run's recorded calls.
         error: InvestigationError,
     },
     /// A record of the Run could not be read back to check a result against it.
     #[error("result of Run {run}: its records cannot be read: {reason}")]
     Unreadable {
-        /// Run.
+        /// The Run whose result was being checked.
         run: RunId,
-        /// Why.
+        /// Why a record at one of the Run's stored locations could not be read.
         reason: String,
     },
     /// A read record that does not hold a read.
@@ -99,9 +99,9 @@ pub(super) enum Op {
     Event(RunId, Box<AuditEvent>),
     /// A Run finished.
     Finished {
-        /// Run.
+        /// The Run the finish record closes.
         id: RunId,
-        /// How.
+        /// `succeeded` or `failed`; a finish that says `running` is refused.
         status: RunStatus,
     },
     /// The structured result of a Run (its JSON text).

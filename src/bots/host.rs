@@ -65,7 +65,7 @@ pub enum WebhookError {
     /// No receiver of that name takes webhooks from that provider (404).
     #[error("no {provider} bot receiver {receiver:?} takes webhooks")]
     UnknownReceiver {
-        /// Provider.
+        /// `telegram`, `mattermost` or `slack`: the provider the webhook path names.
         provider: &'static str,
         /// As given.
         receiver: String,

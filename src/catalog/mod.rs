@@ -33,7 +33,7 @@ pub struct ObjectKey {
     pub kind: Kind,
     /// Namespace (`default` for manifests without one).
     pub namespace: String,
-    /// Name.
+    /// `metadata.name`; with kind and namespace it names one object of the Catalog.
     pub name: String,
 }
 

@@ -36,7 +36,7 @@ pub enum Notice {
     Unreadable {
         /// `file` or `file:doc-index`.
         location: String,
-        /// Why.
+        /// What the loader reported (unreadable file, invalid YAML, no kind or name).
         error: String,
     },
     /// A problem logged before is gone: the file was fixed, or the object removed.

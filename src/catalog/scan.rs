@@ -22,7 +22,7 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 /// An object found in a manifest, valid or not.
 #[derive(Debug)]
 pub struct Scanned {
-    /// Identity.
+    /// Kind, namespace (`default` when the manifest names none) and name, as the Catalog keys it.
     pub key: ObjectKey,
     /// File it came from.
     pub file: PathBuf,

@@ -45,17 +45,17 @@ pub enum SecretError {
     NeedsKubernetes {
         /// Secret name.
         name: String,
-        /// Key.
+        /// Key in that Secret's `data`, as the `secretKeyRef` names it.
         key: String,
     },
     /// The Secret or key does not exist or cannot be read.
     #[error("secret {name}/{key} in namespace {namespace}: {reason}")]
     Unavailable {
-        /// Namespace.
+        /// Namespace of the resource that references the Secret; the Secret is read there.
         namespace: String,
         /// Secret name.
         name: String,
-        /// Key.
+        /// Key in the Secret's `data` that the reference asks for.
         key: String,
         /// What went wrong.
         reason: String,

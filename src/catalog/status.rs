@@ -35,7 +35,7 @@ pub enum InForce {
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceReport {
-    /// Identity.
+    /// Kind, namespace and name; flattened, so they are top-level fields of the report's JSON.
     #[serde(flatten)]
     pub key: ObjectKey,
     /// Where the newest version was read (`file:doc-index`).

@@ -93,7 +93,7 @@ pub enum ChangeState {
     Pending,
     /// Taken for apply (also what a crash during apply leaves).
     Applying,
-    /// Written.
+    /// The edits were written to the Workspace's tree, or pushed as a branch when it publishes.
     Applied {
         /// The apply Run.
         run_id: String,
@@ -112,7 +112,7 @@ pub enum ChangeState {
         approver: String,
         /// When (RFC 3339).
         at: String,
-        /// Why.
+        /// What went wrong writing or publishing the change.
         error: String,
     },
     /// Not approved in time.

@@ -32,7 +32,7 @@ pub enum ChangeError {
     /// The model gave no valid proposal (502), with the per-attempt diagnostics.
     #[error("{message}")]
     Proposal {
-        /// Summary.
+        /// What the model got wrong, as the HTTP error's `message`; `details` holds the attempts.
         message: String,
         /// One per attempt.
         diagnostics: Vec<AttemptDiagnostic>,

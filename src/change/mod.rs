@@ -129,7 +129,7 @@ pub enum ValidatorStatus {
 pub struct ValidatorResult {
     /// Profile name.
     pub name: String,
-    /// Outcome.
+    /// Passed, failed (non-zero exit, signal, timeout, no start) or skipped (no file matched).
     pub status: ValidatorStatus,
     /// Changed files the profile matched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

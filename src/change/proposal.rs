@@ -109,7 +109,7 @@ pub struct Proposal {
     pub edits: Vec<ProposedEdit>,
     /// Proposed checks (never executed).
     pub checks: Vec<String>,
-    /// Risks.
+    /// What could go wrong if the edits are applied, in the model's words; shown in the preview.
     pub risks: Vec<String>,
     /// How to undo.
     pub rollback: String,

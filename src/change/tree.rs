@@ -23,11 +23,11 @@ pub struct Size {
 /// Where a measure stops counting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
-    /// Entries.
+    /// Stop once more entries than this are counted.
     pub entries: u64,
-    /// Bytes.
+    /// Stop once the regular files counted hold more bytes than this (`u64::MAX`: never).
     pub bytes: u64,
-    /// Depth.
+    /// Stop once a directory deeper than this level is counted (the root's entries are at 1).
     pub depth: u64,
 }
 

@@ -18,7 +18,7 @@ use crate::engine::budget::BudgetLimits;
 pub struct ResolvedWorkspace {
     /// Namespace of the Workspace object.
     pub namespace: String,
-    /// Name.
+    /// `metadata.name` of the Workspace object, unique within `namespace`.
     pub name: String,
     /// The local working tree (the path, or the host's clone of the remote).
     pub dir: PathBuf,
@@ -55,9 +55,9 @@ pub struct Publish {
 /// A Workspace as `GET /api/v1/workspaces` shows it (no local paths).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct WorkspaceView {
-    /// Namespace.
+    /// Namespace of the Workspace object (the `{namespace}` of its `/fetch` path).
     pub namespace: String,
-    /// Name.
+    /// `metadata.name` of the Workspace (the `{name}` of its `/fetch` path).
     pub name: String,
     /// Where its tree comes from.
     pub source: SourceView,
@@ -105,9 +105,9 @@ pub struct PublishView {
 /// The head of a git Workspace after a fetch.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct FetchedHead {
-    /// Namespace.
+    /// Namespace of the fetched Workspace, as the request path named it.
     pub namespace: String,
-    /// Name.
+    /// Name of the fetched Workspace, as the request path named it.
     pub name: String,
     /// Full commit id.
     pub head_commit: String,

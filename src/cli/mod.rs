@@ -29,7 +29,7 @@ pub(crate) struct Cli {
     pub command: Command,
 }
 
-/// Subcommands.
+/// The `akritas` subcommands; each variant's doc comment is its line in `--help`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
     /// Run the host: HTTP API, resource watch, alerts, bots, Runs and the change pipeline.

@@ -24,9 +24,9 @@ pub enum Speaker {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Turn {
-    /// Role.
+    /// Who wrote it: an optional first `system` turn, then `user` and `assistant` alternating.
     pub role: Speaker,
-    /// Text.
+    /// The message text: never blank; all turns together hold at most [`MAX_CONTENT_BYTES`].
     pub content: String,
 }
 

@@ -15,9 +15,9 @@ pub enum InstructionsError {
     /// The file cannot be opened or read.
     #[error("system instructions {path}: {reason}; point --system-instructions at a readable file")]
     Read {
-        /// Path.
+        /// The file as configured (`--system-instructions`), not canonicalised.
         path: PathBuf,
-        /// Reason.
+        /// The I/O error's message (not found, permission denied, ...).
         reason: String,
     },
     /// Not a regular file.
@@ -29,12 +29,12 @@ pub enum InstructionsError {
     /// Not UTF-8.
     #[error("system instructions {path}: not valid UTF-8 (first bad byte at offset {offset})")]
     NotUtf8 {
-        /// Path.
+        /// The file as configured (`--system-instructions`), not canonicalised.
         path: PathBuf,
         /// Byte offset.
         offset: usize,
     },
-    /// Blank.
+    /// The file is empty or holds only whitespace: there would be nothing to prepend.
     #[error("system instructions {0}: the file is empty; write the instructions or point at another file")]
     Empty(PathBuf),
 }

@@ -30,7 +30,7 @@ pub struct PlannedCheck {
     pub tool: String,
     /// Exact arguments.
     pub arguments: Value,
-    /// Why.
+    /// The model's reason for the check (trimmed, at most [`MAX_FIELD_CHARS`] characters).
     pub reason: String,
 }
 
@@ -259,17 +259,17 @@ pub enum PlanError {
     /// A blank text field.
     #[error("{at}.{field}: must not be empty")]
     EmptyField {
-        /// Item.
+        /// The plan item whose field is blank (`checks[1]`, `gaps[0]`).
         at: At,
-        /// Field.
+        /// The blank field: `step`, `tool`, `reason` or `capability`.
         field: &'static str,
     },
     /// A text field over [`MAX_FIELD_CHARS`].
     #[error("{at}.{field}: {chars} characters; at most {MAX_FIELD_CHARS} are allowed")]
     FieldTooLong {
-        /// Item.
+        /// The plan item holding the long field (`checks[1]`, `gaps[0]`).
         at: At,
-        /// Field.
+        /// The field over the limit: `step`, `tool`, `reason` or `capability`.
         field: &'static str,
         /// Characters it has.
         chars: usize,
@@ -277,7 +277,7 @@ pub enum PlanError {
     /// A check's tool is not a tool name at all.
     #[error("{at}.tool: {tool:?} is not a valid tool name")]
     InvalidToolName {
-        /// Item.
+        /// The check whose `tool` is malformed (`checks[2]`).
         at: At,
         /// The name.
         tool: String,
@@ -285,13 +285,13 @@ pub enum PlanError {
     /// A check's arguments are not an object.
     #[error("{at}.arguments: must be a JSON object")]
     ArgumentsNotObject {
-        /// Item.
+        /// The check whose `arguments` are a string, a list or another non-object value.
         at: At,
     },
     /// The tool is not in this Run's catalog, or the arguments do not fit its schema.
     #[error("{at}: {reason}")]
     Unavailable {
-        /// Item.
+        /// The check that failed; the audit records it without `reason`, which may quote the model.
         at: At,
         /// What the tool catalog said.
         reason: String,
@@ -303,7 +303,7 @@ pub enum PlanError {
          the request or the alert names, or list the check as a gap when they name none"
     )]
     Placeholder {
-        /// Item.
+        /// The check whose argument is a placeholder (`checks[0]`).
         at: At,
         /// The argument (a property the tool's schema declares).
         argument: String,
@@ -313,7 +313,7 @@ pub enum PlanError {
     /// A gap's capability is not a dot-separated id.
     #[error("{at}.capability: {capability:?} is not a dot-separated capability id")]
     InvalidCapability {
-        /// Item.
+        /// The gap whose `capability` is malformed (`gaps[1]`).
         at: At,
         /// The capability.
         capability: String,

@@ -40,7 +40,7 @@ pub enum RunProgress {
         id: String,
         /// `ok` or the error code.
         status: String,
-        /// Duration.
+        /// Wall time of the call in milliseconds, as the tool registry measured it.
         duration_ms: u64,
     },
     /// Skills joined the Run (all selected so far).

@@ -197,7 +197,7 @@ pub struct Activity {
     pub id: String,
     /// `ok` or the error code.
     pub status: String,
-    /// Duration.
+    /// Wall time of the call in milliseconds, as the tool registry measured it.
     pub duration_ms: u64,
     /// Arguments as the host passed them.
     pub arguments: Value,
@@ -304,7 +304,7 @@ pub enum StructureError {
 /// before it stopped (no usage when it failed before it started).
 #[derive(Debug)]
 pub struct FailedRun {
-    /// Why.
+    /// Why the Run stopped; it decides the HTTP status and the Run's error code.
     pub error: RunError,
     /// Budget usage at the end.
     pub usage: Option<BudgetUsage>,
@@ -362,7 +362,7 @@ pub enum RunError {
     Structure {
         /// Run id.
         run_id: Option<RunId>,
-        /// Why.
+        /// A missing or extra submission, or the rule the submitted result broke.
         error: StructureError,
     },
     /// The audit journal could not record the Run (HTTP 503; 507 when it cannot be written).

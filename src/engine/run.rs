@@ -147,7 +147,7 @@ impl Engine {
         self.retriever.as_ref()
     }
 
-    /// Settings.
+    /// The budget, token, concurrency and retrieval settings every Run of this engine uses.
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
     }

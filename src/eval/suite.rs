@@ -112,7 +112,7 @@ impl CaseReport {
 /// The rates over every repeat of some cases.
 #[derive(Clone, Debug, Serialize)]
 pub struct Rates {
-    /// Cases.
+    /// Cases counted; each is meant to run `repeat` times, and the rates divide by cases × repeat.
     pub cases: usize,
     /// Repeats run.
     pub attempts: usize,
@@ -134,7 +134,7 @@ pub struct Totals {
     /// Over the cases of each split (none when no case has one).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub splits: BTreeMap<String, Rates>,
-    /// Tokens.
+    /// Prompt plus output tokens, summed over every repeat of every case.
     pub tokens: u64,
     /// Model requests.
     pub model_calls: u64,
@@ -150,7 +150,7 @@ pub struct SuiteReport {
     pub model: Option<String>,
     /// Per case, in file name order.
     pub cases: Vec<CaseReport>,
-    /// Totals.
+    /// Sums and rates over the whole suite and per split; `akritas eval` prints them as `TOTAL`.
     pub totals: Totals,
 }
 

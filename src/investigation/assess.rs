@@ -19,7 +19,8 @@ use super::{
 pub struct Refusal {
     /// The item (text form).
     pub item: String,
-    /// Why.
+    /// The rule the item broke: malformed reference, no such successful call, or quote not in
+    /// its output.
     pub error: InvestigationError,
 }
 

@@ -70,11 +70,11 @@ pub enum Actionability {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
-    /// High.
+    /// The model rates its conclusion well supported; shown to readers, never checked by the host.
     High,
-    /// Medium.
+    /// The model rates its conclusion plausible but not established; notifications show it as is.
     Medium,
-    /// Low.
+    /// The model rates its conclusion a guess; the result is no less valid for it.
     Low,
 }
 
@@ -118,16 +118,17 @@ impl Confidence {
 pub struct InvestigationResult {
     /// Finding status.
     pub finding_status: FindingStatus,
-    /// Actionability.
+    /// What a human can do next, as the model judges it; scheduled reports compare it run to run.
     pub actionability: Actionability,
     /// Confidence (descriptive only).
     pub confidence: Confidence,
-    /// Summary.
+    /// The model's account of what happened (1 to [`MAX_TEXT_CHARS`] characters); notifications
+    /// and bot replies quote it.
     pub summary: String,
     /// Leading hypothesis.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hypothesis: String,
-    /// Impact.
+    /// Who or what the problem affects, in the model's words; may be empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub impact: String,
     /// Evidence references (`tool-call:<call id>`, optionally followed by a space and

@@ -50,7 +50,7 @@ pub enum StoreError {
     Journal {
         /// The journal's name.
         journal: &'static str,
-        /// Why.
+        /// The file journal's error (I/O, a corrupt line, a failed write).
         #[source]
         source: JournalError,
     },
@@ -59,7 +59,7 @@ pub enum StoreError {
     Database {
         /// The journal's name.
         journal: &'static str,
-        /// Why.
+        /// What the database backend reported; its messages never carry the connection string.
         #[source]
         source: DatabaseError,
     },
@@ -78,7 +78,7 @@ pub enum StoreError {
         place: String,
         /// The record's seq.
         seq: u64,
-        /// Why.
+        /// What the store's replay reported for that record, as text.
         reason: String,
     },
     /// The journal's start was removed and no snapshot holds what it said.

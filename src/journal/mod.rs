@@ -169,7 +169,7 @@ pub struct Record {
     pub time: String,
     /// Record kind, e.g. `audit.tool_call`.
     pub kind: String,
-    /// Payload.
+    /// The JSON payload as appended; its raw bytes are part of `hash`.
     pub data: serde_json::Value,
     /// Hex SHA-256 of this record (see the module docs).
     pub hash: String,

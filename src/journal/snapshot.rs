@@ -187,7 +187,7 @@ pub enum RestoreError<E = String> {
     Replay {
         /// Its sequence number.
         seq: u64,
-        /// Why.
+        /// What applying the record reported (the caller's error type `E`).
         reason: E,
     },
     /// Retention removed the start of the journal and no usable snapshot is left.

@@ -36,7 +36,7 @@ pub enum BaseError {
     Import {
         /// Position of the source in `spec.sources`.
         index: usize,
-        /// Why.
+        /// What importing that source reported (no such root, an I/O failure, nothing accepted).
         source: CorpusError,
     },
     /// A ConfigMap source names a ConfigMap the Catalog does not hold.
@@ -72,7 +72,7 @@ pub enum BaseError {
         index: usize,
         /// The field of that source naming the directory (`directory.path`, `git.path`).
         field: &'static str,
-        /// Why.
+        /// Why the policy refused the directory, or why it could not be resolved.
         error: PathError,
     },
     /// Indexing failed.

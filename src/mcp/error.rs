@@ -138,7 +138,7 @@ pub enum McpError {
     Spawn {
         /// The command.
         command: String,
-        /// Why.
+        /// The OS error from starting the program (not found, not executable, ...).
         source: io::Error,
     },
     /// The child was started without its stdio pipes.

@@ -118,7 +118,7 @@ pub struct Input {
 pub struct CaseMessage {
     /// `system`, `user` or `assistant`.
     pub role: String,
-    /// Text.
+    /// The message text, handed to the replayed Run as is.
     pub content: String,
 }
 
@@ -298,7 +298,7 @@ pub enum CaseError {
     /// Over a count bound.
     #[error("the case has {count} {what}; at most {limit} are allowed")]
     TooMany {
-        /// What.
+        /// `calls`, `tools` or `skills`: the list over its bound.
         what: &'static str,
         /// How many.
         count: usize,

@@ -73,7 +73,7 @@ pub struct StdioTransport {
     /// Program to execute.
     #[schemars(length(min = 1, max = 4096))]
     pub command: String,
-    /// Arguments.
+    /// Arguments after `command`, each one argv entry as written (no shell splitting or expansion).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(max = 4096)))]
     pub args: Vec<String>,

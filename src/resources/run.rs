@@ -46,7 +46,7 @@ pub struct RunSpec {
 pub enum RunPhase {
     /// Accepted, waiting for a slot.
     Pending,
-    /// Executing.
+    /// Started and not finished: the audit journal holds no finish record for it yet.
     Running,
     /// Finished with an answer.
     Succeeded,

@@ -11,7 +11,7 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 
 /// Where the scheduler reads the time and waits for it.
 pub trait Clock: Send + Sync {
-    /// Now.
+    /// The current time: the system clock's, or the time a test set on a `ManualClock`.
     fn now(&self) -> Timestamp;
     /// Resolves once the time is `at` or later (or earlier, spuriously: the caller looks again).
     fn sleep_until(&self, at: Timestamp) -> BoxFuture<'_, ()>;

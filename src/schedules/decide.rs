@@ -44,14 +44,14 @@ pub struct Tick<'a> {
     pub run_tokens: u64,
     /// Tokens the namespace's scheduled Runs may reserve per UTC day.
     pub daily_tokens: u64,
-    /// Now.
+    /// The scheduler clock's time of this decision: ticks up to it are due, and entries carry it.
     pub now: Timestamp,
 }
 
 /// What to do after the decision is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Nothing.
+    /// Start no Run: no tick is due, the schedule is suspended, or the tick was missed or skipped.
     Wait,
     /// Start the Run of this tick.
     Start(Timestamp),

@@ -49,7 +49,7 @@ pub enum Ending {
         run_id: Option<String>,
         /// Stable code.
         code: String,
-        /// Why.
+        /// The Run error's message; the report's summary reads `{code}: {error}`.
         error: String,
     },
     /// Replaced by the next tick, or interrupted by a stop: nothing to compare.

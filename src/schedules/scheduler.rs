@@ -87,7 +87,7 @@ pub struct SchedulerParts {
     pub board: StatusBoard,
     /// The time.
     pub clock: Arc<dyn Clock>,
-    /// Settings.
+    /// Token caps, concurrency limits, the Run link base URL, delivery retries and tenancy.
     pub settings: SchedulerSettings,
 }
 

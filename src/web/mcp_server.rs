@@ -139,7 +139,7 @@ pub struct ListIncidentsArgs {
 pub enum IncidentFilter {
     /// Still firing.
     Firing,
-    /// Resolved.
+    /// No alert of the incident fires any more (or it opened on a resolved event).
     Resolved,
 }
 

@@ -124,7 +124,7 @@ pub struct ActivityView {
     pub id: String,
     /// `ok` or the error code.
     pub status: String,
-    /// Duration.
+    /// Wall time of the call in milliseconds, measured around the tool's whole execution.
     pub duration_ms: u64,
     /// Arguments as the host passed them (`debug` only).
     #[serde(skip_serializing_if = "Option::is_none")]

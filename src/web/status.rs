@@ -150,7 +150,7 @@ pub struct NotReady {
     /// The host is still looking (`Resolving`, `Connecting`, `Checking`,
     /// `Indexing`): not a problem yet, and not counted as degraded.
     pub in_progress: bool,
-    /// Resources.
+    /// Resources of `kind` whose `Ready` condition has this `reason`.
     pub count: usize,
 }
 

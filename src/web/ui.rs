@@ -25,7 +25,7 @@ pub struct Asset {
     pub name: &'static str,
     /// Media type.
     pub content_type: &'static str,
-    /// Contents.
+    /// The file's text, built into the binary from `ui/` with `include_str!`.
     pub body: &'static str,
 }
 

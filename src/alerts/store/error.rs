@@ -16,11 +16,12 @@ pub enum AlertStoreError {
         "alert journal {path}: record {seq} is inconsistent: {reason}; run `akritas audit verify {path}` and restore from backup"
     )]
     Inconsistent {
-        /// Path.
+        /// The journal file, or `database:alerts` for the store in the database.
         path: String,
         /// Record sequence number.
         seq: u64,
-        /// Why.
+        /// Why the record could not be applied: a bad shape, an unknown job or kind, or another
+        /// correlation outcome than the one recorded.
         reason: RecordError,
     },
     /// Retention removed the start of the journal and the snapshot that replaces it is missing or does not match.
@@ -30,7 +31,7 @@ pub enum AlertStoreError {
          journal, or move the journal's files aside to start with an empty alert history"
     )]
     NoSnapshot {
-        /// Path.
+        /// The journal file (its snapshot is `<path>.snapshot`), or `database:alerts`.
         path: String,
         /// Seq of the oldest record kept.
         first_seq: u64,

@@ -51,7 +51,7 @@ pub struct Job {
     pub namespace: String,
     /// Event that opened the incident.
     pub event_id: EventId,
-    /// Status.
+    /// Deferred, pending, running, succeeded or failed (see [`JobStatus`]).
     pub status: JobStatus,
     /// Attempts started.
     pub attempts: u32,
@@ -324,7 +324,7 @@ pub struct Delivery {
     pub kind: ReceiverType,
     /// 32 hex characters, sent to webhooks as `X-Akritas-Delivery`.
     pub delivery_id: String,
-    /// Status.
+    /// Pending until sent, then delivered, failed or filtered; `sending` while in flight.
     pub status: DeliveryStatus,
     /// HTTP attempts made.
     #[serde(default)]
@@ -352,7 +352,7 @@ pub struct ItemOutcome {
     pub status: String,
     /// The event id (the first one's for a duplicate).
     pub event_id: EventId,
-    /// Incident.
+    /// The incident the event opened or joined (the first event's incident for a duplicate).
     pub incident_id: IncidentId,
     /// Investigation job created by this event.
     #[serde(default, skip_serializing_if = "Option::is_none")]

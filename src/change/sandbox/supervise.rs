@@ -104,7 +104,7 @@ pub enum Ending {
     Stopped,
     /// It could not be started.
     NotStarted {
-        /// Where.
+        /// The setup step that failed (stdio, limits, Landlock, seccomp, `execve`, `fork`, ...).
         step: Step,
         /// The OS error number.
         errno: i32,

@@ -123,7 +123,7 @@ impl fmt::Display for SkipReason {
 pub struct Skipped {
     /// Path relative to the input root.
     pub path: String,
-    /// Why.
+    /// The first rule the file failed (extension, size, encoding, duplicate, limit, symlink).
     pub reason: SkipReason,
 }
 
@@ -200,7 +200,7 @@ pub struct ImportReport {
     pub documents: Vec<Document>,
     /// Files not imported, in path order.
     pub skipped: Vec<Skipped>,
-    /// Tallies.
+    /// Files found, documents accepted, and skipped files counted per reason.
     pub counts: ImportCounts,
 }
 

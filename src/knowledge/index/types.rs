@@ -116,7 +116,7 @@ pub struct Hit {
 pub struct DocumentInfo {
     /// Document id.
     pub id: String,
-    /// Title.
+    /// Front matter `title:`, else the first heading, else the file stem.
     pub title: String,
     /// Source label.
     pub source: String,
@@ -141,7 +141,7 @@ pub struct SourceStats {
 /// Summary of an index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexStats {
-    /// Documents.
+    /// Documents in the index, each cut into one or more of `chunks`.
     pub documents: usize,
     /// Indexed chunks.
     pub chunks: usize,
