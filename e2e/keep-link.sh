@@ -8,7 +8,44 @@
 #   $AKRITAS_KEEP_LINK/args     the arguments, NUL-separated, with the kept files' new paths
 #   $AKRITAS_KEEP_LINK/path     the PATH rustc ran the linker with (its lld is found through it)
 #   $AKRITAS_KEEP_LINK/objects/ the kept files
+#
+# The other half, on a kept link:
+#   e2e/keep-link.sh --output KEPT              prints the path the kept link wrote (its `-o`)
+#   e2e/keep-link.sh --relink KEPT OUT [ARG...] links the kept objects again into OUT, with the
+#                                               linker arguments ARG added at the end
+# tests/release_layout.rs runs both halves on a small crate.
 set -euo pipefail
+kept_args() { # directory -> the array `args`
+  if [[ ! -f $1/args ]]; then
+    echo "keep-link: no kept link in $1" >&2
+    return 1
+  fi
+  mapfile -d '' args < "$1/args"
+}
+
+case "${1:-}" in
+  --output)
+    kept_args "$2"
+    for i in "${!args[@]}"; do
+      if [[ ${args[$i]} == -o ]]; then
+        echo "${args[i + 1]}"
+      fi
+    done
+    exit 0
+    ;;
+  --relink)
+    kept_args "$2"
+    dir="$2" out="$3"
+    shift 3
+    for i in "${!args[@]}"; do
+      if [[ ${args[$i]} == -o ]]; then
+        args[i + 1]=$out
+      fi
+    done
+    PATH="$(cat "$dir/path")" exec "${AKRITAS_REAL_LINKER:-cc}" "${args[@]}" "$@"
+    ;;
+esac
+
 keep="${AKRITAS_KEEP_LINK:?AKRITAS_KEEP_LINK names the directory that keeps the link}"
 rm -rf "$keep"
 mkdir -p "$keep/objects"

@@ -50,28 +50,7 @@ fi
 
 # Links the kept objects again, into $1, with the linker arguments that follow.
 relink() {
-    local out="$1" i
-    shift
-    local -a args
-    mapfile -d '' args < "$kept/args"
-    for i in "${!args[@]}"; do
-        if [[ ${args[$i]} == -o ]]; then
-            args[i + 1]=$out
-        fi
-    done
-    PATH="$(cat "$kept/path")" cc "${args[@]}" "$@"
-}
-
-# The path the kept link wrote (its `-o`).
-kept_output() {
-    local -a args
-    mapfile -d '' args < "$kept/args"
-    local i
-    for i in "${!args[@]}"; do
-        if [[ ${args[$i]} == -o ]]; then
-            echo "${args[i + 1]}"
-        fi
-    done
+    e2e/keep-link.sh --relink "$kept" "$@"
 }
 
 # --- build -------------------------------------------------------------------------------------
@@ -82,12 +61,12 @@ if ((layout)); then
     # When cargo found the binary up to date, the link kept by an earlier run must be the one that
     # made it: linked again unchanged, it gives the same bytes. Otherwise the crate is built again.
     unordered="$kept/akritas.unordered"
-    if [[ ! -f $kept/args ]] || ! relink "$unordered" || ! cmp -s "$unordered" "$(kept_output)"; then
+    if [[ ! -f $kept/args ]] || ! relink "$unordered" || ! cmp -s "$unordered" "$(e2e/keep-link.sh --output "$kept")"; then
         echo "the kept link does not make the binary cargo has; building the binary crate again"
         touch src/main.rs
         AKRITAS_KEEP_LINK="$kept" cargo rustc --release --locked --bin akritas -- -C "linker=$PWD/e2e/keep-link.sh"
         relink "$unordered"
-        cmp "$unordered" "$(kept_output)"
+        cmp "$unordered" "$(e2e/keep-link.sh --output "$kept")"
     fi
     order="$target_dir/release/symbol-order.txt"
     cargo build --locked -p akritas-testkit --bin symbol-order

@@ -42,6 +42,7 @@ mod llm_client;
 mod model_servers;
 mod notify_delivery;
 mod packaging;
+mod release_layout;
 mod release_sbom;
 mod resource_policy;
 mod resource_rules;
