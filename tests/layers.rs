@@ -225,13 +225,17 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
 }
 
 fn load() -> BTreeMap<PathBuf, SourceFile> {
-    let root = src_dir();
+    load_from(&src_dir())
+}
+
+/// The files of the crate whose root directory is `root` (its `lib.rs` there).
+fn load_from(root: &Path) -> BTreeMap<PathBuf, SourceFile> {
     let mut paths = Vec::new();
-    rust_files(&root, &mut paths);
+    rust_files(root, &mut paths);
     let mut files = BTreeMap::new();
     let mut test_modules = BTreeSet::new();
     for path in paths {
-        let relative = path.strip_prefix(&root).expect("under src").with_extension("");
+        let relative = path.strip_prefix(root).expect("under the crate's root").with_extension("");
         let mut module: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
         let dir_module = matches!(module.last().map(String::as_str), Some("mod" | "lib" | "main"));
         if dir_module {
@@ -400,7 +404,11 @@ struct Graph {
 }
 
 fn graph() -> Graph {
-    let files = load();
+    graph_of(&src_dir())
+}
+
+fn graph_of(root: &Path) -> Graph {
+    let files = load_from(root);
     let modules: BTreeMap<Vec<String>, PathBuf> = files.iter().map(|(p, f)| (f.module.clone(), p.clone())).collect();
     let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
     for (path, file) in &files {
@@ -585,6 +593,19 @@ fn no_import_cycle_between_files() {
     let g = graph();
     let found: Vec<Vec<String>> = cycles(&g.edges).iter().map(|c| c.iter().map(|p| display(p)).collect()).collect();
     assert!(found.is_empty(), "files importing each other: {found:#?}");
+}
+
+/// The testkit's harnesses import each other in no cycle either.
+#[test]
+fn no_import_cycle_between_the_testkits_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testkit/src");
+    let g = graph_of(&root);
+    assert!(g.files.len() > 20, "the testkit's files are read: {}", g.files.len());
+    let shown = |p: &PathBuf| {
+        p.strip_prefix(&root).map_or_else(|_| p.display().to_string(), |p| format!("testkit/src/{}", p.display()))
+    };
+    let found: Vec<Vec<String>> = cycles(&g.edges).iter().map(|c| c.iter().map(shown).collect()).collect();
+    assert!(found.is_empty(), "testkit files importing each other: {found:#?}");
 }
 
 #[test]

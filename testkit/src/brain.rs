@@ -25,7 +25,7 @@ pub enum Answer {
     /// Prose.
     Text(String),
     /// Calls of offered tools: `(id, function name, arguments)`.
-    ToolCalls(Vec<crate::scripted_llm::Call>),
+    ToolCalls(Vec<crate::wire::Call>),
 }
 
 /// How a request asks for a structured answer.

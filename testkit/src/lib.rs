@@ -52,6 +52,7 @@ pub mod slack;
 pub mod starter_suite;
 pub mod telegram;
 pub mod vm;
+pub mod wire;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -28,7 +28,7 @@
 use serde_json::{Value, json};
 
 use crate::brain::{Answer, Mode, asked};
-use crate::scripted_llm::{Call, Reply};
+use crate::wire::{Call, Reply};
 
 /// Text inside every think block of [`Personality::Reasoning`]: it must never reach an
 /// answer, a journal or a Run record.
