@@ -117,14 +117,15 @@ async fn the_readme_tour_reaches_a_first_answer_step_for_step() {
     // 6. An alert: stored, an incident opened, investigated and delivered, signed.
     let alerted = run(bash(&env, &swap.apply(&steps[2]), &root, data.path()));
     assert!(alerted.contains("\"accepted\"") && alerted.contains("HighLoad"), "{alerted}");
+    // The receiver creates headers.json, then writes it: wait for a whole JSON object, not only
+    // for the file (it was read empty once, between the two).
     let headers = scratch.path().join("headers.json");
-    support::poll(Duration::from_secs(30), || {
+    let (headers, _): (Value, _) = support::poll(Duration::from_secs(30), || {
         let headers = headers.clone();
-        async move { headers.exists().then_some(()) }
+        async move { serde_json::from_str(&std::fs::read_to_string(&headers).ok()?).ok() }
     })
     .await
     .unwrap_or_else(|| panic!("no delivery reached the receiver; log:\n{}", server.log_text()));
-    let headers: Value = serde_json::from_str(&std::fs::read_to_string(&headers).unwrap()).unwrap();
     assert_eq!(headers["x-akritas-event"], "incident.investigated", "{headers}");
     assert_eq!(headers["authorization"], "Bearer change-me-webhook-token", "{headers}");
     let body = std::fs::read(scratch.path().join("body.json")).unwrap();
